@@ -1,0 +1,96 @@
+//! The one error type of the engine. Every binding maps it, once, to its own idiom.
+
+use core::fmt;
+
+/// Misuse, or a request that can never succeed. A rate-limit rejection is not an error: it is
+/// a [`Decision`](crate::Decision) with `allowed() == false`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// A quota parameter is out of its domain (zero rate, zero burst, initial above burst,
+    /// arithmetic that would overflow).
+    InvalidQuota {
+        /// What is wrong, in words.
+        reason: String,
+    },
+    /// A rate string could not be parsed.
+    Parse {
+        /// The whole input.
+        input: String,
+        /// Byte offset of the offending text in `input`.
+        offset: usize,
+        /// The offending text itself.
+        fragment: String,
+        /// What was expected there.
+        reason: String,
+    },
+    /// `cost` exceeds the bucket's capacity: the request can never be admitted.
+    InsufficientCapacity {
+        /// The cost asked for.
+        cost: u64,
+        /// The capacity (burst) of the quota.
+        capacity: u64,
+    },
+    /// The clock reads past the last instant the quota's exact arithmetic covers (always more
+    /// than a century after the limiter's clock origin).
+    ClockOutOfRange {
+        /// The reading, in nanoseconds.
+        now: u64,
+        /// The last reading the limiter accepts.
+        horizon: u64,
+    },
+    /// A keyed limiter is at its key bound and the policy is to reject new keys.
+    KeyStoreFull {
+        /// The configured bound.
+        max_keys: usize,
+    },
+}
+
+impl Error {
+    /// A stable, machine-readable name for the variant (used as error codes by the bindings).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::InvalidQuota { .. } => "invalid_quota",
+            Error::Parse { .. } => "parse_error",
+            Error::InsufficientCapacity { .. } => "insufficient_capacity",
+            Error::ClockOutOfRange { .. } => "clock_out_of_range",
+            Error::KeyStoreFull { .. } => "key_store_full",
+        }
+    }
+
+    pub(crate) fn invalid(reason: impl Into<String>) -> Self {
+        Error::InvalidQuota {
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidQuota { reason } => write!(f, "invalid quota: {reason}"),
+            Error::Parse {
+                input,
+                offset,
+                fragment,
+                reason,
+            } => write!(
+                f,
+                "invalid rate {input:?}: {reason} at byte {offset} ({fragment:?})"
+            ),
+            Error::InsufficientCapacity { cost, capacity } => write!(
+                f,
+                "cost {cost} exceeds the capacity {capacity}: the request can never be admitted"
+            ),
+            Error::ClockOutOfRange { now, horizon } => write!(
+                f,
+                "clock reading {now} ns is past the limiter's horizon of {horizon} ns"
+            ),
+            Error::KeyStoreFull { max_keys } => {
+                write!(f, "key store full: {max_keys} keys and none evictable")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {}
