@@ -340,12 +340,12 @@ impl<'a> Cursor<'a> {
 
 fn unit_ns(unit: &str) -> Option<u64> {
     Some(match unit {
-        "ns" | "nanosecond" | "nanoseconds" => 1,
-        "us" | "microsecond" | "microseconds" => NS_PER_US,
-        "ms" | "millisecond" | "milliseconds" => NS_PER_MS,
-        "s" | "sec" | "secs" | "second" | "seconds" => NS_PER_S,
-        "m" | "min" | "mins" | "minute" | "minutes" => NS_PER_MIN,
-        "h" | "hr" | "hrs" | "hour" | "hours" => NS_PER_H,
+        "ns" => 1,
+        "us" => NS_PER_US,
+        "ms" => NS_PER_MS,
+        "s" | "sec" | "second" | "seconds" => NS_PER_S,
+        "m" | "min" | "minute" | "minutes" => NS_PER_MIN,
+        "h" | "hr" | "hour" | "hours" => NS_PER_H,
         "d" | "day" | "days" => NS_PER_D,
         _ => return None,
     })
@@ -374,18 +374,20 @@ impl FromStr for Quota {
             .is_some_and(|b| b.is_ascii_digit())
         {
             multiple = c.number("a period multiple")?;
-            if multiple == 0 {
-                return Err(c.error(at, len, "the period must not be zero"));
-            }
         }
         let (uat, unit) = c.take_token();
         let Some(per) = unit_ns(&unit) else {
             let len = unit.len().max(1);
-            return Err(c.error(uat, len, "unknown time unit (ns, us, ms, s, m, h, d)"));
+            return Err(c.error(
+                uat,
+                len,
+                "unknown time unit (ns, us, ms, s, sec, second(s), m, min, minute(s), h, hr, \
+                 hour(s), d, day(s))",
+            ));
         };
-        let period_ns = multiple
-            .checked_mul(per)
-            .ok_or_else(|| c.error(at, uat + unit.len() - at, "the period is too long"))?;
+        let Some(period_ns) = multiple.checked_mul(per) else {
+            return Err(c.error(at, uat + unit.len() - at, "the period is too long"));
+        };
         let mut q = Quota {
             count,
             period_ns,
