@@ -41,3 +41,8 @@ pub use decision::Decision;
 pub use error::Error;
 pub use limiter::Limiter;
 pub use quota::{Quota, Refill};
+
+/// The README's Rust snippets, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;

@@ -29,9 +29,6 @@ mod imp {
         pub(crate) fn load(&self, _order: Ordering) -> u128 {
             *self.0.lock().unwrap()
         }
-        pub(crate) fn store(&self, v: u128, _order: Ordering) {
-            *self.0.lock().unwrap() = v;
-        }
         pub(crate) fn compare_exchange_weak(
             &self,
             current: u128,

@@ -1,0 +1,26 @@
+# Every check as a documented target; `make check` is what CI runs (via .ci/run).
+.PHONY: help check test loom simulate conformance fmt clippy
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+check: ## the whole suite, as CI runs it
+	bash ci/check.sh
+
+test: ## cargo test on the default members
+	cargo test
+
+loom: ## loom models of every atomic protocol
+	bash ci/loom.sh
+
+conformance: ## regenerate conformance/vectors.json from its reference
+	python3 conformance/generate.py
+
+simulate: ## the README's first command
+	cargo run --release -p sluicegate-cli -- simulate --quota "10/s; burst=50" --traffic "60/s for 3s"
+
+fmt: ## format everything
+	cargo fmt --all
+
+clippy: ## lint everything
+	cargo clippy --workspace --all-targets -- -D warnings

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The whole test suite: what CI runs (.ci/run) and what a developer runs before pushing.
+# Needs the Rust toolchain and Python 3; installs nothing system-wide.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+export PROPTEST_CASES="${PROPTEST_CASES:-1024}"
+
+step() { printf '\n==> %s\n' "$*"; }
+started=$(date +%s)
+# Every test runner's output is also collected here, so the last line can total them.
+results=$(mktemp)
+trap 'rm -f "$results"' EXIT
+set -o pipefail
+
+step "rustfmt"
+cargo fmt --all --check
+
+step "clippy (all targets, warnings are errors)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "conformance vectors are up to date with their reference (conformance/generate.py)"
+python3 conformance/generate.py --check
+
+step "loom models (bounded preemptions)"
+bash ci/loom.sh 2>&1 | tee -a "$results"
+
+for extra in ci/check.d/*.sh; do
+  [ -e "$extra" ] || continue
+  step "$extra"
+  bash "$extra" 2>&1 | tee -a "$results"
+done
+
+step "cargo test (unit, property, conformance, stress, doc tests)"
+cargo test --workspace --locked 2>&1 | tee -a "$results"
+
+# cargo: "test result: ok. N passed; M failed"; pytest: "N passed"; node --test: "# pass N".
+totals=$(awk '
+  /test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+  /^# pass /     { p += $3 }
+  /^# fail /     { f += $3 }
+  /^=+ .* (passed|failed).* in / { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+  END { printf "%d passed, %d failed", p, f }' "$results")
+printf '\nci/check.sh finished in %ss\n' "$(( $(date +%s) - started ))"
+echo "$totals"
