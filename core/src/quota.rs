@@ -34,7 +34,7 @@ pub enum Refill {
 /// assert_eq!(q, "10/s; burst=50".parse().unwrap());
 /// assert_eq!(q.to_string(), "10/s; burst=50");
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug)]
 pub struct Quota {
     count: u64,
     period_ns: u64,
@@ -200,6 +200,34 @@ impl Quota {
             )));
         }
         Ok(())
+    }
+}
+
+impl Quota {
+    /// What a quota means, for equality: an explicit `initial` equal to the burst is the
+    /// same quota as none (found by the `rate_string` fuzz target).
+    fn meaning(&self) -> (u64, u64, u64, u64, Refill) {
+        (
+            self.count,
+            self.period_ns,
+            self.burst,
+            self.initial_tokens(),
+            self.refill,
+        )
+    }
+}
+
+impl PartialEq for Quota {
+    fn eq(&self, other: &Self) -> bool {
+        self.meaning() == other.meaning()
+    }
+}
+
+impl Eq for Quota {}
+
+impl core::hash::Hash for Quota {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        self.meaning().hash(state);
     }
 }
 
@@ -447,5 +475,33 @@ impl FromStr for Quota {
             other => other,
         })?;
         Ok(q)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explicit_initial_equal_to_burst_is_the_same_quota() {
+        let a: Quota = "10/s; initial=10".parse().unwrap();
+        let b: Quota = "10/s".parse().unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.to_string(), "10/s");
+        assert_ne!(a, "10/s; initial=9".parse::<Quota>().unwrap());
+    }
+
+    #[test]
+    fn errors_quote_the_offending_text() {
+        let e = "10/fortnight".parse::<Quota>().unwrap_err();
+        assert_eq!(e.code(), "parse_error");
+        assert!(e.to_string().contains("\"fortnight\""), "{e}");
+        assert!(e.to_string().contains("byte 3"), "{e}");
+        let e = "10/s; burst=0".parse::<Quota>().unwrap_err();
+        assert_eq!(e.code(), "invalid_quota");
+        let e = "1.5/s".parse::<Quota>().unwrap_err();
+        assert!(e.to_string().contains("whole number"), "{e}");
+        let e = "1/d; burst=1000000000".parse::<Quota>().unwrap_err();
+        assert!(e.to_string().contains("too large"), "{e}");
     }
 }
