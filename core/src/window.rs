@@ -152,9 +152,11 @@ impl Codec for FixedWindow {
         (left != used).then(|| self.pack(index, left))
     }
 
+    /// Full: nothing counted, and the reading is not before the state's window (an earlier
+    /// reading is clamped by this state but not by a new one, so it must not evict).
     #[inline]
     fn is_full(&self, s: u128, now: u64) -> bool {
-        self.at(s, now).1 == 0
+        now / self.g.w >= (s >> self.g.shift) as u64 && self.at(s, now).1 == 0
     }
 }
 
@@ -296,9 +298,10 @@ impl Codec for SlidingWindow {
         (curr != v.curr).then(|| self.pack(v.index, v.prev, curr))
     }
 
+    /// Full: nothing weighs, and the reading is not before the state's window.
     #[inline]
     fn is_full(&self, s: u128, now: u64) -> bool {
         let v = self.view(s, now);
-        v.prev == 0 && v.curr == 0
+        now / self.g.w >= (s >> (2 * self.g.shift)) as u64 && v.prev == 0 && v.curr == 0
     }
 }

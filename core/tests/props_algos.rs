@@ -168,6 +168,24 @@ fn run(p: Params, start: u64, steps: Vec<(Step, Op)>) -> Result<(), TestCaseErro
                 same(got, want, &what)?;
             }
         }
+        // Lossless eviction (DESIGN invariant 4): with initial == burst, a bucket the limiter
+        // calls full decides every later request exactly as a bucket created now would.
+        if p.initial == p.burst && limiter.is_full() {
+            let fresh = AnyModel::new(p, t);
+            let limit = model.probe(t, 0).unwrap().limit;
+            for dt in [0, 1, p.period_ns / 3, p.period_ns, 3 * p.period_ns] {
+                for c in [1, limit] {
+                    let later = t.saturating_add(dt);
+                    prop_assert_eq!(
+                        model.probe(later, c),
+                        fresh.probe(later, c),
+                        "{} dt={}",
+                        what,
+                        dt
+                    );
+                }
+            }
+        }
     }
     Ok(())
 }
