@@ -5,7 +5,11 @@
 //! `u128`; each codec decides at construction whether its states fit one `u64` for more than a
 //! century of clock readings (`narrow`) or need the 128-bit word.
 
-use crate::quota::{gcd, Quota, Refill};
+use crate::gcra::Gcra;
+use crate::log::SlidingLog;
+use crate::queue::LeakyQueue;
+use crate::quota::{gcd, Algorithm, Quota, Refill};
+use crate::window::{FixedWindow, SlidingWindow};
 use crate::{Decision, Error};
 
 /// 100 Julian years in nanoseconds: the least clock range every quota must cover exactly.
@@ -313,16 +317,48 @@ impl Codec for Interval {
 pub(crate) enum Algo {
     Continuous(Continuous),
     Interval(Interval),
+    Gcra(Gcra),
+    FixedWindow(FixedWindow),
+    SlidingWindow(SlidingWindow),
+    LeakyQueue(LeakyQueue),
+    /// Not a word codec: its slot is a log behind a short lock (see `log.rs`).
+    SlidingLog(SlidingLog),
+}
+
+/// Runs `$body` with `$a` bound to the word codec of `$algo`, or `$log` for the sliding log.
+macro_rules! each_codec {
+    ($algo:expr, $a:ident => $body:expr, $l:pat => $log:expr) => {
+        match $algo {
+            Algo::Continuous($a) => $body,
+            Algo::Interval($a) => $body,
+            Algo::Gcra($a) => $body,
+            Algo::FixedWindow($a) => $body,
+            Algo::SlidingWindow($a) => $body,
+            Algo::LeakyQueue($a) => $body,
+            Algo::SlidingLog($l) => $log,
+        }
+    };
 }
 
 impl Algo {
     /// Compiles a quota (validated here) for a limiter whose clock origin is `origin`.
     pub(crate) fn new(q: &Quota, origin: u64) -> Result<Self, Error> {
         q.validate()?;
-        Ok(match q.refill_mode() {
-            Refill::Continuous => Algo::Continuous(Continuous::new(q)),
-            Refill::Interval => Algo::Interval(Interval::new(q, origin)),
-        })
+        let algo = match (q.algorithm_kind(), q.refill_mode()) {
+            (Algorithm::TokenBucket, Refill::Continuous) => Algo::Continuous(Continuous::new(q)),
+            (Algorithm::TokenBucket, Refill::Interval) => Algo::Interval(Interval::new(q, origin)),
+            (Algorithm::Gcra, _) => Algo::Gcra(Gcra::new(q)),
+            (Algorithm::FixedWindow, _) => Algo::FixedWindow(FixedWindow::new(q)),
+            (Algorithm::SlidingWindow, _) => Algo::SlidingWindow(SlidingWindow::new(q)),
+            (Algorithm::LeakyQueue, _) => Algo::LeakyQueue(LeakyQueue::new(q)),
+            (Algorithm::SlidingLog, _) => Algo::SlidingLog(SlidingLog::new(q)),
+        };
+        if algo.horizon() < CENTURY_NS {
+            return Err(Error::invalid(format!(
+                "{q}: the limit is too large to pack with a century of window indexes"
+            )));
+        }
+        Ok(algo)
     }
 
     #[inline]
@@ -330,20 +366,32 @@ impl Algo {
         match self {
             Algo::Continuous(a) => a.check(now, cost),
             Algo::Interval(a) => a.check(now, cost),
+            Algo::Gcra(a) => a.check(now, cost),
+            Algo::FixedWindow(a) => a.check(now, cost),
+            Algo::SlidingWindow(a) => a.check(now, cost),
+            Algo::LeakyQueue(a) => a.check(now, cost),
+            Algo::SlidingLog(l) => {
+                if cost > l.capacity() {
+                    return Err(Error::InsufficientCapacity {
+                        cost,
+                        capacity: l.capacity(),
+                    });
+                }
+                Ok(())
+            }
         }
+    }
+
+    fn horizon(&self) -> u64 {
+        each_codec!(self, a => a.horizon(), _ => u64::MAX)
     }
 
     pub(crate) fn wide(&self) -> bool {
-        match self {
-            Algo::Continuous(a) => a.wide(),
-            Algo::Interval(a) => a.wide(),
-        }
+        each_codec!(self, a => a.wide(), _ => false)
     }
 
+    /// The initial state word (the sliding log keeps no word: its slot is made by `Slot::new`).
     pub(crate) fn fresh(&self, now: u64) -> u128 {
-        match self {
-            Algo::Continuous(a) => a.fresh(now),
-            Algo::Interval(a) => a.fresh(now),
-        }
+        each_codec!(self, a => a.fresh(now), _ => u128::from(now))
     }
 }

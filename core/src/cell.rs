@@ -8,6 +8,7 @@
 //! store's eviction protocol relies on, and costs nothing extra on x86.
 
 use crate::algorithm::{Algo, Codec};
+use crate::log::LogCell;
 use crate::sync::{AtomicU128, AtomicU64, Ordering};
 use crate::Decision;
 
@@ -106,27 +107,72 @@ pub(crate) fn refund<W: Word, A: Codec>(word: &W::Atomic, codec: &A, now: u64, c
     }
 }
 
+/// Applies `step` (a codec's decision function) with the same loop as [`acquire`]: for the
+/// protocols that take an extra argument (a reservation's bound).
+#[inline]
+pub(crate) fn update<W: Word>(
+    word: &W::Atomic,
+    mut step: impl FnMut(u128) -> (Decision, Option<u128>),
+) -> Decision {
+    let mut cur = W::load(word);
+    loop {
+        let (decision, new) = step(cur.widen());
+        let Some(new) = new else {
+            return decision;
+        };
+        match W::cas(word, cur, W::narrow(new)) {
+            Ok(()) => return decision,
+            Err(actual) => cur = actual,
+        }
+    }
+}
+
+/// The decision `acquire` would return for the current word, writing nothing.
+#[inline]
+pub(crate) fn probe<W: Word, A: Codec>(
+    word: &W::Atomic,
+    codec: &A,
+    now: u64,
+    cost: u64,
+) -> Decision {
+    codec.acquire(W::load(word).widen(), now, cost).0
+}
+
 /// Reads the word and tells whether the bucket is full at `now`.
 #[inline]
 pub(crate) fn is_full<W: Word, A: Codec>(word: &W::Atomic, codec: &A, now: u64) -> bool {
     codec.is_full(W::load(word).widen(), now)
 }
 
-/// One bucket's word, of the width its codec chose.
+/// One bucket's word, of the width its codec chose; or, for the sliding log only, its log.
 #[derive(Debug)]
 pub(crate) enum Slot {
     Narrow(AtomicU64),
     Wide(AtomicU128),
+    /// Boxed so that the word slots stay two words wide.
+    Log(Box<LogCell>),
 }
 
-/// Runs `$f::<Word, Codec>(word, codec, args...)` for the slot's width and the algo's codec.
+/// Runs `$f::<Word, Codec>(word, codec, args...)` for the slot's width and the algo's codec,
+/// or `$log` for the sliding log. The token bucket's arms come first; the whole dispatch is
+/// one match on two discriminants that never change for a given limiter (predicted).
 macro_rules! dispatch {
-    ($slot:expr, $algo:expr, $f:ident ( $($arg:expr),* )) => {
+    ($slot:expr, $algo:expr, $f:ident ( $($arg:expr),* ), $l:ident, $la:ident => $log:expr) => {
         match ($slot, $algo) {
             (Slot::Narrow(w), Algo::Continuous(a)) => $f::<u64, _>(w, a, $($arg),*),
             (Slot::Wide(w), Algo::Continuous(a)) => $f::<u128, _>(w, a, $($arg),*),
             (Slot::Narrow(w), Algo::Interval(a)) => $f::<u64, _>(w, a, $($arg),*),
             (Slot::Wide(w), Algo::Interval(a)) => $f::<u128, _>(w, a, $($arg),*),
+            (Slot::Narrow(w), Algo::Gcra(a)) => $f::<u64, _>(w, a, $($arg),*),
+            (Slot::Wide(w), Algo::Gcra(a)) => $f::<u128, _>(w, a, $($arg),*),
+            (Slot::Narrow(w), Algo::FixedWindow(a)) => $f::<u64, _>(w, a, $($arg),*),
+            (Slot::Wide(w), Algo::FixedWindow(a)) => $f::<u128, _>(w, a, $($arg),*),
+            (Slot::Narrow(w), Algo::SlidingWindow(a)) => $f::<u64, _>(w, a, $($arg),*),
+            (Slot::Wide(w), Algo::SlidingWindow(a)) => $f::<u128, _>(w, a, $($arg),*),
+            (Slot::Narrow(w), Algo::LeakyQueue(a)) => $f::<u64, _>(w, a, $($arg),*),
+            (Slot::Wide(w), Algo::LeakyQueue(a)) => $f::<u128, _>(w, a, $($arg),*),
+            (Slot::Log($l), Algo::SlidingLog($la)) => $log,
+            _ => unreachable!("a slot is only ever used with the algo that made it"),
         }
     };
 }
@@ -134,6 +180,9 @@ macro_rules! dispatch {
 impl Slot {
     /// A fresh bucket at `now`, in the width `algo` needs.
     pub(crate) fn new(algo: &Algo, now: u64) -> Self {
+        if let Algo::SlidingLog(_) = algo {
+            return Slot::Log(Box::new(LogCell::new(now)));
+        }
         let state = algo.fresh(now);
         if algo.wide() {
             Slot::Wide(<u128 as Word>::new_atomic(state))
@@ -145,16 +194,39 @@ impl Slot {
     /// `algo` must be the one the slot was made for; `algo.check(now, cost)` must have passed.
     #[inline(always)]
     pub(crate) fn acquire(&self, algo: &Algo, now: u64, cost: u64) -> Decision {
-        dispatch!(self, algo, acquire(now, cost))
+        dispatch!(self, algo, acquire(now, cost), l, a => l.decide(a, now, cost, true))
     }
 
     #[inline]
     pub(crate) fn refund(&self, algo: &Algo, now: u64, cost: u64) {
-        dispatch!(self, algo, refund(now, cost))
+        dispatch!(self, algo, refund(now, cost), l, a => l.refund(a, now, cost))
     }
 
     #[inline]
     pub(crate) fn is_full(&self, algo: &Algo, now: u64) -> bool {
-        dispatch!(self, algo, is_full(now))
+        dispatch!(self, algo, is_full(now), l, a => l.is_full(a, now))
+    }
+
+    /// The decision `acquire` would return, changing nothing.
+    #[inline]
+    pub(crate) fn probe(&self, algo: &Algo, now: u64, cost: u64) -> Decision {
+        dispatch!(self, algo, probe(now, cost), l, a => l.decide(a, now, cost, false))
+    }
+
+    /// Like `acquire`, but a leaky-queue reservation is admitted only with a wait of at most
+    /// `max_wait_ns` (other algorithms admit without waiting or not at all).
+    #[inline]
+    pub(crate) fn reserve(&self, algo: &Algo, now: u64, cost: u64, max_wait_ns: u64) -> Decision {
+        match (self, algo) {
+            (Slot::Narrow(w), Algo::LeakyQueue(q)) => {
+                let bound = q.bound_units(max_wait_ns);
+                update::<u64>(w, |s| q.reserve(s, now, cost, bound))
+            }
+            (Slot::Wide(w), Algo::LeakyQueue(q)) => {
+                let bound = q.bound_units(max_wait_ns);
+                update::<u128>(w, |s| q.reserve(s, now, cost, bound))
+            }
+            _ => self.acquire(algo, now, cost),
+        }
     }
 }

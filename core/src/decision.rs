@@ -66,7 +66,9 @@ impl Decision {
         self.rem_num / self.rem_den
     }
 
-    /// The least wait before the same request would be admitted; zero when allowed.
+    /// The least wait before the same request would be admitted; zero when allowed, except
+    /// for a [`LeakyQueue`](crate::Algorithm::LeakyQueue) admission, where it is the delay
+    /// until the request's slot (the caller goes ahead only after it).
     #[inline]
     pub const fn retry_after_nanos(&self) -> u64 {
         self.retry_num.div_ceil(self.time_den)

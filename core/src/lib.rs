@@ -28,19 +28,24 @@
 mod algorithm;
 mod cell;
 pub mod clock;
+pub mod composite;
 mod decision;
 mod error;
+mod gcra;
 pub mod http;
 mod limiter;
+mod log;
+mod queue;
 mod quota;
 mod sync;
+mod window;
 
 pub use algorithm::CENTURY_NS;
 pub use clock::{Clock, CoarseClock, DefaultClock, ManualClock, MonotonicClock, StdClock};
 pub use decision::Decision;
 pub use error::Error;
 pub use limiter::Limiter;
-pub use quota::{Quota, Refill};
+pub use quota::{Algorithm, Quota, Refill, MAX_SLIDING_LOG};
 
 /// The README's Rust snippets, compiled and run as doc tests.
 #[cfg(doctest)]

@@ -5,6 +5,7 @@ use crate::cell::Slot;
 use crate::clock::{Clock, DefaultClock};
 use crate::{Decision, Error, Quota};
 use crossbeam_utils::CachePadded;
+use std::time::Duration;
 
 struct Inner {
     slot: Slot,
@@ -105,6 +106,108 @@ impl<C: Clock> Limiter<C> {
         inner.algo.check(now, 0)?;
         inner.slot.refund(&inner.algo, now, cost);
         Ok(())
+    }
+
+    /// Reserves `cost` now. For [`Algorithm::LeakyQueue`](crate::Algorithm::LeakyQueue) an
+    /// admitted reservation may come with a wait: `retry_after()` is the delay until its slot,
+    /// which the caller must let pass before going ahead (or give back with
+    /// [`cancel`](Self::cancel)). For every other algorithm this is
+    /// [`try_acquire`](Self::try_acquire): admitted now, or rejected.
+    ///
+    /// ```
+    /// use sluicegate::{Limiter, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// let q = "10/s; algorithm=leaky_queue; max_delay=250ms".parse()?;
+    /// let limiter = Limiter::with_clock(q, ManualClock::new(0))?;
+    /// let waits: Vec<Duration> = (0..3).map(|_| limiter.reserve(1).unwrap().retry_after()).collect();
+    /// assert_eq!(waits, [Duration::ZERO, Duration::from_millis(100), Duration::from_millis(200)]);
+    /// let full = limiter.reserve(1)?; // a 300 ms wait would exceed max_delay
+    /// assert!(!full.allowed());
+    /// limiter.cancel(1)?; // the last reservation is given back
+    /// assert_eq!(limiter.reserve(1)?.retry_after(), Duration::from_millis(200));
+    /// # Ok::<(), sluicegate::Error>(())
+    /// ```
+    #[inline]
+    pub fn reserve(&self, cost: u64) -> Result<Decision, Error> {
+        self.try_acquire(cost)
+    }
+
+    /// [`reserve`](Self::reserve), admitted only if the wait is at most `max_wait` (a leaky
+    /// queue then leaves no reservation behind; other algorithms never wait).
+    pub fn reserve_within(&self, cost: u64, max_wait: Duration) -> Result<Decision, Error> {
+        let inner = &*self.inner;
+        let now = self.clock.now();
+        inner.algo.check(now, cost)?;
+        let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        Ok(inner.slot.reserve(&inner.algo, now, cost, max_wait))
+    }
+
+    /// Gives a reservation (or admitted cost) back: the same as [`refund`](Self::refund).
+    pub fn cancel(&self, cost: u64) -> Result<(), Error> {
+        self.refund(cost)
+    }
+
+    /// Acquires `cost`, blocking the thread for at most `max_wait`.
+    ///
+    /// A leaky queue reserves a slot whose wait is at most `max_wait` (and the queue bound)
+    /// and sleeps until it. Other algorithms sleep until `retry_after` and try again, as long
+    /// as the wait ends within `max_wait` of the call. Returns the admitting decision, or the
+    /// last rejection when the quota cannot admit `cost` in time. The sleeps assume the
+    /// limiter's clock follows real time; a clock that does not move while the thread sleeps
+    /// (a [`ManualClock`](crate::ManualClock)) gets the rejection instead of a second try.
+    pub fn acquire(&self, cost: u64, max_wait: Duration) -> Result<Decision, Error> {
+        let inner = &*self.inner;
+        let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        let start = self.clock.now();
+        let deadline = start.saturating_add(max_wait);
+        let mut now = start;
+        loop {
+            inner.algo.check(now, cost)?;
+            let left = deadline.saturating_sub(now);
+            let d = inner.slot.reserve(&inner.algo, now, cost, left);
+            if d.allowed() {
+                std::thread::sleep(d.retry_after());
+                return Ok(d);
+            }
+            let is_queue = matches!(inner.algo, crate::algorithm::Algo::LeakyQueue(_));
+            if is_queue || d.retry_after_nanos() > left {
+                return Ok(d);
+            }
+            std::thread::sleep(d.retry_after());
+            let later = self.clock.now();
+            if later <= now {
+                return Ok(d);
+            }
+            now = later;
+        }
+    }
+
+    /// Checks a request against the quota without consuming (composite limits).
+    #[inline]
+    pub(crate) fn check_at(&self, now: u64, cost: u64) -> Result<(), Error> {
+        self.inner.algo.check(now, cost)
+    }
+
+    /// `try_acquire_at` after `check_at` passed.
+    #[inline]
+    pub(crate) fn acquire_checked(&self, now: u64, cost: u64) -> Decision {
+        let inner = &*self.inner;
+        inner.slot.acquire(&inner.algo, now, cost)
+    }
+
+    /// The decision `try_acquire_at` would return, consuming nothing (after `check_at`).
+    #[inline]
+    pub(crate) fn probe_checked(&self, now: u64, cost: u64) -> Decision {
+        let inner = &*self.inner;
+        inner.slot.probe(&inner.algo, now, cost)
+    }
+
+    /// `refund_at` after `check_at(now, 0)` passed.
+    #[inline]
+    pub(crate) fn refund_checked(&self, now: u64, cost: u64) {
+        let inner = &*self.inner;
+        inner.slot.refund(&inner.algo, now, cost);
     }
 
     /// Whether the bucket is full now.

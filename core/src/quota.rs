@@ -24,8 +24,77 @@ pub enum Refill {
     Interval,
 }
 
+/// Which algorithm a limiter runs (every one answers with the same [`Decision`](crate::Decision);
+/// `docs/SEMANTICS.md` gives each one's exact rules).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// Token bucket (the default): `burst` tokens refilled at `count` per `period`
+    /// (continuously, or in whole steps with [`Refill::Interval`]).
+    #[default]
+    TokenBucket,
+    /// GCRA (leaky bucket as a meter): one theoretical-arrival-time word; exactly the
+    /// admissions of the continuous token bucket.
+    Gcra,
+    /// `count` per window of length `period`, windows aligned to the clock's epoch.
+    FixedWindow,
+    /// Sliding window counter: the previous window's count weighted by the part of it the
+    /// sliding window still covers, plus the current window's count, must stay within `count`.
+    SlidingWindow,
+    /// Sliding log: the cost admitted in the last `period` (each instant counted exactly)
+    /// must stay within `count`. Keeps up to `count` timestamps per bucket.
+    SlidingLog,
+    /// Leaky bucket as a queue (a shaper): requests are admitted with a delay that spaces
+    /// them at `count` per `period`, and rejected when the delay would exceed `max_delay`.
+    LeakyQueue,
+}
+
+impl Algorithm {
+    /// The name used in rate strings (`; algorithm=NAME`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Algorithm::TokenBucket => "token_bucket",
+            Algorithm::Gcra => "gcra",
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::SlidingLog => "sliding_log",
+            Algorithm::LeakyQueue => "leaky_queue",
+        }
+    }
+
+    /// Parses a name as written in rate strings (case-insensitive; a few aliases).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Some(match name.to_ascii_lowercase().as_str() {
+            "token_bucket" | "bucket" => Algorithm::TokenBucket,
+            "gcra" | "leaky_meter" | "leaky_bucket_meter" => Algorithm::Gcra,
+            "fixed_window" => Algorithm::FixedWindow,
+            "sliding_window" | "sliding_window_counter" => Algorithm::SlidingWindow,
+            "sliding_log" => Algorithm::SlidingLog,
+            "leaky_queue" | "leaky_bucket_queue" | "shaper" => Algorithm::LeakyQueue,
+            _ => return None,
+        })
+    }
+
+    /// Whether the algorithm counts within windows (`burst`, `initial` and `refill` do not apply).
+    pub const fn is_window(self) -> bool {
+        matches!(
+            self,
+            Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::SlidingLog
+        )
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The most timestamps a sliding log keeps per bucket (its `count`): 8 bytes each.
+pub const MAX_SLIDING_LOG: u64 = 1 << 20;
+
 /// A rate limit: `count` tokens per `period`, a bucket of `burst` tokens holding `initial`
-/// at creation.
+/// at creation, enforced by one [`Algorithm`] (default: the token bucket).
 ///
 /// ```
 /// use sluicegate::Quota;
@@ -41,6 +110,8 @@ pub struct Quota {
     burst: u64,
     initial: Option<u64>,
     refill: Refill,
+    algorithm: Algorithm,
+    max_delay_ns: Option<u64>,
 }
 
 impl Quota {
@@ -52,6 +123,8 @@ impl Quota {
             burst: n.get(),
             initial: None,
             refill: Refill::Continuous,
+            algorithm: Algorithm::TokenBucket,
+            max_delay_ns: None,
         }
     }
 
@@ -62,6 +135,8 @@ impl Quota {
             burst: n.get(),
             initial: None,
             refill: Refill::Continuous,
+            algorithm: Algorithm::TokenBucket,
+            max_delay_ns: None,
         }
     }
 
@@ -96,6 +171,8 @@ impl Quota {
             burst,
             initial: None,
             refill: Refill::Continuous,
+            algorithm: Algorithm::TokenBucket,
+            max_delay_ns: None,
         };
         q.validate()?;
         Ok(q)
@@ -126,6 +203,35 @@ impl Quota {
     #[must_use]
     pub const fn interval(self) -> Self {
         self.refill(Refill::Interval)
+    }
+
+    /// The algorithm that enforces the quota (default: the token bucket).
+    #[must_use]
+    pub const fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = algorithm;
+        self
+    }
+
+    /// The queue bound of [`Algorithm::LeakyQueue`]: the longest delay a request is admitted
+    /// with (default: one period). Checked by [`validate`](Self::validate); saturates at
+    /// `u64::MAX` nanoseconds.
+    #[must_use]
+    pub fn max_delay(mut self, max_delay: Duration) -> Self {
+        self.max_delay_ns = Some(u64::try_from(max_delay.as_nanos()).unwrap_or(u64::MAX));
+        self
+    }
+
+    /// The configured algorithm.
+    pub const fn algorithm_kind(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// The leaky queue's bound in nanoseconds (the period unless set).
+    pub const fn max_delay_ns(&self) -> u64 {
+        match self.max_delay_ns {
+            Some(d) => d,
+            None => self.period_ns,
+        }
     }
 
     /// Tokens added per period.
@@ -182,12 +288,14 @@ impl Quota {
                 self.burst
             )));
         }
+        self.validate_algorithm()?;
         // Continuous: a token is P/gcd(k,P) scaled units, and the bucket holds burst of them.
         // Interval: waits reach (burst/k + 2) periods. Both must stay below 2^63.
         let g = gcd(self.count, self.period_ns);
         let token_units = u128::from(self.period_ns / g);
         let limit = 1u128 << 63;
         let fits = match self.refill {
+            _ if !matches!(self.algorithm, Algorithm::TokenBucket | Algorithm::Gcra) => true,
             Refill::Continuous => u128::from(self.burst) * token_units < limit,
             Refill::Interval => {
                 (u128::from(self.burst / self.count) + 2) * u128::from(self.period_ns) < limit
@@ -206,13 +314,15 @@ impl Quota {
 impl Quota {
     /// What a quota means, for equality: an explicit `initial` equal to the burst is the
     /// same quota as none (found by the `rate_string` fuzz target).
-    fn meaning(&self) -> (u64, u64, u64, u64, Refill) {
+    fn meaning(&self) -> (u64, u64, u64, u64, Refill, Algorithm, u64) {
         (
             self.count,
             self.period_ns,
             self.burst,
             self.initial_tokens(),
             self.refill,
+            self.algorithm,
+            self.max_delay_ns(),
         )
     }
 }
@@ -231,6 +341,69 @@ impl core::hash::Hash for Quota {
     }
 }
 
+impl Quota {
+    /// The options each algorithm accepts, and its own arithmetic bounds.
+    fn validate_algorithm(&self) -> Result<(), Error> {
+        let name = self.algorithm.name();
+        if self.max_delay_ns.is_some() && self.algorithm != Algorithm::LeakyQueue {
+            return Err(Error::invalid(format!(
+                "max_delay applies to leaky_queue only, not {name}"
+            )));
+        }
+        if self.algorithm == Algorithm::TokenBucket {
+            return Ok(());
+        }
+        if self.refill != Refill::Continuous {
+            return Err(Error::invalid(format!(
+                "refill=interval applies to the token bucket only, not {name}"
+            )));
+        }
+        if self.algorithm.is_window() || self.algorithm == Algorithm::LeakyQueue {
+            if self.burst != self.count {
+                return Err(Error::invalid(format!(
+                    "{name} takes no burst: its limit is the count {}",
+                    self.count
+                )));
+            }
+            if self.initial.is_some_and(|i| i != self.burst) {
+                return Err(Error::invalid(format!("{name} takes no initial")));
+            }
+        }
+        let limit = 1u128 << 62;
+        if self.algorithm.is_window() && u128::from(self.period_ns) >= limit {
+            return Err(Error::invalid(format!(
+                "{name}: the window must be shorter than 2^62 ns"
+            )));
+        }
+        match self.algorithm {
+            Algorithm::FixedWindow | Algorithm::SlidingWindow
+                if u128::from(self.count) >= limit =>
+            {
+                Err(Error::invalid(format!(
+                    "{name}: the count must be below 2^62"
+                )))
+            }
+            Algorithm::SlidingLog if self.count > MAX_SLIDING_LOG => Err(Error::invalid(format!(
+                "sliding_log keeps one timestamp per unit of count: at most {MAX_SLIDING_LOG}"
+            ))),
+            Algorithm::LeakyQueue => {
+                // Scaled units are ns * k / g; the bound D and one request of the queue's
+                // capacity must stay below 2^62 of them.
+                let g = gcd(self.count, self.period_ns);
+                let (k, p) = (u128::from(self.count / g), u128::from(self.period_ns / g));
+                let dk = u128::from(self.max_delay_ns()) * k;
+                if dk + p >= limit {
+                    return Err(Error::invalid(format!(
+                        "{self}: max_delay x rate is too large to compute exactly"
+                    )));
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 pub(crate) const fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
         let t = a % b;
@@ -240,23 +413,27 @@ pub(crate) const fn gcd(mut a: u64, mut b: u64) -> u64 {
     a
 }
 
+/// The largest unit that divides `ns` exactly (`ns` for zero).
+fn best_unit(ns: u64) -> (u64, &'static str) {
+    let units = [
+        (NS_PER_D, "d"),
+        (NS_PER_H, "h"),
+        (NS_PER_MIN, "m"),
+        (NS_PER_S, "s"),
+        (NS_PER_MS, "ms"),
+        (NS_PER_US, "us"),
+    ];
+    units
+        .iter()
+        .copied()
+        .find(|(u, _)| ns != 0 && ns % u == 0)
+        .unwrap_or((1, "ns"))
+}
+
 impl fmt::Display for Quota {
     /// The canonical rate string; [`FromStr`] parses it back to an equal quota.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let units = [
-            (NS_PER_D, "d"),
-            (NS_PER_H, "h"),
-            (NS_PER_MIN, "m"),
-            (NS_PER_S, "s"),
-            (NS_PER_MS, "ms"),
-            (NS_PER_US, "us"),
-            (1, "ns"),
-        ];
-        let (unit_ns, unit) = units
-            .iter()
-            .copied()
-            .find(|(ns, _)| self.period_ns != 0 && self.period_ns % ns == 0)
-            .unwrap_or((1, "ns"));
+        let (unit_ns, unit) = best_unit(self.period_ns);
         let n = self.period_ns / unit_ns;
         if n == 1 {
             write!(f, "{}/{}", self.count, unit)?;
@@ -273,6 +450,13 @@ impl fmt::Display for Quota {
         }
         if self.refill == Refill::Interval {
             write!(f, "; refill=interval")?;
+        }
+        if self.algorithm != Algorithm::TokenBucket {
+            write!(f, "; algorithm={}", self.algorithm)?;
+        }
+        if let Some(d) = self.max_delay_ns {
+            let (unit_ns, unit) = best_unit(d);
+            write!(f, "; max_delay={}{}", d / unit_ns, unit)?;
         }
         Ok(())
     }
@@ -422,8 +606,10 @@ impl FromStr for Quota {
             burst: count,
             initial: None,
             refill: Refill::Continuous,
+            algorithm: Algorithm::TokenBucket,
+            max_delay_ns: None,
         };
-        let mut seen = [false; 3];
+        let mut seen = [false; 5];
         while !c.at_end() {
             let (at, sep) = c.take_token();
             if sep != ";" && sep != "," {
@@ -440,11 +626,13 @@ impl FromStr for Quota {
                 "burst" => 0,
                 "initial" => 1,
                 "refill" => 2,
+                "algorithm" | "algo" => 3,
+                "max_delay" => 4,
                 _ => {
                     return Err(c.error(
                         kat,
                         key.len().max(1),
-                        "unknown option (burst, initial, refill)",
+                        "unknown option (burst, initial, refill, algorithm, max_delay)",
                     ))
                 }
             };
@@ -455,6 +643,34 @@ impl FromStr for Quota {
             match idx {
                 0 => q.burst = c.number("a burst")?,
                 1 => q.initial = Some(c.number("an initial token count")?),
+                3 => {
+                    let (vat, v) = c.take_token();
+                    q.algorithm = Algorithm::from_name(&v).ok_or_else(|| {
+                        c.error(
+                            vat,
+                            v.len().max(1),
+                            "unknown algorithm (token_bucket, gcra, fixed_window, \
+                             sliding_window, sliding_log, leaky_queue)",
+                        )
+                    })?;
+                }
+                4 => {
+                    let (nat, _) = c.peek_token();
+                    let n = c.number("a delay")?;
+                    let (uat, unit) = c.take_token();
+                    let Some(per) = unit_ns(&unit) else {
+                        let len = unit.len().max(1);
+                        return Err(c.error(
+                            uat,
+                            len,
+                            "expected a time unit (ns, us, ms, s, m, h, d)",
+                        ));
+                    };
+                    let ns = n.checked_mul(per).ok_or_else(|| {
+                        c.error(nat, uat + unit.len() - nat, "the delay is too long")
+                    })?;
+                    q.max_delay_ns = Some(ns);
+                }
                 _ => {
                     let (vat, v) = c.take_token();
                     q.refill = match v.as_str() {

@@ -8,13 +8,13 @@
 mod imp {
     pub(crate) use core::sync::atomic::{AtomicU64, Ordering};
     pub(crate) use portable_atomic::AtomicU128;
-    pub(crate) use std::sync::Arc;
+    pub(crate) use std::sync::{Arc, Mutex};
 }
 
 #[cfg(sluicegate_loom)]
 mod imp {
     pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
-    pub(crate) use loom::sync::Arc;
+    pub(crate) use loom::sync::{Arc, Mutex};
 
     /// loom has no 128-bit atomic: model one as a loom mutex around the value. Each operation
     /// is atomic, which is exactly the contract the cell relies on, and loom still explores
