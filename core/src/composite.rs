@@ -152,10 +152,7 @@ struct Combined {
 
 impl Combined {
     fn add(&mut self, d: Decision) {
-        if self
-            .tightest
-            .map_or(true, |t| d.remaining() < t.remaining())
-        {
+        if self.tightest.is_none_or(|t| d.remaining() < t.remaining()) {
             self.tightest = Some(d);
         }
         self.retry = self.retry.max(d.retry_after_nanos());

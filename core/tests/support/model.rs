@@ -462,7 +462,7 @@ impl SlidingLog {
         let allowed = count + c <= n;
         if allowed && c > 0 {
             self.log.retain(|&ts| ts > t_e - w);
-            self.log.extend(std::iter::repeat(t_e).take(c as usize));
+            self.log.extend(std::iter::repeat_n(t_e, c as usize));
             self.last = t_e;
         }
         let after = self.window(t_e);
