@@ -148,7 +148,7 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
             cx: Ctx {
                 lossless: self.quota.initial_tokens() == self.quota.capacity(),
                 algo,
-                hasher: foldhash::quality::RandomState::default(),
+                hasher: KeyHasher::default(),
                 shard_mask: self.shards - 1,
                 max_keys: self.max_keys,
                 on_full: self.on_full,
@@ -194,10 +194,18 @@ pub struct KeyedLimiter<K, C: Clock = DefaultClock> {
     _key: PhantomData<(K, std::sync::Mutex<K>)>,
 }
 
+/// Seeded randomly per limiter, so that collisions cannot be forced from outside (and every
+/// key is compared in full regardless).
+#[cfg(not(sluicegate_loom))]
+type KeyHasher = foldhash::quality::RandomState;
+/// loom replays executions and needs every one to hash alike.
+#[cfg(sluicegate_loom)]
+type KeyHasher = foldhash::quality::FixedState;
+
 /// What every shard's operations share, whatever the word width.
 struct Ctx {
     algo: Algo,
-    hasher: foldhash::quality::RandomState,
+    hasher: KeyHasher,
     shard_mask: usize,
     max_keys: usize,
     on_full: OnFull,
