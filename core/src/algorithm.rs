@@ -382,8 +382,16 @@ impl Algo {
         }
     }
 
-    fn horizon(&self) -> u64 {
+    /// The last clock reading the codec accepts.
+    pub(crate) fn horizon(&self) -> u64 {
         each_codec!(self, a => a.horizon(), _ => u64::MAX)
+    }
+
+    /// The codec's decision for `cost` at `now` on a plain state word (no atomics). The
+    /// sliding log has no state word; the keyed store refuses it at construction.
+    pub(crate) fn decide(&self, state: u128, now: u64, cost: u64) -> (Decision, Option<u128>) {
+        each_codec!(self, a => a.acquire(state, now, cost),
+            _ => unreachable!("the sliding log has no state word"))
     }
 
     pub(crate) fn wide(&self) -> bool {

@@ -33,6 +33,7 @@ mod decision;
 mod error;
 mod gcra;
 pub mod http;
+mod keyed;
 mod limiter;
 mod log;
 mod queue;
@@ -44,6 +45,7 @@ pub use algorithm::CENTURY_NS;
 pub use clock::{Clock, CoarseClock, DefaultClock, ManualClock, MonotonicClock, StdClock};
 pub use decision::Decision;
 pub use error::Error;
+pub use keyed::{KeyedBuilder, KeyedLimiter, OnFull, DEFAULT_MAX_KEYS};
 pub use limiter::Limiter;
 pub use quota::{Algorithm, Quota, Refill, MAX_SLIDING_LOG};
 
