@@ -7,7 +7,7 @@
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::{PyDict, PyString, PyTuple};
 use sluicegate::http::HeaderStyle;
 use sluicegate::{Clock, Limiter, ManualClock, MonotonicClock, Quota, Refill};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 mod convert;
 mod errors;
+mod keyed;
 
 use convert::{duration, duration_ns, opt_uint, uint};
 use errors::to_py;
@@ -23,7 +24,7 @@ use errors::to_py;
 /// shared with Python. An enum rather than `Box<dyn Clock>`: one predictable branch, no call
 /// through a pointer on the hot path.
 #[derive(Clone)]
-enum RuntimeClock {
+pub(crate) enum RuntimeClock {
     Monotonic(MonotonicClock),
     Manual(ManualClock),
 }
@@ -40,8 +41,8 @@ impl Clock for RuntimeClock {
 
 /// A clock that only moves when told to: for tests and simulations.
 #[pyclass(module = "sluicegate", name = "ManualClock", frozen)]
-struct PyManualClock {
-    inner: ManualClock,
+pub(crate) struct PyManualClock {
+    pub(crate) inner: ManualClock,
 }
 
 #[pymethods]
@@ -87,8 +88,8 @@ impl PyManualClock {
 /// (`Quota(count=10, period=1, burst=50)`).
 #[pyclass(module = "sluicegate", name = "Quota", frozen, eq, hash, str)]
 #[derive(Clone, PartialEq, Eq, Hash)]
-struct PyQuota {
-    inner: Quota,
+pub(crate) struct PyQuota {
+    pub(crate) inner: Quota,
 }
 
 impl std::fmt::Display for PyQuota {
@@ -209,7 +210,7 @@ impl PyQuota {
     }
 }
 
-fn quota_arg(obj: &Bound<'_, PyAny>) -> PyResult<Quota> {
+pub(crate) fn quota_arg(obj: &Bound<'_, PyAny>) -> PyResult<Quota> {
     if let Ok(q) = obj.cast::<PyQuota>() {
         return Ok(q.get().inner);
     }
@@ -239,7 +240,7 @@ const NS_PER_S: f64 = 1e9;
 
 /// The answer to a request. Truthy when allowed.
 #[pyclass(module = "sluicegate", name = "Decision", frozen)]
-struct PyDecision {
+pub(crate) struct PyDecision {
     inner: sluicegate::Decision,
 }
 
@@ -411,12 +412,11 @@ impl PyLimiter {
         #[pyo3(from_py_with = convert::cost)] cost: u64,
     ) -> PyResult<PyReservation> {
         let decision = slf.get().inner.try_acquire(cost).map_err(to_py)?;
-        Ok(PyReservation {
-            limiter: slf.clone().unbind(),
+        Ok(PyReservation::new(
+            Target::Single(slf.clone().unbind()),
             cost,
             decision,
-            open: AtomicBool::new(decision.allowed() && cost > 0),
-        })
+        ))
     }
 
     /// Waits (with the GIL released) until `cost` tokens are taken, or until `timeout`
@@ -429,24 +429,7 @@ impl PyLimiter {
         #[pyo3(from_py_with = convert::cost)] cost: u64,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyDecision> {
-        let deadline = match timeout.filter(|t| !t.is_none()) {
-            Some(t) => Some(Instant::now() + duration(t, "timeout")?),
-            None => None,
-        };
-        loop {
-            let d = self.inner.try_acquire(cost).map_err(to_py)?;
-            if d.allowed() {
-                return Ok(d.into());
-            }
-            let wait = d.retry_after();
-            if let Some(deadline) = deadline {
-                if Instant::now() + wait > deadline {
-                    return Ok(d.into());
-                }
-            }
-            py.detach(|| std::thread::sleep(wait.clamp(Duration::from_micros(1), SLEEP_SLICE)));
-            py.check_signals()?;
-        }
+        wait(py, timeout, || self.inner.try_acquire(cost))
     }
 
     /// `acquire` for asyncio: awaits `asyncio.sleep` between tries.
@@ -461,12 +444,9 @@ impl PyLimiter {
             Some(t) => Some(duration(t, "timeout")?.as_secs_f64()),
             None => None,
         };
-        let helper = AIO_ACQUIRE.get_or_try_init(py, || {
-            py.import("sluicegate._aio")?
-                .getattr("acquire")
-                .map(Bound::unbind)
-        })?;
-        helper.bind(py).call1((slf, cost, timeout))
+        let helper = AIO_ACQUIRE.import(py, "sluicegate._aio", "acquire")?;
+        let args = PyTuple::new(py, [cost])?;
+        helper.call1((slf.getattr("try_acquire")?, args, timeout))
     }
 
     /// Whether the bucket is full now.
@@ -501,13 +481,30 @@ impl PyLimiter {
     }
 }
 
-/// Tokens taken by `Limiter.reserve`; `cancel()` gives them back once.
+/// What a reservation gives its tokens back to.
+pub(crate) enum Target {
+    Single(Py<PyLimiter>),
+    Keyed(Py<keyed::PyKeyedLimiter>, Py<PyAny>),
+}
+
+/// Tokens taken by `reserve`; `cancel()` gives them back once.
 #[pyclass(module = "sluicegate", name = "Reservation", frozen)]
-struct PyReservation {
-    limiter: Py<PyLimiter>,
+pub(crate) struct PyReservation {
+    target: Target,
     cost: u64,
     decision: sluicegate::Decision,
     open: AtomicBool,
+}
+
+impl PyReservation {
+    pub(crate) fn new(target: Target, cost: u64, decision: sluicegate::Decision) -> Self {
+        Self {
+            target,
+            cost,
+            decision,
+            open: AtomicBool::new(decision.allowed() && cost > 0),
+        }
+    }
 }
 
 #[pymethods]
@@ -531,13 +528,40 @@ impl PyReservation {
         if !self.open.swap(false, Ordering::AcqRel) {
             return Ok(false);
         }
-        self.limiter
-            .bind(py)
-            .get()
-            .inner
-            .refund(self.cost)
-            .map_err(to_py)?;
+        let refunded = match &self.target {
+            Target::Single(l) => l.get().inner.refund(self.cost),
+            Target::Keyed(l, key) => l.get().refund_key(&keyed::key(key.bind(py))?, self.cost),
+        };
+        refunded.map_err(to_py)?;
         Ok(true)
+    }
+}
+
+/// The blocking wait shared by `Limiter.acquire` and `KeyedLimiter.acquire`: tries, and
+/// sleeps the core's `retry_after` (in slices, with the GIL released, checking for signals)
+/// until admitted, or returns the rejection at once when the wait would overrun `timeout`.
+pub(crate) fn wait(
+    py: Python<'_>,
+    timeout: Option<&Bound<'_, PyAny>>,
+    mut attempt: impl FnMut() -> Result<sluicegate::Decision, sluicegate::Error>,
+) -> PyResult<PyDecision> {
+    let deadline = match timeout.filter(|t| !t.is_none()) {
+        Some(t) => Some(Instant::now() + duration(t, "timeout")?),
+        None => None,
+    };
+    loop {
+        let d = attempt().map_err(to_py)?;
+        if d.allowed() {
+            return Ok(d.into());
+        }
+        let wait = d.retry_after();
+        if let Some(deadline) = deadline {
+            if Instant::now() + wait > deadline {
+                return Ok(d.into());
+            }
+        }
+        py.detach(|| std::thread::sleep(wait.clamp(Duration::from_micros(1), SLEEP_SLICE)));
+        py.check_signals()?;
     }
 }
 
@@ -552,6 +576,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyDecision>()?;
     m.add_class::<PyManualClock>()?;
     m.add_class::<PyReservation>()?;
+    m.add_class::<keyed::PyKeyedLimiter>()?;
+    m.add("DEFAULT_MAX_KEYS", sluicegate::DEFAULT_MAX_KEYS)?;
     m.add_function(wrap_pyfunction!(_noop, m)?)?;
     m.add("CENTURY_NS", sluicegate::CENTURY_NS)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

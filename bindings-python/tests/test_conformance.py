@@ -20,7 +20,7 @@ QUOTA_ERRORS = [c for c in CASES if "quota_error" in c]
 
 def test_every_case_is_classified() -> None:
     assert len(SINGLE) + len(KEYED) + len(QUOTA_ERRORS) == len(CASES)
-    assert SINGLE and QUOTA_ERRORS
+    assert SINGLE and KEYED and QUOTA_ERRORS
 
 
 def as_expect(d: sluicegate.Decision) -> dict[str, object]:
@@ -54,6 +54,44 @@ def test_single_bucket(case: dict) -> None:
         decision = limiter.try_acquire(step["cost"])
         assert as_expect(decision) == expect, where
         assert bool(decision) is expect["allowed"], where
+
+
+def run(case: dict, limiter, clock: sluicegate.ManualClock, keyed: bool, key_of) -> None:
+    for i, step in enumerate(case["steps"]):
+        clock.set_ns(step["t_ns"])
+        where = f"{case['name']} step {i} ({step})"
+        args = (key_of(step["key"]),) if keyed else ()
+        if step["op"] == "refund":
+            limiter.refund(*args, step["cost"])
+            continue
+        assert step["op"] == "acquire", where
+        expect = step["expect"]
+        if "error" in expect:
+            assert expect["error"] == "insufficient_capacity", where
+            with pytest.raises(sluicegate.InsufficientCapacity):
+                limiter.try_acquire(*args, step["cost"])
+            continue
+        decision = limiter.try_acquire(*args, step["cost"])
+        assert as_expect(decision) == expect, where
+
+
+# Each keyed case runs three times: keys as str, as their UTF-8 bytes, and as ints (each
+# distinct key mapped to a distinct int), so every key path of the binding meets the vectors.
+KEY_FORMS = {
+    "str": lambda case: (lambda k: k),
+    "bytes": lambda case: (lambda k: k.encode()),
+    "int": lambda case: (
+        lambda k, ids={k: i - 2**40 for i, k in enumerate(sorted({s["key"] for s in case["steps"]}))}: ids[k]
+    ),
+}
+
+
+@pytest.mark.parametrize("form", sorted(KEY_FORMS))
+@pytest.mark.parametrize("case", KEYED, ids=[c["name"] for c in KEYED])
+def test_keyed(case: dict, form: str) -> None:
+    clock = sluicegate.ManualClock(case["start_ns"])
+    limiter = sluicegate.KeyedLimiter(case["quota"], clock=clock)
+    run(case, limiter, clock, True, KEY_FORMS[form](case))
 
 
 @pytest.mark.parametrize("case", QUOTA_ERRORS, ids=[c["name"] for c in QUOTA_ERRORS])

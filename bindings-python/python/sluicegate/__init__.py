@@ -7,11 +7,13 @@ arithmetic); this package converts arguments and maps errors. Framework integrat
 
 from sluicegate._native import (
     CENTURY_NS,
+    DEFAULT_MAX_KEYS,
     ClockOutOfRange,
     Decision,
     Error,
     InsufficientCapacity,
     InvalidQuotaError,
+    KeyedLimiter,
     KeyStoreFull,
     Limiter,
     ManualClock,
@@ -27,11 +29,13 @@ SluicegateError = Error
 __all__ = [
     "CENTURY_NS",
     "ClockOutOfRange",
+    "DEFAULT_MAX_KEYS",
     "Decision",
     "Error",
     "InsufficientCapacity",
     "InvalidQuotaError",
     "KeyStoreFull",
+    "KeyedLimiter",
     "Limiter",
     "ManualClock",
     "Quota",
