@@ -92,7 +92,7 @@ def key_func(spec: str | KeyFunc) -> KeyFunc:
 class _Config:
     """``settings.SLUICEGATE``, read once and again whenever a test overrides it."""
 
-    __slots__ = ("defaults", "enabled", "headers_on_allowed", "key_func", "policy", "style")
+    style: Any
 
     def __init__(self) -> None:
         raw = dict(getattr(settings, "SLUICEGATE", {}))

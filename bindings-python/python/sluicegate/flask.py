@@ -99,7 +99,15 @@ def key_func(spec: str | KeyFunc) -> KeyFunc:
 
 
 class _State:
-    __slots__ = ("defaults", "enabled", "headers_on_allowed", "key_func", "policy", "style", "max_keys")
+    """One app's configuration, read by ``init_app``."""
+
+    defaults: list[Rule]
+    enabled: bool
+    headers_on_allowed: bool
+    key_func: KeyFunc
+    policy: str
+    style: Any
+    max_keys: int | None
 
 
 class Sluicegate:
@@ -194,7 +202,7 @@ class Sluicegate:
         decision, rule, allowed = check(rules, request, state.key_func, request.endpoint)
         g._sluicegate = (decision, rule)
         if not allowed:
-            return self._rate_limited(RateLimited(decision))
+            return self._rate_limited(RateLimited(decision))  # type: ignore[arg-type]
         return None
 
     def _after_request(self, response: Any) -> Any:
