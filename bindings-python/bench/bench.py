@@ -214,6 +214,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(HERE / "RESULTS.md"))
     args = ap.parse_args()
 
+    load_before = os.getloadavg()[0]
     calls = measure_calls(args.rounds, args.budget)
     web = measure_flask(args.rounds, args.requests)
 
@@ -233,7 +234,10 @@ def main() -> None:
         "## Python bindings (`bindings-python/bench/bench.py`)",
         "",
         f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, "
-        f"{time.strftime('%Y-%m-%d')}; {args.rounds} interleaved rounds, median (min-max). "
+        f"{time.strftime('%Y-%m-%d')}, load average {load_before:.1f} at start / "
+        f"{os.getloadavg()[0]:.1f} at end (a shared machine: absolute figures move with the load, "
+        "ratios within a round much less); "
+        f"{args.rounds} interleaved rounds, median (min-max). "
         "Per-call figures include the `timeit` loop (tens of ns); the 100 000-key rows include "
         "a Python `for` loop, whose floor is the `_noop` loop row.",
         "",
