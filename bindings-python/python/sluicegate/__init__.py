@@ -1,0 +1,46 @@
+"""sluicegate: lock-free, exact rate limiting at native speed.
+
+Every decision comes from the Rust core (one atomic word per bucket, exact integer
+arithmetic); this package converts arguments and maps errors. Framework integrations live in
+``sluicegate.flask`` and ``sluicegate.django`` and import their framework lazily.
+"""
+
+from sluicegate._native import (
+    CENTURY_NS,
+    DEFAULT_MAX_KEYS,
+    ClockOutOfRange,
+    Decision,
+    Error,
+    InsufficientCapacity,
+    InvalidQuotaError,
+    KeyedLimiter,
+    KeyStoreFull,
+    Limiter,
+    ManualClock,
+    Quota,
+    RateLimited,
+    Reservation,
+    __version__,
+)
+
+#: The base exception, under the name STYLE.md uses.
+SluicegateError = Error
+
+__all__ = [
+    "CENTURY_NS",
+    "ClockOutOfRange",
+    "DEFAULT_MAX_KEYS",
+    "Decision",
+    "Error",
+    "InsufficientCapacity",
+    "InvalidQuotaError",
+    "KeyStoreFull",
+    "KeyedLimiter",
+    "Limiter",
+    "ManualClock",
+    "Quota",
+    "RateLimited",
+    "Reservation",
+    "SluicegateError",
+    "__version__",
+]

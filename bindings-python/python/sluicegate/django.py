@@ -1,0 +1,226 @@
+"""Django integration: a middleware and a view decorator, configured from settings.
+
+    # settings.py
+    MIDDLEWARE = [..., "sluicegate.django.RateLimitMiddleware"]
+    SLUICEGATE = {
+        "DEFAULT_LIMITS": ["100/minute"],   # every view without its own limit, per view
+        "KEY": "remote_address",            # or "header:X-Api-Key", "user", a dotted path, a callable
+        "HEADERS": "ietf",                  # "draft6", "draft7", "legacy", "none"
+        "HEADERS_ON_ALLOWED": True,
+        "POLICY": "default",
+        "ENABLED": True,
+        "MAX_KEYS": None,
+    }
+
+    # views.py
+    from sluicegate.django import ratelimit, exempt
+
+    @ratelimit("10/s; burst=20", key="user")
+    def search(request): ...
+
+A rejected request gets ``429 Too Many Requests`` with ``Retry-After`` and the RateLimit
+fields. The decorator works with or without the middleware. Django is imported only when
+this module is.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.http import HttpResponse
+from django.utils.module_loading import import_string
+
+from sluicegate._native import Decision, RateLimited
+from sluicegate._web import KeyFunc, Rates, Rule, check, header_style, message, rate_list
+
+__all__ = ["RateLimitMiddleware", "exempt", "header", "key_func", "ratelimit", "remote_address", "user"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_LIMITS = "__sluicegate_limits__"
+_EXEMPT = "__sluicegate_exempt__"
+_ATTR = "_sluicegate"
+
+
+def remote_address(request: Any) -> str:
+    """``REMOTE_ADDR`` (behind a proxy, set it from a trusted header in a middleware first)."""
+    return request.META.get("REMOTE_ADDR") or "127.0.0.1"
+
+
+def header(name: str, fallback: KeyFunc = remote_address) -> KeyFunc:
+    """Keys by a request header; `fallback` when it is absent."""
+
+    def key(request: Any) -> Any:
+        value = request.headers.get(name)
+        return f"{name}:{value}" if value else fallback(request)
+
+    return key
+
+
+def user(fallback: KeyFunc = remote_address) -> KeyFunc:
+    """Keys by ``request.user.pk`` when authenticated; anonymous requests use `fallback`."""
+
+    def key(request: Any) -> Any:
+        who = getattr(request, "user", None)
+        if who is not None and who.is_authenticated:
+            return f"user:{who.pk}"
+        return fallback(request)
+
+    return key
+
+
+def key_func(spec: str | KeyFunc) -> KeyFunc:
+    """A key function from a callable, "remote_address", "header:NAME", "user", or a dotted
+    path to a function of the request."""
+    if callable(spec):
+        return spec
+    if spec == "remote_address":
+        return remote_address
+    if spec == "user":
+        return user()
+    if spec.startswith("header:") and len(spec) > len("header:"):
+        return header(spec[len("header:") :])
+    if "." in spec:
+        return key_func(import_string(spec))
+    raise ValueError(f'unknown key function {spec!r} (use "remote_address", "header:NAME", "user" or a dotted path)')
+
+
+class _Config:
+    """``settings.SLUICEGATE``, read once and again whenever a test overrides it."""
+
+    style: Any
+
+    def __init__(self) -> None:
+        raw = dict(getattr(settings, "SLUICEGATE", {}))
+        unknown = set(raw) - {"DEFAULT_LIMITS", "KEY", "HEADERS", "HEADERS_ON_ALLOWED", "POLICY", "ENABLED", "MAX_KEYS"}
+        if unknown:
+            raise ValueError(f"unknown SLUICEGATE settings: {sorted(unknown)}")
+        self.enabled = bool(raw.get("ENABLED", True))
+        self.key_func = key_func(raw.get("KEY", "remote_address"))
+        self.style = header_style(raw.get("HEADERS", "ietf"))
+        self.headers_on_allowed = bool(raw.get("HEADERS_ON_ALLOWED", True))
+        self.policy = raw.get("POLICY", "default")
+        self.defaults = [
+            Rule(rate, None, scoped=True, max_keys=raw.get("MAX_KEYS"))
+            for rate in rate_list(raw.get("DEFAULT_LIMITS"))
+        ]
+
+
+_config: _Config | None = None
+
+
+def _get_config() -> _Config:
+    global _config
+    if _config is None:
+        _config = _Config()
+    return _config
+
+
+def _reset(setting: str = "", **_: Any) -> None:
+    global _config
+    if setting in ("SLUICEGATE", ""):
+        _config = None
+
+
+setting_changed.connect(_reset)
+
+
+def _scope(view: Any) -> str:
+    view = getattr(view, "view_class", view)
+    return f"{getattr(view, '__module__', '')}.{getattr(view, '__qualname__', repr(view))}"
+
+
+def _too_many(decision: Decision, rule: Rule | None, config: _Config) -> HttpResponse:
+    response = HttpResponse(message(decision), status=429, content_type="text/plain")
+    _add_headers(response, decision, rule, config, force=True)
+    return response
+
+
+def _add_headers(response: Any, decision: Decision, rule: Rule | None, config: _Config, force: bool = False) -> None:
+    policy = (rule and rule.policy) or config.policy
+    for name, value in decision.headers(config.style, policy).items():
+        if force or not response.has_header(name):
+            response[name] = value
+
+
+def _run(rules: list[Rule], request: Any, config: _Config, scope: str) -> HttpResponse | None:
+    decision, rule, allowed = check(rules, request, config.key_func, scope)
+    if not allowed:
+        return _too_many(decision, rule, config)  # type: ignore[arg-type]
+    if decision is not None:
+        setattr(request, _ATTR, (decision, rule))
+    return None
+
+
+def ratelimit(
+    rates: Rates,
+    *,
+    key: str | KeyFunc | None = None,
+    cost: int | Callable[[Any], int] = 1,
+    policy: str | None = None,
+    max_keys: int | None = None,
+) -> Callable[[F], F]:
+    """Limits a view function (replacing the middleware's default limits for it)."""
+    kf = None if key is None else key_func(key)
+    rules = [Rule(rate, kf, cost=cost, policy=policy, max_keys=max_keys) for rate in rate_list(rates)]
+    if not rules:
+        raise ValueError("ratelimit() needs at least one rate")
+
+    def decorate(view: F) -> F:
+        @functools.wraps(view)
+        def wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
+            config = _get_config()
+            if not config.enabled:
+                return view(request, *args, **kwargs)
+            rejected = _run(rules, request, config, _scope(view))
+            if rejected is not None:
+                return rejected
+            response = view(request, *args, **kwargs)
+            found = request.__dict__.pop(_ATTR, None)
+            if found is not None and config.headers_on_allowed:
+                _add_headers(response, found[0], found[1], config)
+            return response
+
+        setattr(wrapper, _LIMITS, rules)
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def exempt(view: F) -> F:
+    """The middleware's default limits do not apply to this view."""
+    setattr(view, _EXEMPT, True)
+    return view
+
+
+class RateLimitMiddleware:
+    """Applies ``SLUICEGATE["DEFAULT_LIMITS"]`` to every view that has neither its own
+    ``@ratelimit`` nor ``@exempt``, counted per view and client, and turns a
+    ``RateLimited`` raised by a view into a 429."""
+
+    def __init__(self, get_response: Callable[[Any], Any]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> Any:
+        response = self.get_response(request)
+        found = request.__dict__.pop(_ATTR, None)
+        if found is not None and _get_config().headers_on_allowed:
+            _add_headers(response, found[0], found[1], _get_config())
+        return response
+
+    def process_view(self, request: Any, view: Any, args: Any, kwargs: Any) -> Any:
+        config = _get_config()
+        if not config.enabled or not config.defaults:
+            return None
+        if getattr(view, _EXEMPT, False) or getattr(view, _LIMITS, None):
+            return None
+        return _run(config.defaults, request, config, _scope(view))
+
+    def process_exception(self, request: Any, exception: Exception) -> Any:
+        if isinstance(exception, RateLimited):
+            return _too_many(exception.decision, None, _get_config())
+        return None

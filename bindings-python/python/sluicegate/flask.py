@@ -1,0 +1,235 @@
+"""Flask integration: ``Sluicegate(app)`` or ``Sluicegate().init_app(app)``.
+
+    from flask import Flask
+    from sluicegate.flask import Sluicegate, header
+
+    app = Flask(__name__)
+    app.config["SLUICEGATE_DEFAULT_LIMITS"] = ["100/minute"]
+    limiter = Sluicegate(app)
+
+    @app.get("/search")
+    @limiter.limit("10/s; burst=20", key=header("X-Api-Key"))
+    def search(): ...
+
+Configuration (``app.config``, read by ``init_app``; constructor arguments win):
+
+* ``SLUICEGATE_ENABLED`` (True): turn every check off, e.g. in tests.
+* ``SLUICEGATE_DEFAULT_LIMITS`` ([]): rates applied to every view without its own
+  ``@limit``, counted per view and client.
+* ``SLUICEGATE_KEY_FUNC`` (``remote_address``): a callable, or "remote_address",
+  "header:NAME" or "user".
+* ``SLUICEGATE_HEADERS`` ("ietf"): "ietf", "draft6", "draft7", "legacy" or "none".
+* ``SLUICEGATE_HEADERS_ON_ALLOWED`` (True): add the RateLimit fields to allowed responses too.
+* ``SLUICEGATE_POLICY`` ("default"): the policy name in the IETF fields.
+* ``SLUICEGATE_MAX_KEYS`` (the core's default): the key bound of each limit.
+
+A rejected request gets ``429 Too Many Requests`` with ``Retry-After`` and the RateLimit
+fields. ``raise sluicegate.RateLimited(decision)`` in a view gets the same response. Flask is
+imported only when this module is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from flask import Flask, current_app, g, request
+
+from sluicegate._native import Decision, RateLimited
+from sluicegate._web import KeyFunc, Rates, Rule, check, header_style, message, rate_list
+
+__all__ = ["Sluicegate", "header", "key_func", "remote_address", "user"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_LIMITS = "__sluicegate_limits__"
+_EXEMPT = "__sluicegate_exempt__"
+
+
+def remote_address(req: Any = None) -> str:
+    """The client's address (behind a proxy, use werkzeug's ProxyFix so this is the client)."""
+    return request.remote_addr or "127.0.0.1"
+
+
+def header(name: str, fallback: KeyFunc = remote_address) -> KeyFunc:
+    """Keys by a request header (an API key, a tenant id); `fallback` when it is absent."""
+
+    def key(req: Any = None) -> Any:
+        value = request.headers.get(name)
+        return f"{name}:{value}" if value else fallback(req)
+
+    key.__name__ = f"header_{name}"
+    return key
+
+
+def user(attribute: str = "id", fallback: KeyFunc = remote_address) -> KeyFunc:
+    """Keys by the logged-in user: flask-login's ``current_user`` when it is installed and
+    authenticated, else ``g.user``; anonymous requests fall back to `fallback`."""
+
+    def key(req: Any = None) -> Any:
+        who = _current_user()
+        if who is not None:
+            return f"user:{getattr(who, attribute)}"
+        return fallback(req)
+
+    return key
+
+
+def _current_user() -> Any:
+    try:
+        from flask_login import current_user  # type: ignore[import-not-found]
+    except ImportError:
+        current_user = None
+    if current_user is not None and getattr(current_user, "is_authenticated", False):
+        return current_user
+    return g.get("user")
+
+
+def key_func(spec: str | KeyFunc) -> KeyFunc:
+    """A key function from a callable or a name: "remote_address", "header:NAME", "user"."""
+    if callable(spec):
+        return spec
+    if spec == "remote_address":
+        return remote_address
+    if spec == "user":
+        return user()
+    if spec.startswith("header:") and len(spec) > len("header:"):
+        return header(spec[len("header:") :])
+    raise ValueError(f'unknown key function {spec!r} (use "remote_address", "header:NAME" or "user")')
+
+
+class _State:
+    """One app's configuration, read by ``init_app``."""
+
+    defaults: list[Rule]
+    enabled: bool
+    headers_on_allowed: bool
+    key_func: KeyFunc
+    policy: str
+    style: Any
+    max_keys: int | None
+
+
+class Sluicegate:
+    """The Flask extension. One instance may serve several apps (``init_app``)."""
+
+    def __init__(
+        self,
+        app: Flask | None = None,
+        *,
+        key_func: str | KeyFunc | None = None,
+        default_limits: Rates | None = None,
+        headers: str | None = None,
+        enabled: bool | None = None,
+        policy: str | None = None,
+        on_breach: Callable[[RateLimited], Any] | None = None,
+    ) -> None:
+        self._key_func = key_func
+        self._default_limits = default_limits
+        self._headers = headers
+        self._enabled = enabled
+        self._policy = policy
+        self._on_breach = on_breach
+        if app is not None:
+            self.init_app(app)
+
+    def init_app(self, app: Flask) -> None:
+        cfg = app.config
+        state = _State()
+
+        def pick(arg: Any, name: str, default: Any) -> Any:
+            return arg if arg is not None else cfg.get(name, default)
+
+        state.enabled = bool(pick(self._enabled, "SLUICEGATE_ENABLED", True))
+        state.key_func = key_func(pick(self._key_func, "SLUICEGATE_KEY_FUNC", "remote_address"))
+        state.style = header_style(pick(self._headers, "SLUICEGATE_HEADERS", "ietf"))
+        state.policy = pick(self._policy, "SLUICEGATE_POLICY", "default")
+        state.headers_on_allowed = bool(cfg.get("SLUICEGATE_HEADERS_ON_ALLOWED", True))
+        state.max_keys = cfg.get("SLUICEGATE_MAX_KEYS")
+        state.defaults = [
+            Rule(rate, None, scoped=True, max_keys=state.max_keys)
+            for rate in rate_list(pick(self._default_limits, "SLUICEGATE_DEFAULT_LIMITS", None))
+        ]
+        app.extensions["sluicegate"] = (self, state)
+        app.before_request(self._before_request)
+        app.after_request(self._after_request)
+        app.register_error_handler(RateLimited, self._rate_limited)
+
+    def limit(
+        self,
+        rates: Rates,
+        *,
+        key: str | KeyFunc | None = None,
+        cost: int | Callable[[Any], int] = 1,
+        policy: str | None = None,
+        max_keys: int | None = None,
+    ) -> Callable[[F], F]:
+        """Limits a view (replacing the default limits for it). Several rates, or several
+        decorators, must all admit a request. `key` defaults to the app's key function;
+        `cost` may be a function of the request."""
+        kf = None if key is None else key_func(key)
+        rules = [
+            Rule(rate, kf, cost=cost, policy=policy, max_keys=max_keys)
+            for rate in rate_list(rates)
+        ]
+        if not rules:
+            raise ValueError("limit() needs at least one rate")
+
+        def decorate(view: F) -> F:
+            existing = view.__dict__.get(_LIMITS)
+            setattr(view, _LIMITS, [*rules, *(existing or [])])
+            return view
+
+        return decorate
+
+    def exempt(self, view: F) -> F:
+        """No limit applies to this view (not even the default limits)."""
+        setattr(view, _EXEMPT, True)
+        return view
+
+    # -- hooks -------------------------------------------------------------------------------
+
+    def _before_request(self) -> Any:
+        _, state = current_app.extensions["sluicegate"]
+        if not state.enabled or request.endpoint is None:
+            return None
+        view = current_app.view_functions.get(request.endpoint)
+        if view is None or getattr(view, _EXEMPT, False):
+            return None
+        rules = getattr(view, _LIMITS, None) or state.defaults
+        if not rules:
+            return None
+        decision, rule, allowed = check(rules, request, state.key_func, request.endpoint)
+        g._sluicegate = (decision, rule)
+        if not allowed:
+            return self._rate_limited(RateLimited(decision))  # type: ignore[arg-type]
+        return None
+
+    def _after_request(self, response: Any) -> Any:
+        found = g.pop("_sluicegate", None)
+        if found is None:
+            return response
+        _, state = current_app.extensions["sluicegate"]
+        decision, rule = found
+        if decision and state.headers_on_allowed:
+            self._add_headers(response, decision, (rule and rule.policy) or state.policy, state)
+        return response
+
+    def _rate_limited(self, error: RateLimited) -> Any:
+        _, state = current_app.extensions["sluicegate"]
+        if self._on_breach is not None:
+            response = current_app.make_response(self._on_breach(error))
+        else:
+            response = current_app.response_class(
+                message(error.decision), status=429, mimetype="text/plain"
+            )
+        found = g.pop("_sluicegate", None)
+        policy = (found and found[1] and found[1].policy) or state.policy
+        self._add_headers(response, error.decision, policy, state, force=True)
+        return response
+
+    @staticmethod
+    def _add_headers(response: Any, decision: Decision, policy: str, state: _State, force: bool = False) -> None:
+        for name, value in decision.headers(state.style, policy).items():
+            if force or name not in response.headers:
+                response.headers[name] = value

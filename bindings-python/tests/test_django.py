@@ -1,0 +1,85 @@
+"""The Django middleware and decorator, through Django's test client (settings: conftest.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("django")
+from django.test import Client, override_settings  # noqa: E402
+
+import sluicegate  # noqa: E402
+from sluicegate.django import key_func, remote_address  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def fresh_config():
+    # Each test gets fresh default-limit buckets (the settings signal rebuilds the config).
+    with override_settings(SLUICEGATE={"DEFAULT_LIMITS": ["2/minute"]}):
+        yield
+
+
+def test_middleware_default_limits_per_view() -> None:
+    client = Client()
+    first = client.get("/plain")
+    assert first.status_code == 200
+    assert first["RateLimit-Policy"] == '"default";q=2;w=60'
+    assert first["RateLimit"] == '"default";r=1;t=30'
+    assert client.get("/plain").status_code == 200
+    denied = client.get("/plain")
+    assert denied.status_code == 429
+    assert denied["Retry-After"] == "30" and denied["RateLimit"] == '"default";r=0;t=30'
+    assert client.get("/other").status_code == 200
+    assert client.get("/plain", REMOTE_ADDR="10.0.0.9").status_code == 200
+
+
+def test_decorator_replaces_the_defaults() -> None:
+    client = Client()
+    for _ in range(3):
+        r = client.get("/limited", HTTP_X_API_KEY="k1")
+        assert r.status_code == 200 and r["RateLimit-Policy"] == '"api";q=3;w=3'
+    r = client.get("/limited", HTTP_X_API_KEY="k1")
+    assert r.status_code == 429 and r["Retry-After"] == "1"
+    assert client.get("/limited", HTTP_X_API_KEY="k2").status_code == 200
+
+
+def test_user_key_exempt_and_raised() -> None:
+    client = Client()
+    assert client.get("/me", HTTP_X_USER="ann").status_code == 200
+    assert client.get("/me", HTTP_X_USER="ann").status_code == 429
+    assert client.get("/me", HTTP_X_USER="bob").status_code == 200
+    for _ in range(4):
+        r = client.get("/free")
+        assert r.status_code == 200 and not r.has_header("RateLimit")
+    r = client.get("/raise")
+    assert r.status_code == 429 and r["Retry-After"] == "3600"
+
+
+def test_settings() -> None:
+    with override_settings(SLUICEGATE={"DEFAULT_LIMITS": ["1/minute"], "HEADERS": "legacy", "KEY": "header:X-Tenant"}):
+        client = Client()
+        assert client.get("/plain", HTTP_X_TENANT="a")["X-RateLimit-Remaining"] == "0"
+        r = client.get("/plain", HTTP_X_TENANT="a")
+        assert r.status_code == 429 and r["X-RateLimit-Limit"] == "1"
+        assert client.get("/plain", HTTP_X_TENANT="b").status_code == 200
+    with override_settings(SLUICEGATE={"DEFAULT_LIMITS": ["1/minute"], "ENABLED": False}):
+        assert all(Client().get("/plain").status_code == 200 for _ in range(3))
+    with override_settings(SLUICEGATE={"DEFAULT_LIMITS": ["1/minute"], "HEADERS_ON_ALLOWED": False}):
+        assert not Client().get("/plain").has_header("RateLimit")
+    with override_settings(SLUICEGATE={"KEY": "sluicegate.django.remote_address"}):
+        assert Client().get("/plain").status_code == 200
+    assert key_func("sluicegate.django.remote_address") is remote_address
+
+
+@pytest.mark.parametrize(
+    ("config", "exc"),
+    [
+        ({"HEADERS": "rfc"}, ValueError),
+        ({"KEY": "cookie"}, ValueError),
+        ({"COLOUR": 1}, ValueError),
+        ({"DEFAULT_LIMITS": ["10/fortnight"]}, sluicegate.InvalidQuotaError),
+    ],
+)
+def test_bad_settings(config: dict, exc: type) -> None:
+    with override_settings(SLUICEGATE=config):
+        with pytest.raises(exc):
+            Client().get("/plain")

@@ -1,0 +1,236 @@
+"""The Flask extension, through the test client and through a real server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+flask = pytest.importorskip("flask")
+from werkzeug.serving import make_server  # noqa: E402
+
+import sluicegate  # noqa: E402
+from sluicegate.flask import Sluicegate, header, key_func, remote_address, user  # noqa: E402
+
+
+def make_app(**config: object) -> tuple[flask.Flask, Sluicegate]:
+    app = flask.Flask(__name__)
+    app.config.update(config)
+    limiter = Sluicegate()
+
+    @app.get("/default")
+    def default() -> str:
+        return "default"
+
+    @app.get("/other")
+    def other() -> str:
+        return "other"
+
+    @app.get("/limited")
+    @limiter.limit("1/s; burst=2", key=header("X-Api-Key"))
+    def limited() -> str:
+        return "limited"
+
+    @app.get("/two")
+    @limiter.limit(["100/s; burst=5", "1/minute; burst=3"], policy="two")
+    def two() -> str:
+        return "two"
+
+    @app.get("/heavy")
+    @limiter.limit("10/minute", cost=lambda req: int(req.args.get("n", "1")))
+    def heavy() -> str:
+        return "heavy"
+
+    @app.get("/free")
+    @limiter.exempt
+    def free() -> str:
+        return "free"
+
+    @app.get("/raise")
+    def raises() -> str:
+        l = sluicegate.Limiter("1/h; burst=1")
+        l.try_acquire()
+        raise sluicegate.RateLimited(l.try_acquire())
+
+    @app.get("/me")
+    @limiter.limit("1/minute", key="user")
+    def me() -> str:
+        return "me"
+
+    @app.before_request
+    def login() -> None:
+        name = flask.request.headers.get("X-User")
+        if name:
+            flask.g.user = type("User", (), {"id": name})()
+
+    limiter.init_app(app)
+    return app, limiter
+
+
+def test_default_limits_per_view_and_headers() -> None:
+    app, _ = make_app(SLUICEGATE_DEFAULT_LIMITS=["2/minute"])
+    client = app.test_client()
+    first = client.get("/default")
+    assert first.status_code == 200
+    assert first.headers["RateLimit-Policy"] == '"default";q=2;w=60'
+    assert first.headers["RateLimit"] == '"default";r=1;t=30'
+    assert client.get("/default").status_code == 200
+    denied = client.get("/default")
+    assert denied.status_code == 429
+    assert denied.headers["Retry-After"] == "30"
+    assert denied.headers["RateLimit"] == '"default";r=0;t=30'
+    assert "retry after 30 s" in denied.get_data(as_text=True)
+    # Default limits count each view separately.
+    assert client.get("/other").status_code == 200
+    # Another client address has its own bucket.
+    assert client.get("/default", environ_base={"REMOTE_ADDR": "10.0.0.2"}).status_code == 200
+
+
+def test_decorated_limit_with_header_key() -> None:
+    app, _ = make_app(SLUICEGATE_DEFAULT_LIMITS=["1/minute"])
+    client = app.test_client()
+    for _ in range(2):
+        assert client.get("/limited", headers={"X-Api-Key": "a"}).status_code == 200
+    assert client.get("/limited", headers={"X-Api-Key": "a"}).status_code == 429
+    assert client.get("/limited", headers={"X-Api-Key": "b"}).status_code == 200
+    # Without the header, the key falls back to the client address.
+    assert client.get("/limited").status_code == 200
+
+
+def test_several_limits_must_all_admit_and_rejections_cost_nothing() -> None:
+    app, _ = make_app()
+    client = app.test_client()
+    for i in range(3):
+        r = client.get("/two")
+        assert r.status_code == 200, i
+        assert r.headers["RateLimit-Policy"].startswith('"two";')
+    r = client.get("/two")
+    assert r.status_code == 429 and r.headers["RateLimit-Policy"] == '"two";q=3;w=180'
+
+
+def test_cost_function_and_exempt() -> None:
+    app, _ = make_app(SLUICEGATE_DEFAULT_LIMITS="1/hour")
+    client = app.test_client()
+    assert client.get("/heavy?n=7").status_code == 200
+    assert client.get("/heavy?n=4").status_code == 429
+    assert client.get("/heavy?n=3").status_code == 200
+    for _ in range(5):
+        r = client.get("/free")
+        assert r.status_code == 200 and "RateLimit" not in r.headers
+
+
+def test_raised_rate_limited_becomes_429() -> None:
+    app, _ = make_app()
+    r = app.test_client().get("/raise")
+    assert r.status_code == 429 and r.headers["Retry-After"] == "3600"
+
+
+def test_logged_in_user_key() -> None:
+    app, _ = make_app()
+    client = app.test_client()
+    assert client.get("/me", headers={"X-User": "ann"}).status_code == 200
+    assert client.get("/me", headers={"X-User": "ann"}).status_code == 429
+    assert client.get("/me", headers={"X-User": "bob"}).status_code == 200
+    assert client.get("/me").status_code == 200  # anonymous: by address
+
+
+def test_configuration() -> None:
+    app, _ = make_app(
+        SLUICEGATE_DEFAULT_LIMITS=["1/minute"],
+        SLUICEGATE_HEADERS="legacy",
+        SLUICEGATE_HEADERS_ON_ALLOWED=False,
+        SLUICEGATE_KEY_FUNC="header:X-Tenant",
+    )
+    client = app.test_client()
+    ok = client.get("/default", headers={"X-Tenant": "t1"})
+    assert ok.status_code == 200 and "X-RateLimit-Limit" not in ok.headers
+    denied = client.get("/default", headers={"X-Tenant": "t1"})
+    assert denied.status_code == 429 and denied.headers["X-RateLimit-Limit"] == "1"
+    assert "RateLimit" not in denied.headers
+    assert client.get("/default", headers={"X-Tenant": "t2"}).status_code == 200
+    off, _ = make_app(SLUICEGATE_DEFAULT_LIMITS=["1/minute"], SLUICEGATE_ENABLED=False)
+    assert all(off.test_client().get("/default").status_code == 200 for _ in range(3))
+    draft7, _ = make_app(SLUICEGATE_DEFAULT_LIMITS=["5/minute"], SLUICEGATE_HEADERS="draft7", SLUICEGATE_POLICY="p")
+    assert draft7.test_client().get("/default").headers["RateLimit"] == "limit=5, remaining=4, reset=12"
+
+
+def test_bad_configuration() -> None:
+    with pytest.raises(ValueError):
+        make_app(SLUICEGATE_HEADERS="rfc")
+    with pytest.raises(ValueError):
+        make_app(SLUICEGATE_KEY_FUNC="cookie")
+    with pytest.raises(sluicegate.InvalidQuotaError):
+        make_app(SLUICEGATE_DEFAULT_LIMITS=["10/fortnight"])
+    with pytest.raises(ValueError):
+        Sluicegate().limit([])
+    assert key_func("remote_address") is remote_address
+    assert callable(user())
+
+
+def test_on_breach_and_constructor_arguments() -> None:
+    app = flask.Flask(__name__)
+    limiter = Sluicegate(
+        app,
+        default_limits="1/minute",
+        headers="draft6",
+        on_breach=lambda err: ({"error": "slow down", "retry_after": err.retry_after}, 429),
+    )
+
+    @app.get("/")
+    def index() -> str:
+        return "ok"
+
+    client = app.test_client()
+    assert client.get("/").headers["RateLimit-Limit"] == "1"
+    r = client.get("/")
+    assert r.status_code == 429 and r.json["error"] == "slow down"
+    assert r.headers["Retry-After"] == "60" and r.headers["RateLimit-Remaining"] == "0"
+    assert limiter is app.extensions["sluicegate"][0]
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    app, _ = make_app(SLUICEGATE_DEFAULT_LIMITS=["5/minute"])
+    srv = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_port}"
+    finally:
+        srv.shutdown()
+        thread.join(timeout=5)
+
+
+def fetch(url: str) -> tuple[int, dict[str, str]]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers)
+
+
+def test_real_server(server: str) -> None:
+    results = [fetch(f"{server}/default") for _ in range(8)]  # bounded: 8 requests
+    codes = [code for code, _ in results]
+    assert codes == [200] * 5 + [429] * 3
+    assert results[0][1]["RateLimit"] == '"default";r=4;t=12'
+    assert results[-1][1]["Retry-After"] == "12"
+
+    # Concurrent clients: exactly 5 of 20 are admitted on a fresh view.
+    out: list[int] = []
+    lock = threading.Lock()
+
+    def hit() -> None:
+        code, _ = fetch(f"{server}/other")
+        with lock:
+            out.append(code)
+
+    threads = [threading.Thread(target=hit) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(out) == [200] * 5 + [429] * 15
