@@ -14,6 +14,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// The default key bound of `sg_keyed_limiter_new` (2^20 keys).
+#define SG_KEYED_DEFAULT_MAX_KEYS 1048576
+
+// What a keyed limiter does when a new key arrives at `max_keys` and no bucket is full
+// (full buckets are always evicted first: that loses nothing).
+enum sg_on_full
+#ifdef __cplusplus
+  : uint32_t
+#endif // __cplusplus
+ {
+  // The request fails with `SG_ERR_KEY_STORE_FULL`; existing keys are untouched (exact).
+  SG_ON_FULL_REJECT_NEW_KEYS = 0,
+  // Evict the bucket closest to full among a sample of keys (bounded memory beats
+  // exactness: the evicted key starts again with the quota's initial tokens).
+  SG_ON_FULL_EVICT_FULLEST = 1,
+};
+#ifndef __cplusplus
+typedef uint32_t sg_on_full;
+#endif // __cplusplus
+
 // How tokens come back (the rate string's `refill=` option).
 enum sg_refill
 #ifdef __cplusplus
@@ -73,6 +93,15 @@ enum sg_result
 #ifndef __cplusplus
 typedef uint32_t sg_result;
 #endif // __cplusplus
+
+// A lock-free rate limiter with one bucket per key. Opaque and thread-safe: every function
+// taking a `const sg_keyed_limiter *` may be called from any number of threads at once.
+// Made by `sg_keyed_limiter_new` / `sg_keyed_limiter_new_with_clock`, released by
+// `sg_keyed_limiter_free`.
+//
+// Keys are byte strings `(key, key_len)`: any bytes, NUL included, compared in full. A key
+// is copied only when it is new; `key` may be NULL when `key_len` is 0 (the empty key).
+typedef struct sg_keyed_limiter sg_keyed_limiter;
 
 // A lock-free rate limiter for one bucket. Opaque and thread-safe: every function taking a
 // `const sg_limiter *` may be called from any number of threads at once. Made by
@@ -183,6 +212,146 @@ const char *sg_result_name(uint32_t code);
 // # Safety
 // As `sg_result_message`.
 sg_result sg_last_error_message(char *buf, size_t len, size_t *out_written);
+
+// Writes a new keyed limiter to `*out`: every key gets its own bucket enforcing `quota`,
+// created on the key's first request with the quota's initial tokens, on the default clock.
+// At most `max_keys` keys are held (`SG_KEYED_DEFAULT_MAX_KEYS` is a good default); buckets
+// that are full are evicted first, and `on_full` (an `sg_on_full` value) says what happens
+// when none is.
+//
+// Errors: `SG_ERR_INVALID_QUOTA` (`max_keys == 0`), `SG_ERR_INVALID_ARGUMENT` (`on_full`).
+//
+// # Safety
+// `quota` is NULL or a live handle; `out` is NULL or valid for one write.
+sg_result sg_keyed_limiter_new(const struct sg_quota *quota,
+                               uint64_t max_keys,
+                               uint32_t on_full,
+                               struct sg_keyed_limiter **out);
+
+// Like `sg_keyed_limiter_new`, on a manual clock (shared, as `sg_limiter_new_with_clock`).
+// With `SG_REFILL_INTERVAL`, every key's period grid is anchored at the clock's reading now.
+//
+// # Safety
+// `quota` and `clock` are NULL or live handles; `out` is NULL or valid for one write.
+sg_result sg_keyed_limiter_new_with_clock(const struct sg_quota *quota,
+                                          uint64_t max_keys,
+                                          uint32_t on_full,
+                                          const struct sg_manual_clock *clock,
+                                          struct sg_keyed_limiter **out);
+
+// Asks for `cost` tokens of `key`'s bucket now (creating it on the key's first request) and
+// writes the decision to `*out`. A rejection is `SG_OK` with `out->allowed == false`.
+//
+// Errors: `SG_ERR_INSUFFICIENT_CAPACITY` (never creates the key), `SG_ERR_KEY_STORE_FULL`
+// (a new key at the bound under `SG_ON_FULL_REJECT_NEW_KEYS`), `SG_ERR_CLOCK_OUT_OF_RANGE`,
+// `SG_ERR_NULL_ARGUMENT` (also for a NULL `key` with a non-zero `key_len`).
+//
+// # Safety
+// `limiter` is NULL or a live handle; `key` is NULL or valid for `key_len` bytes of reads;
+// `out` is NULL or valid for one write.
+sg_result sg_keyed_limiter_try_acquire(const struct sg_keyed_limiter *limiter,
+                                       const uint8_t *key,
+                                       size_t key_len,
+                                       uint64_t cost,
+                                       struct sg_decision *out);
+
+// `sg_keyed_limiter_try_acquire` at an explicit clock reading `now_ns` (the limiter's
+// clock's timeline: see `sg_keyed_limiter_now`).
+//
+// # Safety
+// As `sg_keyed_limiter_try_acquire`.
+sg_result sg_keyed_limiter_try_acquire_at(const struct sg_keyed_limiter *limiter,
+                                          const uint8_t *key,
+                                          size_t key_len,
+                                          uint64_t now_ns,
+                                          uint64_t cost,
+                                          struct sg_decision *out);
+
+// Writes the state of `key`'s bucket now to `*out`, changing nothing. An absent key reports
+// a bucket created now, without creating it.
+//
+// # Safety
+// As `sg_keyed_limiter_try_acquire`.
+sg_result sg_keyed_limiter_peek(const struct sg_keyed_limiter *limiter,
+                                const uint8_t *key,
+                                size_t key_len,
+                                struct sg_decision *out);
+
+// Gives `cost` tokens back to `key`'s bucket, capped at the burst. An absent key is left
+// absent (it is as full as a fresh bucket).
+//
+// # Safety
+// `limiter` is NULL or a live handle; `key` is NULL or valid for `key_len` bytes of reads.
+sg_result sg_keyed_limiter_refund(const struct sg_keyed_limiter *limiter,
+                                  const uint8_t *key,
+                                  size_t key_len,
+                                  uint64_t cost);
+
+// `sg_keyed_limiter_refund` at an explicit clock reading.
+//
+// # Safety
+// As `sg_keyed_limiter_refund`.
+sg_result sg_keyed_limiter_refund_at(const struct sg_keyed_limiter *limiter,
+                                     const uint8_t *key,
+                                     size_t key_len,
+                                     uint64_t now_ns,
+                                     uint64_t cost);
+
+// Blocks (sleeping) until `cost` tokens of `key`'s bucket are admitted or `timeout_ns` has
+// passed, exactly as `sg_limiter_acquire_timeout` does for one bucket.
+//
+// # Safety
+// As `sg_keyed_limiter_try_acquire`.
+sg_result sg_keyed_limiter_acquire_timeout(const struct sg_keyed_limiter *limiter,
+                                           const uint8_t *key,
+                                           size_t key_len,
+                                           uint64_t cost,
+                                           uint64_t timeout_ns,
+                                           struct sg_decision *out);
+
+// Forgets `key` (its next request starts a fresh bucket) and writes whether it was present
+// to `*out_removed` (which may be NULL).
+//
+// # Safety
+// `limiter` is NULL or a live handle; `key` is NULL or valid for `key_len` bytes of reads;
+// `out_removed` is NULL or valid for one write.
+sg_result sg_keyed_limiter_remove(const struct sg_keyed_limiter *limiter,
+                                  const uint8_t *key,
+                                  size_t key_len,
+                                  bool *out_removed);
+
+// Evicts every bucket that is full now (lossless when the quota's initial tokens equal its
+// burst) and writes how many to `*out_evicted` (which may be NULL). Callers may schedule
+// it; lookups never wait for it.
+//
+// # Safety
+// `limiter` is NULL or a live handle; `out_evicted` is NULL or valid for one write.
+sg_result sg_keyed_limiter_sweep(const struct sg_keyed_limiter *limiter, uint64_t *out_evicted);
+
+// Forgets every key.
+//
+// # Safety
+// `limiter` is NULL or a live handle.
+sg_result sg_keyed_limiter_clear(const struct sg_keyed_limiter *limiter);
+
+// Writes the number of keys held to `*out_len`.
+//
+// # Safety
+// `limiter` is NULL or a live handle; `out_len` is NULL or valid for one write.
+sg_result sg_keyed_limiter_len(const struct sg_keyed_limiter *limiter, uint64_t *out_len);
+
+// Writes the current reading of the limiter's clock (nanoseconds) to `*out_ns`.
+//
+// # Safety
+// `limiter` is NULL or a live handle; `out_ns` is NULL or valid for one write.
+sg_result sg_keyed_limiter_now(const struct sg_keyed_limiter *limiter, uint64_t *out_ns);
+
+// Releases a keyed limiter and every key it holds. NULL is a no-op; a handle of another
+// kind is left alone.
+//
+// # Safety
+// `limiter` is NULL or a live handle that no thread uses any more.
+void sg_keyed_limiter_free(struct sg_keyed_limiter *limiter);
 
 // Writes a new limiter enforcing `quota` to `*out`, on the default clock (the CPU's
 // time-stamp counter, in nanoseconds since the library's first use in the process). The

@@ -36,6 +36,7 @@ fn kind_of(magic: u64) -> &'static str {
         crate::quota::Q::MAGIC => crate::quota::Q::NAME,
         crate::clock::C::MAGIC => crate::clock::C::NAME,
         crate::limiter::L::MAGIC => crate::limiter::L::NAME,
+        crate::keyed::K::MAGIC => crate::keyed::K::NAME,
         FREED => "a freed handle",
         _ => "not a sluicegate handle",
     }

@@ -18,6 +18,7 @@ mod clock;
 mod decision;
 mod error;
 mod handle;
+mod keyed;
 mod limiter;
 mod quota;
 
@@ -27,6 +28,14 @@ pub use clock::{
 };
 pub use decision::sg_decision;
 pub use error::{sg_last_error_message, sg_result, sg_result_message, sg_result_name};
+pub use keyed::{
+    sg_keyed_limiter, sg_keyed_limiter_acquire_timeout, sg_keyed_limiter_clear,
+    sg_keyed_limiter_free, sg_keyed_limiter_len, sg_keyed_limiter_new,
+    sg_keyed_limiter_new_with_clock, sg_keyed_limiter_now, sg_keyed_limiter_peek,
+    sg_keyed_limiter_refund, sg_keyed_limiter_refund_at, sg_keyed_limiter_remove,
+    sg_keyed_limiter_sweep, sg_keyed_limiter_try_acquire, sg_keyed_limiter_try_acquire_at,
+    sg_on_full, SG_KEYED_DEFAULT_MAX_KEYS,
+};
 pub use limiter::{
     sg_limiter, sg_limiter_acquire_timeout, sg_limiter_free, sg_limiter_new,
     sg_limiter_new_with_clock, sg_limiter_now, sg_limiter_peek, sg_limiter_refund,

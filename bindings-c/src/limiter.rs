@@ -57,29 +57,37 @@ impl L {
         with!(self, l => l.refund_at(now, cost))
     }
 
-    /// Waits (sleeping, never spinning) until `cost` tokens are admitted or `timeout_ns` has
-    /// passed. Returns the rejection at once when its `retry_after` already exceeds the time
-    /// left. Time left is measured on both the limiter's clock and the real clock, whichever
-    /// has moved further, so a manual clock that nobody advances cannot wait forever.
     fn acquire_timeout(&self, cost: u64, timeout_ns: u64) -> Result<Decision, Error> {
-        let (start, start_real) = (self.now(), Instant::now());
-        loop {
-            let d = self.try_acquire(cost)?;
-            if d.allowed() {
-                return Ok(d);
-            }
-            let real = u64::try_from(start_real.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            let waited = self.now().saturating_sub(start).max(real);
-            let wait = d.retry_after_nanos().max(1);
-            if wait > timeout_ns.saturating_sub(waited) {
-                return Ok(d);
-            }
-            std::thread::sleep(Duration::from_nanos(wait));
-        }
+        acquire_timeout(|| self.now(), || self.try_acquire(cost), timeout_ns)
     }
 }
 
-fn null(func: &str, arg: &str) -> sg_result {
+/// Waits (sleeping, never spinning) until `attempt` is admitted or `timeout_ns` has passed.
+/// Returns the rejection at once when its `retry_after` already exceeds the time left. Time
+/// left is measured on both the limiter's clock and the real clock, whichever has moved
+/// further, so a manual clock that nobody advances cannot wait forever.
+pub(crate) fn acquire_timeout(
+    now: impl Fn() -> u64,
+    attempt: impl Fn() -> Result<Decision, Error>,
+    timeout_ns: u64,
+) -> Result<Decision, Error> {
+    let (start, start_real) = (now(), Instant::now());
+    loop {
+        let d = attempt()?;
+        if d.allowed() {
+            return Ok(d);
+        }
+        let real = u64::try_from(start_real.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let waited = now().saturating_sub(start).max(real);
+        let wait = d.retry_after_nanos().max(1);
+        if wait > timeout_ns.saturating_sub(waited) {
+            return Ok(d);
+        }
+        std::thread::sleep(Duration::from_nanos(wait));
+    }
+}
+
+pub(crate) fn null(func: &str, arg: &str) -> sg_result {
     fail(
         sg_result::SG_ERR_NULL_ARGUMENT,
         format_args!("{func}: `{arg}` is NULL"),
