@@ -126,6 +126,8 @@ pub(crate) fn fail(code: sg_result, detail: fmt::Arguments<'_>) -> sg_result {
 }
 
 /// The one mapping from the core's error to a code (plus its Display text as the detail).
+#[cold]
+#[inline(never)]
 pub(crate) fn from_core(e: Error) -> sg_result {
     // The core's enum is `#[non_exhaustive]`, so a wildcard arm is mandatory from this crate:
     // it maps to SG_ERR_OTHER with the full text, and the test suite names every known variant.

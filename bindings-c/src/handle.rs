@@ -55,37 +55,48 @@ pub(crate) fn into_raw<T: Handle>(value: T) -> *mut T::C {
 ///
 /// # Safety
 /// `ptr` is NULL or a live handle returned by this library (of any kind).
-#[inline]
+#[inline(always)]
 unsafe fn check<T: Handle>(ptr: *const T::C, func: &str, arg: &str) -> Result<(), sg_result> {
-    if ptr.is_null() {
-        return Err(fail(
-            sg_result::SG_ERR_NULL_ARGUMENT,
-            format_args!("{func}: `{arg}` is NULL"),
-        ));
-    }
-    if ptr as usize % align_of::<u64>() != 0 {
-        return Err(fail(
-            sg_result::SG_ERR_WRONG_HANDLE,
-            format_args!(
-                "{func}: `{arg}` is a misaligned pointer, not an {}",
-                T::NAME
-            ),
-        ));
+    if ptr.is_null() || ptr as usize % align_of::<u64>() != 0 {
+        return Err(bad_pointer(ptr.is_null(), func, arg, T::NAME));
     }
     // SAFETY: every handle of every kind is a `Tagged<_>`, `#[repr(C)]` with the `u64` tag
     // first, so a live handle of any kind has an initialized, aligned `u64` at `ptr`.
     let magic = unsafe { ptr.cast::<u64>().read() };
     if magic != T::MAGIC {
-        return Err(fail(
-            sg_result::SG_ERR_WRONG_HANDLE,
-            format_args!(
-                "{func}: `{arg}` should be an {}, but is {}",
-                T::NAME,
-                kind_of(magic)
-            ),
-        ));
+        return Err(wrong_kind(magic, func, arg, T::NAME));
     }
     Ok(())
+}
+
+// The failure paths are out of line and cold, so that a call's fast path does no more than
+// two tests and one compare before the engine runs.
+#[cold]
+#[inline(never)]
+fn bad_pointer(null: bool, func: &str, arg: &str, want: &str) -> sg_result {
+    if null {
+        fail(
+            sg_result::SG_ERR_NULL_ARGUMENT,
+            format_args!("{func}: `{arg}` is NULL"),
+        )
+    } else {
+        fail(
+            sg_result::SG_ERR_WRONG_HANDLE,
+            format_args!("{func}: `{arg}` is a misaligned pointer, not an {want}"),
+        )
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn wrong_kind(magic: u64, func: &str, arg: &str, want: &str) -> sg_result {
+    fail(
+        sg_result::SG_ERR_WRONG_HANDLE,
+        format_args!(
+            "{func}: `{arg}` should be an {want}, but is {}",
+            kind_of(magic)
+        ),
+    )
 }
 
 /// Borrows the value behind a handle for the duration of a call.
@@ -93,7 +104,7 @@ unsafe fn check<T: Handle>(ptr: *const T::C, func: &str, arg: &str) -> Result<()
 /// # Safety
 /// `ptr` is NULL or a live handle returned by this library (of any kind), not freed during
 /// the call.
-#[inline]
+#[inline(always)]
 pub(crate) unsafe fn borrow<'a, T: Handle>(
     ptr: *const T::C,
     func: &str,

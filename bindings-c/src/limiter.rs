@@ -87,6 +87,8 @@ pub(crate) fn acquire_timeout(
     }
 }
 
+#[cold]
+#[inline(never)]
 pub(crate) fn null(func: &str, arg: &str) -> sg_result {
     fail(
         sg_result::SG_ERR_NULL_ARGUMENT,

@@ -45,6 +45,11 @@ VECTORS=conformance/vectors.json
 echo "== header drift (pinned cbindgen)"
 run "include/sluicegate.h matches its sources" bash ci/header.sh --check
 
+echo "== the README's C quickstart is examples/quickstart.c"
+readme_snippet() { awk '/^```c$/ { on = 1; next } on && /^```$/ { exit } on' bindings-c/README.md; }
+run "README quickstart == examples/quickstart.c" \
+  cmp -s <(readme_snippet) bindings-c/examples/quickstart.c
+
 echo "== build libsluicegate and the C tests (-std=c11 -Wall -Wextra -Wpedantic -Werror)"
 if ! $M tests; then
   bad "build"
