@@ -1,0 +1,247 @@
+//! `sg_result`: the codes every function returns, their messages, the thread-local detail of
+//! the last failure, and the one mapping from the core's `Error`.
+
+use core::ffi::{c_char, CStr};
+use core::fmt::{self, Write as _};
+use sluicegate::Error;
+use std::cell::RefCell;
+
+/// What a call did. `SG_OK` is zero; every other value is an error, and values are never
+/// reused: a code that is retired stays reserved.
+///
+/// 1-99: misuse of the C API itself; 100-199: the engine's errors (`sg_result_name` gives
+/// the core's stable name, e.g. `"parse_error"`).
+#[allow(non_camel_case_types)]
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum sg_result {
+    /// Success.
+    SG_OK = 0,
+    /// A required pointer argument was NULL (or a key pointer was NULL with a non-zero length).
+    SG_ERR_NULL_ARGUMENT = 1,
+    /// A handle of another kind (or a freed one, where that is detectable) was passed.
+    SG_ERR_WRONG_HANDLE = 2,
+    /// The library panicked; the call had no effect that the engine could observe. A bug: please report it.
+    SG_ERR_PANIC = 3,
+    /// An integer argument is out of its domain (e.g. an unknown `sg_refill` value).
+    SG_ERR_INVALID_ARGUMENT = 4,
+    /// The caller's buffer was too small: the text was truncated (and still NUL-terminated).
+    SG_ERR_BUFFER_TOO_SMALL = 5,
+    /// A quota parameter is out of its domain (zero rate, zero burst, initial above burst,
+    /// arithmetic that would overflow). Core name `invalid_quota`.
+    SG_ERR_INVALID_QUOTA = 100,
+    /// A rate string could not be parsed (the detail quotes the text and its byte offset).
+    /// Core name `parse_error`.
+    SG_ERR_PARSE = 101,
+    /// `cost` exceeds the bucket's capacity: the request can never be admitted.
+    /// Core name `insufficient_capacity`.
+    SG_ERR_INSUFFICIENT_CAPACITY = 102,
+    /// The clock reads past the last instant the quota's exact arithmetic covers.
+    /// Core name `clock_out_of_range`.
+    SG_ERR_CLOCK_OUT_OF_RANGE = 103,
+    /// A keyed limiter is at its key bound and none of its keys can be evicted.
+    /// Core name `key_store_full`.
+    SG_ERR_KEY_STORE_FULL = 104,
+    /// An engine error this build of the C bindings has no code for (the core's error enum is
+    /// non-exhaustive); the last-error detail says what it was.
+    SG_ERR_OTHER = 199,
+}
+
+use sg_result::*;
+
+impl sg_result {
+    /// Every code, in order (for `sg_result_name` / `sg_result_message` lookups).
+    const ALL: [sg_result; 12] = [
+        SG_OK,
+        SG_ERR_NULL_ARGUMENT,
+        SG_ERR_WRONG_HANDLE,
+        SG_ERR_PANIC,
+        SG_ERR_INVALID_ARGUMENT,
+        SG_ERR_BUFFER_TOO_SMALL,
+        SG_ERR_INVALID_QUOTA,
+        SG_ERR_PARSE,
+        SG_ERR_INSUFFICIENT_CAPACITY,
+        SG_ERR_CLOCK_OUT_OF_RANGE,
+        SG_ERR_KEY_STORE_FULL,
+        SG_ERR_OTHER,
+    ];
+
+    fn from_code(code: u32) -> Option<Self> {
+        Self::ALL.iter().copied().find(|r| *r as u32 == code)
+    }
+
+    /// The stable name: the core's `Error::code()` for engine errors, else a C-API name.
+    fn name(self) -> &'static CStr {
+        match self {
+            SG_OK => c"ok",
+            SG_ERR_NULL_ARGUMENT => c"null_argument",
+            SG_ERR_WRONG_HANDLE => c"wrong_handle",
+            SG_ERR_PANIC => c"panic",
+            SG_ERR_INVALID_ARGUMENT => c"invalid_argument",
+            SG_ERR_BUFFER_TOO_SMALL => c"buffer_too_small",
+            SG_ERR_INVALID_QUOTA => c"invalid_quota",
+            SG_ERR_PARSE => c"parse_error",
+            SG_ERR_INSUFFICIENT_CAPACITY => c"insufficient_capacity",
+            SG_ERR_CLOCK_OUT_OF_RANGE => c"clock_out_of_range",
+            SG_ERR_KEY_STORE_FULL => c"key_store_full",
+            SG_ERR_OTHER => c"other",
+        }
+    }
+
+    fn message(self) -> &'static str {
+        match self {
+            SG_OK => "success",
+            SG_ERR_NULL_ARGUMENT => "a required pointer argument was NULL",
+            SG_ERR_WRONG_HANDLE => "a handle of the wrong kind (or a freed handle) was passed",
+            SG_ERR_PANIC => "the library panicked (a bug in sluicegate: please report it)",
+            SG_ERR_INVALID_ARGUMENT => "an integer argument is out of its domain",
+            SG_ERR_BUFFER_TOO_SMALL => "the buffer was too small; the text was truncated",
+            SG_ERR_INVALID_QUOTA => "invalid quota parameters",
+            SG_ERR_PARSE => "the rate string could not be parsed",
+            SG_ERR_INSUFFICIENT_CAPACITY => {
+                "cost exceeds the bucket's capacity: the request can never be admitted"
+            }
+            SG_ERR_CLOCK_OUT_OF_RANGE => "the clock reads past the limiter's horizon",
+            SG_ERR_KEY_STORE_FULL => "the keyed limiter is at its key bound",
+            SG_ERR_OTHER => "an engine error without a code of its own (see the last-error detail)",
+        }
+    }
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Records `detail` as this thread's last error and returns `code`: every failing path goes
+/// through here (or [`from_core`]), so the detail always matches the code just returned.
+pub(crate) fn fail(code: sg_result, detail: fmt::Arguments<'_>) -> sg_result {
+    // `try_with`: during thread teardown the slot may be gone; the code still gets through.
+    let _ = LAST_ERROR.try_with(|slot| {
+        if let Ok(mut s) = slot.try_borrow_mut() {
+            s.clear();
+            let _ = s.write_fmt(detail);
+        }
+    });
+    code
+}
+
+/// The one mapping from the core's error to a code (plus its Display text as the detail).
+#[cold]
+#[inline(never)]
+pub(crate) fn from_core(e: Error) -> sg_result {
+    // The core's enum is `#[non_exhaustive]`, so a wildcard arm is mandatory from this crate:
+    // it maps to SG_ERR_OTHER with the full text, and the test suite names every known variant.
+    let code = match e {
+        Error::InvalidQuota { .. } => SG_ERR_INVALID_QUOTA,
+        Error::Parse { .. } => SG_ERR_PARSE,
+        Error::InsufficientCapacity { .. } => SG_ERR_INSUFFICIENT_CAPACITY,
+        Error::ClockOutOfRange { .. } => SG_ERR_CLOCK_OUT_OF_RANGE,
+        Error::KeyStoreFull { .. } => SG_ERR_KEY_STORE_FULL,
+        _ => SG_ERR_OTHER,
+    };
+    fail(code, format_args!("{e}"))
+}
+
+/// Copies `text` into the caller's buffer as a NUL-terminated string, truncating at a
+/// character boundary when it does not fit. It never touches the last-error detail, so
+/// `sg_last_error_message` can be retried with a bigger buffer.
+///
+/// # Safety
+/// `buf` is NULL or valid for `len` bytes of writes; `out_written` is NULL or valid for one
+/// `size_t` write.
+pub(crate) unsafe fn write_text(
+    text: &str,
+    buf: *mut c_char,
+    len: usize,
+    out_written: *mut usize,
+) -> Result<(), sg_result> {
+    if buf.is_null() && len > 0 {
+        return Err(SG_ERR_NULL_ARGUMENT);
+    }
+    let mut n = text.len().min(len.saturating_sub(1));
+    while !text.is_char_boundary(n) {
+        n -= 1;
+    }
+    if len > 0 {
+        // SAFETY: `buf` is non-NULL and valid for `len` bytes (caller contract); `n < len`, so
+        // the `n` text bytes and the NUL fit; `text` is a separate Rust allocation, no overlap.
+        unsafe {
+            core::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+            buf.add(n).write(0);
+        }
+    }
+    if !out_written.is_null() {
+        // SAFETY: non-NULL, and valid for one write (caller contract).
+        unsafe { out_written.write(n) };
+    }
+    if n < text.len() {
+        return Err(SG_ERR_BUFFER_TOO_SMALL);
+    }
+    Ok(())
+}
+
+/// Writes the message of `code` into `buf` (at most `len` bytes, NUL included) and the
+/// number of bytes written (NUL excluded) into `*out_written`.
+///
+/// An unknown code gets the text "unknown sg_result N". Returns `SG_ERR_BUFFER_TOO_SMALL`
+/// if the text was truncated; 128 bytes hold every message.
+///
+/// # Safety
+/// `buf` is NULL (only with `len == 0`) or valid for `len` bytes of writes; `out_written` is
+/// NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn sg_result_message(
+    code: u32,
+    buf: *mut c_char,
+    len: usize,
+    out_written: *mut usize,
+) -> sg_result {
+    ffi!({
+        let unknown;
+        let text = match sg_result::from_code(code) {
+            Some(r) => r.message(),
+            None => {
+                unknown = format!("unknown sg_result {code}");
+                &unknown
+            }
+        };
+        // SAFETY: forwarded caller contract.
+        unsafe { write_text(text, buf, len, out_written) }
+    })
+}
+
+/// The stable name of `code` as a static NUL-terminated string (never NULL, never freed):
+/// the core's error code for engine errors (`"parse_error"`, `"insufficient_capacity"`, ...),
+/// `"ok"` for `SG_OK`, `"unknown"` for a value that is not a code.
+#[no_mangle]
+pub extern "C" fn sg_result_name(code: u32) -> *const c_char {
+    ffi_or!(c"panic".as_ptr(), {
+        sg_result::from_code(code)
+            .map_or(c"unknown", sg_result::name)
+            .as_ptr()
+    })
+}
+
+/// Writes the detail of the last error returned to this thread (e.g. `invalid rate
+/// "10/fortnight": unknown time unit ... at byte 3 ("fortnight")`) into `buf`, like
+/// `sg_result_message`. The detail is thread-local, is set by every failing call and is left
+/// alone by successful ones (like `errno`); it is empty before the first failure. The text
+/// accessors (`sg_result_message`, `sg_last_error_message`, `sg_quota_to_string`) never
+/// change it, not even when they fail, so a truncated detail can be read again.
+///
+/// # Safety
+/// As `sg_result_message`.
+#[no_mangle]
+pub unsafe extern "C" fn sg_last_error_message(
+    buf: *mut c_char,
+    len: usize,
+    out_written: *mut usize,
+) -> sg_result {
+    ffi!({
+        let text = LAST_ERROR
+            .try_with(|slot| slot.try_borrow().map(|s| s.clone()).unwrap_or_default())
+            .unwrap_or_default();
+        // SAFETY: forwarded caller contract.
+        unsafe { write_text(&text, buf, len, out_written) }
+    })
+}

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The C API (bindings-c): header drift, the C tests plain / under ASan+UBSan / under
+# valgrind, the quickstart (shared and static), install + pkg-config, and the LuaJIT
+# example. Needs Rust, gcc and make; installs valgrind and luajit with apt-get when they are
+# missing and this runs as root, else skips those parts and says so.
+# Last line: "c-tests: N passed, M failed" (one per program and mode).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+passed=0
+failed=0
+skipped=()
+ok() { passed=$((passed + 1)); echo "ok   $*"; }
+bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+run() { # run NAME CMD...: one counted test
+  local name=$1
+  shift
+  if "$@"; then ok "$name"; else bad "$name"; fi
+}
+
+for tool in cc make; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "40-c.sh: $tool is required (apt-get install build-essential)" >&2
+    echo "c-tests: 0 passed, 1 failed"
+    exit 1
+  fi
+done
+
+apt_updated=0
+# want TOOL PACKAGE: succeeds if TOOL is (or could be made) available.
+want() {
+  command -v "$1" >/dev/null && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing $2 with apt-get"
+    if [ $apt_updated = 0 ]; then apt-get update -qq >/dev/null 2>&1 || true; apt_updated=1; fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null 2>&1 || true
+  fi
+  command -v "$1" >/dev/null
+}
+
+M="make --no-print-directory -s -C bindings-c"
+OUT=target/c
+VECTORS=conformance/vectors.json
+
+echo "== header drift (pinned cbindgen)"
+run "include/sluicegate.h matches its sources" bash ci/header.sh --check
+
+echo "== the README's C quickstart is examples/quickstart.c"
+readme_snippet() { awk '/^```c$/ { on = 1; next } on && /^```$/ { exit } on' bindings-c/README.md; }
+run "README quickstart == examples/quickstart.c" \
+  cmp -s <(readme_snippet) bindings-c/examples/quickstart.c
+
+echo "== build libsluicegate and the C tests (-std=c11 -Wall -Wextra -Wpedantic -Werror)"
+if ! $M tests; then
+  bad "build"
+  echo "c-tests: $passed passed, $failed failed"
+  exit 1
+fi
+tests=$(cd bindings-c/tests && ls test_*.c | sed 's/\.c$//')
+
+echo "== C tests, plain"
+for t in $tests quickstart; do run "plain $t" "$OUT/plain/$t" "$VECTORS"; done
+run "static quickstart (libsluicegate.a)" "$OUT/static/quickstart"
+
+echo "== C tests, AddressSanitizer + UndefinedBehaviorSanitizer"
+if $M asan; then
+  for t in $tests quickstart; do run "asan $t" "$OUT/asan/$t" "$VECTORS"; done
+else
+  bad "asan build"
+fi
+
+echo "== C tests, valgrind (definite and indirect leaks fail)"
+if want valgrind valgrind; then
+  for t in $tests quickstart; do
+    run "valgrind $t" valgrind --quiet --error-exitcode=1 --leak-check=full \
+      --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect \
+      "$OUT/plain/$t" "$VECTORS"
+  done
+else
+  skipped+=("valgrind (not installed, and cannot apt-get install it without root)")
+fi
+
+echo "== make install PREFIX=... and a program built with pkg-config"
+prefix=$(mktemp -d)
+trap 'rm -rf "$prefix"' EXIT
+install_check() {
+  $M install PREFIX="$prefix" >/dev/null || return 1
+  local cflags libs
+  if command -v pkg-config >/dev/null; then
+    cflags=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags sluicegate) || return 1
+    libs=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --libs sluicegate) || return 1
+  else
+    echo "(pkg-config missing: using the flags sluicegate.pc would give)"
+    cflags="-I$prefix/include"
+    libs="-L$prefix/lib -lsluicegate"
+  fi
+  # shellcheck disable=SC2086
+  cc -std=c11 -Wall -Wextra -Wpedantic -Werror $cflags -o "$prefix/quickstart" \
+    bindings-c/examples/quickstart.c $libs -Wl,-rpath,"$prefix/lib" &&
+    "$prefix/quickstart" >/dev/null
+}
+run "install + pkg-config quickstart" install_check
+
+echo "== LuaJIT example (OpenResty-style handler through the FFI)"
+if want luajit luajit; then
+  run "luajit handler" $M lua
+else
+  skipped+=("LuaJIT example (luajit not installed, and cannot apt-get install it without root)")
+fi
+
+for s in "${skipped[@]}"; do echo "SKIPPED: $s"; done
+echo "c-tests: $passed passed, $failed failed"
+[ "$failed" = 0 ]
