@@ -36,10 +36,13 @@ cargo test --workspace --locked 2>&1 | tee -a "$results"
 
 # cargo: "test result: ok. N passed; M failed"; pytest: "N passed"; node --test: "# pass N".
 totals=$(awk '
-  /test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
-  /^# pass /     { p += $3 }
-  /^# fail /     { f += $3 }
-  /^=+ .* (passed|failed).* in / { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+  function add(line,   i, n) { n = split(line, w, /[ ;,]+/)
+    for (i = 1; i < n; i++) { if (w[i+1] ~ /^passed/) p += w[i]; if (w[i+1] ~ /^failed/) f += w[i] } }
+  /test result:/                      { add($0) }   # cargo
+  /^=* *[0-9]+ (passed|failed)/       { add($0) }   # pytest
+  /^[a-z][a-z0-9 -]*: [0-9]+ passed, [0-9]+ failed/ { add($0) }   # c-tests:, fuzz:, luajit ...:
+  /^# pass /                          { p += $3 }   # node --test
+  /^# fail /                          { f += $3 }
   END { printf "%d passed, %d failed", p, f }' "$results")
 printf '\nci/check.sh finished in %ss\n' "$(( $(date +%s) - started ))"
 echo "$totals"
