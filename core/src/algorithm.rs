@@ -333,6 +333,22 @@ impl Algo {
         }
     }
 
+    /// The last clock reading the codec accepts.
+    pub(crate) fn horizon(&self) -> u64 {
+        match self {
+            Algo::Continuous(a) => a.horizon(),
+            Algo::Interval(a) => a.horizon(),
+        }
+    }
+
+    /// The codec's decision for `cost` at `now` on a plain state (no atomics).
+    pub(crate) fn decide(&self, state: u128, now: u64, cost: u64) -> (Decision, Option<u128>) {
+        match self {
+            Algo::Continuous(a) => a.acquire(state, now, cost),
+            Algo::Interval(a) => a.acquire(state, now, cost),
+        }
+    }
+
     pub(crate) fn wide(&self) -> bool {
         match self {
             Algo::Continuous(a) => a.wide(),

@@ -13,9 +13,16 @@ use crate::Decision;
 
 /// A state word of one width: `u64` or `u128`.
 pub(crate) trait Word: Copy + Eq {
-    type Atomic;
+    type Atomic: Send + Sync;
+    /// The mark of a keyed bucket being unlinked (evicted, removed or moved to a new table).
+    /// No codec state reaches it: the keyed limiter accepts clock readings only below the
+    /// codec's horizon, which keeps every reachable narrow state below `u64::MAX`, and wide
+    /// states stay below 2^127.
+    const DEAD: Self;
     fn new_atomic(v: u128) -> Self::Atomic;
     fn load(a: &Self::Atomic) -> Self;
+    fn store(a: &Self::Atomic, v: Self);
+    fn swap(a: &Self::Atomic, v: Self) -> Self;
     fn cas(a: &Self::Atomic, current: Self, new: Self) -> Result<(), Self>;
     fn widen(self) -> u128;
     /// Codecs guarantee (by their horizon) that narrow states fit.
@@ -24,6 +31,7 @@ pub(crate) trait Word: Copy + Eq {
 
 impl Word for u64 {
     type Atomic = AtomicU64;
+    const DEAD: u64 = u64::MAX;
     #[inline]
     fn new_atomic(v: u128) -> AtomicU64 {
         AtomicU64::new(Self::narrow(v))
@@ -31,6 +39,14 @@ impl Word for u64 {
     #[inline]
     fn load(a: &AtomicU64) -> u64 {
         a.load(Ordering::Acquire)
+    }
+    #[inline]
+    fn store(a: &AtomicU64, v: u64) {
+        a.store(v, Ordering::Release)
+    }
+    #[inline]
+    fn swap(a: &AtomicU64, v: u64) -> u64 {
+        a.swap(v, Ordering::AcqRel)
     }
     #[inline]
     fn cas(a: &AtomicU64, current: u64, new: u64) -> Result<(), u64> {
@@ -50,6 +66,7 @@ impl Word for u64 {
 
 impl Word for u128 {
     type Atomic = AtomicU128;
+    const DEAD: u128 = u128::MAX;
     #[inline]
     fn new_atomic(v: u128) -> AtomicU128 {
         AtomicU128::new(v)
@@ -57,6 +74,14 @@ impl Word for u128 {
     #[inline]
     fn load(a: &AtomicU128) -> u128 {
         a.load(Ordering::Acquire)
+    }
+    #[inline]
+    fn store(a: &AtomicU128, v: u128) {
+        a.store(v, Ordering::Release)
+    }
+    #[inline]
+    fn swap(a: &AtomicU128, v: u128) -> u128 {
+        a.swap(v, Ordering::AcqRel)
     }
     #[inline]
     fn cas(a: &AtomicU128, current: u128, new: u128) -> Result<(), u128> {
@@ -157,4 +182,133 @@ impl Slot {
     pub(crate) fn is_full(&self, algo: &Algo, now: u64) -> bool {
         dispatch!(self, algo, is_full(now))
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keyed buckets: the same CAS loops, plus the DEAD mark of the keyed store's eviction protocol.
+//
+// A keyed bucket's word is either a codec state or `W::DEAD`. Only the holder of the shard's
+// lock installs DEAD (eviction, removal, migration to a new table), always by one CAS or swap
+// from an observed state, and the holder unlinks the entry before releasing the lock. A
+// consumer that observes DEAD gives up on that entry and looks the key up again under the
+// lock; since its own CAS can only succeed against a codec state, a consume is applied either
+// before the mark (and the marker saw it) or to the bucket the key has after the mark.
+// ---------------------------------------------------------------------------------------------
+
+/// Runs `$e` with `$a` bound to the algo's codec.
+macro_rules! with_codec {
+    ($algo:expr, $a:ident => $e:expr) => {
+        match $algo {
+            Algo::Continuous($a) => $e,
+            Algo::Interval($a) => $e,
+        }
+    };
+}
+
+/// `acquire` on a keyed bucket; `None` when the word is DEAD (nothing was applied).
+#[inline(always)]
+pub(crate) fn acquire_live<W: Word>(
+    word: &W::Atomic,
+    algo: &Algo,
+    now: u64,
+    cost: u64,
+) -> Option<Decision> {
+    with_codec!(algo, a => acquire_live_with::<W, _>(word, a, now, cost))
+}
+
+#[inline(always)]
+fn acquire_live_with<W: Word, A: Codec>(
+    word: &W::Atomic,
+    codec: &A,
+    now: u64,
+    cost: u64,
+) -> Option<Decision> {
+    let mut cur = W::load(word);
+    loop {
+        if cur == W::DEAD {
+            return None;
+        }
+        let (decision, new) = codec.acquire(cur.widen(), now, cost);
+        let Some(new) = new else {
+            return Some(decision);
+        };
+        match W::cas(word, cur, W::narrow(new)) {
+            Ok(()) => return Some(decision),
+            Err(actual) => cur = actual,
+        }
+    }
+}
+
+/// `refund` on a keyed bucket; `false` when the word is DEAD (nothing was applied).
+#[inline]
+pub(crate) fn refund_live<W: Word>(word: &W::Atomic, algo: &Algo, now: u64, cost: u64) -> bool {
+    with_codec!(algo, a => {
+        let mut cur = W::load(word);
+        loop {
+            if cur == W::DEAD {
+                return false;
+            }
+            let Some(new) = a.refund(cur.widen(), now, cost) else {
+                return true;
+            };
+            match W::cas(word, cur, W::narrow(new)) {
+                Ok(()) => return true,
+                Err(actual) => cur = actual,
+            }
+        }
+    })
+}
+
+/// What [`evict_if_full`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Evict {
+    /// The bucket was full at `now` and is now DEAD.
+    Killed,
+    /// The bucket is not full: it will be in `full_in` ns (absent further requests).
+    Kept { full_in: u64 },
+    /// The word was already DEAD.
+    Dead,
+}
+
+/// Marks the bucket DEAD if it is full at `now`. The mark is installed by a CAS from the very
+/// state that was found full, so a consume racing with it either lands first (and the CAS
+/// fails, and the bucket is re-examined) or finds DEAD and re-creates the key.
+/// `before_mark` runs before each attempt to install the mark.
+#[inline]
+pub(crate) fn evict_if_full<W: Word>(
+    word: &W::Atomic,
+    algo: &Algo,
+    now: u64,
+    mut before_mark: impl FnMut(),
+) -> Evict {
+    with_codec!(algo, a => {
+        let mut cur = W::load(word);
+        loop {
+            if cur == W::DEAD {
+                return Evict::Dead;
+            }
+            if !a.is_full(cur.widen(), now) {
+                let full_in = a.acquire(cur.widen(), now, 0).0.reset_after_nanos();
+                return Evict::Kept { full_in };
+            }
+            before_mark();
+            match W::cas(word, cur, W::DEAD) {
+                Ok(()) => return Evict::Killed,
+                Err(actual) => cur = actual,
+            }
+        }
+    })
+}
+
+/// Marks the bucket DEAD unconditionally; returns the state it had (`None`: already DEAD).
+#[inline]
+pub(crate) fn kill<W: Word>(word: &W::Atomic) -> Option<W> {
+    let old = W::swap(word, W::DEAD);
+    (old != W::DEAD).then_some(old)
+}
+
+/// Marks the bucket DEAD if its word is still `observed`.
+#[inline]
+pub(crate) fn kill_from<W: Word>(word: &W::Atomic, observed: W) -> bool {
+    observed != W::DEAD && W::cas(word, observed, W::DEAD).is_ok()
 }

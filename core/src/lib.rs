@@ -31,6 +31,7 @@ pub mod clock;
 mod decision;
 mod error;
 pub mod http;
+mod keyed;
 mod limiter;
 mod quota;
 mod sync;
@@ -39,6 +40,7 @@ pub use algorithm::CENTURY_NS;
 pub use clock::{Clock, CoarseClock, DefaultClock, ManualClock, MonotonicClock, StdClock};
 pub use decision::Decision;
 pub use error::Error;
+pub use keyed::{KeyedBuilder, KeyedLimiter, OnFull, DEFAULT_MAX_KEYS};
 pub use limiter::Limiter;
 pub use quota::{Quota, Refill};
 

@@ -6,15 +6,15 @@
 
 #[cfg(not(sluicegate_loom))]
 mod imp {
-    pub(crate) use core::sync::atomic::{AtomicU64, Ordering};
+    pub(crate) use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use portable_atomic::AtomicU128;
-    pub(crate) use std::sync::Arc;
+    pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
 }
 
 #[cfg(sluicegate_loom)]
 mod imp {
-    pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
-    pub(crate) use loom::sync::Arc;
+    pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
 
     /// loom has no 128-bit atomic: model one as a loom mutex around the value. Each operation
     /// is atomic, which is exactly the contract the cell relies on, and loom still explores
@@ -28,6 +28,12 @@ mod imp {
         }
         pub(crate) fn load(&self, _order: Ordering) -> u128 {
             *self.0.lock().unwrap()
+        }
+        pub(crate) fn store(&self, v: u128, _order: Ordering) {
+            *self.0.lock().unwrap() = v;
+        }
+        pub(crate) fn swap(&self, v: u128, _order: Ordering) -> u128 {
+            core::mem::replace(&mut *self.0.lock().unwrap(), v)
         }
         pub(crate) fn compare_exchange_weak(
             &self,
@@ -48,6 +54,43 @@ mod imp {
 }
 
 pub(crate) use imp::*;
+
+/// Locks `m`, ignoring poisoning: every critical section of the keyed store leaves its data
+/// consistent at each step (a panic in a user's `Hash`/`Eq` cannot leave a half-made entry).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// Tries to lock `m` without waiting (poisoning ignored as in [`lock`]).
+pub(crate) fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
+/// Epoch-based reclamation for the keyed store: a reader pins, reads shared memory, unpins;
+/// memory unlinked while it was pinned is freed only after it unpinned.
+///
+/// Under loom the pin is a no-op and retired memory is freed when the store is dropped (every
+/// model is short): the models check the store's protocol, crossbeam-epoch checks its own.
+#[cfg(not(sluicegate_loom))]
+pub(crate) mod epoch {
+    pub(crate) use crossbeam_epoch::{pin, Guard};
+}
+
+#[cfg(sluicegate_loom)]
+pub(crate) mod epoch {
+    /// Stand-in for crossbeam-epoch's guard: nothing is freed while a model runs.
+    pub(crate) struct Guard(());
+    pub(crate) fn pin() -> Guard {
+        Guard(())
+    }
+}
 
 /// Atomics that must stay real even under loom: process-wide statics (the coarse clock's
 /// cached reading) that no model exercises and loom cannot host outside a model.

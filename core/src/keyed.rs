@@ -1,0 +1,1131 @@
+//! Keyed limiters: one bucket per key, in a sharded open-addressing table of state words.
+//!
+//! # Layout
+//!
+//! The store is a fixed number of shards (64 by default), chosen by bits of the key's hash.
+//! Each shard owns one table: a flat array of entries `{ state word, control word, key }`
+//! probed linearly, with no per-entry allocation, no reference count and no pointer: a `u64`
+//! key with a 64-bit state word is 24 bytes a slot. The control word holds 31 bits of the hash
+//! (a filter: keys are always compared in full) or one of EMPTY / TOMB (unlinked, key still
+//! owned by the table) / MOVED (key moved to a newer table).
+//!
+//! # Concurrency
+//!
+//! * **Lookups of existing keys take no lock.** A reader pins the epoch (crossbeam-epoch), loads
+//!   the shard's table pointer, probes, compares keys and runs the cell's CAS loop on the word
+//!   it found. It writes nothing but that word, and a rejection writes nothing at all.
+//! * **Everything that links or unlinks an entry holds the shard's mutex**: inserting a key,
+//!   evicting, removing, clearing and rebuilding a table. A table is never modified in place
+//!   except to publish an EMPTY slot (key written before the control word, Release) or to
+//!   unlink an entry; keys are never overwritten, so a reader comparing a key never races a
+//!   writer. Tombstones are reclaimed by rebuilding the table, and the old table (with the keys
+//!   it still owns) is freed by the epoch once no reader can hold it.
+//! * **Unlinking is lossless.** Before an entry is unlinked, its word is turned into the DEAD
+//!   mark by a CAS (eviction: only from a state found full at `now`) or a swap (removal, and
+//!   migration to a new table, which copies the state it swapped out). A consumer whose CAS
+//!   meets DEAD retries under the shard's lock, where the key is either found (moved) or
+//!   re-created; a consume is therefore applied to exactly one bucket, before or after the
+//!   eviction, never to an unlinked one.
+//! * Anything ambiguous on the lock-free path (key not found, DEAD mark) falls back to the
+//!   locked path, which is authoritative: the lock serializes every change of the shard's set
+//!   of entries.
+//!
+//! # Eviction and the key bound
+//!
+//! A bucket that is full as of now is indistinguishable from a fresh one when `initial ==
+//! burst`, so it can be dropped without changing any decision. Full buckets are evicted:
+//! * automatically when a shard's table is rebuilt (amortised over inserts), only when
+//!   `initial == burst` (exactly lossless);
+//! * by [`KeyedLimiter::sweep`], which callers may schedule, and when the key bound is reached:
+//!   with `initial < burst` a re-created key starts again with `initial` tokens, which is
+//!   conservative (it never admits more than the bucket it replaces would have);
+//! * a key re-created after an eviction at time `T` is created at `max(now, T)`, so a request
+//!   whose clock reading is older than the eviction's (a preempted thread) never sees more
+//!   tokens than the evicted bucket had.
+//!
+//! At the bound ([`KeyedBuilder::max_keys`]) with no full bucket, [`OnFull`] decides.
+
+use crate::algorithm::Algo;
+use crate::cell::{self, Evict, Word};
+use crate::clock::{Clock, DefaultClock};
+use crate::sync::{self, epoch, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::{Decision, Error, Quota};
+use core::borrow::Borrow;
+use core::cell::UnsafeCell;
+use core::hash::{BuildHasher, Hash};
+use core::marker::PhantomData;
+use core::mem::MaybeUninit;
+use core::ptr;
+use crossbeam_utils::CachePadded;
+
+/// What a keyed limiter does when a new key arrives at [`max_keys`](KeyedBuilder::max_keys)
+/// and no bucket is full (full buckets are always evicted first).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OnFull {
+    /// The request fails with [`Error::KeyStoreFull`]; existing keys are untouched. Exact:
+    /// no decision ever differs from an unbounded limiter's, except for the refused keys.
+    #[default]
+    RejectNewKeys,
+    /// Evict the bucket closest to being full (the least `reset_after`) among a sample of up
+    /// to 32 live keys, starting where the previous eviction stopped (an approximation in the
+    /// manner of Redis' sampled LRU, so that a flood costs O(1) per new key). Lossy: the evicted
+    /// key starts again with `initial` tokens, so it may be admitted up to `burst` minus the
+    /// tokens it had more than an unbounded limiter would admit. Bounded memory beats
+    /// exactness under this policy.
+    EvictFullest,
+}
+
+/// Builds a [`KeyedLimiter`]: `KeyedLimiter::<u64>::builder(quota).max_keys(100_000).build()`.
+#[derive(Debug)]
+#[must_use]
+pub struct KeyedBuilder<K, C: Clock = DefaultClock> {
+    quota: Quota,
+    clock: C,
+    max_keys: usize,
+    on_full: OnFull,
+    shards: usize,
+    _key: PhantomData<fn() -> K>,
+}
+
+/// The default key bound: 2^20 keys (about 32 MiB for `u64` keys).
+pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
+const DEFAULT_SHARDS: usize = 64;
+const MAX_SHARDS: usize = 4096;
+
+impl<K, C: Clock> KeyedBuilder<K, C> {
+    /// The most keys the limiter holds at once (default [`DEFAULT_MAX_KEYS`]; at least 1).
+    pub fn max_keys(mut self, n: usize) -> Self {
+        self.max_keys = n;
+        self
+    }
+
+    /// What happens at the bound when nothing is evictable (default
+    /// [`OnFull::RejectNewKeys`]).
+    pub fn on_full(mut self, policy: OnFull) -> Self {
+        self.on_full = policy;
+        self
+    }
+
+    /// The number of shards (rounded up to a power of two, 1 to 4096; default 64). More
+    /// shards mean shorter rebuild pauses and less contention between inserting threads.
+    pub fn shards(mut self, n: usize) -> Self {
+        self.shards = n.clamp(1, MAX_SHARDS).next_power_of_two();
+        self
+    }
+
+    /// Reads `clock` instead of the default clock.
+    pub fn clock<C2: Clock>(self, clock: C2) -> KeyedBuilder<K, C2> {
+        KeyedBuilder {
+            quota: self.quota,
+            clock,
+            max_keys: self.max_keys,
+            on_full: self.on_full,
+            shards: self.shards,
+            _key: PhantomData,
+        }
+    }
+
+    /// The limiter, or why the quota (or `max_keys == 0`) is invalid. Its clock origin (the
+    /// interval grid's anchor) is the clock's reading now.
+    pub fn build(self) -> Result<KeyedLimiter<K, C>, Error>
+    where
+        K: Hash + Eq + Send + 'static,
+    {
+        if self.max_keys == 0 {
+            return Err(Error::invalid("max_keys must be at least 1"));
+        }
+        let now = self.clock.now();
+        let algo = Algo::new(&self.quota, now)?;
+        algo.check(now, 0)?;
+        let store = if algo.wide() {
+            Store::Wide(Core::new(self.shards))
+        } else {
+            Store::Narrow(Core::new(self.shards))
+        };
+        Ok(KeyedLimiter {
+            store,
+            cx: Ctx {
+                lossless: self.quota.initial_tokens() == self.quota.capacity(),
+                algo,
+                hasher: KeyHasher::default(),
+                shard_mask: self.shards - 1,
+                max_keys: self.max_keys,
+                on_full: self.on_full,
+                len: CachePadded::new(AtomicUsize::new(0)),
+                full_hint: AtomicU64::new(0),
+                watermark: AtomicU64::new(0),
+            },
+            quota: self.quota,
+            clock: self.clock,
+            _key: PhantomData,
+        })
+    }
+}
+
+/// A lock-free rate limiter with one bucket per key.
+///
+/// Same request contract and [`Decision`] as [`Limiter`](crate::Limiter), per key. Keys are
+/// any `K: Hash + Eq`; lookups take any borrowed form `&Q` of the key (`&str` for `String`
+/// keys, `&[u8]` for `Vec<u8>` or `Box<[u8]>` keys) and allocate only when the key is new.
+///
+/// ```
+/// use sluicegate::{KeyedLimiter, ManualClock, OnFull};
+///
+/// let clock = ManualClock::new(0);
+/// let limiter = KeyedLimiter::<Box<[u8]>, _>::builder("2/s".parse()?)
+///     .max_keys(100_000)
+///     .on_full(OnFull::RejectNewKeys)
+///     .clock(clock.clone())
+///     .build()?;
+/// assert!(limiter.try_acquire(b"alice".as_slice(), 2)?.allowed());
+/// assert!(!limiter.try_acquire(b"alice".as_slice(), 1)?.allowed());
+/// assert!(limiter.try_acquire(b"bob".as_slice(), 1)?.allowed());
+/// assert_eq!(limiter.len(), 2);
+/// # Ok::<(), sluicegate::Error>(())
+/// ```
+pub struct KeyedLimiter<K, C: Clock = DefaultClock> {
+    store: Store<K>,
+    cx: Ctx,
+    quota: Quota,
+    clock: C,
+    // Readers on any thread compare keys (K: Sync) and deferred frees drop keys on any
+    // thread (K: Send): Send iff K: Send, Sync iff K: Send + Sync.
+    _key: PhantomData<(K, std::sync::Mutex<K>)>,
+}
+
+/// Seeded randomly per limiter, so that collisions cannot be forced from outside (and every
+/// key is compared in full regardless).
+#[cfg(not(sluicegate_loom))]
+type KeyHasher = foldhash::quality::RandomState;
+/// loom replays executions and needs every one to hash alike.
+#[cfg(sluicegate_loom)]
+type KeyHasher = foldhash::quality::FixedState;
+
+/// What every shard's operations share, whatever the word width.
+struct Ctx {
+    algo: Algo,
+    hasher: KeyHasher,
+    shard_mask: usize,
+    max_keys: usize,
+    on_full: OnFull,
+    lossless: bool,
+    /// Live keys. Written only when a key is linked or unlinked.
+    len: CachePadded<AtomicUsize>,
+    /// 0, or an instant before which no bucket can be full: set by a complete scan at the
+    /// bound that found nothing to evict, lowered by inserts, cleared by refunds. Spares a
+    /// flood of new keys at the bound a scan per key.
+    full_hint: AtomicU64,
+    /// The latest `now` at which a full bucket was evicted: re-created keys start there.
+    watermark: AtomicU64,
+}
+
+enum Store<K> {
+    Narrow(Core<K, u64>),
+    Wide(Core<K, u128>),
+}
+
+/// Runs `$e` with `$core` bound to the store's core, whatever its word width.
+macro_rules! with_core {
+    ($store:expr, $core:ident => $e:expr) => {
+        match $store {
+            Store::Narrow($core) => $e,
+            Store::Wide($core) => $e,
+        }
+    };
+}
+
+impl<K> KeyedLimiter<K, DefaultClock> {
+    /// A builder for `quota` (the key type is usually named here:
+    /// `KeyedLimiter::<u64>::builder(q)`).
+    pub fn builder(quota: Quota) -> KeyedBuilder<K, DefaultClock> {
+        KeyedBuilder {
+            quota,
+            clock: DefaultClock::new(),
+            max_keys: DEFAULT_MAX_KEYS,
+            on_full: OnFull::RejectNewKeys,
+            shards: DEFAULT_SHARDS,
+            _key: PhantomData,
+        }
+    }
+}
+
+impl<K: Hash + Eq + Send + 'static> KeyedLimiter<K, DefaultClock> {
+    /// A keyed limiter on the default clock with the default bound.
+    ///
+    /// # Panics
+    /// If the quota is invalid; use [`try_new`](Self::try_new) for configured quotas.
+    pub fn new(quota: Quota) -> Self {
+        match Self::try_new(quota) {
+            Ok(l) => l,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// A keyed limiter on the default clock, or the reason the quota is invalid.
+    pub fn try_new(quota: Quota) -> Result<Self, Error> {
+        Self::builder(quota).build()
+    }
+}
+
+impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
+    /// A keyed limiter reading `clock`, with the default bound.
+    pub fn with_clock(quota: Quota, clock: C) -> Result<Self, Error> {
+        KeyedLimiter::builder(quota).clock(clock).build()
+    }
+
+    #[inline]
+    fn check(&self, now: u64, cost: u64) -> Result<(), Error> {
+        self.cx.algo.check(now, cost)?;
+        // The last instant is reserved so that no state equals the DEAD mark (see `cell`).
+        let horizon = self.cx.algo.horizon();
+        if now == horizon {
+            return Err(Error::ClockOutOfRange {
+                now,
+                horizon: horizon - 1,
+            });
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
+        self.cx.hasher.hash_one(key)
+    }
+
+    /// Asks for `cost` tokens of `key`'s bucket now, creating the bucket (with the quota's
+    /// initial tokens) on the key's first request. `Err` for a cost above the capacity, a
+    /// clock out of range, or a new key refused at the bound ([`Error::KeyStoreFull`]).
+    #[inline]
+    pub fn try_acquire<Q>(&self, key: &Q, cost: u64) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        self.try_acquire_at(key, self.clock.now(), cost)
+    }
+
+    /// [`try_acquire`](Self::try_acquire) at an explicit clock reading.
+    #[inline]
+    pub fn try_acquire_at<Q>(&self, key: &Q, now: u64, cost: u64) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        self.check(now, cost)?;
+        let h = self.hash(key);
+        with_core!(&self.store, core => core.acquire(&self.cx, h, key, now, cost))
+    }
+
+    /// The state of `key`'s bucket now, changing nothing. An absent key reports a bucket
+    /// created now, without creating it.
+    pub fn peek<Q>(&self, key: &Q) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.peek_at(key, self.clock.now())
+    }
+
+    /// [`peek`](Self::peek) at an explicit clock reading.
+    pub fn peek_at<Q>(&self, key: &Q, now: u64) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.check(now, 0)?;
+        let h = self.hash(key);
+        Ok(with_core!(&self.store, core => core.peek(&self.cx, h, key, now)))
+    }
+
+    /// Gives `cost` tokens back to `key`'s bucket, capped at capacity. Refunding an absent
+    /// key does nothing (it is as full as a fresh bucket, or was never asked for).
+    pub fn refund<Q>(&self, key: &Q, cost: u64) -> Result<(), Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.refund_at(key, self.clock.now(), cost)
+    }
+
+    /// [`refund`](Self::refund) at an explicit clock reading.
+    pub fn refund_at<Q>(&self, key: &Q, now: u64, cost: u64) -> Result<(), Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.check(now, 0)?;
+        let h = self.hash(key);
+        with_core!(&self.store, core => core.refund(&self.cx, h, key, now, cost));
+        Ok(())
+    }
+
+    /// Forgets `key` (its next request starts a fresh bucket); `true` if it was present.
+    pub fn remove<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let h = self.hash(key);
+        with_core!(&self.store, core => core.remove(&self.cx, h, key))
+    }
+
+    /// Evicts every bucket that is full now; returns how many. Lossless when `initial ==
+    /// burst`; otherwise an evicted key starts again with `initial` tokens (conservative).
+    /// Locks one shard at a time: lookups never wait for it.
+    pub fn sweep(&self) -> usize {
+        self.sweep_at(self.clock.now())
+    }
+
+    /// [`sweep`](Self::sweep) at an explicit clock reading.
+    pub fn sweep_at(&self, now: u64) -> usize {
+        with_core!(&self.store, core => core.sweep(&self.cx, now))
+    }
+
+    /// Forgets every key.
+    pub fn clear(&self) {
+        with_core!(&self.store, core => core.clear(&self.cx))
+    }
+
+    /// The number of keys held (evicted and removed keys are not counted).
+    pub fn len(&self) -> usize {
+        self.cx.len.load(Ordering::Acquire)
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every key held and its bucket's state now (a peek), for metrics. Not an atomic
+    /// snapshot: keys inserted or evicted meanwhile may or may not appear.
+    pub fn snapshot(&self) -> Vec<(K, Decision)>
+    where
+        K: Clone,
+    {
+        self.snapshot_at(self.clock.now())
+    }
+
+    /// [`snapshot`](Self::snapshot) at an explicit clock reading.
+    pub fn snapshot_at(&self, now: u64) -> Vec<(K, Decision)>
+    where
+        K: Clone,
+    {
+        with_core!(&self.store, core => core.snapshot(&self.cx, now))
+    }
+
+    /// The key bound.
+    pub fn max_keys(&self) -> usize {
+        self.cx.max_keys
+    }
+
+    /// The total number of slots allocated (live, unlinked and empty), for diagnostics:
+    /// memory is about `capacity() * (size of K + 12 or 24 bytes)`.
+    pub fn capacity(&self) -> usize {
+        with_core!(&self.store, core => core.capacity())
+    }
+
+    /// The quota every key's bucket enforces.
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The clock this limiter reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}
+
+impl<K, C: Clock> core::fmt::Debug for KeyedLimiter<K, C> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("KeyedLimiter")
+            .field("quota", &self.quota.to_string())
+            .field("len", &self.cx.len.load(Ordering::Relaxed))
+            .field("max_keys", &self.cx.max_keys)
+            .field("on_full", &self.cx.on_full)
+            .finish_non_exhaustive()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The table.
+// ---------------------------------------------------------------------------------------------
+
+const EMPTY: u32 = 0;
+/// Unlinked; the table still owns the key (dropped with the table).
+const TOMB: u32 = 1;
+/// Unlinked; the key was moved (bitwise) into a newer table, which owns it.
+const MOVED: u32 = 2;
+/// Set in every live control word, whose other 31 bits are hash bits.
+const LIVE: u32 = 1 << 31;
+
+/// The first table of a shard.
+const MIN_CAP: usize = 8;
+
+#[inline]
+fn tag(h: u64) -> u32 {
+    ((h >> 32) as u32) | LIVE
+}
+
+struct Entry<K, W: Word> {
+    word: W::Atomic,
+    ctrl: AtomicU32,
+    /// Initialised iff `ctrl` is LIVE or TOMB (or MOVED, as a stale bitwise copy that only
+    /// readers pinned before the move may still compare).
+    key: UnsafeCell<MaybeUninit<K>>,
+}
+
+struct Table<K, W: Word> {
+    slots: Box<[Entry<K, W>]>,
+}
+
+impl<K, W: Word> Table<K, W> {
+    fn new(cap: usize) -> Box<Self> {
+        let slots = (0..cap)
+            .map(|_| Entry {
+                word: W::new_atomic(0),
+                ctrl: AtomicU32::new(EMPTY),
+                key: UnsafeCell::new(MaybeUninit::uninit()),
+            })
+            .collect();
+        Box::new(Self { slots })
+    }
+
+    /// The first slot to probe: a multiply-shift of the hash's low 32 bits onto `0..cap`.
+    #[inline]
+    fn home(&self, h: u64) -> usize {
+        ((u64::from(h as u32) * self.slots.len() as u64) >> 32) as usize
+    }
+
+    /// Probes for `key`; the entry found is live as of its control word's load.
+    #[inline]
+    fn find<Q>(&self, h: u64, key: &Q) -> Option<&Entry<K, W>>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let cap = self.slots.len();
+        let want = tag(h);
+        let mut i = self.home(h);
+        for _ in 0..cap {
+            let e = &self.slots[i];
+            let c = e.ctrl.load(Ordering::Acquire);
+            if c == EMPTY {
+                return None;
+            }
+            // SAFETY: a LIVE control word was stored (Release) after the key was written, and
+            // we loaded it with Acquire; keys are never overwritten while the table lives, and
+            // the table lives while our caller's epoch guard (or the shard lock) is held. A key
+            // moved to a newer table since is a bitwise copy whose owner is kept alive by the
+            // same guard (see `Core::rebuild`).
+            if c == want && unsafe { (*e.key.get()).assume_init_ref() }.borrow() == key {
+                return Some(e);
+            }
+            i += 1;
+            if i == cap {
+                i = 0;
+            }
+        }
+        None
+    }
+}
+
+impl<K, W: Word> Drop for Table<K, W> {
+    fn drop(&mut self) {
+        for e in self.slots.iter_mut() {
+            let c = e.ctrl.load(Ordering::Relaxed);
+            if c == TOMB || c & LIVE != 0 {
+                // SAFETY: LIVE and TOMB slots own an initialised key (MOVED ones do not), and
+                // `&mut self` means no reader is left.
+                unsafe { e.key.get_mut().assume_init_drop() };
+            }
+        }
+    }
+}
+
+/// Bookkeeping under the shard's lock.
+#[derive(Default)]
+struct ShardState {
+    /// Slots not EMPTY in the current table (live + unlinked).
+    used: usize,
+    /// Live entries in the current table.
+    live: usize,
+    /// Where the next sampled eviction starts.
+    cursor: usize,
+}
+
+struct Shard<K, W: Word> {
+    table: AtomicPtr<Table<K, W>>,
+    lock: Mutex<ShardState>,
+    /// Under loom, retired tables are kept until the store is dropped (no epoch).
+    #[cfg(sluicegate_loom)]
+    graveyard: Mutex<Vec<Box<Table<K, W>>>>,
+}
+
+impl<K, W: Word> Shard<K, W> {
+    fn new() -> Self {
+        Self {
+            table: AtomicPtr::new(ptr::null_mut()),
+            lock: Mutex::new(ShardState::default()),
+            #[cfg(sluicegate_loom)]
+            graveyard: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The current table, if any, valid while `_guard` is held.
+    #[inline]
+    fn table<'g>(&self, _guard: &'g epoch::Guard) -> Option<&'g Table<K, W>> {
+        let t = self.table.load(Ordering::Acquire);
+        // SAFETY: a published table is freed only after it was unlinked and every guard
+        // pinned before that was dropped (`retire`); ours is alive for 'g.
+        unsafe { t.as_ref() }
+    }
+
+    /// Frees `old` (already unlinked) once no reader can hold it.
+    fn retire(&self, old: *mut Table<K, W>, guard: &epoch::Guard)
+    where
+        K: Send + 'static,
+    {
+        if old.is_null() {
+            return;
+        }
+        #[cfg(not(sluicegate_loom))]
+        {
+            struct SendPtr<T>(*mut T);
+            // SAFETY: the pointer is only turned back into the Box that owns the table, on
+            // one thread; the table's contents are Send because K is (W's atomics are).
+            unsafe impl<T> Send for SendPtr<T> {}
+            let p = SendPtr(old);
+            // SAFETY: `old` came from `Box::into_raw` and is no longer reachable from the
+            // shard, so only readers pinned before now can hold it; the epoch runs the closure
+            // after they unpin. K: Send + 'static, so dropping its keys later on another
+            // thread is sound.
+            unsafe {
+                guard.defer_unchecked(move || {
+                    let p = p;
+                    drop(Box::from_raw(p.0));
+                });
+            }
+            guard.flush();
+        }
+        #[cfg(sluicegate_loom)]
+        {
+            let _ = guard;
+            // SAFETY: as above; under loom nothing is freed before the shard is dropped.
+            sync::lock(&self.graveyard).push(unsafe { Box::from_raw(old) });
+        }
+    }
+}
+
+impl<K, W: Word> Drop for Shard<K, W> {
+    fn drop(&mut self) {
+        let t = self.table.load(Ordering::Relaxed);
+        if !t.is_null() {
+            // SAFETY: `&mut self`: no reader is left, and the pointer came from Box::into_raw.
+            drop(unsafe { Box::from_raw(t) });
+        }
+    }
+}
+
+struct Core<K, W: Word> {
+    shards: Box<[CachePadded<Shard<K, W>>]>,
+}
+
+impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
+    fn new(shards: usize) -> Self {
+        Self {
+            shards: (0..shards)
+                .map(|_| CachePadded::new(Shard::new()))
+                .collect(),
+        }
+    }
+
+    #[inline]
+    fn shard(&self, cx: &Ctx, h: u64) -> &Shard<K, W> {
+        &self.shards[(h >> 40) as usize & cx.shard_mask]
+    }
+
+    #[inline]
+    fn acquire<Q>(&self, cx: &Ctx, h: u64, key: &Q, now: u64, cost: u64) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        let shard = self.shard(cx, h);
+        let guard = epoch::pin();
+        if let Some(e) = shard.table(&guard).and_then(|t| t.find(h, key)) {
+            if let Some(d) = cell::acquire_live::<W>(&e.word, &cx.algo, now, cost) {
+                return Ok(d);
+            }
+        }
+        self.acquire_slow(cx, shard, h, key, now, cost, &guard)
+    }
+
+    #[cold]
+    #[allow(clippy::too_many_arguments)]
+    fn acquire_slow<Q>(
+        &self,
+        cx: &Ctx,
+        shard: &Shard<K, W>,
+        h: u64,
+        key: &Q,
+        now: u64,
+        cost: u64,
+        guard: &epoch::Guard,
+    ) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        let mut st = sync::lock(&shard.lock);
+        if let Some(e) = shard.table(guard).and_then(|t| t.find(h, key)) {
+            // Under the lock a linked entry is never DEAD: only lock holders install the mark,
+            // and they unlink the entry before releasing the lock.
+            if let Some(d) = cell::acquire_live::<W>(&e.word, &cx.algo, now, cost) {
+                return Ok(d);
+            }
+        }
+        self.reserve(cx, shard, &mut st, now, guard)?;
+        let e = self.link(cx, shard, &mut st, h, key.to_owned().into(), now, guard);
+        let d = cell::acquire_live::<W>(&e.word, &cx.algo, now, cost);
+        // The new bucket is linked and we hold the lock: it cannot be DEAD.
+        let d = d.unwrap_or_else(|| unreachable!("a bucket linked under the lock is live"));
+        if cx.full_hint.load(Ordering::Acquire) != 0 {
+            cx.full_hint
+                .fetch_min(now.saturating_add(d.reset_after_nanos()), Ordering::AcqRel);
+        }
+        Ok(d)
+    }
+
+    /// Links a fresh bucket for `key` (absent, bound already reserved) and returns it.
+    #[allow(clippy::too_many_arguments)]
+    fn link<'g>(
+        &self,
+        cx: &Ctx,
+        shard: &Shard<K, W>,
+        st: &mut ShardState,
+        h: u64,
+        key: K,
+        now: u64,
+        guard: &'g epoch::Guard,
+    ) -> &'g Entry<K, W> {
+        let needs_room = match shard.table(guard) {
+            None => true,
+            // Keep the load (live + unlinked) at most 0.9: linear probing over 24-byte slots
+            // stays within a few cache lines there, and memory per key stays near 30 bytes.
+            Some(t) => (st.used + 1) * 10 > t.slots.len() * 9,
+        };
+        if needs_room {
+            self.rebuild(cx, shard, st, now, guard);
+        }
+        let t = shard
+            .table(guard)
+            .unwrap_or_else(|| unreachable!("rebuilt"));
+        let cap = t.slots.len();
+        let mut i = t.home(h);
+        while t.slots[i].ctrl.load(Ordering::Relaxed) != EMPTY {
+            i += 1;
+            if i == cap {
+                i = 0;
+            }
+        }
+        let e = &t.slots[i];
+        // SAFETY: the slot is EMPTY, so no reader dereferences its key (readers only compare
+        // keys behind a LIVE control word), and only lock holders write slots.
+        unsafe { (*e.key.get()).write(key) };
+        let at = now.max(cx.watermark.load(Ordering::Acquire));
+        W::store(&e.word, W::narrow(cx.algo.fresh(at)));
+        e.ctrl.store(tag(h), Ordering::Release);
+        st.used += 1;
+        st.live += 1;
+        e
+    }
+
+    /// Takes one unit of the key bound for a new key, making room if needed.
+    fn reserve(
+        &self,
+        cx: &Ctx,
+        shard: &Shard<K, W>,
+        st: &mut ShardState,
+        now: u64,
+        guard: &epoch::Guard,
+    ) -> Result<(), Error> {
+        loop {
+            let n = cx.len.load(Ordering::Acquire);
+            if n < cx.max_keys {
+                if cx
+                    .len
+                    .compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return Ok(());
+                }
+                continue;
+            }
+            if self.evict_full_somewhere(cx, shard, st, now, guard) {
+                continue;
+            }
+            if cx.on_full == OnFull::EvictFullest
+                && self.evict_fullest_somewhere(cx, shard, st, now, guard)
+            {
+                continue;
+            }
+            return Err(Error::KeyStoreFull {
+                max_keys: cx.max_keys,
+            });
+        }
+    }
+
+    /// At the bound: evicts the full buckets of this shard, else of the first other shard
+    /// (not busy) that has any. When every shard was scanned and none had a full bucket, the
+    /// earliest instant one can become full is recorded, so that new keys are refused in O(1)
+    /// until then.
+    fn evict_full_somewhere(
+        &self,
+        cx: &Ctx,
+        own: &Shard<K, W>,
+        st: &mut ShardState,
+        now: u64,
+        guard: &epoch::Guard,
+    ) -> bool {
+        let hint = cx.full_hint.load(Ordering::Acquire);
+        if hint != 0 && now < hint {
+            return false;
+        }
+        let (evicted, mut soonest) = self.sweep_locked(cx, own, st, now, guard);
+        if evicted > 0 {
+            return true;
+        }
+        let mut complete = true;
+        for other in self.shards.iter() {
+            if ptr::eq(&**other, own) {
+                continue;
+            }
+            let Some(mut ost) = sync::try_lock(&other.lock) else {
+                complete = false;
+                continue;
+            };
+            let (evicted, s) = self.sweep_locked(cx, other, &mut ost, now, guard);
+            if evicted > 0 {
+                return true;
+            }
+            soonest = soonest.min(s);
+        }
+        if complete {
+            // Only raise the hint if no insert lowered it meanwhile.
+            let _ = cx.full_hint.compare_exchange(
+                hint,
+                soonest.max(1),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+        false
+    }
+
+    /// Evicts the full buckets of one shard (lock held). Returns how many, and the earliest
+    /// instant a kept bucket becomes full (`u64::MAX` if none).
+    fn sweep_locked(
+        &self,
+        cx: &Ctx,
+        shard: &Shard<K, W>,
+        st: &mut ShardState,
+        now: u64,
+        guard: &epoch::Guard,
+    ) -> (usize, u64) {
+        let Some(t) = shard.table(guard) else {
+            return (0, u64::MAX);
+        };
+        let (mut evicted, mut soonest) = (0, u64::MAX);
+        // Raised before the first mark, so that whoever re-creates an evicted key (under this
+        // lock, or a peek that no longer finds it) reads it.
+        let raise = || {
+            cx.watermark.fetch_max(now, Ordering::AcqRel);
+        };
+        for e in t.slots.iter() {
+            if e.ctrl.load(Ordering::Relaxed) & LIVE == 0 {
+                continue;
+            }
+            match cell::evict_if_full::<W>(&e.word, &cx.algo, now, raise) {
+                Evict::Killed => {
+                    self.unlink(cx, e, st);
+                    evicted += 1;
+                }
+                Evict::Kept { full_in } => soonest = soonest.min(now.saturating_add(full_in)),
+                Evict::Dead => unreachable!("a linked bucket is live under the lock"),
+            }
+        }
+        (evicted, soonest)
+    }
+
+    /// Unlinks an entry whose word this lock holder just marked DEAD.
+    fn unlink(&self, cx: &Ctx, e: &Entry<K, W>, st: &mut ShardState) {
+        e.ctrl.store(TOMB, Ordering::Release);
+        st.live -= 1;
+        cx.len.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// [`OnFull::EvictFullest`]: evicts the bucket with the least `reset_after` among up to 32
+    /// live entries of this shard (or of the first other shard, not busy, that has some).
+    fn evict_fullest_somewhere(
+        &self,
+        cx: &Ctx,
+        own: &Shard<K, W>,
+        st: &mut ShardState,
+        now: u64,
+        guard: &epoch::Guard,
+    ) -> bool {
+        if self.evict_fullest_in(cx, own, st, now, guard) {
+            return true;
+        }
+        for other in self.shards.iter() {
+            if ptr::eq(&**other, own) {
+                continue;
+            }
+            if let Some(mut ost) = sync::try_lock(&other.lock) {
+                if self.evict_fullest_in(cx, other, &mut ost, now, guard) {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    fn evict_fullest_in(
+        &self,
+        cx: &Ctx,
+        shard: &Shard<K, W>,
+        st: &mut ShardState,
+        now: u64,
+        guard: &epoch::Guard,
+    ) -> bool {
+        const SAMPLE: usize = 32;
+        let Some(t) = shard.table(guard) else {
+            return false;
+        };
+        let cap = t.slots.len();
+        // A CAS can lose to a consume; each retry re-samples (a consume only delays fullness).
+        for _ in 0..4 {
+            if st.live == 0 {
+                return false;
+            }
+            let mut best: Option<(u64, &Entry<K, W>, W)> = None;
+            let (mut seen, mut i) = (0, st.cursor % cap);
+            for _ in 0..cap {
+                let e = &t.slots[i];
+                i = if i + 1 == cap { 0 } else { i + 1 };
+                if e.ctrl.load(Ordering::Relaxed) & LIVE == 0 {
+                    continue;
+                }
+                let w = W::load(&e.word);
+                let reset = cx.algo.decide(w.widen(), now, 0).0.reset_after_nanos();
+                if best.as_ref().map_or(true, |b| reset < b.0) {
+                    best = Some((reset, e, w));
+                }
+                seen += 1;
+                if seen == SAMPLE {
+                    break;
+                }
+            }
+            st.cursor = i;
+            if let Some((_, e, w)) = best {
+                cx.watermark.fetch_max(now, Ordering::AcqRel);
+                if cell::kill_from::<W>(&e.word, w) {
+                    self.unlink(cx, e, st);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Replaces the shard's table by one sized for its live entries (load about 0.7),
+    /// dropping the unlinked ones and, when that is lossless, the full ones.
+    fn rebuild(
+        &self,
+        cx: &Ctx,
+        shard: &Shard<K, W>,
+        st: &mut ShardState,
+        now: u64,
+        guard: &epoch::Guard,
+    ) {
+        if cx.lossless {
+            self.sweep_locked(cx, shard, st, now, guard);
+        }
+        let old = shard.table(guard);
+        let cap = ((st.live + 1) * 10 / 7 + 1).max(MIN_CAP);
+        let new = Table::<K, W>::new(cap);
+        if let Some(old) = old {
+            for e in old.slots.iter() {
+                let c = e.ctrl.load(Ordering::Relaxed);
+                if c & LIVE == 0 {
+                    continue;
+                }
+                // Freeze the bucket: consumers that lose to this swap retry under the lock,
+                // which we hold until the new table is published.
+                let state = cell::kill::<W>(&e.word)
+                    .unwrap_or_else(|| unreachable!("a linked bucket is live under the lock"));
+                // SAFETY: LIVE: the key is initialised. It is moved bitwise into the new table,
+                // which owns it from now on (the old slot becomes MOVED and is not dropped);
+                // readers pinned on the old table may still compare the old copy, whose heap
+                // parts stay alive until the new owner is dropped, which happens only through
+                // a later retire, after those readers unpin.
+                let key = unsafe { ptr::read((*e.key.get()).assume_init_ref()) };
+                let h = cx.hasher.hash_one(&key);
+                let mut i = new.home(h);
+                while new.slots[i].ctrl.load(Ordering::Relaxed) != EMPTY {
+                    i = if i + 1 == cap { 0 } else { i + 1 };
+                }
+                let ne = &new.slots[i];
+                // SAFETY: the new table is not published yet: we are its only user.
+                unsafe { (*ne.key.get()).write(key) };
+                W::store(&ne.word, state);
+                ne.ctrl.store(tag(h), Ordering::Relaxed);
+                e.ctrl.store(MOVED, Ordering::Release);
+            }
+        }
+        st.used = st.live;
+        st.cursor = 0;
+        let old_ptr = shard.table.swap(Box::into_raw(new), Ordering::AcqRel);
+        shard.retire(old_ptr, guard);
+    }
+
+    fn peek<Q>(&self, cx: &Ctx, h: u64, key: &Q, now: u64) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let shard = self.shard(cx, h);
+        let guard = epoch::pin();
+        if let Some(e) = shard.table(&guard).and_then(|t| t.find(h, key)) {
+            if let Some(d) = cell::acquire_live::<W>(&e.word, &cx.algo, now, 0) {
+                return d;
+            }
+            // DEAD: being unlinked; ask again once the lock holder is done.
+            let _st = sync::lock(&shard.lock);
+            if let Some(e) = shard.table(&guard).and_then(|t| t.find(h, key)) {
+                if let Some(d) = cell::acquire_live::<W>(&e.word, &cx.algo, now, 0) {
+                    return d;
+                }
+            }
+        }
+        let at = now.max(cx.watermark.load(Ordering::Acquire));
+        cx.algo.decide(cx.algo.fresh(at), now, 0).0
+    }
+
+    fn refund<Q>(&self, cx: &Ctx, h: u64, key: &Q, now: u64, cost: u64)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let shard = self.shard(cx, h);
+        let guard = epoch::pin();
+        let done = match shard.table(&guard).and_then(|t| t.find(h, key)) {
+            Some(e) => cell::refund_live::<W>(&e.word, &cx.algo, now, cost),
+            None => true, // absent: nothing to give back to
+        };
+        if !done {
+            let _st = sync::lock(&shard.lock);
+            if let Some(e) = shard.table(&guard).and_then(|t| t.find(h, key)) {
+                cell::refund_live::<W>(&e.word, &cx.algo, now, cost);
+            }
+        }
+        // A refund can make a bucket full sooner than the hint says.
+        if cx.full_hint.load(Ordering::Acquire) != 0 {
+            cx.full_hint.store(0, Ordering::Release);
+        }
+    }
+
+    fn remove<Q>(&self, cx: &Ctx, h: u64, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let shard = self.shard(cx, h);
+        let guard = epoch::pin();
+        let mut st = sync::lock(&shard.lock);
+        let Some(e) = shard.table(&guard).and_then(|t| t.find(h, key)) else {
+            return false;
+        };
+        if cell::kill::<W>(&e.word).is_none() {
+            unreachable!("a linked bucket is live under the lock");
+        }
+        self.unlink(cx, e, &mut st);
+        true
+    }
+
+    fn sweep(&self, cx: &Ctx, now: u64) -> usize {
+        let guard = epoch::pin();
+        let mut total = 0;
+        for shard in self.shards.iter() {
+            let mut st = sync::lock(&shard.lock);
+            total += self.sweep_locked(cx, shard, &mut st, now, &guard).0;
+            // Mostly tombstones: compact (and shrink) the table now rather than at the next
+            // insert, so that memory follows the number of keys.
+            if let Some(t) = shard.table(&guard) {
+                if t.slots.len() > MIN_CAP && st.live * 4 < st.used {
+                    self.rebuild(cx, shard, &mut st, now, &guard);
+                }
+            }
+        }
+        total
+    }
+
+    fn clear(&self, cx: &Ctx) {
+        let guard = epoch::pin();
+        for shard in self.shards.iter() {
+            let mut st = sync::lock(&shard.lock);
+            if let Some(t) = shard.table(&guard) {
+                for e in t.slots.iter() {
+                    if e.ctrl.load(Ordering::Relaxed) & LIVE != 0
+                        && cell::kill::<W>(&e.word).is_some()
+                    {
+                        self.unlink(cx, e, &mut st);
+                    }
+                }
+            }
+            let old = shard.table.swap(ptr::null_mut(), Ordering::AcqRel);
+            *st = ShardState::default();
+            shard.retire(old, &guard);
+        }
+    }
+
+    fn snapshot(&self, cx: &Ctx, now: u64) -> Vec<(K, Decision)>
+    where
+        K: Clone,
+    {
+        let guard = epoch::pin();
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let Some(t) = shard.table(&guard) else {
+                continue;
+            };
+            for e in t.slots.iter() {
+                if e.ctrl.load(Ordering::Acquire) & LIVE == 0 {
+                    continue;
+                }
+                let w = W::load(&e.word);
+                if w == W::DEAD {
+                    continue;
+                }
+                // SAFETY: LIVE control word loaded with Acquire: the key is initialised and
+                // stays readable while `guard` is held (see `Table::find`).
+                let k = unsafe { (*e.key.get()).assume_init_ref() }.clone();
+                out.push((k, cx.algo.decide(w.widen(), now, 0).0));
+            }
+        }
+        out
+    }
+
+    fn capacity(&self) -> usize {
+        let guard = epoch::pin();
+        self.shards
+            .iter()
+            .map(|s| s.table(&guard).map_or(0, |t| t.slots.len()))
+            .sum()
+    }
+}

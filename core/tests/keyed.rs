@@ -1,0 +1,266 @@
+//! Behaviour of `KeyedLimiter` under a manual clock (issue 3).
+
+#[path = "support/model.rs"]
+mod model;
+
+use model::Model;
+use sluicegate::{Error, KeyedLimiter, Limiter, ManualClock, OnFull, Quota};
+
+const S: u64 = 1_000_000_000;
+
+fn keyed<K: std::hash::Hash + Eq + Send + 'static>(
+    rate: &str,
+    clock: &ManualClock,
+) -> KeyedLimiter<K, ManualClock> {
+    KeyedLimiter::builder(rate.parse().unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn keys_have_independent_buckets_with_the_limiter_contract() {
+    let clock = ManualClock::new(5 * S);
+    let kl = keyed::<u64>("2/s; burst=3", &clock);
+    let single = Limiter::with_clock("2/s; burst=3".parse().unwrap(), clock.clone()).unwrap();
+    for _ in 0..4 {
+        assert_eq!(
+            kl.try_acquire(&7, 1).unwrap(),
+            single.try_acquire(1).unwrap()
+        );
+    }
+    // Key 8 is untouched by key 7's consumption.
+    assert_eq!(kl.try_acquire(&8, 3).unwrap().remaining(), 0);
+    let denied = kl.try_acquire(&7, 1).unwrap();
+    assert!(!denied.allowed());
+    assert_eq!(denied.retry_after_nanos(), S / 2);
+    assert_eq!(kl.len(), 2);
+    assert!(matches!(
+        kl.try_acquire(&9, 4),
+        Err(Error::InsufficientCapacity {
+            cost: 4,
+            capacity: 3
+        })
+    ));
+    // A cost above capacity never creates the key.
+    assert_eq!(kl.len(), 2);
+}
+
+#[test]
+fn byte_string_keys_are_looked_up_by_slice() {
+    let clock = ManualClock::new(0);
+    let boxed = keyed::<Box<[u8]>>("1/s", &clock);
+    assert!(boxed.try_acquire(b"alice".as_slice(), 1).unwrap().allowed());
+    assert!(!boxed.try_acquire(b"alice".as_slice(), 1).unwrap().allowed());
+    assert!(boxed.try_acquire(&b"bob"[..], 1).unwrap().allowed());
+    let vec = keyed::<Vec<u8>>("1/s", &clock);
+    assert!(vec.try_acquire(&[1u8, 2, 3][..], 1).unwrap().allowed());
+    assert!(!vec.try_acquire(&vec![1u8, 2, 3][..], 1).unwrap().allowed());
+    let strings = keyed::<String>("1/s", &clock);
+    assert!(strings.try_acquire("carol", 1).unwrap().allowed());
+    assert!(!strings.try_acquire("carol", 1).unwrap().allowed());
+    let mut snap = strings.snapshot();
+    snap.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(snap.len(), 1);
+    assert_eq!(snap[0].0, "carol");
+    assert_eq!(snap[0].1.remaining(), 0);
+}
+
+#[test]
+fn buckets_start_at_first_request_on_the_limiters_interval_grid() {
+    // Grid origin: the limiter's creation (t = 0.3 s); key created at 1.5 s.
+    let clock = ManualClock::new(3 * S / 10);
+    let kl = keyed::<u32>("4/s; burst=4; initial=1; refill=interval", &clock);
+    let mut m = Model::new_keyed(4, S, 4, 1, true, 3 * S / 10, 3 * S / 2);
+    for (t, c) in [
+        (3 * S / 2, 1),
+        (3 * S / 2, 1),
+        (2 * S, 2),
+        (2 * S + S / 2, 4),
+    ] {
+        let d = kl.try_acquire_at(&1, t, c).unwrap();
+        let o = m.acquire(t, c).unwrap();
+        assert_eq!(
+            (
+                d.allowed(),
+                d.remaining(),
+                d.retry_after_nanos(),
+                d.reset_after_nanos()
+            ),
+            (o.allowed, o.remaining, o.retry_after_ns, o.reset_after_ns),
+            "t={t} c={c}"
+        );
+    }
+}
+
+#[test]
+fn peek_does_not_create_and_refund_of_absent_key_is_a_no_op() {
+    let clock = ManualClock::new(0);
+    let kl = keyed::<u64>("1/s; burst=2; initial=0", &clock);
+    let d = kl.peek(&1).unwrap();
+    assert_eq!((d.allowed(), d.remaining()), (true, 0));
+    assert_eq!(d.reset_after_nanos(), 2 * S);
+    kl.refund(&1, 2).unwrap();
+    assert!(kl.is_empty());
+    clock.set(S);
+    // Created now, with initial = 0 tokens: the earlier peek did not anchor it.
+    assert!(!kl.try_acquire(&1, 1).unwrap().allowed());
+    kl.refund(&1, 1).unwrap();
+    assert!(kl.try_acquire(&1, 1).unwrap().allowed());
+}
+
+#[test]
+fn sweep_evicts_only_full_buckets() {
+    let clock = ManualClock::new(0);
+    let kl = keyed::<u64>("1/s; burst=2", &clock);
+    kl.try_acquire(&1, 1).unwrap();
+    kl.try_acquire(&2, 2).unwrap();
+    kl.try_acquire(&3, 0).unwrap(); // created full
+    assert_eq!(kl.len(), 3);
+    assert_eq!(kl.sweep(), 1);
+    assert_eq!(kl.len(), 2);
+    clock.set(S);
+    assert_eq!(kl.sweep(), 1); // key 1 is full again; key 2 has 1 token
+    clock.set(2 * S);
+    assert_eq!(kl.sweep(), 1);
+    assert!(kl.is_empty());
+    // Evicted keys come back as fresh buckets: indistinguishable (initial == burst).
+    assert_eq!(kl.try_acquire(&1, 2).unwrap().remaining(), 0);
+}
+
+#[test]
+fn eviction_with_initial_below_burst_is_conservative() {
+    let clock = ManualClock::new(0);
+    let kl = keyed::<u64>("1/s; burst=4; initial=1", &clock);
+    kl.try_acquire(&1, 1).unwrap();
+    clock.set(10 * S);
+    assert_eq!(kl.peek(&1).unwrap().remaining(), 4);
+    assert_eq!(kl.sweep(), 1);
+    // Re-created with `initial` tokens: fewer than the evicted bucket had, never more.
+    assert_eq!(kl.try_acquire(&1, 1).unwrap().remaining(), 0);
+}
+
+#[test]
+fn remove_clear_len_and_snapshot() {
+    let clock = ManualClock::new(0);
+    let kl = keyed::<u64>("1/s; burst=5", &clock);
+    for k in 0..100 {
+        kl.try_acquire(&k, 1 + k % 3).unwrap();
+    }
+    assert_eq!(kl.len(), 100);
+    assert!(kl.remove(&42));
+    assert!(!kl.remove(&42));
+    assert_eq!(kl.len(), 99);
+    assert_eq!(kl.peek(&42).unwrap().remaining(), 5);
+    let mut snap = kl.snapshot();
+    snap.sort_by_key(|e| e.0);
+    assert_eq!(snap.len(), 99);
+    for (k, d) in &snap {
+        assert_eq!(d.remaining(), 5 - (1 + k % 3), "key {k}");
+    }
+    kl.clear();
+    assert!(kl.is_empty());
+    assert!(kl.snapshot().is_empty());
+    assert_eq!(kl.try_acquire(&1, 5).unwrap().remaining(), 0);
+}
+
+#[test]
+fn many_distinct_keys_never_share_a_bucket() {
+    let clock = ManualClock::new(0);
+    let kl = keyed::<u64>("1/h; burst=3", &clock);
+    for k in 0..50_000u64 {
+        assert!(kl.try_acquire(&k, 3).unwrap().allowed(), "key {k}");
+    }
+    for k in 0..50_000u64 {
+        assert!(!kl.try_acquire(&k, 1).unwrap().allowed(), "key {k}");
+    }
+    assert_eq!(kl.len(), 50_000);
+}
+
+#[test]
+fn reject_new_keys_at_the_bound_unless_a_bucket_is_full() {
+    let clock = ManualClock::new(0);
+    let kl = KeyedLimiter::<u64, _>::builder("1/s; burst=2".parse().unwrap())
+        .max_keys(2)
+        .on_full(OnFull::RejectNewKeys)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    kl.try_acquire(&1, 1).unwrap();
+    kl.try_acquire(&2, 2).unwrap();
+    assert_eq!(
+        kl.try_acquire(&3, 1),
+        Err(Error::KeyStoreFull { max_keys: 2 })
+    );
+    assert_eq!(kl.try_acquire(&3, 1).unwrap_err().code(), "key_store_full");
+    // Existing keys still work at the bound.
+    assert!(kl.try_acquire(&1, 1).unwrap().allowed());
+    // At 2 s key 1 is full again (key 2 too): evicted to make room.
+    clock.set(2 * S);
+    assert!(kl.try_acquire(&3, 1).unwrap().allowed());
+    assert_eq!(kl.len(), 2);
+    // A refund that fills a bucket makes it evictable at once.
+    clock.set(2 * S + 1);
+    kl.try_acquire(&4, 1).unwrap();
+    assert_eq!(kl.len(), 2);
+    assert!(kl.try_acquire(&5, 1).is_err());
+    kl.refund(&4, 1).unwrap();
+    assert!(kl.try_acquire(&5, 1).unwrap().allowed());
+}
+
+#[test]
+fn evict_fullest_makes_room_for_new_keys() {
+    let clock = ManualClock::new(0);
+    let kl = KeyedLimiter::<u64, _>::builder("1/s; burst=10".parse().unwrap())
+        .max_keys(3)
+        .on_full(OnFull::EvictFullest)
+        .shards(1)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    kl.try_acquire(&1, 9).unwrap();
+    kl.try_acquire(&2, 1).unwrap(); // the fullest
+    kl.try_acquire(&3, 5).unwrap();
+    assert!(kl.try_acquire(&4, 1).unwrap().allowed());
+    assert_eq!(kl.len(), 3);
+    let mut keys: Vec<u64> = kl.snapshot().into_iter().map(|e| e.0).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, [1, 3, 4]);
+}
+
+#[test]
+fn builder_validates() {
+    let q: Quota = "1/s".parse().unwrap();
+    assert!(matches!(
+        KeyedLimiter::<u64>::builder(q).max_keys(0).build(),
+        Err(Error::InvalidQuota { .. })
+    ));
+    let kl = KeyedLimiter::<u64>::new(q);
+    assert_eq!(kl.max_keys(), sluicegate::DEFAULT_MAX_KEYS);
+    assert!(kl.try_acquire(&1, 1).unwrap().allowed());
+}
+
+#[test]
+fn growth_and_shrink_keep_every_bucket() {
+    let clock = ManualClock::new(0);
+    let kl = KeyedLimiter::<u64, _>::builder("1/h; burst=2".parse().unwrap())
+        .shards(2)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    for k in 0..10_000u64 {
+        kl.try_acquire(&k, 1 + (k & 1)).unwrap();
+    }
+    for k in (0..10_000u64).step_by(3) {
+        assert!(kl.remove(&k));
+    }
+    // Tombstones are compacted by a sweep (nothing is full after 0 s).
+    let cap_before = kl.capacity();
+    assert_eq!(kl.sweep(), 0);
+    assert!(kl.capacity() <= cap_before);
+    for k in 0..10_000u64 {
+        let d = kl.peek(&k).unwrap();
+        let want = if k % 3 == 0 { 2 } else { 1 - (k & 1) };
+        assert_eq!(d.remaining(), want, "key {k}");
+    }
+}
