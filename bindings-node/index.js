@@ -5,7 +5,7 @@
 
 const native = require('./native.js')
 
-const { check, decide, refund } = native
+const { check, decide, refund, keyedCheck, keyedDecide, keyedPeek, keyedRefund } = native
 
 // Decision figures written by the native `decide` (layout: src/hot.rs, mod slot).
 const F = new Float64Array(native.scratch)
@@ -291,8 +291,101 @@ class Limiter {
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// KeyedLimiter
+
+const ON_FULL = new Set(['reject', 'evict'])
+
+/**
+ * One bucket per key, in the core's lock-free sharded table, with a bound on the keys held.
+ * Keys: strings (UTF-8 bytes), Buffers and Uint8Arrays (bytes), integer numbers (decimal
+ * digits, so `42` and `"42"` share a bucket).
+ */
+class KeyedLimiter {
+  #h
+
+  /**
+   * @param quota a rate string or options object, as for `Limiter`
+   * @param options `{ clock?, maxKeys? (default 2^20), onFull?: 'reject' | 'evict', shards? }`
+   */
+  constructor(quota, options = {}) {
+    const clock = clockOf(options)
+    const { maxKeys, onFull, shards } = options
+    if (maxKeys !== undefined && !(Number.isInteger(maxKeys) && maxKeys >= 1 && maxKeys <= 0xffffffff)) {
+      throw invalidArg('maxKeys must be an integer between 1 and 2^32-1')
+    }
+    if (onFull !== undefined && !ON_FULL.has(onFull)) throw invalidArg('onFull must be "reject" or "evict"')
+    if (shards !== undefined && !(Number.isInteger(shards) && shards >= 1 && shards <= 4096)) {
+      throw invalidArg('shards must be an integer between 1 and 4096')
+    }
+    this.#h = native.keyedNew(toRate(quota), clock, maxKeys, onFull, shards)
+    release.register(this, this.#h)
+  }
+
+  /** Admits `cost` tokens of `key`'s bucket now? The fast path: a boolean. */
+  check(key, cost = 1) {
+    return keyedCheck(this.#h, key, cost)
+  }
+
+  /** Asks for `cost` tokens of `key`'s bucket now (creating it on first use): a `Decision`. */
+  tryAcquire(key, cost = 1) {
+    return readDecision(keyedDecide(this.#h, key, cost))
+  }
+
+  /** `key`'s state, changing nothing and creating no bucket. */
+  peek(key) {
+    return readDecision(keyedPeek(this.#h, key))
+  }
+
+  /** Gives `cost` tokens back to `key`'s bucket, capped at the burst. */
+  refund(key, cost = 1) {
+    keyedRefund(this.#h, key, cost)
+  }
+
+  /** As `Limiter#acquire`, for `key`: `acquire(key, cost?, { signal?, timeoutMs? })`. */
+  acquire(key, cost, options) {
+    try {
+      const [c, opts] = acquireOptions(cost, options)
+      return waitFor(() => this.tryAcquire(key, c), () => this.tryAcquire(key, c), opts)
+    } catch (e) {
+      return Promise.reject(e)
+    }
+  }
+
+  /** Forgets `key`'s bucket; whether it existed. */
+  remove(key) {
+    return native.keyedRemove(this.#h, key)
+  }
+
+  /** Evicts every bucket that is full now (it is indistinguishable from a new one); how many. */
+  sweep() {
+    return native.keyedSweep(this.#h)
+  }
+
+  /** Forgets every bucket. */
+  clear() {
+    native.keyedClear(this.#h)
+  }
+
+  /** Keys held now. */
+  get size() {
+    return native.keyedLen(this.#h)
+  }
+
+  /** The bound on keys held at once. */
+  get maxKeys() {
+    return native.keyedMaxKeys(this.#h)
+  }
+
+  /** The canonical rate string of this limiter's quota. */
+  get quota() {
+    return native.quotaOf(this.#h)
+  }
+}
+
 module.exports = {
   Limiter,
+  KeyedLimiter,
   Decision,
   ManualClock: native.ManualClock,
   canonicalQuota: (quota) => native.canonicalQuota(toRate(quota)),

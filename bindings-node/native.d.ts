@@ -14,6 +14,16 @@ export declare function refund(handle: number, cost: number | bigint): void
 export declare function checkNoop(handle: number, cost: number | bigint): boolean
 /** The floor of `decide`: the same conversions, no decision. */
 export declare function decideNoop(handle: number, cost: number | bigint): boolean
+/** `check` for a keyed limiter. */
+export declare function keyedCheck(handle: number, key: string | Uint8Array | number, cost: number | bigint): boolean
+/** `decide` for a keyed limiter. */
+export declare function keyedDecide(handle: number, key: string | Uint8Array | number, cost: number | bigint): boolean
+/** The key's state in `scratch`, changing nothing and creating no bucket. */
+export declare function keyedPeek(handle: number, key: string | Uint8Array | number): boolean
+/** `refund` for a keyed limiter. */
+export declare function keyedRefund(handle: number, key: string | Uint8Array | number, cost: number | bigint): void
+/** The floor of `keyedCheck`: the same conversions, no decision. */
+export declare function keyedCheckNoop(handle: number, key: string | Uint8Array | number, cost: number | bigint): boolean
 
 /**
  * Which binding artifact the generated loader actually loaded: `'native'` for
@@ -64,6 +74,28 @@ export declare function coreHeaders(handle: number, cost: unknown, style: string
 
 /** Whether the limiter's bucket is full now. */
 export declare function isFull(handle: number): boolean
+
+/** Forgets every bucket. */
+export declare function keyedClear(handle: number): void
+
+/** Keys held now. */
+export declare function keyedLen(handle: number): number
+
+/** The key bound. */
+export declare function keyedMaxKeys(handle: number): number
+
+/**
+ * Creates a keyed limiter; `maxKeys` bounds the keys held at once (default 2^20), `onFull`
+ * says what a new key meets at the bound when no bucket is full: `"reject"` (the default:
+ * `ERR_SLUICEGATE_KEY_STORE_FULL`) or `"evict"` (the bucket nearest to full is evicted).
+ */
+export declare function keyedNew(quota: string, clock?: ManualClock | undefined | null, maxKeys?: number | undefined | null, onFull?: string | undefined | null, shards?: number | undefined | null): number
+
+/** Forgets `key`'s bucket; whether it existed. */
+export declare function keyedRemove(handle: number, key: string | Uint8Array | number): boolean
+
+/** Evicts every bucket that is full now; how many. */
+export declare function keyedSweep(handle: number): number
 
 /**
  * Creates a limiter for `quota` (a rate string) on the system clock or `clock`; returns its

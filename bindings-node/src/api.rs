@@ -7,7 +7,7 @@ use crate::state::{self, AnyClock, Entry, EnvState};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use sluicegate::http::HeaderStyle;
-use sluicegate::{Limiter, MonotonicClock, Quota};
+use sluicegate::{KeyedLimiter, Limiter, MonotonicClock, OnFull, Quota};
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::Arc;
@@ -101,6 +101,95 @@ pub fn limiter_shared(env: Env, name: String, quota: String) -> std::result::Res
     env_state(&env)?.insert(entry)
 }
 
+/// Creates a keyed limiter; `maxKeys` bounds the keys held at once (default 2^20), `onFull`
+/// says what a new key meets at the bound when no bucket is full: `"reject"` (the default:
+/// `ERR_SLUICEGATE_KEY_STORE_FULL`) or `"evict"` (the bucket nearest to full is evicted).
+#[napi]
+pub fn keyed_new(
+    env: Env,
+    quota: String,
+    clock: Option<&ManualClock>,
+    max_keys: Option<u32>,
+    on_full: Option<String>,
+    shards: Option<u32>,
+) -> std::result::Result<u32, JsErr> {
+    let clock = match clock {
+        Some(c) => AnyClock::Manual(c.inner.clone()),
+        None => AnyClock::System(MonotonicClock::new()),
+    };
+    let mut b = KeyedLimiter::<Box<[u8]>>::builder(parse(&quota)?).clock(clock);
+    if let Some(n) = max_keys {
+        if n == 0 {
+            return Err(invalid_arg("maxKeys must be at least 1"));
+        }
+        b = b.max_keys(n as usize);
+    }
+    b = b.on_full(match on_full.as_deref() {
+        None | Some("reject") => OnFull::RejectNewKeys,
+        Some("evict") => OnFull::EvictFullest,
+        Some(other) => {
+            return Err(invalid_arg(format!(
+                "onFull must be \"reject\" or \"evict\", got {other:?}"
+            )))
+        }
+    });
+    if let Some(n) = shards {
+        b = b.shards(n as usize);
+    }
+    let limiter = b.build().map_err(from_core)?;
+    env_state(&env)?.insert(Arc::new(Entry::Keyed(limiter)))
+}
+
+fn key_op<R>(
+    env: &Env,
+    handle: u32,
+    key: &Unknown,
+    f: impl FnOnce(&state::Keyed, &[u8]) -> R,
+) -> std::result::Result<R, JsErr> {
+    env_state(env)?.with(handle, |e| {
+        let l = e.keyed()?;
+        // SAFETY: `key` is an argument of the running call; `f` runs core code only.
+        unsafe { crate::keys::with_key(key.env(), key.raw(), |k| f(l, k)) }
+    })?
+}
+
+/// Forgets `key`'s bucket; whether it existed.
+#[napi(ts_args_type = "handle: number, key: string | Uint8Array | number")]
+pub fn keyed_remove(env: Env, handle: u32, key: Unknown) -> std::result::Result<bool, JsErr> {
+    key_op(&env, handle, &key, |l, k| l.remove(k))
+}
+
+/// Evicts every bucket that is full now; how many.
+#[napi]
+pub fn keyed_sweep(env: Env, handle: u32) -> std::result::Result<u32, JsErr> {
+    env_state(&env)?.with(handle, |e| {
+        Ok(u32::try_from(e.keyed()?.sweep()).unwrap_or(u32::MAX))
+    })?
+}
+
+/// Forgets every bucket.
+#[napi]
+pub fn keyed_clear(env: Env, handle: u32) -> std::result::Result<(), JsErr> {
+    env_state(&env)?.with(handle, |e| {
+        e.keyed()?.clear();
+        Ok(())
+    })?
+}
+
+/// Keys held now.
+#[napi]
+pub fn keyed_len(env: Env, handle: u32) -> std::result::Result<u32, JsErr> {
+    env_state(&env)?.with(handle, |e| Ok(u32::try_from(e.keyed()?.len()).unwrap_or(u32::MAX)))?
+}
+
+/// The key bound.
+#[napi]
+pub fn keyed_max_keys(env: Env, handle: u32) -> std::result::Result<u32, JsErr> {
+    env_state(&env)?.with(handle, |e| {
+        Ok(u32::try_from(e.keyed()?.max_keys()).unwrap_or(u32::MAX))
+    })?
+}
+
 /// Frees a handle (the wrapper's `FinalizationRegistry` calls this).
 #[napi]
 pub fn release(env: Env, handle: u32) -> std::result::Result<(), JsErr> {
@@ -111,17 +200,13 @@ pub fn release(env: Env, handle: u32) -> std::result::Result<(), JsErr> {
 /// The canonical rate string of a limiter's quota.
 #[napi]
 pub fn quota_of(env: Env, handle: u32) -> std::result::Result<String, JsErr> {
-    env_state(&env)?.with(handle, |e| match e {
-        Entry::Single(l) => l.quota().to_string(),
-    })
+    env_state(&env)?.with(handle, |e| e.quota().to_string())
 }
 
 /// Whether the limiter's bucket is full now.
 #[napi]
 pub fn is_full(env: Env, handle: u32) -> std::result::Result<bool, JsErr> {
-    env_state(&env)?.with(handle, |e| match e {
-        Entry::Single(l) => l.is_full(),
-    })
+    env_state(&env)?.with(handle, |e| Ok(e.single()?.is_full()))?
 }
 
 /// The canonical form of a rate string (throws as `new Limiter` would).
@@ -157,9 +242,7 @@ pub fn core_headers(
 ) -> std::result::Result<(bool, Vec<Vec<String>>), JsErr> {
     let cost = u64_of(&cost, "cost")?;
     let style = style_of(&style)?;
-    let d = env_state(&env)?.with(handle, |e| match e {
-        Entry::Single(l) => l.try_acquire(cost).map_err(from_core),
-    })??;
+    let d = env_state(&env)?.with(handle, |e| e.single()?.try_acquire(cost).map_err(from_core))??;
     let fields = d
         .headers(style, &policy)
         .into_iter()

@@ -11,6 +11,7 @@
 
 use crate::args::{u64_arg, MAX_SAFE};
 use crate::errors::{from_core, invalid_arg, throw, JsErr};
+use crate::keys::with_key;
 use crate::state::{Entry, EnvState};
 use napi::sys;
 use sluicegate::Decision;
@@ -27,6 +28,11 @@ pub const EXPORTS: &[(&str, Cb)] = &[
     ("refund", refund),
     ("checkNoop", check_noop),
     ("decideNoop", decide_noop),
+    ("keyedCheck", keyed_check),
+    ("keyedDecide", keyed_decide),
+    ("keyedPeek", keyed_peek),
+    ("keyedRefund", keyed_refund),
+    ("keyedCheckNoop", keyed_check_noop),
 ];
 
 /// Slots of the scratch buffer, as f64 (exact integers up to 2^53) and as u64 from `EXACT`.
@@ -53,11 +59,11 @@ pub mod slot {
 
 struct Call {
     env: sys::napi_env,
-    argv: [sys::napi_value; 2],
+    argv: [sys::napi_value; 3],
     argc: usize,
 }
 
-/// Reads up to two arguments.
+/// Reads up to three arguments.
 ///
 /// # Safety
 /// `env` and `info` are the running callback's.
@@ -65,8 +71,8 @@ struct Call {
 unsafe fn call(env: sys::napi_env, info: sys::napi_callback_info) -> Call {
     let mut c = Call {
         env,
-        argv: [ptr::null_mut(); 2],
-        argc: 2,
+        argv: [ptr::null_mut(); 3],
+        argc: 3,
     };
     // SAFETY: `argv` has room for `argc` values; `this` and `data` are not requested.
     unsafe {
@@ -83,22 +89,44 @@ unsafe fn call(env: sys::napi_env, info: sys::napi_callback_info) -> Call {
 }
 
 impl Call {
-    /// The handle and the cost.
+    /// The handle (argument 0).
     #[inline(always)]
-    fn handle_cost(&self) -> Result<(u32, u64), JsErr> {
-        if self.argc < 2 {
-            return Err(invalid_arg("expected a handle and a cost"));
-        }
+    fn handle(&self) -> Result<u32, JsErr> {
         let mut h = 0u32;
-        // SAFETY: live env and argument of this callback; `h` is a valid out-pointer.
+        // SAFETY: live env and argument of this callback (`undefined` when absent); `h` is a
+        // valid out-pointer.
         if unsafe { sys::napi_get_value_uint32(self.env, self.argv[0], &mut h) }
             != sys::Status::napi_ok
         {
             return Err(invalid_arg("not a sluicegate handle"));
         }
+        Ok(h)
+    }
+
+    /// The cost (argument `i`).
+    #[inline(always)]
+    fn cost(&self, i: usize) -> Result<u64, JsErr> {
+        if self.argc <= i {
+            return Err(invalid_arg("expected a cost"));
+        }
         // SAFETY: live env and argument of this callback.
-        let cost = unsafe { u64_arg(self.env, self.argv[1], "cost") }?;
-        Ok((h, cost))
+        unsafe { u64_arg(self.env, self.argv[i], "cost") }
+    }
+
+    /// The handle and the cost.
+    #[inline(always)]
+    fn handle_cost(&self) -> Result<(u32, u64), JsErr> {
+        Ok((self.handle()?, self.cost(1)?))
+    }
+
+    /// Runs `f` with the key (argument 1) as bytes.
+    #[inline(always)]
+    fn key<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R, JsErr> {
+        if self.argc < 2 {
+            return Err(invalid_arg("expected a key"));
+        }
+        // SAFETY: live env and argument of this callback; callers' `f` runs core code only.
+        unsafe { with_key(self.env, self.argv[1], f) }
     }
 
     /// This environment's state.
@@ -141,9 +169,7 @@ fn guard(
 }
 
 fn decision_of(e: &Entry, cost: u64) -> Result<Decision, JsErr> {
-    match e {
-        Entry::Single(l) => l.try_acquire(cost).map_err(from_core),
-    }
+    e.single()?.try_acquire(cost).map_err(from_core)
 }
 
 /// Writes `d`'s figures to the scratch buffer.
@@ -210,9 +236,7 @@ unsafe extern "C" fn refund(env: sys::napi_env, info: sys::napi_callback_info) -
     let c = unsafe { call(env, info) };
     guard(env, || {
         let (h, cost) = c.handle_cost()?;
-        c.state()?.with(h, |e| match e {
-            Entry::Single(l) => l.refund(cost).map_err(from_core),
-        })??;
+        c.state()?.with(h, |e| e.single()?.refund(cost).map_err(from_core))??;
         Ok(ptr::null_mut())
     })
 }
@@ -240,5 +264,91 @@ unsafe extern "C" fn decide_noop(
     guard(env, || {
         let (h, cost) = c.handle_cost()?;
         Ok(c.boolean(u64::from(h) <= cost))
+    })
+}
+
+/// `keyedCheck(handle, key, cost) -> boolean`.
+unsafe extern "C" fn keyed_check(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: Node passes this callback's own env and info.
+    let c = unsafe { call(env, info) };
+    guard(env, || {
+        let (h, cost) = (c.handle()?, c.cost(2)?);
+        let d = c.state()?.with(h, |e| {
+            let l = e.keyed()?;
+            c.key(|k| l.try_acquire(k, cost).map_err(from_core))?
+        })??;
+        Ok(c.boolean(d.allowed()))
+    })
+}
+
+/// `keyedDecide(handle, key, cost) -> boolean`, figures in the scratch buffer.
+unsafe extern "C" fn keyed_decide(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: Node passes this callback's own env and info.
+    let c = unsafe { call(env, info) };
+    guard(env, || {
+        let (h, cost) = (c.handle()?, c.cost(2)?);
+        let state = c.state()?;
+        let d = state.with(h, |e| {
+            let l = e.keyed()?;
+            c.key(|k| l.try_acquire(k, cost).map_err(from_core))?
+        })??;
+        write_scratch(state, &d);
+        Ok(c.boolean(d.allowed()))
+    })
+}
+
+/// `keyedPeek(handle, key) -> true`, figures in the scratch buffer; creates no bucket.
+unsafe extern "C" fn keyed_peek(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: Node passes this callback's own env and info.
+    let c = unsafe { call(env, info) };
+    guard(env, || {
+        let h = c.handle()?;
+        let state = c.state()?;
+        let d = state.with(h, |e| {
+            let l = e.keyed()?;
+            c.key(|k| l.peek(k).map_err(from_core))?
+        })??;
+        write_scratch(state, &d);
+        Ok(c.boolean(d.allowed()))
+    })
+}
+
+/// `keyedRefund(handle, key, cost) -> undefined`.
+unsafe extern "C" fn keyed_refund(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: Node passes this callback's own env and info.
+    let c = unsafe { call(env, info) };
+    guard(env, || {
+        let (h, cost) = (c.handle()?, c.cost(2)?);
+        c.state()?.with(h, |e| {
+            let l = e.keyed()?;
+            c.key(|k| l.refund(k, cost).map_err(from_core))?
+        })??;
+        Ok(ptr::null_mut())
+    })
+}
+
+/// The floor of `keyedCheck`: the same conversions (key bytes included), no decision.
+unsafe extern "C" fn keyed_check_noop(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: Node passes this callback's own env and info.
+    let c = unsafe { call(env, info) };
+    guard(env, || {
+        let (h, cost) = (c.handle()?, c.cost(2)?);
+        let n = c.key(|k| k.len())?;
+        Ok(c.boolean(u64::from(h) + n as u64 <= cost))
     })
 }

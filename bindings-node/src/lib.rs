@@ -7,12 +7,14 @@
 //! * `hot.rs`: the per-request calls, hand-written against Node-API (see there why);
 //! * `api.rs`: construction, inspection and the `ManualClock` class, through `#[napi]`;
 //! * `state.rs`: per-environment handle slab and scratch buffer, shared-limiter registry;
-//! * `errors.rs`: the one core-error mapping; `args.rs`: number/BigInt conversion.
+//! * `errors.rs`: the one core-error mapping; `args.rs`: number/BigInt conversion;
+//!   `keys.rs`: keys (string, Buffer, integer) as bytes for the core's byte-key path.
 
 mod api;
 mod args;
 mod errors;
 mod hot;
+mod keys;
 mod state;
 
 use napi::bindgen_prelude::*;

@@ -14,3 +14,13 @@ export declare function refund(handle: number, cost: number | bigint): void
 export declare function checkNoop(handle: number, cost: number | bigint): boolean
 /** The floor of `decide`: the same conversions, no decision. */
 export declare function decideNoop(handle: number, cost: number | bigint): boolean
+/** `check` for a keyed limiter. */
+export declare function keyedCheck(handle: number, key: string | Uint8Array | number, cost: number | bigint): boolean
+/** `decide` for a keyed limiter. */
+export declare function keyedDecide(handle: number, key: string | Uint8Array | number, cost: number | bigint): boolean
+/** The key's state in `scratch`, changing nothing and creating no bucket. */
+export declare function keyedPeek(handle: number, key: string | Uint8Array | number): boolean
+/** `refund` for a keyed limiter. */
+export declare function keyedRefund(handle: number, key: string | Uint8Array | number, cost: number | bigint): void
+/** The floor of `keyedCheck`: the same conversions, no decision. */
+export declare function keyedCheckNoop(handle: number, key: string | Uint8Array | number, cost: number | bigint): boolean

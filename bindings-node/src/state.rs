@@ -8,7 +8,7 @@
 //! memory that is not a limiter.
 
 use crate::errors::{invalid_arg, JsErr};
-use sluicegate::{Clock, Limiter, ManualClock, MonotonicClock, Quota};
+use sluicegate::{Clock, KeyedLimiter, Limiter, ManualClock, MonotonicClock, Quota};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -32,10 +32,44 @@ impl Clock for AnyClock {
     }
 }
 
+/// A keyed limiter over byte keys: strings are keyed by their UTF-8 bytes, Buffers and
+/// Uint8Arrays by their bytes, integer numbers by their decimal digits (see `keys.rs`).
+pub type Keyed = KeyedLimiter<Box<[u8]>, AnyClock>;
+
 /// What a handle names.
 pub enum Entry {
     /// One bucket.
     Single(Limiter<AnyClock>),
+    /// One bucket per key.
+    Keyed(Keyed),
+}
+
+impl Entry {
+    /// The single limiter, or an `ERR_SLUICEGATE_INVALID_ARG` error.
+    #[inline]
+    pub fn single(&self) -> Result<&Limiter<AnyClock>, JsErr> {
+        match self {
+            Entry::Single(l) => Ok(l),
+            Entry::Keyed(_) => Err(invalid_arg("expected a Limiter handle, got a KeyedLimiter's")),
+        }
+    }
+
+    /// The keyed limiter, or an `ERR_SLUICEGATE_INVALID_ARG` error.
+    #[inline]
+    pub fn keyed(&self) -> Result<&Keyed, JsErr> {
+        match self {
+            Entry::Keyed(l) => Ok(l),
+            Entry::Single(_) => Err(invalid_arg("expected a KeyedLimiter handle, got a Limiter's")),
+        }
+    }
+
+    /// The quota either kind enforces.
+    pub fn quota(&self) -> &Quota {
+        match self {
+            Entry::Single(l) => l.quota(),
+            Entry::Keyed(l) => l.quota(),
+        }
+    }
 }
 
 /// Words in the scratch buffer: see `SCRATCH_*` and `index.js`'s reader.
@@ -112,11 +146,10 @@ pub fn shared(name: &str, quota: Quota) -> Result<Arc<Entry>, JsErr> {
     // poisoned lock is still consistent.
     let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(e) = map.get(name) {
-        let Entry::Single(l) = &**e;
-        if *l.quota() != quota {
+        if *e.quota() != quota {
             return Err(invalid_arg(format!(
                 "shared limiter {name:?} already exists with quota \"{}\", not \"{quota}\"",
-                l.quota()
+                e.quota()
             )));
         }
         return Ok(e.clone());
