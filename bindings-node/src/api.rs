@@ -179,7 +179,9 @@ pub fn keyed_clear(env: Env, handle: u32) -> std::result::Result<(), JsErr> {
 /// Keys held now.
 #[napi]
 pub fn keyed_len(env: Env, handle: u32) -> std::result::Result<u32, JsErr> {
-    env_state(&env)?.with(handle, |e| Ok(u32::try_from(e.keyed()?.len()).unwrap_or(u32::MAX)))?
+    env_state(&env)?.with(handle, |e| {
+        Ok(u32::try_from(e.keyed()?.len()).unwrap_or(u32::MAX))
+    })?
 }
 
 /// The key bound.
@@ -242,7 +244,8 @@ pub fn core_headers(
 ) -> std::result::Result<(bool, Vec<Vec<String>>), JsErr> {
     let cost = u64_of(&cost, "cost")?;
     let style = style_of(&style)?;
-    let d = env_state(&env)?.with(handle, |e| e.single()?.try_acquire(cost).map_err(from_core))??;
+    let d =
+        env_state(&env)?.with(handle, |e| e.single()?.try_acquire(cost).map_err(from_core))??;
     let fields = d
         .headers(style, &policy)
         .into_iter()
@@ -266,7 +269,12 @@ pub fn core_decision_ns(iterations: u32, allow: bool) -> std::result::Result<f64
     let start = std::time::Instant::now();
     let mut admitted = 0u64;
     for _ in 0..iterations {
-        admitted += u64::from(std::hint::black_box(&l).try_acquire(1).map_err(from_core)?.allowed());
+        admitted += u64::from(
+            std::hint::black_box(&l)
+                .try_acquire(1)
+                .map_err(from_core)?
+                .allowed(),
+        );
     }
     std::hint::black_box(admitted);
     Ok(start.elapsed().as_nanos() as f64 / f64::from(iterations.max(1)))

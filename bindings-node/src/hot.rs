@@ -136,7 +136,9 @@ impl Call {
         // SAFETY: live env; `data` is a valid out-pointer.
         unsafe { sys::napi_get_instance_data(self.env, &mut data) };
         if data.is_null() {
-            return Err(invalid_arg("sluicegate is not initialised in this environment"));
+            return Err(invalid_arg(
+                "sluicegate is not initialised in this environment",
+            ));
         }
         // SAFETY: the only instance data this addon sets is a `Box<EnvState>` (`lib.rs`),
         // freed only when the environment is torn down, after its last callback.
@@ -194,8 +196,10 @@ fn write_scratch(state: &EnvState, d: &Decision) {
         f.add(slot::REMAINING).write(remaining as f64);
         f.add(slot::RETRY_NS).write(retry as f64);
         f.add(slot::RESET_NS).write(reset as f64);
-        f.add(slot::RETRY_MS).write(retry.div_ceil(1_000_000) as f64);
-        f.add(slot::RESET_MS).write(reset.div_ceil(1_000_000) as f64);
+        f.add(slot::RETRY_MS)
+            .write(retry.div_ceil(1_000_000) as f64);
+        f.add(slot::RESET_MS)
+            .write(reset.div_ceil(1_000_000) as f64);
         f.add(slot::WINDOW_S).write(d.window_secs() as f64);
         f.add(slot::INEXACT).write(if inexact { 1.0 } else { 0.0 });
         if inexact {
@@ -236,7 +240,8 @@ unsafe extern "C" fn refund(env: sys::napi_env, info: sys::napi_callback_info) -
     let c = unsafe { call(env, info) };
     guard(env, || {
         let (h, cost) = c.handle_cost()?;
-        c.state()?.with(h, |e| e.single()?.refund(cost).map_err(from_core))??;
+        c.state()?
+            .with(h, |e| e.single()?.refund(cost).map_err(from_core))??;
         Ok(ptr::null_mut())
     })
 }

@@ -35,7 +35,9 @@ pub unsafe fn with_key<R>(
             let mut buf = [0u8; STACK];
             let mut len = 0usize;
             // SAFETY: `buf` has room for STACK bytes including the NUL Node-API writes.
-            unsafe { sys::napi_get_value_string_utf8(env, v, buf.as_mut_ptr().cast(), STACK, &mut len) };
+            unsafe {
+                sys::napi_get_value_string_utf8(env, v, buf.as_mut_ptr().cast(), STACK, &mut len)
+            };
             if len < STACK - 1 {
                 return Ok(f(&buf[..len]));
             }
@@ -46,7 +48,13 @@ pub unsafe fn with_key<R>(
             let mut written = 0usize;
             // SAFETY: `heap` has room for `len` bytes and the NUL.
             unsafe {
-                sys::napi_get_value_string_utf8(env, v, heap.as_mut_ptr().cast(), len + 1, &mut written)
+                sys::napi_get_value_string_utf8(
+                    env,
+                    v,
+                    heap.as_mut_ptr().cast(),
+                    len + 1,
+                    &mut written,
+                )
             };
             Ok(f(&heap[..written]))
         }
@@ -93,7 +101,9 @@ pub unsafe fn with_key<R>(
                     // SAFETY: Node-API reports `len` bytes at `data`, alive while the array
                     // is (it is an argument of the running call) and not moved or written
                     // while `f` runs, since `f` calls no JavaScript.
-                    return Ok(f(unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) }));
+                    return Ok(f(unsafe {
+                        std::slice::from_raw_parts(data.cast::<u8>(), len)
+                    }));
                 }
             }
             Err(invalid_arg(

@@ -10,6 +10,9 @@
 //! * `errors.rs`: the one core-error mapping; `args.rs`: number/BigInt conversion;
 //!   `keys.rs`: keys (string, Buffer, integer) as bytes for the core's byte-key path.
 
+// Under `cargo test` napi-rs registers nothing, so the exported functions look unused.
+#![cfg_attr(test, allow(dead_code))]
+
 mod api;
 mod args;
 mod errors;
@@ -46,48 +49,44 @@ pub fn init(mut exports: Object, env: Env) -> Result<()> {
     let state = Box::into_raw(Box::new(state::EnvState::new()));
     // SAFETY: `state` is a live heap allocation that `finalize_state` frees; this addon sets
     // no other instance data (napi-rs leaves the slot to the addon).
-    check(
-        unsafe {
-            sys::napi_set_instance_data(raw_env, state.cast(), Some(finalize_state), ptr::null_mut())
-        },
-        "napi_set_instance_data",
-    )?;
+    let status = unsafe {
+        sys::napi_set_instance_data(raw_env, state.cast(), Some(finalize_state), ptr::null_mut())
+    };
+    check(status, "napi_set_instance_data")?;
     let mut buf = ptr::null_mut();
     // SAFETY: the scratch words live in the `EnvState` (a separate heap block that never
     // moves) until the environment is torn down, when no JavaScript can read the buffer;
     // no finalizer, because the state owns the memory.
-    check(
-        unsafe {
-            sys::napi_create_external_arraybuffer(
-                raw_env,
-                (*state).scratch.as_mut_ptr().cast(),
-                state::SCRATCH_WORDS * 8,
-                None,
-                ptr::null_mut(),
-                &mut buf,
-            )
-        },
-        "napi_create_external_arraybuffer",
-    )?;
+    let status = unsafe {
+        sys::napi_create_external_arraybuffer(
+            raw_env,
+            (*state).scratch.as_mut_ptr().cast(),
+            state::SCRATCH_WORDS * 8,
+            None,
+            ptr::null_mut(),
+            &mut buf,
+        )
+    };
+    check(status, "napi_create_external_arraybuffer")?;
     // SAFETY: `buf` was just created in this env.
-    exports.set_named_property("scratch", unsafe { Unknown::from_raw_unchecked(raw_env, buf) })?;
+    exports.set_named_property("scratch", unsafe {
+        Unknown::from_raw_unchecked(raw_env, buf)
+    })?;
     for (name, cb) in hot::EXPORTS {
         let mut f = ptr::null_mut();
         // SAFETY: `name` is valid UTF-8 of the given length; `cb` is an `extern "C"` callback
         // with Node-API's signature.
-        check(
-            unsafe {
-                sys::napi_create_function(
-                    raw_env,
-                    name.as_ptr().cast(),
-                    name.len() as isize,
-                    Some(*cb),
-                    ptr::null_mut(),
-                    &mut f,
-                )
-            },
-            "napi_create_function",
-        )?;
+        let status = unsafe {
+            sys::napi_create_function(
+                raw_env,
+                name.as_ptr().cast(),
+                name.len() as isize,
+                Some(*cb),
+                ptr::null_mut(),
+                &mut f,
+            )
+        };
+        check(status, "napi_create_function")?;
         // SAFETY: `f` was just created in this env.
         exports.set_named_property(name, unsafe { Unknown::from_raw_unchecked(raw_env, f) })?;
     }

@@ -50,7 +50,9 @@ impl Entry {
     pub fn single(&self) -> Result<&Limiter<AnyClock>, JsErr> {
         match self {
             Entry::Single(l) => Ok(l),
-            Entry::Keyed(_) => Err(invalid_arg("expected a Limiter handle, got a KeyedLimiter's")),
+            Entry::Keyed(_) => Err(invalid_arg(
+                "expected a Limiter handle, got a KeyedLimiter's",
+            )),
         }
     }
 
@@ -59,7 +61,9 @@ impl Entry {
     pub fn keyed(&self) -> Result<&Keyed, JsErr> {
         match self {
             Entry::Keyed(l) => Ok(l),
-            Entry::Single(_) => Err(invalid_arg("expected a KeyedLimiter handle, got a Limiter's")),
+            Entry::Single(_) => Err(invalid_arg(
+                "expected a KeyedLimiter handle, got a Limiter's",
+            )),
         }
     }
 
