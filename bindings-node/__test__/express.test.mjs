@@ -1,0 +1,94 @@
+// The Express middleware over real HTTP on 127.0.0.1.
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import express from 'express'
+import rateLimit from '../express.mjs'
+import { KeyedLimiter, ManualClock } from '../index.mjs'
+
+async function serve(middleware, t) {
+  const app = express()
+  app.set('trust proxy', false)
+  app.use(middleware)
+  app.get('/', (req, res) => res.json({ remaining: req.rateLimit.remaining }))
+  app.use((err, _req, res, _next) => res.status(500).json({ code: err.code }))
+  const server = await new Promise((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s))
+  })
+  t.after(() => new Promise((r) => server.close(r)))
+  const base = `http://127.0.0.1:${server.address().port}`
+  return (path = '/', init) => fetch(base + path, init)
+}
+
+test('429 with Retry-After once over the limit; draft-6 and legacy headers by default', async (t) => {
+  const get = await serve(rateLimit({ limit: 2, windowMs: 60_000 }), t)
+  const a = await get()
+  assert.equal(a.status, 200)
+  assert.deepEqual(await a.json(), { remaining: 1 })
+  assert.equal(a.headers.get('ratelimit-limit'), '2')
+  assert.equal(a.headers.get('ratelimit-remaining'), '1')
+  assert.equal(a.headers.get('ratelimit-policy'), '2;w=60')
+  assert.equal(a.headers.get('x-ratelimit-limit'), '2')
+  assert.equal(a.headers.get('retry-after'), null)
+  assert.equal((await get()).status, 200)
+  const c = await get()
+  assert.equal(c.status, 429)
+  assert.equal(c.headers.get('retry-after'), '30')
+  assert.equal(await c.text(), 'Too many requests, please try again later.')
+})
+
+test('standardHeaders draft-7 and draft-8, legacyHeaders off', async (t) => {
+  const get7 = await serve(rateLimit({ quota: '10/s; burst=5', standardHeaders: 'draft-7', legacyHeaders: false }), t)
+  const r7 = await get7()
+  assert.equal(r7.headers.get('ratelimit'), 'limit=5, remaining=4, reset=1')
+  assert.equal(r7.headers.get('x-ratelimit-limit'), null)
+  const get8 = await serve(rateLimit({ quota: '10/s; burst=5', standardHeaders: 'draft-8', policy: 'api', legacyHeaders: false }), t)
+  const r8 = await get8()
+  assert.equal(r8.headers.get('ratelimit-policy'), '"api";q=5;w=1')
+  assert.equal(r8.headers.get('ratelimit'), '"api";r=4;t=1')
+  const none = await serve(rateLimit({ standardHeaders: false, legacyHeaders: false }), t)
+  assert.equal((await none()).headers.get('ratelimit-limit'), null)
+})
+
+test('keyGenerator, skip, cost and handler', async (t) => {
+  const clock = new ManualClock(0)
+  const limiter = new KeyedLimiter('1/h; burst=3', { clock })
+  const get = await serve(
+    rateLimit({
+      limiter,
+      keyGenerator: (req) => req.get('x-user') ?? 'anon',
+      skip: async (req) => req.path === '/health',
+      cost: (req) => Number(req.get('x-cost') ?? 1),
+      handler: (req, res) => res.status(503).json({ retry: req.rateLimit.retryAfterMs }),
+    }),
+    t,
+  )
+  const as = (user, cost = 1) => get('/', { headers: { 'x-user': user, 'x-cost': String(cost) } })
+  assert.equal((await as('a', 3)).status, 200)
+  const denied = await as('a')
+  assert.equal(denied.status, 503)
+  assert.deepEqual(await denied.json(), { retry: 3_600_000 })
+  assert.equal((await as('b')).status, 200, 'another key has its own bucket')
+  assert.equal((await get('/health', { headers: { 'x-user': 'a' } })).status, 404, 'skipped: not counted, falls through')
+  assert.equal((await as('c', 4)).status, 500, 'cost above the burst is an error passed to next()')
+  clock.advance(3_600_000_000_000n)
+  assert.equal((await as('a')).status, 200)
+})
+
+test('async keyGenerator and resetKey', async (t) => {
+  const mw = rateLimit({ limit: 1, keyGenerator: async () => 'same' })
+  const get = await serve(mw, t)
+  assert.equal((await get()).status, 200)
+  assert.equal((await get()).status, 429)
+  assert.equal(mw.resetKey('same'), true)
+  assert.equal((await get()).status, 200)
+})
+
+test('bad options throw at construction', () => {
+  const bad = (o) => assert.throws(() => rateLimit(o), (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG')
+  bad({ standardHeaders: 'draft-9' })
+  bad({ keyGenerator: 'ip' })
+  bad({ skip: true })
+  bad({ max: 5 })
+  bad(null)
+  assert.throws(() => rateLimit({ limit: 0 }), (e) => e.code === 'ERR_SLUICEGATE_INVALID_QUOTA')
+})

@@ -1,0 +1,57 @@
+import type { Decision, KeyedLimiter, Quota } from './index'
+
+/** The request, response and next function of Express (structural, so `express` is not a dependency). */
+export interface Request { ip?: string; [key: string]: any }
+export interface Response { status(code: number): Response; send(body?: any): any; set(fields: Record<string, string>): any; [key: string]: any }
+export type NextFunction = (err?: unknown) => void
+
+export type Key = string | Uint8Array | number
+
+export interface Options {
+  /** The quota as a rate string or options object (overrides `limit`/`windowMs`/`burst`). */
+  quota?: Quota
+  /** Requests per window (default 5). */
+  limit?: number
+  /** The window in milliseconds (default 60 000). */
+  windowMs?: number
+  /** The bucket's capacity (default `limit`). */
+  burst?: number
+  /** The client's key (default `req.ip`); may return a promise. */
+  keyGenerator?: (req: Request, res: Response) => Key | Promise<Key>
+  /** Requests for which it returns true are not counted; may return a promise. */
+  skip?: (req: Request, res: Response) => boolean | Promise<boolean>
+  /** Runs when a request is over the quota (default: `statusCode` and `message`). */
+  handler?: (req: Request, res: Response, next: NextFunction, options: Options) => unknown
+  /** `RateLimit*` fields: `'draft-6'` (default, also `true`), `'draft-7'`, `'draft-8'`, or `false`. */
+  standardHeaders?: boolean | 'draft-6' | 'draft-7' | 'draft-8'
+  /** `X-RateLimit-*` fields (default true). */
+  legacyHeaders?: boolean
+  /** Tokens a request costs (default 1), or a function of the request. */
+  cost?: number | ((req: Request, res: Response) => number)
+  /** Status of a rejected request (default 429). */
+  statusCode?: number
+  /** Body of a rejected request. */
+  message?: unknown
+  /** The policy name in draft-8 (IETF) fields (default `"default"`). */
+  policy?: string
+  /** The most clients held at once (default 2^20). */
+  maxKeys?: number
+  /** At the bound: `'evict'` the client nearest to full (default) or `'reject'` new clients (an error to `next`). */
+  onFull?: 'evict' | 'reject'
+  /** Use this limiter (e.g. one shared between routes) instead of creating one. */
+  limiter?: KeyedLimiter
+  /** The request property the decision is stored in (default `"rateLimit"`). */
+  requestPropertyName?: string
+}
+
+export interface RateLimitMiddleware {
+  (req: Request, res: Response, next: NextFunction): void
+  /** The limiter holding every client's bucket. */
+  readonly limiter: KeyedLimiter
+  /** Forgets a client's bucket. */
+  resetKey(key: Key): boolean
+}
+
+export declare function rateLimit(options?: Options): RateLimitMiddleware
+export default rateLimit
+export type { Decision }

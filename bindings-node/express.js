@@ -1,0 +1,104 @@
+'use strict'
+// Express middleware: `rateLimit(options)`, with the options express-rate-limit users know
+// where they make sense. One KeyedLimiter (bounded memory) holds every client's bucket.
+
+const { KeyedLimiter, _internal } = require('./index.js')
+
+const { invalidArg } = _internal
+const STYLES = { 'draft-6': 'draft-6', 'draft-7': 'draft-7', 'draft-8': 'draft-8' }
+const OPTIONS = new Set([
+  'quota', 'limit', 'windowMs', 'burst', 'keyGenerator', 'skip', 'handler', 'standardHeaders',
+  'legacyHeaders', 'cost', 'statusCode', 'message', 'policy', 'maxKeys', 'onFull', 'limiter',
+  'requestPropertyName',
+])
+
+const defaultKey = (req) => req.ip ?? req.socket?.remoteAddress ?? ''
+
+function defaultHandler(req, res, _next, options) {
+  const { message, statusCode } = options
+  res.status(statusCode)
+  if (typeof message === 'function') return res.send(message(req, res))
+  return res.send(message)
+}
+
+const isThenable = (v) => v !== null && typeof v === 'object' && typeof v.then === 'function'
+
+/**
+ * A rate-limiting middleware: 429 with `Retry-After` when a client is over its quota.
+ * See express.d.ts for the options.
+ */
+function rateLimit(options = {}) {
+  if (options === null || typeof options !== 'object') throw invalidArg('options must be an object')
+  for (const k of Object.keys(options)) {
+    if (!OPTIONS.has(k)) throw invalidArg(`unknown rateLimit option ${JSON.stringify(k)}`)
+  }
+  const opts = {
+    limit: 5,
+    windowMs: 60_000,
+    keyGenerator: defaultKey,
+    handler: defaultHandler,
+    standardHeaders: 'draft-6',
+    legacyHeaders: true,
+    cost: 1,
+    statusCode: 429,
+    message: 'Too many requests, please try again later.',
+    policy: 'default',
+    onFull: 'evict',
+    requestPropertyName: 'rateLimit',
+    ...options,
+  }
+  let style = opts.standardHeaders
+  if (style === true) style = 'draft-6'
+  else if (style === false) style = null
+  else if (STYLES[style] === undefined) throw invalidArg('standardHeaders must be true, false, "draft-6", "draft-7" or "draft-8"')
+  const legacy = Boolean(opts.legacyHeaders)
+  for (const f of ['keyGenerator', 'handler']) {
+    if (typeof opts[f] !== 'function') throw invalidArg(`${f} must be a function`)
+  }
+  if (opts.skip !== undefined && typeof opts.skip !== 'function') throw invalidArg('skip must be a function')
+  const limiter =
+    opts.limiter ??
+    new KeyedLimiter(
+      opts.quota ?? { limit: opts.limit, windowMs: opts.windowMs, ...(opts.burst === undefined ? {} : { burst: opts.burst }) },
+      { maxKeys: opts.maxKeys, onFull: opts.onFull },
+    )
+  const { cost, policy, requestPropertyName: prop } = opts
+  const costOf = typeof cost === 'function' ? cost : () => cost
+
+  function decide(req, res, next, key) {
+    const d = limiter.tryAcquire(key, costOf(req, res))
+    req[prop] = d
+    if (style !== null) res.set(d.headers(style, policy))
+    if (legacy) res.set(d.headers('legacy', policy))
+    if (d.allowed) return next()
+    return opts.handler(req, res, next, opts)
+  }
+
+  function withKey(req, res, next) {
+    const key = opts.keyGenerator(req, res)
+    if (isThenable(key)) return key.then((k) => decide(req, res, next, k)).catch(next)
+    return decide(req, res, next, key)
+  }
+
+  const middleware = function sluicegateRateLimit(req, res, next) {
+    try {
+      if (opts.skip !== undefined) {
+        const s = opts.skip(req, res)
+        if (isThenable(s)) {
+          return s.then((yes) => (yes ? next() : withKey(req, res, next))).catch(next)
+        }
+        if (s) return next()
+      }
+      return withKey(req, res, next)
+    } catch (err) {
+      return next(err)
+    }
+  }
+  middleware.limiter = limiter
+  middleware.resetKey = (key) => limiter.remove(key)
+  return middleware
+}
+
+module.exports = rateLimit
+module.exports.rateLimit = rateLimit
+module.exports.default = rateLimit

@@ -1,0 +1,124 @@
+// Public types of the `sluicegate` package. The native layer's types are generated into
+// native.d.ts by `napi build` (drift-checked by __test__/dts.test.mjs); this file describes
+// the JavaScript classes index.js builds over it.
+
+import { ManualClock } from './native'
+export { ManualClock }
+
+/** An integer that is a `number` while it is a safe integer, else a `bigint` (exact). */
+export type Int = number | bigint
+
+/** A quota as an options object (`rate`/`limit` tokens per `periodMs`/`windowMs`/`periodNs`). */
+export interface QuotaOptions {
+  rate?: Int
+  limit?: Int
+  periodMs?: Int
+  windowMs?: Int
+  periodNs?: Int
+  /** The bucket's capacity (default: the rate). */
+  burst?: Int
+  /** Tokens at creation (default: the burst). */
+  initial?: Int
+  refill?: 'continuous' | 'interval'
+}
+
+/** A rate string (`"10/s; burst=50"`, `"100 per minute"`) or a `QuotaOptions` object. */
+export type Quota = string | QuotaOptions
+
+export type HeaderStyle = 'ietf' | 'draft-6' | 'draft-7' | 'draft-8' | 'legacy' | 'none'
+
+/** The outcome of a request. A rejection is `allowed: false`, never an error. */
+export declare class Decision {
+  readonly allowed: boolean
+  /** The bucket's capacity. */
+  readonly limit: Int
+  /** Whole tokens left after this decision. */
+  readonly remaining: Int
+  /** Milliseconds until the same request would be admitted (0 when allowed), rounded up. */
+  readonly retryAfterMs: number
+  /** Milliseconds until the bucket is full (0 when full), rounded up. */
+  readonly resetAfterMs: number
+  /** The exact wait in nanoseconds. */
+  readonly retryAfterNs: Int
+  /** The exact time to full in nanoseconds. */
+  readonly resetAfterNs: Int
+  /** The policy window in seconds (`w` of `RateLimit-Policy`). */
+  readonly windowSeconds: number
+  /** The HTTP response fields, `{ name: value }`; `Retry-After` on every rejection. */
+  headers(style?: HeaderStyle, policy?: string): Record<string, string>
+}
+
+export interface AcquireOptions {
+  /** Rejects with `signal.reason` when aborted. */
+  signal?: AbortSignal
+  /** Rejects with `code: 'ERR_SLUICEGATE_TIMEOUT'` when admission cannot happen in time. */
+  timeoutMs?: number
+}
+
+export interface LimiterOptions {
+  /** Read this clock instead of the system's monotonic clock. */
+  clock?: ManualClock
+}
+
+/** One lock-free token bucket. */
+export declare class Limiter {
+  constructor(quota: Quota, options?: LimiterOptions)
+  /** The limiter named `name` in this process: the same bucket in every worker thread. */
+  static shared(name: string, quota: Quota): Limiter
+  /** The fast path: admitted or not, no figures. */
+  check(cost?: Int): boolean
+  tryAcquire(cost?: Int): Decision
+  /** The state now, changing nothing. */
+  peek(): Decision
+  refund(cost?: Int): void
+  /** Resolves once admitted (timers, not a busy loop). */
+  acquire(options?: AcquireOptions): Promise<Decision>
+  acquire(cost?: Int, options?: AcquireOptions): Promise<Decision>
+  isFull(): boolean
+  /** The canonical rate string. */
+  readonly quota: string
+}
+
+/** A string (UTF-8 bytes), Buffer/Uint8Array (bytes) or safe-integer number (decimal digits). */
+export type Key = string | Uint8Array | number
+
+export interface KeyedLimiterOptions extends LimiterOptions {
+  /** The most keys held at once (default 2^20). */
+  maxKeys?: number
+  /** At the bound with no full bucket: `'reject'` new keys (default) or `'evict'` the nearest to full. */
+  onFull?: 'reject' | 'evict'
+  /** Shards of the table (1-4096, default 64). */
+  shards?: number
+}
+
+/** One bucket per key, bounded, lock-free on lookups. */
+export declare class KeyedLimiter {
+  constructor(quota: Quota, options?: KeyedLimiterOptions)
+  check(key: Key, cost?: Int): boolean
+  tryAcquire(key: Key, cost?: Int): Decision
+  /** The key's state, changing nothing and creating no bucket. */
+  peek(key: Key): Decision
+  refund(key: Key, cost?: Int): void
+  acquire(key: Key, options?: AcquireOptions): Promise<Decision>
+  acquire(key: Key, cost?: Int, options?: AcquireOptions): Promise<Decision>
+  remove(key: Key): boolean
+  /** Evicts every bucket that is full now; how many. */
+  sweep(): number
+  clear(): void
+  readonly size: number
+  readonly maxKeys: number
+  readonly quota: string
+}
+
+/** The canonical rate string of a quota (throws as `new Limiter` would). */
+export declare function canonicalQuota(quota: Quota): string
+
+/** Every `code` a sluicegate error carries. */
+export type ErrorCode =
+  | 'ERR_SLUICEGATE_INVALID_QUOTA'
+  | 'ERR_SLUICEGATE_PARSE'
+  | 'ERR_SLUICEGATE_INSUFFICIENT_CAPACITY'
+  | 'ERR_SLUICEGATE_CLOCK_OUT_OF_RANGE'
+  | 'ERR_SLUICEGATE_KEY_STORE_FULL'
+  | 'ERR_SLUICEGATE_INVALID_ARG'
+  | 'ERR_SLUICEGATE_TIMEOUT'

@@ -1,0 +1,307 @@
+//! The calls made once per limiter (construction, inspection, release) and the manual clock:
+//! plain `#[napi]` functions, where convenience beats nanoseconds.
+
+use crate::args::u64_arg;
+use crate::errors::{from_core, invalid_arg, JsErr};
+use crate::state::{self, AnyClock, Entry, EnvState};
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+use sluicegate::http::HeaderStyle;
+use sluicegate::{KeyedLimiter, Limiter, MonotonicClock, OnFull, Quota};
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::Arc;
+
+fn env_state(env: &Env) -> std::result::Result<&EnvState, JsErr> {
+    let mut data: *mut c_void = ptr::null_mut();
+    // SAFETY: `env` is the running call's; `data` is a valid out-pointer.
+    unsafe { sys::napi_get_instance_data(env.raw(), &mut data) };
+    if data.is_null() {
+        return Err(invalid_arg(
+            "sluicegate is not initialised in this environment",
+        ));
+    }
+    // SAFETY: the only instance data this addon sets is a `Box<EnvState>`, alive until the
+    // environment is torn down (after its last call).
+    Ok(unsafe { &*data.cast::<EnvState>() })
+}
+
+fn parse(quota: &str) -> std::result::Result<Quota, JsErr> {
+    quota.parse::<Quota>().map_err(from_core)
+}
+
+fn u64_of(v: &Unknown, what: &str) -> std::result::Result<u64, JsErr> {
+    // SAFETY: `v` is an argument of the running call, in its env.
+    unsafe { u64_arg(v.env(), v.raw(), what) }
+}
+
+/// A clock that moves only when told to, for tests and simulations. Readings are integer
+/// nanoseconds (`bigint` or safe-integer `number` in, `bigint` out).
+#[napi]
+pub struct ManualClock {
+    inner: sluicegate::ManualClock,
+}
+
+#[napi]
+impl ManualClock {
+    /// A clock reading `startNs` (default 0).
+    #[napi(constructor, ts_args_type = "startNs?: bigint | number")]
+    pub fn new(start_ns: Option<Unknown>) -> std::result::Result<Self, JsErr> {
+        let start = match start_ns {
+            Some(v) if !matches!(v.get_type(), Ok(ValueType::Undefined)) => u64_of(&v, "startNs")?,
+            _ => 0,
+        };
+        Ok(Self {
+            inner: sluicegate::ManualClock::new(start),
+        })
+    }
+
+    /// Sets the reading (it may go backwards: limiters clamp).
+    #[napi(ts_args_type = "ns: bigint | number")]
+    pub fn set(&self, ns: Unknown) -> std::result::Result<(), JsErr> {
+        self.inner.set(u64_of(&ns, "ns")?);
+        Ok(())
+    }
+
+    /// Moves the reading forward by `ns` nanoseconds (saturating).
+    #[napi(ts_args_type = "ns: bigint | number")]
+    pub fn advance(&self, ns: Unknown) -> std::result::Result<(), JsErr> {
+        self.inner.advance_nanos(u64_of(&ns, "ns")?);
+        Ok(())
+    }
+
+    /// The reading, in nanoseconds.
+    #[napi]
+    pub fn now(&self) -> BigInt {
+        BigInt::from(sluicegate::Clock::now(&self.inner))
+    }
+}
+
+/// Creates a limiter for `quota` (a rate string) on the system clock or `clock`; returns its
+/// handle in this environment.
+#[napi]
+pub fn limiter_new(
+    env: Env,
+    quota: String,
+    clock: Option<&ManualClock>,
+) -> std::result::Result<u32, JsErr> {
+    let clock = match clock {
+        Some(c) => AnyClock::Manual(c.inner.clone()),
+        None => AnyClock::System(MonotonicClock::new()),
+    };
+    let limiter = Limiter::with_clock(parse(&quota)?, clock).map_err(from_core)?;
+    env_state(&env)?.insert(Arc::new(Entry::Single(limiter)))
+}
+
+/// The limiter named `name` in this process (created with `quota` on first use, on the system
+/// clock); every worker thread that asks for the name gets the same bucket.
+#[napi]
+pub fn limiter_shared(env: Env, name: String, quota: String) -> std::result::Result<u32, JsErr> {
+    let entry = state::shared(&name, parse(&quota)?)?;
+    env_state(&env)?.insert(entry)
+}
+
+/// Creates a keyed limiter; `maxKeys` bounds the keys held at once (default 2^20), `onFull`
+/// says what a new key meets at the bound when no bucket is full: `"reject"` (the default:
+/// `ERR_SLUICEGATE_KEY_STORE_FULL`) or `"evict"` (the bucket nearest to full is evicted).
+#[napi]
+pub fn keyed_new(
+    env: Env,
+    quota: String,
+    clock: Option<&ManualClock>,
+    max_keys: Option<u32>,
+    on_full: Option<String>,
+    shards: Option<u32>,
+) -> std::result::Result<u32, JsErr> {
+    let clock = match clock {
+        Some(c) => AnyClock::Manual(c.inner.clone()),
+        None => AnyClock::System(MonotonicClock::new()),
+    };
+    let mut b = KeyedLimiter::<Box<[u8]>>::builder(parse(&quota)?).clock(clock);
+    if let Some(n) = max_keys {
+        if n == 0 {
+            return Err(invalid_arg("maxKeys must be at least 1"));
+        }
+        b = b.max_keys(n as usize);
+    }
+    b = b.on_full(match on_full.as_deref() {
+        None | Some("reject") => OnFull::RejectNewKeys,
+        Some("evict") => OnFull::EvictFullest,
+        Some(other) => {
+            return Err(invalid_arg(format!(
+                "onFull must be \"reject\" or \"evict\", got {other:?}"
+            )))
+        }
+    });
+    if let Some(n) = shards {
+        b = b.shards(n as usize);
+    }
+    let limiter = b.build().map_err(from_core)?;
+    env_state(&env)?.insert(Arc::new(Entry::Keyed(limiter)))
+}
+
+fn key_op<R>(
+    env: &Env,
+    handle: u32,
+    key: &Unknown,
+    f: impl FnOnce(&state::Keyed, &[u8]) -> R,
+) -> std::result::Result<R, JsErr> {
+    env_state(env)?.with(handle, |e| {
+        let l = e.keyed()?;
+        // SAFETY: `key` is an argument of the running call; `f` runs core code only.
+        unsafe { crate::keys::with_key(key.env(), key.raw(), |k| f(l, k)) }
+    })?
+}
+
+/// Forgets `key`'s bucket; whether it existed.
+#[napi(ts_args_type = "handle: number, key: string | Uint8Array | number")]
+pub fn keyed_remove(env: Env, handle: u32, key: Unknown) -> std::result::Result<bool, JsErr> {
+    key_op(&env, handle, &key, |l, k| l.remove(k))
+}
+
+/// Evicts every bucket that is full now; how many.
+#[napi]
+pub fn keyed_sweep(env: Env, handle: u32) -> std::result::Result<u32, JsErr> {
+    env_state(&env)?.with(handle, |e| {
+        Ok(u32::try_from(e.keyed()?.sweep()).unwrap_or(u32::MAX))
+    })?
+}
+
+/// Forgets every bucket.
+#[napi]
+pub fn keyed_clear(env: Env, handle: u32) -> std::result::Result<(), JsErr> {
+    env_state(&env)?.with(handle, |e| {
+        e.keyed()?.clear();
+        Ok(())
+    })?
+}
+
+/// Keys held now.
+#[napi]
+pub fn keyed_len(env: Env, handle: u32) -> std::result::Result<u32, JsErr> {
+    env_state(&env)?.with(handle, |e| {
+        Ok(u32::try_from(e.keyed()?.len()).unwrap_or(u32::MAX))
+    })?
+}
+
+/// The key bound.
+#[napi]
+pub fn keyed_max_keys(env: Env, handle: u32) -> std::result::Result<u32, JsErr> {
+    env_state(&env)?.with(handle, |e| {
+        Ok(u32::try_from(e.keyed()?.max_keys()).unwrap_or(u32::MAX))
+    })?
+}
+
+/// Frees a handle (the wrapper's `FinalizationRegistry` calls this).
+#[napi]
+pub fn release(env: Env, handle: u32) -> std::result::Result<(), JsErr> {
+    env_state(&env)?.release(handle);
+    Ok(())
+}
+
+/// The canonical rate string of a limiter's quota.
+#[napi]
+pub fn quota_of(env: Env, handle: u32) -> std::result::Result<String, JsErr> {
+    env_state(&env)?.with(handle, |e| e.quota().to_string())
+}
+
+/// Whether the limiter's bucket is full now.
+#[napi]
+pub fn is_full(env: Env, handle: u32) -> std::result::Result<bool, JsErr> {
+    env_state(&env)?.with(handle, |e| Ok(e.single()?.is_full()))?
+}
+
+/// The canonical form of a rate string (throws as `new Limiter` would).
+#[napi]
+pub fn canonical_quota(quota: String) -> std::result::Result<String, JsErr> {
+    Ok(parse(&quota)?.to_string())
+}
+
+fn style_of(style: &str) -> std::result::Result<HeaderStyle, JsErr> {
+    Ok(match style {
+        "ietf" | "draft-8" => HeaderStyle::Ietf,
+        "draft-6" => HeaderStyle::Draft6,
+        "draft-7" => HeaderStyle::Draft7,
+        "legacy" => HeaderStyle::Legacy,
+        "none" => HeaderStyle::None,
+        other => {
+            return Err(invalid_arg(format!(
+                "unknown header style {other:?} (ietf, draft-6, draft-7, draft-8, legacy, none)"
+            )))
+        }
+    })
+}
+
+/// One request rendered by the core's own `Decision::headers` (used by the tests to pin the
+/// JavaScript renderer to the core's): `[allowed, [[name, value], ...]]`.
+#[napi(ts_return_type = "[boolean, Array<[string, string]>]")]
+pub fn core_headers(
+    env: Env,
+    handle: u32,
+    cost: Unknown,
+    style: String,
+    policy: String,
+) -> std::result::Result<(bool, Vec<Vec<String>>), JsErr> {
+    let cost = u64_of(&cost, "cost")?;
+    let style = style_of(&style)?;
+    let d =
+        env_state(&env)?.with(handle, |e| e.single()?.try_acquire(cost).map_err(from_core))??;
+    let fields = d
+        .headers(style, &policy)
+        .into_iter()
+        .map(|(k, v)| vec![k.to_string(), v])
+        .collect();
+    Ok((d.allowed(), fields))
+}
+
+/// Nanoseconds per `try_acquire` of the Rust core alone (system clock, one bucket), over
+/// `iterations` calls: the "Rust decision" term of the benchmark's floor. `allow` picks an
+/// admitting quota, else a rejecting one.
+#[napi]
+pub fn core_decision_ns(iterations: u32, allow: bool) -> std::result::Result<f64, JsErr> {
+    let quota = if allow {
+        "1000000000/ms"
+    } else {
+        "1/h; burst=1; initial=0"
+    };
+    let l = Limiter::with_clock(parse(quota)?, AnyClock::System(MonotonicClock::new()))
+        .map_err(from_core)?;
+    let start = std::time::Instant::now();
+    let mut admitted = 0u64;
+    for _ in 0..iterations {
+        admitted += u64::from(
+            std::hint::black_box(&l)
+                .try_acquire(1)
+                .map_err(from_core)?
+                .allowed(),
+        );
+    }
+    std::hint::black_box(admitted);
+    Ok(start.elapsed().as_nanos() as f64 / f64::from(iterations.max(1)))
+}
+
+/// Benchmark floor: an empty `#[napi]` class method of the `check` shape.
+#[napi]
+pub struct NoopLimiter {}
+
+#[napi]
+impl NoopLimiter {
+    /// An object with one empty method.
+    #[napi(constructor)]
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        Self {}
+    }
+
+    /// Does nothing with `cost`.
+    #[napi]
+    pub fn check(&self, cost: f64) -> bool {
+        cost >= 0.0
+    }
+}
+
+/// Benchmark floor: an empty `#[napi]` function of the `check` shape.
+#[napi]
+pub fn noop_napi_check(handle: u32, cost: f64) -> bool {
+    f64::from(handle) <= cost
+}

@@ -1,0 +1,40 @@
+//! Conversions of JavaScript arguments, with one error for every wrong type or value.
+
+use crate::errors::{invalid_arg, JsErr};
+use napi::sys;
+
+/// `Number.MAX_SAFE_INTEGER`: larger numbers are not exact integers in a double.
+pub const MAX_SAFE: f64 = 9_007_199_254_740_991.0;
+
+/// A non-negative integer given as a safe-integer `number` or a `BigInt` within `u64`.
+///
+/// # Safety
+/// `env` and `v` must belong to the callback currently running on this thread.
+#[inline]
+pub unsafe fn u64_arg(env: sys::napi_env, v: sys::napi_value, what: &str) -> Result<u64, JsErr> {
+    let mut f = 0f64;
+    // SAFETY: live env and value (caller's contract); `f` is a valid out-pointer. A non-number
+    // yields a status, not a pending exception.
+    if unsafe { sys::napi_get_value_double(env, v, &mut f) } == sys::Status::napi_ok {
+        // NaN fails both comparisons.
+        if (0.0..=MAX_SAFE).contains(&f) && f.fract() == 0.0 {
+            return Ok(f as u64);
+        }
+        return Err(invalid_arg(format!(
+            "{what} must be a non-negative safe integer or a BigInt, got {f}"
+        )));
+    }
+    let (mut x, mut lossless) = (0u64, false);
+    // SAFETY: as above; a non-BigInt yields a status, not an exception.
+    if unsafe { sys::napi_get_value_bigint_uint64(env, v, &mut x, &mut lossless) }
+        == sys::Status::napi_ok
+    {
+        if lossless {
+            return Ok(x);
+        }
+        return Err(invalid_arg(format!(
+            "{what} must be a BigInt between 0 and 2^64-1"
+        )));
+    }
+    Err(invalid_arg(format!("{what} must be a number or a BigInt")))
+}

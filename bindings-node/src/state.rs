@@ -1,0 +1,166 @@
+//! Per-environment state (a slab of handles and the decision scratch buffer), the clock choice,
+//! and the process-wide registry of named shared limiters.
+//!
+//! JavaScript holds a limiter as a small integer: its slot in the slab of the environment
+//! (main thread or worker) that created it. A number crosses the Node-API boundary faster
+//! than an `External` (whose type must be checked on every call to be safe), and a forged or
+//! stale number can only name another live limiter of the same environment or none: never
+//! memory that is not a limiter.
+
+use crate::errors::{invalid_arg, JsErr};
+use sluicegate::{Clock, KeyedLimiter, Limiter, ManualClock, MonotonicClock, Quota};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The clock a limiter reads, chosen at run time.
+#[derive(Clone, Debug)]
+pub enum AnyClock {
+    /// The core's default TSC clock.
+    System(MonotonicClock),
+    /// A clock set by hand from JavaScript (`ManualClock`).
+    Manual(ManualClock),
+}
+
+impl Clock for AnyClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        match self {
+            AnyClock::System(c) => c.now(),
+            AnyClock::Manual(c) => c.now(),
+        }
+    }
+}
+
+/// A keyed limiter over byte keys: strings are keyed by their UTF-8 bytes, Buffers and
+/// Uint8Arrays by their bytes, integer numbers by their decimal digits (see `keys.rs`).
+pub type Keyed = KeyedLimiter<Box<[u8]>, AnyClock>;
+
+/// What a handle names.
+pub enum Entry {
+    /// One bucket.
+    Single(Limiter<AnyClock>),
+    /// One bucket per key.
+    Keyed(Keyed),
+}
+
+impl Entry {
+    /// The single limiter, or an `ERR_SLUICEGATE_INVALID_ARG` error.
+    #[inline]
+    pub fn single(&self) -> Result<&Limiter<AnyClock>, JsErr> {
+        match self {
+            Entry::Single(l) => Ok(l),
+            Entry::Keyed(_) => Err(invalid_arg(
+                "expected a Limiter handle, got a KeyedLimiter's",
+            )),
+        }
+    }
+
+    /// The keyed limiter, or an `ERR_SLUICEGATE_INVALID_ARG` error.
+    #[inline]
+    pub fn keyed(&self) -> Result<&Keyed, JsErr> {
+        match self {
+            Entry::Keyed(l) => Ok(l),
+            Entry::Single(_) => Err(invalid_arg(
+                "expected a KeyedLimiter handle, got a Limiter's",
+            )),
+        }
+    }
+
+    /// The quota either kind enforces.
+    pub fn quota(&self) -> &Quota {
+        match self {
+            Entry::Single(l) => l.quota(),
+            Entry::Keyed(l) => l.quota(),
+        }
+    }
+}
+
+/// Words in the scratch buffer: see `SCRATCH_*` and `index.js`'s reader.
+pub const SCRATCH_WORDS: usize = 16;
+
+/// One environment's state, owned by Node-API instance data (freed when the env is torn down).
+pub struct EnvState {
+    slab: RefCell<Slab>,
+    /// Decision fields written by the hot calls, read by JavaScript through a `Float64Array`
+    /// and a `BigUint64Array` over the same memory (an external `ArrayBuffer`).
+    pub scratch: Box<[u64; SCRATCH_WORDS]>,
+}
+
+#[derive(Default)]
+struct Slab {
+    slots: Vec<Option<Arc<Entry>>>,
+    free: Vec<u32>,
+}
+
+impl EnvState {
+    /// An empty slab and a zeroed scratch buffer.
+    pub fn new() -> Self {
+        Self {
+            slab: RefCell::new(Slab::default()),
+            scratch: Box::new([0; SCRATCH_WORDS]),
+        }
+    }
+
+    /// Stores `entry` and returns its handle.
+    pub fn insert(&self, entry: Arc<Entry>) -> Result<u32, JsErr> {
+        let mut slab = self.slab.borrow_mut();
+        if let Some(h) = slab.free.pop() {
+            slab.slots[h as usize] = Some(entry);
+            return Ok(h);
+        }
+        let h = u32::try_from(slab.slots.len())
+            .map_err(|_| invalid_arg("too many live limiters in this thread"))?;
+        slab.slots.push(Some(entry));
+        Ok(h)
+    }
+
+    /// Runs `f` on the entry `h` names.
+    #[inline]
+    pub fn with<R>(&self, h: u32, f: impl FnOnce(&Entry) -> R) -> Result<R, JsErr> {
+        let slab = self.slab.borrow();
+        match slab.slots.get(h as usize) {
+            Some(Some(e)) => Ok(f(e)),
+            _ => Err(invalid_arg("not a live sluicegate handle")),
+        }
+    }
+
+    /// Frees the slot `h` (called by the JavaScript wrapper's `FinalizationRegistry`).
+    pub fn release(&self, h: u32) {
+        let mut slab = self.slab.borrow_mut();
+        if let Some(slot) = slab.slots.get_mut(h as usize) {
+            if slot.take().is_some() {
+                slab.free.push(h);
+            }
+        }
+    }
+}
+
+impl Default for EnvState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Named limiters shared by every environment (main thread and workers) of the process.
+pub fn shared(name: &str, quota: Quota) -> Result<Arc<Entry>, JsErr> {
+    static SHARED: OnceLock<Mutex<HashMap<String, Arc<Entry>>>> = OnceLock::new();
+    let map = SHARED.get_or_init(Default::default);
+    // A panic while the lock is held cannot leave the map half-written (one insert), so a
+    // poisoned lock is still consistent.
+    let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(e) = map.get(name) {
+        if *e.quota() != quota {
+            return Err(invalid_arg(format!(
+                "shared limiter {name:?} already exists with quota \"{}\", not \"{quota}\"",
+                e.quota()
+            )));
+        }
+        return Ok(e.clone());
+    }
+    let limiter = Limiter::with_clock(quota, AnyClock::System(MonotonicClock::new()))
+        .map_err(crate::errors::from_core)?;
+    let e = Arc::new(Entry::Single(limiter));
+    map.insert(name.to_owned(), e.clone());
+    Ok(e)
+}

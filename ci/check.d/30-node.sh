@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Node bindings (bindings-node/): build, the node:test suites, and the two ways a user installs
+# the package: `npm install ./bindings-node` and the tarball `npm pack` makes, each into a
+# fresh project in a temporary folder, each building the addon from source with cargo.
+# Needs Rust and Node 20+ (npm); installs nothing outside the repository and the temp folder.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+repo=$(pwd)
+export npm_config_audit=false npm_config_fund=false npm_config_update_notifier=false
+# Builds from tarballs and temp projects share the workspace's compiled dependencies.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}"
+
+cd bindings-node
+npm ci --ignore-scripts
+npm run build   # napi build: the addon, and native.js + native.d.ts (drift-checked by the tests)
+node --test __test__/
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+smoke='
+const { Limiter, KeyedLimiter } = require("sluicegate");
+const rateLimit = require("sluicegate/express");
+const l = new Limiter("10/s; burst=2");
+if (!l.tryAcquire().allowed || !l.check() || l.tryAcquire().allowed) throw new Error("limiter");
+if (!new KeyedLimiter("1/s").check("k") || typeof rateLimit !== "function") throw new Error("exports");
+import("sluicegate").then((m) => { if (m.Limiter !== Limiter) throw new Error("esm"); console.log("install ok:", process.argv[1]) });
+'
+
+echo "==> npm install ./bindings-node (built from source) into a new project"
+mkdir "$tmp/from-dir" && cd "$tmp/from-dir"
+npm init -y >/dev/null
+SLUICEGATE_BUILD_FROM_SOURCE=1 npm install "$repo/bindings-node"
+node -e "$smoke" from-dir
+
+echo "==> npm pack, then install the tarball (built from source) into a new project"
+cd "$repo/bindings-node"
+tarball=$(npm pack --pack-destination "$tmp" | tail -n 1)
+[ ! -e rust ] || { echo "postpack left bindings-node/rust behind"; exit 1; }
+if tar -tzf "$tmp/$tarball" | grep -q '\.node$'; then echo "the tarball must not ship a binary"; exit 1; fi
+mkdir "$tmp/from-tgz" && cd "$tmp/from-tgz"
+npm init -y >/dev/null
+npm install "$tmp/$tarball"
+node -e "$smoke" from-tarball
