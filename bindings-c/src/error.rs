@@ -129,15 +129,13 @@ pub(crate) fn fail(code: sg_result, detail: fmt::Arguments<'_>) -> sg_result {
 #[cold]
 #[inline(never)]
 pub(crate) fn from_core(e: Error) -> sg_result {
-    // The core's enum is `#[non_exhaustive]`, so a wildcard arm is mandatory from this crate:
-    // it maps to SG_ERR_OTHER with the full text, and the test suite names every known variant.
+    // Exhaustive, no wildcard: a new core variant does not compile until it is mapped here.
     let code = match e {
         Error::InvalidQuota { .. } => SG_ERR_INVALID_QUOTA,
         Error::Parse { .. } => SG_ERR_PARSE,
         Error::InsufficientCapacity { .. } => SG_ERR_INSUFFICIENT_CAPACITY,
         Error::ClockOutOfRange { .. } => SG_ERR_CLOCK_OUT_OF_RANGE,
         Error::KeyStoreFull { .. } => SG_ERR_KEY_STORE_FULL,
-        _ => SG_ERR_OTHER,
     };
     fail(code, format_args!("{e}"))
 }

@@ -123,9 +123,8 @@ pub(crate) fn to_py(err: Error) -> PyErr {
 fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
     let e = exceptions(py)?;
     let mut attrs: Vec<(&str, Py<PyAny>)> = Vec::new();
-    // `Error` is `#[non_exhaustive]` and lives in another crate, so Rust demands a wildcard arm;
-    // it maps a variant added to the core later to the base class (with its own `code`), and
-    // tests/test_errors.py pins every variant known today to its class.
+    // Exhaustive, no wildcard arm: a variant added to the core does not compile until it is
+    // mapped here; tests/test_errors.py pins every variant to its class.
     let ty = match err {
         Error::InvalidQuota { .. } => &e.invalid_quota,
         Error::Parse {
@@ -153,7 +152,6 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
             attrs.push(("max_keys", max_keys.into_pyobject(py)?.into_any().unbind()));
             &e.key_store_full
         }
-        _ => &e.base,
     };
     let exc = ty.bind(py).call1((err.to_string(),))?;
     exc.setattr("code", err.code())?;

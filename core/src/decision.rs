@@ -48,6 +48,28 @@ impl Decision {
         }
     }
 
+    /// A decision from its exact figures (nanoseconds), e.g. to render HTTP fields for figures
+    /// that crossed a language boundary. `window_s` is the policy window in whole seconds.
+    pub const fn from_figures(
+        allowed: bool,
+        limit: u64,
+        remaining: u64,
+        retry_after_ns: u64,
+        reset_after_ns: u64,
+        window_s: u64,
+    ) -> Self {
+        Self::from_parts(
+            allowed,
+            limit,
+            remaining,
+            1,
+            retry_after_ns,
+            reset_after_ns,
+            1,
+            window_s,
+        )
+    }
+
     /// Whether the request was admitted.
     #[inline]
     pub const fn allowed(&self) -> bool {

@@ -4,8 +4,10 @@ use core::fmt;
 
 /// Misuse, or a request that can never succeed. A rate-limit rejection is not an error: it is
 /// a [`Decision`](crate::Decision) with `allowed() == false`.
+///
+/// The enum is deliberately exhaustive: every binding maps it in one `match` with no wildcard
+/// arm, so adding a variant is a compile error in each binding until it is mapped there.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Error {
     /// A quota parameter is out of its domain (zero rate, zero burst, initial above burst,
     /// arithmetic that would overflow).
