@@ -119,6 +119,13 @@ def machine():
     }
 
 
+def loadavg():
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
 def ordered(names, order):
     known = [n for n in order if n in names]
     return known + sorted(n for n in names if n not in order)
@@ -128,10 +135,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--criterion", default="target/criterion")
     ap.add_argument("--mem", default="target/bench/mem.jsonl")
+    ap.add_argument("--callgrind", default="target/bench/callgrind.jsonl")
     ap.add_argument("--extra", default="target/bench/extra")
     ap.add_argument("--out", default="BENCHMARKS.md")
     ap.add_argument("--since", type=float, default=0.0)
     ap.add_argument("--mode", default="full")
+    ap.add_argument("--load-start", default=None, help="/proc/loadavg when the run started")
     args = ap.parse_args()
 
     r = load(args.criterion, args.since)
@@ -154,6 +163,8 @@ def main():
         ["rustc", m["rustc"]],
         ["commit", m["commit"]],
         ["date", m["date"]],
+        ["load average (1/5/15 min)", f"{args.load_start or '?'} at the start, {loadavg()} at the end"
+         " (other jobs on the machine add noise; compare ratios, not absolute times)"],
         ["mode", args.mode + (" (BENCH_QUICK=1: short measurements, read the ratios loosely)"
                               if args.mode == "quick" else "")],
     ]))
@@ -188,7 +199,7 @@ def main():
     rows.append(target("2 threads, allow: aggregate ≥ 1.4× governor's",
                        fmt_ratio(sh_gov2, sh_ours2), None if x is None else x >= 1.4))
     x = None if rej1 is None or rej2 is None else (2 / rej2) / (1 / rej1)
-    rows.append(target("2 threads, reject: rejections scale (aggregate 2 threads / 1 thread)",
+    rows.append(target("2 threads, reject: rejections scale (2-thread / 1-thread aggregate ≥ 1.6×)",
                        "—" if x is None else f"{x:.2f}×", None if x is None else x >= 1.6))
     rows.append(target("keyed: ≤ 0.6× governor at 100 000 keys, faster at 1 and 10⁶",
                        "pending (KeyedLimiter not merged)", None))
@@ -306,6 +317,34 @@ def main():
                          for e in mem]))
         if not any(e["subject"].startswith("sluicegate") for e in mem):
             md.append("\nsluicegate's keyed row is added when `KeyedLimiter` lands.")
+
+    # ---- callgrind
+    cg = []
+    if os.path.exists(args.callgrind):
+        cg = [json.loads(line) for line in Path(args.callgrind).read_text().splitlines()
+              if line.strip()]
+    cg = {(e["subject"], e["path"]): e["instructions"] / e["iters"]
+          for e in cg if e.get("instructions")}
+    if cg:
+        md.append("\n## Instructions per decision (callgrind)\n")
+        md.append("Counted by `valgrind --tool=callgrind` inside the hot loop of "
+                  "`benches/src/bin/hotpath.rs` only: exact, and immune to the machine's load. "
+                  "The floors' reject column is the read floor (clock + load).\n")
+        subjects = sorted({s for (s, _) in cg}, key=lambda s: (not s.startswith("ours"),
+                                                                 s.startswith("floor"), s))
+        floor_of = {"ours-mono": "floor-quanta", "ours-std": "floor-std",
+                    "ours-coarse": "floor-coarse", "governor": "floor-quanta"}
+        rows = []
+        for s in subjects:
+            a, j = cg.get((s, "allow")), cg.get((s, "reject"))
+            fl = floor_of.get(s)
+            fa, fj = cg.get((fl, "allow")), cg.get((fl, "reject"))
+            rows.append([f"`{s}`", "—" if a is None else f"{a:.1f}",
+                         "—" if fl is None else f"{a - fa:+.1f}" if a and fa else "—",
+                         "—" if j is None else f"{j:.1f}",
+                         "—" if fl is None else f"{j - fj:+.1f}" if j and fj else "—"])
+        md.append(table(["subject", "allow", "allow: over its floor", "reject",
+                         "reject: over its read floor"], rows))
 
     extra = Path(args.extra)
     if extra.is_dir():

@@ -15,6 +15,7 @@ target="${CARGO_TARGET_DIR:-target}"
 mode=full
 if [[ -n "${BENCH_QUICK:-}" && "${BENCH_QUICK}" != 0 ]]; then mode=quick; fi
 since=$(date +%s)
+load_start=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
 
 cargo bench -p sluicegate-benches --bench engine -- "$@"
 
@@ -26,5 +27,24 @@ for subject in $("$target/release/mem" --list); do
     "$target/release/mem" --keys 1000000 "$subject" | tee -a "$target/bench/mem.jsonl"
 done
 
+# Instructions per decision (callgrind counts only inside the hot loops): exact and immune
+# to the noise of other jobs on the machine. Skipped where valgrind is not installed.
+: >"$target/bench/callgrind.jsonl"
+if command -v valgrind >/dev/null; then
+    cargo build --release -p sluicegate-benches --bin hotpath
+    iters=100000
+    for subject in ours-mono ours-std ours-coarse governor floor-quanta floor-std floor-coarse; do
+        for path in allow reject; do
+            n=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+                    '--toggle-collect=hotpath::*_loop*' \
+                    "$target/release/hotpath" "$subject" "$path" "$iters" 2>&1 |
+                sed -n 's/.*Collected : \([0-9]*\).*/\1/p')
+            printf '{"subject":"%s","path":"%s","iters":%s,"instructions":%s}\n' \
+                "$subject" "$path" "$iters" "${n:-null}" | tee -a "$target/bench/callgrind.jsonl"
+        done
+    done
+fi
+
 python3 benches/report.py --criterion "$target/criterion" --mem "$target/bench/mem.jsonl" \
-    --extra "$target/bench/extra" --since "$since" --mode "$mode" --out BENCHMARKS.md
+    --callgrind "$target/bench/callgrind.jsonl" \
+    --extra "$target/bench/extra" --since "$since" --mode "$mode" --load-start "$load_start" --out BENCHMARKS.md
