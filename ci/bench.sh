@@ -27,11 +27,17 @@ for subject in $("$target/release/mem" --list); do
     "$target/release/mem" --keys 1000000 "$subject" | tee -a "$target/bench/mem.jsonl"
 done
 
+# Single-bucket subjects again, interleaved: round-robin blocks, so that every subject is
+# measured at the same moments and the ratios survive the machine's changing load.
+cargo build --release -p sluicegate-benches --bin hotpath
+rounds=1000
+if [[ $mode == quick ]]; then rounds=200; fi
+"$target/release/hotpath" --interleave "$rounds" >"$target/bench/interleaved.jsonl"
+
 # Instructions per decision (callgrind counts only inside the hot loops): exact and immune
 # to the noise of other jobs on the machine. Skipped where valgrind is not installed.
 : >"$target/bench/callgrind.jsonl"
 if command -v valgrind >/dev/null; then
-    cargo build --release -p sluicegate-benches --bin hotpath
     iters=100000
     for subject in ours-mono ours-std ours-coarse governor floor-quanta floor-std floor-coarse; do
         for path in allow reject; do
@@ -46,5 +52,5 @@ if command -v valgrind >/dev/null; then
 fi
 
 python3 benches/report.py --criterion "$target/criterion" --mem "$target/bench/mem.jsonl" \
-    --callgrind "$target/bench/callgrind.jsonl" \
+    --callgrind "$target/bench/callgrind.jsonl" --interleaved "$target/bench/interleaved.jsonl" \
     --extra "$target/bench/extra" --since "$since" --mode "$mode" --load-start "$load_start" --out BENCHMARKS.md
