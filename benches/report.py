@@ -405,7 +405,7 @@ def main():
             md.append("\n" + f.read_text().strip())
 
     md.append("\n## Reproduce\n")
-    md.append("```sh\nci/bench.sh              # full suite (about 10 minutes on 2 cores)\n"
+    md.append("```sh\nci/bench.sh              # full suite (about 6 minutes on 2 cores, plus the build)\n"
               "BENCH_QUICK=1 ci/bench.sh  # smoke run (short measurements)\n```")
     Path(args.out).write_text("\n".join(md) + "\n")
     print(f"report.py: wrote {args.out} ({len(r)} results)")

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs the benchmark suite (sluicegate and its peers, same run, same machine) and regenerates
-# BENCHMARKS.md at the repo root. About 10 minutes on 2 cores, plus the first build.
+# BENCHMARKS.md at the repo root. About 6 minutes on 2 cores, plus the first build.
 #
 #   ci/bench.sh                 # full run
-#   BENCH_QUICK=1 ci/bench.sh   # smoke run: short measurements (about 3 minutes)
+#   BENCH_QUICK=1 ci/bench.sh   # smoke run: short measurements (about 2 minutes)
 #   ci/bench.sh 'single/'       # only the groups matching a criterion filter; the report
 #                               # then holds only what this run measured
 #
