@@ -69,6 +69,14 @@ impl PyComposite {
             .map_err(to_py)
     }
 
+    /// `try_acquire` answering only whether `cost` was admitted (and taken from every part).
+    #[pyo3(signature = (cost=1))]
+    fn allow(&self, #[pyo3(from_py_with = convert::cost)] cost: u64) -> PyResult<bool> {
+        self.with_parts(|p| try_acquire_all(p, cost))
+            .map(|d| d.allowed())
+            .map_err(to_py)
+    }
+
     /// `try_acquire` at an explicit clock reading, in nanoseconds.
     #[pyo3(signature = (now_ns, cost=1))]
     fn try_acquire_at(

@@ -205,6 +205,21 @@ impl PyKeyedLimiter {
         }
     }
 
+    /// `try_acquire` answering only whether `cost` of `key` was admitted (and taken).
+    #[pyo3(signature = (key, cost=1))]
+    #[inline]
+    fn allow(
+        &self,
+        key: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = convert::cost)] cost: u64,
+    ) -> PyResult<bool> {
+        let key = self::key(key)?;
+        match self.acquire_now(&key, cost) {
+            Ok(d) => Ok(d.allowed()),
+            Err(e) => Err(to_py(e)),
+        }
+    }
+
     /// `try_acquire` at an explicit reading of this limiter's clock, in nanoseconds.
     #[pyo3(signature = (key, now_ns, cost=1))]
     fn try_acquire_at(

@@ -286,7 +286,11 @@ fn micros_up(ns: u64) -> Duration {
 }
 
 /// The answer to a request. Truthy when allowed.
-#[pyclass(module = "sluicegate", name = "Decision", frozen)]
+///
+/// `freelist`: decisions are made and dropped at the call rate, and reusing their memory
+/// saves ~5 ns of the ~75 ns `try_acquire` (measured interleaved; the rest of the object's
+/// cost is CPython's allocation and reference protocol, which `Limiter.allow` skips).
+#[pyclass(module = "sluicegate", name = "Decision", frozen, freelist = 64)]
 pub(crate) struct PyDecision {
     inner: sluicegate::Decision,
 }
@@ -456,6 +460,17 @@ impl PyLimiter {
     fn try_acquire(&self, #[pyo3(from_py_with = convert::cost)] cost: u64) -> PyResult<PyDecision> {
         match self.inner.try_acquire(cost) {
             Ok(d) => Ok(d.into()),
+            Err(e) => Err(to_py(e)),
+        }
+    }
+
+    /// `try_acquire` answering only whether `cost` was admitted (and taken): the fast path
+    /// for callers that need no figures (no Decision object is made).
+    #[pyo3(signature = (cost=1))]
+    #[inline]
+    fn allow(&self, #[pyo3(from_py_with = convert::cost)] cost: u64) -> PyResult<bool> {
+        match self.inner.try_acquire(cost) {
+            Ok(d) => Ok(d.allowed()),
             Err(e) => Err(to_py(e)),
         }
     }

@@ -242,3 +242,23 @@ def test_composite_is_thread_safe() -> None:
     for t in threads:
         t.join()
     assert sum(admitted) == 300
+
+
+def test_allow_is_try_acquire_as_a_bool() -> None:
+    clock = ManualClock(0)
+    for rate in ("2/s", "2/s; algorithm=sliding_log", "2/s; algorithm=leaky_queue"):
+        a, b = Limiter(rate, clock=clock), Limiter(rate, clock=clock)
+        for cost in (1, 0, 1, 1, 2):
+            assert a.allow(cost) is bool(b.try_acquire(cost)), rate
+        with pytest.raises(sluicegate.InsufficientCapacity):
+            a.allow(100)
+    keyed, other = KeyedLimiter("2/s", clock=clock), KeyedLimiter("2/s", clock=clock)
+    for key in ("a", b"a", 7, "a", 7, 7):
+        assert keyed.allow(key) is bool(other.try_acquire(key))
+    with pytest.raises(TypeError, match="key"):
+        keyed.allow(None)  # type: ignore[arg-type]
+    both = Composite([Limiter("2/s", clock=clock), Limiter("1/s", clock=clock)])
+    assert both.allow() is True and both.allow() is False
+    assert both.parts[0].peek().remaining == 1  # the rejection was refunded
+    with pytest.raises(ValueError, match="cost"):
+        both.allow(-1)
