@@ -26,6 +26,7 @@ pub const EXPORTS: &[(&str, Cb)] = &[
     ("check", check),
     ("decide", decide),
     ("refund", refund),
+    ("reserveWithin", reserve_within),
     ("checkNoop", check_noop),
     ("decideNoop", decide_noop),
     ("keyedCheck", keyed_check),
@@ -170,8 +171,9 @@ fn guard(
     ptr::null_mut()
 }
 
+#[inline(always)]
 fn decision_of(e: &Entry, cost: u64) -> Result<Decision, JsErr> {
-    e.single()?.try_acquire(cost).map_err(from_core)
+    e.try_acquire(cost)
 }
 
 /// Writes `d`'s figures to the scratch buffer.
@@ -240,9 +242,35 @@ unsafe extern "C" fn refund(env: sys::napi_env, info: sys::napi_callback_info) -
     let c = unsafe { call(env, info) };
     guard(env, || {
         let (h, cost) = c.handle_cost()?;
-        c.state()?
-            .with(h, |e| e.single()?.refund(cost).map_err(from_core))??;
+        c.state()?.with(h, |e| e.refund(cost))??;
         Ok(ptr::null_mut())
+    })
+}
+
+/// `reserveWithin(handle, cost, maxWaitNs) -> boolean`, figures in the scratch buffer: the
+/// core's `reserve_within` (a leaky queue admits only if the wait until the slot is at most
+/// `maxWaitNs`; other algorithms decide as `decide`).
+unsafe extern "C" fn reserve_within(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: Node passes this callback's own env and info.
+    let c = unsafe { call(env, info) };
+    guard(env, || {
+        let (h, cost) = c.handle_cost()?;
+        if c.argc < 3 {
+            return Err(invalid_arg("expected maxWaitNs"));
+        }
+        // SAFETY: live env and argument of this callback.
+        let max_wait = unsafe { u64_arg(c.env, c.argv[2], "maxWaitNs") }?;
+        let state = c.state()?;
+        let d = state.with(h, |e| {
+            e.single()?
+                .reserve_within(cost, std::time::Duration::from_nanos(max_wait))
+                .map_err(from_core)
+        })??;
+        write_scratch(state, &d);
+        Ok(c.boolean(d.allowed()))
     })
 }
 
