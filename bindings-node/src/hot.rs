@@ -62,6 +62,8 @@ struct Call {
     env: sys::napi_env,
     argv: [sys::napi_value; 3],
     argc: usize,
+    /// The function's data: this environment's `EnvState` (`lib.rs`).
+    data: *mut c_void,
 }
 
 /// Reads up to three arguments.
@@ -74,8 +76,10 @@ unsafe fn call(env: sys::napi_env, info: sys::napi_callback_info) -> Call {
         env,
         argv: [ptr::null_mut(); 3],
         argc: 3,
+        data: ptr::null_mut(),
     };
-    // SAFETY: `argv` has room for `argc` values; `this` and `data` are not requested.
+    // SAFETY: `argv` has room for `argc` values; `this` is not requested; `data` is a valid
+    // out-pointer.
     unsafe {
         sys::napi_get_cb_info(
             env,
@@ -83,7 +87,7 @@ unsafe fn call(env: sys::napi_env, info: sys::napi_callback_info) -> Call {
             &mut c.argc,
             c.argv.as_mut_ptr(),
             ptr::null_mut(),
-            ptr::null_mut(),
+            &mut c.data,
         )
     };
     c
@@ -133,17 +137,15 @@ impl Call {
     /// This environment's state.
     #[inline(always)]
     fn state(&self) -> Result<&EnvState, JsErr> {
-        let mut data: *mut c_void = ptr::null_mut();
-        // SAFETY: live env; `data` is a valid out-pointer.
-        unsafe { sys::napi_get_instance_data(self.env, &mut data) };
-        if data.is_null() {
+        if self.data.is_null() {
             return Err(invalid_arg(
                 "sluicegate is not initialised in this environment",
             ));
         }
-        // SAFETY: the only instance data this addon sets is a `Box<EnvState>` (`lib.rs`),
-        // freed only when the environment is torn down, after its last callback.
-        Ok(unsafe { &*data.cast::<EnvState>() })
+        // SAFETY: every hot function is created in `lib.rs` with its environment's
+        // `Box<EnvState>` (also the instance data) as its data; it is freed only when the
+        // environment is torn down, after its last callback.
+        Ok(unsafe { &*self.data.cast::<EnvState>() })
     }
 
     #[inline(always)]
