@@ -195,10 +195,68 @@ fn algorithms(c: &mut Criterion) {
             assert_eq!(l.is_wide(), is_wide, "{name}");
             g.bench_function(name, |b| b.iter(|| black_box(ours_acquire(&l))));
         }
-        // ---- SPOT: per-algorithm rows (GCRA meter, leaky-bucket shaper, fixed window,
-        // sliding log, sliding window counter, composite) land here with the algorithms
-        // branch: one `bench_function("<algorithm>", ...)` per algorithm, built through
-        // `setup::prime` so that each row is checked to stay on its path.
+        // Every other algorithm, from its rate string, primed and checked like the rows above.
+        // Allow: rates far above what one thread can ask for (the sliding log's count is
+        // capped at 2^20 per window, so its window is 1 ms). Reject: 1/hour, drained.
+        let algos: [(&str, &str, &str); 5] = [
+            (
+                "gcra",
+                "1000000000/s; burst=1000000000; algorithm=gcra",
+                "1/h; algorithm=gcra",
+            ),
+            (
+                "fixed-window",
+                "1000000000/s; algorithm=fixed_window",
+                "1/h; algorithm=fixed_window",
+            ),
+            (
+                "sliding-window",
+                "1000000000/s; algorithm=sliding_window",
+                "1/h; algorithm=sliding_window",
+            ),
+            (
+                "sliding-log",
+                "1048576/ms; algorithm=sliding_log",
+                "1/h; algorithm=sliding_log",
+            ),
+            (
+                "leaky-queue",
+                "1000000000/s; algorithm=leaky_queue; max_delay=1s",
+                "1/h; algorithm=leaky_queue; max_delay=1ms",
+            ),
+        ];
+        for (name, allow, reject) in algos {
+            let rate = if path == Path::Allow { allow } else { reject };
+            let quota: Quota = rate.parse().expect(name);
+            let l = setup::prime(
+                Limiter::with_clock(quota, MonotonicClock::new()).expect(name),
+                path,
+            );
+            g.bench_function(name, |b| b.iter(|| black_box(ours_acquire(&l))));
+        }
+        // Composite: per-user and global limits consumed all-or-nothing (the reject path is
+        // rejected by the second part, so the first part's token is refunded every call).
+        let parts = match path {
+            Path::Allow => vec![
+                setup::ours(MonotonicClock::new(), path),
+                setup::ours(MonotonicClock::new(), path),
+            ],
+            Path::Reject => vec![
+                setup::ours(MonotonicClock::new(), Path::Allow),
+                setup::ours(MonotonicClock::new(), Path::Reject),
+            ],
+        };
+        let composite = sluicegate::composite::Composite::new(parts);
+        g.bench_function("composite-2", |b| {
+            b.iter(|| {
+                let d = composite.try_acquire(1).expect("composite");
+                black_box(if d.allowed() {
+                    0
+                } else {
+                    d.retry_after_nanos()
+                })
+            })
+        });
         g.finish();
     }
 }
@@ -221,15 +279,19 @@ fn keyed(c: &mut Criterion) {
     }
 }
 
-/// ---- SPOT: sluicegate's `KeyedLimiter` rows. When the keyed store lands, build it with
-/// `keys` keys in the state `path` measures (checked, as `setup::governor_keyed` does) and
-/// add `BenchmarkId::new("sluicegate", keys)` with the same `Rng::new(0x5eed)` key sequence,
-/// so the report pairs it with the governor row of the same key count.
+/// sluicegate's `KeyedLimiter` with `keys` keys in the state `path` measures (checked, as
+/// `setup::governor_keyed` does), on the same `Rng::new(0x5eed)` key sequence, so the report
+/// pairs it with the governor row of the same key count.
 fn keyed_ours(
-    _g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
-    _path: Path,
-    _keys: u64,
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    path: Path,
+    keys: u64,
 ) {
+    let l = setup::ours_keyed(path, keys);
+    g.bench_with_input(BenchmarkId::new("sluicegate", keys), &keys, |b, &n| {
+        let mut rng = Rng::new(0x5eed);
+        b.iter(|| black_box(setup::ours_keyed_acquire(&l, rng.below(n))))
+    });
 }
 
 criterion_group! {

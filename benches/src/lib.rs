@@ -291,6 +291,54 @@ pub mod setup {
         }
     }
 
+    /// sluicegate's keyed limiter (default clock), bounded well above the key counts measured.
+    pub type OursKeyed = sluicegate::KeyedLimiter<u64>;
+
+    /// The keyed allow-path quota: 1000/s with a burst of 10^9. Setup spends half of each
+    /// key's burst, so every bucket stays below full (for days) while still admitting. A full
+    /// bucket is indistinguishable from an absent key and the keyed store drops it (lossless
+    /// eviction), so with [`quota`]'s allow path (refilled within a nanosecond) the keys would
+    /// be gone and the row would time key creation, not the lookup of existing keys that
+    /// governor's row (which never evicts) times.
+    pub fn keyed_allow_quota() -> Quota {
+        Quota::try_new(1_000, 1_000_000_000, 1_000_000_000).expect("keyed allow quota")
+    }
+
+    /// sluicegate's keyed limiter holding `keys` keys (0..keys), each in the state `path`
+    /// measures; every key is checked.
+    pub fn ours_keyed(path: Path, keys: u64) -> OursKeyed {
+        let q = match path {
+            Path::Allow => keyed_allow_quota(),
+            Path::Reject => quota(path),
+        };
+        let l = OursKeyed::builder(q)
+            .max_keys(2 * keys as usize + 16)
+            .build()
+            .expect("keyed limiter");
+        let first = q.capacity().div_ceil(2);
+        for key in 0..keys {
+            let d = l.try_acquire(&key, first).expect("cost");
+            assert!(d.allowed(), "a new key starts full");
+            if path == Path::Reject {
+                let d = l.try_acquire(&key, 1).expect("cost");
+                assert!(!d.allowed(), "reject-path key allowed");
+            }
+        }
+        assert_eq!(l.len() as u64, keys);
+        l
+    }
+
+    /// The keyed decision with the wait read on rejection.
+    #[inline]
+    pub fn ours_keyed_acquire(l: &OursKeyed, key: u64) -> u64 {
+        let d = l.try_acquire(&key, 1).expect("cost within capacity");
+        if d.allowed() {
+            0
+        } else {
+            d.retry_after_nanos()
+        }
+    }
+
     /// governor's keyed limiter (DashMap store, default quanta clock).
     pub type GovernorKeyed = governor::DefaultKeyedRateLimiter<u64>;
 

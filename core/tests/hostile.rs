@@ -237,3 +237,14 @@ fn integer_edges_of_time_and_cost() {
     assert!(l.try_acquire(0).unwrap().allowed());
     assert_eq!(l.peek().unwrap().remaining(), 1);
 }
+
+#[test]
+fn error_messages_stay_short_for_enormous_input() {
+    let junk = "x".repeat(1 << 20);
+    let e = junk.parse::<Quota>().unwrap_err();
+    let text = e.to_string();
+    assert!(text.len() < 400, "{} bytes", text.len());
+    assert!(text.contains("more bytes"), "{text}");
+    // The whole input stays available to code that wants it.
+    assert!(matches!(e, Error::Parse { ref input, .. } if input.len() == 1 << 20));
+}

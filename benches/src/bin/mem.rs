@@ -16,9 +16,28 @@ type Build = fn(u64) -> Box<dyn std::any::Any>;
 /// Every subject, by name.
 const SUBJECTS: &[(&str, Build)] = &[
     ("governor-keyed", governor_keyed),
-    // ---- SPOT: ("sluicegate-keyed", sluicegate_keyed) lands here with the KeyedLimiter:
-    // build it with `keys` keys, each touched once with cost 1, as governor's are.
+    ("sluicegate-keyed", sluicegate_keyed),
 ];
+
+/// `keys` keys, each touched once, spending half its burst so that no bucket is full (a full
+/// bucket would be dropped as indistinguishable from an absent key; see
+/// `setup::keyed_allow_quota`), with the bound above the key count.
+fn sluicegate_keyed(keys: u64) -> Box<dyn std::any::Any> {
+    let quota = sluicegate_benches::setup::keyed_allow_quota();
+    let l = sluicegate::KeyedLimiter::<u64>::builder(quota)
+        .max_keys(2 * keys as usize + 16)
+        .build()
+        .expect("keyed limiter");
+    for key in 0..keys {
+        black_box(
+            l.try_acquire(&key, quota.capacity() / 2)
+                .expect("cost")
+                .allowed(),
+        );
+    }
+    assert_eq!(l.len() as u64, keys);
+    Box::new(l)
+}
 
 fn governor_keyed(keys: u64) -> Box<dyn std::any::Any> {
     let quota = sluicegate_benches::setup::governor_quota(sluicegate_benches::setup::Path::Allow);
