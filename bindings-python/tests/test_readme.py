@@ -1,4 +1,5 @@
-"""Runs every ```python block of bindings-python/README.md (settings-only Django blocks and
+"""Runs every ```python block of bindings-python/README.md and of the repository README
+(settings-only Django blocks and
 blocks that only show a layout are exec'd too; each runs in a fresh namespace)."""
 
 from __future__ import annotations
@@ -9,7 +10,10 @@ from pathlib import Path
 import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT_README = Path(__file__).resolve().parents[2] / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+# The repository README's Python quickstart runs too.
+BLOCKS += re.findall(r"```python\n(.*?)```", ROOT_README.read_text(), flags=re.S)
 
 
 def test_there_are_snippets() -> None:
