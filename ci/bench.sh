@@ -51,6 +51,31 @@ if command -v valgrind >/dev/null; then
     done
 fi
 
+# The bindings' rows (issue 5: "through the same command"), each a Markdown fragment appended
+# to the report. Skip them with BENCH_BINDINGS=0. Each builds what it needs: the Python venv
+# of ci/check.d/20-python.sh plus the peers in requirements-bench.txt, npm ci in bindings-node,
+# and the C bench programs.
+rm -rf "$target/bench/extra" && mkdir -p "$target/bench/extra"
+if [[ "${BENCH_BINDINGS:-1}" != 0 ]]; then
+    venv="$target/venv-python"
+    if [[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"; then
+        "$venv/bin/pip" install -q -r bindings-python/requirements-dev.txt \
+            -r bindings-python/requirements-bench.txt ./bindings-python &&
+        "$venv/bin/python" bindings-python/bench/bench.py --out "$target/bench/extra/20-python.md" \
+            $([[ $mode == quick ]] && echo --rounds 3) ||
+            echo "bench: the Python rows failed (see above)" >&2
+    fi
+    if command -v npm >/dev/null; then
+        (cd bindings-node && npm ci --ignore-scripts --no-audit --no-fund >/dev/null &&
+            npm run -s build >/dev/null &&
+            QUICK=$([[ $mode == quick ]] && echo 1 || echo 0) node bench/bench.mjs >/dev/null &&
+            cp bench/RESULTS.md "../$target/bench/extra/30-node.md") ||
+            echo "bench: the Node rows failed (see above)" >&2
+    fi
+    bash bindings-c/bench/run.sh $([[ $mode == quick ]] && echo 3) >"$target/bench/extra/40-c.md" ||
+        echo "bench: the C rows failed (see above)" >&2
+fi
+
 python3 benches/report.py --criterion "$target/criterion" --mem "$target/bench/mem.jsonl" \
     --callgrind "$target/bench/callgrind.jsonl" --interleaved "$target/bench/interleaved.jsonl" \
     --extra "$target/bench/extra" --since "$since" --mode "$mode" --load-start "$load_start" --out BENCHMARKS.md
