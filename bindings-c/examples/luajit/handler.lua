@@ -5,7 +5,7 @@
 --   init_worker_by_lua_block { limiter = require("sluicegate").keyed("10/s; burst=2", 100000) }
 --   access_by_lua_block      { require("handler").access(limiter) }
 --
--- Run: SLUICEGATE_LIB=target/release/libsluicegate.so luajit examples/luajit/handler.lua
+-- Run: SLUICEGATE_LIB=target/c/lib/libsluicegate.so luajit examples/luajit/handler.lua
 local dir = arg and arg[0]:match("^(.*)/[^/]*$") or "."
 package.path = dir .. "/?.lua;" .. package.path
 local sg = require("sluicegate")
