@@ -20,7 +20,14 @@ export interface QuotaOptions {
   /** Tokens at creation (default: the burst). */
   initial?: Int
   refill?: 'continuous' | 'interval'
+  /** The algorithm (default `token_bucket`); see docs/SEMANTICS.md. */
+  algorithm?: Algorithm
+  /** A leaky queue's bound on a reservation's wait (default: one period). */
+  maxDelayMs?: Int
+  maxDelayNs?: Int
 }
+
+export type Algorithm = 'token_bucket' | 'gcra' | 'fixed_window' | 'sliding_window' | 'sliding_log' | 'leaky_queue'
 
 /** A rate string (`"10/s; burst=50"`, `"100 per minute"`) or a `QuotaOptions` object. */
 export type Quota = string | QuotaOptions
@@ -34,11 +41,14 @@ export declare class Decision {
   readonly limit: Int
   /** Whole tokens left after this decision. */
   readonly remaining: Int
-  /** Milliseconds until the same request would be admitted (0 when allowed), rounded up. */
+  /**
+   * Milliseconds until the same request would be admitted, rounded up: 0 when allowed, except
+   * a leaky queue's admission, where it is the wait until the reserved slot.
+   */
   readonly retryAfterMs: number
   /** Milliseconds until the bucket is full (0 when full), rounded up. */
   readonly resetAfterMs: number
-  /** The exact wait in nanoseconds. */
+  /** The exact wait in nanoseconds (for a leaky queue's admission: the wait until its slot). */
   readonly retryAfterNs: Int
   /** The exact time to full in nanoseconds. */
   readonly resetAfterNs: Int
@@ -60,7 +70,12 @@ export interface LimiterOptions {
   clock?: ManualClock
 }
 
-/** One lock-free token bucket. */
+export interface ReserveOptions {
+  /** A leaky queue admits only if the wait until the slot is at most this. */
+  maxWaitMs?: number
+}
+
+/** One lock-free bucket (any algorithm). */
 export declare class Limiter {
   constructor(quota: Quota, options?: LimiterOptions)
   /** The limiter named `name` in this process: the same bucket in every worker thread. */
@@ -71,7 +86,14 @@ export declare class Limiter {
   /** The state now, changing nothing. */
   peek(): Decision
   refund(cost?: Int): void
-  /** Resolves once admitted (timers, not a busy loop). */
+  /**
+   * Reserves `cost` now; a leaky queue's admission may carry a wait (`retryAfterMs`) until its
+   * slot. Other algorithms decide as `tryAcquire`.
+   */
+  reserve(cost?: Int, options?: ReserveOptions): Decision
+  /** Gives a reservation back (the same as `refund`). */
+  cancel(cost?: Int): void
+  /** Resolves once admitted (timers, not a busy loop); a leaky queue's slot is waited for. */
   acquire(options?: AcquireOptions): Promise<Decision>
   acquire(cost?: Int, options?: AcquireOptions): Promise<Decision>
   isFull(): boolean
@@ -94,11 +116,17 @@ export interface KeyedLimiterOptions extends LimiterOptions {
 /** One bucket per key, bounded, lock-free on lookups. */
 export declare class KeyedLimiter {
   constructor(quota: Quota, options?: KeyedLimiterOptions)
+  /** The keyed limiter named `name` in this process: the same table in every worker thread. */
+  static shared(name: string, quota: Quota, options?: Omit<KeyedLimiterOptions, 'clock'>): KeyedLimiter
   check(key: Key, cost?: Int): boolean
   tryAcquire(key: Key, cost?: Int): Decision
   /** The key's state, changing nothing and creating no bucket. */
   peek(key: Key): Decision
   refund(key: Key, cost?: Int): void
+  /** `tryAcquire`; a leaky queue's admission may carry a wait until its slot. */
+  reserve(key: Key, cost?: Int): Decision
+  /** Gives a reservation back (the same as `refund`). */
+  cancel(key: Key, cost?: Int): void
   acquire(key: Key, options?: AcquireOptions): Promise<Decision>
   acquire(key: Key, cost?: Int, options?: AcquireOptions): Promise<Decision>
   remove(key: Key): boolean
@@ -108,6 +136,20 @@ export declare class KeyedLimiter {
   readonly size: number
   readonly maxKeys: number
   readonly quota: string
+}
+
+/** Several limiters consumed all-or-nothing; the decision reports the tightest part. */
+export declare class Composite {
+  /** The parts in order (put the most likely to reject first); the first part's clock is read. */
+  constructor(parts: Limiter[])
+  check(cost?: Int): boolean
+  tryAcquire(cost?: Int): Decision
+  peek(): Decision
+  /** Gives `cost` back to every part. */
+  refund(cost?: Int): void
+  acquire(options?: AcquireOptions): Promise<Decision>
+  acquire(cost?: Int, options?: AcquireOptions): Promise<Decision>
+  readonly parts: readonly Limiter[]
 }
 
 /** The canonical rate string of a quota (throws as `new Limiter` would). */

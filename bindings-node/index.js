@@ -5,7 +5,7 @@
 
 const native = require('./native.js')
 
-const { check, decide, refund, keyedCheck, keyedDecide, keyedPeek, keyedRefund } = native
+const { check, decide, refund, reserveWithin, renderHeaders, keyedCheck, keyedDecide, keyedPeek, keyedRefund } = native
 
 // Decision figures written by the native `decide` (layout: src/hot.rs, mod slot).
 const F = new Float64Array(native.scratch)
@@ -26,27 +26,6 @@ const invalidArg = (message) => sgError('ERR_SLUICEGATE_INVALID_ARG', message, T
 // ---------------------------------------------------------------------------------------
 // Decision and its HTTP fields
 
-function ceilDiv(n, d) {
-  if (typeof n === 'bigint') return exact((n + BigInt(d) - 1n) / BigInt(d))
-  let q = Math.floor(n / d)
-  let r = n - q * d
-  while (r < 0) { q -= 1; r += d }
-  while (r >= d) { q += 1; r -= d }
-  return r > 0 ? q + 1 : q
-}
-
-function sfString(s) {
-  let out = '"'
-  for (const ch of s) {
-    if (ch === '"' || ch === '\\') out += '\\' + ch
-    else if (ch >= ' ' && ch <= '~' && ch.length === 1) out += ch
-    else out += '_'
-  }
-  return out + '"'
-}
-
-const STYLES = new Set(['ietf', 'draft-6', 'draft-7', 'draft-8', 'legacy', 'none'])
-
 /** The outcome of a request: a plain object (a rejection is a value, not an error). */
 class Decision {
   constructor(allowed, limit, remaining, retryAfterMs, resetAfterMs, retryAfterNs, resetAfterNs, windowSeconds) {
@@ -62,42 +41,15 @@ class Decision {
 
   /**
    * The HTTP response fields for this decision, as `{ name: value }` in the core's order
-   * (docs/SEMANTICS.md, "HTTP fields"). `Retry-After` is added to every rejection.
+   * (docs/SEMANTICS.md, "HTTP fields"), rendered by the core. `Retry-After` is added to
+   * every rejection.
    */
   headers(style = 'ietf', policy = 'default') {
-    if (!STYLES.has(style)) {
-      throw invalidArg(`unknown header style ${JSON.stringify(style)} (ietf, draft-6, draft-7, draft-8, legacy, none)`)
-    }
+    if (typeof style !== 'string') throw invalidArg('style must be a string')
     if (typeof policy !== 'string') throw invalidArg('policy must be a string')
-    const { limit, remaining, windowSeconds: w } = this
-    const retry = this.allowed ? 0 : Math.max(1, ceilDiv(this.retryAfterNs, 1e9))
-    const reset = this.allowed ? ceilDiv(this.resetAfterNs, 1e9) : retry
+    const f = renderHeaders(this.allowed, this.limit, this.remaining, this.retryAfterNs, this.resetAfterNs, this.windowSeconds, style, policy)
     const h = {}
-    switch (style) {
-      case 'ietf':
-      case 'draft-8': {
-        const name = sfString(policy)
-        h['RateLimit-Policy'] = `${name};q=${limit};w=${w}`
-        h.RateLimit = `${name};r=${remaining};t=${reset}`
-        break
-      }
-      case 'draft-6':
-        h['RateLimit-Policy'] = `${limit};w=${w}`
-        h['RateLimit-Limit'] = `${limit}`
-        h['RateLimit-Remaining'] = `${remaining}`
-        h['RateLimit-Reset'] = `${reset}`
-        break
-      case 'draft-7':
-        h['RateLimit-Policy'] = `${limit};w=${w}`
-        h.RateLimit = `limit=${limit}, remaining=${remaining}, reset=${reset}`
-        break
-      case 'legacy':
-        h['X-RateLimit-Limit'] = `${limit}`
-        h['X-RateLimit-Remaining'] = `${remaining}`
-        h['X-RateLimit-Reset'] = `${reset}`
-        break
-    }
-    if (!this.allowed) h['Retry-After'] = `${retry}`
+    for (let i = 0; i < f.length; i += 2) h[f[i]] = f[i + 1]
     return h
   }
 }
@@ -111,7 +63,8 @@ function readDecision(allowed) {
 // ---------------------------------------------------------------------------------------
 // Quotas
 
-const QUOTA_KEYS = new Set(['rate', 'limit', 'periodMs', 'windowMs', 'periodNs', 'burst', 'initial', 'refill'])
+const QUOTA_KEYS = new Set(['rate', 'limit', 'periodMs', 'windowMs', 'periodNs', 'burst', 'initial', 'refill', 'algorithm', 'maxDelayMs', 'maxDelayNs'])
+const ALGORITHMS = new Set(['token_bucket', 'gcra', 'fixed_window', 'sliding_window', 'sliding_log', 'leaky_queue'])
 
 function uint(v, what) {
   if (typeof v === 'bigint') {
@@ -152,6 +105,12 @@ function toRate(quota) {
     }
     rate += `; refill=${quota.refill}`
   }
+  if (quota.algorithm !== undefined) {
+    if (!ALGORITHMS.has(quota.algorithm)) throw invalidArg(`algorithm must be one of ${[...ALGORITHMS].join(', ')}`)
+    rate += `; algorithm=${quota.algorithm}`
+  }
+  if (quota.maxDelayNs !== undefined) rate += `; max_delay=${uint(quota.maxDelayNs, 'maxDelayNs')}ns`
+  else if (quota.maxDelayMs !== undefined) rate += `; max_delay=${uint(quota.maxDelayMs, 'maxDelayMs')}ms`
   return rate
 }
 
@@ -173,19 +132,43 @@ function acquireOptions(cost, options) {
   return [cost === undefined ? 1 : cost, options ?? {}]
 }
 
-function waitFor(attempt, first, { signal, timeoutMs } = {}) {
+const U64_MAX = 2n ** 64n - 1n
+
+function timeoutError(timeoutMs, d) {
+  const err = sgError('ERR_SLUICEGATE_TIMEOUT', `not admitted within ${timeoutMs} ms`)
+  err.name = 'TimeoutError'
+  err.decision = d
+  return err
+}
+
+/**
+ * acquire()'s loop on timers. `attempt(maxWaitNs)` asks once (a leaky queue reserves a slot
+ * at most `maxWaitNs` away where the core can bound it); `cancel()` gives an admission back;
+ * `delayNs` is the queue bound of a leaky queue (else null). An admission that carries a
+ * wait (a queue's slot) resolves once the wait has passed; a rejection is retried after its
+ * `retryAfter` while that can still end within `timeoutMs`.
+ */
+function waitFor(attempt, cancel, delayNs, { signal, timeoutMs } = {}) {
   if (timeoutMs !== undefined && !(typeof timeoutMs === 'number' && timeoutMs >= 0)) {
     throw invalidArg('timeoutMs must be a non-negative number')
   }
   if (signal !== undefined && !(signal instanceof AbortSignal)) throw invalidArg('signal must be an AbortSignal')
   signal?.throwIfAborted()
-  const d = first()
-  if (d.allowed) return Promise.resolve(d)
   const deadline = timeoutMs === undefined ? Infinity : performance.now() + timeoutMs
+  const leftNs = () => {
+    if (deadline === Infinity) return U64_MAX
+    return Math.min(Number.MAX_SAFE_INTEGER, Math.max(0, Math.floor((deadline - performance.now()) * 1e6)))
+  }
+  const first = attempt(leftNs())
+  if (first.allowed && first.retryAfterNs === 0) return Promise.resolve(first)
   return new Promise((resolve, reject) => {
     let timer
+    let holding = false // admitted, waiting for the slot: an abort gives it back
     const onAbort = () => {
       clearTimeout(timer)
+      if (holding) {
+        try { cancel() } catch {}
+      }
       reject(signal.reason)
     }
     const done = (fn, v) => {
@@ -194,34 +177,53 @@ function waitFor(attempt, first, { signal, timeoutMs } = {}) {
     }
     signal?.addEventListener('abort', onAbort, { once: true })
     const step = (d) => {
-      if (d.allowed) return done(resolve, d)
-      const wait = Math.max(1, d.retryAfterMs)
-      if (performance.now() + wait > deadline) {
-        const err = sgError('ERR_SLUICEGATE_TIMEOUT', `not admitted within ${timeoutMs} ms`)
-        err.name = 'TimeoutError'
-        err.decision = d
-        return done(reject, err)
+      const left = deadline - performance.now()
+      if (d.allowed) {
+        if (d.retryAfterNs === 0) return done(resolve, d)
+        if (d.retryAfterMs > left) {
+          // A slot further away than the deadline (where the core could not bound it).
+          try { cancel() } catch (e) { return done(reject, e) }
+          return done(reject, timeoutError(timeoutMs, d))
+        }
+        holding = true
+        timer = setTimeout(() => done(resolve, d), d.retryAfterMs)
+        return
       }
+      let retry = d.retryAfterMs <= left
+      if (delayNs !== null && left !== Infinity) {
+        // A queue refused the slot within min(bound, left): it only fits later if the slot
+        // lies within the deadline, i.e. the refusal came from the bound, not the deadline.
+        const l = left * 1e6
+        retry = Number(d.retryAfterNs) <= l - Math.min(delayNs, l)
+      }
+      if (!retry) return done(reject, timeoutError(timeoutMs, d))
       timer = setTimeout(() => {
         let next
         try {
-          next = attempt()
+          next = attempt(leftNs())
         } catch (e) {
           return done(reject, e)
         }
         step(next)
-      }, wait)
+      }, Math.max(1, d.retryAfterMs))
     }
-    step(d)
+    step(first)
   })
 }
 
 // ---------------------------------------------------------------------------------------
 // Limiter
 
-/** One token bucket. Every method is a single lock-free native call. */
+let handleOf // (limiter) => its handle, for Composite
+
+/** One bucket (any algorithm). Every method is a single lock-free native call. */
 class Limiter {
   #h
+  #delayNs // the leaky queue's bound in ns, null for other algorithms (read on first acquire)
+
+  static {
+    handleOf = (l) => l.#h
+  }
 
   /**
    * @param quota a rate string ("10/s; burst=50") or `{ rate | limit, periodMs | windowMs |
@@ -268,13 +270,41 @@ class Limiter {
   }
 
   /**
-   * Resolves with the `Decision` once `cost` tokens are admitted, waiting on timers.
+   * Reserves `cost` now (the core's `reserve`/`reserve_within`). A leaky queue may admit with
+   * a wait: `retryAfterMs` is the delay until the reserved slot, which the caller lets pass
+   * before going ahead, or gives back with `cancel(cost)`. With `maxWaitMs` a queue admits only
+   * if that wait is at most `maxWaitMs`. Other algorithms decide as `tryAcquire`.
+   */
+  reserve(cost = 1, options) {
+    let maxWait = U64_MAX
+    if (options !== undefined) {
+      if (options === null || typeof options !== 'object') throw invalidArg('options must be an object')
+      const { maxWaitMs } = options
+      if (maxWaitMs !== undefined) {
+        if (!(typeof maxWaitMs === 'number' && maxWaitMs >= 0)) throw invalidArg('maxWaitMs must be a non-negative number')
+        maxWait = maxWaitMs === Infinity ? U64_MAX : Math.min(Number.MAX_SAFE_INTEGER, Math.floor(maxWaitMs * 1e6))
+      }
+    }
+    return readDecision(reserveWithin(this.#h, cost, maxWait))
+  }
+
+  /** Gives a reservation (or admitted cost) back: the same as `refund(cost)`. */
+  cancel(cost = 1) {
+    refund(this.#h, cost)
+  }
+
+  /**
+   * Resolves with the `Decision` once `cost` tokens are admitted, waiting on timers (never
+   * blocking the event loop). A leaky queue reserves a slot within the timeout and resolves
+   * when the slot comes; an abort while waiting for it cancels the reservation.
    * `acquire(cost?, { signal?, timeoutMs? })` or `acquire({ signal?, timeoutMs? })`.
    */
   acquire(cost, options) {
     try {
       const [c, opts] = acquireOptions(cost, options)
-      return waitFor(() => this.tryAcquire(c), () => this.tryAcquire(c), opts)
+      if (this.#delayNs === undefined) this.#delayNs = native.maxDelayNs(this.#h)
+      const h = this.#h
+      return waitFor((maxWaitNs) => readDecision(reserveWithin(h, c, maxWaitNs)), () => refund(h, c), this.#delayNs, opts)
     } catch (e) {
       return Promise.reject(e)
     }
@@ -308,8 +338,11 @@ class KeyedLimiter {
    * @param quota a rate string or options object, as for `Limiter`
    * @param options `{ clock?, maxKeys? (default 2^20), onFull?: 'reject' | 'evict', shards? }`
    */
+  #delayNs
+
   constructor(quota, options = {}) {
-    const clock = clockOf(options)
+    const name = options?.[SHARED]
+    const clock = name === undefined ? clockOf(options) : undefined
     const { maxKeys, onFull, shards } = options
     if (maxKeys !== undefined && !(Number.isInteger(maxKeys) && maxKeys >= 1 && maxKeys <= 0xffffffff)) {
       throw invalidArg('maxKeys must be an integer between 1 and 2^32-1')
@@ -318,8 +351,22 @@ class KeyedLimiter {
     if (shards !== undefined && !(Number.isInteger(shards) && shards >= 1 && shards <= 4096)) {
       throw invalidArg('shards must be an integer between 1 and 4096')
     }
-    this.#h = native.keyedNew(toRate(quota), clock, maxKeys, onFull, shards)
+    this.#h = name === undefined
+      ? native.keyedNew(toRate(quota), clock, maxKeys, onFull, shards)
+      : native.keyedShared(name, toRate(quota), maxKeys, onFull, shards)
     release.register(this, this.#h)
+  }
+
+  /**
+   * The keyed limiter named `name` in this process, created with `quota` and `options`
+   * (`{ maxKeys?, onFull?, shards? }`, system clock) on first use. Every worker thread gets the
+   * same table; asking again with another quota or other options throws.
+   */
+  static shared(name, quota, options = {}) {
+    if (typeof name !== 'string') throw invalidArg('name must be a string')
+    if (options === null || typeof options !== 'object') throw invalidArg('options must be an object')
+    if (options.clock !== undefined) throw invalidArg('a shared KeyedLimiter reads the system clock')
+    return new KeyedLimiter(quota, { ...options, [SHARED]: name })
   }
 
   /** Admits `cost` tokens of `key`'s bucket now? The fast path: a boolean. */
@@ -342,11 +389,29 @@ class KeyedLimiter {
     keyedRefund(this.#h, key, cost)
   }
 
-  /** As `Limiter#acquire`, for `key`: `acquire(key, cost?, { signal?, timeoutMs? })`. */
+  /**
+   * Reserves `cost` of `key`'s bucket now: `tryAcquire` (a leaky queue's admission may carry a
+   * wait, `retryAfterMs`, until its slot); give it back with `cancel(key, cost)`.
+   */
+  reserve(key, cost = 1) {
+    return this.tryAcquire(key, cost)
+  }
+
+  /** Gives a reservation (or admitted cost) of `key` back: the same as `refund(key, cost)`. */
+  cancel(key, cost = 1) {
+    keyedRefund(this.#h, key, cost)
+  }
+
+  /**
+   * As `Limiter#acquire`, for `key`: `acquire(key, cost?, { signal?, timeoutMs? })`. A leaky
+   * queue's slot beyond the timeout is cancelled at once (the keyed store cannot bound it).
+   */
   acquire(key, cost, options) {
     try {
       const [c, opts] = acquireOptions(cost, options)
-      return waitFor(() => this.tryAcquire(key, c), () => this.tryAcquire(key, c), opts)
+      if (this.#delayNs === undefined) this.#delayNs = native.maxDelayNs(this.#h)
+      const h = this.#h
+      return waitFor(() => readDecision(keyedDecide(h, key, c)), () => keyedRefund(h, key, c), this.#delayNs, opts)
     } catch (e) {
       return Promise.reject(e)
     }
@@ -383,9 +448,71 @@ class KeyedLimiter {
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// Composite
+
+/**
+ * Several limiters consumed all-or-nothing (per user, per tenant, global): a request is
+ * admitted by every part or by none (docs/SEMANTICS.md, "Composite limits"). The decision
+ * reports the tightest part. Parts stay usable on their own; the composite reads the first
+ * part's clock.
+ */
+class Composite {
+  #h
+  #parts
+
+  /** @param parts the `Limiter`s, in order (put the most likely to reject first) */
+  constructor(parts) {
+    if (!Array.isArray(parts) || parts.length === 0) throw invalidArg('parts must be a non-empty array of Limiters')
+    for (const p of parts) {
+      if (!(p instanceof Limiter)) throw invalidArg('every part must be a Limiter')
+    }
+    this.#parts = Object.freeze([...parts])
+    this.#h = native.compositeNew(this.#parts.map(handleOf))
+    release.register(this, this.#h)
+  }
+
+  /** Admits `cost` from every part now? The fast path: a boolean. */
+  check(cost = 1) {
+    return check(this.#h, cost)
+  }
+
+  /** Asks every part for `cost` now, all-or-nothing: a `Decision` (the tightest part's). */
+  tryAcquire(cost = 1) {
+    return readDecision(decide(this.#h, cost))
+  }
+
+  /** The combined state, changing nothing. */
+  peek() {
+    return readDecision(decide(this.#h, 0))
+  }
+
+  /** Gives `cost` back to every part. */
+  refund(cost = 1) {
+    refund(this.#h, cost)
+  }
+
+  /** As `Limiter#acquire`, all-or-nothing over the parts. */
+  acquire(cost, options) {
+    try {
+      const [c, opts] = acquireOptions(cost, options)
+      const h = this.#h
+      return waitFor(() => readDecision(decide(h, c)), () => refund(h, c), null, opts)
+    } catch (e) {
+      return Promise.reject(e)
+    }
+  }
+
+  /** The parts, in order. */
+  get parts() {
+    return this.#parts
+  }
+}
+
 module.exports = {
   Limiter,
   KeyedLimiter,
+  Composite,
   Decision,
   ManualClock: native.ManualClock,
   canonicalQuota: (quota) => native.canonicalQuota(toRate(quota)),

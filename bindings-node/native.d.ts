@@ -4,12 +4,14 @@
 // The per-request calls of `hot.rs`, hand-written against Node-API (no #[napi] type info).
 /** The decision scratch buffer: see `hot::slot` for the layout. */
 export declare const scratch: ArrayBuffer
-/** Admit `cost` now on the limiter `handle`? Throws on an invalid argument or a core error. */
+/** Admit `cost` now on the limiter (or composite) `handle`? Throws on an invalid argument or a core error. */
 export declare function check(handle: number, cost: number | bigint): boolean
 /** As `check`, with the decision's figures written to `scratch`. */
 export declare function decide(handle: number, cost: number | bigint): boolean
-/** Gives `cost` tokens back to the limiter `handle`. */
+/** Gives `cost` tokens back to the limiter `handle` (every part of a composite). */
 export declare function refund(handle: number, cost: number | bigint): void
+/** The core's `reserve_within`: a leaky queue admits only if its wait is at most `maxWaitNs`; figures in `scratch`. */
+export declare function reserveWithin(handle: number, cost: number | bigint, maxWaitNs: number | bigint): boolean
 /** The floor of `check`: the same conversions, no decision. */
 export declare function checkNoop(handle: number, cost: number | bigint): boolean
 /** The floor of `decide`: the same conversions, no decision. */
@@ -60,6 +62,12 @@ export declare class NoopLimiter {
 export declare function canonicalQuota(quota: string): string
 
 /**
+ * A composite limit over the limiters `handles` (in order, at least one): consumed
+ * all-or-nothing through `check`/`decide`/`refund`, reading the first part's clock.
+ */
+export declare function compositeNew(handles: Array<number>): number
+
+/**
  * Nanoseconds per `try_acquire` of the Rust core alone (system clock, one bucket), over
  * `iterations` calls: the "Rust decision" term of the benchmark's floor. `allow` picks an
  * admitting quota, else a rejecting one.
@@ -67,8 +75,9 @@ export declare function canonicalQuota(quota: string): string
 export declare function coreDecisionNs(iterations: number, allow: boolean): number
 
 /**
- * One request rendered by the core's own `Decision::headers` (used by the tests to pin the
- * JavaScript renderer to the core's): `[allowed, [[name, value], ...]]`.
+ * One request rendered by the core's own `Decision::headers` straight from the core's
+ * decision (used by the tests to pin `Decision#headers`, whose figures crossed to JavaScript
+ * and back, to it): `[allowed, [[name, value], ...]]`.
  */
 export declare function coreHeaders(handle: number, cost: unknown, style: string, policy: string): [boolean, Array<[string, string]>]
 
@@ -94,6 +103,13 @@ export declare function keyedNew(quota: string, clock?: ManualClock | undefined 
 /** Forgets `key`'s bucket; whether it existed. */
 export declare function keyedRemove(handle: number, key: string | Uint8Array | number): boolean
 
+/**
+ * The keyed limiter named `name` in this process (created on first use, on the system clock);
+ * every worker thread that asks for the name gets the same table. Asking again with another
+ * quota or other options throws.
+ */
+export declare function keyedShared(name: string, quota: string, maxKeys?: number | undefined | null, onFull?: string | undefined | null, shards?: number | undefined | null): number
+
 /** Evicts every bucket that is full now; how many. */
 export declare function keyedSweep(handle: number): number
 
@@ -109,6 +125,9 @@ export declare function limiterNew(quota: string, clock?: ManualClock | undefine
  */
 export declare function limiterShared(name: string, quota: string): number
 
+/** The queue bound `max_delay` in nanoseconds of a leaky-queue (keyed) limiter, else `null`. */
+export declare function maxDelayNs(handle: number): number | null
+
 /** Benchmark floor: an empty `#[napi]` function of the `check` shape. */
 export declare function noopNapiCheck(handle: number, cost: number): boolean
 
@@ -117,3 +136,9 @@ export declare function quotaOf(handle: number): string
 
 /** Frees a handle (the wrapper's `FinalizationRegistry` calls this). */
 export declare function release(handle: number): void
+
+/**
+ * The HTTP fields of a decision given by its figures, rendered by the core
+ * (`Decision::from_figures` + `Decision::headers`): `[name, value, name, value, ...]`.
+ */
+export declare function renderHeaders(allowed: boolean, limit: number | bigint, remaining: number | bigint, retryAfterNs: number | bigint, resetAfterNs: number | bigint, windowSeconds: number | bigint, style: string, policy: string): Array<string>

@@ -1,8 +1,9 @@
-// The shared conformance vectors (../conformance/vectors.json) through the manual clock.
+// The shared conformance vectors (../conformance/vectors.json) and every algorithm's cases
+// (../conformance/algorithms.json: cases and composite_cases) through the manual clock.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
-import { Limiter, KeyedLimiter, ManualClock } from '../index.mjs'
+import { Limiter, KeyedLimiter, Composite, ManualClock } from '../index.mjs'
 
 // Times reach 3e18 ns, beyond a double's exact integers: every integer literal of 16 digits
 // or more becomes a BigInt (strings are matched first so their digits are left alone).
@@ -15,8 +16,13 @@ function parseExact(text) {
   )
 }
 
-const file = parseExact(readFileSync(new URL('../../conformance/vectors.json', import.meta.url), 'utf8'))
-assert.equal(file.format, 1, 'unknown vectors format')
+const load = (name) => {
+  const f = parseExact(readFileSync(new URL(`../../conformance/${name}`, import.meta.url), 'utf8'))
+  assert.equal(f.format, 1, `unknown ${name} format`)
+  return f
+}
+const vectors = load('vectors.json')
+const algorithms = load('algorithms.json')
 
 const CODES = {
   invalid_quota: 'ERR_SLUICEGATE_INVALID_QUOTA',
@@ -26,8 +32,28 @@ const CODES = {
 
 const big = (x) => BigInt(x)
 
-for (const c of file.cases) {
-  test(`vector ${c.name}`, () => {
+function figures(d) {
+  return {
+    allowed: d.allowed,
+    limit: big(d.limit),
+    remaining: big(d.remaining),
+    retry_after_ns: big(d.retryAfterNs),
+    reset_after_ns: big(d.resetAfterNs),
+  }
+}
+
+function expected(e) {
+  return {
+    allowed: e.allowed,
+    limit: big(e.limit),
+    remaining: big(e.remaining),
+    retry_after_ns: big(e.retry_after_ns),
+    reset_after_ns: big(e.reset_after_ns),
+  }
+}
+
+for (const [file, c] of [...vectors.cases.map((c) => ['vector', c]), ...algorithms.cases.map((c) => ['algorithm', c])]) {
+  test(`${file} ${c.name}`, () => {
     if (c.quota_error !== undefined) {
       assert.throws(() => new Limiter(c.quota), (e) => e.code === CODES[c.quota_error])
       assert.throws(() => new KeyedLimiter(c.quota), (e) => e.code === CODES[c.quota_error])
@@ -44,26 +70,28 @@ for (const c of file.cases) {
         assert.throws(() => limiter.tryAcquire(...args), (e) => e.code === CODES[s.expect.error], where)
         return
       }
-      const d = limiter.tryAcquire(...args)
-      assert.deepEqual(
-        {
-          allowed: d.allowed,
-          limit: big(d.limit),
-          remaining: big(d.remaining),
-          retry_after_ns: big(d.retryAfterNs),
-          reset_after_ns: big(d.resetAfterNs),
-        },
-        {
-          allowed: s.expect.allowed,
-          limit: big(s.expect.limit),
-          remaining: big(s.expect.remaining),
-          retry_after_ns: big(s.expect.retry_after_ns),
-          reset_after_ns: big(s.expect.reset_after_ns),
-        },
-        where,
-      )
+      assert.deepEqual(figures(limiter.tryAcquire(...args)), expected(s.expect), where)
       // The boolean fast path agrees (a peek, so the state is unchanged).
       if (s.cost === 0) assert.equal(limiter.check(...args), s.expect.allowed, where)
+    })
+  })
+}
+
+// Composite limits: the parts share one manual clock; a step is consumed all-or-nothing.
+for (const c of algorithms.composite_cases) {
+  test(`composite ${c.name}`, () => {
+    const clock = new ManualClock(big(c.start_ns))
+    const all = new Composite(c.quotas.map((q) => new Limiter(q, { clock })))
+    c.steps.forEach((s, i) => {
+      clock.set(big(s.t_ns))
+      if (s.op === 'refund') return all.refund(s.cost)
+      const where = `${c.name} step ${i}`
+      if (s.expect.error !== undefined) {
+        assert.throws(() => all.tryAcquire(s.cost), (e) => e.code === CODES[s.expect.error], where)
+        return
+      }
+      assert.deepEqual(figures(all.tryAcquire(s.cost)), expected(s.expect), where)
+      if (s.cost === 0) assert.equal(all.check(0), s.expect.allowed, where)
     })
   })
 }

@@ -3,7 +3,9 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 const dir = fileURLToPath(new URL('..', import.meta.url))
@@ -36,3 +38,61 @@ test('every native export is declared in native.d.ts', () => {
 function await_import() {
   return JSON.parse(execFileSync(process.execPath, ['-p', 'JSON.stringify(Object.keys(require("./native.js")).reduce((o, k) => (o[k] = 1, o), {}))'], { cwd: dir, encoding: 'utf8' }))
 }
+
+// index.d.ts is written by hand: every export of index.js, and every method and accessor of
+// its classes, must be declared there (so a new method cannot ship untyped).
+test('index.d.ts declares every export, method and accessor of index.js', async () => {
+  const dts = readFileSync(new URL('../index.d.ts', import.meta.url), 'utf8')
+  const { default: sg } = await import('../index.mjs')
+  for (const [name, v] of Object.entries(sg)) {
+    if (name === '_internal') continue
+    assert.match(dts, new RegExp(`export (declare (const|function|class) ${name}\\b|\\{[^}]*\\b${name}\\b)`), name)
+    if (typeof v !== 'function' || name === 'canonicalQuota' || name === 'ManualClock') continue
+    const body = dts.slice(dts.indexOf(`export declare class ${name} `)).split('\n}\n')[0]
+    const members = [...Object.getOwnPropertyNames(v.prototype), ...Object.getOwnPropertyNames(v)]
+    for (const m of members) {
+      if (['constructor', 'length', 'name', 'prototype'].includes(m)) continue
+      assert.match(body, new RegExp(`^\\s+(static |readonly )?${m}\\b`, 'm'), `${name}.${m}`)
+    }
+  }
+})
+
+// The public types compile against a use of every API (TypeScript ships with the dev tools).
+test('index.d.ts type-checks a use of the whole API', (t) => {
+  const tsc = new URL('../node_modules/.bin/tsc', import.meta.url)
+  if (!existsSync(tsc)) return t.skip('typescript is not installed')
+  const tmp = mkdtempSync(join(tmpdir(), 'sluicegate-dts-'))
+  t.after(() => rmSync(tmp, { recursive: true, force: true }))
+  writeFileSync(join(tmp, 'use.ts'), `
+import { Limiter, KeyedLimiter, Composite, ManualClock, Decision, canonicalQuota } from 'sluicegate'
+import rateLimit from 'sluicegate/express'
+const clock = new ManualClock(0n)
+clock.advance(5)
+const q = new Limiter({ rate: 10, periodMs: 1000, algorithm: 'leaky_queue', maxDelayMs: 500 }, { clock })
+const r: Decision = q.reserve(1, { maxWaitMs: 100 })
+q.cancel(1)
+const both = new Composite([q, new Limiter('5/s')])
+const d: Decision = both.tryAcquire(2n)
+const k = KeyedLimiter.shared('n', '1/s', { maxKeys: 10, onFull: 'evict' })
+const rk: Decision = k.reserve(new TextEncoder().encode('x'))
+k.cancel(42, 1)
+const p: Promise<Decision> = both.acquire(1, { timeoutMs: 5, signal: AbortSignal.timeout(10) })
+const h: Record<string, string> = d.headers('draft-7', 'api')
+const s: string = canonicalQuota({ limit: 1, windowMs: 10 })
+const mw = rateLimit({ limit: 5, windowMs: 1000, standardHeaders: 'draft-8' })
+console.log(r, rk, p, h, s, mw, both.parts.length, k.size)
+`)
+  writeFileSync(join(tmp, 'tsconfig.json'), JSON.stringify({
+    compilerOptions: {
+      strict: true, noEmit: true, module: 'nodenext', moduleResolution: 'nodenext', target: 'es2022',
+      types: [],
+      paths: { sluicegate: [join(dir, 'index.d.ts')], 'sluicegate/express': [join(dir, 'express.d.ts')] },
+    },
+    files: ['use.ts'],
+  }))
+  try {
+    execFileSync(fileURLToPath(tsc), ['-p', join(tmp, 'tsconfig.json')], { encoding: 'utf8' })
+  } catch (e) {
+    assert.fail(`tsc: ${e.stdout}${e.stderr}`)
+  }
+})

@@ -2,7 +2,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { createRequire } from 'node:module'
-import { Limiter, KeyedLimiter, ManualClock, Decision, canonicalQuota } from '../index.mjs'
+import { Limiter, KeyedLimiter, Composite, ManualClock, Decision, canonicalQuota } from '../index.mjs'
 import sg from '../index.mjs'
 
 const require = createRequire(import.meta.url)
@@ -155,4 +155,107 @@ test('shared limiters are one bucket per name', () => {
   assert.equal(a.check(2), true)
   assert.equal(b.check(1), true)
   assert.equal(a.check(1), false)
+})
+
+test('reserve and cancel on a leaky queue (the core doc example)', () => {
+  const clock = new ManualClock(0)
+  const q = new Limiter('10/s; algorithm=leaky_queue; max_delay=250ms', { clock })
+  assert.deepEqual([0, 1, 2].map(() => q.reserve(1).retryAfterMs), [0, 100, 200])
+  const full = q.reserve(1)
+  assert.equal(full.allowed, false)
+  q.cancel(1) // the last reservation is given back
+  assert.equal(q.reserve(1).retryAfterMs, 200)
+  q.cancel(1)
+  const within = q.reserve(1, { maxWaitMs: 150 })
+  assert.equal(within.allowed, false, 'the slot is 200 ms away')
+  assert.equal(within.retryAfterNs, 50_000_000)
+  assert.equal(q.reserve(1, { maxWaitMs: 200 }).retryAfterMs, 200)
+  // Other algorithms reserve as tryAcquire.
+  const b = new Limiter('1/s; burst=1', { clock })
+  assert.equal(b.reserve().allowed, true)
+  assert.equal(b.reserve().allowed, false)
+  b.cancel()
+  assert.equal(b.reserve().allowed, true)
+  assert.throws(() => q.reserve(1, { maxWaitMs: -1 }), (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG')
+})
+
+test('acquire on a leaky queue waits for its slot on a timer', async () => {
+  const q = new Limiter('20/s; algorithm=leaky_queue; max_delay=1s')
+  const t0 = performance.now()
+  let ticks = 0
+  const iv = setInterval(() => ticks++, 5)
+  const waits = await Promise.all([0, 1, 2, 3].map(() => q.acquire()))
+  clearInterval(iv)
+  const elapsed = performance.now() - t0
+  assert.ok(waits.every((d) => d.allowed))
+  assert.ok(elapsed >= 140, `four slots 50 ms apart took ${elapsed} ms`)
+  assert.ok(ticks >= 5, 'the event loop kept running')
+})
+
+test('acquire on a leaky queue: a slot beyond the timeout is not reserved', async () => {
+  const clock = new ManualClock(0)
+  const q = new Limiter('10/s; algorithm=leaky_queue; max_delay=1s', { clock })
+  for (let i = 0; i < 3; i++) q.reserve(1) // slots at 0, 100 and 200 ms: the next is at 300
+  await assert.rejects(q.acquire(1, { timeoutMs: 100 }), (e) => e.code === 'ERR_SLUICEGATE_TIMEOUT')
+  assert.equal(q.reserve(1).retryAfterMs, 300, 'the timed-out acquire left no reservation')
+  // Keyed: reserved, then cancelled at once when the slot is past the deadline.
+  const k = new KeyedLimiter('10/s; algorithm=leaky_queue; max_delay=1s', { clock })
+  for (let i = 0; i < 3; i++) k.reserve('a')
+  await assert.rejects(k.acquire('a', 1, { timeoutMs: 100 }), (e) => e.code === 'ERR_SLUICEGATE_TIMEOUT')
+  assert.equal(k.reserve('a').retryAfterMs, 300)
+  k.cancel('a')
+  assert.equal(k.reserve('a').retryAfterMs, 300)
+})
+
+test('an abort while waiting for a queue slot cancels the reservation', async () => {
+  const clock = new ManualClock(0)
+  const q = new Limiter('10/s; algorithm=leaky_queue; max_delay=1s', { clock })
+  q.reserve(1)
+  const ac = new AbortController()
+  const waiting = q.acquire(1, { signal: ac.signal }) // slot at 100 ms
+  setTimeout(() => ac.abort(new Error('gone')), 10)
+  await assert.rejects(waiting, /gone/)
+  assert.equal(q.reserve(1).retryAfterMs, 100, 'the aborted slot was given back')
+})
+
+test('composite: all-or-nothing over limiters of any algorithm', () => {
+  const clock = new ManualClock(0)
+  const perUser = new Limiter('2/s', { clock })
+  const global = new Limiter('3/s; algorithm=fixed_window', { clock })
+  const both = new Composite([perUser, global])
+  assert.deepEqual(both.parts, [perUser, global])
+  assert.equal(both.tryAcquire().remaining, 1, 'the tighter of 1 and 2')
+  assert.equal(both.check(), true)
+  const d = both.tryAcquire()
+  assert.equal(d.allowed, false)
+  assert.equal(global.peek().remaining, 1, 'the global window was refunded')
+  both.refund(1)
+  assert.equal(perUser.peek().remaining, 1)
+  assert.equal(global.peek().remaining, 2)
+  assert.throws(() => both.tryAcquire(3), (e) => e.code === 'ERR_SLUICEGATE_INSUFFICIENT_CAPACITY')
+  assert.equal(global.peek().remaining, 2, 'an impossible cost consumed nothing')
+  assert.equal(d.headers('draft-7')['Retry-After'], '1')
+  for (const bad of [[], [new KeyedLimiter('1/s')], 'x', undefined, [perUser, {}]]) {
+    assert.throws(() => new Composite(bad), (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG')
+  }
+})
+
+test('options objects choose the algorithm', () => {
+  assert.equal(canonicalQuota({ limit: 5, windowMs: 1000, algorithm: 'sliding_window' }), '5/s; algorithm=sliding_window')
+  assert.equal(canonicalQuota({ rate: 10, periodMs: 1000, algorithm: 'leaky_queue', maxDelayMs: 250 }), '10/s; algorithm=leaky_queue; max_delay=250ms')
+  assert.throws(() => canonicalQuota({ rate: 1, periodMs: 1, algorithm: 'fastest' }), (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG')
+  assert.throws(() => canonicalQuota({ rate: 1, periodMs: 1, maxDelayMs: 5 }), (e) => e.code === 'ERR_SLUICEGATE_INVALID_QUOTA')
+})
+
+test('shared keyed limiters are one table per name', () => {
+  const a = KeyedLimiter.shared('keyed-test', '1/h; burst=2', { maxKeys: 100 })
+  const b = KeyedLimiter.shared('keyed-test', { rate: 1, periodMs: 3_600_000, burst: 2 }, { maxKeys: 100 })
+  assert.equal(a.check('k', 2), true)
+  assert.equal(b.check('k'), false)
+  assert.equal(b.size, 1)
+  assert.throws(() => KeyedLimiter.shared('keyed-test', '1/h; burst=2', { maxKeys: 99 }), (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG')
+  assert.throws(() => KeyedLimiter.shared('keyed-test', '2/h'), (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG')
+  assert.throws(() => KeyedLimiter.shared('keyed-test-2', '1/s', { clock: new ManualClock() }), (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG')
+  // A Limiter and a KeyedLimiter may share a name: separate namespaces.
+  assert.equal(Limiter.shared('keyed-test', '1/s').check(), true)
 })

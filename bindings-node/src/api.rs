@@ -7,7 +7,7 @@ use crate::state::{self, AnyClock, Entry, EnvState};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use sluicegate::http::HeaderStyle;
-use sluicegate::{KeyedLimiter, Limiter, MonotonicClock, OnFull, Quota};
+use sluicegate::{Algorithm, Decision, KeyedLimiter, Limiter, MonotonicClock, OnFull, Quota};
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::Arc;
@@ -97,8 +97,41 @@ pub fn limiter_new(
 /// clock); every worker thread that asks for the name gets the same bucket.
 #[napi]
 pub fn limiter_shared(env: Env, name: String, quota: String) -> std::result::Result<u32, JsErr> {
-    let entry = state::shared(&name, parse(&quota)?)?;
+    let quota = parse(&quota)?;
+    let entry = state::shared(&format!("limiter:{name}"), format!("\"{quota}\""), || {
+        Limiter::with_clock(quota, AnyClock::System(MonotonicClock::new()))
+            .map(Entry::Single)
+            .map_err(from_core)
+    })?;
     env_state(&env)?.insert(entry)
+}
+fn keyed_build(
+    quota: Quota,
+    clock: AnyClock,
+    max_keys: Option<u32>,
+    on_full: Option<&str>,
+    shards: Option<u32>,
+) -> std::result::Result<Entry, JsErr> {
+    let mut b = KeyedLimiter::<Box<[u8]>>::builder(quota).clock(clock);
+    if let Some(n) = max_keys {
+        if n == 0 {
+            return Err(invalid_arg("maxKeys must be at least 1"));
+        }
+        b = b.max_keys(n as usize);
+    }
+    b = b.on_full(match on_full {
+        None | Some("reject") => OnFull::RejectNewKeys,
+        Some("evict") => OnFull::EvictFullest,
+        Some(other) => {
+            return Err(invalid_arg(format!(
+                "onFull must be \"reject\" or \"evict\", got {other:?}"
+            )))
+        }
+    });
+    if let Some(n) = shards {
+        b = b.shards(n as usize);
+    }
+    Ok(Entry::Keyed(b.build().map_err(from_core)?))
 }
 
 /// Creates a keyed limiter; `maxKeys` bounds the keys held at once (default 2^20), `onFull`
@@ -117,27 +150,64 @@ pub fn keyed_new(
         Some(c) => AnyClock::Manual(c.inner.clone()),
         None => AnyClock::System(MonotonicClock::new()),
     };
-    let mut b = KeyedLimiter::<Box<[u8]>>::builder(parse(&quota)?).clock(clock);
-    if let Some(n) = max_keys {
-        if n == 0 {
-            return Err(invalid_arg("maxKeys must be at least 1"));
-        }
-        b = b.max_keys(n as usize);
+    let entry = keyed_build(parse(&quota)?, clock, max_keys, on_full.as_deref(), shards)?;
+    env_state(&env)?.insert(Arc::new(entry))
+}
+
+/// The keyed limiter named `name` in this process (created on first use, on the system clock);
+/// every worker thread that asks for the name gets the same table. Asking again with another
+/// quota or other options throws.
+#[napi]
+pub fn keyed_shared(
+    env: Env,
+    name: String,
+    quota: String,
+    max_keys: Option<u32>,
+    on_full: Option<String>,
+    shards: Option<u32>,
+) -> std::result::Result<u32, JsErr> {
+    let quota = parse(&quota)?;
+    let on_full = on_full.as_deref();
+    let signature = format!(
+        "\"{quota}\" (maxKeys {max_keys:?}, onFull {:?}, shards {shards:?})",
+        on_full.unwrap_or("reject")
+    );
+    let entry = state::shared(&format!("keyed:{name}"), signature, || {
+        keyed_build(
+            quota,
+            AnyClock::System(MonotonicClock::new()),
+            max_keys,
+            on_full,
+            shards,
+        )
+    })?;
+    env_state(&env)?.insert(entry)
+}
+
+/// A composite limit over the limiters `handles` (in order, at least one): consumed
+/// all-or-nothing through `check`/`decide`/`refund`, reading the first part's clock.
+#[napi]
+pub fn composite_new(env: Env, handles: Vec<u32>) -> std::result::Result<u32, JsErr> {
+    if handles.is_empty() {
+        return Err(invalid_arg("a Composite needs at least one Limiter"));
     }
-    b = b.on_full(match on_full.as_deref() {
-        None | Some("reject") => OnFull::RejectNewKeys,
-        Some("evict") => OnFull::EvictFullest,
-        Some(other) => {
-            return Err(invalid_arg(format!(
-                "onFull must be \"reject\" or \"evict\", got {other:?}"
-            )))
-        }
-    });
-    if let Some(n) = shards {
-        b = b.shards(n as usize);
+    let state = env_state(&env)?;
+    let mut parts = Vec::with_capacity(handles.len());
+    for h in handles {
+        let part = state.get(h)?;
+        part.single()?;
+        parts.push(part);
     }
-    let limiter = b.build().map_err(from_core)?;
-    env_state(&env)?.insert(Arc::new(Entry::Keyed(limiter)))
+    state.insert(Arc::new(Entry::Composite(parts)))
+}
+
+/// The queue bound `max_delay` in nanoseconds of a leaky-queue (keyed) limiter, else `null`.
+#[napi]
+pub fn max_delay_ns(env: Env, handle: u32) -> std::result::Result<Option<f64>, JsErr> {
+    env_state(&env)?.with(handle, |e| {
+        let q = e.quota()?;
+        Ok((q.algorithm_kind() == Algorithm::LeakyQueue).then(|| q.max_delay_ns() as f64))
+    })?
 }
 
 fn key_op<R>(
@@ -202,7 +272,7 @@ pub fn release(env: Env, handle: u32) -> std::result::Result<(), JsErr> {
 /// The canonical rate string of a limiter's quota.
 #[napi]
 pub fn quota_of(env: Env, handle: u32) -> std::result::Result<String, JsErr> {
-    env_state(&env)?.with(handle, |e| e.quota().to_string())
+    env_state(&env)?.with(handle, |e| Ok(e.quota()?.to_string()))?
 }
 
 /// Whether the limiter's bucket is full now.
@@ -232,8 +302,43 @@ fn style_of(style: &str) -> std::result::Result<HeaderStyle, JsErr> {
     })
 }
 
-/// One request rendered by the core's own `Decision::headers` (used by the tests to pin the
-/// JavaScript renderer to the core's): `[allowed, [[name, value], ...]]`.
+/// The HTTP fields of a decision given by its figures, rendered by the core
+/// (`Decision::from_figures` + `Decision::headers`): `[name, value, name, value, ...]`.
+#[napi(
+    ts_args_type = "allowed: boolean, limit: number | bigint, remaining: number | bigint, retryAfterNs: number | bigint, resetAfterNs: number | bigint, windowSeconds: number | bigint, style: string, policy: string"
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn render_headers(
+    allowed: bool,
+    limit: Unknown,
+    remaining: Unknown,
+    retry_after_ns: Unknown,
+    reset_after_ns: Unknown,
+    window_seconds: Unknown,
+    style: String,
+    policy: String,
+) -> std::result::Result<Vec<String>, JsErr> {
+    let style = style_of(&style)?;
+    let d = Decision::from_figures(
+        allowed,
+        u64_of(&limit, "limit")?,
+        u64_of(&remaining, "remaining")?,
+        u64_of(&retry_after_ns, "retryAfterNs")?,
+        u64_of(&reset_after_ns, "resetAfterNs")?,
+        u64_of(&window_seconds, "windowSeconds")?,
+    );
+    let fields = d.headers(style, &policy);
+    let mut out = Vec::with_capacity(fields.len() * 2);
+    for (k, v) in fields {
+        out.push(k.to_owned());
+        out.push(v);
+    }
+    Ok(out)
+}
+
+/// One request rendered by the core's own `Decision::headers` straight from the core's
+/// decision (used by the tests to pin `Decision#headers`, whose figures crossed to JavaScript
+/// and back, to it): `[allowed, [[name, value], ...]]`.
 #[napi(ts_return_type = "[boolean, Array<[string, string]>]")]
 pub fn core_headers(
     env: Env,

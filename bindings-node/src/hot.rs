@@ -26,6 +26,7 @@ pub const EXPORTS: &[(&str, Cb)] = &[
     ("check", check),
     ("decide", decide),
     ("refund", refund),
+    ("reserveWithin", reserve_within),
     ("checkNoop", check_noop),
     ("decideNoop", decide_noop),
     ("keyedCheck", keyed_check),
@@ -61,6 +62,8 @@ struct Call {
     env: sys::napi_env,
     argv: [sys::napi_value; 3],
     argc: usize,
+    /// The function's data: this environment's `EnvState` (`lib.rs`).
+    data: *mut c_void,
 }
 
 /// Reads up to three arguments.
@@ -73,8 +76,10 @@ unsafe fn call(env: sys::napi_env, info: sys::napi_callback_info) -> Call {
         env,
         argv: [ptr::null_mut(); 3],
         argc: 3,
+        data: ptr::null_mut(),
     };
-    // SAFETY: `argv` has room for `argc` values; `this` and `data` are not requested.
+    // SAFETY: `argv` has room for `argc` values; `this` is not requested; `data` is a valid
+    // out-pointer.
     unsafe {
         sys::napi_get_cb_info(
             env,
@@ -82,7 +87,7 @@ unsafe fn call(env: sys::napi_env, info: sys::napi_callback_info) -> Call {
             &mut c.argc,
             c.argv.as_mut_ptr(),
             ptr::null_mut(),
-            ptr::null_mut(),
+            &mut c.data,
         )
     };
     c
@@ -132,17 +137,15 @@ impl Call {
     /// This environment's state.
     #[inline(always)]
     fn state(&self) -> Result<&EnvState, JsErr> {
-        let mut data: *mut c_void = ptr::null_mut();
-        // SAFETY: live env; `data` is a valid out-pointer.
-        unsafe { sys::napi_get_instance_data(self.env, &mut data) };
-        if data.is_null() {
+        if self.data.is_null() {
             return Err(invalid_arg(
                 "sluicegate is not initialised in this environment",
             ));
         }
-        // SAFETY: the only instance data this addon sets is a `Box<EnvState>` (`lib.rs`),
-        // freed only when the environment is torn down, after its last callback.
-        Ok(unsafe { &*data.cast::<EnvState>() })
+        // SAFETY: every hot function is created in `lib.rs` with its environment's
+        // `Box<EnvState>` (also the instance data) as its data; it is freed only when the
+        // environment is torn down, after its last callback.
+        Ok(unsafe { &*self.data.cast::<EnvState>() })
     }
 
     #[inline(always)]
@@ -170,8 +173,9 @@ fn guard(
     ptr::null_mut()
 }
 
+#[inline(always)]
 fn decision_of(e: &Entry, cost: u64) -> Result<Decision, JsErr> {
-    e.single()?.try_acquire(cost).map_err(from_core)
+    e.try_acquire(cost)
 }
 
 /// Writes `d`'s figures to the scratch buffer.
@@ -240,9 +244,35 @@ unsafe extern "C" fn refund(env: sys::napi_env, info: sys::napi_callback_info) -
     let c = unsafe { call(env, info) };
     guard(env, || {
         let (h, cost) = c.handle_cost()?;
-        c.state()?
-            .with(h, |e| e.single()?.refund(cost).map_err(from_core))??;
+        c.state()?.with(h, |e| e.refund(cost))??;
         Ok(ptr::null_mut())
+    })
+}
+
+/// `reserveWithin(handle, cost, maxWaitNs) -> boolean`, figures in the scratch buffer: the
+/// core's `reserve_within` (a leaky queue admits only if the wait until the slot is at most
+/// `maxWaitNs`; other algorithms decide as `decide`).
+unsafe extern "C" fn reserve_within(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: Node passes this callback's own env and info.
+    let c = unsafe { call(env, info) };
+    guard(env, || {
+        let (h, cost) = c.handle_cost()?;
+        if c.argc < 3 {
+            return Err(invalid_arg("expected maxWaitNs"));
+        }
+        // SAFETY: live env and argument of this callback.
+        let max_wait = unsafe { u64_arg(c.env, c.argv[2], "maxWaitNs") }?;
+        let state = c.state()?;
+        let d = state.with(h, |e| {
+            e.single()?
+                .reserve_within(cost, std::time::Duration::from_nanos(max_wait))
+                .map_err(from_core)
+        })??;
+        write_scratch(state, &d);
+        Ok(c.boolean(d.allowed()))
     })
 }
 

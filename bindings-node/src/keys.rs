@@ -38,7 +38,11 @@ pub unsafe fn with_key<R>(
             unsafe {
                 sys::napi_get_value_string_utf8(env, v, buf.as_mut_ptr().cast(), STACK, &mut len)
             };
-            if len < STACK - 1 {
+            // Node-API writes at most STACK - 1 bytes, and only whole characters (up to 4 bytes
+            // each): a longer string stops within 4 bytes of that, so only `len` below that
+            // margin proves the whole string was written. (Testing `len < STACK - 1` let keys of
+            // 2- and 4-byte characters be cut at 254 or 252 bytes: distinct keys shared a bucket.)
+            if len < STACK - 4 {
                 return Ok(f(&buf[..len]));
             }
             // Possibly truncated: ask for the length, then copy the whole string.

@@ -75,14 +75,16 @@ pub fn init(mut exports: Object, env: Env) -> Result<()> {
     for (name, cb) in hot::EXPORTS {
         let mut f = ptr::null_mut();
         // SAFETY: `name` is valid UTF-8 of the given length; `cb` is an `extern "C"` callback
-        // with Node-API's signature.
+        // with Node-API's signature. Its data is this environment's state (alive as long as
+        // the environment, hence as the function), so a call gets it from the
+        // `napi_get_cb_info` it makes anyway instead of a second `napi_get_instance_data`.
         let status = unsafe {
             sys::napi_create_function(
                 raw_env,
                 name.as_ptr().cast(),
                 name.len() as isize,
                 Some(*cb),
-                ptr::null_mut(),
+                state.cast(),
                 &mut f,
             )
         };

@@ -4,12 +4,14 @@
 // The per-request calls of `hot.rs`, hand-written against Node-API (no #[napi] type info).
 /** The decision scratch buffer: see `hot::slot` for the layout. */
 export declare const scratch: ArrayBuffer
-/** Admit `cost` now on the limiter `handle`? Throws on an invalid argument or a core error. */
+/** Admit `cost` now on the limiter (or composite) `handle`? Throws on an invalid argument or a core error. */
 export declare function check(handle: number, cost: number | bigint): boolean
 /** As `check`, with the decision's figures written to `scratch`. */
 export declare function decide(handle: number, cost: number | bigint): boolean
-/** Gives `cost` tokens back to the limiter `handle`. */
+/** Gives `cost` tokens back to the limiter `handle` (every part of a composite). */
 export declare function refund(handle: number, cost: number | bigint): void
+/** The core's `reserve_within`: a leaky queue admits only if its wait is at most `maxWaitNs`; figures in `scratch`. */
+export declare function reserveWithin(handle: number, cost: number | bigint, maxWaitNs: number | bigint): boolean
 /** The floor of `check`: the same conversions, no decision. */
 export declare function checkNoop(handle: number, cost: number | bigint): boolean
 /** The floor of `decide`: the same conversions, no decision. */

@@ -7,8 +7,10 @@
 //! stale number can only name another live limiter of the same environment or none: never
 //! memory that is not a limiter.
 
-use crate::errors::{invalid_arg, JsErr};
-use sluicegate::{Clock, KeyedLimiter, Limiter, ManualClock, MonotonicClock, Quota};
+use crate::errors::{from_core, invalid_arg, JsErr};
+use sluicegate::{
+    composite, Clock, Decision, KeyedLimiter, Limiter, ManualClock, MonotonicClock, Quota,
+};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -45,17 +47,29 @@ pub enum Entry {
     Single(Limiter<AnyClock>),
     /// One bucket per key.
     Keyed(Keyed),
+    /// Several single limiters consumed all-or-nothing (`sluicegate::composite`); every part
+    /// is an `Entry::Single`, checked when the composite is made.
+    Composite(Vec<Arc<Entry>>),
 }
 
 impl Entry {
+    fn kind(&self) -> &'static str {
+        match self {
+            Entry::Single(_) => "a Limiter's",
+            Entry::Keyed(_) => "a KeyedLimiter's",
+            Entry::Composite(_) => "a Composite's",
+        }
+    }
+
     /// The single limiter, or an `ERR_SLUICEGATE_INVALID_ARG` error.
     #[inline]
     pub fn single(&self) -> Result<&Limiter<AnyClock>, JsErr> {
         match self {
             Entry::Single(l) => Ok(l),
-            Entry::Keyed(_) => Err(invalid_arg(
-                "expected a Limiter handle, got a KeyedLimiter's",
-            )),
+            other => Err(invalid_arg(format!(
+                "expected a Limiter handle, got {}",
+                other.kind()
+            ))),
         }
     }
 
@@ -64,17 +78,66 @@ impl Entry {
     pub fn keyed(&self) -> Result<&Keyed, JsErr> {
         match self {
             Entry::Keyed(l) => Ok(l),
-            Entry::Single(_) => Err(invalid_arg(
-                "expected a KeyedLimiter handle, got a Limiter's",
+            other => Err(invalid_arg(format!(
+                "expected a KeyedLimiter handle, got {}",
+                other.kind()
+            ))),
+        }
+    }
+
+    /// The parts of a composite as limiters (every part is single by construction).
+    fn parts(parts: &[Arc<Entry>]) -> Vec<&Limiter<AnyClock>> {
+        parts
+            .iter()
+            .filter_map(|p| match &**p {
+                Entry::Single(l) => Some(l),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A request of `cost` now: a single limiter's, or a composite's (all-or-nothing).
+    #[inline]
+    pub fn try_acquire(&self, cost: u64) -> Result<Decision, JsErr> {
+        match self {
+            Entry::Single(l) => l.try_acquire(cost).map_err(from_core),
+            Entry::Composite(parts) => {
+                composite::try_acquire_all(&Self::parts(parts), cost).map_err(from_core)
+            }
+            Entry::Keyed(_) => Err(invalid_arg(
+                "expected a Limiter or Composite handle, got a KeyedLimiter's",
             )),
         }
     }
 
-    /// The quota either kind enforces.
-    pub fn quota(&self) -> &Quota {
+    /// Gives `cost` back: to a single limiter, or to every part of a composite at one reading
+    /// of the first part's clock (each part is checked first, so an error refunds nothing).
+    pub fn refund(&self, cost: u64) -> Result<(), JsErr> {
         match self {
-            Entry::Single(l) => l.quota(),
-            Entry::Keyed(l) => l.quota(),
+            Entry::Single(l) => l.refund(cost).map_err(from_core),
+            Entry::Composite(parts) => {
+                let parts = Self::parts(parts);
+                let now = parts[0].clock().now();
+                for p in &parts {
+                    p.try_acquire_at(now, 0).map_err(from_core)?;
+                }
+                for p in &parts {
+                    p.refund_at(now, cost).map_err(from_core)?;
+                }
+                Ok(())
+            }
+            Entry::Keyed(_) => Err(invalid_arg(
+                "expected a Limiter or Composite handle, got a KeyedLimiter's",
+            )),
+        }
+    }
+
+    /// The quota a single or keyed limiter enforces.
+    pub fn quota(&self) -> Result<&Quota, JsErr> {
+        match self {
+            Entry::Single(l) => Ok(l.quota()),
+            Entry::Keyed(l) => Ok(l.quota()),
+            Entry::Composite(_) => Err(invalid_arg("a Composite has one quota per part")),
         }
     }
 }
@@ -128,6 +191,14 @@ impl EnvState {
         }
     }
 
+    /// The entry `h` names, shared (for a composite's parts).
+    pub fn get(&self, h: u32) -> Result<Arc<Entry>, JsErr> {
+        match self.slab.borrow().slots.get(h as usize) {
+            Some(Some(e)) => Ok(e.clone()),
+            _ => Err(invalid_arg("not a live sluicegate handle")),
+        }
+    }
+
     /// Frees the slot `h` (called by the JavaScript wrapper's `FinalizationRegistry`).
     pub fn release(&self, h: u32) {
         let mut slab = self.slab.borrow_mut();
@@ -145,25 +216,30 @@ impl Default for EnvState {
     }
 }
 
-/// Named limiters shared by every environment (main thread and workers) of the process.
-pub fn shared(name: &str, quota: Quota) -> Result<Arc<Entry>, JsErr> {
-    static SHARED: OnceLock<Mutex<HashMap<String, Arc<Entry>>>> = OnceLock::new();
+/// Named limiters shared by every environment (main thread and workers) of the process:
+/// `make` builds the entry on the name's first use; `signature` (the quota and options)
+/// must match on every later use. Limiters and keyed limiters have separate namespaces.
+pub fn shared(
+    name: &str,
+    signature: String,
+    make: impl FnOnce() -> Result<Entry, JsErr>,
+) -> Result<Arc<Entry>, JsErr> {
+    /// name -> (signature, entry)
+    type Registry = Mutex<HashMap<String, (String, Arc<Entry>)>>;
+    static SHARED: OnceLock<Registry> = OnceLock::new();
     let map = SHARED.get_or_init(Default::default);
     // A panic while the lock is held cannot leave the map half-written (one insert), so a
     // poisoned lock is still consistent.
     let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(e) = map.get(name) {
-        if *e.quota() != quota {
+    if let Some((sig, e)) = map.get(name) {
+        if *sig != signature {
             return Err(invalid_arg(format!(
-                "shared limiter {name:?} already exists with quota \"{}\", not \"{quota}\"",
-                e.quota()
+                "shared {name:?} already exists as {sig}, not {signature}"
             )));
         }
         return Ok(e.clone());
     }
-    let limiter = Limiter::with_clock(quota, AnyClock::System(MonotonicClock::new()))
-        .map_err(crate::errors::from_core)?;
-    let e = Arc::new(Entry::Single(limiter));
-    map.insert(name.to_owned(), e.clone());
+    let e = Arc::new(make()?);
+    map.insert(name.to_owned(), (signature, e.clone()));
     Ok(e)
 }

@@ -81,6 +81,8 @@ def call_cases() -> dict[str, tuple[str, dict, int]]:
         "empty pyo3 method (`Limiter._noop`), the floor": ("f()", {"f": allow._noop}, 1),
         "sluicegate `Limiter.try_acquire()`, allowed": ("f()", {"f": allow.try_acquire}, 1),
         "sluicegate `Limiter.try_acquire()`, rejected": ("f()", {"f": reject.try_acquire}, 1),
+        "sluicegate `Limiter.allow()` (bool, no Decision), allowed": ("f()", {"f": allow.allow}, 1),
+        "sluicegate `Limiter.allow()` (bool, no Decision), rejected": ("f()", {"f": reject.allow}, 1),
         "sluicegate `KeyedLimiter.try_acquire(key)`, one key, allowed": ("f('k')", {"f": kallow.try_acquire}, 1),
         "sluicegate `KeyedLimiter.try_acquire(key)`, one key, rejected": ("f('k')", {"f": kreject.try_acquire}, 1),
         f"sluicegate `KeyedLimiter`, {KEYS:,} str keys round-robin, allowed": (

@@ -7,12 +7,13 @@
 
 use crate::convert::{self, duration, opt_uint, uint};
 use crate::errors::to_py;
-use crate::{quota_arg, wait, PyDecision, PyManualClock, PyQuota, RuntimeClock};
+use crate::{is_queue, quota_arg, wait, PyDecision, PyManualClock, PyQuota, RuntimeClock};
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyInt, PyString, PyTuple};
 use sluicegate::{Decision, Error, KeyedLimiter, MonotonicClock, OnFull, Quota};
+use std::time::Duration;
 
 /// A key, borrowed from the Python object for the duration of one call.
 pub(crate) enum KeyRef<'a> {
@@ -74,6 +75,56 @@ impl PyKeyedLimiter {
             KeyRef::Bytes(k) => self.bytes.try_acquire(*k, cost),
             KeyRef::Int(k) => self.ints.try_acquire(k, cost),
         }
+    }
+
+    /// The core's `reserve_within` for one key, from `try_acquire` (which is the core's
+    /// `reserve`). Only a leaky queue differs: an admission whose delay exceeds `max_wait` is
+    /// given back and reported as a rejection with the bucket's figures after the refund, and
+    /// a rejection reports `retry_after = delay - min(max_delay, max_wait)`, as the core does.
+    pub(crate) fn reserve_within(
+        &self,
+        key: &KeyRef<'_>,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Decision, Error> {
+        let now = sluicegate::Clock::now(&self.clock);
+        let d = self.acquire_at(key, now, cost)?;
+        if !is_queue(&self.quota) {
+            return Ok(d);
+        }
+        let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        let bound = self.quota.max_delay_ns();
+        if !d.allowed() {
+            // Rejected by the queue bound: the delay is retry_after + max_delay.
+            let extra = bound.saturating_sub(max_wait);
+            return Ok(Decision::from_figures(
+                false,
+                d.limit(),
+                d.remaining(),
+                d.retry_after_nanos().saturating_add(extra),
+                d.reset_after_nanos(),
+                d.window_secs(),
+            ));
+        }
+        if d.retry_after_nanos() <= max_wait {
+            return Ok(d);
+        }
+        match key {
+            KeyRef::Bytes(k) => self.bytes.refund_at(*k, now, cost)?,
+            KeyRef::Int(k) => self.ints.refund_at(k, now, cost)?,
+        }
+        let after = match key {
+            KeyRef::Bytes(k) => self.bytes.peek_at(*k, now)?,
+            KeyRef::Int(k) => self.ints.peek_at(k, now)?,
+        };
+        Ok(Decision::from_figures(
+            false,
+            after.limit(),
+            after.remaining(),
+            d.retry_after_nanos() - max_wait,
+            after.reset_after_nanos(),
+            after.window_secs(),
+        ))
     }
 
     pub(crate) fn refund_key(&self, key: &KeyRef<'_>, cost: u64) -> Result<(), Error> {
@@ -154,6 +205,21 @@ impl PyKeyedLimiter {
         }
     }
 
+    /// `try_acquire` answering only whether `cost` of `key` was admitted (and taken).
+    #[pyo3(signature = (key, cost=1))]
+    #[inline]
+    fn allow(
+        &self,
+        key: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = convert::cost)] cost: u64,
+    ) -> PyResult<bool> {
+        let key = self::key(key)?;
+        match self.acquire_now(&key, cost) {
+            Ok(d) => Ok(d.allowed()),
+            Err(e) => Err(to_py(e)),
+        }
+    }
+
     /// `try_acquire` at an explicit reading of this limiter's clock, in nanoseconds.
     #[pyo3(signature = (key, now_ns, cost=1))]
     fn try_acquire_at(
@@ -204,17 +270,25 @@ impl PyKeyedLimiter {
         r.map_err(to_py)
     }
 
-    /// Takes `cost` tokens of `key` if available now; the reservation's `cancel()` gives them
-    /// back (once).
-    #[pyo3(signature = (key, cost=1))]
+    /// Reserves `cost` of `key` now. The keyed store has no reservation call of its own: for
+    /// every algorithm the core's `reserve` is `try_acquire` (a leaky queue may admit with a
+    /// delay, `Reservation.delay`), and `cancel()` is `refund`. With `max_wait`, a leaky-queue
+    /// admission whose delay exceeds it is given back at once and reported as a rejection
+    /// (`retry_after` = delay - max_wait, as the core's `reserve_within` reports it).
+    #[pyo3(signature = (key, cost=1, *, max_wait=None))]
     fn reserve(
         slf: &Bound<'_, Self>,
         key: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = convert::cost)] cost: u64,
+        max_wait: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<crate::PyReservation> {
+        let max_wait = match max_wait.filter(|m| !m.is_none()) {
+            Some(m) => duration(m, "max_wait")?,
+            None => Duration::MAX,
+        };
         let decision = slf
             .get()
-            .acquire_now(&self::key(key)?, cost)
+            .reserve_within(&self::key(key)?, cost, max_wait)
             .map_err(to_py)?;
         Ok(crate::PyReservation::new(
             crate::Target::Keyed(slf.clone().unbind(), key.clone().unbind()),
@@ -223,8 +297,8 @@ impl PyKeyedLimiter {
         ))
     }
 
-    /// Waits (GIL released) until `cost` tokens of `key` are taken or the wait would overrun
-    /// `timeout`; returns the last decision.
+    /// Waits (GIL released, Ctrl-C checked) until `cost` of `key` is admitted or the wait
+    /// would overrun `timeout`; returns the last decision. As `Limiter.acquire`.
     #[pyo3(signature = (key, cost=1, timeout=None))]
     fn acquire(
         &self,
@@ -234,7 +308,13 @@ impl PyKeyedLimiter {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyDecision> {
         let key = self::key(key)?;
-        wait(py, timeout, || self.acquire_now(&key, cost))
+        wait(
+            py,
+            timeout,
+            is_queue(&self.quota),
+            |left| self.reserve_within(&key, cost, left),
+            || self.refund_key(&key, cost),
+        )
     }
 
     /// `acquire` for asyncio.
@@ -251,9 +331,10 @@ impl PyKeyedLimiter {
             Some(t) => Some(duration(t, "timeout")?.as_secs_f64()),
             None => None,
         };
+        let queue = is_queue(&slf.get().quota);
         let helper = AIO_ACQUIRE.import(py, "sluicegate._aio", "acquire")?;
         let args = PyTuple::new(py, [key.clone(), cost.into_pyobject(py)?.into_any()])?;
-        helper.call1((slf.getattr("try_acquire")?, args, timeout))
+        helper.call1((slf.getattr("reserve")?, args, timeout, queue))
     }
 
     /// Forgets `key`'s bucket; True if it existed.

@@ -27,7 +27,9 @@ for t in $targets; do
   echo "fuzz: $t for ${secs}s (seeds: fuzz/corpus/$t)"
   # The first directory collects new inputs; the committed corpus is only read.
   status=0
-  cargo +nightly fuzz run "$t" "$out" "corpus/$t" -- \
+  seeds="corpus/$t"; [ -d "$seeds" ] || seeds=""
+  # shellcheck disable=SC2086
+  cargo +nightly fuzz run "$t" "$out" $seeds -- \
     -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=1 >"$out.log" 2>&1 || status=$?
   grep -E "stat::number_of_executed_units|Done [0-9]+ runs|ERROR|panicked|SUMMARY" "$out.log" || true
   [ "$status" -eq 0 ] || tail -40 "$out.log"

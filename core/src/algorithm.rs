@@ -91,6 +91,70 @@ impl Continuous {
     }
 }
 
+/// The continuous step, written once and generated for both word widths: `step_wide` (the
+/// `Codec` impl) and `step_narrow`, the all-`u64` twin the limiter's fast path inlines for
+/// narrow quotas (`now <= horizon` keeps `now * k + bp` within a `u64`).
+macro_rules! continuous_step {
+    ($name:ident, $t:ty) => {
+        #[inline(always)]
+        pub(crate) fn $name(&self, f: $t, now: u64, cost: u64) -> (Decision, Option<$t>) {
+            let t = <$t>::from(now) * <$t>::from(self.k);
+            // deficit = F - t_e, with the clamp t_e = max(t, F - bp): never more than a bucket.
+            let deficit = if f > t {
+                let d = f - t;
+                if d > <$t>::from(self.bp) {
+                    self.bp
+                } else {
+                    d as u64
+                }
+            } else {
+                0
+            };
+            let avail = self.bp - deficit;
+            let need = cost * self.p; // cost <= b, so need <= bp
+            if need <= avail {
+                // max(F, t_e) is F when F > t (even when clamped), else t.
+                let new = (cost != 0).then(|| f.max(t) + <$t>::from(need));
+                let d = Decision::from_parts(
+                    true,
+                    self.b,
+                    avail - need,
+                    self.p,
+                    0,
+                    deficit + need,
+                    self.k,
+                    self.window_s,
+                );
+                (d, new)
+            } else {
+                let d = Decision::from_parts(
+                    false,
+                    self.b,
+                    avail,
+                    self.p,
+                    need - avail,
+                    deficit,
+                    self.k,
+                    self.window_s,
+                );
+                (d, None)
+            }
+        }
+    };
+}
+
+impl Continuous {
+    continuous_step!(step_wide, u128);
+    continuous_step!(step_narrow, u64);
+
+    /// Whether the u64 fast path applies to this request (else the general path reports the
+    /// error or takes the wide word).
+    #[inline(always)]
+    pub(crate) fn fast_ok(&self, now: u64, cost: u64) -> bool {
+        !self.wide && cost <= self.b && now <= self.horizon
+    }
+}
+
 impl Codec for Continuous {
     #[inline]
     fn capacity(&self) -> u64 {
@@ -112,47 +176,7 @@ impl Codec for Continuous {
 
     #[inline(always)]
     fn acquire(&self, f: u128, now: u64, cost: u64) -> (Decision, Option<u128>) {
-        let t = u128::from(now) * u128::from(self.k);
-        // deficit = F - t_e, with the clamp t_e = max(t, F - bp): never more than a bucket.
-        let deficit = if f > t {
-            let d = f - t;
-            if d > u128::from(self.bp) {
-                self.bp
-            } else {
-                d as u64
-            }
-        } else {
-            0
-        };
-        let avail = self.bp - deficit;
-        let need = cost * self.p; // cost <= b, so need <= bp
-        if need <= avail {
-            // max(F, t_e) is F when F > t (even when clamped), else t.
-            let new = (cost != 0).then(|| f.max(t) + u128::from(need));
-            let d = Decision::from_parts(
-                true,
-                self.b,
-                avail - need,
-                self.p,
-                0,
-                deficit + need,
-                self.k,
-                self.window_s,
-            );
-            (d, new)
-        } else {
-            let d = Decision::from_parts(
-                false,
-                self.b,
-                avail,
-                self.p,
-                need - avail,
-                deficit,
-                self.k,
-                self.window_s,
-            );
-            (d, None)
-        }
+        self.step_wide(f, now, cost)
     }
 
     #[inline]

@@ -99,6 +99,26 @@ impl Word for u128 {
     }
 }
 
+/// The CAS loop: `step` computes the decision and the word to install from the word read;
+/// on a failed CAS it runs again on the word the CAS returned. `None` writes nothing.
+#[inline(always)]
+pub(crate) fn cas_loop<W: Word>(
+    word: &W::Atomic,
+    step: impl Fn(W) -> (Decision, Option<W>),
+) -> Decision {
+    let mut cur = W::load(word);
+    loop {
+        let (decision, new) = step(cur);
+        let Some(new) = new else {
+            return decision;
+        };
+        match W::cas(word, cur, new) {
+            Ok(()) => return decision,
+            Err(actual) => cur = actual,
+        }
+    }
+}
+
 /// Applies `codec.acquire` to the word until the CAS succeeds or nothing is to be written.
 #[inline(always)]
 pub(crate) fn acquire<W: Word, A: Codec>(
@@ -107,17 +127,10 @@ pub(crate) fn acquire<W: Word, A: Codec>(
     now: u64,
     cost: u64,
 ) -> Decision {
-    let mut cur = W::load(word);
-    loop {
+    cas_loop::<W>(word, |cur| {
         let (decision, new) = codec.acquire(cur.widen(), now, cost);
-        let Some(new) = new else {
-            return decision;
-        };
-        match W::cas(word, cur, W::narrow(new)) {
-            Ok(()) => return decision,
-            Err(actual) => cur = actual,
-        }
-    }
+        (decision, new.map(W::narrow))
+    })
 }
 
 /// Applies `codec.refund` to the word until the CAS succeeds or nothing changes.

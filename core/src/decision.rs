@@ -93,7 +93,12 @@ impl Decision {
     /// until the request's slot (the caller goes ahead only after it).
     #[inline]
     pub const fn retry_after_nanos(&self) -> u64 {
-        self.retry_num.div_ceil(self.time_den)
+        // After the gcd reduction the denominator is usually 1: skip the division then.
+        if self.time_den == 1 {
+            self.retry_num
+        } else {
+            self.retry_num.div_ceil(self.time_den)
+        }
     }
 
     /// [`retry_after_nanos`](Self::retry_after_nanos) as a `Duration`.
@@ -105,7 +110,11 @@ impl Decision {
     /// Time until the bucket is full again (zero when it is full).
     #[inline]
     pub const fn reset_after_nanos(&self) -> u64 {
-        self.reset_num.div_ceil(self.time_den)
+        if self.time_den == 1 {
+            self.reset_num
+        } else {
+            self.reset_num.div_ceil(self.time_den)
+        }
     }
 
     /// [`reset_after_nanos`](Self::reset_after_nanos) as a `Duration`.

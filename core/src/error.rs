@@ -78,7 +78,9 @@ impl fmt::Display for Error {
                 reason,
             } => write!(
                 f,
-                "invalid rate {input:?}: {reason} at byte {offset} ({fragment:?})"
+                "invalid rate {:?}: {reason} at byte {offset} ({:?})",
+                Clip(input),
+                Clip(fragment)
             ),
             Error::InsufficientCapacity { cost, capacity } => write!(
                 f,
@@ -96,3 +98,20 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// Quotes at most 64 characters of hostile input in messages (the whole text stays in the
+/// error's fields), so a megabyte of junk never becomes a megabyte of error message.
+struct Clip<'a>(&'a str);
+
+impl fmt::Debug for Clip<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const MAX: usize = 64;
+        match self.0.char_indices().nth(MAX) {
+            None => fmt::Debug::fmt(self.0, f),
+            Some((cut, _)) => {
+                let rest = self.0.len() - cut;
+                write!(f, "{:?}... ({rest} more bytes)", &self.0[..cut])
+            }
+        }
+    }
+}

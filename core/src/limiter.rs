@@ -1,7 +1,7 @@
 //! One bucket: the whole state in one atomic word on its own cache line.
 
 use crate::algorithm::Algo;
-use crate::cell::Slot;
+use crate::cell::{self, Slot};
 use crate::clock::{Clock, DefaultClock};
 use crate::{Decision, Error, Quota};
 use crossbeam_utils::CachePadded;
@@ -83,8 +83,21 @@ impl<C: Clock> Limiter<C> {
 
     /// [`try_acquire`](Self::try_acquire) at an explicit clock reading (simulations, or a
     /// clock owned by the caller). Readings earlier than earlier ones are clamped.
-    #[inline]
+    #[inline(always)]
     pub fn try_acquire_at(&self, now: u64, cost: u64) -> Result<Decision, Error> {
+        let inner = &*self.inner;
+        // The default quota (continuous refill, one u64 word) inlines into the caller in u64
+        // arithmetic; every other algorithm, width or error goes through the general path.
+        if let (Slot::Narrow(word), Algo::Continuous(a)) = (&inner.slot, &inner.algo) {
+            if a.fast_ok(now, cost) {
+                return Ok(cell::cas_loop::<u64>(word, |f| a.step_narrow(f, now, cost)));
+            }
+        }
+        self.try_acquire_general(now, cost)
+    }
+
+    #[inline(never)]
+    fn try_acquire_general(&self, now: u64, cost: u64) -> Result<Decision, Error> {
         let inner = &*self.inner;
         inner.algo.check(now, cost)?;
         Ok(inner.slot.acquire(&inner.algo, now, cost))

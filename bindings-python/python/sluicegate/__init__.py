@@ -9,6 +9,7 @@ from sluicegate._native import (
     CENTURY_NS,
     DEFAULT_MAX_KEYS,
     ClockOutOfRange,
+    Composite,
     Decision,
     Error,
     InsufficientCapacity,
@@ -29,6 +30,7 @@ SluicegateError = Error
 __all__ = [
     "CENTURY_NS",
     "ClockOutOfRange",
+    "Composite",
     "DEFAULT_MAX_KEYS",
     "Decision",
     "Error",

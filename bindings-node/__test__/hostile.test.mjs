@@ -1,0 +1,284 @@
+// Hostile inputs (issue 9), one test each: every one gets a thrown Error with a stable `code`
+// or a correct decision, and nothing aborts the process (these run in the test's own process).
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { Limiter, KeyedLimiter, Composite, ManualClock, canonicalQuota } from '../index.mjs'
+
+const code = (...codes) => (e) => {
+  assert.ok(e instanceof Error, `an Error, got ${e}`)
+  assert.ok(codes.includes(e.code), `code ${e.code}, expected ${codes.join(' or ')}: ${String(e.message).slice(0, 200)}`)
+  return true
+}
+const INVALID_ARG = code('ERR_SLUICEGATE_INVALID_ARG')
+const INVALID_QUOTA = code('ERR_SLUICEGATE_INVALID_QUOTA')
+const PARSE = code('ERR_SLUICEGATE_PARSE')
+const ALGORITHMS = ['token_bucket', 'gcra', 'fixed_window', 'sliding_window', 'sliding_log', 'leaky_queue']
+const show = (v) => (typeof v === 'bigint' ? `${v}n` : typeof v === 'string' ? JSON.stringify(v.slice(0, 40)) : String(v))
+
+test('zero, negative, NaN, infinite and huge rates', () => {
+  // As rate strings.
+  assert.throws(() => new Limiter('0/s'), INVALID_QUOTA)
+  assert.throws(() => new Limiter('10/0s'), INVALID_QUOTA)
+  assert.throws(() => new Limiter('10/s; burst=0'), INVALID_QUOTA)
+  for (const q of ['-1/s', 'NaN/s', 'Infinity/s', '1e3/s', '0x10/s', '10/-1s', '10/s; burst=-1', '99999999999999999999999/s', '10/s; burst=18446744073709551616']) {
+    assert.throws(() => new Limiter(q), PARSE, q)
+  }
+  // Huge but well-formed: refused where exact arithmetic would overflow, never wrapped.
+  for (const q of ['18446744073709551615/ns', '18446744073709551615/d', '1/18446744073709551615ns', '10/s; algorithm=leaky_queue; max_delay=18446744073709551615ns']) {
+    assert.throws(() => new Limiter(q), INVALID_QUOTA, q)
+  }
+  // As options objects.
+  for (const rate of [0, 0n]) assert.throws(() => new Limiter({ rate, periodMs: 1000 }), INVALID_QUOTA)
+  for (const rate of [-1, -1n, NaN, Infinity, -Infinity, 1e300, 2 ** 53, '10', null]) {
+    assert.throws(() => new Limiter({ rate, periodMs: 1000 }), INVALID_ARG, show(rate))
+    assert.throws(() => new Limiter({ rate: 1, periodMs: rate }), INVALID_ARG, show(rate))
+  }
+  assert.throws(() => new Limiter({ rate: 2n ** 64n - 1n, periodNs: 1 }), INVALID_QUOTA)
+  assert.throws(() => new Limiter({ rate: 1, periodMs: 2n ** 64n }), PARSE)
+  assert.throws(() => new Limiter({ rate: 2n ** 64n, periodMs: 1 }), PARSE)
+  // Every algorithm refuses a zero rate the same way.
+  for (const a of ALGORITHMS) assert.throws(() => new Limiter(`0/s; algorithm=${a}`), INVALID_QUOTA, a)
+})
+
+test('zero, negative, NaN, infinite and huge costs', () => {
+  const clock = new ManualClock(0)
+  const l = new Limiter('10/s', { clock })
+  const k = new KeyedLimiter('10/s', { clock })
+  const c = new Composite([l])
+  assert.equal(l.tryAcquire(0).allowed, true, 'cost 0 is a peek')
+  assert.equal(l.tryAcquire(0).remaining, 10)
+  for (const cost of [-1, -0.5, NaN, Infinity, -Infinity, 1e300, Number.MAX_VALUE, -(2 ** 53)]) {
+    for (const call of [() => l.check(cost), () => l.tryAcquire(cost), () => l.refund(cost), () => l.reserve(cost),
+      () => k.check('a', cost), () => k.tryAcquire('a', cost), () => k.refund('a', cost), () => c.tryAcquire(cost)]) {
+      assert.throws(call, INVALID_ARG, show(cost))
+    }
+  }
+  // Huge but representable: more than the bucket can ever hold.
+  for (const cost of [11, 2 ** 53 - 1, 2n ** 63n, 2n ** 64n - 1n]) {
+    assert.throws(() => l.tryAcquire(cost), code('ERR_SLUICEGATE_INSUFFICIENT_CAPACITY'), show(cost))
+    assert.throws(() => k.tryAcquire('a', cost), code('ERR_SLUICEGATE_INSUFFICIENT_CAPACITY'), show(cost))
+  }
+  assert.equal(l.peek().remaining, 10, 'nothing was consumed')
+  l.refund(2n ** 64n - 1n) // a huge refund is capped at the burst
+  assert.equal(l.peek().remaining, 10)
+})
+
+test('fractional costs are refused, not rounded', () => {
+  const l = new Limiter('10/s')
+  const k = new KeyedLimiter('10/s')
+  for (const cost of [0.5, 1.5, 1 + Number.EPSILON, 9.999999, 1e-300]) {
+    assert.throws(() => l.tryAcquire(cost), INVALID_ARG, String(cost))
+    assert.throws(() => k.tryAcquire('a', cost), INVALID_ARG, String(cost))
+  }
+  assert.equal(l.peek().remaining, 10)
+  assert.equal(k.size, 0, 'no bucket was created by a refused request')
+})
+
+test('BigInt out of range', () => {
+  const l = new Limiter('10/s')
+  for (const v of [-1n, -(2n ** 64n), 2n ** 64n, 2n ** 128n, 2n ** 1000n]) {
+    assert.throws(() => l.tryAcquire(v), INVALID_ARG, show(v))
+    assert.throws(() => new ManualClock(v), INVALID_ARG, show(v))
+    assert.throws(() => new ManualClock().set(v), INVALID_ARG, show(v))
+    assert.throws(() => new ManualClock().advance(v), INVALID_ARG, show(v))
+    assert.throws(() => l.reserve(1, { maxWaitMs: v }), INVALID_ARG, show(v))
+  }
+  assert.throws(() => new KeyedLimiter('1/s').check(1n), INVALID_ARG, 'a BigInt is not a key')
+})
+
+test('empty string and Buffer keys are one valid key', () => {
+  const k = new KeyedLimiter('1/h; burst=2', { clock: new ManualClock(0) })
+  assert.equal(k.tryAcquire('').remaining, 1)
+  assert.equal(k.tryAcquire(Buffer.alloc(0)).remaining, 0, 'the same (empty) bytes')
+  assert.equal(k.check(new Uint8Array(0)), false)
+  assert.equal(k.check(new Uint8Array(new ArrayBuffer(8), 8, 0)), false, 'an empty view at the end of its buffer')
+  assert.equal(k.size, 1)
+  assert.equal(k.remove(''), true)
+})
+
+test('enormous (1 MiB) string and Buffer keys', () => {
+  const k = new KeyedLimiter('1/h; burst=1', { clock: new ManualClock(0) })
+  const s = 'k'.repeat(1 << 20)
+  const b = Buffer.alloc(1 << 20, 0x6b) // the same bytes as s
+  assert.equal(k.check(s), true)
+  assert.equal(k.check(b), false, 'a Buffer of the same bytes is the same key')
+  const other = Buffer.from(b)
+  other[other.length - 1] = 0x6c
+  assert.equal(k.check(other), true, 'a key differing in its last byte is another key')
+  const multiByte = 'é'.repeat(1 << 19) // 1 MiB of UTF-8
+  assert.equal(k.check(multiByte), true)
+  assert.equal(k.check(Buffer.from(multiByte)), false)
+  assert.equal(k.peek(s).remaining, 0)
+  assert.equal(k.size, 3)
+  // Long keys of multi-byte characters are whole keys (not cut where a stack buffer ends).
+  for (const ch of ['é', '€', '😀']) {
+    for (let n = 60; n < 140; n++) assert.equal(k.check(ch.repeat(n)), true, `${ch} x ${n}`)
+  }
+  assert.equal(k.remove(b), true)
+})
+
+test('non-UTF-8 Buffer keys are keyed by their bytes', () => {
+  const k = new KeyedLimiter('1/h; burst=1', { clock: new ManualClock(0) })
+  const bad = [[0xff], [0xfe, 0xff], [0xc0, 0x80], [0xed, 0xa0, 0x80], [0x80, 0x80, 0x80], [0x00], [0xf8, 0x88, 0x80, 0x80, 0x80]]
+  for (const bytes of bad) {
+    assert.equal(k.check(Buffer.from(bytes)), true, bytes.join(','))
+    assert.equal(k.check(Uint8Array.from(bytes)), false, `${bytes.join(',')} again`)
+  }
+  assert.equal(k.size, bad.length, 'every byte string is its own key')
+  assert.equal(k.check('\uFFFD'), true, 'the replacement character is not 0xff')
+  // A lone surrogate has no UTF-8 form: Node-API converts it to U+FFFD, so it shares that
+  // key (conservative: one more client in a bucket, never one more admission).
+  assert.equal(k.check('\uD800'), false)
+  assert.equal(k.check('a\u0000b'), true, 'NUL inside a string key')
+  assert.equal(k.check('a'), true, 'is not a terminator')
+})
+
+test('rate strings with junk', () => {
+  const junk = [
+    '10/s\u0000', '\u0000', '10\u0000/s', '\u001b[31m10/s', '10/s\u0007', '10/s;\u0008burst=5', '10/s; burst=5\u007f',
+    '١٠/s', '१०/s', '１０/s', '10/ｓ', '10/s; burst=５', '10/s; burst=٥', '10/s; algorithm=gcrа', // Cyrillic а
+    '\uD800/s', '10/s; \uFEFFburst=5', '10/s;;', '10/s; burst', '10/s; burst=', '10/s; =5', '10/s; burst=5; burst=6',
+    'x'.repeat(100 * 1024), '1'.repeat(100 * 1024) + '/s', '10/s; burst=' + '9'.repeat(100 * 1024),
+    '10/s' + '; burst=5'.repeat(12 * 1024), '10/' + 's'.repeat(100 * 1024),
+  ]
+  for (const q of junk) {
+    assert.throws(() => new Limiter(q), code('ERR_SLUICEGATE_PARSE', 'ERR_SLUICEGATE_INVALID_QUOTA'), show(q))
+    assert.throws(() => canonicalQuota(q), code('ERR_SLUICEGATE_PARSE', 'ERR_SLUICEGATE_INVALID_QUOTA'), show(q))
+  }
+  // Whitespace (newlines and tabs included) is free in the grammar.
+  assert.equal(canonicalQuota('10 /\ts\n;\r\nburst = 5 '), '10/s; burst=5')
+  assert.throws(() => new Limiter(Buffer.from('10/s')), INVALID_ARG, 'a Buffer is not a rate string')
+})
+
+test('10^6 distinct keys against a bounded KeyedLimiter', () => {
+  const bound = 10_000
+  const clock = new ManualClock(0)
+  const k = new KeyedLimiter('1/h; burst=5', { clock, maxKeys: bound, onFull: 'evict' })
+  const rss0 = process.memoryUsage().rss
+  const keys = Buffer.alloc(8)
+  let admitted = 0
+  for (let i = 0; i < 1_000_000; i++) {
+    keys.writeUInt32LE(i, 0)
+    keys.writeUInt32LE(i * 2654435761 >>> 0, 4)
+    if (k.check(keys)) admitted++
+    if ((i & 0xffff) === 0) assert.ok(k.size <= bound, `size ${k.size} at ${i}`)
+  }
+  assert.equal(admitted, 1_000_000, 'every new key starts with its burst')
+  assert.ok(k.size <= bound, `size ${k.size}`)
+  assert.ok(k.size >= bound / 2, `the table is used (${k.size})`)
+  const grown = (process.memoryUsage().rss - rss0) / 2 ** 20
+  assert.ok(grown < 256, `rss grew by ${grown.toFixed(0)} MiB`)
+  // With the default policy new keys are refused at the bound, existing ones still decide.
+  const r = new KeyedLimiter('1/h', { clock, maxKeys: 1000 })
+  let refused = 0
+  for (let i = 0; i < 20_000; i++) {
+    try {
+      r.check(i)
+    } catch (e) {
+      assert.equal(e.code, 'ERR_SLUICEGATE_KEY_STORE_FULL')
+      refused++
+    }
+  }
+  assert.equal(refused, 19_000)
+  assert.equal(r.size, 1000)
+  assert.equal(r.check(0), false, 'an existing key is decided as before')
+})
+
+test('manual clock jumps backwards never admit more', () => {
+  for (const a of ALGORITHMS) {
+    const clock = new ManualClock(10_000_000_000n)
+    const l = new Limiter(`2/s; algorithm=${a}`, { clock })
+    while (l.check()) {}
+    const drained = l.peek()
+    for (const t of [9_999_999_999n, 5_000_000_000n, 1n, 0n]) {
+      clock.set(t)
+      const d = l.tryAcquire()
+      assert.equal(d.allowed, false, `${a} at ${t}: no admission from the past`)
+      assert.ok(Number(d.remaining) <= Number(drained.remaining), `${a} at ${t}`)
+    }
+    clock.set(10_000_000_000n + 3_600_000_000_000n)
+    assert.equal(l.check(), true, `${a}: admitted again an hour later`)
+  }
+  const kc = new ManualClock(10_000_000_000n)
+  const k = new KeyedLimiter('2/s; burst=2', { clock: kc })
+  k.check('a', 2)
+  kc.set(0)
+  assert.equal(k.check('a'), false, 'keyed: no admission from the past either')
+})
+
+test('manual clock jumps far forwards: ERR_SLUICEGATE_CLOCK_OUT_OF_RANGE past the horizon', () => {
+  const clock = new ManualClock(0)
+  const l = new Limiter('10/s', { clock })
+  const k = new KeyedLimiter('10/s', { clock })
+  const c = new Composite([l, new Limiter('5/s', { clock })])
+  clock.set(2n ** 63n)
+  assert.equal(l.tryAcquire().allowed, true, 'far, but within the horizon')
+  assert.equal(k.tryAcquire('a').allowed, true)
+  clock.set(2n ** 64n - 1n)
+  const OUT = code('ERR_SLUICEGATE_CLOCK_OUT_OF_RANGE')
+  for (const call of [() => l.check(), () => l.tryAcquire(), () => l.peek(), () => l.refund(), () => l.reserve(),
+    () => k.check('a'), () => k.tryAcquire('b'), () => k.refund('a'), () => c.tryAcquire(), () => c.refund()]) {
+    assert.throws(call, OUT)
+  }
+  clock.advance(2n ** 64n - 1n) // saturates: still past the horizon, still an error
+  assert.throws(() => l.check(), OUT)
+  // Every algorithm: a decision or that error at the far end, and decisions again after.
+  for (const a of ALGORITHMS) {
+    const mc = new ManualClock(0)
+    const m = new Limiter(`10/s; algorithm=${a}`, { clock: mc })
+    for (const t of [2n ** 62n, 2n ** 63n, 2n ** 64n - 2n, 2n ** 64n - 1n]) {
+      mc.set(t)
+      try {
+        const d = m.tryAcquire()
+        assert.equal(typeof d.allowed, 'boolean')
+      } catch (e) {
+        OUT(e)
+      }
+    }
+  }
+  clock.set(2n ** 63n + 1_000_000_000n)
+  assert.equal(typeof l.tryAcquire().allowed, 'boolean', 'the limiter still decides afterwards')
+})
+
+test('integer edges: 2**53, 2n**64n, -1', () => {
+  const clock = new ManualClock(0)
+  const l = new Limiter('10/s', { clock })
+  const k = new KeyedLimiter('10/s', { clock })
+  // cost
+  assert.throws(() => l.tryAcquire(2 ** 53), INVALID_ARG, '2**53 is not a safe integer')
+  assert.throws(() => l.tryAcquire(2 ** 53 - 1), code('ERR_SLUICEGATE_INSUFFICIENT_CAPACITY'))
+  assert.throws(() => l.tryAcquire(2n ** 64n), INVALID_ARG)
+  assert.throws(() => l.tryAcquire(2n ** 64n - 1n), code('ERR_SLUICEGATE_INSUFFICIENT_CAPACITY'))
+  assert.throws(() => l.tryAcquire(-1), INVALID_ARG)
+  assert.throws(() => l.tryAcquire(-1n), INVALID_ARG)
+  assert.equal(l.tryAcquire(-0).allowed, true, '-0 is 0')
+  // number keys
+  assert.throws(() => k.check(2 ** 53), INVALID_ARG)
+  assert.equal(k.check(2 ** 53 - 1), true)
+  assert.equal(k.check(-(2 ** 53 - 1)), true)
+  assert.equal(k.check(-1), true)
+  assert.equal(k.check('-1'), true, "'-1' is the same key as -1")
+  assert.equal(k.peek(-1).remaining, 8)
+  assert.equal(k.check(-0), true, '-0 is the key "0"')
+  assert.equal(k.peek('0').remaining, 9)
+  // clock readings
+  assert.throws(() => new ManualClock(2 ** 53), INVALID_ARG)
+  assert.equal(new ManualClock(2 ** 53 - 1).now(), 2n ** 53n - 1n)
+  assert.equal(new ManualClock(2n ** 64n - 1n).now(), 2n ** 64n - 1n)
+  assert.throws(() => new ManualClock(2n ** 64n), INVALID_ARG)
+  assert.throws(() => new ManualClock(-1), INVALID_ARG)
+  // quota fields and options
+  assert.throws(() => new Limiter({ rate: 2 ** 53, periodMs: 1 }), INVALID_ARG)
+  assert.equal(canonicalQuota({ rate: 2 ** 53 - 1, periodMs: 1000, burst: 1 }), '9007199254740991/s; burst=1')
+  assert.throws(() => new Limiter({ rate: 2 ** 53 - 1, periodMs: 1000 }), INVALID_QUOTA, 'a refill too slow to compute exactly')
+  assert.equal(new Limiter({ rate: 2 ** 53 - 1, periodMs: 1000, burst: 1 }).check(), true)
+  assert.throws(() => new Limiter({ rate: -1, periodMs: 1 }), INVALID_ARG)
+  assert.throws(() => new KeyedLimiter('1/s', { maxKeys: 2 ** 32 }), INVALID_ARG)
+  assert.throws(() => new KeyedLimiter('1/s', { maxKeys: -1 }), INVALID_ARG)
+  assert.throws(() => new KeyedLimiter('1/s', { shards: 2 ** 53 }), INVALID_ARG)
+  // figures beyond 2^53 come back as exact BigInts
+  assert.throws(() => new Limiter('1/ns; burst=18446744073709551614'), INVALID_QUOTA, 'would take 584 years to fill')
+  const wide = new Limiter('1/ns; burst=9223372036854775807', { clock: new ManualClock(0) })
+  assert.equal(wide.peek().limit, 9223372036854775807n)
+  assert.throws(() => wide.tryAcquire(2n ** 64n - 1n), code('ERR_SLUICEGATE_INSUFFICIENT_CAPACITY'))
+})

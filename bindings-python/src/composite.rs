@@ -1,0 +1,147 @@
+//! `Composite`: several `Limiter`s consumed all-or-nothing, a thin wrapper over
+//! `sluicegate::composite::try_acquire_all` (the parts stay ordinary limiters, usable alone).
+
+use crate::convert::{self, uint};
+use crate::errors::to_py;
+use crate::{PyDecision, PyLimiter, RuntimeClock};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use sluicegate::composite::{try_acquire_all, try_acquire_all_at};
+use sluicegate::Limiter;
+
+/// Limiters (per user, per tenant, global, any algorithms) consumed all-or-nothing: a request
+/// is taken from every part, or from none. The decision reports the tightest part's `limit`
+/// and `remaining` and the longest `retry_after` and `reset_after` (docs/SEMANTICS.md,
+/// "Composite limits"). The parts must read one clock: all the system clock, or one
+/// `ManualClock`.
+#[pyclass(module = "sluicegate", name = "Composite", frozen)]
+pub(crate) struct PyComposite {
+    parts: Vec<Py<PyLimiter>>,
+}
+
+impl PyComposite {
+    fn with_parts<R>(&self, f: impl FnOnce(&[&Limiter<RuntimeClock>]) -> R) -> R {
+        let parts: Vec<&Limiter<RuntimeClock>> =
+            self.parts.iter().map(|p| &p.get().inner).collect();
+        f(&parts)
+    }
+}
+
+#[pymethods]
+impl PyComposite {
+    #[new]
+    fn new(parts: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let mut out: Vec<Py<PyLimiter>> = Vec::new();
+        for part in parts.try_iter()? {
+            let part = part?;
+            let Ok(limiter) = part.cast::<PyLimiter>() else {
+                let ty = part.get_type().name()?;
+                return Err(PyTypeError::new_err(format!(
+                    "the parts of a Composite must be Limiter objects, not {ty}"
+                )));
+            };
+            out.push(limiter.clone().unbind());
+        }
+        let Some(first) = out.first() else {
+            return Err(PyValueError::new_err(
+                "a Composite needs at least one Limiter",
+            ));
+        };
+        let same_clock = |p: &Py<PyLimiter>| match (&first.get().clock, &p.get().clock) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.is(b),
+            _ => false,
+        };
+        if !out.iter().all(same_clock) {
+            return Err(PyValueError::new_err(
+                "the parts of a Composite must read one clock (all the system clock, or one ManualClock)",
+            ));
+        }
+        Ok(Self { parts: out })
+    }
+
+    /// Takes `cost` from every part now, or from none.
+    #[pyo3(signature = (cost=1))]
+    fn try_acquire(&self, #[pyo3(from_py_with = convert::cost)] cost: u64) -> PyResult<PyDecision> {
+        self.with_parts(|p| try_acquire_all(p, cost))
+            .map(Into::into)
+            .map_err(to_py)
+    }
+
+    /// `try_acquire` answering only whether `cost` was admitted (and taken from every part).
+    #[pyo3(signature = (cost=1))]
+    fn allow(&self, #[pyo3(from_py_with = convert::cost)] cost: u64) -> PyResult<bool> {
+        self.with_parts(|p| try_acquire_all(p, cost))
+            .map(|d| d.allowed())
+            .map_err(to_py)
+    }
+
+    /// `try_acquire` at an explicit clock reading, in nanoseconds.
+    #[pyo3(signature = (now_ns, cost=1))]
+    fn try_acquire_at(
+        &self,
+        now_ns: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = convert::cost)] cost: u64,
+    ) -> PyResult<PyDecision> {
+        let now = uint(now_ns, "now_ns")?;
+        self.with_parts(|p| try_acquire_all_at(p, now, cost))
+            .map(Into::into)
+            .map_err(to_py)
+    }
+
+    /// The combined current state, changing nothing (a request of cost 0).
+    fn peek(&self) -> PyResult<PyDecision> {
+        self.try_acquire(0)
+    }
+
+    /// Gives `cost` back to every part.
+    #[pyo3(signature = (cost=1))]
+    fn refund(&self, #[pyo3(from_py_with = convert::cost)] cost: u64) -> PyResult<()> {
+        let now = sluicegate::Clock::now(self.parts[0].get().inner.clock());
+        self.refund_now(now, cost)
+    }
+
+    /// `refund` at an explicit clock reading.
+    #[pyo3(signature = (now_ns, cost=1))]
+    fn refund_at(
+        &self,
+        now_ns: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = convert::cost)] cost: u64,
+    ) -> PyResult<()> {
+        self.refund_now(uint(now_ns, "now_ns")?, cost)
+    }
+
+    /// The limiters, in order.
+    #[getter]
+    fn parts<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.parts.iter().map(|p| p.clone_ref(py)))
+    }
+
+    fn __len__(&self) -> usize {
+        self.parts.len()
+    }
+
+    fn __repr__(&self) -> String {
+        let quotas: Vec<String> = self
+            .parts
+            .iter()
+            .map(|p| format!("{:?}", p.get().inner.quota().to_string()))
+            .collect();
+        format!("Composite([{}])", quotas.join(", "))
+    }
+}
+
+impl PyComposite {
+    /// Refunds every part at `now`, or none when the reading is out of any part's range (a
+    /// refund of 0 checks the reading and changes nothing).
+    fn refund_now(&self, now: u64, cost: u64) -> PyResult<()> {
+        for p in &self.parts {
+            p.get().inner.refund_at(now, 0).map_err(to_py)?;
+        }
+        for p in &self.parts {
+            p.get().inner.refund_at(now, cost).map_err(to_py)?;
+        }
+        Ok(())
+    }
+}
