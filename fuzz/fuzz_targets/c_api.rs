@@ -182,7 +182,7 @@ fuzz_target!(|input: Input| {
         window_s: 0,
     };
     for op in input.ops.iter().take(256) {
-        // SAFETY (the whole block): every pointer passed is NULL, a live handle of this
+        // SAFETY: (the whole block) every pointer passed is NULL, a live handle of this
         // input (never one already freed), aligned memory the test owns, or a buffer valid
         // for the length passed with it; the documented preconditions of each function.
         unsafe {
