@@ -17,6 +17,29 @@
 // The default key bound of `sg_keyed_limiter_new` (2^20 keys).
 #define SG_KEYED_DEFAULT_MAX_KEYS 1048576
 
+// Which family of rate-limit fields `sg_decision_headers` renders (`Retry-After` is always
+// added to a rejection). Passed as a `uint32_t`; other values are `SG_ERR_INVALID_ARGUMENT`.
+enum sg_header_style
+#ifdef __cplusplus
+  : uint32_t
+#endif // __cplusplus
+ {
+  // draft-ietf-httpapi-ratelimit-headers (-08 and later): `RateLimit-Policy` and
+  // `RateLimit`, as lists of named policies.
+  SG_HEADERS_IETF = 0,
+  // draft-06: `RateLimit-Policy`, `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`.
+  SG_HEADERS_DRAFT6 = 1,
+  // draft-07: `RateLimit-Policy: q;w=` and `RateLimit: limit=, remaining=, reset=`.
+  SG_HEADERS_DRAFT7 = 2,
+  // `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (seconds from now).
+  SG_HEADERS_LEGACY = 3,
+  // Only `Retry-After` (on a rejection).
+  SG_HEADERS_NONE = 4,
+};
+#ifndef __cplusplus
+typedef uint32_t sg_header_style;
+#endif // __cplusplus
+
 // What a keyed limiter does when a new key arrives at `max_keys` and no bucket is full
 // (full buckets are always evicted first: that loses nothing).
 enum sg_on_full
@@ -86,8 +109,9 @@ enum sg_result
   // A keyed limiter is at its key bound and none of its keys can be evicted.
   // Core name `key_store_full`.
   SG_ERR_KEY_STORE_FULL = 104,
-  // An engine error this build of the C bindings has no code for (the core's error enum is
-  // non-exhaustive); the last-error detail says what it was.
+  // Reserved, never returned: every engine error has a code of its own (the core's error
+  // enum is exhaustive and mapped without a wildcard). Kept so that the value is never
+  // reused.
   SG_ERR_OTHER = 199,
 };
 #ifndef __cplusplus
@@ -127,10 +151,15 @@ typedef struct sg_decision {
   uint64_t limit;
   // Whole tokens left after this decision.
   uint64_t remaining;
-  // The least wait in nanoseconds before the same request would be admitted; 0 when allowed.
+  // The least wait in nanoseconds before the same request would be admitted; 0 when
+  // allowed, except for a leaky queue's admission, where it is the wait until the
+  // request's slot (the caller goes ahead only after it).
   uint64_t retry_after_ns;
   // Nanoseconds until the bucket is full again; 0 when it is full.
   uint64_t reset_after_ns;
+  // The policy window in whole seconds (`w` of the IETF `RateLimit-Policy` field: the
+  // time an empty bucket takes to fill, at least 1). `sg_decision_headers` renders it.
+  uint64_t window_s;
 } sg_decision;
 
 // A quota's parameters, as `sg_quota_get_info` reports them.
@@ -186,6 +215,61 @@ sg_result sg_manual_clock_now(const struct sg_manual_clock *clock, uint64_t *out
 // `clock` is NULL or a live handle that nothing uses any more.
 void sg_manual_clock_free(struct sg_manual_clock *clock);
 
+// Acquires `cost` from every one of `limiters[0..n]` now, or from none, and writes the
+// combined decision to `*out`: all-or-nothing at one clock reading (the first limiter's).
+//
+// The parts are tried in order (put the one most likely to reject first). If part `j`
+// rejects, the cost already taken from parts `0..j` is given back and the request is
+// rejected. The decision reports the tightest part (least `remaining`, the first on
+// ties: its `limit`, `remaining` and `window_s`) and the longest `retry_after_ns` and
+// `reset_after_ns` over the parts (docs/SEMANTICS.md, "Composite limits"). Concurrent
+// callers may see a transient, conservative rejection; never an over-admission.
+//
+// Every part must read the same kind of clock: all the default clock, or all manual
+// clocks (whose readings are then taken from the first part's clock).
+//
+// Errors: `SG_ERR_NULL_ARGUMENT` (`limiters`, an element or `out` NULL),
+// `SG_ERR_WRONG_HANDLE` (an element is no `sg_limiter`), `SG_ERR_INVALID_ARGUMENT`
+// (`n == 0`, or clocks of both kinds), `SG_ERR_INSUFFICIENT_CAPACITY` (`cost` above any
+// part's capacity: nothing is consumed), `SG_ERR_CLOCK_OUT_OF_RANGE`.
+//
+// # Safety
+// `limiters` is NULL or valid for `n` reads, each element NULL or a live handle; `out` is
+// NULL or valid for one write.
+sg_result sg_composite_try_acquire(const struct sg_limiter *const *limiters,
+                                   size_t n,
+                                   uint64_t cost,
+                                   struct sg_decision *out);
+
+// `sg_composite_try_acquire` at an explicit clock reading `now_ns` for every part.
+//
+// # Safety
+// As `sg_composite_try_acquire`.
+sg_result sg_composite_try_acquire_at(const struct sg_limiter *const *limiters,
+                                      size_t n,
+                                      uint64_t now_ns,
+                                      uint64_t cost,
+                                      struct sg_decision *out);
+
+// Gives `cost` back to every one of `limiters[0..n]` (work admitted by
+// `sg_composite_try_acquire` but not done), at the first limiter's clock reading.
+//
+// Errors: as `sg_composite_try_acquire`, less `SG_ERR_INSUFFICIENT_CAPACITY` (a refund is
+// capped at each part's capacity).
+//
+// # Safety
+// `limiters` is NULL or valid for `n` reads, each element NULL or a live handle.
+sg_result sg_composite_refund(const struct sg_limiter *const *limiters, size_t n, uint64_t cost);
+
+// `sg_composite_refund` at an explicit clock reading.
+//
+// # Safety
+// As `sg_composite_refund`.
+sg_result sg_composite_refund_at(const struct sg_limiter *const *limiters,
+                                 size_t n,
+                                 uint64_t now_ns,
+                                 uint64_t cost);
+
 // Writes the message of `code` into `buf` (at most `len` bytes, NUL included) and the
 // number of bytes written (NUL excluded) into `*out_written`.
 //
@@ -212,6 +296,31 @@ const char *sg_result_name(uint32_t code);
 // # Safety
 // As `sg_result_message`.
 sg_result sg_last_error_message(char *buf, size_t len, size_t *out_written);
+
+// Renders the HTTP response fields for `*decision` into `buf` as `Name: value\r\n` lines
+// (NUL-terminated; `*out_written` gets the bytes written, NUL excluded), like
+// `sg_result_message`. `policy` (`policy_len` bytes, NULL only with 0) names the policy in
+// the IETF fields; it is quoted as a Structured-Field string, with `"` and `\\` escaped and
+// every byte that is not printable ASCII replaced by `_`. The figures are the decision's
+// own (docs/SEMANTICS.md, "HTTP fields"); `window_s` is the `w` of `RateLimit-Policy`.
+//
+// A buffer of `4 * policy_len + 256` bytes holds every rendering; a smaller one may get
+// `SG_ERR_BUFFER_TOO_SMALL` and a truncated (still NUL-terminated) text.
+//
+// Errors: `SG_ERR_NULL_ARGUMENT`, `SG_ERR_INVALID_ARGUMENT` (not an `sg_header_style`),
+// `SG_ERR_BUFFER_TOO_SMALL`.
+//
+// # Safety
+// `decision` is NULL or valid for one read; `policy` is NULL or valid for `policy_len`
+// bytes of reads; `buf` is NULL (only with `len == 0`) or valid for `len` bytes of writes;
+// `out_written` is NULL or valid for one write.
+sg_result sg_decision_headers(const struct sg_decision *decision,
+                              uint32_t style,
+                              const uint8_t *policy,
+                              size_t policy_len,
+                              char *buf,
+                              size_t len,
+                              size_t *out_written);
 
 // Writes a new keyed limiter to `*out`: every key gets its own bucket enforcing `quota`,
 // created on the key's first request with the quota's initial tokens, on the default clock.
@@ -298,7 +407,10 @@ sg_result sg_keyed_limiter_refund_at(const struct sg_keyed_limiter *limiter,
                                      uint64_t cost);
 
 // Blocks (sleeping) until `cost` tokens of `key`'s bucket are admitted or `timeout_ns` has
-// passed, exactly as `sg_limiter_acquire_timeout` does for one bucket.
+// passed: it retries after each rejection's `retry_after_ns` while that ends within the
+// timeout, measuring time on the limiter's clock and the real clock, whichever moved
+// further. A leaky queue's admission is returned as `sg_keyed_limiter_try_acquire` gives
+// it: its `retry_after_ns` is the wait until the request's slot, which the caller lets pass.
 //
 // # Safety
 // As `sg_keyed_limiter_try_acquire`.
@@ -415,7 +527,12 @@ sg_result sg_limiter_refund_at(const struct sg_limiter *limiter, uint64_t now_ns
 // Blocks the calling thread (sleeping) until `cost` tokens are admitted or `timeout_ns`
 // nanoseconds have passed, and writes the final decision to `*out`: `allowed == true` if
 // admitted, else the last rejection. A rejection whose `retry_after_ns` exceeds the time
-// left is returned at once, without sleeping. `timeout_ns == 0` is `sg_limiter_try_acquire`.
+// left is returned at once, without sleeping. A leaky queue (`algorithm=leaky_queue`)
+// reserves a slot whose wait is at most `timeout_ns` and sleeps until it, so an admission
+// returned here may go ahead at once. On a manual clock the thread still sleeps in real
+// time, and a clock that did not move meanwhile gets the rejection instead of a second
+// try. `timeout_ns == 0` is `sg_limiter_try_acquire` (except that a leaky queue admits
+// only a request that needs no wait).
 //
 // Errors: as `sg_limiter_try_acquire`.
 //
@@ -425,6 +542,32 @@ sg_result sg_limiter_acquire_timeout(const struct sg_limiter *limiter,
                                      uint64_t cost,
                                      uint64_t timeout_ns,
                                      struct sg_decision *out);
+
+// Reserves `cost` tokens now without blocking, and writes the decision to `*out`.
+//
+// For a leaky queue (`algorithm=leaky_queue`) an admitted reservation may come with a
+// wait: `out->retry_after_ns` is then the delay until the request's slot, which the caller
+// must let pass before going ahead, or give back with `sg_limiter_cancel(limiter, cost)`.
+// It is admitted only if that wait is at most `max_wait_ns` (and the queue's `max_delay`);
+// otherwise the decision is a rejection whose `retry_after_ns` is the least wait until it
+// would fit, and nothing is reserved. `max_wait_ns == UINT64_MAX` bounds the wait by the
+// queue alone. Every other algorithm never waits: this is `sg_limiter_try_acquire`.
+//
+// Errors: as `sg_limiter_try_acquire`.
+//
+// # Safety
+// `limiter` is NULL or a live handle; `out` is NULL or valid for one write.
+sg_result sg_limiter_reserve(const struct sg_limiter *limiter,
+                             uint64_t cost,
+                             uint64_t max_wait_ns,
+                             struct sg_decision *out);
+
+// Gives back a reservation of `cost` (or admitted cost: the same as `sg_limiter_refund`).
+// A leaky queue frees the latest `cost` slots, so the next reservation waits less.
+//
+// # Safety
+// `limiter` is NULL or a live handle.
+sg_result sg_limiter_cancel(const struct sg_limiter *limiter, uint64_t cost);
 
 // Writes the current reading of the limiter's clock (nanoseconds) to `*out_ns`: the
 // timeline `sg_limiter_try_acquire_at` and `sg_limiter_refund_at` expect.
@@ -439,9 +582,9 @@ sg_result sg_limiter_now(const struct sg_limiter *limiter, uint64_t *out_ns);
 // `limiter` is NULL or a live handle that no thread uses any more.
 void sg_limiter_free(struct sg_limiter *limiter);
 
-// Parses a rate string such as `"10/s; burst=50"`, `"100 per minute"` or
-// `"1/s; burst=4; initial=1; refill=interval"` (grammar in docs/SEMANTICS.md) and writes a
-// new quota to `*out`.
+// Parses a rate string such as `"10/s; burst=50"`, `"100 per minute"`,
+// `"1/s; burst=4; initial=1; refill=interval"` or `"5/s; algorithm=gcra"` (grammar in
+// docs/SEMANTICS.md) and writes a new quota to `*out`.
 //
 // Errors: `SG_ERR_PARSE` (the detail quotes the text and the byte offset; text that is not
 // UTF-8 is a parse error too) or `SG_ERR_INVALID_QUOTA` (it parses, but e.g. `burst=0`).
@@ -449,6 +592,16 @@ void sg_limiter_free(struct sg_limiter *limiter);
 // # Safety
 // `rate` is NULL or a NUL-terminated string; `out` is NULL or valid for one write.
 sg_result sg_quota_parse(const char *rate, struct sg_quota **out);
+
+// `sg_quota_parse` of the `rate_len` bytes at `rate` (no NUL needed, for runtimes whose
+// strings carry a length). A NUL byte inside the text is a parse error like any other
+// stray character; `rate` may be NULL only when `rate_len` is 0 (the empty string, a parse
+// error).
+//
+// # Safety
+// `rate` is NULL or valid for `rate_len` bytes of reads; `out` is NULL or valid for one
+// write.
+sg_result sg_quota_parse_len(const uint8_t *rate, size_t rate_len, struct sg_quota **out);
 
 // Writes a new quota to `*out`: `count` tokens per `period_ns` nanoseconds, a bucket of
 // `burst` tokens starting full, continuous refill. `sg_quota_set_initial` and

@@ -42,8 +42,9 @@ pub enum sg_result {
     /// A keyed limiter is at its key bound and none of its keys can be evicted.
     /// Core name `key_store_full`.
     SG_ERR_KEY_STORE_FULL = 104,
-    /// An engine error this build of the C bindings has no code for (the core's error enum is
-    /// non-exhaustive); the last-error detail says what it was.
+    /// Reserved, never returned: every engine error has a code of its own (the core's error
+    /// enum is exhaustive and mapped without a wildcard). Kept so that the value is never
+    /// reused.
     SG_ERR_OTHER = 199,
 }
 
@@ -103,7 +104,7 @@ impl sg_result {
             }
             SG_ERR_CLOCK_OUT_OF_RANGE => "the clock reads past the limiter's horizon",
             SG_ERR_KEY_STORE_FULL => "the keyed limiter is at its key bound",
-            SG_ERR_OTHER => "an engine error without a code of its own (see the last-error detail)",
+            SG_ERR_OTHER => "reserved (no engine error maps to it)",
         }
     }
 }

@@ -221,7 +221,7 @@ pub unsafe extern "C" fn sg_keyed_limiter_try_acquire(
         }
         let d = with!(l, l => l.try_acquire(key, cost)).map_err(from_core)?;
         // SAFETY: `out` is non-NULL and valid for one write (caller contract).
-        unsafe { out.write(d.into()) };
+        unsafe { out.write(sg_decision::new(&d)) };
         Ok(())
     })
 }
@@ -251,7 +251,7 @@ pub unsafe extern "C" fn sg_keyed_limiter_try_acquire_at(
         }
         let d = with!(l, l => l.try_acquire_at(key, now_ns, cost)).map_err(from_core)?;
         // SAFETY: `out` is non-NULL and valid for one write (caller contract).
-        unsafe { out.write(d.into()) };
+        unsafe { out.write(sg_decision::new(&d)) };
         Ok(())
     })
 }
@@ -279,7 +279,7 @@ pub unsafe extern "C" fn sg_keyed_limiter_peek(
         }
         let d = with!(l, l => l.peek(key)).map_err(from_core)?;
         // SAFETY: `out` is non-NULL and valid for one write (caller contract).
-        unsafe { out.write(d.into()) };
+        unsafe { out.write(sg_decision::new(&d)) };
         Ok(())
     })
 }
@@ -329,7 +329,10 @@ pub unsafe extern "C" fn sg_keyed_limiter_refund_at(
 }
 
 /// Blocks (sleeping) until `cost` tokens of `key`'s bucket are admitted or `timeout_ns` has
-/// passed, exactly as `sg_limiter_acquire_timeout` does for one bucket.
+/// passed: it retries after each rejection's `retry_after_ns` while that ends within the
+/// timeout, measuring time on the limiter's clock and the real clock, whichever moved
+/// further. A leaky queue's admission is returned as `sg_keyed_limiter_try_acquire` gives
+/// it: its `retry_after_ns` is the wait until the request's slot, which the caller lets pass.
 ///
 /// # Safety
 /// As `sg_keyed_limiter_try_acquire`.
@@ -354,7 +357,7 @@ pub unsafe extern "C" fn sg_keyed_limiter_acquire_timeout(
         let attempt = || -> Result<Decision, Error> { with!(l, l => l.try_acquire(key, cost)) };
         let d = acquire_timeout(|| l.now(), attempt, timeout_ns).map_err(from_core)?;
         // SAFETY: `out` is non-NULL and valid for one write (caller contract).
-        unsafe { out.write(d.into()) };
+        unsafe { out.write(sg_decision::new(&d)) };
         Ok(())
     })
 }

@@ -15,9 +15,11 @@
 #[macro_use]
 mod panic;
 mod clock;
+mod composite;
 mod decision;
 mod error;
 mod handle;
+mod http;
 mod keyed;
 mod limiter;
 mod quota;
@@ -26,8 +28,13 @@ pub use clock::{
     sg_manual_clock, sg_manual_clock_advance, sg_manual_clock_free, sg_manual_clock_new,
     sg_manual_clock_now, sg_manual_clock_set,
 };
+pub use composite::{
+    sg_composite_refund, sg_composite_refund_at, sg_composite_try_acquire,
+    sg_composite_try_acquire_at,
+};
 pub use decision::sg_decision;
 pub use error::{sg_last_error_message, sg_result, sg_result_message, sg_result_name};
+pub use http::{sg_decision_headers, sg_header_style};
 pub use keyed::{
     sg_keyed_limiter, sg_keyed_limiter_acquire_timeout, sg_keyed_limiter_clear,
     sg_keyed_limiter_free, sg_keyed_limiter_len, sg_keyed_limiter_new,
@@ -37,13 +44,13 @@ pub use keyed::{
     sg_on_full, SG_KEYED_DEFAULT_MAX_KEYS,
 };
 pub use limiter::{
-    sg_limiter, sg_limiter_acquire_timeout, sg_limiter_free, sg_limiter_new,
+    sg_limiter, sg_limiter_acquire_timeout, sg_limiter_cancel, sg_limiter_free, sg_limiter_new,
     sg_limiter_new_with_clock, sg_limiter_now, sg_limiter_peek, sg_limiter_refund,
-    sg_limiter_refund_at, sg_limiter_try_acquire, sg_limiter_try_acquire_at,
+    sg_limiter_refund_at, sg_limiter_reserve, sg_limiter_try_acquire, sg_limiter_try_acquire_at,
 };
 pub use quota::{
     sg_quota, sg_quota_free, sg_quota_get_info, sg_quota_info, sg_quota_new, sg_quota_parse,
-    sg_quota_set_initial, sg_quota_set_refill, sg_quota_to_string, sg_refill,
+    sg_quota_parse_len, sg_quota_set_initial, sg_quota_set_refill, sg_quota_to_string, sg_refill,
 };
 
 /// The library's version, e.g. `"0.1.0"`: a static NUL-terminated string, never freed.

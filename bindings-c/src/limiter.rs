@@ -43,12 +43,14 @@ impl L {
         with!(self, l => l.clock().now())
     }
 
-    #[inline]
+    // Inlined into the exported function, so that the decision's figures go straight to the
+    // caller's `sg_decision` (the divisions by a denominator of 1 fold away).
+    #[inline(always)]
     fn try_acquire(&self, cost: u64) -> Result<Decision, Error> {
         with!(self, l => l.try_acquire(cost))
     }
 
-    #[inline]
+    #[inline(always)]
     fn try_acquire_at(&self, now: u64, cost: u64) -> Result<Decision, Error> {
         with!(self, l => l.try_acquire_at(now, cost))
     }
@@ -58,7 +60,15 @@ impl L {
     }
 
     fn acquire_timeout(&self, cost: u64, timeout_ns: u64) -> Result<Decision, Error> {
-        acquire_timeout(|| self.now(), || self.try_acquire(cost), timeout_ns)
+        with!(self, l => l.acquire(cost, Duration::from_nanos(timeout_ns)))
+    }
+
+    fn reserve_within(&self, cost: u64, max_wait_ns: u64) -> Result<Decision, Error> {
+        with!(self, l => l.reserve_within(cost, Duration::from_nanos(max_wait_ns)))
+    }
+
+    fn cancel(&self, cost: u64) -> Result<(), Error> {
+        with!(self, l => l.cancel(cost))
     }
 }
 
@@ -172,7 +182,7 @@ pub unsafe extern "C" fn sg_limiter_try_acquire(
         }
         let d = l.try_acquire(cost).map_err(from_core)?;
         // SAFETY: `out` is non-NULL and valid for one write (caller contract).
-        unsafe { out.write(d.into()) };
+        unsafe { out.write(sg_decision::new(&d)) };
         Ok(())
     })
 }
@@ -199,7 +209,7 @@ pub unsafe extern "C" fn sg_limiter_try_acquire_at(
         }
         let d = l.try_acquire_at(now_ns, cost).map_err(from_core)?;
         // SAFETY: `out` is non-NULL and valid for one write (caller contract).
-        unsafe { out.write(d.into()) };
+        unsafe { out.write(sg_decision::new(&d)) };
         Ok(())
     })
 }
@@ -222,7 +232,7 @@ pub unsafe extern "C" fn sg_limiter_peek(
         }
         let d = l.try_acquire(0).map_err(from_core)?;
         // SAFETY: `out` is non-NULL and valid for one write (caller contract).
-        unsafe { out.write(d.into()) };
+        unsafe { out.write(sg_decision::new(&d)) };
         Ok(())
     })
 }
@@ -260,7 +270,12 @@ pub unsafe extern "C" fn sg_limiter_refund_at(
 /// Blocks the calling thread (sleeping) until `cost` tokens are admitted or `timeout_ns`
 /// nanoseconds have passed, and writes the final decision to `*out`: `allowed == true` if
 /// admitted, else the last rejection. A rejection whose `retry_after_ns` exceeds the time
-/// left is returned at once, without sleeping. `timeout_ns == 0` is `sg_limiter_try_acquire`.
+/// left is returned at once, without sleeping. A leaky queue (`algorithm=leaky_queue`)
+/// reserves a slot whose wait is at most `timeout_ns` and sleeps until it, so an admission
+/// returned here may go ahead at once. On a manual clock the thread still sleeps in real
+/// time, and a clock that did not move meanwhile gets the rejection instead of a second
+/// try. `timeout_ns == 0` is `sg_limiter_try_acquire` (except that a leaky queue admits
+/// only a request that needs no wait).
 ///
 /// Errors: as `sg_limiter_try_acquire`.
 ///
@@ -282,8 +297,57 @@ pub unsafe extern "C" fn sg_limiter_acquire_timeout(
         }
         let d = l.acquire_timeout(cost, timeout_ns).map_err(from_core)?;
         // SAFETY: `out` is non-NULL and valid for one write (caller contract).
-        unsafe { out.write(d.into()) };
+        unsafe { out.write(sg_decision::new(&d)) };
         Ok(())
+    })
+}
+
+/// Reserves `cost` tokens now without blocking, and writes the decision to `*out`.
+///
+/// For a leaky queue (`algorithm=leaky_queue`) an admitted reservation may come with a
+/// wait: `out->retry_after_ns` is then the delay until the request's slot, which the caller
+/// must let pass before going ahead, or give back with `sg_limiter_cancel(limiter, cost)`.
+/// It is admitted only if that wait is at most `max_wait_ns` (and the queue's `max_delay`);
+/// otherwise the decision is a rejection whose `retry_after_ns` is the least wait until it
+/// would fit, and nothing is reserved. `max_wait_ns == UINT64_MAX` bounds the wait by the
+/// queue alone. Every other algorithm never waits: this is `sg_limiter_try_acquire`.
+///
+/// Errors: as `sg_limiter_try_acquire`.
+///
+/// # Safety
+/// `limiter` is NULL or a live handle; `out` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn sg_limiter_reserve(
+    limiter: *const sg_limiter,
+    cost: u64,
+    max_wait_ns: u64,
+    out: *mut sg_decision,
+) -> sg_result {
+    ffi!({
+        const F: &str = "sg_limiter_reserve";
+        // SAFETY: forwarded caller contract.
+        let l = unsafe { handle::borrow::<L>(limiter, F, "limiter")? };
+        if out.is_null() {
+            return Err(null(F, "out"));
+        }
+        let d = l.reserve_within(cost, max_wait_ns).map_err(from_core)?;
+        // SAFETY: `out` is non-NULL and valid for one write (caller contract).
+        unsafe { out.write(sg_decision::new(&d)) };
+        Ok(())
+    })
+}
+
+/// Gives back a reservation of `cost` (or admitted cost: the same as `sg_limiter_refund`).
+/// A leaky queue frees the latest `cost` slots, so the next reservation waits less.
+///
+/// # Safety
+/// `limiter` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn sg_limiter_cancel(limiter: *const sg_limiter, cost: u64) -> sg_result {
+    ffi!({
+        // SAFETY: forwarded caller contract.
+        let l = unsafe { handle::borrow::<L>(limiter, "sg_limiter_cancel", "limiter")? };
+        l.cancel(cost).map_err(from_core)
     })
 }
 

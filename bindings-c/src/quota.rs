@@ -47,9 +47,9 @@ pub struct sg_quota_info {
     pub refill: sg_refill,
 }
 
-/// Parses a rate string such as `"10/s; burst=50"`, `"100 per minute"` or
-/// `"1/s; burst=4; initial=1; refill=interval"` (grammar in docs/SEMANTICS.md) and writes a
-/// new quota to `*out`.
+/// Parses a rate string such as `"10/s; burst=50"`, `"100 per minute"`,
+/// `"1/s; burst=4; initial=1; refill=interval"` or `"5/s; algorithm=gcra"` (grammar in
+/// docs/SEMANTICS.md) and writes a new quota to `*out`.
 ///
 /// Errors: `SG_ERR_PARSE` (the detail quotes the text and the byte offset; text that is not
 /// UTF-8 is a parse error too) or `SG_ERR_INVALID_QUOTA` (it parses, but e.g. `burst=0`).
@@ -62,28 +62,75 @@ pub unsafe extern "C" fn sg_quota_parse(rate: *const c_char, out: *mut *mut sg_q
         const F: &str = "sg_quota_parse";
         if rate.is_null() || out.is_null() {
             let arg = if rate.is_null() { "rate" } else { "out" };
-            return Err(fail(
-                sg_result::SG_ERR_NULL_ARGUMENT,
-                format_args!("{F}: `{arg}` is NULL"),
-            ));
+            return Err(null(F, arg));
         }
         // SAFETY: non-NULL and NUL-terminated (caller contract); only read during this call.
-        let bytes = unsafe { CStr::from_ptr(rate) };
-        let text = bytes.to_str().map_err(|e| {
-            fail(
-                sg_result::SG_ERR_PARSE,
-                format_args!(
-                    "invalid rate {:?}: not UTF-8 at byte {}",
-                    bytes.to_string_lossy(),
-                    e.valid_up_to()
-                ),
-            )
-        })?;
-        let quota = text.parse::<Quota>().map_err(from_core)?;
+        let bytes = unsafe { CStr::from_ptr(rate) }.to_bytes();
         // SAFETY: `out` is non-NULL and valid for one write (caller contract).
-        unsafe { out.write(handle::into_raw(Q(quota))) };
-        Ok(())
+        unsafe { parse_into(bytes, out) }
     })
+}
+
+/// `sg_quota_parse` of the `rate_len` bytes at `rate` (no NUL needed, for runtimes whose
+/// strings carry a length). A NUL byte inside the text is a parse error like any other
+/// stray character; `rate` may be NULL only when `rate_len` is 0 (the empty string, a parse
+/// error).
+///
+/// # Safety
+/// `rate` is NULL or valid for `rate_len` bytes of reads; `out` is NULL or valid for one
+/// write.
+#[no_mangle]
+pub unsafe extern "C" fn sg_quota_parse_len(
+    rate: *const u8,
+    rate_len: usize,
+    out: *mut *mut sg_quota,
+) -> sg_result {
+    ffi!({
+        const F: &str = "sg_quota_parse_len";
+        if out.is_null() {
+            return Err(null(F, "out"));
+        }
+        let bytes: &[u8] = if rate_len == 0 {
+            &[]
+        } else if rate.is_null() {
+            return Err(fail(
+                sg_result::SG_ERR_NULL_ARGUMENT,
+                format_args!("{F}: `rate` is NULL but `rate_len` is {rate_len}"),
+            ));
+        } else if rate_len > isize::MAX as usize {
+            return Err(fail(
+                sg_result::SG_ERR_INVALID_ARGUMENT,
+                format_args!("{F}: `rate_len` {rate_len} is larger than any object"),
+            ));
+        } else {
+            // SAFETY: non-NULL and valid for `rate_len` reads (caller contract), at most
+            // `isize::MAX` bytes; only read during this call.
+            unsafe { core::slice::from_raw_parts(rate, rate_len) }
+        };
+        // SAFETY: `out` is non-NULL and valid for one write (caller contract).
+        unsafe { parse_into(bytes, out) }
+    })
+}
+
+/// Parses `bytes` and writes the quota to `out`.
+///
+/// # Safety
+/// `out` is non-NULL and valid for one write.
+unsafe fn parse_into(bytes: &[u8], out: *mut *mut sg_quota) -> Result<(), sg_result> {
+    let text = core::str::from_utf8(bytes).map_err(|e| {
+        fail(
+            sg_result::SG_ERR_PARSE,
+            format_args!(
+                "invalid rate {:?}: not UTF-8 at byte {}",
+                String::from_utf8_lossy(bytes),
+                e.valid_up_to()
+            ),
+        )
+    })?;
+    let quota = text.parse::<Quota>().map_err(from_core)?;
+    // SAFETY: forwarded caller contract.
+    unsafe { out.write(handle::into_raw(Q(quota))) };
+    Ok(())
 }
 
 /// Writes a new quota to `*out`: `count` tokens per `period_ns` nanoseconds, a bucket of

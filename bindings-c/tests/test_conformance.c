@@ -1,8 +1,10 @@
-/* The shared conformance vectors (conformance/vectors.json, format 1: see
- * conformance/README.md) run through the C API: every quota-error case, every single-bucket
- * case and every keyed case, every step, all five decision fields.
+/* The shared conformance vectors (conformance/vectors.json and conformance/algorithms.json,
+ * format 1: see conformance/README.md) run through the C API: every quota-error case, every
+ * single-bucket case, every keyed case and every composite case (sg_composite_*), every
+ * step, all five decision fields.
  *
- * Usage: test_conformance path/to/vectors.json
+ * Usage: test_conformance path/to/vectors.json [path/to/algorithms.json]
+ * (the second defaults to algorithms.json beside the first).
  *
  * The file is read by the small strict JSON reader below (objects, arrays, strings with
  * every escape, true/false/null, and non-negative integers, which is all the format uses:
@@ -377,6 +379,68 @@ static void run_case(const jval *c, const char *name, bool is_keyed) {
   else cases_run++;
 }
 
+/* A composite case: one limiter per rate string, all on one manual clock, consumed
+ * all-or-nothing by sg_composite_try_acquire / sg_composite_refund. */
+static unsigned long composite_run;
+
+static void run_composite_case(const jval *c, const char *name) {
+  const jval *quotas = need(c, "quotas", J_ARR, name);
+  const jval *start = need(c, "start_ns", J_INT, name);
+  const jval *steps = need(c, "steps", J_ARR, name);
+  if (!quotas || !start || !steps || quotas->len == 0) {
+    shape_ok = false;
+    return;
+  }
+  sg_manual_clock *clock = NULL;
+  CHECK_OK(sg_manual_clock_new(start->integer, &clock));
+  sg_limiter **parts = calloc(quotas->len, sizeof *parts);
+  bool made = parts != NULL;
+  for (size_t i = 0; made && i < quotas->len; i++) {
+    const jval *rate = &quotas->items[i];
+    sg_quota *q = NULL;
+    made = rate->type == J_STR && sg_quota_parse(rate->str, &q) == SG_OK &&
+           sg_limiter_new_with_clock(q, clock, &parts[i]) == SG_OK;
+    sg_quota_free(q);
+  }
+  CHECK(made);
+  const sg_limiter *const *ls = (const sg_limiter *const *)parts;
+  for (size_t i = 0; made && i < steps->len; i++) {
+    const jval *s = &steps->items[i];
+    const jval *t = need(s, "t_ns", J_INT, name);
+    const jval *op = need(s, "op", J_STR, name);
+    const jval *cost = need(s, "cost", J_INT, name);
+    if (!t || !op || !cost) break;
+    CHECK_OK(sg_manual_clock_set(clock, t->integer));
+    if (strcmp(op->str, "refund") == 0) {
+      CHECK_OK(sg_composite_refund(ls, quotas->len, cost->integer));
+    } else if (strcmp(op->str, "acquire") == 0) {
+      const jval *want = need(s, "expect", J_OBJ, name);
+      if (!want) break;
+      sg_decision d;
+      sg_result rc = sg_composite_try_acquire(ls, quotas->len, cost->integer, &d);
+      const jval *err = get(want, "error");
+      if (err) {
+        bool ok = err->type == J_STR && strcmp(sg_result_name(rc), err->str) == 0;
+        CHECK(ok);
+        if (!ok) fprintf(stderr, "%s step %zu: returned %s\n", name, i, sg_result_name(rc));
+      } else if (rc != SG_OK) {
+        sg_checks_failed++;
+        fprintf(stderr, "%s step %zu: returned %s\n", name, i, sg_result_name(rc));
+      } else {
+        check_decision(name, i, &d, want);
+      }
+    } else {
+      sg_checks_failed++;
+      fprintf(stderr, "%s: unknown op \"%s\"\n", name, op->str);
+    }
+    steps_run++;
+  }
+  for (size_t i = 0; parts && i < quotas->len; i++) sg_limiter_free(parts[i]);
+  free(parts);
+  sg_manual_clock_free(clock);
+  composite_run++;
+}
+
 static char *read_file(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
@@ -392,13 +456,14 @@ static char *read_file(const char *path, size_t *len) {
   return buf;
 }
 
-int main(int argc, char **argv) {
-  const char *path = argc > 1 ? argv[1] : "../conformance/vectors.json";
+/* Plays every case of one file; returns the number of cases it holds (0 on a bad file). */
+static size_t run_file(const char *path) {
   size_t len = 0;
   char *text = read_file(path, &len);
   if (!text) {
     fprintf(stderr, "test_conformance: cannot read %s: %s\n", path, strerror(errno));
-    return 1;
+    sg_checks_failed++;
+    return 0;
   }
   jparser j = {text, text + len, NULL};
   jval doc;
@@ -410,37 +475,60 @@ int main(int argc, char **argv) {
             (long)(j.p - text), j.error ? j.error : "trailing data");
     jfree(&doc);
     free(text);
-    return 1;
+    sg_checks_failed++;
+    return 0;
   }
   const jval *format = need(&doc, "format", J_INT, path);
   const jval *cases = need(&doc, "cases", J_ARR, path);
-  if (!format || format->integer != 1 || !cases) {
-    fprintf(stderr, "test_conformance: unknown vector format\n");
-    jfree(&doc);
-    free(text);
-    return 1;
-  }
-  for (size_t i = 0; i < cases->len; i++) {
-    const jval *c = &cases->items[i];
-    const jval *name = need(c, "name", J_STR, "case");
-    if (!name) continue;
-    if (get(c, "quota_error")) {
-      run_quota_error(c, name->str);
-      continue;
+  const jval *composite = get(&doc, "composite_cases");
+  size_t total = 0;
+  if (!format || format->integer != 1 || !cases || (composite && composite->type != J_ARR)) {
+    fprintf(stderr, "test_conformance: %s: unknown vector format\n", path);
+    sg_checks_failed++;
+  } else {
+    for (size_t i = 0; i < cases->len; i++) {
+      const jval *c = &cases->items[i];
+      const jval *name = need(c, "name", J_STR, "case");
+      if (!name) continue;
+      if (get(c, "quota_error")) {
+        run_quota_error(c, name->str);
+        continue;
+      }
+      const jval *keyed = need(c, "keyed", J_BOOL, name->str);
+      if (keyed) run_case(c, name->str, keyed->boolean);
     }
-    const jval *keyed = need(c, "keyed", J_BOOL, name->str);
-    if (keyed) run_case(c, name->str, keyed->boolean);
+    for (size_t i = 0; composite && i < composite->len; i++) {
+      const jval *c = &composite->items[i];
+      const jval *name = need(c, "name", J_STR, "composite case");
+      if (name) run_composite_case(c, name->str);
+    }
+    total = cases->len + (composite ? composite->len : 0);
   }
-  CHECK(shape_ok);
-  CHECK(cases_run >= 30);
-  CHECK(quota_errors_run >= 10);
-  CHECK(keyed_run >= 5);
-  /* Every case in the file was run: none skipped. */
-  CHECK_U64(cases_run + keyed_run + quota_errors_run, cases->len);
-  printf("test_conformance: %lu single-bucket and %lu keyed cases (%lu steps), "
-         "%lu quota-error cases\n",
-         cases_run, keyed_run, steps_run, quota_errors_run);
   jfree(&doc);
   free(text);
+  return total;
+}
+
+int main(int argc, char **argv) {
+  const char *vectors = argc > 1 ? argv[1] : "../conformance/vectors.json";
+  char algorithms[4096];
+  if (argc > 2) {
+    snprintf(algorithms, sizeof algorithms, "%s", argv[2]);
+  } else {
+    const char *slash = strrchr(vectors, '/');
+    int dir = slash ? (int)(slash - vectors + 1) : 0;
+    snprintf(algorithms, sizeof algorithms, "%.*salgorithms.json", dir, vectors);
+  }
+  size_t total = run_file(vectors) + run_file(algorithms);
+  CHECK(shape_ok);
+  CHECK(cases_run >= 80);
+  CHECK(quota_errors_run >= 10);
+  CHECK(keyed_run >= 5);
+  CHECK(composite_run >= 10);
+  /* Every case in both files was run: none skipped. */
+  CHECK_U64(cases_run + keyed_run + quota_errors_run + composite_run, total);
+  printf("test_conformance: %lu single-bucket, %lu keyed and %lu composite cases (%lu steps), "
+         "%lu quota-error cases\n",
+         cases_run, keyed_run, composite_run, steps_run, quota_errors_run);
   TEST_MAIN_END("test_conformance");
 }

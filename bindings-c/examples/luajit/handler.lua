@@ -5,7 +5,7 @@
 --   init_worker_by_lua_block { limiter = require("sluicegate").keyed("10/s; burst=2", 100000) }
 --   access_by_lua_block      { require("handler").access(limiter) }
 --
--- Run: SLUICEGATE_LIB=target/release/libsluicegate.so luajit examples/luajit/handler.lua
+-- Run: SLUICEGATE_LIB=target/c/lib/libsluicegate.so luajit examples/luajit/handler.lua
 local dir = arg and arg[0]:match("^(.*)/[^/]*$") or "."
 package.path = dir .. "/?.lua;" .. package.path
 local sg = require("sluicegate")
@@ -16,22 +16,20 @@ local function check(cond, what)
 end
 
 -- The handler, as it would run in access_by_lua: one decision per request, keyed by the
--- client address; denials get 429 with Retry-After and the IETF RateLimit fields.
+-- client address; the library renders the IETF RateLimit fields (and Retry-After on a
+-- denial, which gets 429).
 local function access(ngx, limiter)
   local d, err = limiter:acquire(ngx.var.remote_addr, 1)
   if not d then
     ngx.log(ngx.ERR, "rate limiter: ", err)
     return ngx.exit(500)
   end
-  ngx.header["RateLimit-Policy"] = string.format('"per-ip";q=%d', d.limit)
-  if d.allowed then
-    ngx.header["RateLimit"] = string.format('"per-ip";r=%d;t=%d', d.remaining, math.ceil(d.reset_after))
-    return -- on to the content phase
+  for name, value in pairs(assert(limiter:headers("per-ip"))) do
+    ngx.header[name] = value
   end
-  local retry = math.max(1, math.ceil(d.retry_after))
-  ngx.header["RateLimit"] = string.format('"per-ip";r=%d;t=%d', d.remaining, retry)
-  ngx.header["Retry-After"] = retry
-  return ngx.exit(429)
+  if not d.allowed then
+    return ngx.exit(429)
+  end
 end
 
 -- A stand-in for the parts of `ngx` the handler touches.
@@ -56,8 +54,9 @@ for i = 1, 3 do
   print(string.format("request %d from 192.0.2.1: %d  RateLimit: %s%s", i, status(),
     ngx.header["RateLimit"], ngx.header["Retry-After"] and ("  Retry-After: " .. ngx.header["Retry-After"]) or ""))
   if i == 3 then
-    check(ngx.header["Retry-After"] == 1, "Retry-After is 1 s")
+    check(ngx.header["Retry-After"] == "1", "Retry-After is 1 s")
     check(ngx.header["RateLimit"] == '"per-ip";r=0;t=1', "RateLimit on the denial")
+    check(ngx.header["RateLimit-Policy"] == '"per-ip";q=2;w=1', "RateLimit-Policy")
   end
 end
 check(statuses[1] == 200 and statuses[2] == 200 and statuses[3] == 429, "200, 200, 429")

@@ -24,6 +24,14 @@ enum sg_result {
   SG_ERR_OTHER = 199,
 };
 typedef uint32_t sg_result;
+enum sg_header_style {
+  SG_HEADERS_IETF = 0,
+  SG_HEADERS_DRAFT6 = 1,
+  SG_HEADERS_DRAFT7 = 2,
+  SG_HEADERS_LEGACY = 3,
+  SG_HEADERS_NONE = 4,
+};
+typedef uint32_t sg_header_style;
 enum sg_on_full {
   SG_ON_FULL_REJECT_NEW_KEYS = 0,
   SG_ON_FULL_EVICT_FULLEST = 1,
@@ -38,6 +46,7 @@ typedef struct sg_decision {
   uint64_t remaining;
   uint64_t retry_after_ns;
   uint64_t reset_after_ns;
+  uint64_t window_s;
 } sg_decision;
 const char *sg_version(void);
 const char *sg_result_name(uint32_t code);
@@ -52,6 +61,7 @@ sg_result sg_keyed_limiter_new_with_clock(const struct sg_quota *quota, uint64_t
 sg_result sg_keyed_limiter_try_acquire(const struct sg_keyed_limiter *limiter, const uint8_t *key, size_t key_len, uint64_t cost, struct sg_decision *out);
 sg_result sg_keyed_limiter_len(const struct sg_keyed_limiter *limiter, uint64_t *out_len);
 void sg_keyed_limiter_free(struct sg_keyed_limiter *limiter);
+sg_result sg_decision_headers(const struct sg_decision *decision, uint32_t style, const uint8_t *policy, size_t policy_len, char *buf, size_t len, size_t *out_written);
 ]]
 
 local lib = ffi.load(os.getenv("SLUICEGATE_LIB") or "sluicegate")
@@ -112,6 +122,21 @@ function Keyed:acquire(key, cost)
     retry_after = tonumber(d.retry_after_ns) / 1e9,
     reset_after = tonumber(d.reset_after_ns) / 1e9,
   }
+end
+
+-- The HTTP response fields of the last decision `acquire` returned, as a table
+-- {name = value}: the IETF RateLimit-Policy / RateLimit fields naming `policy`, and
+-- Retry-After on a denial, rendered by the library (sg_decision_headers).
+function Keyed:headers(policy)
+  local cap = 4 * #policy + 256
+  local buf, n = ffi.new("char[?]", cap), ffi.new("size_t[1]")
+  local rc = lib.sg_decision_headers(self.d, C.SG_HEADERS_IETF, policy, #policy, buf, cap, n)
+  if rc ~= C.SG_OK then return nil, last_error(rc) end
+  local fields = {}
+  for name, value in ffi.string(buf, n[0]):gmatch("([^:\r\n]+): ([^\r\n]*)\r\n") do
+    fields[name] = value
+  end
+  return fields
 end
 
 function Keyed:len()
