@@ -18,6 +18,7 @@ cargo fmt --all --check
 
 step "clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy -p sluicegate --all-targets --features tokio --locked -- -D warnings
 
 step "conformance vectors are up to date with their reference (conformance/generate.py)"
 python3 conformance/generate.py --check
@@ -33,6 +34,7 @@ done
 
 step "cargo test (unit, property, conformance, stress, doc tests)"
 cargo test --workspace --locked 2>&1 | tee -a "$results"
+cargo test -p sluicegate --features tokio --locked --test async_acquire 2>&1 | tee -a "$results"
 
 # cargo: "test result: ok. N passed; M failed"; pytest: "N passed"; node --test: "# pass N".
 totals=$(awk '

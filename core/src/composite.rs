@@ -64,7 +64,29 @@ impl<C: Clock> Composite<C> {
 
     /// [`try_acquire`](Self::try_acquire) at an explicit clock reading.
     pub fn try_acquire_at(&self, now: u64, cost: u64) -> Result<Decision, Error> {
-        all_or_nothing(&self.parts, now, cost)
+        all_or_nothing(&self.parts, now, cost, |_, _| {})
+    }
+
+    /// [`try_acquire`](Self::try_acquire), also returning each part's decision (in order), e.g.
+    /// to list every policy in the HTTP fields with [`crate::http::policies_headers`].
+    pub fn try_acquire_each(&self, cost: u64) -> Result<(Decision, Vec<Decision>), Error> {
+        let now = self.parts[0].clock().now();
+        self.try_acquire_each_at(now, cost)
+    }
+
+    /// [`try_acquire_each`](Self::try_acquire_each) at an explicit clock reading.
+    pub fn try_acquire_each_at(
+        &self,
+        now: u64,
+        cost: u64,
+    ) -> Result<(Decision, Vec<Decision>), Error> {
+        let mut each: Vec<Option<Decision>> = vec![None; self.parts.len()];
+        let d = all_or_nothing(&self.parts, now, cost, |i, d| each[i] = Some(d))?;
+        let each = each
+            .into_iter()
+            .map(|d| d.expect("every part reports a decision"))
+            .collect();
+        Ok((d, each))
     }
 
     /// Gives `cost` back to every part.
@@ -95,13 +117,16 @@ pub fn try_acquire_all_at<C: Clock>(
     now: u64,
     cost: u64,
 ) -> Result<Decision, Error> {
-    all_or_nothing(parts, now, cost)
+    all_or_nothing(parts, now, cost, |_, _| {})
 }
 
+/// The protocol. `each(i, d)` receives part `i`'s decision as the combined one reads it (a
+/// part may be reported twice; the last report stands).
 fn all_or_nothing<C: Clock, L: Borrow<Limiter<C>>>(
     parts: &[L],
     now: u64,
     cost: u64,
+    mut each: impl FnMut(usize, Decision),
 ) -> Result<Decision, Error> {
     assert!(
         !parts.is_empty(),
@@ -114,6 +139,7 @@ fn all_or_nothing<C: Clock, L: Borrow<Limiter<C>>>(
     let mut acc = Combined::default();
     for (j, p) in parts().enumerate() {
         let d = p.acquire_checked(now, cost);
+        each(j, d);
         if d.allowed() {
             acc.add(d);
             continue;
@@ -122,12 +148,16 @@ fn all_or_nothing<C: Clock, L: Borrow<Limiter<C>>>(
             q.refund_checked(now, cost);
         }
         let mut acc = Combined::default();
-        for q in parts().take(j) {
-            acc.add(q.probe_checked(now, 0));
+        for (i, q) in parts().enumerate().take(j) {
+            let pd = q.probe_checked(now, 0);
+            each(i, pd);
+            acc.add(pd);
         }
         acc.add(d);
-        for q in parts().skip(j + 1) {
-            acc.add(q.probe_checked(now, cost));
+        for (i, q) in parts().enumerate().skip(j + 1) {
+            let pd = q.probe_checked(now, cost);
+            each(i, pd);
+            acc.add(pd);
         }
         return Ok(acc.finish(false));
     }

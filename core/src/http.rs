@@ -96,6 +96,55 @@ impl Decision {
     }
 }
 
+/// The fields for a composite limit: with [`HeaderStyle::Ietf`], `RateLimit-Policy` and
+/// `RateLimit` list one named item per policy (in the given order); the older styles have
+/// room for one policy only and render `combined` (the tightest part). `Retry-After` comes
+/// from `combined`, the longest wait of all parts.
+///
+/// ```
+/// use sluicegate::{composite::Composite, http::{policies_headers, HeaderStyle}, Limiter, ManualClock};
+/// let clock = ManualClock::new(0);
+/// let user = Limiter::with_clock("2/s".parse()?, clock.clone())?;
+/// let global = Limiter::with_clock("100/minute".parse()?, clock.clone())?;
+/// let both = Composite::new(vec![user, global]);
+/// let (d, each) = both.try_acquire_each(1)?;
+/// let h = policies_headers(&d, &[("user", each[0]), ("global", each[1])], HeaderStyle::Ietf);
+/// assert_eq!(h[0], ("RateLimit-Policy", r#""user";q=2;w=1, "global";q=100;w=60"#.to_string()));
+/// assert_eq!(h[1], ("RateLimit", r#""user";r=1;t=1, "global";r=99;t=1"#.to_string()));
+/// # Ok::<(), sluicegate::Error>(())
+/// ```
+pub fn policies_headers(
+    combined: &Decision,
+    parts: &[(&str, Decision)],
+    style: HeaderStyle,
+) -> Vec<(&'static str, String)> {
+    if style != HeaderStyle::Ietf || parts.is_empty() {
+        return combined.headers(style, parts.first().map_or("default", |p| p.0));
+    }
+    let policy = parts
+        .iter()
+        .map(|(name, d)| format!("{};q={};w={}", sf_string(name), d.limit(), d.window_secs()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let state = parts
+        .iter()
+        .map(|(name, d)| {
+            format!(
+                "{};r={};t={}",
+                sf_string(name),
+                d.remaining(),
+                d.reset_secs()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut out = vec![("RateLimit-Policy", policy), ("RateLimit", state)];
+    if let Some(secs) = combined.retry_after_header() {
+        out.push(("Retry-After", secs.to_string()));
+    }
+    out
+}
+
 /// A Structured-Field string (RFC 8941 3.3.3): printable ASCII, `"` and `\` escaped; other
 /// characters are replaced by `_` so the field always stays valid.
 fn sf_string(s: &str) -> String {
@@ -119,6 +168,40 @@ fn sf_string(s: &str) -> String {
 mod tests {
     use super::*;
     use crate::{Limiter, ManualClock};
+
+    #[test]
+    fn composite_rejection_lists_every_policy() {
+        let clock = ManualClock::new(0);
+        let user = Limiter::with_clock("1/s".parse().unwrap(), clock.clone()).unwrap();
+        let global = Limiter::with_clock("10/minute".parse().unwrap(), clock).unwrap();
+        let both = crate::composite::Composite::new(vec![user, global]);
+        assert!(both.try_acquire(1).unwrap().allowed());
+        let (d, each) = both.try_acquire_each(1).unwrap();
+        assert!(!d.allowed());
+        let h = policies_headers(
+            &d,
+            &[("user", each[0]), ("global", each[1])],
+            HeaderStyle::Ietf,
+        );
+        assert_eq!(
+            h,
+            vec![
+                (
+                    "RateLimit-Policy",
+                    r#""user";q=1;w=1, "global";q=10;w=60"#.to_string()
+                ),
+                // user: rejected, 1 s until a token; global: refunded, 9 left, 6 s to full.
+                (
+                    "RateLimit",
+                    r#""user";r=0;t=1, "global";r=9;t=6"#.to_string()
+                ),
+                ("Retry-After", "1".to_string()),
+            ]
+        );
+        // Single-policy styles render the combined decision.
+        let legacy = policies_headers(&d, &[("user", each[0])], HeaderStyle::Legacy);
+        assert_eq!(legacy[1], ("X-RateLimit-Remaining", "0".to_string()));
+    }
 
     #[test]
     fn escapes_policy_names() {

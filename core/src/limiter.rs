@@ -7,6 +7,16 @@ use crate::{Decision, Error, Quota};
 use crossbeam_utils::CachePadded;
 use std::time::Duration;
 
+/// What one round of `acquire` decided.
+enum Next {
+    /// Admitted; wait `retry_after` (a leaky queue's slot) and return it.
+    Admitted(Decision),
+    /// Cannot be admitted within the deadline: return the rejection.
+    Refused(Decision),
+    /// Sleep `retry_after` and try again.
+    RetryAfter(Decision),
+}
+
 struct Inner {
     slot: Slot,
     algo: Algo,
@@ -170,30 +180,73 @@ impl<C: Clock> Limiter<C> {
     /// limiter's clock follows real time; a clock that does not move while the thread sleeps
     /// (a [`ManualClock`](crate::ManualClock)) gets the rejection instead of a second try.
     pub fn acquire(&self, cost: u64, max_wait: Duration) -> Result<Decision, Error> {
-        let inner = &*self.inner;
-        let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
-        let start = self.clock.now();
-        let deadline = start.saturating_add(max_wait);
+        let (start, deadline) = self.acquire_window(max_wait);
         let mut now = start;
         loop {
-            inner.algo.check(now, cost)?;
-            let left = deadline.saturating_sub(now);
-            let d = inner.slot.reserve(&inner.algo, now, cost, left);
-            if d.allowed() {
-                std::thread::sleep(d.retry_after());
-                return Ok(d);
+            match self.acquire_step(now, deadline, cost)? {
+                Next::Admitted(d) => {
+                    std::thread::sleep(d.retry_after());
+                    return Ok(d);
+                }
+                Next::Refused(d) => return Ok(d),
+                Next::RetryAfter(d) => {
+                    std::thread::sleep(d.retry_after());
+                    match self.clock.now() {
+                        later if later > now => now = later,
+                        _ => return Ok(d),
+                    }
+                }
             }
-            let is_queue = matches!(inner.algo, crate::algorithm::Algo::LeakyQueue(_));
-            if is_queue || d.retry_after_nanos() > left {
-                return Ok(d);
-            }
-            std::thread::sleep(d.retry_after());
-            let later = self.clock.now();
-            if later <= now {
-                return Ok(d);
-            }
-            now = later;
         }
+    }
+
+    /// [`acquire`](Self::acquire) for async code: the same decisions, waiting with
+    /// `tokio::time::sleep` instead of blocking the thread (cargo feature `tokio`). Dropping
+    /// the future while a leaky queue's slot is pending does not give the slot back; call
+    /// [`cancel`](Self::cancel) for that.
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_async(&self, cost: u64, max_wait: Duration) -> Result<Decision, Error> {
+        let (start, deadline) = self.acquire_window(max_wait);
+        let mut now = start;
+        loop {
+            match self.acquire_step(now, deadline, cost)? {
+                Next::Admitted(d) => {
+                    tokio::time::sleep(d.retry_after()).await;
+                    return Ok(d);
+                }
+                Next::Refused(d) => return Ok(d),
+                Next::RetryAfter(d) => {
+                    tokio::time::sleep(d.retry_after()).await;
+                    match self.clock.now() {
+                        later if later > now => now = later,
+                        _ => return Ok(d),
+                    }
+                }
+            }
+        }
+    }
+
+    fn acquire_window(&self, max_wait: Duration) -> (u64, u64) {
+        let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        let start = self.clock.now();
+        (start, start.saturating_add(max_wait))
+    }
+
+    /// One round of `acquire`: reserve within what is left before the deadline, and say
+    /// whether to wait for an admitted slot, give up, or sleep and try again.
+    fn acquire_step(&self, now: u64, deadline: u64, cost: u64) -> Result<Next, Error> {
+        let inner = &*self.inner;
+        inner.algo.check(now, cost)?;
+        let left = deadline.saturating_sub(now);
+        let d = inner.slot.reserve(&inner.algo, now, cost, left);
+        if d.allowed() {
+            return Ok(Next::Admitted(d));
+        }
+        let is_queue = matches!(inner.algo, Algo::LeakyQueue(_));
+        if is_queue || d.retry_after_nanos() > left {
+            return Ok(Next::Refused(d));
+        }
+        Ok(Next::RetryAfter(d))
     }
 
     /// Checks a request against the quota without consuming (composite limits).
