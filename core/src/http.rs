@@ -190,10 +190,12 @@ mod tests {
                     "RateLimit-Policy",
                     r#""user";q=1;w=1, "global";q=10;w=60"#.to_string()
                 ),
-                // user: rejected, 1 s until a token; global: refunded, 9 left, 6 s to full.
+                // user: rejected, 1 s until a token. global, after the rejecting part, is read
+                // as the decision it would give for this cost (not consumed): 9 - 1 = 8 left,
+                // two tokens (12 s at 10/minute) from full.
                 (
                     "RateLimit",
-                    r#""user";r=0;t=1, "global";r=9;t=6"#.to_string()
+                    r#""user";r=0;t=1, "global";r=8;t=12"#.to_string()
                 ),
                 ("Retry-After", "1".to_string()),
             ]
