@@ -227,8 +227,21 @@ def main():
     x = None if rej1 is None or rej2 is None else (2 / rej2) / (1 / rej1)
     rows.append(target("2 threads, reject: rejections scale (2-thread / 1-thread aggregate ≥ 1.6×)",
                        "—" if x is None else f"{x:.2f}×", None if x is None else x >= 1.6))
-    rows.append(target("keyed: ≤ 0.6× governor at 100 000 keys, faster at 1 and 10⁶",
-                       "pending (KeyedLimiter not merged)", None))
+    # Keyed: ours / governor per key count and path (allow and reject both count).
+    def keyed(path, who, n):
+        return r.get((f"keyed/{path}", who, str(n)))
+    parts, ok = [], True
+    for n, limit in ((1, 1.0), (100_000, 0.6), (1_000_000, 1.0)):
+        for path in ("allow", "reject"):
+            x = ratio(keyed(path, "sluicegate", n), keyed(path, "governor", n))
+            if x is None:
+                ok = None
+                continue
+            parts.append(f"{n:,} {path} {x:.2f}×")
+            if ok is not None:
+                ok = ok and (x <= limit if limit < 1 else x < limit)
+    rows.append(target("keyed: ≤ 0.6× governor at 100 000 keys, faster at 1 and 10⁶ (ours / governor)",
+                       ", ".join(parts) if parts else "not measured", ok))
     md.append("## Targets\n")
     md.append("Two measurements of the single-bucket targets: criterion's medians (one subject "
               "after another) and the interleaved run (all subjects in round-robin blocks, "
@@ -405,7 +418,7 @@ def main():
             md.append("\n" + f.read_text().strip())
 
     md.append("\n## Reproduce\n")
-    md.append("```sh\nci/bench.sh              # full suite (about 6 minutes on 2 cores, plus the build)\n"
+    md.append("```sh\nci/bench.sh              # full suite with the bindings' rows (about 12 minutes on 2 cores)\n"
               "BENCH_QUICK=1 ci/bench.sh  # smoke run (short measurements)\n```")
     Path(args.out).write_text("\n".join(md) + "\n")
     print(f"report.py: wrote {args.out} ({len(r)} results)")
