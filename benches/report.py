@@ -321,7 +321,26 @@ def main():
         md.append(table(["algorithm", "median", "/ floor"],
                         [[f"`{n}`", fmt_ns(v), fmt_ratio(v, floor)] for n, v in sorted(cells.items())]))
 
-    # ---- keyed
+    # ---- algorithms, two threads on one limiter
+    for path in ("allow", "reject"):
+        cells = {fn: t for (g, fn, v), t in r.items() if g == f"algorithms-2t/{path}"}
+        if not cells:
+            continue
+        if path == "allow":
+            md.append("\n## Algorithms, one limiter shared by 2 threads\n")
+            md.append("A criterion iteration is one decision on each of the two threads; "
+                      "aggregate decisions per second, and against the same algorithm on one "
+                      "thread.\n")
+        md.append(f"\n### {path}\n")
+        one = {fn: t for (g, fn, v), t in r.items() if g == f"algorithms/{path}"}
+        rows = []
+        for n, t in sorted(cells.items()):
+            agg = 2e9 / t
+            single = one.get(n)
+            rows.append([f"`{n}`", f"{agg / 1e6:.1f} M/s",
+                         "—" if single is None else f"{agg / (1e9 / single):.2f}×"])
+        md.append(table(["algorithm", "2 threads, aggregate", "/ 1 thread"], rows))
+
     for path in ("allow", "reject"):
         group = f"keyed/{path}"
         cells = {(fn, v): t for (g, fn, v), t in r.items() if g == group}

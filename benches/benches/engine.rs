@@ -171,7 +171,9 @@ fn shared(c: &mut Criterion) {
     }
 }
 
-/// Every algorithm the core offers, one bucket, one thread, both paths.
+/// Every algorithm the core offers, one bucket, both paths: one thread (`algorithms/...`)
+/// and the same limiter shared by two threads (`algorithms-2t/...`, a criterion iteration is
+/// one decision on each thread).
 fn algorithms(c: &mut Criterion) {
     for path in PATHS {
         let mut g = c.benchmark_group(format!("algorithms/{}", path.name()));
@@ -185,6 +187,7 @@ fn algorithms(c: &mut Criterion) {
             Path::Reject => Quota::try_new(7, 7 * 3_600_000_000_000 + 1, 1),
         }
         .expect("wide quota");
+        let mut subjects: Vec<(&str, Limiter<MonotonicClock>)> = Vec::new();
         for (name, quota, is_wide) in [
             ("token-bucket/continuous", continuous, false),
             ("token-bucket/continuous-wide", wide, true),
@@ -194,6 +197,7 @@ fn algorithms(c: &mut Criterion) {
             let l = setup::prime(l, path);
             assert_eq!(l.is_wide(), is_wide, "{name}");
             g.bench_function(name, |b| b.iter(|| black_box(ours_acquire(&l))));
+            subjects.push((name, l));
         }
         // Every other algorithm, from its rate string, primed and checked like the rows above.
         // Allow: rates far above what one thread can ask for (the sliding log's count is
@@ -233,6 +237,7 @@ fn algorithms(c: &mut Criterion) {
                 path,
             );
             g.bench_function(name, |b| b.iter(|| black_box(ours_acquire(&l))));
+            subjects.push((name, l));
         }
         // Composite: per-user and global limits consumed all-or-nothing (the reject path is
         // rejected by the second part, so the first part's token is refunded every call).
@@ -247,17 +252,32 @@ fn algorithms(c: &mut Criterion) {
             ],
         };
         let composite = sluicegate::composite::Composite::new(parts);
-        g.bench_function("composite-2", |b| {
-            b.iter(|| {
-                let d = composite.try_acquire(1).expect("composite");
-                black_box(if d.allowed() {
-                    0
-                } else {
-                    d.retry_after_nanos()
-                })
+        let composite_acquire = || {
+            let d = composite.try_acquire(1).expect("composite");
+            black_box(if d.allowed() {
+                0
+            } else {
+                d.retry_after_nanos()
             })
-        });
+        };
+        g.bench_function("composite-2", |b| b.iter(composite_acquire));
         g.finish();
+
+        let mut g2 = c.benchmark_group(format!("algorithms-2t/{}", path.name()));
+        g2.throughput(Throughput::Elements(2));
+        for (name, l) in &subjects {
+            let op = || {
+                black_box(ours_acquire(l));
+            };
+            g2.bench_function(*name, |b| b.iter_custom(|iters| run_threads(2, iters, op)));
+        }
+        let op = || {
+            composite_acquire();
+        };
+        g2.bench_function("composite-2", |b| {
+            b.iter_custom(|iters| run_threads(2, iters, op))
+        });
+        g2.finish();
     }
 }
 
