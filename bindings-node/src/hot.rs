@@ -28,7 +28,8 @@ pub const EXPORTS: &[(&str, Cb)] = &[
     ("refund", refund),
     ("reserveWithin", reserve_within),
     ("checkNoop", check_noop),
-    ("decideNoop", decide_noop),
+    // `decide` takes the same arguments and returns through the shared buffer: same floor.
+    ("decideNoop", check_noop),
     ("keyedCheck", keyed_check),
     ("keyedDecide", keyed_decide),
     ("keyedPeek", keyed_peek),
@@ -276,21 +277,8 @@ unsafe extern "C" fn reserve_within(
     })
 }
 
-/// The floor of `check`: the same conversions and result, no state, no decision.
+/// The floor of `check` and `decide`: the same conversions and result, no state, no decision.
 unsafe extern "C" fn check_noop(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    // SAFETY: Node passes this callback's own env and info.
-    let c = unsafe { call(env, info) };
-    guard(env, || {
-        let (h, cost) = c.handle_cost()?;
-        Ok(c.boolean(u64::from(h) <= cost))
-    })
-}
-
-/// The floor of `decide`: the same conversions and result, no state, no decision.
-unsafe extern "C" fn decide_noop(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
