@@ -48,7 +48,7 @@
 use crate::algorithm::Algo;
 use crate::cell::{self, Evict, Word};
 use crate::clock::{Clock, DefaultClock};
-use crate::sync::{self, epoch, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::sync::{self, epoch, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering};
 use crate::{Decision, Error, Quota};
 use core::borrow::Borrow;
 use core::cell::UnsafeCell;
@@ -459,93 +459,175 @@ impl<K, C: Clock> core::fmt::Debug for KeyedLimiter<K, C> {
 // The table.
 // ---------------------------------------------------------------------------------------------
 
-const EMPTY: u32 = 0;
+// Control bytes, eight to a group word. A slot's byte goes EMPTY -> LIVE -> TOMB or MOVED and
+// never back, so a key is always found before the first group with an EMPTY byte on its probe
+// sequence, and a key, once written, is never overwritten while its table lives.
+const EMPTY: u8 = 0;
 /// Unlinked; the table still owns the key (dropped with the table).
-const TOMB: u32 = 1;
+const TOMB: u8 = 1;
 /// Unlinked; the key was moved (bitwise) into a newer table, which owns it.
-const MOVED: u32 = 2;
-/// Set in every live control word, whose other 31 bits are hash bits.
-const LIVE: u32 = 1 << 31;
+const MOVED: u8 = 2;
+/// Set in every live control byte, whose other 7 bits are hash bits.
+const LIVE: u8 = 0x80;
 
-/// The first table of a shard.
-const MIN_CAP: usize = 8;
+/// Slots per group: one `u64` of control bytes, compared with one SWAR step.
+const GROUP: usize = 8;
+/// The first table of a shard: one group.
+const MIN_CAP: usize = GROUP;
 
+const LO: u64 = 0x0101_0101_0101_0101;
+const HI: u64 = 0x8080_8080_8080_8080;
+
+/// The control byte of a live entry: the hash's top 7 bits (the group and shard come from
+/// other bits), with LIVE set.
 #[inline]
-fn tag(h: u64) -> u32 {
-    ((h >> 32) as u32) | LIVE
+fn tag(h: u64) -> u8 {
+    ((h >> 57) as u8) | LIVE
+}
+
+/// A bit (the byte's top bit) for every byte of `g` that may equal `b`: every byte equal to
+/// `b` is flagged, and the lowest flagged byte always equals `b`; a byte above a match may be
+/// flagged falsely (the subtraction's borrow), so callers check the byte itself.
+#[inline]
+fn match_byte(g: u64, b: u8) -> u64 {
+    let x = g ^ (LO * u64::from(b));
+    x.wrapping_sub(LO) & !x & HI
 }
 
 struct Entry<K, W: Word> {
     word: W::Atomic,
-    ctrl: AtomicU32,
-    /// Initialised iff `ctrl` is LIVE or TOMB (or MOVED, as a stale bitwise copy that only
-    /// readers pinned before the move may still compare).
+    /// Initialised iff the control byte is LIVE or TOMB (or MOVED, as a stale bitwise copy
+    /// that only readers that entered before the move may still compare).
     key: UnsafeCell<MaybeUninit<K>>,
 }
 
+/// An open-addressing table probed group by group: `ctrl[g]` holds the control bytes of
+/// `slots[8g..8g + 8]`. A lookup loads one control word, compares the key only where the tag
+/// matches (almost always once, at the first group), and stops at the first group with an
+/// EMPTY byte: its branches are predictable, so the out-of-order core overlaps consecutive
+/// lookups' cache misses (a slot-by-slot linear probe mispredicts on every collision).
 struct Table<K, W: Word> {
+    ctrl: Box<[AtomicU64]>,
     slots: Box<[Entry<K, W>]>,
 }
 
 impl<K, W: Word> Table<K, W> {
+    /// A table of at least `cap` slots (a whole number of groups).
     fn new(cap: usize) -> Box<Self> {
-        let slots = (0..cap)
+        let groups = cap.div_ceil(GROUP).max(1);
+        let ctrl = (0..groups).map(|_| AtomicU64::new(0)).collect();
+        let slots = (0..groups * GROUP)
             .map(|_| Entry {
                 word: W::new_atomic(0),
-                ctrl: AtomicU32::new(EMPTY),
                 key: UnsafeCell::new(MaybeUninit::uninit()),
             })
             .collect();
-        Box::new(Self { slots })
+        Box::new(Self { ctrl, slots })
     }
 
-    /// The first slot to probe: a multiply-shift of the hash's low 32 bits onto `0..cap`.
+    #[inline]
+    fn cap(&self) -> usize {
+        self.slots.len()
+    }
+
+    #[inline]
+    fn entry(&self, i: usize) -> &Entry<K, W> {
+        &self.slots[i]
+    }
+
+    /// Slot `i`'s control byte (Relaxed: for lock holders, who wrote every byte themselves).
+    #[inline]
+    fn ctrl(&self, i: usize) -> u8 {
+        (self.ctrl[i / GROUP].load(Ordering::Relaxed) >> (8 * (i % GROUP))) as u8
+    }
+
+    /// Sets slot `i`'s control byte. Lock holders only (the one writer of the table's control
+    /// words), so the read-modify-write of the group word loses nothing. Release: a reader
+    /// that sees LIVE (Acquire) sees the key and the word written before.
+    #[inline]
+    fn set_ctrl(&self, i: usize, b: u8) {
+        let g = &self.ctrl[i / GROUP];
+        let shift = 8 * (i % GROUP);
+        let v = g.load(Ordering::Relaxed);
+        g.store(
+            (v & !(0xff << shift)) | (u64::from(b) << shift),
+            Ordering::Release,
+        );
+    }
+
+    /// The first group to probe: a multiply-shift of the hash's low 32 bits.
     #[inline]
     fn home(&self, h: u64) -> usize {
-        ((u64::from(h as u32) * self.slots.len() as u64) >> 32) as usize
+        ((u64::from(h as u32) * self.ctrl.len() as u64) >> 32) as usize
     }
 
-    /// Probes for `key`; the entry found is live as of its control word's load.
+    /// Probes for `key`; returns its slot, live as of its control word's load.
     #[inline]
-    fn find<Q>(&self, h: u64, key: &Q) -> Option<&Entry<K, W>>
+    fn find<Q>(&self, h: u64, key: &Q) -> Option<usize>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let cap = self.slots.len();
+        let groups = self.ctrl.len();
         let want = tag(h);
-        let mut i = self.home(h);
-        for _ in 0..cap {
-            let e = &self.slots[i];
-            let c = e.ctrl.load(Ordering::Acquire);
-            if c == EMPTY {
+        let mut g = self.home(h);
+        for _ in 0..groups {
+            let word = self.ctrl[g].load(Ordering::Acquire);
+            let mut m = match_byte(word, want);
+            while m != 0 {
+                let b = (m.trailing_zeros() / 8) as usize;
+                m &= m - 1;
+                let i = g * GROUP + b;
+                if (word >> (8 * b)) as u8 != want {
+                    continue; // flagged by the borrow, not a match
+                }
+                // SAFETY: this slot's control byte, as just loaded (Acquire), is LIVE: it was
+                // stored (Release) after the key was written, and keys are never overwritten
+                // while the table lives, which it does while our caller's read section (or
+                // the shard lock) lasts. A key moved to a newer table since is a bitwise copy
+                // whose owner is kept alive by the same section (see `Core::rebuild`).
+                let k = unsafe { (*self.slots[i].key.get()).assume_init_ref() };
+                if k.borrow() == key {
+                    return Some(i);
+                }
+            }
+            if match_byte(word, EMPTY) != 0 {
                 return None;
             }
-            // SAFETY: a LIVE control word was stored (Release) after the key was written, and
-            // we loaded it with Acquire; keys are never overwritten while the table lives, and
-            // the table lives while our caller's epoch guard (or the shard lock) is held. A key
-            // moved to a newer table since is a bitwise copy whose owner is kept alive by the
-            // same guard (see `Core::rebuild`).
-            if c == want && unsafe { (*e.key.get()).assume_init_ref() }.borrow() == key {
-                return Some(e);
-            }
-            i += 1;
-            if i == cap {
-                i = 0;
+            g += 1;
+            if g == groups {
+                g = 0;
             }
         }
         None
+    }
+
+    /// The first EMPTY slot on `h`'s probe sequence (lock holders; the table is not full).
+    fn free_slot(&self, h: u64) -> usize {
+        let groups = self.ctrl.len();
+        let mut g = self.home(h);
+        loop {
+            let m = match_byte(self.ctrl[g].load(Ordering::Relaxed), EMPTY);
+            if m != 0 {
+                // The lowest flagged byte is a true match.
+                return g * GROUP + (m.trailing_zeros() / 8) as usize;
+            }
+            g += 1;
+            if g == groups {
+                g = 0;
+            }
+        }
     }
 }
 
 impl<K, W: Word> Drop for Table<K, W> {
     fn drop(&mut self) {
-        for e in self.slots.iter_mut() {
-            let c = e.ctrl.load(Ordering::Relaxed);
+        for i in 0..self.slots.len() {
+            let c = self.ctrl(i);
             if c == TOMB || c & LIVE != 0 {
                 // SAFETY: LIVE and TOMB slots own an initialised key (MOVED ones do not), and
                 // `&mut self` means no reader is left.
-                unsafe { e.key.get_mut().assume_init_drop() };
+                unsafe { self.slots[i].key.get_mut().assume_init_drop() };
             }
         }
     }
@@ -662,9 +744,11 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
     {
         let shard = self.shard(cx, h);
         let guard = epoch::pin();
-        if let Some(e) = shard.table(&guard).and_then(|t| t.find(h, key)) {
-            if let Some(d) = cell::acquire_live::<W>(&e.word, &cx.algo, now, cost) {
-                return Ok(d);
+        if let Some(t) = shard.table(&guard) {
+            if let Some(i) = t.find(h, key) {
+                if let Some(d) = cell::acquire_live::<W>(&t.entry(i).word, &cx.algo, now, cost) {
+                    return Ok(d);
+                }
             }
         }
         self.acquire_slow(cx, shard, h, key, now, cost, &guard)
@@ -688,11 +772,13 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         Q::Owned: Into<K>,
     {
         let mut st = sync::lock(&shard.lock);
-        if let Some(e) = shard.table(guard).and_then(|t| t.find(h, key)) {
-            // Under the lock a linked entry is never DEAD: only lock holders install the mark,
-            // and they unlink the entry before releasing the lock.
-            if let Some(d) = cell::acquire_live::<W>(&e.word, &cx.algo, now, cost) {
-                return Ok(d);
+        if let Some(t) = shard.table(guard) {
+            if let Some(i) = t.find(h, key) {
+                // Under the lock a linked entry is never DEAD: only lock holders install the
+                // mark, and they unlink the entry before releasing the lock.
+                if let Some(d) = cell::acquire_live::<W>(&t.entry(i).word, &cx.algo, now, cost) {
+                    return Ok(d);
+                }
             }
         }
         self.reserve(cx, shard, &mut st, now, guard)?;
@@ -721,9 +807,9 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
     ) -> &'g Entry<K, W> {
         let needs_room = match shard.table(guard) {
             None => true,
-            // Keep the load (live + unlinked) at most 0.9: linear probing over 24-byte slots
-            // stays within a few cache lines there, and memory per key stays near 30 bytes.
-            Some(t) => (st.used + 1) * 10 > t.slots.len() * 9,
+            // Keep the load (live + unlinked) at most 7/8: with groups of eight, a lookup
+            // still ends in its first group almost always, at 17 bytes a slot for a u64 key.
+            Some(t) => (st.used + 1) * 8 > t.cap() * 7,
         };
         if needs_room {
             self.rebuild(cx, shard, st, now, guard);
@@ -731,21 +817,14 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         let t = shard
             .table(guard)
             .unwrap_or_else(|| unreachable!("rebuilt"));
-        let cap = t.slots.len();
-        let mut i = t.home(h);
-        while t.slots[i].ctrl.load(Ordering::Relaxed) != EMPTY {
-            i += 1;
-            if i == cap {
-                i = 0;
-            }
-        }
-        let e = &t.slots[i];
+        let i = t.free_slot(h);
+        let e = t.entry(i);
         // SAFETY: the slot is EMPTY, so no reader dereferences its key (readers only compare
         // keys behind a LIVE control word), and only lock holders write slots.
         unsafe { (*e.key.get()).write(key) };
         let at = now.max(cx.watermark.load(Ordering::Acquire));
         W::store(&e.word, W::narrow(cx.algo.fresh(at)));
-        e.ctrl.store(tag(h), Ordering::Release);
+        t.set_ctrl(i, tag(h));
         st.used += 1;
         st.live += 1;
         e
@@ -852,13 +931,13 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         let raise = || {
             cx.watermark.fetch_max(now, Ordering::AcqRel);
         };
-        for e in t.slots.iter() {
-            if e.ctrl.load(Ordering::Relaxed) & LIVE == 0 {
+        for i in 0..t.cap() {
+            if t.ctrl(i) & LIVE == 0 {
                 continue;
             }
-            match cell::evict_if_full::<W>(&e.word, &cx.algo, now, raise) {
+            match cell::evict_if_full::<W>(&t.entry(i).word, &cx.algo, now, raise) {
                 Evict::Killed => {
-                    self.unlink(cx, e, st);
+                    self.unlink(cx, t, i, st);
                     evicted += 1;
                 }
                 Evict::Kept { full_in } => soonest = soonest.min(now.saturating_add(full_in)),
@@ -869,8 +948,8 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
     }
 
     /// Unlinks an entry whose word this lock holder just marked DEAD.
-    fn unlink(&self, cx: &Ctx, e: &Entry<K, W>, st: &mut ShardState) {
-        e.ctrl.store(TOMB, Ordering::Release);
+    fn unlink(&self, cx: &Ctx, t: &Table<K, W>, i: usize, st: &mut ShardState) {
+        t.set_ctrl(i, TOMB);
         st.live -= 1;
         cx.len.fetch_sub(1, Ordering::AcqRel);
     }
@@ -913,24 +992,24 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         let Some(t) = shard.table(guard) else {
             return false;
         };
-        let cap = t.slots.len();
+        let cap = t.cap();
         // A CAS can lose to a consume; each retry re-samples (a consume only delays fullness).
         for _ in 0..4 {
             if st.live == 0 {
                 return false;
             }
-            let mut best: Option<(u64, &Entry<K, W>, W)> = None;
+            let mut best: Option<(u64, usize, W)> = None;
             let (mut seen, mut i) = (0, st.cursor % cap);
             for _ in 0..cap {
-                let e = &t.slots[i];
+                let slot = i;
                 i = if i + 1 == cap { 0 } else { i + 1 };
-                if e.ctrl.load(Ordering::Relaxed) & LIVE == 0 {
+                if t.ctrl(slot) & LIVE == 0 {
                     continue;
                 }
-                let w = W::load(&e.word);
+                let w = W::load(&t.entry(slot).word);
                 let reset = cx.algo.decide(w.widen(), now, 0).0.reset_after_nanos();
                 if best.as_ref().is_none_or(|b| reset < b.0) {
-                    best = Some((reset, e, w));
+                    best = Some((reset, slot, w));
                 }
                 seen += 1;
                 if seen == SAMPLE {
@@ -938,10 +1017,10 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
                 }
             }
             st.cursor = i;
-            if let Some((_, e, w)) = best {
+            if let Some((_, slot, w)) = best {
                 cx.watermark.fetch_max(now, Ordering::AcqRel);
-                if cell::kill_from::<W>(&e.word, w) {
-                    self.unlink(cx, e, st);
+                if cell::kill_from::<W>(&t.entry(slot).word, w) {
+                    self.unlink(cx, t, slot, st);
                     return true;
                 }
             }
@@ -966,11 +1045,11 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         let cap = ((st.live + 1) * 10 / 7 + 1).max(MIN_CAP);
         let new = Table::<K, W>::new(cap);
         if let Some(old) = old {
-            for e in old.slots.iter() {
-                let c = e.ctrl.load(Ordering::Relaxed);
-                if c & LIVE == 0 {
+            for oi in 0..old.cap() {
+                if old.ctrl(oi) & LIVE == 0 {
                     continue;
                 }
+                let e = old.entry(oi);
                 // Freeze the bucket: consumers that lose to this swap retry under the lock,
                 // which we hold until the new table is published.
                 let state = cell::kill::<W>(&e.word)
@@ -982,16 +1061,13 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
                 // a later retire, after those readers unpin.
                 let key = unsafe { ptr::read((*e.key.get()).assume_init_ref()) };
                 let h = cx.hasher.hash_one(&key);
-                let mut i = new.home(h);
-                while new.slots[i].ctrl.load(Ordering::Relaxed) != EMPTY {
-                    i = if i + 1 == cap { 0 } else { i + 1 };
-                }
-                let ne = &new.slots[i];
+                let i = new.free_slot(h);
+                let ne = new.entry(i);
                 // SAFETY: the new table is not published yet: we are its only user.
                 unsafe { (*ne.key.get()).write(key) };
                 W::store(&ne.word, state);
-                ne.ctrl.store(tag(h), Ordering::Relaxed);
-                e.ctrl.store(MOVED, Ordering::Release);
+                new.set_ctrl(i, tag(h));
+                old.set_ctrl(oi, MOVED);
             }
         }
         st.used = st.live;
@@ -1007,13 +1083,19 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
     {
         let shard = self.shard(cx, h);
         let guard = epoch::pin();
-        if let Some(e) = shard.table(&guard).and_then(|t| t.find(h, key)) {
+        if let Some(e) = shard
+            .table(&guard)
+            .and_then(|t| t.find(h, key).map(|i| t.entry(i)))
+        {
             if let Some(d) = cell::acquire_live::<W>(&e.word, &cx.algo, now, 0) {
                 return d;
             }
             // DEAD: being unlinked; ask again once the lock holder is done.
             let _st = sync::lock(&shard.lock);
-            if let Some(e) = shard.table(&guard).and_then(|t| t.find(h, key)) {
+            if let Some(e) = shard
+                .table(&guard)
+                .and_then(|t| t.find(h, key).map(|i| t.entry(i)))
+            {
                 if let Some(d) = cell::acquire_live::<W>(&e.word, &cx.algo, now, 0) {
                     return d;
                 }
@@ -1030,13 +1112,19 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
     {
         let shard = self.shard(cx, h);
         let guard = epoch::pin();
-        let done = match shard.table(&guard).and_then(|t| t.find(h, key)) {
+        let done = match shard
+            .table(&guard)
+            .and_then(|t| t.find(h, key).map(|i| t.entry(i)))
+        {
             Some(e) => cell::refund_live::<W>(&e.word, &cx.algo, now, cost),
             None => true, // absent: nothing to give back to
         };
         if !done {
             let _st = sync::lock(&shard.lock);
-            if let Some(e) = shard.table(&guard).and_then(|t| t.find(h, key)) {
+            if let Some(e) = shard
+                .table(&guard)
+                .and_then(|t| t.find(h, key).map(|i| t.entry(i)))
+            {
                 cell::refund_live::<W>(&e.word, &cx.algo, now, cost);
             }
         }
@@ -1054,13 +1142,16 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         let shard = self.shard(cx, h);
         let guard = epoch::pin();
         let mut st = sync::lock(&shard.lock);
-        let Some(e) = shard.table(&guard).and_then(|t| t.find(h, key)) else {
+        let Some(t) = shard.table(&guard) else {
             return false;
         };
-        if cell::kill::<W>(&e.word).is_none() {
+        let Some(i) = t.find(h, key) else {
+            return false;
+        };
+        if cell::kill::<W>(&t.entry(i).word).is_none() {
             unreachable!("a linked bucket is live under the lock");
         }
-        self.unlink(cx, e, &mut st);
+        self.unlink(cx, t, i, &mut st);
         true
     }
 
@@ -1073,7 +1164,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
             // Mostly tombstones: compact (and shrink) the table now rather than at the next
             // insert, so that memory follows the number of keys.
             if let Some(t) = shard.table(&guard) {
-                if t.slots.len() > MIN_CAP && st.live * 4 < st.used {
+                if t.cap() > MIN_CAP && st.live * 4 < st.used {
                     self.rebuild(cx, shard, &mut st, now, &guard);
                 }
             }
@@ -1086,11 +1177,9 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         for shard in self.shards.iter() {
             let mut st = sync::lock(&shard.lock);
             if let Some(t) = shard.table(&guard) {
-                for e in t.slots.iter() {
-                    if e.ctrl.load(Ordering::Relaxed) & LIVE != 0
-                        && cell::kill::<W>(&e.word).is_some()
-                    {
-                        self.unlink(cx, e, &mut st);
+                for i in 0..t.cap() {
+                    if t.ctrl(i) & LIVE != 0 && cell::kill::<W>(&t.entry(i).word).is_some() {
+                        self.unlink(cx, t, i, &mut st);
                     }
                 }
             }
@@ -1110,10 +1199,14 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
             let Some(t) = shard.table(&guard) else {
                 continue;
             };
-            for e in t.slots.iter() {
-                if e.ctrl.load(Ordering::Acquire) & LIVE == 0 {
+            for i in 0..t.cap() {
+                // Acquire: a LIVE byte's key is visible (as in `Table::find`).
+                if (t.ctrl[i / GROUP].load(Ordering::Acquire) >> (8 * (i % GROUP))) as u8 & LIVE
+                    == 0
+                {
                     continue;
                 }
+                let e = t.entry(i);
                 let w = W::load(&e.word);
                 if w == W::DEAD {
                     continue;
@@ -1131,7 +1224,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         let guard = epoch::pin();
         self.shards
             .iter()
-            .map(|s| s.table(&guard).map_or(0, |t| t.slots.len()))
+            .map(|s| s.table(&guard).map_or(0, |t| t.cap()))
             .sum()
     }
 }

@@ -6,14 +6,14 @@
 
 #[cfg(not(sluicegate_loom))]
 mod imp {
-    pub(crate) use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use portable_atomic::AtomicU128;
     pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
 }
 
 #[cfg(sluicegate_loom)]
 mod imp {
-    pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
 
     /// loom has no 128-bit atomic: model one as a loom mutex around the value. Each operation
