@@ -11,7 +11,8 @@
 //!
 //! # Concurrency
 //!
-//! * **Lookups of existing keys take no lock.** A reader pins the epoch (crossbeam-epoch), loads
+//! * **Lookups of existing keys take no lock.** A reader opens a read section (crate::reclaim: no fence instruction
+//!   on Linux), loads
 //!   the shard's table pointer, probes, compares keys and runs the cell's CAS loop on the word
 //!   it found. It writes nothing but that word, and a rejection writes nothing at all.
 //! * **Everything that links or unlinks an entry holds the shard's mutex**: inserting a key,
@@ -649,6 +650,7 @@ struct Shard<K, W: Word> {
     lock: Mutex<ShardState>,
     /// Under loom, retired tables are kept until the store is dropped (no epoch).
     #[cfg(sluicegate_loom)]
+    #[allow(clippy::vec_box)] // the tables were boxes, and are dropped as boxes
     graveyard: Mutex<Vec<Box<Table<K, W>>>>,
 }
 
@@ -670,41 +672,6 @@ impl<K, W: Word> Shard<K, W> {
         // pinned before that was dropped (`retire`); ours is alive for 'g.
         unsafe { t.as_ref() }
     }
-
-    /// Frees `old` (already unlinked) once no reader can hold it.
-    fn retire(&self, old: *mut Table<K, W>, guard: &epoch::Guard)
-    where
-        K: Send + 'static,
-    {
-        if old.is_null() {
-            return;
-        }
-        #[cfg(not(sluicegate_loom))]
-        {
-            struct SendPtr<T>(*mut T);
-            // SAFETY: the pointer is only turned back into the Box that owns the table, on
-            // one thread; the table's contents are Send because K is (W's atomics are).
-            unsafe impl<T> Send for SendPtr<T> {}
-            let p = SendPtr(old);
-            // SAFETY: `old` came from `Box::into_raw` and is no longer reachable from the
-            // shard, so only readers pinned before now can hold it; the epoch runs the closure
-            // after they unpin. K: Send + 'static, so dropping its keys later on another
-            // thread is sound.
-            unsafe {
-                guard.defer_unchecked(move || {
-                    let p = p;
-                    drop(Box::from_raw(p.0));
-                });
-            }
-            guard.flush();
-        }
-        #[cfg(sluicegate_loom)]
-        {
-            let _ = guard;
-            // SAFETY: as above; under loom nothing is freed before the shard is dropped.
-            sync::lock(&self.graveyard).push(unsafe { Box::from_raw(old) });
-        }
-    }
 }
 
 impl<K, W: Word> Drop for Shard<K, W> {
@@ -719,6 +686,36 @@ impl<K, W: Word> Drop for Shard<K, W> {
 
 struct Core<K, W: Word> {
     shards: Box<[CachePadded<Shard<K, W>>]>,
+    /// Unlinked tables, each waiting for the read sections that were open when it was
+    /// unlinked (crate::reclaim).
+    #[cfg(not(sluicegate_loom))]
+    limbo: Mutex<Vec<Retired<K, W>>>,
+}
+
+/// An unlinked table and the read sections open when it was unlinked.
+#[cfg(not(sluicegate_loom))]
+struct Retired<K, W: Word>(*mut Table<K, W>, crate::reclaim::Snapshot);
+
+// SAFETY: the pointer is the only owner of the table (from Box::into_raw, unlinked); it is
+// turned back into its Box on one thread, once. The table holds keys (Send) and atomics.
+#[cfg(not(sluicegate_loom))]
+unsafe impl<K: Send, W: Word> Send for Retired<K, W> {}
+
+#[cfg(not(sluicegate_loom))]
+impl<K, W: Word> Retired<K, W> {
+    fn free(self) {
+        // SAFETY: see the Send impl; the caller checked that no read section can hold it.
+        drop(unsafe { Box::from_raw(self.0) });
+    }
+}
+
+#[cfg(not(sluicegate_loom))]
+impl<K, W: Word> Drop for Core<K, W> {
+    fn drop(&mut self) {
+        // `&mut self`: no reader is left.
+        let limbo = core::mem::take(&mut *sync::lock(&self.limbo));
+        limbo.into_iter().for_each(Retired::free);
+    }
 }
 
 impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
@@ -727,6 +724,63 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
             shards: (0..shards)
                 .map(|_| CachePadded::new(Shard::new()))
                 .collect(),
+            #[cfg(not(sluicegate_loom))]
+            limbo: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Frees `old` (just unlinked from `shard` by this lock holder) once no read section can
+    /// hold it, and frees the tables retired earlier whose sections have all ended.
+    fn retire(&self, shard: &Shard<K, W>, old: *mut Table<K, W>) {
+        if old.is_null() {
+            return;
+        }
+        #[cfg(not(sluicegate_loom))]
+        {
+            let _ = shard;
+            // After the unlink (the caller's swap): the heavy fence, then the open sections.
+            let snap = crate::reclaim::snapshot();
+            let freed = {
+                let mut limbo = sync::lock(&self.limbo);
+                // Without a snapshot (no fence could be issued) readers may hold the table
+                // forever: it is never freed.
+                if let Some(s) = snap {
+                    limbo.push(Retired(old, s));
+                }
+                Self::passed(&mut limbo)
+            };
+            // Dropped outside the lock: keys' destructors are the user's code.
+            freed.into_iter().for_each(Retired::free);
+        }
+        #[cfg(sluicegate_loom)]
+        {
+            // SAFETY: from Box::into_raw and unlinked; under loom nothing is freed before the
+            // shard is dropped.
+            sync::lock(&shard.graveyard).push(unsafe { Box::from_raw(old) });
+        }
+    }
+
+    /// Takes the retired tables that no read section can hold any more.
+    #[cfg(not(sluicegate_loom))]
+    fn passed(limbo: &mut Vec<Retired<K, W>>) -> Vec<Retired<K, W>> {
+        let mut done = Vec::new();
+        let mut i = 0;
+        while i < limbo.len() {
+            if crate::reclaim::passed(&limbo[i].1) {
+                done.push(limbo.swap_remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        done
+    }
+
+    /// Frees the retired tables that no read section can hold any more.
+    fn collect(&self) {
+        #[cfg(not(sluicegate_loom))]
+        {
+            let freed = Self::passed(&mut sync::lock(&self.limbo));
+            freed.into_iter().for_each(Retired::free);
         }
     }
 
@@ -1073,7 +1127,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         st.used = st.live;
         st.cursor = 0;
         let old_ptr = shard.table.swap(Box::into_raw(new), Ordering::AcqRel);
-        shard.retire(old_ptr, guard);
+        self.retire(shard, old_ptr);
     }
 
     fn peek<Q>(&self, cx: &Ctx, h: u64, key: &Q, now: u64) -> Decision
@@ -1156,6 +1210,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
     }
 
     fn sweep(&self, cx: &Ctx, now: u64) -> usize {
+        self.collect();
         let guard = epoch::pin();
         let mut total = 0;
         for shard in self.shards.iter() {
@@ -1185,7 +1240,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
             }
             let old = shard.table.swap(ptr::null_mut(), Ordering::AcqRel);
             *st = ShardState::default();
-            shard.retire(old, &guard);
+            self.retire(shard, old);
         }
     }
 

@@ -38,6 +38,7 @@ mod limiter;
 mod log;
 mod queue;
 mod quota;
+mod reclaim;
 mod sync;
 mod window;
 

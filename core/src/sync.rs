@@ -6,14 +6,18 @@
 
 #[cfg(not(sluicegate_loom))]
 mod imp {
-    pub(crate) use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use core::sync::atomic::{
+        fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering,
+    };
     pub(crate) use portable_atomic::AtomicU128;
     pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
 }
 
 #[cfg(sluicegate_loom)]
 mod imp {
-    pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{
+        fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering,
+    };
     pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
 
     /// loom has no 128-bit atomic: model one as a loom mutex around the value. Each operation
@@ -73,19 +77,20 @@ pub(crate) fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
     }
 }
 
-/// Epoch-based reclamation for the keyed store: a reader pins, reads shared memory, unpins;
-/// memory unlinked while it was pinned is freed only after it unpinned.
+/// Read sections for the keyed store (crate::reclaim): a reader opens a section, reads shared
+/// memory, closes it; memory unlinked while it was open is freed only after it closed.
 ///
-/// Under loom the pin is a no-op and retired memory is freed when the store is dropped (every
-/// model is short): the models check the store's protocol, crossbeam-epoch checks its own.
+/// Under loom the section is a no-op and retired memory is freed when the store is dropped
+/// (every model is short): the keyed models check the store's protocol, and `reclaim`'s own
+/// loom model checks the sections.
 #[cfg(not(sluicegate_loom))]
 pub(crate) mod epoch {
-    pub(crate) use crossbeam_epoch::{pin, Guard};
+    pub(crate) use crate::reclaim::{pin, Guard};
 }
 
 #[cfg(sluicegate_loom)]
 pub(crate) mod epoch {
-    /// Stand-in for crossbeam-epoch's guard: nothing is freed while a model runs.
+    /// Stand-in for a read section: nothing is freed while a model runs.
     pub(crate) struct Guard(());
     pub(crate) fn pin() -> Guard {
         Guard(())
