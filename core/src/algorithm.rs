@@ -406,6 +406,11 @@ impl Algo {
         }
     }
 
+    /// The largest cost a request may ask for.
+    pub(crate) fn capacity(&self) -> u64 {
+        each_codec!(self, a => a.capacity(), l => l.capacity())
+    }
+
     /// The last clock reading the codec accepts.
     pub(crate) fn horizon(&self) -> u64 {
         each_codec!(self, a => a.horizon(), _ => u64::MAX)

@@ -154,6 +154,8 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
             store,
             cx: Ctx {
                 lossless: self.quota.initial_tokens() == self.quota.capacity(),
+                capacity: algo.capacity(),
+                horizon: algo.horizon(),
                 algo,
                 hasher: KeyHasher::default(),
                 shard_mask: self.shards - 1,
@@ -212,6 +214,9 @@ type KeyHasher = foldhash::quality::FixedState;
 /// What every shard's operations share, whatever the word width.
 struct Ctx {
     algo: Algo,
+    /// `algo.capacity()` and `algo.horizon()`, for the hot path's check.
+    capacity: u64,
+    horizon: u64,
     hasher: KeyHasher,
     shard_mask: usize,
     max_keys: usize,
@@ -281,12 +286,22 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         KeyedLimiter::builder(quota).clock(clock).build()
     }
 
+    /// Ok for a cost within capacity at a reading before the horizon: two comparisons on the
+    /// hot path; the errors are built out of line.
     #[inline]
     fn check(&self, now: u64, cost: u64) -> Result<(), Error> {
+        if cost <= self.cx.capacity && now < self.cx.horizon {
+            return Ok(());
+        }
+        self.check_slow(now, cost)
+    }
+
+    #[cold]
+    fn check_slow(&self, now: u64, cost: u64) -> Result<(), Error> {
         self.cx.algo.check(now, cost)?;
         // The last instant is reserved so that no state equals the DEAD mark (see `cell`).
         let horizon = self.cx.algo.horizon();
-        if now == horizon {
+        if now >= horizon {
             return Err(Error::ClockOutOfRange {
                 now,
                 horizon: horizon - 1,
@@ -536,6 +551,14 @@ impl<K, W: Word> Table<K, W> {
         &self.slots[i]
     }
 
+    /// [`entry`](Self::entry) for a slot `find` returned.
+    #[inline]
+    fn found(&self, i: usize) -> &Entry<K, W> {
+        debug_assert!(i < self.slots.len());
+        // SAFETY: `find` returns only indexes of this table's slots.
+        unsafe { self.slots.get_unchecked(i) }
+    }
+
     /// Slot `i`'s control byte (Relaxed: for lock holders, who wrote every byte themselves).
     #[inline]
     fn ctrl(&self, i: usize) -> u8 {
@@ -573,21 +596,23 @@ impl<K, W: Word> Table<K, W> {
         let want = tag(h);
         let mut g = self.home(h);
         for _ in 0..groups {
-            let word = self.ctrl[g].load(Ordering::Acquire);
+            // SAFETY: `home` maps into 0..groups and `g` wraps at `groups`.
+            let word = unsafe { self.ctrl.get_unchecked(g) }.load(Ordering::Acquire);
             let mut m = match_byte(word, want);
             while m != 0 {
                 let b = (m.trailing_zeros() / 8) as usize;
                 m &= m - 1;
-                let i = g * GROUP + b;
                 if (word >> (8 * b)) as u8 != want {
                     continue; // flagged by the borrow, not a match
                 }
-                // SAFETY: this slot's control byte, as just loaded (Acquire), is LIVE: it was
-                // stored (Release) after the key was written, and keys are never overwritten
-                // while the table lives, which it does while our caller's read section (or
-                // the shard lock) lasts. A key moved to a newer table since is a bitwise copy
-                // whose owner is kept alive by the same section (see `Core::rebuild`).
-                let k = unsafe { (*self.slots[i].key.get()).assume_init_ref() };
+                let i = g * GROUP + b;
+                // SAFETY: `slots` has GROUP slots per control word, so `i` is in bounds. This
+                // slot's control byte, as just loaded (Acquire), is LIVE: it was stored
+                // (Release) after the key was written, and keys are never overwritten while the
+                // table lives, which it does while our caller's read section (or the shard
+                // lock) lasts. A key moved to a newer table since is a bitwise copy whose
+                // owner is kept alive by the same section (see `Core::rebuild`).
+                let k = unsafe { (*self.slots.get_unchecked(i).key.get()).assume_init_ref() };
                 if k.borrow() == key {
                     return Some(i);
                 }
@@ -786,7 +811,10 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
 
     #[inline]
     fn shard(&self, cx: &Ctx, h: u64) -> &Shard<K, W> {
-        &self.shards[(h >> 40) as usize & cx.shard_mask]
+        let i = (h >> 40) as usize & cx.shard_mask;
+        debug_assert!(i < self.shards.len());
+        // SAFETY: `shard_mask` is the shard count (a power of two) minus one.
+        unsafe { self.shards.get_unchecked(i) }
     }
 
     #[inline]
@@ -800,7 +828,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         let guard = epoch::pin();
         if let Some(t) = shard.table(&guard) {
             if let Some(i) = t.find(h, key) {
-                if let Some(d) = cell::acquire_live::<W>(&t.entry(i).word, &cx.algo, now, cost) {
+                if let Some(d) = cell::acquire_live::<W>(&t.found(i).word, &cx.algo, now, cost) {
                     return Ok(d);
                 }
             }

@@ -322,8 +322,9 @@ mod global {
 #[cfg(not(sluicegate_loom))]
 pub(crate) struct Guard {
     record: &'static Record,
+    /// What `Record::exit` stores (even, or 0 for a nested section), plus 1 when the record
+    /// was registered for this section alone and is given back after it.
     exit: u64,
-    release: bool,
     _not_send: core::marker::PhantomData<*const ()>,
 }
 
@@ -334,8 +335,7 @@ pub(crate) fn pin() -> Guard {
     let (record, release) = global::record();
     Guard {
         record,
-        exit: record.enter(),
-        release,
+        exit: record.enter() | u64::from(release),
         _not_send: core::marker::PhantomData,
     }
 }
@@ -344,8 +344,8 @@ pub(crate) fn pin() -> Guard {
 impl Drop for Guard {
     #[inline]
     fn drop(&mut self) {
-        self.record.exit(self.exit);
-        if self.release {
+        self.record.exit(self.exit & !1);
+        if self.exit & 1 == 1 {
             global::DOMAIN.release(self.record);
         }
     }

@@ -50,29 +50,35 @@ impl<F: Fn() -> u64> FloorMap<F> {
     }
 }
 
-type Subject<'a> = (&'static str, Box<dyn Fn(u64, u64, u64) -> u64 + Sync + 'a>);
+/// `(name, run)`: `run(n, lo, span, seed)` makes `n` decisions on keys drawn from `lo..lo + span`
+/// by a generator seeded with `seed` (a new seed every block, so that blocks do not replay
+/// the same keys and the working set is every key).
+type Subject<'a> = (
+    &'static str,
+    Box<dyn Fn(u64, u64, u64, u64) -> u64 + Sync + 'a>,
+);
 
 // Named, never inlined loops, so that `perf` attributes samples to a subject.
 
 #[inline(never)]
-fn ours_loop(l: &setup::OursKeyed, n: u64, lo: u64, span: u64) -> u64 {
-    let mut rng = Rng::new(0x5eed ^ lo);
+fn ours_loop(l: &setup::OursKeyed, n: u64, lo: u64, span: u64, seed: u64) -> u64 {
+    let mut rng = Rng::new(seed);
     (0..n).fold(0u64, |a, _| {
         a.wrapping_add(setup::ours_keyed_acquire(l, lo + rng.below(span)))
     })
 }
 
 #[inline(never)]
-fn governor_loop(l: &setup::GovernorKeyed, n: u64, lo: u64, span: u64) -> u64 {
-    let mut rng = Rng::new(0x5eed ^ lo);
+fn governor_loop(l: &setup::GovernorKeyed, n: u64, lo: u64, span: u64, seed: u64) -> u64 {
+    let mut rng = Rng::new(seed);
     (0..n).fold(0u64, |a, _| {
         a.wrapping_add(setup::governor_keyed_acquire(l, lo + rng.below(span)))
     })
 }
 
 #[inline(never)]
-fn floor_loop<F: Fn() -> u64>(f: &FloorMap<F>, n: u64, lo: u64, span: u64) -> u64 {
-    let mut rng = Rng::new(0x5eed ^ lo);
+fn floor_loop<F: Fn() -> u64>(f: &FloorMap<F>, n: u64, lo: u64, span: u64, seed: u64) -> u64 {
+    let mut rng = Rng::new(seed);
     (0..n).fold(0u64, |a, _| {
         a.wrapping_add(black_box(f).decide(lo + rng.below(span)))
     })
@@ -86,21 +92,21 @@ fn subjects(path: Path, keys: u64, only: Option<&str>) -> Vec<Subject<'static>> 
         let l = setup::ours_keyed(path, keys);
         v.push((
             "sluicegate",
-            Box::new(move |n, lo, span| ours_loop(&l, n, lo, span)),
+            Box::new(move |n, lo, span, seed| ours_loop(&l, n, lo, span, seed)),
         ));
     }
     if keep("governor") {
         let l = setup::governor_keyed(path, keys);
         v.push((
             "governor",
-            Box::new(move |n, lo, span| governor_loop(&l, n, lo, span)),
+            Box::new(move |n, lo, span, seed| governor_loop(&l, n, lo, span, seed)),
         ));
     }
     if keep("floor") {
         let f = FloorMap::new(keys, quanta_reader());
         v.push((
             "floor",
-            Box::new(move |n, lo, span| floor_loop(&f, n, lo, span)),
+            Box::new(move |n, lo, span, seed| floor_loop(&f, n, lo, span, seed)),
         ));
     }
     v
@@ -108,10 +114,10 @@ fn subjects(path: Path, keys: u64, only: Option<&str>) -> Vec<Subject<'static>> 
 
 /// One block of `subject` on `threads` threads (thread i on the i-th slice of the keys);
 /// nanoseconds per decision per thread.
-fn block(subject: &Subject<'_>, keys: u64, threads: u64, sink: &AtomicU64) -> f64 {
+fn block(subject: &Subject<'_>, keys: u64, threads: u64, seed: u64, sink: &AtomicU64) -> f64 {
     if threads == 1 {
         let start = Instant::now();
-        let v = (subject.1)(BLOCK, 0, keys);
+        let v = (subject.1)(BLOCK, 0, keys, seed);
         sink.fetch_add(v, Ordering::Relaxed);
         return start.elapsed().as_nanos() as f64 / BLOCK as f64;
     }
@@ -125,7 +131,7 @@ fn block(subject: &Subject<'_>, keys: u64, threads: u64, sink: &AtomicU64) -> f6
                     barrier.wait();
                     let start = Instant::now();
                     let lo = (t * span).min(keys - 1);
-                    let v = (subject.1)(BLOCK, lo, span.min(keys - lo));
+                    let v = (subject.1)(BLOCK, lo, span.min(keys - lo), seed ^ (t << 32));
                     sink.fetch_add(v, Ordering::Relaxed);
                     start.elapsed().as_nanos() as f64
                 })
@@ -166,13 +172,19 @@ fn main() -> ExitCode {
     for path in [Path::Allow, Path::Reject] {
         let subjects = subjects(path, keys, only.as_deref());
         for s in &subjects {
-            block(s, keys, threads, &sink); // warm up
+            block(s, keys, threads, 0x5eed, &sink); // warm up
         }
         let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); subjects.len()];
         for round in 0..rounds {
             for i in 0..subjects.len() {
                 let j = (i + round) % subjects.len();
-                times[j].push(block(&subjects[j], keys, threads, &sink));
+                times[j].push(block(
+                    &subjects[j],
+                    keys,
+                    threads,
+                    0x5eed + round as u64 + 1,
+                    &sink,
+                ));
             }
         }
         for ((name, _), mut t) in subjects.iter().zip(times) {
