@@ -34,6 +34,17 @@ rounds=1000
 if [[ $mode == quick ]]; then rounds=200; fi
 "$target/release/hotpath" --interleave "$rounds" >"$target/bench/interleaved.jsonl"
 
+# Keyed subjects interleaved (keyedpath): ours, governor and the keyed floor in round-robin
+# blocks, at 100 000 keys on one and two threads and at 1 000 000 keys.
+cargo build --release -p sluicegate-benches --bin keyedpath
+krounds=150
+if [[ $mode == quick ]]; then krounds=30; fi
+{
+    "$target/release/keyedpath" 100000 "$krounds"
+    "$target/release/keyedpath" 100000 --threads 2 "$((krounds / 2))"
+    "$target/release/keyedpath" 1000000 "$((krounds / 2))"
+} >"$target/bench/keyed-interleaved.jsonl"
+
 # Instructions per decision (callgrind counts only inside the hot loops): exact and immune
 # to the noise of other jobs on the machine. Skipped where valgrind is not installed.
 : >"$target/bench/callgrind.jsonl"
@@ -78,4 +89,5 @@ fi
 
 python3 benches/report.py --criterion "$target/criterion" --mem "$target/bench/mem.jsonl" \
     --callgrind "$target/bench/callgrind.jsonl" --interleaved "$target/bench/interleaved.jsonl" \
+    --keyed-interleaved "$target/bench/keyed-interleaved.jsonl" \
     --extra "$target/bench/extra" --since "$since" --mode "$mode" --load-start "$load_start" --out BENCHMARKS.md

@@ -9,13 +9,16 @@
 //! * `shared/allow`, `shared/reject`: one bucket shared by N threads; a criterion iteration is
 //!   one decision on each thread, so the aggregate rate is `N / time`.
 //! * `algorithms/...`: every algorithm the core offers, same two paths.
-//! * `keyed/allow`, `keyed/reject`: random access over 1, 100 000 and 1 000 000 keys.
+//! * `keyed/allow`, `keyed/reject`: random access over 1, 100 000 and 1 000 000 keys, with
+//!   the keyed floor (read-only map + clock + CAS) beside the limiters.
+//! * `keyed-2t/allow`, `keyed-2t/reject`: two threads at once on disjoint halves of the keys.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use sluicegate::{Clock, CoarseClock, Limiter, MonotonicClock, Quota, StdClock};
 use sluicegate_benches::setup::{self, Path};
 use sluicegate_benches::{
-    quanta_reader, run_threads, std_reader, thread_counts, Floor, PlLock, Rng, StdLock,
+    quanta_reader, run_threads, run_threads_indexed, std_reader, thread_counts, Floor, KeyedFloor,
+    PlLock, Rng, StdLock,
 };
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -294,6 +297,64 @@ fn keyed(c: &mut Criterion) {
             });
             drop(gov);
             keyed_ours(&mut g, path, keys);
+            if keys > 1 {
+                let f = KeyedFloor::new(keys, quanta_reader());
+                g.bench_with_input(BenchmarkId::new("floor", keys), &keys, |b, &n| {
+                    let mut rng = Rng::new(0x5eed);
+                    b.iter(|| black_box(f.decide(rng.below(n), path)))
+                });
+            }
+        }
+        g.finish();
+    }
+}
+
+/// Two threads at once, each on its own half of the keys (disjoint), random access. The time
+/// is per decision of each thread: equal to the one-thread row means perfect scaling.
+fn keyed_2t(c: &mut Criterion) {
+    const THREADS: usize = 2;
+    for path in PATHS {
+        let mut g = c.benchmark_group(format!("keyed-2t/{}", path.name()));
+        g.throughput(Throughput::Elements(THREADS as u64));
+        for keys in [100_000u64, 1_000_000] {
+            let half = keys / THREADS as u64;
+            let lo = |t: usize| t as u64 * half;
+            let seed = |t: usize| 0x5eed + t as u64;
+            let gov = setup::governor_keyed(path, keys);
+            g.bench_with_input(BenchmarkId::new("governor", keys), &keys, |b, _| {
+                b.iter_custom(|iters| {
+                    run_threads_indexed(THREADS, iters, |t, n| {
+                        let mut rng = Rng::new(seed(t));
+                        for _ in 0..n {
+                            black_box(setup::governor_keyed_acquire(&gov, lo(t) + rng.below(half)));
+                        }
+                    })
+                })
+            });
+            drop(gov);
+            let l = setup::ours_keyed(path, keys);
+            g.bench_with_input(BenchmarkId::new("sluicegate", keys), &keys, |b, _| {
+                b.iter_custom(|iters| {
+                    run_threads_indexed(THREADS, iters, |t, n| {
+                        let mut rng = Rng::new(seed(t));
+                        for _ in 0..n {
+                            black_box(setup::ours_keyed_acquire(&l, lo(t) + rng.below(half)));
+                        }
+                    })
+                })
+            });
+            drop(l);
+            let f = KeyedFloor::new(keys, quanta_reader());
+            g.bench_with_input(BenchmarkId::new("floor", keys), &keys, |b, _| {
+                b.iter_custom(|iters| {
+                    run_threads_indexed(THREADS, iters, |t, n| {
+                        let mut rng = Rng::new(seed(t));
+                        for _ in 0..n {
+                            black_box(f.decide(lo(t) + rng.below(half), path));
+                        }
+                    })
+                })
+            });
         }
         g.finish();
     }
@@ -317,6 +378,6 @@ fn keyed_ours(
 criterion_group! {
     name = benches;
     config = config();
-    targets = clocks, single, shared, algorithms, keyed
+    targets = clocks, single, shared, algorithms, keyed, keyed_2t
 }
 criterion_main!(benches);

@@ -444,6 +444,67 @@ pub fn run_threads<F: Fn() + Sync>(threads: usize, iters: u64, op: F) -> Duratio
     })
 }
 
+/// Runs `op(t, iters)` on `threads` threads at once (`t` is the thread's index) and returns the
+/// wall time from the common start to the last thread's end.
+pub fn run_threads_indexed<F: Fn(usize, u64) + Sync>(
+    threads: usize,
+    iters: u64,
+    op: F,
+) -> Duration {
+    let barrier = Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (barrier, op) = (&barrier, &op);
+                s.spawn(move || {
+                    barrier.wait();
+                    op(t, iters);
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        for h in handles {
+            h.join().expect("bench thread panicked");
+        }
+        start.elapsed()
+    })
+}
+
+/// The keyed floor: a read-only std `HashMap` from key to state word (foldhash, the keyed
+/// store's own hash family), a clock read and one CAS (or one load, for rejections) per
+/// decision. What any keyed limiter must at least do.
+pub struct KeyedFloor<F> {
+    map: std::collections::HashMap<u64, AtomicU64, foldhash::fast::RandomState>,
+    read: F,
+}
+
+impl<F: Fn() -> u64> KeyedFloor<F> {
+    /// A floor holding keys `0..keys`.
+    pub fn new(keys: u64, read: F) -> Self {
+        let mut map =
+            std::collections::HashMap::with_capacity_and_hasher(keys as usize, Default::default());
+        for k in 0..keys {
+            map.insert(k, AtomicU64::new(0));
+        }
+        Self { map, read }
+    }
+
+    /// Clock + lookup + CAS (allow) or clock + lookup + load (reject).
+    #[inline]
+    pub fn decide(&self, key: u64, path: setup::Path) -> u64 {
+        let w = self.map.get(&key).expect("every key exists");
+        let now = (self.read)();
+        let old = w.load(Ordering::Relaxed);
+        if path == setup::Path::Reject {
+            return old.wrapping_add(now);
+        }
+        match w.compare_exchange(old, old.max(now) + 1, Ordering::AcqRel, Ordering::Relaxed) {
+            Ok(v) | Err(v) => v,
+        }
+    }
+}
+
 /// Thread counts for the shared-bucket groups: 1, 2, 4, 8, 16 up to the available parallelism
 /// (2 is always included, even on one core, so the 2-thread row exists everywhere).
 pub fn thread_counts() -> Vec<usize> {

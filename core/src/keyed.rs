@@ -3,11 +3,12 @@
 //! # Layout
 //!
 //! The store is a fixed number of shards (64 by default), chosen by bits of the key's hash.
-//! Each shard owns one table: a flat array of entries `{ state word, control word, key }`
-//! probed linearly, with no per-entry allocation, no reference count and no pointer: a `u64`
-//! key with a 64-bit state word is 24 bytes a slot. The control word holds 31 bits of the hash
-//! (a filter: keys are always compared in full) or one of EMPTY / TOMB (unlinked, key still
-//! owned by the table) / MOVED (key moved to a newer table).
+//! Each shard owns one table: an array of entries `{ state word, key }` and one control byte
+//! per entry, eight to a group word, probed group by group, with no per-entry allocation, no
+//! reference count and no pointer: a `u64` key with a 64-bit state word is 16 bytes plus its
+//! control byte. A control byte holds 7 bits of the hash (a filter: keys are always compared
+//! in full) or one of EMPTY / TOMB (unlinked, key still owned by the table) / MOVED (key
+//! moved to a newer table).
 //!
 //! # Concurrency
 //!
@@ -444,7 +445,8 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
     }
 
     /// The total number of slots allocated (live, unlinked and empty), for diagnostics:
-    /// memory is about `capacity() * (size of K + 12 or 24 bytes)`.
+    /// memory is about `capacity() * (size of the entry + 1 byte)`, an entry being the key
+    /// beside an 8-byte (or, for quotas that need it, 16-byte) state word.
     pub fn capacity(&self) -> usize {
         with_core!(&self.store, core => core.capacity())
     }

@@ -1,7 +1,7 @@
 //! A keyed-store driver: `keyedpath KEYS [ROUNDS]` measures sluicegate's `KeyedLimiter`,
-//! governor's keyed limiter (DashMap + SipHash) and a floor (a read-only std `HashMap` of
-//! `AtomicU64` with foldhash, plus the quanta clock and one CAS: what any keyed limiter must
-//! at least do) on the same random key sequence, interleaved in round-robin blocks so that
+//! governor's keyed limiter (DashMap + SipHash) and a floor (`KeyedFloor`: a read-only std
+//! `HashMap` of `AtomicU64` with foldhash, plus the quanta clock and one CAS, or one load on
+//! the reject path: what any keyed limiter must at least do) on the same random key sequence, interleaved in round-robin blocks so that
 //! their ratios hold up on a machine whose load moves. One JSON line per subject and path.
 //!
 //! `keyedpath KEYS --threads T [--only SUBJECT] [ROUNDS]` runs each subject on T threads at once, each thread
@@ -14,8 +14,7 @@
 //! ```
 
 use sluicegate_benches::setup::{self, Path};
-use sluicegate_benches::{quanta_reader, Rng};
-use std::collections::HashMap;
+use sluicegate_benches::{quanta_reader, KeyedFloor, Rng};
 use std::hint::black_box;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,32 +22,6 @@ use std::sync::Barrier;
 use std::time::Instant;
 
 const BLOCK: u64 = 20_000;
-
-/// The floor: a read-only map from key to state word, a clock read and one CAS per decision.
-struct FloorMap<F> {
-    map: HashMap<u64, AtomicU64, foldhash::fast::RandomState>,
-    read: F,
-}
-
-impl<F: Fn() -> u64> FloorMap<F> {
-    fn new(keys: u64, read: F) -> Self {
-        let mut map = HashMap::with_capacity_and_hasher(keys as usize, Default::default());
-        for k in 0..keys {
-            map.insert(k, AtomicU64::new(0));
-        }
-        Self { map, read }
-    }
-
-    #[inline]
-    fn decide(&self, key: u64) -> u64 {
-        let w = self.map.get(&key).expect("every key exists");
-        let now = (self.read)();
-        let old = w.load(Ordering::Relaxed);
-        match w.compare_exchange(old, old.max(now) + 1, Ordering::AcqRel, Ordering::Relaxed) {
-            Ok(v) | Err(v) => v,
-        }
-    }
-}
 
 /// `(name, run)`: `run(n, lo, span, seed)` makes `n` decisions on keys drawn from `lo..lo + span`
 /// by a generator seeded with `seed` (a new seed every block, so that blocks do not replay
@@ -77,10 +50,17 @@ fn governor_loop(l: &setup::GovernorKeyed, n: u64, lo: u64, span: u64, seed: u64
 }
 
 #[inline(never)]
-fn floor_loop<F: Fn() -> u64>(f: &FloorMap<F>, n: u64, lo: u64, span: u64, seed: u64) -> u64 {
+fn floor_loop<F: Fn() -> u64>(
+    f: &KeyedFloor<F>,
+    path: Path,
+    n: u64,
+    lo: u64,
+    span: u64,
+    seed: u64,
+) -> u64 {
     let mut rng = Rng::new(seed);
     (0..n).fold(0u64, |a, _| {
-        a.wrapping_add(black_box(f).decide(lo + rng.below(span)))
+        a.wrapping_add(black_box(f).decide(lo + rng.below(span), path))
     })
 }
 
@@ -103,10 +83,10 @@ fn subjects(path: Path, keys: u64, only: Option<&str>) -> Vec<Subject<'static>> 
         ));
     }
     if keep("floor") {
-        let f = FloorMap::new(keys, quanta_reader());
+        let f = KeyedFloor::new(keys, quanta_reader());
         v.push((
             "floor",
-            Box::new(move |n, lo, span, seed| floor_loop(&f, n, lo, span, seed)),
+            Box::new(move |n, lo, span, seed| floor_loop(&f, path, n, lo, span, seed)),
         ));
     }
     v
