@@ -587,6 +587,28 @@ impl<K, W: Word> Table<K, W> {
         ((u64::from(h as u32) * self.ctrl.len() as u64) >> 32) as usize
     }
 
+    /// Asks the cache for group `g`'s entries while its control word is being loaded, so
+    /// that a lookup waits for one memory access instead of two in a row (a hint: no effect
+    /// on what is read).
+    #[inline(always)]
+    fn prefetch_group(&self, g: usize) {
+        #[cfg(all(target_arch = "x86_64", not(sluicegate_loom)))]
+        {
+            use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let first = self.slots.as_ptr().wrapping_add(g * GROUP).cast::<i8>();
+            let bytes = GROUP * core::mem::size_of::<Entry<K, W>>();
+            let mut off = 0;
+            while off < bytes {
+                // SAFETY: a prefetch never faults and reads nothing; the address is within (or
+                // one group past the end of) this table's slots.
+                unsafe { _mm_prefetch(first.wrapping_add(off), _MM_HINT_T0) };
+                off += 64;
+            }
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(sluicegate_loom))))]
+        let _ = g;
+    }
+
     /// Probes for `key`; returns its slot, live as of its control word's load.
     #[inline]
     fn find<Q>(&self, h: u64, key: &Q) -> Option<usize>
@@ -597,6 +619,7 @@ impl<K, W: Word> Table<K, W> {
         let groups = self.ctrl.len();
         let want = tag(h);
         let mut g = self.home(h);
+        self.prefetch_group(g);
         for _ in 0..groups {
             // SAFETY: `home` maps into 0..groups and `g` wraps at `groups`.
             let word = unsafe { self.ctrl.get_unchecked(g) }.load(Ordering::Acquire);
