@@ -7,7 +7,7 @@
 //! state, so Relaxed would already be enough for the bucket; Acquire/Release is what the keyed
 //! store's eviction protocol relies on, and costs nothing extra on x86.
 
-use crate::algorithm::{Algo, Codec};
+use crate::algorithm::{Algo, Codec, Continuous};
 use crate::log::LogCell;
 use crate::sync::{AtomicU128, AtomicU64, Ordering};
 use crate::Decision;
@@ -324,6 +324,33 @@ fn acquire_live_with<W: Word, A: Codec>(
             return Some(decision);
         };
         match W::cas(word, cur, W::narrow(new)) {
+            Ok(()) => return Some(decision),
+            Err(actual) => cur = actual,
+        }
+    }
+}
+
+/// `acquire_live` for the continuous bucket on a 64-bit word, in u64 arithmetic (the word is
+/// narrow only when every reachable state fits, and the keyed `check` keeps `now` within the
+/// codec's horizon and `cost` within capacity). Same decisions as the general loop: both
+/// steps come from one macro.
+#[inline(always)]
+pub(crate) fn acquire_live_continuous(
+    word: &AtomicU64,
+    a: &Continuous,
+    now: u64,
+    cost: u64,
+) -> Option<Decision> {
+    let mut cur = <u64 as Word>::load(word);
+    loop {
+        if cur == <u64 as Word>::DEAD {
+            return None;
+        }
+        let (decision, new) = a.step_narrow(cur, now, cost);
+        let Some(new) = new else {
+            return Some(decision);
+        };
+        match <u64 as Word>::cas(word, cur, new) {
             Ok(()) => return Some(decision),
             Err(actual) => cur = actual,
         }

@@ -339,6 +339,13 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
     {
         self.check(now, cost)?;
         let h = self.hash(key);
+        // The default quota (continuous refill, 64-bit word) runs its step in u64 arithmetic,
+        // as `Limiter`'s fast path does; `check` has kept `now` within the narrow horizon.
+        if let (Store::Narrow(core), Algo::Continuous(a)) = (&self.store, &self.cx.algo) {
+            return core.acquire_by(&self.cx, h, key, now, cost, |word| {
+                cell::acquire_live_continuous(word, a, now, cost)
+            });
+        }
         with_core!(&self.store, core => core.acquire(&self.cx, h, key, now, cost))
     }
 
@@ -849,11 +856,33 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         Q: Hash + Eq + ToOwned + ?Sized,
         Q::Owned: Into<K>,
     {
+        self.acquire_by(cx, h, key, now, cost, |word| {
+            cell::acquire_live::<W>(word, &cx.algo, now, cost)
+        })
+    }
+
+    /// `acquire`, with `live` the CAS loop on a found bucket's word (`None` on DEAD). The slow
+    /// path (new key, DEAD mark) always takes the general loop.
+    #[inline(always)]
+    fn acquire_by<Q>(
+        &self,
+        cx: &Ctx,
+        h: u64,
+        key: &Q,
+        now: u64,
+        cost: u64,
+        live: impl FnOnce(&W::Atomic) -> Option<Decision>,
+    ) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
         let shard = self.shard(cx, h);
         let guard = epoch::pin();
         if let Some(t) = shard.table(&guard) {
             if let Some(i) = t.find(h, key) {
-                if let Some(d) = cell::acquire_live::<W>(&t.found(i).word, &cx.algo, now, cost) {
+                if let Some(d) = live(&t.found(i).word) {
                     return Ok(d);
                 }
             }
