@@ -510,13 +510,62 @@ fn tag(h: u64) -> u8 {
     ((h >> 57) as u8) | LIVE
 }
 
-/// A bit (the byte's top bit) for every byte of `g` that may equal `b`: every byte equal to
-/// `b` is flagged, and the lowest flagged byte always equals `b`; a byte above a match may be
-/// flagged falsely (the subtraction's borrow), so callers check the byte itself.
+/// A bit (the byte's top bit) for exactly the bytes of `g` equal to `b` (SWAR: adding 0x7f to
+/// a byte's low seven bits carries into its top bit iff they are not all zero; no borrow
+/// crosses bytes, so there are no false matches).
 #[inline]
 fn match_byte(g: u64, b: u8) -> u64 {
+    const LOW7: u64 = !HI;
     let x = g ^ (LO * u64::from(b));
-    x.wrapping_sub(LO) & !x & HI
+    !(((x & LOW7).wrapping_add(LOW7)) | x | LOW7)
+}
+
+#[cfg(test)]
+mod match_tests {
+    use super::*;
+
+    #[test]
+    fn match_byte_flags_exactly_the_equal_bytes() {
+        let naive = |g: u64, b: u8| {
+            (0..8).fold(0u64, |m, i| {
+                if (g >> (8 * i)) as u8 == b {
+                    m | (0x80 << (8 * i))
+                } else {
+                    m
+                }
+            })
+        };
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for round in 0..20_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Bias some bytes towards the interesting values (0, 1, 0x80, 0x81, 0xff).
+            let mut g = x;
+            if round % 2 == 0 {
+                for i in 0..8 {
+                    let pick = [0u8, 1, 0x80, 0x81, 0xff, 0x7f][((x >> (3 * i)) % 6) as usize];
+                    if (x >> (40 + i)) & 1 == 1 {
+                        g = (g & !(0xff << (8 * i))) | (u64::from(pick) << (8 * i));
+                    }
+                }
+            }
+            for b in [
+                0u8,
+                1,
+                2,
+                0x7f,
+                0x80,
+                0x81,
+                0xfe,
+                0xff,
+                (x >> 56) as u8,
+                g as u8,
+            ] {
+                assert_eq!(match_byte(g, b), naive(g, b), "g={g:#018x} b={b:#04x}");
+            }
+        }
+    }
 }
 
 struct Entry<K, W: Word> {
@@ -634,9 +683,6 @@ impl<K, W: Word> Table<K, W> {
             while m != 0 {
                 let b = (m.trailing_zeros() / 8) as usize;
                 m &= m - 1;
-                if (word >> (8 * b)) as u8 != want {
-                    continue; // flagged by the borrow, not a match
-                }
                 let i = g * GROUP + b;
                 // SAFETY: `slots` has GROUP slots per control word, so `i` is in bounds. This
                 // slot's control byte, as just loaded (Acquire), is LIVE: it was stored
@@ -667,7 +713,6 @@ impl<K, W: Word> Table<K, W> {
         loop {
             let m = match_byte(self.ctrl[g].load(Ordering::Relaxed), EMPTY);
             if m != 0 {
-                // The lowest flagged byte is a true match.
                 return g * GROUP + (m.trailing_zeros() / 8) as usize;
             }
             g += 1;
