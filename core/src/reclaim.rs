@@ -285,35 +285,41 @@ mod global {
 
     pub(super) static DOMAIN: Domain = Domain::new();
 
-    /// The thread's record, given back when the thread exits.
-    struct Local(Cell<Option<&'static Record>>);
+    thread_local! {
+        /// The thread's record, once registered. No destructor, so reading it is one load.
+        static RECORD: Cell<Option<&'static Record>> = const { Cell::new(None) };
+        /// Registered with the record: gives it back when the thread exits.
+        static RELEASE: Release = const { Release };
+    }
 
-    impl Drop for Local {
+    struct Release;
+
+    impl Drop for Release {
         fn drop(&mut self) {
-            if let Some(r) = self.0.get() {
+            if let Ok(Some(r)) = RECORD.try_with(|c| c.take()) {
                 DOMAIN.release(r);
             }
         }
     }
 
-    thread_local! {
-        static LOCAL: Local = const { Local(Cell::new(None)) };
-    }
-
     /// The calling thread's record, and whether it must be given back after this one use
-    /// (the thread-local is gone: the thread is exiting).
+    /// (the thread is exiting: its thread-locals are being destroyed).
     #[inline]
     pub(super) fn record() -> (&'static Record, bool) {
-        match LOCAL.try_with(|l| match l.0.get() {
-            Some(r) => r,
-            None => {
-                let r = DOMAIN.register();
-                l.0.set(Some(r));
-                r
-            }
-        }) {
-            Ok(r) => (r, false),
-            Err(_) => (DOMAIN.register(), true),
+        match RECORD.try_with(Cell::get) {
+            Ok(Some(r)) => (r, false),
+            _ => register(),
+        }
+    }
+
+    #[cold]
+    fn register() -> (&'static Record, bool) {
+        let r = DOMAIN.register();
+        // Keep it only if the release hook can still be registered for this thread.
+        if RELEASE.try_with(|_| ()).is_ok() && RECORD.try_with(|c| c.set(Some(r))).is_ok() {
+            (r, false)
+        } else {
+            (r, true)
         }
     }
 }
@@ -397,6 +403,26 @@ mod tests {
         d.release(unsafe { &*a });
         assert_eq!(d.register() as *const Record, a);
         assert_ne!(d.register() as *const Record, a, "in use: a new record");
+    }
+
+    #[test]
+    fn a_section_opened_while_the_thread_exits_still_works() {
+        struct Late;
+        impl Drop for Late {
+            fn drop(&mut self) {
+                // Thread-locals are being destroyed: the record may be gone; a section still
+                // opens (on a record registered for it alone) and closes.
+                let g = pin();
+                assert_eq!(g.record.ctr.load(Ordering::Relaxed) & 1, 1);
+            }
+        }
+        thread_local! { static LATE: Late = const { Late }; }
+        std::thread::spawn(|| {
+            drop(pin()); // registers the record and its release hook first
+            LATE.with(|_| ());
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]
