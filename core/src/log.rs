@@ -23,6 +23,9 @@
 //! costs no more than the CAS loop. Under heavy contention the lock serialises where the CAS
 //! loop retries; both are bounded by one cache line's traffic per decision.
 //!
+//! The keyed store (`keyed_log.rs`) runs the same [`Log`] under its shard's lock instead of a
+//! per-bucket one.
+//!
 //! Memory: at most `N` runs of 16 bytes per bucket (`N <= 2^20`, see
 //! [`MAX_SLIDING_LOG`](crate::quota::MAX_SLIDING_LOG)); consecutive units at the same instant
 //! share one run, so a steady stream of cost-`c` requests keeps `N / c` runs.
@@ -161,6 +164,15 @@ impl Log {
     pub(crate) fn is_full(&self, a: &SlidingLog, now: u64) -> bool {
         now >= self.last && self.newest_expiry(now, a.w) == 0
     }
+
+    /// The first instant from which the log is full: `is_full(now) == (now >= full_at())`
+    /// for every `now < u64::MAX` (an admission only moves it later, a refund earlier).
+    pub(crate) fn full_at(&self, a: &SlidingLog) -> u64 {
+        let newest = self.runs.back().map_or(0, |&(ts, _)| {
+            u64::try_from(u128::from(ts) + u128::from(a.w)).unwrap_or(u64::MAX)
+        });
+        self.last.max(newest)
+    }
 }
 
 /// One bucket's log behind its lock.
@@ -197,5 +209,49 @@ impl LogCell {
     /// See [`Log::is_full`].
     pub(crate) fn is_full(&self, a: &SlidingLog, now: u64) -> bool {
         self.with(|log| log.is_full(a, now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `full_at` is exactly the instant from which `is_full` holds, through admissions,
+    /// refunds and backward readings (the keyed store's key-bound hint relies on it).
+    #[test]
+    fn full_at_is_where_is_full_starts() {
+        let a = SlidingLog::new(&"4/s".parse().unwrap());
+        let mut log = Log::new(1_000);
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        let mut rnd = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        let mut t = 1_000u64;
+        for _ in 0..5_000 {
+            t = (t + rnd(600_000_000)).saturating_sub(rnd(400_000_000));
+            match rnd(3) {
+                0 => log.refund(&a, t, rnd(3)),
+                _ => {
+                    log.decide(&a, t, rnd(5), true);
+                }
+            }
+            let f = log.full_at(&a);
+            for probe in [
+                t,
+                f.saturating_sub(1),
+                f,
+                f + 1,
+                t.saturating_add(2_000_000_000),
+            ] {
+                assert_eq!(
+                    log.is_full(&a, probe),
+                    probe >= f,
+                    "t={t} full_at={f} probe={probe}"
+                );
+            }
+        }
     }
 }
