@@ -24,8 +24,8 @@ static const char *const ALGORITHMS[] = {
 /* Whose state is a scaled instant, so that a reading near UINT64_MAX is past the horizon.
  * The window algorithms, the interval bucket and the log cover every u64 reading. */
 static const bool HAS_HORIZON[N_ALGORITHMS] = {true, false, true, false, false, false, true};
-/* KeyedLimiter does not take the sliding log (a typed INVALID_QUOTA). */
-static const bool KEYED_OK[N_ALGORITHMS] = {true, true, true, true, true, false, true};
+/* KeyedLimiter takes every algorithm (the sliding log in a store of its own). */
+static const bool KEYED_OK[N_ALGORITHMS] = {true, true, true, true, true, true, true};
 
 static sg_limiter *limiter(const char *rate, const sg_manual_clock *c) {
   sg_quota *q = NULL;

@@ -417,7 +417,7 @@ impl Algo {
     }
 
     /// The codec's decision for `cost` at `now` on a plain state word (no atomics). The
-    /// sliding log has no state word; the keyed store refuses it at construction.
+    /// sliding log has no state word; the keyed store keeps its logs apart (`keyed_log.rs`).
     pub(crate) fn decide(&self, state: u128, now: u64, cost: u64) -> (Decision, Option<u128>) {
         each_codec!(self, a => a.acquire(state, now, cost),
             _ => unreachable!("the sliding log has no state word"))

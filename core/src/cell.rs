@@ -280,8 +280,9 @@ impl Slot {
 // before the mark (and the marker saw it) or to the bucket the key has after the mark.
 // ---------------------------------------------------------------------------------------------
 
-/// Runs `$e` with `$a` bound to the algo's word codec. The keyed store refuses the sliding
-/// log (which keeps no state word) when it is built, so that arm cannot be reached.
+/// Runs `$e` with `$a` bound to the algo's word codec. The keyed store keeps sliding logs
+/// (which have no state word) in `keyed_log.rs`, never in a word table, so that arm cannot be
+/// reached.
 macro_rules! with_codec {
     ($algo:expr, $a:ident => $e:expr) => {
         match $algo {
@@ -291,7 +292,7 @@ macro_rules! with_codec {
             Algo::FixedWindow($a) => $e,
             Algo::SlidingWindow($a) => $e,
             Algo::LeakyQueue($a) => $e,
-            Algo::SlidingLog(_) => unreachable!("KeyedLimiter refuses the sliding log"),
+            Algo::SlidingLog(_) => unreachable!("sliding logs are kept by keyed_log.rs"),
         }
     };
 }

@@ -50,6 +50,7 @@
 use crate::algorithm::Algo;
 use crate::cell::{self, Evict, Word};
 use crate::clock::{Clock, DefaultClock};
+use crate::keyed_log::LogStore;
 use crate::sync::{self, epoch, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering};
 use crate::{Decision, Error, Quota};
 use core::borrow::Borrow;
@@ -140,13 +141,14 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
         let now = self.clock.now();
         let algo = Algo::new(&self.quota, now)?;
         algo.check(now, 0)?;
-        if matches!(algo, Algo::SlidingLog(_)) {
-            return Err(Error::invalid(
-                "KeyedLimiter does not support algorithm=sliding_log yet: its log is not one \
-                 state word (use sliding_window, the exact-rational counter, per key)",
-            ));
-        }
-        let store = if algo.wide() {
+        let store = if let Algo::SlidingLog(log) = &algo {
+            Store::Log(LogStore::new(
+                log.clone(),
+                self.shards,
+                self.max_keys,
+                self.on_full,
+            ))
+        } else if algo.wide() {
             Store::Wide(Core::new(self.shards))
         } else {
             Store::Narrow(Core::new(self.shards))
@@ -175,7 +177,9 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
 
 /// A lock-free rate limiter with one bucket per key.
 ///
-/// Same request contract and [`Decision`] as [`Limiter`](crate::Limiter), per key. Keys are
+/// Same request contract and [`Decision`] as [`Limiter`](crate::Limiter), per key, for every
+/// algorithm. Lookups take no lock, except with `algorithm=sliding_log`, whose logs live in a
+/// store of their own where a shard's mutex is each log's critical section (docs/KEYED.md). Keys are
 /// any `K: Hash + Eq`; lookups take any borrowed form `&Q` of the key (`&str` for `String`
 /// keys, `&[u8]` for `Vec<u8>` or `Box<[u8]>` keys) and allocate only when the key is new.
 ///
@@ -236,14 +240,16 @@ struct Ctx {
 enum Store<K> {
     Narrow(Core<K, u64>),
     Wide(Core<K, u128>),
+    Log(LogStore<K>),
 }
 
 /// Runs `$e` with `$core` bound to the store's core, whatever its word width.
 macro_rules! with_core {
-    ($store:expr, $core:ident => $e:expr) => {
+    ($store:expr, $core:ident => $e:expr, $log:ident => $l:expr) => {
         match $store {
             Store::Narrow($core) => $e,
             Store::Wide($core) => $e,
+            Store::Log($log) => $l,
         }
     };
 }
@@ -346,7 +352,8 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
                 cell::acquire_live_continuous(word, a, now, cost)
             });
         }
-        with_core!(&self.store, core => core.acquire(&self.cx, h, key, now, cost))
+        with_core!(&self.store, core => core.acquire(&self.cx, h, key, now, cost),
+            log => log.acquire(h, key, now, cost))
     }
 
     /// The state of `key`'s bucket now, changing nothing. An absent key reports a bucket
@@ -367,7 +374,9 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
     {
         self.check(now, 0)?;
         let h = self.hash(key);
-        Ok(with_core!(&self.store, core => core.peek(&self.cx, h, key, now)))
+        let d = with_core!(&self.store, core => core.peek(&self.cx, h, key, now),
+            log => log.peek(h, key, now));
+        Ok(d)
     }
 
     /// Gives `cost` tokens back to `key`'s bucket, capped at capacity. Refunding an absent
@@ -388,7 +397,8 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
     {
         self.check(now, 0)?;
         let h = self.hash(key);
-        with_core!(&self.store, core => core.refund(&self.cx, h, key, now, cost));
+        with_core!(&self.store, core => core.refund(&self.cx, h, key, now, cost),
+            log => log.refund(h, key, now, cost));
         Ok(())
     }
 
@@ -399,7 +409,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         Q: Hash + Eq + ?Sized,
     {
         let h = self.hash(key);
-        with_core!(&self.store, core => core.remove(&self.cx, h, key))
+        with_core!(&self.store, core => core.remove(&self.cx, h, key), log => log.remove(h, key))
     }
 
     /// Evicts every bucket that is full now; returns how many. Lossless when `initial ==
@@ -411,17 +421,20 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
 
     /// [`sweep`](Self::sweep) at an explicit clock reading.
     pub fn sweep_at(&self, now: u64) -> usize {
-        with_core!(&self.store, core => core.sweep(&self.cx, now))
+        with_core!(&self.store, core => core.sweep(&self.cx, now), log => log.sweep(now))
     }
 
     /// Forgets every key.
     pub fn clear(&self) {
-        with_core!(&self.store, core => core.clear(&self.cx))
+        with_core!(&self.store, core => core.clear(&self.cx), log => log.clear())
     }
 
     /// The number of keys held (evicted and removed keys are not counted).
     pub fn len(&self) -> usize {
-        self.cx.len.load(Ordering::Acquire)
+        match &self.store {
+            Store::Log(log) => log.len(),
+            _ => self.cx.len.load(Ordering::Acquire),
+        }
     }
 
     /// Whether no key is held.
@@ -443,7 +456,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
     where
         K: Clone,
     {
-        with_core!(&self.store, core => core.snapshot(&self.cx, now))
+        with_core!(&self.store, core => core.snapshot(&self.cx, now), log => log.snapshot(now))
     }
 
     /// The key bound.
@@ -453,9 +466,10 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
 
     /// The total number of slots allocated (live, unlinked and empty), for diagnostics:
     /// memory is about `capacity() * (size of the entry + 1 byte)`, an entry being the key
-    /// beside an 8-byte (or, for quotas that need it, 16-byte) state word.
+    /// beside an 8-byte (or, for quotas that need it, 16-byte) state word. A sliding log's
+    /// entry holds the key and its log (whose runs are allocated apart), plus an 8-byte tag.
     pub fn capacity(&self) -> usize {
-        with_core!(&self.store, core => core.capacity())
+        with_core!(&self.store, core => core.capacity(), log => log.capacity())
     }
 
     /// The quota every key's bucket enforces.
@@ -473,7 +487,13 @@ impl<K, C: Clock> core::fmt::Debug for KeyedLimiter<K, C> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("KeyedLimiter")
             .field("quota", &self.quota.to_string())
-            .field("len", &self.cx.len.load(Ordering::Relaxed))
+            .field(
+                "len",
+                &match &self.store {
+                    Store::Log(log) => log.len(),
+                    _ => self.cx.len.load(Ordering::Relaxed),
+                },
+            )
             .field("max_keys", &self.cx.max_keys)
             .field("on_full", &self.cx.on_full)
             .finish_non_exhaustive()

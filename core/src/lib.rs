@@ -34,6 +34,7 @@ mod error;
 mod gcra;
 pub mod http;
 mod keyed;
+mod keyed_log;
 mod limiter;
 mod log;
 mod queue;

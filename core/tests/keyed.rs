@@ -264,3 +264,112 @@ fn growth_and_shrink_keep_every_bucket() {
         assert_eq!(d.remaining(), want, "key {k}");
     }
 }
+
+/// `algorithm=sliding_log` is kept per key (in the keyed store of logs): each key decides
+/// exactly as its own single-bucket sliding log, and the store's whole API works on it.
+#[test]
+fn sliding_log_is_kept_per_key() {
+    let rate = "3/s; algorithm=sliding_log";
+    let clock = ManualClock::new(5 * S);
+    let kl = keyed::<String>(rate, &clock);
+    let single = Limiter::with_clock(rate.parse().unwrap(), clock.clone()).unwrap();
+    for (dt, cost) in [
+        (0, 1),
+        (0, 2),
+        (0, 1),
+        (S / 2, 1),
+        (S / 2, 1),
+        (1, 2),
+        (S, 3),
+    ] {
+        clock.advance_nanos(dt);
+        assert_eq!(
+            kl.try_acquire("alice", cost).unwrap(),
+            single.try_acquire(cost).unwrap()
+        );
+    }
+    // Keys are independent; cost above the limit is an error and creates nothing.
+    assert_eq!(kl.try_acquire("bob", 3).unwrap().remaining(), 0);
+    assert!(matches!(
+        kl.try_acquire("carol", 4),
+        Err(Error::InsufficientCapacity {
+            cost: 4,
+            capacity: 3
+        })
+    ));
+    assert_eq!(kl.len(), 2);
+    // Peek creates nothing; refund of an absent key does nothing.
+    assert_eq!(kl.peek("dave").unwrap().remaining(), 3);
+    kl.refund("dave", 1).unwrap();
+    assert_eq!(kl.len(), 2);
+    // A refund gives back the newest units.
+    kl.refund("bob", 2).unwrap();
+    assert_eq!(kl.peek("bob").unwrap().remaining(), 2);
+    // Sweep evicts only logs whose window is empty.
+    assert_eq!(kl.sweep(), 0);
+    clock.advance_nanos(S);
+    assert_eq!(kl.sweep(), 2);
+    assert!(kl.is_empty());
+    // Remove and clear.
+    kl.try_acquire("erin", 1).unwrap();
+    assert!(kl.remove("erin"));
+    assert!(!kl.remove("erin"));
+    kl.try_acquire("frank", 1).unwrap();
+    let snap = kl.snapshot();
+    assert_eq!(snap.len(), 1);
+    assert_eq!((snap[0].0.as_str(), snap[0].1.remaining()), ("frank", 2));
+    kl.clear();
+    assert_eq!(kl.len(), 0);
+    assert_eq!(kl.try_acquire("frank", 3).unwrap().remaining(), 0);
+}
+
+/// The key bound with sliding logs: new keys are refused exactly while no log is full, and
+/// `EvictFullest` evicts the log whose window empties first.
+#[test]
+fn sliding_log_key_bound() {
+    let clock = ManualClock::new(0);
+    let strict = KeyedLimiter::<u64, _>::builder("2/s; algorithm=sliding_log".parse().unwrap())
+        .max_keys(2)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    strict.try_acquire(&1, 1).unwrap();
+    clock.set(S / 2);
+    strict.try_acquire(&2, 1).unwrap();
+    assert_eq!(
+        strict.try_acquire(&3, 1),
+        Err(Error::KeyStoreFull { max_keys: 2 })
+    );
+    // At 1 s key 1's window is empty: evicted for key 3.
+    clock.set(S);
+    assert!(strict.try_acquire(&3, 1).unwrap().allowed());
+    assert_eq!(strict.len(), 2);
+    assert_eq!(
+        strict.try_acquire(&4, 1).unwrap_err().code(),
+        "key_store_full"
+    );
+    // A refund that empties a window makes its log evictable at once.
+    strict.refund(&3, 1).unwrap();
+    assert!(strict.try_acquire(&4, 1).unwrap().allowed());
+    let mut keys: Vec<u64> = strict.snapshot().into_iter().map(|e| e.0).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, [2, 4]);
+
+    let clock = ManualClock::new(0);
+    let lossy = KeyedLimiter::<u64, _>::builder("5/s; algorithm=sliding_log".parse().unwrap())
+        .max_keys(3)
+        .shards(1)
+        .on_full(OnFull::EvictFullest)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    lossy.try_acquire(&1, 1).unwrap(); // its window empties first
+    clock.set(S / 4);
+    lossy.try_acquire(&2, 1).unwrap();
+    lossy.try_acquire(&3, 1).unwrap();
+    assert!(lossy.try_acquire(&4, 1).unwrap().allowed());
+    assert_eq!(lossy.len(), 3);
+    let mut keys: Vec<u64> = lossy.snapshot().into_iter().map(|e| e.0).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, [2, 3, 4]);
+}

@@ -1,6 +1,7 @@
 //! The shared conformance vectors through `KeyedLimiter`: every keyed case of
 //! conformance/vectors.json, and every single-bucket case of both vector files played on one
-//! key of a keyed limiter (each word algorithm, through the keyed store's own CAS loops).
+//! key of a keyed limiter (each word algorithm through the keyed store's own CAS loops, the
+//! sliding log through the keyed store of logs).
 //!
 //! A keyed bucket is created at its key's first request (SEMANTICS, "Keyed limiters"), a
 //! single bucket at `start_ns`; the two agree when the first step is at `start_ns`, or the
@@ -8,7 +9,7 @@
 //! are skipped here (they run in tests/conformance.rs).
 
 use serde_json::Value;
-use sluicegate::{Algorithm, KeyedLimiter, ManualClock, Quota};
+use sluicegate::{KeyedLimiter, ManualClock, Quota};
 
 fn load(file: &str) -> Value {
     let path = format!("{}/../conformance/{file}", env!("CARGO_MANIFEST_DIR"));
@@ -23,9 +24,6 @@ fn u(v: &Value) -> u64 {
 fn play(case: &Value) -> Option<usize> {
     let name = case["name"].as_str().unwrap();
     let quota: Quota = case.get("quota")?.as_str()?.parse().ok()?;
-    if quota.algorithm_kind() == Algorithm::SlidingLog {
-        return None; // refused by KeyedLimiter (tested in tests/keyed.rs)
-    }
     let keyed = case["keyed"].as_bool().unwrap_or(false);
     let steps = case["steps"].as_array()?;
     let start = u(&case["start_ns"]);
@@ -96,7 +94,13 @@ fn algorithm_vectors_through_the_keyed_store() {
             *played.entry(q.algorithm_kind().to_string()).or_default() += 1;
         }
     }
-    for algo in ["gcra", "fixed_window", "sliding_window", "leaky_queue"] {
+    for algo in [
+        "gcra",
+        "fixed_window",
+        "sliding_window",
+        "sliding_log",
+        "leaky_queue",
+    ] {
         assert!(
             played.get(algo).copied().unwrap_or(0) >= 8,
             "{algo}: {played:?}"

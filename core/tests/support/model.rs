@@ -485,6 +485,13 @@ impl SlidingLog {
         })
     }
 
+    /// Whether the log is indistinguishable from a new one for readings from `t` on: nothing
+    /// in the window at `t`, and `t` not before `last` (the keyed store evicts only then).
+    pub fn is_full(&self, t: u64) -> bool {
+        let t = t as i128;
+        t >= self.last && self.window(t).is_empty()
+    }
+
     /// Removes up to `c` of the newest timestamps still in the window.
     pub fn refund(&mut self, t: u64, c: u64) {
         let t_e = (t as i128).max(self.last);
