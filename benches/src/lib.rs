@@ -423,24 +423,10 @@ pub mod setup {
 /// Runs `op` `iters` times on each of `threads` scoped threads, released together by a barrier,
 /// and returns the wall time from the release until the last thread is done.
 pub fn run_threads<F: Fn() + Sync>(threads: usize, iters: u64, op: F) -> Duration {
-    let barrier = Barrier::new(threads + 1);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    barrier.wait();
-                    for _ in 0..iters {
-                        op();
-                    }
-                })
-            })
-            .collect();
-        barrier.wait();
-        let start = Instant::now();
-        for h in handles {
-            h.join().expect("bench thread panicked");
+    run_threads_indexed(threads, iters, |_, n| {
+        for _ in 0..n {
+            op();
         }
-        start.elapsed()
     })
 }
 

@@ -14,12 +14,15 @@
 //! mirrored; with one shard (and fewer than 32 keys) it must be one with the least
 //! `reset_after`.
 
+#[path = "support/keyed_ops.rs"]
+mod keyed_ops;
 #[path = "support/model.rs"]
 mod model;
 
-use model::{Out, SlidingLog as LogModel};
+use keyed_ops::{key_bytes, op, out, step, Op};
+use model::SlidingLog as LogModel;
 use proptest::prelude::*;
-use sluicegate::{Algorithm, Clock, Decision, Error, KeyedLimiter, ManualClock, OnFull, Quota};
+use sluicegate::{Algorithm, Clock, Error, KeyedLimiter, ManualClock, OnFull, Quota};
 use std::collections::{BTreeSet, HashMap};
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,56 +30,9 @@ use std::sync::{Arc, Mutex};
 
 const S: u64 = 1_000_000_000;
 
-#[derive(Clone, Debug)]
-enum Op {
-    Acquire(u8, u64),
-    Peek(u8),
-    Refund(u8, u64),
-    Remove(u8),
-    Sweep,
-    Clear,
-}
-
-fn op(keys: u8, max_cost: u64) -> impl Strategy<Value = Op> {
-    prop_oneof![
-        12 => (0..keys, 0..=max_cost + 1).prop_map(|(k, c)| Op::Acquire(k, c)),
-        2 => (0..keys).prop_map(Op::Peek),
-        3 => (0..keys, 0..=max_cost).prop_map(|(k, c)| Op::Refund(k, c)),
-        2 => (0..keys).prop_map(Op::Remove),
-        2 => Just(Op::Sweep),
-        1 => Just(Op::Clear),
-    ]
-}
-
-/// Time steps: `back` allows readings earlier than the previous one.
-fn step(back: bool) -> impl Strategy<Value = i64> {
-    let back_max = if back { 3_000_000_000i64 } else { 0 };
-    prop_oneof![
-        3 => 0i64..2_000_000_000,
-        2 => 0i64..2_000_000,
-        2 => Just(0i64),
-        1 => -back_max..=0,
-    ]
-}
-
 /// `(N, W)`.
 fn log_quota() -> impl Strategy<Value = (u64, u64)> {
     (1u64..10, prop_oneof![Just(S), Just(S / 4), 1u64..5 * S])
-}
-
-fn key_bytes(k: u8) -> Vec<u8> {
-    // Keys of different lengths, some sharing prefixes.
-    vec![k; usize::from(k % 3) + 1]
-}
-
-fn out(d: &Decision) -> Out {
-    Out {
-        allowed: d.allowed(),
-        limit: d.limit(),
-        remaining: d.remaining(),
-        retry_after_ns: d.retry_after_nanos(),
-        reset_after_ns: d.reset_after_nanos(),
-    }
 }
 
 struct Models {
@@ -281,7 +237,7 @@ proptest! {
     #[test]
     fn keyed_logs_match_models(q in log_quota(), shards in prop_oneof![Just(1usize), Just(2), Just(64)],
                                start in 0u64..10_000_000_000,
-                               steps in prop::collection::vec((step(true), op(14, 10)), 1..150)) {
+                               steps in prop::collection::vec((step(true), op(14, 10, 3)), 1..150)) {
         run(q, shards, 1000, OnFull::RejectNewKeys, Mode::Exact, start, steps)?;
     }
 
@@ -290,7 +246,7 @@ proptest! {
     #[test]
     fn keyed_logs_at_the_bound_match_models(q in log_quota(), max_keys in 1usize..6, on_full in policy(),
                                             start in 0u64..10_000_000_000,
-                                            steps in prop::collection::vec((step(true), op(10, 10)), 1..150)) {
+                                            steps in prop::collection::vec((step(true), op(10, 10, 3)), 1..150)) {
         run(q, 1, max_keys, on_full, Mode::Exact, start, steps)?;
     }
 
@@ -299,7 +255,7 @@ proptest! {
     #[test]
     fn keyed_logs_at_the_bound_over_shards(q in log_quota(), shards in prop_oneof![Just(2usize), Just(4)],
                                            max_keys in 1usize..8, on_full in policy(),
-                                           steps in prop::collection::vec((step(false), op(12, 10)), 1..150)) {
+                                           steps in prop::collection::vec((step(false), op(12, 10, 3)), 1..150)) {
         run(q, shards, max_keys, on_full, Mode::Lossless, 1_000, steps)?;
     }
 }

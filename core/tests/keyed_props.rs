@@ -9,45 +9,16 @@
 //! * `initial < burst`: the limiter evicts only when told (`sweep`), conservatively; the model
 //!   mirrors the sweep, including the watermark, and clocks may jump backwards.
 
+#[path = "support/keyed_ops.rs"]
+mod keyed_ops;
 #[path = "support/model.rs"]
 mod model;
 
-use model::{Model, ModelError, Out};
+use keyed_ops::{key_bytes, op, out, step, Op};
+use model::{Model, ModelError};
 use proptest::prelude::*;
-use sluicegate::{Decision, Error, KeyedLimiter, ManualClock, OnFull, Quota, Refill};
+use sluicegate::{Error, KeyedLimiter, ManualClock, OnFull, Quota, Refill};
 use std::collections::HashMap;
-
-#[derive(Clone, Debug)]
-enum Op {
-    Acquire(u8, u64),
-    Peek(u8),
-    Refund(u8, u64),
-    Remove(u8),
-    Sweep,
-    Clear,
-}
-
-fn op(keys: u8, max_cost: u64) -> impl Strategy<Value = Op> {
-    prop_oneof![
-        12 => (0..keys, 0..=max_cost + 1).prop_map(|(k, c)| Op::Acquire(k, c)),
-        2 => (0..keys).prop_map(Op::Peek),
-        2 => (0..keys, 0..=max_cost).prop_map(|(k, c)| Op::Refund(k, c)),
-        2 => (0..keys).prop_map(Op::Remove),
-        2 => Just(Op::Sweep),
-        1 => Just(Op::Clear),
-    ]
-}
-
-/// Time steps: `back` allows readings earlier than the previous one.
-fn step(back: bool) -> impl Strategy<Value = i64> {
-    let back_max = if back { 3_000_000_000i64 } else { 0 };
-    prop_oneof![
-        3 => 0i64..2_000_000_000,
-        2 => 0i64..2_000_000,
-        2 => Just(0i64),
-        1 => -back_max..=0,
-    ]
-}
 
 #[derive(Clone, Copy, Debug)]
 struct Q {
@@ -83,21 +54,6 @@ fn quota(lossless: bool) -> impl Strategy<Value = Q> {
                 interval,
             })
         })
-}
-
-fn key_bytes(k: u8) -> Vec<u8> {
-    // Keys of different lengths, some sharing prefixes.
-    vec![k; usize::from(k % 3) + 1]
-}
-
-fn out(d: &Decision) -> Out {
-    Out {
-        allowed: d.allowed(),
-        limit: d.limit(),
-        remaining: d.remaining(),
-        retry_after_ns: d.retry_after_nanos(),
-        reset_after_ns: d.reset_after_nanos(),
-    }
 }
 
 struct Models {
@@ -267,7 +223,7 @@ proptest! {
     #[test]
     fn lossless_keyed_matches_models(q in quota(true), shards in prop_oneof![Just(1usize), Just(2), Just(64)],
                                      start in 0u64..10_000_000_000,
-                                     steps in prop::collection::vec((step(false), op(14, 12)), 1..150)) {
+                                     steps in prop::collection::vec((step(false), op(14, 12, 2)), 1..150)) {
         run(q, shards, 1000, start, steps)?;
     }
 
@@ -276,7 +232,7 @@ proptest! {
     #[test]
     fn lossless_keyed_at_the_bound_matches_models(q in quota(true), shards in prop_oneof![Just(1usize), Just(4)],
                                                   max_keys in 1usize..6,
-                                                  steps in prop::collection::vec((step(false), op(10, 12)), 1..150)) {
+                                                  steps in prop::collection::vec((step(false), op(10, 12, 2)), 1..150)) {
         run(q, shards, max_keys, 1_000, steps)?;
     }
 
@@ -285,7 +241,7 @@ proptest! {
     #[test]
     fn conservative_keyed_matches_models(q in quota(false), shards in prop_oneof![Just(1usize), Just(2), Just(64)],
                                          start in 0u64..10_000_000_000,
-                                         steps in prop::collection::vec((step(true), op(14, 12)), 1..150)) {
+                                         steps in prop::collection::vec((step(true), op(14, 12, 2)), 1..150)) {
         run(q, shards, 1000, start, steps)?;
     }
 }
