@@ -15,7 +15,8 @@ from sluicegate import Composite, Decision, KeyedLimiter, Limiter, ManualClock, 
 VECTORS = Path(__file__).resolve().parents[2] / "conformance" / "algorithms.json"
 DATA = json.loads(VECTORS.read_text())
 assert DATA["format"] == 1, f"unknown vectors format {DATA['format']!r}"
-CASES = DATA["cases"]
+CASES = [c for c in DATA["cases"] if not c["keyed"]]
+KEYED = [c for c in DATA["cases"] if c["keyed"]]
 COMPOSITE = DATA["composite_cases"]
 ALGORITHMS = ("token_bucket", "gcra", "fixed_window", "sliding_window", "sliding_log", "leaky_queue")
 
@@ -56,9 +57,12 @@ def play(
 
 
 def test_the_vectors_cover_every_algorithm_and_composites() -> None:
-    assert all(not c["keyed"] for c in CASES + COMPOSITE)
+    assert all(not c["keyed"] for c in COMPOSITE)
     seen = {Quota(c["quota"]).algorithm for c in CASES}
     assert seen >= set(ALGORITHMS) - {"token_bucket"}  # the token bucket is vectors.json's
+    keyed = {Quota(c["quota"]).algorithm for c in KEYED}
+    assert keyed >= set(ALGORITHMS) - {"token_bucket"}
+    assert all(len({s["key"] for s in c["steps"]}) >= 2 for c in KEYED)
     assert COMPOSITE and all(len(c["quotas"]) >= 2 for c in COMPOSITE)
 
 
@@ -92,6 +96,27 @@ def test_keyed_limiter(case: dict) -> None:
         return limiter.try_acquire(b"key", cost)
 
     play(case, clock, acquire, lambda c: limiter.refund("key", c))
+
+
+@pytest.mark.parametrize("case", KEYED, ids=[c["name"] for c in KEYED])
+def test_keyed_cases(case: dict) -> None:
+    """The keyed cases: several keys of one KeyedLimiter, each created at its first request."""
+    clock = ManualClock(case["start_ns"])
+    limiter = KeyedLimiter(case["quota"], clock=clock)
+    steps = iter(case["steps"])
+
+    def acquire(cost: int) -> Decision:
+        return limiter.try_acquire(current["key"], cost)
+
+    def refund(cost: int) -> None:
+        limiter.refund(current["key"], cost)
+
+    current: dict[str, Any] = {}
+    for i, step in enumerate(steps):
+        current["key"] = step["key"]
+        play({"name": f"{case['name']} step {i}", "steps": [step]}, clock, acquire, refund)
+    assert len(limiter) == len({s["key"] for s in case["steps"] if s["op"] == "acquire"
+                                and "error" not in s["expect"]})
 
 
 def keywords_of(q: Quota) -> dict[str, Any]:

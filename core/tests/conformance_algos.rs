@@ -15,7 +15,7 @@ mod model;
 use model::{AnyModel, Composite as CompositeModel, Kind, ModelError, Out, Params};
 use serde_json::{json, Value};
 use sluicegate::composite::Composite;
-use sluicegate::{Algorithm, Decision, Error, Limiter, ManualClock, Quota};
+use sluicegate::{Algorithm, Decision, Error, KeyedLimiter, Limiter, ManualClock, Quota};
 use std::path::PathBuf;
 
 const S: u64 = 1_000_000_000;
@@ -108,6 +108,69 @@ fn composite_case(name: &str, desc: &str, rates: &[&str], start: u64, steps: Ste
     });
     json!({"name": name, "description": desc, "quotas": rates, "start_ns": start,
            "keyed": false, "steps": steps})
+}
+
+/// (t_ns, op, key, cost): a keyed step.
+type KeyedSteps = Vec<(u64, char, &'static str, u64)>;
+
+/// A keyed case: one model per key, created at the key's first admitted-or-rejected request
+/// (a request whose cost exceeds the capacity is an error and creates nothing; a refund of an
+/// absent key does nothing), as docs/SEMANTICS.md "Keyed limiters" says.
+fn keyed_case(name: &str, desc: &str, rate: &str, start: u64, steps: KeyedSteps) -> Value {
+    let mut models = std::collections::HashMap::<&str, AnyModel>::new();
+    let steps = steps
+        .iter()
+        .map(|&(t, op, key, c)| {
+            let mut s = json!({"t_ns": t, "op": if op == 'a' { "acquire" } else { "refund" },
+                               "key": key, "cost": c});
+            if op == 'a' {
+                let r = match models.get_mut(key) {
+                    Some(m) => m.acquire(t, c),
+                    None => {
+                        let mut m = AnyModel::new(params(rate), t);
+                        let r = m.acquire(t, c);
+                        if r.is_ok() {
+                            models.insert(key, m);
+                        }
+                        r
+                    }
+                };
+                s["expect"] = expect(r);
+            } else if let Some(m) = models.get_mut(key) {
+                m.refund(t, c);
+            }
+            s
+        })
+        .collect();
+    json!({"name": name, "description": desc, "quota": rate, "start_ns": start,
+           "keyed": true, "steps": Value::Array(steps)})
+}
+
+/// A keyed walk: times only move forward (a keyed store may drop a full bucket, and a key
+/// re-created later starts no earlier than the drop), keys drawn from `keys`, costs
+/// 0..=max+1, one step in eight a refund.
+fn keyed_walk(seed: u64, keys: &[&'static str], span: u64, max: u64, n: usize) -> KeyedSteps {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut t = 0;
+    (0..n)
+        .map(|_| {
+            if next() % 3 != 0 {
+                t += next() % span;
+            }
+            let key = keys[(next() % keys.len() as u64) as usize];
+            if next() % 8 == 0 {
+                (t, 'r', key, 1 + next() % max)
+            } else {
+                (t, 'a', key, next() % (max + 2))
+            }
+        })
+        .collect()
 }
 
 /// A deterministic pseudo-random walk (xorshift): times move forward by 0..span (sometimes
@@ -526,6 +589,31 @@ fn all_cases() -> (Vec<Value>, Vec<Value>) {
             walk(i as u64 + 41, 0, [S, 5 * S, S, MS][i], [7, 17, 2, 8][i], 40),
         ));
     }
+    // ---- keyed: several keys of one KeyedLimiter, each deciding as its own bucket (the token
+    // bucket's keyed cases are in vectors.json; an interval grid is anchored at the limiter's
+    // origin, not at a key's creation, which these per-key models do not express)
+    for (i, (rate, span, max)) in [
+        ("4/s; algorithm=sliding_log", 300 * MS, 4),
+        ("5/s; algorithm=sliding_window", 300 * MS, 5),
+        ("2/s; burst=4; algorithm=gcra", 400 * MS, 4),
+        ("3/s; algorithm=fixed_window", 400 * MS, 3),
+        ("2/s; algorithm=leaky_queue; max_delay=1s", 300 * MS, 3),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let algo = rate.parse::<Quota>().unwrap();
+        v.push(keyed_case(
+            &format!("keyed_walk_{}", i + 1),
+            &format!(
+                "Keyed {}: three keys interleaved, each bucket created at its key's first request.",
+                algo.algorithm_kind()
+            ),
+            rate,
+            0,
+            keyed_walk(i as u64 + 61, &["alice", "bob", "carol"], span, max, 45),
+        ));
+    }
     // ---- composite
     let mut c = Vec::new();
     c.push(composite_case("composite_refund_partial", "User 5/s, tenant 3/s fixed window, global 100/s sliding log: the second request of 2 is rejected by the tenant and refunded to the user.",
@@ -612,6 +700,24 @@ fn algorithm_vectors_match_the_limiter() {
             .entry(q.algorithm_kind().to_string())
             .or_default() += 1;
         let clock = ManualClock::new(case["start_ns"].as_u64().unwrap());
+        if case["keyed"] == true {
+            let k = KeyedLimiter::<String, _>::with_clock(q, clock.clone()).unwrap();
+            for s in case["steps"].as_array().unwrap() {
+                clock.set(s["t_ns"].as_u64().unwrap());
+                let (key, c) = (s["key"].as_str().unwrap(), s["cost"].as_u64().unwrap());
+                if s["op"] == "refund" {
+                    k.refund(key, c).unwrap();
+                } else {
+                    assert_eq!(
+                        got(k.try_acquire(key, c)),
+                        s["expect"],
+                        "{}: {s}",
+                        case["name"]
+                    );
+                }
+            }
+            continue;
+        }
         let l = Limiter::with_clock(q, clock.clone()).unwrap();
         for s in case["steps"].as_array().unwrap() {
             clock.set(s["t_ns"].as_u64().unwrap());
