@@ -318,43 +318,28 @@ fn keyed_2t(c: &mut Criterion) {
         g.throughput(Throughput::Elements(THREADS as u64));
         for keys in [100_000u64, 1_000_000] {
             let half = keys / THREADS as u64;
-            let lo = |t: usize| t as u64 * half;
-            let seed = |t: usize| 0x5eed + t as u64;
-            let gov = setup::governor_keyed(path, keys);
-            g.bench_with_input(BenchmarkId::new("governor", keys), &keys, |b, _| {
-                b.iter_custom(|iters| {
-                    run_threads_indexed(THREADS, iters, |t, n| {
-                        let mut rng = Rng::new(seed(t));
-                        for _ in 0..n {
-                            black_box(setup::governor_keyed_acquire(&gov, lo(t) + rng.below(half)));
-                        }
+            // One subject: `decide(key)` on both threads, thread t on keys t*half..(t+1)*half.
+            let mut run = |name: &str, decide: &(dyn Fn(u64) -> u64 + Sync)| {
+                g.bench_with_input(BenchmarkId::new(name, keys), &keys, |b, _| {
+                    b.iter_custom(|iters| {
+                        run_threads_indexed(THREADS, iters, |t, n| {
+                            let mut rng = Rng::new(0x5eed + t as u64);
+                            let lo = t as u64 * half;
+                            for _ in 0..n {
+                                black_box(decide(lo + rng.below(half)));
+                            }
+                        })
                     })
-                })
-            });
+                });
+            };
+            let gov = setup::governor_keyed(path, keys);
+            run("governor", &|k| setup::governor_keyed_acquire(&gov, k));
             drop(gov);
             let l = setup::ours_keyed(path, keys);
-            g.bench_with_input(BenchmarkId::new("sluicegate", keys), &keys, |b, _| {
-                b.iter_custom(|iters| {
-                    run_threads_indexed(THREADS, iters, |t, n| {
-                        let mut rng = Rng::new(seed(t));
-                        for _ in 0..n {
-                            black_box(setup::ours_keyed_acquire(&l, lo(t) + rng.below(half)));
-                        }
-                    })
-                })
-            });
+            run("sluicegate", &|k| setup::ours_keyed_acquire(&l, k));
             drop(l);
             let f = KeyedFloor::new(keys, quanta_reader());
-            g.bench_with_input(BenchmarkId::new("floor", keys), &keys, |b, _| {
-                b.iter_custom(|iters| {
-                    run_threads_indexed(THREADS, iters, |t, n| {
-                        let mut rng = Rng::new(seed(t));
-                        for _ in 0..n {
-                            black_box(f.decide(lo(t) + rng.below(half), path));
-                        }
-                    })
-                })
-            });
+            run("floor", &|k| f.decide(k, path));
         }
         g.finish();
     }

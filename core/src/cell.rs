@@ -28,6 +28,9 @@ pub(crate) trait Word: Copy + Eq {
     fn widen(self) -> u128;
     /// Codecs guarantee (by their horizon) that narrow states fit.
     fn narrow(v: u128) -> Self;
+    /// The continuous bucket's step in this word's own width: u64 arithmetic for a narrow
+    /// word (callers keep `now` within the codec's horizon and `cost` within capacity).
+    fn continuous_step(a: &Continuous, cur: Self, now: u64, cost: u64) -> (Decision, Option<Self>);
 }
 
 impl Word for u64 {
@@ -63,6 +66,10 @@ impl Word for u64 {
         debug_assert!(v <= u128::from(u64::MAX), "narrow state overflow");
         v as u64
     }
+    #[inline(always)]
+    fn continuous_step(a: &Continuous, cur: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
+        a.step_narrow(cur, now, cost)
+    }
 }
 
 impl Word for u128 {
@@ -96,6 +103,10 @@ impl Word for u128 {
     #[inline]
     fn narrow(v: u128) -> u128 {
         v
+    }
+    #[inline(always)]
+    fn continuous_step(a: &Continuous, cur: u128, now: u64, cost: u64) -> (Decision, Option<u128>) {
+        a.step_wide(cur, now, cost)
     }
 }
 
@@ -297,7 +308,9 @@ macro_rules! with_codec {
     };
 }
 
-/// `acquire` on a keyed bucket; `None` when the word is DEAD (nothing was applied).
+/// `acquire` on a keyed bucket; `None` when the word is DEAD (nothing was applied). The
+/// default quota steps in the word's own width (u64 arithmetic on a narrow word, as
+/// `Limiter`'s fast path does; the keyed store's check keeps `now` within the horizon).
 #[inline(always)]
 pub(crate) fn acquire_live<W: Word>(
     word: &W::Atomic,
@@ -305,53 +318,32 @@ pub(crate) fn acquire_live<W: Word>(
     now: u64,
     cost: u64,
 ) -> Option<Decision> {
-    with_codec!(algo, a => acquire_live_with::<W, _>(word, a, now, cost))
+    if let Algo::Continuous(a) = algo {
+        return live_loop::<W>(word, |cur| W::continuous_step(a, cur, now, cost));
+    }
+    with_codec!(algo, a => live_loop::<W>(word, |cur| {
+        let (decision, new) = a.acquire(cur.widen(), now, cost);
+        (decision, new.map(W::narrow))
+    }))
 }
 
+/// Applies `step` to a keyed bucket's word until the CAS succeeds or nothing is to be
+/// written; `None` when the word is DEAD.
 #[inline(always)]
-fn acquire_live_with<W: Word, A: Codec>(
+fn live_loop<W: Word>(
     word: &W::Atomic,
-    codec: &A,
-    now: u64,
-    cost: u64,
+    step: impl Fn(W) -> (Decision, Option<W>),
 ) -> Option<Decision> {
     let mut cur = W::load(word);
     loop {
         if cur == W::DEAD {
             return None;
         }
-        let (decision, new) = codec.acquire(cur.widen(), now, cost);
+        let (decision, new) = step(cur);
         let Some(new) = new else {
             return Some(decision);
         };
-        match W::cas(word, cur, W::narrow(new)) {
-            Ok(()) => return Some(decision),
-            Err(actual) => cur = actual,
-        }
-    }
-}
-
-/// `acquire_live` for the continuous bucket on a 64-bit word, in u64 arithmetic (the word is
-/// narrow only when every reachable state fits, and the keyed `check` keeps `now` within the
-/// codec's horizon and `cost` within capacity). Same decisions as the general loop: both
-/// steps come from one macro.
-#[inline(always)]
-pub(crate) fn acquire_live_continuous(
-    word: &AtomicU64,
-    a: &Continuous,
-    now: u64,
-    cost: u64,
-) -> Option<Decision> {
-    let mut cur = <u64 as Word>::load(word);
-    loop {
-        if cur == <u64 as Word>::DEAD {
-            return None;
-        }
-        let (decision, new) = a.step_narrow(cur, now, cost);
-        let Some(new) = new else {
-            return Some(decision);
-        };
-        match <u64 as Word>::cas(word, cur, new) {
+        match W::cas(word, cur, new) {
             Ok(()) => return Some(decision),
             Err(actual) => cur = actual,
         }

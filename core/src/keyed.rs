@@ -12,10 +12,11 @@
 //!
 //! # Concurrency
 //!
-//! * **Lookups of existing keys take no lock.** A reader opens a read section (crate::reclaim: no fence instruction
-//!   on Linux), loads
-//!   the shard's table pointer, probes, compares keys and runs the cell's CAS loop on the word
-//!   it found. It writes nothing but that word, and a rejection writes nothing at all.
+//! * **Lookups of existing keys take no lock.** A reader opens a read section
+//!   (crate::reclaim: no fence instruction on Linux), loads the shard's table pointer, probes,
+//!   compares keys and runs the cell's CAS loop on the word it found. It writes nothing but
+//!   that word, and a rejection writes nothing at all. (Sliding logs, which are not one word,
+//!   are kept apart in `keyed_log.rs`, under a lock per shard.)
 //! * **Everything that links or unlinks an entry holds the shard's mutex**: inserting a key,
 //!   evicting, removing, clearing and rebuilding a table. A table is never modified in place
 //!   except to publish an EMPTY slot (key written before the control word, Release) or to
@@ -179,9 +180,10 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
 ///
 /// Same request contract and [`Decision`] as [`Limiter`](crate::Limiter), per key, for every
 /// algorithm. Lookups take no lock, except with `algorithm=sliding_log`, whose logs live in a
-/// store of their own where a shard's mutex is each log's critical section (docs/KEYED.md). Keys are
-/// any `K: Hash + Eq`; lookups take any borrowed form `&Q` of the key (`&str` for `String`
-/// keys, `&[u8]` for `Vec<u8>` or `Box<[u8]>` keys) and allocate only when the key is new.
+/// store of their own where a shard's mutex is each log's critical section (docs/KEYED.md).
+/// Keys are any `K: Hash + Eq`; lookups take any borrowed form `&Q` of the key (`&str` for
+/// `String` keys, `&[u8]` for `Vec<u8>` or `Box<[u8]>` keys) and allocate only when the key is
+/// new.
 ///
 /// ```
 /// use sluicegate::{KeyedLimiter, ManualClock, OnFull};
@@ -241,6 +243,16 @@ enum Store<K> {
     Narrow(Core<K, u64>),
     Wide(Core<K, u128>),
     Log(LogStore<K>),
+}
+
+impl<K> Store<K> {
+    /// Live keys: the word stores count them in `cx.len`, the log store in its own bound.
+    fn len(&self, cx: &Ctx) -> usize {
+        match self {
+            Store::Log(log) => log.len(),
+            Store::Narrow(_) | Store::Wide(_) => cx.len.load(Ordering::Acquire),
+        }
+    }
 }
 
 /// Runs `$e` with `$core` bound to the store's core, whatever its word width.
@@ -345,13 +357,6 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
     {
         self.check(now, cost)?;
         let h = self.hash(key);
-        // The default quota (continuous refill, 64-bit word) runs its step in u64 arithmetic,
-        // as `Limiter`'s fast path does; `check` has kept `now` within the narrow horizon.
-        if let (Store::Narrow(core), Algo::Continuous(a)) = (&self.store, &self.cx.algo) {
-            return core.acquire_by(&self.cx, h, key, now, cost, |word| {
-                cell::acquire_live_continuous(word, a, now, cost)
-            });
-        }
         with_core!(&self.store, core => core.acquire(&self.cx, h, key, now, cost),
             log => log.acquire(h, key, now, cost))
     }
@@ -431,10 +436,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
 
     /// The number of keys held (evicted and removed keys are not counted).
     pub fn len(&self) -> usize {
-        match &self.store {
-            Store::Log(log) => log.len(),
-            _ => self.cx.len.load(Ordering::Acquire),
-        }
+        self.store.len(&self.cx)
     }
 
     /// Whether no key is held.
@@ -487,13 +489,7 @@ impl<K, C: Clock> core::fmt::Debug for KeyedLimiter<K, C> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("KeyedLimiter")
             .field("quota", &self.quota.to_string())
-            .field(
-                "len",
-                &match &self.store {
-                    Store::Log(log) => log.len(),
-                    _ => self.cx.len.load(Ordering::Relaxed),
-                },
-            )
+            .field("len", &self.store.len(&self.cx))
             .field("max_keys", &self.cx.max_keys)
             .field("on_full", &self.cx.on_full)
             .finish_non_exhaustive()
@@ -640,7 +636,14 @@ impl<K, W: Word> Table<K, W> {
     /// Slot `i`'s control byte (Relaxed: for lock holders, who wrote every byte themselves).
     #[inline]
     fn ctrl(&self, i: usize) -> u8 {
-        (self.ctrl[i / GROUP].load(Ordering::Relaxed) >> (8 * (i % GROUP))) as u8
+        self.ctrl_ordered(i, Ordering::Relaxed)
+    }
+
+    /// Slot `i`'s control byte, loaded with `order` (Acquire for readers without the lock: a
+    /// LIVE byte's key is then visible, as in `find`).
+    #[inline]
+    fn ctrl_ordered(&self, i: usize, order: Ordering) -> u8 {
+        (self.ctrl[i / GROUP].load(order) >> (8 * (i % GROUP))) as u8
     }
 
     /// Sets slot `i`'s control byte. Lock holders only (the one writer of the table's control
@@ -921,33 +924,11 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         Q: Hash + Eq + ToOwned + ?Sized,
         Q::Owned: Into<K>,
     {
-        self.acquire_by(cx, h, key, now, cost, |word| {
-            cell::acquire_live::<W>(word, &cx.algo, now, cost)
-        })
-    }
-
-    /// `acquire`, with `live` the CAS loop on a found bucket's word (`None` on DEAD). The slow
-    /// path (new key, DEAD mark) always takes the general loop.
-    #[inline(always)]
-    fn acquire_by<Q>(
-        &self,
-        cx: &Ctx,
-        h: u64,
-        key: &Q,
-        now: u64,
-        cost: u64,
-        live: impl FnOnce(&W::Atomic) -> Option<Decision>,
-    ) -> Result<Decision, Error>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned + ?Sized,
-        Q::Owned: Into<K>,
-    {
         let shard = self.shard(cx, h);
         let guard = epoch::pin();
         if let Some(t) = shard.table(&guard) {
             if let Some(i) = t.find(h, key) {
-                if let Some(d) = live(&t.found(i).word) {
+                if let Some(d) = cell::acquire_live::<W>(&t.found(i).word, &cx.algo, now, cost) {
                     return Ok(d);
                 }
             }
@@ -1402,10 +1383,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
                 continue;
             };
             for i in 0..t.cap() {
-                // Acquire: a LIVE byte's key is visible (as in `Table::find`).
-                if (t.ctrl[i / GROUP].load(Ordering::Acquire) >> (8 * (i % GROUP))) as u8 & LIVE
-                    == 0
-                {
+                if t.ctrl_ordered(i, Ordering::Acquire) & LIVE == 0 {
                     continue;
                 }
                 let e = t.entry(i);

@@ -302,6 +302,8 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
     }
 
     /// The decision for `cost` at `now` on `key`'s log, created on the key's first request.
+    /// Kept out of line: the word store's hot path dispatches past it.
+    #[inline(never)]
     pub(crate) fn acquire<Q>(&self, h: u64, key: &Q, now: u64, cost: u64) -> Result<Decision, Error>
     where
         K: Borrow<Q>,
