@@ -167,6 +167,7 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
                 on_full: self.on_full,
                 len: CachePadded::new(AtomicUsize::new(0)),
                 full_hint: AtomicU64::new(0),
+                full_gen: AtomicU64::new(0),
                 watermark: AtomicU64::new(0),
             },
             quota: self.quota,
@@ -235,8 +236,31 @@ struct Ctx {
     /// bound that found nothing to evict, lowered by inserts, cleared by refunds. Spares a
     /// flood of new keys at the bound a scan per key.
     full_hint: AtomicU64,
+    /// Bumped after every change that can make a bucket full sooner than `full_hint` says (a
+    /// new bucket, a refund), so that a scan that raced one drops the hint it recorded.
+    full_gen: AtomicU64,
     /// The latest `now` at which a full bucket was evicted: re-created keys start there.
     watermark: AtomicU64,
+}
+
+impl Ctx {
+    /// Records that a bucket can be full from `full_at` on, maybe sooner than `full_hint`
+    /// says: a new bucket, or a refund. Called after the change.
+    ///
+    /// The hint protocol (as in the sliding-log store): the change, then `full_gen += 1`, then
+    /// `full_hint = min(full_hint, full_at)`. A scanner at the bound reads `full_gen` (g0)
+    /// before it scans and, after recording its hint, reads `full_gen` again with a
+    /// read-modify-write. Either this bump comes first in `full_gen`'s order, and the scanner
+    /// sees `g0` moved and drops its hint (or the bump preceded g0, and the scan saw the
+    /// change), or it comes after: then the scanner's hint happens before the load below,
+    /// which sees it and lowers it. A hint of 0 (none) needs no lowering.
+    #[inline]
+    fn lowered(&self, full_at: u64) {
+        self.full_gen.fetch_add(1, Ordering::AcqRel);
+        if self.full_hint.load(Ordering::Acquire) != 0 {
+            self.full_hint.fetch_min(full_at.max(1), Ordering::AcqRel);
+        }
+    }
 }
 
 enum Store<K> {
@@ -968,10 +992,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         let d = cell::acquire_live::<W>(&e.word, &cx.algo, now, cost);
         // The new bucket is linked and we hold the lock: it cannot be DEAD.
         let d = d.unwrap_or_else(|| unreachable!("a bucket linked under the lock is live"));
-        if cx.full_hint.load(Ordering::Acquire) != 0 {
-            cx.full_hint
-                .fetch_min(now.saturating_add(d.reset_after_nanos()), Ordering::AcqRel);
-        }
+        cx.lowered(now.saturating_add(d.reset_after_nanos()));
         Ok(d)
     }
 
@@ -1059,6 +1080,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         now: u64,
         guard: &epoch::Guard,
     ) -> bool {
+        let g0 = cx.full_gen.load(Ordering::Acquire);
         let hint = cx.full_hint.load(Ordering::Acquire);
         if hint != 0 && now < hint {
             return false;
@@ -1082,14 +1104,16 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
             }
             soonest = soonest.min(s);
         }
-        if complete {
-            // Only raise the hint if no insert lowered it meanwhile.
-            let _ = cx.full_hint.compare_exchange(
-                hint,
-                soonest.max(1),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
+        // Raise the hint only if no change lowered it meanwhile, and drop it again if a change
+        // bumped `full_gen` during the scan (maybe in a shard already scanned): see `lowered`.
+        if complete
+            && cx
+                .full_hint
+                .compare_exchange(hint, soonest.max(1), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            && cx.full_gen.fetch_add(0, Ordering::AcqRel) != g0
+        {
+            cx.full_hint.store(0, Ordering::Release);
         }
         false
     }
@@ -1310,10 +1334,8 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
                 cell::refund_live::<W>(&e.word, &cx.algo, now, cost);
             }
         }
-        // A refund can make a bucket full sooner than the hint says.
-        if cx.full_hint.load(Ordering::Acquire) != 0 {
-            cx.full_hint.store(0, Ordering::Release);
-        }
+        // A refund can make a bucket full sooner than the hint says: as soon as now.
+        cx.lowered(now);
     }
 
     fn remove<Q>(&self, cx: &Ctx, h: u64, key: &Q) -> bool
