@@ -49,10 +49,11 @@
 //! At the bound ([`KeyedBuilder::max_keys`]) with no full bucket, [`OnFull`] decides.
 
 use crate::algorithm::Algo;
+use crate::bound::{Bound, Reservation};
 use crate::cell::{self, Evict, Word};
 use crate::clock::{Clock, DefaultClock};
 use crate::keyed_log::LogStore;
-use crate::sync::{self, epoch, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::sync::{self, epoch, AtomicPtr, AtomicU64, Mutex, Ordering};
 use crate::{Decision, Error, Quota};
 use core::borrow::Borrow;
 use core::cell::UnsafeCell;
@@ -165,10 +166,6 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
                 shard_mask: self.shards - 1,
                 max_keys: self.max_keys,
                 on_full: self.on_full,
-                len: CachePadded::new(AtomicUsize::new(0)),
-                full_hint: AtomicU64::new(0),
-                full_gen: AtomicU64::new(0),
-                watermark: AtomicU64::new(0),
             },
             quota: self.quota,
             clock: self.clock,
@@ -230,37 +227,6 @@ struct Ctx {
     max_keys: usize,
     on_full: OnFull,
     lossless: bool,
-    /// Live keys. Written only when a key is linked or unlinked.
-    len: CachePadded<AtomicUsize>,
-    /// 0, or an instant before which no bucket can be full: set by a complete scan at the
-    /// bound that found nothing to evict, lowered by inserts, cleared by refunds. Spares a
-    /// flood of new keys at the bound a scan per key.
-    full_hint: AtomicU64,
-    /// Bumped after every change that can make a bucket full sooner than `full_hint` says (a
-    /// new bucket, a refund), so that a scan that raced one drops the hint it recorded.
-    full_gen: AtomicU64,
-    /// The latest `now` at which a full bucket was evicted: re-created keys start there.
-    watermark: AtomicU64,
-}
-
-impl Ctx {
-    /// Records that a bucket can be full from `full_at` on, maybe sooner than `full_hint`
-    /// says: a new bucket, or a refund. Called after the change.
-    ///
-    /// The hint protocol (as in the sliding-log store): the change, then `full_gen += 1`, then
-    /// `full_hint = min(full_hint, full_at)`. A scanner at the bound reads `full_gen` (g0)
-    /// before it scans and, after recording its hint, reads `full_gen` again with a
-    /// read-modify-write. Either this bump comes first in `full_gen`'s order, and the scanner
-    /// sees `g0` moved and drops its hint (or the bump preceded g0, and the scan saw the
-    /// change), or it comes after: then the scanner's hint happens before the load below,
-    /// which sees it and lowers it. A hint of 0 (none) needs no lowering.
-    #[inline]
-    fn lowered(&self, full_at: u64) {
-        self.full_gen.fetch_add(1, Ordering::AcqRel);
-        if self.full_hint.load(Ordering::Acquire) != 0 {
-            self.full_hint.fetch_min(full_at.max(1), Ordering::AcqRel);
-        }
-    }
 }
 
 enum Store<K> {
@@ -270,11 +236,12 @@ enum Store<K> {
 }
 
 impl<K> Store<K> {
-    /// Live keys: the word stores count them in `cx.len`, the log store in its own bound.
-    fn len(&self, cx: &Ctx) -> usize {
+    /// Live keys, as each store's bound counts them.
+    fn len(&self) -> usize {
         match self {
             Store::Log(log) => log.len(),
-            Store::Narrow(_) | Store::Wide(_) => cx.len.load(Ordering::Acquire),
+            Store::Narrow(core) => core.bound.len(),
+            Store::Wide(core) => core.bound.len(),
         }
     }
 }
@@ -455,12 +422,12 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
 
     /// Forgets every key.
     pub fn clear(&self) {
-        with_core!(&self.store, core => core.clear(&self.cx), log => log.clear())
+        with_core!(&self.store, core => core.clear(), log => log.clear())
     }
 
     /// The number of keys held (evicted and removed keys are not counted).
     pub fn len(&self) -> usize {
-        self.store.len(&self.cx)
+        self.store.len()
     }
 
     /// Whether no key is held.
@@ -513,7 +480,7 @@ impl<K, C: Clock> core::fmt::Debug for KeyedLimiter<K, C> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("KeyedLimiter")
             .field("quota", &self.quota.to_string())
-            .field("len", &self.store.len(&self.cx))
+            .field("len", &self.store.len())
             .field("max_keys", &self.cx.max_keys)
             .field("on_full", &self.cx.on_full)
             .finish_non_exhaustive()
@@ -835,6 +802,8 @@ impl<K, W: Word> Drop for Shard<K, W> {
 
 struct Core<K, W: Word> {
     shards: Box<[CachePadded<Shard<K, W>>]>,
+    /// The key bound's counters and hint (crate::bound), on a line of their own.
+    bound: Box<CachePadded<Bound>>,
     /// Unlinked tables, each waiting for the read sections that were open when it was
     /// unlinked (crate::reclaim).
     #[cfg(not(sluicegate_loom))]
@@ -873,6 +842,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
             shards: (0..shards)
                 .map(|_| CachePadded::new(Shard::new()))
                 .collect(),
+            bound: Bound::boxed(),
             #[cfg(not(sluicegate_loom))]
             limbo: Mutex::new(Vec::new()),
         }
@@ -987,12 +957,14 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
                 }
             }
         }
-        self.reserve(cx, shard, &mut st, now, guard)?;
+        let reserved = self.reserve(cx, shard, &mut st, now, guard)?;
         let e = self.link(cx, shard, &mut st, h, key.to_owned().into(), now, guard);
+        reserved.kept();
         let d = cell::acquire_live::<W>(&e.word, &cx.algo, now, cost);
         // The new bucket is linked and we hold the lock: it cannot be DEAD.
         let d = d.unwrap_or_else(|| unreachable!("a bucket linked under the lock is live"));
-        cx.lowered(now.saturating_add(d.reset_after_nanos()));
+        self.bound
+            .lowered(now.saturating_add(d.reset_after_nanos()));
         Ok(d)
     }
 
@@ -1025,7 +997,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         // SAFETY: the slot is EMPTY, so no reader dereferences its key (readers only compare
         // keys behind a LIVE control word), and only lock holders write slots.
         unsafe { (*e.key.get()).write(key) };
-        let at = now.max(cx.watermark.load(Ordering::Acquire));
+        let at = now.max(self.bound.watermark());
         W::store(&e.word, W::narrow(cx.algo.fresh(at)));
         t.set_ctrl(i, tag(h));
         st.used += 1;
@@ -1041,18 +1013,10 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         st: &mut ShardState,
         now: u64,
         guard: &epoch::Guard,
-    ) -> Result<(), Error> {
+    ) -> Result<Reservation<'_>, Error> {
         loop {
-            let n = cx.len.load(Ordering::Acquire);
-            if n < cx.max_keys {
-                if cx
-                    .len
-                    .compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    return Ok(());
-                }
-                continue;
+            if let Some(r) = self.bound.reserve(cx.max_keys) {
+                return Ok(r);
             }
             if self.evict_full_somewhere(cx, shard, st, now, guard) {
                 continue;
@@ -1080,11 +1044,9 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         now: u64,
         guard: &epoch::Guard,
     ) -> bool {
-        let g0 = cx.full_gen.load(Ordering::Acquire);
-        let hint = cx.full_hint.load(Ordering::Acquire);
-        if hint != 0 && now < hint {
+        let Some(scan) = self.bound.scan(now) else {
             return false;
-        }
+        };
         let (evicted, mut soonest) = self.sweep_locked(cx, own, st, now, guard);
         if evicted > 0 {
             return true;
@@ -1104,16 +1066,8 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
             }
             soonest = soonest.min(s);
         }
-        // Raise the hint only if no change lowered it meanwhile, and drop it again if a change
-        // bumped `full_gen` during the scan (maybe in a shard already scanned): see `lowered`.
-        if complete
-            && cx
-                .full_hint
-                .compare_exchange(hint, soonest.max(1), Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            && cx.full_gen.fetch_add(0, Ordering::AcqRel) != g0
-        {
-            cx.full_hint.store(0, Ordering::Release);
+        if complete {
+            self.bound.found_nothing(scan, soonest);
         }
         false
     }
@@ -1135,7 +1089,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         // Raised before the first mark, so that whoever re-creates an evicted key (under this
         // lock, or a peek that no longer finds it) reads it.
         let raise = || {
-            cx.watermark.fetch_max(now, Ordering::AcqRel);
+            self.bound.raise_watermark(now);
         };
         for i in 0..t.cap() {
             if t.ctrl(i) & LIVE == 0 {
@@ -1143,7 +1097,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
             }
             match cell::evict_if_full::<W>(&t.entry(i).word, &cx.algo, now, raise) {
                 Evict::Killed => {
-                    self.unlink(cx, t, i, st);
+                    self.unlink(t, i, st);
                     evicted += 1;
                 }
                 Evict::Kept { full_in } => soonest = soonest.min(now.saturating_add(full_in)),
@@ -1154,10 +1108,10 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
     }
 
     /// Unlinks an entry whose word this lock holder just marked DEAD.
-    fn unlink(&self, cx: &Ctx, t: &Table<K, W>, i: usize, st: &mut ShardState) {
+    fn unlink(&self, t: &Table<K, W>, i: usize, st: &mut ShardState) {
         t.set_ctrl(i, TOMB);
         st.live -= 1;
-        cx.len.fetch_sub(1, Ordering::AcqRel);
+        self.bound.give_back(1);
     }
 
     /// [`OnFull::EvictFullest`]: evicts the bucket with the least `reset_after` among up to 32
@@ -1224,9 +1178,9 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
             }
             st.cursor = i;
             if let Some((_, slot, w)) = best {
-                cx.watermark.fetch_max(now, Ordering::AcqRel);
+                self.bound.raise_watermark(now);
                 if cell::kill_from::<W>(&t.entry(slot).word, w) {
-                    self.unlink(cx, t, slot, st);
+                    self.unlink(t, slot, st);
                     return true;
                 }
             }
@@ -1307,7 +1261,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
                 }
             }
         }
-        let at = now.max(cx.watermark.load(Ordering::Acquire));
+        let at = now.max(self.bound.watermark());
         cx.algo.decide(cx.algo.fresh(at), now, 0).0
     }
 
@@ -1335,7 +1289,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
             }
         }
         // A refund can make a bucket full sooner than the hint says: as soon as now.
-        cx.lowered(now);
+        self.bound.lowered(now);
     }
 
     fn remove<Q>(&self, cx: &Ctx, h: u64, key: &Q) -> bool
@@ -1355,7 +1309,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         if cell::kill::<W>(&t.entry(i).word).is_none() {
             unreachable!("a linked bucket is live under the lock");
         }
-        self.unlink(cx, t, i, &mut st);
+        self.unlink(t, i, &mut st);
         true
     }
 
@@ -1377,14 +1331,14 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         total
     }
 
-    fn clear(&self, cx: &Ctx) {
+    fn clear(&self) {
         let guard = epoch::pin();
         for shard in self.shards.iter() {
             let mut st = sync::lock(&shard.lock);
             if let Some(t) = shard.table(&guard) {
                 for i in 0..t.cap() {
                     if t.ctrl(i) & LIVE != 0 && cell::kill::<W>(&t.entry(i).word).is_some() {
-                        self.unlink(cx, t, i, &mut st);
+                        self.unlink(t, i, &mut st);
                     }
                 }
             }

@@ -52,11 +52,13 @@
 //! full log records the earliest instant one can become full (`hint`), so a flood of new keys
 //! costs O(1) each until then. New logs and refunds can make a log full sooner: they bump
 //! `gen` and lower `hint` after their change (both read-modify-writes), and a scanner drops
-//! the hint it just set when `gen` moved during its scan (see `evict_full_somewhere`).
+//! the hint it just set when `gen` moved during its scan (crate::bound, shared with the word
+//! store).
 
+use crate::bound::{Bound, Reservation};
 use crate::keyed::OnFull;
 use crate::log::{Log, SlidingLog};
-use crate::sync::{self, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::sync::{self, Mutex};
 use crate::{Decision, Error};
 use core::borrow::Borrow;
 use core::hash::Hash;
@@ -219,34 +221,6 @@ impl<K> Table<K> {
     }
 }
 
-/// The shared counters of the key bound, on one cache line (every new key writes it).
-struct Bound {
-    /// Live keys, plus keys being linked (reserved first, so the bound is never exceeded).
-    len: AtomicUsize,
-    /// Bumped after every change that can make a log full sooner than `hint` says.
-    gen: AtomicU64,
-    /// 0, or an instant before which no log is full: set by a complete scan at the bound that
-    /// found nothing to evict, lowered by new logs and refunds.
-    hint: AtomicU64,
-    /// The latest `now` at which a log was evicted: new logs start there.
-    watermark: AtomicU64,
-}
-
-/// Releases a reserved unit of the key bound unless disarmed (the key's conversion, user
-/// code, may unwind between the reservation and the link).
-struct Reservation<'a> {
-    len: &'a AtomicUsize,
-    armed: bool,
-}
-
-impl Drop for Reservation<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.len.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-}
-
 /// The keyed store of sliding logs (see the module documentation).
 pub(crate) struct LogStore<K> {
     shards: Box<[CachePadded<Mutex<Table<K>>>]>,
@@ -254,15 +228,13 @@ pub(crate) struct LogStore<K> {
     mask: usize,
     max_keys: usize,
     on_full: OnFull,
-    /// Boxed: its own cache line(s) away from the limiter's read-mostly fields, without
-    /// making every `KeyedLimiter` as large as the padding.
     b: Box<CachePadded<Bound>>,
 }
 
 impl<K> LogStore<K> {
     /// Live keys.
     pub(crate) fn len(&self) -> usize {
-        self.b.len.load(Ordering::Acquire)
+        self.b.len()
     }
 }
 
@@ -278,27 +250,13 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
             mask: shards - 1,
             max_keys,
             on_full,
-            b: Box::new(CachePadded::new(Bound {
-                len: AtomicUsize::new(0),
-                gen: AtomicU64::new(0),
-                hint: AtomicU64::new(0),
-                watermark: AtomicU64::new(0),
-            })),
+            b: Bound::boxed(),
         }
     }
 
     #[inline]
     fn shard_of(&self, h: u64) -> usize {
         (h >> 40) as usize & self.mask
-    }
-
-    /// Records that a log became full at `full_at` or later, possibly sooner than the hint
-    /// says (a new log, a refund). Called after the change, so that a scanner that reads `gen`
-    /// after this bump also sees the change (see `evict_full_somewhere`).
-    fn lowered(&self, full_at: u64) {
-        self.b.gen.fetch_add(1, Ordering::AcqRel);
-        // 0 (no hint) stays 0.
-        self.b.hint.fetch_min(full_at.max(1), Ordering::AcqRel);
     }
 
     /// The decision for `cost` at `now` on `key`'s log, created on the key's first request.
@@ -315,21 +273,17 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
         if let Some(log) = t.log_mut(h, key) {
             return Ok(log.decide(&self.log, now, cost, true));
         }
-        self.reserve(si, &mut t, now)?;
-        let mut reserved = Reservation {
-            len: &self.b.len,
-            armed: true,
-        };
+        let reserved = self.reserve(si, &mut t, now)?;
         let key: K = key.to_owned().into();
         // Under the shard's lock: every eviction of this key raised the watermark before.
-        let at = now.max(self.b.watermark.load(Ordering::Acquire));
+        let at = now.max(self.b.watermark());
         let mut log = Log::new(at);
         let d = log.decide(&self.log, now, cost, true);
         let full_at = log.full_at(&self.log);
         t.insert(h, Entry { key, log });
-        reserved.armed = false;
+        reserved.kept();
         drop(t);
-        self.lowered(full_at);
+        self.b.lowered(full_at);
         Ok(d)
     }
 
@@ -344,7 +298,7 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
         if let Some(log) = t.log_mut(h, key) {
             return log.decide(&self.log, now, 0, false);
         }
-        let at = now.max(self.b.watermark.load(Ordering::Acquire));
+        let at = now.max(self.b.watermark());
         drop(t);
         Log::new(at).decide(&self.log, now, 0, false)
     }
@@ -365,7 +319,7 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
         let after = log.full_at(&self.log);
         drop(t);
         if after < before {
-            self.lowered(after);
+            self.b.lowered(after);
         }
     }
 
@@ -380,7 +334,7 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
             return false;
         };
         let gone = t.take(i);
-        self.b.len.fetch_sub(1, Ordering::AcqRel);
+        self.b.give_back(1);
         drop(t);
         drop(gone);
         true
@@ -402,7 +356,7 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
         for shard in self.shards.iter() {
             let mut t = sync::lock(shard);
             let old = core::mem::replace(&mut *t, Table::new());
-            self.b.len.fetch_sub(old.live, Ordering::AcqRel);
+            self.b.give_back(old.live);
             drop(t);
             drop(old); // the keys' destructors run outside the lock
         }
@@ -430,19 +384,10 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
 
     /// Takes one unit of the key bound for a new key of shard `si` (whose lock `own` is),
     /// making room if needed.
-    fn reserve(&self, si: usize, own: &mut Table<K>, now: u64) -> Result<(), Error> {
+    fn reserve(&self, si: usize, own: &mut Table<K>, now: u64) -> Result<Reservation<'_>, Error> {
         loop {
-            let n = self.b.len.load(Ordering::Acquire);
-            if n < self.max_keys {
-                if self
-                    .b
-                    .len
-                    .compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    return Ok(());
-                }
-                continue;
+            if let Some(r) = self.b.reserve(self.max_keys) {
+                return Ok(r);
             }
             if self.evict_full_somewhere(si, own, now) {
                 continue;
@@ -458,22 +403,13 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
 
     /// At the bound: evicts the full logs of this shard, else of the first other shard (not
     /// busy) that has any. When every shard was scanned and none had a full log, records the
-    /// earliest instant one can become full, so that new keys are refused in O(1) until then.
-    ///
-    /// The hint protocol: a change that can make a log full sooner (a new log, a refund) is
-    /// made under its shard's lock and followed by `gen += 1` then `hint = min(hint, full_at)`,
-    /// both read-modify-writes. The scanner reads `gen` (g0) before its scan and, after
-    /// setting the hint, reads it again with a read-modify-write. Either a change's bump is
-    /// ordered before that final read, and the scanner sees `gen != g0` and drops its hint
-    /// (or the bump preceded g0, and the scan saw the change under the shard's lock), or it
-    /// is ordered after: then the scanner's hint store happens before the change's `min`,
-    /// which lowers it.
+    /// earliest instant one can become full, so that new keys are refused in O(1) until then
+    /// (the hint protocol of crate::bound; new logs and refunds are made under their shard's
+    /// lock, so a scan that starts after their `gen` bump sees them).
     fn evict_full_somewhere(&self, si: usize, own: &mut Table<K>, now: u64) -> bool {
-        let g0 = self.b.gen.load(Ordering::Acquire);
-        let hint = self.b.hint.load(Ordering::Acquire);
-        if hint != 0 && now < hint {
+        let Some(scan) = self.b.scan(now) else {
             return false;
-        }
+        };
         let (evicted, mut soonest) = self.evict_full_in(own, now);
         if evicted > 0 {
             return true;
@@ -493,16 +429,8 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
             }
             soonest = soonest.min(s);
         }
-        if complete
-            && self
-                .b
-                .hint
-                .compare_exchange(hint, soonest.max(1), Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            && self.b.gen.fetch_add(0, Ordering::AcqRel) != g0
-        {
-            // A log was created or refunded meanwhile, maybe in a shard already scanned.
-            self.b.hint.store(0, Ordering::Release);
+        if complete {
+            self.b.found_nothing(scan, soonest);
         }
         false
     }
@@ -523,12 +451,12 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
                 continue;
             }
             if evicted == 0 {
-                self.b.watermark.fetch_max(now, Ordering::AcqRel);
+                self.b.raise_watermark(now);
             }
             // An entry shifted back into place i is looked at next (entries from the start of
             // the table, already looked at and kept, may come back: they are kept again).
             let gone = t.take(i);
-            self.b.len.fetch_sub(1, Ordering::AcqRel);
+            self.b.give_back(1);
             evicted += 1;
             drop(gone);
         }
@@ -579,9 +507,9 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
         let Some((_, at)) = best else {
             return false;
         };
-        self.b.watermark.fetch_max(now, Ordering::AcqRel);
+        self.b.raise_watermark(now);
         let gone = t.take(at);
-        self.b.len.fetch_sub(1, Ordering::AcqRel);
+        self.b.give_back(1);
         drop(gone);
         true
     }

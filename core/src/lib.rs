@@ -26,6 +26,7 @@
 #![warn(missing_docs)]
 
 mod algorithm;
+mod bound;
 mod cell;
 pub mod clock;
 pub mod composite;

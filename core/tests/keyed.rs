@@ -373,3 +373,48 @@ fn sliding_log_key_bound() {
     keys.sort_unstable();
     assert_eq!(keys, [2, 3, 4]);
 }
+
+/// A key whose conversion from its borrowed form panics for "boom": user code that runs after
+/// the new key's place under the bound was reserved, and before the key is linked.
+#[derive(Hash, PartialEq, Eq, Debug)]
+struct Fussy(String);
+
+impl std::borrow::Borrow<str> for Fussy {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for Fussy {
+    fn from(s: String) -> Self {
+        assert_ne!(s, "boom", "this key cannot be converted");
+        Fussy(s)
+    }
+}
+
+/// A key conversion that unwinds gives its reserved place back: the bound still admits
+/// `max_keys` keys afterwards, in the word store and in the sliding-log store.
+#[test]
+fn a_key_conversion_that_panics_gives_its_place_back() {
+    for quota in ["2/s", "2/s; algorithm=sliding_log"] {
+        let l = KeyedLimiter::<Fussy, _>::builder(quota.parse().unwrap())
+            .max_keys(2)
+            .clock(ManualClock::new(0))
+            .build()
+            .unwrap();
+        assert!(l.try_acquire("a", 1).unwrap().allowed());
+        let boom =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l.try_acquire("boom", 1)));
+        assert!(boom.is_err(), "{quota}: the conversion panics");
+        assert_eq!(l.len(), 1, "{quota}");
+        assert!(l.try_acquire("b", 1).unwrap().allowed(), "{quota}");
+        assert!(
+            matches!(
+                l.try_acquire("c", 1),
+                Err(Error::KeyStoreFull { max_keys: 2 })
+            ),
+            "{quota}"
+        );
+        assert_eq!(l.len(), 2, "{quota}");
+    }
+}

@@ -1,0 +1,159 @@
+//! The key bound of a keyed store: the count of live keys against `max_keys`, and the hint
+//! that spares a flood of new keys at the bound a scan each. Shared by the word store
+//! (`keyed.rs`) and the sliding-log store (`keyed_log.rs`), which differ only in what they
+//! scan.
+//!
+//! The hint protocol. A complete scan at the bound that finds nothing to evict records the
+//! earliest instant anything can become full (`hint`); until then new keys are refused in
+//! O(1). A change that can make a bucket full sooner (a new bucket, a refund) is followed by
+//! `gen += 1` and then `hint = min(hint, full_at)`, both read-modify-writes ([`Bound::lowered`]).
+//! The scanner reads `gen` (g0) before its scan and, after recording its hint, reads `gen`
+//! again with a read-modify-write ([`Bound::found_nothing`]). Either a change's bump comes
+//! first in `gen`'s order, and the scanner sees `gen != g0` and drops the hint it set (or the
+//! bump preceded g0, and the scan saw the change), or the bump comes after: then the
+//! scanner's hint happens before the change's load of `hint`, which sees it and lowers it. A
+//! hint of 0 means none, and needs no lowering.
+
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use crossbeam_utils::CachePadded;
+
+/// The shared counters of the key bound, on a cache line of their own (every new key and
+/// every refund writes it; the hot path's read-mostly fields live elsewhere).
+pub(crate) struct Bound {
+    /// Live keys, plus keys being linked (reserved first, so the bound is never exceeded).
+    len: AtomicUsize,
+    /// Bumped after every change that can make a bucket full sooner than `hint` says.
+    gen: AtomicU64,
+    /// 0, or an instant before which nothing is full: see the module documentation.
+    hint: AtomicU64,
+    /// The latest `now` at which a full bucket was evicted: re-created keys start there.
+    watermark: AtomicU64,
+}
+
+/// A unit of the bound taken for a new key, given back on drop unless [`kept`](Self::kept):
+/// the key's conversion (user code) may unwind between the reservation and the link.
+pub(crate) struct Reservation<'a> {
+    bound: &'a Bound,
+}
+
+impl Reservation<'_> {
+    /// The key was linked: the unit stays taken.
+    pub(crate) fn kept(self) {
+        core::mem::forget(self);
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.bound.give_back(1);
+    }
+}
+
+/// A scan at the bound in progress: what [`Bound::found_nothing`] needs.
+pub(crate) struct Scan {
+    gen: u64,
+    hint: u64,
+}
+
+impl Bound {
+    /// Boxed: its own cache line(s) away from the limiter's read-mostly fields, without
+    /// making every `KeyedLimiter` as large as the padding.
+    pub(crate) fn boxed() -> Box<CachePadded<Bound>> {
+        Box::new(CachePadded::new(Bound {
+            len: AtomicUsize::new(0),
+            gen: AtomicU64::new(0),
+            hint: AtomicU64::new(0),
+            watermark: AtomicU64::new(0),
+        }))
+    }
+
+    /// Live keys (and keys being linked).
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Ordering::Acquire)
+    }
+
+    /// Takes one unit of the bound; `false` when `max` units are taken.
+    pub(crate) fn take(&self, max: usize) -> bool {
+        let mut n = self.len.load(Ordering::Acquire);
+        while n < max {
+            match self
+                .len
+                .compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
+                Err(now) => n = now,
+            }
+        }
+        false
+    }
+
+    /// [`take`](Self::take) as a guard that gives the unit back unless kept.
+    pub(crate) fn reserve(&self, max: usize) -> Option<Reservation<'_>> {
+        // Built only once the unit is taken: a guard built before the check (as `then_some`
+        // would) gives back, when dropped, a unit that was never taken.
+        if self.take(max) {
+            Some(Reservation { bound: self })
+        } else {
+            None
+        }
+    }
+
+    /// Gives back `n` units (keys unlinked, or a reservation not used).
+    #[inline]
+    pub(crate) fn give_back(&self, n: usize) {
+        self.len.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// Records that a bucket can be full from `full_at` on, maybe sooner than the hint says:
+    /// a new bucket, or a refund. Called after the change.
+    pub(crate) fn lowered(&self, full_at: u64) {
+        self.gen.fetch_add(1, Ordering::AcqRel);
+        if self.hint.load(Ordering::Acquire) != 0 {
+            self.hint.fetch_min(full_at.max(1), Ordering::AcqRel);
+        }
+    }
+
+    /// Starts a scan for full buckets at `now`; `None` when the hint says that nothing can be
+    /// full yet (the new key is refused without a scan).
+    pub(crate) fn scan(&self, now: u64) -> Option<Scan> {
+        let gen = self.gen.load(Ordering::Acquire);
+        let hint = self.hint.load(Ordering::Acquire);
+        if hint != 0 && now < hint {
+            return None;
+        }
+        Some(Scan { gen, hint })
+    }
+
+    /// A complete scan found nothing to evict, and nothing becomes full before `soonest`:
+    /// records it as the hint, unless a change lowered the hint or bumped `gen` meanwhile.
+    pub(crate) fn found_nothing(&self, scan: Scan, soonest: u64) {
+        if self
+            .hint
+            .compare_exchange(
+                scan.hint,
+                soonest.max(1),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+            && self.gen.fetch_add(0, Ordering::AcqRel) != scan.gen
+        {
+            // Something was created or refunded meanwhile, maybe where the scan had passed.
+            self.hint.store(0, Ordering::Release);
+        }
+    }
+
+    /// Where re-created keys start: the latest eviction of a full bucket.
+    #[inline]
+    pub(crate) fn watermark(&self) -> u64 {
+        self.watermark.load(Ordering::Acquire)
+    }
+
+    /// Called before a full bucket is marked for eviction at `now`, so that whoever
+    /// re-creates its key reads it.
+    #[inline]
+    pub(crate) fn raise_watermark(&self, now: u64) {
+        self.watermark.fetch_max(now, Ordering::AcqRel);
+    }
+}
