@@ -9,6 +9,9 @@ use loom::sync::Arc;
 use loom::thread;
 use sluicegate::{Error, KeyedLimiter, ManualClock, OnFull};
 
+#[path = "support/loom_bound.rs"]
+mod support;
+
 const S: u64 = 1_000_000_000;
 
 /// 1 token a second, burst 2; one shard, so that every key shares the shard's lock and table.
@@ -172,54 +175,8 @@ fn consume_vs_table_rebuild() {
     });
 }
 
-/// Keys of shard `s` of a two-shard limiter. Under loom the limiter hashes with foldhash's
-/// fixed state and picks the shard from bits 40.. of the hash (keyed.rs); should that change,
-/// the model below still holds, it only stops spanning two shards.
-fn keys_of(s: usize) -> impl Iterator<Item = u64> {
-    use core::hash::BuildHasher;
-    let h = foldhash::quality::FixedState::default();
-    (0u64..).filter(move |k| (h.hash_one(k) >> 40) as usize & 1 == s)
-}
-
-/// A refund that fills a bucket races a new key's scan at the bound (two shards, the
-/// refunded key on the shard scanned second). If the scan missed the refund and found nothing
-/// to evict, the hint it records must not outlive the refund: the next new key finds the
-/// refilled bucket and takes its place, so exactly one of the two new keys gets in.
+/// The hint protocol at the bound (crate::bound): see tests/support/loom_bound.rs.
 #[test]
 fn refund_racing_a_scan_at_the_bound() {
-    let refunded = keys_of(0).next().unwrap();
-    let mut one = keys_of(1);
-    let (other, c, d) = (
-        one.next().unwrap(),
-        one.next().unwrap(),
-        one.next().unwrap(),
-    );
-    loom::model(move || {
-        let kl = Arc::new(
-            KeyedLimiter::<u64>::builder("1/s; burst=2".parse().unwrap())
-                .shards(2)
-                .max_keys(2)
-                .on_full(OnFull::RejectNewKeys)
-                .clock(ManualClock::new(0))
-                .build()
-                .unwrap(),
-        );
-        kl.try_acquire_at(&refunded, 0, 1).unwrap(); // full at 1 s, or at once if refunded
-        kl.try_acquire_at(&other, 0, 1).unwrap(); // full at 1 s
-        let a = {
-            let kl = kl.clone();
-            thread::spawn(move || kl.refund_at(&refunded, 1, 1).unwrap())
-        };
-        let b = kl.try_acquire_at(&c, 1, 1);
-        a.join().unwrap();
-        let later = kl.try_acquire_at(&d, 1, 1);
-        let admitted = |r: &Result<sluicegate::Decision, Error>| match r {
-            Ok(d) => d.allowed(),
-            Err(Error::KeyStoreFull { .. }) => false,
-            Err(e) => panic!("{e}"),
-        };
-        assert!(admitted(&b) != admitted(&later), "{b:?} {later:?}");
-        assert_eq!(kl.len(), 2);
-        assert!(!kl.snapshot_at(1).iter().any(|e| e.0 == refunded));
-    });
+    support::refund_racing_a_scan_at_the_bound("2/s");
 }

@@ -7,10 +7,13 @@
 //!     cargo test -p sluicegate --release --test loom_keyed_log`
 #![cfg(sluicegate_loom)]
 
-use core::hash::BuildHasher;
 use loom::sync::Arc;
 use loom::thread;
-use sluicegate::{Error, KeyedLimiter, ManualClock, OnFull};
+use sluicegate::{KeyedLimiter, ManualClock, OnFull};
+use support::{admitted, keys_of};
+
+#[path = "support/loom_bound.rs"]
+mod support;
 
 const S: u64 = 1_000_000_000;
 
@@ -25,22 +28,6 @@ fn limiter(max_keys: usize) -> Arc<KeyedLimiter<u64, ManualClock>> {
             .build()
             .unwrap(),
     )
-}
-
-/// Keys of shard `s` (of 2). Under loom the limiter hashes with foldhash's fixed state and
-/// picks the shard from bits 40.. of the hash (keyed.rs, keyed_log.rs); should that change,
-/// the models still hold, they only stop spanning two shards.
-fn keys_of(s: usize) -> impl Iterator<Item = u64> {
-    let h = foldhash::quality::FixedState::default();
-    (0u64..).filter(move |k| (h.hash_one(k) >> 40) as usize & 1 == s)
-}
-
-fn admitted(r: &Result<sluicegate::Decision, Error>) -> bool {
-    match r {
-        Ok(d) => d.allowed(),
-        Err(Error::KeyStoreFull { max_keys: _ }) => false,
-        Err(e) => panic!("{e}"),
-    }
 }
 
 /// Two new keys of different shards at the bound: the shared counter admits exactly one.
@@ -116,34 +103,11 @@ fn a_busy_shard_is_skipped_without_a_hint() {
     });
 }
 
-/// A refund that empties a log's window races a new key's scan at the bound. If the scan
-/// missed it (and found nothing else), the refund's `gen` bump makes the scanner drop the hint
-/// it set, or the refund lowers that hint: the emptied log makes room for the next new key.
+/// The hint protocol at the bound (crate::bound), on logs: a refund empties the refunded
+/// log's window. See tests/support/loom_bound.rs.
 #[test]
 fn refund_racing_a_scan_at_the_bound() {
-    let mut zero = keys_of(0);
-    let refunded = zero.next().unwrap();
-    let mut one = keys_of(1);
-    let (other, c, d) = (
-        one.next().unwrap(),
-        one.next().unwrap(),
-        one.next().unwrap(),
-    );
-    loom::model(move || {
-        let kl = limiter(2);
-        kl.try_acquire_at(&refunded, 0, 1).unwrap(); // full from 1 s, or at once if refunded
-        kl.try_acquire_at(&other, 0, 1).unwrap(); // full from 1 s
-        let a = {
-            let kl = kl.clone();
-            thread::spawn(move || kl.refund_at(&refunded, 1, 1).unwrap())
-        };
-        let b = kl.try_acquire_at(&c, 1, 1);
-        a.join().unwrap();
-        let later = kl.try_acquire_at(&d, 1, 1);
-        assert!(admitted(&b) != admitted(&later), "{b:?} {later:?}");
-        assert_eq!(kl.len(), 2);
-        assert!(!kl.snapshot_at(1).iter().any(|e| e.0 == refunded));
-    });
+    support::refund_racing_a_scan_at_the_bound("2/s; algorithm=sliding_log");
 }
 
 /// A consume racing the sweep that would evict its (full) log is never lost: it lands on the
