@@ -22,7 +22,7 @@
 //!   except to publish an EMPTY slot (key written before the control word, Release) or to
 //!   unlink an entry; keys are never overwritten, so a reader comparing a key never races a
 //!   writer. Tombstones are reclaimed by rebuilding the table, and the old table (with the keys
-//!   it still owns) is freed by the epoch once no reader can hold it.
+//!   it still owns) is freed once no read section can hold it (crate::reclaim).
 //! * **Unlinking is lossless.** Before an entry is unlinked, its word is turned into the DEAD
 //!   mark by a CAS (eviction: only from a state found full at `now`) or a swap (removal, and
 //!   migration to a new table, which copies the state it swapped out). A consumer whose CAS
