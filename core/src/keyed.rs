@@ -1205,10 +1205,28 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         let cap = ((st.live + 1) * 10 / 7 + 1).max(MIN_CAP);
         let new = Table::<K, W>::new(cap);
         if let Some(old) = old {
+            // The keys' hashes first: `Hash` is user code and may unwind, which it must do
+            // before anything is moved. (Hashing in the move loop, a panic after a key's
+            // bitwise copy was taken dropped that copy while the old slot still owned the
+            // original: a double free, and freed memory under concurrent readers.) The move
+            // below runs no user code.
+            let hashes: Vec<u64> = (0..old.cap())
+                .filter(|&oi| old.ctrl(oi) & LIVE != 0)
+                .map(|oi| {
+                    // SAFETY: LIVE: the key is initialised, and only lock holders (us) unlink
+                    // or move it.
+                    cx.hasher
+                        .hash_one(unsafe { (*old.entry(oi).key.get()).assume_init_ref() })
+                })
+                .collect();
+            let mut hashes = hashes.into_iter();
             for oi in 0..old.cap() {
                 if old.ctrl(oi) & LIVE == 0 {
                     continue;
                 }
+                let h = hashes
+                    .next()
+                    .unwrap_or_else(|| unreachable!("one hash per live slot, under the lock"));
                 let e = old.entry(oi);
                 // Freeze the bucket: consumers that lose to this swap retry under the lock,
                 // which we hold until the new table is published.
@@ -1220,7 +1238,6 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
                 // parts stay alive until the new owner is dropped, which happens only through
                 // a later retire, after those readers unpin.
                 let key = unsafe { ptr::read((*e.key.get()).assume_init_ref()) };
-                let h = cx.hasher.hash_one(&key);
                 let i = new.free_slot(h);
                 let ne = new.entry(i);
                 // SAFETY: the new table is not published yet: we are its only user.

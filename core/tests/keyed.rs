@@ -418,3 +418,67 @@ fn a_key_conversion_that_panics_gives_its_place_back() {
         assert_eq!(l.len(), 2, "{quota}");
     }
 }
+
+static HASH_PANICS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A key whose `Hash` panics for "victim" while `HASH_PANICS` is set: user code that a table
+/// rebuild runs, under the shard's lock, for every live key.
+#[derive(Clone, PartialEq, Eq, Debug)]
+struct Flaky(String);
+
+impl std::hash::Hash for Flaky {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        if self.0 == "victim" && HASH_PANICS.load(std::sync::atomic::Ordering::Relaxed) {
+            panic!("this key cannot be hashed now");
+        }
+        self.0.hash(h);
+    }
+}
+
+/// A `Hash` that unwinds during a table rebuild leaves the store as it was: every key keeps
+/// its bucket (no state lost, no key dropped twice), the bound counts what is linked, and the
+/// next insert rebuilds normally.
+#[test]
+fn a_hash_that_panics_during_a_rebuild_changes_nothing() {
+    let l = KeyedLimiter::<Flaky, _>::builder("5/s".parse().unwrap())
+        .shards(1)
+        .clock(ManualClock::new(0))
+        .build()
+        .unwrap();
+    let key = |s: &str| Flaky(s.to_string());
+    let mut linked = vec![key("victim")];
+    linked.extend((0..5).map(|i| key(&format!("k{i}"))));
+    for k in &linked {
+        assert_eq!(l.try_acquire(k, 1).unwrap().remaining(), 4);
+    }
+    HASH_PANICS.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut failed = None;
+    for i in 0..1000 {
+        let k = key(&format!("n{i}"));
+        let cap = l.capacity();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l.try_acquire(&k, 1)));
+        match r {
+            Ok(d) => {
+                assert_eq!(d.unwrap().remaining(), 4);
+                linked.push(k);
+            }
+            Err(_) => {
+                assert_eq!(l.capacity(), cap, "the rebuild was not published");
+                failed = Some(k);
+                break;
+            }
+        }
+    }
+    HASH_PANICS.store(false, std::sync::atomic::Ordering::Relaxed);
+    let failed = failed.expect("some insert rebuilt the table");
+    assert_eq!(l.len(), linked.len());
+    for k in &linked {
+        assert_eq!(l.peek(k).unwrap().remaining(), 4, "{k:?} kept its bucket");
+    }
+    assert!(!l.snapshot().iter().any(|(k, _)| *k == failed));
+    assert_eq!(l.try_acquire(&failed, 1).unwrap().remaining(), 4);
+    assert_eq!(l.len(), linked.len() + 1);
+    for k in &linked {
+        assert_eq!(l.peek(k).unwrap().remaining(), 4, "{k:?} after the rebuild");
+    }
+}
