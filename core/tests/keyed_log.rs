@@ -19,8 +19,8 @@ mod keyed_ops;
 #[path = "support/model.rs"]
 mod model;
 
-use keyed_ops::{key_bytes, op, out, step, Op};
-use model::SlidingLog as LogModel;
+use keyed_ops::{cases, check_snapshot, key_bytes, op, step, Op};
+use model::{out, SlidingLog as LogModel};
 use proptest::prelude::*;
 use sluicegate::{Algorithm, Clock, Error, KeyedLimiter, ManualClock, OnFull, Quota};
 use std::collections::{BTreeSet, HashMap};
@@ -208,21 +208,12 @@ fn run(
     if exact {
         prop_assert_eq!(snap.len(), m.map.len());
     }
-    for (k, b) in &m.map {
-        let key = key_bytes(*k).into_boxed_slice();
-        let entry = snap.iter().find(|e| e.0 == key);
-        prop_assert!(entry.is_some(), "key {k} missing from the snapshot");
-        let want = b.clone().acquire(t, 0).unwrap();
-        prop_assert_eq!(out(&entry.unwrap().1), want);
-    }
-    Ok(())
-}
-
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256)
+    check_snapshot(
+        &snap,
+        m.map
+            .iter()
+            .map(|(k, b)| (*k, b.clone().acquire(t, 0).unwrap())),
+    )
 }
 
 fn policy() -> impl Strategy<Value = OnFull> {

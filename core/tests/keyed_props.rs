@@ -14,8 +14,8 @@ mod keyed_ops;
 #[path = "support/model.rs"]
 mod model;
 
-use keyed_ops::{key_bytes, op, out, step, Op};
-use model::{Model, ModelError};
+use keyed_ops::{cases, check_snapshot, key_bytes, op, step, Op};
+use model::{out, Model, ModelError};
 use proptest::prelude::*;
 use sluicegate::{Error, KeyedLimiter, ManualClock, OnFull, Quota, Refill};
 use std::collections::HashMap;
@@ -199,21 +199,12 @@ fn run(
     // that the model forgot).
     let mut snap = kl.snapshot();
     snap.sort_by(|a, b| a.0.cmp(&b.0));
-    for (k, b) in &m.map {
-        let key = key_bytes(*k).into_boxed_slice();
-        let entry = snap.iter().find(|e| e.0 == key);
-        prop_assert!(entry.is_some(), "key {k} missing from the snapshot");
-        let want = b.clone().acquire(t, 0).unwrap();
-        prop_assert_eq!(out(&entry.unwrap().1), want);
-    }
-    Ok(())
-}
-
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256)
+    check_snapshot(
+        &snap,
+        m.map
+            .iter()
+            .map(|(k, b)| (*k, b.clone().acquire(t, 0).unwrap())),
+    )
 }
 
 proptest! {

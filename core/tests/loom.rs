@@ -10,8 +10,8 @@ mod model;
 
 use loom::sync::Arc;
 use loom::thread;
-use model::{Model, Out};
-use sluicegate::{Decision, Limiter, ManualClock, Quota};
+use model::{out, Model, Out};
+use sluicegate::{Limiter, ManualClock, Quota};
 
 #[derive(Clone, Copy, Debug)]
 enum Op {
@@ -19,19 +19,9 @@ enum Op {
     Refund { t: u64, cost: u64 },
 }
 
-fn out(d: Decision) -> Out {
-    Out {
-        allowed: d.allowed(),
-        limit: d.limit(),
-        remaining: d.remaining(),
-        retry_after_ns: d.retry_after_nanos(),
-        reset_after_ns: d.reset_after_nanos(),
-    }
-}
-
 fn apply(l: &Limiter<ManualClock>, op: Op) -> Option<Out> {
     match op {
-        Op::Acquire { t, cost } => Some(out(l.try_acquire_at(t, cost).unwrap())),
+        Op::Acquire { t, cost } => Some(out(&l.try_acquire_at(t, cost).unwrap())),
         Op::Refund { t, cost } => {
             l.refund_at(t, cost).unwrap();
             None
@@ -109,7 +99,7 @@ fn race(rate: &'static str, t0: u64, ops: Vec<Op>, t_end: u64) {
             .collect();
         let mut results = vec![apply(&limiter, ops[0])];
         results.extend(handles.into_iter().map(|h| h.join().unwrap()));
-        let end = out(limiter.try_acquire_at(t_end, 0).unwrap());
+        let end = out(&limiter.try_acquire_at(t_end, 0).unwrap());
         let outcome = (results, end);
         assert!(
             allowed.contains(&outcome),

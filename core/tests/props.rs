@@ -5,7 +5,7 @@
 #[path = "support/model.rs"]
 mod model;
 
-use model::{Model, ModelError, Out};
+use model::{out, Model, ModelError};
 use proptest::prelude::*;
 use sluicegate::{Clock, Error, Limiter, ManualClock, Quota, Refill};
 
@@ -54,16 +54,6 @@ prop_compose! {
               (count in Just(count), period in Just(period), burst in Just(burst),
                initial in 0..=burst, interval in Just(interval)) -> (u64, u64, u64, u64, bool) {
         (count, period, burst, initial, interval)
-    }
-}
-
-fn out(d: &sluicegate::Decision) -> Out {
-    Out {
-        allowed: d.allowed(),
-        limit: d.limit(),
-        remaining: d.remaining(),
-        retry_after_ns: d.retry_after_nanos(),
-        reset_after_ns: d.reset_after_nanos(),
     }
 }
 

@@ -7,7 +7,7 @@
 #[path = "support/model.rs"]
 mod model;
 
-use model::{AnyModel, Composite as CompositeModel, Kind, ModelError, Out, Params};
+use model::{out, AnyModel, Composite as CompositeModel, Kind, ModelError, Out, Params};
 use proptest::prelude::*;
 use sluicegate::composite::Composite;
 use sluicegate::{Algorithm, Decision, Error, Limiter, ManualClock, Quota};
@@ -111,16 +111,6 @@ fn quota(p: &Params) -> Quota {
         q = q.interval();
     }
     q
-}
-
-fn out(d: &Decision) -> Out {
-    Out {
-        allowed: d.allowed(),
-        limit: d.limit(),
-        remaining: d.remaining(),
-        retry_after_ns: d.retry_after_nanos(),
-        reset_after_ns: d.reset_after_nanos(),
-    }
 }
 
 fn same(

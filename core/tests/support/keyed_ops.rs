@@ -1,7 +1,7 @@
 //! The operations the keyed property tests (keyed_props.rs, keyed_log.rs) draw: requests,
 //! peeks, refunds and removes of a few keys, sweeps and clears, and the clock's steps.
 
-use super::model::Out;
+use super::model::{out, Out};
 use proptest::prelude::*;
 use sluicegate::Decision;
 
@@ -44,13 +44,25 @@ pub fn key_bytes(k: u8) -> Vec<u8> {
     vec![k; usize::from(k % 3) + 1]
 }
 
-/// A decision's figures, as the models report them.
-pub fn out(d: &Decision) -> Out {
-    Out {
-        allowed: d.allowed(),
-        limit: d.limit(),
-        remaining: d.remaining(),
-        retry_after_ns: d.retry_after_nanos(),
-        reset_after_ns: d.reset_after_nanos(),
+/// Checks that `snap` (a keyed limiter's snapshot) holds every key the models hold, each
+/// with the figures its model reports (`want`: the model's answer to a peek).
+pub fn check_snapshot(
+    snap: &[(Box<[u8]>, Decision)],
+    want: impl IntoIterator<Item = (u8, Out)>,
+) -> Result<(), TestCaseError> {
+    for (k, want) in want {
+        let key = key_bytes(k).into_boxed_slice();
+        let entry = snap.iter().find(|e| e.0 == key);
+        prop_assert!(entry.is_some(), "key {k} missing from the snapshot");
+        prop_assert_eq!(out(&entry.unwrap().1), want);
     }
+    Ok(())
+}
+
+/// Proptest cases per property: `PROPTEST_CASES`, else 256.
+pub fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256)
 }

@@ -13,6 +13,17 @@ pub struct Out {
     pub reset_after_ns: u64,
 }
 
+/// An engine decision's figures, as the models report them.
+pub fn out(d: &sluicegate::Decision) -> Out {
+    Out {
+        allowed: d.allowed(),
+        limit: d.limit(),
+        remaining: d.remaining(),
+        retry_after_ns: d.retry_after_nanos(),
+        reset_after_ns: d.reset_after_nanos(),
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ModelError {
     InsufficientCapacity,
