@@ -348,8 +348,35 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
     {
         self.check(now, cost)?;
         let h = self.hash(key);
-        with_core!(&self.store, core => core.acquire(&self.cx, h, key, now, cost),
-            log => log.acquire(h, key, now, cost))
+        // The default store's lock-free path inline, everything else out of line. With the
+        // three stores' paths inline (or the slow path's result merged with the fast one's),
+        // the compiler passed every decision through memory: about 40 more instructions a
+        // decision, 2 ns at 100 000 keys.
+        if let Store::Narrow(core) = &self.store {
+            if let Some(d) = core.acquire_fast(&self.cx, h, key, now, cost) {
+                return Ok(d);
+            }
+        }
+        self.acquire_rest(h, key, now, cost)
+    }
+
+    /// [`try_acquire_at`](Self::try_acquire_at) past the default store's lock-free path: the
+    /// other stores, and the default store's new keys and DEAD marks (under the shard's lock).
+    #[inline(never)]
+    fn acquire_rest<Q>(&self, h: u64, key: &Q, now: u64, cost: u64) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        match &self.store {
+            Store::Narrow(core) => {
+                let shard = core.shard(&self.cx, h);
+                core.acquire_slow(&self.cx, shard, h, key, now, cost, &epoch::pin())
+            }
+            Store::Wide(core) => core.acquire(&self.cx, h, key, now, cost),
+            Store::Log(log) => log.acquire(h, key, now, cost),
+        }
     }
 
     /// The state of `key`'s bucket now, changing nothing. An absent key reports a bucket
@@ -909,6 +936,20 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         debug_assert!(i < self.shards.len());
         // SAFETY: `shard_mask` is the shard count (a power of two) minus one.
         unsafe { self.shards.get_unchecked(i) }
+    }
+
+    /// The lock-free path: `None` when the key is absent or its word DEAD (nothing was
+    /// applied; the caller goes on under the lock, [`acquire_slow`](Self::acquire_slow)).
+    #[inline(always)]
+    fn acquire_fast<Q>(&self, cx: &Ctx, h: u64, key: &Q, now: u64, cost: u64) -> Option<Decision>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let guard = epoch::pin();
+        let t = self.shard(cx, h).table(&guard)?;
+        let i = t.find(h, key)?;
+        cell::acquire_live::<W>(&t.found(i).word, &cx.algo, now, cost)
     }
 
     #[inline]
