@@ -52,6 +52,11 @@ use crossbeam_utils::CachePadded;
 /// One thread's read-section counter (odd: inside a section).
 pub(crate) struct Record {
     ctr: AtomicU64,
+    /// Whether the reader's fence is a compiler fence only (the writers' `membarrier` covers
+    /// it). Decided once per process before the first record is made, so it is the same in
+    /// every record; kept here, beside the counter the reader loads anyway, so that entering
+    /// a section reads no other line (a global flag cost a load through the GOT and a branch).
+    light: bool,
     in_use: AtomicBool,
     /// The next record of the domain's list; written before the record is published.
     next: AtomicPtr<CachePadded<Record>>,
@@ -68,7 +73,11 @@ impl Record {
             return 0;
         }
         self.ctr.store(c + 1, Ordering::Relaxed);
-        light_fence();
+        if self.light {
+            core::sync::atomic::compiler_fence(Ordering::SeqCst);
+        } else {
+            fence(Ordering::SeqCst);
+        }
         c + 2
     }
 
@@ -127,6 +136,7 @@ impl Domain {
         }
         let r = Box::into_raw(Box::new(CachePadded::new(Record {
             ctr: AtomicU64::new(0),
+            light: light_fence_only(),
             in_use: AtomicBool::new(true),
             next: AtomicPtr::new(ptr::null_mut()),
         })));
@@ -197,16 +207,14 @@ impl Drop for Domain {
 // Fences.
 // ---------------------------------------------------------------------------------------------
 
-/// The reader's fence: a compiler fence where the writer's `membarrier` covers it, else a
-/// `SeqCst` fence.
-#[inline(always)]
-fn light_fence() {
+/// Whether the reader's fence can be a compiler fence only (the writer's `membarrier`
+/// covers it); else it is a `SeqCst` fence. Fixed once `init_mode` has run.
+fn light_fence_only() -> bool {
     #[cfg(all(target_os = "linux", not(sluicegate_loom)))]
     if membarrier::asymmetric() {
-        core::sync::atomic::compiler_fence(Ordering::SeqCst);
-        return;
+        return true;
     }
-    fence(Ordering::SeqCst);
+    false
 }
 
 /// The writer's fence; `false` if it could not be issued.
@@ -347,12 +355,26 @@ pub(crate) fn pin() -> Guard {
 }
 
 #[cfg(not(sluicegate_loom))]
+impl Guard {
+    /// Closes a section whose record was registered for it alone (its thread is exiting).
+    #[cold]
+    fn exit_and_release(&self) {
+        self.record.exit(self.exit & !1);
+        global::DOMAIN.release(self.record);
+    }
+}
+
+#[cfg(not(sluicegate_loom))]
 impl Drop for Guard {
     #[inline]
     fn drop(&mut self) {
-        self.record.exit(self.exit & !1);
-        if self.exit & 1 == 1 {
-            global::DOMAIN.release(self.record);
+        // 0: nested in a section this thread has open, nothing to do.
+        if self.exit != 0 {
+            if self.exit & 1 == 0 {
+                self.record.exit(self.exit);
+            } else {
+                self.exit_and_release();
+            }
         }
     }
 }
