@@ -372,7 +372,10 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         match &self.store {
             Store::Narrow(core) => {
                 let shard = core.shard(&self.cx, h);
-                core.acquire_slow(&self.cx, shard, h, key, now, cost, &epoch::pin())
+                let d = core.acquire_slow(&self.cx, shard, h, key, now, cost, &epoch::pin());
+                // The shard's lock is released: free what a rebuild retired.
+                core.collect_pending();
+                d
             }
             Store::Wide(core) => core.acquire(&self.cx, h, key, now, cost),
             Store::Log(log) => log.acquire(h, key, now, cost),
@@ -832,9 +835,14 @@ struct Core<K, W: Word> {
     /// The key bound's counters and hint (crate::bound), on a line of their own.
     bound: Box<CachePadded<Bound>>,
     /// Unlinked tables, each waiting for the read sections that were open when it was
-    /// unlinked (crate::reclaim).
+    /// unlinked (crate::reclaim). Freed only by [`collect`](Self::collect), which runs with
+    /// no shard lock held: freeing a table drops the unlinked keys it owns (user code).
     #[cfg(not(sluicegate_loom))]
     limbo: Mutex<Vec<Retired<K, W>>>,
+    /// Whether `limbo` may hold a table (set and cleared under its lock; read without it as
+    /// a hint, so that the insert path takes the lock only when there is something to free).
+    #[cfg(not(sluicegate_loom))]
+    in_limbo: crate::sync::real::AtomicBool,
 }
 
 /// An unlinked table and the read sections open when it was unlinked.
@@ -872,11 +880,17 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
             bound: Bound::boxed(),
             #[cfg(not(sluicegate_loom))]
             limbo: Mutex::new(Vec::new()),
+            #[cfg(not(sluicegate_loom))]
+            in_limbo: crate::sync::real::AtomicBool::new(false),
         }
     }
 
-    /// Frees `old` (just unlinked from `shard` by this lock holder) once no read section can
-    /// hold it, and frees the tables retired earlier whose sections have all ended.
+    /// Queues `old` (just unlinked from `shard` by this lock holder) to be freed once no
+    /// read section can hold it. It is not freed here, under the shard's lock: freeing drops
+    /// the keys the table still owns, and a key's `Drop` is user code that may call back into
+    /// this limiter (it would deadlock on the shard's lock, or wait on a lock of its own that
+    /// a caller of ours holds). The caller runs [`collect`](Self::collect) once it has
+    /// released the lock.
     fn retire(&self, shard: &Shard<K, W>, old: *mut Table<K, W>) {
         if old.is_null() {
             return;
@@ -885,18 +899,14 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         {
             let _ = shard;
             // After the unlink (the caller's swap): the heavy fence, then the open sections.
-            let snap = crate::reclaim::snapshot();
-            let freed = {
+            // Without a snapshot (no fence could be issued) readers may hold the table
+            // forever: it is never freed.
+            if let Some(s) = crate::reclaim::snapshot() {
                 let mut limbo = sync::lock(&self.limbo);
-                // Without a snapshot (no fence could be issued) readers may hold the table
-                // forever: it is never freed.
-                if let Some(s) = snap {
-                    limbo.push(Retired(old, s));
-                }
-                Self::passed(&mut limbo)
-            };
-            // Dropped outside the lock: keys' destructors are the user's code.
-            freed.into_iter().for_each(Retired::free);
+                limbo.push(Retired(old, s));
+                self.in_limbo
+                    .store(true, crate::sync::real::Ordering::Relaxed);
+            }
         }
         #[cfg(sluicegate_loom)]
         {
@@ -921,12 +931,28 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         done
     }
 
-    /// Frees the retired tables that no read section can hold any more.
+    /// Frees the retired tables that no read section can hold any more. Never call it with
+    /// a shard's lock held (see [`retire`](Self::retire)).
     fn collect(&self) {
         #[cfg(not(sluicegate_loom))]
         {
-            let freed = Self::passed(&mut sync::lock(&self.limbo));
+            let freed = {
+                let mut limbo = sync::lock(&self.limbo);
+                let freed = Self::passed(&mut limbo);
+                self.in_limbo
+                    .store(!limbo.is_empty(), crate::sync::real::Ordering::Relaxed);
+                freed
+            };
+            // Dropped outside the lock too: keys' destructors are the user's code.
             freed.into_iter().for_each(Retired::free);
+        }
+    }
+
+    /// [`collect`](Self::collect) when a retired table may be waiting (one load otherwise).
+    fn collect_pending(&self) {
+        #[cfg(not(sluicegate_loom))]
+        if self.in_limbo.load(crate::sync::real::Ordering::Relaxed) {
+            self.collect();
         }
     }
 
@@ -968,7 +994,11 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
                 }
             }
         }
-        self.acquire_slow(cx, shard, h, key, now, cost, &guard)
+        let d = self.acquire_slow(cx, shard, h, key, now, cost, &guard);
+        drop(guard);
+        // The shard's lock is released: free what a rebuild retired.
+        self.collect_pending();
+        d
     }
 
     #[cold]
@@ -1386,6 +1416,8 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
                 }
             }
         }
+        drop(guard);
+        self.collect();
         total
     }
 
@@ -1404,6 +1436,8 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
             *st = ShardState::default();
             self.retire(shard, old);
         }
+        drop(guard);
+        self.collect();
     }
 
     fn snapshot(&self, cx: &Ctx, now: u64) -> Vec<(K, Decision)>

@@ -269,11 +269,14 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
         Q::Owned: Into<K>,
     {
         let si = self.shard_of(h);
+        // Logs evicted to make room: dropped after the lock (declared first, so dropped last,
+        // on every return): a key's `Drop` is user code and may call back into this limiter.
+        let mut dead = Vec::new();
         let mut t = sync::lock(&self.shards[si]);
         if let Some(log) = t.log_mut(h, key) {
             return Ok(log.decide(&self.log, now, cost, true));
         }
-        let reserved = self.reserve(si, &mut t, now)?;
+        let reserved = self.reserve(si, &mut t, now, &mut dead)?;
         let key: K = key.to_owned().into();
         // Under the shard's lock: every eviction of this key raised the watermark before.
         let at = now.max(self.b.watermark());
@@ -344,9 +347,12 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
     pub(crate) fn sweep(&self, now: u64) -> usize {
         let mut total = 0;
         for shard in self.shards.iter() {
+            let mut dead = Vec::new();
             let mut t = sync::lock(shard);
-            total += self.evict_full_in(&mut t, now).0;
+            total += self.evict_full_in(&mut t, now, &mut dead).0;
             t.maybe_shrink();
+            drop(t);
+            drop(dead); // the keys' destructors run outside the lock
         }
         total
     }
@@ -383,16 +389,25 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
     }
 
     /// Takes one unit of the key bound for a new key of shard `si` (whose lock `own` is),
-    /// making room if needed.
-    fn reserve(&self, si: usize, own: &mut Table<K>, now: u64) -> Result<Reservation<'_>, Error> {
+    /// making room if needed; evicted entries go to `dead`, for the caller to drop once it
+    /// holds no lock.
+    fn reserve(
+        &self,
+        si: usize,
+        own: &mut Table<K>,
+        now: u64,
+        dead: &mut Vec<Entry<K>>,
+    ) -> Result<Reservation<'_>, Error> {
         loop {
             if let Some(r) = self.b.reserve(self.max_keys) {
                 return Ok(r);
             }
-            if self.evict_full_somewhere(si, own, now) {
+            if self.evict_full_somewhere(si, own, now, dead) {
                 continue;
             }
-            if self.on_full == OnFull::EvictFullest && self.evict_fullest_somewhere(si, own, now) {
+            if self.on_full == OnFull::EvictFullest
+                && self.evict_fullest_somewhere(si, own, now, dead)
+            {
                 continue;
             }
             return Err(Error::KeyStoreFull {
@@ -406,11 +421,17 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
     /// earliest instant one can become full, so that new keys are refused in O(1) until then
     /// (the hint protocol of crate::bound; new logs and refunds are made under their shard's
     /// lock, so a scan that starts after their `gen` bump sees them).
-    fn evict_full_somewhere(&self, si: usize, own: &mut Table<K>, now: u64) -> bool {
+    fn evict_full_somewhere(
+        &self,
+        si: usize,
+        own: &mut Table<K>,
+        now: u64,
+        dead: &mut Vec<Entry<K>>,
+    ) -> bool {
         let Some(scan) = self.b.scan(now) else {
             return false;
         };
-        let (evicted, mut soonest) = self.evict_full_in(own, now);
+        let (evicted, mut soonest) = self.evict_full_in(own, now, dead);
         if evicted > 0 {
             return true;
         }
@@ -423,7 +444,7 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
                 complete = false;
                 continue;
             };
-            let (evicted, s) = self.evict_full_in(&mut t, now);
+            let (evicted, s) = self.evict_full_in(&mut t, now, dead);
             if evicted > 0 {
                 return true;
             }
@@ -435,9 +456,9 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
         false
     }
 
-    /// Evicts the full logs of one table (its lock held). Returns how many, and the earliest
-    /// instant a kept log becomes full (`u64::MAX` if none).
-    fn evict_full_in(&self, t: &mut Table<K>, now: u64) -> (usize, u64) {
+    /// Evicts the full logs of one table (its lock held) into `dead`. Returns how many, and
+    /// the earliest instant a kept log becomes full (`u64::MAX` if none).
+    fn evict_full_in(&self, t: &mut Table<K>, now: u64, dead: &mut Vec<Entry<K>>) -> (usize, u64) {
         let (mut evicted, mut soonest) = (0, u64::MAX);
         let mut i = 0;
         while i < t.cap() {
@@ -455,18 +476,23 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
             }
             // An entry shifted back into place i is looked at next (entries from the start of
             // the table, already looked at and kept, may come back: they are kept again).
-            let gone = t.take(i);
+            dead.extend(t.take(i));
             self.b.give_back(1);
             evicted += 1;
-            drop(gone);
         }
         (evicted, soonest)
     }
 
     /// [`OnFull::EvictFullest`]: evicts the log with the least `reset_after` among up to 32
     /// live logs of this shard (or of the first other shard, not busy, that has some).
-    fn evict_fullest_somewhere(&self, si: usize, own: &mut Table<K>, now: u64) -> bool {
-        if self.evict_fullest_in(own, now) {
+    fn evict_fullest_somewhere(
+        &self,
+        si: usize,
+        own: &mut Table<K>,
+        now: u64,
+        dead: &mut Vec<Entry<K>>,
+    ) -> bool {
+        if self.evict_fullest_in(own, now, dead) {
             return true;
         }
         for (i, shard) in self.shards.iter().enumerate() {
@@ -474,7 +500,7 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
                 continue;
             }
             if let Some(mut t) = sync::try_lock(shard) {
-                if self.evict_fullest_in(&mut t, now) {
+                if self.evict_fullest_in(&mut t, now, dead) {
                     return true;
                 }
             }
@@ -482,7 +508,7 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
         false
     }
 
-    fn evict_fullest_in(&self, t: &mut Table<K>, now: u64) -> bool {
+    fn evict_fullest_in(&self, t: &mut Table<K>, now: u64, dead: &mut Vec<Entry<K>>) -> bool {
         if t.live == 0 {
             return false;
         }
@@ -508,9 +534,8 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
             return false;
         };
         self.b.raise_watermark(now);
-        let gone = t.take(at);
+        dead.extend(t.take(at));
         self.b.give_back(1);
-        drop(gone);
         true
     }
 }

@@ -482,3 +482,114 @@ fn a_hash_that_panics_during_a_rebuild_changes_nothing() {
         assert_eq!(l.peek(k).unwrap().remaining(), 4, "{k:?} after the rebuild");
     }
 }
+
+/// The limiter a `Reentrant` key calls back into when it is dropped.
+type Echo = KeyedLimiter<Reentrant, ManualClock>;
+static ECHO: std::sync::Mutex<Option<std::sync::Arc<Echo>>> = std::sync::Mutex::new(None);
+/// How many tripwire keys called back, and how many of those calls returned.
+static ECHOES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A key whose `Drop` (user code), for the tripwire key 0, asks the same limiter for a new
+/// key: it takes the lock of the shard the key lived in. Run under that lock, it deadlocks.
+/// Only the store's own copies (made by `Clone`) call back, not the caller's borrowed ones.
+#[derive(Debug)]
+struct Reentrant {
+    id: u64,
+    stored: bool,
+}
+
+fn reentrant(id: u64) -> Reentrant {
+    Reentrant { id, stored: false }
+}
+
+impl Clone for Reentrant {
+    fn clone(&self) -> Self {
+        Reentrant {
+            id: self.id,
+            stored: true,
+        }
+    }
+}
+
+impl PartialEq for Reentrant {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+impl Eq for Reentrant {}
+
+impl std::hash::Hash for Reentrant {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.id.hash(h);
+    }
+}
+
+impl Drop for Reentrant {
+    fn drop(&mut self) {
+        if self.id != 0 || !self.stored {
+            return;
+        }
+        let l = ECHO.lock().unwrap().clone();
+        if let Some(l) = l {
+            let _ = l.try_acquire(&reentrant(1_000_000), 1);
+            ECHOES.fetch_add(1, SeqCst);
+        }
+    }
+}
+
+use std::sync::atomic::Ordering::SeqCst;
+
+/// Keys are dropped only after the store's locks are released: a key whose destructor calls
+/// back into the same limiter completes (word store: unlinked keys freed with their table,
+/// after a rebuild; sliding-log store: a full log evicted at the bound). On a store that
+/// drops keys under a shard's lock this deadlocks, which the test reports after a minute
+/// rather than hanging.
+#[test]
+fn a_key_dropped_by_the_store_may_call_back_into_it() {
+    let (done, wait) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Word store: remove the tripwire (its key stays in the table, unlinked), then grow
+        // the table until the old one is retired, and free what the rebuilds retired.
+        let clock = ManualClock::new(0);
+        let l = std::sync::Arc::new(
+            KeyedLimiter::<Reentrant>::builder("5/s".parse().unwrap())
+                .shards(1)
+                .clock(clock.clone())
+                .build()
+                .unwrap(),
+        );
+        *ECHO.lock().unwrap() = Some(l.clone());
+        assert!(l.try_acquire(&reentrant(0), 1).unwrap().allowed());
+        assert!(l.remove(&reentrant(0)));
+        for k in 1..200 {
+            assert!(l.try_acquire(&reentrant(k), 1).unwrap().allowed());
+        }
+        l.sweep();
+        let word = ECHOES.load(SeqCst);
+
+        // Sliding-log store: the tripwire's window is empty after a second, so the next new
+        // key at the bound evicts it.
+        let l = std::sync::Arc::new(
+            KeyedLimiter::<Reentrant>::builder("5/s; algorithm=sliding_log".parse().unwrap())
+                .shards(1)
+                .max_keys(2)
+                .clock(clock.clone())
+                .build()
+                .unwrap(),
+        );
+        *ECHO.lock().unwrap() = Some(l.clone());
+        assert!(l.try_acquire(&reentrant(0), 1).unwrap().allowed());
+        clock.advance(std::time::Duration::from_secs(2));
+        assert!(l.try_acquire(&reentrant(1), 1).unwrap().allowed());
+        assert!(l.try_acquire(&reentrant(2), 1).unwrap().allowed());
+        let log = ECHOES.load(SeqCst) - word;
+        *ECHO.lock().unwrap() = None;
+        done.send((word, log)).unwrap();
+    });
+    let (word, log) = wait
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("a key's Drop ran under a lock of the store it calls back into: deadlock");
+    assert_eq!(word, 1, "the word store freed the unlinked tripwire once");
+    assert_eq!(log, 1, "the log store evicted the tripwire once");
+}
