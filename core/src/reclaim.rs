@@ -31,9 +31,9 @@
 //! seccomp), the light fence is a real `SeqCst` fence and the heavy one an ordinary fence:
 //! the classic symmetric protocol, as fast as crossbeam-epoch's.
 //!
-//! A table is freed by the next writer that finds its snapshot passed (see
-//! `keyed::Core::retire`), or with the limiter; a thread stalled inside a section delays only
-//! the tables retired while it was there.
+//! A table is freed by the next writer that finds its snapshot passed, with no shard lock
+//! held (see `keyed::Core::collect`), or with the limiter; a thread stalled inside a section
+//! delays only the tables retired while it was there.
 //!
 //! # Proof
 //!
