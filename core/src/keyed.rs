@@ -370,13 +370,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         Q::Owned: Into<K>,
     {
         match &self.store {
-            Store::Narrow(core) => {
-                let shard = core.shard(&self.cx, h);
-                let d = core.acquire_slow(&self.cx, shard, h, key, now, cost, &epoch::pin());
-                // The shard's lock is released: free what a rebuild retired.
-                core.collect_pending();
-                d
-            }
+            Store::Narrow(core) => core.acquire_locked(&self.cx, h, key, now, cost),
             Store::Wide(core) => core.acquire(&self.cx, h, key, now, cost),
             Store::Log(log) => log.acquire(h, key, now, cost),
         }
@@ -978,6 +972,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         cell::acquire_live::<W>(&t.found(i).word, &cx.algo, now, cost)
     }
 
+    /// The lock-free path, then the locked one.
     #[inline]
     fn acquire<Q>(&self, cx: &Ctx, h: u64, key: &Q, now: u64, cost: u64) -> Result<Decision, Error>
     where
@@ -985,18 +980,28 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         Q: Hash + Eq + ToOwned + ?Sized,
         Q::Owned: Into<K>,
     {
-        let shard = self.shard(cx, h);
-        let guard = epoch::pin();
-        if let Some(t) = shard.table(&guard) {
-            if let Some(i) = t.find(h, key) {
-                if let Some(d) = cell::acquire_live::<W>(&t.found(i).word, &cx.algo, now, cost) {
-                    return Ok(d);
-                }
-            }
+        match self.acquire_fast(cx, h, key, now, cost) {
+            Some(d) => Ok(d),
+            None => self.acquire_locked(cx, h, key, now, cost),
         }
-        let d = self.acquire_slow(cx, shard, h, key, now, cost, &guard);
-        drop(guard);
-        // The shard's lock is released: free what a rebuild retired.
+    }
+
+    /// The decision under the shard's lock (a new key, or a DEAD mark met without it), then
+    /// the freeing of what a rebuild retired, once the lock is released.
+    fn acquire_locked<Q>(
+        &self,
+        cx: &Ctx,
+        h: u64,
+        key: &Q,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        let d = self.acquire_slow(cx, self.shard(cx, h), h, key, now, cost, &epoch::pin());
         self.collect_pending();
         d
     }
