@@ -704,41 +704,79 @@ impl<K, W: Word> Table<K, W> {
     }
 
     /// Probes for `key`; returns its slot, live as of its control word's load.
+    ///
+    /// The home group inline, the rest of the probe out of line: at a load of at most 7/8 a
+    /// lookup almost always ends in its home group (a match, or an EMPTY byte), and without
+    /// the probe loop's bookkeeping the hot path keeps its values in registers.
     #[inline]
     fn find<Q>(&self, h: u64, key: &Q) -> Option<usize>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let groups = self.ctrl.len();
         let want = tag(h);
-        let mut g = self.home(h);
+        let g = self.home(h);
         self.prefetch_group(g);
-        for _ in 0..groups {
-            // SAFETY: `home` maps into 0..groups and `g` wraps at `groups`.
-            let word = unsafe { self.ctrl.get_unchecked(g) }.load(Ordering::Acquire);
-            let mut m = match_byte(word, want);
-            while m != 0 {
-                let b = (m.trailing_zeros() / 8) as usize;
-                m &= m - 1;
-                let i = g * GROUP + b;
-                // SAFETY: `slots` has GROUP slots per control word, so `i` is in bounds. This
-                // slot's control byte, as just loaded (Acquire), is LIVE: it was stored
-                // (Release) after the key was written, and keys are never overwritten while the
-                // table lives, which it does while our caller's read section (or the shard
-                // lock) lasts. A key moved to a newer table since is a bitwise copy whose
-                // owner is kept alive by the same section (see `Core::rebuild`).
-                let k = unsafe { (*self.slots.get_unchecked(i).key.get()).assume_init_ref() };
-                if k.borrow() == key {
-                    return Some(i);
-                }
+        // SAFETY: a table has at least one group (`new`) and `home` maps into 0..groups.
+        let word = unsafe { self.ctrl.get_unchecked(g) }.load(Ordering::Acquire);
+        if let Some(i) = self.match_group(g, word, want, key) {
+            return Some(i);
+        }
+        if match_byte(word, EMPTY) != 0 {
+            return None;
+        }
+        self.find_after(g, want, key)
+    }
+
+    /// [`find`](Self::find) past a full home group `first`: the following groups, wrapping,
+    /// up to the first one with an EMPTY byte.
+    #[cold]
+    #[inline(never)]
+    fn find_after<Q>(&self, first: usize, want: u8, key: &Q) -> Option<usize>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let groups = self.ctrl.len();
+        let mut g = first;
+        for _ in 1..groups {
+            g += 1;
+            if g == groups {
+                g = 0;
+            }
+            let word = self.ctrl[g].load(Ordering::Acquire);
+            if let Some(i) = self.match_group(g, word, want, key) {
+                return Some(i);
             }
             if match_byte(word, EMPTY) != 0 {
                 return None;
             }
-            g += 1;
-            if g == groups {
-                g = 0;
+        }
+        None
+    }
+
+    /// The slot of group `g` (whose control word, loaded with Acquire, is `word`) holding
+    /// `key`, among those tagged `want`.
+    #[inline(always)]
+    fn match_group<Q>(&self, g: usize, word: u64, want: u8, key: &Q) -> Option<usize>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let mut m = match_byte(word, want);
+        while m != 0 {
+            let b = (m.trailing_zeros() / 8) as usize;
+            m &= m - 1;
+            let i = g * GROUP + b;
+            // SAFETY: `slots` has GROUP slots per control word, so `i` is in bounds. This
+            // slot's control byte, as loaded (Acquire) in `word`, is LIVE: it was stored
+            // (Release) after the key was written, and keys are never overwritten while the
+            // table lives, which it does while our caller's read section (or the shard lock)
+            // lasts. A key moved to a newer table since is a bitwise copy whose owner is kept
+            // alive by the same section (see `Core::rebuild`).
+            let k = unsafe { (*self.slots.get_unchecked(i).key.get()).assume_init_ref() };
+            if k.borrow() == key {
+                return Some(i);
             }
         }
         None
