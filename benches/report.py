@@ -8,6 +8,8 @@ Standard library only. Called by ci/bench.sh; can be re-run alone on existing re
 
 Reads every `new/benchmark.json` + `new/estimates.json` pair under --criterion (written after
 --since, so that results of benchmarks no longer in the suite are ignored) and uses the median.
+Where ci/bench.sh measured a benchmark again under baselines `pass2`, `pass3`, ... (the keyed
+groups), a row is the median of those passes' medians.
 Binding suites (Python, Node, C) can add their own sections: every `*.md` file in
 `target/bench/extra/` is appended verbatim, in name order.
 """
@@ -17,6 +19,7 @@ import datetime
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -48,16 +51,26 @@ DESCRIPTIONS = {
 
 
 def load(criterion_dir, since):
-    """{(group, function, value): median_ns}"""
-    out = {}
-    for bench in Path(criterion_dir).rglob("new/benchmark.json"):
+    """{(group, function, value): median_ns}: criterion's median, or for a benchmark measured
+    in several passes (baselines `new`, `pass2`, `pass3`, ...) the median of their medians."""
+    runs = {}
+    for bench in Path(criterion_dir).rglob("benchmark.json"):
+        if bench.parent.name != "new" and not bench.parent.name.startswith("pass"):
+            continue
         est = bench.with_name("estimates.json")
         if not est.exists() or est.stat().st_mtime < since:
             continue
         meta = json.loads(bench.read_text())
         median = json.loads(est.read_text())["median"]["point_estimate"]
-        out[(meta["group_id"], meta["function_id"], meta.get("value_str"))] = median
-    return out
+        key = (meta["group_id"], meta["function_id"], meta.get("value_str"))
+        runs.setdefault(key, []).append(median)
+    global PASSES
+    PASSES = max((len(v) for v in runs.values()), default=0)
+    return {k: statistics.median(v) for k, v in runs.items()}
+
+
+# The most passes any benchmark was measured in (set by `load`).
+PASSES = 0
 
 
 def fmt_ns(ns):
@@ -388,6 +401,11 @@ def main():
             md.append("`floor` is `KeyedFloor`: a read-only std `HashMap` of atomic words "
                       "(foldhash), a clock read and one CAS (a load on the reject path): what any "
                       "keyed limiter must at least do.\n")
+            if PASSES > 1:
+                md.append(f"Each keyed row (here and in the two-thread tables) is the median of "
+                          f"{PASSES} criterion passes over the keyed groups, one after another, "
+                          "so that a burst of load during one subject's few seconds does not "
+                          "decide a ratio.\n")
         if path == "allow" and group_name == "keyed-2t":
             md.append("\n## Keyed: two threads at once, each on its own half of the keys\n")
             md.append("Time per decision of each thread; equal to the one-thread row above means "
