@@ -8,8 +8,8 @@ Standard library only. Called by ci/bench.sh; can be re-run alone on existing re
 
 Reads every `new/benchmark.json` + `new/estimates.json` pair under --criterion (written after
 --since, so that results of benchmarks no longer in the suite are ignored) and uses the median.
-Where ci/bench.sh measured a benchmark again under baselines `pass2`, `pass3`, ... (the keyed
-groups), a row is the median of those passes' medians.
+Where ci/bench.sh measured a benchmark in passes saved as baselines `pass1`, `pass2`, ... (the
+keyed groups), a row is the median of those passes' medians.
 Binding suites (Python, Node, C) can add their own sections: every `*.md` file in
 `target/bench/extra/` is appended verbatim, in name order.
 """
@@ -52,10 +52,13 @@ DESCRIPTIONS = {
 
 def load(criterion_dir, since):
     """{(group, function, value): median_ns}: criterion's median, or for a benchmark measured
-    in several passes (baselines `new`, `pass2`, `pass3`, ...) the median of their medians."""
+    in several passes (baselines `pass1`, `pass2`, ...) the median of their medians. Criterion
+    rewrites `new` on every run, so where passes exist `new` repeats the last one and is
+    skipped."""
     runs = {}
     for bench in Path(criterion_dir).rglob("benchmark.json"):
-        if bench.parent.name != "new" and not bench.parent.name.startswith("pass"):
+        name = bench.parent.name
+        if name != "new" and not name.startswith("pass"):
             continue
         est = bench.with_name("estimates.json")
         if not est.exists() or est.stat().st_mtime < since:
@@ -63,10 +66,14 @@ def load(criterion_dir, since):
         meta = json.loads(bench.read_text())
         median = json.loads(est.read_text())["median"]["point_estimate"]
         key = (meta["group_id"], meta["function_id"], meta.get("value_str"))
-        runs.setdefault(key, []).append(median)
+        runs.setdefault(key, {})[name] = median
     global PASSES
-    PASSES = max((len(v) for v in runs.values()), default=0)
-    return {k: statistics.median(v) for k, v in runs.items()}
+    out = {}
+    for key, by in runs.items():
+        passes = [v for n, v in by.items() if n.startswith("pass")]
+        out[key] = statistics.median(passes) if passes else by["new"]
+        PASSES = max(PASSES, len(passes))
+    return out
 
 
 # The most passes any benchmark was measured in (set by `load`).
