@@ -164,6 +164,9 @@ impl Clock for MonotonicClock {
             let raw = unsafe { core::arch::x86_64::_rdtsc() };
             return tsc_nanos(raw, self.origin, self.mult);
         }
+        // Elsewhere `mult` is always 0 (see `tsc_multiplier`).
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = self.mult;
         // A raw reading behind the origin (another core's TSC) saturates to 0.
         self.clock.delta_as_nanos(self.origin, self.clock.raw())
     }
