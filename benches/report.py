@@ -51,10 +51,10 @@ DESCRIPTIONS = {
 
 
 def load(criterion_dir, since):
-    """{(group, function, value): median_ns}: criterion's median, or for a benchmark measured
-    in several passes (baselines `pass1`, `pass2`, ...) the median of their medians. Criterion
-    rewrites `new` on every run, so where passes exist `new` repeats the last one and is
-    skipped."""
+    """({(group, function, value): median_ns}, passes): criterion's median, or for a benchmark
+    measured in several passes (baselines `pass1`, `pass2`, ...) the median of their medians,
+    and the most passes any benchmark had. Criterion rewrites `new` on every run, so where
+    passes exist `new` repeats the last one and is skipped."""
     runs = {}
     for bench in Path(criterion_dir).rglob("benchmark.json"):
         name = bench.parent.name
@@ -67,17 +67,12 @@ def load(criterion_dir, since):
         median = json.loads(est.read_text())["median"]["point_estimate"]
         key = (meta["group_id"], meta["function_id"], meta.get("value_str"))
         runs.setdefault(key, {})[name] = median
-    global PASSES
-    out = {}
+    out, most = {}, 0
     for key, by in runs.items():
         passes = [v for n, v in by.items() if n.startswith("pass")]
         out[key] = statistics.median(passes) if passes else by["new"]
-        PASSES = max(PASSES, len(passes))
-    return out
-
-
-# The most passes any benchmark was measured in (set by `load`).
-PASSES = 0
+        most = max(most, len(passes))
+    return out, most
 
 
 def fmt_ns(ns):
@@ -165,7 +160,7 @@ def main():
     ap.add_argument("--load-start", default=None, help="/proc/loadavg when the run started")
     args = ap.parse_args()
 
-    r = load(args.criterion, args.since)
+    r, passes = load(args.criterion, args.since)
     if not r:
         sys.exit(f"report.py: no criterion results under {args.criterion}")
 
@@ -408,9 +403,9 @@ def main():
             md.append("`floor` is `KeyedFloor`: a read-only std `HashMap` of atomic words "
                       "(foldhash), a clock read and one CAS (a load on the reject path): what any "
                       "keyed limiter must at least do.\n")
-            if PASSES > 1:
+            if passes > 1:
                 md.append(f"Each keyed row (here and in the two-thread tables) is the median of "
-                          f"{PASSES} criterion passes over the keyed groups, one after another, "
+                          f"{passes} criterion passes over the keyed groups, one after another, "
                           "so that a burst of load during one subject's few seconds does not "
                           "decide a ratio.\n")
         if path == "allow" and group_name == "keyed-2t":
