@@ -12,7 +12,8 @@
 //! first in `gen`'s order, and the scanner sees `gen != g0` and drops the hint it set (or the
 //! bump preceded g0, and the scan saw the change), or the bump comes after: then the
 //! scanner's hint happens before the change's load of `hint`, which sees it and lowers it. A
-//! hint of 0 means none, and needs no lowering.
+//! hint of 0 means none, and needs no lowering; lowering a hint to 0 (a bucket full from
+//! instant 0 on) leaves none, which is right: no instant is then before the first full one.
 
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use crossbeam_utils::CachePadded;
@@ -110,7 +111,9 @@ impl Bound {
     pub(crate) fn lowered(&self, full_at: u64) {
         self.gen.fetch_add(1, Ordering::AcqRel);
         if self.hint.load(Ordering::Acquire) != 0 {
-            self.hint.fetch_min(full_at.max(1), Ordering::AcqRel);
+            // Not clamped to 1: a bucket full from instant 0 on must leave no hint (0), for a
+            // hint of 1 would refuse a new key at instant 0 without the scan that evicts it.
+            self.hint.fetch_min(full_at, Ordering::AcqRel);
         }
     }
 
@@ -130,12 +133,7 @@ impl Bound {
     pub(crate) fn found_nothing(&self, scan: Scan, soonest: u64) {
         if self
             .hint
-            .compare_exchange(
-                scan.hint,
-                soonest.max(1),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
+            .compare_exchange(scan.hint, soonest, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
             && self.gen.fetch_add(0, Ordering::AcqRel) != scan.gen
         {

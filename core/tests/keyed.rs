@@ -208,6 +208,51 @@ fn reject_new_keys_at_the_bound_unless_a_bucket_is_full() {
     assert!(kl.try_acquire(&5, 1).unwrap().allowed());
 }
 
+/// Regression (found by `keyed_log`'s property test in CI): a scan at the bound records when
+/// a bucket can first become full; new buckets lower that hint. A bucket full from instant 0
+/// on lowered it to 1 (0 meaning "no hint"), so a new key at instant 0 was refused without the
+/// scan that would have evicted it.
+#[test]
+fn a_bucket_full_from_instant_zero_is_evicted_at_instant_zero() {
+    use sluicegate::Algorithm;
+    for algorithm in [
+        Algorithm::TokenBucket,
+        Algorithm::Gcra,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+    ] {
+        for on_full in [OnFull::RejectNewKeys, OnFull::EvictFullest] {
+            let clock = ManualClock::new(0);
+            let quota = "4/s".parse::<Quota>().unwrap().algorithm(algorithm);
+            let kl = KeyedLimiter::<u64, _>::builder(quota)
+                .max_keys(2)
+                .on_full(on_full)
+                .clock(clock.clone())
+                .build()
+                .unwrap();
+            kl.try_acquire(&1, 1).unwrap();
+            kl.try_acquire(&2, 1).unwrap();
+            // Nothing is full before 0.25 s: the scan records that.
+            if on_full == OnFull::RejectNewKeys {
+                assert_eq!(
+                    kl.try_acquire(&3, 0),
+                    Err(Error::KeyStoreFull { max_keys: 2 }),
+                    "{algorithm:?}"
+                );
+            }
+            kl.clear();
+            // Cost 0: full from instant 0 on.
+            kl.try_acquire(&4, 0).unwrap();
+            kl.try_acquire(&5, 0).unwrap();
+            let d = kl.try_acquire(&6, 1).unwrap();
+            assert!(d.allowed(), "{algorithm:?} {on_full:?}");
+            assert_eq!(d.remaining(), 3, "{algorithm:?} {on_full:?}");
+            assert!(kl.len() <= 2);
+        }
+    }
+}
+
 #[test]
 fn evict_fullest_makes_room_for_new_keys() {
     let clock = ManualClock::new(0);
