@@ -509,4 +509,56 @@ mod loom_models {
             reader.join().unwrap();
         });
     }
+
+    /// The same, with the reader finding the table through a view published under a
+    /// sequence lock (as `keyed::Shard::publish` and `Shard::view` do: Relaxed fields between
+    /// the sequence's stores, read between its loads) instead of one pointer.
+    #[test]
+    fn no_read_of_a_freed_table_through_a_seqlock_view() {
+        loom::model(|| {
+            let d = Arc::new(Domain::new());
+            let tables = Arc::new([UnsafeCell::new(1u64), UnsafeCell::new(2u64)]);
+            // (seq, table index, a second field of the same table: its index plus 10)
+            let view = Arc::new((AtomicU64::new(0), AtomicUsize::new(0), AtomicUsize::new(10)));
+
+            let reader = {
+                let (d, tables, view) = (d.clone(), tables.clone(), view.clone());
+                loom::thread::spawn(move || {
+                    let r = d.register();
+                    let exit = r.enter();
+                    let s1 = view.0.load(Ordering::Acquire);
+                    let t = view.1.load(Ordering::Relaxed);
+                    let u = view.2.load(Ordering::Relaxed);
+                    fence(Ordering::Acquire);
+                    let s2 = view.0.load(Ordering::Relaxed);
+                    if s1 == s2 && s1 & 1 == 0 {
+                        assert_eq!(u, t + 10, "a torn view");
+                        let v = tables[t].with(|p| {
+                            // SAFETY: a read of the table the view named; loom checks that
+                            // it never races the free below.
+                            unsafe { *p }
+                        });
+                        assert!(v != 0, "read a freed table");
+                    }
+                    r.exit(exit);
+                    d.release(r);
+                })
+            };
+
+            view.0.store(1, Ordering::Relaxed);
+            fence(Ordering::Release);
+            view.1.store(1, Ordering::Relaxed);
+            view.2.store(11, Ordering::Relaxed);
+            view.0.store(2, Ordering::Release);
+            let s = d.snapshot().expect("fence");
+            while !d.passed(&s) {
+                loom::thread::yield_now();
+            }
+            tables[0].with_mut(|p| {
+                // SAFETY: the "free" of the old table, after its snapshot passed.
+                unsafe { *p = 0 }
+            });
+            reader.join().unwrap();
+        });
+    }
 }
