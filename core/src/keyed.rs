@@ -209,12 +209,15 @@ pub struct KeyedLimiter<K, C: Clock = DefaultClock> {
 }
 
 /// Seeded randomly per limiter, so that collisions cannot be forced from outside (and every
-/// key is compared in full regardless).
+/// key is compared in full regardless). foldhash's `fast` variant, the one its authors made
+/// for hash tables (hashbrown's default): its seeding is the same as `quality`'s, which only
+/// adds a second multiply for statistics use. The table takes the tag from the hash's top
+/// bits and the home group from its low 32, as hashbrown does.
 #[cfg(not(sluicegate_loom))]
-type KeyHasher = foldhash::quality::RandomState;
+type KeyHasher = foldhash::fast::RandomState;
 /// loom replays executions and needs every one to hash alike.
 #[cfg(sluicegate_loom)]
-type KeyHasher = foldhash::quality::FixedState;
+type KeyHasher = foldhash::fast::FixedState;
 
 /// What every shard's operations share, whatever the word width.
 struct Ctx {
