@@ -469,6 +469,19 @@ mod loom_models {
     use loom::sync::atomic::AtomicUsize;
     use loom::sync::Arc;
 
+    /// The writer's side once the old table (cell 0) is unlinked: snapshot the open sections,
+    /// wait for them to pass, then "free" the table (write its cell).
+    fn free_old_table(d: &Domain, tables: &[UnsafeCell<u64>; 2]) {
+        let s = d.snapshot().expect("fence");
+        while !d.passed(&s) {
+            loom::thread::yield_now();
+        }
+        tables[0].with_mut(|p| {
+            // SAFETY: the "free" of the old table, after its snapshot passed.
+            unsafe { *p = 0 }
+        });
+    }
+
     /// A reader looks up the current "table" (one of two cells) and reads it inside a section;
     /// a writer swaps the current table, snapshots, waits for the snapshot to pass and
     /// "frees" the old one (writes its cell). loom reports a causality violation if the free
@@ -498,14 +511,7 @@ mod loom_models {
             };
 
             current.store(1, Ordering::SeqCst);
-            let s = d.snapshot().expect("fence");
-            while !d.passed(&s) {
-                loom::thread::yield_now();
-            }
-            tables[0].with_mut(|p| {
-                // SAFETY: the "free" of the old table, after its snapshot passed.
-                unsafe { *p = 0 }
-            });
+            free_old_table(&d, &tables);
             reader.join().unwrap();
         });
     }
@@ -550,14 +556,7 @@ mod loom_models {
             view.1.store(1, Ordering::Relaxed);
             view.2.store(11, Ordering::Relaxed);
             view.0.store(2, Ordering::Release);
-            let s = d.snapshot().expect("fence");
-            while !d.passed(&s) {
-                loom::thread::yield_now();
-            }
-            tables[0].with_mut(|p| {
-                // SAFETY: the "free" of the old table, after its snapshot passed.
-                unsafe { *p = 0 }
-            });
+            free_old_table(&d, &tables);
             reader.join().unwrap();
         });
     }
