@@ -787,27 +787,38 @@ impl<'a, K, W: Word> Probe<'a, K, W> {
         if match_byte(word, EMPTY) != 0 {
             return None;
         }
-        self.find_after(g, want, key)
+        Self::find_after(self.ctrl, self.slots.as_ptr(), g, want, key)
     }
 
     /// [`find`](Self::find) past a full home group `first`: the following groups, wrapping,
-    /// up to the first one with an EMPTY byte.
+    /// up to the first one with an EMPTY byte. The probe comes in as its parts, in registers:
+    /// passed whole, it was written to the stack on every lookup for this rare call.
     #[cold]
     #[inline(never)]
-    fn find_after<Q>(self, first: usize, want: u8, key: &Q) -> Option<usize>
+    fn find_after<Q>(
+        ctrl: &'a [AtomicU64],
+        slots: *const Entry<K, W>,
+        first: usize,
+        want: u8,
+        key: &Q,
+    ) -> Option<usize>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let groups = self.ctrl.len();
+        // SAFETY: `slots` is the slots' pointer of the probe that `ctrl` came from: its
+        // `GROUP * ctrl.len()` entries live for 'a.
+        let slots = unsafe { core::slice::from_raw_parts(slots, GROUP * ctrl.len()) };
+        let p = Probe { ctrl, slots };
+        let groups = ctrl.len();
         let mut g = first;
         for _ in 1..groups {
             g += 1;
             if g == groups {
                 g = 0;
             }
-            let word = self.ctrl[g].load(Ordering::Acquire);
-            if let Some(i) = self.match_group(g, word, want, key) {
+            let word = p.ctrl[g].load(Ordering::Acquire);
+            if let Some(i) = p.match_group(g, word, want, key) {
                 return Some(i);
             }
             if match_byte(word, EMPTY) != 0 {
