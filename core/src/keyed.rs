@@ -729,7 +729,8 @@ impl<K, W: Word> Clone for Probe<'_, K, W> {
 impl<K, W: Word> Copy for Probe<'_, K, W> {}
 
 impl<'a, K, W: Word> Probe<'a, K, W> {
-    /// [`entry`](Self::entry) for a slot `find` returned.
+    /// The entry of a slot [`find`](Self::find) returned (unchecked: `find` returns only
+    /// indexes of these slots).
     #[inline]
     fn found(self, i: usize) -> &'a Entry<K, W> {
         debug_assert!(i < self.slots.len());
