@@ -317,6 +317,51 @@ impl Clock for ManualClock {
     }
 }
 
+/// A clock chosen at run time: the default clock, or a manual one (what the bindings offer,
+/// where a limiter's clock is an argument rather than a type). An enum rather than
+/// `Box<dyn Clock>`: one predictable branch, no call through a pointer on the hot path.
+#[derive(Clone, Debug)]
+pub enum AnyClock {
+    /// The default clock ([`MonotonicClock`]).
+    Monotonic(MonotonicClock),
+    /// A clock set by hand.
+    Manual(ManualClock),
+}
+
+impl AnyClock {
+    /// The default clock, or `manual` when given.
+    pub fn new(manual: Option<&ManualClock>) -> Self {
+        match manual {
+            Some(m) => AnyClock::Manual(m.clone()),
+            None => AnyClock::Monotonic(MonotonicClock::new()),
+        }
+    }
+
+    /// The manual clock, if that is what this is.
+    pub fn manual(&self) -> Option<&ManualClock> {
+        match self {
+            AnyClock::Manual(m) => Some(m),
+            AnyClock::Monotonic(_) => None,
+        }
+    }
+}
+
+impl Default for AnyClock {
+    fn default() -> Self {
+        AnyClock::Monotonic(MonotonicClock::new())
+    }
+}
+
+impl Clock for AnyClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        match self {
+            AnyClock::Monotonic(c) => c.now(),
+            AnyClock::Manual(c) => c.now(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,6 +41,16 @@ pub enum Error {
         /// The last reading the limiter accepts.
         horizon: u64,
     },
+    /// A named setting has a value outside its choices (a refill mode, an algorithm, a header
+    /// style, an `OnFull` policy, a store).
+    InvalidOption {
+        /// The setting (`"refill"`, `"algorithm"`, ...).
+        option: &'static str,
+        /// The value given.
+        value: String,
+        /// The choices, in words.
+        expected: String,
+    },
     /// A keyed limiter is at its key bound and the policy is to reject new keys.
     KeyStoreFull {
         /// The configured bound.
@@ -56,6 +66,7 @@ impl Error {
             Error::Parse { .. } => "parse_error",
             Error::InsufficientCapacity { .. } => "insufficient_capacity",
             Error::ClockOutOfRange { .. } => "clock_out_of_range",
+            Error::InvalidOption { .. } => "invalid_option",
             Error::KeyStoreFull { .. } => "key_store_full",
         }
     }
@@ -65,6 +76,34 @@ impl Error {
             reason: reason.into(),
         }
     }
+}
+
+/// Parses `value` as one of `table`'s names (exact, lower case; aliases allowed), or the
+/// [`Error::InvalidOption`] that lists the first name of each choice.
+pub(crate) fn choose<T: Copy + PartialEq>(
+    option: &'static str,
+    value: &str,
+    table: &[(&str, T)],
+) -> Result<T, Error> {
+    if let Some(&(_, v)) = table.iter().find(|(name, _)| *name == value) {
+        return Ok(v);
+    }
+    let mut names: Vec<String> = Vec::new();
+    for (i, (name, v)) in table.iter().enumerate() {
+        if table[..i].iter().all(|(_, w)| w != v) {
+            names.push(format!("{name:?}"));
+        }
+    }
+    let expected = match names.as_slice() {
+        [one] => one.clone(),
+        [a, b] => format!("{a} or {b}"),
+        all => format!("one of {}", all.join(", ")),
+    };
+    Err(Error::InvalidOption {
+        option,
+        value: value.to_string(),
+        expected,
+    })
 }
 
 impl fmt::Display for Error {
@@ -90,6 +129,11 @@ impl fmt::Display for Error {
                 f,
                 "clock reading {now} ns is past the limiter's horizon of {horizon} ns"
             ),
+            Error::InvalidOption {
+                option,
+                value,
+                expected,
+            } => write!(f, "{option} must be {expected}, not {:?}", Clip(value)),
             Error::KeyStoreFull { max_keys } => {
                 write!(f, "key store full: {max_keys} keys and none evictable")
             }

@@ -21,36 +21,44 @@
 //! # Ok::<(), sluicegate::Error>(())
 //! ```
 //!
-//! The semantics every binding shares are in `docs/SEMANTICS.md`.
+//! # Layers
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | `quota` | [`Quota`]: the builder, its getters, the rate-string grammar |
+//! | `algorithm` | one pure state codec per [`Algorithm`]: `(state, now, cost) -> (decision, state)` |
+//! | `bucket` | the one CAS loop, [`Limiter`], [`composite`], the acquire planner |
+//! | `store` | where buckets live: [`KeyedLimiter`] over the in-process table (the seam for other stores) |
+//! | `decision` | [`Decision`] and its HTTP fields ([`http`]) |
+//! | [`clock`] | monotonic nanoseconds: TSC, std, coarse, manual |
+//! | `sync` | the atomics facade (loom or std) and the read sections (RCU) of the tables |
+//!
+//! The semantics every binding and store shares are in `docs/SEMANTICS.md`; the file map in
+//! `docs/ARCHITECTURE.md`.
 
 #![warn(missing_docs)]
 
 mod algorithm;
-mod bound;
-mod cell;
+mod bucket;
 pub mod clock;
-pub mod composite;
 mod decision;
 mod error;
-mod gcra;
-pub mod http;
-mod keyed;
-mod keyed_log;
-mod limiter;
-mod log;
-mod queue;
 mod quota;
-mod reclaim;
+mod store;
 mod sync;
-mod window;
 
 pub use algorithm::CENTURY_NS;
-pub use clock::{Clock, CoarseClock, DefaultClock, ManualClock, MonotonicClock, StdClock};
+pub use bucket::composite;
+pub use bucket::{AcquirePlan, Limiter, Next};
+pub use clock::{
+    AnyClock, Clock, CoarseClock, DefaultClock, ManualClock, MonotonicClock, StdClock,
+};
+pub use decision::http;
+pub use decision::http::HeaderStyle;
 pub use decision::Decision;
 pub use error::Error;
-pub use keyed::{KeyedBuilder, KeyedLimiter, OnFull, DEFAULT_MAX_KEYS};
-pub use limiter::Limiter;
 pub use quota::{Algorithm, Quota, Refill, MAX_SLIDING_LOG};
+pub use store::{KeyedBuilder, KeyedLimiter, OnFull, DEFAULT_MAX_KEYS};
 
 /// The README's Rust snippets, compiled and run as doc tests.
 #[cfg(doctest)]

@@ -1,0 +1,205 @@
+//! Composite limits: several limiters (per user, per tenant, global) consumed all-or-nothing.
+//!
+//! A request `(t, c)` is checked against every part first (a cost above any part's capacity is
+//! an error and consumes nothing), then acquired from each part in order at the same `t`. If
+//! part `j` rejects, the cost already taken from parts `0..j` is refunded at `t` and the
+//! request is rejected. The decision reports the tightest part (least `remaining`, the first
+//! on ties: its `limit` and `remaining`) and the longest `retry_after` and `reset_after` of all
+//! parts. For a rejection the parts are read as they stand after the refund: parts before `j`
+//! as a peek, part `j` as its rejection, parts after `j` as the decision they would give for
+//! `c` (read, not consumed). See `docs/SEMANTICS.md`, "Composite limits".
+//!
+//! Between the acquisition from part `i` and its refund another thread may see part `i`
+//! with `c` fewer tokens: a transient, conservative rejection, never an over-admission (each
+//! part is only ever consumed through its own lock-free protocol). The loom model
+//! `composite_refund_is_all_or_nothing` checks every interleaving of two such requests.
+
+use crate::clock::Clock;
+use crate::{Decision, Error, Limiter};
+use core::borrow::Borrow;
+
+/// Several limiters consumed all-or-nothing, reading one clock (the first limiter's).
+///
+/// ```
+/// use sluicegate::{composite::Composite, Limiter, ManualClock};
+///
+/// let clock = ManualClock::new(0);
+/// let per_user = Limiter::with_clock("2/s".parse()?, clock.clone())?;
+/// let global = Limiter::with_clock("3/s; algorithm=fixed_window".parse()?, clock.clone())?;
+/// let both = Composite::new(vec![per_user, global]);
+/// assert_eq!(both.try_acquire(1)?.remaining(), 1); // the tighter of 1 and 2
+/// assert!(both.try_acquire(1)?.allowed());
+/// let d = both.try_acquire(1)?; // per_user is empty: the global window is refunded
+/// assert!(!d.allowed());
+/// assert_eq!(both.parts()[1].peek()?.remaining(), 1);
+/// # Ok::<(), sluicegate::Error>(())
+/// ```
+pub struct Composite<C: Clock> {
+    parts: Vec<Limiter<C>>,
+}
+
+impl<C: Clock> Composite<C> {
+    /// Limiters consumed in the given order (put the most likely to reject first).
+    ///
+    /// # Panics
+    /// If `parts` is empty.
+    pub fn new(parts: Vec<Limiter<C>>) -> Self {
+        assert!(
+            !parts.is_empty(),
+            "a composite limit needs at least one part"
+        );
+        Self { parts }
+    }
+
+    /// The limiters, in order.
+    pub fn parts(&self) -> &[Limiter<C>] {
+        &self.parts
+    }
+
+    /// Acquires `cost` from every part now, or from none.
+    pub fn try_acquire(&self, cost: u64) -> Result<Decision, Error> {
+        let now = self.parts[0].clock().now();
+        self.try_acquire_at(now, cost)
+    }
+
+    /// [`try_acquire`](Self::try_acquire) at an explicit clock reading.
+    pub fn try_acquire_at(&self, now: u64, cost: u64) -> Result<Decision, Error> {
+        all_or_nothing(&self.parts, now, cost, |_, _| {})
+    }
+
+    /// [`try_acquire`](Self::try_acquire), also returning each part's decision (in order), e.g.
+    /// to list every policy in the HTTP fields with [`crate::http::policies_headers`].
+    pub fn try_acquire_each(&self, cost: u64) -> Result<(Decision, Vec<Decision>), Error> {
+        let now = self.parts[0].clock().now();
+        self.try_acquire_each_at(now, cost)
+    }
+
+    /// [`try_acquire_each`](Self::try_acquire_each) at an explicit clock reading.
+    pub fn try_acquire_each_at(
+        &self,
+        now: u64,
+        cost: u64,
+    ) -> Result<(Decision, Vec<Decision>), Error> {
+        let mut each: Vec<Option<Decision>> = vec![None; self.parts.len()];
+        let d = all_or_nothing(&self.parts, now, cost, |i, d| each[i] = Some(d))?;
+        let each = each
+            .into_iter()
+            .map(|d| d.expect("every part reports a decision"))
+            .collect();
+        Ok((d, each))
+    }
+
+    /// Gives `cost` back to every part.
+    pub fn refund_at(&self, now: u64, cost: u64) -> Result<(), Error> {
+        for p in &self.parts {
+            p.check_at(now, 0)?;
+        }
+        for p in &self.parts {
+            p.refund_checked(now, cost);
+        }
+        Ok(())
+    }
+}
+
+impl<C: Clock> core::fmt::Debug for Composite<C> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_list().entries(&self.parts).finish()
+    }
+}
+
+/// Acquires `cost` from every limiter at `now`, all-or-nothing (limiters owned elsewhere,
+/// e.g. one per user and one global). Clocks are not read: `now` applies to every part.
+///
+/// # Panics
+/// If `parts` is empty.
+pub fn try_acquire_all_at<C: Clock>(
+    parts: &[&Limiter<C>],
+    now: u64,
+    cost: u64,
+) -> Result<Decision, Error> {
+    all_or_nothing(parts, now, cost, |_, _| {})
+}
+
+/// The protocol. `each(i, d)` receives part `i`'s decision as the combined one reads it (a
+/// part may be reported twice; the last report stands).
+fn all_or_nothing<C: Clock, L: Borrow<Limiter<C>>>(
+    parts: &[L],
+    now: u64,
+    cost: u64,
+    mut each: impl FnMut(usize, Decision),
+) -> Result<Decision, Error> {
+    assert!(
+        !parts.is_empty(),
+        "a composite limit needs at least one part"
+    );
+    let parts = || parts.iter().map(Borrow::borrow);
+    for p in parts() {
+        p.check_at(now, cost)?;
+    }
+    let mut acc = Combined::default();
+    for (j, p) in parts().enumerate() {
+        let d = p.acquire_checked(now, cost);
+        each(j, d);
+        if d.allowed() {
+            acc.add(d);
+            continue;
+        }
+        for q in parts().take(j) {
+            q.refund_checked(now, cost);
+        }
+        let mut acc = Combined::default();
+        for (i, q) in parts().enumerate().take(j) {
+            let pd = q.peek_checked(now, 0);
+            each(i, pd);
+            acc.add(pd);
+        }
+        acc.add(d);
+        for (i, q) in parts().enumerate().skip(j + 1) {
+            let pd = q.peek_checked(now, cost);
+            each(i, pd);
+            acc.add(pd);
+        }
+        return Ok(acc.finish(false));
+    }
+    Ok(acc.finish(true))
+}
+
+/// [`try_acquire_all_at`] reading the first limiter's clock.
+pub fn try_acquire_all<C: Clock>(parts: &[&Limiter<C>], cost: u64) -> Result<Decision, Error> {
+    assert!(
+        !parts.is_empty(),
+        "a composite limit needs at least one part"
+    );
+    try_acquire_all_at(parts, parts[0].clock().now(), cost)
+}
+
+#[derive(Default)]
+struct Combined {
+    tightest: Option<Decision>,
+    retry: u64,
+    reset: u64,
+}
+
+impl Combined {
+    fn add(&mut self, d: Decision) {
+        if self.tightest.is_none_or(|t| d.remaining() < t.remaining()) {
+            self.tightest = Some(d);
+        }
+        self.retry = self.retry.max(d.retry_after_nanos());
+        self.reset = self.reset.max(d.reset_after_nanos());
+    }
+
+    fn finish(self, allowed: bool) -> Decision {
+        let t = self.tightest.expect("at least one part");
+        Decision::from_parts(
+            allowed,
+            t.limit(),
+            t.remaining(),
+            1,
+            self.retry,
+            self.reset,
+            1,
+            t.window_secs(),
+        )
+    }
+}

@@ -1,0 +1,265 @@
+//! One bucket: the whole state in one atomic word on its own cache line.
+
+use super::acquire::{self, AcquirePlan, Next};
+use crate::algorithm::Codec;
+use crate::bucket::cell::{self, Slot};
+use crate::clock::{Clock, DefaultClock};
+use crate::{Decision, Error, Quota};
+use crossbeam_utils::CachePadded;
+use std::time::Duration;
+
+struct Inner {
+    slot: Slot,
+    codec: Codec,
+}
+
+/// A lock-free rate limiter for one bucket.
+///
+/// Every method takes `&self`; share it between threads with an `Arc` or a `static`.
+///
+/// ```
+/// use sluicegate::{Limiter, ManualClock};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new(0);
+/// let limiter = Limiter::with_clock("2/s; burst=2".parse()?, clock.clone())?;
+/// assert!(limiter.try_acquire(1)?.allowed());
+/// assert!(limiter.try_acquire(1)?.allowed());
+/// let denied = limiter.try_acquire(1)?;
+/// assert!(!denied.allowed());
+/// assert_eq!(denied.retry_after(), Duration::from_millis(500));
+/// clock.advance(Duration::from_millis(500));
+/// assert!(limiter.try_acquire(1)?.allowed());
+/// # Ok::<(), sluicegate::Error>(())
+/// ```
+pub struct Limiter<C: Clock = DefaultClock> {
+    // The word and the read-only parameters it needs share one padded block: a decision
+    // touches exactly this block and the clock, and no neighbour shares its cache lines.
+    inner: CachePadded<Inner>,
+    quota: Quota,
+    clock: C,
+}
+
+impl Limiter<DefaultClock> {
+    /// A limiter on the default (TSC) clock.
+    ///
+    /// # Panics
+    /// If the quota is invalid (see [`Quota::validate`]); use [`try_new`](Self::try_new) for
+    /// quotas that come from configuration.
+    pub fn new(quota: Quota) -> Self {
+        match Self::try_new(quota) {
+            Ok(l) => l,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// A limiter on the default clock, or the reason the quota is invalid.
+    pub fn try_new(quota: Quota) -> Result<Self, Error> {
+        Self::with_clock(quota, DefaultClock::new())
+    }
+}
+
+impl<C: Clock> Limiter<C> {
+    /// A limiter reading `clock`; the bucket is created now, with the quota's initial tokens.
+    pub fn with_clock(quota: Quota, clock: C) -> Result<Self, Error> {
+        let now = clock.now();
+        let codec = Codec::new(&quota, now)?;
+        codec.check(now, 0)?;
+        Ok(Self {
+            inner: CachePadded::new(Inner {
+                slot: Slot::new(&codec, now),
+                codec,
+            }),
+            quota,
+            clock,
+        })
+    }
+
+    /// Asks for `cost` tokens now. A rejection is `Ok` with `allowed() == false`; `Err` means
+    /// the request can never succeed (`cost` above the capacity) or the clock is out of range.
+    #[inline]
+    pub fn try_acquire(&self, cost: u64) -> Result<Decision, Error> {
+        self.try_acquire_at(self.clock.now(), cost)
+    }
+
+    /// [`try_acquire`](Self::try_acquire) at an explicit clock reading (simulations, or a
+    /// clock owned by the caller). Readings earlier than earlier ones are clamped.
+    #[inline(always)]
+    pub fn try_acquire_at(&self, now: u64, cost: u64) -> Result<Decision, Error> {
+        let inner = &*self.inner;
+        // The default quota (continuous refill, one u64 word) inlines into the caller in u64
+        // arithmetic; every other algorithm, width or error goes through the general path.
+        if let (Slot::Narrow(word), Codec::Continuous(a)) = (&inner.slot, &inner.codec) {
+            if a.fast_ok(now, cost) {
+                return Ok(cell::cas_loop::<u64>(word, |f| a.step_narrow(f, now, cost)));
+            }
+        }
+        self.try_acquire_general(now, cost)
+    }
+
+    #[inline(never)]
+    fn try_acquire_general(&self, now: u64, cost: u64) -> Result<Decision, Error> {
+        let inner = &*self.inner;
+        inner.codec.check(now, cost)?;
+        Ok(inner.slot.acquire(&inner.codec, now, cost))
+    }
+
+    /// The current state, changing nothing (a request of cost 0).
+    pub fn peek(&self) -> Result<Decision, Error> {
+        self.try_acquire(0)
+    }
+
+    /// Gives `cost` tokens back (for work that was admitted but not done), capped at capacity.
+    pub fn refund(&self, cost: u64) -> Result<(), Error> {
+        self.refund_at(self.clock.now(), cost)
+    }
+
+    /// [`refund`](Self::refund) at an explicit clock reading.
+    pub fn refund_at(&self, now: u64, cost: u64) -> Result<(), Error> {
+        let inner = &*self.inner;
+        inner.codec.check(now, 0)?;
+        inner.slot.refund(&inner.codec, now, cost);
+        Ok(())
+    }
+
+    /// Reserves `cost` now. For [`Algorithm::LeakyQueue`](crate::Algorithm::LeakyQueue) an
+    /// admitted reservation may come with a wait: `retry_after()` is the delay until its slot,
+    /// which the caller must let pass before going ahead (or give back with
+    /// [`cancel`](Self::cancel)). For every other algorithm this is
+    /// [`try_acquire`](Self::try_acquire): admitted now, or rejected.
+    ///
+    /// ```
+    /// use sluicegate::{Limiter, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// let q = "10/s; algorithm=leaky_queue; max_delay=250ms".parse()?;
+    /// let limiter = Limiter::with_clock(q, ManualClock::new(0))?;
+    /// let waits: Vec<Duration> = (0..3).map(|_| limiter.reserve(1).unwrap().retry_after()).collect();
+    /// assert_eq!(waits, [Duration::ZERO, Duration::from_millis(100), Duration::from_millis(200)]);
+    /// let full = limiter.reserve(1)?; // a 300 ms wait would exceed max_delay
+    /// assert!(!full.allowed());
+    /// limiter.cancel(1)?; // the last reservation is given back
+    /// assert_eq!(limiter.reserve(1)?.retry_after(), Duration::from_millis(200));
+    /// # Ok::<(), sluicegate::Error>(())
+    /// ```
+    #[inline]
+    pub fn reserve(&self, cost: u64) -> Result<Decision, Error> {
+        self.try_acquire(cost)
+    }
+
+    /// [`reserve`](Self::reserve), admitted only if the wait is at most `max_wait` (a leaky
+    /// queue then leaves no reservation behind; other algorithms never wait).
+    pub fn reserve_within(&self, cost: u64, max_wait: Duration) -> Result<Decision, Error> {
+        let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        self.reserve_within_at(self.clock.now(), cost, max_wait)
+    }
+
+    /// [`reserve_within`](Self::reserve_within) at an explicit clock reading, the bound in
+    /// nanoseconds.
+    pub fn reserve_within_at(
+        &self,
+        now: u64,
+        cost: u64,
+        max_wait_ns: u64,
+    ) -> Result<Decision, Error> {
+        let inner = &*self.inner;
+        inner.codec.check(now, cost)?;
+        Ok(inner.slot.reserve(&inner.codec, now, cost, max_wait_ns))
+    }
+
+    /// Gives a reservation (or admitted cost) back: the same as [`refund`](Self::refund).
+    pub fn cancel(&self, cost: u64) -> Result<(), Error> {
+        self.refund(cost)
+    }
+
+    /// Acquires `cost`, blocking the thread for at most `max_wait` ([`Duration::MAX`]: as long
+    /// as needed). Returns the admitting decision, or the rejection when the quota cannot admit
+    /// `cost` in time: the policy of [`AcquirePlan`] (a leaky queue reserves a slot within the
+    /// deadline and sleeps until it; other algorithms sleep `retry_after` and try again).
+    pub fn acquire(&self, cost: u64, max_wait: Duration) -> Result<Decision, Error> {
+        let mut plan = self.start_acquire(cost, max_wait);
+        acquire::block_on(|| self.poll_acquire(&mut plan))
+    }
+
+    /// [`acquire`](Self::acquire) for async code: the same decisions, waiting with
+    /// `tokio::time::sleep` instead of blocking the thread (cargo feature `tokio`). Dropping
+    /// the future while a leaky queue's slot is pending does not give the slot back; call
+    /// [`cancel`](Self::cancel) for that.
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_async(&self, cost: u64, max_wait: Duration) -> Result<Decision, Error> {
+        let mut plan = self.start_acquire(cost, max_wait);
+        acquire::sleep_on(|| self.poll_acquire(&mut plan)).await
+    }
+
+    /// Starts an acquire of `cost` with a deadline `max_wait` from now, for callers that do
+    /// their own waiting (the bindings): poll it with [`poll_acquire`](Self::poll_acquire).
+    pub fn start_acquire(&self, cost: u64, max_wait: Duration) -> AcquirePlan {
+        let queue = matches!(self.inner.codec, Codec::LeakyQueue(_));
+        AcquirePlan::new(self.clock.now(), cost, max_wait, queue)
+    }
+
+    /// One round of `plan` at the clock's reading now: what to do next ([`Next`]).
+    pub fn poll_acquire(&self, plan: &mut AcquirePlan) -> Result<Next, Error> {
+        let cost = plan.cost();
+        plan.poll(self.clock.now(), |now, left| {
+            self.reserve_within_at(now, cost, left)
+        })
+    }
+
+    /// Checks a request against the quota without consuming (composite limits).
+    #[inline]
+    pub(crate) fn check_at(&self, now: u64, cost: u64) -> Result<(), Error> {
+        self.inner.codec.check(now, cost)
+    }
+
+    /// `try_acquire_at` after `check_at` passed.
+    #[inline]
+    pub(crate) fn acquire_checked(&self, now: u64, cost: u64) -> Decision {
+        let inner = &*self.inner;
+        inner.slot.acquire(&inner.codec, now, cost)
+    }
+
+    /// The decision `try_acquire_at` would return, consuming nothing (after `check_at`).
+    #[inline]
+    pub(crate) fn peek_checked(&self, now: u64, cost: u64) -> Decision {
+        let inner = &*self.inner;
+        inner.slot.peek(&inner.codec, now, cost)
+    }
+
+    /// `refund_at` after `check_at(now, 0)` passed.
+    #[inline]
+    pub(crate) fn refund_checked(&self, now: u64, cost: u64) {
+        let inner = &*self.inner;
+        inner.slot.refund(&inner.codec, now, cost);
+    }
+
+    /// Whether the bucket is full now.
+    pub fn is_full(&self) -> bool {
+        let inner = &*self.inner;
+        inner.slot.is_full(&inner.codec, self.clock.now())
+    }
+
+    /// The quota this limiter enforces.
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The clock this limiter reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Whether the state needs the 128-bit word (exposed for benchmarks and diagnostics).
+    pub fn is_wide(&self) -> bool {
+        self.inner.codec.wide()
+    }
+}
+
+impl<C: Clock> core::fmt::Debug for Limiter<C> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Limiter")
+            .field("quota", &self.quota.to_string())
+            .field("wide", &self.is_wide())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,157 @@
+//! The answer to a request, identical in every binding, and ([`http`]) its HTTP fields.
+
+pub mod http;
+
+use core::fmt;
+use std::time::Duration;
+
+/// The outcome of a request: allowed or not, and the numbers a client needs.
+///
+/// Every figure is exact (see `docs/SEMANTICS.md`). The hot path stores the integer numerators
+/// the algorithm already has and divides only when a figure is read, so a caller that only asks
+/// [`allowed`](Self::allowed) pays for no division.
+#[derive(Clone, Copy)]
+pub struct Decision {
+    allowed: bool,
+    limit: u64,
+    rem_num: u64,
+    rem_den: u64,
+    retry_num: u64,
+    reset_num: u64,
+    time_den: u64,
+    window_s: u64,
+}
+
+impl Decision {
+    /// Assembles a decision from an algorithm's exact quantities: `remaining =
+    /// floor(rem_num / rem_den)`, `retry_after = ceil(retry_num / time_den)` ns and
+    /// `reset_after = ceil(reset_num / time_den)` ns. Denominators must be non-zero.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) const fn from_parts(
+        allowed: bool,
+        limit: u64,
+        rem_num: u64,
+        rem_den: u64,
+        retry_num: u64,
+        reset_num: u64,
+        time_den: u64,
+        window_s: u64,
+    ) -> Self {
+        Self {
+            allowed,
+            limit,
+            rem_num,
+            rem_den,
+            retry_num,
+            reset_num,
+            time_den,
+            window_s,
+        }
+    }
+
+    /// A decision from its exact figures (nanoseconds), e.g. to render HTTP fields for figures
+    /// that crossed a language boundary. `window_s` is the policy window in whole seconds.
+    pub const fn from_figures(
+        allowed: bool,
+        limit: u64,
+        remaining: u64,
+        retry_after_ns: u64,
+        reset_after_ns: u64,
+        window_s: u64,
+    ) -> Self {
+        Self::from_parts(
+            allowed,
+            limit,
+            remaining,
+            1,
+            retry_after_ns,
+            reset_after_ns,
+            1,
+            window_s,
+        )
+    }
+
+    /// Whether the request was admitted.
+    #[inline]
+    pub const fn allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// The bucket's capacity.
+    #[inline]
+    pub const fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Whole tokens left after this decision.
+    #[inline]
+    pub const fn remaining(&self) -> u64 {
+        self.rem_num / self.rem_den
+    }
+
+    /// The least wait before the same request would be admitted; zero when allowed, except
+    /// for a [`LeakyQueue`](crate::Algorithm::LeakyQueue) admission, where it is the delay
+    /// until the request's slot (the caller goes ahead only after it).
+    #[inline]
+    pub const fn retry_after_nanos(&self) -> u64 {
+        // After the gcd reduction the denominator is usually 1: skip the division then.
+        if self.time_den == 1 {
+            self.retry_num
+        } else {
+            self.retry_num.div_ceil(self.time_den)
+        }
+    }
+
+    /// [`retry_after_nanos`](Self::retry_after_nanos) as a `Duration`.
+    #[inline]
+    pub const fn retry_after(&self) -> Duration {
+        Duration::from_nanos(self.retry_after_nanos())
+    }
+
+    /// Time until the bucket is full again (zero when it is full).
+    #[inline]
+    pub const fn reset_after_nanos(&self) -> u64 {
+        if self.time_den == 1 {
+            self.reset_num
+        } else {
+            self.reset_num.div_ceil(self.time_den)
+        }
+    }
+
+    /// [`reset_after_nanos`](Self::reset_after_nanos) as a `Duration`.
+    #[inline]
+    pub const fn reset_after(&self) -> Duration {
+        Duration::from_nanos(self.reset_after_nanos())
+    }
+
+    /// The policy window in whole seconds (`w` of the IETF `RateLimit-Policy` field).
+    #[inline]
+    pub const fn window_secs(&self) -> u64 {
+        self.window_s
+    }
+}
+
+impl PartialEq for Decision {
+    fn eq(&self, other: &Self) -> bool {
+        self.allowed == other.allowed
+            && self.limit == other.limit
+            && self.remaining() == other.remaining()
+            && self.retry_after_nanos() == other.retry_after_nanos()
+            && self.reset_after_nanos() == other.reset_after_nanos()
+    }
+}
+
+impl Eq for Decision {}
+
+impl fmt::Debug for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Decision")
+            .field("allowed", &self.allowed)
+            .field("limit", &self.limit)
+            .field("remaining", &self.remaining())
+            .field("retry_after", &self.retry_after())
+            .field("reset_after", &self.reset_after())
+            .finish()
+    }
+}

@@ -1,0 +1,568 @@
+//! The public keyed API: [`KeyedLimiter`], its builder and the [`OnFull`] policy, over the
+//! stores of this module (today the in-process table of [`memory`](super::memory)).
+
+use super::memory::log::LogStore;
+use super::memory::Core;
+use super::Store;
+use crate::algorithm::Codec;
+use crate::bucket::acquire::{self, AcquirePlan, Next};
+use crate::clock::{Clock, DefaultClock};
+use crate::{Decision, Error, Quota};
+use core::borrow::Borrow;
+use core::hash::Hash;
+use core::marker::PhantomData;
+use std::time::Duration;
+
+/// What a keyed limiter does when a new key arrives at [`max_keys`](KeyedBuilder::max_keys)
+/// and no bucket is full (full buckets are always evicted first).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OnFull {
+    /// The request fails with [`Error::KeyStoreFull`]; existing keys are untouched. Exact:
+    /// no decision ever differs from an unbounded limiter's, except for the refused keys.
+    #[default]
+    RejectNewKeys,
+    /// Evict the bucket closest to being full (the least `reset_after`) among a sample of up
+    /// to 32 live keys, starting where the previous eviction stopped (an approximation in the
+    /// manner of Redis' sampled LRU, so that a flood costs O(1) per new key). Lossy: the evicted
+    /// key starts again with `initial` tokens, so it may be admitted up to `burst` minus the
+    /// tokens it had more than an unbounded limiter would admit. Bounded memory beats
+    /// exactness under this policy.
+    EvictFullest,
+}
+
+impl OnFull {
+    /// Every name [`FromStr`](core::str::FromStr) accepts.
+    const NAMES: &'static [(&'static str, OnFull)] = &[
+        ("reject", OnFull::RejectNewKeys),
+        ("evict", OnFull::EvictFullest),
+    ];
+
+    /// The policy's name, as the bindings' options spell it: `"reject"` or `"evict"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnFull::RejectNewKeys => "reject",
+            OnFull::EvictFullest => "evict",
+        }
+    }
+}
+
+impl core::str::FromStr for OnFull {
+    type Err = Error;
+
+    /// `"reject"` or `"evict"`, else [`Error::InvalidOption`].
+    fn from_str(s: &str) -> Result<Self, Error> {
+        crate::error::choose("on_full", s, Self::NAMES)
+    }
+}
+
+/// Builds a [`KeyedLimiter`]: `KeyedLimiter::<u64>::builder(quota).max_keys(100_000).build()`.
+#[derive(Debug)]
+#[must_use]
+pub struct KeyedBuilder<K, C: Clock = DefaultClock> {
+    quota: Quota,
+    clock: C,
+    max_keys: usize,
+    on_full: OnFull,
+    shards: usize,
+    _key: PhantomData<fn() -> K>,
+}
+
+/// The default key bound: 2^20 keys (about 32 MiB for `u64` keys).
+pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
+const DEFAULT_SHARDS: usize = 64;
+const MAX_SHARDS: usize = 4096;
+
+impl<K, C: Clock> KeyedBuilder<K, C> {
+    /// The most keys the limiter holds at once (default [`DEFAULT_MAX_KEYS`]; at least 1).
+    pub fn max_keys(mut self, n: usize) -> Self {
+        self.max_keys = n;
+        self
+    }
+
+    /// What happens at the bound when nothing is evictable (default
+    /// [`OnFull::RejectNewKeys`]).
+    pub fn on_full(mut self, policy: OnFull) -> Self {
+        self.on_full = policy;
+        self
+    }
+
+    /// The number of shards (rounded up to a power of two, 1 to 4096; default 64). More
+    /// shards mean shorter rebuild pauses and less contention between inserting threads.
+    pub fn shards(mut self, n: usize) -> Self {
+        self.shards = n.clamp(1, MAX_SHARDS).next_power_of_two();
+        self
+    }
+
+    /// Reads `clock` instead of the default clock.
+    pub fn clock<C2: Clock>(self, clock: C2) -> KeyedBuilder<K, C2> {
+        KeyedBuilder {
+            quota: self.quota,
+            clock,
+            max_keys: self.max_keys,
+            on_full: self.on_full,
+            shards: self.shards,
+            _key: PhantomData,
+        }
+    }
+
+    /// The limiter, or why the quota (or `max_keys == 0`) is invalid. Its clock origin (the
+    /// interval grid's anchor) is the clock's reading now.
+    pub fn build(self) -> Result<KeyedLimiter<K, C>, Error>
+    where
+        K: Hash + Eq + Send + 'static,
+    {
+        if self.max_keys == 0 {
+            return Err(Error::invalid("max_keys must be at least 1"));
+        }
+        let now = self.clock.now();
+        let codec = Codec::new(&self.quota, now)?;
+        codec.check(now, 0)?;
+        let backend = if let Codec::SlidingLog(log) = &codec {
+            Backend::Log(LogStore::new(
+                log.clone(),
+                self.shards,
+                self.max_keys,
+                self.on_full,
+            ))
+        } else if codec.wide() {
+            Backend::Wide(Core::new(self.shards))
+        } else {
+            Backend::Narrow(Core::new(self.shards))
+        };
+        Ok(KeyedLimiter {
+            backend,
+            cx: Ctx {
+                lossless: self.quota.initial() == self.quota.burst(),
+                capacity: codec.capacity(),
+                horizon: codec.horizon(),
+                codec,
+                max_keys: self.max_keys,
+                on_full: self.on_full,
+            },
+            quota: self.quota,
+            clock: self.clock,
+            _key: PhantomData,
+        })
+    }
+}
+
+/// A lock-free rate limiter with one bucket per key.
+///
+/// Same request contract and [`Decision`] as [`Limiter`](crate::Limiter), per key, for every
+/// algorithm. Lookups take no lock, except with `algorithm=sliding_log`, whose logs live in a
+/// store of their own where a shard's mutex is each log's critical section (docs/KEYED.md).
+/// Keys are any `K: Hash + Eq`; lookups take any borrowed form `&Q` of the key (`&str` for
+/// `String` keys, `&[u8]` for `Vec<u8>` or `Box<[u8]>` keys) and allocate only when the key is
+/// new.
+///
+/// ```
+/// use sluicegate::{KeyedLimiter, ManualClock, OnFull};
+///
+/// let clock = ManualClock::new(0);
+/// let limiter = KeyedLimiter::<Box<[u8]>, _>::builder("2/s".parse()?)
+///     .max_keys(100_000)
+///     .on_full(OnFull::RejectNewKeys)
+///     .clock(clock.clone())
+///     .build()?;
+/// assert!(limiter.try_acquire(b"alice".as_slice(), 2)?.allowed());
+/// assert!(!limiter.try_acquire(b"alice".as_slice(), 1)?.allowed());
+/// assert!(limiter.try_acquire(b"bob".as_slice(), 1)?.allowed());
+/// assert_eq!(limiter.len(), 2);
+/// # Ok::<(), sluicegate::Error>(())
+/// ```
+pub struct KeyedLimiter<K, C: Clock = DefaultClock> {
+    backend: Backend<K>,
+    cx: Ctx,
+    quota: Quota,
+    clock: C,
+    // Readers on any thread compare keys (K: Sync) and deferred frees drop keys on any
+    // thread (K: Send): Send iff K: Send, Sync iff K: Send + Sync.
+    _key: PhantomData<(K, std::sync::Mutex<K>)>,
+}
+
+/// What every store's operations share: the compiled codec and the key bound's policy.
+pub(crate) struct Ctx {
+    pub(crate) codec: Codec,
+    /// `codec.capacity()` and `codec.horizon()`, for the hot path's check.
+    capacity: u64,
+    horizon: u64,
+    pub(crate) max_keys: usize,
+    pub(crate) on_full: OnFull,
+    /// `initial == burst`: a full bucket is exactly a fresh one, so evicting it loses nothing.
+    pub(crate) lossless: bool,
+}
+
+/// The store a keyed limiter runs on, chosen once at construction. Every variant implements
+/// [`Store`]; the match is on a discriminant that never changes for a given limiter.
+enum Backend<K> {
+    /// In-process words of 64 bits (the default quota and most others).
+    Narrow(Core<K, u64>),
+    /// In-process words of 128 bits (quotas whose exact state needs them).
+    Wide(Core<K, u128>),
+    /// In-process sliding logs.
+    Log(LogStore<K>),
+}
+
+/// Runs `$e` with `$s` bound to the backend's [`Store`].
+macro_rules! with_store {
+    ($backend:expr, $s:ident => $e:expr) => {
+        match $backend {
+            Backend::Narrow($s) => $e,
+            Backend::Wide($s) => $e,
+            Backend::Log($s) => $e,
+        }
+    };
+}
+
+impl<K> KeyedLimiter<K, DefaultClock> {
+    /// A builder for `quota` (the key type is usually named here:
+    /// `KeyedLimiter::<u64>::builder(q)`).
+    pub fn builder(quota: Quota) -> KeyedBuilder<K, DefaultClock> {
+        KeyedBuilder {
+            quota,
+            clock: DefaultClock::new(),
+            max_keys: DEFAULT_MAX_KEYS,
+            on_full: OnFull::RejectNewKeys,
+            shards: DEFAULT_SHARDS,
+            _key: PhantomData,
+        }
+    }
+}
+
+impl<K: Hash + Eq + Send + 'static> KeyedLimiter<K, DefaultClock> {
+    /// A keyed limiter on the default clock with the default bound.
+    ///
+    /// # Panics
+    /// If the quota is invalid; use [`try_new`](Self::try_new) for configured quotas.
+    pub fn new(quota: Quota) -> Self {
+        match Self::try_new(quota) {
+            Ok(l) => l,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// A keyed limiter on the default clock, or the reason the quota is invalid.
+    pub fn try_new(quota: Quota) -> Result<Self, Error> {
+        Self::builder(quota).build()
+    }
+}
+
+impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
+    /// A keyed limiter reading `clock`, with the default bound.
+    pub fn with_clock(quota: Quota, clock: C) -> Result<Self, Error> {
+        KeyedLimiter::builder(quota).clock(clock).build()
+    }
+
+    /// Ok for a cost within capacity at a reading before the horizon: two comparisons on the
+    /// hot path; the errors are built out of line.
+    #[inline]
+    fn check(&self, now: u64, cost: u64) -> Result<(), Error> {
+        if cost <= self.cx.capacity && now < self.cx.horizon {
+            return Ok(());
+        }
+        self.check_slow(now, cost)
+    }
+
+    #[cold]
+    fn check_slow(&self, now: u64, cost: u64) -> Result<(), Error> {
+        self.cx.codec.check(now, cost)?;
+        // The last instant is reserved so that no state equals the DEAD mark (see `cell`).
+        let horizon = self.cx.codec.horizon();
+        if now >= horizon {
+            return Err(Error::ClockOutOfRange {
+                now,
+                horizon: horizon - 1,
+            });
+        }
+        Ok(())
+    }
+
+    /// Asks for `cost` tokens of `key`'s bucket now, creating the bucket (with the quota's
+    /// initial tokens) on the key's first request. `Err` for a cost above the capacity, a
+    /// clock out of range, or a new key refused at the bound ([`Error::KeyStoreFull`]).
+    #[inline]
+    pub fn try_acquire<Q>(&self, key: &Q, cost: u64) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        self.try_acquire_at(key, self.clock.now(), cost)
+    }
+
+    /// [`try_acquire`](Self::try_acquire) at an explicit clock reading.
+    #[inline]
+    pub fn try_acquire_at<Q>(&self, key: &Q, now: u64, cost: u64) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        self.check(now, cost)?;
+        // The default store's lock-free path inline, everything else out of line. With the
+        // three stores' paths inline (or the slow path's result merged with the fast one's),
+        // the compiler passed every decision through memory (docs/KEYED.md).
+        if let Backend::Narrow(core) = &self.backend {
+            let h = core.hash(key);
+            if let Some(d) = core.acquire_fast(&self.cx, h, key, now, cost, u64::MAX) {
+                return Ok(d);
+            }
+            return self.acquire_rest(Some(h), key, now, cost);
+        }
+        self.acquire_rest(None, key, now, cost)
+    }
+
+    /// [`try_acquire_at`](Self::try_acquire_at) past the default store's lock-free path: the
+    /// other stores, and the default store's new keys and DEAD marks (under the shard's lock).
+    /// `hashed`: the key's hash when the default store's fast path already computed it.
+    #[inline(never)]
+    fn acquire_rest<Q>(
+        &self,
+        hashed: Option<u64>,
+        key: &Q,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        match (&self.backend, hashed) {
+            (Backend::Narrow(core), Some(h)) => {
+                core.acquire_locked(&self.cx, h, key, now, cost, u64::MAX)
+            }
+            (backend, _) => with_store!(backend, s => s.acquire(&self.cx, key, now, cost)),
+        }
+    }
+
+    /// Reserves `cost` of `key`'s bucket now, admitted only if the wait is at most `max_wait`:
+    /// a leaky queue's slot (which leaves nothing behind otherwise); every other algorithm
+    /// admits now or not at all, as [`try_acquire`](Self::try_acquire) does.
+    pub fn reserve_within<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        let within = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX - 1);
+        self.reserve_within_at(key, self.clock.now(), cost, within)
+    }
+
+    /// [`reserve_within`](Self::reserve_within) at an explicit clock reading, the bound in
+    /// nanoseconds.
+    pub fn reserve_within_at<Q>(
+        &self,
+        key: &Q,
+        now: u64,
+        cost: u64,
+        max_wait_ns: u64,
+    ) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        self.check(now, cost)?;
+        // u64::MAX asks for the queue's own bound, which any larger wait is capped at anyway.
+        let within = max_wait_ns.min(u64::MAX - 1);
+        with_store!(&self.backend, s => s.reserve(&self.cx, key, now, cost, within))
+    }
+
+    /// Gives a reservation (or admitted cost) of `key` back: the same as
+    /// [`refund`](Self::refund).
+    pub fn cancel<Q>(&self, key: &Q, cost: u64) -> Result<(), Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.refund(key, cost)
+    }
+
+    /// Acquires `cost` of `key`'s bucket, blocking the thread for at most `max_wait`
+    /// ([`Duration::MAX`]: as long as needed): the policy of [`AcquirePlan`], as
+    /// [`Limiter::acquire`](crate::Limiter::acquire).
+    pub fn acquire<Q>(&self, key: &Q, cost: u64, max_wait: Duration) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        let mut plan = self.start_acquire(cost, max_wait);
+        acquire::block_on(|| self.poll_acquire(key, &mut plan))
+    }
+
+    /// [`acquire`](Self::acquire) for async code, waiting with `tokio::time::sleep` (cargo
+    /// feature `tokio`).
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_async<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        let mut plan = self.start_acquire(cost, max_wait);
+        acquire::sleep_on(|| self.poll_acquire(key, &mut plan)).await
+    }
+
+    /// Starts an acquire of `cost` with a deadline `max_wait` from now, for callers that do
+    /// their own waiting (the bindings): poll it with [`poll_acquire`](Self::poll_acquire).
+    pub fn start_acquire(&self, cost: u64, max_wait: Duration) -> AcquirePlan {
+        let queue = matches!(self.cx.codec, Codec::LeakyQueue(_));
+        AcquirePlan::new(self.clock.now(), cost, max_wait, queue)
+    }
+
+    /// One round of `plan` for `key` at the clock's reading now: what to do next ([`Next`]).
+    pub fn poll_acquire<Q>(&self, key: &Q, plan: &mut AcquirePlan) -> Result<Next, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        let cost = plan.cost();
+        plan.poll(self.clock.now(), |now, left| {
+            self.reserve_within_at(key, now, cost, left)
+        })
+    }
+
+    /// The state of `key`'s bucket now, changing nothing. An absent key reports a bucket
+    /// created now, without creating it.
+    pub fn peek<Q>(&self, key: &Q) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.peek_at(key, self.clock.now())
+    }
+
+    /// [`peek`](Self::peek) at an explicit clock reading.
+    pub fn peek_at<Q>(&self, key: &Q, now: u64) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.check(now, 0)?;
+        with_store!(&self.backend, s => s.peek(&self.cx, key, now))
+    }
+
+    /// Gives `cost` tokens back to `key`'s bucket, capped at capacity. Refunding an absent
+    /// key does nothing (it is as full as a fresh bucket, or was never asked for).
+    pub fn refund<Q>(&self, key: &Q, cost: u64) -> Result<(), Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.refund_at(key, self.clock.now(), cost)
+    }
+
+    /// [`refund`](Self::refund) at an explicit clock reading.
+    pub fn refund_at<Q>(&self, key: &Q, now: u64, cost: u64) -> Result<(), Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.check(now, 0)?;
+        with_store!(&self.backend, s => s.refund(&self.cx, key, now, cost))
+    }
+
+    /// Forgets `key` (its next request starts a fresh bucket); `true` if it was present.
+    /// `Err` only from a store outside the process.
+    pub fn remove<Q>(&self, key: &Q) -> Result<bool, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        with_store!(&self.backend, s => s.remove(&self.cx, key))
+    }
+
+    /// Evicts every bucket that is full now; returns how many. Lossless when `initial ==
+    /// burst`; otherwise an evicted key starts again with `initial` tokens (conservative).
+    /// Locks one shard at a time: lookups never wait for it.
+    /// `Err` only from a store outside the process.
+    pub fn sweep(&self) -> Result<usize, Error> {
+        self.sweep_at(self.clock.now())
+    }
+
+    /// [`sweep`](Self::sweep) at an explicit clock reading.
+    pub fn sweep_at(&self, now: u64) -> Result<usize, Error> {
+        with_store!(&self.backend, s => s.sweep(&self.cx, now))
+    }
+
+    /// Forgets every key. `Err` only from a store outside the process.
+    pub fn clear(&self) -> Result<(), Error> {
+        with_store!(&self.backend, s => s.clear())
+    }
+
+    /// The number of keys held (evicted and removed keys are not counted).
+    pub fn len(&self) -> usize {
+        with_store!(&self.backend, s => s.len())
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every key held and its bucket's state now (a peek), for metrics. Not an atomic
+    /// snapshot: keys inserted or evicted meanwhile may or may not appear.
+    /// `Err` from a store that cannot list its keys.
+    pub fn snapshot(&self) -> Result<Vec<(K, Decision)>, Error>
+    where
+        K: Clone,
+    {
+        self.snapshot_at(self.clock.now())
+    }
+
+    /// [`snapshot`](Self::snapshot) at an explicit clock reading.
+    pub fn snapshot_at(&self, now: u64) -> Result<Vec<(K, Decision)>, Error>
+    where
+        K: Clone,
+    {
+        with_store!(&self.backend, s => s.snapshot(&self.cx, now))
+    }
+
+    /// The key bound.
+    pub fn max_keys(&self) -> usize {
+        self.cx.max_keys
+    }
+
+    /// The total number of slots allocated (live, unlinked and empty), for diagnostics:
+    /// memory is about `capacity() * (size of the entry + 1 byte)`, an entry being the key
+    /// beside an 8-byte (or, for quotas that need it, 16-byte) state word. A sliding log's
+    /// entry holds the key and its log (whose runs are allocated apart), plus an 8-byte tag.
+    pub fn capacity(&self) -> usize {
+        with_store!(&self.backend, s => s.capacity())
+    }
+
+    /// The quota every key's bucket enforces.
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The clock this limiter reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}
+
+impl<K: Hash + Eq + Send + 'static, C: Clock> core::fmt::Debug for KeyedLimiter<K, C> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("KeyedLimiter")
+            .field("quota", &self.quota.to_string())
+            .field("len", &self.len())
+            .field("max_keys", &self.cx.max_keys)
+            .field("on_full", &self.cx.on_full)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,65 @@
+//! The loom model of the key bound's hint protocol (crate::bound), played by both keyed
+//! stores: tests/loom_keyed.rs (word buckets) and tests/loom_keyed_log.rs (sliding logs).
+
+use loom::sync::Arc;
+use loom::thread;
+use sluicegate::{Decision, Error, KeyedLimiter, ManualClock, OnFull};
+
+/// Keys of shard `s` of a two-shard limiter. Under loom the limiter hashes with foldhash's
+/// fixed state and picks the shard from bits 40.. of the hash (keyed.rs, keyed_log.rs); should
+/// that change, the models still hold, they only stop spanning two shards.
+pub fn keys_of(s: usize) -> impl Iterator<Item = u64> {
+    use core::hash::BuildHasher;
+    let h = foldhash::quality::FixedState::default();
+    (0u64..).filter(move |k| (h.hash_one(k) >> 40) as usize & 1 == s)
+}
+
+/// Admitted, or refused (by the bucket or at the key bound); any other error fails the model.
+pub fn admitted(r: &Result<Decision, Error>) -> bool {
+    match r {
+        Ok(d) => d.allowed(),
+        Err(Error::KeyStoreFull { .. }) => false,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// A refund that makes a bucket full again races a new key's scan at the bound (two shards,
+/// the refunded key on the shard scanned second). If the scan missed the refund and found
+/// nothing to evict, the hint it records must not outlive the refund: the refund's `gen` bump
+/// makes the scanner drop it, or the refund lowers it. The next new key then takes the
+/// refilled bucket's place, so exactly one of the two new keys gets in.
+///
+/// `quota` admits 2 units per second: both keys spend 1 at 0, and at 1 ns neither is full
+/// unless refunded.
+pub fn refund_racing_a_scan_at_the_bound(quota: &'static str) {
+    let refunded = keys_of(0).next().unwrap();
+    let mut one = keys_of(1);
+    let (other, c, d) = (
+        one.next().unwrap(),
+        one.next().unwrap(),
+        one.next().unwrap(),
+    );
+    loom::model(move || {
+        let kl = Arc::new(
+            KeyedLimiter::<u64, _>::builder(quota.parse().unwrap())
+                .shards(2)
+                .max_keys(2)
+                .on_full(OnFull::RejectNewKeys)
+                .clock(ManualClock::new(0))
+                .build()
+                .unwrap(),
+        );
+        kl.try_acquire_at(&refunded, 0, 1).unwrap();
+        kl.try_acquire_at(&other, 0, 1).unwrap();
+        let a = {
+            let kl = kl.clone();
+            thread::spawn(move || kl.refund_at(&refunded, 1, 1).unwrap())
+        };
+        let b = kl.try_acquire_at(&c, 1, 1);
+        a.join().unwrap();
+        let later = kl.try_acquire_at(&d, 1, 1);
+        assert!(admitted(&b) != admitted(&later), "{b:?} {later:?}");
+        assert_eq!(kl.len(), 2);
+        assert!(!kl.snapshot_at(1).unwrap().iter().any(|e| e.0 == refunded));
+    });
+}
