@@ -14,9 +14,11 @@
 //! part is only ever consumed through its own lock-free protocol). The loom model
 //! `composite_refund_is_all_or_nothing` checks every interleaving of two such requests.
 
+use super::acquire::{self, AcquirePlan, Next};
 use crate::clock::Clock;
 use crate::{Decision, Error, Limiter};
 use core::borrow::Borrow;
+use std::time::Duration;
 
 /// Several limiters consumed all-or-nothing, reading one clock (the first limiter's).
 ///
@@ -89,7 +91,33 @@ impl<C: Clock> Composite<C> {
         Ok((d, each))
     }
 
-    /// Gives `cost` back to every part.
+    /// Acquires `cost` from every part, blocking the thread for at most `max_wait`: the
+    /// policy of [`AcquirePlan`] over [`try_acquire`](Self::try_acquire) (a leaky-queue part
+    /// admits with its own wait, which the caller then sleeps).
+    pub fn acquire(&self, cost: u64, max_wait: Duration) -> Result<Decision, Error> {
+        let mut plan = self.start_acquire(cost, max_wait);
+        acquire::block_on(|| self.poll_acquire(&mut plan))
+    }
+
+    /// Starts an acquire for callers that do their own waiting; see
+    /// [`Limiter::start_acquire`].
+    pub fn start_acquire(&self, cost: u64, max_wait: Duration) -> AcquirePlan {
+        AcquirePlan::new(self.parts[0].clock().now(), cost, max_wait, false)
+    }
+
+    /// One round of `plan` at the first part's clock reading now.
+    pub fn poll_acquire(&self, plan: &mut AcquirePlan) -> Result<Next, Error> {
+        let cost = plan.cost();
+        let now = self.parts[0].clock().now();
+        plan.poll(now, |now, _left| self.try_acquire_at(now, cost))
+    }
+
+    /// Gives `cost` back to every part now.
+    pub fn refund(&self, cost: u64) -> Result<(), Error> {
+        self.refund_at(self.parts[0].clock().now(), cost)
+    }
+
+    /// [`refund`](Self::refund) at an explicit clock reading.
     pub fn refund_at(&self, now: u64, cost: u64) -> Result<(), Error> {
         for p in &self.parts {
             p.check_at(now, 0)?;

@@ -5,11 +5,14 @@
 //! * [`memory`]: the in-process store (the default): a sharded open-addressing table of words
 //!   with lock-free lookups and lossless eviction, and a table of sliding logs.
 //! * [`bound`]: the key bound every store enforces (`max_keys`, the hint that spares scans).
+//! * [`key`]: the key rule every language shares (an integer key is its decimal digits).
 
 pub(crate) mod bound;
+mod key;
 mod keyed;
 pub(crate) mod memory;
 
+pub use key::IntKey;
 pub use keyed::{KeyedBuilder, KeyedLimiter, OnFull, DEFAULT_MAX_KEYS};
 
 use crate::{Decision, Error};

@@ -47,7 +47,6 @@ fn match_byte(g: u64, b: u8) -> u64 {
     !(((x & LOW7).wrapping_add(LOW7)) | x | LOW7)
 }
 
-
 pub(super) struct Entry<K, W: Word> {
     pub(super) word: W::Atomic,
     /// Initialised iff the control byte is LIVE or TOMB (or MOVED, as a stale bitwise copy
