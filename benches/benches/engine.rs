@@ -182,7 +182,7 @@ fn algorithms(c: &mut Criterion) {
         let mut g = c.benchmark_group(format!("algorithms/{}", path.name()));
         g.throughput(Throughput::Elements(1));
         let continuous = setup::quota(path);
-        let interval = continuous.interval();
+        let interval = continuous.with_refill(sluicegate::Refill::Interval);
         // About the same rates with k and P coprime and k > 6: a century of scaled time no
         // longer fits 64 bits, so the state takes the 128-bit word (portable-atomic).
         let wide = match path {

@@ -315,7 +315,7 @@ pub mod setup {
             .max_keys(2 * keys as usize + 16)
             .build()
             .expect("keyed limiter");
-        let first = q.capacity().div_ceil(2);
+        let first = q.burst().div_ceil(2);
         for key in 0..keys {
             let d = l.try_acquire(&key, first).expect("cost");
             assert!(d.allowed(), "a new key starts full");

@@ -176,9 +176,9 @@ fn describe(q: &Quota) -> String {
     format!(
         "{q}: {rate:.3} tokens/s, burst {}, starts with {}, {} refill; \
          RateLimit-Policy window {}s",
-        q.capacity(),
-        q.initial_tokens(),
-        match q.refill_mode() {
+        q.burst(),
+        q.initial(),
+        match q.refill() {
             sluicegate::Refill::Continuous => "continuous",
             sluicegate::Refill::Interval => "interval",
         },

@@ -2,8 +2,7 @@
 //! the sequential reference model, for random quotas of both refill modes and both widths.
 #![no_main]
 
-#[path = "../../core/tests/support/model.rs"]
-mod model;
+use sluicegate_model as model;
 
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
@@ -44,9 +43,9 @@ fuzz_target!(|input: Input| {
     let Ok(q) = Quota::try_new(count, period, burst) else {
         return; // out of the exact range: refused at construction, which is the contract
     };
-    let mut q = q.initial(initial);
+    let mut q = q.with_initial(initial);
     if input.interval {
-        q = q.refill(Refill::Interval);
+        q = q.with_refill(Refill::Interval);
     }
     if q.validate().is_err() {
         return;

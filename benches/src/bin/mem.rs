@@ -30,7 +30,7 @@ fn sluicegate_keyed(keys: u64) -> Box<dyn std::any::Any> {
         .expect("keyed limiter");
     for key in 0..keys {
         black_box(
-            l.try_acquire(&key, quota.capacity() / 2)
+            l.try_acquire(&key, quota.burst() / 2)
                 .expect("cost")
                 .allowed(),
         );
