@@ -20,20 +20,14 @@
 //!
 //! # Layout
 //!
-//! Each shard owns an open-addressing table probed linearly from the limiter's (seeded) hash
-//! of the key: an array of hash tags (eight to a cache line, walked by the probe) beside an
-//! array of `Option<{key, log}>` entries (one of them touched per lookup). Deletion shifts the
-//! following entries back, so there are no tombstones. The capacity is a power of two, the
-//! load at most 7/8; a sweep that leaves a table under a quarter full shrinks it. Nothing is
-//! read outside the lock, so there is no `unsafe`, no epoch and no per-key allocation but the
-//! key's own and the log's runs (an empty log allocates nothing). A `u64` key costs 64 bytes
-//! of table plus its runs (16 bytes each, in the log's own buffer).
-//!
-//! Measured (`tests/keyed_log.rs`, `timing_keyed_log_decisions`, release, one thread, a shared
-//! 2-core VM, noisy): about 20 ns per decision on one key (the word store's sliding window: 29
-//! ns); at 100 000 keys about 150 ns with one run per log and 190-240 ns with ten, against 51
-//! ns for the sliding window, whose 24-byte entries stay in cache: a log decision there pays a
-//! miss on the table and another on the log's runs.
+//! Each shard owns a `hashbrown::HashTable` of `{hash, key, log}` entries, hashed by the
+//! limiter's seeded hash of the key, which the entry keeps so that a rehash never runs the
+//! key's `Hash` (user code) under the lock. A sweep that leaves a table under a quarter full
+//! shrinks it. Nothing is read outside the lock, so there is no `unsafe` here, no read section
+//! and no per-key allocation but the key's own and the log's runs (an empty log allocates
+//! nothing). The table was a hand-written linear-probing table until hashbrown's `HashTable`
+//! offered what eviction needs (bucket indexes for the sampled eviction's cursor,
+//! `extract_if` for a sweep); docs/KEYED.md has the comparison.
 //!
 //! # Eviction and the key bound
 //!
@@ -66,84 +60,32 @@ use crate::{Decision, Error};
 use core::borrow::Borrow;
 use core::hash::{BuildHasher, Hash};
 use crossbeam_utils::CachePadded;
+use hashbrown::HashTable;
 
-/// The first (and smallest) table of a shard.
-const MIN_CAP: usize = 8;
 /// Logs looked at per [`OnFull::EvictFullest`] eviction.
 const SAMPLE: usize = 32;
 
-/// A key and its log.
+/// A key, its hash under the store's seed (so that the table never hashes a key again, and
+/// a rehash runs no user code), and its log.
 struct Entry<K> {
+    hash: u64,
     key: K,
     log: Log,
 }
 
-/// The limiter's hash of a key as stored: 0 marks an empty place (`h == 0` shares tag 1 with
-/// `h == 1`, harmless: keys are compared in full). Probing and moving entries use the tag,
-/// never the key's `Hash`.
-#[inline]
-fn tag(h: u64) -> u64 {
-    h.max(1)
-}
-
-/// One shard's keys, under the shard's lock: parallel arrays of tags and entries, so that a
-/// probe walks the compact tags (eight to a cache line) and touches only the entry it wants.
+/// One shard's keys, under the shard's lock: a SwissTable (`hashbrown::HashTable`) of
+/// entries, and where the next sampled eviction starts.
 struct Table<K> {
-    /// Empty, or a power of two of places, at most 7/8 of them used: the tag of the key in
-    /// the same place, or 0.
-    tags: Vec<u64>,
-    /// `Some` exactly where the tag is not 0.
-    entries: Vec<Option<Entry<K>>>,
-    live: usize,
-    /// Where the next sampled eviction starts.
+    map: HashTable<Entry<K>>,
+    /// A bucket index (below `map.num_buckets()` after a rehash, taken modulo it).
     cursor: usize,
 }
 
 impl<K> Table<K> {
     fn new() -> Self {
         Self {
-            tags: Vec::new(),
-            entries: Vec::new(),
-            live: 0,
+            map: HashTable::new(),
             cursor: 0,
-        }
-    }
-
-    #[inline]
-    fn cap(&self) -> usize {
-        self.tags.len()
-    }
-
-    #[inline]
-    fn mask(&self) -> usize {
-        self.tags.len().wrapping_sub(1)
-    }
-
-    #[inline]
-    fn find<Q>(&self, h: u64, key: &Q) -> Option<usize>
-    where
-        K: Borrow<Q>,
-        Q: Eq + ?Sized,
-    {
-        if self.tags.is_empty() {
-            return None;
-        }
-        let (want, mask) = (tag(h), self.mask());
-        let mut i = want as usize & mask;
-        // The load is below 1: an empty place ends every probe.
-        loop {
-            let t = self.tags[i];
-            if t == 0 {
-                return None;
-            }
-            if t == want
-                && self.entries[i]
-                    .as_ref()
-                    .is_some_and(|e| e.key.borrow() == key)
-            {
-                return Some(i);
-            }
-            i = (i + 1) & mask;
         }
     }
 
@@ -153,74 +95,31 @@ impl<K> Table<K> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let i = self.find(h, key)?;
-        self.entries[i].as_mut().map(|e| &mut e.log)
+        self.map
+            .find_mut(h, |e| e.key.borrow() == key)
+            .map(|e| &mut e.log)
     }
 
     /// Links a key known to be absent.
-    fn insert(&mut self, h: u64, entry: Entry<K>) {
-        if (self.live + 1) * 8 > self.cap() * 7 {
-            self.resize((self.cap() * 2).max(MIN_CAP));
-        }
-        self.place(tag(h), entry);
-        self.live += 1;
+    fn insert(&mut self, entry: Entry<K>) {
+        self.map.insert_unique(entry.hash, entry, |e| e.hash);
     }
 
-    fn place(&mut self, t: u64, entry: Entry<K>) {
-        let mask = self.mask();
-        let mut i = t as usize & mask;
-        while self.tags[i] != 0 {
-            i = (i + 1) & mask;
-        }
-        self.tags[i] = t;
-        self.entries[i] = Some(entry);
+    /// Unlinks `key` and returns its entry.
+    fn remove<Q>(&mut self, h: u64, key: &Q) -> Option<Entry<K>>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let found = self.map.find_entry(h, |e| e.key.borrow() == key).ok()?;
+        Some(found.remove().0)
     }
 
-    /// Re-places every entry into `cap` places (a power of two above the live count).
-    fn resize(&mut self, cap: usize) {
-        let tags = core::mem::replace(&mut self.tags, vec![0; cap]);
-        let entries = core::iter::repeat_with(|| None).take(cap).collect();
-        let entries = core::mem::replace(&mut self.entries, entries);
-        for (t, e) in tags.into_iter().zip(entries) {
-            if let Some(e) = e {
-                self.place(t, e);
-            }
-        }
-        self.cursor = 0;
-    }
-
-    /// Shrinks a table less than a quarter full (to at most half full).
+    /// Shrinks a table less than a quarter full.
     fn maybe_shrink(&mut self) {
-        if self.cap() > MIN_CAP && self.live * 4 < self.cap() {
-            self.resize((self.live * 2).next_power_of_two().max(MIN_CAP));
+        if self.map.len() * 4 < self.map.capacity() {
+            self.map.shrink_to_fit(|e| e.hash);
         }
-    }
-
-    /// Unlinks the entry at `i` and returns it; later entries of the same probe run shift
-    /// back into the hole, so every probe still ends at the first empty place.
-    fn take(&mut self, i: usize) -> Option<Entry<K>> {
-        let mask = self.mask();
-        let i = i & mask;
-        let gone = self.entries[i].take()?;
-        self.tags[i] = 0;
-        self.live -= 1;
-        let (mut hole, mut j) = (i, i);
-        loop {
-            j = (j + 1) & mask;
-            let t = self.tags[j];
-            if t == 0 {
-                break;
-            }
-            // The entry at j may fill the hole iff the hole is on its probe path home..=j.
-            let home = t as usize & mask;
-            if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
-                self.tags[hole] = t;
-                self.entries[hole] = self.entries[j].take();
-                self.tags[j] = 0;
-                hole = j;
-            }
-        }
-        Some(gone)
     }
 }
 
@@ -281,7 +180,7 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
         let mut log = Log::new(at);
         let d = log.decide(&self.log, now, cost, true);
         let full_at = log.full_at(&self.log);
-        t.insert(h, Entry { key, log });
+        t.insert(Entry { hash: h, key, log });
         reserved.kept();
         drop(t);
         self.b.lowered(full_at);
@@ -331,10 +230,9 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
         Q: Hash + Eq + ?Sized,
     {
         let mut t = sync::lock(&self.shards[self.shard_of(h)]);
-        let Some(i) = t.find(h, key) else {
+        let Some(gone) = t.remove(h, key) else {
             return false;
         };
-        let gone = t.take(i);
         self.b.give_back(1);
         drop(t);
         drop(gone);
@@ -360,7 +258,7 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
         for shard in self.shards.iter() {
             let mut t = sync::lock(shard);
             let old = core::mem::replace(&mut *t, Table::new());
-            self.b.give_back(old.live);
+            self.b.give_back(old.map.len());
             drop(t);
             drop(old); // the keys' destructors run outside the lock
         }
@@ -374,7 +272,7 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             let mut t = sync::lock(shard);
-            for e in t.entries.iter_mut().flatten() {
+            for e in t.map.iter_mut() {
                 out.push((e.key.clone(), e.log.decide(&self.log, now, 0, false)));
             }
         }
@@ -383,7 +281,10 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
 
     /// Places allocated in every shard's table (live and empty).
     fn slots(&self) -> usize {
-        self.shards.iter().map(|s| sync::lock(s).cap()).sum()
+        self.shards
+            .iter()
+            .map(|s| sync::lock(s).map.num_buckets())
+            .sum()
     }
 
     /// Takes one unit of the key bound for a new key of shard `si` (whose lock `own` is),
@@ -458,26 +359,21 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
     /// the earliest instant a kept log becomes full (`u64::MAX` if none).
     fn evict_full_in(&self, t: &mut Table<K>, now: u64, dead: &mut Vec<Entry<K>>) -> (usize, u64) {
         let (mut evicted, mut soonest) = (0, u64::MAX);
-        let mut i = 0;
-        while i < t.cap() {
-            let Some(e) = &t.entries[i] else {
-                i += 1;
-                continue;
-            };
+        let before = dead.len();
+        dead.extend(t.map.extract_if(|e| {
             if !e.log.is_full(&self.log, now) {
                 soonest = soonest.min(e.log.full_at(&self.log));
-                i += 1;
-                continue;
+                return false;
             }
             if evicted == 0 {
+                // Before the first eviction, so that whoever re-creates the key reads it.
                 self.b.raise_watermark(now);
             }
-            // An entry shifted back into place i is looked at next (entries from the start of
-            // the table, already looked at and kept, may come back: they are kept again).
-            dead.extend(t.take(i));
-            self.b.give_back(1);
             evicted += 1;
-        }
+            true
+        }));
+        debug_assert_eq!(dead.len() - before, evicted);
+        self.b.give_back(evicted);
         (evicted, soonest)
     }
 
@@ -507,15 +403,15 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
     }
 
     fn evict_fullest_in(&self, t: &mut Table<K>, now: u64, dead: &mut Vec<Entry<K>>) -> bool {
-        if t.live == 0 {
+        let buckets = t.map.num_buckets();
+        if t.map.is_empty() || buckets == 0 {
             return false;
         }
-        let mask = t.mask();
-        let (mut best, mut seen, mut i) = (None::<(u64, usize)>, 0, t.cursor & mask);
-        for _ in 0..t.cap() {
+        let (mut best, mut seen, mut i) = (None::<(u64, usize)>, 0, t.cursor % buckets);
+        for _ in 0..buckets {
             let at = i;
-            i = (i + 1) & mask;
-            let Some(e) = &mut t.entries[at] else {
+            i = if i + 1 == buckets { 0 } else { i + 1 };
+            let Some(e) = t.map.get_bucket_mut(at) else {
                 continue;
             };
             let reset = e.log.decide(&self.log, now, 0, false).reset_after_nanos();
@@ -528,11 +424,11 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
             }
         }
         t.cursor = i;
-        let Some((_, at)) = best else {
+        let Some(found) = best.and_then(|(_, at)| t.map.get_bucket_entry(at).ok()) else {
             return false;
         };
         self.b.raise_watermark(now);
-        dead.extend(t.take(at));
+        dead.push(found.remove().0);
         self.b.give_back(1);
         true
     }
@@ -614,66 +510,5 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for LogStore<K> {
         K: Clone,
     {
         Ok(self.snapshot_all(now))
-    }
-}
-
-#[cfg(all(test, not(sluicegate_loom)))]
-mod tests {
-    use super::*;
-
-    fn entry(k: u64) -> Entry<u64> {
-        Entry {
-            key: k,
-            log: Log::new(0),
-        }
-    }
-
-    /// Backward-shift deletion keeps every key findable, including runs that wrap around the
-    /// end of the table and keys whose home is taken.
-    #[test]
-    fn table_insert_take_find() {
-        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut rnd = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        for round in 0..200 {
-            let mut t = Table::<u64>::new();
-            let mut present = std::collections::BTreeSet::new();
-            for _ in 0..300 {
-                // 64 keys on 8 homes (bits 3..32 clear): long runs, wrapping at the end.
-                let k = rnd() % 64;
-                let h = (k % 8) | (k << 32) | if round % 2 == 0 { 0 } else { 1 << 60 };
-                match t.find(h, &h) {
-                    Some(i) => {
-                        assert_eq!(t.take(i).map(|e| e.key), Some(h));
-                        present.remove(&h);
-                    }
-                    None => {
-                        t.insert(h, entry(h));
-                        present.insert(h);
-                    }
-                }
-                assert_eq!(t.live, present.len());
-                assert!(t.live * 8 <= t.cap() * 7);
-                for (tg, e) in t.tags.iter().zip(&t.entries) {
-                    assert_eq!(*tg != 0, e.is_some());
-                }
-                for &k in &present {
-                    let i = t.find(k, &k).expect("present key found");
-                    assert_eq!(t.entries[i].as_ref().map(|e| e.key), Some(k));
-                }
-                for k in 0..64u64 {
-                    let h = (k % 8) | (k << 32) | if round % 2 == 0 { 0 } else { 1 << 60 };
-                    assert_eq!(t.find(h, &h).is_some(), present.contains(&h));
-                }
-            }
-            t.maybe_shrink();
-            for &k in &present {
-                assert!(t.find(k, &k).is_some());
-            }
-        }
     }
 }
