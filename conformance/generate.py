@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reference import (  # noqa: E402
     CENTURY_NS, DAY, HOUR, MINUTE, MS, S, US,
     Composite, Continuous, Gcra, Interval, LeakyQueue, Quota, QuotaError,
-    gcd, new_limiter, parse_rate,
+    ceil_div, gcd, new_limiter, parse_rate,
 )
 
 FORMAT = 1
@@ -832,6 +832,121 @@ case("keyed_interval_backwards_per_key",
      [acq(3500 * MS, key="a"), acq(1500 * MS, key="b"), acq(1200 * MS, key="a"), acq(1200 * MS, key="b"),
       peek(2 * S, key="b"), peek(3 * S, key="a")])
 
+# ---- large clock values and large reduced rates ----------------------------------------------
+#
+# Readings around 2^53 ns (the last integer an IEEE double holds exactly; odd readings above it
+# have no double), 2^60 and the last nanosecond before a Julian century; rates whose reduced
+# k = k/gcd(k, P) is large (1000003/hour: one token every 3599989.2 ns, 1000000007/s: just over
+# one token per ns), so that every scaled state (F*k, TAT*k, p*(W - e), ...) is far beyond 2^53
+# and often beyond 2^64. A store that computes in doubles (a Redis Lua script) must either be
+# exact here or refuse the quota.
+
+T52, T53, T60 = 2**52, 2**53, 2**60
+B53 = (T53 // S + 1) * S          # 9007200000000000: the first whole second above 2^53
+LAST = MAX_READING                # 3155759999999999999: the century's last nanosecond
+HOUR_BEFORE_CENTURY = CENTURY_NS - HOUR  # a Julian century is 876600 whole hours
+TOKEN_1000003_PER_HOUR = 3_599_990  # ceil(3.6e12 / 1000003): one token of 1000003/hour, in whole ns
+FIXED_7S_2P60 = ceil_div(T60, 7 * S) * 7 * S  # the first 7 s window boundary above 2^60
+
+case("cont_2p53_token_at_odd_ns",
+     "At 1/s a token taken at 2^53 + 1 - 10^9 ns is back at exactly 2^53 + 1 ns (an odd reading no double holds), not at 2^53.",
+     "1/s; burst=1",
+     [acq(T53 + 1 - S), acq(T53 - 1), acq(T53), acq(T53 + 1), peek(T53 + 1), acq(T53 + 2)],
+     start_ns=T53 + 1 - S)
+
+case("cont_2p52_to_2p53_7ps",
+     "At 7/s an empty bucket created at 2^52 ns accrues fractional tokens, and after an idle jump past 2^53 the boundaries still round up exactly.",
+     "7/s; burst=3; initial=0",
+     [peek(T52 + 1), acq(T52 + 142_857_142), acq(T52 + 142_857_143), peek(T52 + 142_857_143),
+      peek(T53 + 1), acq(T53 + 1, 3), acq(T53 + 142_857_143), acq(T53 + 142_857_144), peek(T53 + 142_857_144),
+      refund(T53 + 142_857_144, 2), peek(T53 + 142_857_144), acq(T53 + 142_857_144, 3)],
+     start_ns=T52)
+
+case("cont_large_k_1000003_per_hour_2p60",
+     "At 1000003/hour (reduced k = 1000003, a token every 3599989.2 ns) a drained bucket at 2^60 ns refills its first token at 3599990 ns, and refunds and peeks stay exact.",
+     "1000003/hour",
+     [acq(T60, 1_000_003), acq(T60 + TOKEN_1000003_PER_HOUR - 1), acq(T60 + TOKEN_1000003_PER_HOUR),
+      peek(T60 + TOKEN_1000003_PER_HOUR), refund(T60 + TOKEN_1000003_PER_HOUR, 500_000),
+      peek(T60 + TOKEN_1000003_PER_HOUR), acq(T60 + TOKEN_1000003_PER_HOUR, 500_001),
+      acq(T60 + TOKEN_1000003_PER_HOUR, 1), peek(T60 + HOUR), peek(T60 + HOUR + 1_000), peek(LAST)])
+
+case("cont_large_k_near_century",
+     "At 1000003/hour with burst 7 the boundaries in the last hours before a century of nanoseconds are exact to the nanosecond.",
+     "1000003/hour; burst=7",
+     [acq(CENTURY_NS - 2 * HOUR, 7), acq(CENTURY_NS - 2 * HOUR + 25_199_924, 7),
+      acq(CENTURY_NS - 2 * HOUR + 25_199_925, 7), peek(LAST - 1), acq(LAST, 7), peek(LAST),
+      refund(LAST, 2), peek(LAST), acq(LAST, 3)])
+
+case("cont_billion_per_second_at_century",
+     "At 1000000007/s (just over one token per ns) the tokens accrued over single nanoseconds just before a century are counted exactly.",
+     "1000000007/s",
+     [acq(LAST - 10, 1_000_000_007), acq(LAST - 9, 2), acq(LAST - 8, 2), peek(LAST - 8), peek(LAST - 7),
+      acq(LAST - 1, 6), peek(LAST)])
+
+case("cont_backwards_near_century",
+     "Readings that go back by seconds just before a century see only what the state proves, and a refund there is capped at its own reading.",
+     "7/s; burst=5",
+     [acq(LAST, 5), acq(LAST - 5 * S), peek(LAST - 3 * S), refund(LAST, 5), peek(LAST - 1), acq(LAST - 2 * S), peek(LAST)])
+
+case("cont_peek_refund_at_2p53",
+     "Cost-0 peeks and refunds at odd readings just above 2^53 report the state at their own nanosecond.",
+     "3/s; burst=2",
+     [acq(T53 + 1, 2), peek(T53 + 1), peek(T53 + 3), peek(T53 + 333_333_334), refund(T53 + 333_333_335, 1),
+      peek(T53 + 333_333_335), acq(T53 + 333_333_335, 2), peek(T53 + 666_666_669), peek(T53 + 666_666_670)],
+     start_ns=T53 - 1)
+
+case("int_2p53_grid_odd",
+     "With the interval grid anchored at 2^53 + 1 - 10^9 ns the refill lands at exactly 2^53 + 1 ns, not at 2^53.",
+     "1/s; burst=2; initial=0; refill=interval",
+     [acq(T53 - 1), acq(T53), acq(T53 + 1), peek(T53 + 1), acq(T53 + S), acq(T53 + 1 + S), peek(T53 + 1 + 3 * S),
+      acq(T53 + 1 + 3 * S, 2)],
+     start_ns=T53 + 1 - S)
+
+case("int_large_k_near_century",
+     "Interval 1000003/hour with burst 2000006 refills a million tokens at the last whole hour before a century of nanoseconds.",
+     "1000003/hour; burst=2000006; refill=interval",
+     [acq(HOUR_BEFORE_CENTURY - 1, 2_000_006), acq(HOUR_BEFORE_CENTURY - 1), acq(HOUR_BEFORE_CENTURY, 1_000_003),
+      acq(HOUR_BEFORE_CENTURY), peek(LAST), refund(LAST, 1_000_003), peek(LAST), acq(LAST, 1_000_004),
+      acq(LAST, 1_000_003)])
+
+case("int_7ps_large_start",
+     "Interval 7/s with its grid anchored at 2^60 + 123456789 ns refills 7 tokens at each whole second after that instant.",
+     "7/s; burst=10; initial=3; refill=interval",
+     [acq(T60 + 123_456_789, 3), acq(T60 + 123_456_789 + S - 1), acq(T60 + 123_456_789 + S, 7),
+      acq(T60 + 123_456_789 + S), peek(T60 + 123_456_789 + 3 * S + 5), acq(T60 + 123_456_789 + 3 * S + 5, 10),
+      refund(T60 + 123_456_789 + 3 * S + 5, 4), peek(T60 + 123_456_789 + 3 * S + 5), peek(LAST)],
+     start_ns=T60 + 123_456_789)
+
+case("keyed_large_times_continuous",
+     "Three keys of 1000003/hour with burst 3 interleaved at 2^60 and just before a century, one first seen at the century's last nanosecond, with a refund of an absent key that does nothing.",
+     "1000003/hour; burst=3",
+     [acq(T60, 3, key="a"), acq(T60 + 1, key="b"), peek(T60 + 1, key="a"), refund(T60 + 2, 2, key="c"),
+      acq(T60 + TOKEN_1000003_PER_HOUR - 1, key="a"), acq(T60 + TOKEN_1000003_PER_HOUR, key="a"),
+      acq(T60 + TOKEN_1000003_PER_HOUR, 3, key="b"), acq(T60 + TOKEN_1000003_PER_HOUR, 2, key="b"),
+      peek(T60 + TOKEN_1000003_PER_HOUR, key="c"), acq(LAST, 3, key="c"), peek(LAST, key="a"),
+      refund(LAST, 1, key="c"), peek(LAST, key="c"), acq(LAST, 2, key="b")])
+
+case("keyed_interval_large_start",
+     "Interval keys on a grid anchored at 2^53 + 1 ns each start empty at their own first request and all refill at the shared grid points.",
+     "7/s; burst=7; initial=0; refill=interval",
+     [acq(T53 + 1 + S // 2, key="x"), acq(T53 + 3 * S, key="y"), acq(T53 + 1 + S, 7, key="x"),
+      peek(T53 + 1 + 3 * S - 1, key="y"), acq(T53 + 1 + 3 * S, 7, key="y"), peek(T53 + 1 + 3 * S, key="x"),
+      acq(T53 + 1 + 3 * S, 8, key="x"), acq(T53 + 1 + 3 * S, 7, key="x"), refund(T53 + 1 + 3 * S, 2, key="y"),
+      peek(T53 + 1 + 3 * S, key="y")],
+     start_ns=T53 + 1)
+
+case("keyed_walk_large_continuous",
+     "Three keys of 7/s with burst 5 in a pseudo-random walk of requests, peeks and refunds starting a second below 2^53 ns.",
+     "7/s; burst=5",
+     tuples(keyed_walk(71, ["alice", "bob", "carol"], 300 * MS, 5, 30, start=T53 - S)),
+     start_ns=T53 - S)
+
+case("keyed_walk_large_interval",
+     "Three interval keys of 3/h with burst 5 and 1 initial token in a pseudo-random walk just before a century of nanoseconds.",
+     "3/h; burst=5; initial=1; refill=interval",
+     tuples(keyed_walk(72, ["alice", "bob", "carol"], 20 * MINUTE, 5, 30, start=CENTURY_NS - 8 * HOUR)),
+     start_ns=CENTURY_NS - 8 * HOUR)
+
 # ---- quota errors ---------------------------------------------------------------------------
 
 for _name, _quota, _err, _desc in [
@@ -857,6 +972,7 @@ for _name, _quota, _err, _desc in [
     ("zero_count_with_burst", "0/s; burst=5", "invalid_quota", "A zero count is invalid even with a burst."),
 ]:
     bad("quota_" + _name, _desc, _quota, _err)
+
 
 
 # =============================================================================================
@@ -1125,6 +1241,147 @@ for _i in range(8):
     composite(f"composite_walk_{_i}", "Composite: a pseudo-random walk.",
               _COMPOSITE_SETS[_i % 4], tuples(walk(_i + 51, 0, S, 3, 40)))
 
+# ---- large clock values and large reduced rates (see the token bucket's section) --------------
+
+case("gcra_2p53_token_at_odd_ns",
+     "GCRA at 1/s: a token taken at 2^53 + 1 - 10^9 ns is back at exactly 2^53 + 1 ns (an odd reading no double holds), not at 2^53.",
+     "1/s; burst=1; algorithm=gcra",
+     [acq(T53 + 1 - S), acq(T53 - 1), acq(T53), acq(T53 + 1), peek(T53 + 1), acq(T53 + 2)],
+     start_ns=T53 + 1 - S)
+
+case("gcra_large_k_near_century",
+     "GCRA at 1000003/hour (emission interval 3599989.2 ns) in the last hour before a century of nanoseconds: waits, refunds and peeks exact to the ns.",
+     "1000003/hour; burst=5; algorithm=gcra",
+     [acq(HOUR_BEFORE_CENTURY, 5), acq(HOUR_BEFORE_CENTURY + TOKEN_1000003_PER_HOUR - 1),
+      acq(HOUR_BEFORE_CENTURY + TOKEN_1000003_PER_HOUR), peek(HOUR_BEFORE_CENTURY + TOKEN_1000003_PER_HOUR),
+      refund(HOUR_BEFORE_CENTURY + TOKEN_1000003_PER_HOUR, 2), acq(HOUR_BEFORE_CENTURY + TOKEN_1000003_PER_HOUR, 3),
+      acq(HOUR_BEFORE_CENTURY + TOKEN_1000003_PER_HOUR, 1), peek(LAST), acq(LAST, 5), refund(LAST, 1), peek(LAST)])
+
+case("gcra_billion_per_second_2p60",
+     "GCRA at 1000000007/s (emission interval just under 1 ns) at 2^60 ns: fractions of a token per ns count, and a backwards reading is clamped.",
+     "1000000007/s; burst=10; algorithm=gcra",
+     [acq(T60, 10), acq(T60 + 1, 2), acq(T60 + 2, 2), acq(T60 - 5 * S, 1), peek(T60 + 2), peek(T60 + 12)],
+     start_ns=T60 - 5 * S)
+
+case("fixed_2p53_boundary",
+     "Fixed window 5/s at the first whole second above 2^53: the window's last ns (an odd reading no double holds) still belongs to it.",
+     "5/s; algorithm=fixed_window",
+     [acq(B53 - 2, 5), acq(B53 - 1), peek(B53 - 1), acq(B53, 5), acq(B53), refund(B53 + 1, 2), peek(B53 + 1),
+      acq(B53 + 1, 2), acq(B53 + 1), acq(B53 - 3)])
+
+case("fixed_large_k_near_century",
+     "Fixed window 1000003/hour: the windows around the last whole hour before a century of nanoseconds, with refunds and peeks at its last ns.",
+     "1000003/hour; algorithm=fixed_window",
+     [acq(HOUR_BEFORE_CENTURY - 1, 1_000_003), acq(HOUR_BEFORE_CENTURY - 1), acq(HOUR_BEFORE_CENTURY),
+      peek(LAST), refund(LAST, 1), peek(LAST), acq(LAST, 1_000_003), acq(LAST), peek(HOUR_BEFORE_CENTURY - 1)])
+
+case("fixed_7s_window_2p60",
+     "Fixed window 1000/7s: windows of 7 s on the clock's epoch around the first boundary above 2^60 ns.",
+     "1000/7s; algorithm=fixed_window",
+     [acq(FIXED_7S_2P60 - 1, 1000), acq(FIXED_7S_2P60 - 1), acq(FIXED_7S_2P60 + 3 * S, 999),
+      acq(FIXED_7S_2P60 + 3 * S, 2), refund(FIXED_7S_2P60 + 3 * S, 500), peek(FIXED_7S_2P60 + 3 * S),
+      acq(FIXED_7S_2P60 - 5, 501), peek(FIXED_7S_2P60 + 7 * S - 1), peek(FIXED_7S_2P60 + 7 * S)])
+
+case("fixed_count_2p62_minus_1",
+     "Fixed window with the largest count, 2^62 - 1 per hour: whole-window costs across the last whole hour before a century.",
+     "4611686018427387903/h; algorithm=fixed_window",
+     [acq(HOUR_BEFORE_CENTURY - 1, 2**62 - 1), acq(HOUR_BEFORE_CENTURY - 1), peek(HOUR_BEFORE_CENTURY),
+      acq(HOUR_BEFORE_CENTURY, 2**62 - 2), peek(LAST), acq(LAST, 2), refund(LAST, 2**62 - 1), peek(LAST)])
+
+case("sliding_window_2p53_boundary",
+     "Sliding window 10/s around the first whole second above 2^53: the previous window's weight decides to the ns.",
+     "10/s; algorithm=sliding_window",
+     [acq(B53 - 1, 10), peek(B53), acq(B53 + 99_999_999), acq(B53 + 100_000_000), acq(B53 + 100_000_001),
+      refund(B53 + 100_000_001, 1), peek(B53 + 100_000_001), acq(B53 + S // 2, 5), acq(B53 + S // 2), acq(B53 - 7),
+      peek(B53 + 2 * S - 1), peek(B53 + 2 * S)])
+
+case("sliding_window_large_k_near_century",
+     "Sliding window 1000003/hour: after a full last-but-one hour before a century, one more fits only 3599990 ns into the last hour.",
+     "1000003/hour; algorithm=sliding_window",
+     [acq(HOUR_BEFORE_CENTURY - 1, 1_000_003), peek(HOUR_BEFORE_CENTURY), acq(HOUR_BEFORE_CENTURY + TOKEN_1000003_PER_HOUR - 1),
+      acq(HOUR_BEFORE_CENTURY + TOKEN_1000003_PER_HOUR), acq(HOUR_BEFORE_CENTURY + TOKEN_1000003_PER_HOUR, 2),
+      peek(CENTURY_NS - HOUR // 2), acq(CENTURY_NS - HOUR // 2, 500_000), acq(CENTURY_NS - HOUR // 2, 2),
+      peek(LAST), refund(LAST, 3), peek(LAST)])
+
+case("sliding_window_count_2p48_minus_1",
+     "Sliding window with 2^48 - 1 per second, the largest count whose packing covers a century: the previous window's weight is exact in the last seconds before it.",
+     "281474976710655/s; algorithm=sliding_window",
+     [acq(CENTURY_NS - 2 * S + 5, 2**48 - 1), acq(CENTURY_NS - S), acq(CENTURY_NS - S + 1),
+      acq(CENTURY_NS - S + 1, 281_474), acq(CENTURY_NS - S + 2, 281_476), peek(CENTURY_NS - S // 2),
+      acq(CENTURY_NS - S // 2, 2**47), refund(LAST, 3), peek(LAST)])
+
+case("sliding_log_2p53_distinct_readings",
+     "Sliding log 3/s: admissions at 2^53 - 1, 2^53 and 2^53 + 1 ns are three timestamps that leave one ns apart, which doubles cannot tell apart.",
+     "3/s; algorithm=sliding_log",
+     [acq(T53 - 1), acq(T53), acq(T53 + 1), acq(T53 + 1), acq(T53 + S - 2), acq(T53 + S - 1), acq(T53 + S - 1),
+      acq(T53 + S), peek(T53 + S), refund(T53 + S, 1), peek(T53 + S), acq(T53 + 2), peek(T53 + 2 * S + 1)])
+
+case("sliding_log_7s_near_century",
+     "Sliding log 1000/7s in the last 7 s before a century: the oldest units leave at their own ns, and a refund removes the newest.",
+     "1000/7s; algorithm=sliding_log",
+     [acq(LAST - 7 * S + 1, 600), acq(LAST - 3 * S, 400), acq(LAST - 1), acq(LAST), peek(LAST), refund(LAST, 100),
+      peek(LAST), acq(LAST, 100), acq(LAST - 10), peek(LAST)],
+     start_ns=LAST - 8 * S)
+
+case("leaky_queue_2p53",
+     "Leaky queue 1/s with max_delay 2 s at odd readings around 2^53: slots, waits, cancels and the clamp exact to the ns.",
+     "1/s; algorithm=leaky_queue; max_delay=2s",
+     [acq(T53 - 1), acq(T53 - 1), acq(T53 + 1), acq(T53 + 1), peek(T53 + 1), refund(T53 + 1, 1), peek(T53 + 1),
+      acq(T53 + 1), acq(T53 - S), peek(T53 + 3 * S), peek(T53 + 4 * S - 1)])
+
+case("leaky_queue_large_k_near_century",
+     "Leaky queue 1000003/hour with max_delay 1 h (limit 1000004) in the last hour before a century: slots 3599989.2 ns apart, exact.",
+     "1000003/hour; algorithm=leaky_queue; max_delay=1h",
+     [acq(HOUR_BEFORE_CENTURY, 1_000_003), acq(HOUR_BEFORE_CENTURY), acq(HOUR_BEFORE_CENTURY, 2),
+      peek(HOUR_BEFORE_CENTURY + 1), refund(HOUR_BEFORE_CENTURY + 1, 1_000_000), peek(HOUR_BEFORE_CENTURY + 1),
+      acq(HOUR_BEFORE_CENTURY + 1, 1_000_004), acq(HOUR_BEFORE_CENTURY + 1, 3), peek(LAST)])
+
+case("leaky_queue_7ps_2p60",
+     "Leaky queue 7/s with max_delay 1 s (limit 8) at 2^60 ns: eight slots 142857142.9 ns apart, a cancel, and a backwards reading clamped to L - D.",
+     "7/s; algorithm=leaky_queue; max_delay=1s",
+     [*[acq(T60) for _ in range(9)], refund(T60, 3), peek(T60), acq(T60, 3), acq(T60 - 2 * S), peek(T60 + S),
+      peek(T60 + 2 * S)])
+
+for _seed, (_name, _rate, _span, _most, _start) in enumerate([
+    ("gcra", "7/s; burst=3; algorithm=gcra", 200 * MS, 3, T53 - S),
+    ("fixed_window", "5/7s; algorithm=fixed_window", 2 * S, 5, FIXED_7S_2P60 - 20 * S),
+    ("sliding_window", "1000003/hour; algorithm=sliding_window", 20 * MINUTE, 400_000, CENTURY_NS - 9 * HOUR),
+    ("sliding_log", "4/s; algorithm=sliding_log", 300 * MS, 4, T53 - 2 * S),
+    ("leaky_queue", "7/s; algorithm=leaky_queue; max_delay=1s", 150 * MS, 4, LAST - 8 * S),
+], start=91):
+    case(f"keyed_walk_large_{_name}",
+         f"Keyed {_name} at large readings: three keys interleaved in a pseudo-random walk of requests, peeks and refunds.",
+         _rate, tuples(keyed_walk(_seed, ["alice", "bob", "carol"], _span, _most, 24, start=_start)),
+         start_ns=_start)
+
+case("keyed_fixed_window_peek_creates_at_2p53",
+     "Keyed fixed window 2/s above 2^53: a key's first request, even a peek, creates its window, so an earlier reading on that key is clamped while another key's is not.",
+     "2/s; algorithm=fixed_window",
+     [peek(B53 + 5, key="a"), acq(B53 - 3, key="b"), acq(B53 - 3, key="a"), acq(B53 - 3, 2, key="b"),
+      acq(B53 - 2, key="a"), acq(B53 - 1, key="a"), refund(B53 - 1, 1, key="c"), peek(B53 - 1, key="c"),
+      acq(B53, 2, key="b")])
+
+composite("composite_2p53",
+          "GCRA 1/s burst 2, sliding log 3/s and interval 5/s at odd readings around 2^53: all or nothing, each part exact to the ns.",
+          ["1/s; burst=2; algorithm=gcra", "3/s; algorithm=sliding_log", "5/s; burst=5; refill=interval"],
+          [acq(T53 - 1), acq(T53), acq(T53 + 1), acq(T53 + 1), peek(T53 + 1), refund(T53 + 1, 1), peek(T53 + 1),
+           acq(T53 + S - 1), acq(T53 + S + 1), peek(T53 + 2 * S)],
+          start_ns=T53 - S)
+
+composite("composite_large_k_near_century",
+          "Token bucket and sliding window at 1000003/hour and a 7/s leaky queue just before a century: rejections refunded, peeks and refunds exact.",
+          ["1000003/hour; burst=10", "1000003/hour; algorithm=sliding_window", "7/s; algorithm=leaky_queue; max_delay=1s"],
+          [acq(LAST - S, 8), acq(LAST - S, 2), acq(LAST - S), peek(LAST - S), acq(LAST - S + TOKEN_1000003_PER_HOUR),
+           refund(LAST - S + TOKEN_1000003_PER_HOUR, 5), peek(LAST - S + TOKEN_1000003_PER_HOUR),
+           acq(LAST - S + TOKEN_1000003_PER_HOUR, 5), acq(LAST - S + TOKEN_1000003_PER_HOUR, 11), peek(LAST)])
+
+for _i, _start in enumerate([T53 - S, LAST - 30 * S]):
+    composite(f"composite_walk_large_{_i}", "Composite: a pseudo-random walk at large readings.",
+              ["7/s; burst=3", "1000003/hour; burst=3; algorithm=gcra", "3/s; algorithm=fixed_window",
+               "5/2s; algorithm=sliding_window", "4/s; algorithm=sliding_log", "7/s; algorithm=leaky_queue; max_delay=1s"],
+              tuples(walk(_i + 81, _start, S // 2, 3, 24)), start_ns=_start)
+
+
 # --------------------------------------------------------------------------------------
 # Internal consistency: parser spot checks and the worked examples of the brief/spec
 # --------------------------------------------------------------------------------------
@@ -1152,7 +1409,6 @@ def self_test_parser() -> None:
     for bad_text, kind in [
         ("10/s; algorithm=bogus", "parse_error"),
         ("10/s; max_delay=5", "parse_error"),
-        ("10/s; algorithm=gcra; algorithm=gcra", "parse_error"),
         ("10/s; algorithm=gcra; refill=interval", "invalid_quota"),
         ("10/s; algorithm=fixed_window; burst=5", "invalid_quota"),
         ("10/s; algorithm=sliding_log; initial=3", "invalid_quota"),

@@ -6,9 +6,11 @@ Nothing here is shared with the Rust core or its test models.
 
 Every limiter class has the same small interface:
 
+    limit                   the decision's `limit` (burst, N, or the leaky queue's Q)
     acquire(t, c) -> dict   the decision (or INSUFFICIENT), updating the state
     refund(t, c)            gives c back (a cancel, for the leaky queue)
-    view(t)                 (t_e, the figures a peek would need); read-only
+    view(t)                 step 1 and what follows from it (the clamped instant t_e and the
+                            state as of t_e), read-only; the tuple's shape is the class's own
     is_full(t) -> bool      SEMANTICS "When a bucket is full": indistinguishable from a new one
     admitted_bound(t0, t_max) -> Fraction
                             the most cost that can ever be admitted between a creation at t0
@@ -107,6 +109,7 @@ def parse_rate(text: str) -> Quota:
     for option in options:
         o = _OPTION.fullmatch(option)
         known = ("burst", "initial", "refill", "algorithm", "max_delay")
+        # A duplicate option is refused here; SEMANTICS does not say, and no vector relies on it.
         if o is None or o.group(1) not in known or o.group(1) in opts:
             raise QuotaError("parse_error", f"bad option {option!r}")
         name, value = o.group(1), o.group(2)
