@@ -136,6 +136,9 @@ def check_quota_bounds(name: str, q: Quota) -> None:
             assert q.b * (q.P // g) < 2**62, name
 
 
+INSUFFICIENT_ERROR = {"error": "insufficient_capacity"}
+
+
 def run_keyed(q: Quota, start: int, steps: list[dict], error_creates: bool) -> list[dict]:
     """Keyed steps: one bucket per key, created by the key's first acquire at its t_ns
     (SEMANTICS "Keyed limiters": a cost-0 request creates it too), with the quota's initial
@@ -163,8 +166,6 @@ def run_keyed(q: Quota, start: int, steps: list[dict], error_creates: bool) -> l
         out.append(step)
     return out
 
-
-INSUFFICIENT_ERROR = {"error": "insufficient_capacity"}
 
 
 def run_case(case: dict) -> dict:
