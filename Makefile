@@ -13,7 +13,7 @@ test: ## cargo test on the default members
 loom: ## loom models of every atomic protocol
 	bash ci/loom.sh
 
-conformance: ## regenerate conformance/vectors.json from its reference
+conformance: ## regenerate conformance/vectors.json and algorithms.json from their reference
 	python3 conformance/generate.py
 
 simulate: ## the README's first command

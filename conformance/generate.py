@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
-"""Generate conformance/vectors.json from an independent reference of docs/SEMANTICS.md.
+"""Generate every conformance vector file from an independent reference of docs/SEMANTICS.md.
 
-The reference below is deliberately plain: exact rationals (fractions.Fraction), no floats,
-one class per refill mode, each line traceable to a numbered step of SEMANTICS.md.
-The test cases are hand-written inputs only; every expected decision is computed here.
+    conformance/vectors.json     the token bucket (both refill modes, keyed), rate-string errors
+    conformance/algorithms.json  GCRA, fixed window, sliding window counter, sliding log,
+                                 leaky queue (single and keyed), and composite limits
 
-    python3 conformance/generate.py          # (re)write conformance/vectors.json
-    python3 conformance/generate.py --check  # exit 1 if the committed file has drifted
+The reference (conformance/reference.py) is deliberately plain: exact integers and rationals
+(fractions.Fraction), no floats, one class per algorithm, each line traceable to a numbered
+step of SEMANTICS.md. The test cases below are hand-written inputs only (or seeded
+pseudo-random walks); every expected decision is computed by the reference, and checked
+against the reference's own rules (see "Self-checks").
+
+    python3 conformance/generate.py          # (re)write both files
+    python3 conformance/generate.py --check  # exit 1 if a committed file has drifted
 
 Standard library only (Python 3.11+).
 """
@@ -18,183 +24,38 @@ import copy
 import json
 import re
 import sys
-from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+sys.dont_write_bytecode = True  # no __pycache__ beside the vectors
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from reference import (  # noqa: E402
+    CENTURY_NS, DAY, HOUR, MINUTE, MS, S, US,
+    Composite, Continuous, Gcra, Interval, LeakyQueue, Quota, QuotaError,
+    ceil_div, gcd, new_limiter, parse_rate,
+)
+
 FORMAT = 1
-VECTORS = Path(__file__).resolve().parent / "vectors.json"
+HERE = Path(__file__).resolve().parent
+VECTORS = HERE / "vectors.json"
+ALGORITHMS = HERE / "algorithms.json"
+# Each file keeps its layout: sorted keys, this indent, a trailing newline.
+INDENT = {VECTORS: 1, ALGORITHMS: 2}
 
-NS, US, MS, S = 1, 10**3, 10**6, 10**9
-MINUTE, HOUR, DAY = 60 * S, 3600 * S, 86400 * S
-
-
-# --------------------------------------------------------------------------------------
-# Rate strings:  COUNT ( "/" | "per" ) [N] UNIT ( ";" OPTION )*
-# --------------------------------------------------------------------------------------
-
-UNITS = {
-    "ns": NS, "us": US, "ms": MS,
-    "s": S, "sec": S, "second": S, "seconds": S,
-    "m": MINUTE, "min": MINUTE, "minute": MINUTE, "minutes": MINUTE,
-    "h": HOUR, "hr": HOUR, "hour": HOUR, "hours": HOUR,
-    "d": DAY, "day": DAY, "days": DAY,
-}
-
-_WS = r"[ \t\r\n]*"  # "whitespace is free": ASCII whitespace between tokens
-_HEAD = re.compile(_WS + r"([0-9]+)" + _WS + r"(?:/|per)" + _WS + r"([0-9]*)" + _WS + r"([a-z]+)" + _WS)
-_OPTION = re.compile(_WS + r"([a-z]+)" + _WS + r"=" + _WS + r"([0-9]+|[a-z]+)" + _WS)
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-
-
-class QuotaError(Exception):
-    def __init__(self, kind: str, detail: str):
-        assert kind in ("parse_error", "invalid_quota")
-        super().__init__(f"{kind}: {detail}")
-        self.kind = kind
-
-
-@dataclass(frozen=True)
-class Quota:
-    k: int      # tokens per period
-    P: int      # period, ns
-    b: int      # burst (capacity)
-    i: int      # initial tokens
-    mode: str   # "continuous" | "interval"
-
-
-def parse_rate(text: str) -> Quota:
-    head, *options = text.translate(_ASCII_LOWER).split(";")
-    m = _HEAD.fullmatch(head)
-    if m is None or m.group(3) not in UNITS:
-        raise QuotaError("parse_error", f"bad rate {head!r}")
-    k = int(m.group(1))
-    P = (int(m.group(2)) if m.group(2) else 1) * UNITS[m.group(3)]
-    opts: dict[str, str] = {}
-    for option in options:
-        o = _OPTION.fullmatch(option)
-        if o is None or o.group(1) not in ("burst", "initial", "refill") or o.group(1) in opts:
-            raise QuotaError("parse_error", f"bad option {option!r}")
-        name, value = o.group(1), o.group(2)
-        if (name == "refill") != (value in ("continuous", "interval")) or (name != "refill" and not value.isdigit()):
-            raise QuotaError("parse_error", f"bad value in {option!r}")
-        opts[name] = value
-    b = int(opts.get("burst", k))
-    i = int(opts.get("initial", b))
-    mode = opts.get("refill", "continuous")
-    if k < 1 or P < 1 or b < 1 or not 0 <= i <= b:
-        raise QuotaError("invalid_quota", f"k={k} P={P} b={b} i={i}")
-    return Quota(k, P, b, i, mode)
-
-
-# --------------------------------------------------------------------------------------
-# Reference buckets (SEMANTICS.md, "Continuous refill" and "Interval refill")
-# --------------------------------------------------------------------------------------
-
-def floor_q(x: Fraction) -> int:
-    return x.numerator // x.denominator
-
-
-def ceil_ns(x: Fraction) -> int:
-    assert x >= 0
-    return -(-x.numerator // x.denominator)
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def decision(q: Quota, allowed: bool, remaining: int, retry: int, reset: int) -> dict:
-    assert 0 <= remaining <= q.b and retry >= 0 and reset >= 0
-    assert (retry == 0) == allowed
-    return {"allowed": allowed, "limit": q.b, "remaining": remaining,
-            "retry_after_ns": retry, "reset_after_ns": reset}
-
-
-INSUFFICIENT = {"error": "insufficient_capacity"}
-
-
-class Continuous:
-    """State: the single instant F at which the bucket is (or was) full."""
-
-    def __init__(self, q: Quota, origin: int, t0: int):
-        self.q, self.r = q, Fraction(q.k, q.P)
-        self.F = t0 + (q.b - q.i) / self.r
-
-    def view(self, t: int | Fraction) -> tuple[Fraction, Fraction]:
-        t_e = max(Fraction(t), self.F - self.q.b / self.r)          # step 1 (the clamp)
-        avail = self.q.b - self.r * max(0, self.F - t_e)              # step 2
-        assert 0 <= avail <= self.q.b
-        return t_e, avail
-
-    def acquire(self, t: int, c: int) -> dict:
-        if c > self.q.b:
-            return INSUFFICIENT
-        t_e, avail = self.view(t)
-        allowed = c == 0 or avail >= c                                # step 3
-        if allowed and c > 0:
-            self.F = max(self.F, t_e) + c / self.r
-        remaining = floor_q(avail - c) if allowed else floor_q(avail)  # step 4
-        retry = 0 if allowed else ceil_ns((c - avail) / self.r)      # step 5
-        reset = ceil_ns(max(Fraction(0), self.F - t_e))               # step 6
-        return decision(self.q, allowed, remaining, retry, reset)
-
-    def refund(self, t: int, c: int) -> None:
-        if c == 0 or self.F <= t:                                     # full: nothing changes
-            return
-        self.F = max(self.F - min(c, self.q.b) / self.r, Fraction(t))
-
-
-class Interval:
-    """State (n, tau): tau whole tokens as of period n of the grid anchored at origin o."""
-
-    def __init__(self, q: Quota, origin: int, t0: int):
-        self.q, self.o = q, origin
-        self.n, self.tau = self.period(t0), q.i
-
-    def period(self, t: int) -> int:
-        return max(0, t - self.o) // self.q.P
-
-    def view(self, t: int) -> tuple[int, int, int]:
-        q = self.q
-        p_e = max(self.period(t), self.n)                             # step 1
-        t_e = max(t, self.o + self.n * q.P)
-        tokens = min(q.b, self.tau + q.k * (p_e - self.n))           # step 2
-        return p_e, t_e, tokens
-
-    def acquire(self, t: int, c: int) -> dict:
-        q = self.q
-        if c > q.b:
-            return INSUFFICIENT
-        p_e, t_e, tokens = self.view(t)
-        allowed = c == 0 or tokens >= c                               # step 3
-        if allowed and c > 0:
-            self.n, self.tau = p_e, tokens - c
-        remaining = tokens - c if allowed else tokens                 # step 4
-        retry = 0 if allowed else self.o + (p_e + ceil_div(c - tokens, q.k)) * q.P - t_e          # step 5
-        reset = 0 if remaining == q.b else self.o + (p_e + ceil_div(q.b - remaining, q.k)) * q.P - t_e  # 6
-        return decision(q, allowed, remaining, retry, reset)
-
-    def refund(self, t: int, c: int) -> None:
-        p_e, _, tokens = self.view(t)
-        if min(self.q.b, tokens + c) != tokens:                       # else nothing changes
-            self.n, self.tau = p_e, min(self.q.b, tokens + c)
-
-
-def new_bucket(q: Quota, origin: int, t0: int):
-    return (Continuous if q.mode == "continuous" else Interval)(q, origin, t0)
+# The largest clock reading in any vector: one below a Julian century, which every quota
+# accepts (a keyed limiter refuses its codec's last instant, which is never below the century).
+MAX_READING = CENTURY_NS - 1
 
 
 # --------------------------------------------------------------------------------------
 # Self-checks run on every decision (they test the reference against itself)
 # --------------------------------------------------------------------------------------
 
-def exact_view(bucket, t: int) -> tuple[Fraction, Fraction]:
-    """(t_e, tokens available) for either mode."""
-    if isinstance(bucket, Continuous):
-        return bucket.view(t)
-    _, t_e, tokens = bucket.view(t)
-    return Fraction(t_e), Fraction(tokens)
+def t_effective(limiter, t: int) -> Fraction | int:
+    """The request's effective instant t_e (SEMANTICS: the clamped reading)."""
+    v = limiter.view(t)
+    return v[1] if isinstance(limiter, Interval) else v[0]
 
 
 def probe(before, after, t: int, c: int, d: dict) -> None:
@@ -202,33 +63,44 @@ def probe(before, after, t: int, c: int, d: dict) -> None:
 
     Both are waits measured from the (possibly clamped) instant t_e of the request.
     """
-    q = after.q
-    t_e, _ = exact_view(before, t)
+    t_e = t_effective(before, t)
     if not d["allowed"]:
         w = d["retry_after_ns"]  # the least wait after which the same request succeeds
         assert copy.deepcopy(before).acquire(t_e + w, c)["allowed"], "retry_after too short"
         assert not copy.deepcopy(before).acquire(t_e + w - 1, c)["allowed"], "retry_after too long"
     w = d["reset_after_ns"]  # the least wait after which the bucket is full again
-    assert exact_view(after, t_e + w)[1] == q.b, "reset_after too short"
+    assert after.is_full(t_e + w), "reset_after too short"
     if w > 0:
-        assert exact_view(after, t_e + w - 1)[1] < q.b, "reset_after too long"
+        assert not after.is_full(t_e + w - 1), "reset_after too long"
+
+
+def check_remaining(after, t: int, d: dict, most: int = 200) -> None:
+    """`remaining` is how many more unit requests the same reading would admit."""
+    if d["remaining"] > most:
+        return
+    trial = copy.deepcopy(after)
+    n = 0
+    while n <= d["remaining"] and trial.acquire(t, 1)["allowed"]:
+        n += 1
+    assert n == d["remaining"], f"remaining {d['remaining']} but {n} unit requests pass"
 
 
 class Ledger:
-    """Conservation bound: admitted <= initial + refunded + refill up to the latest reading."""
+    """Conservation bound: admitted <= what the algorithm can ever admit between the bucket's
+    creation and the latest reading (initial tokens + refill, or N per window, ...) + refunds."""
 
-    def __init__(self, bucket, t0: int):
-        self.bucket, self.t0, self.t_max = bucket, t0, t0
+    def __init__(self, limiter, t0: int):
+        self.limiter, self.t0, self.t_max = limiter, t0, t0
         self.admitted = self.refunded = 0
 
     def check(self, t: int) -> None:
         self.t_max = max(self.t_max, t)
-        b = self.bucket
-        if isinstance(b, Continuous):
-            refill = b.r * (self.t_max - self.t0)
-        else:
-            refill = b.q.k * (b.period(self.t_max) - b.period(self.t0))
-        assert self.admitted <= b.q.i + self.refunded + refill, "conservation violated"
+        bound = self.limiter.admitted_bound(self.t0, self.t_max)
+        assert self.admitted <= bound + self.refunded, "conservation violated"
+
+
+def as_token_bucket(q: Quota) -> Quota:
+    return Quota(q.k, q.P, q.b, q.i, "continuous")
 
 
 # --------------------------------------------------------------------------------------
@@ -236,13 +108,70 @@ class Ledger:
 # --------------------------------------------------------------------------------------
 
 SNAKE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
+U63 = 2**63  # every number in a vector fits i64 and u64
 
 
-def run_case(case: dict) -> dict:
+def check_header(case: dict) -> None:
     name = case["name"]
     assert SNAKE.fullmatch(name), name
     desc = case["description"]
     assert desc.endswith(".") and desc.count(". ") == 0, f"{name}: description must be one sentence"
+
+
+def check_numbers(name: str, steps: list[dict]) -> None:
+    for s in steps:
+        for v in [s["t_ns"], s["cost"], *s.get("expect", {}).values()]:
+            assert isinstance(v, bool) or (isinstance(v, int) and 0 <= v < U63) or isinstance(v, str), (name, s)
+        assert s["t_ns"] <= MAX_READING, f"{name}: reading past the century"
+
+
+def check_quota_bounds(name: str, q: Quota) -> None:
+    """The core refuses token buckets and GCRA quotas whose burst x time per token (scaled,
+    after the gcd) reaches 2^63; SEMANTICS does not state that bound, so no case goes near it."""
+    if q.algorithm in ("token_bucket", "gcra"):
+        g = gcd(q.k, q.P)
+        if q.mode == "interval":
+            assert (q.b // q.k + 2) * q.P < 2**62, name
+        else:
+            assert q.b * (q.P // g) < 2**62, name
+
+
+INSUFFICIENT_ERROR = {"error": "insufficient_capacity"}
+
+
+def run_keyed(q: Quota, start: int, steps: list[dict], error_creates: bool) -> list[dict]:
+    """Keyed steps: one bucket per key, created by the key's first acquire at its t_ns
+    (SEMANTICS "Keyed limiters": a cost-0 request creates it too), with the quota's initial
+    tokens. A refund of an absent key does nothing. Whether a request that is an
+    insufficient_capacity error creates the bucket SEMANTICS does not say: `error_creates`
+    picks one answer, and the vectors must not depend on it."""
+    buckets: dict[str, object] = {}
+    out = []
+    for s in steps:
+        t, op, c, key = s["t_ns"], s["op"], s["cost"], s["key"]
+        step = dict(s)
+        if key not in buckets and op == "acquire":
+            fresh = new_limiter(q, start, t)
+            d = copy.deepcopy(fresh).acquire(t, c)
+            if "error" not in d or error_creates:
+                buckets[key] = fresh
+        if key in buckets:
+            bucket = buckets[key]
+            if op == "acquire":
+                step["expect"] = bucket.acquire(t, c)
+            else:
+                bucket.refund(t, c)
+        elif op == "acquire":
+            step["expect"] = dict(INSUFFICIENT_ERROR)
+        out.append(step)
+    return out
+
+
+
+def run_case(case: dict) -> dict:
+    check_header(case)
+    name = case["name"]
+    desc = case["description"]
     if "quota_error" in case:
         try:
             parse_rate(case["quota"])
@@ -252,46 +181,103 @@ def run_case(case: dict) -> dict:
         raise AssertionError(f"{name}: quota {case['quota']!r} was accepted")
 
     q = parse_rate(case["quota"])
+    check_quota_bounds(name, q)
     start = case["start_ns"]
     keyed = any("key" in s for s in case["steps"])
     assert all(("key" in s) == keyed for s in case["steps"]), f"{name}: keys on some steps only"
+    for s in case["steps"]:
+        t, c = s["t_ns"], s["cost"]
+        assert isinstance(t, int) and t >= start, f"{name}: readings before start_ns are not covered"
+        assert isinstance(c, int) and c >= 0
+        assert s["op"] in ("acquire", "refund"), f"{name}: unknown op {s['op']!r}"
+        if s["op"] == "refund":
+            assert c >= 1, f"{name}: refunds of cost 0 are not covered"
+            if q.algorithm == "token_bucket":
+                assert c <= q.b, f"{name}: token-bucket refunds in vectors have cost <= burst"
+
+    # The self-checked run: every key's bucket (one bucket at start_ns when not keyed).
     buckets: dict[str | None, object] = {}
     ledgers: dict[str | None, Ledger] = {}
+    twins: dict[str | None, object] = {}  # GCRA: the continuous token bucket of the same quota
     if not keyed:
-        buckets[None] = new_bucket(q, start, start)
-        ledgers[None] = Ledger(buckets[None], start)
+        buckets[None] = new_limiter(q, start, start)
     out_steps = []
     for s in case["steps"]:
         t, op, c, key = s["t_ns"], s["op"], s["cost"], s.get("key")
-        assert isinstance(t, int) and t >= start, f"{name}: readings before start_ns are not covered"
-        assert isinstance(c, int) and c >= 0
-        if key not in buckets:
-            # A key's bucket is created by its first step.  Vectors never make that first
-            # step an insufficient_capacity error (SEMANTICS.md does not say whether an
-            # erroring request creates the bucket).
-            assert not (op == "acquire" and c > q.b), f"{name}: first step of {key!r} errors"
-            buckets[key] = new_bucket(q, start, t)
-            ledgers[key] = Ledger(buckets[key], t)
-        bucket = buckets[key]
         step = dict(s)
+        if key not in buckets:
+            if op == "refund":  # a refund of an absent key does nothing
+                out_steps.append(step)
+                continue
+            fresh = new_limiter(q, start, t)
+            if "error" in copy.deepcopy(fresh).acquire(t, c):
+                step["expect"] = dict(INSUFFICIENT_ERROR)
+                out_steps.append(step)
+                continue
+            buckets[key] = fresh
+        bucket = buckets[key]
+        if key not in ledgers:
+            ledgers[key] = Ledger(bucket, t if keyed else start)
+            if isinstance(bucket, Gcra):
+                twins[key] = Continuous(as_token_bucket(q), start, t if keyed else start)
         if op == "acquire":
             before = copy.deepcopy(bucket)
             d = bucket.acquire(t, c)
             if "error" not in d:
                 probe(before, bucket, t, c, d)
+                check_remaining(bucket, t, d)
                 if c > 0 and d["allowed"]:
                     ledgers[key].admitted += c
+            if key in twins:  # SEMANTICS: GCRA decides call for call as the token bucket
+                assert twins[key].acquire(t, c) == d, f"{name}: GCRA differs from the token bucket"
             step["expect"] = d
-        elif op == "refund":
-            assert 1 <= c <= q.b, f"{name}: refunds in vectors have 1 <= cost <= burst"
+        else:
             bucket.refund(t, c)
             ledgers[key].refunded += c
-        else:
-            raise AssertionError(f"{name}: unknown op {op!r}")
+            if key in twins:
+                twins[key].refund(t, c)
         ledgers[key].check(t)
         out_steps.append(step)
+    if keyed:
+        # The same expectations whichever way an erroring first request went.
+        for error_creates in (False, True):
+            again = run_keyed(q, start, case["steps"], error_creates)
+            assert again == out_steps, f"{name}: depends on whether an error creates a bucket"
+    check_numbers(name, out_steps)
     return {"name": name, "description": desc, "quota": case["quota"], "start_ns": start,
             "keyed": keyed, "steps": out_steps}
+
+
+def run_composite_case(case: dict) -> dict:
+    check_header(case)
+    name = case["name"]
+    start = case["start_ns"]
+    quotas = [parse_rate(r) for r in case["quotas"]]
+    assert len(quotas) >= 2, name
+    for q in quotas:
+        check_quota_bounds(name, q)
+    both = Composite([new_limiter(q, start, start) for q in quotas])
+    out_steps = []
+    for s in case["steps"]:
+        t, op, c = s["t_ns"], s["op"], s["cost"]
+        assert "key" not in s and t >= start and c >= 0, name
+        step = dict(s)
+        if op == "acquire":
+            alone = [copy.deepcopy(p).acquire(t, c) for p in both.parts]
+            d = both.acquire(t, c)
+            if "error" in d:
+                assert any("error" in a for a in alone), name
+            else:
+                # all or nothing: admitted iff every part alone would admit
+                assert d["allowed"] == all(a["allowed"] for a in alone), name
+            step["expect"] = d
+        else:
+            assert op == "refund" and c >= 1, name
+            both.refund(t, c)
+        out_steps.append(step)
+    check_numbers(name, out_steps)
+    return {"name": name, "description": case["description"], "quotas": case["quotas"],
+            "start_ns": start, "keyed": False, "steps": out_steps}
 
 
 # --------------------------------------------------------------------------------------
@@ -315,16 +301,100 @@ def refund(t: int, cost: int, key: str | None = None) -> dict:
     return s
 
 
-CASES: list[dict] = []
+# The token bucket's cases (and every quota error) go to vectors.json, the other algorithms'
+# to algorithms.json, in the order they are written here.
+CASES: dict[Path, list[dict]] = {VECTORS: [], ALGORITHMS: []}
+COMPOSITE_CASES: list[dict] = []
 
 
 def case(name: str, description: str, quota: str, steps: list[dict], start_ns: int = 0) -> None:
-    CASES.append({"name": name, "description": description, "quota": quota,
-                  "start_ns": start_ns, "steps": steps})
+    target = VECTORS if parse_rate(quota).algorithm == "token_bucket" else ALGORITHMS
+    CASES[target].append({"name": name, "description": description, "quota": quota,
+                          "start_ns": start_ns, "steps": steps})
 
 
 def bad(name: str, description: str, quota: str, error: str) -> None:
-    CASES.append({"name": name, "description": description, "quota": quota, "quota_error": error})
+    CASES[VECTORS].append({"name": name, "description": description, "quota": quota, "quota_error": error})
+
+
+def composite(name: str, description: str, quotas: list[str], steps: list[dict], start_ns: int = 0) -> None:
+    COMPOSITE_CASES.append({"name": name, "description": description, "quotas": quotas,
+                            "start_ns": start_ns, "steps": steps})
+
+
+def tuples(steps: list[tuple]) -> list[dict]:
+    """Steps written as (t_ns, 'a' | 'r', cost) or (t_ns, 'a' | 'r', key, cost)."""
+    out = []
+    for s in steps:
+        t, op, *key, c = s
+        step = acq(t, c, *key) if op == "a" else refund(t, c, *key)
+        out.append(step)
+    return out
+
+
+def at(t: int, n: int, c: int = 1) -> list[tuple]:
+    """n requests of cost c at t."""
+    return [(t, "a", c)] * n
+
+
+def cat(*parts: list[tuple]) -> list[tuple]:
+    return [s for p in parts for s in p]
+
+
+M64 = 2**64 - 1
+
+
+def xorshift(seed: int):
+    """A deterministic 64-bit xorshift stream (the walks' source of choices)."""
+    x = (seed * 0x9E37_79B9_7F4A_7C15 & M64) | 1
+
+    def step() -> int:
+        nonlocal x
+        x ^= (x << 13) & M64
+        x ^= x >> 7
+        x ^= (x << 17) & M64
+        return x
+    return step
+
+
+def walk(seed: int, start: int, span: int, most: int, n: int) -> list[tuple]:
+    """A pseudo-random walk: times move forward by 0..span (sometimes stay, sometimes go back,
+    never before start), costs 0..=most+1 (most+1 may be above the limit: an error), one step
+    in eight a refund of 1..=most."""
+    rand = xorshift(seed)
+    t = start
+    out = []
+    for _ in range(n):
+        r = rand() % 6
+        if r == 0:
+            pass
+        elif r == 1:
+            t = max(max(t - rand() % span, 0), start)
+        else:
+            t = t + rand() % span
+        if rand() % 8 == 0:
+            out.append((t, "r", 1 + rand() % most))
+        else:
+            out.append((t, "a", rand() % (most + 2)))
+    return out
+
+
+def keyed_walk(seed: int, keys: list[str], span: int, most: int, n: int, start: int = 0) -> list[tuple]:
+    """A keyed walk: times only move forward (a keyed store may drop a full bucket, and a key
+    re-created later starts no earlier than the drop), keys drawn from `keys`, costs 0..=most+1,
+    one step in eight a refund."""
+    rand = xorshift(seed)
+    t = start
+    out = []
+    for _ in range(n):
+        if rand() % 3 != 0:
+            t += rand() % span
+        key = keys[rand() % len(keys)]
+        if rand() % 8 == 0:
+            out.append((t, "r", key, 1 + rand() % most))
+        else:
+            out.append((t, "a", key, rand() % (most + 2)))
+    return out
 
 
 # ---- continuous: worked examples ---------------------------------------------------------
@@ -763,6 +833,121 @@ case("keyed_interval_backwards_per_key",
      [acq(3500 * MS, key="a"), acq(1500 * MS, key="b"), acq(1200 * MS, key="a"), acq(1200 * MS, key="b"),
       peek(2 * S, key="b"), peek(3 * S, key="a")])
 
+# ---- large clock values and large reduced rates ----------------------------------------------
+#
+# Readings around 2^53 ns (the last integer an IEEE double holds exactly; odd readings above it
+# have no double), 2^60 and the last nanosecond before a Julian century; rates whose reduced
+# k = k/gcd(k, P) is large (1000003/hour: one token every 3599989.2 ns, 1000000007/s: just over
+# one token per ns), so that every scaled state (F*k, TAT*k, p*(W - e), ...) is far beyond 2^53
+# and often beyond 2^64. A store that computes in doubles (a Redis Lua script) must either be
+# exact here or refuse the quota.
+
+T52, T53, T60 = 2**52, 2**53, 2**60
+B53 = (T53 // S + 1) * S          # 9007200000000000: the first whole second above 2^53
+LAST = MAX_READING                # 3155759999999999999: the century's last nanosecond
+HOUR_BEFORE_CENTURY = CENTURY_NS - HOUR  # a Julian century is 876600 whole hours
+TOKEN_1000003_PER_HOUR = 3_599_990  # ceil(3.6e12 / 1000003): one token of 1000003/hour, in whole ns
+FIXED_7S_2P60 = ceil_div(T60, 7 * S) * 7 * S  # the first 7 s window boundary above 2^60
+
+case("cont_2p53_token_at_odd_ns",
+     "At 1/s a token taken at 2^53 + 1 - 10^9 ns is back at exactly 2^53 + 1 ns (an odd reading no double holds), not at 2^53.",
+     "1/s; burst=1",
+     [acq(T53 + 1 - S), acq(T53 - 1), acq(T53), acq(T53 + 1), peek(T53 + 1), acq(T53 + 2)],
+     start_ns=T53 + 1 - S)
+
+case("cont_2p52_to_2p53_7ps",
+     "At 7/s an empty bucket created at 2^52 ns accrues fractional tokens, and after an idle jump past 2^53 the boundaries still round up exactly.",
+     "7/s; burst=3; initial=0",
+     [peek(T52 + 1), acq(T52 + 142_857_142), acq(T52 + 142_857_143), peek(T52 + 142_857_143),
+      peek(T53 + 1), acq(T53 + 1, 3), acq(T53 + 142_857_143), acq(T53 + 142_857_144), peek(T53 + 142_857_144),
+      refund(T53 + 142_857_144, 2), peek(T53 + 142_857_144), acq(T53 + 142_857_144, 3)],
+     start_ns=T52)
+
+case("cont_large_k_1000003_per_hour_2p60",
+     "At 1000003/hour (reduced k = 1000003, a token every 3599989.2 ns) a drained bucket at 2^60 ns refills its first token at 3599990 ns, and refunds and peeks stay exact.",
+     "1000003/hour",
+     [acq(T60, 1_000_003), acq(T60 + TOKEN_1000003_PER_HOUR - 1), acq(T60 + TOKEN_1000003_PER_HOUR),
+      peek(T60 + TOKEN_1000003_PER_HOUR), refund(T60 + TOKEN_1000003_PER_HOUR, 500_000),
+      peek(T60 + TOKEN_1000003_PER_HOUR), acq(T60 + TOKEN_1000003_PER_HOUR, 500_001),
+      acq(T60 + TOKEN_1000003_PER_HOUR, 1), peek(T60 + HOUR), peek(T60 + HOUR + 1_000), peek(LAST)])
+
+case("cont_large_k_near_century",
+     "At 1000003/hour with burst 7 the boundaries in the last hours before a century of nanoseconds are exact to the nanosecond.",
+     "1000003/hour; burst=7",
+     [acq(CENTURY_NS - 2 * HOUR, 7), acq(CENTURY_NS - 2 * HOUR + 25_199_924, 7),
+      acq(CENTURY_NS - 2 * HOUR + 25_199_925, 7), peek(LAST - 1), acq(LAST, 7), peek(LAST),
+      refund(LAST, 2), peek(LAST), acq(LAST, 3)])
+
+case("cont_billion_per_second_at_century",
+     "At 1000000007/s (just over one token per ns) the tokens accrued over single nanoseconds just before a century are counted exactly.",
+     "1000000007/s",
+     [acq(LAST - 10, 1_000_000_007), acq(LAST - 9, 2), acq(LAST - 8, 2), peek(LAST - 8), peek(LAST - 7),
+      acq(LAST - 1, 6), peek(LAST)])
+
+case("cont_backwards_near_century",
+     "Readings that go back by seconds just before a century see only what the state proves, and a refund there is capped at its own reading.",
+     "7/s; burst=5",
+     [acq(LAST, 5), acq(LAST - 5 * S), peek(LAST - 3 * S), refund(LAST, 5), peek(LAST - 1), acq(LAST - 2 * S), peek(LAST)])
+
+case("cont_peek_refund_at_2p53",
+     "Cost-0 peeks and refunds at odd readings just above 2^53 report the state at their own nanosecond.",
+     "3/s; burst=2",
+     [acq(T53 + 1, 2), peek(T53 + 1), peek(T53 + 3), peek(T53 + 333_333_334), refund(T53 + 333_333_335, 1),
+      peek(T53 + 333_333_335), acq(T53 + 333_333_335, 2), peek(T53 + 666_666_669), peek(T53 + 666_666_670)],
+     start_ns=T53 - 1)
+
+case("int_2p53_grid_odd",
+     "With the interval grid anchored at 2^53 + 1 - 10^9 ns the refill lands at exactly 2^53 + 1 ns, not at 2^53.",
+     "1/s; burst=2; initial=0; refill=interval",
+     [acq(T53 - 1), acq(T53), acq(T53 + 1), peek(T53 + 1), acq(T53 + S), acq(T53 + 1 + S), peek(T53 + 1 + 3 * S),
+      acq(T53 + 1 + 3 * S, 2)],
+     start_ns=T53 + 1 - S)
+
+case("int_large_k_near_century",
+     "Interval 1000003/hour with burst 2000006 refills a million tokens at the last whole hour before a century of nanoseconds.",
+     "1000003/hour; burst=2000006; refill=interval",
+     [acq(HOUR_BEFORE_CENTURY - 1, 2_000_006), acq(HOUR_BEFORE_CENTURY - 1), acq(HOUR_BEFORE_CENTURY, 1_000_003),
+      acq(HOUR_BEFORE_CENTURY), peek(LAST), refund(LAST, 1_000_003), peek(LAST), acq(LAST, 1_000_004),
+      acq(LAST, 1_000_003)])
+
+case("int_7ps_large_start",
+     "Interval 7/s with its grid anchored at 2^60 + 123456789 ns refills 7 tokens at each whole second after that instant.",
+     "7/s; burst=10; initial=3; refill=interval",
+     [acq(T60 + 123_456_789, 3), acq(T60 + 123_456_789 + S - 1), acq(T60 + 123_456_789 + S, 7),
+      acq(T60 + 123_456_789 + S), peek(T60 + 123_456_789 + 3 * S + 5), acq(T60 + 123_456_789 + 3 * S + 5, 10),
+      refund(T60 + 123_456_789 + 3 * S + 5, 4), peek(T60 + 123_456_789 + 3 * S + 5), peek(LAST)],
+     start_ns=T60 + 123_456_789)
+
+case("keyed_large_times_continuous",
+     "Three keys of 1000003/hour with burst 3 interleaved at 2^60 and just before a century, one first seen at the century's last nanosecond, with a refund of an absent key that does nothing.",
+     "1000003/hour; burst=3",
+     [acq(T60, 3, key="a"), acq(T60 + 1, key="b"), peek(T60 + 1, key="a"), refund(T60 + 2, 2, key="c"),
+      acq(T60 + TOKEN_1000003_PER_HOUR - 1, key="a"), acq(T60 + TOKEN_1000003_PER_HOUR, key="a"),
+      acq(T60 + TOKEN_1000003_PER_HOUR, 3, key="b"), acq(T60 + TOKEN_1000003_PER_HOUR, 2, key="b"),
+      peek(T60 + TOKEN_1000003_PER_HOUR, key="c"), acq(LAST, 3, key="c"), peek(LAST, key="a"),
+      refund(LAST, 1, key="c"), peek(LAST, key="c"), acq(LAST, 2, key="b")])
+
+case("keyed_interval_large_start",
+     "Interval keys on a grid anchored at 2^53 + 1 ns each start empty at their own first request and all refill at the shared grid points.",
+     "7/s; burst=7; initial=0; refill=interval",
+     [acq(T53 + 1 + S // 2, key="x"), acq(T53 + 3 * S, key="y"), acq(T53 + 1 + S, 7, key="x"),
+      peek(T53 + 1 + 3 * S - 1, key="y"), acq(T53 + 1 + 3 * S, 7, key="y"), peek(T53 + 1 + 3 * S, key="x"),
+      acq(T53 + 1 + 3 * S, 8, key="x"), acq(T53 + 1 + 3 * S, 7, key="x"), refund(T53 + 1 + 3 * S, 2, key="y"),
+      peek(T53 + 1 + 3 * S, key="y")],
+     start_ns=T53 + 1)
+
+case("keyed_walk_large_continuous",
+     "Three keys of 7/s with burst 5 in a pseudo-random walk of requests, peeks and refunds starting a second below 2^53 ns.",
+     "7/s; burst=5",
+     tuples(keyed_walk(71, ["alice", "bob", "carol"], 300 * MS, 5, 30, start=T53 - S)),
+     start_ns=T53 - S)
+
+case("keyed_walk_large_interval",
+     "Three interval keys of 3/h with burst 5 and 1 initial token in a pseudo-random walk just before a century of nanoseconds.",
+     "3/h; burst=5; initial=1; refill=interval",
+     tuples(keyed_walk(72, ["alice", "bob", "carol"], 20 * MINUTE, 5, 30, start=CENTURY_NS - 8 * HOUR)),
+     start_ns=CENTURY_NS - 8 * HOUR)
+
 # ---- quota errors ---------------------------------------------------------------------------
 
 for _name, _quota, _err, _desc in [
@@ -789,6 +974,439 @@ for _name, _quota, _err, _desc in [
 ]:
     bad("quota_" + _name, _desc, _quota, _err)
 
+# The algorithm options, and the bounds SEMANTICS gives for exact arithmetic: a store must
+# refuse these quotas rather than decide inexactly.
+for _name, _quota, _err, _desc in [
+    ("unknown_algorithm", "10/s; algorithm=bogus", "parse_error", "An unknown algorithm name is refused."),
+    ("max_delay_without_unit", "10/s; algorithm=leaky_queue; max_delay=5", "parse_error", "A max_delay needs a time unit."),
+    ("interval_gcra", "10/s; algorithm=gcra; refill=interval", "invalid_quota", "Interval refill is for the token bucket only."),
+    ("burst_on_window", "10/s; algorithm=fixed_window; burst=5", "invalid_quota", "A window algorithm takes no burst other than its count."),
+    ("initial_on_window", "10/s; algorithm=sliding_window; initial=3", "invalid_quota", "A window algorithm takes no initial."),
+    ("burst_on_leaky_queue", "10/s; algorithm=leaky_queue; burst=20", "invalid_quota", "The leaky queue takes no burst other than its count."),
+    ("max_delay_on_token_bucket", "10/s; max_delay=1s", "invalid_quota", "A max_delay is for the leaky queue only."),
+    ("sliding_log_count_above_2p20", "1048577/s; algorithm=sliding_log", "invalid_quota", "A sliding log counts at most 2^20 per window."),
+    ("fixed_window_count_2p62", "4611686018427387904/h; algorithm=fixed_window", "invalid_quota", "A window count must be below 2^62."),
+    ("sliding_window_period_2p62", "1/4611686018427387904ns; algorithm=sliding_window", "invalid_quota", "A window must be shorter than 2^62 ns."),
+    ("leaky_queue_delay_rate_2h", "1000003/hour; algorithm=leaky_queue; max_delay=2h", "invalid_quota", "A leaky queue with D*k/g + P/g of 2^62 or more is refused (2 h at 1000003/hour)."),
+]:
+    bad("quota_" + _name, _desc, _quota, _err)
+
+# Quotas SEMANTICS refuses ("Bounds (else InvalidQuota)") that the core's parser accepts and
+# only a limiter's constructor refuses, while the Rust, Python and C runners check the parser
+# alone: checked here (the reference refuses them), not written until the core and the runners
+# agree. See conformance/README.md, "Pending".
+PENDING_QUOTA_ERRORS = [
+    ("sliding_window_packing_2p48", "281474976710656/s; algorithm=sliding_window", "invalid_quota",
+     "A sliding window count of 2^48 per second leaves no packing that covers a century of windows."),
+]
+
+
+# =============================================================================================
+# algorithms.json: every algorithm besides the token bucket, and composite limits
+# =============================================================================================
+
+# ---- GCRA -------------------------------------------------------------------------------------
+
+case("gcra_worked_burst_then_idle",
+     "GCRA, capacity 5 at 1/s: 7 instant requests give 5 allowed; after 2 s idle 2 more.",
+     "1/s; burst=5; algorithm=gcra",
+     tuples(cat(at(0, 7), at(2 * S, 3))))
+
+case("gcra_fractional_accrual_2ps",
+     "GCRA at 2/s from empty: 0.5 token after 250 ms is not enough; 1 at 500 ms is.",
+     "2/s; burst=1; initial=0; algorithm=gcra",
+     tuples([(250 * MS, "a", 1), (500 * MS, "a", 1), (500 * MS, "a", 1)]))
+
+case("gcra_nondivisible_7_per_ms",
+     "GCRA at 7/ms: emission interval 142857.14 ns, waits rounded up to the ns.",
+     "7/ms; burst=2; algorithm=gcra",
+     tuples([(0, "a", 2), (1, "a", 1), (142_858, "a", 1), (200_000, "a", 2)]))
+
+case("gcra_backwards_clock",
+     "GCRA: a reading earlier than the state proves is clamped, never a refund.",
+     "1/s; burst=2; algorithm=gcra",
+     tuples([(10 * S, "a", 2), (10 * S, "a", 1), (10 * S + S // 2, "a", 1), (11 * S, "a", 1)]),
+     start_ns=10 * S)
+
+case("gcra_refund_capped",
+     "GCRA: refunds give tokens back, capped at the burst.",
+     "1/s; burst=3; algorithm=gcra",
+     tuples([(0, "a", 2), (0, "a", 2), (0, "r", 3), (0, "a", 0), (0, "a", 3)]))
+
+case("gcra_cost_above_capacity",
+     "GCRA: a cost above the burst is an error, not a rejection.",
+     "10/s; burst=5; algorithm=gcra",
+     tuples([(0, "a", 6), (0, "a", 5), (0, "a", 1)]))
+
+for _i, (_rate, _span, _most) in enumerate([
+    ("3/s; burst=7; algorithm=gcra", S, 7),
+    ("100/m; burst=10; algorithm=gcra", 3 * S, 10),
+    ("5/2s; burst=3; initial=1; algorithm=gcra", S, 3),
+    ("7/ms; burst=20; algorithm=gcra", 2 * MS, 20),
+    ("1/h; burst=4; algorithm=gcra", 900 * S, 4),
+]):
+    case(f"gcra_walk_{_i}", "GCRA: a pseudo-random walk of weighted requests and refunds.",
+         _rate, tuples(walk(_i + 1, 0, _span, _most, 40)))
+
+# ---- fixed window -----------------------------------------------------------------------------
+
+case("fixed_boundary_burst",
+     "Fixed window 10/s: 10 at 999 ms and 10 more at 1 s pass (2x the limit across the boundary).",
+     "10/s; algorithm=fixed_window",
+     tuples(cat(at(999 * MS, 11), at(S, 11))))
+
+case("fixed_epoch_aligned",
+     "Fixed window 3/s created at 2.5 s: windows stay on the clock's epoch, the first ends at 3 s.",
+     "3/s; algorithm=fixed_window",
+     tuples(cat(at(2500 * MS, 4), at(3 * S, 4))),
+     start_ns=2500 * MS)
+
+case("fixed_weighted",
+     "Fixed window 10/m with weighted costs: retry_after is the time to the next window.",
+     "10/m; algorithm=fixed_window",
+     tuples([(5 * S, "a", 6), (10 * S, "a", 5), (10 * S, "a", 4), (59 * S, "a", 1), (60 * S, "a", 10)]))
+
+case("fixed_refund",
+     "Fixed window: a refund returns cost to the current window, never below zero.",
+     "5/s; algorithm=fixed_window",
+     tuples([(0, "a", 5), (0, "r", 2), (0, "a", 3), (MS, "r", 9), (MS, "a", 0), (S, "r", 1), (S, "a", 5)]))
+
+case("fixed_backwards_clock",
+     "Fixed window: a reading in an earlier window is seen at the start of the state's window.",
+     "2/s; algorithm=fixed_window",
+     tuples([(5 * S + 10, "a", 2), (4 * S, "a", 1), (4 * S, "a", 0), (6 * S, "a", 2)]))
+
+case("fixed_cost_above_limit",
+     "Fixed window: a cost above the limit is an error.",
+     "4/s; algorithm=fixed_window",
+     tuples([(0, "a", 5), (0, "a", 4)]))
+
+for _i, (_rate, _span, _most) in enumerate([
+    ("3/s; algorithm=fixed_window", S, 3),
+    ("100/m; algorithm=fixed_window", 30 * S, 100),
+    ("5/2s; algorithm=fixed_window", S, 5),
+    ("7/ms; algorithm=fixed_window", MS, 7),
+    ("1/h; algorithm=fixed_window", 900 * S, 1),
+]):
+    case(f"fixed_walk_{_i}", "Fixed window: a pseudo-random walk of weighted requests and refunds.",
+         _rate, tuples(walk(_i + 11, 0, _span, _most, 40)))
+
+# ---- sliding window counter -------------------------------------------------------------------
+
+case("sliding_window_75_percent_at_25_percent",
+     "Sliding window 50/m: 42 in the previous minute, 18 in this one; 18 arrive 15 s in, when the previous weighs 75%: 49.5, so 1 more is rejected until 15.714 s (18 at 1 s in would be rejected).",
+     "50/m; algorithm=sliding_window",
+     tuples([(10 * S, "a", 42), (61 * S, "a", 18), (75 * S, "a", 18), (75 * S, "a", 0), (75 * S, "a", 1),
+             (75 * S + 714_285_714, "a", 1), (75 * S + 714_285_715, "a", 1)]))
+
+case("sliding_window_exact_thirds",
+     "Sliding window 3/3s: two thirds into the next window, a third of 3 is exactly 1.",
+     "3/3s; algorithm=sliding_window",
+     tuples([(0, "a", 3), (5 * S, "a", 0), (5 * S, "a", 2), (5 * S, "a", 1)]))
+
+case("sliding_window_retry_next_window",
+     "Sliding window: when the current window alone is too full, the wait reaches into the next window.",
+     "10/s; algorithm=sliding_window",
+     tuples([(100 * MS, "a", 9), (200 * MS, "a", 2), (1100 * MS, "a", 5), (1600 * MS, "a", 5)]))
+
+case("sliding_window_skips_windows",
+     "Sliding window: after two idle windows nothing weighs.",
+     "4/s; algorithm=sliding_window",
+     tuples([(0, "a", 4), (2500 * MS, "a", 4), (2500 * MS, "a", 1)]))
+
+case("sliding_window_refund",
+     "Sliding window: a refund returns cost to the current window's count.",
+     "5/s; algorithm=sliding_window",
+     tuples([(0, "a", 5), (S // 2, "r", 2), (S // 2, "a", 2), (S + S // 2, "r", 1), (S + S // 2, "a", 3)]))
+
+case("sliding_window_backwards_clock",
+     "Sliding window: a reading in an earlier window is seen at the start of the state's window.",
+     "3/s; algorithm=sliding_window",
+     tuples([(2 * S + 5, "a", 3), (S, "a", 1), (3 * S + S // 2, "a", 2), (3 * S, "a", 0)]))
+
+case("sliding_window_cost_above_limit",
+     "Sliding window: a cost above the limit is an error.",
+     "3/s; algorithm=sliding_window",
+     tuples([(0, "a", 4), (0, "a", 3)]))
+
+for _i, (_rate, _span, _most) in enumerate([
+    ("3/s; algorithm=sliding_window", S // 2, 3),
+    ("100/m; algorithm=sliding_window", 20 * S, 100),
+    ("5/2s; algorithm=sliding_window", S, 5),
+    ("7/ms; algorithm=sliding_window", MS // 2, 7),
+    ("2/h; algorithm=sliding_window", 1200 * S, 2),
+]):
+    case(f"sliding_window_walk_{_i}", "Sliding window: a pseudo-random walk of weighted requests and refunds.",
+         _rate, tuples(walk(_i + 21, 0, _span, _most, 40)))
+
+# ---- sliding log ------------------------------------------------------------------------------
+
+case("sliding_log_same_instant",
+     "Sliding log 3/s: three requests at the same nanosecond each count; all leave together 1 s later.",
+     "3/s; algorithm=sliding_log",
+     tuples(cat(at(5 * MS, 4), [(S + 5 * MS - 1, "a", 1)], at(S + 5 * MS, 4))))
+
+case("sliding_log_no_boundary_burst",
+     "Sliding log 10/s: 10 at 999 ms; none at 1 s (unlike the fixed window); 10 at 1.999 s.",
+     "10/s; algorithm=sliding_log",
+     tuples(cat(at(999 * MS, 11), at(S, 2), at(1999 * MS, 11))))
+
+case("sliding_log_weighted_retry",
+     "Sliding log 5/s: the wait is until the m-th oldest unit leaves.",
+     "5/s; algorithm=sliding_log",
+     tuples([(0, "a", 2), (300 * MS, "a", 2), (600 * MS, "a", 1), (700 * MS, "a", 3), (S, "a", 3), (1300 * MS, "a", 3)]))
+
+case("sliding_log_refund_newest",
+     "Sliding log: a refund removes the newest units in the window.",
+     "3/s; algorithm=sliding_log",
+     tuples([(0, "a", 1), (500 * MS, "a", 2), (600 * MS, "r", 1), (600 * MS, "a", 0), (S, "a", 2), (S, "a", 1)]))
+
+case("sliding_log_backwards_clock",
+     "Sliding log: a reading before the newest admission is clamped to it.",
+     "2/s; algorithm=sliding_log",
+     tuples([(5 * S, "a", 2), (5 * S + 10, "a", 0), (4 * S, "a", 1), (6 * S, "a", 2)]))
+
+case("sliding_log_cost_above_limit",
+     "Sliding log: a cost above the limit is an error.",
+     "2/s; algorithm=sliding_log",
+     tuples([(0, "a", 3), (0, "a", 2)]))
+
+for _i, (_rate, _span, _most) in enumerate([
+    ("3/s; algorithm=sliding_log", S // 2, 3),
+    ("20/m; algorithm=sliding_log", 10 * S, 20),
+    ("5/2s; algorithm=sliding_log", S, 5),
+    ("7/ms; algorithm=sliding_log", MS // 3, 7),
+    ("2/h; algorithm=sliding_log", 1200 * S, 2),
+]):
+    case(f"sliding_log_walk_{_i}", "Sliding log: a pseudo-random walk of weighted requests and refunds.",
+         _rate, tuples(walk(_i + 31, 0, _span, _most, 40)))
+
+# ---- leaky queue ------------------------------------------------------------------------------
+
+case("leaky_queue_constant_drain",
+     "Leaky queue 10/s, max_delay 1 s: a burst of 13 gets slots 100 ms apart, 11 admitted; 500 ms later 5 more.",
+     "10/s; algorithm=leaky_queue; max_delay=1s",
+     tuples(cat(at(0, 13), at(500 * MS, 7))))
+
+case("leaky_queue_cancel",
+     "Leaky queue 4/s, max_delay 500 ms: waits 0, 250, 500 ms; the 4th is rejected; a cancel gives a slot back.",
+     "4/s; algorithm=leaky_queue; max_delay=500ms",
+     tuples([(0, "a", 1), (0, "a", 1), (0, "a", 1), (0, "a", 1), (0, "r", 1), (0, "a", 1), (0, "a", 0)]))
+
+case("leaky_queue_weighted",
+     "Leaky queue: a request of cost c waits c/r after the previous slot.",
+     "10/s; algorithm=leaky_queue; max_delay=1s",
+     tuples([(0, "a", 5), (0, "a", 5), (0, "a", 3), (0, "a", 6), (200 * MS, "a", 2), (2 * S, "a", 11)]))
+
+case("leaky_queue_no_delay",
+     "Leaky queue with max_delay 0: a strict meter spacing requests 1/r apart.",
+     "5/s; algorithm=leaky_queue; max_delay=0ns",
+     tuples([(0, "a", 1), (0, "a", 1), (100 * MS, "a", 1), (200 * MS, "a", 1), (400 * MS, "a", 1)]))
+
+case("leaky_queue_backwards_clock",
+     "Leaky queue: a reading earlier than the state proves is clamped to L - D.",
+     "10/s; algorithm=leaky_queue; max_delay=300ms",
+     tuples([(5 * S, "a", 3), (5 * S, "a", 1), (S, "a", 1), (S, "r", 1), (5 * S + 50 * MS, "a", 1)]))
+
+case("leaky_queue_nondivisible",
+     "Leaky queue 3/s: slots 333333333.3 ns apart, waits rounded up.",
+     "3/s; algorithm=leaky_queue; max_delay=1s",
+     tuples([(0, "a", 1), (0, "a", 1), (0, "a", 1), (1, "a", 1), (0, "a", 1)]))
+
+case("leaky_queue_cost_above_limit",
+     "Leaky queue: a cost above 1 + floor(D r) is an error.",
+     "2/s; algorithm=leaky_queue; max_delay=1s",
+     tuples([(0, "a", 4), (0, "a", 3)]))
+
+for _i, (_rate, _span, _most) in enumerate([
+    ("3/s; algorithm=leaky_queue; max_delay=2s", S, 7),
+    ("100/m; algorithm=leaky_queue; max_delay=10s", 5 * S, 17),
+    ("5/2s; algorithm=leaky_queue; max_delay=700ms", S, 2),
+    ("7/ms; algorithm=leaky_queue; max_delay=1ms", MS, 8),
+]):
+    case(f"leaky_queue_walk_{_i}", "Leaky queue: a pseudo-random walk of weighted reservations and cancellations.",
+         _rate, tuples(walk(_i + 41, 0, _span, _most, 40)))
+
+# ---- keyed: several keys of one keyed limiter, each deciding as its own bucket ----------------
+
+for _i, (_rate, _span, _most) in enumerate([
+    ("4/s; algorithm=sliding_log", 300 * MS, 4),
+    ("5/s; algorithm=sliding_window", 300 * MS, 5),
+    ("2/s; burst=4; algorithm=gcra", 400 * MS, 4),
+    ("3/s; algorithm=fixed_window", 400 * MS, 3),
+    ("2/s; algorithm=leaky_queue; max_delay=1s", 300 * MS, 3),
+]):
+    case(f"keyed_walk_{_i + 1}",
+         f"Keyed {parse_rate(_rate).algorithm}: three keys interleaved, each bucket created at its key's first request.",
+         _rate, tuples(keyed_walk(_i + 61, ["alice", "bob", "carol"], _span, _most, 45)))
+
+# ---- composite ----------------------------------------------------------------------------------
+
+composite("composite_refund_partial",
+          "User 5/s, tenant 3/s fixed window, global 100/s sliding log: the second request of 2 is rejected by the tenant and refunded to the user.",
+          ["5/s", "3/s; algorithm=fixed_window", "100/s; algorithm=sliding_log"],
+          tuples([(0, "a", 2), (0, "a", 2), (0, "a", 0), (0, "a", 1), (S, "a", 2)]))
+
+composite("composite_error_consumes_nothing",
+          "A cost above any part's capacity is an error.",
+          ["10/s", "3/s; algorithm=sliding_window"],
+          tuples([(0, "a", 4), (0, "a", 3)]))
+
+composite("composite_longest_retry",
+          "The rejection reports the longest retry_after among the parts that cannot admit.",
+          ["1/s; burst=2", "2/m; algorithm=fixed_window"],
+          tuples([(0, "a", 2), (10 * MS, "a", 1), (S, "a", 1), (60 * S, "a", 1)]))
+
+_COMPOSITE_SETS = [
+    ["3/s", "5/2s; algorithm=sliding_window"],
+    ["4/s; algorithm=gcra", "10/m; algorithm=fixed_window", "6/s; algorithm=sliding_log"],
+    ["5/s; burst=5; refill=interval", "2/s; algorithm=leaky_queue; max_delay=1s"],
+    ["10/s; algorithm=sliding_log", "3/s"],
+]
+for _i in range(8):
+    composite(f"composite_walk_{_i}", "Composite: a pseudo-random walk.",
+              _COMPOSITE_SETS[_i % 4], tuples(walk(_i + 51, 0, S, 3, 40)))
+
+# ---- large clock values and large reduced rates (see the token bucket's section) --------------
+
+case("gcra_2p53_token_at_odd_ns",
+     "GCRA at 1/s: a token taken at 2^53 + 1 - 10^9 ns is back at exactly 2^53 + 1 ns (an odd reading no double holds), not at 2^53.",
+     "1/s; burst=1; algorithm=gcra",
+     [acq(T53 + 1 - S), acq(T53 - 1), acq(T53), acq(T53 + 1), peek(T53 + 1), acq(T53 + 2)],
+     start_ns=T53 + 1 - S)
+
+case("gcra_large_k_near_century",
+     "GCRA at 1000003/hour (emission interval 3599989.2 ns) in the last hour before a century of nanoseconds: waits, refunds and peeks exact to the ns.",
+     "1000003/hour; burst=5; algorithm=gcra",
+     [acq(HOUR_BEFORE_CENTURY, 5), acq(HOUR_BEFORE_CENTURY + TOKEN_1000003_PER_HOUR - 1),
+      acq(HOUR_BEFORE_CENTURY + TOKEN_1000003_PER_HOUR), peek(HOUR_BEFORE_CENTURY + TOKEN_1000003_PER_HOUR),
+      refund(HOUR_BEFORE_CENTURY + TOKEN_1000003_PER_HOUR, 2), acq(HOUR_BEFORE_CENTURY + TOKEN_1000003_PER_HOUR, 3),
+      acq(HOUR_BEFORE_CENTURY + TOKEN_1000003_PER_HOUR, 1), peek(LAST), acq(LAST, 5), refund(LAST, 1), peek(LAST)])
+
+case("gcra_billion_per_second_2p60",
+     "GCRA at 1000000007/s (emission interval just under 1 ns) at 2^60 ns: fractions of a token per ns count, and a backwards reading is clamped.",
+     "1000000007/s; burst=10; algorithm=gcra",
+     [acq(T60, 10), acq(T60 + 1, 2), acq(T60 + 2, 2), acq(T60 - 5 * S, 1), peek(T60 + 2), peek(T60 + 12)],
+     start_ns=T60 - 5 * S)
+
+case("fixed_2p53_boundary",
+     "Fixed window 5/s at the first whole second above 2^53: the window's last ns (an odd reading no double holds) still belongs to it.",
+     "5/s; algorithm=fixed_window",
+     [acq(B53 - 2, 5), acq(B53 - 1), peek(B53 - 1), acq(B53, 5), acq(B53), refund(B53 + 1, 2), peek(B53 + 1),
+      acq(B53 + 1, 2), acq(B53 + 1), acq(B53 - 3)])
+
+case("fixed_large_k_near_century",
+     "Fixed window 1000003/hour: the windows around the last whole hour before a century of nanoseconds, with refunds and peeks at its last ns.",
+     "1000003/hour; algorithm=fixed_window",
+     [acq(HOUR_BEFORE_CENTURY - 1, 1_000_003), acq(HOUR_BEFORE_CENTURY - 1), acq(HOUR_BEFORE_CENTURY),
+      peek(LAST), refund(LAST, 1), peek(LAST), acq(LAST, 1_000_003), acq(LAST), peek(HOUR_BEFORE_CENTURY - 1)])
+
+case("fixed_7s_window_2p60",
+     "Fixed window 1000/7s: windows of 7 s on the clock's epoch around the first boundary above 2^60 ns.",
+     "1000/7s; algorithm=fixed_window",
+     [acq(FIXED_7S_2P60 - 1, 1000), acq(FIXED_7S_2P60 - 1), acq(FIXED_7S_2P60 + 3 * S, 999),
+      acq(FIXED_7S_2P60 + 3 * S, 2), refund(FIXED_7S_2P60 + 3 * S, 500), peek(FIXED_7S_2P60 + 3 * S),
+      acq(FIXED_7S_2P60 - 5, 501), peek(FIXED_7S_2P60 + 7 * S - 1), peek(FIXED_7S_2P60 + 7 * S)])
+
+case("fixed_count_2p62_minus_1",
+     "Fixed window with the largest count, 2^62 - 1 per hour: whole-window costs across the last whole hour before a century.",
+     "4611686018427387903/h; algorithm=fixed_window",
+     [acq(HOUR_BEFORE_CENTURY - 1, 2**62 - 1), acq(HOUR_BEFORE_CENTURY - 1), peek(HOUR_BEFORE_CENTURY),
+      acq(HOUR_BEFORE_CENTURY, 2**62 - 2), peek(LAST), acq(LAST, 2), refund(LAST, 2**62 - 1), peek(LAST)])
+
+case("sliding_window_2p53_boundary",
+     "Sliding window 10/s around the first whole second above 2^53: the previous window's weight decides to the ns.",
+     "10/s; algorithm=sliding_window",
+     [acq(B53 - 1, 10), peek(B53), acq(B53 + 99_999_999), acq(B53 + 100_000_000), acq(B53 + 100_000_001),
+      refund(B53 + 100_000_001, 1), peek(B53 + 100_000_001), acq(B53 + S // 2, 5), acq(B53 + S // 2), acq(B53 - 7),
+      peek(B53 + 2 * S - 1), peek(B53 + 2 * S)])
+
+case("sliding_window_large_k_near_century",
+     "Sliding window 1000003/hour: after a full last-but-one hour before a century, one more fits only 3599990 ns into the last hour.",
+     "1000003/hour; algorithm=sliding_window",
+     [acq(HOUR_BEFORE_CENTURY - 1, 1_000_003), peek(HOUR_BEFORE_CENTURY), acq(HOUR_BEFORE_CENTURY + TOKEN_1000003_PER_HOUR - 1),
+      acq(HOUR_BEFORE_CENTURY + TOKEN_1000003_PER_HOUR), acq(HOUR_BEFORE_CENTURY + TOKEN_1000003_PER_HOUR, 2),
+      peek(CENTURY_NS - HOUR // 2), acq(CENTURY_NS - HOUR // 2, 500_000), acq(CENTURY_NS - HOUR // 2, 2),
+      peek(LAST), refund(LAST, 3), peek(LAST)])
+
+case("sliding_window_count_2p48_minus_1",
+     "Sliding window with 2^48 - 1 per second, the largest count whose packing covers a century: the previous window's weight is exact in the last seconds before it.",
+     "281474976710655/s; algorithm=sliding_window",
+     [acq(CENTURY_NS - 2 * S + 5, 2**48 - 1), acq(CENTURY_NS - S), acq(CENTURY_NS - S + 1),
+      acq(CENTURY_NS - S + 1, 281_474), acq(CENTURY_NS - S + 2, 281_476), peek(CENTURY_NS - S // 2),
+      acq(CENTURY_NS - S // 2, 2**47), refund(LAST, 3), peek(LAST)])
+
+case("sliding_log_2p53_distinct_readings",
+     "Sliding log 3/s: admissions at 2^53 - 1, 2^53 and 2^53 + 1 ns are three timestamps that leave one ns apart, which doubles cannot tell apart.",
+     "3/s; algorithm=sliding_log",
+     [acq(T53 - 1), acq(T53), acq(T53 + 1), acq(T53 + 1), acq(T53 + S - 2), acq(T53 + S - 1), acq(T53 + S - 1),
+      acq(T53 + S), peek(T53 + S), refund(T53 + S, 1), peek(T53 + S), acq(T53 + 2), peek(T53 + 2 * S + 1)])
+
+case("sliding_log_7s_near_century",
+     "Sliding log 1000/7s in the last 7 s before a century: the oldest units leave at their own ns, and a refund removes the newest.",
+     "1000/7s; algorithm=sliding_log",
+     [acq(LAST - 7 * S + 1, 600), acq(LAST - 3 * S, 400), acq(LAST - 1), acq(LAST), peek(LAST), refund(LAST, 100),
+      peek(LAST), acq(LAST, 100), acq(LAST - 10), peek(LAST)],
+     start_ns=LAST - 8 * S)
+
+case("leaky_queue_2p53",
+     "Leaky queue 1/s with max_delay 2 s at odd readings around 2^53: slots, waits, cancels and the clamp exact to the ns.",
+     "1/s; algorithm=leaky_queue; max_delay=2s",
+     [acq(T53 - 1), acq(T53 - 1), acq(T53 + 1), acq(T53 + 1), peek(T53 + 1), refund(T53 + 1, 1), peek(T53 + 1),
+      acq(T53 + 1), acq(T53 - S), peek(T53 + 3 * S), peek(T53 + 4 * S - 1)])
+
+case("leaky_queue_large_k_near_century",
+     "Leaky queue 1000003/hour with max_delay 1 h (limit 1000004) in the last hour before a century: slots 3599989.2 ns apart, exact.",
+     "1000003/hour; algorithm=leaky_queue; max_delay=1h",
+     [acq(HOUR_BEFORE_CENTURY, 1_000_003), acq(HOUR_BEFORE_CENTURY), acq(HOUR_BEFORE_CENTURY, 2),
+      peek(HOUR_BEFORE_CENTURY + 1), refund(HOUR_BEFORE_CENTURY + 1, 1_000_000), peek(HOUR_BEFORE_CENTURY + 1),
+      acq(HOUR_BEFORE_CENTURY + 1, 1_000_004), acq(HOUR_BEFORE_CENTURY + 1, 3), peek(LAST)])
+
+case("leaky_queue_7ps_2p60",
+     "Leaky queue 7/s with max_delay 1 s (limit 8) at 2^60 ns: eight slots 142857142.9 ns apart, a cancel, and a backwards reading clamped to L - D.",
+     "7/s; algorithm=leaky_queue; max_delay=1s",
+     [*[acq(T60) for _ in range(9)], refund(T60, 3), peek(T60), acq(T60, 3), acq(T60 - 2 * S), peek(T60 + S),
+      peek(T60 + 2 * S)])
+
+for _seed, (_name, _rate, _span, _most, _start) in enumerate([
+    ("gcra", "7/s; burst=3; algorithm=gcra", 200 * MS, 3, T53 - S),
+    ("fixed_window", "5/7s; algorithm=fixed_window", 2 * S, 5, FIXED_7S_2P60 - 20 * S),
+    ("sliding_window", "1000003/hour; algorithm=sliding_window", 20 * MINUTE, 400_000, CENTURY_NS - 9 * HOUR),
+    ("sliding_log", "4/s; algorithm=sliding_log", 300 * MS, 4, T53 - 2 * S),
+    ("leaky_queue", "7/s; algorithm=leaky_queue; max_delay=1s", 150 * MS, 4, LAST - 8 * S),
+], start=91):
+    case(f"keyed_walk_large_{_name}",
+         f"Keyed {_name} at large readings: three keys interleaved in a pseudo-random walk of requests, peeks and refunds.",
+         _rate, tuples(keyed_walk(_seed, ["alice", "bob", "carol"], _span, _most, 24, start=_start)),
+         start_ns=_start)
+
+case("keyed_fixed_window_peek_creates_at_2p53",
+     "Keyed fixed window 2/s above 2^53: a key's first request, even a peek, creates its window, so an earlier reading on that key is clamped while another key's is not.",
+     "2/s; algorithm=fixed_window",
+     [peek(B53 + 5, key="a"), acq(B53 - 3, key="b"), acq(B53 - 3, key="a"), acq(B53 - 3, 2, key="b"),
+      acq(B53 - 2, key="a"), acq(B53 - 1, key="a"), refund(B53 - 1, 1, key="c"), peek(B53 - 1, key="c"),
+      acq(B53, 2, key="b")])
+
+composite("composite_2p53",
+          "GCRA 1/s burst 2, sliding log 3/s and interval 5/s at odd readings around 2^53: all or nothing, each part exact to the ns.",
+          ["1/s; burst=2; algorithm=gcra", "3/s; algorithm=sliding_log", "5/s; burst=5; refill=interval"],
+          [acq(T53 - 1), acq(T53), acq(T53 + 1), acq(T53 + 1), peek(T53 + 1), refund(T53 + 1, 1), peek(T53 + 1),
+           acq(T53 + S - 1), acq(T53 + S + 1), peek(T53 + 2 * S)],
+          start_ns=T53 - S)
+
+composite("composite_large_k_near_century",
+          "Token bucket and sliding window at 1000003/hour and a 7/s leaky queue just before a century: rejections refunded, peeks and refunds exact.",
+          ["1000003/hour; burst=10", "1000003/hour; algorithm=sliding_window", "7/s; algorithm=leaky_queue; max_delay=1s"],
+          [acq(LAST - S, 8), acq(LAST - S, 2), acq(LAST - S), peek(LAST - S), acq(LAST - S + TOKEN_1000003_PER_HOUR),
+           refund(LAST - S + TOKEN_1000003_PER_HOUR, 5), peek(LAST - S + TOKEN_1000003_PER_HOUR),
+           acq(LAST - S + TOKEN_1000003_PER_HOUR, 5), acq(LAST - S + TOKEN_1000003_PER_HOUR, 11), peek(LAST)])
+
+for _i, _start in enumerate([T53 - S, LAST - 30 * S]):
+    composite(f"composite_walk_large_{_i}", "Composite: a pseudo-random walk at large readings.",
+              ["7/s; burst=3", "1000003/hour; burst=3; algorithm=gcra", "3/s; algorithm=fixed_window",
+               "5/2s; algorithm=sliding_window", "4/s; algorithm=sliding_log", "7/s; algorithm=leaky_queue; max_delay=1s"],
+              tuples(walk(_i + 81, _start, S // 2, 3, 24)), start_ns=_start)
+
 
 # --------------------------------------------------------------------------------------
 # Internal consistency: parser spot checks and the worked examples of the brief/spec
@@ -804,6 +1422,30 @@ def self_test_parser() -> None:
     assert parse_rate("2 per 3 minutes") == Quota(2, 180 * S, 2, 2, "continuous")
     assert parse_rate("7/ms").P == MS and parse_rate("3/us").P == US and parse_rate("1/ns").P == 1
     assert parse_rate("1/d").P == DAY and parse_rate("1/hr").P == HOUR and parse_rate("1/m").P == MINUTE
+    # algorithms, their aliases and max_delay
+    assert parse_rate("10/s; algorithm=GCRA") == Quota(10, S, 10, 10, "continuous", "gcra")
+    assert parse_rate("10/s; algorithm=leaky_meter").algorithm == "gcra"
+    assert parse_rate("10/s; algorithm=sliding_window_counter").algorithm == "sliding_window"
+    assert parse_rate("10/s; algorithm=shaper").algorithm == "leaky_queue"
+    assert parse_rate("4/s; algorithm=leaky_queue").D == S
+    assert parse_rate("4/s; max_delay = 500 ms; algorithm=leaky_queue").D == 500 * MS
+    assert parse_rate("3/s; algorithm=fixed_window; burst=3").b == 3
+    q = parse_rate("10/s; algorithm=leaky_queue; max_delay=1s")
+    assert LeakyQueue(q, 0, 0).Q == 11  # 1 + floor(D r)
+    for bad_text, kind in [
+        ("10/s; algorithm=bogus", "parse_error"),
+        ("10/s; max_delay=5", "parse_error"),
+        ("10/s; algorithm=gcra; refill=interval", "invalid_quota"),
+        ("10/s; algorithm=fixed_window; burst=5", "invalid_quota"),
+        ("10/s; algorithm=sliding_log; initial=3", "invalid_quota"),
+        ("10/s; max_delay=1s", "invalid_quota"),
+        ("1048577/s; algorithm=sliding_log", "invalid_quota"),
+    ]:
+        try:
+            parse_rate(bad_text)
+            raise AssertionError(f"{bad_text!r} accepted")
+        except QuotaError as e:
+            assert e.kind == kind, (bad_text, e)
 
 
 def allowed_flags(result: dict) -> list[bool]:
@@ -847,37 +1489,81 @@ def assert_worked_examples(results: dict[str, dict]) -> list[str]:
     return notes
 
 
+def assert_algorithm_examples(results: dict[str, dict], composites: dict[str, dict]) -> list[str]:
+    notes = []
+    a = allowed_flags(results["gcra_worked_burst_then_idle"])
+    assert a == [True] * 5 + [False] * 2 + [True, True, False], a
+    notes.append("GCRA 1/s burst 5: the token bucket's worked example, decision for decision")
+
+    r = results["sliding_window_75_percent_at_25_percent"]["steps"]
+    assert [s["expect"]["allowed"] for s in r] == [True, False, True, True, False, False, True]  # 18 at 1 s in: 41.3 + 18 > 50
+    assert r[3]["expect"]["remaining"] == 0 and r[3]["expect"]["limit"] == 50
+    assert r[4]["expect"]["retry_after_ns"] == 714_285_715
+    notes.append("sliding window 50/m, 42 + 18, 15 s in: remaining 0, one more after 714285715 ns")
+
+    a = allowed_flags(results["fixed_boundary_burst"])
+    assert a == ([True] * 10 + [False]) * 2, a
+    notes.append("fixed window 10/s: 10 at 999 ms and 10 at 1 s (2N across the boundary)")
+
+    a = allowed_flags(results["sliding_log_no_boundary_burst"])
+    assert a == [True] * 10 + [False] * 3 + [True] * 10 + [False], a
+    notes.append("sliding log 10/s: none at 1 s after 10 at 999 ms, 10 at 1.999 s")
+
+    r = results["leaky_queue_constant_drain"]["steps"]
+    assert allowed_flags(results["leaky_queue_constant_drain"]) == [True] * 11 + [False] * 2 + [True] * 5 + [False] * 2
+    assert [s["expect"]["retry_after_ns"] for s in r[:11]] == [j * 100 * MS for j in range(11)]
+    assert all(s["expect"]["limit"] == 11 for s in r)
+    notes.append("leaky queue 10/s, max_delay 1 s: limit 11, waits 0, 100, ..., 1000 ms")
+
+    r = composites["composite_refund_partial"]["steps"]
+    assert [s["expect"]["allowed"] for s in r] == [True, False, True, True, True]
+    notes.append("composite 5/s + 3/s fixed + 100/s log: the tenant's rejection is refunded to the user")
+    return notes
+
+
 # --------------------------------------------------------------------------------------
 # Output
 # --------------------------------------------------------------------------------------
 
-def generate() -> tuple[dict, list[str]]:
+def generate() -> tuple[dict[Path, dict], list[str]]:
     self_test_parser()
-    names = [c["name"] for c in CASES]
+    every = CASES[VECTORS] + CASES[ALGORITHMS] + COMPOSITE_CASES
+    names = [c["name"] for c in every]
     assert len(names) == len(set(names)), "duplicate case names"
-    results = [run_case(c) for c in CASES]
-    by_name = {r["name"]: r for r in results}
+    for _name, _quota, _err, _desc in PENDING_QUOTA_ERRORS:
+        run_case({"name": "quota_" + _name, "description": _desc, "quota": _quota, "quota_error": _err})
+    vectors = [run_case(c) for c in CASES[VECTORS]]
+    algorithms = [run_case(c) for c in CASES[ALGORITHMS]]
+    composites = [run_composite_case(c) for c in COMPOSITE_CASES]
+    by_name = {r["name"]: r for r in vectors + algorithms}
     notes = assert_worked_examples(by_name)
-    acquire_cases = [r for r in results if "steps" in r]
+    notes += assert_algorithm_examples(by_name, {r["name"]: r for r in composites})
+    acquire_cases = [r for r in vectors if "steps" in r]
     assert len(acquire_cases) >= 40 and sum(r["keyed"] for r in acquire_cases) >= 6
-    return {"format": FORMAT, "cases": results}, notes
+    assert all(parse_rate(r["quota"]).algorithm != "token_bucket" for r in algorithms)
+    docs = {
+        VECTORS: {"format": FORMAT, "cases": vectors},
+        ALGORITHMS: {"format": FORMAT, "cases": algorithms, "composite_cases": composites},
+    }
+    return docs, notes
 
 
-def render(doc: dict) -> str:
-    return json.dumps(doc, sort_keys=True, indent=1) + "\n"
+def render(path: Path, doc: dict) -> str:
+    return json.dumps(doc, sort_keys=True, indent=INDENT[path]) + "\n"
 
 
-def check(doc: dict) -> int:
-    expected = render(doc)
+def check(path: Path, doc: dict) -> int:
+    expected = render(path, doc)
+    n = len(doc["cases"]) + len(doc.get("composite_cases", []))
     try:
-        actual = VECTORS.read_text(encoding="utf-8")
+        actual = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        print(f"{VECTORS} is missing; run conformance/generate.py", file=sys.stderr)
+        print(f"{path.name} is missing; run conformance/generate.py", file=sys.stderr)
         return 1
     if actual == expected:
-        print(f"{VECTORS.name} is up to date ({len(doc['cases'])} cases)")
+        print(f"{path.name} is up to date ({n} cases)")
         return 0
-    print(f"{VECTORS.name} differs from what generate.py produces:", file=sys.stderr)
+    print(f"{path.name} differs from what generate.py produces:", file=sys.stderr)
     try:
         committed = json.loads(actual)
     except json.JSONDecodeError as e:
@@ -885,43 +1571,49 @@ def check(doc: dict) -> int:
         return 1
     if committed.get("format") != doc["format"]:
         print(f"  format: committed {committed.get('format')!r}, generated {doc['format']!r}", file=sys.stderr)
-    old = {c.get("name"): c for c in committed.get("cases", [])}
-    new = {c["name"]: c for c in doc["cases"]}
-    for name in new:
-        if name not in old:
-            print(f"  case {name}: missing from the committed file", file=sys.stderr)
-        elif old[name] != new[name]:
-            fields = sorted(f for f in set(old[name]) | set(new[name]) if old[name].get(f) != new[name].get(f))
-            print(f"  case {name}: differs in {', '.join(fields)}", file=sys.stderr)
-            o_steps, n_steps = old[name].get("steps", []), new[name].get("steps", [])
-            if len(o_steps) != len(n_steps):
-                print(f"    {len(o_steps)} steps committed, {len(n_steps)} generated", file=sys.stderr)
-            for i, (o, n) in enumerate(zip(o_steps, n_steps)):
-                if o != n:
-                    print(f"    step {i}: committed {json.dumps(o, sort_keys=True)}", file=sys.stderr)
-                    print(f"    step {i}: generated {json.dumps(n, sort_keys=True)}", file=sys.stderr)
-                    break
-    for name in old:
-        if name not in new:
-            print(f"  case {name}: not generated any more", file=sys.stderr)
-    if list(old) != list(new) and set(old) == set(new):
-        print("  case order differs", file=sys.stderr)
+    for group in ("cases", "composite_cases"):
+        if group not in doc and group not in committed:
+            continue
+        old = {c.get("name"): c for c in committed.get(group, [])}
+        new = {c["name"]: c for c in doc.get(group, [])}
+        for name in new:
+            if name not in old:
+                print(f"  {group} {name}: missing from the committed file", file=sys.stderr)
+            elif old[name] != new[name]:
+                fields = sorted(f for f in set(old[name]) | set(new[name]) if old[name].get(f) != new[name].get(f))
+                print(f"  {group} {name}: differs in {', '.join(fields)}", file=sys.stderr)
+                o_steps, n_steps = old[name].get("steps", []), new[name].get("steps", [])
+                if len(o_steps) != len(n_steps):
+                    print(f"    {len(o_steps)} steps committed, {len(n_steps)} generated", file=sys.stderr)
+                for i, (o, s) in enumerate(zip(o_steps, n_steps)):
+                    if o != s:
+                        print(f"    step {i}: committed {json.dumps(o, sort_keys=True)}", file=sys.stderr)
+                        print(f"    step {i}: generated {json.dumps(s, sort_keys=True)}", file=sys.stderr)
+                        break
+        for name in old:
+            if name not in new:
+                print(f"  {group} {name}: not generated any more", file=sys.stderr)
+        if list(old) != list(new) and set(old) == set(new):
+            print(f"  {group}: case order differs", file=sys.stderr)
     if json.loads(expected) == committed:
-        print("  (content equal; only the layout differs: sorted keys, indent=1, trailing newline)", file=sys.stderr)
+        print(f"  (content equal; only the layout differs: sorted keys, indent={INDENT[path]}, trailing newline)",
+              file=sys.stderr)
     return 1
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="fail if vectors.json is not what this script generates")
+    ap.add_argument("--check", action="store_true", help="fail if a vector file is not what this script generates")
     args = ap.parse_args()
     if not __debug__:
         sys.exit("generate.py relies on assert for its self-checks; run it without -O")
-    doc, notes = generate()
+    docs, notes = generate()
     if args.check:
-        return check(doc)
-    VECTORS.write_text(render(doc), encoding="utf-8", newline="\n")
-    print(f"wrote {VECTORS} ({len(doc['cases'])} cases)")
+        return max(check(path, doc) for path, doc in docs.items())
+    for path, doc in docs.items():
+        path.write_text(render(path, doc), encoding="utf-8", newline="\n")
+        n = len(doc["cases"]) + len(doc.get("composite_cases", []))
+        print(f"wrote {path.name} ({n} cases)")
     for n in notes:
         print(f"  ok: {n}")
     return 0
