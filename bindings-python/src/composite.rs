@@ -1,14 +1,16 @@
 //! `Composite`: several `Limiter`s consumed all-or-nothing, a thin wrapper over
 //! `sluicegate::composite::try_acquire_all` (the parts stay ordinary limiters, usable alone).
 
+use crate::acquire::Acquire;
 use crate::convert::{self, uint};
 use crate::errors::to_py;
-use crate::{PyDecision, PyLimiter, RuntimeClock};
+use crate::{PyDecision, PyLimiter};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use sluicegate::composite::{try_acquire_all, try_acquire_all_at};
-use sluicegate::Limiter;
+use sluicegate::{AnyClock, Clock, Decision, Error, Limiter, Next};
+use std::time::Duration;
 
 /// Limiters (per user, per tenant, global, any algorithms) consumed all-or-nothing: a request
 /// is taken from every part, or from none. The decision reports the tightest part's `limit`
@@ -21,9 +23,8 @@ pub(crate) struct PyComposite {
 }
 
 impl PyComposite {
-    fn with_parts<R>(&self, f: impl FnOnce(&[&Limiter<RuntimeClock>]) -> R) -> R {
-        let parts: Vec<&Limiter<RuntimeClock>> =
-            self.parts.iter().map(|p| &p.get().inner).collect();
+    fn with_parts<R>(&self, f: impl FnOnce(&[&Limiter<AnyClock>]) -> R) -> R {
+        let parts: Vec<&Limiter<AnyClock>> = self.parts.iter().map(|p| &p.get().inner).collect();
         f(&parts)
     }
 }
@@ -95,11 +96,32 @@ impl PyComposite {
         self.try_acquire(0)
     }
 
+    /// Waits (GIL released, Ctrl-C checked) until `cost` is admitted by every part, or
+    /// returns the rejection when it cannot be within `timeout`. As `Limiter.acquire`; a
+    /// leaky-queue part admits with its own wait, and an interrupted wait refunds every part.
+    #[pyo3(signature = (cost=1, timeout=None))]
+    fn acquire(
+        slf: &Bound<'_, Self>,
+        #[pyo3(from_py_with = convert::cost)] cost: u64,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyDecision> {
+        Self::start(slf, cost, timeout)?.block(slf.py())
+    }
+
+    /// `acquire` for asyncio.
+    #[pyo3(signature = (cost=1, timeout=None))]
+    fn acquire_async<'py>(
+        slf: &Bound<'py, Self>,
+        #[pyo3(from_py_with = convert::cost)] cost: u64,
+        timeout: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        Self::start(slf, cost, timeout)?.into_coroutine(slf.py())
+    }
+
     /// Gives `cost` back to every part.
     #[pyo3(signature = (cost=1))]
     fn refund(&self, #[pyo3(from_py_with = convert::cost)] cost: u64) -> PyResult<()> {
-        let now = sluicegate::Clock::now(self.parts[0].get().inner.clock());
-        self.refund_now(now, cost)
+        self.refund_cost(cost).map_err(to_py)
     }
 
     /// `refund` at an explicit clock reading.
@@ -109,7 +131,8 @@ impl PyComposite {
         now_ns: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = convert::cost)] cost: u64,
     ) -> PyResult<()> {
-        self.refund_now(uint(now_ns, "now_ns")?, cost)
+        let now = uint(now_ns, "now_ns")?;
+        self.refund_now(now, cost).map_err(to_py)
     }
 
     /// The limiters, in order.
@@ -133,15 +156,89 @@ impl PyComposite {
 }
 
 impl PyComposite {
+    /// The first part's clock reading (the parts read one clock).
+    fn now(&self) -> u64 {
+        self.parts[0].get().inner.clock().now()
+    }
+
+    /// Refunds every part now.
+    pub(crate) fn refund_cost(&self, cost: u64) -> Result<(), Error> {
+        self.refund_now(self.now(), cost)
+    }
+
     /// Refunds every part at `now`, or none when the reading is out of any part's range (a
     /// refund of 0 checks the reading and changes nothing).
-    fn refund_now(&self, now: u64, cost: u64) -> PyResult<()> {
+    fn refund_now(&self, now: u64, cost: u64) -> Result<(), Error> {
         for p in &self.parts {
-            p.get().inner.refund_at(now, 0).map_err(to_py)?;
+            p.get().inner.refund_at(now, 0)?;
         }
         for p in &self.parts {
-            p.get().inner.refund_at(now, cost).map_err(to_py)?;
+            p.get().inner.refund_at(now, cost)?;
         }
         Ok(())
+    }
+
+    /// An acquire of `cost` within `timeout`, starting now.
+    fn start(
+        slf: &Bound<'_, Self>,
+        cost: u64,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Acquire> {
+        let max_wait = convert::max_wait(timeout, "timeout")?;
+        let plan = Plan::new(slf.get().now(), cost, max_wait);
+        Ok(Acquire::Composite(slf.clone().unbind(), plan))
+    }
+
+    /// One round of `plan` at the clock's reading now.
+    pub(crate) fn poll_acquire(&self, plan: &mut Plan) -> Result<Next, Error> {
+        let cost = plan.cost;
+        plan.poll(self.now(), |now| {
+            self.with_parts(|p| try_acquire_all_at(p, now, cost))
+        })
+    }
+}
+
+/// STOPGAP until the core can drive an acquire over limiters it does not own: the core's
+/// `AcquirePlan` is advanced only by `Limiter`, `KeyedLimiter` and `Composite`, and the core's
+/// `Composite` owns its parts, while these parts are `Limiter` objects shared with Python (as
+/// `try_acquire_all` serves `Composite.try_acquire`). This is `AcquirePlan::poll` as
+/// `Composite::start_acquire` makes it (never a queue): to be replaced by the borrowed-parts
+/// twins of `Composite::start_acquire` / `poll_acquire` once the core has them.
+pub(crate) struct Plan {
+    pub(crate) cost: u64,
+    deadline: u64,
+    /// The previous round's reading and rejection, if any.
+    last: Option<(u64, Decision)>,
+}
+
+impl Plan {
+    fn new(now: u64, cost: u64, max_wait: Duration) -> Self {
+        let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        Self {
+            cost,
+            deadline: now.saturating_add(max_wait),
+            last: None,
+        }
+    }
+
+    fn poll(
+        &mut self,
+        now: u64,
+        acquire: impl FnOnce(u64) -> Result<Decision, Error>,
+    ) -> Result<Next, Error> {
+        if let Some((then, d)) = self.last {
+            if now <= then {
+                return Ok(Next::Reject(d));
+            }
+        }
+        let d = acquire(now)?;
+        if d.allowed() {
+            return Ok(Next::Admit(d));
+        }
+        if d.retry_after_nanos() > self.deadline.saturating_sub(now) {
+            return Ok(Next::Reject(d));
+        }
+        self.last = Some((now, d));
+        Ok(Next::Retry(d))
     }
 }

@@ -110,6 +110,15 @@ pub(crate) fn duration(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Duration>
         .map_err(|_| PyOverflowError::new_err(format!("{what} {secs} is too long")))
 }
 
+/// A bound on a wait (`timeout=`, `max_wait=`) as the core's `max_wait`: None is no bound
+/// (`Duration::MAX`).
+pub(crate) fn max_wait(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Duration> {
+    match obj.filter(|o| !o.is_none()) {
+        Some(o) => duration(o, what),
+        None => Ok(Duration::MAX),
+    }
+}
+
 /// A duration in whole nanoseconds that fits `u64`.
 pub(crate) fn duration_ns(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
     let d = duration(obj, what)?;

@@ -1,7 +1,8 @@
 //! The exception tree, and the one function that maps a core error to it.
 //!
-//! The classes are declared here, in Python source, because `InvalidQuotaError` must subclass
-//! both `sluicegate.Error` and the builtin `ValueError` (a tuple of bases, which pyo3's
+//! The classes are declared here, in Python source, because `InvalidQuotaError` and
+//! `InvalidOptionError` must subclass both `sluicegate.Error` and the builtin `ValueError` (a
+//! tuple of bases, which pyo3's
 //! `create_exception!` cannot express), and `RateLimited` carries a `Decision`. They are created
 //! once, when the module is first imported, and cached for the mapping function.
 
@@ -23,6 +24,14 @@ class InvalidQuotaError(Error, ValueError):
     Parse errors have `code == "parse_error"` and carry `input`, `offset` and `fragment`.
     """
     code = "invalid_quota"
+    __module__ = "sluicegate"
+
+
+class InvalidOptionError(Error, ValueError):
+    """A named setting has a value outside its choices (a refill mode, an algorithm, a header
+    style, an `on_full` policy). Carries `option`, `value` and `expected` (the choices, in words).
+    """
+    code = "invalid_option"
     __module__ = "sluicegate"
 
 
@@ -67,6 +76,7 @@ class RateLimited(Error):
 pub(crate) struct Exceptions {
     pub(crate) base: Py<PyType>,
     pub(crate) invalid_quota: Py<PyType>,
+    pub(crate) invalid_option: Py<PyType>,
     pub(crate) insufficient_capacity: Py<PyType>,
     pub(crate) key_store_full: Py<PyType>,
     pub(crate) clock_out_of_range: Py<PyType>,
@@ -90,6 +100,7 @@ pub(crate) fn exceptions(py: Python<'_>) -> PyResult<&Exceptions> {
         Ok(Exceptions {
             base: get("Error")?,
             invalid_quota: get("InvalidQuotaError")?,
+            invalid_option: get("InvalidOptionError")?,
             insufficient_capacity: get("InsufficientCapacity")?,
             key_store_full: get("KeyStoreFull")?,
             clock_out_of_range: get("ClockOutOfRange")?,
@@ -104,6 +115,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     for (name, ty) in [
         ("Error", &e.base),
         ("InvalidQuotaError", &e.invalid_quota),
+        ("InvalidOptionError", &e.invalid_option),
         ("InsufficientCapacity", &e.insufficient_capacity),
         ("KeyStoreFull", &e.key_store_full),
         ("ClockOutOfRange", &e.clock_out_of_range),
@@ -147,6 +159,16 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
             attrs.push(("now_ns", now.into_pyobject(py)?.into_any().unbind()));
             attrs.push(("horizon_ns", horizon.into_pyobject(py)?.into_any().unbind()));
             &e.clock_out_of_range
+        }
+        Error::InvalidOption {
+            option,
+            value,
+            expected,
+        } => {
+            attrs.push(("option", option.into_pyobject(py)?.into_any().unbind()));
+            attrs.push(("value", value.into_pyobject(py)?.into_any().unbind()));
+            attrs.push(("expected", expected.into_pyobject(py)?.into_any().unbind()));
+            &e.invalid_option
         }
         Error::KeyStoreFull { max_keys } => {
             attrs.push(("max_keys", max_keys.into_pyobject(py)?.into_any().unbind()));

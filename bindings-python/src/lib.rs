@@ -4,42 +4,23 @@
 //! `gil_used = false`: every class is `frozen` and `Sync`, its state lives in the core's atomics,
 //! and the threaded pytest (tests/test_threads.py) checks that no bound is exceeded.
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyString};
 use sluicegate::http::HeaderStyle;
-use sluicegate::{Algorithm, Clock, Limiter, ManualClock, MonotonicClock, Quota, Refill};
-use std::num::NonZeroU64;
+use sluicegate::{Algorithm, AnyClock, Clock, Limiter, ManualClock, Quota, Refill};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+mod acquire;
 mod composite;
 mod convert;
 mod errors;
 mod keyed;
 
-use convert::{duration, duration_ns, opt_uint, uint};
+use acquire::Acquire;
+use convert::{duration, duration_ns, max_wait, opt_uint, uint};
 use errors::to_py;
-
-/// The clock a limiter reads, chosen at run time: the core's TSC clock, or a manual clock
-/// shared with Python. An enum rather than `Box<dyn Clock>`: one predictable branch, no call
-/// through a pointer on the hot path.
-#[derive(Clone)]
-pub(crate) enum RuntimeClock {
-    Monotonic(MonotonicClock),
-    Manual(ManualClock),
-}
-
-impl Clock for RuntimeClock {
-    #[inline]
-    fn now(&self) -> u64 {
-        match self {
-            RuntimeClock::Monotonic(c) => c.now(),
-            RuntimeClock::Manual(c) => c.now(),
-        }
-    }
-}
 
 /// A clock that only moves when told to: for tests and simulations.
 #[pyclass(module = "sluicegate", name = "ManualClock", frozen)]
@@ -100,16 +81,6 @@ impl std::fmt::Display for PyQuota {
     }
 }
 
-fn refill_mode(s: &str) -> PyResult<Refill> {
-    match s {
-        "continuous" => Ok(Refill::Continuous),
-        "interval" => Ok(Refill::Interval),
-        other => Err(PyValueError::new_err(format!(
-            "refill must be \"continuous\" or \"interval\", not {other:?}"
-        ))),
-    }
-}
-
 #[pymethods]
 impl PyQuota {
     #[new]
@@ -160,34 +131,18 @@ impl PyQuota {
             }
         };
         let burst = opt_uint(burst, "burst")?.unwrap_or(count);
-        let (Some(k), Some(p), Some(b)) = (
-            NonZeroU64::new(count),
-            NonZeroU64::new(period_ns),
-            NonZeroU64::new(burst),
-        ) else {
-            // A zero: the core's validating constructor names which one.
-            return Err(to_py(
-                Quota::try_new(count, period_ns, burst).expect_err("a zero is invalid"),
-            ));
-        };
-        let mut q = Quota::new(k, p).burst(b);
+        let mut q = Quota::try_new(count, period_ns, burst).map_err(to_py)?;
         if let Some(i) = opt_uint(initial, "initial")? {
-            q = q.initial(i);
+            q = q.with_initial(i);
         }
         if let Some(r) = refill {
-            q = q.refill(refill_mode(r)?);
+            q = q.with_refill(r.parse::<Refill>().map_err(to_py)?);
         }
         if let Some(a) = algorithm {
-            let Some(a) = Algorithm::from_name(a) else {
-                return Err(PyValueError::new_err(format!(
-                    "algorithm must be one of \"token_bucket\", \"gcra\", \"fixed_window\", \
-                     \"sliding_window\", \"sliding_log\", \"leaky_queue\", not {a:?}"
-                )));
-            };
-            q = q.algorithm(a);
+            q = q.with_algorithm(a.parse::<Algorithm>().map_err(to_py)?);
         }
         if let Some(d) = max_delay.filter(|d| !d.is_none()) {
-            q = q.max_delay(duration(d, "max_delay")?);
+            q = q.with_max_delay(duration(d, "max_delay")?);
         }
         q.validate().map_err(to_py)?;
         Ok(Self { inner: q })
@@ -211,20 +166,17 @@ impl PyQuota {
     /// The bucket's capacity (`limit` of every decision).
     #[getter]
     fn burst(&self) -> u64 {
-        self.inner.capacity()
+        self.inner.burst()
     }
     /// Tokens in the bucket at creation.
     #[getter]
     fn initial(&self) -> u64 {
-        self.inner.initial_tokens()
+        self.inner.initial()
     }
     /// `"continuous"` or `"interval"`.
     #[getter]
     fn refill(&self) -> &'static str {
-        match self.inner.refill_mode() {
-            Refill::Continuous => "continuous",
-            Refill::Interval => "interval",
-        }
+        self.inner.refill().name()
     }
     /// The policy window in whole seconds (`w` of the `RateLimit-Policy` field).
     #[getter]
@@ -234,7 +186,7 @@ impl PyQuota {
     /// The algorithm's name, as in rate strings (`"token_bucket"`, `"gcra"`, ...).
     #[getter]
     fn algorithm(&self) -> &'static str {
-        self.inner.algorithm_kind().name()
+        self.inner.algorithm().name()
     }
     /// A leaky queue's bound in nanoseconds (None for the other algorithms).
     #[getter]
@@ -249,7 +201,7 @@ impl PyQuota {
 
 /// Whether the quota runs the leaky queue (the one algorithm whose admissions may wait).
 pub(crate) fn is_queue(q: &Quota) -> bool {
-    q.algorithm_kind() == Algorithm::LeakyQueue
+    q.algorithm() == Algorithm::LeakyQueue
 }
 
 pub(crate) fn quota_arg(obj: &Bound<'_, PyAny>) -> PyResult<Quota> {
@@ -263,19 +215,6 @@ pub(crate) fn quota_arg(obj: &Bound<'_, PyAny>) -> PyResult<Quota> {
     Err(PyTypeError::new_err(format!(
         "quota must be a Quota or a rate string, not {ty}"
     )))
-}
-
-fn header_style(s: &str) -> PyResult<HeaderStyle> {
-    match s {
-        "ietf" => Ok(HeaderStyle::Ietf),
-        "draft6" => Ok(HeaderStyle::Draft6),
-        "draft7" => Ok(HeaderStyle::Draft7),
-        "legacy" => Ok(HeaderStyle::Legacy),
-        "none" => Ok(HeaderStyle::None),
-        other => Err(PyValueError::new_err(format!(
-            "style must be one of \"ietf\", \"draft6\", \"draft7\", \"legacy\", \"none\", not {other:?}"
-        ))),
-    }
 }
 
 const NS_PER_S: f64 = 1e9;
@@ -403,7 +342,8 @@ impl PyDecision {
         policy: &str,
     ) -> PyResult<Bound<'py, PyDict>> {
         let out = PyDict::new(py);
-        for (name, value) in self.inner.headers(header_style(style)?, policy) {
+        let style = style.parse::<HeaderStyle>().map_err(to_py)?;
+        for (name, value) in self.inner.headers(style, policy) {
             out.set_item(name, value)?;
         }
         Ok(out)
@@ -430,15 +370,10 @@ impl PyDecision {
 
 /// A lock-free rate limiter for one bucket. Safe to share between threads.
 #[pyclass(module = "sluicegate", name = "Limiter", frozen)]
-struct PyLimiter {
-    inner: Limiter<RuntimeClock>,
+pub(crate) struct PyLimiter {
+    inner: Limiter<AnyClock>,
     clock: Option<Py<PyManualClock>>,
 }
-
-/// The longest single sleep of a blocking `acquire`, so that Ctrl-C is seen promptly.
-const SLEEP_SLICE: Duration = Duration::from_millis(50);
-
-static AIO_ACQUIRE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 #[pymethods]
 impl PyLimiter {
@@ -446,10 +381,7 @@ impl PyLimiter {
     #[pyo3(signature = (quota, *, clock=None))]
     fn new(quota: &Bound<'_, PyAny>, clock: Option<Py<PyManualClock>>) -> PyResult<Self> {
         let quota = quota_arg(quota)?;
-        let runtime = match &clock {
-            Some(c) => RuntimeClock::Manual(c.get().inner.clone()),
-            None => RuntimeClock::Monotonic(MonotonicClock::new()),
-        };
+        let runtime = AnyClock::new(clock.as_ref().map(|c| &c.get().inner));
         let inner = Limiter::with_clock(quota, runtime).map_err(to_py)?;
         Ok(Self { inner, clock })
     }
@@ -537,43 +469,29 @@ impl PyLimiter {
     }
 
     /// Waits (with the GIL released, in slices that check for Ctrl-C) until `cost` is
-    /// admitted, or returns the rejection at once when the wait would overrun `timeout`
-    /// (seconds or timedelta; None waits as long as needed). A leaky queue reserves a slot
-    /// within the timeout (the core's `reserve_within`) and sleeps until it; an interrupted
-    /// sleep cancels the slot. Other algorithms sleep the core's `retry_after` and try again.
+    /// admitted, or returns the rejection when it cannot be admitted within `timeout` (seconds
+    /// or timedelta; None waits as long as needed): the core's acquire policy
+    /// (`start_acquire` / `poll_acquire`). A leaky queue reserves a slot within the timeout
+    /// and sleeps until it (an interrupted sleep cancels the slot); other algorithms sleep the
+    /// core's `retry_after` and try again.
     #[pyo3(signature = (cost=1, timeout=None))]
     fn acquire(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         #[pyo3(from_py_with = convert::cost)] cost: u64,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyDecision> {
-        wait(
-            py,
-            timeout,
-            is_queue(self.inner.quota()),
-            |left| self.inner.reserve_within(cost, left),
-            || self.inner.cancel(cost),
-        )
+        Self::start(slf, cost, timeout)?.block(slf.py())
     }
 
-    /// `acquire` for asyncio: awaits `asyncio.sleep` between tries (a cancelled task gives a
-    /// leaky-queue slot back).
+    /// `acquire` for asyncio: awaits `asyncio.sleep` between the core's steps (a cancelled
+    /// task gives a leaky-queue slot back).
     #[pyo3(signature = (cost=1, timeout=None))]
     fn acquire_async<'py>(
         slf: &Bound<'py, Self>,
         #[pyo3(from_py_with = convert::cost)] cost: u64,
         timeout: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let timeout = match timeout.filter(|t| !t.is_none()) {
-            Some(t) => Some(duration(t, "timeout")?.as_secs_f64()),
-            None => None,
-        };
-        let queue = is_queue(slf.get().inner.quota());
-        let helper = AIO_ACQUIRE.import(py, "sluicegate._aio", "acquire")?;
-        let args = PyTuple::new(py, [cost])?;
-        helper.call1((slf.getattr("reserve")?, args, timeout, queue))
+        Self::start(slf, cost, timeout)?.into_coroutine(slf.py())
     }
 
     /// Whether the bucket is full now.
@@ -608,10 +526,25 @@ impl PyLimiter {
     }
 }
 
+impl PyLimiter {
+    /// The core's `start_acquire` for `cost` within `timeout`.
+    fn start(
+        slf: &Bound<'_, Self>,
+        cost: u64,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Acquire> {
+        let plan = slf
+            .get()
+            .inner
+            .start_acquire(cost, max_wait(timeout, "timeout")?);
+        Ok(Acquire::Single(slf.clone().unbind(), plan))
+    }
+}
+
 /// What a reservation gives its tokens back to.
 pub(crate) enum Target {
     Single(Py<PyLimiter>),
-    Keyed(Py<keyed::PyKeyedLimiter>, Py<PyAny>),
+    Keyed(Py<keyed::PyKeyedLimiter>, Box<[u8]>),
 }
 
 /// Tokens taken by `reserve`; `cancel()` gives them back once.
@@ -661,13 +594,13 @@ impl PyReservation {
     }
     /// Gives the reserved tokens back (the core's `cancel`, the same as a refund). True the
     /// first time on an allowed reservation; False if it took nothing or was already cancelled.
-    fn cancel(&self, py: Python<'_>) -> PyResult<bool> {
+    fn cancel(&self) -> PyResult<bool> {
         if !self.open.swap(false, Ordering::AcqRel) {
             return Ok(false);
         }
         let cancelled = match &self.target {
             Target::Single(l) => l.get().inner.cancel(self.cost),
-            Target::Keyed(l, key) => l.get().refund_key(&keyed::key(key.bind(py))?, self.cost),
+            Target::Keyed(l, key) => l.get().inner.cancel(&key[..], self.cost),
         };
         cancelled.map_err(to_py)?;
         Ok(true)
@@ -687,63 +620,6 @@ impl PyReservation {
     }
 }
 
-/// Sleeps `total` with the GIL released, in slices that check for signals (Ctrl-C).
-fn sleep_interruptibly(py: Python<'_>, total: Duration) -> PyResult<()> {
-    let Some(end) = Instant::now().checked_add(total) else {
-        return Err(pyo3::exceptions::PyOverflowError::new_err(
-            "wait too long to represent",
-        ));
-    };
-    loop {
-        let left = end.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Ok(());
-        }
-        py.detach(|| std::thread::sleep(left.min(SLEEP_SLICE)));
-        py.check_signals()?;
-    }
-}
-
-/// The blocking wait shared by `Limiter.acquire` and `KeyedLimiter.acquire`, the core's
-/// `acquire` with interruptible sleeps. `reserve(left)` is a reservation admitted only if its
-/// wait is at most `left` (the core's `reserve_within`; other algorithms never wait).
-/// Admitted: sleep its wait (a leaky queue's slot), `cancel` it if a signal interrupts.
-/// Rejected: return at once when the wait would overrun `timeout` (for a queue, whenever a
-/// timeout is set: waiting only brings its slot and the deadline closer together), else
-/// sleep `retry_after` and try again. A clock that does not follow real time (a manual clock
-/// moved by another thread) is read again after each sleep.
-pub(crate) fn wait(
-    py: Python<'_>,
-    timeout: Option<&Bound<'_, PyAny>>,
-    queue: bool,
-    mut reserve: impl FnMut(Duration) -> Result<sluicegate::Decision, sluicegate::Error>,
-    cancel: impl Fn() -> Result<(), sluicegate::Error>,
-) -> PyResult<PyDecision> {
-    // A timeout past what `Instant` can represent is no deadline at all.
-    let deadline = match timeout.filter(|t| !t.is_none()) {
-        Some(t) => Instant::now().checked_add(duration(t, "timeout")?),
-        None => None,
-    };
-    loop {
-        let left = deadline.map_or(Duration::MAX, |d| {
-            d.saturating_duration_since(Instant::now())
-        });
-        let d = reserve(left).map_err(to_py)?;
-        if d.allowed() {
-            if let Err(interrupted) = sleep_interruptibly(py, d.retry_after()) {
-                cancel().map_err(to_py)?;
-                return Err(interrupted);
-            }
-            return Ok(d.into());
-        }
-        let wait = d.retry_after();
-        if deadline.is_some() && (queue || wait > left) {
-            return Ok(d.into());
-        }
-        sleep_interruptibly(py, wait.max(Duration::from_micros(1)))?;
-    }
-}
-
 /// An empty module function: the floor of a call into this module, for benchmarks.
 #[pyfunction]
 fn _noop() {}
@@ -757,6 +633,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyReservation>()?;
     m.add_class::<keyed::PyKeyedLimiter>()?;
     m.add_class::<composite::PyComposite>()?;
+    m.add_class::<acquire::PyAcquire>()?;
     m.add("DEFAULT_MAX_KEYS", sluicegate::DEFAULT_MAX_KEYS)?;
     m.add_function(wrap_pyfunction!(_noop, m)?)?;
     m.add("CENTURY_NS", sluicegate::CENTURY_NS)?;

@@ -73,7 +73,7 @@ def test_settings() -> None:
 @pytest.mark.parametrize(
     ("config", "exc"),
     [
-        ({"HEADERS": "rfc"}, ValueError),
+        ({"HEADERS": "rfc"}, sluicegate.InvalidOptionError),
         ({"KEY": "cookie"}, ValueError),
         ({"COLOUR": 1}, ValueError),
         ({"DEFAULT_LIMITS": ["10/fortnight"]}, sluicegate.InvalidQuotaError),

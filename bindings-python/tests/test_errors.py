@@ -12,7 +12,9 @@ from sluicegate import (
     ClockOutOfRange,
     Error,
     InsufficientCapacity,
+    InvalidOptionError,
     InvalidQuotaError,
+    KeyedLimiter,
     KeyStoreFull,
     Limiter,
     ManualClock,
@@ -21,13 +23,40 @@ from sluicegate import (
 )
 
 
+ALL = (InvalidQuotaError, InvalidOptionError, InsufficientCapacity, KeyStoreFull, ClockOutOfRange, RateLimited)
+
+
 def test_tree() -> None:
-    for cls in (InvalidQuotaError, InsufficientCapacity, KeyStoreFull, ClockOutOfRange, RateLimited):
+    for cls in ALL:
         assert issubclass(cls, Error) and cls.__module__ == "sluicegate"
-    assert issubclass(InvalidQuotaError, ValueError)
+    assert issubclass(InvalidQuotaError, ValueError) and issubclass(InvalidOptionError, ValueError)
+    assert not issubclass(InvalidOptionError, InvalidQuotaError)
     assert issubclass(Error, Exception) and not issubclass(Error, ValueError)
-    codes = {c.code for c in (InvalidQuotaError, InsufficientCapacity, KeyStoreFull, ClockOutOfRange, RateLimited)}
-    assert codes == {"invalid_quota", "insufficient_capacity", "key_store_full", "clock_out_of_range", "rate_limited"}
+    codes = {c.code for c in ALL}
+    assert codes == {"invalid_quota", "invalid_option", "insufficient_capacity", "key_store_full",
+                     "clock_out_of_range", "rate_limited"}
+
+
+@pytest.mark.parametrize(
+    ("call", "option", "value", "expected"),
+    [
+        (lambda: Quota(count=1, period=1, refill="sometimes"), "refill", "sometimes",
+         '"continuous" or "interval"'),
+        (lambda: Quota(count=1, period=1, algorithm="magic"), "algorithm", "magic",
+         'one of "token_bucket", "gcra", "fixed_window", "sliding_window", "sliding_log", "leaky_queue"'),
+        (lambda: KeyedLimiter("1/s", on_full="drop"), "on_full", "drop", '"reject" or "evict"'),
+        (lambda: Limiter("1/s").peek().headers("rfc"), "style", "rfc",
+         'one of "ietf", "draft6", "draft7", "legacy", "none"'),
+    ],
+)
+def test_invalid_options_name_the_option_and_the_choices(call, option: str, value: str, expected: str) -> None:
+    # The core's table and message (Error::InvalidOption), mapped to InvalidOptionError.
+    with pytest.raises(InvalidOptionError) as info:
+        call()
+    err = info.value
+    assert isinstance(err, ValueError) and isinstance(err, Error)
+    assert (err.code, err.option, err.value, err.expected) == ("invalid_option", option, value, expected)
+    assert str(err) == f"{option} must be {expected}, not {value!r}".replace("'", '"')
 
 
 @pytest.mark.parametrize(
@@ -91,7 +120,8 @@ def test_keyword_quota_errors(kwargs: dict) -> None:
         ((), {"count": 1, "period": math.inf}, OverflowError),
         ((), {"count": 1, "period": "1s"}, TypeError),
         ((), {"count": 1, "period": True}, TypeError),
-        ((), {"count": 1, "period": 1, "refill": "sometimes"}, ValueError),
+        ((), {"count": 1, "period": 1, "refill": "sometimes"}, InvalidOptionError),
+        ((), {"count": 1, "period": 1, "refill": 1}, TypeError),
     ],
 )
 def test_quota_argument_errors(args: tuple, kwargs: dict, exc: type) -> None:

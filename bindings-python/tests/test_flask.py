@@ -158,8 +158,8 @@ def test_configuration() -> None:
 
 
 def test_bad_configuration() -> None:
-    with pytest.raises(ValueError):
-        make_app(SLUICEGATE_HEADERS="rfc")
+    with pytest.raises(sluicegate.InvalidOptionError, match="style"):
+        make_app(SLUICEGATE_HEADERS="rfc")  # at configuration, not at the first request
     with pytest.raises(ValueError):
         make_app(SLUICEGATE_KEY_FUNC="cookie")
     with pytest.raises(sluicegate.InvalidQuotaError):

@@ -12,6 +12,7 @@ __all__ = [
     "Decision",
     "Error",
     "InsufficientCapacity",
+    "InvalidOptionError",
     "InvalidQuotaError",
     "KeyStoreFull",
     "KeyedLimiter",
@@ -21,6 +22,7 @@ __all__ = [
     "RateLimited",
     "Reservation",
     "__version__",
+    "_Acquire",
     "_noop",
 ]
 
@@ -30,6 +32,7 @@ DEFAULT_MAX_KEYS: Final[int]
 
 _Seconds = int | float | timedelta
 _Key = str | bytes | int
+# The core's names (an unknown one is an InvalidOptionError).
 _HeaderStyle = Literal["ietf", "draft6", "draft7", "legacy", "none"]
 _Algorithm = Literal["token_bucket", "gcra", "fixed_window", "sliding_window", "sliding_log", "leaky_queue"]
 # What `algorithm=` accepts: the names above and their aliases, in any case.
@@ -41,6 +44,12 @@ class Error(Exception):
     code: str
 
 class InvalidQuotaError(Error, ValueError): ...
+
+class InvalidOptionError(Error, ValueError):
+    option: str
+    value: str
+    expected: str
+
 class InsufficientCapacity(Error): ...
 class KeyStoreFull(Error): ...
 class ClockOutOfRange(Error): ...
@@ -146,6 +155,11 @@ class Reservation:
     def cancel(self) -> bool: ...
 
 @final
+class _Acquire:
+    def poll(self) -> tuple[Literal["admit", "reject", "retry"], Decision]: ...
+    def cancel(self) -> bool: ...
+
+@final
 class Limiter:
     def __new__(cls, quota: Quota | str, *, clock: ManualClock | None = None) -> Limiter: ...
     def try_acquire(self, cost: int = 1) -> Decision: ...
@@ -212,6 +226,10 @@ class Composite:
     def peek(self) -> Decision: ...
     def refund(self, cost: int = 1) -> None: ...
     def refund_at(self, now_ns: int, cost: int = 1) -> None: ...
+    def acquire(self, cost: int = 1, timeout: _Seconds | None = None) -> Decision: ...
+    def acquire_async(
+        self, cost: int = 1, timeout: _Seconds | None = None
+    ) -> Coroutine[Any, Any, Decision]: ...
     @property
     def parts(self) -> tuple[Limiter, ...]: ...
     def __len__(self) -> int: ...

@@ -16,8 +16,6 @@ from sluicegate._native import Decision, KeyedLimiter, Quota
 KeyFunc = Callable[[Any], Union[str, bytes, int]]
 Rates = Union[str, Quota, Iterable[Union[str, Quota]]]
 
-HEADER_STYLES = ("ietf", "draft6", "draft7", "legacy", "none")
-
 
 class Rule:
     """One limit: a keyed limiter, the key function that picks its bucket, and a cost.
@@ -88,9 +86,13 @@ def check(
 
 
 def header_style(style: str) -> str:
-    if style not in HEADER_STYLES:
-        raise ValueError(f"header style must be one of {HEADER_STYLES}, not {style!r}")
+    """`style`, checked when the app is configured rather than at its first request: the
+    core knows the names (an unknown one raises InvalidOptionError, a ValueError)."""
+    _PROBE.headers(style)
     return style
+
+
+_PROBE = Decision.from_figures(allowed=True, limit=1, remaining=1)
 
 
 def message(decision: Decision) -> str:

@@ -1,0 +1,124 @@
+//! `acquire` and `acquire_async`: the core's acquire planner (`start_acquire` / `poll_acquire`)
+//! driven with Python's sleeps. The binding keeps only its sleep primitives (a thread sleep
+//! with the GIL released, in slices that check for Ctrl-C; `asyncio.sleep` in `_aio.py`) and
+//! the interruption handling: an admitted wait (a leaky queue's slot) that is interrupted
+//! gives its cost back before the interruption is reported. What to reserve, how long to wait
+//! and when to give up all come from the core; the outcome when time runs out is the core's
+//! rejection Decision.
+
+use crate::composite::{self, PyComposite};
+use crate::errors::to_py;
+use crate::keyed::PyKeyedLimiter;
+use crate::{PyDecision, PyLimiter};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use sluicegate::{AcquirePlan, Error, Next};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The longest single sleep of a blocking `acquire`, so that Ctrl-C is seen promptly.
+const SLEEP_SLICE: Duration = Duration::from_millis(50);
+
+/// One acquire in progress: what it polls, and the core's plan.
+pub(crate) enum Acquire {
+    Single(Py<PyLimiter>, AcquirePlan),
+    Keyed(Py<PyKeyedLimiter>, Box<[u8]>, AcquirePlan),
+    Composite(Py<PyComposite>, composite::Plan),
+}
+
+impl Acquire {
+    /// The core's next step (`poll_acquire`).
+    fn poll(&mut self) -> Result<Next, Error> {
+        match self {
+            Acquire::Single(l, plan) => l.get().inner.poll_acquire(plan),
+            Acquire::Keyed(l, key, plan) => l.get().inner.poll_acquire(&key[..], plan),
+            Acquire::Composite(c, plan) => c.get().poll_acquire(plan),
+        }
+    }
+
+    /// Gives an admitted cost back (the core's `cancel`; a composite's `refund`).
+    fn cancel(&self) -> Result<(), Error> {
+        match self {
+            Acquire::Single(l, plan) => l.get().inner.cancel(plan.cost()),
+            Acquire::Keyed(l, key, plan) => l.get().inner.cancel(&key[..], plan.cost()),
+            Acquire::Composite(c, plan) => c.get().refund_cost(plan.cost),
+        }
+    }
+
+    /// Runs the plan to its outcome, sleeping with the GIL released: the admitting decision,
+    /// or the rejection. A signal (Ctrl-C) during an admitted wait gives the cost back.
+    pub(crate) fn block(mut self, py: Python<'_>) -> PyResult<PyDecision> {
+        loop {
+            match self.poll().map_err(to_py)? {
+                Next::Admit(d) => {
+                    if let Err(interrupted) = sleep_interruptibly(py, d.retry_after()) {
+                        self.cancel().map_err(to_py)?;
+                        return Err(interrupted);
+                    }
+                    return Ok(d.into());
+                }
+                Next::Reject(d) => return Ok(d.into()),
+                Next::Retry(d) => sleep_interruptibly(py, d.retry_after())?,
+            }
+        }
+    }
+
+    /// The coroutine of `acquire_async`: `sluicegate._aio.acquire` over this plan.
+    pub(crate) fn into_coroutine(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+        static AIO_ACQUIRE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let plan = PyAcquire {
+            inner: Mutex::new((self, false)),
+        };
+        AIO_ACQUIRE
+            .import(py, "sluicegate._aio", "acquire")?
+            .call1((plan,))
+    }
+}
+
+/// Sleeps `total` with the GIL released, in slices that check for signals (Ctrl-C).
+fn sleep_interruptibly(py: Python<'_>, total: Duration) -> PyResult<()> {
+    // A wait past what `Instant` can represent never ends: sleep slice after slice.
+    let end = Instant::now().checked_add(total);
+    loop {
+        let left = end.map_or(total, |e| e.saturating_duration_since(Instant::now()));
+        if left.is_zero() {
+            return Ok(());
+        }
+        py.detach(|| std::thread::sleep(left.min(SLEEP_SLICE)));
+        py.check_signals()?;
+    }
+}
+
+/// An acquire in progress, polled by `sluicegate._aio.acquire` between its `asyncio.sleep`s.
+#[pyclass(module = "sluicegate._native", name = "_Acquire", frozen)]
+pub(crate) struct PyAcquire {
+    /// The acquire, and whether its last poll admitted (not yet given back by `cancel`).
+    inner: Mutex<(Acquire, bool)>,
+}
+
+#[pymethods]
+impl PyAcquire {
+    /// The core's next step: `("admit", d)` (wait `d.retry_after`, then go ahead),
+    /// `("reject", d)` (the outcome) or `("retry", d)` (wait `d.retry_after`, poll again).
+    fn poll(&self) -> PyResult<(&'static str, PyDecision)> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let next = inner.0.poll().map_err(to_py)?;
+        inner.1 = matches!(next, Next::Admit(_));
+        Ok(match next {
+            Next::Admit(d) => ("admit", d.into()),
+            Next::Reject(d) => ("reject", d.into()),
+            Next::Retry(d) => ("retry", d.into()),
+        })
+    }
+
+    /// Gives an admitted cost back (its wait was cancelled). True the first time after an
+    /// admission; False otherwise.
+    fn cancel(&self) -> PyResult<bool> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if !std::mem::take(&mut inner.1) {
+            return Ok(false);
+        }
+        inner.0.cancel().map_err(to_py)?;
+        Ok(true)
+    }
+}
