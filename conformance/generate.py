@@ -988,18 +988,10 @@ for _name, _quota, _err, _desc in [
     ("fixed_window_count_2p62", "4611686018427387904/h; algorithm=fixed_window", "invalid_quota", "A window count must be below 2^62."),
     ("sliding_window_period_2p62", "1/4611686018427387904ns; algorithm=sliding_window", "invalid_quota", "A window must be shorter than 2^62 ns."),
     ("leaky_queue_delay_rate_2h", "1000003/hour; algorithm=leaky_queue; max_delay=2h", "invalid_quota", "A leaky queue with D*k/g + P/g of 2^62 or more is refused (2 h at 1000003/hour)."),
-]:
-    bad("quota_" + _name, _desc, _quota, _err)
-
-# Quotas SEMANTICS refuses ("Bounds (else InvalidQuota)") that the core's parser accepts and
-# only a limiter's constructor refuses, while the Rust, Python and C runners check the parser
-# alone: checked here (the reference refuses them), not written until the core and the runners
-# agree. See conformance/README.md, "Pending".
-PENDING_QUOTA_ERRORS = [
     ("sliding_window_packing_2p48", "281474976710656/s; algorithm=sliding_window", "invalid_quota",
      "A sliding window count of 2^48 per second leaves no packing that covers a century of windows."),
-]
-
+]:
+    bad("quota_" + _name, _desc, _quota, _err)
 
 # =============================================================================================
 # algorithms.json: every algorithm besides the token bucket, and composite limits
@@ -1530,8 +1522,6 @@ def generate() -> tuple[dict[Path, dict], list[str]]:
     every = CASES[VECTORS] + CASES[ALGORITHMS] + COMPOSITE_CASES
     names = [c["name"] for c in every]
     assert len(names) == len(set(names)), "duplicate case names"
-    for _name, _quota, _err, _desc in PENDING_QUOTA_ERRORS:
-        run_case({"name": "quota_" + _name, "description": _desc, "quota": _quota, "quota_error": _err})
     vectors = [run_case(c) for c in CASES[VECTORS]]
     algorithms = [run_case(c) for c in CASES[ALGORITHMS]]
     composites = [run_composite_case(c) for c in COMPOSITE_CASES]

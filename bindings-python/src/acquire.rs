@@ -6,7 +6,7 @@
 //! and when to give up all come from the core; the outcome when time runs out is the core's
 //! rejection Decision.
 
-use crate::composite::{self, PyComposite};
+use crate::composite::PyComposite;
 use crate::errors::to_py;
 use crate::keyed::PyKeyedLimiter;
 use crate::{PyDecision, PyLimiter};
@@ -23,7 +23,7 @@ const SLEEP_SLICE: Duration = Duration::from_millis(50);
 pub(crate) enum Acquire {
     Single(Py<PyLimiter>, AcquirePlan),
     Keyed(Py<PyKeyedLimiter>, Box<[u8]>, AcquirePlan),
-    Composite(Py<PyComposite>, composite::Plan),
+    Composite(Py<PyComposite>, AcquirePlan),
 }
 
 impl Acquire {
@@ -41,7 +41,7 @@ impl Acquire {
         match self {
             Acquire::Single(l, plan) => l.get().inner.cancel(plan.cost()),
             Acquire::Keyed(l, key, plan) => l.get().inner.cancel(&key[..], plan.cost()),
-            Acquire::Composite(c, plan) => c.get().refund_cost(plan.cost),
+            Acquire::Composite(c, plan) => c.get().refund_cost(plan.cost()),
         }
     }
 

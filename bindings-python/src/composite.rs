@@ -8,9 +8,8 @@ use crate::{PyDecision, PyLimiter};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use sluicegate::composite::{try_acquire_all, try_acquire_all_at};
-use sluicegate::{AnyClock, Clock, Decision, Error, Limiter, Next};
-use std::time::Duration;
+use sluicegate::composite::{self, try_acquire_all, try_acquire_all_at};
+use sluicegate::{AcquirePlan, AnyClock, Clock, Error, Limiter, Next};
 
 /// Limiters (per user, per tenant, global, any algorithms) consumed all-or-nothing: a request
 /// is taken from every part, or from none. The decision reports the tightest part's `limit`
@@ -132,7 +131,8 @@ impl PyComposite {
         #[pyo3(from_py_with = convert::cost)] cost: u64,
     ) -> PyResult<()> {
         let now = uint(now_ns, "now_ns")?;
-        self.refund_now(now, cost).map_err(to_py)
+        self.with_parts(|p| composite::refund_all_at(p, now, cost))
+            .map_err(to_py)
     }
 
     /// The limiters, in order.
@@ -161,21 +161,10 @@ impl PyComposite {
         self.parts[0].get().inner.clock().now()
     }
 
-    /// Refunds every part now.
+    /// Refunds every part now (the core's `refund_all_at`).
     pub(crate) fn refund_cost(&self, cost: u64) -> Result<(), Error> {
-        self.refund_now(self.now(), cost)
-    }
-
-    /// Refunds every part at `now`, or none when the reading is out of any part's range (a
-    /// refund of 0 checks the reading and changes nothing).
-    fn refund_now(&self, now: u64, cost: u64) -> Result<(), Error> {
-        for p in &self.parts {
-            p.get().inner.refund_at(now, 0)?;
-        }
-        for p in &self.parts {
-            p.get().inner.refund_at(now, cost)?;
-        }
-        Ok(())
+        let now = self.now();
+        self.with_parts(|p| composite::refund_all_at(p, now, cost))
     }
 
     /// An acquire of `cost` within `timeout`, starting now.
@@ -185,60 +174,14 @@ impl PyComposite {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Acquire> {
         let max_wait = convert::max_wait(timeout, "timeout")?;
-        let plan = Plan::new(slf.get().now(), cost, max_wait);
+        let plan = slf
+            .get()
+            .with_parts(|p| composite::start_acquire_all(p, cost, max_wait));
         Ok(Acquire::Composite(slf.clone().unbind(), plan))
     }
 
-    /// One round of `plan` at the clock's reading now.
-    pub(crate) fn poll_acquire(&self, plan: &mut Plan) -> Result<Next, Error> {
-        let cost = plan.cost;
-        plan.poll(self.now(), |now| {
-            self.with_parts(|p| try_acquire_all_at(p, now, cost))
-        })
-    }
-}
-
-/// STOPGAP until the core can drive an acquire over limiters it does not own: the core's
-/// `AcquirePlan` is advanced only by `Limiter`, `KeyedLimiter` and `Composite`, and the core's
-/// `Composite` owns its parts, while these parts are `Limiter` objects shared with Python (as
-/// `try_acquire_all` serves `Composite.try_acquire`). This is `AcquirePlan::poll` as
-/// `Composite::start_acquire` makes it (never a queue): to be replaced by the borrowed-parts
-/// twins of `Composite::start_acquire` / `poll_acquire` once the core has them.
-pub(crate) struct Plan {
-    pub(crate) cost: u64,
-    deadline: u64,
-    /// The previous round's reading and rejection, if any.
-    last: Option<(u64, Decision)>,
-}
-
-impl Plan {
-    fn new(now: u64, cost: u64, max_wait: Duration) -> Self {
-        let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
-        Self {
-            cost,
-            deadline: now.saturating_add(max_wait),
-            last: None,
-        }
-    }
-
-    fn poll(
-        &mut self,
-        now: u64,
-        acquire: impl FnOnce(u64) -> Result<Decision, Error>,
-    ) -> Result<Next, Error> {
-        if let Some((then, d)) = self.last {
-            if now <= then {
-                return Ok(Next::Reject(d));
-            }
-        }
-        let d = acquire(now)?;
-        if d.allowed() {
-            return Ok(Next::Admit(d));
-        }
-        if d.retry_after_nanos() > self.deadline.saturating_sub(now) {
-            return Ok(Next::Reject(d));
-        }
-        self.last = Some((now, d));
-        Ok(Next::Retry(d))
+    /// One round of `plan` at the clock's reading now (the core's `poll_acquire_all`).
+    pub(crate) fn poll_acquire(&self, plan: &mut AcquirePlan) -> Result<Next, Error> {
+        self.with_parts(|p| composite::poll_acquire_all(p, plan))
     }
 }

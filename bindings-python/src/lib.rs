@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyString};
 use sluicegate::http::HeaderStyle;
 use sluicegate::{Algorithm, AnyClock, Clock, Limiter, ManualClock, Quota, Refill};
+use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -131,7 +132,21 @@ impl PyQuota {
             }
         };
         let burst = opt_uint(burst, "burst")?.unwrap_or(count);
-        let mut q = Quota::try_new(count, period_ns, burst).map_err(to_py)?;
+        // Every option is set before the one `validate` below: the core's `try_new` validates
+        // a token bucket, which a window algorithm's count may not be.
+        let mut q = match (
+            NonZeroU64::new(count),
+            NonZeroU64::new(period_ns),
+            NonZeroU64::new(burst),
+        ) {
+            (Some(k), Some(p), Some(b)) => Quota::new(k, p).with_burst(b),
+            // A zero: the core's validating constructor names which one.
+            _ => {
+                return Err(to_py(
+                    Quota::try_new(count, period_ns, burst).expect_err("a zero"),
+                ))
+            }
+        };
         if let Some(i) = opt_uint(initial, "initial")? {
             q = q.with_initial(i);
         }

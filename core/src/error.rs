@@ -78,14 +78,17 @@ impl Error {
     }
 }
 
-/// Parses `value` as one of `table`'s names (exact, lower case; aliases allowed), or the
+/// Parses `value` as one of `table`'s names (ASCII case-insensitive; aliases allowed), or the
 /// [`Error::InvalidOption`] that lists the first name of each choice.
 pub(crate) fn choose<T: Copy + PartialEq>(
     option: &'static str,
     value: &str,
     table: &[(&str, T)],
 ) -> Result<T, Error> {
-    if let Some(&(_, v)) = table.iter().find(|(name, _)| *name == value) {
+    if let Some(&(_, v)) = table
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(value))
+    {
         return Ok(v);
     }
     let mut names: Vec<String> = Vec::new();

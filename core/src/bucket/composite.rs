@@ -109,7 +109,9 @@ impl<C: Clock> Composite<C> {
     pub fn poll_acquire(&self, plan: &mut AcquirePlan) -> Result<Next, Error> {
         let cost = plan.cost();
         let now = self.parts[0].clock().now();
-        plan.poll(now, |now, _left| self.try_acquire_at(now, cost))
+        plan.poll(now, |now, _left| {
+            all_or_nothing(&self.parts, now, cost, |_, _| {})
+        })
     }
 
     /// Gives `cost` back to every part now.
@@ -119,13 +121,7 @@ impl<C: Clock> Composite<C> {
 
     /// [`refund`](Self::refund) at an explicit clock reading.
     pub fn refund_at(&self, now: u64, cost: u64) -> Result<(), Error> {
-        for p in &self.parts {
-            p.check_at(now, 0)?;
-        }
-        for p in &self.parts {
-            p.refund_checked(now, cost);
-        }
-        Ok(())
+        refund_each(&self.parts, now, cost)
     }
 }
 
@@ -190,6 +186,63 @@ fn all_or_nothing<C: Clock, L: Borrow<Limiter<C>>>(
         return Ok(acc.finish(false));
     }
     Ok(acc.finish(true))
+}
+
+/// Gives `cost` back to every limiter at `now` (limiters owned elsewhere), or to none when
+/// the reading is out of any one's range.
+pub fn refund_all_at<C: Clock>(parts: &[&Limiter<C>], now: u64, cost: u64) -> Result<(), Error> {
+    refund_each(parts, now, cost)
+}
+
+fn refund_each<C: Clock, L: Borrow<Limiter<C>>>(
+    parts: &[L],
+    now: u64,
+    cost: u64,
+) -> Result<(), Error> {
+    for p in parts {
+        p.borrow().check_at(now, 0)?;
+    }
+    for p in parts {
+        p.borrow().refund_checked(now, cost);
+    }
+    Ok(())
+}
+
+/// Starts an acquire over limiters owned elsewhere (see [`Composite::start_acquire`]), at the
+/// first limiter's clock reading.
+///
+/// # Panics
+/// If `parts` is empty.
+pub fn start_acquire_all<C: Clock>(
+    parts: &[&Limiter<C>],
+    cost: u64,
+    max_wait: Duration,
+) -> AcquirePlan {
+    assert!(
+        !parts.is_empty(),
+        "a composite limit needs at least one part"
+    );
+    AcquirePlan::new(parts[0].clock().now(), cost, max_wait, false)
+}
+
+/// One round of `plan` over limiters owned elsewhere, at the first limiter's clock reading
+/// now (see [`Composite::poll_acquire`]).
+///
+/// # Panics
+/// If `parts` is empty.
+pub fn poll_acquire_all<C: Clock>(
+    parts: &[&Limiter<C>],
+    plan: &mut AcquirePlan,
+) -> Result<Next, Error> {
+    assert!(
+        !parts.is_empty(),
+        "a composite limit needs at least one part"
+    );
+    let cost = plan.cost();
+    let now = parts[0].clock().now();
+    plan.poll(now, |now, _left| {
+        all_or_nothing(parts, now, cost, |_, _| {})
+    })
 }
 
 /// [`try_acquire_all_at`] reading the first limiter's clock.

@@ -55,7 +55,7 @@ impl HeaderStyle {
 impl core::str::FromStr for HeaderStyle {
     type Err = crate::Error;
 
-    /// `"ietf"`, `"draft6"`, `"draft7"`, `"legacy"` or `"none"`, else
+    /// `"ietf"`, `"draft6"`, `"draft7"`, `"legacy"` or `"none"` (ASCII case-insensitive), else
     /// [`Error::InvalidOption`](crate::Error::InvalidOption).
     fn from_str(s: &str) -> Result<Self, crate::Error> {
         crate::error::choose("style", s, Self::NAMES)

@@ -98,10 +98,10 @@ impl fmt::Display for Algorithm {
 impl FromStr for Algorithm {
     type Err = Error;
 
-    /// A name as written in rate strings (case-insensitive; a few aliases), else
+    /// A name as written in rate strings (ASCII case-insensitive; a few aliases), else
     /// [`Error::InvalidOption`].
     fn from_str(s: &str) -> Result<Self, Error> {
-        choose("algorithm", &s.to_ascii_lowercase(), Self::NAMES)
+        choose("algorithm", s, Self::NAMES)
     }
 }
 
@@ -124,7 +124,7 @@ impl fmt::Display for Refill {
 impl FromStr for Refill {
     type Err = Error;
 
-    /// `"continuous"` or `"interval"` (case-insensitive), else [`Error::InvalidOption`].
+    /// `"continuous"` or `"interval"` (ASCII case-insensitive), else [`Error::InvalidOption`].
     fn from_str(s: &str) -> Result<Self, Error> {
         choose(
             "refill",
@@ -427,6 +427,13 @@ impl Quota {
             {
                 Err(Error::invalid(format!(
                     "{name}: the count must be below 2^62"
+                )))
+            }
+            Algorithm::FixedWindow | Algorithm::SlidingWindow
+                if crate::algorithm::window_horizon(self) < crate::algorithm::CENTURY_NS =>
+            {
+                Err(Error::invalid(format!(
+                    "{self}: the limit is too large to pack with a century of window indexes"
                 )))
             }
             Algorithm::SlidingLog if self.count > MAX_SLIDING_LOG => Err(Error::invalid(format!(

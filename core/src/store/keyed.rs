@@ -50,7 +50,7 @@ impl OnFull {
 impl core::str::FromStr for OnFull {
     type Err = Error;
 
-    /// `"reject"` or `"evict"`, else [`Error::InvalidOption`].
+    /// `"reject"` or `"evict"` (ASCII case-insensitive), else [`Error::InvalidOption`].
     fn from_str(s: &str) -> Result<Self, Error> {
         crate::error::choose("on_full", s, Self::NAMES)
     }
