@@ -1,97 +1,263 @@
-//! `sluicegate simulate --quota "10/s; burst=50" --traffic "60/s for 3s"`: plays a policy
-//! against synthetic traffic on a simulated clock and prints a timeline and a summary.
-//! `sluicegate check --quota "..."` explains a quota.
+//! `sluicegate`: what would a rate limit do to real traffic?
+//!
+//! * `replay` plays access logs (combined, JSON lines, CSV; plain, gzip or stdin) against one
+//!   or several candidate policies side by side, on the core engine with a clock driven by the
+//!   log's timestamps, and reports what each would have rejected, from whom, and how long
+//!   clients would have waited; `--html` draws it.
+//! * `simulate` does the same for synthetic traffic segments (`"60/s for 3s, idle 1s"`).
+//! * `check` explains a rate string; `sample` writes the embedded sample traffic (or a
+//!   benchmark log); `completions` prints shell completions.
 
-use sluicegate::{Limiter, ManualClock, Quota};
-use std::fmt::Write as _;
+mod engine;
+mod error;
+mod fields;
+mod input;
+mod intern;
+mod json;
+mod netkey;
+mod output;
+mod policy;
+mod replay;
+mod report;
+mod run;
+mod sample;
+mod stats;
+mod timefmt;
+
+use clap::{CommandFactory, Parser, Subcommand};
+use error::{exit, CliError};
+use input::LogFormat;
+use output::{Format, Table};
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 const S: u64 = 1_000_000_000;
 
-const USAGE: &str = "\
-usage:
-  sluicegate simulate --quota RATE --traffic TRAFFIC [--cost N] [--step DURATION]
-  sluicegate check --quota RATE
+const EXIT_CODES: &str = "\
+Exit codes: 0 success; 1 an output could not be written; 2 usage (an unknown option, a value \
+that does not parse: the message quotes it); 3 an input cannot be opened, read or decompressed; \
+4 data (no usable line, a malformed line under --strict, fields not found, the key bound \
+reached).";
 
-RATE     a rate string: COUNT/[N]UNIT [; burst=B] [; initial=I] [; refill=interval]
-         e.g. \"10/s; burst=50\", \"100 per minute\", \"5/2s\"
-TRAFFIC  comma-separated segments, played one after the other:
-           RATE for DURATION   evenly spaced requests, e.g. \"60/s for 3s\"
-           idle DURATION       no requests, e.g. \"idle 2s\"
-           burst N             N requests at the same instant
-DURATION a whole number and a unit: ns, us, ms, s, m, h (e.g. 250ms, 3s)
---cost   tokens per request (default 1)
---step   timeline row width (default: about 30 rows)";
+#[derive(Parser)]
+#[command(
+    name = "sluicegate",
+    version,
+    about = "What would a rate limit do to real traffic? Replays access logs (or synthetic \
+             traffic) against candidate policies, exactly, on the sluicegate engine.",
+    after_help = EXIT_CODES,
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
 
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match run(&args) {
-        Ok(out) => {
-            print!("{out}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}\n\n{USAGE}");
-            ExitCode::from(2)
-        }
+#[derive(Subcommand)]
+enum Cmd {
+    /// Replay access logs against one or several policies, side by side.
+    #[command(after_long_help = REPLAY_HELP)]
+    Replay(ReplayArgs),
+    /// Play policies against synthetic traffic segments on a simulated clock.
+    Simulate(SimulateArgs),
+    /// Explain a rate string: rate, burst, refill, algorithm, state word.
+    Check(CheckArgs),
+    /// Write the embedded sample traffic (or a benchmark log) as a log.
+    Sample(SampleArgs),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+const REPLAY_HELP: &str = "\
+Policies (--policy, repeatable; each is replayed on the same traffic):
+  10/s; burst=50                      a bucket per key (the rate string of the core)
+  strict=5/s; burst=10                the same, named
+  both=10/s; burst=20 & global 500/s  a composite: every part must admit (global: one bucket)
+  api=/search* => 2/s | POST /login => 5/m | * => 50/s
+                                      per route: the first rule whose route matches
+  any algorithm: 100/m; algorithm=sliding_window (gcra, fixed_window, sliding_log, leaky_queue)
+
+Keys (--key, repeatable: the key is all of them; default ip):
+  ip  header:NAME  field:NAME  path  path:/tenants/{tenant}/*  method  all
+
+Examples:
+  sluicegate replay --sample --policy 'lenient=20/s; burst=100' --policy 'strict=5/s; burst=20'
+  sluicegate replay access.log access.log.1.gz --policy '10/s; burst=50' --html report.html
+  zcat big.log.gz | sluicegate replay - --policy '10/s' --format json
+  sluicegate replay app.jsonl --key header:X-Api-Key --time-field ts --policy '100/m'";
+
+#[derive(clap::Args)]
+struct OutputArgs {
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// The table --format csv writes.
+    #[arg(long, value_enum, default_value_t = Table::Summary)]
+    table: Table,
+    /// Write a self-contained HTML report (charts; no network needed) to this file.
+    #[arg(long, value_name = "FILE")]
+    html: Option<String>,
+    /// Write the answer to this file instead of stdout.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    output: Option<String>,
+    /// Top throttled keys listed per policy.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+}
+
+#[derive(clap::Args)]
+struct ReplayArgs {
+    /// Log files (plain or gzip, detected); `-` for stdin.
+    #[arg(value_name = "FILE")]
+    files: Vec<String>,
+    /// Replay the embedded sample day (see `sluicegate sample`) instead of files.
+    #[arg(long, conflicts_with = "files")]
+    sample: bool,
+    /// A candidate policy (repeatable); see below.
+    #[arg(long, short = 'p', required = true, value_name = "POLICY", value_parser = parse_policy)]
+    policy: Vec<policy::PolicySpec>,
+    /// What a key is (repeatable; default ip); see below.
+    #[arg(long, short = 'k', value_name = "KEY", value_parser = parse_key)]
+    key: Vec<policy::KeyPart>,
+    /// Leading bits of an IPv4 address that make a key.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u8).range(0..=32))]
+    ipv4_prefix: u8,
+    /// Leading bits of an IPv6 address that make a key (IPv4-mapped addresses are IPv4).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u8).range(0..=128))]
+    ipv6_prefix: u8,
+    /// The log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Auto)]
+    log_format: LogFormat,
+    /// The timestamp field (JSON lines, CSV; default: detected among time, timestamp, ts,
+    /// @timestamp, time_iso8601, time_local, msec, ...).
+    #[arg(long, value_name = "NAME")]
+    time_field: Option<String>,
+    /// The client address field (default: detected among ip, client_ip, remote_addr, ...).
+    #[arg(long, value_name = "NAME")]
+    ip_field: Option<String>,
+    /// The path field (default: detected among path, uri, request_uri, url, request).
+    #[arg(long, value_name = "NAME")]
+    path_field: Option<String>,
+    /// The method field (default: detected among method, request_method, verb).
+    #[arg(long, value_name = "NAME")]
+    method_field: Option<String>,
+    /// A field holding each request's cost (a whole number; default: --cost).
+    #[arg(long, value_name = "NAME")]
+    cost_field: Option<String>,
+    /// The unit of numeric timestamps.
+    #[arg(long, value_enum, default_value_t = timefmt::EpochUnit::Auto)]
+    time_unit: timefmt::EpochUnit,
+    /// The CSV delimiter (one byte; `tab` for a tab).
+    #[arg(long, default_value = ",", value_parser = parse_delim)]
+    csv_delimiter: u8,
+    /// Tokens per request.
+    #[arg(long, default_value_t = 1)]
+    cost: u64,
+    /// The most distinct keys held per policy (full buckets are evicted losslessly first).
+    #[arg(long, default_value_t = 1 << 24)]
+    max_keys: usize,
+    /// Fail (exit 4) on the first unusable line instead of counting and skipping it.
+    #[arg(long)]
+    strict: bool,
+    /// The window of the peak sustained rates.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    sustain: u64,
+    /// Keys per policy whose bucket levels the HTML report charts (a second pass).
+    #[arg(long, default_value_t = 3)]
+    trace: usize,
+    /// No progress bar (it is drawn only when stderr is a terminal anyway).
+    #[arg(long, short = 'q')]
+    quiet: bool,
+    #[command(flatten)]
+    out: OutputArgs,
+}
+
+#[derive(clap::Args)]
+struct SimulateArgs {
+    /// A policy (repeatable), as for replay.
+    #[arg(long, short = 'p', alias = "quota", short_alias = 'q', required = true, value_name = "POLICY", value_parser = parse_policy)]
+    policy: Vec<policy::PolicySpec>,
+    /// Comma-separated segments, played one after the other: "RATE for DURATION" (evenly
+    /// spaced requests, e.g. "60/s for 3s"), "idle DURATION", "burst N" (N at one instant).
+    #[arg(long, short = 't', value_name = "TRAFFIC")]
+    traffic: String,
+    /// Tokens per request.
+    #[arg(long, default_value_t = 1)]
+    cost: u64,
+    /// Timeline row width (default: about 30 rows), e.g. 100ms.
+    #[arg(long, value_parser = parse_duration)]
+    step: Option<u64>,
+    #[command(flatten)]
+    out: OutputArgs,
+}
+
+#[derive(clap::Args)]
+struct CheckArgs {
+    /// A rate string, e.g. "10/s; burst=50".
+    #[arg(long, short = 'q', alias = "policy", value_name = "RATE", value_parser = parse_rate)]
+    quota: engine::Rate,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Scenario {
+    /// One day of a small site: steady users, a bursty crawler, an abuser, a diurnal shape.
+    Day,
+    /// Evenly spaced requests from --keys clients in turn (benchmarks).
+    Uniform,
+}
+
+#[derive(clap::Args)]
+struct SampleArgs {
+    #[arg(long, value_enum, default_value_t = Scenario::Day)]
+    scenario: Scenario,
+    /// The log format written.
+    #[arg(long, value_enum, default_value_t = LogFormat::Jsonl)]
+    log_format: LogFormat,
+    /// The seed (the same seed, the same log).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Distinct clients (uniform).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
+    keys: u64,
+    /// Requests (uniform).
+    #[arg(long, default_value_t = 1_000_000)]
+    lines: u64,
+    /// Write the log to this file (gzip-compressed if it ends in .gz) instead of stdout.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    output: Option<String>,
+    /// With --output: how the summary of what was written is printed.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+}
+
+fn parse_policy(s: &str) -> Result<policy::PolicySpec, String> {
+    policy::PolicySpec::parse(s).map_err(|e| e.to_string())
+}
+fn parse_key(s: &str) -> Result<policy::KeyPart, String> {
+    policy::KeyPart::parse(s).map_err(|e| e.to_string())
+}
+fn parse_rate(s: &str) -> Result<engine::Rate, String> {
+    engine::Rate::parse(s)
+}
+fn parse_duration(s: &str) -> Result<u64, String> {
+    duration(s)
+}
+fn parse_delim(s: &str) -> Result<u8, String> {
+    match s {
+        "tab" | "\\t" => Ok(b'\t'),
+        s if s.len() == 1 => Ok(s.as_bytes()[0]),
+        s => Err(format!("a delimiter is one byte (or `tab`), not {s:?}")),
     }
 }
 
-fn run(args: &[String]) -> Result<String, String> {
-    let (cmd, rest) = args.split_first().ok_or("no command given")?;
-    let opts = Options::parse(rest)?;
-    match cmd.as_str() {
-        "simulate" => simulate(&opts),
-        "check" => check(&opts),
-        "-h" | "--help" | "help" => Ok(format!("{USAGE}\n")),
-        other => Err(format!("unknown command {other:?}")),
-    }
-}
-
-#[derive(Default)]
-struct Options {
-    quota: Option<String>,
-    traffic: Option<String>,
-    cost: Option<String>,
-    step: Option<String>,
-}
-
-impl Options {
-    fn parse(args: &[String]) -> Result<Self, String> {
-        let mut o = Options::default();
-        let mut it = args.iter();
-        while let Some(flag) = it.next() {
-            let (name, inline) = match flag.split_once('=') {
-                Some((n, v)) => (n, Some(v.to_string())),
-                None => (flag.as_str(), None),
-            };
-            let slot = match name {
-                "--quota" | "-q" => &mut o.quota,
-                "--traffic" | "-t" => &mut o.traffic,
-                "--cost" => &mut o.cost,
-                "--step" => &mut o.step,
-                _ => return Err(format!("unknown option {flag:?}")),
-            };
-            let value = match inline {
-                Some(v) => v,
-                None => it
-                    .next()
-                    .cloned()
-                    .ok_or_else(|| format!("{name} needs a value"))?,
-            };
-            *slot = Some(value);
-        }
-        Ok(o)
-    }
-
-    fn quota(&self) -> Result<Quota, String> {
-        let text = self.quota.as_deref().ok_or("--quota is required")?;
-        text.parse::<Quota>().map_err(|e| e.to_string())
-    }
-}
-
-/// `N` + unit, in nanoseconds.
-fn duration(text: &str) -> Result<u64, String> {
+/// `N` + unit (ns, us, ms, s, m, h), in nanoseconds.
+pub fn duration(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let split = t
         .find(|c: char| !c.is_ascii_digit())
@@ -113,245 +279,245 @@ fn duration(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("duration {text:?} is too long"))
 }
 
-/// Request instants (ns) for a traffic description.
-fn traffic(text: &str) -> Result<(Vec<u64>, u64), String> {
-    let mut times = Vec::new();
-    let mut t = 0u64;
-    for seg in text.split(',').map(str::trim) {
-        if let Some(d) = seg.strip_prefix("idle") {
-            t += duration(d)?;
-        } else if let Some(n) = seg.strip_prefix("burst") {
-            let n: u64 = n
-                .trim()
-                .parse()
-                .map_err(|_| format!("burst needs a count: {seg:?}"))?;
-            if n > 50_000_000 {
-                return Err(format!(
-                    "traffic segment {seg:?} has over 50 million requests"
-                ));
-            }
-            times.extend(std::iter::repeat_n(t, n as usize));
-        } else if let Some((rate, dur)) = seg.split_once(" for ") {
-            let q: Quota = rate
-                .parse()
-                .map_err(|e| format!("traffic segment {seg:?}: {e}"))?;
-            let d = duration(dur)?;
-            // q.count() requests per q.period(): request j at j * period / count.
-            let n = u128::from(q.count()) * u128::from(d) / u128::from(q.period_ns());
-            if n > 50_000_000 {
-                return Err(format!(
-                    "traffic segment {seg:?} has over 50 million requests"
-                ));
-            }
-            for j in 0..n {
-                let dt = j * u128::from(q.period_ns()) / u128::from(q.count());
-                times.push(t + dt as u64);
-            }
-            t += d;
-        } else if !seg.is_empty() {
-            return Err(format!(
-                "traffic segment {seg:?}: expected \"RATE for DURATION\", \"idle DURATION\" or \"burst N\""
-            ));
-        }
-    }
-    if times.is_empty() {
-        return Err("the traffic has no requests".into());
-    }
-    Ok((times, t))
-}
-
-fn secs(ns: u64) -> String {
-    let s = ns as f64 / S as f64;
-    if s >= 100.0 {
-        format!("{s:.0}s")
-    } else if s >= 1.0 {
-        format!("{s:.2}s")
-    } else {
-        format!("{:.1}ms", ns as f64 / 1e6)
-    }
-}
-
-fn describe(q: &Quota) -> String {
-    let rate = q.count() as f64 * S as f64 / q.period_ns() as f64;
-    format!(
-        "{q}: {rate:.3} tokens/s, burst {}, starts with {}, {} refill; \
-         RateLimit-Policy window {}s",
-        q.burst(),
-        q.initial(),
-        match q.refill() {
-            sluicegate::Refill::Continuous => "continuous",
-            sluicegate::Refill::Interval => "interval",
-        },
-        q.window_secs()
-    )
-}
-
-fn check(opts: &Options) -> Result<String, String> {
-    let q = opts.quota()?;
-    let l = Limiter::with_clock(q, ManualClock::new(0)).map_err(|e| e.to_string())?;
-    Ok(format!(
-        "{}\nstate word: {} bits\n",
-        describe(&q),
-        if l.is_wide() { 128 } else { 64 }
-    ))
-}
-
-fn simulate(opts: &Options) -> Result<String, String> {
-    let quota = opts.quota()?;
-    let (times, end) = traffic(opts.traffic.as_deref().ok_or("--traffic is required")?)?;
-    let cost: u64 = match &opts.cost {
-        Some(c) => c
-            .parse()
-            .map_err(|_| format!("--cost {c:?} is not a whole number"))?,
-        None => 1,
-    };
-    let end = end.max(times.last().copied().unwrap_or(0) + 1);
-    let step = match &opts.step {
-        Some(s) => duration(s)?.max(1),
-        None => {
-            let nice = [1, 10, 50, 100, 250, 500, 1000, 5000, 10_000, 60_000];
-            nice.iter()
-                .map(|ms| ms * 1_000_000)
-                .find(|ns| end / ns <= 40)
-                .unwrap_or(end / 30 + 1)
-        }
-    };
-    let clock = ManualClock::new(0);
-    let limiter = Limiter::with_clock(quota, clock.clone()).map_err(|e| e.to_string())?;
-
-    let rows = end.div_ceil(step) as usize;
-    let mut offered = vec![0u64; rows];
-    let mut allowed = vec![0u64; rows];
-    let mut left = vec![0u64; rows];
-    let (mut total_ok, mut first_reject, mut retry_sum) = (0u64, None, 0u128);
-    let mut next = times.iter().copied().peekable();
-    for row in 0..rows {
-        let row_end = ((row as u64 + 1) * step).min(end);
-        while let Some(t) = next.next_if(|&t| t < row_end || row + 1 == rows) {
-            clock.set(t);
-            let d = limiter.try_acquire(cost).map_err(|e| e.to_string())?;
-            offered[row] += 1;
-            if d.allowed() {
-                allowed[row] += 1;
-                total_ok += 1;
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() {
+                exit::USAGE
             } else {
-                first_reject.get_or_insert(t);
-                retry_sum += u128::from(d.retry_after_nanos());
-            }
+                exit::OK
+            });
         }
-        // Tokens left at the end of the row (a peek changes nothing).
-        left[row] = limiter
-            .try_acquire_at(row_end, 0)
-            .map_err(|e| e.to_string())?
-            .remaining();
+    };
+    match dispatch(cli.cmd) {
+        Ok(()) => ExitCode::from(exit::OK),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
     }
-
-    let mut out = String::new();
-    let _ = writeln!(out, "policy   {}", describe(&quota));
-    let _ = writeln!(
-        out,
-        "traffic  {} requests of cost {cost} over {}\n",
-        times.len(),
-        secs(end)
-    );
-    let _ = writeln!(
-        out,
-        "{:>9}  {:>7} {:>7} {:>7} {:>7}  (# allowed, . rejected)",
-        "from", "offered", "allowed", "reject", "tokens"
-    );
-    let widest = offered.iter().copied().max().unwrap_or(1).max(1);
-    for row in 0..rows {
-        let (o, a) = (offered[row], allowed[row]);
-        let width = 40u64;
-        let bar_a = (a * width).div_ceil(widest) as usize;
-        let bar_r = ((o * width).div_ceil(widest) as usize).saturating_sub(bar_a);
-        let _ = writeln!(
-            out,
-            "{:>9}  {:>7} {:>7} {:>7} {:>7}  {}{}",
-            secs(row as u64 * step),
-            o,
-            a,
-            o - a,
-            left[row],
-            "#".repeat(bar_a),
-            ".".repeat(bar_r)
-        );
-    }
-    let n = times.len() as u64;
-    let rejected = n - total_ok;
-    let _ = writeln!(out, "\nsummary");
-    let _ = writeln!(
-        out,
-        "  allowed   {total_ok} of {n} ({:.1}%)",
-        100.0 * total_ok as f64 / n as f64
-    );
-    let _ = writeln!(out, "  rejected  {rejected}");
-    let _ = writeln!(
-        out,
-        "  offered rate    {:.2}/s",
-        n as f64 * S as f64 / end as f64
-    );
-    let _ = writeln!(
-        out,
-        "  effective rate  {:.2}/s (allowed requests over the run)",
-        total_ok as f64 * S as f64 / end as f64
-    );
-    if let Some(t) = first_reject {
-        let _ = writeln!(out, "  first rejection at {}", secs(t));
-        let mean = (retry_sum / u128::from(rejected)) as u64;
-        let _ = writeln!(out, "  mean retry_after of rejections {}", secs(mean));
-    }
-    Ok(out)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sim(q: &str, t: &str) -> String {
-        let args: Vec<String> = ["simulate", "--quota", q, "--traffic", t]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        run(&args).unwrap()
+/// Writes `text` to the file or stdout (a closed stdout pipe ends quietly).
+fn emit(text: &str, to: &Option<String>) -> Result<(), CliError> {
+    match to {
+        Some(path) => std::fs::write(path, text).map_err(|e| CliError::Output {
+            path: path.clone(),
+            source: e,
+        }),
+        None => {
+            let mut out = std::io::stdout().lock();
+            match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(CliError::Output {
+                    path: "<stdout>".into(),
+                    source: e,
+                }),
+                _ => Ok(()),
+            }
+        }
     }
+}
 
-    #[test]
-    fn the_readme_simulation() {
-        let out = sim("10/s; burst=50", "60/s for 3s");
-        // 180 requests; the exact model admits the first 59, rejects the 60th, admits the
-        // 61st (t = 1 s), then one in six: 79 (see core/tests/examples.rs).
-        assert!(out.contains("allowed   79 of 180"), "{out}");
-        assert!(
-            out.contains("    0.0ms        6       6       0      45"),
-            "{out}"
-        );
-        assert!(out.contains("first rejection at 983.3ms"), "{out}");
+fn render(
+    summary: &output::Summary,
+    out: &OutputArgs,
+    table: impl FnOnce() -> String,
+) -> Result<(), CliError> {
+    if let Some(path) = &out.html {
+        let html = report::html(summary);
+        std::fs::write(path, html).map_err(|e| CliError::Output {
+            path: path.clone(),
+            source: e,
+        })?;
     }
+    let text = match out.format {
+        Format::Table => table(),
+        Format::Json => {
+            let mut s = summary.to_json().to_string_compact();
+            s.push('\n');
+            s
+        }
+        Format::Csv => summary.to_csv(out.table),
+    };
+    emit(&text, &out.output)
+}
 
-    #[test]
-    fn segments_and_bursts() {
-        let out = sim("1/s; burst=5", "burst 7, idle 2s, burst 3");
-        assert!(out.contains("allowed   7 of 10"), "{out}");
-        assert!(out.contains("rejected  3"), "{out}");
-    }
-
-    #[test]
-    fn bad_input_is_a_clear_error() {
-        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let e = run(&args(&[
-            "simulate",
-            "--quota",
-            "10/fortnight",
-            "--traffic",
-            "1/s for 1s",
-        ]))
-        .unwrap_err();
-        assert!(e.contains("fortnight"), "{e}");
-        let e = run(&args(&["simulate", "--quota", "1/s", "--traffic", "lots"])).unwrap_err();
-        assert!(e.contains("lots"), "{e}");
-        let e = run(&args(&["simulate", "--quota", "1/s"])).unwrap_err();
-        assert!(e.contains("--traffic"), "{e}");
-        assert!(run(&args(&["frobnicate"])).is_err());
+fn dispatch(cmd: Cmd) -> Result<(), CliError> {
+    match cmd {
+        Cmd::Replay(a) => {
+            let mut files = a.files.clone();
+            let inputs = if a.sample {
+                run::Inputs::Sample(LogFormat::Jsonl)
+            } else {
+                if files.is_empty() {
+                    if std::io::stdin().is_terminal() {
+                        return Err(CliError::usage(
+                            "input",
+                            "",
+                            "no log given: name files, `-` for stdin, or --sample for the embedded sample",
+                        ));
+                    }
+                    files.push("-".into());
+                }
+                run::Inputs::Files(files.clone())
+            };
+            let trace = if a.out.html.is_some() { a.trace } else { 0 };
+            // A second pass must read stdin again: keep a copy.
+            let mut _spool = None;
+            let inputs = match inputs {
+                run::Inputs::Files(f) if trace > 0 && f.iter().any(|x| x == "-") => {
+                    let sp = run::spool_stdin()?;
+                    let path = sp.0.display().to_string();
+                    _spool = Some(sp);
+                    run::Inputs::Files(
+                        f.into_iter()
+                            .map(|x| if x == "-" { path.clone() } else { x })
+                            .collect(),
+                    )
+                }
+                i => i,
+            };
+            let key = if a.key.is_empty() {
+                vec![policy::KeyPart::Ip]
+            } else {
+                a.key.clone()
+            };
+            let cfg = run::Config {
+                policies: a.policy.clone(),
+                key,
+                prefixes: netkey::Prefixes {
+                    v4: a.ipv4_prefix,
+                    v6: a.ipv6_prefix,
+                },
+                names: fields::Names {
+                    time: a.time_field.clone(),
+                    ip: a.ip_field.clone(),
+                    path: a.path_field.clone(),
+                    method: a.method_field.clone(),
+                    cost: a.cost_field.clone(),
+                    delimiter: a.csv_delimiter,
+                },
+                format: a.log_format,
+                unit: a.time_unit,
+                cost: a.cost,
+                max_keys: a.max_keys.max(1),
+                strict: a.strict,
+                top: a.out.top,
+                sustain: a.sustain.max(10),
+                trace,
+                progress: !a.quiet && std::io::stderr().is_terminal(),
+                max_bins: 1200,
+            };
+            let summary = run::replay(&cfg, &inputs)?;
+            render(&summary, &a.out, || summary.to_table())
+        }
+        Cmd::Simulate(a) => {
+            let (times, end) = run::traffic(&a.traffic)?;
+            let n = times.len();
+            let (summary, first_rejects) =
+                run::simulate(a.policy.clone(), &times, end, a.cost, a.step, a.out.top)?;
+            render(&summary, &a.out, || {
+                report::simulate_table(&summary, &a.policy, n, a.cost, &first_rejects)
+            })
+        }
+        Cmd::Check(a) => {
+            let wide = a
+                .quota
+                .is_wide()
+                .map_err(|e| CliError::usage("--quota", &a.quota.to_string(), e))?;
+            let text = match a.format {
+                Format::Table => format!("{}\nstate word: {} bits\n", a.quota.describe(), if wide { 128 } else { 64 }),
+                Format::Json => {
+                    let j = json::Jv::obj()
+                        .with("rate", a.quota.to_string())
+                        .with("count", a.quota.count())
+                        .with("period_ns", a.quota.period_ns())
+                        .with("burst", a.quota.burst())
+                        .with("algorithm", a.quota.algorithm())
+                        .with("tokens_per_s", a.quota.per_second())
+                        .with("state_bits", if wide { 128u64 } else { 64 })
+                        .with("description", a.quota.describe());
+                    j.to_string_compact() + "\n"
+                }
+                Format::Csv => format!(
+                    "rate,count,period_ns,burst,algorithm,tokens_per_s,state_bits\n{},{},{},{},{},{},{}\n",
+                    output::csv(&a.quota.to_string()),
+                    a.quota.count(),
+                    a.quota.period_ns(),
+                    a.quota.burst(),
+                    a.quota.algorithm(),
+                    a.quota.per_second(),
+                    if wide { 128 } else { 64 }
+                ),
+            };
+            emit(&text, &None)
+        }
+        Cmd::Sample(a) => {
+            let gen = match a.scenario {
+                Scenario::Day => sample::Generator::day(a.seed),
+                Scenario::Uniform => sample::Generator::uniform(a.seed, a.keys, a.lines),
+            };
+            let fmt = match a.log_format {
+                LogFormat::Auto => LogFormat::Jsonl,
+                f => f,
+            };
+            let mut reader = sample::SampleReader::new(gen, fmt);
+            match &a.output {
+                None => {
+                    let mut out = std::io::stdout().lock();
+                    match std::io::copy(&mut reader, &mut out) {
+                        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                            Err(CliError::Output {
+                                path: "<stdout>".into(),
+                                source: e,
+                            })
+                        }
+                        _ => Ok(()),
+                    }
+                }
+                Some(path) => {
+                    let oerr = |e: std::io::Error| CliError::Output {
+                        path: path.clone(),
+                        source: e,
+                    };
+                    let f = std::fs::File::create(path).map_err(oerr)?;
+                    let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+                    let bytes = if path.ends_with(".gz") {
+                        let mut gz = flate2::write::GzEncoder::new(w, flate2::Compression::fast());
+                        let n = std::io::copy(&mut reader, &mut gz).map_err(oerr)?;
+                        gz.finish().map_err(oerr)?.flush().map_err(oerr)?;
+                        n
+                    } else {
+                        let n = std::io::copy(&mut reader, &mut w).map_err(oerr)?;
+                        w.flush().map_err(oerr)?;
+                        n
+                    };
+                    let scenario = match a.scenario {
+                        Scenario::Day => "day",
+                        Scenario::Uniform => "uniform",
+                    };
+                    let fmt_name = format!("{fmt:?}").to_lowercase();
+                    let text = match a.format {
+                        Format::Table => format!("wrote {path}: {scenario} traffic, {fmt_name}, {bytes} bytes uncompressed\n"),
+                        Format::Json => json::Jv::obj()
+                            .with("path", path.as_str())
+                            .with("scenario", scenario)
+                            .with("log_format", fmt_name)
+                            .with("bytes", bytes)
+                            .to_string_compact() + "\n",
+                        Format::Csv => format!("path,scenario,log_format,bytes\n{},{scenario},{fmt_name},{bytes}\n", output::csv(path)),
+                    };
+                    emit(&text, &None)
+                }
+            }
+        }
+        Cmd::Completions { shell } => {
+            let mut cmd = Cli::command();
+            let mut buf = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "sluicegate", &mut buf);
+            emit(&String::from_utf8_lossy(&buf), &None)
+        }
     }
 }

@@ -1,0 +1,432 @@
+//! Which field of a line plays which role (timestamp, client address, path, method, cost,
+//! key fields), resolved once per input from its format and its first lines, then extracted
+//! per line by the format's scanner.
+
+use crate::error::CliError;
+use crate::input::{
+    combined_field, scan_combined, scan_csv, scan_json, sniff, unescape_clf, unescape_csv,
+    unescape_json, JsonPath, LogFormat, Span, COMBINED_FIELDS,
+};
+
+/// What a replay needs from each line.
+#[derive(Clone, Debug, Default)]
+pub struct Needs {
+    pub ip: bool,
+    pub path: bool,
+    pub method: bool,
+    /// `header:NAME` and `field:NAME` key parts, in order: (is_header, name).
+    pub key_fields: Vec<(bool, String)>,
+}
+
+/// Field names given on the command line (`None`: detected).
+#[derive(Clone, Debug, Default)]
+pub struct Names {
+    pub time: Option<String>,
+    pub ip: Option<String>,
+    pub path: Option<String>,
+    pub method: Option<String>,
+    pub cost: Option<String>,
+    pub delimiter: u8,
+}
+
+const TIME: &[&str] = &[
+    "time",
+    "timestamp",
+    "ts",
+    "@timestamp",
+    "time_iso8601",
+    "time_local",
+    "msec",
+    "date",
+    "datetime",
+];
+const IP: &[&str] = &[
+    "ip",
+    "client_ip",
+    "remote_addr",
+    "clientip",
+    "remote_ip",
+    "client",
+    "src_ip",
+    "c-ip",
+];
+const PATH: &[&str] = &[
+    "path",
+    "uri",
+    "request_uri",
+    "url",
+    "cs-uri-stem",
+    "request",
+];
+const METHOD: &[&str] = &["method", "request_method", "verb", "cs-method"];
+
+fn header_candidates(name: &str) -> Vec<String> {
+    let lower = name.to_ascii_lowercase();
+    let snake = lower.replace('-', "_");
+    vec![
+        format!("http_{snake}"),
+        lower.clone(),
+        snake,
+        format!("headers.{lower}"),
+        format!("request.headers.{lower}"),
+    ]
+}
+
+/// A role's place in the scanner's output.
+type Slot = Option<usize>;
+
+pub struct Extractor {
+    pub format: LogFormat,
+    time: usize,
+    ip: Slot,
+    path: Slot,
+    method: Slot,
+    cost: Slot,
+    keys: Vec<usize>,
+    json_paths: Vec<JsonPath>,
+    delimiter: u8,
+    /// CSV: the header line is skipped.
+    pub skip_first: bool,
+    combined_last: usize,
+    spans: Vec<Option<Span>>,
+    combined: [Option<Span>; 12],
+    scratch: Vec<Vec<u8>>,
+    decoded: Vec<bool>,
+    /// What was chosen, for the report ("time <- time_iso8601").
+    pub chosen: Vec<(String, String)>,
+}
+
+fn lower(s: &str) -> String {
+    s.to_ascii_lowercase()
+}
+
+impl Extractor {
+    /// Resolves the roles for an input whose first lines are `head`.
+    pub fn new(
+        format: LogFormat,
+        head: &[Vec<u8>],
+        needs: &Needs,
+        names: &Names,
+        path: &str,
+    ) -> Result<Extractor, CliError> {
+        let first = head.first().ok_or_else(|| CliError::Data {
+            path: path.into(),
+            line: 0,
+            text: String::new(),
+            reason: "the input is empty".into(),
+        })?;
+        let format = match format {
+            LogFormat::Auto => sniff(first),
+            f => f,
+        };
+        let fail = |reason: String| CliError::Data {
+            path: path.into(),
+            line: 0,
+            text: String::new(),
+            reason,
+        };
+        let mut ex = Extractor {
+            format,
+            time: 0,
+            ip: None,
+            path: None,
+            method: None,
+            cost: None,
+            keys: Vec::new(),
+            json_paths: Vec::new(),
+            delimiter: names.delimiter,
+            skip_first: false,
+            combined_last: 0,
+            spans: Vec::new(),
+            combined: [None; 12],
+            scratch: Vec::new(),
+            decoded: Vec::new(),
+            chosen: Vec::new(),
+        };
+        match format {
+            LogFormat::Combined | LogFormat::Auto => {
+                let pick = |role: &str, given: &Option<String>, default: &str| {
+                    let name = given.as_deref().unwrap_or(default);
+                    combined_field(name).ok_or_else(|| {
+                        fail(format!(
+                            "the combined format has no field {name:?} for the {role} (fields: {})",
+                            COMBINED_FIELDS.join(", ")
+                        ))
+                    })
+                };
+                ex.time = pick("timestamp", &names.time, "time")?;
+                if needs.ip {
+                    ex.ip = Some(pick("client address", &names.ip, "ip")?);
+                }
+                if needs.path {
+                    ex.path = Some(pick("path", &names.path, "path")?);
+                }
+                if needs.method {
+                    ex.method = Some(pick("method", &names.method, "method")?);
+                }
+                if let Some(c) = &names.cost {
+                    ex.cost = Some(pick("cost", &Some(c.clone()), "")?);
+                }
+                for (header, name) in &needs.key_fields {
+                    let i = if *header {
+                        match lower(name).as_str() {
+                            "user-agent" | "user_agent" => 11,
+                            "referer" | "referrer" => 10,
+                            _ => {
+                                return Err(fail(format!(
+                                    "the combined format logs no header {name:?}, only Referer and User-Agent"
+                                )))
+                            }
+                        }
+                    } else {
+                        pick("key", &Some(name.clone()), "")?
+                    };
+                    ex.keys.push(i);
+                }
+                let all = [Some(ex.time), ex.ip, ex.path, ex.method, ex.cost];
+                ex.combined_last = all
+                    .iter()
+                    .flatten()
+                    .chain(ex.keys.iter())
+                    .copied()
+                    .max()
+                    .unwrap_or(3);
+                // The method and path come from the request: scanning it is scanning to 7.
+                for c in ex.chosen_combined() {
+                    ex.chosen.push(c);
+                }
+            }
+            LogFormat::Jsonl => {
+                let present = |p: &str| -> bool {
+                    let path: JsonPath = p.split('.').map(|s| s.as_bytes().to_vec()).collect();
+                    let mut out = [None];
+                    head.iter().any(|l| {
+                        scan_json(l, std::slice::from_ref(&path), &mut out) && out[0].is_some()
+                    })
+                };
+                ex.resolve(needs, names, present, &fail)?;
+            }
+            LogFormat::Csv => {
+                let header: Vec<String> = {
+                    let mut out = vec![None; 4096];
+                    if !scan_csv(first, names.delimiter, &mut out) {
+                        return Err(fail("the CSV header line does not parse".into()));
+                    }
+                    out.iter()
+                        .flatten()
+                        .map(|s| {
+                            let raw = &first[s.start as usize..s.end as usize];
+                            let mut v = Vec::new();
+                            unescape_csv(raw, &mut v);
+                            lower(String::from_utf8_lossy(&v).trim())
+                        })
+                        .collect()
+                };
+                if header.len() < 2 {
+                    return Err(fail(format!(
+                        "the CSV header has one column ({:?}): is the delimiter {:?} right? (--csv-delimiter)",
+                        header.first().map(String::as_str).unwrap_or(""),
+                        names.delimiter as char
+                    )));
+                }
+                ex.skip_first = true;
+                let col = |p: &str| header.iter().position(|h| *h == lower(p));
+                ex.resolve(needs, names, |p| col(p).is_some(), &fail)?;
+                // The scanner fills columns; a role's slot is its column.
+                let cols: Vec<usize> = ex
+                    .json_paths
+                    .iter()
+                    .map(|p| col(&String::from_utf8_lossy(&p.join(&b'.'))).unwrap_or(0))
+                    .collect();
+                let remap = |s: &mut usize| *s = cols[*s];
+                remap(&mut ex.time);
+                for s in [&mut ex.ip, &mut ex.path, &mut ex.method, &mut ex.cost]
+                    .into_iter()
+                    .flatten()
+                {
+                    remap(s);
+                }
+                for s in ex.keys.iter_mut() {
+                    remap(s);
+                }
+                let width = cols.iter().max().map_or(1, |m| m + 1);
+                ex.spans = vec![None; width];
+                ex.json_paths.clear();
+            }
+        }
+        let n = ex.spans.len().max(12);
+        ex.scratch = vec![Vec::new(); n];
+        ex.decoded = vec![false; n];
+        Ok(ex)
+    }
+
+    fn chosen_combined(&self) -> Vec<(String, String)> {
+        let mut v = vec![("time".to_string(), COMBINED_FIELDS[self.time].to_string())];
+        for (role, s) in [
+            ("ip", self.ip),
+            ("path", self.path),
+            ("method", self.method),
+            ("cost", self.cost),
+        ] {
+            if let Some(s) = s {
+                v.push((role.into(), COMBINED_FIELDS[s].into()));
+            }
+        }
+        v
+    }
+
+    /// JSON and CSV: picks each role's field by name, given or detected.
+    fn resolve(
+        &mut self,
+        needs: &Needs,
+        names: &Names,
+        present: impl Fn(&str) -> bool,
+        fail: &dyn Fn(String) -> CliError,
+    ) -> Result<(), CliError> {
+        let add = |ex: &mut Extractor,
+                   role: &str,
+                   given: &Option<String>,
+                   cands: Vec<String>|
+         -> Result<usize, CliError> {
+            let name = match given {
+                Some(n) => n.clone(),
+                None => cands.iter().find(|c| present(c)).cloned().ok_or_else(|| {
+                    fail(format!(
+                        "no {role} field found in the first lines (looked for {}); name it with --{role}-field",
+                        cands.join(", ")
+                    ))
+                })?,
+            };
+            ex.chosen.push((role.to_string(), name.clone()));
+            let path: JsonPath = name.split('.').map(|s| s.as_bytes().to_vec()).collect();
+            ex.json_paths.push(path);
+            Ok(ex.json_paths.len() - 1)
+        };
+        let v = |c: &[&str]| c.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        self.time = add(self, "time", &names.time, v(TIME))?;
+        if needs.ip {
+            self.ip = Some(add(self, "ip", &names.ip, v(IP))?);
+        }
+        if needs.path {
+            self.path = Some(add(self, "path", &names.path, v(PATH))?);
+        }
+        if needs.method {
+            // A missing method field is fine when the path field holds the request line.
+            let m = names
+                .method
+                .clone()
+                .or_else(|| METHOD.iter().find(|c| present(c)).map(|s| s.to_string()));
+            if let Some(m) = m {
+                self.method = Some(add(self, "method", &Some(m), vec![])?);
+            }
+        }
+        if let Some(c) = &names.cost {
+            self.cost = Some(add(self, "cost", &Some(c.clone()), vec![])?);
+        }
+        for (header, name) in &needs.key_fields {
+            let cands = if *header {
+                header_candidates(name)
+            } else {
+                vec![name.clone()]
+            };
+            let given = (!*header).then(|| name.clone());
+            let i = match add(self, "key", &given, cands.clone()) {
+                Ok(i) => i,
+                // A header absent from the first lines may appear later: take nginx's name.
+                Err(_) if *header => add(self, "key", &Some(cands[0].clone()), vec![])?,
+                Err(e) => return Err(e),
+            };
+            self.keys.push(i);
+        }
+        self.spans = vec![None; self.json_paths.len()];
+        Ok(())
+    }
+
+    /// Scans a line; `false` if it is not in the input's format.
+    #[inline]
+    pub fn scan(&mut self, line: &[u8]) -> bool {
+        let ok = match self.format {
+            LogFormat::Jsonl => scan_json(line, &self.json_paths, &mut self.spans),
+            LogFormat::Csv => scan_csv(line, self.delimiter, &mut self.spans),
+            _ => {
+                self.combined = [None; 12];
+                scan_combined(line, self.combined_last, &mut self.combined)
+            }
+        };
+        if !ok {
+            return false;
+        }
+        let spans: &[Option<Span>] = match self.format {
+            LogFormat::Jsonl | LogFormat::Csv => &self.spans,
+            _ => &self.combined,
+        };
+        for (i, s) in spans.iter().enumerate() {
+            self.decoded[i] = false;
+            if let Some(s) = s {
+                if s.escaped {
+                    let raw = &line[s.start as usize..s.end as usize];
+                    let out = &mut self.scratch[i];
+                    match self.format {
+                        LogFormat::Jsonl => {
+                            if !unescape_json(raw, out) {
+                                return false;
+                            }
+                        }
+                        LogFormat::Csv => unescape_csv(raw, out),
+                        _ => unescape_clf(raw, out),
+                    }
+                    self.decoded[i] = true;
+                }
+            }
+        }
+        true
+    }
+
+    #[inline]
+    fn get<'a>(&'a self, line: &'a [u8], slot: usize) -> Option<&'a [u8]> {
+        let spans: &[Option<Span>] = match self.format {
+            LogFormat::Jsonl | LogFormat::Csv => &self.spans,
+            _ => &self.combined,
+        };
+        let s = spans.get(slot).copied().flatten()?;
+        if self.decoded[slot] {
+            return Some(&self.scratch[slot]);
+        }
+        Some(&line[s.start as usize..s.end as usize])
+    }
+
+    #[inline]
+    pub fn time<'a>(&'a self, line: &'a [u8]) -> Option<&'a [u8]> {
+        self.get(line, self.time)
+    }
+    #[inline]
+    pub fn ip<'a>(&'a self, line: &'a [u8]) -> Option<&'a [u8]> {
+        self.get(line, self.ip?)
+    }
+    #[inline]
+    pub fn cost<'a>(&'a self, line: &'a [u8]) -> Option<&'a [u8]> {
+        self.get(line, self.cost?)
+    }
+    #[inline]
+    pub fn key_field<'a>(&'a self, line: &'a [u8], i: usize) -> Option<&'a [u8]> {
+        self.get(line, self.keys[i])
+    }
+
+    /// The method and the path. A path field holding a request line (`GET /x HTTP/1.1`)
+    /// gives both.
+    #[inline]
+    pub fn request<'a>(&'a self, line: &'a [u8]) -> (&'a [u8], Option<&'a [u8]>) {
+        let method = self.method.and_then(|m| self.get(line, m));
+        let Some(path) = self.path.and_then(|p| self.get(line, p)) else {
+            return (method.unwrap_or(b""), None);
+        };
+        if path.first().is_some_and(u8::is_ascii_uppercase) {
+            if let Some(sp) = memchr::memchr(b' ', path) {
+                let rest = &path[sp + 1..];
+                let end = memchr::memchr(b' ', rest).unwrap_or(rest.len());
+                return (method.unwrap_or(&path[..sp]), Some(&rest[..end]));
+            }
+        }
+        (method.unwrap_or(b""), Some(path))
+    }
+}

@@ -1,0 +1,841 @@
+//! Reading traffic: files, gzip files (detected by their magic bytes) and stdin, as a stream
+//! of lines read in large blocks (no copy per line), and the three line formats' field
+//! extractors, written by hand: a replay spends most of its time here.
+
+use crate::error::CliError;
+use std::cell::Cell;
+use std::fs::File;
+use std::io::{self, Read};
+use std::rc::Rc;
+
+/// The line format of a log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Detected from the first line: `{` is JSON lines, `IP - USER [TIME] "REQUEST"` the
+    /// combined format, anything else CSV with a header line.
+    Auto,
+    /// nginx/Apache combined (or common) log format.
+    Combined,
+    /// One JSON object per line.
+    Jsonl,
+    /// Comma- (or --csv-delimiter-) separated values with a header line.
+    Csv,
+}
+
+/// Counts the bytes read from the underlying file (compressed bytes for gzip), for progress.
+struct Counting<R> {
+    inner: R,
+    count: Rc<Cell<u64>>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count.set(self.count.get() + n as u64);
+        Ok(n)
+    }
+}
+
+/// One input: a file, a gzip file, stdin, or an in-memory text (the embedded sample).
+pub struct Source {
+    pub name: String,
+    pub size: Option<u64>,
+    pub read_bytes: Rc<Cell<u64>>,
+    reader: Box<dyn Read>,
+}
+
+impl Source {
+    /// Opens `path` (`-` is stdin). Gzip is recognised by its magic bytes, whatever the name.
+    pub fn open(path: &str) -> Result<Source, CliError> {
+        let count = Rc::new(Cell::new(0));
+        let io_err = |e: io::Error| CliError::Io {
+            path: path.to_string(),
+            source: e,
+        };
+        let (raw, size): (Box<dyn Read>, Option<u64>) = if path == "-" {
+            (Box::new(io::stdin().lock()), None)
+        } else {
+            let f = File::open(path).map_err(io_err)?;
+            let size = f.metadata().ok().map(|m| m.len());
+            (Box::new(f), size)
+        };
+        let mut raw = io::BufReader::with_capacity(
+            1 << 16,
+            Counting {
+                inner: raw,
+                count: count.clone(),
+            },
+        );
+        let head = io::BufRead::fill_buf(&mut raw).map_err(io_err)?;
+        let reader: Box<dyn Read> = if head.starts_with(&[0x1f, 0x8b]) {
+            Box::new(flate2::bufread::MultiGzDecoder::new(raw))
+        } else {
+            Box::new(raw)
+        };
+        Ok(Source {
+            name: if path == "-" {
+                "<stdin>".into()
+            } else {
+                path.into()
+            },
+            size,
+            read_bytes: count,
+            reader,
+        })
+    }
+
+    /// A source reading a stream of unknown length (the embedded sample).
+    pub fn from_reader(name: &str, reader: Box<dyn Read>) -> Source {
+        let count = Rc::new(Cell::new(0));
+        Source {
+            name: name.into(),
+            size: None,
+            read_bytes: count.clone(),
+            reader: Box::new(Counting {
+                inner: reader,
+                count,
+            }),
+        }
+    }
+
+    /// A source reading `text`.
+    #[cfg(test)]
+    pub fn from_bytes(name: &str, text: Vec<u8>) -> Source {
+        let count = Rc::new(Cell::new(0));
+        Source {
+            name: name.into(),
+            size: Some(text.len() as u64),
+            read_bytes: count.clone(),
+            reader: Box::new(Counting {
+                inner: io::Cursor::new(text),
+                count,
+            }),
+        }
+    }
+}
+
+/// Lines of a source, from blocks of 1 MiB: a line is a slice of the block (no copy), its
+/// `\n` and a `\r` before it removed. A line longer than a block grows the block.
+pub struct LineReader {
+    src: Source,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    eof: bool,
+    /// Lines returned so far (1-based number of the last one).
+    pub line_no: u64,
+}
+
+const BLOCK: usize = 1 << 20;
+
+impl LineReader {
+    pub fn new(src: Source) -> Self {
+        LineReader {
+            src,
+            buf: vec![0; BLOCK],
+            start: 0,
+            end: 0,
+            eof: false,
+            line_no: 0,
+        }
+    }
+
+    fn io_err(&self, e: io::Error) -> CliError {
+        CliError::Io {
+            path: self.src.name.clone(),
+            source: e,
+        }
+    }
+
+    /// Reads more: moves the partial line to the front and fills the rest of the block.
+    fn refill(&mut self) -> Result<bool, CliError> {
+        if self.eof {
+            return Ok(false);
+        }
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end == self.buf.len() {
+            self.buf.resize(self.buf.len() * 2, 0);
+        }
+        loop {
+            match self.src.reader.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    return Ok(false);
+                }
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(self.io_err(e)),
+            }
+        }
+    }
+
+    /// The next line, or `None` at the end.
+    #[inline]
+    pub fn next_line(&mut self) -> Result<Option<&[u8]>, CliError> {
+        loop {
+            if let Some(i) = memchr::memchr(b'\n', &self.buf[self.start..self.end]) {
+                let s = self.start;
+                self.start += i + 1;
+                self.line_no += 1;
+                let mut line = &self.buf[s..s + i];
+                if let [rest @ .., b'\r'] = line {
+                    line = rest;
+                }
+                return Ok(Some(line));
+            }
+            if !self.refill()? {
+                if self.start < self.end {
+                    let s = self.start;
+                    self.start = self.end;
+                    self.line_no += 1;
+                    let mut line = &self.buf[s..self.end];
+                    if let [rest @ .., b'\r'] = line {
+                        line = rest;
+                    }
+                    return Ok(Some(line));
+                }
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Up to `n` of the next lines, without consuming them (format and field detection):
+    /// only what the first block holds.
+    pub fn peek_lines(&mut self, n: usize) -> Result<Vec<Vec<u8>>, CliError> {
+        while !self.eof && self.end - self.start < BLOCK / 2 {
+            if !self.refill()? {
+                break;
+            }
+        }
+        Ok(self.buf[self.start..self.end]
+            .split(|&b| b == b'\n')
+            .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+            .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+            .take(n)
+            .map(<[u8]>::to_vec)
+            .collect())
+    }
+}
+
+/// The format of a first line.
+pub fn sniff(line: &[u8]) -> LogFormat {
+    let t = line.trim_ascii_start();
+    if t.starts_with(b"{") {
+        return LogFormat::Jsonl;
+    }
+    let has = |pat: &[u8]| memchr::memmem::find(t, pat).is_some();
+    if has(b" [") && has(b"] \"") {
+        return LogFormat::Combined;
+    }
+    LogFormat::Csv
+}
+
+/// Where a field's value lies in the line: `start..end`, and whether it holds escapes
+/// (JSON backslashes, doubled CSV quotes) to be decoded before use.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Span {
+    pub start: u32,
+    pub end: u32,
+    pub escaped: bool,
+}
+
+/// The combined format's fields, by name (nginx variable names are aliases).
+pub const COMBINED_FIELDS: [&str; 12] = [
+    "ip",
+    "ident",
+    "user",
+    "time",
+    "request",
+    "method",
+    "path",
+    "protocol",
+    "status",
+    "bytes",
+    "referer",
+    "user_agent",
+];
+
+/// The index of a combined-format field name.
+pub fn combined_field(name: &str) -> Option<usize> {
+    let n = name.to_ascii_lowercase().replace('-', "_");
+    let n = match n.as_str() {
+        "remote_addr" | "client" | "client_ip" | "host" => "ip",
+        "remote_user" => "user",
+        "time_local" | "timestamp" => "time",
+        "request_method" => "method",
+        "uri" | "request_uri" | "url" => "path",
+        "server_protocol" => "protocol",
+        "body_bytes_sent" | "size" => "bytes",
+        "http_referer" | "referrer" => "referer",
+        "http_user_agent" | "agent" | "ua" => "user_agent",
+        other => other,
+    };
+    COMBINED_FIELDS.iter().position(|f| *f == n)
+}
+
+/// Scans one combined-format line, filling `out[i]` for the field indices of `COMBINED_FIELDS`
+/// up to `last` (the largest index wanted). `false` if the line is not in the format.
+#[inline]
+#[allow(clippy::needless_range_loop)] // indices are the format's field positions
+pub fn scan_combined(line: &[u8], last: usize, out: &mut [Option<Span>; 12]) -> bool {
+    let mut i = 0usize;
+    let n = line.len();
+    let span = |s: usize, e: usize, esc: bool| {
+        Some(Span {
+            start: s as u32,
+            end: e as u32,
+            escaped: esc,
+        })
+    };
+    // ip, ident, user: space-separated tokens
+    for f in 0..3 {
+        let s = i;
+        match memchr::memchr(b' ', &line[i..]) {
+            Some(k) => i += k,
+            None => return false,
+        }
+        out[f] = span(s, i, false);
+        i += 1;
+        if f == last {
+            return true;
+        }
+    }
+    // [time]
+    if line.get(i) != Some(&b'[') {
+        return false;
+    }
+    let s = i + 1;
+    match memchr::memchr(b']', &line[s..]) {
+        Some(k) => i = s + k,
+        None => return false,
+    }
+    out[3] = span(s, i, false);
+    i += 1;
+    if last == 3 {
+        return true;
+    }
+    // "request"
+    if line.get(i) != Some(&b' ') || line.get(i + 1) != Some(&b'"') {
+        return false;
+    }
+    i += 2;
+    let s = i;
+    let Some((e, esc)) = quoted_end(line, i) else {
+        return false;
+    };
+    out[4] = span(s, e, esc);
+    // method path protocol inside the request
+    let req = &line[s..e];
+    let (mut m, mut p, mut pr) = (None, None, None);
+    if let Some(a) = memchr::memchr(b' ', req) {
+        m = span(s, s + a, false);
+        let rest = &req[a + 1..];
+        match memchr::memrchr(b' ', rest) {
+            Some(b) if rest[b + 1..].starts_with(b"HTTP/") => {
+                p = span(s + a + 1, s + a + 1 + b, esc);
+                pr = span(s + a + 2 + b, e, false);
+            }
+            _ => p = span(s + a + 1, e, esc),
+        }
+    }
+    out[5] = m;
+    out[6] = p;
+    out[7] = pr;
+    i = e + 1;
+    if last <= 7 {
+        return true;
+    }
+    // status bytes
+    for f in 8..10 {
+        if line.get(i) != Some(&b' ') {
+            return false;
+        }
+        i += 1;
+        let s = i;
+        let k = memchr::memchr(b' ', &line[i..]).unwrap_or(n - i);
+        i += k;
+        out[f] = span(s, i, false);
+        if f == last {
+            return true;
+        }
+    }
+    // "referer" "user agent" (absent in the common format)
+    for f in 10..12 {
+        out[f] = None;
+        if line.get(i) != Some(&b' ') || line.get(i + 1) != Some(&b'"') {
+            return true;
+        }
+        i += 2;
+        let Some((e, esc)) = quoted_end(line, i) else {
+            return false;
+        };
+        out[f] = span(i, e, esc);
+        i = e + 1;
+    }
+    true
+}
+
+/// The index of the quote closing a quoted string whose content starts at `i` (backslash
+/// escapes skipped), and whether it contains escapes.
+#[inline]
+fn quoted_end(line: &[u8], mut i: usize) -> Option<(usize, bool)> {
+    let mut esc = false;
+    loop {
+        let k = memchr::memchr2(b'"', b'\\', &line[i..])?;
+        i += k;
+        if line[i] == b'"' {
+            return Some((i, esc));
+        }
+        esc = true;
+        i += 2;
+        if i > line.len() {
+            return None;
+        }
+    }
+}
+
+/// A field path in a JSON object: `a` or `a.b.c` (nested objects).
+pub type JsonPath = Vec<Vec<u8>>;
+
+/// Scans a JSON object for `paths`, filling `out[i]` with path `i`'s value (strings without
+/// their quotes; numbers, `true`, `false` as written; `null` as absent; objects and arrays as
+/// written). Stops as soon as every top-level path is found. `false` for a malformed object.
+pub fn scan_json(line: &[u8], paths: &[JsonPath], out: &mut [Option<Span>]) -> bool {
+    for o in out.iter_mut() {
+        *o = None;
+    }
+    let mut left = paths.len();
+    scan_object(line, skip_ws(line, 0), paths, 0, out, &mut left).is_some()
+}
+
+#[inline]
+fn skip_ws(l: &[u8], mut i: usize) -> usize {
+    while i < l.len() && matches!(l[i], b' ' | b'\t' | b'\r' | b'\n') {
+        i += 1;
+    }
+    i
+}
+
+/// Scans the object starting at `i` (`{`); returns the index after its `}`, or the index
+/// where scanning stopped because nothing more is wanted (`left == 0`).
+fn scan_object(
+    l: &[u8],
+    mut i: usize,
+    paths: &[JsonPath],
+    depth: usize,
+    out: &mut [Option<Span>],
+    left: &mut usize,
+) -> Option<usize> {
+    if l.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = skip_ws(l, i + 1);
+    if l.get(i) == Some(&b'}') {
+        return Some(i + 1);
+    }
+    loop {
+        if l.get(i) != Some(&b'"') {
+            return None;
+        }
+        let (kend, _) = quoted_end(l, i + 1)?;
+        let key = &l[i + 1..kend];
+        i = skip_ws(l, kend + 1);
+        if l.get(i) != Some(&b':') {
+            return None;
+        }
+        i = skip_ws(l, i + 1);
+        // Which wanted paths continue through this key?
+        let mut leaf = None;
+        let mut nested = false;
+        for (pi, p) in paths.iter().enumerate() {
+            if p.len() > depth && p[depth] == key && out[pi].is_none() {
+                if p.len() == depth + 1 {
+                    leaf = Some(pi);
+                } else {
+                    nested = true;
+                }
+            }
+        }
+        let vstart = i;
+        let c = *l.get(i)?;
+        let (vend, span) = match c {
+            b'"' => {
+                let (e, esc) = quoted_end(l, i + 1)?;
+                (
+                    e + 1,
+                    Some(Span {
+                        start: (i + 1) as u32,
+                        end: e as u32,
+                        escaped: esc,
+                    }),
+                )
+            }
+            b'{' if nested => {
+                let e = scan_object(l, i, paths, depth + 1, out, left)?;
+                if *left == 0 {
+                    return Some(e);
+                }
+                (e, None)
+            }
+            b'{' | b'[' => (skip_nested(l, i)?, None),
+            _ => {
+                let mut e = i;
+                while e < l.len() && !matches!(l[e], b',' | b'}' | b']' | b' ' | b'\t' | b'\r') {
+                    e += 1;
+                }
+                if e == i {
+                    return None;
+                }
+                let lit = &l[i..e];
+                let span = (lit != b"null").then_some(Span {
+                    start: i as u32,
+                    end: e as u32,
+                    escaped: false,
+                });
+                (e, span)
+            }
+        };
+        if let Some(pi) = leaf {
+            out[pi] = span.or(if matches!(c, b'{' | b'[') {
+                Some(Span {
+                    start: vstart as u32,
+                    end: vend as u32,
+                    escaped: false,
+                })
+            } else {
+                None
+            });
+            // Every path that ends here (duplicates of one name) counts once.
+            *left -= 1;
+            for (pj, p) in paths.iter().enumerate() {
+                if pj != pi && out[pj].is_none() && p.len() == depth + 1 && p[depth] == key {
+                    out[pj] = out[pi];
+                    *left -= 1;
+                }
+            }
+            if *left == 0 {
+                return Some(vend);
+            }
+        }
+        i = skip_ws(l, vend);
+        match l.get(i)? {
+            b',' => i = skip_ws(l, i + 1),
+            b'}' => return Some(i + 1),
+            _ => return None,
+        }
+    }
+}
+
+/// The index after the object or array starting at `i`.
+fn skip_nested(l: &[u8], mut i: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    loop {
+        let k = memchr::memchr3(b'"', b'{', b'}', &l[i..]).map(|k| i + k);
+        let k2 = memchr::memchr2(b'[', b']', &l[i..]).map(|k| i + k);
+        let j = match (k, k2) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b)?,
+        };
+        match l[j] {
+            b'"' => i = quoted_end(l, j + 1)?.0 + 1,
+            b'{' | b'[' => {
+                depth += 1;
+                i = j + 1;
+            }
+            _ => {
+                depth = depth.checked_sub(1)?;
+                i = j + 1;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+        }
+    }
+}
+
+/// Decodes a JSON string's escapes into `out`.
+pub fn unescape_json(s: &[u8], out: &mut Vec<u8>) -> bool {
+    out.clear();
+    let mut i = 0;
+    while i < s.len() {
+        let b = s[i];
+        if b != b'\\' {
+            out.push(b);
+            i += 1;
+            continue;
+        }
+        let Some(&e) = s.get(i + 1) else {
+            return false;
+        };
+        i += 2;
+        match e {
+            b'"' | b'\\' | b'/' => out.push(e),
+            b'b' => out.push(8),
+            b'f' => out.push(12),
+            b'n' => out.push(b'\n'),
+            b'r' => out.push(b'\r'),
+            b't' => out.push(b'\t'),
+            b'u' => {
+                let hex = |at: usize| -> Option<u32> {
+                    let h = s.get(at..at + 4)?;
+                    u32::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok()
+                };
+                let Some(mut c) = hex(i) else { return false };
+                i += 4;
+                if (0xD800..0xDC00).contains(&c) && s.get(i..i + 2) == Some(b"\\u") {
+                    if let Some(lo) = hex(i + 2).filter(|lo| (0xDC00..0xE000).contains(lo)) {
+                        c = 0x10000 + ((c - 0xD800) << 10) + (lo - 0xDC00);
+                        i += 6;
+                    }
+                }
+                let ch = char::from_u32(c).unwrap_or('\u{FFFD}');
+                let mut tmp = [0u8; 4];
+                out.extend_from_slice(ch.encode_utf8(&mut tmp).as_bytes());
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Decodes a combined-log string's backslash escapes (`\"`, `\\`, nginx's `\xHH`) into `out`.
+pub fn unescape_clf(s: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    let mut i = 0;
+    while i < s.len() {
+        if s[i] == b'\\' && i + 1 < s.len() {
+            if s[i + 1] == b'x' && i + 3 < s.len() {
+                if let Ok(v) =
+                    u8::from_str_radix(std::str::from_utf8(&s[i + 2..i + 4]).unwrap_or("zz"), 16)
+                {
+                    out.push(v);
+                    i += 4;
+                    continue;
+                }
+            }
+            out.push(s[i + 1]);
+            i += 2;
+        } else {
+            out.push(s[i]);
+            i += 1;
+        }
+    }
+}
+
+/// Splits one CSV record, filling `out[c]` for every column `c < out.len()`. Quoted fields
+/// (RFC 4180, `""` for a quote) are handled; a record must fit on one line.
+#[inline]
+pub fn scan_csv(line: &[u8], delim: u8, out: &mut [Option<Span>]) -> bool {
+    let n = line.len();
+    // The start of the next field, or None once the record has ended.
+    let mut pos = Some(0usize);
+    for slot in out.iter_mut() {
+        let Some(i) = pos else {
+            *slot = None;
+            continue;
+        };
+        if line.get(i) == Some(&b'"') {
+            let s = i + 1;
+            let mut j = s;
+            let mut esc = false;
+            loop {
+                let Some(k) = memchr::memchr(b'"', &line[j..]) else {
+                    return false;
+                };
+                j += k;
+                if line.get(j + 1) == Some(&b'"') {
+                    esc = true;
+                    j += 2;
+                    continue;
+                }
+                break;
+            }
+            *slot = Some(Span {
+                start: s as u32,
+                end: j as u32,
+                escaped: esc,
+            });
+            pos = match line.get(j + 1) {
+                None => None,
+                Some(&d) if d == delim => Some(j + 2),
+                Some(_) => return false,
+            };
+        } else {
+            let k = memchr::memchr(delim, &line[i..]);
+            let e = k.map_or(n, |k| i + k);
+            *slot = Some(Span {
+                start: i as u32,
+                end: e as u32,
+                escaped: false,
+            });
+            pos = k.map(|_| e + 1);
+        }
+    }
+    true
+}
+
+/// Decodes a quoted CSV field's doubled quotes into `out`.
+pub fn unescape_csv(s: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    let mut i = 0;
+    while i < s.len() {
+        out.push(s[i]);
+        i += if s[i] == b'"' && s.get(i + 1) == Some(&b'"') {
+            2
+        } else {
+            1
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(line: &[u8], s: Option<Span>) -> Option<&[u8]> {
+        s.map(|s| &line[s.start as usize..s.end as usize])
+    }
+
+    #[test]
+    fn combined_lines() {
+        let l = br#"203.0.113.9 - frank [10/Oct/2000:13:55:36 -0700] "GET /apache_pb.gif?x=1 HTTP/1.0" 200 2326 "http://example.com/" "Mozilla/4.08 [en] (Win98; I ;Nav)""#;
+        let mut out = [None; 12];
+        assert!(scan_combined(l, 11, &mut out));
+        let f = |i: usize| {
+            std::str::from_utf8(get(l, out[i]).unwrap())
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(f(0), "203.0.113.9");
+        assert_eq!(f(2), "frank");
+        assert_eq!(f(3), "10/Oct/2000:13:55:36 -0700");
+        assert_eq!(f(5), "GET");
+        assert_eq!(f(6), "/apache_pb.gif?x=1");
+        assert_eq!(f(7), "HTTP/1.0");
+        assert_eq!(f(8), "200");
+        assert_eq!(f(9), "2326");
+        assert_eq!(f(10), "http://example.com/");
+        assert_eq!(f(11), "Mozilla/4.08 [en] (Win98; I ;Nav)");
+        // common format (no referer, agent), escaped quote in the request
+        let l = br#"::1 - - [10/Oct/2000:13:55:36 +0000] "GET /a\"b HTTP/1.1" 404 -"#;
+        assert!(scan_combined(l, 11, &mut out));
+        assert_eq!(get(l, out[6]), Some(&br#"/a\"b"#[..]));
+        assert!(out[6].unwrap().escaped);
+        assert_eq!(out[10].map(|_| ()), None);
+        assert!(!scan_combined(b"garbage", 11, &mut out));
+        assert!(!scan_combined(b"1.2.3.4 - - 10/Oct/2000", 11, &mut out));
+        let mut v = Vec::new();
+        unescape_clf(br#"/a\"b\x41"#, &mut v);
+        assert_eq!(v, br#"/a"bA"#);
+    }
+
+    fn paths(p: &[&str]) -> Vec<JsonPath> {
+        p.iter()
+            .map(|s| s.split('.').map(|x| x.as_bytes().to_vec()).collect())
+            .collect()
+    }
+
+    #[test]
+    fn json_fields() {
+        let l = br#"{"ts": 1.5, "skip": {"a": [1, {"b": "}"}]}, "ip":"192.0.2.1", "h": {"x-key": "k\"1"}, "n": null, "last": true}"#;
+        let p = paths(&["ip", "ts", "h.x-key", "n", "last", "missing", "skip"]);
+        let mut out = vec![None; p.len()];
+        assert!(scan_json(l, &p, &mut out));
+        assert_eq!(get(l, out[0]), Some(&b"192.0.2.1"[..]));
+        assert_eq!(get(l, out[1]), Some(&b"1.5"[..]));
+        assert_eq!(get(l, out[2]), Some(&br#"k\"1"#[..]));
+        assert!(out[2].unwrap().escaped);
+        assert_eq!(get(l, out[3]), None);
+        assert_eq!(get(l, out[4]), Some(&b"true"[..]));
+        assert_eq!(get(l, out[5]), None);
+        assert_eq!(get(l, out[6]), Some(&br#"{"a": [1, {"b": "}"}]}"#[..]));
+        let mut v = Vec::new();
+        assert!(unescape_json(br#"a\"b\u00e9\ud83d\ude00\n"#, &mut v));
+        assert_eq!(v, "a\"bé😀\n".as_bytes());
+        for bad in [
+            &b"{"[..],
+            b"[1]",
+            b"{\"a\" 1}",
+            b"{\"a\": }",
+            b"not json",
+            b"{\"a\": 1",
+        ] {
+            let p = paths(&["zz"]);
+            let mut out = vec![None];
+            assert!(
+                !scan_json(bad, &p, &mut out),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        // Stops early once everything is found: trailing garbage after it is not read.
+        let p = paths(&["a"]);
+        let mut out = vec![None];
+        assert!(scan_json(br#"{"a": 1, "b": ...."#, &p, &mut out));
+    }
+
+    #[test]
+    fn csv_fields() {
+        let l = br#"2024-05-01T12:00:00Z,192.0.2.1,"GET ""x"", y",,last"#;
+        let mut out = [None; 6];
+        assert!(scan_csv(l, b',', &mut out));
+        assert_eq!(get(l, out[0]), Some(&b"2024-05-01T12:00:00Z"[..]));
+        assert_eq!(get(l, out[1]), Some(&b"192.0.2.1"[..]));
+        assert_eq!(get(l, out[2]), Some(&br#"GET ""x"", y"#[..]));
+        assert!(out[2].unwrap().escaped);
+        assert_eq!(get(l, out[3]), Some(&b""[..]));
+        assert_eq!(get(l, out[4]), Some(&b"last"[..]));
+        assert_eq!(get(l, out[5]), None);
+        let mut v = Vec::new();
+        unescape_csv(br#"GET ""x"", y"#, &mut v);
+        assert_eq!(v, br#"GET "x", y"#);
+        let mut out = [None; 3];
+        assert!(scan_csv(b"a\tb", b'\t', &mut out));
+        assert_eq!(get(b"a\tb", out[1]), Some(&b"b"[..]));
+        assert!(!scan_csv(br#""open,b"#, b',', &mut out));
+        assert!(scan_csv(b"a,", b',', &mut out));
+        assert_eq!(get(b"a,", out[1]), Some(&b""[..]));
+    }
+
+    #[test]
+    fn lines_across_blocks() {
+        let mut text = Vec::new();
+        for i in 0..300_000 {
+            text.extend_from_slice(format!("line {i}\r\n").as_bytes());
+        }
+        text.extend_from_slice(b"no newline at the end");
+        let mut r = LineReader::new(Source::from_bytes("t", text));
+        assert_eq!(
+            r.peek_lines(2).unwrap(),
+            vec![b"line 0".to_vec(), b"line 1".to_vec()]
+        );
+        let mut n = 0;
+        while let Some(l) = r.next_line().unwrap() {
+            if n < 300_000 {
+                assert_eq!(l, format!("line {n}").as_bytes());
+            } else {
+                assert_eq!(l, b"no newline at the end");
+            }
+            n += 1;
+        }
+        assert_eq!(n, 300_001);
+        assert_eq!(r.line_no, 300_001);
+    }
+
+    #[test]
+    fn sniffing() {
+        assert_eq!(sniff(br#" {"a":1}"#), LogFormat::Jsonl);
+        assert_eq!(
+            sniff(br#"1.2.3.4 - - [10/Oct/2000:13:55:36 -0700] "GET / HTTP/1.0" 200 1"#),
+            LogFormat::Combined
+        );
+        assert_eq!(sniff(b"time,ip,path"), LogFormat::Csv);
+    }
+}

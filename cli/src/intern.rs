@@ -1,0 +1,152 @@
+//! Keys to dense ids `0, 1, 2, ...` in order of first appearance. The replay's per-key figures
+//! are arrays indexed by id, and the core's keyed limiters are keyed by the id (a `u32`).
+//!
+//! Open addressing over two `u64` per slot: the id with 32 bits of the hash (so that a probe
+//! compares keys only on a likely match), and keys of up to 7 bytes themselves (an IPv4
+//! client is 6), so that finding a short key touches one cache line; longer keys are compared
+//! in one arena of key bytes. No allocation per key.
+
+use core::hash::BuildHasher;
+
+pub struct Interner {
+    /// `[tag << 32 | id + 1, inline key or LONG]`; `[0, _]` is empty.
+    slots: Vec<[u64; 2]>,
+    mask: usize,
+    /// Key `i` is `arena[ends[i - 1]..ends[i]]` (`ends[-1]` = 0).
+    ends: Vec<u64>,
+    arena: Vec<u8>,
+    hasher: foldhash::fast::FixedState,
+}
+
+const EMPTY: u64 = 0;
+/// The inline word of a key longer than 7 bytes.
+const LONG: u64 = u64::MAX;
+
+/// A key of at most 7 bytes as one word (its length in the top byte), else `LONG`.
+#[inline]
+fn inline(key: &[u8]) -> u64 {
+    if key.len() > 7 {
+        return LONG;
+    }
+    let mut b = [0u8; 8];
+    b[..key.len()].copy_from_slice(key);
+    b[7] = key.len() as u8;
+    u64::from_le_bytes(b)
+}
+
+impl Default for Interner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Interner {
+    pub fn new() -> Self {
+        Interner {
+            slots: vec![[EMPTY, 0]; 1024],
+            mask: 1023,
+            ends: Vec::new(),
+            arena: Vec::new(),
+            hasher: foldhash::fast::FixedState::with_seed(0x5eed_51ce),
+        }
+    }
+
+    /// The number of keys.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// The key with id `id`.
+    pub fn get(&self, id: u32) -> &[u8] {
+        let i = id as usize;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.arena[start..self.ends[i] as usize]
+    }
+
+    /// The id of `key`, and whether it is new. Ids are `u32`: at most 2^32 - 1 keys.
+    #[inline]
+    pub fn intern(&mut self, key: &[u8]) -> (u32, bool) {
+        let h = self.hasher.hash_one(key);
+        let tag = h >> 32;
+        let word = inline(key);
+        let mut i = h as usize & self.mask;
+        loop {
+            let [s, w] = self.slots[i];
+            if s == EMPTY {
+                break;
+            }
+            if s >> 32 == tag && w == word {
+                let id = (s as u32) - 1;
+                if word != LONG || self.get(id) == key {
+                    return (id, false);
+                }
+            }
+            i = (i + 1) & self.mask;
+        }
+        let id = u32::try_from(self.ends.len()).expect("fewer than 2^32 - 1 keys");
+        assert!(id < u32::MAX, "fewer than 2^32 - 1 keys");
+        self.arena.extend_from_slice(key);
+        self.ends.push(self.arena.len() as u64);
+        self.slots[i] = [tag << 32 | u64::from(id + 1), word];
+        // Load at most 1/2: short probes.
+        if self.ends.len() * 2 > self.slots.len() {
+            self.grow();
+        }
+        (id, true)
+    }
+
+    fn grow(&mut self) {
+        let n = self.slots.len() * 2;
+        let mut slots = vec![[EMPTY, 0]; n];
+        let mask = n - 1;
+        for id in 0..self.ends.len() as u32 {
+            let key = self.get(id);
+            let h = self.hasher.hash_one(key);
+            let mut i = h as usize & mask;
+            while slots[i][0] != EMPTY {
+                i = (i + 1) & mask;
+            }
+            slots[i] = [(h >> 32) << 32 | u64::from(id + 1), inline(key)];
+        }
+        self.slots = slots;
+        self.mask = mask;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dense_ids_in_order_of_appearance() {
+        let mut it = Interner::new();
+        assert_eq!(it.intern(b"alice"), (0, true));
+        assert_eq!(it.intern(b"bob"), (1, true));
+        assert_eq!(it.intern(b"alice"), (0, false));
+        assert_eq!(it.intern(b""), (2, true));
+        assert_eq!(it.get(1), b"bob");
+        assert_eq!(it.get(2), b"");
+        for i in 0..100_000u32 {
+            let k = i.to_le_bytes();
+            let (id, _) = it.intern(&k);
+            assert_eq!(it.get(id), &k);
+        }
+        assert_eq!(it.len(), 3 + 100_000);
+        // Long keys, and short keys that are prefixes of each other.
+        for k in [
+            &b"a"[..],
+            b"a\0",
+            b"abcdefg",
+            b"abcdefgh",
+            b"abcdefghijklmnop",
+        ] {
+            let (id, new) = it.intern(k);
+            assert!(new);
+            assert_eq!(it.get(id), k);
+            assert_eq!(it.intern(k), (id, false));
+        }
+        for i in 0..100_000u32 {
+            assert!(!it.intern(&i.to_le_bytes()).1);
+        }
+    }
+}

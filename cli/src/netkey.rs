@@ -1,0 +1,259 @@
+//! Client keys from IP addresses: IPv4 by a prefix (default /32, the address), IPv6 by a
+//! prefix (default /64, one subscriber's network: a client that rotates through its /64 is
+//! still one client), and IPv4-mapped IPv6 (`::ffff:a.b.c.d`) as the IPv4 address it is.
+//!
+//! Self-contained (std only), so that it can move into the core as it is.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// How addresses are grouped into keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prefixes {
+    /// Leading bits of an IPv4 address kept (0 to 32).
+    pub v4: u8,
+    /// Leading bits of an IPv6 address kept (0 to 128).
+    pub v6: u8,
+}
+
+impl Default for Prefixes {
+    fn default() -> Self {
+        Prefixes { v4: 32, v6: 64 }
+    }
+}
+
+/// A client network: the address with the bits past the prefix cleared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NetKey {
+    /// An IPv4 network (also for IPv4-mapped IPv6 addresses).
+    V4 { addr: u32, prefix: u8 },
+    /// An IPv6 network.
+    V6 { addr: u128, prefix: u8 },
+}
+
+impl Prefixes {
+    /// The key of `ip`.
+    pub fn key(&self, ip: IpAddr) -> NetKey {
+        let v4 = |a: Ipv4Addr| NetKey::V4 {
+            addr: u32::from(a) & mask32(self.v4),
+            prefix: self.v4,
+        };
+        match ip {
+            IpAddr::V4(a) => v4(a),
+            IpAddr::V6(a) => match a.to_ipv4_mapped() {
+                Some(m) => v4(m),
+                None => NetKey::V6 {
+                    addr: u128::from(a) & mask128(self.v6),
+                    prefix: self.v6,
+                },
+            },
+        }
+    }
+
+    /// The key of an address written as text (`1.2.3.4`, `2001:db8::1`, `[2001:db8::1]`,
+    /// `2001:db8::1%eth0`, `1.2.3.4:5678`); `None` if it is not an address.
+    pub fn key_of_text(&self, text: &[u8]) -> Option<NetKey> {
+        parse_ip(text).map(|ip| self.key(ip))
+    }
+}
+
+fn mask32(bits: u8) -> u32 {
+    match bits {
+        0 => 0,
+        b if b >= 32 => u32::MAX,
+        b => u32::MAX << (32 - b),
+    }
+}
+
+fn mask128(bits: u8) -> u128 {
+    match bits {
+        0 => 0,
+        b if b >= 128 => u128::MAX,
+        b => u128::MAX << (128 - b),
+    }
+}
+
+/// An IPv4 or IPv6 address, tolerating the forms logs write: brackets, a port after an
+/// IPv4 address or a bracketed IPv6 one, a zone index. A fast path reads dotted quads by hand.
+pub fn parse_ip(text: &[u8]) -> Option<IpAddr> {
+    if let Some(a) = parse_v4_fast(text) {
+        return Some(IpAddr::V4(a));
+    }
+    let s = std::str::from_utf8(text).ok()?.trim();
+    if let Some(rest) = s.strip_prefix('[') {
+        let end = rest.find(']')?;
+        return parse_v6(&rest[..end]).map(IpAddr::V6);
+    }
+    if s.contains(':') {
+        if let Some(a) = parse_v6(s) {
+            return Some(IpAddr::V6(a));
+        }
+        // "1.2.3.4:port"
+        let (host, port) = s.rsplit_once(':')?;
+        if !port.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        return host.parse::<Ipv4Addr>().ok().map(IpAddr::V4);
+    }
+    s.parse::<Ipv4Addr>().ok().map(IpAddr::V4)
+}
+
+fn parse_v6(s: &str) -> Option<Ipv6Addr> {
+    let s = s.split_once('%').map_or(s, |(a, _zone)| a);
+    s.parse().ok()
+}
+
+/// `a.b.c.d` exactly (no port, no spaces), or `None` to take the general path.
+#[inline]
+fn parse_v4_fast(t: &[u8]) -> Option<Ipv4Addr> {
+    let mut out = [0u8; 4];
+    let mut part = 0;
+    let mut val: u32 = 0;
+    let mut digits = 0;
+    for &b in t {
+        match b {
+            b'0'..=b'9' => {
+                val = val * 10 + u32::from(b - b'0');
+                digits += 1;
+                if digits > 3 || val > 255 {
+                    return None;
+                }
+            }
+            b'.' if digits > 0 && part < 3 => {
+                out[part] = val as u8;
+                part += 1;
+                val = 0;
+                digits = 0;
+            }
+            _ => return None,
+        }
+    }
+    if part != 3 || digits == 0 {
+        return None;
+    }
+    out[3] = val as u8;
+    Some(Ipv4Addr::from(out))
+}
+
+impl NetKey {
+    /// A compact byte form for the key interner: a tag byte then the network's bytes (4 or
+    /// 16) and the prefix length.
+    pub fn write_bytes(&self, out: &mut Vec<u8>) {
+        match *self {
+            NetKey::V4 { addr, prefix } => {
+                out.push(4);
+                out.extend_from_slice(&addr.to_be_bytes());
+                out.push(prefix);
+            }
+            NetKey::V6 { addr, prefix } => {
+                out.push(6);
+                out.extend_from_slice(&addr.to_be_bytes());
+                out.push(prefix);
+            }
+        }
+    }
+
+    /// The inverse of [`write_bytes`](Self::write_bytes), with the length it read.
+    pub fn read_bytes(b: &[u8]) -> Option<(NetKey, usize)> {
+        match b.first()? {
+            4 if b.len() >= 6 => Some((
+                NetKey::V4 {
+                    addr: u32::from_be_bytes(b[1..5].try_into().ok()?),
+                    prefix: b[5],
+                },
+                6,
+            )),
+            6 if b.len() >= 18 => Some((
+                NetKey::V6 {
+                    addr: u128::from_be_bytes(b[1..17].try_into().ok()?),
+                    prefix: b[17],
+                },
+                18,
+            )),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for NetKey {
+    /// `1.2.3.4` for a whole address, `10.0.0.0/8` and `2001:db8::/64` for networks.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            NetKey::V4 { addr, prefix } if prefix >= 32 => write!(f, "{}", Ipv4Addr::from(addr)),
+            NetKey::V4 { addr, prefix } => write!(f, "{}/{prefix}", Ipv4Addr::from(addr)),
+            NetKey::V6 { addr, prefix } if prefix >= 128 => write!(f, "{}", Ipv6Addr::from(addr)),
+            NetKey::V6 { addr, prefix } => write!(f, "{}/{prefix}", Ipv6Addr::from(addr)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(p: Prefixes, s: &str) -> String {
+        p.key_of_text(s.as_bytes()).unwrap().to_string()
+    }
+
+    #[test]
+    fn prefixes_group_addresses() {
+        let p = Prefixes::default();
+        assert_eq!(k(p, "192.0.2.7"), "192.0.2.7");
+        assert_eq!(k(p, "2001:db8:1:2:aaaa::1"), "2001:db8:1:2::/64");
+        assert_eq!(
+            p.key_of_text(b"2001:db8:1:2::1"),
+            p.key_of_text(b"2001:db8:1:2:ffff:ffff:ffff:ffff")
+        );
+        assert_ne!(
+            p.key_of_text(b"2001:db8:1:2::1"),
+            p.key_of_text(b"2001:db8:1:3::1")
+        );
+        let wide = Prefixes { v4: 24, v6: 48 };
+        assert_eq!(k(wide, "192.0.2.7"), "192.0.2.0/24");
+        assert_eq!(k(wide, "2001:db8:1:2::1"), "2001:db8:1::/48");
+        assert_eq!(k(Prefixes { v4: 0, v6: 0 }, "8.8.8.8"), "0.0.0.0/0");
+        assert_eq!(
+            k(Prefixes { v4: 32, v6: 128 }, "2001:db8::1"),
+            "2001:db8::1"
+        );
+    }
+
+    #[test]
+    fn mapped_ipv4_is_ipv4() {
+        let p = Prefixes::default();
+        assert_eq!(k(p, "::ffff:192.0.2.7"), "192.0.2.7");
+        assert_eq!(
+            p.key_of_text(b"::ffff:192.0.2.7"),
+            p.key_of_text(b"192.0.2.7")
+        );
+    }
+
+    #[test]
+    fn log_forms() {
+        let p = Prefixes::default();
+        assert_eq!(k(p, "[2001:db8::1]:443"), "2001:db8::/64");
+        assert_eq!(k(p, "192.0.2.7:5555"), "192.0.2.7");
+        assert_eq!(k(p, "fe80::1%eth0"), "fe80::/64");
+        for bad in [
+            "",
+            "-",
+            "1.2.3",
+            "1.2.3.256",
+            "example.com",
+            "1.2.3.4:x",
+            "::g",
+        ] {
+            assert_eq!(p.key_of_text(bad.as_bytes()), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn bytes_round_trip() {
+        let p = Prefixes::default();
+        for s in ["192.0.2.7", "2001:db8::1", "::ffff:10.1.2.3"] {
+            let key = p.key_of_text(s.as_bytes()).unwrap();
+            let mut b = Vec::new();
+            key.write_bytes(&mut b);
+            assert_eq!(NetKey::read_bytes(&b), Some((key, b.len())));
+        }
+    }
+}

@@ -1,0 +1,673 @@
+//! The answer, once: a [`Summary`] built from a finished replay, rendered as a table, JSON or
+//! CSV, and embedded in the HTML report.
+
+use crate::json::Jv;
+use crate::replay::Replay;
+use crate::timefmt::format_rfc3339;
+use std::fmt::Write as _;
+
+const S: f64 = 1e9;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned text for people.
+    Table,
+    /// One JSON document (every figure).
+    Json,
+    /// One CSV table, chosen with --table.
+    Csv,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Table {
+    /// One row per policy.
+    Summary,
+    /// The top throttled keys of every policy.
+    TopKeys,
+    /// Offered and admitted requests per time bin.
+    Timeline,
+    /// Requests one policy rejected that another admitted.
+    Disagreements,
+}
+
+/// What was replayed (for the header and the report).
+#[derive(Clone, Debug, Default)]
+pub struct Meta {
+    pub command: String,
+    pub inputs: Vec<InputMeta>,
+    pub lines: u64,
+    pub bad_lines: u64,
+    pub bad_examples: Vec<String>,
+    pub unkeyed: u64,
+    pub key: String,
+    pub elapsed_s: f64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct InputMeta {
+    pub name: String,
+    pub format: String,
+    pub fields: Vec<(String, String)>,
+    pub lines: u64,
+}
+
+pub struct TopKey {
+    pub key: String,
+    pub offered: u64,
+    pub rejected: u64,
+}
+
+pub struct PolicySummary {
+    pub name: String,
+    pub rules: Vec<String>,
+    pub offered: u64,
+    pub admitted: u64,
+    pub rejected: u64,
+    pub over_capacity: u64,
+    pub unlimited: u64,
+    pub delayed: u64,
+    pub clients_affected: u64,
+    pub only_rejected: u64,
+    pub top: Vec<TopKey>,
+    /// (p50, p90, p99, max, mean) of rejections' retry_after, ns.
+    pub retry: Option<[u64; 5]>,
+    pub delay: Option<[u64; 5]>,
+    pub retry_ranges: Vec<(u64, u64, u64)>,
+    pub peak_admitted_per_s: f64,
+    pub keys_held: usize,
+}
+
+/// A traced key: (policy index, key, limit, level at each bin's end, lowest level in each
+/// bin, rejections in each bin).
+pub type TraceRow = (
+    usize,
+    String,
+    u64,
+    Vec<Option<u64>>,
+    Vec<Option<u64>>,
+    Vec<u32>,
+);
+
+pub struct Summary {
+    pub meta: Meta,
+    pub requests: u64,
+    pub keys: usize,
+    pub first_t: u64,
+    pub last_t: u64,
+    pub backwards: u64,
+    pub peak_offered_per_s: f64,
+    pub sustain_ns: u64,
+    pub policies: Vec<PolicySummary>,
+    pub cross: Vec<u64>,
+    pub timeline_origin: u64,
+    pub timeline_width: u64,
+    pub offered: Vec<u64>,
+    pub admitted: Vec<Vec<u64>>,
+    pub traces: Vec<TraceRow>,
+}
+
+fn five(h: &crate::stats::Hist) -> Option<[u64; 5]> {
+    Some([
+        h.quantile(0.5)?,
+        h.quantile(0.9)?,
+        h.quantile(0.99)?,
+        h.max,
+        h.mean()?,
+    ])
+}
+
+impl Summary {
+    pub fn new(r: &Replay, meta: Meta, top: usize) -> Summary {
+        let n = r.specs.len();
+        let span_ns = r.max_t.saturating_sub(r.first_t.unwrap_or(0));
+        let window = r.sustain();
+        let per_s = |count: u64, full: bool| {
+            let w = if full || span_ns >= window {
+                window
+            } else {
+                span_ns.max(1)
+            };
+            count as f64 * S / w as f64
+        };
+        let policies = (0..n)
+            .map(|p| {
+                let st = &r.stats[p];
+                let mut keys: Vec<(u32, u32)> = st
+                    .rejected_by_key
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &c)| c > 0)
+                    .map(|(i, &c)| (i as u32, c))
+                    .collect();
+                let affected = keys.len() as u64;
+                keys.sort_unstable_by(|a, b| {
+                    b.1.cmp(&a.1)
+                        .then(r.offered_by_key[b.0 as usize].cmp(&r.offered_by_key[a.0 as usize]))
+                        .then(a.0.cmp(&b.0))
+                });
+                let pk = st.peak_admitted.as_ref();
+                PolicySummary {
+                    name: r.specs[p].name.clone(),
+                    rules: r.specs[p].describe(),
+                    offered: st.offered,
+                    admitted: st.admitted,
+                    rejected: st.rejected,
+                    over_capacity: st.over_capacity,
+                    unlimited: st.unlimited,
+                    delayed: st.delayed,
+                    clients_affected: affected,
+                    only_rejected: r.only[p],
+                    top: keys
+                        .iter()
+                        .take(top)
+                        .map(|&(id, c)| TopKey {
+                            key: r.key_text(id),
+                            offered: r.offered_by_key[id as usize].into(),
+                            rejected: c.into(),
+                        })
+                        .collect(),
+                    retry: five(&st.retry),
+                    delay: five(&st.delay),
+                    retry_ranges: st.retry.ranges(40),
+                    peak_admitted_per_s: pk.map_or(0.0, |pk| per_s(pk.finish(), pk.full_windows)),
+                    keys_held: st.keys_held,
+                }
+            })
+            .collect();
+        Summary {
+            requests: r.requests,
+            keys: r.interner.len(),
+            first_t: r.first_t.unwrap_or(0),
+            last_t: r.max_t,
+            backwards: r.backwards,
+            peak_offered_per_s: per_s(r.peak_offered(), span_ns >= window),
+            sustain_ns: window.min(span_ns.max(1)),
+            policies,
+            cross: r.cross.clone(),
+            timeline_origin: r.timeline.origin,
+            timeline_width: r.timeline.width,
+            offered: r.timeline.offered.clone(),
+            admitted: r.timeline.admitted.clone(),
+            traces: Vec::new(),
+            meta,
+        }
+    }
+
+    pub fn top_keys_to_trace(&self, r: &Replay, per_policy: usize) -> Vec<(usize, u32)> {
+        let mut out = Vec::new();
+        for (p, st) in r.stats.iter().enumerate() {
+            let mut keys: Vec<(u32, u32)> = st
+                .rejected_by_key
+                .iter()
+                .enumerate()
+                .filter(|(_, &c)| c > 0)
+                .map(|(i, &c)| (i as u32, c))
+                .collect();
+            keys.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            out.extend(keys.iter().take(per_policy).map(|&(id, _)| (p, id)));
+        }
+        out
+    }
+
+    pub fn to_json(&self) -> Jv {
+        let n = self.policies.len();
+        let stats5 = |x: &Option<[u64; 5]>| match x {
+            None => Jv::Null,
+            Some(v) => Jv::obj()
+                .with("p50", v[0])
+                .with("p90", v[1])
+                .with("p99", v[2])
+                .with("max", v[3])
+                .with("mean", v[4]),
+        };
+        let policies: Vec<Jv> = self
+            .policies
+            .iter()
+            .map(|p| {
+                Jv::obj()
+                    .with("name", p.name.as_str())
+                    .with("rules", p.rules.clone())
+                    .with("offered", p.offered)
+                    .with("admitted", p.admitted)
+                    .with("rejected", p.rejected)
+                    .with("rejected_share", share(p.rejected, p.offered))
+                    .with("over_capacity", p.over_capacity)
+                    .with("unlimited", p.unlimited)
+                    .with("delayed", p.delayed)
+                    .with("clients_affected", p.clients_affected)
+                    .with(
+                        "clients_affected_share",
+                        share(p.clients_affected, self.keys as u64),
+                    )
+                    .with("only_this_policy_rejected", p.only_rejected)
+                    .with(
+                        "top_throttled",
+                        Jv::Arr(
+                            p.top
+                                .iter()
+                                .map(|k| {
+                                    Jv::obj()
+                                        .with("key", k.key.as_str())
+                                        .with("offered", k.offered)
+                                        .with("rejected", k.rejected)
+                                        .with("rejected_share", share(k.rejected, k.offered))
+                                })
+                                .collect(),
+                        ),
+                    )
+                    .with("retry_after_ns", stats5(&p.retry))
+                    .with("delay_ns", stats5(&p.delay))
+                    .with(
+                        "retry_after_histogram",
+                        Jv::Arr(
+                            p.retry_ranges
+                                .iter()
+                                .map(|&(lo, hi, c)| Jv::Arr(vec![lo.into(), hi.into(), c.into()]))
+                                .collect(),
+                        ),
+                    )
+                    .with("peak_sustained_admitted_per_s", p.peak_admitted_per_s)
+                    .with("keys_held", p.keys_held)
+            })
+            .collect();
+        let mut disagree = Vec::new();
+        for a in 0..n {
+            for b in 0..n {
+                if a != b {
+                    disagree.push(
+                        Jv::obj()
+                            .with("rejected_by", self.policies[a].name.as_str())
+                            .with("admitted_by", self.policies[b].name.as_str())
+                            .with("requests", self.cross[a * n + b]),
+                    );
+                }
+            }
+        }
+        let inputs: Vec<Jv> = self
+            .meta
+            .inputs
+            .iter()
+            .map(|i| {
+                Jv::obj()
+                    .with("name", i.name.as_str())
+                    .with("format", i.format.as_str())
+                    .with("lines", i.lines)
+                    .with(
+                        "fields",
+                        Jv::Obj(
+                            i.fields
+                                .iter()
+                                .map(|(r, f)| (r.clone(), Jv::from(f.as_str())))
+                                .collect(),
+                        ),
+                    )
+            })
+            .collect();
+        let traces: Vec<Jv> = self
+            .traces
+            .iter()
+            .map(|(p, key, limit, end, min, rej)| {
+                Jv::obj()
+                    .with("policy", self.policies[*p].name.as_str())
+                    .with("key", key.as_str())
+                    .with("limit", *limit)
+                    .with("level_end", end.clone())
+                    .with("level_min", min.clone())
+                    .with("rejected", rej.clone())
+            })
+            .collect();
+        Jv::obj()
+            .with("command", self.meta.command.as_str())
+            .with("inputs", Jv::Arr(inputs))
+            .with("lines", self.meta.lines)
+            .with("bad_lines", self.meta.bad_lines)
+            .with("bad_line_examples", self.meta.bad_examples.clone())
+            .with("unkeyed", self.meta.unkeyed)
+            .with("key", self.meta.key.as_str())
+            .with("requests", self.requests)
+            .with("keys", self.keys)
+            .with("first", format_rfc3339(self.first_t))
+            .with("last", format_rfc3339(self.last_t))
+            .with("first_ns", self.first_t)
+            .with("last_ns", self.last_t)
+            .with("timestamps_backwards", self.backwards)
+            .with("sustain_window_ns", self.sustain_ns)
+            .with("peak_sustained_offered_per_s", self.peak_offered_per_s)
+            .with("policies", Jv::Arr(policies))
+            .with("disagreements", Jv::Arr(disagree))
+            .with(
+                "timeline",
+                Jv::obj()
+                    .with("origin_ns", self.timeline_origin)
+                    .with("width_ns", self.timeline_width)
+                    .with("offered", self.offered.clone())
+                    .with(
+                        "admitted",
+                        Jv::Arr(self.admitted.iter().map(|a| Jv::from(a.clone())).collect()),
+                    ),
+            )
+            .with("traces", Jv::Arr(traces))
+            .with("elapsed_s", self.meta.elapsed_s)
+    }
+
+    pub fn to_csv(&self, table: Table) -> String {
+        let mut out = String::new();
+        let n = self.policies.len();
+        match table {
+            Table::Summary => {
+                out.push_str("policy,offered,admitted,rejected,rejected_share,over_capacity,unlimited,delayed,clients_affected,only_this_policy_rejected,retry_p50_ns,retry_p90_ns,retry_p99_ns,retry_max_ns,peak_sustained_admitted_per_s\n");
+                for p in &self.policies {
+                    let r = |i: usize| p.retry.map_or(String::new(), |v| v[i].to_string());
+                    let _ = writeln!(
+                        out,
+                        "{},{},{},{},{:.6},{},{},{},{},{},{},{},{},{},{:.3}",
+                        csv(&p.name),
+                        p.offered,
+                        p.admitted,
+                        p.rejected,
+                        share(p.rejected, p.offered),
+                        p.over_capacity,
+                        p.unlimited,
+                        p.delayed,
+                        p.clients_affected,
+                        p.only_rejected,
+                        r(0),
+                        r(1),
+                        r(2),
+                        r(3),
+                        p.peak_admitted_per_s
+                    );
+                }
+            }
+            Table::TopKeys => {
+                out.push_str("policy,rank,key,offered,rejected,rejected_share\n");
+                for p in &self.policies {
+                    for (i, k) in p.top.iter().enumerate() {
+                        let _ = writeln!(
+                            out,
+                            "{},{},{},{},{},{:.6}",
+                            csv(&p.name),
+                            i + 1,
+                            csv(&k.key),
+                            k.offered,
+                            k.rejected,
+                            share(k.rejected, k.offered)
+                        );
+                    }
+                }
+            }
+            Table::Timeline => {
+                out.push_str("start,start_ns,width_ns,offered");
+                for p in &self.policies {
+                    let _ = write!(out, ",{}", csv(&format!("admitted {}", p.name)));
+                }
+                out.push('\n');
+                for (b, o) in self.offered.iter().enumerate() {
+                    let t = self.timeline_origin + b as u64 * self.timeline_width;
+                    let _ = write!(out, "{},{t},{},{o}", format_rfc3339(t), self.timeline_width);
+                    for a in &self.admitted {
+                        let _ = write!(out, ",{}", a[b]);
+                    }
+                    out.push('\n');
+                }
+            }
+            Table::Disagreements => {
+                out.push_str("rejected_by,admitted_by,requests\n");
+                for a in 0..n {
+                    for b in 0..n {
+                        if a != b {
+                            let _ = writeln!(
+                                out,
+                                "{},{},{}",
+                                csv(&self.policies[a].name),
+                                csv(&self.policies[b].name),
+                                self.cross[a * n + b]
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    pub fn to_table(&self) -> String {
+        let mut out = String::new();
+        let m = &self.meta;
+        for i in &m.inputs {
+            let fields: Vec<String> = i.fields.iter().map(|(r, f)| format!("{r}={f}")).collect();
+            let _ = writeln!(
+                out,
+                "input    {} ({}, {} lines; {})",
+                i.name,
+                i.format,
+                group(i.lines),
+                fields.join(" ")
+            );
+        }
+        let _ = writeln!(
+            out,
+            "traffic  {} requests from {} keys ({}) over {}, {} to {}; peak {:.1}/s over {}",
+            group(self.requests),
+            group(self.keys as u64),
+            m.key,
+            dur(self.last_t.saturating_sub(self.first_t)),
+            format_rfc3339(self.first_t),
+            format_rfc3339(self.last_t),
+            self.peak_offered_per_s,
+            dur(self.sustain_ns)
+        );
+        if m.bad_lines + m.unkeyed + self.backwards > 0 {
+            let _ = writeln!(
+                out,
+                "skipped  {} unusable lines, {} without a key; {} timestamps earlier than an earlier line's (replayed as logged: the engine clamps)",
+                group(m.bad_lines),
+                group(m.unkeyed),
+                group(self.backwards)
+            );
+            for e in &m.bad_examples {
+                let _ = writeln!(out, "         {e}");
+            }
+        }
+        out.push('\n');
+        let name_w = self
+            .policies
+            .iter()
+            .map(|p| p.name.chars().count())
+            .max()
+            .unwrap_or(6)
+            .clamp(6, 40);
+        let _ = writeln!(
+            out,
+            "{:<name_w$}  {:>10} {:>10} {:>10} {:>7} {:>9}  {:>8} {:>8} {:>8} {:>8}  {:>10}",
+            "policy",
+            "offered",
+            "admitted",
+            "rejected",
+            "share",
+            "clients",
+            "retry50",
+            "retry90",
+            "retry99",
+            "retrymax",
+            "peak adm/s"
+        );
+        for p in &self.policies {
+            let r = |i: usize| p.retry.map_or("-".to_string(), |v| dur(v[i]));
+            let _ = writeln!(
+                out,
+                "{:<name_w$}  {:>10} {:>10} {:>10} {:>6.2}% {:>9}  {:>8} {:>8} {:>8} {:>8}  {:>10.2}",
+                clip(&p.name, name_w),
+                group(p.offered),
+                group(p.admitted),
+                group(p.rejected),
+                100.0 * share(p.rejected, p.offered),
+                group(p.clients_affected),
+                r(0),
+                r(1),
+                r(2),
+                r(3),
+                p.peak_admitted_per_s
+            );
+        }
+        for p in &self.policies {
+            let _ = writeln!(out, "\n{}", p.name);
+            for r in &p.rules {
+                let _ = writeln!(out, "  {r}");
+            }
+            let mut notes = Vec::new();
+            if p.over_capacity > 0 {
+                notes.push(format!(
+                    "{} rejected for a cost above the capacity",
+                    group(p.over_capacity)
+                ));
+            }
+            if p.unlimited > 0 {
+                notes.push(format!(
+                    "{} matched no route (not limited)",
+                    group(p.unlimited)
+                ));
+            }
+            if let Some(d) = p.delay {
+                notes.push(format!(
+                    "{} admitted with a wait: p50 {}, p99 {}, max {}",
+                    group(p.delayed),
+                    dur(d[0]),
+                    dur(d[2]),
+                    dur(d[3])
+                ));
+            }
+            if self.policies.len() > 1 {
+                notes.push(format!(
+                    "{} rejected by this policy alone",
+                    group(p.only_rejected)
+                ));
+            }
+            notes.push(format!(
+                "{} of {} clients throttled ({:.2}%)",
+                group(p.clients_affected),
+                group(self.keys as u64),
+                100.0 * share(p.clients_affected, self.keys as u64)
+            ));
+            for note in notes {
+                let _ = writeln!(out, "  {note}");
+            }
+            if !p.top.is_empty() {
+                let kw = p
+                    .top
+                    .iter()
+                    .map(|k| k.key.chars().count())
+                    .max()
+                    .unwrap_or(3)
+                    .clamp(3, 48);
+                let _ = writeln!(
+                    out,
+                    "  {:<kw$}  {:>10} {:>10} {:>7}",
+                    "top throttled", "offered", "rejected", "share"
+                );
+                for k in &p.top {
+                    let _ = writeln!(
+                        out,
+                        "  {:<kw$}  {:>10} {:>10} {:>6.2}%",
+                        clip(&k.key, kw),
+                        group(k.offered),
+                        group(k.rejected),
+                        100.0 * share(k.rejected, k.offered)
+                    );
+                }
+            }
+        }
+        let n = self.policies.len();
+        if n > 1 {
+            let _ = writeln!(
+                out,
+                "\nrequests rejected by the row's policy and admitted by the column's"
+            );
+            let w = 12usize;
+            let name_w = name_w + 4;
+            let _ = write!(out, "{:<name_w$}", "");
+            for (i, _) in self.policies.iter().enumerate() {
+                let _ = write!(out, " {:>w$}", format!("[{}]", i + 1));
+            }
+            out.push('\n');
+            for a in 0..n {
+                let _ = write!(
+                    out,
+                    "{:<name_w$}",
+                    clip(&format!("[{}] {}", a + 1, self.policies[a].name), name_w)
+                );
+                for b in 0..n {
+                    if a == b {
+                        let _ = write!(out, " {:>w$}", "-");
+                    } else {
+                        let _ = write!(out, " {:>w$}", group(self.cross[a * n + b]));
+                    }
+                }
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+pub fn share(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+/// `1 234 567`.
+pub fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(' ');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A duration for people: `350ns`, `12.5ms`, `1.25s`, `3m20s`, `2h05m`.
+pub fn dur(ns: u64) -> String {
+    let s = ns as f64 / S;
+    if ns < 1_000 {
+        format!("{ns}ns")
+    } else if ns < 1_000_000 {
+        format!("{:.1}us", ns as f64 / 1e3)
+    } else if ns < 1_000_000_000 {
+        format!("{:.1}ms", ns as f64 / 1e6)
+    } else if s < 100.0 {
+        format!("{s:.2}s")
+    } else if s < 3600.0 {
+        format!("{}m{:02}s", (s / 60.0) as u64, (s % 60.0) as u64)
+    } else {
+        format!(
+            "{}h{:02}m",
+            (s / 3600.0) as u64,
+            ((s % 3600.0) / 60.0) as u64
+        )
+    }
+}
+
+fn clip(s: &str, w: usize) -> String {
+    if s.chars().count() <= w {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(w.saturating_sub(3)).collect();
+        t.push_str("...");
+        t
+    }
+}
+
+/// A CSV field, quoted when it must be.
+pub fn csv(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}

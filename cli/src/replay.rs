@@ -1,0 +1,508 @@
+//! The replay: requests (from log lines or synthetic segments) offered, in order, to every
+//! candidate policy at their own timestamps, on the core's engine; and what each policy did.
+//!
+//! The replay is open-loop: every policy sees the same requests, as they were logged. A real
+//! client that was rejected might have retried or given up; the replay answers "which of these
+//! requests would this policy have rejected", not "what would the clients have done next".
+
+use crate::engine::{
+    acquire_all, peek_all, Bucket, Clock, KeyedBucket, Refusal, Verdict, MAX_PARTS,
+};
+use crate::error::CliError;
+use crate::intern::Interner;
+use crate::netkey::NetKey;
+use crate::policy::{PolicySpec, Scope};
+use crate::stats::{Hist, Peak, Timeline};
+
+/// One rule's buckets.
+enum Limit {
+    Keyed(KeyedBucket),
+    Global(Bucket),
+    Composite {
+        scopes: Vec<Scope>,
+        rates: Vec<crate::engine::Rate>,
+        globals: Vec<Option<Bucket>>,
+        /// Per key id, its per-key parts (in order), created on the key's first request.
+        per_key: Vec<Option<Box<[Bucket]>>>,
+    },
+}
+
+impl Limit {
+    fn new(rule: &crate::policy::Rule, clock: &Clock, max_keys: usize) -> Result<Limit, String> {
+        if let [p] = rule.parts.as_slice() {
+            return Ok(match p.scope {
+                Scope::PerKey => Limit::Keyed(KeyedBucket::new(&p.rate, clock, max_keys)?),
+                Scope::Global => Limit::Global(Bucket::new(&p.rate, clock)?),
+            });
+        }
+        let globals = rule
+            .parts
+            .iter()
+            .map(|p| match p.scope {
+                Scope::Global => Bucket::new(&p.rate, clock).map(Some),
+                Scope::PerKey => Ok(None),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Limit::Composite {
+            scopes: rule.parts.iter().map(|p| p.scope).collect(),
+            rates: rule.parts.iter().map(|p| p.rate).collect(),
+            globals,
+            per_key: Vec::new(),
+        })
+    }
+
+    /// The decision for `cost` of `key` at `t` (the clock reads `t`).
+    #[inline]
+    fn decide(&mut self, key: u32, t: u64, cost: u64, clock: &Clock) -> Result<Verdict, Refusal> {
+        match self {
+            Limit::Keyed(k) => k.acquire(key, t, cost),
+            Limit::Global(b) => b.acquire(t, cost),
+            Limit::Composite { .. } => {
+                let (parts, n) = self.parts(key, clock)?;
+                acquire_all(&parts[..n], t, cost)
+            }
+        }
+    }
+
+    /// The bucket level of `key` at `t`, changing nothing.
+    fn peek(&mut self, key: u32, t: u64, clock: &Clock) -> Result<Verdict, Refusal> {
+        match self {
+            Limit::Keyed(k) => k.peek(key, t),
+            Limit::Global(b) => b.peek(t),
+            Limit::Composite { .. } => {
+                let (parts, n) = self.parts(key, clock)?;
+                peek_all(&parts[..n], t)
+            }
+        }
+    }
+
+    /// A composite's buckets for `key`, in order (the key's own are created at the clock's
+    /// reading on its first request).
+    fn parts(&mut self, key: u32, clock: &Clock) -> Result<([&Bucket; MAX_PARTS], usize), Refusal> {
+        let Limit::Composite {
+            scopes,
+            rates,
+            globals,
+            per_key,
+        } = self
+        else {
+            unreachable!("parts of a composite only")
+        };
+        let k = key as usize;
+        if per_key.len() <= k {
+            per_key.resize_with(k + 1, || None);
+        }
+        if per_key[k].is_none() {
+            let own: Result<Vec<Bucket>, String> = scopes
+                .iter()
+                .zip(rates.iter())
+                .filter(|(s, _)| **s == Scope::PerKey)
+                .map(|(_, r)| Bucket::new(r, clock))
+                .collect();
+            per_key[k] = Some(own.map_err(Refusal::Other)?.into_boxed_slice());
+        }
+        let own = per_key[k].as_deref().unwrap_or(&[]);
+        let mut out: [&Bucket; MAX_PARTS] = [match (globals[0].as_ref(), own.first()) {
+            (Some(g), _) => g,
+            (None, Some(o)) => o,
+            (None, None) => return Err(Refusal::Other("a composite without parts".into())),
+        }; MAX_PARTS];
+        let mut own_i = 0;
+        for (i, s) in scopes.iter().enumerate() {
+            out[i] = match s {
+                Scope::Global => globals[i].as_ref().expect("global part"),
+                Scope::PerKey => {
+                    own_i += 1;
+                    &own[own_i - 1]
+                }
+            };
+        }
+        Ok((out, scopes.len()))
+    }
+
+    fn keys(&self) -> usize {
+        match self {
+            Limit::Keyed(k) => k.len(),
+            Limit::Global(_) => 1,
+            Limit::Composite { per_key, .. } => per_key.iter().filter(|p| p.is_some()).count(),
+        }
+    }
+}
+
+/// What one policy did.
+#[derive(Clone, Default)]
+pub struct PolicyStats {
+    pub offered: u64,
+    pub admitted: u64,
+    pub rejected: u64,
+    /// Rejections whose cost exceeds the capacity (they can never be admitted).
+    pub over_capacity: u64,
+    /// Requests no route of the policy matched (admitted: not limited by it).
+    pub unlimited: u64,
+    /// Admissions with a wait (leaky queue).
+    pub delayed: u64,
+    pub delay: Hist,
+    pub retry: Hist,
+    pub rejected_by_key: Vec<u32>,
+    pub peak_admitted: Option<Peak>,
+    /// Keys held by the policy's stores at the end.
+    pub keys_held: usize,
+    /// The first rejection's timestamp.
+    pub first_reject: Option<u64>,
+}
+
+/// A traced (policy, key): its bucket level per timeline bin (second pass).
+#[derive(Clone)]
+pub struct Trace {
+    pub policy: usize,
+    pub key: u32,
+    /// Level at each bin's end (a peek), `None` before the key's first request.
+    pub level_end: Vec<Option<u64>>,
+    /// Lowest level after a decision in the bin.
+    pub level_min: Vec<Option<u64>>,
+    pub rejected: Vec<u32>,
+    pub limit: u64,
+    rule: Option<usize>,
+    seen: bool,
+    next_bin: usize,
+}
+
+pub struct Replay {
+    pub specs: Vec<PolicySpec>,
+    rules: Vec<Vec<Limit>>,
+    clock: Option<Clock>,
+    pub origin: Option<u64>,
+    max_keys: usize,
+    pub stats: Vec<PolicyStats>,
+    pub interner: Interner,
+    pub offered_by_key: Vec<u32>,
+    pub timeline: Timeline,
+    peak_offered: Peak,
+    sustain: u64,
+    /// `cross[a * n + b]`: requests policy `a` rejected and policy `b` admitted.
+    pub cross: Vec<u64>,
+    /// Requests only this policy rejected.
+    pub only: Vec<u64>,
+    pub requests: u64,
+    pub first_t: Option<u64>,
+    pub last_t: u64,
+    pub max_t: u64,
+    /// Requests whose timestamp is earlier than an earlier request's.
+    pub backwards: u64,
+    pub traces: Vec<Trace>,
+    caps: Vec<(usize, usize)>,
+    needs_route: bool,
+}
+
+impl Replay {
+    pub fn new(specs: Vec<PolicySpec>, max_keys: usize, sustain: u64, timeline: Timeline) -> Self {
+        let n = specs.len();
+        let needs_route = specs.iter().any(PolicySpec::has_routes);
+        Replay {
+            rules: Vec::new(),
+            clock: None,
+            origin: None,
+            max_keys,
+            stats: (0..n)
+                .map(|_| PolicyStats {
+                    peak_admitted: Some(Peak::new(sustain)),
+                    ..Default::default()
+                })
+                .collect(),
+            interner: Interner::new(),
+            offered_by_key: Vec::new(),
+            timeline,
+            peak_offered: Peak::new(sustain),
+            sustain,
+            cross: vec![0; n * n],
+            only: vec![0; n],
+            requests: 0,
+            first_t: None,
+            last_t: 0,
+            max_t: 0,
+            backwards: 0,
+            traces: Vec::new(),
+            caps: Vec::new(),
+            needs_route,
+            specs,
+        }
+    }
+
+    /// A second pass over the same requests with fresh buckets, tracing `keys`' levels on
+    /// `self`'s final bins; the interner (and so the ids) is kept.
+    pub fn second_pass(&self, traced: &[(usize, u32)]) -> Replay {
+        let mut r = Replay::new(
+            self.specs.clone(),
+            self.max_keys,
+            self.sustain,
+            self.timeline.same_bins(),
+        );
+        r.interner = Interner::new();
+        r.traces = traced
+            .iter()
+            .map(|&(policy, key)| Trace {
+                policy,
+                key,
+                level_end: vec![None; self.timeline.len()],
+                level_min: vec![None; self.timeline.len()],
+                rejected: vec![0; self.timeline.len()],
+                limit: 0,
+                rule: None,
+                seen: false,
+                next_bin: 0,
+            })
+            .collect();
+        r
+    }
+
+    pub fn sustain(&self) -> u64 {
+        self.sustain
+    }
+
+    fn start(&mut self, t: u64) -> Result<(), CliError> {
+        let clock = Clock::new(t);
+        let mut rules = Vec::new();
+        for s in &self.specs {
+            let mut v = Vec::new();
+            for r in &s.rules {
+                v.push(
+                    Limit::new(r, &clock, self.max_keys)
+                        .map_err(|e| CliError::usage("--policy", &s.name, e))?,
+                );
+            }
+            rules.push(v);
+        }
+        self.rules = rules;
+        self.clock = Some(clock);
+        self.origin = Some(t);
+        Ok(())
+    }
+
+    /// The id of a key (new keys get the next id).
+    #[inline]
+    pub fn key_id(&mut self, key: &[u8]) -> u32 {
+        let (id, new) = self.interner.intern(key);
+        if new {
+            self.offered_by_key.push(0);
+        }
+        id
+    }
+
+    /// Offers one request of `cost` from key `id` at `t` to every policy. `Err` only for the
+    /// key bound (`--max-keys`) or a timestamp past the exact range.
+    #[inline]
+    pub fn offer(
+        &mut self,
+        t: u64,
+        id: u32,
+        method: &[u8],
+        path: Option<&[u8]>,
+        cost: u64,
+    ) -> Result<(), Refusal> {
+        if self.clock.is_none() {
+            self.start(t).map_err(|e| Refusal::Other(e.to_string()))?;
+            self.first_t = Some(t);
+            self.max_t = t;
+        }
+        self.clock.as_ref().expect("started").set(t);
+        if t < self.max_t {
+            self.backwards += 1;
+        }
+        self.max_t = self.max_t.max(t);
+        self.last_t = t;
+        self.requests += 1;
+        let bin = self.timeline.offer(t);
+        if !self.traces.is_empty() {
+            self.trace_bins(bin);
+        }
+        self.peak_offered.add(t);
+        self.offered_by_key[id as usize] += 1;
+        let clock = self.clock.as_ref().expect("started");
+        let n = self.specs.len();
+        let mut rejected_mask = 0u64;
+        for p in 0..n {
+            let rule = if self.needs_route && self.specs[p].has_routes() {
+                match self.specs[p].rule_for(method, path.unwrap_or(b""), &mut self.caps) {
+                    Some(r) => r,
+                    None => {
+                        let st = &mut self.stats[p];
+                        st.offered += 1;
+                        st.admitted += 1;
+                        st.unlimited += 1;
+                        self.timeline.admit(p, bin);
+                        if let Some(pk) = st.peak_admitted.as_mut() {
+                            pk.add(t);
+                        }
+                        continue;
+                    }
+                }
+            } else {
+                0
+            };
+            let v = self.rules[p][rule].decide(id, t, cost, clock);
+            let st = &mut self.stats[p];
+            st.offered += 1;
+            let rejected = match v {
+                Ok(v) if v.allowed() => {
+                    st.admitted += 1;
+                    self.timeline.admit(p, bin);
+                    if let Some(pk) = st.peak_admitted.as_mut() {
+                        pk.add(t);
+                    }
+                    let w = v.retry_ns();
+                    if w > 0 {
+                        st.delayed += 1;
+                        st.delay.add(w);
+                    }
+                    false
+                }
+                Ok(v) => {
+                    st.rejected += 1;
+                    st.retry.add(v.retry_ns());
+                    st.first_reject.get_or_insert(t);
+                    true
+                }
+                Err(Refusal::OverCapacity { .. }) => {
+                    st.rejected += 1;
+                    st.over_capacity += 1;
+                    true
+                }
+                Err(e) => return Err(e),
+            };
+            if rejected {
+                rejected_mask |= 1 << p;
+                let by_key = &mut st.rejected_by_key;
+                if by_key.len() <= id as usize {
+                    by_key.resize(self.offered_by_key.len().max(id as usize + 1), 0);
+                }
+                by_key[id as usize] += 1;
+            }
+            if !self.traces.is_empty() {
+                for tr in self
+                    .traces
+                    .iter_mut()
+                    .filter(|tr| tr.policy == p && tr.key == id)
+                {
+                    tr.rule = Some(rule);
+                    tr.seen = true;
+                    if let Ok(v) = &v {
+                        tr.limit = v.limit();
+                        let lvl = v.remaining();
+                        let m = &mut tr.level_min[bin];
+                        *m = Some(m.map_or(lvl, |x| x.min(lvl)));
+                    }
+                    if rejected {
+                        tr.rejected[bin] += 1;
+                    }
+                }
+            }
+        }
+        if rejected_mask != 0 && n > 1 {
+            let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+            let admitted_mask = all & !rejected_mask;
+            for a in 0..n {
+                if rejected_mask & (1 << a) == 0 {
+                    continue;
+                }
+                for b in 0..n {
+                    if admitted_mask & (1 << b) != 0 {
+                        self.cross[a * n + b] += 1;
+                    }
+                }
+                if rejected_mask == 1 << a {
+                    self.only[a] += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Second pass: when a request lands in a later bin, read every traced key's level at the
+    /// end of each bin passed.
+    fn trace_bins(&mut self, bin: usize) {
+        let clock = self.clock.as_ref().expect("started");
+        for tr in self.traces.iter_mut() {
+            // `level_end[b]` is filled once bin b is over.
+            let mut b = tr.next_bin;
+            while b < bin {
+                if let (true, Some(rule)) = (tr.seen, tr.rule) {
+                    // The instant bin b ends (before any request of the next bin is decided).
+                    let end = self.timeline.origin + (b as u64 + 1) * self.timeline.width;
+                    if let Ok(v) = self.rules[tr.policy][rule].peek(tr.key, end, clock) {
+                        tr.level_end[b] = Some(v.remaining());
+                    }
+                } else {
+                    // Before the key's first request: no level (but mark the bin done).
+                    tr.level_end[b] = Some(u64::MAX);
+                }
+                b += 1;
+            }
+            tr.next_bin = tr.next_bin.max(bin);
+        }
+    }
+
+    /// Ends the replay: the last bins' levels, the peaks, the stores' sizes.
+    pub fn finish(&mut self) {
+        if !self.traces.is_empty() {
+            let n = self.timeline.len();
+            self.trace_bins(n);
+            for tr in &mut self.traces {
+                for l in tr.level_end.iter_mut() {
+                    if *l == Some(u64::MAX) {
+                        *l = None;
+                    }
+                }
+            }
+        }
+        for (p, rules) in self.rules.iter().enumerate() {
+            self.stats[p].keys_held = rules.iter().map(Limit::keys).sum();
+        }
+    }
+
+    /// The busiest window of offered requests.
+    pub fn peak_offered(&self) -> u64 {
+        self.peak_offered.finish()
+    }
+
+    /// A key's text: IP networks as addresses, other parts as their text, joined with spaces.
+    pub fn key_text(&self, id: u32) -> String {
+        key_text(self.interner.get(id))
+    }
+}
+
+/// Key bytes are parts, each a tag byte and its payload: 4 or 6 (an IP network, see
+/// `NetKey::write_bytes`) or `s` (a u32 length and the bytes).
+pub fn key_text(mut b: &[u8]) -> String {
+    let mut parts = Vec::new();
+    while let Some(&tag) = b.first() {
+        match tag {
+            4 | 6 => match NetKey::read_bytes(b) {
+                Some((k, n)) => {
+                    parts.push(k.to_string());
+                    b = &b[n..];
+                }
+                None => break,
+            },
+            b's' if b.len() >= 5 => {
+                let n = u32::from_le_bytes([b[1], b[2], b[3], b[4]]) as usize;
+                let end = (5 + n).min(b.len());
+                parts.push(String::from_utf8_lossy(&b[5..end]).into_owned());
+                b = &b[end..];
+            }
+            _ => break,
+        }
+    }
+    if parts.is_empty() {
+        "(all)".into()
+    } else {
+        parts.join(" ")
+    }
+}
+
+/// Appends a text part to key bytes.
+#[inline]
+pub fn push_text(key: &mut Vec<u8>, text: &[u8]) {
+    key.push(b's');
+    key.extend_from_slice(&(text.len() as u32).to_le_bytes());
+    key.extend_from_slice(text);
+}

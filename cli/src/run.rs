@@ -1,0 +1,510 @@
+//! Drives a replay over inputs (two passes when bucket levels are traced) and a simulation
+//! over synthetic segments.
+
+use crate::engine::Refusal;
+use crate::error::CliError;
+use crate::fields::{Extractor, Names, Needs};
+use crate::input::{LineReader, LogFormat, Source};
+use crate::netkey::Prefixes;
+use crate::output::{InputMeta, Meta, Summary};
+use crate::policy::{KeyPart, PolicySpec};
+use crate::replay::{push_text, Replay};
+use crate::sample::{Generator, SampleReader};
+use crate::stats::Timeline;
+use crate::timefmt::{EpochUnit, TimeParser};
+use std::io::Read;
+use std::time::Instant;
+
+/// Where the requests come from.
+#[derive(Clone, Debug)]
+pub enum Inputs {
+    Files(Vec<String>),
+    /// The embedded sample (`sluicegate sample`'s day), in a log format.
+    Sample(LogFormat),
+}
+
+pub struct Config {
+    pub policies: Vec<PolicySpec>,
+    pub key: Vec<KeyPart>,
+    pub prefixes: Prefixes,
+    pub names: Names,
+    pub format: LogFormat,
+    pub unit: EpochUnit,
+    pub cost: u64,
+    pub max_keys: usize,
+    pub strict: bool,
+    pub top: usize,
+    pub sustain: u64,
+    /// Keys per policy whose bucket levels are traced (a second pass); 0 for none.
+    pub trace: usize,
+    pub progress: bool,
+    pub max_bins: usize,
+}
+
+impl Config {
+    fn needs(&self) -> Needs {
+        let mut n = Needs::default();
+        for k in &self.key {
+            match k {
+                KeyPart::Ip => n.ip = true,
+                KeyPart::Header(h) => n.key_fields.push((true, h.clone())),
+                KeyPart::Field(f) => n.key_fields.push((false, f.clone())),
+                KeyPart::Path | KeyPart::PathPattern(_) => n.path = true,
+                KeyPart::Method => n.method = true,
+                KeyPart::All => {}
+            }
+        }
+        if self.policies.iter().any(PolicySpec::has_routes) {
+            n.path = true;
+        }
+        if self.policies.iter().any(PolicySpec::needs_method) {
+            n.method = true;
+        }
+        n
+    }
+
+    pub fn key_description(&self) -> String {
+        let parts: Vec<String> = self
+            .key
+            .iter()
+            .map(|k| match k {
+                KeyPart::Ip => format!(
+                    "ip (IPv4 /{}, IPv6 /{})",
+                    self.prefixes.v4, self.prefixes.v6
+                ),
+                KeyPart::Header(h) => format!("header {h}"),
+                KeyPart::Field(f) => format!("field {f}"),
+                KeyPart::Path => "path".into(),
+                KeyPart::PathPattern(r) => format!("path {}", r.text),
+                KeyPart::Method => "method".into(),
+                KeyPart::All => "all".into(),
+            })
+            .collect();
+        parts.join(" + ")
+    }
+}
+
+/// A copy of stdin in a temporary file (a second pass needs to read it again), removed on
+/// drop.
+pub struct Spool(pub std::path::PathBuf);
+
+impl Drop for Spool {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+pub fn spool_stdin() -> Result<Spool, CliError> {
+    let path = std::env::temp_dir().join(format!(
+        "sluicegate-stdin-{}-{}.log",
+        std::process::id(),
+        Instant::now().elapsed().as_nanos()
+    ));
+    let spool = Spool(path.clone());
+    let mut f = std::fs::File::create(&path).map_err(|e| CliError::Output {
+        path: path.display().to_string(),
+        source: e,
+    })?;
+    std::io::copy(&mut std::io::stdin().lock(), &mut f).map_err(|e| CliError::Io {
+        path: "<stdin>".into(),
+        source: e,
+    })?;
+    Ok(spool)
+}
+
+fn open_all(inputs: &Inputs) -> Result<Vec<Source>, CliError> {
+    match inputs {
+        Inputs::Files(files) => files.iter().map(|f| Source::open(f)).collect(),
+        Inputs::Sample(format) => {
+            let r: Box<dyn Read> = Box::new(SampleReader::new(Generator::day(1), *format));
+            Ok(vec![Source::from_reader(
+                "(embedded sample: sluicegate sample)",
+                r,
+            )])
+        }
+    }
+}
+
+struct Progress {
+    bar: indicatif::ProgressBar,
+    done_bytes: u64,
+}
+
+impl Progress {
+    fn new(on: bool, total: Option<u64>) -> Progress {
+        use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+        let target = if on {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        };
+        let bar = match total {
+            Some(t) => ProgressBar::with_draw_target(Some(t), target).with_style(
+                ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec}, eta {eta}) {msg}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ),
+            None => ProgressBar::with_draw_target(None, target).with_style(
+                ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bytes} read {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            ),
+        };
+        Progress { bar, done_bytes: 0 }
+    }
+}
+
+/// One pass over the inputs into `replay`.
+fn pass(
+    cfg: &Config,
+    inputs: &Inputs,
+    replay: &mut Replay,
+    meta: &mut Meta,
+) -> Result<(), CliError> {
+    let needs = cfg.needs();
+    let sources = open_all(inputs)?;
+    let total: Option<u64> = sources.iter().map(|s| s.size).sum();
+    let mut prog = Progress::new(cfg.progress, total);
+    let mut tp = TimeParser::new(cfg.unit);
+    let mut key = Vec::with_capacity(64);
+    let mut caps = Vec::new();
+    let needs_request = needs.path || needs.method;
+    for src in sources {
+        let name = src.name.clone();
+        let counter = src.read_bytes.clone();
+        let mut lr = LineReader::new(src);
+        let head = lr.peek_lines(200)?;
+        if head.is_empty() {
+            meta.inputs.push(InputMeta {
+                name,
+                format: "empty".into(),
+                ..Default::default()
+            });
+            continue;
+        }
+        let mut ex = Extractor::new(cfg.format, &head, &needs, &cfg.names, &name)?;
+        let mut im = InputMeta {
+            name: name.clone(),
+            format: format!("{:?}", ex.format).to_lowercase(),
+            fields: ex.chosen.clone(),
+            lines: 0,
+        };
+        if ex.skip_first {
+            lr.next_line()?;
+        }
+        let mut since = 0u32;
+        loop {
+            let line_no = lr.line_no + 1;
+            let Some(line) = lr.next_line()? else { break };
+            im.lines += 1;
+            since += 1;
+            if since == 1 << 16 {
+                since = 0;
+                prog.bar.set_position(prog.done_bytes + counter.get());
+            }
+            if line.is_empty() || line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let bad = |meta: &mut Meta, reason: String| -> Result<(), CliError> {
+                if cfg.strict {
+                    return Err(CliError::data(&name, line_no, line, reason));
+                }
+                meta.bad_lines += 1;
+                if meta.bad_examples.len() < 5 {
+                    meta.bad_examples.push(format!(
+                        "{name}:{line_no}: {reason}: {}",
+                        crate::error::clip(line)
+                    ));
+                }
+                Ok(())
+            };
+            if !ex.scan(line) {
+                bad(meta, format!("not a {:?} line", ex.format).to_lowercase())?;
+                continue;
+            }
+            let Some(ts) = ex.time(line) else {
+                bad(meta, "no timestamp".into())?;
+                continue;
+            };
+            let Some(t) = tp.parse(ts) else {
+                let reason = format!("timestamp {:?} not understood", String::from_utf8_lossy(ts));
+                bad(meta, reason)?;
+                continue;
+            };
+            let (method, path) = if needs_request {
+                ex.request(line)
+            } else {
+                (&b""[..], None)
+            };
+            // The key.
+            key.clear();
+            let mut keyed = true;
+            let mut field_i = 0;
+            let mut bad_reason = None;
+            for part in &cfg.key {
+                match part {
+                    KeyPart::Ip => match ex.ip(line) {
+                        Some(ip) => match cfg.prefixes.key_of_text(ip) {
+                            Some(k) => k.write_bytes(&mut key),
+                            None => {
+                                bad_reason = Some(format!(
+                                    "client address {:?} is not an IP address",
+                                    String::from_utf8_lossy(ip)
+                                ));
+                            }
+                        },
+                        None => bad_reason = Some("no client address".into()),
+                    },
+                    KeyPart::Header(_) | KeyPart::Field(_) => {
+                        match ex.key_field(line, field_i) {
+                            Some(v) if !v.is_empty() && v != b"-" => push_text(&mut key, v),
+                            _ => keyed = false,
+                        }
+                        field_i += 1;
+                    }
+                    KeyPart::Path => match path {
+                        Some(p) => {
+                            push_text(&mut key, memchr::memchr(b'?', p).map_or(p, |q| &p[..q]))
+                        }
+                        None => keyed = false,
+                    },
+                    KeyPart::PathPattern(route) => match path {
+                        Some(p) if route.matches(method, p, &mut caps) => {
+                            if caps.is_empty() {
+                                push_text(&mut key, route.text.as_bytes());
+                            } else {
+                                let p = memchr::memchr(b'?', p).map_or(p, |q| &p[..q]);
+                                let joined: Vec<&[u8]> =
+                                    caps.iter().map(|&(a, b)| &p[a..b]).collect();
+                                push_text(&mut key, &joined.join(&b'/'));
+                            }
+                        }
+                        _ => keyed = false,
+                    },
+                    KeyPart::Method => push_text(&mut key, method),
+                    KeyPart::All => {}
+                }
+            }
+            if let Some(r) = bad_reason {
+                bad(meta, r)?;
+                continue;
+            }
+            if !keyed {
+                meta.unkeyed += 1;
+                continue;
+            }
+            let cost = match ex.cost(line) {
+                None => cfg.cost,
+                Some(c) => match std::str::from_utf8(c)
+                    .ok()
+                    .and_then(|c| c.trim().parse::<u64>().ok())
+                {
+                    Some(c) => c,
+                    None => {
+                        let reason = format!(
+                            "cost {:?} is not a whole number",
+                            String::from_utf8_lossy(c)
+                        );
+                        bad(meta, reason)?;
+                        continue;
+                    }
+                },
+            };
+            let id = replay.key_id(&key);
+            match replay.offer(t, id, method, path, cost) {
+                Ok(()) => {}
+                Err(Refusal::ClockOutOfRange { .. }) => {
+                    bad(
+                        meta,
+                        "timestamp beyond the range the policies cover exactly".into(),
+                    )?;
+                }
+                Err(e) => return Err(CliError::data(&name, line_no, line, e.to_string())),
+            }
+        }
+        prog.done_bytes += counter.get();
+        prog.bar.set_position(prog.done_bytes);
+        meta.lines += im.lines;
+        meta.inputs.push(im);
+    }
+    prog.bar.finish_and_clear();
+    Ok(())
+}
+
+/// A replay of `inputs` against `cfg.policies`, and its summary.
+pub fn replay(cfg: &Config, inputs: &Inputs) -> Result<Summary, CliError> {
+    let started = Instant::now();
+    let mut r = Replay::new(
+        cfg.policies.clone(),
+        cfg.max_keys,
+        cfg.sustain,
+        Timeline::adaptive(cfg.policies.len(), cfg.max_bins),
+    );
+    let mut meta = Meta {
+        command: "replay".into(),
+        key: cfg.key_description(),
+        ..Default::default()
+    };
+    pass(cfg, inputs, &mut r, &mut meta)?;
+    r.finish();
+    if r.requests == 0 {
+        let first = meta.bad_examples.first().cloned().unwrap_or_default();
+        return Err(CliError::Data {
+            path: meta
+                .inputs
+                .first()
+                .map_or("input".into(), |i| i.name.clone()),
+            line: 0,
+            text: String::new(),
+            reason: format!(
+                "no usable request in {} lines ({} unusable, {} without a key){}",
+                meta.lines,
+                meta.bad_lines,
+                meta.unkeyed,
+                if first.is_empty() {
+                    String::new()
+                } else {
+                    format!("; first: {first}")
+                }
+            ),
+        });
+    }
+    let mut summary = Summary::new(&r, meta.clone(), cfg.top);
+    if cfg.trace > 0 {
+        let traced = summary.top_keys_to_trace(&r, cfg.trace);
+        if !traced.is_empty() {
+            let mut r2 = r.second_pass(&traced);
+            let mut meta2 = Meta::default();
+            pass(cfg, inputs, &mut r2, &mut meta2)?;
+            r2.finish();
+            summary.traces = r2
+                .traces
+                .iter()
+                .map(|tr| {
+                    (
+                        tr.policy,
+                        r.key_text(tr.key),
+                        tr.limit,
+                        tr.level_end.clone(),
+                        tr.level_min.clone(),
+                        tr.rejected.clone(),
+                    )
+                })
+                .collect();
+        }
+    }
+    summary.meta.elapsed_s = started.elapsed().as_secs_f64();
+    Ok(summary)
+}
+
+/// Request instants (ns) of a traffic description, and its end.
+pub fn traffic(text: &str) -> Result<(Vec<u64>, u64), CliError> {
+    let err = |r: String| CliError::usage("--traffic", text, r);
+    let mut times = Vec::new();
+    let mut t = 0u64;
+    for seg in text.split(',').map(str::trim) {
+        if let Some(d) = seg.strip_prefix("idle") {
+            t += crate::duration(d).map_err(err)?;
+        } else if let Some(n) = seg.strip_prefix("burst") {
+            let n: u64 = n
+                .trim()
+                .parse()
+                .map_err(|_| err(format!("burst needs a count: {seg:?}")))?;
+            if n > 50_000_000 {
+                return Err(err(format!("segment {seg:?} has over 50 million requests")));
+            }
+            times.extend(std::iter::repeat_n(t, n as usize));
+        } else if let Some((rate, dur)) = seg.split_once(" for ") {
+            let q = crate::engine::Rate::parse(rate)
+                .map_err(|e| err(format!("segment {seg:?}: {e}")))?;
+            let d = crate::duration(dur).map_err(err)?;
+            // count requests per period: request j at j * period / count.
+            let n = u128::from(q.count()) * u128::from(d) / u128::from(q.period_ns());
+            if n > 50_000_000 {
+                return Err(err(format!("segment {seg:?} has over 50 million requests")));
+            }
+            for j in 0..n {
+                let dt = j * u128::from(q.period_ns()) / u128::from(q.count());
+                times.push(t + dt as u64);
+            }
+            t += d;
+        } else if !seg.is_empty() {
+            return Err(err(format!(
+                "segment {seg:?}: expected \"RATE for DURATION\", \"idle DURATION\" or \"burst N\""
+            )));
+        }
+    }
+    if times.is_empty() {
+        return Err(err("the traffic has no requests".into()));
+    }
+    Ok((times, t))
+}
+
+/// A simulation: one client's synthetic traffic against the policies, on rows of `step`.
+pub fn simulate(
+    policies: Vec<PolicySpec>,
+    times: &[u64],
+    end: u64,
+    cost: u64,
+    step: Option<u64>,
+    top: usize,
+) -> Result<(Summary, Vec<Option<u64>>), CliError> {
+    let started = Instant::now();
+    let end = end.max(times.last().copied().unwrap_or(0) + 1);
+    let step = match step {
+        Some(s) => s.max(1),
+        None => {
+            let nice = [1, 10, 50, 100, 250, 500, 1000, 5000, 10_000, 60_000];
+            nice.iter()
+                .map(|ms| ms * 1_000_000)
+                .find(|ns| end / ns <= 40)
+                .unwrap_or(end / 30 + 1)
+        }
+    };
+    let rows = end.div_ceil(step) as usize;
+    let n = policies.len();
+    let run = |r: &mut Replay| -> Result<(), CliError> {
+        let id = r.key_id(b"");
+        for &t in times {
+            r.offer(t, id, b"GET", Some(b"/"), cost)
+                .map_err(|e| CliError::usage("--traffic", "", e.to_string()))?;
+        }
+        r.finish();
+        Ok(())
+    };
+    let mut r = Replay::new(
+        policies,
+        usize::MAX >> 1,
+        end.max(1),
+        Timeline::fixed(n, 0, step, rows),
+    );
+    run(&mut r)?;
+    let meta = Meta {
+        command: "simulate".into(),
+        key: "one client".into(),
+        lines: times.len() as u64,
+        ..Default::default()
+    };
+    let mut summary = Summary::new(&r, meta, top);
+    let traced: Vec<(usize, u32)> = (0..n).map(|p| (p, 0)).collect();
+    let mut r2 = r.second_pass(&traced);
+    run(&mut r2)?;
+    summary.traces = r2
+        .traces
+        .iter()
+        .map(|tr| {
+            (
+                tr.policy,
+                "client".to_string(),
+                tr.limit,
+                tr.level_end.clone(),
+                tr.level_min.clone(),
+                tr.rejected.clone(),
+            )
+        })
+        .collect();
+    let first_rejects = r.stats.iter().map(|s| s.first_reject).collect();
+    summary.last_t = end;
+    summary.meta.elapsed_s = started.elapsed().as_secs_f64();
+    Ok((summary, first_rejects))
+}

@@ -1,0 +1,384 @@
+//! Log timestamps to nanoseconds since the Unix epoch (UTC), parsed by hand: this runs once per
+//! line. Accepted, detected per value:
+//! * RFC 3339 / ISO 8601: `2024-05-01T12:00:00Z`, `2024-05-01 12:00:00.123+02:00` (no zone: UTC);
+//! * the common log format: `01/May/2024:12:00:00 +0000` (brackets allowed, `.123` allowed);
+//! * a number of seconds, milliseconds, microseconds or nanoseconds since the epoch, with an
+//!   optional fraction (`1714564800.123`, nginx's `$msec`); the unit is [`EpochUnit`].
+
+/// The unit of numeric timestamps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum EpochUnit {
+    /// By magnitude: below 10^11 seconds, below 10^14 milliseconds, below 10^17
+    /// microseconds, else nanoseconds.
+    #[default]
+    Auto,
+    /// Seconds.
+    S,
+    /// Milliseconds.
+    Ms,
+    /// Microseconds.
+    Us,
+    /// Nanoseconds.
+    Ns,
+}
+
+/// A parser with a one-entry cache of the last whole second's text: consecutive lines of a
+/// log share their date and time of day far more often than not.
+#[derive(Default)]
+pub struct TimeParser {
+    unit: EpochUnit,
+    last_text: [u8; 32],
+    last_len: usize,
+    last_secs: i64,
+}
+
+const NS: i64 = 1_000_000_000;
+
+impl TimeParser {
+    /// A parser reading numbers in `unit`.
+    pub fn new(unit: EpochUnit) -> Self {
+        TimeParser {
+            unit,
+            ..Default::default()
+        }
+    }
+
+    /// Nanoseconds since the epoch, or `None` if `text` is no timestamp (or before 1970).
+    #[inline]
+    pub fn parse(&mut self, text: &[u8]) -> Option<u64> {
+        let t = trim(text);
+        let t = t.strip_prefix(b"[").unwrap_or(t);
+        let t = t.strip_suffix(b"]").unwrap_or(t);
+        let first = *t.first()?;
+        if t.len() >= 19 && t[4] == b'-' {
+            return self.rfc3339(t);
+        }
+        if t.len() >= 20 && t[2] == b'/' {
+            return self.clf(t);
+        }
+        if first.is_ascii_digit() {
+            return self.epoch(t);
+        }
+        None
+    }
+
+    /// Seconds of the first `n` bytes, through the cache.
+    #[inline]
+    fn cached(&mut self, key: &[u8], f: impl FnOnce(&[u8]) -> Option<i64>) -> Option<i64> {
+        if key.len() == self.last_len && key == &self.last_text[..key.len()] {
+            return Some(self.last_secs);
+        }
+        let s = f(key)?;
+        if key.len() <= self.last_text.len() {
+            self.last_text[..key.len()].copy_from_slice(key);
+            self.last_len = key.len();
+            self.last_secs = s;
+        }
+        Some(s)
+    }
+
+    fn rfc3339(&mut self, t: &[u8]) -> Option<u64> {
+        // YYYY-MM-DD?HH:MM:SS
+        let secs = self.cached(&t[..19], |k| {
+            if k[7] != b'-'
+                || !matches!(k[10], b'T' | b't' | b' ')
+                || k[13] != b':'
+                || k[16] != b':'
+            {
+                return None;
+            }
+            let (y, mo, d) = (num(&k[0..4])?, num(&k[5..7])?, num(&k[8..10])?);
+            let (h, mi, s) = (num(&k[11..13])?, num(&k[14..16])?, num(&k[17..19])?);
+            civil_secs(y, mo, d, h, mi, s)
+        })?;
+        let (frac, rest) = fraction(&t[19..])?;
+        let off = match rest {
+            [] | [b'Z'] | [b'z'] => 0,
+            [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2]
+            | [sign @ (b'+' | b'-'), h1, h2, m1, m2] => offset(*sign, &[*h1, *h2], &[*m1, *m2])?,
+            _ => return None,
+        };
+        to_ns(secs - off, frac)
+    }
+
+    fn clf(&mut self, t: &[u8]) -> Option<u64> {
+        // DD/Mon/YYYY:HH:MM:SS[.frac] +hhmm
+        let secs = self.cached(&t[..20], |k| {
+            if k[2] != b'/' || k[6] != b'/' || k[11] != b':' || k[14] != b':' || k[17] != b':' {
+                return None;
+            }
+            let mo = month(&k[3..6])?;
+            let (d, y) = (num(&k[0..2])?, num(&k[7..11])?);
+            let (h, mi, s) = (num(&k[12..14])?, num(&k[15..17])?, num(&k[18..20])?);
+            civil_secs(y, mo, d, h, mi, s)
+        })?;
+        let (frac, rest) = fraction(&t[20..])?;
+        let rest = trim(rest);
+        let off = match rest {
+            [] => 0,
+            [sign @ (b'+' | b'-'), h1, h2, m1, m2] => offset(*sign, &[*h1, *h2], &[*m1, *m2])?,
+            _ => return None,
+        };
+        to_ns(secs - off, frac)
+    }
+
+    fn epoch(&mut self, t: &[u8]) -> Option<u64> {
+        let (int, frac) = match memchr::memchr(b'.', t) {
+            Some(i) => (&t[..i], &t[i + 1..]),
+            None => (t, &t[t.len()..]),
+        };
+        if int.is_empty() || int.len() > 20 || !frac.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let n: u128 = std::str::from_utf8(int).ok()?.parse().ok()?;
+        let unit_ns: u128 = match self.unit {
+            EpochUnit::S => 1_000_000_000,
+            EpochUnit::Ms => 1_000_000,
+            EpochUnit::Us => 1_000,
+            EpochUnit::Ns => 1,
+            EpochUnit::Auto => match n {
+                n if n < 100_000_000_000 => 1_000_000_000,
+                n if n < 100_000_000_000_000 => 1_000_000,
+                n if n < 100_000_000_000_000_000 => 1_000,
+                _ => 1,
+            },
+        };
+        // The fraction, in units of unit_ns, to whole nanoseconds (truncated).
+        let mut f: u128 = 0;
+        let mut scale = unit_ns;
+        for &d in frac.iter() {
+            if scale < 10 {
+                break;
+            }
+            scale /= 10;
+            f += u128::from(d - b'0') * scale;
+        }
+        u64::try_from(n * unit_ns + f).ok()
+    }
+}
+
+#[inline]
+fn trim(t: &[u8]) -> &[u8] {
+    let start = t
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(t.len());
+    let end = t
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
+    &t[start..end]
+}
+
+#[inline]
+fn num(d: &[u8]) -> Option<i64> {
+    let mut v = 0i64;
+    for &b in d {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + i64::from(b - b'0');
+    }
+    Some(v)
+}
+
+/// `.ddd` (any number of digits) at the start of `t`: nanoseconds, and the rest.
+#[inline]
+fn fraction(t: &[u8]) -> Option<(i64, &[u8])> {
+    match t.first() {
+        Some(b'.') | Some(b',') => {
+            let digits = t[1..].iter().take_while(|b| b.is_ascii_digit()).count();
+            if digits == 0 {
+                return None;
+            }
+            let mut ns = 0i64;
+            for (i, &b) in t[1..1 + digits].iter().enumerate() {
+                if i < 9 {
+                    ns = ns * 10 + i64::from(b - b'0');
+                }
+            }
+            for _ in digits..9 {
+                ns *= 10;
+            }
+            Some((ns, &t[1 + digits..]))
+        }
+        _ => Some((0, t)),
+    }
+}
+
+fn offset(sign: u8, h: &[u8], m: &[u8]) -> Option<i64> {
+    let (h, m) = (num(h)?, num(m)?);
+    if h > 23 || m > 59 {
+        return None;
+    }
+    let o = h * 3600 + m * 60;
+    Some(if sign == b'-' { -o } else { o })
+}
+
+fn month(m: &[u8]) -> Option<i64> {
+    const NAMES: [&[u8; 3]; 12] = [
+        b"jan", b"feb", b"mar", b"apr", b"may", b"jun", b"jul", b"aug", b"sep", b"oct", b"nov",
+        b"dec",
+    ];
+    let lower = [
+        m[0].to_ascii_lowercase(),
+        m[1].to_ascii_lowercase(),
+        m[2].to_ascii_lowercase(),
+    ];
+    NAMES
+        .iter()
+        .position(|n| **n == lower)
+        .map(|i| i as i64 + 1)
+}
+
+/// Seconds since the epoch of a UTC civil time (Howard Hinnant's days_from_civil).
+fn civil_secs(y: i64, m: i64, d: i64, h: i64, mi: i64, s: i64) -> Option<i64> {
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
+        return None;
+    }
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + h * 3600 + mi * 60 + s)
+}
+
+fn to_ns(secs: i64, frac: i64) -> Option<u64> {
+    u64::try_from(secs.checked_mul(NS)?.checked_add(frac)?).ok()
+}
+
+/// RFC 3339 text (UTC, nanoseconds when not whole) of `ns` since the epoch.
+pub fn format_rfc3339(ns: u64) -> String {
+    let secs = (ns / NS as u64) as i64;
+    let frac = ns % NS as u64;
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    // civil_from_days
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let mut s = format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
+        sod / 3600,
+        sod / 60 % 60,
+        sod % 60
+    );
+    if frac != 0 {
+        let f = format!("{frac:09}");
+        s.push('.');
+        s.push_str(f.trim_end_matches('0'));
+    }
+    s.push('Z');
+    s
+}
+
+/// RFC 3339 text with milliseconds (`2024-05-01T12:00:00.250Z`), truncated: as logs write it.
+pub fn format_rfc3339_ms(ns: u64) -> String {
+    let whole = format_rfc3339(ns - ns % NS as u64);
+    format!("{}.{:03}Z", &whole[..19], ns % NS as u64 / 1_000_000)
+}
+
+/// The common log format's text of `ns` (UTC), as `sluicegate sample` writes it.
+pub fn format_clf(ns: u64) -> String {
+    let iso = format_rfc3339(ns - ns % NS as u64);
+    const M: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let month: usize = iso[5..7].parse().unwrap_or(1);
+    format!(
+        "{}/{}/{}:{} +0000",
+        &iso[8..10],
+        M[month - 1],
+        &iso[0..4],
+        &iso[11..19]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Option<u64> {
+        TimeParser::new(EpochUnit::Auto).parse(s.as_bytes())
+    }
+
+    const T: u64 = 1_714_564_800 * 1_000_000_000; // 2024-05-01T12:00:00Z
+
+    #[test]
+    fn formats() {
+        assert_eq!(p("2024-05-01T12:00:00Z"), Some(T));
+        assert_eq!(p("2024-05-01 12:00:00"), Some(T));
+        assert_eq!(p("2024-05-01T14:00:00+02:00"), Some(T));
+        assert_eq!(p("2024-05-01T11:30:00-0030"), Some(T));
+        assert_eq!(p("2024-05-01T12:00:00.25Z"), Some(T + 250_000_000));
+        assert_eq!(
+            p("2024-05-01T12:00:00.123456789123Z"),
+            Some(T + 123_456_789)
+        );
+        assert_eq!(p("[01/May/2024:12:00:00 +0000]"), Some(T));
+        assert_eq!(p("01/May/2024:14:00:00 +0200"), Some(T));
+        assert_eq!(p("01/may/2024:12:00:00.5 +0000"), Some(T + 500_000_000));
+        assert_eq!(p("1714564800"), Some(T));
+        assert_eq!(p("1714564800.125"), Some(T + 125_000_000));
+        assert_eq!(p("1714564800125"), Some(T + 125_000_000));
+        assert_eq!(p("1714564800125000"), Some(T + 125_000_000));
+        assert_eq!(p("1714564800125000001"), Some(T + 125_000_001));
+        assert_eq!(p("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(p("2000-02-29T00:00:00Z"), Some(951_782_400 * 1_000_000_000));
+    }
+
+    #[test]
+    fn units() {
+        let mut ms = TimeParser::new(EpochUnit::Ms);
+        assert_eq!(ms.parse(b"1500"), Some(1_500_000_000));
+        let mut s = TimeParser::new(EpochUnit::S);
+        assert_eq!(s.parse(b"2.5"), Some(2_500_000_000));
+        let mut ns = TimeParser::new(EpochUnit::Ns);
+        assert_eq!(ns.parse(b"7"), Some(7));
+    }
+
+    #[test]
+    fn garbage() {
+        for bad in [
+            "",
+            "-",
+            "yesterday",
+            "2024-13-01T00:00:00Z",
+            "2024-05-01T12:00:00+2",
+            "1.2.3",
+            "32/May/2024:12:00:00 +0000",
+            "01/Foo/2024:12:00:00 +0000",
+            "1969-12-31T23:59:59Z",
+            "2024-05-01T12:00:00.Z",
+        ] {
+            assert_eq!(p(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn cache_does_not_leak_between_values() {
+        let mut tp = TimeParser::new(EpochUnit::Auto);
+        assert_eq!(tp.parse(b"2024-05-01T12:00:00Z"), Some(T));
+        assert_eq!(tp.parse(b"2024-05-01T12:00:00.5Z"), Some(T + 500_000_000));
+        assert_eq!(tp.parse(b"2024-05-01T12:00:01Z"), Some(T + 1_000_000_000));
+        assert_eq!(tp.parse(b"01/May/2024:12:00:00 +0000"), Some(T));
+    }
+
+    #[test]
+    fn formatting_round_trips() {
+        for ns in [0, T, T + 250_000_000, 951_782_400 * 1_000_000_000 + 1] {
+            assert_eq!(p(&format_rfc3339(ns)), Some(ns));
+        }
+        assert_eq!(format_clf(T + 7), "01/May/2024:12:00:00 +0000");
+        assert_eq!(p(&format_clf(T)), Some(T));
+    }
+}

@@ -1,0 +1,954 @@
+//! The `sluicegate` binary as a user runs it: every subcommand, format and error, and
+//! replays checked against a plain sequential model of the token bucket.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use serde_json::Value;
+use std::io::Write;
+
+fn bin() -> Command {
+    Command::cargo_bin("sluicegate").unwrap()
+}
+
+fn json(out: &[u8]) -> Value {
+    serde_json::from_slice(out).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(out)))
+}
+
+fn policy<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no policy {name}"))
+}
+
+const T0: u64 = 1_714_521_600_000_000_000; // 2024-05-01T00:00:00Z
+
+/// The seed's traffic, 60/s for 3 s: request j at j * 1e9 / 60 ns, as simulate spaces it.
+fn seed_times() -> Vec<u64> {
+    (0..180u64).map(|j| j * 1_000_000_000 / 60).collect()
+}
+
+fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
+    let p = dir.path().join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn help_and_version() {
+    for sub in ["replay", "simulate", "check", "sample", "completions"] {
+        bin()
+            .args([sub, "--help"])
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("Usage: sluicegate"));
+    }
+    bin()
+        .arg("--help")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("Exit codes"));
+    bin()
+        .arg("--version")
+        .assert()
+        .success()
+        .stdout(predicate::str::starts_with("sluicegate "));
+    bin()
+        .args(["replay", "--help"])
+        .assert()
+        .stdout(predicate::str::contains("path:/tenants/{tenant}/*"));
+}
+
+#[test]
+fn completions() {
+    for shell in ["bash", "zsh", "fish"] {
+        bin()
+            .args(["completions", shell])
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("replay").and(predicate::str::contains("policy")));
+    }
+    bin().args(["completions", "tcsh"]).assert().code(2);
+}
+
+#[test]
+fn usage_errors_quote_the_input_and_exit_2() {
+    bin()
+        .args(["simulate", "--help-me"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--help-me"));
+    bin()
+        .args([
+            "simulate",
+            "--policy",
+            "10/fortnight",
+            "--traffic",
+            "1/s for 1s",
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("fortnight"));
+    bin()
+        .args(["simulate", "--policy", "1/s", "--traffic", "lots"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("\"lots\""));
+    bin()
+        .args(["simulate", "--policy", "1/s"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--traffic"));
+    bin()
+        .args(["replay", "--sample", "--policy", "/a => 1/s | 2/s"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("every rule needs a route"));
+    bin()
+        .args(["replay", "--sample", "--policy", "1/s", "--key", "cookie"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("\"cookie\""));
+    bin()
+        .args([
+            "replay",
+            "--sample",
+            "--policy",
+            "1/s",
+            "--ipv6-prefix",
+            "129",
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("129"));
+    bin()
+        .args(["check", "--quota", "5/s; burst=0"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("burst"));
+    bin().arg("frobnicate").assert().code(2);
+}
+
+#[test]
+fn input_and_data_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.log").display().to_string();
+    bin()
+        .args(["replay", "--policy", "1/s", &missing])
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("missing.log"));
+    let bad_gz = dir.path().join("bad.gz");
+    std::fs::write(&bad_gz, b"\x1f\x8bnot gzip at all").unwrap();
+    let bad_gz = bad_gz.display().to_string();
+    bin()
+        .args(["replay", "--policy", "1/s", &bad_gz])
+        .assert()
+        .code(3);
+    let log = write(
+        &dir,
+        "a.jsonl",
+        "{\"time\": 1714521600.5, \"ip\": \"192.0.2.1\"}\n{\"time\": \"soon\", \"ip\": \"192.0.2.1\"}\n",
+    );
+    // Skipped and counted by default...
+    let out = bin()
+        .args(["replay", "--policy", "1/s", "--format", "json", &log])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let v = json(&out);
+    assert_eq!(v["bad_lines"], 1);
+    assert!(v["bad_line_examples"][0]
+        .as_str()
+        .unwrap()
+        .contains(":2: timestamp \"soon\""));
+    // ... fatal with --strict, quoting the line and its number.
+    bin()
+        .args(["replay", "--policy", "1/s", "--strict", &log])
+        .assert()
+        .code(4)
+        .stderr(predicate::str::contains("a.jsonl:2:").and(predicate::str::contains("\"soon\"")));
+    let nofield = write(&dir, "b.jsonl", "{\"when\": 1, \"ip\": \"192.0.2.1\"}\n");
+    bin()
+        .args(["replay", "--policy", "1/s", &nofield])
+        .assert()
+        .code(4)
+        .stderr(predicate::str::contains("--time-field"));
+    bin()
+        .args([
+            "replay",
+            "--policy",
+            "1/s",
+            "--time-field",
+            "when",
+            "--time-unit",
+            "s",
+            &nofield,
+        ])
+        .assert()
+        .success();
+    let junk = write(&dir, "c.log", "hello\nworld\n");
+    bin()
+        .args([
+            "replay",
+            "--policy",
+            "1/s",
+            "--log-format",
+            "combined",
+            &junk,
+        ])
+        .assert()
+        .code(4)
+        .stderr(predicate::str::contains("no usable request"));
+    let badip = write(
+        &dir,
+        "d.jsonl",
+        "{\"time\": 1714521600, \"ip\": \"not-an-ip\"}\n",
+    );
+    bin()
+        .args(["replay", "--policy", "1/s", "--strict", &badip])
+        .assert()
+        .code(4)
+        .stderr(predicate::str::contains(
+            "\"not-an-ip\" is not an IP address",
+        ));
+    let twokeys = write(
+        &dir,
+        "e.jsonl",
+        "{\"time\": 1714521600, \"ip\": \"192.0.2.1\"}\n{\"time\": 1714521600, \"ip\": \"192.0.2.2\"}\n",
+    );
+    bin()
+        .args(["replay", "--policy", "1/s", "--max-keys", "1", &twokeys])
+        .assert()
+        .code(4)
+        .stderr(predicate::str::contains("--max-keys"));
+}
+
+fn sim_json(args: &[&str]) -> Value {
+    let mut a = vec!["simulate", "--format", "json"];
+    a.extend_from_slice(args);
+    json(&bin().args(&a).assert().success().get_output().stdout)
+}
+
+#[test]
+fn the_seed_example_through_simulate() {
+    let out = bin()
+        .args([
+            "simulate",
+            "--quota",
+            "10/s; burst=50",
+            "--traffic",
+            "60/s for 3s",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.contains("allowed   79 of 180"), "{out}");
+    assert!(
+        out.contains("    0.0ms        6       6       0      45"),
+        "{out}"
+    );
+    assert!(out.contains("first rejection at 983.3ms"), "{out}");
+    let v = sim_json(&["-q", "10/s; burst=50", "-t", "60/s for 3s"]);
+    let p = policy(&v, "10/s; burst=50");
+    assert_eq!(p["offered"], 180);
+    assert_eq!(p["admitted"], 79);
+    assert_eq!(p["rejected"], 101);
+    let csv = bin()
+        .args([
+            "simulate",
+            "-q",
+            "10/s; burst=50",
+            "-t",
+            "60/s for 3s",
+            "--format",
+            "csv",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let csv = String::from_utf8(csv).unwrap();
+    assert!(
+        csv.starts_with("policy,offered,admitted,rejected,"),
+        "{csv}"
+    );
+    assert!(csv.contains("\n10/s; burst=50,180,79,101,"), "{csv}");
+}
+
+#[test]
+fn simulate_segments_and_several_policies() {
+    let v = sim_json(&["-q", "1/s; burst=5", "-t", "burst 7, idle 2s, burst 3"]);
+    let p = policy(&v, "1/s; burst=5");
+    assert_eq!(
+        (p["admitted"].as_u64(), p["rejected"].as_u64()),
+        (Some(7), Some(3))
+    );
+    let v = sim_json(&[
+        "-p",
+        "a=10/s; burst=50",
+        "-p",
+        "b=10/s; burst=50; algorithm=gcra",
+        "-p",
+        "c=10/s; algorithm=fixed_window",
+        "-t",
+        "60/s for 3s",
+    ]);
+    // GCRA is the continuous token bucket under another name: the same decisions.
+    assert_eq!(policy(&v, "a")["admitted"], 79);
+    assert_eq!(policy(&v, "b")["admitted"], 79);
+    let d = v["disagreements"].as_array().unwrap();
+    let ab = d
+        .iter()
+        .find(|x| x["rejected_by"] == "a" && x["admitted_by"] == "b")
+        .unwrap();
+    assert_eq!(ab["requests"], 0);
+    // fixed window: 10 per second, 3 windows
+    assert_eq!(policy(&v, "c")["admitted"], 30);
+}
+
+/// The seed's traffic as a log in every format: the same 79 admissions as simulate.
+#[test]
+fn the_seed_example_through_replay_in_every_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let times = seed_times();
+    let mut jsonl = String::new();
+    let mut csv = String::from("ts;client;path\n");
+    let mut combined = String::new();
+    for &t in &times {
+        let abs = T0 + t;
+        jsonl += &format!("{{\"ts\":{abs},\"remote_addr\":\"192.0.2.7\",\"path\":\"/\"}}\n");
+        csv += &format!(
+            "2024-05-01T00:00:{:02}.{:09}Z;192.0.2.7;/\n",
+            t / 1_000_000_000,
+            t % 1_000_000_000
+        );
+        combined += &format!(
+            "192.0.2.7 - - [01/May/2024:00:00:{:02}.{:09} +0000] \"GET / HTTP/1.1\" 200 5 \"-\" \"t\"\n",
+            t / 1_000_000_000,
+            t % 1_000_000_000
+        );
+    }
+    let files = [
+        write(&dir, "seed.jsonl", &jsonl),
+        write(&dir, "seed.csv", &csv),
+        write(&dir, "seed.log", &combined),
+    ];
+    let gz = dir.path().join("seed.log.gz");
+    let mut enc = flate2::write::GzEncoder::new(
+        std::fs::File::create(&gz).unwrap(),
+        flate2::Compression::default(),
+    );
+    enc.write_all(combined.as_bytes()).unwrap();
+    enc.finish().unwrap();
+    let gz = gz.display().to_string();
+    for f in files.iter().chain([&gz]) {
+        let mut args = vec![
+            "replay",
+            "--policy",
+            "10/s; burst=50",
+            "--format",
+            "json",
+            f.as_str(),
+        ];
+        if f.ends_with(".csv") {
+            args.extend(["--csv-delimiter", ";"]);
+        }
+        let v = json(&bin().args(&args).assert().success().get_output().stdout);
+        let p = policy(&v, "10/s; burst=50");
+        assert_eq!(
+            (p["offered"].as_u64(), p["admitted"].as_u64()),
+            (Some(180), Some(79)),
+            "{f}"
+        );
+        assert_eq!(v["keys"], 1, "{f}");
+        assert_eq!(p["top_throttled"][0]["key"], "192.0.2.7", "{f}");
+    }
+    // stdin
+    let v = json(
+        &bin()
+            .args([
+                "replay",
+                "-",
+                "--policy",
+                "10/s; burst=50",
+                "--format",
+                "json",
+            ])
+            .write_stdin(jsonl)
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
+    assert_eq!(policy(&v, "10/s; burst=50")["admitted"], 79);
+}
+
+/// A plain sequential token bucket (continuous refill), `docs/SEMANTICS.md` written
+/// literally in i128: the state is the instant the bucket is full, scaled by k.
+struct Model {
+    k: i128,
+    p: i128,
+    b: i128,
+    full_at: std::collections::HashMap<u32, i128>,
+}
+
+impl Model {
+    fn new(count: u64, period_ns: u64, burst: u64) -> Model {
+        Model {
+            k: count.into(),
+            p: period_ns.into(),
+            b: burst.into(),
+            full_at: Default::default(),
+        }
+    }
+    fn acquire(&mut self, key: u32, t: u64, cost: u64) -> bool {
+        let tk = i128::from(t) * self.k;
+        let (bp, need) = (self.b * self.p, i128::from(cost) * self.p);
+        let f = *self.full_at.entry(key).or_insert(tk);
+        let deficit = (f - tk).clamp(0, bp);
+        if need <= bp - deficit {
+            self.full_at.insert(key, f.max(tk) + need);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// splitmix64
+fn rng(s: &mut u64) -> u64 {
+    *s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *s;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[test]
+fn replay_of_a_generated_log_equals_the_reference_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut seed = 42u64;
+    let policies = [
+        (7u64, 1_000_000_000u64, 20u64),
+        (100, 60_000_000_000, 30),
+        (3, 2_000_000_000, 3),
+    ];
+    let mut models: Vec<Model> = policies
+        .iter()
+        .map(|&(k, p, b)| Model::new(k, p, b))
+        .collect();
+    let mut rejected: Vec<std::collections::HashMap<u32, u64>> = vec![Default::default(); 3];
+    let mut admitted = [0u64; 3];
+    let mut log = String::new();
+    let mut t = T0;
+    for _ in 0..40_000 {
+        // Skewed keys (a few heavy hitters), gaps from 0 (ties) to 200 ms, costs 1 to 3.
+        let r = rng(&mut seed);
+        let key = if r % 4 == 0 {
+            (r >> 8) % 5
+        } else {
+            (r >> 8) % 2000
+        } as u32;
+        t += match rng(&mut seed) % 4 {
+            0 => 0,
+            _ => rng(&mut seed) % 200_000_000,
+        };
+        let cost = 1 + rng(&mut seed) % 3;
+        log += &format!(
+            "{{\"time\":{t},\"ip\":\"10.0.{}.{}\",\"cost\":{cost}}}\n",
+            key / 256,
+            key % 256
+        );
+        for (i, m) in models.iter_mut().enumerate() {
+            if cost > policies[i].2 {
+                *rejected[i].entry(key).or_default() += 1;
+            } else if m.acquire(key, t, cost) {
+                admitted[i] += 1;
+            } else {
+                *rejected[i].entry(key).or_default() += 1;
+            }
+        }
+    }
+    let f = write(&dir, "gen.jsonl", &log);
+    let names = ["p0=7/s; burst=20", "p1=100/m; burst=30", "p2=3/2s"];
+    let mut args = vec![
+        "replay",
+        f.as_str(),
+        "--format",
+        "json",
+        "--cost-field",
+        "cost",
+        "--top",
+        "100000",
+    ];
+    for n in &names {
+        args.extend(["--policy", n]);
+    }
+    let v = json(&bin().args(&args).assert().success().get_output().stdout);
+    assert_eq!(v["requests"], 40_000);
+    for (i, name) in ["p0", "p1", "p2"].iter().enumerate() {
+        let p = policy(&v, name);
+        assert_eq!(p["admitted"].as_u64(), Some(admitted[i]), "{name}");
+        assert_eq!(
+            p["clients_affected"].as_u64(),
+            Some(rejected[i].len() as u64),
+            "{name}"
+        );
+        for k in p["top_throttled"].as_array().unwrap() {
+            let ip = k["key"].as_str().unwrap();
+            let o: Vec<u32> = ip.split('.').map(|x| x.parse().unwrap()).collect();
+            let key = o[2] * 256 + o[3];
+            assert_eq!(
+                k["rejected"].as_u64(),
+                rejected[i].get(&key).copied(),
+                "{name} {ip}"
+            );
+        }
+        assert_eq!(
+            p["top_throttled"].as_array().unwrap().len(),
+            rejected[i].len()
+        );
+    }
+    // p2's burst is 3: nothing over it here, so no request is over capacity.
+    assert_eq!(policy(&v, "p2")["over_capacity"], 0);
+}
+
+#[test]
+fn timestamps_going_backwards_are_replayed_as_logged() {
+    // One key (its bucket is never evicted), times jumping back and forth.
+    let dir = tempfile::tempdir().unwrap();
+    let mut seed = 7u64;
+    let mut model = Model::new(5, 1_000_000_000, 8);
+    let mut log = String::new();
+    let mut admitted = 0;
+    let mut t = T0 + 10_000_000_000;
+    let mut back = 0;
+    let mut max = 0;
+    for _ in 0..5000 {
+        let r = rng(&mut seed);
+        if r % 5 == 0 {
+            t -= rng(&mut seed) % 2_000_000_000;
+        } else {
+            t += rng(&mut seed) % 400_000_000;
+        }
+        if t < max {
+            back += 1;
+        }
+        max = max.max(t);
+        log += &format!("{}.{:09},192.0.2.1\n", t / 1_000_000_000, t % 1_000_000_000);
+        admitted += u64::from(model.acquire(0, t, 1));
+    }
+    let f = write(&dir, "back.csv", &format!("time,ip\n{log}"));
+    let v = json(
+        &bin()
+            .args([
+                "replay",
+                &f,
+                "--policy",
+                "5/s; burst=8",
+                "--format",
+                "json",
+                "--time-unit",
+                "s",
+            ])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
+    assert_eq!(v["timestamps_backwards"].as_u64(), Some(back));
+    assert_eq!(
+        policy(&v, "5/s; burst=8")["admitted"].as_u64(),
+        Some(admitted)
+    );
+}
+
+#[test]
+fn keys_ipv6_prefixes_headers_and_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = [
+        ("2001:db8:1:2::1", "k1", "/t/acme/x"),
+        ("2001:db8:1:2:ffff::9", "k1", "/t/acme/y"),
+        ("::ffff:192.0.2.1", "k2", "/t/globex/x"),
+        ("192.0.2.1", "k2", "/other"),
+        ("2001:db8:1:3::1", "k3", "/t/acme/z"),
+    ];
+    let mut log = String::new();
+    for (i, (ip, k, p)) in lines.iter().enumerate() {
+        log += &format!(
+            "{{\"time\":\"2024-05-01T00:00:0{i}Z\",\"ip\":\"{ip}\",\"http_x_api_key\":\"{k}\",\"uri\":\"GET {p} HTTP/1.1\"}}\n"
+        );
+    }
+    let f = write(&dir, "k.jsonl", &log);
+    let keys = |extra: &[&str]| -> u64 {
+        let mut a = vec!["replay", f.as_str(), "--policy", "1/h", "--format", "json"];
+        a.extend_from_slice(extra);
+        json(&bin().args(&a).assert().success().get_output().stdout)["keys"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(keys(&[]), 3); // /64 twice, 192.0.2.1 twice (mapped), another /64
+    assert_eq!(keys(&["--ipv6-prefix", "48"]), 2);
+    assert_eq!(keys(&["--ipv6-prefix", "128"]), 4);
+    assert_eq!(keys(&["--key", "header:X-Api-Key"]), 3);
+    assert_eq!(keys(&["--key", "path:/t/{tenant}/*"]), 2); // /other has no key
+    assert_eq!(keys(&["--key", "path"]), 5);
+    assert_eq!(keys(&["--key", "ip", "--key", "method"]), 3);
+    let v = json(
+        &bin()
+            .args([
+                "replay",
+                &f,
+                "--policy",
+                "1/h",
+                "--format",
+                "json",
+                "--key",
+                "path:/t/{tenant}/*",
+            ])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
+    assert_eq!(v["unkeyed"], 1);
+    let p = &v["policies"][0];
+    assert_eq!(p["top_throttled"][0]["key"], "acme");
+    assert_eq!(p["top_throttled"][0]["rejected"], 2);
+}
+
+#[test]
+fn routes_composites_and_every_algorithm() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = String::new();
+    // 3 clients, 20 requests each at the same instant: 10 to /login, 10 to /api.
+    for c in 0..3 {
+        for i in 0..20 {
+            let (m, p) = if i % 2 == 0 {
+                ("POST", "/login")
+            } else {
+                ("GET", "/api/x")
+            };
+            log += &format!("10.0.0.{c} - - [01/May/2024:00:00:00 +0000] \"{m} {p} HTTP/1.1\" 200 1 \"-\" \"ua\"\n");
+        }
+    }
+    let f = write(&dir, "r.log", &log);
+    let v = json(
+        &bin()
+            .args([
+                "replay",
+                &f,
+                "--format",
+                "json",
+                "--policy",
+                "routes=POST /login => 2/m | /api/* => 5/s",
+                "--policy",
+                "loginonly=/login => 3/m",
+                "--policy",
+                "comp=10/s & global 12/s",
+                "--policy",
+                "glob=global 7/s",
+                "--policy",
+                "gcra=4/s; algorithm=gcra",
+                "--policy",
+                "fw=4/s; algorithm=fixed_window",
+                "--policy",
+                "sw=4/s; algorithm=sliding_window",
+                "--policy",
+                "sl=4/s; algorithm=sliding_log",
+                "--policy",
+                "lq=4/s; algorithm=leaky_queue; max_delay=1s",
+                "--policy",
+                "iv=4/s; refill=interval",
+            ])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
+    let adm = |n: &str| policy(&v, n)["admitted"].as_u64().unwrap();
+    assert_eq!(adm("routes"), 3 * (2 + 5));
+    // /login only: the 30 /api requests are not limited by it
+    assert_eq!(adm("loginonly"), 30 + 3 * 3);
+    assert_eq!(policy(&v, "loginonly")["unlimited"], 30);
+    // per key 10 of 20, and the global 12 across all: 10 + 2 + 0
+    assert_eq!(adm("comp"), 12);
+    assert_eq!(adm("glob"), 7);
+    for n in ["gcra", "fw", "sw", "sl", "iv"] {
+        assert_eq!(adm(n), 3 * 4, "{n}");
+    }
+    // the queue: one now and 4 within the second's delay, per client
+    assert_eq!(adm("lq"), 3 * 5);
+    assert_eq!(policy(&v, "lq")["delayed"], 3 * 4);
+    // one disagreement: glob rejected what routes admitted and vice versa, both non-zero
+    let d = v["disagreements"].as_array().unwrap();
+    let get = |a: &str, b: &str| {
+        d.iter()
+            .find(|x| x["rejected_by"] == a && x["admitted_by"] == b)
+            .unwrap()["requests"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(get("glob", "routes") > 0 && get("routes", "glob") > 0);
+    // cost above a capacity: rejected and counted, never an error
+    let v = json(
+        &bin()
+            .args([
+                "replay",
+                &f,
+                "--format",
+                "json",
+                "--policy",
+                "1/s; burst=2",
+                "--cost",
+                "3",
+            ])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
+    assert_eq!(v["policies"][0]["over_capacity"], 60);
+}
+
+#[test]
+fn every_output_format_and_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("u.csv").display().to_string();
+    bin()
+        .args([
+            "sample",
+            "--scenario",
+            "uniform",
+            "--keys",
+            "40",
+            "--lines",
+            "20000",
+        ])
+        .args(["--log-format", "csv", "-o", &log])
+        .assert()
+        .success();
+    let base = [
+        "replay",
+        &log,
+        "--policy",
+        "a=20/s; burst=100",
+        "--policy",
+        "b=5/s; burst=20",
+        "--top",
+        "3",
+    ];
+    let table = bin()
+        .args(base)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let table = String::from_utf8(table).unwrap();
+    assert!(
+        table.contains("top throttled") && table.contains("10."),
+        "{table}"
+    );
+    assert!(
+        table.contains("requests rejected by the row's policy"),
+        "{table}"
+    );
+    let v = json(
+        &bin()
+            .args(base)
+            .args(["--format", "json"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
+    assert_eq!(v["policies"].as_array().unwrap().len(), 2);
+    assert_eq!(v["keys"], 40);
+    let b = policy(&v, "b");
+    assert!(
+        b["retry_after_ns"]["p99"].as_u64().unwrap()
+            >= b["retry_after_ns"]["p50"].as_u64().unwrap()
+    );
+    assert_eq!(b["top_throttled"].as_array().unwrap().len(), 3);
+    let tl = &v["timeline"];
+    let offered: u64 = tl["offered"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .sum();
+    assert_eq!(offered, v["requests"].as_u64().unwrap());
+    for (t, head) in [
+        ("summary", "policy,offered,admitted"),
+        ("top-keys", "policy,rank,key,offered,rejected"),
+        (
+            "timeline",
+            "start,start_ns,width_ns,offered,admitted a,admitted b",
+        ),
+        ("disagreements", "rejected_by,admitted_by,requests"),
+    ] {
+        let out = bin()
+            .args(base)
+            .args(["--format", "csv", "--table", t])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.starts_with(head), "{t}: {out}");
+        assert!(out.lines().count() > 2, "{t}");
+    }
+    for f in ["table", "json", "csv"] {
+        bin()
+            .args(["check", "--quota", "10/s; burst=50", "--format", f])
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("10/s; burst=50").and(predicate::str::contains("50")));
+    }
+}
+
+#[test]
+fn sample_files_replay_like_the_embedded_sample() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let mut a = vec!["replay", "--policy", "5/s; burst=20", "--format", "json"];
+        a.extend_from_slice(args);
+        let v = json(&bin().args(&a).assert().success().get_output().stdout);
+        (
+            v["requests"].clone(),
+            v["policies"][0]["admitted"].clone(),
+            v["keys"].clone(),
+        )
+    };
+    let embedded = run(&["--sample"]);
+    for (fmt, name) in [
+        ("jsonl", "s.jsonl.gz"),
+        ("combined", "s.log"),
+        ("csv", "s.csv"),
+    ] {
+        let p = dir.path().join(name).display().to_string();
+        bin()
+            .args(["sample", "--log-format", fmt, "-o", &p, "--format", "json"])
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("\"scenario\":\"day\""));
+        assert_eq!(run(&[&p]), embedded, "{fmt}");
+    }
+    // the uniform scenario: every key, in turn
+    let out = bin()
+        .args([
+            "sample",
+            "--scenario",
+            "uniform",
+            "--keys",
+            "50",
+            "--lines",
+            "500",
+            "--log-format",
+            "csv",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    assert_eq!(String::from_utf8(out).unwrap().lines().count(), 501);
+}
+
+#[test]
+fn html_report_is_self_contained() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("r.html");
+    bin()
+        .args([
+            "replay",
+            "--sample",
+            "--policy",
+            "a=20/s; burst=100",
+            "--policy",
+            "b=5/s; burst=20",
+        ])
+        .args(["--html", html.to_str().unwrap()])
+        .assert()
+        .success();
+    let page = std::fs::read_to_string(&html).unwrap();
+    // No network: no URL is loaded, and the policy forbids it.
+    assert!(page.contains("default-src 'none'"));
+    for bad in ["src=\"http", "href=\"http", "@import", "url("] {
+        assert!(!page.contains(bad), "{bad}");
+    }
+    let start = page
+        .find("<script id=\"data\" type=\"application/json\">")
+        .unwrap();
+    let rest = &page[start..];
+    let data = &rest[rest.find('>').unwrap() + 1..rest.find("</script>").unwrap()];
+    let v: Value = serde_json::from_str(data).unwrap();
+    assert_eq!(v["policies"].as_array().unwrap().len(), 2);
+    // The second pass traced the most throttled keys' levels on the timeline's bins.
+    let traces = v["traces"].as_array().unwrap();
+    assert!(!traces.is_empty());
+    let bins = v["timeline"]["offered"].as_array().unwrap().len();
+    for t in traces {
+        assert_eq!(t["level_end"].as_array().unwrap().len(), bins);
+        let limit = t["limit"].as_u64().unwrap();
+        assert!(t["level_end"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l.is_null() || l.as_u64().unwrap() <= limit));
+        let rejected: u64 = t["rejected"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .sum();
+        let key = t["key"].as_str().unwrap();
+        let p = policy(&v, t["policy"].as_str().unwrap());
+        let top = p["top_throttled"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["key"] == key)
+            .unwrap();
+        assert_eq!(top["rejected"].as_u64(), Some(rejected), "{key}");
+    }
+}
+
+#[test]
+fn simulate_outputs_a_report_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("s.html");
+    bin()
+        .args([
+            "simulate",
+            "-q",
+            "10/s; burst=50",
+            "-t",
+            "60/s for 3s",
+            "--html",
+            html.to_str().unwrap(),
+            "--format",
+            "csv",
+            "--table",
+            "timeline",
+        ])
+        .assert()
+        .success()
+        .stdout(predicate::str::starts_with(
+            "start,start_ns,width_ns,offered,admitted 10/s; burst=50",
+        ));
+    assert!(std::fs::read_to_string(html)
+        .unwrap()
+        .contains("\"admitted\":79"));
+}
