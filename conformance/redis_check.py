@@ -53,8 +53,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "core" / "src" / "store" / "redis" / "scripts"
-# The script is these files' bytes concatenated in this order (SCRIPTS.md, "Loading").
-SCRIPT_FILES = ["int.lua", "token_bucket.lua", "gcra.lua", "window.lua", "queue.lua", "log.lua", "main.lua"]
+# Both forms of the script are these files' bytes concatenated in this order, then a tail
+# (SCRIPTS.md, "Loading").
+LIBRARY_FILES = ["int.lua", "token_bucket.lua", "gcra.lua", "window.lua", "queue.lua", "log.lua", "main.lua"]
 
 EPOCH_S = 1704067200          # production tick 0: 2024-01-01T00:00:00Z
 EPOCH_MS = EPOCH_S * 1000
@@ -180,7 +181,43 @@ class Server:
 
 
 def script_text() -> str:
-    return "".join((SCRIPTS / f).read_text() for f in SCRIPT_FILES)
+    """The EVAL form."""
+    return "".join((SCRIPTS / f).read_text() for f in LIBRARY_FILES + ["entry_eval.lua"])
+
+
+def function_name() -> str:
+    return "sluicegate_" + hashlib.sha1(script_text().encode()).hexdigest()[:16]
+
+
+def library_text() -> str:
+    """The FUNCTION LOAD form."""
+    name = function_name()
+    body = "".join((SCRIPTS / f).read_text() for f in ["head_function.lua"] + LIBRARY_FILES + ["entry_function.lua"])
+    return f"#!lua name={name}\n" + body.replace("SLUICEGATE_NAME", name)
+
+
+class Function:
+    """FCALL, loading the library on 'Function not found' (a restarted or new node)."""
+
+    def __init__(self, conn: Conn):
+        self.conn, self.text, self.name = conn, library_text(), function_name()
+        self.fallbacks = 0
+
+    def load(self) -> None:
+        r = self.conn.pipeline([["FUNCTION", "LOAD", self.text]])[0]
+        if isinstance(r, RedisError) and "already exists" not in str(r):
+            raise r
+
+    def __call__(self, keys: list, args: list, fn: str = "FCALL", suffix: str = ""):
+        cmd = [fn, self.name + suffix, len(keys), *keys, *args]
+        r = self.conn.pipeline([cmd])[0]
+        if isinstance(r, RedisError) and "Function not found" in str(r):
+            self.fallbacks += 1
+            self.load()
+            r = self.conn.pipeline([cmd])[0]
+        if isinstance(r, RedisError):
+            raise r
+        return r
 
 
 class Script:
@@ -655,6 +692,8 @@ def parse_reply(r) -> tuple:
     if len(r) == 2:
         return ("ok",)
     combined = (r[2] == 1, int(r[3]), int(r[4]), int(r[5]), int(r[6]))
+    if len(r) == 7:
+        return ("dec", combined, [combined])      # one bucket: no per-part figures
     parts = []
     for i in range(7, len(r), 5):
         parts.append((r[i] == 1, int(r[i + 1]), int(r[i + 2]), int(r[i + 3]), int(r[i + 4])))
@@ -670,9 +709,12 @@ def as_expect(d) -> dict:
 # ------------------------------------------------------------------------------------------
 
 class Checker:
-    def __init__(self, conn: Conn):
+    def __init__(self, conn: Conn, mode: str):
         self.conn = conn
-        self.script = Script(conn, script_text())
+        if mode == "function":
+            self.script = Function(conn)
+        else:
+            self.script = Script(conn, script_text())
         self.script.load()
         self.snap = Script(conn, SNAPSHOT_LUA)
         self.snap.load()
@@ -1040,15 +1082,15 @@ def extra_cases() -> list[dict]:
 # 5. The production clock (TIME), real expiry, and the NOSCRIPT fallback
 # ------------------------------------------------------------------------------------------
 
-def check_production(conn: Conn, failures: list) -> int:
-    script = Script(conn, script_text())
+def check_production(conn: Conn, failures: list, mode: str) -> int:
+    script = Function(conn) if mode == "function" else Script(conn, script_text())
     checks = 0
 
     def ok(cond, what):
         nonlocal checks
         checks += 1
         if not cond:
-            failures.append(f"production: {what}")
+            failures.append(f"production [{mode}]: {what}")
 
     def prod(keys, op, cost, quotas):
         models = [make_model(parse_quota(q), 0, TICK_NS) for q in quotas]
@@ -1107,14 +1149,32 @@ def check_production(conn: Conn, failures: list) -> int:
     # Composite on real time: one reading for every part.
     keys = ["sg:{prod-c}:a", "sg:{prod-c}:b"]
     models, r = prod(keys, "acquire", 1, ["10/s", "3/s; algorithm=fixed_window"])
-    ok(r[0] == 0 and r[2] == 1 and r[4] == "2", f"composite {r}")
+    ok(r[0] == 0 and r[2] == 1 and r[4] == 2 and len(r) == 17, f"composite {r}")
 
-    # EVALSHA -> NOSCRIPT -> EVAL.
-    conn.call("SCRIPT", "FLUSH")
-    n = script.fallbacks
-    (m,), r = prod(["sg:{prod}:flush"], "acquire", 1, ["10/s"])
-    ok(script.fallbacks == n + 1 and r[0] == 0, "NOSCRIPT fallback")
-    ok(conn.call("SCRIPT", "EXISTS", script.sha) == [1], "EVAL cached the script again")
+    if mode == "eval":
+        # EVALSHA -> NOSCRIPT -> EVAL.
+        conn.call("SCRIPT", "FLUSH")
+        n = script.fallbacks
+        (m,), r = prod(["sg:{prod}:flush"], "acquire", 1, ["10/s"])
+        ok(script.fallbacks == n + 1 and r[0] == 0, "NOSCRIPT fallback")
+        ok(conn.call("SCRIPT", "EXISTS", script.sha) == [1], "EVAL cached the script again")
+    else:
+        # FCALL -> 'Function not found' -> FUNCTION LOAD -> FCALL; loading twice is refused.
+        conn.call("FUNCTION", "FLUSH")
+        n = script.fallbacks
+        (m,), r = prod(["sg:{prod}:flush"], "acquire", 1, ["10/s"])
+        ok(script.fallbacks == n + 1 and r[0] == 0, "Function not found fallback")
+        again = conn.pipeline([["FUNCTION", "LOAD", script.text]])[0]
+        ok(isinstance(again, RedisError) and "already exists" in str(again), f"second load: {again}")
+        # The read-only variant peeks (a replica may serve it) and refuses anything else.
+        spec = make_model(parse_quota("10/s"), 0, TICK_NS).spec()
+        r = script(["sg:{prod}:flush"], ["peek", 1, "", "", spec], "FCALL_RO", "_ro")
+        ok(r[0] == 0 and r[2] == 1 and r[4] == 8, f"FCALL_RO peek (one taken, one asked): {r}")
+        try:
+            script(["sg:{prod}:flush"], ["acquire", 1, "", "", spec], "FCALL_RO", "_ro")
+            ok(False, "FCALL_RO acquired")
+        except RedisError as e:
+            ok("only peeks" in str(e), f"FCALL_RO acquire: {e}")
 
     # Malformed calls are errors naming sluicegate, and write nothing.
     for args in (["take", 1, "", ""], ["acquire", "x", "", ""], ["acquire", 1, "", "", "tb 0 1 1 1"],
@@ -1203,56 +1263,54 @@ def main() -> int:
         Path(args.dump_extra).write_text(json.dumps(
             {"format": 1, "cases": [c for c in extras if "quota" in c],
              "composite_cases": [c for c in extras if "quotas" in c]}, indent=1) + "\n")
+    vector_cases, skipped = [], 0
+    for f in ("vectors.json", "algorithms.json"):
+        for c in load_cases(ROOT / "conformance" / f):
+            if "quota_error" in c:
+                skipped += 1          # the rate-string parser is the Rust side's, not the script's
+            else:
+                vector_cases.append(c)
+    sim = [c for c in vector_cases + extras if monotonic(c) and starts_full(c)]
+
     server = Server()
     t0 = time.monotonic()
+    failures: list[str] = []
     try:
         conn = Conn(server.port)
         version = re.search(r"redis_version:(\S+)", server.version)
         print(f"redis-server {version.group(1) if version else '?'} on 127.0.0.1:{server.port}")
-        chk = Checker(conn)
-        print(f"script: {len(chk.script.text)} bytes, sha1 {chk.script.sha}")
-
-        failures: list[str] = []
+        print(f"library: {function_name()}, EVAL form {len(script_text())} bytes")
         n = check_int_library(conn, failures)
         print(f"int.lua: {n} random operations against Python integers, {len(failures)} wrong")
-
-        vector_cases = []
-        skipped = 0
-        for f in ("vectors.json", "algorithms.json"):
-            for c in load_cases(ROOT / "conformance" / f):
-                if "quota_error" in c:
-                    skipped += 1          # the rate-string parser is the Rust side's, not the script's
-                else:
-                    vector_cases.append(c)
-        for c in vector_cases:
-            chk.run_case(c)
-        s = dict(chk.stats)
-        print(f"vectors: {s['cases']} cases, {s['steps']} steps, {s['decisions_compared']} decisions equal "
-              f"to the vectors; {skipped} quota_error cases are the parser's (not run); "
-              f"{len(chk.failures)} cases failed")
-
-        for c in extras:
-            chk.run_case(c)
-        print(f"extra: {len(extras)} cases (clocks 2^52 ns .. the century, large reduced rates), "
-              f"{chk.stats['steps'] - s['steps']} steps; {len(chk.failures)} cases failed so far")
-
-        sim = [c for c in vector_cases + extras if monotonic(c) and starts_full(c)]
-        for c in sim:
-            chk.run_case(c, simulate_expiry=True)
-        print(f"expiry simulated: {len(sim)} monotonic cases replayed with keys deleted once expired "
-              f"({chk.stats['simulated_expiries']} deletions); {len(chk.failures)} cases failed so far")
-
-        n = check_production(conn, failures)
-        print(f"production clock: {n} checks")
-        for k, v in chk.stats.items():
-            print(f"  {k}: {v}")
+        for mode in ("function", "eval"):
+            chk = Checker(conn, mode)
+            for c in vector_cases:
+                chk.run_case(c)
+            s = dict(chk.stats)
+            print(f"[{mode}] vectors: {s['cases']} cases, {s['steps']} steps, {s['decisions_compared']} "
+                  f"decisions equal to the vectors ({skipped} quota_error cases are the parser's, not run); "
+                  f"{len(chk.failures)} cases failed")
+            for c in extras:
+                chk.run_case(c)
+            print(f"[{mode}] extra: {len(extras)} cases (clocks 2^52 ns .. the century, large reduced rates), "
+                  f"{chk.stats['steps'] - s['steps']} steps; {len(chk.failures)} cases failed so far")
+            for c in sim:
+                chk.run_case(c, simulate_expiry=True)
+            print(f"[{mode}] expiry simulated: {len(sim)} monotonic cases replayed with keys deleted once "
+                  f"expired ({chk.stats['simulated_expiries']} deletions); {len(chk.failures)} cases failed so far")
+            print(f"[{mode}] " + ", ".join(f"{k} {v}" for k, v in chk.stats.items()))
+            failures += [f"[{mode}] {f}" for f in chk.failures]
+            conn.call("FLUSHALL")
+        for mode in ("function", "eval"):
+            n = check_production(conn, failures, mode)
+            print(f"[{mode}] production clock: {n} checks")
+            conn.call("FLUSHALL")
         if args.bench:
             for line in bench(conn, server.port):
                 print("bench: " + line)
         conn.close()
     finally:
         server.stop()
-    failures = failures + chk.failures
     for f in failures[:40]:
         print("FAIL " + f)
     print(f"{time.monotonic() - t0:.1f} s")

@@ -1,8 +1,10 @@
--- sluicegate: the entry point, the last part of the script (SCRIPTS.md, "Calling
--- convention"). One call decides one request over one or more buckets (a composite limit is
--- several KEYS), all-or-nothing and atomically.
+-- sluicegate: the request (SCRIPTS.md, "Calling convention"). One call decides one request
+-- over one or more buckets (a composite limit is several KEYS), all-or-nothing, atomically:
 --
+--   FCALL name n key_1 .. key_n op cost bound test_clock spec_1 .. spec_n
 --   EVALSHA sha n key_1 .. key_n op cost bound test_clock spec_1 .. spec_n
+--
+-- entry_function.lua or entry_eval.lua follows this file and calls run.
 
 local ALGOS = { tb = TB, ti = TI, gcra = GC, fw = FW, sw = SW, sl = LOG, lq = LQ }
 
@@ -36,6 +38,9 @@ end
 
 local function flag(b) if b then return 1 end return 0 end
 
+-- A figure in a reply: an integer reply below 2^53, else a string of decimal digits.
+local function R(x) if type(x) == 'number' then return x end return S(x) end
+
 local function run(keys, argv)
   local op = argv[1]
   if op ~= 'acquire' and op ~= 'peek' and op ~= 'refund' then
@@ -60,7 +65,7 @@ local function run(keys, argv)
   if op ~= 'refund' then
     for i = 1, n do
       local cap = parts[i].A.cap(parts[i].P)
-      if lt(cap, cost) then return { 1, S(t), i, S(cap) } end  -- insufficient capacity
+      if lt(cap, cost) then return { 1, R(t), i, R(cap) } end  -- insufficient capacity
     end
   end
 
@@ -135,7 +140,7 @@ local function run(keys, argv)
     end
   end
 
-  if op == 'refund' then return { 0, S(t) } end
+  if op == 'refund' then return { 0, R(t) } end
 
   -- The tightest part (least remaining, the first on ties), the longest waits.
   local tight = ds[1]
@@ -146,16 +151,16 @@ local function run(keys, argv)
     retry = imax(retry, d[4])
     reset = imax(reset, d[5])
   end
-  local out = { 0, S(t), flag(allowed), S(tight[2]), S(tight[3]), S(retry), S(reset) }
-  for i = 1, n do
-    local d = ds[i]
-    out[#out + 1] = flag(d[1])
-    out[#out + 1] = S(d[2])
-    out[#out + 1] = S(d[3])
-    out[#out + 1] = S(d[4])
-    out[#out + 1] = S(d[5])
+  local out = { 0, R(t), flag(allowed), R(tight[2]), R(tight[3]), R(retry), R(reset) }
+  if n > 1 then
+    for i = 1, n do
+      local d = ds[i]
+      out[#out + 1] = flag(d[1])
+      out[#out + 1] = R(d[2])
+      out[#out + 1] = R(d[3])
+      out[#out + 1] = R(d[4])
+      out[#out + 1] = R(d[5])
+    end
   end
   return out
 end
-
-return run(KEYS, ARGV)
