@@ -7,8 +7,8 @@
 
 local GC = {}
 
-function GC.parse(f)
-  need_fields(f, 4, 'gcra')
+function GC.parse(rest)
+  local f = need_fields(rest, 4, 'gcra')
   local P = { k = f[1], t = f[2], b = f[3], i = f[4] }
   positive(P.k, 'k'); positive(P.t, 'T'); positive(P.b, 'b')
   if lt(P.b, P.i) then fail('initial exceeds burst') end

@@ -10,10 +10,10 @@
 -- decide/refund return a plan (what to change) instead of a new state; store applies it.
 
 local LOG = {}
-local LOG_BATCH = 32
+local LOG_BATCH = 64
 
-function LOG.parse(f)
-  need_fields(f, 2, 'sl')
+function LOG.parse(rest)
+  local f = need_fields(rest, 2, 'sl')
   local P = { n = f[1], w = f[2] }
   positive(P.n, 'N'); positive(P.w, 'W')
   return P
@@ -35,17 +35,25 @@ local function log_len(st)
   return st.len
 end
 
--- Run i (1 = oldest) as { ts, units }.
+-- Run i (1 = oldest) as { ts, units }. Runs are fetched in batches that double from 2 (most
+-- decisions read one run from each end) and parsed when first read.
 local function log_run(st, i)
   local r = st.runs[i]
-  if r then return r end
-  local got = redis.call('LRANGE', st.key, i, i + LOG_BATCH - 1)
-  for j, text in ipairs(got) do
-    st.runs[i + j - 1] = words(text, 2)
+  if type(r) == 'table' then return r end
+  if r == nil then
+    local size = st.batch or 2
+    st.batch = size * 2
+    if size > LOG_BATCH then size = LOG_BATCH end
+    local got = redis.call('LRANGE', st.key, i, i + size - 1)
+    for j, text in ipairs(got) do
+      if st.runs[i + j - 1] == nil then st.runs[i + j - 1] = text end
+    end
+    if #got < size then st.len = i + #got - 1 end
+    r = st.runs[i]
+    if r == nil then fail('corrupt sliding log') end
   end
-  if #got < LOG_BATCH then st.len = i + #got - 1 end
-  r = st.runs[i]
-  if not r then fail('corrupt sliding log') end
+  r = words(r, 2)
+  st.runs[i] = r
   return r
 end
 

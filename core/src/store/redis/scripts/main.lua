@@ -53,12 +53,10 @@ local function run(keys, argv)
   if argv[3] ~= '' then bound = N(argv[3]) end
   local parts = {}
   for i = 1, n do
-    local f = {}
-    for w in argv[4 + i]:gmatch('%S+') do f[#f + 1] = w end
-    local A = ALGOS[f[1] or '']
+    local name, rest = argv[4 + i]:match('^(%l+) (.*)$')
+    local A = ALGOS[name or '']
     if not A then fail('unknown algorithm in spec: ' .. argv[4 + i]) end
-    table.remove(f, 1)
-    parts[i] = { A = A, P = A.parse(f), key = keys[i] }
+    parts[i] = { A = A, P = A.parse(rest), key = keys[i] }
   end
   local t, tpm, base = clock(argv[4])
 

@@ -7,8 +7,8 @@
 
 local LQ = {}
 
-function LQ.parse(f)
-  need_fields(f, 3, 'lq')
+function LQ.parse(rest)
+  local f = need_fields(rest, 3, 'lq')
   local P = { k = f[1], p = f[2], d = f[3] }
   positive(P.k, 'k'); positive(P.p, 'p')
   P.dk = mul(P.d, P.k)

@@ -27,9 +27,20 @@ local function words(s, n)
   return out
 end
 
-local function need_fields(f, n, name)
-  if #f ~= n then fail(name .. ' takes ' .. n .. ' parameters, got ' .. #f) end
-  for i = 1, n do f[i] = N(f[i]) end
+-- The n decimal fields of a spec's parameters (the text after the algorithm's name).
+local SPEC_PATTERNS = {}
+local function need_fields(rest, n, name)
+  local pat = SPEC_PATTERNS[n]
+  if not pat then
+    pat = '^' .. string.rep('(%d+) ', n - 1) .. '(%d+)$'
+    SPEC_PATTERNS[n] = pat
+  end
+  local f = { rest:match(pat) }
+  if #f ~= n then fail(name .. ' takes ' .. n .. ' decimal parameters: ' .. rest) end
+  for i = 1, n do
+    local s = f[i]
+    if #s <= 15 then f[i] = tonumber(s) else f[i] = N(s) end   -- digits only, by the pattern
+  end
   return f
 end
 
@@ -44,8 +55,8 @@ end
 --------------------------------------------------------------------------------------------
 local TB = {}
 
-function TB.parse(f)
-  need_fields(f, 4, 'tb')
+function TB.parse(rest)
+  local f = need_fields(rest, 4, 'tb')
   local P = { k = f[1], p = f[2], b = f[3], i = f[4] }
   positive(P.k, 'k'); positive(P.p, 'p'); positive(P.b, 'b')
   if lt(P.b, P.i) then fail('initial exceeds burst') end
@@ -90,8 +101,8 @@ end
 --------------------------------------------------------------------------------------------
 local TI = {}
 
-function TI.parse(f)
-  need_fields(f, 5, 'ti')
+function TI.parse(rest)
+  local f = need_fields(rest, 5, 'ti')
   local P = { k = f[1], p = f[2], b = f[3], i = f[4], o = f[5] }
   positive(P.k, 'k'); positive(P.p, 'P'); positive(P.b, 'b')
   if lt(P.b, P.i) then fail('initial exceeds burst') end

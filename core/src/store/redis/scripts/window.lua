@@ -10,8 +10,8 @@ local function win_at(W, j, t)
   return j, mul(j, W)
 end
 
-local function win_params(f, name)
-  need_fields(f, 2, name)
+local function win_params(rest, name)
+  local f = need_fields(rest, 2, name)
   local P = { n = f[1], w = f[2] }
   positive(P.n, 'N'); positive(P.w, 'W')
   return P
@@ -22,7 +22,7 @@ end
 --------------------------------------------------------------------------------------------
 local FW = {}
 
-function FW.parse(f) return win_params(f, 'fw') end
+function FW.parse(rest) return win_params(rest, 'fw') end
 function FW.cap(P) return P.n end
 function FW.creates(P) return false end
 function FW.fresh(P, t) return { fdiv(t, P.w), 0 } end
@@ -70,7 +70,7 @@ end
 --------------------------------------------------------------------------------------------
 local SW = {}
 
-function SW.parse(f) return win_params(f, 'sw') end
+function SW.parse(rest) return win_params(rest, 'sw') end
 function SW.cap(P) return P.n end
 function SW.creates(P) return false end
 function SW.fresh(P, t) return { fdiv(t, P.w), 0, 0 } end
