@@ -14,6 +14,7 @@ function GC.parse(rest)
   if lt(P.b, P.i) then fail('initial exceeds burst') end
   P.tau = mul(P.b, P.t)                       -- the tolerance b * T
   P.init = mul(sub(P.b, P.i), P.t)
+  P.fast = type(P.k) == 'number' and type(P.tau) == 'number' and P.tau < TWO53 / 2
   return P
 end
 
@@ -26,6 +27,28 @@ GC.store = TB.store
 function GC.full_at(P, tat) return tat, P.k end
 
 function GC.decide(P, tat, t, cost)
+  if FAST and P.fast and type(tat) == 'number' and type(t) == 'number' then
+    -- Every value below is at most max(TAT, t*k) + 2 * tau, checked to be below 2^53.
+    local now, tau, T = t * P.k, P.tau, P.t
+    local top = tat
+    if now > top then top = now end
+    if now < TWO53 and top + 2 * tau < TWO53 then
+      local arrival = now
+      if tat - tau > arrival then arrival = tat - tau end
+      local start = tat
+      if arrival > start then start = arrival end
+      local new_tat = start + cost * T
+      local after = new_tat - arrival
+      if after <= tau then
+        local new = nil
+        if cost ~= 0 then new = new_tat end
+        return { true, P.b, nfloor(tau - after, T), 0, nceil(after, P.k) }, new
+      end
+      local backlog = start - arrival
+      return { false, P.b, nfloor(tau - backlog, T), nceil(after - tau, P.k),
+               nceil(backlog, P.k) }, nil
+    end
+  end
   local now = mul(t, P.k)
   -- A reading earlier than TAT - tau is seen as TAT - tau (no more than a full bucket).
   local arrival = imax(now, ssub(tat, P.tau))

@@ -22,9 +22,11 @@ local function clock(test)
     if s < 0 then fail('the server clock reads before 2024-01-01') end
     return s * 1000000 + tonumber(tm[2]), TICKS_PER_MS, EPOCH_MS   -- exact: below 2^53
   end
-  -- Tests only: 'now ticks_per_ms base_ms' (SCRIPTS.md, "Test clock").
-  local now, tpm, base = test:match('^(%d+) (%d+) (%d+)$')
-  if not now then fail('bad test clock: ' .. test) end
+  -- Tests only: 'now ticks_per_ms base_ms', and ' exact' to turn the fast paths off
+  -- (SCRIPTS.md, "Test clock").
+  local now, tpm, base, exact = test:match('^(%d+) (%d+) (%d+)(.*)$')
+  if not now or (exact ~= '' and exact ~= ' exact') then fail('bad test clock: ' .. test) end
+  if exact ~= '' then FAST = false end
   return N(now), N(tpm), N(base)
 end
 
@@ -58,6 +60,7 @@ local function run(keys, argv)
     if not A then fail('unknown algorithm in spec: ' .. argv[4 + i]) end
     parts[i] = { A = A, P = A.parse(rest), key = keys[i] }
   end
+  FAST = true
   local t, tpm, base = clock(argv[4])
 
   if op ~= 'refund' then

@@ -14,6 +14,8 @@ function LQ.parse(rest)
   P.dk = mul(P.d, P.k)
   P.q = add(1, fdiv(P.dk, P.p))
   P.qp = mul(P.q, P.p)
+  local reach = add(P.qp, P.dk)
+  P.fast = type(P.k) == 'number' and type(reach) == 'number' and reach < TWO53 / 4
   return P
 end
 
@@ -34,6 +36,39 @@ end
 
 -- bound: the largest admissible wait in ticks, or nil for D.
 function LQ.decide(P, s, t, cost, bound)
+  if FAST and P.fast and type(s) == 'number' and type(t) == 'number'
+      and (bound == nil or type(bound) == 'number') then
+    -- Every value below is at most max(s, t*k) + 3 * (Q*p + D*k), checked below 2^53.
+    local k, p, qp, dk = P.k, P.p, P.qp, P.dk
+    local now = t * k
+    local top = s
+    if now > top then top = now end
+    if now < TWO53 and top + 3 * (qp + dk) < TWO53 then
+      local limit = dk
+      if bound ~= nil and bound * k < dk then limit = bound * k end  -- a rounded product >= dk
+      local te = now
+      if s - (qp + dk) > te then te = s - (qp + dk) end
+      local function decision(allowed, s2, retry)
+        local ahead = 0
+        if s2 > te then ahead = s2 - te end
+        local floor_at = qp - p
+        if ahead > floor_at then floor_at = ahead end
+        local room = dk + qp - floor_at
+        if room < 0 then room = 0 end
+        return { allowed, P.q, nfloor(room, p), nceil(retry, k), nceil(ahead, k) }
+      end
+      local x = 0
+      if s > te then x = s - te end
+      local wait = x + cost * p - qp
+      if wait < 0 then wait = 0 end
+      if cost == 0 then return decision(true, s, 0), nil end
+      if wait <= limit then
+        local s2 = te + qp + wait
+        return decision(true, s2, wait), s2
+      end
+      return decision(false, s, wait - limit), nil
+    end
+  end
   local limit = P.dk
   if bound ~= nil then limit = imin(mul(bound, P.k), P.dk) end
   local now = mul(t, P.k)

@@ -62,6 +62,8 @@ function TB.parse(rest)
   if lt(P.b, P.i) then fail('initial exceeds burst') end
   P.bp = mul(P.b, P.p)
   P.init = mul(sub(P.b, P.i), P.p)
+  -- The fast path needs k, p and 2 * bp below 2^53 (then cost * p <= bp is too).
+  P.fast = type(P.k) == 'number' and type(P.bp) == 'number' and P.bp < TWO53 / 2
   return P
 end
 
@@ -74,6 +76,28 @@ function TB.store(key, P, f, at) set_word(key, S(f), at) end
 function TB.full_at(P, f) return f, P.k end
 
 function TB.decide(P, f, t, cost)
+  if FAST and P.fast and type(f) == 'number' and type(t) == 'number' then
+    -- Every value below is at most max(F, t*k) + 2 * bp, checked to be below 2^53.
+    local tk = t * P.k
+    local top = f
+    if tk > top then top = tk end
+    local bp = P.bp
+    if tk < TWO53 and top + 2 * bp < TWO53 then
+      local deficit = 0
+      if f > tk then
+        deficit = f - tk
+        if deficit > bp then deficit = bp end
+      end
+      local avail = bp - deficit
+      local need = cost * P.p
+      if need <= avail then
+        local new = nil
+        if cost ~= 0 then new = top + need end
+        return { true, P.b, nfloor(avail - need, P.p), 0, nceil(deficit + need, P.k) }, new
+      end
+      return { false, P.b, nfloor(avail, P.p), nceil(need - avail, P.k), nceil(deficit, P.k) }, nil
+    end
+  end
   local tk = mul(t, P.k)
   -- deficit = F - t_e with the clamp t_e = max(t, F - b/r): never more than a bucket.
   local deficit = 0
@@ -106,6 +130,11 @@ function TI.parse(rest)
   local P = { k = f[1], p = f[2], b = f[3], i = f[4], o = f[5] }
   positive(P.k, 'k'); positive(P.p, 'P'); positive(P.b, 'b')
   if lt(P.b, P.i) then fail('initial exceeds burst') end
+  -- The fast path needs every wait, (floor(b/k) + 2) periods, below 2^52 (then the
+  -- boundaries it adds to a reading below 2^52 stay below 2^53).
+  local span = mul(add(fdiv(P.b, P.k), 2), P.p)
+  P.fast = type(span) == 'number' and span < TWO53 / 2 and type(P.o) == 'number'
+    and type(P.k) == 'number' and type(P.b) == 'number' and P.b < TWO53 / 2
   return P
 end
 
@@ -146,7 +175,42 @@ function TI.full_at(P, s)
   return ti_boundary(P, add(n, cdiv(sub(P.b, tau), P.k))), 1
 end
 
+-- ti_at and ti_wait in doubles, for readings and states within 2^52 ticks.
+local function ti_fast(P, s, t, cost)
+  local n, tau = s[1], s[2]
+  local k, p, b, o = P.k, P.p, P.b, P.o
+  local start = o + n * p
+  if start >= TWO53 / 2 then return nil end
+  local pe, tokens, te = n, tau, t
+  if t < start + p then
+    if t < start then te = start end
+  else
+    pe = 0
+    if t > o then pe = nfloor(t - o, p) end
+    local added = k * (pe - n)       -- a double: rounded up to b or more when it is large
+    if added >= b then tokens = b else tokens = tau + added end
+    if tokens > b then tokens = b end
+  end
+  local base = o + pe * p
+  local function wait(need)
+    if need == 0 then return 0 end
+    return base + nceil(need, k) * p - te
+  end
+  if cost <= tokens then
+    local rem = tokens - cost
+    local new = nil
+    if cost ~= 0 then new = { pe, rem } end
+    return { true, b, rem, 0, wait(b - rem) }, new
+  end
+  return { false, b, tokens, wait(cost - tokens), wait(b - tokens) }, nil
+end
+
 function TI.decide(P, s, t, cost)
+  if FAST and P.fast and type(t) == 'number' and t < TWO53 / 2 and type(s[1]) == 'number'
+      and type(s[2]) == 'number' then
+    local d, new = ti_fast(P, s, t, cost)
+    if d then return d, new end
+  end
   local pe, tokens, te = ti_at(P, s, t)
   if le(cost, tokens) then
     local rem = sub(tokens, cost)

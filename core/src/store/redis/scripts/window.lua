@@ -14,7 +14,22 @@ local function win_params(rest, name)
   local f = need_fields(rest, 2, name)
   local P = { n = f[1], w = f[2] }
   positive(P.n, 'N'); positive(P.w, 'W')
+  -- The fast paths need N * W * 3 below 2^53 (the sliding window's weighted sums, and the
+  -- fixed window's counts) and readings within 2^52 - 2W.
+  local nw = mul(mul(P.n, P.w), 3)
+  P.fast = type(nw) == 'number' and nw < TWO53
   return P
+end
+
+-- (index, t_e) in doubles for a reading and a state index whose windows end below 2^52.
+local function win_fast(W, j, t)
+  if type(t) ~= 'number' or type(j) ~= 'number' or t + 2 * W >= TWO53 / 2
+      or (j + 2) * W >= TWO53 / 2 then
+    return nil
+  end
+  local index = nfloor(t, W)
+  if j <= index then return index, t end
+  return j, j * W
 end
 
 --------------------------------------------------------------------------------------------
@@ -43,6 +58,22 @@ local function fw_at(P, s, t)
 end
 
 function FW.decide(P, s, t, cost)
+  if FAST and P.fast and type(s[2]) == 'number' then
+    local index, te = win_fast(P.w, s[1], t)
+    if index then
+      local n, used = P.n, 0
+      if index == s[1] then used = s[2] end
+      local to_next = (index + 1) * P.w - te
+      local used2 = used + cost
+      if used2 <= n then
+        local reset, new = to_next, nil
+        if used2 == 0 then reset = 0 end
+        if cost ~= 0 then new = { index, used2 } end
+        return { true, n, n - used2, 0, reset }, new
+      end
+      return { false, n, n - used, to_next, to_next }, nil
+    end
+  end
   local index, used, te = fw_at(P, s, t)
   local to_next = sub(mul(add(index, 1), P.w), te)
   local used2 = add(used, cost)
@@ -125,6 +156,46 @@ local function sw_retry(P, v, cost)
 end
 
 function SW.decide(P, s, t, cost)
+  if FAST and P.fast and type(s[2]) == 'number' and type(s[3]) == 'number' then
+    local index, te = win_fast(P.w, s[1], t)
+    if index then
+      local n, w = P.n, P.w
+      local prev, curr = 0, 0
+      if index == s[1] then
+        prev, curr = s[2], s[3]
+      elseif index == s[1] + 1 then
+        prev = s[3]
+      end
+      local e = te - index * w
+      local function remaining(c)
+        local r = n - c - nceil(prev * (w - e), w)
+        if r < 0 then return 0 end
+        return r
+      end
+      local function reset(pv, c)
+        if c ~= 0 then return (index + 2) * w - te end
+        if pv ~= 0 then return (index + 1) * w - te end
+        return 0
+      end
+      local c2 = curr + cost
+      if prev * (w - e) + c2 * w <= n * w then
+        local new = nil
+        if cost ~= 0 then new = { index, prev, c2 } end
+        return { true, n, remaining(c2), 0, reset(prev, c2) }, new
+      end
+      local retry
+      if c2 <= n then
+        local room = nfloor((n - c2) * w, prev)
+        if room > w then room = w end
+        retry = index * w + (w - room) - te
+      else
+        local room = nfloor((n - cost) * w, curr)
+        if room > w then room = w end
+        retry = (index + 1) * w + (w - room) - te
+      end
+      return { false, n, remaining(curr), retry, reset(prev, curr) }, nil
+    end
+  end
   local v = sw_view(P, s, t)
   local weighted = mul(v.prev, sub(P.w, v.e))
   local curr = add(v.curr, cost)
