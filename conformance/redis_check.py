@@ -2,31 +2,34 @@
 """Prove the Redis store's Lua scripts exact against a real redis-server.
 
     python3 conformance/redis_check.py            # every check below; exit 1 on any mismatch
-    python3 conformance/redis_check.py --bench    # also measure decisions/s (SCRIPTS.md)
+    python3 conformance/redis_check.py --quick    # the same without the extra cases
+    python3 conformance/redis_check.py --bench    # also measure calls/s (SCRIPTS.md)
     python3 conformance/redis_check.py --dump-extra FILE   # write the extra cases as JSON
 
 It starts its own `redis-server` (from PATH, or $REDIS_SERVER) on a free loopback port with
-no persistence, loads the script of core/src/store/redis/scripts/ (the concatenation that
-SCRIPTS.md specifies), and:
+no persistence, loads both forms of the script of core/src/store/redis/scripts/ (FUNCTION LOAD
+and EVAL, assembled as SCRIPTS.md specifies), stops the server at the end, and:
 
 1. checks the exact-integer library (int.lua) against Python's integers on random operands
    of 1 to 80 digits, and on the edges around 2^53 and the limb base;
 2. runs every case of conformance/vectors.json and conformance/algorithms.json (composite
-   cases included) through the script with the test clock, each case on fresh keys, and
-   compares every decision field with the vector, each part of a composite with the model
-   below, and after every step the key's whole Redis value and its expiry (PEXPIRETIME) with
-   the model's state encoding and full-at instant; a rejection, a peek and a cost-0 request
-   must leave the key as it was (besides creating an absent bucket with initial < burst);
-   every acquire is also sent first as the read-only `peek` op, which must agree and write
-   nothing;
-3. runs extra cases kept here (large clocks from 2^52 ns to the century horizon, large
-   reduced rates such as 1000003/hour and 1000/7s, counts near 2^62), with expectations from
-   the model, which the vectors above validate;
-4. replays every monotonic vector case whose buckets start full with Redis expiry simulated
-   (a key is deleted once its PEXPIRETIME has passed on the test clock): decisions must not
-   change, so expiry never loses state;
-5. checks the production clock (TIME): the reading, PEXPIREAT on real time, a key really
-   expiring, and the EVALSHA -> NOSCRIPT -> EVAL fallback.
+   cases included) with the test clock in nanoseconds, each case on fresh keys, once by FCALL
+   with the fast paths and once by EVALSHA on the exact (limb) path only, and compares every
+   decision field with the vector, each part of a composite with the model below, and after
+   every step the key's whole Redis value and its expiry (PEXPIRETIME) with the model's state
+   encoding and full-at instant; a rejection, a peek and a cost-0 request must leave the key as
+   it was (besides creating an absent bucket with initial < burst); every acquire is also sent
+   first as the read-only `peek` op, which must agree and write nothing;
+3. runs extra cases kept here (readings from 2^52 ns to the century horizon, large reduced
+   rates such as 1000003/hour and 1000/7s, counts near 2^62, costs above 2^53, bounded
+   leaky-queue reservations: a step's optional `max_wait_ns`), with expectations from the
+   models, which the vectors above validate;
+4. replays every monotonic case whose buckets start full with Redis expiry simulated (a key is
+   deleted once its PEXPIRETIME has passed on the test clock): decisions must not change, so
+   expiry never loses state;
+5. checks the production clock (TIME): the reading, states and PEXPIREAT on real time, a key
+   really expiring, the EVALSHA -> NOSCRIPT -> EVAL and FCALL -> FUNCTION LOAD fallbacks,
+   FCALL_RO, and malformed calls.
 
 Standard library only (Python 3.11+). The models below are the Rust core's codecs
 (core/src/algorithm.rs, gcra.rs, window.rs, queue.rs, log.rs) in Python integers, with the
