@@ -534,17 +534,22 @@ class LQm:
 
 
 class SLm:
-    """Sliding log: state (last, total, runs) with runs ((ts, units), ...) oldest first (log.rs)."""
+    """Sliding log: state (last, total, runs, base) with runs ((ts, units), ...) oldest first
+    (log.rs); base, the units of the runs dropped so far, is the store's running count."""
 
     def __init__(self, n, w): self.n, self.w = n, w
     def spec(self): return f"sl {self.n} {self.w}"
     def cap(self): return self.n
     def creates(self): return False
-    def fresh(self, t): return (t, 0, ())
+    def fresh(self, t): return (t, 0, (), 0)
 
     def enc(self, s):
-        last, total, runs = s
-        return ("list", "|".join([f"{last} {total}"] + [f"{ts} {u}" for ts, u in runs]))
+        last, _, runs, base = s
+        out, cum = [f"{last} {base}"], base
+        for ts, u in runs:
+            cum += u
+            out.append(f"{ts} {cum}")
+        return ("list", "|".join(out))
 
     def expired(self, runs, te):
         units = 0
@@ -558,7 +563,7 @@ class SLm:
         return max(runs[-1][0] + self.w - te, 0) if runs else 0
 
     def decide(self, s, t, c, bound=None):
-        last, total, runs = s
+        last, total, runs, base = s
         te = max(t, last)
         gone_runs, gone = self.expired(runs, te)
         live = total - gone
@@ -572,7 +577,7 @@ class SLm:
                     r[-1] = (te, r[-1][1] + c)
                 else:
                     r.append((te, c))
-                new = (te, after, tuple(r))
+                new = (te, after, tuple(r), base + gone)
             return (True, self.n, self.n - after, 0, reset), new
         need = live + c - self.n
         expiry = te
@@ -584,7 +589,7 @@ class SLm:
         return (False, self.n, self.n - live, expiry + self.w - te, self.newest_expiry(runs, te)), None
 
     def refund(self, s, t, c):
-        last, total, runs = s
+        last, total, runs, base = s
         te = max(t, last)
         live = total - self.expired(runs, te)[1]
         left = min(c, live)
@@ -599,10 +604,10 @@ class SLm:
                 break
             left -= u
             r.pop()
-        return (last, total, tuple(r))
+        return (last, total, tuple(r), base)
 
     def full_at(self, s):
-        last, _, runs = s
+        last, _, runs, _ = s
         return (max(last, runs[-1][0] + self.w) if runs else last), 1
 
     def is_full(self, s, t):
@@ -1024,6 +1029,31 @@ def walk(rng: random.Random, quotas: list, start: int, n: int, keys=None) -> lis
     return steps
 
 
+def log_walk(rng: random.Random, quota: str, start: int, n: int) -> list:
+    """Mostly unit requests a little apart, so that a sliding log holds hundreds of runs; now
+    and then a large request (its wait found deep in the log), a refund, or a gap that expires
+    part of the log."""
+    q = parse_quota(quota)
+    N, W = q["k"], q["P"]
+    steps, t = [], start
+    for _ in range(n):
+        r = rng.random()
+        if r < 0.03:
+            t += rng.randrange(W // 4, W)
+        else:
+            t += rng.randrange(1, max(2, 2 * W // N))
+        if r < 0.88:
+            s = {"t_ns": t, "op": "acquire", "cost": 1}
+        elif r < 0.91:
+            s = {"t_ns": t, "op": "acquire", "cost": rng.randint(2, N)}
+        elif r < 0.94:
+            s = {"t_ns": t, "op": "refund", "cost": rng.randint(1, N // 10)}
+        else:
+            s = {"t_ns": max(start, t - rng.randrange(W)), "op": "acquire", "cost": rng.choice([0, 1])}
+        steps.append(s)
+    return steps
+
+
 def expect_steps(quotas: list, start: int, keyed: bool, steps: list) -> list:
     """The model's decisions for a case (vectors format), the store's creation rule included."""
     buckets = {}
@@ -1074,6 +1104,11 @@ def extra_cases() -> list[dict]:
             add(f"extra_{qi}_{si}", [quota], start, False, walk(rng, [quota], start, 40))
         start = 100 * TWO53 + rng.randrange(10**12)
         add(f"extra_{qi}_keyed", [quota], start, True, walk(rng, [quota], start, 45, ["a", "b", "c"]))
+    # Long logs: hundreds of runs, so that the binary searches over runs go deep.
+    for li, (quota, start) in enumerate([("1000/7s; algorithm=sliding_log", TWO52 + 99),
+                                         ("500/s; algorithm=sliding_log", 10**18 + 3),
+                                         ("300/min; algorithm=sliding_log", TWO53 - 10**9)]):
+        add(f"extra_long_log_{li}", [quota], start, False, log_walk(rng, quota, start, 700))
     for ci, quotas in enumerate(EXTRA_COMPOSITES):
         span = 40 * 4 * max(_scale(parse_quota(q)) for q in quotas) + 10
         for si, start in enumerate([TWO52 + 12345, TWO53 - 777, 2 * 10**18 + 1, CENTURY_NS - span]):
