@@ -1225,6 +1225,11 @@ def check_production(conn: Conn, failures: list, mode: str) -> int:
             ok(False, f"{args} was accepted")
         except RedisError as e:
             ok("sluicegate" in str(e), f"{args}: {e}")
+    try:
+        script(["sg:{prod}:bad", "sg:{prod}:bad"], ["acquire", 1, "", "", "tb 1 1 1 1", "tb 1 1 1 1"])
+        ok(False, "a composite of one key twice was accepted")
+    except RedisError as e:
+        ok("twice" in str(e), f"one key twice: {e}")
     ok(conn.call("EXISTS", "sg:{prod}:bad") == 0, "a malformed call wrote")
     return checks
 

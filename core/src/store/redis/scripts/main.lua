@@ -53,8 +53,10 @@ local function run(keys, argv)
   local cost = N(argv[2])
   local bound = nil
   if argv[3] ~= '' then bound = N(argv[3]) end
-  local parts = {}
+  local parts, seen = {}, {}
   for i = 1, n do
+    if seen[keys[i]] then fail('a key appears twice: ' .. keys[i]) end
+    seen[keys[i]] = true
     local name, rest = argv[4 + i]:match('^(%l+) (.*)$')
     local A = ALGOS[name or '']
     if not A then fail('unknown algorithm in spec: ' .. argv[4 + i]) end
