@@ -1,0 +1,2 @@
+-- sluicegate: the tail of the EVAL form of the script (SCRIPTS.md, "Loading").
+return run(KEYS, ARGV)
