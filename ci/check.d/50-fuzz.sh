@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
-# A short, bounded run of every cargo-fuzz target (FUZZ_SECONDS each, default 20), plus Miri
-# over the core's tests. Both need the nightly toolchain; each part says clearly when it is
-# skipped. The long run is documented in fuzz/README.md.
+# A short, bounded run of every cargo-fuzz target (FUZZ_SECONDS each, default 20). Needs the
+# nightly toolchain and cargo-fuzz, which it installs (into target/tools) when missing, and
+# fails when it cannot. The long run is documented in fuzz/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs="${FUZZ_SECONDS:-20}"
-
-if ! cargo +nightly --version >/dev/null 2>&1; then
-  echo "fuzz: SKIPPED (no nightly toolchain on this machine)"
-  exit 0
-fi
+# shellcheck source=ci/nightly.sh
+. ci/nightly.sh
+need_nightly || { echo "fuzz: 0 passed, 1 failed"; exit 1; }
 
 tools="$PWD/target/tools"
 if [ ! -x "$tools/bin/cargo-fuzz" ]; then
   echo "fuzz: installing cargo-fuzz into target/tools"
   cargo install cargo-fuzz --locked --root "$tools" >/dev/null 2>&1 || {
-    echo "fuzz: SKIPPED (cargo-fuzz could not be installed)"; exit 0; }
+    echo "fuzz: cargo-fuzz could not be installed (cargo install cargo-fuzz)" >&2
+    echo "fuzz: 0 passed, 1 failed"
+    exit 1
+  }
 fi
 export PATH="$tools/bin:$PATH"
 
 cd fuzz
+# The committed lockfile must already be current: a run that rewrote it would leave the tree
+# dirty (and build something other than what was committed).
+cargo +nightly metadata --locked --format-version 1 >/dev/null
 targets=$(cargo +nightly fuzz list)
 passed=0
 for t in $targets; do
@@ -41,11 +45,3 @@ for t in $targets; do
   passed=$((passed + 1))
 done
 echo "fuzz: $passed passed, 0 failed"
-
-cd ..
-if rustup +nightly component list --installed 2>/dev/null | grep -q '^miri'; then
-  echo "miri: core unit and example tests"
-  cargo +nightly miri test -p sluicegate --lib --test examples
-else
-  echo "miri: SKIPPED (the nightly toolchain on this machine has no miri component)"
-fi

@@ -210,7 +210,7 @@ impl Drop for Domain {
 /// Whether the reader's fence can be a compiler fence only (the writer's `membarrier`
 /// covers it); else it is a `SeqCst` fence. Fixed once `init_mode` has run.
 fn light_fence_only() -> bool {
-    #[cfg(all(target_os = "linux", not(sluicegate_loom)))]
+    #[cfg(all(target_os = "linux", not(sluicegate_loom), not(miri)))]
     if membarrier::asymmetric() {
         return true;
     }
@@ -219,7 +219,7 @@ fn light_fence_only() -> bool {
 
 /// The writer's fence; `false` if it could not be issued.
 fn heavy_fence() -> bool {
-    #[cfg(all(target_os = "linux", not(sluicegate_loom)))]
+    #[cfg(all(target_os = "linux", not(sluicegate_loom), not(miri)))]
     if membarrier::asymmetric() {
         return membarrier::barrier();
     }
@@ -229,11 +229,11 @@ fn heavy_fence() -> bool {
 
 /// Decides once per process whether the asymmetric fences are available.
 fn init_mode() {
-    #[cfg(all(target_os = "linux", not(sluicegate_loom)))]
+    #[cfg(all(target_os = "linux", not(sluicegate_loom), not(miri)))]
     membarrier::init();
 }
 
-#[cfg(all(target_os = "linux", not(sluicegate_loom)))]
+#[cfg(all(target_os = "linux", not(sluicegate_loom), not(miri)))]
 mod membarrier {
     use crate::sync::real::{AtomicBool, OnceLock, Ordering};
 
