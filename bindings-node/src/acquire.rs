@@ -70,9 +70,17 @@ impl AcquirePlan {
     }
 }
 
-/// The deadline `maxWaitNs` from now: none when absent.
-fn max_wait(ns: Option<Unknown>) -> std::result::Result<Duration, JsErr> {
-    Ok(u64_opt(ns, "maxWaitNs")?.map_or(Duration::MAX, Duration::from_nanos))
+/// The arguments every start shares: the entry `handle` names, the cost, and the longest wait
+/// (`maxWaitNs` absent: none).
+fn start_args(
+    env: &Env,
+    handle: u32,
+    cost: &Unknown,
+    max_wait_ns: Option<Unknown>,
+) -> std::result::Result<(Arc<Entry>, u64, Duration), JsErr> {
+    let cost = u64_of(cost, "cost")?;
+    let max_wait = u64_opt(max_wait_ns, "maxWaitNs")?.map_or(Duration::MAX, Duration::from_nanos);
+    Ok((env_state(env)?.get(handle)?, cost, max_wait))
 }
 
 /// Starts an acquire of `cost` on the limiter or composite `handle`, within `maxWaitNs`
@@ -84,8 +92,7 @@ pub fn acquire_start(
     cost: Unknown,
     max_wait_ns: Option<Unknown>,
 ) -> std::result::Result<AcquirePlan, JsErr> {
-    let (cost, max_wait) = (u64_of(&cost, "cost")?, max_wait(max_wait_ns)?);
-    let entry = env_state(&env)?.get(handle)?;
+    let (entry, cost, max_wait) = start_args(&env, handle, &cost, max_wait_ns)?;
     let target = match &*entry {
         Entry::Single(l) => Target::Single(l.start_acquire(cost, max_wait)),
         Entry::Composite(parts) => {
@@ -112,8 +119,7 @@ pub fn keyed_acquire_start(
     cost: Unknown,
     max_wait_ns: Option<Unknown>,
 ) -> std::result::Result<AcquirePlan, JsErr> {
-    let (cost, max_wait) = (u64_of(&cost, "cost")?, max_wait(max_wait_ns)?);
-    let entry = env_state(&env)?.get(handle)?;
+    let (entry, cost, max_wait) = start_args(&env, handle, &cost, max_wait_ns)?;
     let plan = entry.keyed()?.start_acquire(cost, max_wait);
     // SAFETY: `key` is an argument of the running call; the closure only copies the bytes.
     let key = unsafe { with_key(key.env(), key.raw(), |k| Box::<[u8]>::from(k)) }?;
