@@ -377,7 +377,7 @@ class KeyedLimiter {
   acquire(key, cost, options) {
     try {
       const [c, maxWaitNs, signal] = acquireArgs(cost, options)
-      return drive(native.keyedAcquireStart(this.#h, key, c, maxWaitNs), signal)
+      return drive(native.acquireStart(this.#h, c, maxWaitNs, key), signal)
     } catch (e) {
       return Promise.reject(e)
     }

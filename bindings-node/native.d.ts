@@ -36,7 +36,7 @@ export declare function keyedAllowNoop(handle: number, key: string | Uint8Array 
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
 /**
- * One pending `acquire()`: made by `acquireStart`/`keyedAcquireStart`, polled by `index.js`.
+ * One pending `acquire()`: made by `acquireStart`, polled by `index.js`.
  * It holds the limiter itself, so a limiter collected while an acquire waits stays alive
  * until the acquire ends.
  */
@@ -75,10 +75,10 @@ export declare class NoopLimiter {
 }
 
 /**
- * Starts an acquire of `cost` on the limiter or composite `handle`, within `maxWaitNs`
- * (absent: no deadline).
+ * Starts an acquire of `cost` within `maxWaitNs` (absent: no deadline) on the limiter or
+ * composite `handle`, or of `key`'s bucket on the keyed limiter `handle`.
  */
-export declare function acquireStart(handle: number, cost: number | bigint, maxWaitNs?: number | bigint): AcquirePlan
+export declare function acquireStart(handle: number, cost: number | bigint, maxWaitNs?: number | bigint, key?: string | Uint8Array | number | bigint): AcquirePlan
 
 /** The canonical form of a rate string (throws as `new Limiter` would). */
 export declare function canonicalQuota(quota: string): string
@@ -105,12 +105,6 @@ export declare function coreHeaders(handle: number, cost: unknown, style: string
 
 /** Whether the limiter's bucket is full now. */
 export declare function isFull(handle: number): boolean
-
-/**
- * Starts an acquire of `cost` of `key`'s bucket on the keyed limiter `handle`, within
- * `maxWaitNs` (absent: no deadline).
- */
-export declare function keyedAcquireStart(handle: number, key: string | Uint8Array | number | bigint, cost: number | bigint, maxWaitNs?: number | bigint): AcquirePlan
 
 /** Forgets every bucket. */
 export declare function keyedClear(handle: number): void

@@ -844,7 +844,6 @@ module.exports.compositeNew = nativeBinding.compositeNew
 module.exports.coreDecisionNs = nativeBinding.coreDecisionNs
 module.exports.coreHeaders = nativeBinding.coreHeaders
 module.exports.isFull = nativeBinding.isFull
-module.exports.keyedAcquireStart = nativeBinding.keyedAcquireStart
 module.exports.keyedClear = nativeBinding.keyedClear
 module.exports.keyedLen = nativeBinding.keyedLen
 module.exports.keyedMaxKeys = nativeBinding.keyedMaxKeys

@@ -168,7 +168,7 @@ test('the low-level calls reject forged handles', () => {
   assert.throws(() => n.keyedAllow(l, 'a', 1), INVALID_ARG, 'a Limiter handle is not a KeyedLimiter')
   assert.throws(() => n.allow(k, 1), INVALID_ARG, 'and the other way round')
   assert.throws(() => n.acquireStart(k, 1), INVALID_ARG, 'a keyed acquire needs its key')
-  assert.throws(() => n.keyedAcquireStart(l, 'a', 1), INVALID_ARG)
+  assert.throws(() => n.acquireStart(l, 1, undefined, 'a'), INVALID_ARG, 'a Limiter takes no key')
   n.release(l)
   assert.throws(() => n.allow(l, 1), INVALID_ARG, 'released')
   n.release(k)

@@ -27,7 +27,7 @@ enum Target {
     Composite(CompositePlan),
 }
 
-/// One pending `acquire()`: made by `acquireStart`/`keyedAcquireStart`, polled by `index.js`.
+/// One pending `acquire()`: made by `acquireStart`, polled by `index.js`.
 /// It holds the limiter itself, so a limiter collected while an acquire waits stays alive
 /// until the acquire ends.
 #[napi]
@@ -70,63 +70,35 @@ impl AcquirePlan {
     }
 }
 
-/// The arguments every start shares: the entry `handle` names, the cost, and the longest wait
-/// (`maxWaitNs` absent: none).
-fn start_args(
-    env: &Env,
-    handle: u32,
-    cost: &Unknown,
-    max_wait_ns: Option<Unknown>,
-) -> std::result::Result<(Arc<Entry>, u64, Duration), JsErr> {
-    let cost = u64_of(cost, "cost")?;
-    let max_wait = u64_opt(max_wait_ns, "maxWaitNs")?.map_or(Duration::MAX, Duration::from_nanos);
-    Ok((env_state(env)?.get(handle)?, cost, max_wait))
-}
-
-/// Starts an acquire of `cost` on the limiter or composite `handle`, within `maxWaitNs`
-/// (absent: no deadline).
-#[napi(ts_args_type = "handle: number, cost: number | bigint, maxWaitNs?: number | bigint")]
+/// Starts an acquire of `cost` within `maxWaitNs` (absent: no deadline) on the limiter or
+/// composite `handle`, or of `key`'s bucket on the keyed limiter `handle`.
+#[napi(
+    ts_args_type = "handle: number, cost: number | bigint, maxWaitNs?: number | bigint, key?: string | Uint8Array | number | bigint"
+)]
 pub fn acquire_start(
     env: Env,
     handle: u32,
     cost: Unknown,
     max_wait_ns: Option<Unknown>,
+    key: Option<Unknown>,
 ) -> std::result::Result<AcquirePlan, JsErr> {
-    let (entry, cost, max_wait) = start_args(&env, handle, &cost, max_wait_ns)?;
-    let target = match &*entry {
-        Entry::Single(l) => Target::Single(l.start_acquire(cost, max_wait)),
-        Entry::Composite(parts) => {
+    let cost = u64_of(&cost, "cost")?;
+    let max_wait = u64_opt(max_wait_ns, "maxWaitNs")?.map_or(Duration::MAX, Duration::from_nanos);
+    let entry = env_state(&env)?.get(handle)?;
+    let target = match (&*entry, key) {
+        (Entry::Single(l), None) => Target::Single(l.start_acquire(cost, max_wait)),
+        (Entry::Composite(parts), None) => {
             Target::Composite(CompositePlan::new(&Entry::parts(parts), cost, max_wait))
         }
-        Entry::Keyed(_) => {
-            return Err(invalid_arg(
-                "expected a Limiter or Composite handle, got a KeyedLimiter's",
-            ))
+        (Entry::Keyed(l), Some(key)) => {
+            // SAFETY: `key` is an argument of the running call; the closure copies the bytes.
+            let key = unsafe { with_key(key.env(), key.raw(), |k| Box::<[u8]>::from(k)) }?;
+            Target::Keyed(key, l.start_acquire(cost, max_wait))
         }
+        (Entry::Keyed(_), None) => return Err(invalid_arg("a KeyedLimiter's acquire needs a key")),
+        (_, Some(_)) => return Err(invalid_arg("only a KeyedLimiter's acquire takes a key")),
     };
     Ok(AcquirePlan { entry, target })
-}
-
-/// Starts an acquire of `cost` of `key`'s bucket on the keyed limiter `handle`, within
-/// `maxWaitNs` (absent: no deadline).
-#[napi(
-    ts_args_type = "handle: number, key: string | Uint8Array | number | bigint, cost: number | bigint, maxWaitNs?: number | bigint"
-)]
-pub fn keyed_acquire_start(
-    env: Env,
-    handle: u32,
-    key: Unknown,
-    cost: Unknown,
-    max_wait_ns: Option<Unknown>,
-) -> std::result::Result<AcquirePlan, JsErr> {
-    let (entry, cost, max_wait) = start_args(&env, handle, &cost, max_wait_ns)?;
-    let plan = entry.keyed()?.start_acquire(cost, max_wait);
-    // SAFETY: `key` is an argument of the running call; the closure only copies the bytes.
-    let key = unsafe { with_key(key.env(), key.raw(), |k| Box::<[u8]>::from(k)) }?;
-    Ok(AcquirePlan {
-        target: Target::Keyed(key, plan),
-        entry,
-    })
 }
 
 /// A composite's plan. A stopgap until the core plans an acquire over borrowed parts: its
