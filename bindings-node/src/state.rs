@@ -13,8 +13,9 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// A keyed limiter over byte keys: strings are keyed by their UTF-8 bytes, Buffers and
-/// Uint8Arrays by their bytes, integer numbers by their decimal digits (see `keys.rs`).
+/// A keyed limiter over byte keys, by the core's key rule: strings are keyed by their UTF-8
+/// bytes, Buffers and Uint8Arrays by their bytes, integers (numbers and BigInts) by their
+/// decimal digits (see `keys.rs`).
 pub type Keyed = KeyedLimiter<Box<[u8]>, AnyClock>;
 
 /// What a handle names.
