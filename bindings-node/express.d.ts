@@ -1,11 +1,9 @@
-import type { Decision, KeyedLimiter, Quota } from './index'
+import type { Decision, Key, KeyedLimiter, OnFull, Quota } from './index'
 
 /** The request, response and next function of Express (structural, so `express` is not a dependency). */
 export interface Request { ip?: string; [key: string]: any }
 export interface Response { status(code: number): Response; send(body?: any): any; set(fields: Record<string, string>): any; [key: string]: any }
 export type NextFunction = (err?: unknown) => void
-
-export type Key = string | Uint8Array | number
 
 export interface Options {
   /** The quota as a rate string or options object (overrides `limit`/`windowMs`/`burst`). */
@@ -22,7 +20,7 @@ export interface Options {
   skip?: (req: Request, res: Response) => boolean | Promise<boolean>
   /** Runs when a request is over the quota (default: `statusCode` and `message`). */
   handler?: (req: Request, res: Response, next: NextFunction, options: Options) => unknown
-  /** `RateLimit*` fields: `'draft-6'` (default, also `true`), `'draft-7'`, `'draft-8'`, or `false`. */
+  /** `RateLimit*` fields, by express-rate-limit's names: `'draft-6'` (default, also `true`), `'draft-7'`, `'draft-8'` (the core's `ietf`), or `false`. */
   standardHeaders?: boolean | 'draft-6' | 'draft-7' | 'draft-8'
   /** `X-RateLimit-*` fields (default true). */
   legacyHeaders?: boolean
@@ -37,7 +35,7 @@ export interface Options {
   /** The most clients held at once (default 2^20). */
   maxKeys?: number
   /** At the bound: `'evict'` the client nearest to full (default) or `'reject'` new clients (an error to `next`). */
-  onFull?: 'evict' | 'reject'
+  onFull?: OnFull
   /** Use this limiter (e.g. one shared between routes) instead of creating one. */
   limiter?: KeyedLimiter
   /** The request property the decision is stored in (default `"rateLimit"`). */
@@ -54,4 +52,4 @@ export interface RateLimitMiddleware {
 
 export declare function rateLimit(options?: Options): RateLimitMiddleware
 export default rateLimit
-export type { Decision }
+export type { Decision, Key }

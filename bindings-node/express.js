@@ -5,7 +5,8 @@
 const { KeyedLimiter, _internal } = require('./index.js')
 
 const { invalidArg } = _internal
-const STYLES = { 'draft-6': 'draft-6', 'draft-7': 'draft-7', 'draft-8': 'draft-8' }
+// express-rate-limit's names for `standardHeaders`, as the core's header styles.
+const STYLES = { 'draft-6': 'draft6', 'draft-7': 'draft7', 'draft-8': 'ietf' }
 const OPTIONS = new Set([
   'quota', 'limit', 'windowMs', 'burst', 'keyGenerator', 'skip', 'handler', 'standardHeaders',
   'legacyHeaders', 'cost', 'statusCode', 'message', 'policy', 'maxKeys', 'onFull', 'limiter',
@@ -48,9 +49,10 @@ function rateLimit(options = {}) {
     ...options,
   }
   let style = opts.standardHeaders
-  if (style === true) style = 'draft-6'
+  if (style === true) style = STYLES['draft-6']
   else if (style === false) style = null
-  else if (STYLES[style] === undefined) throw invalidArg('standardHeaders must be true, false, "draft-6", "draft-7" or "draft-8"')
+  else if (Object.hasOwn(STYLES, style)) style = STYLES[style]
+  else throw invalidArg('standardHeaders must be true, false, "draft-6", "draft-7" or "draft-8"')
   const legacy = Boolean(opts.legacyHeaders)
   for (const f of ['keyGenerator', 'handler']) {
     if (typeof opts[f] !== 'function') throw invalidArg(`${f} must be a function`)
@@ -59,7 +61,7 @@ function rateLimit(options = {}) {
   const limiter =
     opts.limiter ??
     new KeyedLimiter(
-      opts.quota ?? { limit: opts.limit, windowMs: opts.windowMs, ...(opts.burst === undefined ? {} : { burst: opts.burst }) },
+      opts.quota ?? { count: opts.limit, periodMs: opts.windowMs, ...(opts.burst === undefined ? {} : { burst: opts.burst }) },
       { maxKeys: opts.maxKeys, onFull: opts.onFull },
     )
   const { cost, policy, requestPropertyName: prop } = opts

@@ -8,18 +8,19 @@ export { ManualClock }
 /** An integer that is a `number` while it is a safe integer, else a `bigint` (exact). */
 export type Int = number | bigint
 
-/** A quota as an options object (`rate`/`limit` tokens per `periodMs`/`windowMs`/`periodNs`). */
+/**
+ * A quota as an options object: `count` tokens per `periodMs` (or `periodNs`). The core checks
+ * every value; a `refill` or `algorithm` outside its names is `ERR_SLUICEGATE_INVALID_OPTION`.
+ */
 export interface QuotaOptions {
-  rate?: Int
-  limit?: Int
+  count: Int
   periodMs?: Int
-  windowMs?: Int
   periodNs?: Int
-  /** The bucket's capacity (default: the rate). */
+  /** The bucket's capacity (default: the count). */
   burst?: Int
   /** Tokens at creation (default: the burst). */
   initial?: Int
-  refill?: 'continuous' | 'interval'
+  refill?: Refill
   /** The algorithm (default `token_bucket`); see docs/SEMANTICS.md. */
   algorithm?: Algorithm
   /** A leaky queue's bound on a reservation's wait (default: one period). */
@@ -29,10 +30,13 @@ export interface QuotaOptions {
 
 export type Algorithm = 'token_bucket' | 'gcra' | 'fixed_window' | 'sliding_window' | 'sliding_log' | 'leaky_queue'
 
+export type Refill = 'continuous' | 'interval'
+
 /** A rate string (`"10/s; burst=50"`, `"100 per minute"`) or a `QuotaOptions` object. */
 export type Quota = string | QuotaOptions
 
-export type HeaderStyle = 'ietf' | 'draft-6' | 'draft-7' | 'draft-8' | 'legacy' | 'none'
+/** The core's header styles: `ietf` (draft-08 and later), `draft6`, `draft7`, `legacy` (`X-RateLimit-*`), `none` (only `Retry-After`). */
+export type HeaderStyle = 'ietf' | 'draft6' | 'draft7' | 'legacy' | 'none'
 
 /** The outcome of a request. A rejection is `allowed: false`, never an error. */
 export declare class Decision {
@@ -59,9 +63,12 @@ export declare class Decision {
 }
 
 export interface AcquireOptions {
-  /** Rejects with `signal.reason` when aborted. */
+  /** Rejects with `signal.reason` when aborted (an admitted leaky-queue slot is given back). */
   signal?: AbortSignal
-  /** Rejects with `code: 'ERR_SLUICEGATE_TIMEOUT'` when admission cannot happen in time. */
+  /**
+   * The longest wait (absent: no deadline). When the quota cannot admit in time, `acquire`
+   * resolves with the rejection `Decision` (`allowed: false`), not an error.
+   */
   timeoutMs?: number
 }
 
@@ -81,7 +88,7 @@ export declare class Limiter {
   /** The limiter named `name` in this process: the same bucket in every worker thread. */
   static shared(name: string, quota: Quota): Limiter
   /** The fast path: admitted or not, no figures. */
-  check(cost?: Int): boolean
+  allow(cost?: Int): boolean
   tryAcquire(cost?: Int): Decision
   /** The state now, changing nothing. */
   peek(): Decision
@@ -93,7 +100,11 @@ export declare class Limiter {
   reserve(cost?: Int, options?: ReserveOptions): Decision
   /** Gives a reservation back (the same as `refund`). */
   cancel(cost?: Int): void
-  /** Resolves once admitted (timers, not a busy loop); a leaky queue's slot is waited for. */
+  /**
+   * Waits on timers (never blocks the event loop) until admitted, a leaky queue's slot
+   * included: resolves with the admitting `Decision`, or with the rejection once `timeoutMs`
+   * cannot be met.
+   */
   acquire(options?: AcquireOptions): Promise<Decision>
   acquire(cost?: Int, options?: AcquireOptions): Promise<Decision>
   isFull(): boolean
@@ -101,24 +112,30 @@ export declare class Limiter {
   readonly quota: string
 }
 
-/** A string (UTF-8 bytes), Buffer/Uint8Array (bytes) or safe-integer number (decimal digits). */
-export type Key = string | Uint8Array | number
+/**
+ * A string (its UTF-8 bytes), a Buffer/Uint8Array (its bytes), or an integer, a safe-integer
+ * number or a BigInt within 128 bits (its decimal digits: `42`, `42n` and `'42'` are one key).
+ */
+export type Key = string | Uint8Array | number | bigint
 
 export interface KeyedLimiterOptions extends LimiterOptions {
   /** The most keys held at once (default 2^20). */
   maxKeys?: number
   /** At the bound with no full bucket: `'reject'` new keys (default) or `'evict'` the nearest to full. */
-  onFull?: 'reject' | 'evict'
+  onFull?: OnFull
   /** Shards of the table (1-4096, default 64). */
   shards?: number
 }
+
+export type OnFull = 'reject' | 'evict'
 
 /** One bucket per key, bounded, lock-free on lookups. */
 export declare class KeyedLimiter {
   constructor(quota: Quota, options?: KeyedLimiterOptions)
   /** The keyed limiter named `name` in this process: the same table in every worker thread. */
   static shared(name: string, quota: Quota, options?: Omit<KeyedLimiterOptions, 'clock'>): KeyedLimiter
-  check(key: Key, cost?: Int): boolean
+  /** The fast path: admitted or not, no figures. */
+  allow(key: Key, cost?: Int): boolean
   tryAcquire(key: Key, cost?: Int): Decision
   /** The key's state, changing nothing and creating no bucket. */
   peek(key: Key): Decision
@@ -127,12 +144,14 @@ export declare class KeyedLimiter {
   reserve(key: Key, cost?: Int): Decision
   /** Gives a reservation back (the same as `refund`). */
   cancel(key: Key, cost?: Int): void
+  /** As `Limiter#acquire`, for `key`. */
   acquire(key: Key, options?: AcquireOptions): Promise<Decision>
   acquire(key: Key, cost?: Int, options?: AcquireOptions): Promise<Decision>
   remove(key: Key): boolean
   /** Evicts every bucket that is full now; how many. */
   sweep(): number
   clear(): void
+  /** Keys held now (as a `Map`'s `size`). */
   readonly size: number
   readonly maxKeys: number
   readonly quota: string
@@ -142,7 +161,7 @@ export declare class KeyedLimiter {
 export declare class Composite {
   /** The parts in order (put the most likely to reject first); the first part's clock is read. */
   constructor(parts: Limiter[])
-  check(cost?: Int): boolean
+  allow(cost?: Int): boolean
   tryAcquire(cost?: Int): Decision
   peek(): Decision
   /** Gives `cost` back to every part. */
@@ -161,6 +180,6 @@ export type ErrorCode =
   | 'ERR_SLUICEGATE_PARSE'
   | 'ERR_SLUICEGATE_INSUFFICIENT_CAPACITY'
   | 'ERR_SLUICEGATE_CLOCK_OUT_OF_RANGE'
+  | 'ERR_SLUICEGATE_INVALID_OPTION'
   | 'ERR_SLUICEGATE_KEY_STORE_FULL'
   | 'ERR_SLUICEGATE_INVALID_ARG'
-  | 'ERR_SLUICEGATE_TIMEOUT'

@@ -5,7 +5,7 @@
 
 const native = require('./native.js')
 
-const { check, decide, refund, reserveWithin, renderHeaders, keyedCheck, keyedDecide, keyedPeek, keyedRefund } = native
+const { allow, decide, refund, reserveWithin, renderHeaders, keyedAllow, keyedDecide, keyedPeek, keyedRefund } = native
 
 // Decision figures written by the native `decide` (layout: src/hot.rs, mod slot).
 const F = new Float64Array(native.scratch)
@@ -42,7 +42,7 @@ class Decision {
   /**
    * The HTTP response fields for this decision, as `{ name: value }` in the core's order
    * (docs/SEMANTICS.md, "HTTP fields"), rendered by the core. `Retry-After` is added to
-   * every rejection.
+   * every rejection. `style`: the core's names, `ietf`, `draft6`, `draft7`, `legacy`, `none`.
    */
   headers(style = 'ietf', policy = 'default') {
     if (typeof style !== 'string') throw invalidArg('style must be a string')
@@ -63,8 +63,8 @@ function readDecision(allowed) {
 // ---------------------------------------------------------------------------------------
 // Quotas
 
-const QUOTA_KEYS = new Set(['rate', 'limit', 'periodMs', 'windowMs', 'periodNs', 'burst', 'initial', 'refill', 'algorithm', 'maxDelayMs', 'maxDelayNs'])
-const ALGORITHMS = new Set(['token_bucket', 'gcra', 'fixed_window', 'sliding_window', 'sliding_log', 'leaky_queue'])
+const QUOTA_KEYS = new Set(['count', 'periodMs', 'periodNs', 'burst', 'initial', 'refill', 'algorithm', 'maxDelayMs', 'maxDelayNs'])
+const U64_MAX = 2n ** 64n - 1n
 
 function uint(v, what) {
   if (typeof v === 'bigint') {
@@ -77,7 +77,22 @@ function uint(v, what) {
   return BigInt(v)
 }
 
-/** A rate string for a quota given as a string or an options object. */
+/** Milliseconds as nanoseconds (a BigInt within u64). */
+function msToNs(v, what) {
+  const ns = uint(v, what) * 1000000n
+  if (ns > U64_MAX) throw invalidArg(`${what} must be at most ${U64_MAX / 1000000n}`)
+  return ns
+}
+
+function optString(v, what) {
+  if (v !== undefined && typeof v !== 'string') throw invalidArg(`${what} must be a string`)
+  return v
+}
+
+/**
+ * A rate string for a quota given as a string or an options object (the core builds the
+ * quota from the options and checks every value: `refill` and `algorithm` by its names).
+ */
 function toRate(quota) {
   if (typeof quota === 'string') return quota
   if (quota === null || typeof quota !== 'object') {
@@ -86,32 +101,18 @@ function toRate(quota) {
   for (const k of Object.keys(quota)) {
     if (!QUOTA_KEYS.has(k)) throw invalidArg(`unknown quota option ${JSON.stringify(k)}`)
   }
-  const countV = quota.rate ?? quota.limit
-  if (countV === undefined) throw invalidArg('quota needs `rate` (or `limit`)')
-  const count = uint(countV, 'rate')
+  if (quota.count === undefined) throw invalidArg('quota needs `count`')
   let periodNs
   if (quota.periodNs !== undefined) periodNs = uint(quota.periodNs, 'periodNs')
-  else {
-    const ms = quota.periodMs ?? quota.windowMs
-    if (ms === undefined) throw invalidArg('quota needs `periodMs` (or `windowMs`, or `periodNs`)')
-    periodNs = uint(ms, 'periodMs') * 1000000n
-  }
-  let rate = `${count}/${periodNs}ns`
-  if (quota.burst !== undefined) rate += `; burst=${uint(quota.burst, 'burst')}`
-  if (quota.initial !== undefined) rate += `; initial=${uint(quota.initial, 'initial')}`
-  if (quota.refill !== undefined) {
-    if (quota.refill !== 'continuous' && quota.refill !== 'interval') {
-      throw invalidArg('refill must be "continuous" or "interval"')
-    }
-    rate += `; refill=${quota.refill}`
-  }
-  if (quota.algorithm !== undefined) {
-    if (!ALGORITHMS.has(quota.algorithm)) throw invalidArg(`algorithm must be one of ${[...ALGORITHMS].join(', ')}`)
-    rate += `; algorithm=${quota.algorithm}`
-  }
-  if (quota.maxDelayNs !== undefined) rate += `; max_delay=${uint(quota.maxDelayNs, 'maxDelayNs')}ns`
-  else if (quota.maxDelayMs !== undefined) rate += `; max_delay=${uint(quota.maxDelayMs, 'maxDelayMs')}ms`
-  return rate
+  else if (quota.periodMs !== undefined) periodNs = msToNs(quota.periodMs, 'periodMs')
+  else throw invalidArg('quota needs `periodMs` (or `periodNs`)')
+  const opt = (v, what) => (v === undefined ? undefined : uint(v, what))
+  let maxDelayNs = opt(quota.maxDelayNs, 'maxDelayNs')
+  if (maxDelayNs === undefined && quota.maxDelayMs !== undefined) maxDelayNs = msToNs(quota.maxDelayMs, 'maxDelayMs')
+  return native.quotaFromOptions(
+    uint(quota.count, 'count'), periodNs, opt(quota.burst, 'burst'), opt(quota.initial, 'initial'),
+    optString(quota.refill, 'refill'), optString(quota.algorithm, 'algorithm'), maxDelayNs,
+  )
 }
 
 function clockOf(options) {
@@ -125,89 +126,71 @@ function clockOf(options) {
 }
 
 // ---------------------------------------------------------------------------------------
-// acquire(): waits on timers, never blocks the event loop
+// acquire(): the core's plan, polled from timers (never blocks the event loop)
 
-function acquireOptions(cost, options) {
-  if (cost !== null && typeof cost === 'object' && options === undefined) return [1, cost]
-  return [cost === undefined ? 1 : cost, options ?? {}]
+const ADMIT = 0 // and 1: rejected (the outcome), 2: not yet (src/acquire.rs)
+const REJECT = 1
+const MAX_TIMER_MS = 2 ** 31 - 1 // setTimeout's longest delay
+
+/** A wait in milliseconds as whole nanoseconds; `undefined` (absent or infinite): no bound. */
+function waitNs(ms, what) {
+  if (ms === undefined || ms === Infinity) return undefined
+  if (!(typeof ms === 'number' && ms >= 0)) throw invalidArg(`${what} must be a non-negative number`)
+  return Math.min(Number.MAX_SAFE_INTEGER, Math.floor(ms * 1e6))
 }
 
-const U64_MAX = 2n ** 64n - 1n
-
-function timeoutError(timeoutMs, d) {
-  const err = sgError('ERR_SLUICEGATE_TIMEOUT', `not admitted within ${timeoutMs} ms`)
-  err.name = 'TimeoutError'
-  err.decision = d
-  return err
+/** `[cost, maxWaitNs (undefined: no deadline), signal]` of `acquire(cost?, options?)`. */
+function acquireArgs(cost, options) {
+  if (cost !== null && typeof cost === 'object' && options === undefined) [cost, options] = [1, cost]
+  if (cost === undefined) cost = 1
+  if (options === undefined) options = {}
+  if (options === null || typeof options !== 'object') throw invalidArg('options must be an object')
+  const { signal } = options
+  const maxWaitNs = waitNs(options.timeoutMs, 'timeoutMs')
+  if (signal !== undefined && !(signal instanceof AbortSignal)) throw invalidArg('signal must be an AbortSignal')
+  signal?.throwIfAborted()
+  return [cost, maxWaitNs, signal]
 }
 
 /**
- * acquire()'s loop on timers. `attempt(maxWaitNs)` asks once (a leaky queue reserves a slot
- * at most `maxWaitNs` away where the core can bound it); `cancel()` gives an admission back;
- * `delayNs` is the queue bound of a leaky queue (else null). An admission that carries a
- * wait (a queue's slot) resolves once the wait has passed; a rejection is retried after its
- * `retryAfter` while that can still end within `timeoutMs`.
+ * Runs the native acquire `plan` to its outcome: the core decides each round (admit, reject,
+ * or poll again after `retryAfter`); this only sleeps on timers and, on an abort, gives an
+ * admitted slot back (`plan.cancel()`) before rejecting with the signal's reason.
  */
-function waitFor(attempt, cancel, delayNs, { signal, timeoutMs } = {}) {
-  if (timeoutMs !== undefined && !(typeof timeoutMs === 'number' && timeoutMs >= 0)) {
-    throw invalidArg('timeoutMs must be a non-negative number')
-  }
-  if (signal !== undefined && !(signal instanceof AbortSignal)) throw invalidArg('signal must be an AbortSignal')
-  signal?.throwIfAborted()
-  const deadline = timeoutMs === undefined ? Infinity : performance.now() + timeoutMs
-  const leftNs = () => {
-    if (deadline === Infinity) return U64_MAX
-    return Math.min(Number.MAX_SAFE_INTEGER, Math.max(0, Math.floor((deadline - performance.now()) * 1e6)))
-  }
-  const first = attempt(leftNs())
-  if (first.allowed && first.retryAfterNs === 0) return Promise.resolve(first)
+function drive(plan, signal) {
   return new Promise((resolve, reject) => {
     let timer
-    let holding = false // admitted, waiting for the slot: an abort gives it back
-    const onAbort = () => {
-      clearTimeout(timer)
-      if (holding) {
-        try { cancel() } catch {}
-      }
-      reject(signal.reason)
-    }
-    const done = (fn, v) => {
+    let admitted = false // waiting for an admitted slot: an abort gives it back
+    const settle = (fn, v) => {
       signal?.removeEventListener('abort', onAbort)
       fn(v)
     }
-    signal?.addEventListener('abort', onAbort, { once: true })
-    const step = (d) => {
-      const left = deadline - performance.now()
-      if (d.allowed) {
-        if (d.retryAfterNs === 0) return done(resolve, d)
-        if (d.retryAfterMs > left) {
-          // A slot further away than the deadline (where the core could not bound it).
-          try { cancel() } catch (e) { return done(reject, e) }
-          return done(reject, timeoutError(timeoutMs, d))
-        }
-        holding = true
-        timer = setTimeout(() => done(resolve, d), d.retryAfterMs)
-        return
-      }
-      let retry = d.retryAfterMs <= left
-      if (delayNs !== null && left !== Infinity) {
-        // A queue refused the slot within min(bound, left): it only fits later if the slot
-        // lies within the deadline, i.e. the refusal came from the bound, not the deadline.
-        const l = left * 1e6
-        retry = Number(d.retryAfterNs) <= l - Math.min(delayNs, l)
-      }
-      if (!retry) return done(reject, timeoutError(timeoutMs, d))
-      timer = setTimeout(() => {
-        let next
-        try {
-          next = attempt(leftNs())
-        } catch (e) {
-          return done(reject, e)
-        }
-        step(next)
-      }, Math.max(1, d.retryAfterMs))
+    const sleep = (ms, then) => {
+      timer = ms > MAX_TIMER_MS ? setTimeout(() => sleep(ms - MAX_TIMER_MS, then), MAX_TIMER_MS) : setTimeout(then, ms)
     }
-    step(first)
+    const onAbort = () => {
+      clearTimeout(timer)
+      try {
+        if (admitted) plan.cancel()
+      } catch (e) {
+        return reject(e)
+      }
+      reject(signal.reason)
+    }
+    const step = () => {
+      let kind, d
+      try {
+        kind = plan.poll()
+        d = readDecision(kind === ADMIT)
+      } catch (e) {
+        return settle(reject, e)
+      }
+      if (kind === REJECT || (kind === ADMIT && d.retryAfterNs === 0)) return settle(resolve, d)
+      admitted = kind === ADMIT
+      sleep(d.retryAfterMs, admitted ? () => settle(resolve, d) : step)
+    }
+    signal?.addEventListener('abort', onAbort, { once: true })
+    step()
   })
 }
 
@@ -219,15 +202,14 @@ let handleOf // (limiter) => its handle, for Composite
 /** One bucket (any algorithm). Every method is a single lock-free native call. */
 class Limiter {
   #h
-  #delayNs // the leaky queue's bound in ns, null for other algorithms (read on first acquire)
 
   static {
     handleOf = (l) => l.#h
   }
 
   /**
-   * @param quota a rate string ("10/s; burst=50") or `{ rate | limit, periodMs | windowMs |
-   *   periodNs, burst?, initial?, refill? }`
+   * @param quota a rate string ("10/s; burst=50") or `{ count, periodMs | periodNs, burst?,
+   *   initial?, refill?, algorithm?, maxDelayMs? | maxDelayNs? }`
    * @param options `{ clock?: ManualClock }`
    */
   constructor(quota, options) {
@@ -250,8 +232,8 @@ class Limiter {
   }
 
   /** Admits `cost` tokens now? The fast path: a boolean, no figures. */
-  check(cost = 1) {
-    return check(this.#h, cost)
+  allow(cost = 1) {
+    return allow(this.#h, cost)
   }
 
   /** Asks for `cost` tokens now: a `Decision` (a rejection is `allowed: false`, not an error). */
@@ -276,16 +258,9 @@ class Limiter {
    * if that wait is at most `maxWaitMs`. Other algorithms decide as `tryAcquire`.
    */
   reserve(cost = 1, options) {
-    let maxWait = U64_MAX
-    if (options !== undefined) {
-      if (options === null || typeof options !== 'object') throw invalidArg('options must be an object')
-      const { maxWaitMs } = options
-      if (maxWaitMs !== undefined) {
-        if (!(typeof maxWaitMs === 'number' && maxWaitMs >= 0)) throw invalidArg('maxWaitMs must be a non-negative number')
-        maxWait = maxWaitMs === Infinity ? U64_MAX : Math.min(Number.MAX_SAFE_INTEGER, Math.floor(maxWaitMs * 1e6))
-      }
-    }
-    return readDecision(reserveWithin(this.#h, cost, maxWait))
+    if (options !== undefined && (options === null || typeof options !== 'object')) throw invalidArg('options must be an object')
+    const maxWaitNs = waitNs(options?.maxWaitMs, 'maxWaitMs') ?? U64_MAX
+    return readDecision(reserveWithin(this.#h, cost, maxWaitNs))
   }
 
   /** Gives a reservation (or admitted cost) back: the same as `refund(cost)`. */
@@ -294,17 +269,17 @@ class Limiter {
   }
 
   /**
-   * Resolves with the `Decision` once `cost` tokens are admitted, waiting on timers (never
-   * blocking the event loop). A leaky queue reserves a slot within the timeout and resolves
-   * when the slot comes; an abort while waiting for it cancels the reservation.
+   * Acquires `cost` tokens, waiting on timers (never blocking the event loop) for at most
+   * `timeoutMs` (absent: no deadline): resolves with the admitting `Decision`, or with the
+   * rejection when the quota cannot admit in time (a value, not an error). A leaky queue
+   * reserves a slot within the timeout and resolves when the slot comes; an abort while
+   * waiting for it gives the slot back. The policy is the core's acquire plan.
    * `acquire(cost?, { signal?, timeoutMs? })` or `acquire({ signal?, timeoutMs? })`.
    */
   acquire(cost, options) {
     try {
-      const [c, opts] = acquireOptions(cost, options)
-      if (this.#delayNs === undefined) this.#delayNs = native.maxDelayNs(this.#h)
-      const h = this.#h
-      return waitFor((maxWaitNs) => readDecision(reserveWithin(h, c, maxWaitNs)), () => refund(h, c), this.#delayNs, opts)
+      const [c, maxWaitNs, signal] = acquireArgs(cost, options)
+      return drive(native.acquireStart(this.#h, c, maxWaitNs), signal)
     } catch (e) {
       return Promise.reject(e)
     }
@@ -324,12 +299,10 @@ class Limiter {
 // ---------------------------------------------------------------------------------------
 // KeyedLimiter
 
-const ON_FULL = new Set(['reject', 'evict'])
-
 /**
  * One bucket per key, in the core's lock-free sharded table, with a bound on the keys held.
- * Keys: strings (UTF-8 bytes), Buffers and Uint8Arrays (bytes), integer numbers (decimal
- * digits, so `42` and `"42"` share a bucket).
+ * Keys by the core's rule: strings (UTF-8 bytes), Buffers and Uint8Arrays (bytes), integers
+ * (safe-integer numbers and BigInts: decimal digits, so `42`, `42n` and `"42"` share a bucket).
  */
 class KeyedLimiter {
   #h
@@ -338,8 +311,6 @@ class KeyedLimiter {
    * @param quota a rate string or options object, as for `Limiter`
    * @param options `{ clock?, maxKeys? (default 2^20), onFull?: 'reject' | 'evict', shards? }`
    */
-  #delayNs
-
   constructor(quota, options = {}) {
     const name = options?.[SHARED]
     const clock = name === undefined ? clockOf(options) : undefined
@@ -347,7 +318,7 @@ class KeyedLimiter {
     if (maxKeys !== undefined && !(Number.isInteger(maxKeys) && maxKeys >= 1 && maxKeys <= 0xffffffff)) {
       throw invalidArg('maxKeys must be an integer between 1 and 2^32-1')
     }
-    if (onFull !== undefined && !ON_FULL.has(onFull)) throw invalidArg('onFull must be "reject" or "evict"')
+    optString(onFull, 'onFull')
     if (shards !== undefined && !(Number.isInteger(shards) && shards >= 1 && shards <= 4096)) {
       throw invalidArg('shards must be an integer between 1 and 4096')
     }
@@ -370,8 +341,8 @@ class KeyedLimiter {
   }
 
   /** Admits `cost` tokens of `key`'s bucket now? The fast path: a boolean. */
-  check(key, cost = 1) {
-    return keyedCheck(this.#h, key, cost)
+  allow(key, cost = 1) {
+    return keyedAllow(this.#h, key, cost)
   }
 
   /** Asks for `cost` tokens of `key`'s bucket now (creating it on first use): a `Decision`. */
@@ -402,16 +373,11 @@ class KeyedLimiter {
     keyedRefund(this.#h, key, cost)
   }
 
-  /**
-   * As `Limiter#acquire`, for `key`: `acquire(key, cost?, { signal?, timeoutMs? })`. A leaky
-   * queue's slot beyond the timeout is cancelled at once (the keyed store cannot bound it).
-   */
+  /** As `Limiter#acquire`, for `key`: `acquire(key, cost?, { signal?, timeoutMs? })`. */
   acquire(key, cost, options) {
     try {
-      const [c, opts] = acquireOptions(cost, options)
-      if (this.#delayNs === undefined) this.#delayNs = native.maxDelayNs(this.#h)
-      const h = this.#h
-      return waitFor(() => readDecision(keyedDecide(h, key, c)), () => keyedRefund(h, key, c), this.#delayNs, opts)
+      const [c, maxWaitNs, signal] = acquireArgs(cost, options)
+      return drive(native.acquireStart(this.#h, c, maxWaitNs, key), signal)
     } catch (e) {
       return Promise.reject(e)
     }
@@ -473,8 +439,8 @@ class Composite {
   }
 
   /** Admits `cost` from every part now? The fast path: a boolean. */
-  check(cost = 1) {
-    return check(this.#h, cost)
+  allow(cost = 1) {
+    return allow(this.#h, cost)
   }
 
   /** Asks every part for `cost` now, all-or-nothing: a `Decision` (the tightest part's). */
@@ -495,9 +461,8 @@ class Composite {
   /** As `Limiter#acquire`, all-or-nothing over the parts. */
   acquire(cost, options) {
     try {
-      const [c, opts] = acquireOptions(cost, options)
-      const h = this.#h
-      return waitFor(() => readDecision(decide(h, c)), () => refund(h, c), null, opts)
+      const [c, maxWaitNs, signal] = acquireArgs(cost, options)
+      return drive(native.acquireStart(this.#h, c, maxWaitNs), signal)
     } catch (e) {
       return Promise.reject(e)
     }
@@ -517,5 +482,5 @@ module.exports = {
   ManualClock: native.ManualClock,
   canonicalQuota: (quota) => native.canonicalQuota(toRate(quota)),
   // internal, for the Express middleware and the benchmarks
-  _internal: { native, toRate, invalidArg, readDecision, waitFor, acquireOptions },
+  _internal: { native, toRate, invalidArg, readDecision },
 }

@@ -5,27 +5,27 @@
 /** The decision scratch buffer: see `hot::slot` for the layout. */
 export declare const scratch: ArrayBuffer
 /** Admit `cost` now on the limiter (or composite) `handle`? Throws on an invalid argument or a core error. */
-export declare function check(handle: number, cost: number | bigint): boolean
-/** As `check`, with the decision's figures written to `scratch`. */
+export declare function allow(handle: number, cost: number | bigint): boolean
+/** As `allow`, with the decision's figures written to `scratch`. */
 export declare function decide(handle: number, cost: number | bigint): boolean
 /** Gives `cost` tokens back to the limiter `handle` (every part of a composite). */
 export declare function refund(handle: number, cost: number | bigint): void
 /** The core's `reserve_within`: a leaky queue admits only if its wait is at most `maxWaitNs`; figures in `scratch`. */
 export declare function reserveWithin(handle: number, cost: number | bigint, maxWaitNs: number | bigint): boolean
-/** The floor of `check`: the same conversions, no decision. */
-export declare function checkNoop(handle: number, cost: number | bigint): boolean
+/** The floor of `allow`: the same conversions, no decision. */
+export declare function allowNoop(handle: number, cost: number | bigint): boolean
 /** The floor of `decide`: the same conversions, no decision. */
 export declare function decideNoop(handle: number, cost: number | bigint): boolean
-/** `check` for a keyed limiter. */
-export declare function keyedCheck(handle: number, key: string | Uint8Array | number, cost: number | bigint): boolean
+/** `allow` for a keyed limiter. */
+export declare function keyedAllow(handle: number, key: string | Uint8Array | number | bigint, cost: number | bigint): boolean
 /** `decide` for a keyed limiter. */
-export declare function keyedDecide(handle: number, key: string | Uint8Array | number, cost: number | bigint): boolean
+export declare function keyedDecide(handle: number, key: string | Uint8Array | number | bigint, cost: number | bigint): boolean
 /** The key's state in `scratch`, changing nothing and creating no bucket. */
-export declare function keyedPeek(handle: number, key: string | Uint8Array | number): boolean
+export declare function keyedPeek(handle: number, key: string | Uint8Array | number | bigint): boolean
 /** `refund` for a keyed limiter. */
-export declare function keyedRefund(handle: number, key: string | Uint8Array | number, cost: number | bigint): void
-/** The floor of `keyedCheck`: the same conversions, no decision. */
-export declare function keyedCheckNoop(handle: number, key: string | Uint8Array | number, cost: number | bigint): boolean
+export declare function keyedRefund(handle: number, key: string | Uint8Array | number | bigint, cost: number | bigint): void
+/** The floor of `keyedAllow`: the same conversions, no decision. */
+export declare function keyedAllowNoop(handle: number, key: string | Uint8Array | number | bigint, cost: number | bigint): boolean
 
 /**
  * Which binding artifact the generated loader actually loaded: `'native'` for
@@ -34,6 +34,22 @@ export declare function keyedCheckNoop(handle: number, key: string | Uint8Array 
  * can point the loader at a WASI artifact this package does not build itself.
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
+
+/**
+ * One pending `acquire()`: made by `acquireStart`, polled by `index.js`.
+ * It holds the limiter itself, so a limiter collected while an acquire waits stays alive
+ * until the acquire ends.
+ */
+export declare class AcquirePlan {
+  /**
+   * One round of the core's plan now, the decision written to `scratch`: 0 admitted (wait
+   * `retryAfter`, a leaky queue's slot, then go ahead), 1 rejected (the outcome), 2 not yet
+   * (sleep `retryAfter` and poll again).
+   */
+  poll(): number
+  /** Gives the admitted cost back: the wait after an admission was interrupted. */
+  cancel(): void
+}
 
 /**
  * A clock that moves only when told to, for tests and simulations. Readings are integer
@@ -50,20 +66,26 @@ export declare class ManualClock {
   now(): bigint
 }
 
-/** Benchmark floor: an empty `#[napi]` class method of the `check` shape. */
+/** Benchmark floor: an empty `#[napi]` class method of the `allow` shape. */
 export declare class NoopLimiter {
   /** An object with one empty method. */
   constructor()
   /** Does nothing with `cost`. */
-  check(cost: number): boolean
+  allow(cost: number): boolean
 }
+
+/**
+ * Starts an acquire of `cost` within `maxWaitNs` (absent: no deadline) on the limiter or
+ * composite `handle`, or of `key`'s bucket on the keyed limiter `handle`.
+ */
+export declare function acquireStart(handle: number, cost: number | bigint, maxWaitNs?: number | bigint, key?: string | Uint8Array | number | bigint): AcquirePlan
 
 /** The canonical form of a rate string (throws as `new Limiter` would). */
 export declare function canonicalQuota(quota: string): string
 
 /**
  * A composite limit over the limiters `handles` (in order, at least one): consumed
- * all-or-nothing through `check`/`decide`/`refund`, reading the first part's clock.
+ * all-or-nothing through `allow`/`decide`/`refund`, reading the first part's clock.
  */
 export declare function compositeNew(handles: Array<number>): number
 
@@ -101,7 +123,7 @@ export declare function keyedMaxKeys(handle: number): number
 export declare function keyedNew(quota: string, clock?: ManualClock | undefined | null, maxKeys?: number | undefined | null, onFull?: string | undefined | null, shards?: number | undefined | null): number
 
 /** Forgets `key`'s bucket; whether it existed. */
-export declare function keyedRemove(handle: number, key: string | Uint8Array | number): boolean
+export declare function keyedRemove(handle: number, key: string | Uint8Array | number | bigint): boolean
 
 /**
  * The keyed limiter named `name` in this process (created on first use, on the system clock);
@@ -125,11 +147,14 @@ export declare function limiterNew(quota: string, clock?: ManualClock | undefine
  */
 export declare function limiterShared(name: string, quota: string): number
 
-/** The queue bound `max_delay` in nanoseconds of a leaky-queue (keyed) limiter, else `null`. */
-export declare function maxDelayNs(handle: number): number | null
+/** Benchmark floor: an empty `#[napi]` function of the `allow` shape. */
+export declare function noopNapiAllow(handle: number, cost: number): boolean
 
-/** Benchmark floor: an empty `#[napi]` function of the `check` shape. */
-export declare function noopNapiCheck(handle: number, cost: number): boolean
+/**
+ * The canonical rate string of a quota given by its parts (`index.js`'s options object):
+ * the core's `Quota::try_new` and builders, `refill` and `algorithm` by the core's names.
+ */
+export declare function quotaFromOptions(count: number | bigint, periodNs: number | bigint, burst?: number | bigint, initial?: number | bigint, refill?: string, algorithm?: string, maxDelayNs?: number | bigint): string
 
 /** The canonical rate string of a limiter's quota. */
 export declare function quotaOf(handle: number): string

@@ -835,8 +835,10 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
+module.exports.AcquirePlan = nativeBinding.AcquirePlan
 module.exports.ManualClock = nativeBinding.ManualClock
 module.exports.NoopLimiter = nativeBinding.NoopLimiter
+module.exports.acquireStart = nativeBinding.acquireStart
 module.exports.canonicalQuota = nativeBinding.canonicalQuota
 module.exports.compositeNew = nativeBinding.compositeNew
 module.exports.coreDecisionNs = nativeBinding.coreDecisionNs
@@ -851,8 +853,8 @@ module.exports.keyedShared = nativeBinding.keyedShared
 module.exports.keyedSweep = nativeBinding.keyedSweep
 module.exports.limiterNew = nativeBinding.limiterNew
 module.exports.limiterShared = nativeBinding.limiterShared
-module.exports.maxDelayNs = nativeBinding.maxDelayNs
-module.exports.noopNapiCheck = nativeBinding.noopNapiCheck
+module.exports.noopNapiAllow = nativeBinding.noopNapiAllow
+module.exports.quotaFromOptions = nativeBinding.quotaFromOptions
 module.exports.quotaOf = nativeBinding.quotaOf
 module.exports.release = nativeBinding.release
 module.exports.renderHeaders = nativeBinding.renderHeaders

@@ -65,10 +65,11 @@ test('index.d.ts type-checks a use of the whole API', (t) => {
   t.after(() => rmSync(tmp, { recursive: true, force: true }))
   writeFileSync(join(tmp, 'use.ts'), `
 import { Limiter, KeyedLimiter, Composite, ManualClock, Decision, canonicalQuota } from 'sluicegate'
+import type { ErrorCode, QuotaOptions } from 'sluicegate'
 import rateLimit from 'sluicegate/express'
 const clock = new ManualClock(0n)
 clock.advance(5)
-const q = new Limiter({ rate: 10, periodMs: 1000, algorithm: 'leaky_queue', maxDelayMs: 500 }, { clock })
+const q = new Limiter({ count: 10, periodMs: 1000, algorithm: 'leaky_queue', maxDelayMs: 500 }, { clock })
 const r: Decision = q.reserve(1, { maxWaitMs: 100 })
 q.cancel(1)
 const both = new Composite([q, new Limiter('5/s')])
@@ -76,11 +77,15 @@ const d: Decision = both.tryAcquire(2n)
 const k = KeyedLimiter.shared('n', '1/s', { maxKeys: 10, onFull: 'evict' })
 const rk: Decision = k.reserve(new TextEncoder().encode('x'))
 k.cancel(42, 1)
+const ok: boolean = k.allow(42n) && q.allow() && both.allow(1)
+const opts: QuotaOptions = { count: 5n, periodNs: 1000, refill: 'interval' }
+const code: ErrorCode = 'ERR_SLUICEGATE_INVALID_OPTION'
+const w: Promise<Decision> = k.acquire(7n, { timeoutMs: 100 })
 const p: Promise<Decision> = both.acquire(1, { timeoutMs: 5, signal: AbortSignal.timeout(10) })
-const h: Record<string, string> = d.headers('draft-7', 'api')
-const s: string = canonicalQuota({ limit: 1, windowMs: 10 })
+const h: Record<string, string> = d.headers('draft7', 'api')
+const s: string = canonicalQuota({ count: 1, periodMs: 10 })
 const mw = rateLimit({ limit: 5, windowMs: 1000, standardHeaders: 'draft-8' })
-console.log(r, rk, p, h, s, mw, both.parts.length, k.size)
+console.log(r, rk, p, h, s, mw, both.parts.length, k.size, ok, opts, code, w)
 `)
   writeFileSync(join(tmp, 'tsconfig.json'), JSON.stringify({
     compilerOptions: {

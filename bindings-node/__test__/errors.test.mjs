@@ -1,7 +1,7 @@
 // Every error path: a stable `code`, never a crash.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { Limiter, KeyedLimiter, ManualClock, canonicalQuota } from '../index.mjs'
+import { Limiter, KeyedLimiter, Composite, ManualClock, canonicalQuota } from '../index.mjs'
 import sg from '../index.mjs'
 
 const code = (c) => (e) => {
@@ -10,15 +10,16 @@ const code = (c) => (e) => {
   return true
 }
 const INVALID_ARG = code('ERR_SLUICEGATE_INVALID_ARG')
+const INVALID_OPTION = code('ERR_SLUICEGATE_INVALID_OPTION')
 
 test('quota errors: parse and invalid quota', () => {
   assert.throws(() => new Limiter('10/fortnight'), code('ERR_SLUICEGATE_PARSE'))
   assert.throws(() => new Limiter(''), code('ERR_SLUICEGATE_PARSE'))
   assert.throws(() => new Limiter('0/s'), code('ERR_SLUICEGATE_INVALID_QUOTA'))
   assert.throws(() => new Limiter('1/s; burst=2; initial=3'), code('ERR_SLUICEGATE_INVALID_QUOTA'))
-  assert.throws(() => new Limiter({ rate: 0, periodMs: 1000 }), code('ERR_SLUICEGATE_INVALID_QUOTA'))
-  assert.throws(() => new Limiter({ rate: 1, periodMs: 0 }), code('ERR_SLUICEGATE_INVALID_QUOTA'))
-  assert.throws(() => new Limiter({ rate: 1, periodMs: 1, burst: 0 }), code('ERR_SLUICEGATE_INVALID_QUOTA'))
+  assert.throws(() => new Limiter({ count: 0, periodMs: 1000 }), code('ERR_SLUICEGATE_INVALID_QUOTA'))
+  assert.throws(() => new Limiter({ count: 1, periodMs: 0 }), code('ERR_SLUICEGATE_INVALID_QUOTA'))
+  assert.throws(() => new Limiter({ count: 1, periodMs: 1, burst: 0 }), code('ERR_SLUICEGATE_INVALID_QUOTA'))
   assert.throws(() => new Limiter('1/d; burst=18446744073709551615'), code('ERR_SLUICEGATE_INVALID_QUOTA'))
   assert.throws(() => canonicalQuota('nope'), code('ERR_SLUICEGATE_PARSE'))
   assert.throws(() => new KeyedLimiter('0/s'), code('ERR_SLUICEGATE_INVALID_QUOTA'))
@@ -29,14 +30,18 @@ test('quota options of the wrong type or value', () => {
     assert.throws(() => new Limiter(bad), INVALID_ARG, String(bad))
   }
   assert.throws(() => new Limiter({ periodMs: 1000 }), INVALID_ARG)
-  assert.throws(() => new Limiter({ rate: 1 }), INVALID_ARG)
-  assert.throws(() => new Limiter({ rate: -1, periodMs: 1000 }), INVALID_ARG)
-  assert.throws(() => new Limiter({ rate: 1.5, periodMs: 1000 }), INVALID_ARG)
-  assert.throws(() => new Limiter({ rate: NaN, periodMs: 1000 }), INVALID_ARG)
-  assert.throws(() => new Limiter({ rate: 1, periodMs: '1000' }), INVALID_ARG)
-  assert.throws(() => new Limiter({ rate: 1, periodMs: 1000, refill: 'sometimes' }), INVALID_ARG)
-  assert.throws(() => new Limiter({ rate: 1, periodMs: 1000, bust: 3 }), INVALID_ARG)
-  assert.throws(() => new Limiter({ rate: -1n, periodMs: 1000 }), INVALID_ARG)
+  assert.throws(() => new Limiter({ count: 1 }), INVALID_ARG)
+  assert.throws(() => new Limiter({ count: -1, periodMs: 1000 }), INVALID_ARG)
+  assert.throws(() => new Limiter({ count: 1.5, periodMs: 1000 }), INVALID_ARG)
+  assert.throws(() => new Limiter({ count: NaN, periodMs: 1000 }), INVALID_ARG)
+  assert.throws(() => new Limiter({ count: 1, periodMs: '1000' }), INVALID_ARG)
+  assert.throws(() => new Limiter({ count: 1, periodMs: 1000, refill: 5 }), INVALID_ARG)
+  assert.throws(() => new Limiter({ count: 1, periodMs: 1000, algorithm: {} }), INVALID_ARG)
+  assert.throws(() => new Limiter({ count: 1, periodMs: 1000, bust: 3 }), INVALID_ARG)
+  // The names of before the core's vocabulary are unknown options now.
+  assert.throws(() => new Limiter({ rate: 1, periodMs: 1000 }), INVALID_ARG)
+  assert.throws(() => new Limiter({ limit: 1, windowMs: 1000 }), INVALID_ARG)
+  assert.throws(() => new Limiter({ count: -1n, periodMs: 1000 }), INVALID_ARG)
   assert.throws(() => new Limiter('1/s', { clock: {} }), INVALID_ARG)
   assert.throws(() => new Limiter('1/s', 5), INVALID_ARG)
 })
@@ -47,10 +52,10 @@ test('costs of the wrong type or value throw, on every entry point', () => {
   const bad = [-1, 1.5, NaN, Infinity, -Infinity, 2 ** 53, '1', null, {}, true, -1n, 2n ** 64n]
   for (const cost of bad) {
     const what = typeof cost === 'bigint' ? `${cost}n` : String(cost)
-    assert.throws(() => l.check(cost), INVALID_ARG, what)
+    assert.throws(() => l.allow(cost), INVALID_ARG, what)
     assert.throws(() => l.tryAcquire(cost), INVALID_ARG, what)
     assert.throws(() => l.refund(cost), INVALID_ARG, what)
-    assert.throws(() => k.check('a', cost), INVALID_ARG, what)
+    assert.throws(() => k.allow('a', cost), INVALID_ARG, what)
     assert.throws(() => k.tryAcquire('a', cost), INVALID_ARG, what)
     assert.throws(() => k.refund('a', cost), INVALID_ARG, what)
   }
@@ -60,20 +65,23 @@ test('costs of the wrong type or value throw, on every entry point', () => {
 
 test('keys of the wrong type throw', () => {
   const k = new KeyedLimiter('10/s')
-  for (const key of [undefined, null, 1.5, NaN, 2 ** 60, {}, [], 1n, true, () => 1, new Uint16Array(2)]) {
-    assert.throws(() => k.check(key), INVALID_ARG, String(key))
+  const bad = [undefined, null, 1.5, NaN, 2 ** 60, {}, [], true, () => 1, new Uint16Array(2), Symbol('k'),
+    2n ** 127n, -(2n ** 127n) - 1n, 2n ** 200n] // BigInt keys are integers within 128 bits
+  for (const key of bad) {
+    assert.throws(() => k.allow(key), INVALID_ARG, String(key))
     assert.throws(() => k.tryAcquire(key), INVALID_ARG, String(key))
     assert.throws(() => k.peek(key), INVALID_ARG, String(key))
     assert.throws(() => k.refund(key), INVALID_ARG, String(key))
     assert.throws(() => k.remove(key), INVALID_ARG, String(key))
   }
-  assert.throws(() => k.check(), INVALID_ARG)
+  assert.throws(() => k.allow(), INVALID_ARG)
+  assert.equal(k.size, 0, 'no bucket was created')
 })
 
 test('insufficient capacity is an error, not a rejection', () => {
   const l = new Limiter('1/s; burst=3')
   assert.throws(() => l.tryAcquire(4), code('ERR_SLUICEGATE_INSUFFICIENT_CAPACITY'))
-  assert.throws(() => l.check(4), code('ERR_SLUICEGATE_INSUFFICIENT_CAPACITY'))
+  assert.throws(() => l.allow(4), code('ERR_SLUICEGATE_INSUFFICIENT_CAPACITY'))
   const k = new KeyedLimiter('1/s; burst=3')
   assert.throws(() => k.tryAcquire('a', 4), code('ERR_SLUICEGATE_INSUFFICIENT_CAPACITY'))
 })
@@ -88,20 +96,20 @@ test('a clock past the horizon is an error', () => {
 
 test('a full key store rejects new keys', () => {
   const k = new KeyedLimiter('1/h', { maxKeys: 2 })
-  assert.equal(k.check('a'), true)
-  assert.equal(k.check('b'), true)
-  assert.throws(() => k.check('c'), code('ERR_SLUICEGATE_KEY_STORE_FULL'))
-  assert.equal(k.check('a'), false, 'existing keys are untouched')
+  assert.equal(k.allow('a'), true)
+  assert.equal(k.allow('b'), true)
+  assert.throws(() => k.allow('c'), code('ERR_SLUICEGATE_KEY_STORE_FULL'))
+  assert.equal(k.allow('a'), false, 'existing keys are untouched')
   const e = new KeyedLimiter('1/h', { maxKeys: 2, onFull: 'evict' })
-  e.check('a'); e.check('b')
-  assert.equal(e.check('c'), true, 'evicts instead')
+  e.allow('a'); e.allow('b')
+  assert.equal(e.allow('c'), true, 'evicts instead')
   assert.ok(e.size <= 2)
 })
 
 test('options of the wrong type or value', () => {
   assert.throws(() => new KeyedLimiter('1/s', { maxKeys: 0 }), INVALID_ARG)
   assert.throws(() => new KeyedLimiter('1/s', { maxKeys: 1.5 }), INVALID_ARG)
-  assert.throws(() => new KeyedLimiter('1/s', { onFull: 'drop' }), INVALID_ARG)
+  assert.throws(() => new KeyedLimiter('1/s', { onFull: 1 }), INVALID_ARG)
   assert.throws(() => new KeyedLimiter('1/s', { shards: 0 }), INVALID_ARG)
   assert.throws(() => Limiter.shared(1, '1/s'), INVALID_ARG)
   assert.throws(() => new ManualClock(-1), INVALID_ARG)
@@ -112,8 +120,25 @@ test('options of the wrong type or value', () => {
   assert.throws(() => c.set(NaN), INVALID_ARG)
   assert.throws(() => c.advance(-1n), INVALID_ARG)
   const d = new Limiter('1/s').tryAcquire()
-  assert.throws(() => d.headers('draft-9'), INVALID_ARG)
   assert.throws(() => d.headers('ietf', 5), INVALID_ARG)
+})
+
+test('a name outside the core\'s choices is ERR_SLUICEGATE_INVALID_OPTION', () => {
+  const cases = [
+    ['refill', () => new Limiter({ count: 1, periodMs: 1000, refill: 'sometimes' })],
+    ['algorithm', () => new Limiter({ count: 1, periodMs: 1000, algorithm: 'fastest' })],
+    ['algorithm', () => canonicalQuota({ count: 1, periodMs: 1000, algorithm: 'gcrа' })], // Cyrillic а
+    ['on_full', () => new KeyedLimiter('1/s', { onFull: 'drop' })],
+    ['on_full', () => KeyedLimiter.shared('errors-on-full', '1/s', { onFull: 'Evict' })],
+    ['style', () => new Limiter('1/s').tryAcquire().headers('draft-9')],
+    ['style', () => new Limiter('1/s').tryAcquire().headers('draft-7')],
+  ]
+  for (const [option, make] of cases) {
+    assert.throws(make, (e) => INVALID_OPTION(e) && e.message.startsWith(`${option} must be `), option)
+  }
+  // The core's names are accepted, aliases included.
+  assert.equal(canonicalQuota({ count: 1, periodMs: 1000, algorithm: 'shaper' }), '1/s; algorithm=leaky_queue')
+  assert.equal(canonicalQuota({ count: 1, periodMs: 1000, refill: 'interval' }), '1/s; refill=interval')
 })
 
 test('acquire rejects, never throws synchronously', async () => {
@@ -124,23 +149,30 @@ test('acquire rejects, never throws synchronously', async () => {
   await assert.rejects(l.acquire(1, { signal: 'no' }), INVALID_ARG)
   const k = new KeyedLimiter('1/s')
   await assert.rejects(k.acquire(undefined), INVALID_ARG)
+  await assert.rejects(k.acquire(2n ** 127n), INVALID_ARG)
+  await assert.rejects(k.acquire('a', 1, { timeoutMs: '5' }), INVALID_ARG)
+  await assert.rejects(k.acquire('a', 1, null), INVALID_ARG)
+  await assert.rejects(new Composite([l]).acquire(2), code('ERR_SLUICEGATE_INSUFFICIENT_CAPACITY'))
 })
 
 test('the low-level calls reject forged handles', () => {
   const n = sg._internal.native
   for (const h of [-1, 1e9, 'x', undefined]) {
-    assert.throws(() => n.check(h, 1), INVALID_ARG)
+    assert.throws(() => n.allow(h, 1), INVALID_ARG)
     assert.throws(() => n.decide(h, 1), INVALID_ARG)
-    assert.throws(() => n.keyedCheck(h, 'a', 1), INVALID_ARG)
+    assert.throws(() => n.keyedAllow(h, 'a', 1), INVALID_ARG)
   }
+  assert.throws(() => n.acquireStart(1e9, 1), INVALID_ARG, 'not a live handle')
   const l = n.limiterNew('1/s')
   const k = n.keyedNew('1/s')
-  assert.throws(() => n.keyedCheck(l, 'a', 1), INVALID_ARG, 'a Limiter handle is not a KeyedLimiter')
-  assert.throws(() => n.check(k, 1), INVALID_ARG, 'and the other way round')
+  assert.throws(() => n.keyedAllow(l, 'a', 1), INVALID_ARG, 'a Limiter handle is not a KeyedLimiter')
+  assert.throws(() => n.allow(k, 1), INVALID_ARG, 'and the other way round')
+  assert.throws(() => n.acquireStart(k, 1), INVALID_ARG, 'a keyed acquire needs its key')
+  assert.throws(() => n.acquireStart(l, 1, undefined, 'a'), INVALID_ARG, 'a Limiter takes no key')
   n.release(l)
-  assert.throws(() => n.check(l, 1), INVALID_ARG, 'released')
+  assert.throws(() => n.allow(l, 1), INVALID_ARG, 'released')
   n.release(k)
-  assert.throws(() => n.check(), INVALID_ARG)
+  assert.throws(() => n.allow(), INVALID_ARG)
 })
 
 test('a shared name with another quota is refused', () => {

@@ -30,13 +30,20 @@ for (const [name, file] of [
   test(`${name} has js snippets`, () => assert.ok(all.length >= 1))
   all.filter(runnable).forEach((code, i) => {
     test(`${name} snippet ${i} runs and prints what it says`, () => {
-      const out = []
-      const console = { log: (...a) => out.push(a.map(String).join(' ')) }
-      new Function('require', 'console', code)(req, console)
       const expected = [...code.matchAll(/console\.log\(.*\)\s*\/\/\s*(.+)$/gm)]
         .map((m) => m[1].trim())
         .filter((e) => /^[\w.\- ]+$/.test(e)) // plain values only, not prose
-      for (const e of expected) assert.ok(out.some((l) => l.includes(e)), `${e} in ${out}`)
+      const run = () => {
+        const out = []
+        const console = { log: (...a) => out.push(a.map(String).join(' ')) }
+        new Function('require', 'console', code)(req, console)
+        return expected.filter((e) => !out.some((l) => l.includes(e))).map((e) => `${e} in ${out}`)
+      }
+      // The snippets read the system clock: a figure such as `retryAfterMs` is exact only if
+      // their calls run within the same millisecond, which a loaded machine may not allow
+      // once. A second run must print everything.
+      const missing = run()
+      if (missing.length > 0) assert.deepEqual(run(), [], `first run: ${missing.join('; ')}`)
     })
   })
 }

@@ -54,7 +54,7 @@ const end = Date.now() + workerData.ms
 while (Date.now() < end) {
   for (let i = 0; i < 256; i++) {
     const k = (calls++ * 7 + workerData.id) % keys.length
-    if (l.check(keys[k])) admitted[k]++
+    if (l.allow(keys[k])) admitted[k]++
   }
 }
 parentPort.postMessage({ admitted, calls })

@@ -60,20 +60,20 @@ function cases(mode) {
   const lim = () => (allow ? new LimiterPkg({ tokensPerInterval: 1e12, interval: 'sec' }) : new LimiterPkg({ tokensPerInterval: 1, interval: 'hour' }))
   const js = () => (allow ? new JsBucket(1e12, 1000, 1e12) : new JsBucket(1, 3_600_000, 1))
   const single = [
-    ['sluicegate Limiter#check (boolean)', 'sync', () => { const l = new Limiter(q); return () => l.check(1) }],
+    ['sluicegate Limiter#allow (boolean)', 'sync', () => { const l = new Limiter(q); return () => l.allow(1) }],
     ['sluicegate Limiter#tryAcquire (Decision)', 'sync', () => { const l = new Limiter(q); return () => l.tryAcquire(1).allowed }],
-    ['floor: empty native call, check shape (u32, number) -> boolean', 'sync', () => { const h = native.limiterNew(q); return () => native.checkNoop(h, 1) }],
+    ['floor: empty native call, allow shape (u32, number) -> boolean', 'sync', () => { const h = native.limiterNew(q); return () => native.allowNoop(h, 1) }],
     ['floor: empty native call + Decision object, tryAcquire shape', 'sync', () => { const h = native.limiterNew(q); const rd = sg._internal.readDecision; return () => rd(native.decideNoop(h, 1)).allowed }],
-    ['shape: empty #[napi] fn (u32, f64) -> bool', 'sync', () => () => native.noopNapiCheck(1, 1)],
-    ['shape: empty #[napi] class method (f64) -> bool', 'sync', () => { const o = new native.NoopLimiter(); return () => o.check(1) }],
+    ['shape: empty #[napi] fn (u32, f64) -> bool', 'sync', () => () => native.noopNapiAllow(1, 1)],
+    ['shape: empty #[napi] class method (f64) -> bool', 'sync', () => { const o = new native.NoopLimiter(); return () => o.allow(1) }],
     ['rate-limiter-flexible RateLimiterMemory#consume', 'async', () => { const r = new RateLimiterMemory(rlfOpts); return () => r.consume('k', 1).catch(() => false) }],
     ['limiter RateLimiter#tryRemoveTokens', 'sync', () => { const l = lim(); return () => l.tryRemoveTokens(1) }],
     ['pure-JS lazy-refill bucket', 'sync', () => { const b = js(); return () => b.take(1) }],
   ]
   const keyed = [
-    ['sluicegate KeyedLimiter#check (boolean)', 'sync', () => { const l = new KeyedLimiter(q, { maxKeys: 2 * KEYS }); for (const k of keys) l.check(k, 0 + (allow ? 1 : 0)); return (i) => l.check(keys[i % KEYS], 1) }],
-    ['sluicegate KeyedLimiter#tryAcquire (Decision)', 'sync', () => { const l = new KeyedLimiter(q, { maxKeys: 2 * KEYS }); for (const k of keys) l.check(k, allow ? 1 : 0); return (i) => l.tryAcquire(keys[i % KEYS], 1).allowed }],
-    ['floor: empty native call, keyed check shape (u32, string, number)', 'sync', () => { const h = native.keyedNew(q); return (i) => native.keyedCheckNoop(h, keys[i % KEYS], 1) }],
+    ['sluicegate KeyedLimiter#allow (boolean)', 'sync', () => { const l = new KeyedLimiter(q, { maxKeys: 2 * KEYS }); for (const k of keys) l.allow(k, 0 + (allow ? 1 : 0)); return (i) => l.allow(keys[i % KEYS], 1) }],
+    ['sluicegate KeyedLimiter#tryAcquire (Decision)', 'sync', () => { const l = new KeyedLimiter(q, { maxKeys: 2 * KEYS }); for (const k of keys) l.allow(k, allow ? 1 : 0); return (i) => l.tryAcquire(keys[i % KEYS], 1).allowed }],
+    ['floor: empty native call, keyed allow shape (u32, string, number)', 'sync', () => { const h = native.keyedNew(q); return (i) => native.keyedAllowNoop(h, keys[i % KEYS], 1) }],
     ['rate-limiter-flexible RateLimiterMemory#consume', 'async', () => { const r = new RateLimiterMemory(rlfOpts); return (i) => r.consume(keys[i % KEYS], 1).catch(() => false) }],
     ['limiter: Map of RateLimiter, tryRemoveTokens', 'sync', () => { const m = new Map(); for (const k of keys) m.set(k, lim()); return (i) => { const k = keys[i % KEYS]; let l = m.get(k); if (!l) m.set(k, (l = lim())); return l.tryRemoveTokens(1) } }],
     ['pure-JS: Map of lazy-refill buckets', 'sync', () => { const m = new Map(); for (const k of keys) m.set(k, js()); return (i) => { const k = keys[i % KEYS]; let b = m.get(k); if (!b) m.set(k, (b = js())); return b.take(1) } }],
@@ -171,17 +171,17 @@ const get = (t, n) => results[t].find(([name]) => name === n)[1]
 const tgt = []
 for (const mode of ['allow', 'reject']) {
   const one = `one key, ${mode}`, many = `${KEYS.toLocaleString('en')} keys, ${mode}`
-  const check = get(one, 'sluicegate Limiter#check (boolean)')
-  const floor = get(one, 'floor: empty native call, check shape (u32, number) -> boolean') + core[mode]
+  const allowNs = get(one, 'sluicegate Limiter#allow (boolean)')
+  const floor = get(one, 'floor: empty native call, allow shape (u32, number) -> boolean') + core[mode]
   const decision = get(one, 'sluicegate Limiter#tryAcquire (Decision)')
   const floorD = get(one, 'floor: empty native call + Decision object, tryAcquire shape') + core[mode]
   const rlf = get(one, 'rate-limiter-flexible RateLimiterMemory#consume')
-  const kcheck = get(many, 'sluicegate KeyedLimiter#check (boolean)')
+  const kallow = get(many, 'sluicegate KeyedLimiter#allow (boolean)')
   const klim = get(many, 'limiter: Map of RateLimiter, tryRemoveTokens')
-  tgt.push([`check vs floor + core (${mode})`, `${f(check)} / ${f(floor)} = ${(check / floor).toFixed(2)}x`, '<= 1.3x', check / floor <= 1.3])
+  tgt.push([`allow vs floor + core (${mode})`, `${f(allowNs)} / ${f(floor)} = ${(allowNs / floor).toFixed(2)}x`, '<= 1.3x', allowNs / floor <= 1.3])
   tgt.push([`tryAcquire vs floor + core (${mode})`, `${f(decision)} / ${f(floorD)} = ${(decision / floorD).toFixed(2)}x`, '<= 1.3x', decision / floorD <= 1.3])
   tgt.push([`rate-limiter-flexible / tryAcquire (${mode})`, `${(rlf / decision).toFixed(1)}x`, '>= 5x', rlf / decision >= 5])
-  tgt.push([`keyed check vs limiter Map, 100k keys (${mode})`, `${f(kcheck)} vs ${f(klim)} ns`, 'no dearer', kcheck <= klim])
+  tgt.push([`keyed allow vs limiter Map, 100k keys (${mode})`, `${f(kallow)} vs ${f(klim)} ns`, 'no dearer', kallow <= klim])
 }
 const ours = overheadUs('sluicegate'), erl = overheadUs('express-rate-limit')
 tgt.push(['Express overhead vs express-rate-limit', `${ours.toFixed(1)} vs ${erl.toFixed(1)} us/request`, '< half', ours < erl / 2])

@@ -1,8 +1,10 @@
 #!/usr/bin/env node
 'use strict'
 // `npm pack` hooks. `prepare` copies what a from-source install needs into rust/: the
-// workspace manifest and lockfile, the core crate and this binding crate, in the
-// repository's own layout (so no manifest is rewritten but the root's member list).
+// workspace manifest and lockfile, the core crate, the reference model crate (a path
+// dev-dependency of the core, whose manifest cargo reads even to build the core alone) and
+// this binding crate, in the repository's own layout (so no manifest is rewritten but the
+// root's member list).
 // `clean` removes rust/ again. rust/ is git-ignored and listed in package.json "files".
 
 const fs = require('node:fs')
@@ -20,7 +22,7 @@ if (process.argv[2] === 'prepare') {
   fs.rmSync(out, { recursive: true, force: true })
   fs.mkdirSync(path.join(out, 'bindings-node'), { recursive: true })
   let manifest = fs.readFileSync(path.join(repo, 'Cargo.toml'), 'utf8')
-  const members = 'members = ["core", "bindings-node"]'
+  const members = 'members = ["core", "model", "bindings-node"]'
   manifest = manifest
     .replace(/^members = \[.*\]$/m, members)
     .replace(/^default-members = \[.*\]$/m, 'default-members = ["bindings-node"]')
@@ -28,9 +30,11 @@ if (process.argv[2] === 'prepare') {
   if (!manifest.includes(members)) throw new Error('pack.js: could not rewrite the workspace members')
   fs.writeFileSync(path.join(out, 'Cargo.toml'), manifest)
   fs.copyFileSync(path.join(repo, 'Cargo.lock'), path.join(out, 'Cargo.lock'))
-  fs.mkdirSync(path.join(out, 'core'))
-  fs.copyFileSync(path.join(repo, 'core', 'Cargo.toml'), path.join(out, 'core', 'Cargo.toml'))
-  copy(path.join(repo, 'core', 'src'), path.join(out, 'core', 'src'))
+  for (const crate of ['core', 'model']) {
+    fs.mkdirSync(path.join(out, crate))
+    fs.copyFileSync(path.join(repo, crate, 'Cargo.toml'), path.join(out, crate, 'Cargo.toml'))
+    copy(path.join(repo, crate, 'src'), path.join(out, crate, 'src'))
+  }
   for (const f of ['Cargo.toml', 'build.rs']) {
     fs.copyFileSync(path.join(pkg, f), path.join(out, 'bindings-node', f))
   }

@@ -3,16 +3,18 @@
 
 use crate::args::u64_arg;
 use crate::errors::{from_core, invalid_arg, JsErr};
-use crate::state::{self, AnyClock, Entry, EnvState};
+use crate::state::{self, Entry, EnvState};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use sluicegate::http::HeaderStyle;
-use sluicegate::{Algorithm, Decision, KeyedLimiter, Limiter, MonotonicClock, OnFull, Quota};
+use sluicegate::{Algorithm, AnyClock, Decision, KeyedLimiter, Limiter, OnFull, Quota, Refill};
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::Arc;
+use std::time::Duration;
 
-fn env_state(env: &Env) -> std::result::Result<&EnvState, JsErr> {
+/// This environment's state (the instance data `lib.rs` sets).
+pub(crate) fn env_state(env: &Env) -> std::result::Result<&EnvState, JsErr> {
     let mut data: *mut c_void = ptr::null_mut();
     // SAFETY: `env` is the running call's; `data` is a valid out-pointer.
     unsafe { sys::napi_get_instance_data(env.raw(), &mut data) };
@@ -30,9 +32,18 @@ fn parse(quota: &str) -> std::result::Result<Quota, JsErr> {
     quota.parse::<Quota>().map_err(from_core)
 }
 
-fn u64_of(v: &Unknown, what: &str) -> std::result::Result<u64, JsErr> {
+/// A non-negative integer argument (safe-integer `number` or `BigInt`).
+pub(crate) fn u64_of(v: &Unknown, what: &str) -> std::result::Result<u64, JsErr> {
     // SAFETY: `v` is an argument of the running call, in its env.
     unsafe { u64_arg(v.env(), v.raw(), what) }
+}
+
+/// An optional non-negative integer argument: `None` when absent or `undefined`.
+pub(crate) fn u64_opt(v: Option<Unknown>, what: &str) -> std::result::Result<Option<u64>, JsErr> {
+    match v {
+        Some(v) if !matches!(v.get_type(), Ok(ValueType::Undefined)) => u64_of(&v, what).map(Some),
+        _ => Ok(None),
+    }
 }
 
 /// A clock that moves only when told to, for tests and simulations. Readings are integer
@@ -47,10 +58,7 @@ impl ManualClock {
     /// A clock reading `startNs` (default 0).
     #[napi(constructor, ts_args_type = "startNs?: bigint | number")]
     pub fn new(start_ns: Option<Unknown>) -> std::result::Result<Self, JsErr> {
-        let start = match start_ns {
-            Some(v) if !matches!(v.get_type(), Ok(ValueType::Undefined)) => u64_of(&v, "startNs")?,
-            _ => 0,
-        };
+        let start = u64_opt(start_ns, "startNs")?.unwrap_or(0);
         Ok(Self {
             inner: sluicegate::ManualClock::new(start),
         })
@@ -85,10 +93,7 @@ pub fn limiter_new(
     quota: String,
     clock: Option<&ManualClock>,
 ) -> std::result::Result<u32, JsErr> {
-    let clock = match clock {
-        Some(c) => AnyClock::Manual(c.inner.clone()),
-        None => AnyClock::System(MonotonicClock::new()),
-    };
+    let clock = AnyClock::new(clock.map(|c| &c.inner));
     let limiter = Limiter::with_clock(parse(&quota)?, clock).map_err(from_core)?;
     env_state(&env)?.insert(Arc::new(Entry::Single(limiter)))
 }
@@ -99,17 +104,23 @@ pub fn limiter_new(
 pub fn limiter_shared(env: Env, name: String, quota: String) -> std::result::Result<u32, JsErr> {
     let quota = parse(&quota)?;
     let entry = state::shared(&format!("limiter:{name}"), format!("\"{quota}\""), || {
-        Limiter::with_clock(quota, AnyClock::System(MonotonicClock::new()))
+        Limiter::with_clock(quota, AnyClock::default())
             .map(Entry::Single)
             .map_err(from_core)
     })?;
     env_state(&env)?.insert(entry)
 }
+
+/// `onFull` by the core's names (`"reject"`, the default, or `"evict"`).
+fn on_full_of(name: Option<&str>) -> std::result::Result<OnFull, JsErr> {
+    name.map_or(Ok(OnFull::default()), |n| n.parse().map_err(from_core))
+}
+
 fn keyed_build(
     quota: Quota,
     clock: AnyClock,
     max_keys: Option<u32>,
-    on_full: Option<&str>,
+    on_full: OnFull,
     shards: Option<u32>,
 ) -> std::result::Result<Entry, JsErr> {
     let mut b = KeyedLimiter::<Box<[u8]>>::builder(quota).clock(clock);
@@ -119,15 +130,7 @@ fn keyed_build(
         }
         b = b.max_keys(n as usize);
     }
-    b = b.on_full(match on_full {
-        None | Some("reject") => OnFull::RejectNewKeys,
-        Some("evict") => OnFull::EvictFullest,
-        Some(other) => {
-            return Err(invalid_arg(format!(
-                "onFull must be \"reject\" or \"evict\", got {other:?}"
-            )))
-        }
-    });
+    b = b.on_full(on_full);
     if let Some(n) = shards {
         b = b.shards(n as usize);
     }
@@ -146,11 +149,9 @@ pub fn keyed_new(
     on_full: Option<String>,
     shards: Option<u32>,
 ) -> std::result::Result<u32, JsErr> {
-    let clock = match clock {
-        Some(c) => AnyClock::Manual(c.inner.clone()),
-        None => AnyClock::System(MonotonicClock::new()),
-    };
-    let entry = keyed_build(parse(&quota)?, clock, max_keys, on_full.as_deref(), shards)?;
+    let clock = AnyClock::new(clock.map(|c| &c.inner));
+    let on_full = on_full_of(on_full.as_deref())?;
+    let entry = keyed_build(parse(&quota)?, clock, max_keys, on_full, shards)?;
     env_state(&env)?.insert(Arc::new(entry))
 }
 
@@ -167,25 +168,19 @@ pub fn keyed_shared(
     shards: Option<u32>,
 ) -> std::result::Result<u32, JsErr> {
     let quota = parse(&quota)?;
-    let on_full = on_full.as_deref();
+    let on_full = on_full_of(on_full.as_deref())?;
     let signature = format!(
         "\"{quota}\" (maxKeys {max_keys:?}, onFull {:?}, shards {shards:?})",
-        on_full.unwrap_or("reject")
+        on_full.name()
     );
     let entry = state::shared(&format!("keyed:{name}"), signature, || {
-        keyed_build(
-            quota,
-            AnyClock::System(MonotonicClock::new()),
-            max_keys,
-            on_full,
-            shards,
-        )
+        keyed_build(quota, AnyClock::default(), max_keys, on_full, shards)
     })?;
     env_state(&env)?.insert(entry)
 }
 
 /// A composite limit over the limiters `handles` (in order, at least one): consumed
-/// all-or-nothing through `check`/`decide`/`refund`, reading the first part's clock.
+/// all-or-nothing through `allow`/`decide`/`refund`, reading the first part's clock.
 #[napi]
 pub fn composite_new(env: Env, handles: Vec<u32>) -> std::result::Result<u32, JsErr> {
     if handles.is_empty() {
@@ -199,15 +194,6 @@ pub fn composite_new(env: Env, handles: Vec<u32>) -> std::result::Result<u32, Js
         parts.push(part);
     }
     state.insert(Arc::new(Entry::Composite(parts)))
-}
-
-/// The queue bound `max_delay` in nanoseconds of a leaky-queue (keyed) limiter, else `null`.
-#[napi]
-pub fn max_delay_ns(env: Env, handle: u32) -> std::result::Result<Option<f64>, JsErr> {
-    env_state(&env)?.with(handle, |e| {
-        let q = e.quota()?;
-        Ok((q.algorithm_kind() == Algorithm::LeakyQueue).then(|| q.max_delay_ns() as f64))
-    })?
 }
 
 fn key_op<R>(
@@ -224,26 +210,24 @@ fn key_op<R>(
 }
 
 /// Forgets `key`'s bucket; whether it existed.
-#[napi(ts_args_type = "handle: number, key: string | Uint8Array | number")]
+#[napi(ts_args_type = "handle: number, key: string | Uint8Array | number | bigint")]
 pub fn keyed_remove(env: Env, handle: u32, key: Unknown) -> std::result::Result<bool, JsErr> {
-    key_op(&env, handle, &key, |l, k| l.remove(k))
+    key_op(&env, handle, &key, |l, k| l.remove(k).map_err(from_core))?
 }
 
 /// Evicts every bucket that is full now; how many.
 #[napi]
 pub fn keyed_sweep(env: Env, handle: u32) -> std::result::Result<u32, JsErr> {
     env_state(&env)?.with(handle, |e| {
-        Ok(u32::try_from(e.keyed()?.sweep()).unwrap_or(u32::MAX))
+        let swept = e.keyed()?.sweep().map_err(from_core)?;
+        Ok(u32::try_from(swept).unwrap_or(u32::MAX))
     })?
 }
 
 /// Forgets every bucket.
 #[napi]
 pub fn keyed_clear(env: Env, handle: u32) -> std::result::Result<(), JsErr> {
-    env_state(&env)?.with(handle, |e| {
-        e.keyed()?.clear();
-        Ok(())
-    })?
+    env_state(&env)?.with(handle, |e| e.keyed()?.clear().map_err(from_core))?
 }
 
 /// Keys held now.
@@ -287,19 +271,42 @@ pub fn canonical_quota(quota: String) -> std::result::Result<String, JsErr> {
     Ok(parse(&quota)?.to_string())
 }
 
+/// The canonical rate string of a quota given by its parts (`index.js`'s options object):
+/// the core's `Quota::try_new` and builders, `refill` and `algorithm` by the core's names.
+#[napi(
+    ts_args_type = "count: number | bigint, periodNs: number | bigint, burst?: number | bigint, initial?: number | bigint, refill?: string, algorithm?: string, maxDelayNs?: number | bigint"
+)]
+pub fn quota_from_options(
+    count: Unknown,
+    period_ns: Unknown,
+    burst: Option<Unknown>,
+    initial: Option<Unknown>,
+    refill: Option<String>,
+    algorithm: Option<String>,
+    max_delay_ns: Option<Unknown>,
+) -> std::result::Result<String, JsErr> {
+    let count = u64_of(&count, "count")?;
+    let burst = u64_opt(burst, "burst")?.unwrap_or(count);
+    let mut q = Quota::try_new(count, u64_of(&period_ns, "periodNs")?, burst).map_err(from_core)?;
+    if let Some(i) = u64_opt(initial, "initial")? {
+        q = q.with_initial(i);
+    }
+    if let Some(r) = refill {
+        q = q.with_refill(r.parse::<Refill>().map_err(from_core)?);
+    }
+    if let Some(a) = algorithm {
+        q = q.with_algorithm(a.parse::<Algorithm>().map_err(from_core)?);
+    }
+    if let Some(ns) = u64_opt(max_delay_ns, "maxDelayNs")? {
+        q = q.with_max_delay(Duration::from_nanos(ns));
+    }
+    q.validate().map_err(from_core)?;
+    Ok(q.to_string())
+}
+
+/// A header style by the core's names (`ietf`, `draft6`, `draft7`, `legacy`, `none`).
 fn style_of(style: &str) -> std::result::Result<HeaderStyle, JsErr> {
-    Ok(match style {
-        "ietf" | "draft-8" => HeaderStyle::Ietf,
-        "draft-6" => HeaderStyle::Draft6,
-        "draft-7" => HeaderStyle::Draft7,
-        "legacy" => HeaderStyle::Legacy,
-        "none" => HeaderStyle::None,
-        other => {
-            return Err(invalid_arg(format!(
-                "unknown header style {other:?} (ietf, draft-6, draft-7, draft-8, legacy, none)"
-            )))
-        }
-    })
+    style.parse().map_err(from_core)
 }
 
 /// The HTTP fields of a decision given by its figures, rendered by the core
@@ -369,8 +376,7 @@ pub fn core_decision_ns(iterations: u32, allow: bool) -> std::result::Result<f64
     } else {
         "1/h; burst=1; initial=0"
     };
-    let l = Limiter::with_clock(parse(quota)?, AnyClock::System(MonotonicClock::new()))
-        .map_err(from_core)?;
+    let l = Limiter::with_clock(parse(quota)?, AnyClock::default()).map_err(from_core)?;
     let start = std::time::Instant::now();
     let mut admitted = 0u64;
     for _ in 0..iterations {
@@ -385,7 +391,7 @@ pub fn core_decision_ns(iterations: u32, allow: bool) -> std::result::Result<f64
     Ok(start.elapsed().as_nanos() as f64 / f64::from(iterations.max(1)))
 }
 
-/// Benchmark floor: an empty `#[napi]` class method of the `check` shape.
+/// Benchmark floor: an empty `#[napi]` class method of the `allow` shape.
 #[napi]
 pub struct NoopLimiter {}
 
@@ -400,13 +406,13 @@ impl NoopLimiter {
 
     /// Does nothing with `cost`.
     #[napi]
-    pub fn check(&self, cost: f64) -> bool {
+    pub fn allow(&self, cost: f64) -> bool {
         cost >= 0.0
     }
 }
 
-/// Benchmark floor: an empty `#[napi]` function of the `check` shape.
+/// Benchmark floor: an empty `#[napi]` function of the `allow` shape.
 #[napi]
-pub fn noop_napi_check(handle: u32, cost: f64) -> bool {
+pub fn noop_napi_allow(handle: u32, cost: f64) -> bool {
     f64::from(handle) <= cost
 }

@@ -14,6 +14,9 @@ pub enum ErrorCode {
     InsufficientCapacity,
     /// The clock reads past the limiter's horizon.
     ClockOutOfRange,
+    /// A named setting (refill, algorithm, onFull, header style) has a value outside its
+    /// choices.
+    InvalidOption,
     /// A keyed limiter is at its key bound and none is evictable.
     KeyStoreFull,
     /// A JavaScript argument of the wrong type or out of range (binding-level, not a core error).
@@ -27,6 +30,7 @@ impl AsRef<str> for ErrorCode {
             ErrorCode::Parse => "ERR_SLUICEGATE_PARSE",
             ErrorCode::InsufficientCapacity => "ERR_SLUICEGATE_INSUFFICIENT_CAPACITY",
             ErrorCode::ClockOutOfRange => "ERR_SLUICEGATE_CLOCK_OUT_OF_RANGE",
+            ErrorCode::InvalidOption => "ERR_SLUICEGATE_INVALID_OPTION",
             ErrorCode::KeyStoreFull => "ERR_SLUICEGATE_KEY_STORE_FULL",
             ErrorCode::InvalidArg => "ERR_SLUICEGATE_INVALID_ARG",
         }
@@ -47,6 +51,7 @@ pub fn from_core(e: sluicegate::Error) -> JsErr {
         E::Parse { .. } => ErrorCode::Parse,
         E::InsufficientCapacity { .. } => ErrorCode::InsufficientCapacity,
         E::ClockOutOfRange { .. } => ErrorCode::ClockOutOfRange,
+        E::InvalidOption { .. } => ErrorCode::InvalidOption,
         E::KeyStoreFull { .. } => ErrorCode::KeyStoreFull,
     };
     napi::Error::new(code, e.to_string())
@@ -82,6 +87,7 @@ mod tests {
                 .try_acquire(2)
                 .unwrap_err(),
             sluicegate::Error::ClockOutOfRange { now: 1, horizon: 0 },
+            "sometimes".parse::<sluicegate::Refill>().unwrap_err(),
             sluicegate::Error::KeyStoreFull { max_keys: 1 },
         ];
         for e in errs {
@@ -92,6 +98,7 @@ mod tests {
                 "parse_error" => "ERR_SLUICEGATE_PARSE",
                 "insufficient_capacity" => "ERR_SLUICEGATE_INSUFFICIENT_CAPACITY",
                 "clock_out_of_range" => "ERR_SLUICEGATE_CLOCK_OUT_OF_RANGE",
+                "invalid_option" => "ERR_SLUICEGATE_INVALID_OPTION",
                 "key_store_full" => "ERR_SLUICEGATE_KEY_STORE_FULL",
                 other => panic!("core code {other:?} has no JavaScript mapping"),
             };

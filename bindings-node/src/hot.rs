@@ -23,18 +23,18 @@ type Cb = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::n
 
 /// The hand-written callbacks, as `(name, callback)` for the module's exports.
 pub const EXPORTS: &[(&str, Cb)] = &[
-    ("check", check),
+    ("allow", allow),
     ("decide", decide),
     ("refund", refund),
     ("reserveWithin", reserve_within),
-    ("checkNoop", check_noop),
+    ("allowNoop", allow_noop),
     // `decide` takes the same arguments and returns through the shared buffer: same floor.
-    ("decideNoop", check_noop),
-    ("keyedCheck", keyed_check),
+    ("decideNoop", allow_noop),
+    ("keyedAllow", keyed_allow),
     ("keyedDecide", keyed_decide),
     ("keyedPeek", keyed_peek),
     ("keyedRefund", keyed_refund),
-    ("keyedCheckNoop", keyed_check_noop),
+    ("keyedAllowNoop", keyed_allow_noop),
 ];
 
 /// Slots of the scratch buffer, as f64 (exact integers up to 2^53) and as u64 from `EXACT`.
@@ -181,7 +181,7 @@ fn decision_of(e: &Entry, cost: u64) -> Result<Decision, JsErr> {
 
 /// Writes `d`'s figures to the scratch buffer.
 #[inline(always)]
-fn write_scratch(state: &EnvState, d: &Decision) {
+pub(crate) fn write_scratch(state: &EnvState, d: &Decision) {
     let (limit, remaining, retry, reset) = (
         d.limit(),
         d.remaining(),
@@ -215,8 +215,8 @@ fn write_scratch(state: &EnvState, d: &Decision) {
     }
 }
 
-/// `check(handle, cost) -> boolean`: the fast path (no figures).
-unsafe extern "C" fn check(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+/// `allow(handle, cost) -> boolean`: the fast path (no figures).
+unsafe extern "C" fn allow(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     // SAFETY: Node passes this callback's own env and info.
     let c = unsafe { call(env, info) };
     guard(env, || {
@@ -277,8 +277,8 @@ unsafe extern "C" fn reserve_within(
     })
 }
 
-/// The floor of `check` and `decide`: the same conversions and result, no state, no decision.
-unsafe extern "C" fn check_noop(
+/// The floor of `allow` and `decide`: the same conversions and result, no state, no decision.
+unsafe extern "C" fn allow_noop(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
@@ -290,8 +290,8 @@ unsafe extern "C" fn check_noop(
     })
 }
 
-/// `keyedCheck(handle, key, cost) -> boolean`.
-unsafe extern "C" fn keyed_check(
+/// `keyedAllow(handle, key, cost) -> boolean`.
+unsafe extern "C" fn keyed_allow(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
@@ -362,8 +362,8 @@ unsafe extern "C" fn keyed_refund(
     })
 }
 
-/// The floor of `keyedCheck`: the same conversions (key bytes included), no decision.
-unsafe extern "C" fn keyed_check_noop(
+/// The floor of `keyedAllow`: the same conversions (key bytes included), no decision.
+unsafe extern "C" fn keyed_allow_noop(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {

@@ -1,20 +1,25 @@
-//! Keys of a `KeyedLimiter`, read straight from the JavaScript value into bytes.
+//! Keys of a `KeyedLimiter`, read straight from the JavaScript value into bytes by the core's
+//! one key rule (`sluicegate::IntKey`, docs/SEMANTICS.md "Keys"):
 //!
 //! * a string: its UTF-8 bytes (copied to the stack when short);
 //! * a `Buffer` or `Uint8Array`: its bytes, borrowed for the call (no copy);
-//! * an integer `number` (safe range): its decimal digits, so `42` and `"42"` name one bucket.
+//! * an integer: a safe-integer `number` or a `BigInt` (within 128 bits): its decimal digits
+//!   (`IntKey`), so `42`, `42n` and `"42"` name one bucket.
 //!
-//! Anything else (undefined, null, a fraction, NaN, a BigInt, an object) is an
+//! Anything else (undefined, null, a fraction, NaN, a larger BigInt, an object) is an
 //! `ERR_SLUICEGATE_INVALID_ARG` error.
 
 use crate::args::MAX_SAFE;
 use crate::errors::{invalid_arg, JsErr};
 use napi::sys;
+use sluicegate::IntKey;
 use std::ffi::c_void;
-use std::io::Write;
 use std::ptr;
 
 const STACK: usize = 256;
+
+const NOT_A_KEY: &str =
+    "a key must be a string, a Buffer or Uint8Array, a safe-integer number or a BigInt";
 
 /// Calls `f` with the bytes of the key `v`.
 ///
@@ -71,12 +76,28 @@ pub unsafe fn with_key<R>(
                     "a number key must be a safe integer, got {x}"
                 )));
             }
-            let mut buf = [0u8; 24];
-            let mut cur = &mut buf[..];
-            // 17 digits and a sign at most: always fits.
-            let _ = write!(cur, "{}", x as i64);
-            let n = 24 - cur.len();
-            Ok(f(&buf[..n]))
+            Ok(f(IntKey::new(x as i128).as_bytes()))
+        }
+        sys::ValueType::napi_bigint => {
+            let (mut sign, mut count) = (0, 2usize);
+            let mut words = [0u64; 2];
+            // SAFETY: `v` is a BigInt; `words` has room for `count` words, and Node-API sets
+            // `count` to the words the value needs (more than 2: it did not fit).
+            unsafe {
+                sys::napi_get_value_bigint_words(env, v, &mut sign, &mut count, words.as_mut_ptr())
+            };
+            let magnitude = u128::from(words[0]) | (u128::from(words[1]) << 64);
+            let n = match (count <= 2, sign != 0) {
+                (true, false) => i128::try_from(magnitude).ok(),
+                (true, true) => 0i128.checked_sub_unsigned(magnitude),
+                (false, _) => None,
+            };
+            match n {
+                Some(n) => Ok(f(IntKey::new(n).as_bytes())),
+                None => Err(invalid_arg(
+                    "a BigInt key must be between -2^127 and 2^127-1",
+                )),
+            }
         }
         sys::ValueType::napi_object => {
             let mut is_ta = false;
@@ -110,12 +131,8 @@ pub unsafe fn with_key<R>(
                     }));
                 }
             }
-            Err(invalid_arg(
-                "a key must be a string, a Buffer or Uint8Array, or an integer number",
-            ))
+            Err(invalid_arg(NOT_A_KEY))
         }
-        _ => Err(invalid_arg(
-            "a key must be a string, a Buffer or Uint8Array, or an integer number",
-        )),
+        _ => Err(invalid_arg(NOT_A_KEY)),
     }
 }

@@ -6,13 +6,15 @@
 //!
 //! * `hot.rs`: the per-request calls, hand-written against Node-API (see there why);
 //! * `api.rs`: construction, inspection and the `ManualClock` class, through `#[napi]`;
+//! * `acquire.rs`: `acquire()`'s plan (the core's), polled from `index.js`'s timers;
 //! * `state.rs`: per-environment handle slab and scratch buffer, shared-limiter registry;
 //! * `errors.rs`: the one core-error mapping; `args.rs`: number/BigInt conversion;
-//!   `keys.rs`: keys (string, Buffer, integer) as bytes for the core's byte-key path.
+//!   `keys.rs`: keys (string, Buffer, integer) as bytes by the core's key rule.
 
 // Under `cargo test` napi-rs registers nothing, so the exported functions look unused.
 #![cfg_attr(test, allow(dead_code))]
 
+mod acquire;
 mod api;
 mod args;
 mod errors;

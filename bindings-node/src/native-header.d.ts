@@ -5,24 +5,24 @@
 /** The decision scratch buffer: see `hot::slot` for the layout. */
 export declare const scratch: ArrayBuffer
 /** Admit `cost` now on the limiter (or composite) `handle`? Throws on an invalid argument or a core error. */
-export declare function check(handle: number, cost: number | bigint): boolean
-/** As `check`, with the decision's figures written to `scratch`. */
+export declare function allow(handle: number, cost: number | bigint): boolean
+/** As `allow`, with the decision's figures written to `scratch`. */
 export declare function decide(handle: number, cost: number | bigint): boolean
 /** Gives `cost` tokens back to the limiter `handle` (every part of a composite). */
 export declare function refund(handle: number, cost: number | bigint): void
 /** The core's `reserve_within`: a leaky queue admits only if its wait is at most `maxWaitNs`; figures in `scratch`. */
 export declare function reserveWithin(handle: number, cost: number | bigint, maxWaitNs: number | bigint): boolean
-/** The floor of `check`: the same conversions, no decision. */
-export declare function checkNoop(handle: number, cost: number | bigint): boolean
+/** The floor of `allow`: the same conversions, no decision. */
+export declare function allowNoop(handle: number, cost: number | bigint): boolean
 /** The floor of `decide`: the same conversions, no decision. */
 export declare function decideNoop(handle: number, cost: number | bigint): boolean
-/** `check` for a keyed limiter. */
-export declare function keyedCheck(handle: number, key: string | Uint8Array | number, cost: number | bigint): boolean
+/** `allow` for a keyed limiter. */
+export declare function keyedAllow(handle: number, key: string | Uint8Array | number | bigint, cost: number | bigint): boolean
 /** `decide` for a keyed limiter. */
-export declare function keyedDecide(handle: number, key: string | Uint8Array | number, cost: number | bigint): boolean
+export declare function keyedDecide(handle: number, key: string | Uint8Array | number | bigint, cost: number | bigint): boolean
 /** The key's state in `scratch`, changing nothing and creating no bucket. */
-export declare function keyedPeek(handle: number, key: string | Uint8Array | number): boolean
+export declare function keyedPeek(handle: number, key: string | Uint8Array | number | bigint): boolean
 /** `refund` for a keyed limiter. */
-export declare function keyedRefund(handle: number, key: string | Uint8Array | number, cost: number | bigint): void
-/** The floor of `keyedCheck`: the same conversions, no decision. */
-export declare function keyedCheckNoop(handle: number, key: string | Uint8Array | number, cost: number | bigint): boolean
+export declare function keyedRefund(handle: number, key: string | Uint8Array | number | bigint, cost: number | bigint): void
+/** The floor of `keyedAllow`: the same conversions, no decision. */
+export declare function keyedAllowNoop(handle: number, key: string | Uint8Array | number | bigint, cost: number | bigint): boolean

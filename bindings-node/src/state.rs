@@ -1,5 +1,5 @@
-//! Per-environment state (a slab of handles and the decision scratch buffer), the clock choice,
-//! and the process-wide registry of named shared limiters.
+//! Per-environment state (a slab of handles and the decision scratch buffer) and the
+//! process-wide registry of named shared limiters.
 //!
 //! JavaScript holds a limiter as a small integer: its slot in the slab of the environment
 //! (main thread or worker) that created it. A number crosses the Node-API boundary faster
@@ -8,34 +8,14 @@
 //! memory that is not a limiter.
 
 use crate::errors::{from_core, invalid_arg, JsErr};
-use sluicegate::{
-    composite, Clock, Decision, KeyedLimiter, Limiter, ManualClock, MonotonicClock, Quota,
-};
+use sluicegate::{composite, AnyClock, Clock, Decision, KeyedLimiter, Limiter, Quota};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// The clock a limiter reads, chosen at run time.
-#[derive(Clone, Debug)]
-pub enum AnyClock {
-    /// The core's default TSC clock.
-    System(MonotonicClock),
-    /// A clock set by hand from JavaScript (`ManualClock`).
-    Manual(ManualClock),
-}
-
-impl Clock for AnyClock {
-    #[inline]
-    fn now(&self) -> u64 {
-        match self {
-            AnyClock::System(c) => c.now(),
-            AnyClock::Manual(c) => c.now(),
-        }
-    }
-}
-
-/// A keyed limiter over byte keys: strings are keyed by their UTF-8 bytes, Buffers and
-/// Uint8Arrays by their bytes, integer numbers by their decimal digits (see `keys.rs`).
+/// A keyed limiter over byte keys, by the core's key rule: strings are keyed by their UTF-8
+/// bytes, Buffers and Uint8Arrays by their bytes, integers (numbers and BigInts) by their
+/// decimal digits (see `keys.rs`).
 pub type Keyed = KeyedLimiter<Box<[u8]>, AnyClock>;
 
 /// What a handle names.
@@ -85,8 +65,19 @@ impl Entry {
         }
     }
 
+    /// The parts of a composite, or an `ERR_SLUICEGATE_INVALID_ARG` error.
+    pub fn composite(&self) -> Result<&[Arc<Entry>], JsErr> {
+        match self {
+            Entry::Composite(parts) => Ok(parts),
+            other => Err(invalid_arg(format!(
+                "expected a Composite handle, got {}",
+                other.kind()
+            ))),
+        }
+    }
+
     /// The parts of a composite as limiters (every part is single by construction).
-    fn parts(parts: &[Arc<Entry>]) -> Vec<&Limiter<AnyClock>> {
+    pub fn parts(parts: &[Arc<Entry>]) -> Vec<&Limiter<AnyClock>> {
         parts
             .iter()
             .filter_map(|p| match &**p {

@@ -21,8 +21,8 @@ smoke='
 const { Limiter, KeyedLimiter } = require("sluicegate");
 const rateLimit = require("sluicegate/express");
 const l = new Limiter("10/s; burst=2");
-if (!l.tryAcquire().allowed || !l.check() || l.tryAcquire().allowed) throw new Error("limiter");
-if (!new KeyedLimiter("1/s").check("k") || typeof rateLimit !== "function") throw new Error("exports");
+if (!l.tryAcquire().allowed || !l.allow() || l.tryAcquire().allowed) throw new Error("limiter");
+if (!new KeyedLimiter("1/s").allow("k") || typeof rateLimit !== "function") throw new Error("exports");
 import("sluicegate").then((m) => { if (m.Limiter !== Limiter) throw new Error("esm"); console.log("install ok:", process.argv[1]) });
 '
 
