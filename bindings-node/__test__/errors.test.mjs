@@ -129,14 +129,15 @@ test('a name outside the core\'s choices is ERR_SLUICEGATE_INVALID_OPTION', () =
     ['algorithm', () => new Limiter({ count: 1, periodMs: 1000, algorithm: 'fastest' })],
     ['algorithm', () => canonicalQuota({ count: 1, periodMs: 1000, algorithm: 'gcrа' })], // Cyrillic а
     ['on_full', () => new KeyedLimiter('1/s', { onFull: 'drop' })],
-    ['on_full', () => KeyedLimiter.shared('errors-on-full', '1/s', { onFull: 'Evict' })],
+    ['on_full', () => KeyedLimiter.shared('errors-on-full', '1/s', { onFull: 'evicted' })],
     ['style', () => new Limiter('1/s').tryAcquire().headers('draft-9')],
     ['style', () => new Limiter('1/s').tryAcquire().headers('draft-7')],
   ]
   for (const [option, make] of cases) {
     assert.throws(make, (e) => INVALID_OPTION(e) && e.message.startsWith(`${option} must be `), option)
   }
-  // The core's names are accepted, aliases included.
+  // The core's names are accepted, in any ASCII case, aliases included.
+  assert.equal(new KeyedLimiter('1/s', { onFull: 'Evict' }).size, 0)
   assert.equal(canonicalQuota({ count: 1, periodMs: 1000, algorithm: 'shaper' }), '1/s; algorithm=leaky_queue')
   assert.equal(canonicalQuota({ count: 1, periodMs: 1000, refill: 'interval' }), '1/s; refill=interval')
 })

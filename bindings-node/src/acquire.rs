@@ -10,7 +10,7 @@ use crate::keys::with_key;
 use crate::state::Entry;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
-use sluicegate::{composite, AnyClock, Clock, Decision, Limiter, Next};
+use sluicegate::{composite, Next};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ enum Target {
     Single(sluicegate::AcquirePlan),
     /// The key's bytes, copied when the acquire starts.
     Keyed(Box<[u8]>, sluicegate::AcquirePlan),
-    Composite(CompositePlan),
+    Composite(sluicegate::AcquirePlan),
 }
 
 /// One pending `acquire()`: made by `acquireStart`, polled by `index.js`.
@@ -46,7 +46,9 @@ impl AcquirePlan {
         let next = match &mut self.target {
             Target::Single(plan) => self.entry.single()?.poll_acquire(plan),
             Target::Keyed(key, plan) => self.entry.keyed()?.poll_acquire(&key[..], plan),
-            Target::Composite(plan) => plan.poll(&Entry::parts(self.entry.composite()?)),
+            Target::Composite(plan) => {
+                composite::poll_acquire_all(&Entry::parts(self.entry.composite()?), plan)
+            }
         }
         .map_err(from_core)?;
         let (kind, d) = match next {
@@ -64,7 +66,7 @@ impl AcquirePlan {
         match &self.target {
             Target::Single(plan) => self.entry.single()?.cancel(plan.cost()),
             Target::Keyed(key, plan) => self.entry.keyed()?.cancel(&key[..], plan.cost()),
-            Target::Composite(plan) => return self.entry.refund(plan.cost),
+            Target::Composite(plan) => return self.entry.refund(plan.cost()),
         }
         .map_err(from_core)
     }
@@ -87,9 +89,11 @@ pub fn acquire_start(
     let entry = env_state(&env)?.get(handle)?;
     let target = match (&*entry, key) {
         (Entry::Single(l), None) => Target::Single(l.start_acquire(cost, max_wait)),
-        (Entry::Composite(parts), None) => {
-            Target::Composite(CompositePlan::new(&Entry::parts(parts), cost, max_wait))
-        }
+        (Entry::Composite(parts), None) => Target::Composite(composite::start_acquire_all(
+            &Entry::parts(parts),
+            cost,
+            max_wait,
+        )),
         (Entry::Keyed(l), Some(key)) => {
             // SAFETY: `key` is an argument of the running call; the closure copies the bytes.
             let key = unsafe { with_key(key.env(), key.raw(), |k| Box::<[u8]>::from(k)) }?;
@@ -99,48 +103,4 @@ pub fn acquire_start(
         (_, Some(_)) => return Err(invalid_arg("only a KeyedLimiter's acquire takes a key")),
     };
     Ok(AcquirePlan { entry, target })
-}
-
-/// A composite's plan. A stopgap until the core plans an acquire over borrowed parts: its
-/// `Composite::start_acquire`/`poll_acquire` need a `Composite` that owns its parts, while a
-/// JavaScript `Composite`'s parts are `Limiter`s of their own (usable alone and in other
-/// composites). `poll` is the core's `AcquirePlan::poll` for a plan that is not a queue (as
-/// `Composite::start_acquire` makes it), over the core's `composite::try_acquire_all_at`.
-struct CompositePlan {
-    cost: u64,
-    /// A reading of the first part's clock (`u64::MAX`: none), from the core's plan.
-    deadline: u64,
-    /// The previous round's reading and rejection.
-    last: Option<(u64, Decision)>,
-}
-
-impl CompositePlan {
-    fn new(parts: &[&Limiter<AnyClock>], cost: u64, max_wait: Duration) -> Self {
-        Self {
-            cost,
-            deadline: parts[0].start_acquire(cost, max_wait).deadline(),
-            last: None,
-        }
-    }
-
-    fn poll(
-        &mut self,
-        parts: &[&Limiter<AnyClock>],
-    ) -> std::result::Result<Next, sluicegate::Error> {
-        let now = parts[0].clock().now();
-        if let Some((then, d)) = self.last {
-            if now <= then {
-                return Ok(Next::Reject(d));
-            }
-        }
-        let d = composite::try_acquire_all_at(parts, now, self.cost)?;
-        if d.allowed() {
-            return Ok(Next::Admit(d));
-        }
-        if d.retry_after_nanos() > self.deadline.saturating_sub(now) {
-            return Ok(Next::Reject(d));
-        }
-        self.last = Some((now, d));
-        Ok(Next::Retry(d))
-    }
 }

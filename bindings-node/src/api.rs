@@ -7,11 +7,12 @@ use crate::state::{self, Entry, EnvState};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use sluicegate::http::HeaderStyle;
-use sluicegate::{Algorithm, AnyClock, Decision, KeyedLimiter, Limiter, OnFull, Quota, Refill};
+use sluicegate::{
+    Algorithm, AnyClock, Decision, KeyedLimiter, Limiter, OnFull, Quota, QuotaOptions, Refill,
+};
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// This environment's state (the instance data `lib.rs` sets).
 pub(crate) fn env_state(env: &Env) -> std::result::Result<&EnvState, JsErr> {
@@ -285,22 +286,22 @@ pub fn quota_from_options(
     algorithm: Option<String>,
     max_delay_ns: Option<Unknown>,
 ) -> std::result::Result<String, JsErr> {
-    let count = u64_of(&count, "count")?;
-    let burst = u64_opt(burst, "burst")?.unwrap_or(count);
-    let mut q = Quota::try_new(count, u64_of(&period_ns, "periodNs")?, burst).map_err(from_core)?;
-    if let Some(i) = u64_opt(initial, "initial")? {
-        q = q.with_initial(i);
-    }
-    if let Some(r) = refill {
-        q = q.with_refill(r.parse::<Refill>().map_err(from_core)?);
-    }
-    if let Some(a) = algorithm {
-        q = q.with_algorithm(a.parse::<Algorithm>().map_err(from_core)?);
-    }
-    if let Some(ns) = u64_opt(max_delay_ns, "maxDelayNs")? {
-        q = q.with_max_delay(Duration::from_nanos(ns));
-    }
-    q.validate().map_err(from_core)?;
+    let options = QuotaOptions {
+        count: u64_of(&count, "count")?,
+        period_ns: u64_of(&period_ns, "periodNs")?,
+        burst: u64_opt(burst, "burst")?,
+        initial: u64_opt(initial, "initial")?,
+        refill: refill
+            .map(|r| r.parse::<Refill>())
+            .transpose()
+            .map_err(from_core)?,
+        algorithm: algorithm
+            .map(|a| a.parse::<Algorithm>())
+            .transpose()
+            .map_err(from_core)?,
+        max_delay_ns: u64_opt(max_delay_ns, "maxDelayNs")?,
+    };
+    let q = options.build().map_err(from_core)?;
     Ok(q.to_string())
 }
 

@@ -109,13 +109,7 @@ impl Entry {
             Entry::Composite(parts) => {
                 let parts = Self::parts(parts);
                 let now = parts[0].clock().now();
-                for p in &parts {
-                    p.try_acquire_at(now, 0).map_err(from_core)?;
-                }
-                for p in &parts {
-                    p.refund_at(now, cost).map_err(from_core)?;
-                }
-                Ok(())
+                composite::refund_all_at(&parts, now, cost).map_err(from_core)
             }
             Entry::Keyed(_) => Err(invalid_arg(
                 "expected a Limiter or Composite handle, got a KeyedLimiter's",

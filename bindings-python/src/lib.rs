@@ -8,8 +8,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyString};
 use sluicegate::http::HeaderStyle;
-use sluicegate::{Algorithm, AnyClock, Clock, Limiter, ManualClock, Quota, Refill};
-use std::num::NonZeroU64;
+use sluicegate::{Algorithm, AnyClock, Clock, Limiter, ManualClock, Quota, QuotaOptions, Refill};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -131,35 +130,25 @@ impl PyQuota {
                 return Err(PyTypeError::new_err("give period= or period_ns=, not both"))
             }
         };
-        let burst = opt_uint(burst, "burst")?.unwrap_or(count);
-        // Every option is set before the one `validate` below: the core's `try_new` validates
-        // a token bucket, which a window algorithm's count may not be.
-        let mut q = match (
-            NonZeroU64::new(count),
-            NonZeroU64::new(period_ns),
-            NonZeroU64::new(burst),
-        ) {
-            (Some(k), Some(p), Some(b)) => Quota::new(k, p).with_burst(b),
-            // A zero: the core's validating constructor names which one.
-            _ => {
-                return Err(to_py(
-                    Quota::try_new(count, period_ns, burst).expect_err("a zero"),
-                ))
-            }
+        let options = QuotaOptions {
+            count,
+            period_ns,
+            burst: opt_uint(burst, "burst")?,
+            initial: opt_uint(initial, "initial")?,
+            refill: refill
+                .map(str::parse::<Refill>)
+                .transpose()
+                .map_err(to_py)?,
+            algorithm: algorithm
+                .map(str::parse::<Algorithm>)
+                .transpose()
+                .map_err(to_py)?,
+            max_delay_ns: match max_delay.filter(|d| !d.is_none()) {
+                Some(d) => Some(duration_ns(d, "max_delay")?),
+                None => None,
+            },
         };
-        if let Some(i) = opt_uint(initial, "initial")? {
-            q = q.with_initial(i);
-        }
-        if let Some(r) = refill {
-            q = q.with_refill(r.parse::<Refill>().map_err(to_py)?);
-        }
-        if let Some(a) = algorithm {
-            q = q.with_algorithm(a.parse::<Algorithm>().map_err(to_py)?);
-        }
-        if let Some(d) = max_delay.filter(|d| !d.is_none()) {
-            q = q.with_max_delay(duration(d, "max_delay")?);
-        }
-        q.validate().map_err(to_py)?;
+        let q = options.build().map_err(to_py)?;
         Ok(Self { inner: q })
     }
 

@@ -57,7 +57,7 @@ pub use decision::http;
 pub use decision::http::HeaderStyle;
 pub use decision::Decision;
 pub use error::Error;
-pub use quota::{Algorithm, Quota, Refill, MAX_SLIDING_LOG};
+pub use quota::{Algorithm, Quota, QuotaOptions, Refill, MAX_SLIDING_LOG};
 pub use store::{IntKey, KeyedBuilder, KeyedLimiter, OnFull, DEFAULT_MAX_KEYS};
 
 /// The README's Rust snippets, compiled and run as doc tests.

@@ -140,6 +140,59 @@ impl FromStr for Refill {
 /// The most timestamps a sliding log keeps per bucket (its `count`): 8 bytes each.
 pub const MAX_SLIDING_LOG: u64 = 1 << 20;
 
+/// Every option of a quota at once, as the bindings receive them (keyword arguments, an
+/// options object): [`build`](Self::build) sets them all, then validates once, so a window
+/// algorithm's count is never checked as a token bucket's first.
+///
+/// ```
+/// use sluicegate::{Algorithm, QuotaOptions};
+/// let q = QuotaOptions {
+///     count: 50,
+///     period_ns: 60_000_000_000,
+///     algorithm: Some(Algorithm::SlidingWindow),
+///     ..QuotaOptions::default()
+/// }
+/// .build()?;
+/// assert_eq!(q.to_string(), "50/m; algorithm=sliding_window");
+/// # Ok::<(), sluicegate::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuotaOptions {
+    /// Tokens per period (at least 1).
+    pub count: u64,
+    /// The period in nanoseconds (at least 1).
+    pub period_ns: u64,
+    /// The bucket's capacity (default: the count).
+    pub burst: Option<u64>,
+    /// Tokens at creation (default: the burst).
+    pub initial: Option<u64>,
+    /// The refill mode (default: continuous).
+    pub refill: Option<Refill>,
+    /// The algorithm (default: the token bucket).
+    pub algorithm: Option<Algorithm>,
+    /// A leaky queue's bound in nanoseconds (default: one period).
+    pub max_delay_ns: Option<u64>,
+}
+
+impl QuotaOptions {
+    /// The quota, or the core's error for the first invalid option (a zero count, period or
+    /// burst first, as [`Quota::try_new`] names them).
+    pub fn build(&self) -> Result<Quota, Error> {
+        let burst = self.burst.unwrap_or(self.count);
+        let q = Quota {
+            count: self.count,
+            period_ns: self.period_ns,
+            burst,
+            initial: self.initial,
+            refill: self.refill.unwrap_or_default(),
+            algorithm: self.algorithm.unwrap_or_default(),
+            max_delay_ns: self.max_delay_ns,
+        };
+        q.validate()?;
+        Ok(q)
+    }
+}
+
 /// A rate limit: `count` tokens per `period`, a bucket of `burst` tokens holding `initial`
 /// at creation, enforced by one [`Algorithm`] (default: the token bucket).
 ///

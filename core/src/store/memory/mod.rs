@@ -871,7 +871,10 @@ mod tests {
         for round in 0..3u64 {
             for i in 0..48u64 {
                 let k = format!("key-{i}-{}", "x".repeat(i as usize % 7));
-                assert!(kl.try_acquire(k.as_str(), 1).unwrap().allowed(), "{round} {i}");
+                assert!(
+                    kl.try_acquire(k.as_str(), 1).unwrap().allowed(),
+                    "{round} {i}"
+                );
             }
             for i in (0..48u64).step_by(3) {
                 let k = format!("key-{i}-{}", "x".repeat(i as usize % 7));
