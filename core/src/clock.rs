@@ -1,8 +1,9 @@
 //! Time sources. Every decision takes `now` as integer nanoseconds of a monotonic clock.
 //!
-//! * [`MonotonicClock`] (the default): the CPU's time-stamp counter through `quanta`, scaled to
-//!   nanoseconds since the first use in this process. About 10 ns a reading here, against about
-//!   24 ns for `std::time::Instant::now` (see `BENCHMARKS.md`).
+//! * [`MonotonicClock`] (the default): the CPU's time-stamp counter, calibrated by `quanta`,
+//!   scaled to nanoseconds since the first use in this process (or since a shared region's
+//!   creation, for the shared-memory store); cheaper than `std::time::Instant::now` (figures in
+//!   docs/ARCHITECTURE.md).
 //! * [`StdClock`]: `std::time::Instant`, for platforms or policies that prefer the OS clock.
 //! * [`CoarseClock`]: a cached reading refreshed by a background thread (default every
 //!   millisecond); one atomic load a decision. Decisions are then exact with respect to that
@@ -46,45 +47,186 @@ impl<C: Clock + ?Sized> Clock for Box<C> {
 /// The clock a [`Limiter`](crate::Limiter) uses unless told otherwise.
 pub type DefaultClock = MonotonicClock;
 
-/// The default clock: the time-stamp counter (via `quanta`, which detects and calibrates it,
-/// and falls back to the OS's monotonic clock where there is no usable counter), in
-/// nanoseconds since the first clock of this kind was made in the process. All instances share
-/// one timeline. Under Miri, which cannot run `rdtsc`, it reads [`std::time::Instant`].
-#[derive(Clone)]
-pub struct MonotonicClock {
-    #[cfg(not(miri))]
-    clock: quanta::Clock,
-    #[cfg(not(miri))]
-    origin: u64,
-    #[cfg(miri)]
-    std: StdClock,
+/// How a [`MonotonicClock`] turns a reading into nanoseconds: the x86-64 time-stamp counter
+/// with one fixed-point multiplier, or the OS's `CLOCK_MONOTONIC`, each from an origin. A
+/// value that processes can share: a shared-memory region stores the base its creator chose,
+/// and every process that opens it reads time through that one base, so their readings are
+/// comparable (see `store/shm`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ClockBase {
+    /// `((rdtsc - origin) * mult) >> 64` nanoseconds.
+    Tsc {
+        /// The raw counter at the origin.
+        origin: u64,
+        /// Nanoseconds per tick as a 64-bit fixed-point fraction (the counter is faster
+        /// than 1 GHz).
+        mult: u64,
+    },
+    /// `CLOCK_MONOTONIC - origin` nanoseconds.
+    Os {
+        /// `CLOCK_MONOTONIC` at the origin, in nanoseconds.
+        origin: u64,
+    },
 }
 
-#[cfg(not(miri))]
-fn tsc_base() -> &'static (quanta::Clock, u64) {
-    static BASE: real::OnceLock<(quanta::Clock, u64)> = real::OnceLock::new();
-    BASE.get_or_init(|| {
-        let clock = quanta::Clock::new();
-        let origin = clock.raw();
-        (clock, origin)
-    })
+impl ClockBase {
+    /// A base whose origin is now: the TSC with `quanta`'s calibration where `quanta` reads
+    /// the x86-64 counter (and, when `shared`, where the kernel itself keeps time with it, so
+    /// that the counters of every CPU agree), else the OS clock.
+    pub(crate) fn now_base(shared: bool) -> Self {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        {
+            let mult = tsc_calibration();
+            if mult != 0 && (!shared || kernel_keeps_time_with_tsc()) {
+                return ClockBase::Tsc {
+                    origin: raw_tsc(),
+                    mult,
+                };
+            }
+        }
+        let _ = shared;
+        ClockBase::Os {
+            origin: os_monotonic_ns(),
+        }
+    }
+
+    /// Nanoseconds since the origin (0 for a reading behind it: another core's counter).
+    #[inline(always)]
+    pub(crate) fn read(&self) -> u64 {
+        match *self {
+            ClockBase::Tsc { origin, mult } => tsc_nanos(raw_tsc(), origin, mult),
+            ClockBase::Os { origin } => os_monotonic_ns().saturating_sub(origin),
+        }
+    }
+}
+
+/// The raw time-stamp counter (0 where there is none; a `Tsc` base is only made where there
+/// is one). Under Miri, which cannot run `rdtsc`, nanoseconds of `Instant` stand in.
+#[inline(always)]
+fn raw_tsc() -> u64 {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        // SAFETY: `rdtsc` exists on every x86-64 CPU, reads no memory and has no
+        // precondition (the intrinsic is `unsafe` only as a `core::arch` function).
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    {
+        0
+    }
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds (`std::time::Instant` hides its value, which processes
+/// must share). Under Miri and off Unix, `Instant` since a process-wide origin stands in.
+fn os_monotonic_ns() -> u64 {
+    #[cfg(all(unix, not(miri)))]
+    {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on the
+        // Unix systems Rust supports, so the call cannot fail.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        (ts.tv_sec as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(ts.tv_nsec as u64)
+    }
+    #[cfg(not(all(unix, not(miri))))]
+    {
+        u64::try_from(std_origin().elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+/// Whether the kernel keeps time with the TSC (it checked that every CPU's counter agrees).
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+fn kernel_keeps_time_with_tsc() -> bool {
+    std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+        .is_ok_and(|s| s.trim() == "tsc")
+}
+
+/// `quanta`'s calibration of the TSC as the multiplier `m` with
+/// `delta_as_nanos(0, d) == (d * m) >> 64` for every tick count `d`; 0 where `quanta` does not
+/// read the x86-64 counter. Calibrated once per process.
+///
+/// `quanta` converts ticks as `(d * F) >> S` (`S <= 63`). When `F < 2^S` (a counter faster
+/// than 1 GHz), `m = F << (64 - S)` fits a `u64` and `(d * m) >> 64 == (d * F) >> S` exactly.
+/// `m` is read off `quanta`'s own conversion: `F < 2^S` iff one tick converts to 0 ns, and then
+/// `2^63` ticks convert to exactly `F << (63 - S)`. The OS-clock fallback converts one tick
+/// to 1 ns, and gives 0.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+fn tsc_calibration() -> u64 {
+    static MULT: real::OnceLock<u64> = real::OnceLock::new();
+    *MULT.get_or_init(|| tsc_multiplier(&quanta::Clock::new()))
+}
+
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+fn tsc_multiplier(clock: &quanta::Clock) -> u64 {
+    if clock.delta_as_nanos(0, 1) != 0 {
+        return 0;
+    }
+    let half = clock.delta_as_nanos(0, 1 << 63);
+    if half == 0 || half >= 1 << 63 {
+        return 0;
+    }
+    let m = half << 1;
+    // The derivation above is exact; check it on a spread of tick counts anyway, and fall
+    // back to the OS clock on any disagreement.
+    let agrees = (0..64)
+        .flat_map(|b| [1u64 << b, (1u64 << b) | 0x5555_5555_5555_5555 >> (63 - b)])
+        .chain([0x1234_5678_9abc, 0x0fed_cba9_8765_4321, u64::MAX >> 1])
+        .all(|d| clock.delta_as_nanos(0, d) == tsc_nanos(d, 0, m));
+    if agrees {
+        m
+    } else {
+        0
+    }
+}
+
+/// Nanoseconds from `origin` to `raw` ticks with multiplier `m`; 0 for a reading at or behind
+/// the origin (another core's TSC).
+#[inline(always)]
+fn tsc_nanos(raw: u64, origin: u64, m: u64) -> u64 {
+    if raw <= origin {
+        return 0;
+    }
+    ((u128::from(raw - origin) * u128::from(m)) >> 64) as u64
+}
+
+/// The default clock: the time-stamp counter, calibrated once per process by `quanta`, read
+/// with `rdtsc` and one multiply, in nanoseconds since the first clock of this kind was made
+/// in the process (all instances share that timeline); `CLOCK_MONOTONIC` where there is no
+/// usable counter. A keyed limiter on a shared-memory store reads the region's clock instead:
+/// the same kind of reading through the base its creator stored, so that every process sees
+/// one timeline.
+///
+/// Reading the counter directly, rather than through `quanta`'s own conversion, costs the same
+/// (docs/ARCHITECTURE.md has the side-by-side figures); what it buys is a calibration that can
+/// be written down and shared between processes, which `quanta` keeps private.
+#[derive(Clone)]
+pub struct MonotonicClock {
+    base: ClockBase,
 }
 
 impl MonotonicClock {
     /// A handle on the process-wide timeline (calibrated once, on first use).
     pub fn new() -> Self {
-        #[cfg(not(miri))]
-        {
-            let (clock, origin) = tsc_base();
-            Self {
-                clock: clock.clone(),
-                origin: *origin,
-            }
-        }
-        #[cfg(miri)]
+        static BASE: real::OnceLock<ClockBase> = real::OnceLock::new();
         Self {
-            std: StdClock::new(),
+            base: *BASE.get_or_init(|| ClockBase::now_base(false)),
         }
+    }
+
+    /// A clock reading through `base` (a shared region's).
+    #[allow(dead_code)] // the shared-memory store's, in the next commit
+    pub(crate) fn with_base(base: ClockBase) -> Self {
+        Self { base }
+    }
+
+    /// The base this clock reads through.
+    #[allow(dead_code)] // the shared-memory store's, in the next commit
+    pub(crate) fn base(&self) -> ClockBase {
+        self.base
     }
 }
 
@@ -96,18 +238,20 @@ impl Default for MonotonicClock {
 
 impl core::fmt::Debug for MonotonicClock {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("MonotonicClock").finish_non_exhaustive()
+        let kind = match self.base {
+            ClockBase::Tsc { .. } => "tsc",
+            ClockBase::Os { .. } => "os",
+        };
+        f.debug_struct("MonotonicClock")
+            .field("source", &kind)
+            .finish_non_exhaustive()
     }
 }
 
 impl Clock for MonotonicClock {
     #[inline]
     fn now(&self) -> u64 {
-        // A raw reading behind the origin (another core's counter) saturates to 0.
-        #[cfg(not(miri))]
-        return self.clock.delta_as_nanos(self.origin, self.clock.raw());
-        #[cfg(miri)]
-        return self.std.now();
+        self.base.read()
     }
 }
 
@@ -325,6 +469,57 @@ mod tests {
         // but a virtual machine may not.
         let ordered = (0..10_000).filter(|_| a.now() <= b.now()).count();
         assert!(ordered >= 9_000, "{ordered} of 10 000 pairs in order");
+    }
+
+    #[test]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    fn a_clock_that_is_not_the_tsc_is_not_multiplied() {
+        // quanta's mock converts ticks one to one, as its OS-clock fallback does.
+        let (mock, _) = quanta::Clock::mock();
+        assert_eq!(tsc_multiplier(&mock), 0);
+    }
+
+    #[test]
+    fn the_multiplier_is_exact_for_every_shift_of_a_fast_counter() {
+        // `(d * F) >> S` with F < 2^S, as quanta computes it, against `(d * m) >> 64`.
+        for s in 1..=63u32 {
+            for f in [1u64, 3, (1 << s) / 3 + 1, (1u64 << s) - 1] {
+                if f >= 1 << s {
+                    continue;
+                }
+                let quanta = |d: u64| ((u128::from(d) * u128::from(f)) >> s) as u64;
+                let half = quanta(1 << 63);
+                assert!(half < 1 << 63 && quanta(1) == 0);
+                let m = half << 1;
+                for d in [1u64, 2, 0x1234_5678, 1 << 40, u64::MAX >> 1, u64::MAX] {
+                    assert_eq!(tsc_nanos(d, 0, m), quanta(d), "s {s} f {f} d {d:#x}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    fn the_tsc_reading_converts_exactly_as_quanta_does() {
+        let q = quanta::Clock::new();
+        let m = tsc_calibration();
+        if m == 0 {
+            return; // quanta reads the OS clock on this machine: nothing to compare
+        }
+        let origin = q.raw();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            for raw in [x, origin.wrapping_add(x >> 1), origin.wrapping_add(x >> 30)] {
+                assert_eq!(
+                    tsc_nanos(raw, origin, m),
+                    q.delta_as_nanos(origin, raw),
+                    "raw {raw:#x}"
+                );
+            }
+        }
     }
 
     #[test]
