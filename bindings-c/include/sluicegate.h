@@ -336,8 +336,8 @@ sg_result sg_decision_headers(const struct sg_decision *decision,
 // that are full are evicted first, and `on_full` (an `sg_on_full` value) says what happens
 // when none is.
 //
-// Errors: `SG_ERR_INVALID_QUOTA` (`max_keys == 0`), `SG_ERR_INVALID_OPTION` (`on_full` is not an
-// `sg_on_full` value).
+// Errors: `SG_ERR_INVALID_QUOTA` (`max_keys == 0`), `SG_ERR_INVALID_OPTION` (`on_full` is
+// not an `sg_on_full` value).
 //
 // # Safety
 // `quota` is NULL or a live handle; `out` is NULL or valid for one write.

@@ -4,6 +4,7 @@ use crate::clock;
 use crate::decision::sg_decision;
 use crate::error::{fail, from_core, null, sg_result};
 use crate::handle::{self, Handle};
+use crate::limiter::new;
 use crate::options;
 use crate::sg_manual_clock;
 use crate::sg_quota;
@@ -76,35 +77,22 @@ fn max_keys(n: u64, func: &str) -> Result<usize, sg_result> {
     })
 }
 
-/// Makes the keyed limiter and writes it to `out`.
-///
-/// # Safety
-/// `quota` is NULL or a live handle; `out` is NULL or valid for one write.
-unsafe fn new(
-    quota: *const sg_quota,
+/// The constructor of `new`, for `max_keys` and the `on_full` value.
+fn builder(
     max_keys: u64,
     on_full: u32,
-    clock: impl FnOnce() -> Result<AnyClock, sg_result>,
-    out: *mut *mut sg_keyed_limiter,
     func: &str,
-) -> Result<(), sg_result> {
-    // SAFETY: forwarded caller contract.
-    let quota = unsafe { handle::borrow::<Quota>(quota, func, "quota")? };
-    let clock = clock()?;
-    if out.is_null() {
-        return Err(null(func, "out"));
+) -> impl FnOnce(Quota, AnyClock) -> Result<KeyedLimiter, sg_result> + '_ {
+    move |quota, clock| {
+        let max_keys = self::max_keys(max_keys, func)?;
+        let on_full = options::on_full(on_full).map_err(from_core)?;
+        sluicegate::KeyedLimiter::builder(quota)
+            .clock(clock)
+            .max_keys(max_keys)
+            .on_full(on_full)
+            .build()
+            .map_err(from_core)
     }
-    let max_keys = self::max_keys(max_keys, func)?;
-    let on_full = options::on_full(on_full).map_err(from_core)?;
-    let limiter: KeyedLimiter = sluicegate::KeyedLimiter::builder(*quota)
-        .clock(clock)
-        .max_keys(max_keys)
-        .on_full(on_full)
-        .build()
-        .map_err(from_core)?;
-    // SAFETY: `out` is non-NULL and valid for one write (caller contract).
-    unsafe { out.write(handle::into_raw(limiter)) };
-    Ok(())
 }
 
 /// Writes a new keyed limiter to `*out`: every key gets its own bucket enforcing `quota`,
@@ -113,8 +101,8 @@ unsafe fn new(
 /// that are full are evicted first, and `on_full` (an `sg_on_full` value) says what happens
 /// when none is.
 ///
-/// Errors: `SG_ERR_INVALID_QUOTA` (`max_keys == 0`), `SG_ERR_INVALID_OPTION` (`on_full` is not an
-/// `sg_on_full` value).
+/// Errors: `SG_ERR_INVALID_QUOTA` (`max_keys == 0`), `SG_ERR_INVALID_OPTION` (`on_full` is
+/// not an `sg_on_full` value).
 ///
 /// # Safety
 /// `quota` is NULL or a live handle; `out` is NULL or valid for one write.
@@ -126,9 +114,10 @@ pub unsafe extern "C" fn sg_keyed_limiter_new(
     out: *mut *mut sg_keyed_limiter,
 ) -> sg_result {
     ffi!({
+        const F: &str = "sg_keyed_limiter_new";
         let clock = || Ok(AnyClock::default());
         // SAFETY: forwarded caller contract.
-        unsafe { new(quota, max_keys, on_full, clock, out, "sg_keyed_limiter_new") }
+        unsafe { new(quota, clock, out, F, builder(max_keys, on_full, F)) }
     })
 }
 
@@ -147,8 +136,9 @@ pub unsafe extern "C" fn sg_keyed_limiter_new_with_clock(
 ) -> sg_result {
     ffi!({
         const F: &str = "sg_keyed_limiter_new_with_clock";
+        let build = builder(max_keys, on_full, F);
         // SAFETY: forwarded caller contract (`clock` is NULL or a live handle).
-        unsafe { new(quota, max_keys, on_full, || clock::manual(clock, F), out, F) }
+        unsafe { new(quota, || clock::manual(clock, F), out, F, build) }
     })
 }
 

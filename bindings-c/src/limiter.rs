@@ -28,15 +28,17 @@ impl Handle for Limiter {
     const NAME: &'static str = "sg_limiter";
 }
 
-/// Makes the limiter and writes it to `out`.
+/// Makes a limiter of either kind and writes its handle to `out`: checks `quota`, `clock`
+/// and `out` in that order, then runs `build` (which maps its own errors).
 ///
 /// # Safety
 /// `quota` is NULL or a live handle; `out` is NULL or valid for one write.
-unsafe fn new(
+pub(crate) unsafe fn new<Made: Handle>(
     quota: *const sg_quota,
     clock: impl FnOnce() -> Result<AnyClock, sg_result>,
-    out: *mut *mut sg_limiter,
+    out: *mut *mut Made::Opaque,
     func: &str,
+    build: impl FnOnce(Quota, AnyClock) -> Result<Made, sg_result>,
 ) -> Result<(), sg_result> {
     // SAFETY: forwarded caller contract.
     let quota = unsafe { handle::borrow::<Quota>(quota, func, "quota")? };
@@ -44,10 +46,15 @@ unsafe fn new(
     if out.is_null() {
         return Err(null(func, "out"));
     }
-    let limiter = Limiter::with_clock(*quota, clock).map_err(from_core)?;
+    let made = build(*quota, clock)?;
     // SAFETY: `out` is non-NULL and valid for one write (caller contract).
-    unsafe { out.write(handle::into_raw(limiter)) };
+    unsafe { out.write(handle::into_raw(made)) };
     Ok(())
+}
+
+/// A limiter from its quota and clock.
+fn build(quota: Quota, clock: AnyClock) -> Result<Limiter, sg_result> {
+    Limiter::with_clock(quota, clock).map_err(from_core)
 }
 
 /// Writes a new limiter enforcing `quota` to `*out`, on the default clock (the CPU's
@@ -62,8 +69,9 @@ pub unsafe extern "C" fn sg_limiter_new(
     out: *mut *mut sg_limiter,
 ) -> sg_result {
     ffi!({
+        let clock = || Ok(AnyClock::default());
         // SAFETY: forwarded caller contract.
-        unsafe { new(quota, || Ok(AnyClock::default()), out, "sg_limiter_new") }
+        unsafe { new(quota, clock, out, "sg_limiter_new", build) }
     })
 }
 
@@ -82,7 +90,7 @@ pub unsafe extern "C" fn sg_limiter_new_with_clock(
     ffi!({
         const F: &str = "sg_limiter_new_with_clock";
         // SAFETY: forwarded caller contract (`clock` is NULL or a live handle).
-        unsafe { new(quota, || clock::manual(clock, F), out, F) }
+        unsafe { new(quota, || clock::manual(clock, F), out, F, build) }
     })
 }
 
