@@ -18,7 +18,7 @@
 #define SG_KEYED_DEFAULT_MAX_KEYS 1048576
 
 // Which family of rate-limit fields `sg_decision_headers` renders (`Retry-After` is always
-// added to a rejection). Passed as a `uint32_t`; other values are `SG_ERR_INVALID_ARGUMENT`.
+// added to a rejection). Passed as a `uint32_t`; other values are `SG_ERR_INVALID_OPTION`.
 enum sg_header_style
 #ifdef __cplusplus
   : uint32_t
@@ -90,7 +90,8 @@ enum sg_result
   SG_ERR_WRONG_HANDLE = 2,
   // The library panicked; the call had no effect that the engine could observe. A bug: please report it.
   SG_ERR_PANIC = 3,
-  // An integer argument is out of its domain (e.g. an unknown `sg_refill` value).
+  // An integer argument is out of its domain (a length larger than any object, an empty
+  // composite limit). A value outside an option's enum is `SG_ERR_INVALID_OPTION`.
   SG_ERR_INVALID_ARGUMENT = 4,
   // The caller's buffer was too small: the text was truncated (and still NUL-terminated).
   SG_ERR_BUFFER_TOO_SMALL = 5,
@@ -109,6 +110,10 @@ enum sg_result
   // A keyed limiter is at its key bound and none of its keys can be evicted.
   // Core name `key_store_full`.
   SG_ERR_KEY_STORE_FULL = 104,
+  // A named option has a value outside its choices: an `sg_refill`, `sg_on_full` or
+  // `sg_header_style` argument that is none of the enum's values (the detail names the
+  // option, the value and the choices). Core name `invalid_option`.
+  SG_ERR_INVALID_OPTION = 105,
   // Reserved, never returned: every engine error has a code of its own (the core's error
   // enum is exhaustive and mapped without a wildcard). Kept so that the value is never
   // reused.
@@ -125,6 +130,8 @@ typedef uint32_t sg_result;
 //
 // Keys are byte strings `(key, key_len)`: any bytes, NUL included, compared in full. A key
 // is copied only when it is new; `key` may be NULL when `key_len` is 0 (the empty key).
+// An integer key is its decimal digits (`-` first when negative: `snprintf(buf, n, "%"
+// PRId64, id)`), as in every binding: 42 in Python or Node and "42" here are one bucket.
 typedef struct sg_keyed_limiter sg_keyed_limiter;
 
 // A lock-free rate limiter for one bucket. Opaque and thread-safe: every function taking a
@@ -307,7 +314,8 @@ sg_result sg_last_error_message(char *buf, size_t len, size_t *out_written);
 // A buffer of `4 * policy_len + 256` bytes holds every rendering; a smaller one may get
 // `SG_ERR_BUFFER_TOO_SMALL` and a truncated (still NUL-terminated) text.
 //
-// Errors: `SG_ERR_NULL_ARGUMENT`, `SG_ERR_INVALID_ARGUMENT` (not an `sg_header_style`),
+// Errors: `SG_ERR_NULL_ARGUMENT`, `SG_ERR_INVALID_OPTION` (`style` is not an
+// `sg_header_style` value), `SG_ERR_INVALID_ARGUMENT` (`policy_len` larger than any object),
 // `SG_ERR_BUFFER_TOO_SMALL`.
 //
 // # Safety
@@ -328,7 +336,8 @@ sg_result sg_decision_headers(const struct sg_decision *decision,
 // that are full are evicted first, and `on_full` (an `sg_on_full` value) says what happens
 // when none is.
 //
-// Errors: `SG_ERR_INVALID_QUOTA` (`max_keys == 0`), `SG_ERR_INVALID_ARGUMENT` (`on_full`).
+// Errors: `SG_ERR_INVALID_QUOTA` (`max_keys == 0`), `SG_ERR_INVALID_OPTION` (`on_full` is
+// not an `sg_on_full` value).
 //
 // # Safety
 // `quota` is NULL or a live handle; `out` is NULL or valid for one write.
@@ -406,11 +415,15 @@ sg_result sg_keyed_limiter_refund_at(const struct sg_keyed_limiter *limiter,
                                      uint64_t now_ns,
                                      uint64_t cost);
 
-// Blocks (sleeping) until `cost` tokens of `key`'s bucket are admitted or `timeout_ns` has
-// passed: it retries after each rejection's `retry_after_ns` while that ends within the
-// timeout, measuring time on the limiter's clock and the real clock, whichever moved
-// further. A leaky queue's admission is returned as `sg_keyed_limiter_try_acquire` gives
-// it: its `retry_after_ns` is the wait until the request's slot, which the caller lets pass.
+// `sg_limiter_acquire_timeout` for `key`'s bucket: blocks (sleeping) until `cost` tokens
+// are admitted or `timeout_ns` has run out, and writes the outcome to `*out` with `SG_OK`:
+// the admission, or the rejection when the quota cannot admit `cost` in time (a decision,
+// not an error). The same wait policy: a rejection whose `retry_after_ns` exceeds the time
+// left is the outcome at once; a leaky queue's admission comes after its slot's wait,
+// already slept; a manual clock that nobody advances returns the rejection instead of
+// waiting forever.
+//
+// Errors: as `sg_keyed_limiter_try_acquire`.
 //
 // # Safety
 // As `sg_keyed_limiter_try_acquire`.
@@ -524,15 +537,23 @@ sg_result sg_limiter_refund(const struct sg_limiter *limiter, uint64_t cost);
 // `limiter` is NULL or a live handle.
 sg_result sg_limiter_refund_at(const struct sg_limiter *limiter, uint64_t now_ns, uint64_t cost);
 
-// Blocks the calling thread (sleeping) until `cost` tokens are admitted or `timeout_ns`
-// nanoseconds have passed, and writes the final decision to `*out`: `allowed == true` if
-// admitted, else the last rejection. A rejection whose `retry_after_ns` exceeds the time
-// left is returned at once, without sleeping. A leaky queue (`algorithm=leaky_queue`)
-// reserves a slot whose wait is at most `timeout_ns` and sleeps until it, so an admission
-// returned here may go ahead at once. On a manual clock the thread still sleeps in real
-// time, and a clock that did not move meanwhile gets the rejection instead of a second
-// try. `timeout_ns == 0` is `sg_limiter_try_acquire` (except that a leaky queue admits
-// only a request that needs no wait).
+// Blocks the calling thread (sleeping, never spinning) until `cost` tokens are admitted
+// or `timeout_ns` nanoseconds have run out, and writes the outcome to `*out` with `SG_OK`:
+// the admission, or, when the quota cannot admit `cost` within `timeout_ns`, the rejection
+// (`out->allowed == false`: a decision, not an error).
+//
+// The wait policy is the core's, the same in every language: a rejection whose
+// `retry_after_ns` exceeds the time left is the outcome at once, without sleeping; otherwise
+// the thread sleeps `retry_after_ns` and tries again. A leaky queue
+// (`algorithm=leaky_queue`) reserves a slot whose wait is at most `timeout_ns` (else the
+// rejection is the outcome at once), sleeps until it and returns the admission, whose
+// `retry_after_ns` is the wait already slept: go ahead at once. Time left is read on the
+// limiter's clock. On a manual clock the thread still sleeps in real time, and a clock
+// that did not move while it slept makes the last rejection the outcome: a manual clock
+// that nobody advances returns the rejection instead of waiting forever.
+// `timeout_ns == 0` is `sg_limiter_try_acquire` (a leaky queue then admits only a request
+// that needs no wait); `timeout_ns == UINT64_MAX` sets no deadline. Signals do not cut the
+// sleep short.
 //
 // Errors: as `sg_limiter_try_acquire`.
 //
@@ -624,7 +645,7 @@ sg_result sg_quota_set_initial(struct sg_quota *quota, uint64_t initial);
 
 // Sets the refill mode to an `sg_refill` value. On error the quota is unchanged.
 //
-// Errors: `SG_ERR_INVALID_ARGUMENT` (not an `sg_refill` value), `SG_ERR_INVALID_QUOTA`
+// Errors: `SG_ERR_INVALID_OPTION` (not an `sg_refill` value), `SG_ERR_INVALID_QUOTA`
 // (the mode's arithmetic would overflow for this quota).
 //
 // # Safety

@@ -1,8 +1,9 @@
-//! `sg_manual_clock`: a clock that moves only when told to (tests, simulations).
+//! `sg_manual_clock`: a clock that moves only when told to (tests, simulations), and the
+//! conversion of a C clock argument to the core's run-time clock choice, `AnyClock`.
 
-use crate::error::{fail, sg_result};
+use crate::error::{null, sg_result};
 use crate::handle::{self, Handle};
-use sluicegate::{Clock, ManualClock};
+use sluicegate::{AnyClock, Clock, ManualClock};
 
 /// A clock that reads what it was last set to, in nanoseconds. Opaque and thread-safe; made
 /// by `sg_manual_clock_new`, released by `sg_manual_clock_free`. Limiters made with it share
@@ -11,12 +12,24 @@ pub struct sg_manual_clock {
     _private: [u8; 0],
 }
 
-pub(crate) struct C(pub(crate) ManualClock);
-
-impl Handle for C {
-    type C = sg_manual_clock;
+impl Handle for ManualClock {
+    type Opaque = sg_manual_clock;
     const MAGIC: u64 = u64::from_be_bytes(*b"sg:clock");
     const NAME: &'static str = "sg_manual_clock";
+}
+
+/// The clock of a limiter made with the manual clock `clock` (a share of it: the handle may
+/// be freed first).
+///
+/// # Safety
+/// `clock` is NULL or a live handle (of any kind).
+pub(crate) unsafe fn manual(
+    clock: *const sg_manual_clock,
+    func: &str,
+) -> Result<AnyClock, sg_result> {
+    // SAFETY: forwarded caller contract.
+    let manual = unsafe { handle::borrow::<ManualClock>(clock, func, "clock")? };
+    Ok(AnyClock::new(Some(manual)))
 }
 
 /// Writes a new manual clock reading `start_ns` to `*out`.
@@ -30,13 +43,10 @@ pub unsafe extern "C" fn sg_manual_clock_new(
 ) -> sg_result {
     ffi!({
         if out.is_null() {
-            return Err(fail(
-                sg_result::SG_ERR_NULL_ARGUMENT,
-                format_args!("sg_manual_clock_new: `out` is NULL"),
-            ));
+            return Err(null("sg_manual_clock_new", "out"));
         }
         // SAFETY: `out` is non-NULL and valid for one write (caller contract).
-        unsafe { out.write(handle::into_raw(C(ManualClock::new(start_ns)))) };
+        unsafe { out.write(handle::into_raw(ManualClock::new(start_ns))) };
         Ok(())
     })
 }
@@ -53,8 +63,8 @@ pub unsafe extern "C" fn sg_manual_clock_set(
 ) -> sg_result {
     ffi!({
         // SAFETY: forwarded caller contract.
-        let c = unsafe { handle::borrow::<C>(clock, "sg_manual_clock_set", "clock")? };
-        c.0.set(now_ns);
+        let c = unsafe { handle::borrow::<ManualClock>(clock, "sg_manual_clock_set", "clock")? };
+        c.set(now_ns);
         Ok(())
     })
 }
@@ -70,8 +80,9 @@ pub unsafe extern "C" fn sg_manual_clock_advance(
 ) -> sg_result {
     ffi!({
         // SAFETY: forwarded caller contract.
-        let c = unsafe { handle::borrow::<C>(clock, "sg_manual_clock_advance", "clock")? };
-        c.0.advance_nanos(ns);
+        let c =
+            unsafe { handle::borrow::<ManualClock>(clock, "sg_manual_clock_advance", "clock")? };
+        c.advance_nanos(ns);
         Ok(())
     })
 }
@@ -88,15 +99,12 @@ pub unsafe extern "C" fn sg_manual_clock_now(
     ffi!({
         const F: &str = "sg_manual_clock_now";
         // SAFETY: forwarded caller contract.
-        let c = unsafe { handle::borrow::<C>(clock, F, "clock")? };
+        let c = unsafe { handle::borrow::<ManualClock>(clock, F, "clock")? };
         if out_ns.is_null() {
-            return Err(fail(
-                sg_result::SG_ERR_NULL_ARGUMENT,
-                format_args!("{F}: `out_ns` is NULL"),
-            ));
+            return Err(null(F, "out_ns"));
         }
         // SAFETY: non-NULL and valid for one write (caller contract).
-        unsafe { out_ns.write(c.0.now()) };
+        unsafe { out_ns.write(c.now()) };
         Ok(())
     })
 }
@@ -110,6 +118,6 @@ pub unsafe extern "C" fn sg_manual_clock_now(
 pub unsafe extern "C" fn sg_manual_clock_free(clock: *mut sg_manual_clock) {
     ffi_or!((), {
         // SAFETY: forwarded caller contract.
-        unsafe { handle::free::<C>(clock, "sg_manual_clock_free") }
+        unsafe { handle::free::<ManualClock>(clock, "sg_manual_clock_free") }
     })
 }

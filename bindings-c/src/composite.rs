@@ -2,31 +2,26 @@
 //! all-or-nothing, over the core's `sluicegate::composite`.
 
 use crate::decision::sg_decision;
-use crate::error::{fail, from_core, sg_result};
+use crate::error::{fail, from_core, null, sg_result};
 use crate::handle;
-use crate::limiter::{null, sg_limiter, L};
+use crate::limiter::{sg_limiter, Limiter};
 use sluicegate::composite::{try_acquire_all, try_acquire_all_at};
-use sluicegate::{Clock, Decision, Error, Limiter, ManualClock, MonotonicClock};
+use sluicegate::{Clock, Decision, Error};
 
 /// Parts up to this many are gathered on the stack; more take one allocation per call.
 const INLINE: usize = 8;
 
-/// The parts of a composite call, all on the same kind of clock.
-enum Parts<'a> {
-    Monotonic(&'a [&'a Limiter<MonotonicClock>]),
-    Manual(&'a [&'a Limiter<ManualClock>]),
-}
-
-/// Checks `limiters[0..n]` and runs `f` over them as core limiters.
+/// Checks `limiters[0..n]` and runs `f` over them as core limiters: gathered on the stack up
+/// to `INLINE` parts, all on the same kind of clock.
 ///
 /// # Safety
 /// `limiters` is NULL or valid for `n` reads of pointers, each NULL or a live handle.
-unsafe fn with_parts<R>(
+unsafe fn with_parts<Out>(
     limiters: *const *const sg_limiter,
     n: usize,
     func: &str,
-    f: impl FnOnce(Parts<'_>) -> R,
-) -> Result<R, sg_result> {
+    f: impl FnOnce(&[&Limiter]) -> Out,
+) -> Result<Out, sg_result> {
     if limiters.is_null() {
         return Err(null(func, "limiters"));
     }
@@ -37,34 +32,26 @@ unsafe fn with_parts<R>(
     // object (checked above); the array is only read during this call.
     let ptrs = unsafe { core::slice::from_raw_parts(limiters, n) };
     // SAFETY: each element is NULL or a live handle (caller contract).
-    match unsafe { part(ptrs, 0, func)? } {
-        // SAFETY: as above.
-        L::Monotonic(first) => unsafe {
-            gather(
-                ptrs,
-                first,
-                func,
-                |l| match l {
-                    L::Monotonic(l) => Some(l),
-                    L::Manual(_) => None,
-                },
-                |p| f(Parts::Monotonic(p)),
-            )
-        },
-        // SAFETY: as above.
-        L::Manual(first) => unsafe {
-            gather(
-                ptrs,
-                first,
-                func,
-                |l| match l {
-                    L::Manual(l) => Some(l),
-                    L::Monotonic(_) => None,
-                },
-                |p| f(Parts::Manual(p)),
-            )
-        },
+    let first = unsafe { part(ptrs, 0, func)? };
+    let manual = first.clock().manual().is_some();
+    let mut inline = [first; INLINE];
+    let mut heap = Vec::new();
+    if n > INLINE {
+        heap.reserve_exact(n);
+        heap.push(first);
     }
+    for i in 1..n {
+        // SAFETY: as above.
+        let l = unsafe { part(ptrs, i, func)? };
+        if l.clock().manual().is_some() != manual {
+            return Err(mixed_clocks(func, i));
+        }
+        match inline.get_mut(i) {
+            Some(slot) if n <= INLINE => *slot = l,
+            _ => heap.push(l),
+        }
+    }
+    Ok(f(if n <= INLINE { &inline[..n] } else { &heap }))
 }
 
 /// The limiter at `ptrs[i]`, or its error (the detail names the index).
@@ -72,9 +59,13 @@ unsafe fn with_parts<R>(
 /// # Safety
 /// `ptrs[i]` is NULL or a live handle.
 #[inline]
-unsafe fn part<'a>(ptrs: &[*const sg_limiter], i: usize, func: &str) -> Result<&'a L, sg_result> {
+unsafe fn part<'a>(
+    ptrs: &[*const sg_limiter],
+    i: usize,
+    func: &str,
+) -> Result<&'a Limiter, sg_result> {
     // SAFETY: forwarded caller contract.
-    match unsafe { handle::borrow::<L>(ptrs[i], func, "limiters[i]") } {
+    match unsafe { handle::borrow::<Limiter>(ptrs[i], func, "limiters[i]") } {
         Ok(l) => Ok(l),
         // SAFETY: as above; the second look only records the index in the detail.
         Err(_) => Err(unsafe { element_error(ptrs[i], func, i) }),
@@ -85,40 +76,10 @@ unsafe fn part<'a>(ptrs: &[*const sg_limiter], i: usize, func: &str) -> Result<&
 #[inline(never)]
 unsafe fn element_error(p: *const sg_limiter, func: &str, i: usize) -> sg_result {
     // SAFETY: forwarded caller contract of `part`.
-    match unsafe { handle::borrow::<L>(p, func, &format!("limiters[{i}]")) } {
+    match unsafe { handle::borrow::<Limiter>(p, func, &format!("limiters[{i}]")) } {
         Ok(_) => sg_result::SG_ERR_PANIC,
         Err(code) => code,
     }
-}
-
-/// Gathers every part as a `Limiter<C>` (on the stack up to `INLINE` parts) and runs `f`.
-///
-/// # Safety
-/// Each of `ptrs[1..]` is NULL or a live handle.
-unsafe fn gather<'a, C: Clock, R>(
-    ptrs: &[*const sg_limiter],
-    first: &'a Limiter<C>,
-    func: &str,
-    pick: impl Fn(&'a L) -> Option<&'a Limiter<C>>,
-    f: impl FnOnce(&[&Limiter<C>]) -> R,
-) -> Result<R, sg_result> {
-    let n = ptrs.len();
-    let mut inline = [first; INLINE];
-    let mut heap = Vec::new();
-    if n > INLINE {
-        heap.reserve_exact(n);
-        heap.push(first);
-    }
-    for i in 1..n {
-        // SAFETY: forwarded caller contract.
-        let l = unsafe { part(ptrs, i, func)? };
-        let l = pick(l).ok_or_else(|| mixed_clocks(func, i))?;
-        match inline.get_mut(i) {
-            Some(slot) if n <= INLINE => *slot = l,
-            _ => heap.push(l),
-        }
-    }
-    Ok(f(if n <= INLINE { &inline[..n] } else { &heap }))
 }
 
 #[cold]
@@ -187,12 +148,7 @@ pub unsafe extern "C" fn sg_composite_try_acquire(
             return Err(null(F, "out"));
         }
         // SAFETY: forwarded caller contract.
-        let d = unsafe {
-            with_parts(limiters, n, F, |p| match p {
-                Parts::Monotonic(p) => try_acquire_all(p, cost),
-                Parts::Manual(p) => try_acquire_all(p, cost),
-            })?
-        };
+        let d = unsafe { with_parts(limiters, n, F, |p| try_acquire_all(p, cost))? };
         // SAFETY: `out` is non-NULL and valid for one write (caller contract).
         unsafe { put(out, d) }
     })
@@ -216,12 +172,7 @@ pub unsafe extern "C" fn sg_composite_try_acquire_at(
             return Err(null(F, "out"));
         }
         // SAFETY: forwarded caller contract.
-        let d = unsafe {
-            with_parts(limiters, n, F, |p| match p {
-                Parts::Monotonic(p) => try_acquire_all_at(p, now_ns, cost),
-                Parts::Manual(p) => try_acquire_all_at(p, now_ns, cost),
-            })?
-        };
+        let d = unsafe { with_parts(limiters, n, F, |p| try_acquire_all_at(p, now_ns, cost))? };
         // SAFETY: `out` is non-NULL and valid for one write (caller contract).
         unsafe { put(out, d) }
     })
@@ -229,7 +180,7 @@ pub unsafe extern "C" fn sg_composite_try_acquire_at(
 
 /// Gives `cost` back to every one of `limiters[0..n]` at `now_ns`, or (on an error) to
 /// none.
-fn refund_all<C: Clock>(parts: &[&Limiter<C>], now_ns: u64, cost: u64) -> Result<(), Error> {
+fn refund_all(parts: &[&Limiter], now_ns: u64, cost: u64) -> Result<(), Error> {
     // A peek changes nothing and fails exactly where a refund would (a reading past the
     // horizon), so either every part is refunded or none is.
     for p in parts {
@@ -258,9 +209,8 @@ pub unsafe extern "C" fn sg_composite_refund(
     ffi!({
         // SAFETY: forwarded caller contract.
         let r = unsafe {
-            with_parts(limiters, n, "sg_composite_refund", |p| match p {
-                Parts::Monotonic(p) => refund_all(p, p[0].clock().now(), cost),
-                Parts::Manual(p) => refund_all(p, p[0].clock().now(), cost),
+            with_parts(limiters, n, "sg_composite_refund", |p| {
+                refund_all(p, p[0].clock().now(), cost)
             })?
         };
         r.map_err(from_core)
@@ -281,9 +231,8 @@ pub unsafe extern "C" fn sg_composite_refund_at(
     ffi!({
         // SAFETY: forwarded caller contract.
         let r = unsafe {
-            with_parts(limiters, n, "sg_composite_refund_at", |p| match p {
-                Parts::Monotonic(p) => refund_all(p, now_ns, cost),
-                Parts::Manual(p) => refund_all(p, now_ns, cost),
+            with_parts(limiters, n, "sg_composite_refund_at", |p| {
+                refund_all(p, now_ns, cost)
             })?
         };
         r.map_err(from_core)

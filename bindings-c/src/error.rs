@@ -23,7 +23,8 @@ pub enum sg_result {
     SG_ERR_WRONG_HANDLE = 2,
     /// The library panicked; the call had no effect that the engine could observe. A bug: please report it.
     SG_ERR_PANIC = 3,
-    /// An integer argument is out of its domain (e.g. an unknown `sg_refill` value).
+    /// An integer argument is out of its domain (a length larger than any object, an empty
+    /// composite limit). A value outside an option's enum is `SG_ERR_INVALID_OPTION`.
     SG_ERR_INVALID_ARGUMENT = 4,
     /// The caller's buffer was too small: the text was truncated (and still NUL-terminated).
     SG_ERR_BUFFER_TOO_SMALL = 5,
@@ -42,6 +43,10 @@ pub enum sg_result {
     /// A keyed limiter is at its key bound and none of its keys can be evicted.
     /// Core name `key_store_full`.
     SG_ERR_KEY_STORE_FULL = 104,
+    /// A named option has a value outside its choices: an `sg_refill`, `sg_on_full` or
+    /// `sg_header_style` argument that is none of the enum's values (the detail names the
+    /// option, the value and the choices). Core name `invalid_option`.
+    SG_ERR_INVALID_OPTION = 105,
     /// Reserved, never returned: every engine error has a code of its own (the core's error
     /// enum is exhaustive and mapped without a wildcard). Kept so that the value is never
     /// reused.
@@ -52,7 +57,7 @@ use sg_result::*;
 
 impl sg_result {
     /// Every code, in order (for `sg_result_name` / `sg_result_message` lookups).
-    const ALL: [sg_result; 12] = [
+    const ALL: [sg_result; 13] = [
         SG_OK,
         SG_ERR_NULL_ARGUMENT,
         SG_ERR_WRONG_HANDLE,
@@ -64,6 +69,7 @@ impl sg_result {
         SG_ERR_INSUFFICIENT_CAPACITY,
         SG_ERR_CLOCK_OUT_OF_RANGE,
         SG_ERR_KEY_STORE_FULL,
+        SG_ERR_INVALID_OPTION,
         SG_ERR_OTHER,
     ];
 
@@ -85,6 +91,7 @@ impl sg_result {
             SG_ERR_INSUFFICIENT_CAPACITY => c"insufficient_capacity",
             SG_ERR_CLOCK_OUT_OF_RANGE => c"clock_out_of_range",
             SG_ERR_KEY_STORE_FULL => c"key_store_full",
+            SG_ERR_INVALID_OPTION => c"invalid_option",
             SG_ERR_OTHER => c"other",
         }
     }
@@ -104,6 +111,7 @@ impl sg_result {
             }
             SG_ERR_CLOCK_OUT_OF_RANGE => "the clock reads past the limiter's horizon",
             SG_ERR_KEY_STORE_FULL => "the keyed limiter is at its key bound",
+            SG_ERR_INVALID_OPTION => "an option has a value outside its choices",
             SG_ERR_OTHER => "reserved (no engine error maps to it)",
         }
     }
@@ -126,6 +134,16 @@ pub(crate) fn fail(code: sg_result, detail: fmt::Arguments<'_>) -> sg_result {
     code
 }
 
+/// `SG_ERR_NULL_ARGUMENT` for the required pointer `arg` of `func`.
+#[cold]
+#[inline(never)]
+pub(crate) fn null(func: &str, arg: &str) -> sg_result {
+    fail(
+        SG_ERR_NULL_ARGUMENT,
+        format_args!("{func}: `{arg}` is NULL"),
+    )
+}
+
 /// The one mapping from the core's error to a code (plus its Display text as the detail).
 #[cold]
 #[inline(never)]
@@ -136,6 +154,7 @@ pub(crate) fn from_core(e: Error) -> sg_result {
         Error::Parse { .. } => SG_ERR_PARSE,
         Error::InsufficientCapacity { .. } => SG_ERR_INSUFFICIENT_CAPACITY,
         Error::ClockOutOfRange { .. } => SG_ERR_CLOCK_OUT_OF_RANGE,
+        Error::InvalidOption { .. } => SG_ERR_INVALID_OPTION,
         Error::KeyStoreFull { .. } => SG_ERR_KEY_STORE_FULL,
     };
     fail(code, format_args!("{e}"))
@@ -243,4 +262,50 @@ pub unsafe extern "C" fn sg_last_error_message(
         // SAFETY: forwarded caller contract.
         unsafe { write_text(&text, buf, len, out_written) }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_distinct_and_named() {
+        for (i, a) in sg_result::ALL.iter().enumerate() {
+            assert_eq!(sg_result::from_code(*a as u32), Some(*a));
+            assert!(sg_result::ALL[..i].iter().all(|b| *b as u32 != *a as u32));
+            assert!(a.message().len() < 128);
+        }
+    }
+
+    /// `sg_result_name` of an engine error is the core's `Error::code()` (one name for one
+    /// error in every language), in the engine's range of codes.
+    #[test]
+    fn engine_codes_carry_the_core_names() {
+        let errors = [
+            Error::InvalidQuota { reason: "r".into() },
+            Error::Parse {
+                input: "i".into(),
+                offset: 0,
+                fragment: "f".into(),
+                reason: "r".into(),
+            },
+            Error::InsufficientCapacity {
+                cost: 2,
+                capacity: 1,
+            },
+            Error::ClockOutOfRange { now: 2, horizon: 1 },
+            Error::InvalidOption {
+                option: "refill",
+                value: "v".into(),
+                expected: "e".into(),
+            },
+            Error::KeyStoreFull { max_keys: 1 },
+        ];
+        for e in errors {
+            let name = e.code();
+            let code = from_core(e);
+            assert_eq!(code.name().to_str(), Ok(name));
+            assert!((100..199).contains(&(code as u32)), "{code:?}");
+        }
+    }
 }

@@ -1,6 +1,6 @@
 //! Opaque handles with a kind tag.
 //!
-//! Every handle this library returns is a `Box<Tagged<T>>`: a `#[repr(C)]` block whose first
+//! Every handle this library returns is a `Box<Tagged<Value>>`: a `#[repr(C)]` block whose first
 //! field is a 64-bit magic number naming the kind. Each use reads that word before anything
 //! else, so passing an `sg_quota *` where an `sg_limiter *` belongs (C converts pointers
 //! silently through `void *`, and FFI layers such as LuaJIT's hand out untyped pointers)
@@ -9,12 +9,15 @@
 //! not reused the block; after that it is undefined behaviour, as in any C library.
 
 use crate::error::{fail, sg_result};
+use crate::keyed::KeyedLimiter;
+use crate::limiter::Limiter;
 use core::mem::align_of;
+use sluicegate::{ManualClock, Quota};
 
-/// A Rust value exposed to C as the opaque type `C`.
+/// A Rust value exposed to C as the opaque type `Opaque`.
 pub(crate) trait Handle: Sized {
     /// The opaque C type (`sg_limiter`, ...).
-    type C;
+    type Opaque;
     /// The kind tag: distinct for every kind, and never a plausible small integer or pointer.
     const MAGIC: u64;
     /// The C type's name, for error details.
@@ -25,27 +28,27 @@ pub(crate) trait Handle: Sized {
 const FREED: u64 = u64::from_be_bytes(*b"sg:freed");
 
 #[repr(C)]
-struct Tagged<T> {
+struct Tagged<Value> {
     magic: u64,
-    value: T,
+    value: Value,
 }
 
 /// The name of the kind a tag belongs to, for error details.
 fn kind_of(magic: u64) -> &'static str {
     match magic {
-        crate::quota::Q::MAGIC => crate::quota::Q::NAME,
-        crate::clock::C::MAGIC => crate::clock::C::NAME,
-        crate::limiter::L::MAGIC => crate::limiter::L::NAME,
-        crate::keyed::K::MAGIC => crate::keyed::K::NAME,
+        <Quota as Handle>::MAGIC => <Quota as Handle>::NAME,
+        <ManualClock as Handle>::MAGIC => <ManualClock as Handle>::NAME,
+        <Limiter as Handle>::MAGIC => <Limiter as Handle>::NAME,
+        <KeyedLimiter as Handle>::MAGIC => <KeyedLimiter as Handle>::NAME,
         FREED => "a freed handle",
         _ => "not a sluicegate handle",
     }
 }
 
 /// Moves `value` to the heap and returns it as an opaque handle.
-pub(crate) fn into_raw<T: Handle>(value: T) -> *mut T::C {
+pub(crate) fn into_raw<Value: Handle>(value: Value) -> *mut Value::Opaque {
     Box::into_raw(Box::new(Tagged {
-        magic: T::MAGIC,
+        magic: Value::MAGIC,
         value,
     }))
     .cast()
@@ -56,15 +59,19 @@ pub(crate) fn into_raw<T: Handle>(value: T) -> *mut T::C {
 /// # Safety
 /// `ptr` is NULL or a live handle returned by this library (of any kind).
 #[inline(always)]
-unsafe fn check<T: Handle>(ptr: *const T::C, func: &str, arg: &str) -> Result<(), sg_result> {
+unsafe fn check<Value: Handle>(
+    ptr: *const Value::Opaque,
+    func: &str,
+    arg: &str,
+) -> Result<(), sg_result> {
     if ptr.is_null() || ptr as usize % align_of::<u64>() != 0 {
-        return Err(bad_pointer(ptr.is_null(), func, arg, T::NAME));
+        return Err(bad_pointer(ptr.is_null(), func, arg, Value::NAME));
     }
     // SAFETY: every handle of every kind is a `Tagged<_>`, `#[repr(C)]` with the `u64` tag
     // first, so a live handle of any kind has an initialized, aligned `u64` at `ptr`.
     let magic = unsafe { ptr.cast::<u64>().read() };
-    if magic != T::MAGIC {
-        return Err(wrong_kind(magic, func, arg, T::NAME));
+    if magic != Value::MAGIC {
+        return Err(wrong_kind(magic, func, arg, Value::NAME));
     }
     Ok(())
 }
@@ -75,10 +82,7 @@ unsafe fn check<T: Handle>(ptr: *const T::C, func: &str, arg: &str) -> Result<()
 #[inline(never)]
 fn bad_pointer(null: bool, func: &str, arg: &str, want: &str) -> sg_result {
     if null {
-        fail(
-            sg_result::SG_ERR_NULL_ARGUMENT,
-            format_args!("{func}: `{arg}` is NULL"),
-        )
+        crate::error::null(func, arg)
     } else {
         fail(
             sg_result::SG_ERR_WRONG_HANDLE,
@@ -105,31 +109,31 @@ fn wrong_kind(magic: u64, func: &str, arg: &str, want: &str) -> sg_result {
 /// `ptr` is NULL or a live handle returned by this library (of any kind), not freed during
 /// the call.
 #[inline(always)]
-pub(crate) unsafe fn borrow<'a, T: Handle>(
-    ptr: *const T::C,
+pub(crate) unsafe fn borrow<'a, Value: Handle>(
+    ptr: *const Value::Opaque,
     func: &str,
     arg: &str,
-) -> Result<&'a T, sg_result> {
+) -> Result<&'a Value, sg_result> {
     // SAFETY: forwarded caller contract.
-    unsafe { check::<T>(ptr, func, arg)? };
-    // SAFETY: the tag says this is a live `Tagged<T>`; only `&` references to its value are
-    // ever made while it is shared (`T` is `Sync`: every kind is safe to use from many threads).
-    Ok(unsafe { &(*ptr.cast::<Tagged<T>>()).value })
+    unsafe { check::<Value>(ptr, func, arg)? };
+    // SAFETY: the tag says this is a live `Tagged<Value>`; only `&` references to its value are
+    // ever made while it is shared (`Value` is `Sync`: every kind is safe to use from many threads).
+    Ok(unsafe { &(*ptr.cast::<Tagged<Value>>()).value })
 }
 
 /// Borrows the value behind a handle mutably (quota setters).
 ///
 /// # Safety
 /// As [`borrow`], and the caller has exclusive access to the handle during the call.
-pub(crate) unsafe fn borrow_mut<'a, T: Handle>(
-    ptr: *mut T::C,
+pub(crate) unsafe fn borrow_mut<'a, Value: Handle>(
+    ptr: *mut Value::Opaque,
     func: &str,
     arg: &str,
-) -> Result<&'a mut T, sg_result> {
+) -> Result<&'a mut Value, sg_result> {
     // SAFETY: forwarded caller contract.
-    unsafe { check::<T>(ptr, func, arg)? };
-    // SAFETY: a live `Tagged<T>` (tag checked), and the caller guarantees exclusive access.
-    Ok(unsafe { &mut (*ptr.cast::<Tagged<T>>()).value })
+    unsafe { check::<Value>(ptr, func, arg)? };
+    // SAFETY: a live `Tagged<Value>` (tag checked), and the caller guarantees exclusive access.
+    Ok(unsafe { &mut (*ptr.cast::<Tagged<Value>>()).value })
 }
 
 /// Frees a handle. NULL is a no-op; a handle of another kind is left alone (and reported in
@@ -137,16 +141,16 @@ pub(crate) unsafe fn borrow_mut<'a, T: Handle>(
 ///
 /// # Safety
 /// `ptr` is NULL or a live handle returned by this library, no longer used by anyone.
-pub(crate) unsafe fn free<T: Handle>(ptr: *mut T::C, func: &str) {
+pub(crate) unsafe fn free<Value: Handle>(ptr: *mut Value::Opaque, func: &str) {
     if ptr.is_null() {
         return;
     }
     // SAFETY: forwarded caller contract.
-    if unsafe { check::<T>(ptr, func, "handle") }.is_err() {
+    if unsafe { check::<Value>(ptr, func, "handle") }.is_err() {
         return;
     }
-    let tagged = ptr.cast::<Tagged<T>>();
-    // SAFETY: a live `Tagged<T>` made by `into_raw` (tag checked) that nobody uses any more:
+    let tagged = ptr.cast::<Tagged<Value>>();
+    // SAFETY: a live `Tagged<Value>` made by `into_raw` (tag checked) that nobody uses any more:
     // overwrite the tag, then rebuild the `Box` exactly once to drop it.
     unsafe {
         (*tagged).magic = FREED;

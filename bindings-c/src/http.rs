@@ -1,28 +1,9 @@
 //! HTTP response fields rendered from an `sg_decision` (the core's `Decision::headers`).
 
 use crate::decision::sg_decision;
-use crate::error::{fail, sg_result, write_text};
-use crate::limiter::null;
+use crate::error::{fail, from_core, null, sg_result, write_text};
+use crate::options;
 use core::ffi::c_char;
-use sluicegate::http::HeaderStyle;
-
-/// Which family of rate-limit fields `sg_decision_headers` renders (`Retry-After` is always
-/// added to a rejection). Passed as a `uint32_t`; other values are `SG_ERR_INVALID_ARGUMENT`.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum sg_header_style {
-    /// draft-ietf-httpapi-ratelimit-headers (-08 and later): `RateLimit-Policy` and
-    /// `RateLimit`, as lists of named policies.
-    SG_HEADERS_IETF = 0,
-    /// draft-06: `RateLimit-Policy`, `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`.
-    SG_HEADERS_DRAFT6 = 1,
-    /// draft-07: `RateLimit-Policy: q;w=` and `RateLimit: limit=, remaining=, reset=`.
-    SG_HEADERS_DRAFT7 = 2,
-    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (seconds from now).
-    SG_HEADERS_LEGACY = 3,
-    /// Only `Retry-After` (on a rejection).
-    SG_HEADERS_NONE = 4,
-}
 
 /// Renders the HTTP response fields for `*decision` into `buf` as `Name: value\r\n` lines
 /// (NUL-terminated; `*out_written` gets the bytes written, NUL excluded), like
@@ -34,7 +15,8 @@ pub enum sg_header_style {
 /// A buffer of `4 * policy_len + 256` bytes holds every rendering; a smaller one may get
 /// `SG_ERR_BUFFER_TOO_SMALL` and a truncated (still NUL-terminated) text.
 ///
-/// Errors: `SG_ERR_NULL_ARGUMENT`, `SG_ERR_INVALID_ARGUMENT` (not an `sg_header_style`),
+/// Errors: `SG_ERR_NULL_ARGUMENT`, `SG_ERR_INVALID_OPTION` (`style` is not an
+/// `sg_header_style` value), `SG_ERR_INVALID_ARGUMENT` (`policy_len` larger than any object),
 /// `SG_ERR_BUFFER_TOO_SMALL`.
 ///
 /// # Safety
@@ -56,19 +38,7 @@ pub unsafe extern "C" fn sg_decision_headers(
         if decision.is_null() {
             return Err(null(F, "decision"));
         }
-        let style = match style {
-            0 => HeaderStyle::Ietf,
-            1 => HeaderStyle::Draft6,
-            2 => HeaderStyle::Draft7,
-            3 => HeaderStyle::Legacy,
-            4 => HeaderStyle::None,
-            other => {
-                return Err(fail(
-                    sg_result::SG_ERR_INVALID_ARGUMENT,
-                    format_args!("{F}: {other} is not an sg_header_style value (0 to 4)"),
-                ))
-            }
-        };
+        let style = options::header_style(style).map_err(from_core)?;
         let policy: &[u8] = if policy_len == 0 {
             &[]
         } else if policy.is_null() {

@@ -1,16 +1,15 @@
 //! `sg_keyed_limiter`: one bucket per key; keys are byte strings `(pointer, length)`.
 
-use crate::clock::C;
+use crate::clock;
 use crate::decision::sg_decision;
-use crate::error::{fail, from_core, sg_result};
+use crate::error::{fail, from_core, null, sg_result};
 use crate::handle::{self, Handle};
-use crate::limiter::{acquire_timeout, null};
-use crate::quota::{sg_quota, Q};
+use crate::limiter::new;
+use crate::options;
 use crate::sg_manual_clock;
-use sluicegate::{
-    Clock, Decision, Error, KeyedLimiter, ManualClock, MonotonicClock, OnFull, Quota,
-    DEFAULT_MAX_KEYS,
-};
+use crate::sg_quota;
+use sluicegate::{AnyClock, Clock, Quota, DEFAULT_MAX_KEYS};
+use std::time::Duration;
 
 /// A lock-free rate limiter with one bucket per key. Opaque and thread-safe: every function
 /// taking a `const sg_keyed_limiter *` may be called from any number of threads at once.
@@ -19,6 +18,8 @@ use sluicegate::{
 ///
 /// Keys are byte strings `(key, key_len)`: any bytes, NUL included, compared in full. A key
 /// is copied only when it is new; `key` may be NULL when `key_len` is 0 (the empty key).
+/// An integer key is its decimal digits (`-` first when negative: `snprintf(buf, n, "%"
+/// PRId64, id)`), as in every binding: 42 in Python or Node and "42" here are one bucket.
 pub struct sg_keyed_limiter {
     _private: [u8; 0],
 }
@@ -28,47 +29,17 @@ pub const SG_KEYED_DEFAULT_MAX_KEYS: u64 = 1_048_576;
 // Spelled out for cbindgen, which cannot evaluate the core's constant; kept equal to it.
 const _: () = assert!(SG_KEYED_DEFAULT_MAX_KEYS == DEFAULT_MAX_KEYS as u64);
 
-/// What a keyed limiter does when a new key arrives at `max_keys` and no bucket is full
-/// (full buckets are always evicted first: that loses nothing).
-#[allow(non_camel_case_types)]
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum sg_on_full {
-    /// The request fails with `SG_ERR_KEY_STORE_FULL`; existing keys are untouched (exact).
-    SG_ON_FULL_REJECT_NEW_KEYS = 0,
-    /// Evict the bucket closest to full among a sample of keys (bounded memory beats
-    /// exactness: the evicted key starts again with the quota's initial tokens).
-    SG_ON_FULL_EVICT_FULLEST = 1,
-}
+/// The limiter behind an `sg_keyed_limiter`: buckets keyed by the key's bytes (the one key
+/// rule: an integer key is its decimal digits, in every language), on the default clock or a
+/// manual one.
+///
+/// cbindgen:ignore
+pub(crate) type KeyedLimiter = sluicegate::KeyedLimiter<Box<[u8]>, AnyClock>;
 
-type Key = Box<[u8]>;
-
-/// One limiter type per clock, so the hot path stays monomorphic after one branch.
-pub(crate) enum K {
-    Monotonic(KeyedLimiter<Key, MonotonicClock>),
-    Manual(KeyedLimiter<Key, ManualClock>),
-}
-
-impl Handle for K {
-    type C = sg_keyed_limiter;
+impl Handle for KeyedLimiter {
+    type Opaque = sg_keyed_limiter;
     const MAGIC: u64 = u64::from_be_bytes(*b"sg:keyed");
     const NAME: &'static str = "sg_keyed_limiter";
-}
-
-macro_rules! with {
-    ($l:expr, $x:ident => $e:expr) => {
-        match $l {
-            K::Monotonic($x) => $e,
-            K::Manual($x) => $e,
-        }
-    };
-}
-
-impl K {
-    #[inline]
-    fn now(&self) -> u64 {
-        with!(self, l => l.clock().now())
-    }
 }
 
 /// The key as a slice, without copying it.
@@ -97,17 +68,6 @@ unsafe fn key_bytes<'a>(key: *const u8, len: usize, func: &str) -> Result<&'a [u
     Ok(unsafe { core::slice::from_raw_parts(key, len) })
 }
 
-fn on_full(policy: u32, func: &str) -> Result<OnFull, sg_result> {
-    match policy {
-        p if p == sg_on_full::SG_ON_FULL_REJECT_NEW_KEYS as u32 => Ok(OnFull::RejectNewKeys),
-        p if p == sg_on_full::SG_ON_FULL_EVICT_FULLEST as u32 => Ok(OnFull::EvictFullest),
-        other => Err(fail(
-            sg_result::SG_ERR_INVALID_ARGUMENT,
-            format_args!("{func}: {other} is not an sg_on_full value (0 or 1)"),
-        )),
-    }
-}
-
 fn max_keys(n: u64, func: &str) -> Result<usize, sg_result> {
     usize::try_from(n).map_err(|_| {
         fail(
@@ -117,17 +77,22 @@ fn max_keys(n: u64, func: &str) -> Result<usize, sg_result> {
     })
 }
 
-fn build<Cl: Clock>(
-    quota: Quota,
-    clock: Cl,
-    max_keys: usize,
-    policy: OnFull,
-) -> Result<KeyedLimiter<Key, Cl>, Error> {
-    KeyedLimiter::builder(quota)
-        .clock(clock)
-        .max_keys(max_keys)
-        .on_full(policy)
-        .build()
+/// The constructor of `new`, for `max_keys` and the `on_full` value.
+fn builder(
+    max_keys: u64,
+    on_full: u32,
+    func: &str,
+) -> impl FnOnce(Quota, AnyClock) -> Result<KeyedLimiter, sg_result> + '_ {
+    move |quota, clock| {
+        let max_keys = self::max_keys(max_keys, func)?;
+        let on_full = options::on_full(on_full).map_err(from_core)?;
+        sluicegate::KeyedLimiter::builder(quota)
+            .clock(clock)
+            .max_keys(max_keys)
+            .on_full(on_full)
+            .build()
+            .map_err(from_core)
+    }
 }
 
 /// Writes a new keyed limiter to `*out`: every key gets its own bucket enforcing `quota`,
@@ -136,7 +101,8 @@ fn build<Cl: Clock>(
 /// that are full are evicted first, and `on_full` (an `sg_on_full` value) says what happens
 /// when none is.
 ///
-/// Errors: `SG_ERR_INVALID_QUOTA` (`max_keys == 0`), `SG_ERR_INVALID_ARGUMENT` (`on_full`).
+/// Errors: `SG_ERR_INVALID_QUOTA` (`max_keys == 0`), `SG_ERR_INVALID_OPTION` (`on_full` is
+/// not an `sg_on_full` value).
 ///
 /// # Safety
 /// `quota` is NULL or a live handle; `out` is NULL or valid for one write.
@@ -149,16 +115,9 @@ pub unsafe extern "C" fn sg_keyed_limiter_new(
 ) -> sg_result {
     ffi!({
         const F: &str = "sg_keyed_limiter_new";
+        let clock = || Ok(AnyClock::default());
         // SAFETY: forwarded caller contract.
-        let q = unsafe { handle::borrow::<Q>(quota, F, "quota")? };
-        if out.is_null() {
-            return Err(null(F, "out"));
-        }
-        let (n, policy) = (self::max_keys(max_keys, F)?, self::on_full(on_full, F)?);
-        let l = build(q.0, MonotonicClock::new(), n, policy).map_err(from_core)?;
-        // SAFETY: `out` is non-NULL and valid for one write (caller contract).
-        unsafe { out.write(handle::into_raw(K::Monotonic(l))) };
-        Ok(())
+        unsafe { new(quota, clock, out, F, builder(max_keys, on_full, F)) }
     })
 }
 
@@ -177,18 +136,9 @@ pub unsafe extern "C" fn sg_keyed_limiter_new_with_clock(
 ) -> sg_result {
     ffi!({
         const F: &str = "sg_keyed_limiter_new_with_clock";
-        // SAFETY: forwarded caller contract.
-        let q = unsafe { handle::borrow::<Q>(quota, F, "quota")? };
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { handle::borrow::<C>(clock, F, "clock")? };
-        if out.is_null() {
-            return Err(null(F, "out"));
-        }
-        let (n, policy) = (self::max_keys(max_keys, F)?, self::on_full(on_full, F)?);
-        let l = build(q.0, c.0.clone(), n, policy).map_err(from_core)?;
-        // SAFETY: `out` is non-NULL and valid for one write (caller contract).
-        unsafe { out.write(handle::into_raw(K::Manual(l))) };
-        Ok(())
+        let build = builder(max_keys, on_full, F);
+        // SAFETY: forwarded caller contract (`clock` is NULL or a live handle).
+        unsafe { new(quota, || clock::manual(clock, F), out, F, build) }
     })
 }
 
@@ -213,13 +163,13 @@ pub unsafe extern "C" fn sg_keyed_limiter_try_acquire(
     ffi!({
         const F: &str = "sg_keyed_limiter_try_acquire";
         // SAFETY: forwarded caller contract.
-        let l = unsafe { handle::borrow::<K>(limiter, F, "limiter")? };
+        let l = unsafe { handle::borrow::<KeyedLimiter>(limiter, F, "limiter")? };
         // SAFETY: forwarded caller contract.
         let key = unsafe { key_bytes(key, key_len, F)? };
         if out.is_null() {
             return Err(null(F, "out"));
         }
-        let d = with!(l, l => l.try_acquire(key, cost)).map_err(from_core)?;
+        let d = l.try_acquire(key, cost).map_err(from_core)?;
         // SAFETY: `out` is non-NULL and valid for one write (caller contract).
         unsafe { out.write(sg_decision::new(&d)) };
         Ok(())
@@ -243,13 +193,13 @@ pub unsafe extern "C" fn sg_keyed_limiter_try_acquire_at(
     ffi!({
         const F: &str = "sg_keyed_limiter_try_acquire_at";
         // SAFETY: forwarded caller contract.
-        let l = unsafe { handle::borrow::<K>(limiter, F, "limiter")? };
+        let l = unsafe { handle::borrow::<KeyedLimiter>(limiter, F, "limiter")? };
         // SAFETY: forwarded caller contract.
         let key = unsafe { key_bytes(key, key_len, F)? };
         if out.is_null() {
             return Err(null(F, "out"));
         }
-        let d = with!(l, l => l.try_acquire_at(key, now_ns, cost)).map_err(from_core)?;
+        let d = l.try_acquire_at(key, now_ns, cost).map_err(from_core)?;
         // SAFETY: `out` is non-NULL and valid for one write (caller contract).
         unsafe { out.write(sg_decision::new(&d)) };
         Ok(())
@@ -271,13 +221,13 @@ pub unsafe extern "C" fn sg_keyed_limiter_peek(
     ffi!({
         const F: &str = "sg_keyed_limiter_peek";
         // SAFETY: forwarded caller contract.
-        let l = unsafe { handle::borrow::<K>(limiter, F, "limiter")? };
+        let l = unsafe { handle::borrow::<KeyedLimiter>(limiter, F, "limiter")? };
         // SAFETY: forwarded caller contract.
         let key = unsafe { key_bytes(key, key_len, F)? };
         if out.is_null() {
             return Err(null(F, "out"));
         }
-        let d = with!(l, l => l.peek(key)).map_err(from_core)?;
+        let d = l.peek(key).map_err(from_core)?;
         // SAFETY: `out` is non-NULL and valid for one write (caller contract).
         unsafe { out.write(sg_decision::new(&d)) };
         Ok(())
@@ -299,10 +249,10 @@ pub unsafe extern "C" fn sg_keyed_limiter_refund(
     ffi!({
         const F: &str = "sg_keyed_limiter_refund";
         // SAFETY: forwarded caller contract.
-        let l = unsafe { handle::borrow::<K>(limiter, F, "limiter")? };
+        let l = unsafe { handle::borrow::<KeyedLimiter>(limiter, F, "limiter")? };
         // SAFETY: forwarded caller contract.
         let key = unsafe { key_bytes(key, key_len, F)? };
-        with!(l, l => l.refund(key, cost)).map_err(from_core)
+        l.refund(key, cost).map_err(from_core)
     })
 }
 
@@ -321,18 +271,22 @@ pub unsafe extern "C" fn sg_keyed_limiter_refund_at(
     ffi!({
         const F: &str = "sg_keyed_limiter_refund_at";
         // SAFETY: forwarded caller contract.
-        let l = unsafe { handle::borrow::<K>(limiter, F, "limiter")? };
+        let l = unsafe { handle::borrow::<KeyedLimiter>(limiter, F, "limiter")? };
         // SAFETY: forwarded caller contract.
         let key = unsafe { key_bytes(key, key_len, F)? };
-        with!(l, l => l.refund_at(key, now_ns, cost)).map_err(from_core)
+        l.refund_at(key, now_ns, cost).map_err(from_core)
     })
 }
 
-/// Blocks (sleeping) until `cost` tokens of `key`'s bucket are admitted or `timeout_ns` has
-/// passed: it retries after each rejection's `retry_after_ns` while that ends within the
-/// timeout, measuring time on the limiter's clock and the real clock, whichever moved
-/// further. A leaky queue's admission is returned as `sg_keyed_limiter_try_acquire` gives
-/// it: its `retry_after_ns` is the wait until the request's slot, which the caller lets pass.
+/// `sg_limiter_acquire_timeout` for `key`'s bucket: blocks (sleeping) until `cost` tokens
+/// are admitted or `timeout_ns` has run out, and writes the outcome to `*out` with `SG_OK`:
+/// the admission, or the rejection when the quota cannot admit `cost` in time (a decision,
+/// not an error). The same wait policy: a rejection whose `retry_after_ns` exceeds the time
+/// left is the outcome at once; a leaky queue's admission comes after its slot's wait,
+/// already slept; a manual clock that nobody advances returns the rejection instead of
+/// waiting forever.
+///
+/// Errors: as `sg_keyed_limiter_try_acquire`.
 ///
 /// # Safety
 /// As `sg_keyed_limiter_try_acquire`.
@@ -348,14 +302,15 @@ pub unsafe extern "C" fn sg_keyed_limiter_acquire_timeout(
     ffi!({
         const F: &str = "sg_keyed_limiter_acquire_timeout";
         // SAFETY: forwarded caller contract.
-        let l = unsafe { handle::borrow::<K>(limiter, F, "limiter")? };
+        let l = unsafe { handle::borrow::<KeyedLimiter>(limiter, F, "limiter")? };
         // SAFETY: forwarded caller contract.
         let key = unsafe { key_bytes(key, key_len, F)? };
         if out.is_null() {
             return Err(null(F, "out"));
         }
-        let attempt = || -> Result<Decision, Error> { with!(l, l => l.try_acquire(key, cost)) };
-        let d = acquire_timeout(|| l.now(), attempt, timeout_ns).map_err(from_core)?;
+        let d = l
+            .acquire(key, cost, Duration::from_nanos(timeout_ns))
+            .map_err(from_core)?;
         // SAFETY: `out` is non-NULL and valid for one write (caller contract).
         unsafe { out.write(sg_decision::new(&d)) };
         Ok(())
@@ -378,10 +333,10 @@ pub unsafe extern "C" fn sg_keyed_limiter_remove(
     ffi!({
         const F: &str = "sg_keyed_limiter_remove";
         // SAFETY: forwarded caller contract.
-        let l = unsafe { handle::borrow::<K>(limiter, F, "limiter")? };
+        let l = unsafe { handle::borrow::<KeyedLimiter>(limiter, F, "limiter")? };
         // SAFETY: forwarded caller contract.
         let key = unsafe { key_bytes(key, key_len, F)? };
-        let removed = with!(l, l => l.remove(key));
+        let removed = l.remove(key).map_err(from_core)?;
         if !out_removed.is_null() {
             // SAFETY: non-NULL and valid for one write (caller contract).
             unsafe { out_removed.write(removed) };
@@ -403,8 +358,10 @@ pub unsafe extern "C" fn sg_keyed_limiter_sweep(
 ) -> sg_result {
     ffi!({
         // SAFETY: forwarded caller contract.
-        let l = unsafe { handle::borrow::<K>(limiter, "sg_keyed_limiter_sweep", "limiter")? };
-        let n = with!(l, l => l.sweep());
+        let l = unsafe {
+            handle::borrow::<KeyedLimiter>(limiter, "sg_keyed_limiter_sweep", "limiter")?
+        };
+        let n = l.sweep().map_err(from_core)?;
         if !out_evicted.is_null() {
             // SAFETY: non-NULL and valid for one write (caller contract).
             unsafe { out_evicted.write(n as u64) };
@@ -421,9 +378,10 @@ pub unsafe extern "C" fn sg_keyed_limiter_sweep(
 pub unsafe extern "C" fn sg_keyed_limiter_clear(limiter: *const sg_keyed_limiter) -> sg_result {
     ffi!({
         // SAFETY: forwarded caller contract.
-        let l = unsafe { handle::borrow::<K>(limiter, "sg_keyed_limiter_clear", "limiter")? };
-        with!(l, l => l.clear());
-        Ok(())
+        let l = unsafe {
+            handle::borrow::<KeyedLimiter>(limiter, "sg_keyed_limiter_clear", "limiter")?
+        };
+        l.clear().map_err(from_core)
     })
 }
 
@@ -439,12 +397,12 @@ pub unsafe extern "C" fn sg_keyed_limiter_len(
     ffi!({
         const F: &str = "sg_keyed_limiter_len";
         // SAFETY: forwarded caller contract.
-        let l = unsafe { handle::borrow::<K>(limiter, F, "limiter")? };
+        let l = unsafe { handle::borrow::<KeyedLimiter>(limiter, F, "limiter")? };
         if out_len.is_null() {
             return Err(null(F, "out_len"));
         }
         // SAFETY: non-NULL and valid for one write (caller contract).
-        unsafe { out_len.write(with!(l, l => l.len()) as u64) };
+        unsafe { out_len.write(l.len() as u64) };
         Ok(())
     })
 }
@@ -461,12 +419,12 @@ pub unsafe extern "C" fn sg_keyed_limiter_now(
     ffi!({
         const F: &str = "sg_keyed_limiter_now";
         // SAFETY: forwarded caller contract.
-        let l = unsafe { handle::borrow::<K>(limiter, F, "limiter")? };
+        let l = unsafe { handle::borrow::<KeyedLimiter>(limiter, F, "limiter")? };
         if out_ns.is_null() {
             return Err(null(F, "out_ns"));
         }
         // SAFETY: non-NULL and valid for one write (caller contract).
-        unsafe { out_ns.write(l.now()) };
+        unsafe { out_ns.write(l.clock().now()) };
         Ok(())
     })
 }
@@ -480,6 +438,6 @@ pub unsafe extern "C" fn sg_keyed_limiter_now(
 pub unsafe extern "C" fn sg_keyed_limiter_free(limiter: *mut sg_keyed_limiter) {
     ffi_or!((), {
         // SAFETY: forwarded caller contract.
-        unsafe { handle::free::<K>(limiter, "sg_keyed_limiter_free") }
+        unsafe { handle::free::<KeyedLimiter>(limiter, "sg_keyed_limiter_free") }
     })
 }

@@ -22,6 +22,7 @@ mod handle;
 mod http;
 mod keyed;
 mod limiter;
+mod options;
 mod quota;
 
 pub use clock::{
@@ -34,23 +35,24 @@ pub use composite::{
 };
 pub use decision::sg_decision;
 pub use error::{sg_last_error_message, sg_result, sg_result_message, sg_result_name};
-pub use http::{sg_decision_headers, sg_header_style};
+pub use http::sg_decision_headers;
 pub use keyed::{
     sg_keyed_limiter, sg_keyed_limiter_acquire_timeout, sg_keyed_limiter_clear,
     sg_keyed_limiter_free, sg_keyed_limiter_len, sg_keyed_limiter_new,
     sg_keyed_limiter_new_with_clock, sg_keyed_limiter_now, sg_keyed_limiter_peek,
     sg_keyed_limiter_refund, sg_keyed_limiter_refund_at, sg_keyed_limiter_remove,
     sg_keyed_limiter_sweep, sg_keyed_limiter_try_acquire, sg_keyed_limiter_try_acquire_at,
-    sg_on_full, SG_KEYED_DEFAULT_MAX_KEYS,
+    SG_KEYED_DEFAULT_MAX_KEYS,
 };
 pub use limiter::{
     sg_limiter, sg_limiter_acquire_timeout, sg_limiter_cancel, sg_limiter_free, sg_limiter_new,
     sg_limiter_new_with_clock, sg_limiter_now, sg_limiter_peek, sg_limiter_refund,
     sg_limiter_refund_at, sg_limiter_reserve, sg_limiter_try_acquire, sg_limiter_try_acquire_at,
 };
+pub use options::{sg_header_style, sg_on_full, sg_refill};
 pub use quota::{
     sg_quota, sg_quota_free, sg_quota_get_info, sg_quota_info, sg_quota_new, sg_quota_parse,
-    sg_quota_parse_len, sg_quota_set_initial, sg_quota_set_refill, sg_quota_to_string, sg_refill,
+    sg_quota_parse_len, sg_quota_set_initial, sg_quota_set_refill, sg_quota_to_string,
 };
 
 /// The library's version, e.g. `"0.1.0"`: a static NUL-terminated string, never freed.

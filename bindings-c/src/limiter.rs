@@ -1,13 +1,13 @@
 //! `sg_limiter`: one bucket.
 
-use crate::clock::C;
+use crate::clock;
 use crate::decision::sg_decision;
-use crate::error::{fail, from_core, sg_result};
+use crate::error::{from_core, null, sg_result};
 use crate::handle::{self, Handle};
-use crate::quota::{sg_quota, Q};
 use crate::sg_manual_clock;
-use sluicegate::{Clock, Decision, Error, Limiter, ManualClock, MonotonicClock};
-use std::time::{Duration, Instant};
+use crate::sg_quota;
+use sluicegate::{AnyClock, Clock, Quota};
+use std::time::Duration;
 
 /// A lock-free rate limiter for one bucket. Opaque and thread-safe: every function taking a
 /// `const sg_limiter *` may be called from any number of threads at once. Made by
@@ -16,94 +16,45 @@ pub struct sg_limiter {
     _private: [u8; 0],
 }
 
-/// One limiter type per clock, so the hot path stays monomorphic after one branch.
-pub(crate) enum L {
-    Monotonic(Limiter<MonotonicClock>),
-    Manual(Limiter<ManualClock>),
-}
+/// The limiter behind an `sg_limiter`: on the default clock or a manual one, chosen at run
+/// time (one predictable branch a reading).
+///
+/// cbindgen:ignore
+pub(crate) type Limiter = sluicegate::Limiter<AnyClock>;
 
-impl Handle for L {
-    type C = sg_limiter;
+impl Handle for Limiter {
+    type Opaque = sg_limiter;
     const MAGIC: u64 = u64::from_be_bytes(*b"sg:limit");
     const NAME: &'static str = "sg_limiter";
 }
 
-macro_rules! with {
-    ($l:expr, $x:ident => $e:expr) => {
-        match $l {
-            L::Monotonic($x) => $e,
-            L::Manual($x) => $e,
-        }
-    };
+/// Makes a limiter of either kind and writes its handle to `out`: checks `quota`, `clock`
+/// and `out` in that order, then runs `build` (which maps its own errors).
+///
+/// # Safety
+/// `quota` is NULL or a live handle; `out` is NULL or valid for one write.
+pub(crate) unsafe fn new<Made: Handle>(
+    quota: *const sg_quota,
+    clock: impl FnOnce() -> Result<AnyClock, sg_result>,
+    out: *mut *mut Made::Opaque,
+    func: &str,
+    build: impl FnOnce(Quota, AnyClock) -> Result<Made, sg_result>,
+) -> Result<(), sg_result> {
+    // SAFETY: forwarded caller contract.
+    let quota = unsafe { handle::borrow::<Quota>(quota, func, "quota")? };
+    let clock = clock()?;
+    if out.is_null() {
+        return Err(null(func, "out"));
+    }
+    let made = build(*quota, clock)?;
+    // SAFETY: `out` is non-NULL and valid for one write (caller contract).
+    unsafe { out.write(handle::into_raw(made)) };
+    Ok(())
 }
 
-impl L {
-    #[inline]
-    fn now(&self) -> u64 {
-        with!(self, l => l.clock().now())
-    }
-
-    // Inlined into the exported function, so that the decision's figures go straight to the
-    // caller's `sg_decision` (the divisions by a denominator of 1 fold away).
-    #[inline(always)]
-    fn try_acquire(&self, cost: u64) -> Result<Decision, Error> {
-        with!(self, l => l.try_acquire(cost))
-    }
-
-    #[inline(always)]
-    fn try_acquire_at(&self, now: u64, cost: u64) -> Result<Decision, Error> {
-        with!(self, l => l.try_acquire_at(now, cost))
-    }
-
-    fn refund_at(&self, now: u64, cost: u64) -> Result<(), Error> {
-        with!(self, l => l.refund_at(now, cost))
-    }
-
-    fn acquire_timeout(&self, cost: u64, timeout_ns: u64) -> Result<Decision, Error> {
-        with!(self, l => l.acquire(cost, Duration::from_nanos(timeout_ns)))
-    }
-
-    fn reserve_within(&self, cost: u64, max_wait_ns: u64) -> Result<Decision, Error> {
-        with!(self, l => l.reserve_within(cost, Duration::from_nanos(max_wait_ns)))
-    }
-
-    fn cancel(&self, cost: u64) -> Result<(), Error> {
-        with!(self, l => l.cancel(cost))
-    }
-}
-
-/// Waits (sleeping, never spinning) until `attempt` is admitted or `timeout_ns` has passed.
-/// Returns the rejection at once when its `retry_after` already exceeds the time left. Time
-/// left is measured on both the limiter's clock and the real clock, whichever has moved
-/// further, so a manual clock that nobody advances cannot wait forever.
-pub(crate) fn acquire_timeout(
-    now: impl Fn() -> u64,
-    attempt: impl Fn() -> Result<Decision, Error>,
-    timeout_ns: u64,
-) -> Result<Decision, Error> {
-    let (start, start_real) = (now(), Instant::now());
-    loop {
-        let d = attempt()?;
-        if d.allowed() {
-            return Ok(d);
-        }
-        let real = u64::try_from(start_real.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        let waited = now().saturating_sub(start).max(real);
-        let wait = d.retry_after_nanos().max(1);
-        if wait > timeout_ns.saturating_sub(waited) {
-            return Ok(d);
-        }
-        std::thread::sleep(Duration::from_nanos(wait));
-    }
-}
-
-#[cold]
-#[inline(never)]
-pub(crate) fn null(func: &str, arg: &str) -> sg_result {
-    fail(
-        sg_result::SG_ERR_NULL_ARGUMENT,
-        format_args!("{func}: `{arg}` is NULL"),
-    )
+/// A limiter from its quota and clock.
+fn build(quota: Quota, clock: AnyClock) -> Result<Limiter, sg_result> {
+    Limiter::with_clock(quota, clock).map_err(from_core)
 }
 
 /// Writes a new limiter enforcing `quota` to `*out`, on the default clock (the CPU's
@@ -118,16 +69,9 @@ pub unsafe extern "C" fn sg_limiter_new(
     out: *mut *mut sg_limiter,
 ) -> sg_result {
     ffi!({
-        const F: &str = "sg_limiter_new";
+        let clock = || Ok(AnyClock::default());
         // SAFETY: forwarded caller contract.
-        let q = unsafe { handle::borrow::<Q>(quota, F, "quota")? };
-        if out.is_null() {
-            return Err(null(F, "out"));
-        }
-        let l = Limiter::with_clock(q.0, MonotonicClock::new()).map_err(from_core)?;
-        // SAFETY: `out` is non-NULL and valid for one write (caller contract).
-        unsafe { out.write(handle::into_raw(L::Monotonic(l))) };
-        Ok(())
+        unsafe { new(quota, clock, out, "sg_limiter_new", build) }
     })
 }
 
@@ -145,17 +89,8 @@ pub unsafe extern "C" fn sg_limiter_new_with_clock(
 ) -> sg_result {
     ffi!({
         const F: &str = "sg_limiter_new_with_clock";
-        // SAFETY: forwarded caller contract.
-        let q = unsafe { handle::borrow::<Q>(quota, F, "quota")? };
-        // SAFETY: forwarded caller contract.
-        let c = unsafe { handle::borrow::<C>(clock, F, "clock")? };
-        if out.is_null() {
-            return Err(null(F, "out"));
-        }
-        let l = Limiter::with_clock(q.0, c.0.clone()).map_err(from_core)?;
-        // SAFETY: `out` is non-NULL and valid for one write (caller contract).
-        unsafe { out.write(handle::into_raw(L::Manual(l))) };
-        Ok(())
+        // SAFETY: forwarded caller contract (`clock` is NULL or a live handle).
+        unsafe { new(quota, || clock::manual(clock, F), out, F, build) }
     })
 }
 
@@ -176,7 +111,7 @@ pub unsafe extern "C" fn sg_limiter_try_acquire(
     ffi!({
         const F: &str = "sg_limiter_try_acquire";
         // SAFETY: forwarded caller contract.
-        let l = unsafe { handle::borrow::<L>(limiter, F, "limiter")? };
+        let l = unsafe { handle::borrow::<Limiter>(limiter, F, "limiter")? };
         if out.is_null() {
             return Err(null(F, "out"));
         }
@@ -203,7 +138,7 @@ pub unsafe extern "C" fn sg_limiter_try_acquire_at(
     ffi!({
         const F: &str = "sg_limiter_try_acquire_at";
         // SAFETY: forwarded caller contract.
-        let l = unsafe { handle::borrow::<L>(limiter, F, "limiter")? };
+        let l = unsafe { handle::borrow::<Limiter>(limiter, F, "limiter")? };
         if out.is_null() {
             return Err(null(F, "out"));
         }
@@ -226,11 +161,11 @@ pub unsafe extern "C" fn sg_limiter_peek(
     ffi!({
         const F: &str = "sg_limiter_peek";
         // SAFETY: forwarded caller contract.
-        let l = unsafe { handle::borrow::<L>(limiter, F, "limiter")? };
+        let l = unsafe { handle::borrow::<Limiter>(limiter, F, "limiter")? };
         if out.is_null() {
             return Err(null(F, "out"));
         }
-        let d = l.try_acquire(0).map_err(from_core)?;
+        let d = l.peek().map_err(from_core)?;
         // SAFETY: `out` is non-NULL and valid for one write (caller contract).
         unsafe { out.write(sg_decision::new(&d)) };
         Ok(())
@@ -245,8 +180,8 @@ pub unsafe extern "C" fn sg_limiter_peek(
 pub unsafe extern "C" fn sg_limiter_refund(limiter: *const sg_limiter, cost: u64) -> sg_result {
     ffi!({
         // SAFETY: forwarded caller contract.
-        let l = unsafe { handle::borrow::<L>(limiter, "sg_limiter_refund", "limiter")? };
-        l.refund_at(l.now(), cost).map_err(from_core)
+        let l = unsafe { handle::borrow::<Limiter>(limiter, "sg_limiter_refund", "limiter")? };
+        l.refund(cost).map_err(from_core)
     })
 }
 
@@ -262,20 +197,28 @@ pub unsafe extern "C" fn sg_limiter_refund_at(
 ) -> sg_result {
     ffi!({
         // SAFETY: forwarded caller contract.
-        let l = unsafe { handle::borrow::<L>(limiter, "sg_limiter_refund_at", "limiter")? };
+        let l = unsafe { handle::borrow::<Limiter>(limiter, "sg_limiter_refund_at", "limiter")? };
         l.refund_at(now_ns, cost).map_err(from_core)
     })
 }
 
-/// Blocks the calling thread (sleeping) until `cost` tokens are admitted or `timeout_ns`
-/// nanoseconds have passed, and writes the final decision to `*out`: `allowed == true` if
-/// admitted, else the last rejection. A rejection whose `retry_after_ns` exceeds the time
-/// left is returned at once, without sleeping. A leaky queue (`algorithm=leaky_queue`)
-/// reserves a slot whose wait is at most `timeout_ns` and sleeps until it, so an admission
-/// returned here may go ahead at once. On a manual clock the thread still sleeps in real
-/// time, and a clock that did not move meanwhile gets the rejection instead of a second
-/// try. `timeout_ns == 0` is `sg_limiter_try_acquire` (except that a leaky queue admits
-/// only a request that needs no wait).
+/// Blocks the calling thread (sleeping, never spinning) until `cost` tokens are admitted
+/// or `timeout_ns` nanoseconds have run out, and writes the outcome to `*out` with `SG_OK`:
+/// the admission, or, when the quota cannot admit `cost` within `timeout_ns`, the rejection
+/// (`out->allowed == false`: a decision, not an error).
+///
+/// The wait policy is the core's, the same in every language: a rejection whose
+/// `retry_after_ns` exceeds the time left is the outcome at once, without sleeping; otherwise
+/// the thread sleeps `retry_after_ns` and tries again. A leaky queue
+/// (`algorithm=leaky_queue`) reserves a slot whose wait is at most `timeout_ns` (else the
+/// rejection is the outcome at once), sleeps until it and returns the admission, whose
+/// `retry_after_ns` is the wait already slept: go ahead at once. Time left is read on the
+/// limiter's clock. On a manual clock the thread still sleeps in real time, and a clock
+/// that did not move while it slept makes the last rejection the outcome: a manual clock
+/// that nobody advances returns the rejection instead of waiting forever.
+/// `timeout_ns == 0` is `sg_limiter_try_acquire` (a leaky queue then admits only a request
+/// that needs no wait); `timeout_ns == UINT64_MAX` sets no deadline. Signals do not cut the
+/// sleep short.
 ///
 /// Errors: as `sg_limiter_try_acquire`.
 ///
@@ -291,11 +234,13 @@ pub unsafe extern "C" fn sg_limiter_acquire_timeout(
     ffi!({
         const F: &str = "sg_limiter_acquire_timeout";
         // SAFETY: forwarded caller contract.
-        let l = unsafe { handle::borrow::<L>(limiter, F, "limiter")? };
+        let l = unsafe { handle::borrow::<Limiter>(limiter, F, "limiter")? };
         if out.is_null() {
             return Err(null(F, "out"));
         }
-        let d = l.acquire_timeout(cost, timeout_ns).map_err(from_core)?;
+        let d = l
+            .acquire(cost, Duration::from_nanos(timeout_ns))
+            .map_err(from_core)?;
         // SAFETY: `out` is non-NULL and valid for one write (caller contract).
         unsafe { out.write(sg_decision::new(&d)) };
         Ok(())
@@ -326,11 +271,13 @@ pub unsafe extern "C" fn sg_limiter_reserve(
     ffi!({
         const F: &str = "sg_limiter_reserve";
         // SAFETY: forwarded caller contract.
-        let l = unsafe { handle::borrow::<L>(limiter, F, "limiter")? };
+        let l = unsafe { handle::borrow::<Limiter>(limiter, F, "limiter")? };
         if out.is_null() {
             return Err(null(F, "out"));
         }
-        let d = l.reserve_within(cost, max_wait_ns).map_err(from_core)?;
+        let d = l
+            .reserve_within(cost, Duration::from_nanos(max_wait_ns))
+            .map_err(from_core)?;
         // SAFETY: `out` is non-NULL and valid for one write (caller contract).
         unsafe { out.write(sg_decision::new(&d)) };
         Ok(())
@@ -346,7 +293,7 @@ pub unsafe extern "C" fn sg_limiter_reserve(
 pub unsafe extern "C" fn sg_limiter_cancel(limiter: *const sg_limiter, cost: u64) -> sg_result {
     ffi!({
         // SAFETY: forwarded caller contract.
-        let l = unsafe { handle::borrow::<L>(limiter, "sg_limiter_cancel", "limiter")? };
+        let l = unsafe { handle::borrow::<Limiter>(limiter, "sg_limiter_cancel", "limiter")? };
         l.cancel(cost).map_err(from_core)
     })
 }
@@ -361,12 +308,12 @@ pub unsafe extern "C" fn sg_limiter_now(limiter: *const sg_limiter, out_ns: *mut
     ffi!({
         const F: &str = "sg_limiter_now";
         // SAFETY: forwarded caller contract.
-        let l = unsafe { handle::borrow::<L>(limiter, F, "limiter")? };
+        let l = unsafe { handle::borrow::<Limiter>(limiter, F, "limiter")? };
         if out_ns.is_null() {
             return Err(null(F, "out_ns"));
         }
         // SAFETY: non-NULL and valid for one write (caller contract).
-        unsafe { out_ns.write(l.now()) };
+        unsafe { out_ns.write(l.clock().now()) };
         Ok(())
     })
 }
@@ -379,6 +326,6 @@ pub unsafe extern "C" fn sg_limiter_now(limiter: *const sg_limiter, out_ns: *mut
 pub unsafe extern "C" fn sg_limiter_free(limiter: *mut sg_limiter) {
     ffi_or!((), {
         // SAFETY: forwarded caller contract.
-        unsafe { handle::free::<L>(limiter, "sg_limiter_free") }
+        unsafe { handle::free::<Limiter>(limiter, "sg_limiter_free") }
     })
 }

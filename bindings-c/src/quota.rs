@@ -1,9 +1,10 @@
 //! `sg_quota`: what a limiter allows, from a rate string or from parameters.
 
-use crate::error::{fail, from_core, sg_result, write_text};
+use crate::error::{fail, from_core, null, sg_result, write_text};
 use crate::handle::{self, Handle};
+use crate::options::{self, sg_refill};
 use core::ffi::{c_char, CStr};
-use sluicegate::{Quota, Refill};
+use sluicegate::Quota;
 
 /// A quota: `count` tokens per `period_ns`, a bucket of `burst` tokens, `initial` tokens at
 /// creation, and a refill mode. Opaque; made by `sg_quota_parse` or `sg_quota_new`, released
@@ -12,23 +13,10 @@ pub struct sg_quota {
     _private: [u8; 0],
 }
 
-pub(crate) struct Q(pub(crate) Quota);
-
-impl Handle for Q {
-    type C = sg_quota;
+impl Handle for Quota {
+    type Opaque = sg_quota;
     const MAGIC: u64 = u64::from_be_bytes(*b"sg:quota");
     const NAME: &'static str = "sg_quota";
-}
-
-/// How tokens come back (the rate string's `refill=` option).
-#[allow(non_camel_case_types)]
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum sg_refill {
-    /// Fractional tokens accrue continuously (the default): `count / period_ns` per ns.
-    SG_REFILL_CONTINUOUS = 0,
-    /// `count` whole tokens at each full period, on a grid anchored at the limiter's creation.
-    SG_REFILL_INTERVAL = 1,
 }
 
 /// A quota's parameters, as `sg_quota_get_info` reports them.
@@ -129,7 +117,7 @@ unsafe fn parse_into(bytes: &[u8], out: *mut *mut sg_quota) -> Result<(), sg_res
     })?;
     let quota = text.parse::<Quota>().map_err(from_core)?;
     // SAFETY: forwarded caller contract.
-    unsafe { out.write(handle::into_raw(Q(quota))) };
+    unsafe { out.write(handle::into_raw(quota)) };
     Ok(())
 }
 
@@ -155,16 +143,9 @@ pub unsafe extern "C" fn sg_quota_new(
         }
         let quota = Quota::try_new(count, period_ns, burst).map_err(from_core)?;
         // SAFETY: `out` is non-NULL and valid for one write (caller contract).
-        unsafe { out.write(handle::into_raw(Q(quota))) };
+        unsafe { out.write(handle::into_raw(quota)) };
         Ok(())
     })
-}
-
-fn null(func: &str, arg: &str) -> sg_result {
-    fail(
-        sg_result::SG_ERR_NULL_ARGUMENT,
-        format_args!("{func}: `{arg}` is NULL"),
-    )
 }
 
 /// Sets the tokens a new bucket holds (default: the burst). On error the quota is unchanged.
@@ -177,17 +158,17 @@ fn null(func: &str, arg: &str) -> sg_result {
 pub unsafe extern "C" fn sg_quota_set_initial(quota: *mut sg_quota, initial: u64) -> sg_result {
     ffi!({
         // SAFETY: forwarded caller contract (exclusive access).
-        let q = unsafe { handle::borrow_mut::<Q>(quota, "sg_quota_set_initial", "quota")? };
-        let changed = q.0.initial(initial);
+        let q = unsafe { handle::borrow_mut::<Quota>(quota, "sg_quota_set_initial", "quota")? };
+        let changed = q.with_initial(initial);
         changed.validate().map_err(from_core)?;
-        q.0 = changed;
+        *q = changed;
         Ok(())
     })
 }
 
 /// Sets the refill mode to an `sg_refill` value. On error the quota is unchanged.
 ///
-/// Errors: `SG_ERR_INVALID_ARGUMENT` (not an `sg_refill` value), `SG_ERR_INVALID_QUOTA`
+/// Errors: `SG_ERR_INVALID_OPTION` (not an `sg_refill` value), `SG_ERR_INVALID_QUOTA`
 /// (the mode's arithmetic would overflow for this quota).
 ///
 /// # Safety
@@ -195,22 +176,11 @@ pub unsafe extern "C" fn sg_quota_set_initial(quota: *mut sg_quota, initial: u64
 #[no_mangle]
 pub unsafe extern "C" fn sg_quota_set_refill(quota: *mut sg_quota, refill: u32) -> sg_result {
     ffi!({
-        const F: &str = "sg_quota_set_refill";
         // SAFETY: forwarded caller contract (exclusive access).
-        let q = unsafe { handle::borrow_mut::<Q>(quota, F, "quota")? };
-        let mode = match refill {
-            r if r == sg_refill::SG_REFILL_CONTINUOUS as u32 => Refill::Continuous,
-            r if r == sg_refill::SG_REFILL_INTERVAL as u32 => Refill::Interval,
-            other => {
-                return Err(fail(
-                    sg_result::SG_ERR_INVALID_ARGUMENT,
-                    format_args!("{F}: {other} is not an sg_refill value (0 or 1)"),
-                ))
-            }
-        };
-        let changed = q.0.refill(mode);
+        let q = unsafe { handle::borrow_mut::<Quota>(quota, "sg_quota_set_refill", "quota")? };
+        let changed = q.with_refill(options::refill(refill).map_err(from_core)?);
         changed.validate().map_err(from_core)?;
-        q.0 = changed;
+        *q = changed;
         Ok(())
     })
 }
@@ -227,20 +197,16 @@ pub unsafe extern "C" fn sg_quota_get_info(
     ffi!({
         const F: &str = "sg_quota_get_info";
         // SAFETY: forwarded caller contract.
-        let q = unsafe { handle::borrow::<Q>(quota, F, "quota")? };
+        let q = unsafe { handle::borrow::<Quota>(quota, F, "quota")? };
         if out.is_null() {
             return Err(null(F, "out"));
         }
-        let q = &q.0;
         let info = sg_quota_info {
             count: q.count(),
             period_ns: q.period_ns(),
-            burst: q.capacity(),
-            initial: q.initial_tokens(),
-            refill: match q.refill_mode() {
-                Refill::Continuous => sg_refill::SG_REFILL_CONTINUOUS,
-                Refill::Interval => sg_refill::SG_REFILL_INTERVAL,
-            },
+            burst: q.burst(),
+            initial: q.initial(),
+            refill: q.refill().into(),
         };
         // SAFETY: `out` is non-NULL and valid for one write (caller contract).
         unsafe { out.write(info) };
@@ -263,8 +229,8 @@ pub unsafe extern "C" fn sg_quota_to_string(
 ) -> sg_result {
     ffi!({
         // SAFETY: forwarded caller contract.
-        let q = unsafe { handle::borrow::<Q>(quota, "sg_quota_to_string", "quota")? };
-        let text = q.0.to_string();
+        let q = unsafe { handle::borrow::<Quota>(quota, "sg_quota_to_string", "quota")? };
+        let text = q.to_string();
         // SAFETY: forwarded caller contract.
         unsafe { write_text(&text, buf, len, out_written) }
     })
@@ -278,6 +244,6 @@ pub unsafe extern "C" fn sg_quota_to_string(
 pub unsafe extern "C" fn sg_quota_free(quota: *mut sg_quota) {
     ffi_or!((), {
         // SAFETY: forwarded caller contract.
-        unsafe { handle::free::<Q>(quota, "sg_quota_free") }
+        unsafe { handle::free::<Quota>(quota, "sg_quota_free") }
     })
 }

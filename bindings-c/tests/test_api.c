@@ -1,6 +1,6 @@
 /* The C API's behaviour: quotas (rate strings and parameters), limiters on a manual and on
  * the default clock, weighted cost, refund, peek, both refill modes, the 128-bit word, the
- * blocking acquire, and the text accessors. Figures are exact (docs/SEMANTICS.md). */
+ * blocking acquire and its outcomes, and the text accessors. Figures are exact (docs/SEMANTICS.md). */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <time.h>
@@ -247,6 +247,63 @@ static void test_acquire_timeout(void) {
   sg_manual_clock_free(clock);
 }
 
+static uint64_t elapsed_ns(const struct timespec *t0) {
+  struct timespec t1;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  return (uint64_t)(t1.tv_sec - t0->tv_sec) * S + (uint64_t)t1.tv_nsec - (uint64_t)t0->tv_nsec;
+}
+
+/* The core's acquire policy, the same in every language: time running out is the rejection
+ * (SG_OK with allowed == false), never an error; a leaky queue's slot is admitted after its
+ * wait; a manual clock nobody advances gives the rejection instead of waiting forever. */
+static void test_acquire_outcomes(void) {
+  sg_manual_clock *clock = NULL;
+  CHECK_OK(sg_manual_clock_new(0, &clock));
+  sg_decision d;
+  struct timespec t0;
+
+  /* A frozen manual clock: one sleep of retry_after (10 ms, in real time), then the clock
+   * has not moved, so the rejection is the outcome, long before the 10 s timeout. */
+  sg_limiter *frozen = manual_limiter("100/s; burst=1", clock);
+  CHECK_OK(sg_limiter_try_acquire(frozen, 1, &d));
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  CHECK_OK(sg_limiter_acquire_timeout(frozen, 1, 10 * S, &d));
+  uint64_t took = elapsed_ns(&t0);
+  expect(&d, false, 1, 0, 10 * MS, 10 * MS);
+  CHECK(took >= 10 * MS);
+  CHECK(took < 5 * S);
+  /* No deadline at all (UINT64_MAX): the same outcome. */
+  CHECK_OK(sg_limiter_acquire_timeout(frozen, 1, UINT64_MAX, &d));
+  expect(&d, false, 1, 0, 10 * MS, 10 * MS);
+  sg_limiter_free(frozen);
+
+  /* A leaky queue: the second request's slot is 100 ms away. The call sleeps until it and
+   * returns the admission, whose retry_after_ns is the wait it slept. */
+  sg_limiter *queue = manual_limiter("10/s; algorithm=leaky_queue; max_delay=1s", clock);
+  CHECK_OK(sg_limiter_acquire_timeout(queue, 1, S, &d));
+  CHECK(d.allowed);
+  CHECK_U64(d.retry_after_ns, 0);
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  CHECK_OK(sg_limiter_acquire_timeout(queue, 1, S, &d));
+  took = elapsed_ns(&t0);
+  CHECK(d.allowed);
+  CHECK_U64(d.retry_after_ns, 100 * MS);
+  CHECK(took >= 100 * MS);
+  /* The next slot (200 ms) is past a 150 ms timeout: the rejection at once, with the least
+   * wait until it would fit, and nothing reserved. */
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  CHECK_OK(sg_limiter_acquire_timeout(queue, 1, 150 * MS, &d));
+  took = elapsed_ns(&t0);
+  CHECK(!d.allowed);
+  CHECK_U64(d.retry_after_ns, 50 * MS);
+  CHECK(took < 100 * MS);
+  CHECK_OK(sg_limiter_reserve(queue, 1, UINT64_MAX, &d));
+  CHECK(d.allowed);
+  CHECK_U64(d.retry_after_ns, 200 * MS);
+  sg_limiter_free(queue);
+  sg_manual_clock_free(clock);
+}
+
 static void test_default_clock(void) {
   sg_quota *q = parse("100/s; burst=3");
   sg_limiter *l = NULL;
@@ -276,6 +333,7 @@ static void test_text(void) {
   CHECK(strcmp(sg_result_name(SG_ERR_INSUFFICIENT_CAPACITY), "insufficient_capacity") == 0);
   CHECK(strcmp(sg_result_name(SG_ERR_CLOCK_OUT_OF_RANGE), "clock_out_of_range") == 0);
   CHECK(strcmp(sg_result_name(SG_ERR_KEY_STORE_FULL), "key_store_full") == 0);
+  CHECK(strcmp(sg_result_name(SG_ERR_INVALID_OPTION), "invalid_option") == 0);
   CHECK(strcmp(sg_result_name(SG_ERR_WRONG_HANDLE), "wrong_handle") == 0);
   CHECK(strcmp(sg_result_name(12345), "unknown") == 0);
   /* The values are part of the ABI: never renumbered. */
@@ -289,10 +347,11 @@ static void test_text(void) {
   CHECK_U64(SG_ERR_INSUFFICIENT_CAPACITY, 102);
   CHECK_U64(SG_ERR_CLOCK_OUT_OF_RANGE, 103);
   CHECK_U64(SG_ERR_KEY_STORE_FULL, 104);
+  CHECK_U64(SG_ERR_INVALID_OPTION, 105);
   CHECK_U64(SG_ERR_OTHER, 199);
 
   /* Every code has a message that fits in 128 bytes. */
-  const uint32_t codes[] = {0, 1, 2, 3, 4, 5, 100, 101, 102, 103, 104, 199};
+  const uint32_t codes[] = {0, 1, 2, 3, 4, 5, 100, 101, 102, 103, 104, 105, 199};
   for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
     char small[128];
     CHECK_OK(sg_result_message(codes[i], small, sizeof small, &n));
@@ -334,6 +393,7 @@ int main(void) {
   test_interval_refill();
   test_wide_word();
   test_acquire_timeout();
+  test_acquire_outcomes();
   test_default_clock();
   test_text();
   TEST_MAIN_END("test_api");

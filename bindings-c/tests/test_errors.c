@@ -197,8 +197,7 @@ static void test_invalid_quotas(void) {
   /* Setters leave the quota unchanged on error. */
   CHECK_OK(sg_quota_new(10, S, 20, &q));
   CHECK_RC(sg_quota_set_initial(q, 21), SG_ERR_INVALID_QUOTA);
-  CHECK_RC(sg_quota_set_refill(q, 7), SG_ERR_INVALID_ARGUMENT);
-  CHECK_DETAIL("7 is not an sg_refill value");
+  CHECK_RC(sg_quota_set_refill(q, 7), SG_ERR_INVALID_OPTION);
   sg_quota_info info;
   CHECK_OK(sg_quota_get_info(q, &info));
   CHECK_U64(info.initial, 20);
@@ -243,11 +242,57 @@ static void test_cost_above_capacity_and_horizon(void) {
   sg_quota_free(q);
 }
 
+/* A value outside an option's enum is the core's invalid_option error (SG_ERR_INVALID_OPTION,
+ * 105): the detail names the option as every language does, the value and the choices, and
+ * nothing is made or changed. */
+static void test_invalid_options(void) {
+  CHECK_U64(SG_ERR_INVALID_OPTION, 105);
+  CHECK(strcmp(sg_result_name(SG_ERR_INVALID_OPTION), "invalid_option") == 0);
+
+  sg_quota *q = NULL;
+  CHECK_OK(sg_quota_parse("10/s; burst=20", &q));
+  CHECK_OK(sg_quota_set_refill(q, SG_REFILL_INTERVAL));
+  CHECK_RC(sg_quota_set_refill(q, 2), SG_ERR_INVALID_OPTION);
+  CHECK_DETAIL("refill must be SG_REFILL_CONTINUOUS (0) or SG_REFILL_INTERVAL (1), not \"2\"");
+  CHECK_RC(sg_quota_set_refill(q, UINT32_MAX), SG_ERR_INVALID_OPTION);
+  CHECK_DETAIL("not \"4294967295\"");
+  sg_quota_info info;
+  CHECK_OK(sg_quota_get_info(q, &info));
+  CHECK(info.refill == SG_REFILL_INTERVAL);
+
+  sg_keyed_limiter *k = NULL;
+  CHECK_RC(sg_keyed_limiter_new(q, 10, 2, &k), SG_ERR_INVALID_OPTION);
+  CHECK_DETAIL("on_full must be SG_ON_FULL_REJECT_NEW_KEYS (0) or SG_ON_FULL_EVICT_FULLEST (1)");
+  sg_manual_clock *c = NULL;
+  CHECK_OK(sg_manual_clock_new(0, &c));
+  CHECK_RC(sg_keyed_limiter_new_with_clock(q, 10, UINT32_MAX, c, &k), SG_ERR_INVALID_OPTION);
+  CHECK_DETAIL("on_full must be");
+  CHECK(k == NULL);
+
+  sg_decision d = {true, 2, 1, 0, S / 2, 1};
+  char buf[64] = "untouched";
+  size_t n = 123;
+  CHECK_RC(sg_decision_headers(&d, 5, NULL, 0, buf, sizeof buf, &n), SG_ERR_INVALID_OPTION);
+  CHECK_DETAIL("style must be one of SG_HEADERS_IETF (0)");
+  CHECK(strcmp(buf, "untouched") == 0);
+  CHECK_U64(n, 123);
+
+  /* A message of its own; the other engine codes are unchanged. */
+  CHECK_OK(sg_result_message(SG_ERR_INVALID_OPTION, buf, sizeof buf, &n));
+  CHECK(strcmp(buf, "an option has a value outside its choices") == 0);
+  CHECK_U64(SG_ERR_INVALID_ARGUMENT, 4);
+  CHECK_U64(SG_ERR_KEY_STORE_FULL, 104);
+  CHECK_U64(SG_ERR_OTHER, 199);
+  sg_manual_clock_free(c);
+  sg_quota_free(q);
+}
+
 int main(void) {
   test_null_handles();
   test_null_out_pointers();
   test_wrong_handle_kind();
   test_invalid_quotas();
+  test_invalid_options();
   test_cost_above_capacity_and_horizon();
   TEST_MAIN_END("test_errors");
 }

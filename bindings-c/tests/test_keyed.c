@@ -1,6 +1,7 @@
-/* sg_keyed_limiter: byte-string keys (NUL bytes included, the empty key), independent
- * buckets, the key bound under both policies, sweep / remove / clear, peek and refund of
- * absent keys, the blocking acquire, every error path, and threads sharing keys. */
+/* sg_keyed_limiter: byte-string keys (NUL bytes included, the empty key), integer keys as
+ * their digits, independent buckets, the key bound under both policies, sweep / remove /
+ * clear, peek and refund of absent keys, the blocking acquire and its outcomes, every error
+ * path, and threads sharing keys. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 
@@ -148,8 +149,8 @@ static void test_keyed_errors(void) {
   CHECK_OK(sg_manual_clock_new(0, &c));
   CHECK_RC(sg_keyed_limiter_new(q, 0, SG_ON_FULL_REJECT_NEW_KEYS, &k), SG_ERR_INVALID_QUOTA);
   CHECK_DETAIL("max_keys must be at least 1");
-  CHECK_RC(sg_keyed_limiter_new(q, 10, 2, &k), SG_ERR_INVALID_ARGUMENT);
-  CHECK_DETAIL("2 is not an sg_on_full value");
+  CHECK_RC(sg_keyed_limiter_new(q, 10, 2, &k), SG_ERR_INVALID_OPTION);
+  CHECK_DETAIL("on_full must be");
   CHECK_RC(sg_keyed_limiter_new(NULL, 10, 0, &k), SG_ERR_NULL_ARGUMENT);
   CHECK_RC(sg_keyed_limiter_new(q, 10, 0, NULL), SG_ERR_NULL_ARGUMENT);
   CHECK_RC(sg_keyed_limiter_new_with_clock(q, 10, 0, NULL, &k), SG_ERR_NULL_ARGUMENT);
@@ -241,6 +242,65 @@ static void test_keyed_acquire_timeout(void) {
   sg_manual_clock_free(c);
 }
 
+/* The blocking acquire follows the core's policy for a key too: a frozen manual clock gives
+ * the rejection, a leaky queue's slot is admitted after its wait (already slept), and a slot
+ * past the timeout is the rejection at once, reserving nothing. */
+static void test_keyed_acquire_outcomes(void) {
+  sg_manual_clock *c = NULL;
+  CHECK_OK(sg_manual_clock_new(0, &c));
+  sg_decision d;
+  sg_keyed_limiter *k = keyed("100/s; burst=1", c, 100, SG_ON_FULL_REJECT_NEW_KEYS);
+  CHECK_OK(sg_keyed_limiter_try_acquire(k, KEY("a"), 1, &d));
+  CHECK_OK(sg_keyed_limiter_acquire_timeout(k, KEY("a"), 1, 10 * S, &d));
+  CHECK(!d.allowed);
+  CHECK_U64(d.retry_after_ns, 10 * MS);
+  sg_keyed_limiter_free(k);
+
+  k = keyed("10/s; algorithm=leaky_queue; max_delay=1s", c, 100, SG_ON_FULL_REJECT_NEW_KEYS);
+  CHECK_OK(sg_keyed_limiter_acquire_timeout(k, KEY("q"), 1, S, &d));
+  CHECK(d.allowed);
+  CHECK_U64(d.retry_after_ns, 0);
+  CHECK_OK(sg_keyed_limiter_acquire_timeout(k, KEY("q"), 1, S, &d));
+  CHECK(d.allowed);
+  CHECK_U64(d.retry_after_ns, 100 * MS);
+  CHECK_OK(sg_keyed_limiter_acquire_timeout(k, KEY("q"), 1, 150 * MS, &d));
+  CHECK(!d.allowed);
+  CHECK_U64(d.retry_after_ns, 50 * MS);
+  /* Nothing was reserved: the next slot is still 200 ms away. */
+  CHECK_OK(sg_keyed_limiter_try_acquire(k, KEY("q"), 1, &d));
+  CHECK(d.allowed);
+  CHECK_U64(d.retry_after_ns, 200 * MS);
+  sg_keyed_limiter_free(k);
+  sg_manual_clock_free(c);
+}
+
+/* The key rule every language shares: an integer key is its decimal digits, so the id 42
+ * rendered with printf and the text "42" (Python's 42 and "42", Node's 42 and "42") are one
+ * bucket, and one key against max_keys. */
+static void test_integer_keys_are_their_digits(void) {
+  sg_manual_clock *c = NULL;
+  CHECK_OK(sg_manual_clock_new(0, &c));
+  sg_keyed_limiter *k = keyed("1/h; burst=2", c, 100, SG_ON_FULL_REJECT_NEW_KEYS);
+  sg_decision d;
+  char key[24];
+  int len = snprintf(key, sizeof key, "%" PRId64, (int64_t)42);
+  CHECK_OK(sg_keyed_limiter_try_acquire(k, (const uint8_t *)key, (size_t)len, 1, &d));
+  CHECK_OK(sg_keyed_limiter_try_acquire(k, KEY("42"), 1, &d));
+  CHECK(d.allowed);
+  CHECK_U64(d.remaining, 0);
+  uint64_t n = 0;
+  CHECK_OK(sg_keyed_limiter_len(k, &n));
+  CHECK_U64(n, 1);
+  len = snprintf(key, sizeof key, "%" PRId64, (int64_t)-7);
+  CHECK_OK(sg_keyed_limiter_try_acquire(k, (const uint8_t *)key, (size_t)len, 2, &d));
+  CHECK_OK(sg_keyed_limiter_try_acquire(k, KEY("-7"), 1, &d));
+  CHECK(!d.allowed);
+  CHECK_OK(sg_keyed_limiter_len(k, &n));
+  CHECK_U64(n, 2);
+  sg_keyed_limiter_free(k);
+  sg_manual_clock_free(c);
+}
+
 typedef struct {
   const sg_keyed_limiter *k;
   int id;
@@ -290,6 +350,8 @@ int main(void) {
   test_key_bound();
   test_keyed_errors();
   test_keyed_acquire_timeout();
+  test_keyed_acquire_outcomes();
+  test_integer_keys_are_their_digits();
   test_threads_share_keys_exactly();
   TEST_MAIN_END("test_keyed");
 }

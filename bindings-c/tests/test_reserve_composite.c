@@ -175,7 +175,7 @@ static void test_headers(void) {
   CHECK(strcmp(buf, "RateLimit-Policy: \"p\";q=2;w=2\r\nRateLimit: \"p\";r=1;t=1\r\n") == 0);
   /* Errors. */
   CHECK_RC(sg_decision_headers(NULL, 0, NULL, 0, buf, sizeof buf, &n), SG_ERR_NULL_ARGUMENT);
-  CHECK_RC(sg_decision_headers(&d, 5, NULL, 0, buf, sizeof buf, &n), SG_ERR_INVALID_ARGUMENT);
+  CHECK_RC(sg_decision_headers(&d, 5, NULL, 0, buf, sizeof buf, &n), SG_ERR_INVALID_OPTION);
   CHECK_RC(sg_decision_headers(&d, 0, NULL, 3, buf, sizeof buf, &n), SG_ERR_NULL_ARGUMENT);
   CHECK_RC(sg_decision_headers(&d, 0, NULL, 0, NULL, 10, &n), SG_ERR_NULL_ARGUMENT);
   CHECK_RC(sg_decision_headers(&d, 0, NULL, 0, buf, 10, &n), SG_ERR_BUFFER_TOO_SMALL);

@@ -2,7 +2,8 @@
 # The C API (bindings-c): header drift, the C tests plain / under ASan+UBSan / under
 # valgrind, the quickstart (shared and static), install + pkg-config, and the LuaJIT
 # example. Needs Rust, gcc and make; installs valgrind and luajit with apt-get when they are
-# missing and this runs as root, else skips those parts and says so.
+# missing and this runs as root, else skips those parts and says so (under CI=true a part
+# that cannot run fails instead: a suite that quietly skips proves nothing).
 # Last line: "c-tests: N passed, M failed" (one per program and mode).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,6 +13,9 @@ failed=0
 skipped=()
 ok() { passed=$((passed + 1)); echo "ok   $*"; }
 bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+missing() { # missing WHAT: a part that cannot run here
+  if [ "${CI:-}" = true ]; then bad "$* (required under CI=true)"; else skipped+=("$*"); fi
+}
 run() { # run NAME CMD...: one counted test
   local name=$1
   shift
@@ -77,7 +81,7 @@ if want valgrind valgrind; then
       "$OUT/plain/$t" "$VECTORS"
   done
 else
-  skipped+=("valgrind (not installed, and cannot apt-get install it without root)")
+  missing "valgrind (not installed, and cannot apt-get install it without root)"
 fi
 
 echo "== make install PREFIX=... and a program built with pkg-config"
@@ -105,7 +109,7 @@ echo "== LuaJIT example (OpenResty-style handler through the FFI)"
 if want luajit luajit; then
   run "luajit handler" $M lua
 else
-  skipped+=("LuaJIT example (luajit not installed, and cannot apt-get install it without root)")
+  missing "LuaJIT example (luajit not installed, and cannot apt-get install it without root)"
 fi
 
 for s in "${skipped[@]}"; do echo "SKIPPED: $s"; done

@@ -3,8 +3,9 @@
 //! (NULL with a length, lengths past any object), costs, clock readings, and op sequences
 //! across quota, limiter, keyed limiter and manual clock handles, handles of the wrong kind
 //! included. Every call must return a defined `sg_result` that is not `SG_ERR_PANIC` (a
-//! caught panic is a bug too), and every decision must be consistent. Handles are never
-//! used after being freed: that is undefined behaviour by the API's contract.
+//! caught panic is a bug too), every decision must be consistent, and an option value
+//! outside its C enum must be `SG_ERR_INVALID_OPTION`. Handles are never used after being
+//! freed: that is undefined behaviour by the API's contract.
 #![no_main]
 
 use core::ffi::c_char;
@@ -220,7 +221,11 @@ fuzz_target!(|input: Input| {
                 }
                 Op::SetRefill(i, v) => {
                     if let Some(q) = pick(&h.quotas, *i) {
-                        ok(sg_quota_set_refill(q, *v));
+                        let rc = sg_quota_set_refill(q, *v);
+                        ok(rc);
+                        if *v > sg_refill::SG_REFILL_INTERVAL as u32 {
+                            assert_eq!(rc, sg_result::SG_ERR_INVALID_OPTION);
+                        }
                     }
                 }
                 Op::QuotaText(i, len) => {
@@ -269,6 +274,9 @@ fuzz_target!(|input: Input| {
                         };
                         if ok(rc) {
                             h.keyed.push(k);
+                        } else if of > sg_on_full::SG_ON_FULL_EVICT_FULLEST as u32 {
+                            // The policy is checked before the limiter is made.
+                            assert_eq!(rc, sg_result::SG_ERR_INVALID_OPTION);
                         }
                     }
                 }
@@ -428,7 +436,9 @@ fuzz_target!(|input: Input| {
                         &mut n,
                     );
                     ok(rc);
-                    if *style <= 4 {
+                    if *style > sg_header_style::SG_HEADERS_NONE as u32 {
+                        assert_eq!(rc, sg_result::SG_ERR_INVALID_OPTION);
+                    } else {
                         assert!(matches!(
                             rc,
                             sg_result::SG_OK | sg_result::SG_ERR_BUFFER_TOO_SMALL

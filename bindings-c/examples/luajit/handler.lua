@@ -80,6 +80,12 @@ print("bad rate: " .. tostring(err))
 local d, err2 = limiter:acquire("192.0.2.9", 3)
 check(d == nil and err2:match("^insufficient_capacity") ~= nil, "cost above burst reported")
 
+-- An integer key is its decimal digits: 42 and "42" are one bucket, one key.
+local ids = assert(sg.keyed("1/h; burst=2", 10, clock))
+check(ids:acquire(42, 1).allowed and ids:acquire("42", 1).allowed, "42 and \"42\" admitted")
+check(not ids:acquire(42, 1).allowed, "the shared bucket is empty")
+check(ids:len() == 1, "42 and \"42\" are one key")
+
 -- The default clock works as well.
 local live = assert(sg.keyed("1000/s", 10))
 check(live:acquire("k", 1).allowed, "default clock admits")

@@ -21,6 +21,7 @@ enum sg_result {
   SG_ERR_INSUFFICIENT_CAPACITY = 102,
   SG_ERR_CLOCK_OUT_OF_RANGE = 103,
   SG_ERR_KEY_STORE_FULL = 104,
+  SG_ERR_INVALID_OPTION = 105,
   SG_ERR_OTHER = 199,
 };
 typedef uint32_t sg_result;
@@ -109,10 +110,21 @@ function M.keyed(rate, max_keys, clock)
                         d = ffi.new("sg_decision") }, Keyed)
 end
 
--- The decision for `cost` tokens of `key`: a table {allowed, limit, remaining,
--- retry_after (seconds, a Lua number), reset_after}, or nil and an error string.
+-- A key's bytes: a string as it is; an integer as its decimal digits, the key rule of
+-- every binding (42 here, 42 and "42" in Python or Node name one bucket).
+local function key_bytes(key)
+  if type(key) == "number" and key == math.floor(key) and math.abs(key) < 2^53 then
+    return string.format("%d", key)
+  end
+  return key
+end
+
+-- The decision for `cost` tokens of `key` (a string or an integer): a table {allowed,
+-- limit, remaining, retry_after (seconds, a Lua number), reset_after}, or nil and an error
+-- string.
 function Keyed:acquire(key, cost)
   local d = self.d
+  key = key_bytes(key)
   local rc = lib.sg_keyed_limiter_try_acquire(self.handle, key, #key, cost or 1, d)
   if rc ~= C.SG_OK then return nil, last_error(rc) end
   return {
