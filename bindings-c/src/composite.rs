@@ -5,7 +5,7 @@ use crate::decision::sg_decision;
 use crate::error::{fail, from_core, null, sg_result};
 use crate::handle;
 use crate::limiter::{sg_limiter, Limiter};
-use sluicegate::composite::{try_acquire_all, try_acquire_all_at};
+use sluicegate::composite::{self, try_acquire_all, try_acquire_all_at};
 use sluicegate::{Clock, Decision, Error};
 
 /// Parts up to this many are gathered on the stack; more take one allocation per call.
@@ -178,20 +178,6 @@ pub unsafe extern "C" fn sg_composite_try_acquire_at(
     })
 }
 
-/// Gives `cost` back to every one of `limiters[0..n]` at `now_ns`, or (on an error) to
-/// none.
-fn refund_all(parts: &[&Limiter], now_ns: u64, cost: u64) -> Result<(), Error> {
-    // A peek changes nothing and fails exactly where a refund would (a reading past the
-    // horizon), so either every part is refunded or none is.
-    for p in parts {
-        p.try_acquire_at(now_ns, 0)?;
-    }
-    for p in parts {
-        p.refund_at(now_ns, cost)?;
-    }
-    Ok(())
-}
-
 /// Gives `cost` back to every one of `limiters[0..n]` (work admitted by
 /// `sg_composite_try_acquire` but not done), at the first limiter's clock reading.
 ///
@@ -210,7 +196,7 @@ pub unsafe extern "C" fn sg_composite_refund(
         // SAFETY: forwarded caller contract.
         let r = unsafe {
             with_parts(limiters, n, "sg_composite_refund", |p| {
-                refund_all(p, p[0].clock().now(), cost)
+                composite::refund_all_at(p, p[0].clock().now(), cost)
             })?
         };
         r.map_err(from_core)
@@ -232,7 +218,7 @@ pub unsafe extern "C" fn sg_composite_refund_at(
         // SAFETY: forwarded caller contract.
         let r = unsafe {
             with_parts(limiters, n, "sg_composite_refund_at", |p| {
-                refund_all(p, now_ns, cost)
+                composite::refund_all_at(p, now_ns, cost)
             })?
         };
         r.map_err(from_core)
