@@ -114,6 +114,23 @@ enum sg_result
   // `sg_header_style` argument that is none of the enum's values (the detail names the
   // option, the value and the choices). Core name `invalid_option`.
   SG_ERR_INVALID_OPTION = 105,
+  // A store outside the process cannot be reached or opened (a missing directory, an I/O
+  // error). Core name `store_unavailable`.
+  SG_ERR_STORE_UNAVAILABLE = 106,
+  // The store holds buckets of another quota or layout (the detail names both). Core name
+  // `store_mismatch`.
+  SG_ERR_STORE_MISMATCH = 107,
+  // The store's contents are not a valid store (truncated, corrupt, hostile bytes). Core
+  // name `store_corrupt`.
+  SG_ERR_STORE_CORRUPT = 108,
+  // The store is not ours to use (another user's file, a symbolic link, loose
+  // permissions). Core name `store_permission`.
+  SG_ERR_STORE_PERMISSION = 109,
+  // The store cannot do what was asked (an algorithm it does not keep, listing its keys).
+  // Core name `store_unsupported`.
+  SG_ERR_STORE_UNSUPPORTED = 110,
+  // The store did not answer in time. Core name `store_timeout`.
+  SG_ERR_STORE_TIMEOUT = 111,
   // Reserved, never returned: every engine error has a code of its own (the core's error
   // enum is exhaustive and mapped without a wildcard). Kept so that the value is never
   // reused.

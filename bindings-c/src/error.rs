@@ -47,6 +47,23 @@ pub enum sg_result {
     /// `sg_header_style` argument that is none of the enum's values (the detail names the
     /// option, the value and the choices). Core name `invalid_option`.
     SG_ERR_INVALID_OPTION = 105,
+    /// A store outside the process cannot be reached or opened (a missing directory, an I/O
+    /// error). Core name `store_unavailable`.
+    SG_ERR_STORE_UNAVAILABLE = 106,
+    /// The store holds buckets of another quota or layout (the detail names both). Core name
+    /// `store_mismatch`.
+    SG_ERR_STORE_MISMATCH = 107,
+    /// The store's contents are not a valid store (truncated, corrupt, hostile bytes). Core
+    /// name `store_corrupt`.
+    SG_ERR_STORE_CORRUPT = 108,
+    /// The store is not ours to use (another user's file, a symbolic link, loose
+    /// permissions). Core name `store_permission`.
+    SG_ERR_STORE_PERMISSION = 109,
+    /// The store cannot do what was asked (an algorithm it does not keep, listing its keys).
+    /// Core name `store_unsupported`.
+    SG_ERR_STORE_UNSUPPORTED = 110,
+    /// The store did not answer in time. Core name `store_timeout`.
+    SG_ERR_STORE_TIMEOUT = 111,
     /// Reserved, never returned: every engine error has a code of its own (the core's error
     /// enum is exhaustive and mapped without a wildcard). Kept so that the value is never
     /// reused.
@@ -57,7 +74,7 @@ use sg_result::*;
 
 impl sg_result {
     /// Every code, in order (for `sg_result_name` / `sg_result_message` lookups).
-    const ALL: [sg_result; 13] = [
+    const ALL: [sg_result; 19] = [
         SG_OK,
         SG_ERR_NULL_ARGUMENT,
         SG_ERR_WRONG_HANDLE,
@@ -70,6 +87,12 @@ impl sg_result {
         SG_ERR_CLOCK_OUT_OF_RANGE,
         SG_ERR_KEY_STORE_FULL,
         SG_ERR_INVALID_OPTION,
+        SG_ERR_STORE_UNAVAILABLE,
+        SG_ERR_STORE_MISMATCH,
+        SG_ERR_STORE_CORRUPT,
+        SG_ERR_STORE_PERMISSION,
+        SG_ERR_STORE_UNSUPPORTED,
+        SG_ERR_STORE_TIMEOUT,
         SG_ERR_OTHER,
     ];
 
@@ -92,6 +115,12 @@ impl sg_result {
             SG_ERR_CLOCK_OUT_OF_RANGE => c"clock_out_of_range",
             SG_ERR_KEY_STORE_FULL => c"key_store_full",
             SG_ERR_INVALID_OPTION => c"invalid_option",
+            SG_ERR_STORE_UNAVAILABLE => c"store_unavailable",
+            SG_ERR_STORE_MISMATCH => c"store_mismatch",
+            SG_ERR_STORE_CORRUPT => c"store_corrupt",
+            SG_ERR_STORE_PERMISSION => c"store_permission",
+            SG_ERR_STORE_UNSUPPORTED => c"store_unsupported",
+            SG_ERR_STORE_TIMEOUT => c"store_timeout",
             SG_ERR_OTHER => c"other",
         }
     }
@@ -112,6 +141,12 @@ impl sg_result {
             SG_ERR_CLOCK_OUT_OF_RANGE => "the clock reads past the limiter's horizon",
             SG_ERR_KEY_STORE_FULL => "the keyed limiter is at its key bound",
             SG_ERR_INVALID_OPTION => "an option has a value outside its choices",
+            SG_ERR_STORE_UNAVAILABLE => "the store cannot be reached or opened",
+            SG_ERR_STORE_MISMATCH => "the store holds buckets of another quota or layout",
+            SG_ERR_STORE_CORRUPT => "the store's contents are not a valid store",
+            SG_ERR_STORE_PERMISSION => "the store is not this process's to use",
+            SG_ERR_STORE_UNSUPPORTED => "the store cannot do what was asked",
+            SG_ERR_STORE_TIMEOUT => "the store did not answer in time",
             SG_ERR_OTHER => "reserved (no engine error maps to it)",
         }
     }
@@ -144,6 +179,20 @@ pub(crate) fn null(func: &str, arg: &str) -> sg_result {
     )
 }
 
+/// The code of a store error of `kind` (the core's kinds are non-exhaustive: a new one is
+/// `SG_ERR_STORE_UNAVAILABLE` until it has a code of its own).
+fn store_code(kind: sluicegate::StoreErrorKind) -> sg_result {
+    use sluicegate::StoreErrorKind as K;
+    match kind {
+        K::Mismatch => SG_ERR_STORE_MISMATCH,
+        K::Corrupt => SG_ERR_STORE_CORRUPT,
+        K::Permission => SG_ERR_STORE_PERMISSION,
+        K::Unsupported => SG_ERR_STORE_UNSUPPORTED,
+        K::Timeout => SG_ERR_STORE_TIMEOUT,
+        _ => SG_ERR_STORE_UNAVAILABLE,
+    }
+}
+
 /// The one mapping from the core's error to a code (plus its Display text as the detail).
 #[cold]
 #[inline(never)]
@@ -156,6 +205,7 @@ pub(crate) fn from_core(e: Error) -> sg_result {
         Error::ClockOutOfRange { .. } => SG_ERR_CLOCK_OUT_OF_RANGE,
         Error::InvalidOption { .. } => SG_ERR_INVALID_OPTION,
         Error::KeyStoreFull { .. } => SG_ERR_KEY_STORE_FULL,
+        Error::Store { kind, .. } => store_code(kind),
     };
     fail(code, format_args!("{e}"))
 }

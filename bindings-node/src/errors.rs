@@ -19,6 +19,8 @@ pub enum ErrorCode {
     InvalidOption,
     /// A keyed limiter is at its key bound and none is evictable.
     KeyStoreFull,
+    /// A store outside the process failed or refused, by kind (`ERR_SLUICEGATE_STORE_*`).
+    Store(sluicegate::StoreErrorKind),
     /// A JavaScript argument of the wrong type or out of range (binding-level, not a core error).
     InvalidArg,
 }
@@ -32,8 +34,24 @@ impl AsRef<str> for ErrorCode {
             ErrorCode::ClockOutOfRange => "ERR_SLUICEGATE_CLOCK_OUT_OF_RANGE",
             ErrorCode::InvalidOption => "ERR_SLUICEGATE_INVALID_OPTION",
             ErrorCode::KeyStoreFull => "ERR_SLUICEGATE_KEY_STORE_FULL",
+            ErrorCode::Store(kind) => store_code(*kind),
             ErrorCode::InvalidArg => "ERR_SLUICEGATE_INVALID_ARG",
         }
+    }
+}
+
+/// The code of a store error of `kind`: the core's code in capitals (`store_mismatch` is
+/// `ERR_SLUICEGATE_STORE_MISMATCH`).
+fn store_code(kind: sluicegate::StoreErrorKind) -> &'static str {
+    use sluicegate::StoreErrorKind as K;
+    match kind {
+        K::Unavailable => "ERR_SLUICEGATE_STORE_UNAVAILABLE",
+        K::Mismatch => "ERR_SLUICEGATE_STORE_MISMATCH",
+        K::Corrupt => "ERR_SLUICEGATE_STORE_CORRUPT",
+        K::Permission => "ERR_SLUICEGATE_STORE_PERMISSION",
+        K::Unsupported => "ERR_SLUICEGATE_STORE_UNSUPPORTED",
+        K::Timeout => "ERR_SLUICEGATE_STORE_TIMEOUT",
+        _ => "ERR_SLUICEGATE_STORE",
     }
 }
 
@@ -53,6 +71,7 @@ pub fn from_core(e: sluicegate::Error) -> JsErr {
         E::ClockOutOfRange { .. } => ErrorCode::ClockOutOfRange,
         E::InvalidOption { .. } => ErrorCode::InvalidOption,
         E::KeyStoreFull { .. } => ErrorCode::KeyStoreFull,
+        E::Store { kind, .. } => ErrorCode::Store(*kind),
     };
     napi::Error::new(code, e.to_string())
 }
@@ -89,6 +108,15 @@ mod tests {
             sluicegate::Error::ClockOutOfRange { now: 1, horizon: 0 },
             "sometimes".parse::<sluicegate::Refill>().unwrap_err(),
             sluicegate::Error::KeyStoreFull { max_keys: 1 },
+            "shm:/nonexistent-dir/x"
+                .parse::<sluicegate::StoreSpec>()
+                .map(|s| {
+                    sluicegate::KeyedLimiter::<Box<[u8]>>::builder(q)
+                        .store(s)
+                        .build()
+                        .unwrap_err()
+                })
+                .unwrap(),
         ];
         for e in errs {
             let core = e.code();
@@ -100,6 +128,7 @@ mod tests {
                 "clock_out_of_range" => "ERR_SLUICEGATE_CLOCK_OUT_OF_RANGE",
                 "invalid_option" => "ERR_SLUICEGATE_INVALID_OPTION",
                 "key_store_full" => "ERR_SLUICEGATE_KEY_STORE_FULL",
+                "store_unavailable" => "ERR_SLUICEGATE_STORE_UNAVAILABLE",
                 other => panic!("core code {other:?} has no JavaScript mapping"),
             };
             assert_eq!(js.as_ref(), expected);

@@ -47,6 +47,16 @@ class KeyStoreFull(Error):
     __module__ = "sluicegate"
 
 
+class StoreError(Error):
+    """A store outside the process failed or refused: a shared-memory region that cannot be
+    opened, does not match this limiter, or is corrupt. `kind` says which ("unavailable",
+    "mismatch", "corrupt", "permission", "unsupported", "timeout"; `code` is
+    "store_" + kind), `store` names it and `reason` says what happened.
+    """
+    code = "store_unavailable"
+    __module__ = "sluicegate"
+
+
 class ClockOutOfRange(Error):
     """The clock reads past the last instant the quota's exact arithmetic covers."""
     code = "clock_out_of_range"
@@ -80,6 +90,7 @@ pub(crate) struct Exceptions {
     pub(crate) insufficient_capacity: Py<PyType>,
     pub(crate) key_store_full: Py<PyType>,
     pub(crate) clock_out_of_range: Py<PyType>,
+    pub(crate) store: Py<PyType>,
     pub(crate) rate_limited: Py<PyType>,
 }
 
@@ -101,6 +112,7 @@ pub(crate) fn exceptions(py: Python<'_>) -> PyResult<&Exceptions> {
             base: get("Error")?,
             invalid_quota: get("InvalidQuotaError")?,
             invalid_option: get("InvalidOptionError")?,
+            store: get("StoreError")?,
             insufficient_capacity: get("InsufficientCapacity")?,
             key_store_full: get("KeyStoreFull")?,
             clock_out_of_range: get("ClockOutOfRange")?,
@@ -116,6 +128,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ("Error", &e.base),
         ("InvalidQuotaError", &e.invalid_quota),
         ("InvalidOptionError", &e.invalid_option),
+        ("StoreError", &e.store),
         ("InsufficientCapacity", &e.insufficient_capacity),
         ("KeyStoreFull", &e.key_store_full),
         ("ClockOutOfRange", &e.clock_out_of_range),
@@ -173,6 +186,17 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
         Error::KeyStoreFull { max_keys } => {
             attrs.push(("max_keys", max_keys.into_pyobject(py)?.into_any().unbind()));
             &e.key_store_full
+        }
+        Error::Store {
+            kind,
+            store,
+            reason,
+        } => {
+            let kind = kind.code().trim_start_matches("store_");
+            attrs.push(("kind", kind.into_pyobject(py)?.into_any().unbind()));
+            attrs.push(("store", store.into_pyobject(py)?.into_any().unbind()));
+            attrs.push(("reason", reason.into_pyobject(py)?.into_any().unbind()));
+            &e.store
         }
     };
     let exc = ty.bind(py).call1((err.to_string(),))?;

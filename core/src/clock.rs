@@ -21,12 +21,60 @@ use std::time::{Duration, Instant};
 pub trait Clock: Send + Sync {
     /// Nanoseconds since this clock's origin.
     fn now(&self) -> u64;
+
+    /// What a store whose buckets several processes share (a shared-memory region) does with
+    /// this clock (see [`Timeline`]). A clock of your own is taken as it is: its readings must
+    /// then be comparable between the processes that share the store.
+    #[doc(hidden)]
+    fn timeline(&self) -> Timeline {
+        Timeline::Own
+    }
+
+    /// Reads time through a shared region's base from now on (for [`Timeline::Local`]).
+    #[doc(hidden)]
+    fn adopt(&mut self, shared: &SharedTimeline) {
+        let _ = shared;
+    }
+}
+
+/// What a clock's readings mean to other processes (see [`Clock::timeline`]).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timeline {
+    /// Readings the caller controls (a manual clock): used as they are.
+    Own,
+    /// Readings from a process-local origin that the clock can move to a shared one (the
+    /// default clock): it adopts the region's.
+    Local,
+    /// Readings from a process-local origin that cannot be shared (`StdClock`,
+    /// `CoarseClock`): refused by a shared store.
+    Fixed,
+}
+
+/// A shared region's clock base, as a clock adopts it.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug)]
+pub struct SharedTimeline(pub(crate) ClockBase);
+
+impl SharedTimeline {
+    /// A reading through the base.
+    pub(crate) fn read(&self) -> u64 {
+        self.0.read()
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
     #[inline]
     fn now(&self) -> u64 {
         (**self).now()
+    }
+
+    fn timeline(&self) -> Timeline {
+        // A borrowed clock cannot move to a shared base.
+        match (**self).timeline() {
+            Timeline::Local => Timeline::Fixed,
+            t => t,
+        }
     }
 }
 
@@ -35,12 +83,28 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
     fn now(&self) -> u64 {
         (**self).now()
     }
+
+    fn timeline(&self) -> Timeline {
+        // A shared clock cannot move to a shared base for one of its owners.
+        match (**self).timeline() {
+            Timeline::Local => Timeline::Fixed,
+            t => t,
+        }
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for Box<C> {
     #[inline]
     fn now(&self) -> u64 {
         (**self).now()
+    }
+
+    fn timeline(&self) -> Timeline {
+        (**self).timeline()
+    }
+
+    fn adopt(&mut self, shared: &SharedTimeline) {
+        (**self).adopt(shared);
     }
 }
 
@@ -216,18 +280,6 @@ impl MonotonicClock {
             base: *BASE.get_or_init(|| ClockBase::now_base(false)),
         }
     }
-
-    /// A clock reading through `base` (a shared region's).
-    #[allow(dead_code)] // the shared-memory store's, in the next commit
-    pub(crate) fn with_base(base: ClockBase) -> Self {
-        Self { base }
-    }
-
-    /// The base this clock reads through.
-    #[allow(dead_code)] // the shared-memory store's, in the next commit
-    pub(crate) fn base(&self) -> ClockBase {
-        self.base
-    }
 }
 
 impl Default for MonotonicClock {
@@ -252,6 +304,14 @@ impl Clock for MonotonicClock {
     #[inline]
     fn now(&self) -> u64 {
         self.base.read()
+    }
+
+    fn timeline(&self) -> Timeline {
+        Timeline::Local
+    }
+
+    fn adopt(&mut self, shared: &SharedTimeline) {
+        self.base = shared.0;
     }
 }
 
@@ -286,6 +346,10 @@ impl Clock for StdClock {
     fn now(&self) -> u64 {
         let d = Instant::now().saturating_duration_since(self.origin);
         u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn timeline(&self) -> Timeline {
+        Timeline::Fixed
     }
 }
 
@@ -336,6 +400,10 @@ impl Clock for CoarseClock {
     #[inline]
     fn now(&self) -> u64 {
         COARSE_NOW.load(real::Ordering::Acquire)
+    }
+
+    fn timeline(&self) -> Timeline {
+        Timeline::Fixed
     }
 }
 
@@ -441,6 +509,19 @@ impl Clock for AnyClock {
         match self {
             AnyClock::Monotonic(c) => c.now(),
             AnyClock::Manual(c) => c.now(),
+        }
+    }
+
+    fn timeline(&self) -> Timeline {
+        match self {
+            AnyClock::Monotonic(c) => c.timeline(),
+            AnyClock::Manual(c) => c.timeline(),
+        }
+    }
+
+    fn adopt(&mut self, shared: &SharedTimeline) {
+        if let AnyClock::Monotonic(c) = self {
+            c.adopt(shared);
         }
     }
 }

@@ -51,6 +51,16 @@ pub enum Error {
         /// The choices, in words.
         expected: String,
     },
+    /// A store outside the process failed or refused: a shared-memory region that cannot be
+    /// opened, does not match this limiter, or is corrupt.
+    Store {
+        /// What kind of failure, for programs to act on.
+        kind: StoreErrorKind,
+        /// The store, as configured (a path, a URL).
+        store: String,
+        /// What happened, in words.
+        reason: String,
+    },
     /// A keyed limiter is at its key bound and the policy is to reject new keys.
     KeyStoreFull {
         /// The configured bound.
@@ -67,12 +77,71 @@ impl Error {
             Error::InsufficientCapacity { .. } => "insufficient_capacity",
             Error::ClockOutOfRange { .. } => "clock_out_of_range",
             Error::InvalidOption { .. } => "invalid_option",
+            Error::Store { kind, .. } => kind.code(),
             Error::KeyStoreFull { .. } => "key_store_full",
         }
     }
 
     pub(crate) fn invalid(reason: impl Into<String>) -> Self {
         Error::InvalidQuota {
+            reason: reason.into(),
+        }
+    }
+}
+
+/// What went wrong with a store ([`Error::Store`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// The store cannot be reached or opened (a missing directory, an I/O error).
+    Unavailable,
+    /// The store holds buckets of another quota or layout than this limiter's.
+    Mismatch,
+    /// The store's contents are not a valid store (truncated, corrupt, hostile bytes).
+    Corrupt,
+    /// The store is not ours to use: another user's file, a symbolic link, loose permissions.
+    Permission,
+    /// The store cannot do what was asked (an algorithm it does not keep, listing its keys).
+    Unsupported,
+    /// The store did not answer in time (a region whose creator never finished).
+    Timeout,
+}
+
+impl StoreErrorKind {
+    /// The stable, machine-readable name (the error's [`code`](Error::code)).
+    pub const fn code(self) -> &'static str {
+        match self {
+            StoreErrorKind::Unavailable => "store_unavailable",
+            StoreErrorKind::Mismatch => "store_mismatch",
+            StoreErrorKind::Corrupt => "store_corrupt",
+            StoreErrorKind::Permission => "store_permission",
+            StoreErrorKind::Unsupported => "store_unsupported",
+            StoreErrorKind::Timeout => "store_timeout",
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            StoreErrorKind::Unavailable => "store unavailable",
+            StoreErrorKind::Mismatch => "store mismatch",
+            StoreErrorKind::Corrupt => "corrupt store",
+            StoreErrorKind::Permission => "store refused",
+            StoreErrorKind::Unsupported => "unsupported by the store",
+            StoreErrorKind::Timeout => "store timed out",
+        }
+    }
+}
+
+impl Error {
+    /// A [`Error::Store`] error.
+    pub(crate) fn store(
+        kind: StoreErrorKind,
+        store: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
+        Error::Store {
+            kind,
+            store: store.into(),
             reason: reason.into(),
         }
     }
@@ -137,6 +206,11 @@ impl fmt::Display for Error {
                 value,
                 expected,
             } => write!(f, "{option} must be {expected}, not {:?}", Clip(value)),
+            Error::Store {
+                kind,
+                store,
+                reason,
+            } => write!(f, "{} {:?}: {reason}", kind.describe(), Clip(store)),
             Error::KeyStoreFull { max_keys } => {
                 write!(f, "key store full: {max_keys} keys and none evictable")
             }

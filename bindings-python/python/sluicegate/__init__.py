@@ -22,6 +22,7 @@ from sluicegate._native import (
     Quota,
     RateLimited,
     Reservation,
+    StoreError,
     __version__,
 )
 
@@ -46,5 +47,6 @@ __all__ = [
     "RateLimited",
     "Reservation",
     "SluicegateError",
+    "StoreError",
     "__version__",
 ]

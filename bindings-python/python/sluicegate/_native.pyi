@@ -21,6 +21,7 @@ __all__ = [
     "Quota",
     "RateLimited",
     "Reservation",
+    "StoreError",
     "__version__",
     "_Acquire",
     "_noop",
@@ -53,6 +54,11 @@ class InvalidOptionError(Error, ValueError):
 class InsufficientCapacity(Error): ...
 class KeyStoreFull(Error): ...
 class ClockOutOfRange(Error): ...
+
+class StoreError(Error):
+    kind: Literal["unavailable", "mismatch", "corrupt", "permission", "unsupported", "timeout"]
+    store: str
+    reason: str
 
 class RateLimited(Error):
     decision: Decision

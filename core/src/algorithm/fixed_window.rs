@@ -12,8 +12,11 @@ pub(crate) struct FixedWindow {
 }
 
 impl FixedWindow {
-    pub(crate) fn new(q: &Quota) -> Self {
-        Self { g: Grid::new(q, 1) }
+    /// `min`: the least clock range a 64-bit word must cover (else the state is wide).
+    pub(crate) fn new(q: &Quota, min: u64) -> Self {
+        Self {
+            g: Grid::new(q, 1, min),
+        }
     }
 
     #[inline]
@@ -72,6 +75,11 @@ impl StateCodec for FixedWindow {
         let (index, used, _) = self.at(s, now);
         let left = used - used.min(cost);
         (left != used).then(|| self.pack(index, left))
+    }
+
+    /// More used than the limit would underflow `n - used`.
+    fn valid(&self, s: u128) -> bool {
+        ((s & self.g.mask()) as u64) <= self.g.n
     }
 
     /// Full: nothing counted, and the reading is not before the state's window (an earlier

@@ -7,7 +7,7 @@
 //! tests check that every decision is identical. Times are scaled by `k` (after dividing `k`
 //! and `P` by their gcd), so `T` is the integer `p` and every step is exact.
 
-use crate::algorithm::{StateCodec, CENTURY_NS};
+use crate::algorithm::StateCodec;
 use crate::quota::{gcd, Quota};
 use crate::Decision;
 
@@ -28,13 +28,14 @@ pub(crate) struct Gcra {
 }
 
 impl Gcra {
-    pub(crate) fn new(q: &Quota) -> Self {
+    /// `min`: the least clock range the 64-bit word must cover (else the state is wide).
+    pub(crate) fn new(q: &Quota, min: u64) -> Self {
         let g = gcd(q.count(), q.period_ns());
         let (k, t, b) = (q.count() / g, q.period_ns() / g, q.burst());
         // `Quota::validate` guarantees b * T < 2^63.
         let tau = b * t;
         let narrow_horizon = (u64::MAX - tau) / k;
-        let wide = narrow_horizon < CENTURY_NS;
+        let wide = narrow_horizon < min;
         Self {
             k,
             t,

@@ -30,8 +30,8 @@ pub const CENTURY_NS: u64 = 3_155_760_000_000_000_000;
 /// refuses a window quota whose packing cannot cover a century).
 pub(crate) fn window_horizon(q: &Quota) -> u64 {
     match q.algorithm() {
-        Algorithm::FixedWindow => FixedWindow::new(q).horizon(),
-        Algorithm::SlidingWindow => SlidingWindow::new(q).horizon(),
+        Algorithm::FixedWindow => FixedWindow::new(q, CENTURY_NS).horizon(),
+        Algorithm::SlidingWindow => SlidingWindow::new(q, CENTURY_NS).horizon(),
         _ => u64::MAX,
     }
 }
@@ -53,6 +53,14 @@ pub(crate) trait StateCodec {
     fn refund(&self, state: u128, now: u64, cost: u64) -> Option<u128>;
     /// Whether the bucket is full at `now` (a full bucket is indistinguishable from a new one).
     fn is_full(&self, state: u128, now: u64) -> bool;
+
+    /// Whether every step of this codec on `state` stays within its arithmetic's range, for a
+    /// reading up to the horizon (a word that did not come from this codec may not: see
+    /// `Codec::valid`). Every state is, unless a codec says otherwise.
+    fn valid(&self, state: u128) -> bool {
+        let _ = state;
+        true
+    }
 
     /// The request checks shared by every codec.
     #[inline]
@@ -102,21 +110,37 @@ macro_rules! each_codec {
 }
 
 impl Codec {
-    /// Compiles a quota (validated here) for a limiter whose clock origin is `origin`.
+    /// Compiles a quota (validated here) for a limiter whose clock origin is `origin`: a
+    /// 64-bit word when it covers a century of readings, else a 128-bit one.
     pub(crate) fn new(q: &Quota, origin: u64) -> Result<Self, Error> {
-        q.validate()?;
-        let codec = match (q.algorithm(), q.refill()) {
-            (Algorithm::TokenBucket, Refill::Continuous) => Codec::Continuous(Continuous::new(q)),
-            (Algorithm::TokenBucket, Refill::Interval) => Codec::Interval(Interval::new(q, origin)),
-            (Algorithm::Gcra, _) => Codec::Gcra(Gcra::new(q)),
-            (Algorithm::FixedWindow, _) => Codec::FixedWindow(FixedWindow::new(q)),
-            (Algorithm::SlidingWindow, _) => Codec::SlidingWindow(SlidingWindow::new(q)),
-            (Algorithm::LeakyQueue, _) => Codec::LeakyQueue(LeakyQueue::new(q)),
-            (Algorithm::SlidingLog, _) => Codec::SlidingLog(SlidingLog::new(q)),
-        };
+        let codec = Self::compile(q, origin, CENTURY_NS)?;
         // `validate` refused every quota whose packing cannot cover a century.
         debug_assert!(codec.horizon() >= CENTURY_NS, "{q}");
         Ok(codec)
+    }
+
+    /// Compiles a quota with a 64-bit word that covers at least `min` ns of readings from
+    /// `origin` (a store that keeps 64-bit words only), or `None` when it needs 128 bits.
+    pub(crate) fn narrow(q: &Quota, origin: u64, min: u64) -> Result<Option<Self>, Error> {
+        let codec = Self::compile(q, origin, min)?;
+        Ok((!codec.wide()).then_some(codec))
+    }
+
+    fn compile(q: &Quota, origin: u64, min: u64) -> Result<Self, Error> {
+        q.validate()?;
+        Ok(match (q.algorithm(), q.refill()) {
+            (Algorithm::TokenBucket, Refill::Continuous) => {
+                Codec::Continuous(Continuous::new(q, min))
+            }
+            (Algorithm::TokenBucket, Refill::Interval) => {
+                Codec::Interval(Interval::new(q, origin, min))
+            }
+            (Algorithm::Gcra, _) => Codec::Gcra(Gcra::new(q, min)),
+            (Algorithm::FixedWindow, _) => Codec::FixedWindow(FixedWindow::new(q, min)),
+            (Algorithm::SlidingWindow, _) => Codec::SlidingWindow(SlidingWindow::new(q, min)),
+            (Algorithm::LeakyQueue, _) => Codec::LeakyQueue(LeakyQueue::new(q, min)),
+            (Algorithm::SlidingLog, _) => Codec::SlidingLog(SlidingLog::new(q)),
+        })
     }
 
     #[inline]
@@ -164,5 +188,41 @@ impl Codec {
     /// The initial state word (the sliding log keeps no word: its slot is made by `Slot::new`).
     pub(crate) fn fresh(&self, now: u64) -> u128 {
         each_codec!(self, a => a.fresh(now), _ => u128::from(now))
+    }
+
+    /// [`decide`](Self::decide), but a leaky queue admits only with a wait of at most `within`
+    /// ns (`u64::MAX`: its own bound); other algorithms never wait.
+    pub(crate) fn decide_within(
+        &self,
+        state: u128,
+        now: u64,
+        cost: u64,
+        within: u64,
+    ) -> (Decision, Option<u128>) {
+        match self {
+            Codec::LeakyQueue(q) if within != u64::MAX => {
+                q.reserve(state, now, cost, q.bound_units(within))
+            }
+            _ => self.decide(state, now, cost),
+        }
+    }
+
+    /// Gives `cost` back on a plain state word; `None` when nothing changes.
+    pub(crate) fn refund(&self, state: u128, now: u64, cost: u64) -> Option<u128> {
+        each_codec!(self, a => a.refund(state, now, cost),
+            _ => unreachable!("the sliding log has no state word"))
+    }
+
+    /// Whether a plain state word is full at `now`.
+    pub(crate) fn is_full(&self, state: u128, now: u64) -> bool {
+        each_codec!(self, a => a.is_full(state, now),
+            _ => unreachable!("the sliding log has no state word"))
+    }
+
+    /// Whether `state` is a word this codec can step without any arithmetic going out of its
+    /// range: for words read from outside the process (a shared-memory region), whose bytes
+    /// are untrusted.
+    pub(crate) fn valid(&self, state: u128) -> bool {
+        each_codec!(self, a => a.valid(state), _ => false)
     }
 }

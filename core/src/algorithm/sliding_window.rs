@@ -24,8 +24,11 @@ struct View {
 }
 
 impl SlidingWindow {
-    pub(crate) fn new(q: &Quota) -> Self {
-        Self { g: Grid::new(q, 2) }
+    /// `min`: the least clock range a 64-bit word must cover (else the state is wide).
+    pub(crate) fn new(q: &Quota, min: u64) -> Self {
+        Self {
+            g: Grid::new(q, 2, min),
+        }
     }
 
     #[inline]
@@ -145,6 +148,12 @@ impl StateCodec for SlidingWindow {
     }
 
     /// Full: nothing weighs, and the reading is not before the state's window.
+    /// Counts above the limit would underflow the room left.
+    fn valid(&self, s: u128) -> bool {
+        let m = self.g.mask();
+        (((s >> self.g.shift) & m) as u64) <= self.g.n && ((s & m) as u64) <= self.g.n
+    }
+
     #[inline]
     fn is_full(&self, s: u128, now: u64) -> bool {
         let v = self.view(s, now);

@@ -1,7 +1,7 @@
 //! The token bucket as state codecs: continuous refill (the default: the state is one instant)
 //! and interval refill (whole tokens at each period of a grid).
 
-use super::{StateCodec, CENTURY_NS};
+use super::StateCodec;
 use crate::quota::{gcd, Quota, Refill};
 use crate::Decision;
 
@@ -21,7 +21,8 @@ pub(crate) struct Continuous {
 }
 
 impl Continuous {
-    pub(crate) fn new(q: &Quota) -> Self {
+    /// `min`: the least clock range the 64-bit word must cover (else the state is wide).
+    pub(crate) fn new(q: &Quota, min: u64) -> Self {
         debug_assert_eq!(q.refill(), Refill::Continuous);
         let g = gcd(q.count(), q.period_ns());
         let (k, p, b) = (q.count() / g, q.period_ns() / g, q.burst());
@@ -30,7 +31,7 @@ impl Continuous {
         let init_deficit = (b - q.initial()) * p;
         // Narrow when every state reachable by `now <= horizon` fits a u64: F <= now*k + bp.
         let narrow_horizon = (u64::MAX - bp) / k;
-        let wide = narrow_horizon < CENTURY_NS;
+        let wide = narrow_horizon < min;
         Self {
             k,
             p,
@@ -164,14 +165,15 @@ pub(crate) struct Interval {
 }
 
 impl Interval {
-    pub(crate) fn new(q: &Quota, origin: u64) -> Self {
+    /// `min`: the least clock range from `origin` the 64-bit word must cover.
+    pub(crate) fn new(q: &Quota, origin: u64, min: u64) -> Self {
         debug_assert_eq!(q.refill(), Refill::Interval);
         let (k, p, b) = (q.count(), q.period_ns(), q.burst());
         let shift = u64::BITS - b.leading_zeros(); // bits for 0..=b; b < 2^63 so shift <= 63
         let index_bits = 64 - shift;
         let max_index = (1u128 << index_bits) - 1;
         let narrow_horizon = u128::from(origin) + max_index * u128::from(p);
-        let wide = narrow_horizon < u128::from(origin) + u128::from(CENTURY_NS);
+        let wide = narrow_horizon < u128::from(origin) + u128::from(min);
         let horizon = if wide {
             u64::MAX
         } else {
@@ -281,6 +283,11 @@ impl StateCodec for Interval {
         let (pe, tokens, _) = self.at(s, now);
         let new_tokens = tokens.saturating_add(cost).min(self.b);
         (new_tokens != tokens).then(|| self.pack(pe, new_tokens))
+    }
+
+    /// Tokens above the burst would underflow `b - remaining`.
+    fn valid(&self, s: u128) -> bool {
+        self.unpack(s).1 <= self.b
     }
 
     #[inline]

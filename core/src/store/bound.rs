@@ -23,6 +23,13 @@ use crossbeam_utils::CachePadded;
 pub(crate) struct Bound {
     /// Live keys, plus keys being linked (reserved first, so the bound is never exceeded).
     len: AtomicUsize,
+    hint: Hint,
+}
+
+/// The hint and the eviction watermark: plain atomics, all zero when new, in a fixed layout,
+/// so that a shared-memory region keeps one in its header for every process.
+#[repr(C)]
+pub(crate) struct Hint {
     /// Bumped after every change that can make a bucket full sooner than `hint` says.
     gen: AtomicU64,
     /// 0, or an instant before which nothing is full: see the module documentation.
@@ -62,9 +69,7 @@ impl Bound {
     pub(crate) fn boxed() -> Box<CachePadded<Bound>> {
         Box::new(CachePadded::new(Bound {
             len: AtomicUsize::new(0),
-            gen: AtomicU64::new(0),
-            hint: AtomicU64::new(0),
-            watermark: AtomicU64::new(0),
+            hint: Hint::new(),
         }))
     }
 
@@ -104,6 +109,51 @@ impl Bound {
     #[inline]
     pub(crate) fn give_back(&self, n: usize) {
         self.len.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// [`Hint::lowered`].
+    pub(crate) fn lowered(&self, full_at: u64) {
+        self.hint.lowered(full_at);
+    }
+
+    /// [`Hint::scan`].
+    pub(crate) fn scan(&self, now: u64) -> Option<Scan> {
+        self.hint.scan(now)
+    }
+
+    /// [`Hint::found_nothing`].
+    pub(crate) fn found_nothing(&self, scan: Scan, soonest: u64) {
+        self.hint.found_nothing(scan, soonest);
+    }
+
+    /// [`Hint::watermark`].
+    #[inline]
+    pub(crate) fn watermark(&self) -> u64 {
+        self.hint.watermark()
+    }
+
+    /// [`Hint::raise_watermark`].
+    #[inline]
+    pub(crate) fn raise_watermark(&self, now: u64) {
+        self.hint.raise_watermark(now);
+    }
+}
+
+impl Hint {
+    /// No hint, watermark 0 (the same as all-zero bytes).
+    pub(crate) fn new() -> Self {
+        Self {
+            gen: AtomicU64::new(0),
+            hint: AtomicU64::new(0),
+            watermark: AtomicU64::new(0),
+        }
+    }
+
+    /// Back to new: no hint, watermark 0 (a shared-memory region being initialised).
+    pub(crate) fn reset(&self) {
+        self.gen.store(0, Ordering::Relaxed);
+        self.hint.store(0, Ordering::Relaxed);
+        self.watermark.store(0, Ordering::Relaxed);
     }
 
     /// Records that a bucket can be full from `full_at` on, maybe sooner than the hint says:

@@ -3,7 +3,9 @@
 
 use super::memory::log::LogStore;
 use super::memory::Core;
-use super::Store;
+#[cfg(all(unix, not(sluicegate_loom)))]
+use super::shm::ShmStore;
+use super::{Store, StoreSpec};
 use crate::algorithm::Codec;
 use crate::bucket::acquire::{self, AcquirePlan, Next};
 use crate::clock::{Clock, DefaultClock};
@@ -63,8 +65,11 @@ pub struct KeyedBuilder<K, C: Clock = DefaultClock> {
     quota: Quota,
     clock: C,
     max_keys: usize,
+    /// Whether `max_keys` was given (a shared region's capacity must then match it).
+    max_keys_given: bool,
     on_full: OnFull,
     shards: usize,
+    store: StoreSpec,
     _key: PhantomData<fn() -> K>,
 }
 
@@ -77,6 +82,17 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
     /// The most keys the limiter holds at once (default [`DEFAULT_MAX_KEYS`]; at least 1).
     pub fn max_keys(mut self, n: usize) -> Self {
         self.max_keys = n;
+        self.max_keys_given = true;
+        self
+    }
+
+    /// Where the buckets live (default [`StoreSpec::Memory`], this process). With
+    /// [`StoreSpec::Shm`] every process that opens the same region shares its buckets; the
+    /// region holds `max_keys` keys (or its spec's `capacity`), and the default clock reads
+    /// the region's time, which every process reads alike (a manual clock is used as given;
+    /// `StdClock` and `CoarseClock` are refused). docs/SHM.md has the details.
+    pub fn store(mut self, store: StoreSpec) -> Self {
+        self.store = store;
         self
     }
 
@@ -100,8 +116,10 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
             quota: self.quota,
             clock,
             max_keys: self.max_keys,
+            max_keys_given: self.max_keys_given,
             on_full: self.on_full,
             shards: self.shards,
+            store: self.store,
             _key: PhantomData,
         }
     }
@@ -114,6 +132,9 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
     {
         if self.max_keys == 0 {
             return Err(Error::invalid("max_keys must be at least 1"));
+        }
+        if let StoreSpec::Shm { .. } = self.store {
+            return self.build_shm();
         }
         let now = self.clock.now();
         let codec = Codec::new(&self.quota, now)?;
@@ -130,20 +151,77 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
         } else {
             Backend::Narrow(Core::new(self.shards))
         };
-        Ok(KeyedLimiter {
+        let max_keys = self.max_keys;
+        Ok(self.finish(backend, codec, max_keys, 0))
+    }
+
+    /// The limiter over `backend`. `base`: where the codec's readings start on the limiter's
+    /// clock (a shared region runs its codec on readings relative to its creation).
+    fn finish(
+        self,
+        backend: Backend<K>,
+        codec: Codec,
+        max_keys: usize,
+        base: u64,
+    ) -> KeyedLimiter<K, C> {
+        KeyedLimiter {
             backend,
             cx: Ctx {
                 lossless: self.quota.initial() == self.quota.burst(),
                 capacity: codec.capacity(),
-                horizon: codec.horizon(),
+                horizon: codec.horizon().saturating_add(base),
                 codec,
-                max_keys: self.max_keys,
+                max_keys,
                 on_full: self.on_full,
             },
             quota: self.quota,
             clock: self.clock,
             _key: PhantomData,
-        })
+        }
+    }
+
+    /// [`build`](Self::build) on a shared-memory region.
+    #[cfg(all(unix, not(sluicegate_loom)))]
+    fn build_shm(mut self) -> Result<KeyedLimiter<K, C>, Error>
+    where
+        K: Hash + Eq + Send + 'static,
+    {
+        use crate::error::StoreErrorKind;
+        use crate::{SharedTimeline, Timeline};
+        let path = self.store.shm_path().unwrap_or_default();
+        let timeline = self.clock.timeline();
+        if timeline == Timeline::Fixed {
+            return Err(Error::store(
+                StoreErrorKind::Unsupported,
+                path.display().to_string(),
+                "this clock reads time from an origin of its own process, which other \
+                 processes cannot compare: use the default clock (or a manual one in tests)",
+            ));
+        }
+        let StoreSpec::Shm { capacity, .. } = &self.store else {
+            unreachable!("build_shm is for shared-memory stores")
+        };
+        let asked = capacity.or(self.max_keys_given.then_some(self.max_keys as u64));
+        let clock = &self.clock;
+        let origin = |base| match timeline {
+            Timeline::Local => SharedTimeline(base).read(),
+            _ => clock.now(),
+        };
+        let store = ShmStore::open(&path, self.quota, asked, self.max_keys as u64, &origin)?;
+        self.clock.adopt(&SharedTimeline(store.clock()));
+        let codec = store.codec().clone();
+        let max_keys = usize::try_from(store.key_capacity()).unwrap_or(usize::MAX);
+        let base = store.base();
+        Ok(self.finish(Backend::Shm(store), codec, max_keys, base))
+    }
+
+    #[cfg(not(all(unix, not(sluicegate_loom))))]
+    fn build_shm(self) -> Result<KeyedLimiter<K, C>, Error> {
+        Err(Error::store(
+            crate::error::StoreErrorKind::Unsupported,
+            self.store.to_string(),
+            "shared-memory regions need a Unix system",
+        ))
     }
 }
 
@@ -193,6 +271,23 @@ pub(crate) struct Ctx {
     pub(crate) lossless: bool,
 }
 
+impl Ctx {
+    /// A context for `quota` with the clock origin `origin` (the stores' unit tests and loom
+    /// models).
+    #[cfg(test)]
+    pub(crate) fn for_tests(quota: Quota, origin: u64, on_full: OnFull) -> Self {
+        let codec = Codec::new(&quota, origin).unwrap();
+        Ctx {
+            capacity: codec.capacity(),
+            horizon: codec.horizon(),
+            codec,
+            max_keys: usize::MAX,
+            on_full,
+            lossless: quota.initial() == quota.burst(),
+        }
+    }
+}
+
 /// The store a keyed limiter runs on, chosen once at construction. Every variant implements
 /// [`Store`]; the match is on a discriminant that never changes for a given limiter.
 enum Backend<K> {
@@ -202,6 +297,9 @@ enum Backend<K> {
     Wide(Core<K, u128>),
     /// In-process sliding logs.
     Log(LogStore<K>),
+    /// A shared-memory region.
+    #[cfg(all(unix, not(sluicegate_loom)))]
+    Shm(ShmStore),
 }
 
 /// Runs `$e` with `$s` bound to the backend's [`Store`].
@@ -211,6 +309,8 @@ macro_rules! with_store {
             Backend::Narrow($s) => $e,
             Backend::Wide($s) => $e,
             Backend::Log($s) => $e,
+            #[cfg(all(unix, not(sluicegate_loom)))]
+            Backend::Shm($s) => $e,
         }
     };
 }
@@ -223,8 +323,10 @@ impl<K> KeyedLimiter<K, DefaultClock> {
             quota,
             clock: DefaultClock::new(),
             max_keys: DEFAULT_MAX_KEYS,
+            max_keys_given: false,
             on_full: OnFull::RejectNewKeys,
             shards: DEFAULT_SHARDS,
+            store: StoreSpec::Memory,
             _key: PhantomData,
         }
     }
@@ -333,7 +435,9 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
             (Backend::Narrow(core), Some(h)) => {
                 core.acquire_locked(&self.cx, h, key, now, cost, u64::MAX)
             }
-            (backend, _) => with_store!(backend, s => s.acquire(&self.cx, key, now, cost)),
+            (backend, _) => {
+                with_store!(backend, s => Store::<K>::acquire(s, &self.cx, key, now, cost))
+            }
         }
     }
 
@@ -372,7 +476,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         self.check(now, cost)?;
         // u64::MAX asks for the queue's own bound, which any larger wait is capped at anyway.
         let within = max_wait_ns.min(u64::MAX - 1);
-        with_store!(&self.backend, s => s.reserve(&self.cx, key, now, cost, within))
+        with_store!(&self.backend, s => Store::<K>::reserve(s, &self.cx, key, now, cost, within))
     }
 
     /// Gives a reservation (or admitted cost) of `key` back: the same as
@@ -453,7 +557,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         Q: Hash + Eq + ?Sized,
     {
         self.check(now, 0)?;
-        with_store!(&self.backend, s => s.peek(&self.cx, key, now))
+        with_store!(&self.backend, s => Store::<K>::peek(s, &self.cx, key, now))
     }
 
     /// Gives `cost` tokens back to `key`'s bucket, capped at capacity. Refunding an absent
@@ -473,7 +577,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         Q: Hash + Eq + ?Sized,
     {
         self.check(now, 0)?;
-        with_store!(&self.backend, s => s.refund(&self.cx, key, now, cost))
+        with_store!(&self.backend, s => Store::<K>::refund(s, &self.cx, key, now, cost))
     }
 
     /// Forgets `key` (its next request starts a fresh bucket); `true` if it was present.
@@ -483,7 +587,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        with_store!(&self.backend, s => s.remove(&self.cx, key))
+        with_store!(&self.backend, s => Store::<K>::remove(s, &self.cx, key))
     }
 
     /// Evicts every bucket that is full now; returns how many. Lossless when `initial ==
@@ -496,17 +600,17 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
 
     /// [`sweep`](Self::sweep) at an explicit clock reading.
     pub fn sweep_at(&self, now: u64) -> Result<usize, Error> {
-        with_store!(&self.backend, s => s.sweep(&self.cx, now))
+        with_store!(&self.backend, s => Store::<K>::sweep(s, &self.cx, now))
     }
 
     /// Forgets every key. `Err` only from a store outside the process.
     pub fn clear(&self) -> Result<(), Error> {
-        with_store!(&self.backend, s => s.clear())
+        with_store!(&self.backend, s => Store::<K>::clear(s))
     }
 
     /// The number of keys held (evicted and removed keys are not counted).
     pub fn len(&self) -> usize {
-        with_store!(&self.backend, s => s.len())
+        with_store!(&self.backend, s => Store::<K>::len(s))
     }
 
     /// Whether no key is held.
@@ -529,7 +633,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
     where
         K: Clone,
     {
-        with_store!(&self.backend, s => s.snapshot(&self.cx, now))
+        with_store!(&self.backend, s => Store::<K>::snapshot(s, &self.cx, now))
     }
 
     /// The key bound.
@@ -542,7 +646,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
     /// beside an 8-byte (or, for quotas that need it, 16-byte) state word. A sliding log's
     /// entry holds the key and its log (whose runs are allocated apart), plus an 8-byte tag.
     pub fn capacity(&self) -> usize {
-        with_store!(&self.backend, s => s.capacity())
+        with_store!(&self.backend, s => Store::<K>::capacity(s))
     }
 
     /// The quota every key's bucket enforces.

@@ -4,6 +4,9 @@
 //!
 //! * [`memory`]: the in-process store (the default): a sharded open-addressing table of words
 //!   with lock-free lookups and lossless eviction, and a table of sliding logs.
+//! * [`shm`]: a shared-memory region (a memory-mapped file): the buckets of the worker
+//!   processes of one host, lock-free and crash-atomic.
+//! * [`spec`]: [`StoreSpec`], a store as configured (`"memory"`, `"shm:/api-limits"`).
 //! * [`bound`]: the key bound every store enforces (`max_keys`, the hint that spares scans).
 //! * [`key`]: the key rule every language shares (an integer key is its decimal digits).
 
@@ -11,9 +14,13 @@ pub(crate) mod bound;
 mod key;
 mod keyed;
 pub(crate) mod memory;
+#[cfg(unix)]
+pub(crate) mod shm;
+mod spec;
 
 pub use key::IntKey;
 pub use keyed::{KeyedBuilder, KeyedLimiter, OnFull, DEFAULT_MAX_KEYS};
+pub use spec::StoreSpec;
 
 use crate::{Decision, Error};
 use core::borrow::Borrow;

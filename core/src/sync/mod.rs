@@ -7,10 +7,11 @@
 #[cfg(not(sluicegate_loom))]
 mod imp {
     pub(crate) use core::sync::atomic::{
-        fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering,
+        fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
     };
     pub(crate) use portable_atomic::AtomicU128;
     pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
+    pub(crate) use std::thread::yield_now;
 }
 
 #[cfg(sluicegate_loom)]
@@ -19,6 +20,7 @@ mod imp {
         fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering,
     };
     pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
+    pub(crate) use loom::thread::yield_now;
 
     /// loom has no 128-bit atomic: model one as a loom mutex around the value. Each operation
     /// is atomic, which is exactly the contract the cell relies on, and loom still explores
@@ -38,6 +40,21 @@ mod imp {
         }
         pub(crate) fn swap(&self, v: u128, _order: Ordering) -> u128 {
             core::mem::replace(&mut *self.0.lock().unwrap(), v)
+        }
+        pub(crate) fn compare_exchange(
+            &self,
+            current: u128,
+            new: u128,
+            _success: Ordering,
+            _failure: Ordering,
+        ) -> Result<u128, u128> {
+            let mut guard = self.0.lock().unwrap();
+            if *guard == current {
+                *guard = new;
+                Ok(current)
+            } else {
+                Err(*guard)
+            }
         }
         pub(crate) fn compare_exchange_weak(
             &self,

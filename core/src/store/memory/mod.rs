@@ -58,7 +58,9 @@ use super::bound::{Bound, Reservation};
 use super::keyed::{Ctx, OnFull};
 use super::Store;
 use crate::bucket::cell::{self, Evict, Word};
-use crate::sync::{self, rcu, Mutex, Ordering};
+#[cfg(not(sluicegate_loom))]
+use crate::sync::Mutex;
+use crate::sync::{self, rcu, Ordering};
 use crate::{Decision, Error};
 use core::borrow::Borrow;
 use core::hash::{BuildHasher, Hash};

@@ -1,0 +1,683 @@
+//! A shared-memory region: the file, its mapping, and the header every opener validates.
+//!
+//! # Layout (version 1; the host's byte order, one host's processes share it)
+//!
+//! ```text
+//! 0      header (HEADER_LEN bytes): every field an atomic, read once at open
+//! 4096   insert locks: LOCKS x u64
+//! ...    slots: `slots` x 32 bytes, 64-byte aligned
+//! ```
+//!
+//! The header holds the magic and version, the state of its initialisation and who does it,
+//! the geometry (slot and lock counts, offsets, the file's length), the quota (its parameters
+//! and canonical text), the clock (the creator's base, and the limiter clock's origin for the
+//! interval grid), the fingerprints' secret, the counters shared by every process (live keys,
+//! the key bound's hint and watermark), and a checksum of its fixed fields.
+//!
+//! # Creation and opening
+//!
+//! The creator makes the file with `O_CREAT | O_EXCL | O_NOFOLLOW`, mode 0600, sizes it, maps
+//! it, claims the initialisation with a CAS of its process token, writes every fixed field
+//! and publishes `READY` with a release store. An opener (the file exists) opens it without
+//! following links, refuses a file that is not a regular file, belongs to another user or is
+//! open to other users, waits (bounded) for `READY`, and validates every field: the region's
+//! bytes are untrusted input. A creator that died before `READY` is detected by its token and
+//! its initialisation taken over; one that takes too long is a [`StoreErrorKind::Timeout`].
+
+use super::table::Slot;
+use crate::algorithm::Codec;
+use crate::clock::ClockBase;
+use crate::error::{Error, StoreErrorKind};
+use crate::quota::{Algorithm, Quota, Refill};
+use crate::store::bound::Hint;
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use core::hash::Hasher;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// "SLGTSHM1".
+const MAGIC: u64 = u64::from_le_bytes(*b"SLGTSHM1");
+const VERSION: u32 = 1;
+/// The header's bytes (a page), before the locks.
+const HEADER_LEN: usize = 4096;
+/// Insert locks: a new key holds the one of its home (modulo this count).
+pub(crate) const LOCKS: usize = 4096;
+const SLOT_BYTES: usize = core::mem::size_of::<Slot>();
+/// The most slots a region may have (16 GiB of slots).
+const MAX_SLOTS: u64 = 1 << 29;
+/// How long an opener waits for a creator to finish.
+const INIT_WAIT: Duration = Duration::from_secs(3);
+/// Room for the quota's canonical text.
+const QUOTA_TEXT: usize = 128;
+
+const STATE_EMPTY: u32 = 0;
+const STATE_READY: u32 = 2;
+
+/// The header, as atomics over the mapping: every field is read with a load, so that a
+/// process writing the region meanwhile (a hostile one included) is never a data race.
+#[repr(C)]
+pub(crate) struct Header {
+    magic: AtomicU64,
+    version: AtomicU32,
+    state: AtomicU32,
+    /// The token of the process initialising the region (see `lock::token`).
+    initialiser: AtomicU64,
+    slots: AtomicU64,
+    capacity: AtomicU64,
+    locks: AtomicU64,
+    locks_offset: AtomicU64,
+    slots_offset: AtomicU64,
+    file_len: AtomicU64,
+    /// 1: TSC (origin, mult); 2: OS clock (origin).
+    clock_kind: AtomicU64,
+    clock_origin: AtomicU64,
+    clock_mult: AtomicU64,
+    /// The limiter clock's reading at creation: the interval grid's anchor.
+    origin: AtomicU64,
+    secret: [AtomicU64; 2],
+    count: AtomicU64,
+    period_ns: AtomicU64,
+    burst: AtomicU64,
+    initial: AtomicU64,
+    max_delay_ns: AtomicU64,
+    /// `refill` (0 continuous, 1 interval) | `algorithm` (its index) << 8.
+    kinds: AtomicU64,
+    quota_text: [AtomicU64; QUOTA_TEXT / 8],
+    /// A checksum of every field above but `state` and `initialiser`.
+    checksum: AtomicU64,
+    // Shared counters (not checksummed: they change).
+    pub(crate) live: AtomicU64,
+    pub(crate) hint: Hint,
+}
+
+const _: () = assert!(core::mem::size_of::<Header>() <= HEADER_LEN);
+
+/// What the fixed fields say, read once at open and validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Meta {
+    pub(crate) slots: u64,
+    pub(crate) capacity: u64,
+    pub(crate) clock: ClockBase,
+    pub(crate) origin: u64,
+    pub(crate) secret: [u64; 2],
+    pub(crate) quota: Quota,
+}
+
+/// An open region: the mapping, and its validated geometry.
+pub(crate) struct Region {
+    map: memmap2::MmapRaw,
+    pub(crate) meta: Meta,
+    /// The path, as given (for errors).
+    pub(crate) name: String,
+}
+
+/// What a limiter asks of a region.
+pub(crate) struct Want<'a> {
+    pub(crate) path: &'a Path,
+    pub(crate) quota: Quota,
+    /// Keys; `None`: whatever the region was made with (a new region gets `default`).
+    pub(crate) capacity: Option<u64>,
+    pub(crate) default_capacity: u64,
+    /// The limiter clock's reading as it would read through a new region's base: the
+    /// region's origin (the interval grid's anchor).
+    pub(crate) origin: &'a dyn Fn(ClockBase) -> u64,
+}
+
+fn err(kind: StoreErrorKind, path: &Path, reason: impl Into<String>) -> Error {
+    Error::store(kind, path.display().to_string(), reason)
+}
+
+/// The slot count for `capacity` keys: room for a load of at most 7/8.
+fn slots_for(capacity: u64) -> u64 {
+    capacity
+        .saturating_mul(8)
+        .div_ceil(7)
+        .max(capacity.saturating_add(1))
+}
+
+/// The quota's algorithm as a number stored in the header.
+fn algorithm_index(a: Algorithm) -> u64 {
+    match a {
+        Algorithm::TokenBucket => 0,
+        Algorithm::Gcra => 1,
+        Algorithm::FixedWindow => 2,
+        Algorithm::SlidingWindow => 3,
+        Algorithm::SlidingLog => 4,
+        Algorithm::LeakyQueue => 5,
+    }
+}
+
+fn algorithm_of(i: u64) -> Option<Algorithm> {
+    Some(match i {
+        0 => Algorithm::TokenBucket,
+        1 => Algorithm::Gcra,
+        2 => Algorithm::FixedWindow,
+        3 => Algorithm::SlidingWindow,
+        4 => Algorithm::SlidingLog,
+        5 => Algorithm::LeakyQueue,
+        _ => return None,
+    })
+}
+
+/// The least span of readings, from a region's creation, that its 64-bit words must cover
+/// exactly: ten Julian years.
+pub(crate) const MIN_SPAN_NS: u64 = 315_576_000_000_000_000;
+
+/// The codec a region runs `quota` with (on readings relative to the region's creation: see
+/// `ShmStore::base`), or why a region cannot keep its buckets: one 64-bit word each.
+pub(crate) fn check_quota(path: &Path, quota: &Quota) -> Result<Codec, Error> {
+    let Some(codec) = Codec::narrow(quota, 0, MIN_SPAN_NS)? else {
+        return Err(err(
+            StoreErrorKind::Unsupported,
+            path,
+            format!(
+                "{quota}: a shared-memory region keeps one 64-bit word per key, and this \
+                 quota's exact state outgrows 64 bits within ten years of readings (its rate \
+                 reduced to lowest terms has a large count per period: a period it divides \
+                 more evenly, or a smaller burst, fits)"
+            ),
+        ));
+    };
+    if matches!(codec, Codec::SlidingLog(_)) {
+        return Err(err(
+            StoreErrorKind::Unsupported,
+            path,
+            format!(
+                "{quota}: a shared-memory region keeps one 64-bit word per key, and a sliding \
+                 log keeps up to `count` timestamps; use algorithm=sliding_window (the exact \
+                 rational counter) for a window in shared memory"
+            ),
+        ));
+    }
+    Ok(codec)
+}
+
+impl Region {
+    /// Opens the region at `want.path`, creating and initialising it if it does not exist.
+    pub(crate) fn open(want: &Want<'_>) -> Result<Self, Error> {
+        let path = want.path;
+        check_quota(path, &want.quota)?;
+        let mut waited = Instant::now();
+        loop {
+            match create_new(path) {
+                Ok(file) => {
+                    let capacity = want.capacity.unwrap_or(want.default_capacity);
+                    return Self::initialise(file, path, want, capacity, false);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_error(path, "create", &e)),
+            }
+            let file = match open_existing(path) {
+                Ok(f) => f,
+                // Removed between our two opens: try to create it again.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_error(path, "open", &e)),
+            };
+            check_owner(&file, path)?;
+            match Self::attach(file, path, want, &mut waited)? {
+                Some(region) => return Ok(region),
+                None => continue,
+            }
+        }
+    }
+
+    /// Maps an existing region and waits for it to be ready; `None` when it should be opened
+    /// again (it was replaced meanwhile).
+    fn attach(
+        file: std::fs::File,
+        path: &Path,
+        want: &Want<'_>,
+        waited: &mut Instant,
+    ) -> Result<Option<Self>, Error> {
+        loop {
+            let len = file
+                .metadata()
+                .map_err(|e| io_error(path, "stat", &e))?
+                .len();
+            if len >= HEADER_LEN as u64 {
+                let map = map(&file, path)?;
+                // SAFETY: the mapping is at least HEADER_LEN bytes, page-aligned, and `Header`
+                // is made of atomics only, which any bit pattern is a valid value of.
+                let header = unsafe { &*map.as_ptr().cast::<Header>() };
+                if header.state.load(Ordering::Acquire) == STATE_READY {
+                    let meta = read_meta(header, len, path)?;
+                    let name = path.display().to_string();
+                    let region = Region { map, meta, name };
+                    region.matches(want)?;
+                    return Ok(Some(region));
+                }
+                let holder = header.initialiser.load(Ordering::Acquire);
+                if waited.elapsed() > INIT_WAIT {
+                    if holder == 0 || !super::lock::alive(holder) {
+                        // Its creator died before it was ready: nobody can have used it.
+                        let me = super::lock::token();
+                        if header
+                            .initialiser
+                            .compare_exchange(holder, me, Ordering::AcqRel, Ordering::Acquire)
+                            .is_ok()
+                        {
+                            let capacity = want.capacity.unwrap_or(want.default_capacity);
+                            drop(map);
+                            return Self::initialise(file, path, want, capacity, true).map(Some);
+                        }
+                        *waited = Instant::now();
+                        continue;
+                    }
+                    return Err(err(
+                        StoreErrorKind::Timeout,
+                        path,
+                        format!(
+                            "the region's creator (process {}) has not finished initialising \
+                             it after {INIT_WAIT:?}",
+                            holder >> 32
+                        ),
+                    ));
+                }
+            } else if waited.elapsed() > INIT_WAIT {
+                // Empty or short for that long: its creator died in the microseconds between
+                // making the file and sizing it. Two processes resizing it at once could split
+                // the region in two, so this one is left to a person.
+                return Err(err(
+                    StoreErrorKind::Corrupt,
+                    path,
+                    format!(
+                        "the region file has {len} bytes: its creator stopped before sizing it; \
+                         remove the file (no process can have used it)"
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Sizes, maps and initialises a region for `capacity` keys. `taken_over`: the file
+    /// existed, its creator died, and this process holds its initialisation already.
+    fn initialise(
+        file: std::fs::File,
+        path: &Path,
+        want: &Want<'_>,
+        capacity: u64,
+        taken_over: bool,
+    ) -> Result<Self, Error> {
+        if capacity == 0 {
+            return Err(Error::invalid(
+                "a shared-memory region needs a capacity of at least 1 key",
+            ));
+        }
+        let slots = slots_for(capacity);
+        if slots > MAX_SLOTS {
+            return Err(Error::invalid(format!(
+                "a shared-memory region holds at most {} keys, not {capacity}",
+                MAX_SLOTS * 7 / 8
+            )));
+        }
+        let locks_offset = HEADER_LEN as u64;
+        let slots_offset = locks_offset + (LOCKS * 8) as u64;
+        let file_len = slots_offset + slots * SLOT_BYTES as u64;
+        file.set_len(file_len)
+            .map_err(|e| io_error(path, "size", &e))?;
+        let map = map(&file, path)?;
+        // SAFETY: as in `attach`: the mapping is `file_len` bytes, page-aligned, and the
+        // header is atomics only.
+        let header = unsafe { &*map.as_ptr().cast::<Header>() };
+        let me = super::lock::token();
+        if !taken_over
+            && header
+                .initialiser
+                .compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            // Someone took the initialisation over from us (we were too slow): open it.
+            drop(map);
+            let mut waited = Instant::now();
+            return Self::attach(file, path, want, &mut waited)?
+                .ok_or_else(|| err(StoreErrorKind::Unavailable, path, "the region was replaced"));
+        }
+        header.state.store(STATE_EMPTY, Ordering::Release);
+        // A fresh base every process will read time through, and the limiter clock's reading
+        // through it now (about 0 for the default clock; a manual clock's own reading).
+        let base = ClockBase::now_base(true);
+        let origin = (want.origin)(base);
+        let secret = random_secret();
+        let q = want.quota;
+        let meta = Meta {
+            slots,
+            capacity,
+            clock: base,
+            origin,
+            secret,
+            quota: q,
+        };
+        write_meta(header, &meta, locks_offset, slots_offset, file_len);
+        // Every lock free, every slot empty (a taken-over file may hold anything).
+        let region = Region {
+            map,
+            meta,
+            name: path.display().to_string(),
+        };
+        for l in region.locks() {
+            l.store(0, Ordering::Relaxed);
+        }
+        for s in region.slots() {
+            s.word.store(0, Ordering::Relaxed);
+            s.tag_hi.store(0, Ordering::Relaxed);
+            s.reach.store(0, Ordering::Relaxed);
+        }
+        header.live.store(0, Ordering::Relaxed);
+        header.hint.reset();
+        header.checksum.store(checksum(header), Ordering::Relaxed);
+        header.state.store(STATE_READY, Ordering::Release);
+        Ok(region)
+    }
+
+    /// Checks that the region keeps this limiter's quota, at the asked capacity.
+    fn matches(&self, want: &Want<'_>) -> Result<(), Error> {
+        if self.meta.quota != want.quota {
+            return Err(err(
+                StoreErrorKind::Mismatch,
+                want.path,
+                format!(
+                    "the region enforces {:?}, this limiter {:?}",
+                    self.meta.quota.to_string(),
+                    want.quota.to_string()
+                ),
+            ));
+        }
+        if let Some(c) = want.capacity {
+            if c != self.meta.capacity {
+                return Err(err(
+                    StoreErrorKind::Mismatch,
+                    want.path,
+                    format!(
+                        "the region holds {} keys, this limiter asked for {c}",
+                        self.meta.capacity
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn header(&self) -> &Header {
+        // SAFETY: validated at open: the mapping holds a header.
+        unsafe { &*self.map.as_ptr().cast::<Header>() }
+    }
+
+    pub(crate) fn locks(&self) -> &[AtomicU64] {
+        // SAFETY: the validated layout puts LOCKS u64 words, 8-aligned, at HEADER_LEN, inside
+        // the mapping; atomics accept any bit pattern.
+        unsafe {
+            core::slice::from_raw_parts(
+                self.map.as_ptr().add(HEADER_LEN).cast::<AtomicU64>(),
+                LOCKS,
+            )
+        }
+    }
+
+    pub(crate) fn slots(&self) -> &[Slot] {
+        let offset = HEADER_LEN + LOCKS * 8;
+        // SAFETY: the validated layout puts `slots` slots, 64-aligned (a page plus 32 KiB),
+        // at `offset`, inside the mapping (`file_len` was checked against the file); a slot is
+        // atomics only, which accept any bit pattern.
+        unsafe {
+            core::slice::from_raw_parts(
+                self.map.as_ptr().add(offset).cast::<Slot>(),
+                self.meta.slots as usize,
+            )
+        }
+    }
+}
+
+fn io_error(path: &Path, what: &str, e: &std::io::Error) -> Error {
+    let kind = match e.kind() {
+        std::io::ErrorKind::PermissionDenied => StoreErrorKind::Permission,
+        _ if e.raw_os_error() == Some(libc::ELOOP) => {
+            return err(
+                StoreErrorKind::Permission,
+                path,
+                format!("cannot {what} the region: it is a symbolic link, which is not followed"),
+            )
+        }
+        _ => StoreErrorKind::Unavailable,
+    };
+    err(kind, path, format!("cannot {what} the region: {e}"))
+}
+
+fn create_new(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+fn open_existing(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// Refuses a region that is not a regular file, belongs to another user, or that other users
+/// may write or read (their processes could then forge or watch our buckets).
+fn check_owner(file: &std::fs::File, path: &Path) -> Result<(), Error> {
+    use std::os::unix::fs::MetadataExt;
+    let m = file.metadata().map_err(|e| io_error(path, "stat", &e))?;
+    if !m.file_type().is_file() {
+        return Err(err(StoreErrorKind::Permission, path, "not a regular file"));
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if m.uid() != me {
+        return Err(err(
+            StoreErrorKind::Permission,
+            path,
+            format!(
+                "the region belongs to user {}, not to this process's user {me}",
+                m.uid()
+            ),
+        ));
+    }
+    if m.mode() & 0o077 != 0 {
+        return Err(err(
+            StoreErrorKind::Permission,
+            path,
+            format!(
+                "the region's mode {:o} lets other users read or write it; it must be 600",
+                m.mode() & 0o777
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn map(file: &std::fs::File, path: &Path) -> Result<memmap2::MmapRaw, Error> {
+    memmap2::MmapRaw::map_raw(file).map_err(|e| io_error(path, "map", &e))
+}
+
+/// 128 bits from the OS's random source (the fingerprints' secret).
+fn random_secret() -> [u64; 2] {
+    let mut b = [0u8; 16];
+    let mut filled = false;
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        filled = f.read_exact(&mut b).is_ok();
+    }
+    if !filled {
+        // std's hasher is seeded from the OS's random source too.
+        use core::hash::BuildHasher;
+        let s = std::collections::hash_map::RandomState::new();
+        b[..8].copy_from_slice(&s.hash_one(1u8).to_le_bytes());
+        b[8..].copy_from_slice(&s.hash_one(2u8).to_le_bytes());
+    }
+    [
+        u64::from_le_bytes(b[..8].try_into().unwrap_or_default()),
+        u64::from_le_bytes(b[8..].try_into().unwrap_or_default()),
+    ]
+}
+
+fn write_meta(h: &Header, m: &Meta, locks_offset: u64, slots_offset: u64, file_len: u64) {
+    let r = Ordering::Relaxed;
+    h.magic.store(MAGIC, r);
+    h.version.store(VERSION, r);
+    h.slots.store(m.slots, r);
+    h.capacity.store(m.capacity, r);
+    h.locks.store(LOCKS as u64, r);
+    h.locks_offset.store(locks_offset, r);
+    h.slots_offset.store(slots_offset, r);
+    h.file_len.store(file_len, r);
+    let (kind, origin, mult) = match m.clock {
+        ClockBase::Tsc { origin, mult } => (1, origin, mult),
+        ClockBase::Os { origin } => (2, origin, 0),
+    };
+    h.clock_kind.store(kind, r);
+    h.clock_origin.store(origin, r);
+    h.clock_mult.store(mult, r);
+    h.origin.store(m.origin, r);
+    h.secret[0].store(m.secret[0], r);
+    h.secret[1].store(m.secret[1], r);
+    let q = &m.quota;
+    h.count.store(q.count(), r);
+    h.period_ns.store(q.period_ns(), r);
+    h.burst.store(q.burst(), r);
+    h.initial.store(q.initial(), r);
+    h.max_delay_ns.store(q.max_delay_ns(), r);
+    let refill = match q.refill() {
+        Refill::Continuous => 0,
+        Refill::Interval => 1,
+    };
+    h.kinds
+        .store(refill | algorithm_index(q.algorithm()) << 8, r);
+    let text = q.to_string();
+    let mut bytes = [0u8; QUOTA_TEXT];
+    let n = text.len().min(QUOTA_TEXT);
+    bytes[..n].copy_from_slice(&text.as_bytes()[..n]);
+    for (i, w) in h.quota_text.iter().enumerate() {
+        let chunk: [u8; 8] = bytes[i * 8..i * 8 + 8].try_into().unwrap_or_default();
+        w.store(u64::from_le_bytes(chunk), r);
+    }
+}
+
+/// A checksum of the fixed fields (a mangled header is refused, not misread).
+fn checksum(h: &Header) -> u64 {
+    let mut s = siphasher::sip::SipHasher13::new_with_keys(0x736c_7569_6365, 0x6761_7465);
+    let r = Ordering::Relaxed;
+    s.write_u64(h.magic.load(r));
+    s.write_u32(h.version.load(r));
+    for f in [
+        &h.slots,
+        &h.capacity,
+        &h.locks,
+        &h.locks_offset,
+        &h.slots_offset,
+        &h.file_len,
+        &h.clock_kind,
+        &h.clock_origin,
+        &h.clock_mult,
+        &h.origin,
+        &h.secret[0],
+        &h.secret[1],
+        &h.count,
+        &h.period_ns,
+        &h.burst,
+        &h.initial,
+        &h.max_delay_ns,
+        &h.kinds,
+    ] {
+        s.write_u64(f.load(r));
+    }
+    for w in &h.quota_text {
+        s.write_u64(w.load(r));
+    }
+    s.finish()
+}
+
+/// Reads and validates the fixed fields of a ready region of `len` bytes.
+fn read_meta(h: &Header, len: u64, path: &Path) -> Result<Meta, Error> {
+    let r = Ordering::Acquire;
+    let corrupt = |what: &str| err(StoreErrorKind::Corrupt, path, what.to_string());
+    if h.magic.load(r) != MAGIC {
+        return Err(corrupt("not a sluicegate region (bad magic number)"));
+    }
+    let version = h.version.load(r);
+    if version != VERSION {
+        return Err(err(
+            StoreErrorKind::Mismatch,
+            path,
+            format!("the region has layout version {version}, this library reads {VERSION}"),
+        ));
+    }
+    if h.checksum.load(r) != checksum(h) {
+        return Err(corrupt("the header's checksum does not match its fields"));
+    }
+    let slots = h.slots.load(r);
+    let capacity = h.capacity.load(r);
+    if slots == 0 || slots > MAX_SLOTS || capacity == 0 || slots != slots_for(capacity) {
+        return Err(corrupt("the slot count does not fit the capacity"));
+    }
+    let locks_offset = HEADER_LEN as u64;
+    let slots_offset = locks_offset + (LOCKS * 8) as u64;
+    let file_len = slots_offset + slots * SLOT_BYTES as u64;
+    if h.locks.load(r) != LOCKS as u64
+        || h.locks_offset.load(r) != locks_offset
+        || h.slots_offset.load(r) != slots_offset
+        || h.file_len.load(r) != file_len
+    {
+        return Err(corrupt("the header's geometry is not this layout's"));
+    }
+    if len != file_len {
+        return Err(corrupt(&format!(
+            "the file has {len} bytes, its header says {file_len}"
+        )));
+    }
+    let clock = match h.clock_kind.load(r) {
+        1 => {
+            let mult = h.clock_mult.load(r);
+            if mult == 0 {
+                return Err(corrupt("a TSC clock with no multiplier"));
+            }
+            ClockBase::Tsc {
+                origin: h.clock_origin.load(r),
+                mult,
+            }
+        }
+        2 => ClockBase::Os {
+            origin: h.clock_origin.load(r),
+        },
+        _ => return Err(corrupt("an unknown clock kind")),
+    };
+    let kinds = h.kinds.load(r);
+    let refill = match kinds & 0xff {
+        0 => Refill::Continuous,
+        1 => Refill::Interval,
+        _ => return Err(corrupt("an unknown refill mode")),
+    };
+    let algorithm = algorithm_of(kinds >> 8).ok_or_else(|| corrupt("an unknown algorithm"))?;
+    let options = crate::QuotaOptions {
+        count: h.count.load(r),
+        period_ns: h.period_ns.load(r),
+        burst: Some(h.burst.load(r)),
+        initial: Some(h.initial.load(r)),
+        refill: Some(refill),
+        algorithm: Some(algorithm),
+        max_delay_ns: (algorithm == Algorithm::LeakyQueue).then(|| h.max_delay_ns.load(r)),
+    };
+    let quota = options
+        .build()
+        .map_err(|e| corrupt(&format!("the region's quota is invalid: {e}")))?;
+    check_quota(path, &quota)
+        .map_err(|_| corrupt("the region's quota cannot be kept in shared memory"))?;
+    Ok(Meta {
+        slots,
+        capacity,
+        clock,
+        origin: h.origin.load(r),
+        secret: [h.secret[0].load(r), h.secret[1].load(r)],
+        quota,
+    })
+}

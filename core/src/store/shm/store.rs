@@ -1,0 +1,200 @@
+//! [`ShmStore`]: the [`Store`] of a shared-memory region.
+
+use super::region::{Region, Want};
+use super::table::{Fingerprint, Request, Table};
+use crate::algorithm::Codec;
+use crate::clock::ClockBase;
+use crate::error::{Error, StoreErrorKind};
+use crate::store::keyed::Ctx;
+use crate::store::Store;
+use crate::{Algorithm, Decision, Quota};
+use core::borrow::Borrow;
+use core::hash::Hash;
+use std::path::Path;
+
+/// A keyed limiter's buckets in a shared-memory region.
+///
+/// The codec runs on readings relative to the region's creation (`base`): its 64-bit words
+/// then cover [`MIN_SPAN_NS`](super::region::MIN_SPAN_NS) of readings whatever the clock's
+/// absolute values (a manual clock far from 0 included), and every process agrees on them.
+/// The decisions are the same: every algorithm is invariant under a shift of time, the
+/// window counters under a shift by whole windows (so `base` is a multiple of the window for
+/// them), and interval refill's grid is anchored at the region's creation.
+pub(crate) struct ShmStore {
+    region: Region,
+    codec: Codec,
+    base: u64,
+}
+
+impl ShmStore {
+    /// Opens (or creates) the region at `path` for `quota`. `capacity`: the keys asked for
+    /// (`None`: the region's own, or `default` for a new region); `origin(base)`: the limiter
+    /// clock's reading through a new region's clock base.
+    pub(crate) fn open(
+        path: &Path,
+        quota: Quota,
+        capacity: Option<u64>,
+        default: u64,
+        origin: &dyn Fn(ClockBase) -> u64,
+    ) -> Result<Self, Error> {
+        let region = Region::open(&Want {
+            path,
+            quota,
+            capacity,
+            default_capacity: default,
+            origin,
+        })?;
+        let codec = super::region::check_quota(path, &quota)?;
+        let origin = region.meta.origin;
+        let base = match quota.algorithm() {
+            Algorithm::FixedWindow | Algorithm::SlidingWindow => {
+                origin - origin % quota.period_ns()
+            }
+            _ => origin,
+        };
+        Ok(Self {
+            region,
+            codec,
+            base,
+        })
+    }
+
+    /// The codec the region runs (on readings relative to [`base`](Self::base)).
+    pub(crate) fn codec(&self) -> &Codec {
+        &self.codec
+    }
+
+    /// Where the codec's readings start on the limiter's clock.
+    pub(crate) fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// A reading of the limiter's clock as the codec reads it. One before the region's
+    /// creation reads as the creation (readings behind a state are clamped in any case).
+    #[inline]
+    fn rel(&self, now: u64) -> u64 {
+        now.saturating_sub(self.base)
+    }
+
+    /// The clock base every process reads the region's time through.
+    pub(crate) fn clock(&self) -> ClockBase {
+        self.region.meta.clock
+    }
+
+    /// The most keys the region holds.
+    pub(crate) fn key_capacity(&self) -> u64 {
+        self.region.meta.capacity
+    }
+
+    fn table(&self) -> Table<'_> {
+        let h = self.region.header();
+        Table {
+            slots: self.region.slots(),
+            locks: self.region.locks(),
+            hint: &h.hint,
+            live: &h.live,
+            capacity: self.region.meta.capacity,
+            name: &self.region.name,
+        }
+    }
+
+    /// The key's keyed 128-bit fingerprint: SipHash-1-3 under the region's secret, over the
+    /// key's `Hash` (so byte keys fingerprint alike in every process and language).
+    fn fingerprint<Q: Hash + ?Sized>(&self, key: &Q) -> Fingerprint {
+        let [k0, k1] = self.region.meta.secret;
+        let mut h = siphasher::sip128::SipHasher13::new_with_keys(k0, k1);
+        key.hash(&mut h);
+        let hash = siphasher::sip128::Hasher128::finish128(&h).as_u128();
+        Fingerprint::new(hash, self.region.meta.slots as usize)
+    }
+}
+
+impl<K: Hash + Eq + Send + 'static> Store<K> for ShmStore {
+    fn acquire<Q>(&self, cx: &Ctx, key: &Q, now: u64, cost: u64) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        <Self as Store<K>>::reserve(self, cx, key, now, cost, u64::MAX)
+    }
+
+    fn reserve<Q>(
+        &self,
+        cx: &Ctx,
+        key: &Q,
+        now: u64,
+        cost: u64,
+        within: u64,
+    ) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        let fp = self.fingerprint(key);
+        let r = Request {
+            now: self.rel(now),
+            cost,
+            within,
+        };
+        self.table().acquire(cx, &fp, r, super::lock::token())
+    }
+
+    fn peek<Q>(&self, cx: &Ctx, key: &Q, now: u64) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.table().peek(cx, &self.fingerprint(key), self.rel(now))
+    }
+
+    fn refund<Q>(&self, cx: &Ctx, key: &Q, now: u64, cost: u64) -> Result<(), Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.table()
+            .refund(cx, &self.fingerprint(key), self.rel(now), cost)
+    }
+
+    fn remove<Q>(&self, _cx: &Ctx, key: &Q) -> Result<bool, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        Ok(self.table().remove(&self.fingerprint(key)))
+    }
+
+    fn sweep(&self, cx: &Ctx, now: u64) -> Result<usize, Error> {
+        let t = self.table();
+        let (evicted, _) = t.evict_full(cx, self.rel(now))?;
+        t.recount();
+        Ok(evicted)
+    }
+
+    fn clear(&self) -> Result<(), Error> {
+        self.table().clear();
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        self.table().len()
+    }
+
+    fn capacity(&self) -> usize {
+        self.region.meta.slots as usize
+    }
+
+    fn snapshot(&self, _cx: &Ctx, _now: u64) -> Result<Vec<(K, Decision)>, Error>
+    where
+        K: Clone,
+    {
+        Err(Error::store(
+            StoreErrorKind::Unsupported,
+            self.region.name.clone(),
+            "a shared-memory region keeps a fingerprint of each key, not the key: it cannot \
+             list them",
+        ))
+    }
+}
