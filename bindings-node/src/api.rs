@@ -263,7 +263,7 @@ pub fn quota_of(env: Env, handle: u32) -> std::result::Result<String, JsErr> {
 /// Whether the limiter's bucket is full now.
 #[napi]
 pub fn is_full(env: Env, handle: u32) -> std::result::Result<bool, JsErr> {
-    env_state(&env)?.with(handle, |e| Ok(e.single()?.is_full()))?
+    env_state(&env)?.with(handle, |e| e.single()?.is_full().map_err(from_core))?
 }
 
 /// The canonical form of a rate string (throws as `new Limiter` would).

@@ -499,8 +499,8 @@ impl PyLimiter {
     }
 
     /// Whether the bucket is full now.
-    fn is_full(&self) -> bool {
-        self.inner.is_full()
+    fn is_full(&self) -> PyResult<bool> {
+        self.inner.is_full().map_err(to_py)
     }
 
     /// A reading of this limiter's clock, in nanoseconds.

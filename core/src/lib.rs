@@ -51,7 +51,7 @@ mod sync;
 
 pub use algorithm::CENTURY_NS;
 pub use bucket::composite;
-pub use bucket::{AcquirePlan, Limiter, Next};
+pub use bucket::{AcquirePlan, Limiter, LimiterBuilder, Next};
 pub use clock::{
     AnyClock, Clock, CoarseClock, DefaultClock, ManualClock, MonotonicClock, SharedTimeline,
     StdClock, Timeline,

@@ -162,24 +162,34 @@ fn all_or_nothing<C: Clock, L: Borrow<Limiter<C>>>(
     }
     let mut acc = Combined::default();
     for (j, p) in parts().enumerate() {
-        let d = p.acquire_checked(now, cost);
+        // A part in a shared-memory region can fail (a corrupt region, a stalled insert): the
+        // parts already taken are given back, and the error returned.
+        let d = match p.acquire_checked(now, cost) {
+            Ok(d) => d,
+            Err(e) => {
+                for q in parts().take(j) {
+                    let _ = q.refund_checked(now, cost);
+                }
+                return Err(e);
+            }
+        };
         each(j, d);
         if d.allowed() {
             acc.add(d);
             continue;
         }
         for q in parts().take(j) {
-            q.refund_checked(now, cost);
+            q.refund_checked(now, cost)?;
         }
         let mut acc = Combined::default();
         for (i, q) in parts().enumerate().take(j) {
-            let pd = q.peek_checked(now, 0);
+            let pd = q.peek_checked(now, 0)?;
             each(i, pd);
             acc.add(pd);
         }
         acc.add(d);
         for (i, q) in parts().enumerate().skip(j + 1) {
-            let pd = q.peek_checked(now, cost);
+            let pd = q.peek_checked(now, cost)?;
             each(i, pd);
             acc.add(pd);
         }
@@ -203,7 +213,7 @@ fn refund_each<C: Clock, L: Borrow<Limiter<C>>>(
         p.borrow().check_at(now, 0)?;
     }
     for p in parts {
-        p.borrow().refund_checked(now, cost);
+        p.borrow().refund_checked(now, cost)?;
     }
     Ok(())
 }

@@ -4,6 +4,7 @@ use super::acquire::{self, AcquirePlan, Next};
 use crate::algorithm::Codec;
 use crate::bucket::cell::{self, Slot};
 use crate::clock::{Clock, DefaultClock};
+use crate::store::StoreSpec;
 use crate::{Decision, Error, Quota};
 use crossbeam_utils::CachePadded;
 use std::time::Duration;
@@ -11,6 +12,74 @@ use std::time::Duration;
 struct Inner {
     slot: Slot,
     codec: Codec,
+}
+
+impl Inner {
+    /// The bucket in a shared-memory region, if that is where it lives.
+    #[inline]
+    fn shm(&self) -> Option<&crate::store::shm::ShmBucket> {
+        #[cfg(all(unix, not(sluicegate_loom)))]
+        if let Slot::Shm(b) = &self.slot {
+            return Some(b);
+        }
+        None
+    }
+}
+
+/// Builds a [`Limiter`] whose bucket lives in a store: `Limiter::builder(q).store(s).build()`.
+#[derive(Debug)]
+#[must_use]
+pub struct LimiterBuilder<C: Clock = DefaultClock> {
+    quota: Quota,
+    clock: C,
+    store: StoreSpec,
+}
+
+impl<C: Clock> LimiterBuilder<C> {
+    /// Reads `clock` instead of the default clock.
+    pub fn clock<C2: Clock>(self, clock: C2) -> LimiterBuilder<C2> {
+        LimiterBuilder {
+            quota: self.quota,
+            clock,
+            store: self.store,
+        }
+    }
+
+    /// Where the bucket lives (default [`StoreSpec::Memory`]): with [`StoreSpec::Shm`], every
+    /// process that opens the same region shares the one bucket (a region of one key; the
+    /// clock rules of [`KeyedBuilder::store`](crate::KeyedBuilder::store) apply).
+    pub fn store(mut self, store: StoreSpec) -> Self {
+        self.store = store;
+        self
+    }
+
+    /// The limiter, or why the quota or the store cannot be used.
+    pub fn build(self) -> Result<Limiter<C>, Error> {
+        match self.store {
+            StoreSpec::Memory => Limiter::with_clock(self.quota, self.clock),
+            #[cfg(all(unix, not(sluicegate_loom)))]
+            ref spec @ StoreSpec::Shm { .. } => {
+                use crate::store::shm::{ShmBucket, ShmStore};
+                let mut clock = self.clock;
+                let store = ShmStore::open_for(spec, self.quota, Some(1), 1, &mut clock)?;
+                let bucket = ShmBucket::new(store, &self.quota);
+                Ok(Limiter {
+                    inner: CachePadded::new(Inner {
+                        codec: bucket.codec().clone(),
+                        slot: Slot::Shm(Box::new(bucket)),
+                    }),
+                    quota: self.quota,
+                    clock,
+                })
+            }
+            #[cfg(not(all(unix, not(sluicegate_loom))))]
+            StoreSpec::Shm { .. } => Err(Error::store(
+                crate::error::StoreErrorKind::Unsupported,
+                self.store.to_string(),
+                "shared-memory regions need a Unix system",
+            )),
+        }
+    }
 }
 
 /// A lock-free rate limiter for one bucket.
@@ -57,6 +126,16 @@ impl Limiter<DefaultClock> {
     pub fn try_new(quota: Quota) -> Result<Self, Error> {
         Self::with_clock(quota, DefaultClock::new())
     }
+
+    /// A builder, for a limiter whose bucket lives in a store ([`LimiterBuilder::store`]) or
+    /// reads another clock.
+    pub fn builder(quota: Quota) -> LimiterBuilder<DefaultClock> {
+        LimiterBuilder {
+            quota,
+            clock: DefaultClock::new(),
+            store: StoreSpec::Memory,
+        }
+    }
 }
 
 impl<C: Clock> Limiter<C> {
@@ -100,6 +179,9 @@ impl<C: Clock> Limiter<C> {
     #[inline(never)]
     fn try_acquire_general(&self, now: u64, cost: u64) -> Result<Decision, Error> {
         let inner = &*self.inner;
+        if let Some(b) = inner.shm() {
+            return b.reserve(now, cost, u64::MAX);
+        }
         inner.codec.check(now, cost)?;
         Ok(inner.slot.acquire(&inner.codec, now, cost))
     }
@@ -116,10 +198,8 @@ impl<C: Clock> Limiter<C> {
 
     /// [`refund`](Self::refund) at an explicit clock reading.
     pub fn refund_at(&self, now: u64, cost: u64) -> Result<(), Error> {
-        let inner = &*self.inner;
-        inner.codec.check(now, 0)?;
-        inner.slot.refund(&inner.codec, now, cost);
-        Ok(())
+        self.check_at(now, 0)?;
+        self.refund_checked(now, cost)
     }
 
     /// Reserves `cost` now. For [`Algorithm::LeakyQueue`](crate::Algorithm::LeakyQueue) an
@@ -209,34 +289,51 @@ impl<C: Clock> Limiter<C> {
     /// Checks a request against the quota without consuming (composite limits).
     #[inline]
     pub(crate) fn check_at(&self, now: u64, cost: u64) -> Result<(), Error> {
-        self.inner.codec.check(now, cost)
+        match self.inner.shm() {
+            Some(b) => b.check(now, cost),
+            None => self.inner.codec.check(now, cost),
+        }
     }
 
-    /// `try_acquire_at` after `check_at` passed.
+    /// `try_acquire_at` after `check_at` passed. `Err` only from a shared-memory region.
     #[inline]
-    pub(crate) fn acquire_checked(&self, now: u64, cost: u64) -> Decision {
+    pub(crate) fn acquire_checked(&self, now: u64, cost: u64) -> Result<Decision, Error> {
         let inner = &*self.inner;
-        inner.slot.acquire(&inner.codec, now, cost)
+        if let Some(b) = inner.shm() {
+            return b.reserve(now, cost, u64::MAX);
+        }
+        Ok(inner.slot.acquire(&inner.codec, now, cost))
     }
 
     /// The decision `try_acquire_at` would return, consuming nothing (after `check_at`).
     #[inline]
-    pub(crate) fn peek_checked(&self, now: u64, cost: u64) -> Decision {
+    pub(crate) fn peek_checked(&self, now: u64, cost: u64) -> Result<Decision, Error> {
         let inner = &*self.inner;
-        inner.slot.peek(&inner.codec, now, cost)
+        if let Some(b) = inner.shm() {
+            return b.peek(now, cost);
+        }
+        Ok(inner.slot.peek(&inner.codec, now, cost))
     }
 
     /// `refund_at` after `check_at(now, 0)` passed.
     #[inline]
-    pub(crate) fn refund_checked(&self, now: u64, cost: u64) {
+    pub(crate) fn refund_checked(&self, now: u64, cost: u64) -> Result<(), Error> {
         let inner = &*self.inner;
+        if let Some(b) = inner.shm() {
+            return b.refund(now, cost);
+        }
         inner.slot.refund(&inner.codec, now, cost);
+        Ok(())
     }
 
-    /// Whether the bucket is full now.
-    pub fn is_full(&self) -> bool {
+    /// Whether the bucket is full now. `Err` only from a shared-memory region.
+    pub fn is_full(&self) -> Result<bool, Error> {
         let inner = &*self.inner;
-        inner.slot.is_full(&inner.codec, self.clock.now())
+        let now = self.clock.now();
+        if let Some(b) = inner.shm() {
+            return b.is_full(now);
+        }
+        Ok(inner.slot.is_full(&inner.codec, now))
     }
 
     /// The quota this limiter enforces.

@@ -8,4 +8,4 @@ pub mod composite;
 mod limiter;
 
 pub use acquire::{AcquirePlan, Next};
-pub use limiter::Limiter;
+pub use limiter::{Limiter, LimiterBuilder};

@@ -166,14 +166,7 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
     ) -> KeyedLimiter<K, C> {
         KeyedLimiter {
             backend,
-            cx: Ctx {
-                lossless: self.quota.initial() == self.quota.burst(),
-                capacity: codec.capacity(),
-                horizon: codec.horizon().saturating_add(base),
-                codec,
-                max_keys,
-                on_full: self.on_full,
-            },
+            cx: Ctx::new(&self.quota, codec, base, max_keys, self.on_full),
             quota: self.quota,
             clock: self.clock,
             _key: PhantomData,
@@ -186,29 +179,9 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
     where
         K: Hash + Eq + Send + 'static,
     {
-        use crate::error::StoreErrorKind;
-        use crate::{SharedTimeline, Timeline};
-        let path = self.store.shm_path().unwrap_or_default();
-        let timeline = self.clock.timeline();
-        if timeline == Timeline::Fixed {
-            return Err(Error::store(
-                StoreErrorKind::Unsupported,
-                path.display().to_string(),
-                "this clock reads time from an origin of its own process, which other \
-                 processes cannot compare: use the default clock (or a manual one in tests)",
-            ));
-        }
-        let StoreSpec::Shm { capacity, .. } = &self.store else {
-            unreachable!("build_shm is for shared-memory stores")
-        };
-        let asked = capacity.or(self.max_keys_given.then_some(self.max_keys as u64));
-        let clock = &self.clock;
-        let origin = |base| match timeline {
-            Timeline::Local => SharedTimeline(base).read(),
-            _ => clock.now(),
-        };
-        let store = ShmStore::open(&path, self.quota, asked, self.max_keys as u64, &origin)?;
-        self.clock.adopt(&SharedTimeline(store.clock()));
+        let asked = self.max_keys_given.then_some(self.max_keys as u64);
+        let default = self.max_keys as u64;
+        let store = ShmStore::open_for(&self.store, self.quota, asked, default, &mut self.clock)?;
         let codec = store.codec().clone();
         let max_keys = usize::try_from(store.key_capacity()).unwrap_or(usize::MAX);
         let base = store.base();
@@ -272,6 +245,25 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
+    /// The context of a store running `codec` for `quota`, whose readings start at `base` on
+    /// the limiter's clock.
+    pub(crate) fn new(
+        quota: &Quota,
+        codec: Codec,
+        base: u64,
+        max_keys: usize,
+        on_full: OnFull,
+    ) -> Self {
+        Ctx {
+            lossless: quota.initial() == quota.burst(),
+            capacity: codec.capacity(),
+            horizon: codec.horizon().saturating_add(base),
+            codec,
+            max_keys,
+            on_full,
+        }
+    }
+
     /// A context for `quota` with the clock origin `origin` (the stores' unit tests and loom
     /// models).
     #[cfg(test)]

@@ -159,7 +159,7 @@ fn run(p: Params, start: u64, steps: Vec<(Step, Op)>) -> Result<(), TestCaseErro
         }
         // Lossless eviction (DESIGN invariant 4): with initial == burst, a bucket the limiter
         // calls full decides every later request exactly as a bucket created now would.
-        if p.initial == p.burst && limiter.is_full() {
+        if p.initial == p.burst && limiter.is_full().unwrap() {
             let fresh = AnyModel::new(p, t);
             let limit = model.probe(t, 0).unwrap().limit;
             for dt in [0, 1, p.period_ns / 3, p.period_ns, 3 * p.period_ns] {

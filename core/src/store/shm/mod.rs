@@ -24,4 +24,4 @@ pub(crate) mod table;
 #[cfg(not(sluicegate_loom))]
 mod store;
 #[cfg(not(sluicegate_loom))]
-pub(crate) use store::ShmStore;
+pub(crate) use store::{ShmBucket, ShmStore};

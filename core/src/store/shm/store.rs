@@ -3,10 +3,10 @@
 use super::region::{Region, Want};
 use super::table::{Fingerprint, Request, Table};
 use crate::algorithm::Codec;
-use crate::clock::ClockBase;
+use crate::clock::{Clock, ClockBase, SharedTimeline, Timeline};
 use crate::error::{Error, StoreErrorKind};
 use crate::store::keyed::Ctx;
-use crate::store::Store;
+use crate::store::{OnFull, Store, StoreSpec};
 use crate::{Algorithm, Decision, Quota};
 use core::borrow::Borrow;
 use core::hash::Hash;
@@ -27,6 +27,42 @@ pub(crate) struct ShmStore {
 }
 
 impl ShmStore {
+    /// Opens (or creates) the region `spec` names for `quota`, and moves `clock` to its
+    /// timeline: the default clock adopts the region's clock base, a clock of the caller's
+    /// own (a manual one) is used as given, and a clock with a process-local origin that cannot
+    /// move (`StdClock`, `CoarseClock`, a borrowed default clock) is refused. `asked`: the
+    /// keys asked for (`None`: the region's own, or `default` for a new region; the spec's
+    /// `capacity` wins over both).
+    pub(crate) fn open_for<C: Clock>(
+        spec: &StoreSpec,
+        quota: Quota,
+        asked: Option<u64>,
+        default: u64,
+        clock: &mut C,
+    ) -> Result<Self, Error> {
+        let StoreSpec::Shm { capacity, .. } = spec else {
+            unreachable!("open_for is for shared-memory stores")
+        };
+        let path = spec.shm_path().unwrap_or_default();
+        let timeline = clock.timeline();
+        if timeline == Timeline::Fixed {
+            return Err(Error::store(
+                StoreErrorKind::Unsupported,
+                path.display().to_string(),
+                "this clock reads time from an origin of its own process, which other \
+                 processes cannot compare: use the default clock (or a manual one in tests)",
+            ));
+        }
+        let asked = capacity.or(asked);
+        let origin = |base| match timeline {
+            Timeline::Local => SharedTimeline(base).read(),
+            _ => clock.now(),
+        };
+        let store = Self::open(&path, quota, asked, default, &origin)?;
+        clock.adopt(&SharedTimeline(store.clock()));
+        Ok(store)
+    }
+
     /// Opens (or creates) the region at `path` for `quota`. `capacity`: the keys asked for
     /// (`None`: the region's own, or `default` for a new region); `origin(base)`: the limiter
     /// clock's reading through a new region's clock base.
@@ -72,7 +108,7 @@ impl ShmStore {
     /// A reading of the limiter's clock as the codec reads it. One before the region's
     /// creation reads as the creation (readings behind a state are clamped in any case).
     #[inline]
-    fn rel(&self, now: u64) -> u64 {
+    pub(crate) fn rel(&self, now: u64) -> u64 {
         now.saturating_sub(self.base)
     }
 
@@ -86,7 +122,7 @@ impl ShmStore {
         self.region.meta.capacity
     }
 
-    fn table(&self) -> Table<'_> {
+    pub(crate) fn table(&self) -> Table<'_> {
         let h = self.region.header();
         Table {
             slots: self.region.slots(),
@@ -100,7 +136,7 @@ impl ShmStore {
 
     /// The key's keyed 128-bit fingerprint: SipHash-1-3 under the region's secret, over the
     /// key's `Hash` (so byte keys fingerprint alike in every process and language).
-    fn fingerprint<Q: Hash + ?Sized>(&self, key: &Q) -> Fingerprint {
+    pub(crate) fn fingerprint<Q: Hash + ?Sized>(&self, key: &Q) -> Fingerprint {
         let [k0, k1] = self.region.meta.secret;
         let mut h = siphasher::sip128::SipHasher13::new_with_keys(k0, k1);
         key.hash(&mut h);
@@ -196,5 +232,71 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for ShmStore {
             "a shared-memory region keeps a fingerprint of each key, not the key: it cannot \
              list them",
         ))
+    }
+}
+
+/// A single limiter's bucket in a shared-memory region (a region of one key): what
+/// `Limiter::builder(quota).store(..)` keeps.
+pub(crate) struct ShmBucket {
+    store: ShmStore,
+    cx: Ctx,
+}
+
+impl ShmBucket {
+    /// The bucket of `store` (a region of one key).
+    pub(crate) fn new(store: ShmStore, quota: &Quota) -> Self {
+        let cx = Ctx::new(
+            quota,
+            store.codec().clone(),
+            store.base(),
+            1,
+            OnFull::RejectNewKeys,
+        );
+        Self { store, cx }
+    }
+
+    /// The codec (on readings relative to the region's creation).
+    pub(crate) fn codec(&self) -> &Codec {
+        self.store.codec()
+    }
+
+    /// The request checks, at a reading of the limiter's clock.
+    pub(crate) fn check(&self, now: u64, cost: u64) -> Result<(), Error> {
+        self.cx.codec.check(self.store.rel(now), cost)
+    }
+
+    /// A request (a leaky queue admits only with a wait of at most `within` ns).
+    pub(crate) fn reserve(&self, now: u64, cost: u64, within: u64) -> Result<Decision, Error> {
+        self.check(now, cost)?;
+        Store::<()>::reserve(&self.store, &self.cx, &(), now, cost, within)
+    }
+
+    /// The decision a request of `cost` would get, writing nothing.
+    pub(crate) fn peek(&self, now: u64, cost: u64) -> Result<Decision, Error> {
+        self.check(now, cost)?;
+        self.store.table().peek_cost(
+            &self.cx,
+            &self.store.fingerprint(&()),
+            self.store.rel(now),
+            cost,
+        )
+    }
+
+    pub(crate) fn refund(&self, now: u64, cost: u64) -> Result<(), Error> {
+        self.check(now, 0)?;
+        Store::<()>::refund(&self.store, &self.cx, &(), now, cost)
+    }
+
+    pub(crate) fn is_full(&self, now: u64) -> Result<bool, Error> {
+        let d = self.peek(now, 0)?;
+        Ok(d.reset_after_nanos() == 0)
+    }
+}
+
+impl core::fmt::Debug for ShmBucket {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ShmBucket")
+            .field("region", &self.store.region.name)
+            .finish_non_exhaustive()
     }
 }

@@ -456,6 +456,17 @@ impl Table<'_> {
     /// The decision a request of cost 0 would get, writing nothing; an absent key reads as a
     /// bucket created now.
     pub(crate) fn peek(&self, cx: &Ctx, fp: &Fingerprint, now: u64) -> Result<Decision, Error> {
+        self.peek_cost(cx, fp, now, 0)
+    }
+
+    /// The decision a request of `cost` would get, writing nothing.
+    pub(crate) fn peek_cost(
+        &self,
+        cx: &Ctx,
+        fp: &Fingerprint,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, Error> {
         for _ in 0..4 {
             let Some(i) = self.find(fp) else { break };
             let (tag, state) = unpack(self.slots[i].word.load(Ordering::Acquire));
@@ -463,11 +474,11 @@ impl Table<'_> {
                 if !cx.codec.valid(u128::from(state)) {
                     return Err(self.corrupt("a bucket's state is outside its algorithm's range"));
                 }
-                return Ok(cx.codec.decide(u128::from(state), now, 0).0);
+                return Ok(cx.codec.decide(u128::from(state), now, cost).0);
             }
         }
         let at = now.max(self.hint.watermark());
-        Ok(cx.codec.decide(cx.codec.fresh(at), now, 0).0)
+        Ok(cx.codec.decide(cx.codec.fresh(at), now, cost).0)
     }
 
     /// Gives `cost` back to `fp`'s bucket (nothing for an absent key).
