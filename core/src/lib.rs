@@ -61,6 +61,8 @@ pub use decision::http::HeaderStyle;
 pub use decision::Decision;
 pub use error::{Error, StoreErrorKind};
 pub use quota::{Algorithm, Quota, QuotaOptions, Refill, MAX_SLIDING_LOG};
+#[doc(hidden)]
+pub use store::StoreAudit;
 pub use store::{IntKey, KeyedBuilder, KeyedLimiter, OnFull, StoreSpec, DEFAULT_MAX_KEYS};
 
 /// The README's Rust snippets, compiled and run as doc tests.

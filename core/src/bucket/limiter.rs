@@ -14,10 +14,39 @@ struct Inner {
     codec: Codec,
 }
 
+/// A bucket in a shared-memory region.
+#[cfg(all(unix, not(sluicegate_loom)))]
+type SharedBucket = crate::store::shm::ShmBucket;
+/// Where there is no shared memory (and under loom), no bucket is ever there.
+#[cfg(not(all(unix, not(sluicegate_loom))))]
+type SharedBucket = NoSharedBucket;
+
+#[cfg(not(all(unix, not(sluicegate_loom))))]
+enum NoSharedBucket {}
+
+#[cfg(not(all(unix, not(sluicegate_loom))))]
+impl NoSharedBucket {
+    fn check(&self, _: u64, _: u64) -> Result<(), Error> {
+        match *self {}
+    }
+    fn reserve(&self, _: u64, _: u64, _: u64) -> Result<Decision, Error> {
+        match *self {}
+    }
+    fn peek(&self, _: u64, _: u64) -> Result<Decision, Error> {
+        match *self {}
+    }
+    fn refund(&self, _: u64, _: u64) -> Result<(), Error> {
+        match *self {}
+    }
+    fn is_full(&self, _: u64) -> Result<bool, Error> {
+        match *self {}
+    }
+}
+
 impl Inner {
     /// The bucket in a shared-memory region, if that is where it lives.
     #[inline]
-    fn shm(&self) -> Option<&crate::store::shm::ShmBucket> {
+    fn shm(&self) -> Option<&SharedBucket> {
         #[cfg(all(unix, not(sluicegate_loom)))]
         if let Slot::Shm(b) = &self.slot {
             return Some(b);

@@ -628,6 +628,18 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         with_store!(&self.backend, s => Store::<K>::snapshot(s, &self.cx, now))
     }
 
+    /// A shared-memory store's invariants, checked by a scan (for crash tests and operators:
+    /// exact only while no process changes the region): live slots, keys in two slots, slots
+    /// no lookup reaches, invalid states, and the live count. `None` for other stores.
+    #[doc(hidden)]
+    pub fn audit(&self) -> Option<crate::StoreAudit> {
+        match &self.backend {
+            #[cfg(all(unix, not(sluicegate_loom)))]
+            Backend::Shm(s) => Some(s.audit(&self.cx)),
+            _ => None,
+        }
+    }
+
     /// The key bound.
     pub fn max_keys(&self) -> usize {
         self.cx.max_keys

@@ -20,7 +20,13 @@ mod spec;
 
 pub use key::IntKey;
 pub use keyed::{KeyedBuilder, KeyedLimiter, OnFull, DEFAULT_MAX_KEYS};
+#[cfg(all(unix, not(sluicegate_loom)))]
+pub use shm::Audit as StoreAudit;
 pub use spec::StoreSpec;
+/// A shared-memory store's audit (only where shared memory exists).
+#[cfg(not(all(unix, not(sluicegate_loom))))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreAudit;
 
 use crate::{Decision, Error};
 use core::borrow::Borrow;

@@ -6,4 +6,5 @@
 mod acquire_async;
 mod algorithms;
 mod keyed;
+mod shm;
 mod token_bucket;

@@ -3,5 +3,6 @@
 //! stores under floods of keys; plus rough per-algorithm timings (ignored, release only).
 
 mod keyed;
+mod shm;
 mod threads;
 mod timing;

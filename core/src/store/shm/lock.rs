@@ -136,11 +136,19 @@ impl<'a> Lock<'a> {
     }
 }
 
-/// This process's token: its pid and the low 32 bits of its start time. Computed on each
-/// call (a child made by `fork` has its own pid), which only the insert path pays.
+/// This process's token: its pid and the low 32 bits of its start time. Cached, and made
+/// again when the pid changes (a child made by `fork` has its own).
 pub(crate) fn token() -> u64 {
+    use core::sync::atomic::{AtomicU64 as StdU64, Ordering as O};
+    static CACHED: StdU64 = StdU64::new(0);
     let pid = std::process::id();
-    (u64::from(pid) << 32) | u64::from(start_time(pid).unwrap_or(0))
+    let t = CACHED.load(O::Relaxed);
+    if t >> 32 == u64::from(pid) && t != 0 {
+        return t;
+    }
+    let t = (u64::from(pid) << 32) | u64::from(start_time(pid).unwrap_or(0));
+    CACHED.store(t, O::Relaxed);
+    t
 }
 
 /// Whether the process of `token` still exists (the same process: its start time matches).

@@ -25,3 +25,6 @@ pub(crate) mod table;
 mod store;
 #[cfg(not(sluicegate_loom))]
 pub(crate) use store::{ShmBucket, ShmStore};
+
+#[cfg(any(not(sluicegate_loom), test))]
+pub use table::Audit;

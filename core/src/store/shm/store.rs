@@ -134,6 +134,11 @@ impl ShmStore {
         }
     }
 
+    /// The table's invariants, as [`Table::audit`] checks them.
+    pub(crate) fn audit(&self, cx: &Ctx) -> super::table::Audit {
+        self.table().audit(cx)
+    }
+
     /// The key's keyed 128-bit fingerprint: SipHash-1-3 under the region's secret, over the
     /// key's `Hash` (so byte keys fingerprint alike in every process and language).
     pub(crate) fn fingerprint<Q: Hash + ?Sized>(&self, key: &Q) -> Fingerprint {
@@ -174,7 +179,7 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for ShmStore {
             cost,
             within,
         };
-        self.table().acquire(cx, &fp, r, super::lock::token())
+        self.table().acquire(cx, &fp, r, super::lock::token)
     }
 
     fn peek<Q>(&self, cx: &Ctx, key: &Q, now: u64) -> Result<Decision, Error>

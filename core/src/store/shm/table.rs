@@ -95,6 +95,21 @@ fn unpack(word: u128) -> (u64, u64) {
     ((word >> 64) as u64, word as u64)
 }
 
+/// What [`Table::audit`] found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Audit {
+    /// Slots holding a key.
+    pub live: usize,
+    /// Keys found in more than one slot (beyond their first).
+    pub duplicates: usize,
+    /// Live slots beyond their home's reach: keys no lookup finds.
+    pub unreachable: usize,
+    /// States outside their algorithm's range.
+    pub corrupt: usize,
+    /// The region's live count (repaired by a sweep after a crash).
+    pub counted: u64,
+}
+
 /// A request, as the store's operations take it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Request {
@@ -207,13 +222,14 @@ impl Table<'_> {
         }
     }
 
-    /// Applies a request to `fp`'s bucket, creating it on the key's first request.
+    /// Applies a request to `fp`'s bucket, creating it on the key's first request. `me`
+    /// gives this process's lock token (asked only on the locked path).
     pub(crate) fn acquire(
         &self,
         cx: &Ctx,
         fp: &Fingerprint,
         r: Request,
-        me: u64,
+        me: impl FnOnce() -> u64,
     ) -> Result<Decision, Error> {
         let step = Self::request_step(&cx.codec, r);
         // The lock-free path: the key's slot, if it has one.
@@ -225,7 +241,7 @@ impl Table<'_> {
         }
         // The locked path: a new key (or one that kept moving under us).
         let lock = Lock::new(&self.locks[fp.home % self.locks.len()], self.name);
-        let _held = lock.acquire(me)?;
+        let _held = lock.acquire(me())?;
         loop {
             match self.find_locked(fp) {
                 Found::At(i) => {
@@ -552,6 +568,42 @@ impl Table<'_> {
         }
     }
 
+    /// Checks the table's invariants (a scan; exact only while nothing changes it): every live
+    /// slot's key is findable (within its home's reach), no key is in two slots, every state
+    /// is valid, and the live count matches.
+    pub(crate) fn audit(&self, cx: &Ctx) -> Audit {
+        let mut seen = std::collections::HashSet::new();
+        let mut a = Audit {
+            counted: self.live.load(Ordering::Acquire),
+            ..Audit::default()
+        };
+        for (i, s) in self.slots.iter().enumerate() {
+            let (tag, state) = unpack(s.word.load(Ordering::Acquire));
+            if tag == 0 {
+                continue;
+            }
+            a.live += 1;
+            let hi = s.tag_hi.load(Ordering::Acquire);
+            if !seen.insert((tag, hi)) {
+                a.duplicates += 1;
+            }
+            if !cx.codec.valid(u128::from(state)) {
+                a.corrupt += 1;
+            }
+            let home =
+                Fingerprint::new(u128::from(hi) << 64 | u128::from(tag), self.slots.len()).home;
+            let d = if i >= home {
+                i - home
+            } else {
+                i + self.slots.len() - home
+            };
+            if d > self.reach(home) {
+                a.unreachable += 1;
+            }
+        }
+        a
+    }
+
     /// Live keys (a scan: not an atomic snapshot).
     pub(crate) fn len(&self) -> usize {
         self.slots
@@ -628,9 +680,9 @@ mod tests {
         let o = Owned::new(8, 10, 4);
         let (t, c) = (o.table(), cx("2/s", OnFull::RejectNewKeys));
         let k = fp(7, 10);
-        assert!(t.acquire(&c, &k, req(0, 1), 1).unwrap().allowed());
-        assert!(t.acquire(&c, &k, req(0, 1), 1).unwrap().allowed());
-        let d = t.acquire(&c, &k, req(0, 1), 1).unwrap();
+        assert!(t.acquire(&c, &k, req(0, 1), || 1).unwrap().allowed());
+        assert!(t.acquire(&c, &k, req(0, 1), || 1).unwrap().allowed());
+        let d = t.acquire(&c, &k, req(0, 1), || 1).unwrap();
         assert!(!d.allowed());
         assert_eq!(d.retry_after_nanos(), 500_000_000);
         assert_eq!(t.len(), 1);
@@ -650,20 +702,23 @@ mod tests {
         // Keys 0, 16, 32, ... share a home.
         let keys: Vec<_> = (0..14).map(|i| fp(i * 16 + 3, n)).collect();
         for k in &keys {
-            assert!(t.acquire(&c, k, req(0, 1), 1).unwrap().allowed());
+            assert!(t.acquire(&c, k, req(0, 1), || 1).unwrap().allowed());
         }
         for k in &keys {
-            assert!(!t.acquire(&c, k, req(0, 1), 1).unwrap().allowed(), "{k:?}");
+            assert!(
+                !t.acquire(&c, k, req(0, 1), || 1).unwrap().allowed(),
+                "{k:?}"
+            );
         }
         // At the bound (14 keys), nothing is full: a 15th key is refused.
         let extra = fp(999, n);
         assert!(matches!(
-            t.acquire(&c, &extra, req(0, 1), 1),
+            t.acquire(&c, &extra, req(0, 1), || 1),
             Err(Error::KeyStoreFull { max_keys: 14 })
         ));
         // A second later every bucket is full again: the new key evicts them and fits.
         assert!(t
-            .acquire(&c, &extra, req(1_000_000_000, 1), 1)
+            .acquire(&c, &extra, req(1_000_000_000, 1), || 1)
             .unwrap()
             .allowed());
         assert!(t.len() <= 14);
@@ -673,10 +728,13 @@ mod tests {
     fn evict_fullest_makes_room_at_the_bound() {
         let o = Owned::new(2, 3, 2);
         let (t, c) = (o.table(), cx("10/s", OnFull::EvictFullest));
-        assert!(t.acquire(&c, &fp(1, 3), req(0, 10), 1).unwrap().allowed());
-        assert!(t.acquire(&c, &fp(2, 3), req(0, 1), 1).unwrap().allowed());
+        assert!(t
+            .acquire(&c, &fp(1, 3), req(0, 10), || 1)
+            .unwrap()
+            .allowed());
+        assert!(t.acquire(&c, &fp(2, 3), req(0, 1), || 1).unwrap().allowed());
         // Full: the bucket with the least reset_after (key 2) goes.
-        assert!(t.acquire(&c, &fp(3, 3), req(0, 1), 1).unwrap().allowed());
+        assert!(t.acquire(&c, &fp(3, 3), req(0, 1), || 1).unwrap().allowed());
         assert_eq!(t.peek(&c, &fp(1, 3), 0).unwrap().remaining(), 0);
         assert_eq!(t.len(), 2);
     }
@@ -693,7 +751,7 @@ mod tests {
         );
         o.live.store(1, Ordering::Release);
         assert!(t.find(&k).is_none(), "the lock-free path does not trust it");
-        let d = t.acquire(&c, &k, req(0, 1), 1).unwrap();
+        let d = t.acquire(&c, &k, req(0, 1), || 1).unwrap();
         assert_eq!(d.remaining(), 3, "the dead insert's request counted");
         assert_eq!(t.len(), 1, "one bucket, not two");
         assert_eq!(o.slots[k.home].tag_hi.load(Ordering::Acquire), k.tag_hi);
@@ -707,13 +765,13 @@ mod tests {
             cx("5/s; algorithm=fixed_window", OnFull::RejectNewKeys),
         );
         let k = fp(9, 5);
-        assert!(t.acquire(&c, &k, req(0, 1), 1).unwrap().allowed());
+        assert!(t.acquire(&c, &k, req(0, 1), || 1).unwrap().allowed());
         let i = t.find(&k).unwrap();
         let (tag, _) = unpack(o.slots[i].word.load(Ordering::Acquire));
         o.slots[i]
             .word
             .store(pack(tag, u64::MAX), Ordering::Release);
-        let e = t.acquire(&c, &k, req(0, 1), 1).unwrap_err();
+        let e = t.acquire(&c, &k, req(0, 1), || 1).unwrap_err();
         assert_eq!(e.code(), "store_corrupt", "{e}");
         assert_eq!(t.peek(&c, &k, 0).unwrap_err().code(), "store_corrupt");
     }
@@ -723,7 +781,7 @@ mod tests {
         let o = Owned::new(8, 10, 2);
         let (t, c) = (o.table(), cx("1/s", OnFull::RejectNewKeys));
         for k in 0..5 {
-            t.acquire(&c, &fp(k, 10), req(0, 1), 1).unwrap();
+            t.acquire(&c, &fp(k, 10), req(0, 1), || 1).unwrap();
         }
         o.live.store(9, Ordering::Release); // as a killed process might leave it
         assert_eq!(t.evict_full(&c, 500_000_000).unwrap().0, 0);
@@ -780,9 +838,9 @@ mod loom_models {
             let k = fp(7, 1, 3);
             let other = {
                 let (o, c) = (o.clone(), c.clone());
-                thread::spawn(move || o.table().acquire(&c, &k, req(0, 1), 1).unwrap())
+                thread::spawn(move || o.table().acquire(&c, &k, req(0, 1), || 1).unwrap())
             };
-            let mine = o.table().acquire(&c, &k, req(0, 1), 1).unwrap();
+            let mine = o.table().acquire(&c, &k, req(0, 1), || 1).unwrap();
             let theirs = other.join().unwrap();
             assert!(mine.allowed() && theirs.allowed());
             let t = o.table();
@@ -800,12 +858,12 @@ mod loom_models {
             let o = Arc::new(Owned::new(2, 3, 1));
             let c = Arc::new(cx("1/s"));
             let k = fp(3, 0, 3);
-            o.table().acquire(&c, &k, req(0, 1), 1).unwrap(); // empty at 0, full at 1 s
+            o.table().acquire(&c, &k, req(0, 1), || 1).unwrap(); // empty at 0, full at 1 s
             let evictor = {
                 let (o, c) = (o.clone(), c.clone());
                 thread::spawn(move || o.table().evict_full(&c, S).unwrap().0)
             };
-            let d = o.table().acquire(&c, &k, req(S, 1), 1).unwrap();
+            let d = o.table().acquire(&c, &k, req(S, 1), || 1).unwrap();
             let evicted = evictor.join().unwrap();
             assert!(d.allowed());
             assert!(evicted <= 1);
@@ -828,9 +886,13 @@ mod loom_models {
             let (a, b) = (fp(1, 2, 3), fp(2, 2, 3));
             let other = {
                 let (o, c) = (o.clone(), c.clone());
-                thread::spawn(move || o.table().acquire(&c, &b, req(0, 2), 1).unwrap())
+                thread::spawn(move || o.table().acquire(&c, &b, req(0, 2), || 1).unwrap())
             };
-            assert!(o.table().acquire(&c, &a, req(0, 1), 1).unwrap().allowed());
+            assert!(o
+                .table()
+                .acquire(&c, &a, req(0, 1), || 1)
+                .unwrap()
+                .allowed());
             assert!(other.join().unwrap().allowed());
             let t = o.table();
             assert_eq!(t.len(), 2);
@@ -849,12 +911,12 @@ mod loom_models {
             let o = Arc::new(Owned::new(1, 2, 2));
             let c = Arc::new(cx("1/s"));
             let (old, new) = (fp(1, 0, 2), fp(2, 1, 2));
-            o.table().acquire(&c, &old, req(0, 1), 1).unwrap(); // full again at 1 s
+            o.table().acquire(&c, &old, req(0, 1), || 1).unwrap(); // full again at 1 s
             let consumer = {
                 let (o, c) = (o.clone(), c.clone());
-                thread::spawn(move || o.table().acquire(&c, &old, req(S, 1), 1))
+                thread::spawn(move || o.table().acquire(&c, &old, req(S, 1), || 1))
             };
-            let inserted = o.table().acquire(&c, &new, req(S, 1), 1);
+            let inserted = o.table().acquire(&c, &new, req(S, 1), || 1);
             let consumed = consumer.join().unwrap();
             let ok = |r: &Result<Decision, Error>| match r {
                 Ok(d) => d.allowed(),

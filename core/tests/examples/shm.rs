@@ -1,0 +1,302 @@
+//! The shared-memory store, by example: regions made and opened by several limiters (the
+//! multi-process checks are in the stress layer), what a region refuses, and the errors.
+#![cfg(unix)]
+
+use sluicegate::{
+    Error, KeyedLimiter, Limiter, ManualClock, OnFull, Quota, StdClock, StoreErrorKind, StoreSpec,
+};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A region file in the temporary directory, removed when dropped.
+pub struct Region(pub PathBuf);
+
+impl Region {
+    pub fn new(what: &str) -> Self {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        Self(
+            std::env::temp_dir().join(format!("sluicegate-test-{what}-{}-{n}", std::process::id())),
+        )
+    }
+
+    pub fn spec(&self) -> StoreSpec {
+        StoreSpec::shm(self.0.to_str().unwrap())
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn quota(s: &str) -> Quota {
+    s.parse().unwrap()
+}
+
+fn keyed(q: &str, r: &Region) -> KeyedLimiter<Box<[u8]>> {
+    KeyedLimiter::builder(quota(q))
+        .store(r.spec())
+        .max_keys(1000)
+        .build()
+        .unwrap()
+}
+
+fn store_kind(e: &Error) -> Option<StoreErrorKind> {
+    match e {
+        Error::Store { kind, .. } => Some(*kind),
+        _ => None,
+    }
+}
+
+#[test]
+fn two_limiters_on_one_region_share_its_buckets() {
+    let r = Region::new("share");
+    let (a, b) = (keyed("10/minute", &r), keyed("10/minute", &r));
+    let admitted = (0..30)
+        .filter(|i| {
+            let l = if i % 2 == 0 { &a } else { &b };
+            l.try_acquire(b"alice".as_slice(), 1).unwrap().allowed()
+        })
+        .count();
+    assert_eq!(admitted, 10);
+    assert_eq!((a.len(), b.len()), (1, 1));
+    assert!(b.try_acquire(b"bob".as_slice(), 1).unwrap().allowed());
+    assert_eq!(a.peek(b"bob".as_slice()).unwrap().remaining(), 9);
+    assert!(a.remove(b"bob".as_slice()).unwrap());
+    assert_eq!(b.peek(b"bob".as_slice()).unwrap().remaining(), 10);
+}
+
+#[test]
+fn a_region_is_a_private_regular_file_sized_for_its_capacity() {
+    let r = Region::new("file");
+    let _l = keyed("5/s", &r);
+    let m = std::fs::symlink_metadata(&r.0).unwrap();
+    assert!(m.file_type().is_file());
+    assert_eq!(m.mode() & 0o777, 0o600);
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(m.uid(), unsafe { libc_geteuid() });
+    // 4 KiB header, 32 KiB of locks, 32 bytes a slot for 1000 keys at a load of 7/8.
+    assert_eq!(m.len(), 4096 + 32768 + 32 * 1143);
+}
+
+extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
+
+#[test]
+fn a_second_opener_with_another_quota_or_capacity_is_refused_naming_both() {
+    let r = Region::new("mismatch");
+    let _l = keyed("10/minute", &r);
+    let e = KeyedLimiter::<Box<[u8]>>::builder(quota("20/minute"))
+        .store(r.spec())
+        .build()
+        .unwrap_err();
+    assert_eq!(store_kind(&e), Some(StoreErrorKind::Mismatch), "{e}");
+    let text = e.to_string();
+    assert!(text.contains("10/m") && text.contains("20/m"), "{text}");
+    let e = KeyedLimiter::<Box<[u8]>>::builder(quota("10/minute"))
+        .store(r.spec())
+        .max_keys(7)
+        .build()
+        .unwrap_err();
+    assert_eq!(store_kind(&e), Some(StoreErrorKind::Mismatch), "{e}");
+    // Without max_keys, an opener takes the region's capacity.
+    let l = KeyedLimiter::<Box<[u8]>>::builder(quota("10/minute"))
+        .store(r.spec())
+        .build()
+        .unwrap();
+    assert_eq!(l.max_keys(), 1000);
+}
+
+#[test]
+fn a_region_refuses_what_it_cannot_keep_exactly() {
+    let r = Region::new("refuse");
+    for q in [
+        "10/s; algorithm=sliding_log",
+        // Its rate in lowest terms is 1000003 tokens per 3.6e12 ns: its exact state outgrows
+        // 64 bits within hours.
+        "1000003/hour",
+    ] {
+        let e = KeyedLimiter::<Box<[u8]>>::builder(quota(q))
+            .store(r.spec())
+            .build()
+            .unwrap_err();
+        assert_eq!(
+            store_kind(&e),
+            Some(StoreErrorKind::Unsupported),
+            "{q}: {e}"
+        );
+    }
+    // A clock with an origin of its own process cannot be shared.
+    let e = KeyedLimiter::<Box<[u8]>>::builder(quota("5/s"))
+        .store(r.spec())
+        .clock(StdClock::new())
+        .build()
+        .unwrap_err();
+    assert_eq!(store_kind(&e), Some(StoreErrorKind::Unsupported), "{e}");
+    assert!(!r.0.exists(), "nothing was created");
+}
+
+#[test]
+fn links_other_users_files_and_loose_permissions_are_refused() {
+    let r = Region::new("perm");
+    let _l = keyed("5/s", &r);
+    let link = Region::new("link");
+    std::os::unix::fs::symlink(&r.0, &link.0).unwrap();
+    let e = KeyedLimiter::<Box<[u8]>>::builder(quota("5/s"))
+        .store(link.spec())
+        .build()
+        .unwrap_err();
+    assert_eq!(store_kind(&e), Some(StoreErrorKind::Permission), "{e}");
+    std::fs::set_permissions(&r.0, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = KeyedLimiter::<Box<[u8]>>::builder(quota("5/s"))
+        .store(r.spec())
+        .build()
+        .unwrap_err();
+    assert_eq!(store_kind(&e), Some(StoreErrorKind::Permission), "{e}");
+    let dir = Region::new("dir");
+    std::fs::create_dir(&dir.0).unwrap();
+    let e = KeyedLimiter::<Box<[u8]>>::builder(quota("5/s"))
+        .store(dir.spec())
+        .build()
+        .unwrap_err();
+    std::fs::remove_dir(&dir.0).unwrap();
+    assert!(store_kind(&e).is_some(), "{e}");
+    let missing = StoreSpec::shm("/nonexistent-directory-of-sluicegate/region");
+    let e = KeyedLimiter::<Box<[u8]>>::builder(quota("5/s"))
+        .store(missing)
+        .build()
+        .unwrap_err();
+    assert_eq!(store_kind(&e), Some(StoreErrorKind::Unavailable), "{e}");
+}
+
+#[test]
+fn a_single_limiter_shares_its_one_bucket() {
+    let r = Region::new("single");
+    let make = || {
+        Limiter::builder(quota("3/s"))
+            .store(r.spec())
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (make(), make());
+    assert!(a.try_acquire(2).unwrap().allowed());
+    assert_eq!(b.peek().unwrap().remaining(), 1);
+    assert!(!b.try_acquire(2).unwrap().allowed());
+    b.refund(1).unwrap();
+    assert_eq!(a.peek().unwrap().remaining(), 2);
+    // A single limiter's region is a region of one key: a keyed limiter cannot share it.
+    let e = KeyedLimiter::<Box<[u8]>>::builder(quota("3/s"))
+        .store(r.spec())
+        .max_keys(10)
+        .build()
+        .unwrap_err();
+    assert_eq!(store_kind(&e), Some(StoreErrorKind::Mismatch), "{e}");
+}
+
+#[test]
+fn manual_clocks_decide_exactly_and_the_interval_grid_is_the_regions() {
+    let r = Region::new("manual");
+    let q = "1/s; burst=2; initial=0; refill=interval";
+    let c1 = ManualClock::new(5_000_000_000_123);
+    let a = KeyedLimiter::<Box<[u8]>, _>::builder(quota(q))
+        .store(r.spec())
+        .clock(c1.clone())
+        .build()
+        .unwrap();
+    // A second limiter made later: the grid stays anchored at the region's creation.
+    c1.advance_nanos(700_000_000);
+    let b = KeyedLimiter::<Box<[u8]>, _>::builder(quota(q))
+        .store(r.spec())
+        .clock(c1.clone())
+        .build()
+        .unwrap();
+    assert!(!b.try_acquire(b"k".as_slice(), 1).unwrap().allowed());
+    c1.advance_nanos(300_000_000); // one period after the creation
+    assert!(a.try_acquire(b"k".as_slice(), 1).unwrap().allowed());
+    let d = b.try_acquire(b"k".as_slice(), 1).unwrap();
+    assert!(!d.allowed());
+    assert_eq!(d.retry_after_nanos(), 1_000_000_000);
+}
+
+#[test]
+fn the_bound_evicts_full_buckets_then_follows_on_full() {
+    let r = Region::new("bound");
+    let clock = ManualClock::new(0);
+    let l = KeyedLimiter::<Box<[u8]>, _>::builder(quota("1/s"))
+        .store(r.spec())
+        .max_keys(3)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    for k in [b"a", b"b", b"c"] {
+        assert!(l.try_acquire(k.as_slice(), 1).unwrap().allowed());
+    }
+    let e = l.try_acquire(b"d".as_slice(), 1).unwrap_err();
+    assert_eq!(e.code(), "key_store_full");
+    clock.advance_nanos(1_000_000_000);
+    assert!(
+        l.try_acquire(b"d".as_slice(), 1).unwrap().allowed(),
+        "full buckets make room"
+    );
+    assert!(l.len() <= 3);
+    let r2 = Region::new("fullest");
+    let l2 = KeyedLimiter::<Box<[u8]>, _>::builder(quota("1/s"))
+        .store(r2.spec())
+        .max_keys(1)
+        .on_full(OnFull::EvictFullest)
+        .clock(ManualClock::new(0))
+        .build()
+        .unwrap();
+    assert!(l2.try_acquire(b"x".as_slice(), 1).unwrap().allowed());
+    assert!(l2.try_acquire(b"y".as_slice(), 1).unwrap().allowed());
+    assert_eq!(l2.len(), 1);
+}
+
+#[test]
+fn sweep_clear_and_what_a_region_cannot_do() {
+    let r = Region::new("sweep");
+    let clock = ManualClock::new(0);
+    let l = KeyedLimiter::<Box<[u8]>, _>::builder(quota("2/s"))
+        .store(r.spec())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    for k in 0..10u8 {
+        l.try_acquire(&[k][..], 1).unwrap();
+    }
+    assert_eq!(l.sweep().unwrap(), 0);
+    clock.advance_nanos(500_000_000);
+    assert_eq!(l.sweep().unwrap(), 10);
+    assert!(l.is_empty());
+    l.try_acquire(b"z".as_slice(), 1).unwrap();
+    l.clear().unwrap();
+    assert_eq!(l.len(), 0);
+    let e = l.snapshot().unwrap_err();
+    assert_eq!(store_kind(&e), Some(StoreErrorKind::Unsupported));
+    let audit = l.audit().unwrap();
+    assert_eq!((audit.live, audit.duplicates, audit.unreachable), (0, 0, 0));
+}
+
+#[test]
+fn store_specs_parse_and_print() {
+    let s: StoreSpec = "shm:/api-limits?capacity=5000".parse().unwrap();
+    assert_eq!(s.shm_path().unwrap(), PathBuf::from("/dev/shm/api-limits"));
+    assert_eq!(s.to_string(), "shm:/api-limits?capacity=5000");
+    let p: StoreSpec = "shm:/var/run/app/limits".parse().unwrap();
+    assert_eq!(p.shm_path().unwrap(), PathBuf::from("/var/run/app/limits"));
+    for bad in [
+        "shm:",
+        "shm:/x?capacity=0",
+        "shm:/x?cap=3",
+        "redis",
+        "shm:/x?capacity=1&capacity=2",
+    ] {
+        let e = bad.parse::<StoreSpec>().unwrap_err();
+        assert_eq!(e.code(), "invalid_option", "{bad}");
+    }
+}
