@@ -135,7 +135,7 @@ fn child() {
                         s.spawn(move || {
                             let mut got = vec![0u64; keys as usize];
                             let mut rng =
-                                Rng(0x9e37_79b9 ^ (t + 1) * 7919 ^ u64::from(std::process::id()));
+                                Rng(0x9e37_79b9 ^ ((t + 1) * 7919) ^ u64::from(std::process::id()));
                             let end = Instant::now() + Duration::from_millis(millis);
                             while Instant::now() < end {
                                 let k = rng.below(keys);
