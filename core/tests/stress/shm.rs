@@ -196,7 +196,7 @@ fn processes_and_threads_on_one_region_never_exceed_the_bound() {
     let children: Vec<Child> = (0..4)
         .map(|_| spawn("hammer", &r.0, quota, "2 8 600 3"))
         .collect();
-    let mut per_key = vec![0u64; 8];
+    let mut per_key = [0u64; 8];
     for c in children {
         for l in lines(c, "admitted") {
             let mut it = l.split(' ');
