@@ -12,10 +12,10 @@ pub(crate) struct FixedWindow {
 }
 
 impl FixedWindow {
-    /// `min`: the least clock range a 64-bit word must cover (else the state is wide).
-    pub(crate) fn new(q: &Quota, min: u64) -> Self {
+    /// `n`: the narrow word a state should fit for a span of readings (else it is wide).
+    pub(crate) fn new(q: &Quota, n: super::Narrow) -> Self {
         Self {
-            g: Grid::new(q, 1, min),
+            g: Grid::new(q, 1, n),
         }
     }
 

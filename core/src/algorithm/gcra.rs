@@ -7,7 +7,7 @@
 //! tests check that every decision is identical. Times are scaled by `k` (after dividing `k`
 //! and `P` by their gcd), so `T` is the integer `p` and every step is exact.
 
-use crate::algorithm::StateCodec;
+use crate::algorithm::{Narrow, StateCodec};
 use crate::quota::{gcd, Quota};
 use crate::Decision;
 
@@ -28,14 +28,14 @@ pub(crate) struct Gcra {
 }
 
 impl Gcra {
-    /// `min`: the least clock range the 64-bit word must cover (else the state is wide).
-    pub(crate) fn new(q: &Quota, min: u64) -> Self {
+    /// `n`: the narrow word a state should fit for a span of readings (else it is wide).
+    pub(crate) fn new(q: &Quota, n: Narrow) -> Self {
         let g = gcd(q.count(), q.period_ns());
         let (k, t, b) = (q.count() / g, q.period_ns() / g, q.burst());
         // `Quota::validate` guarantees b * T < 2^63.
         let tau = b * t;
-        let narrow_horizon = (u64::MAX - tau) / k;
-        let wide = narrow_horizon < min;
+        let narrow_horizon = n.horizon(u128::from(tau), k);
+        let wide = narrow_horizon < n.min;
         Self {
             k,
             t,

@@ -8,7 +8,7 @@
 //! number of unit requests an idle queue accepts at one instant (the `limit`). An idle queue
 //! (`L <= t - Q/r`) is indistinguishable from a new one, which is what eviction needs.
 
-use crate::algorithm::StateCodec;
+use crate::algorithm::{Narrow, StateCodec};
 use crate::quota::{gcd, Quota};
 use crate::Decision;
 
@@ -29,16 +29,16 @@ pub(crate) struct LeakyQueue {
 }
 
 impl LeakyQueue {
-    /// `min`: the least clock range the 64-bit word must cover (else the state is wide).
-    pub(crate) fn new(quota: &Quota, min: u64) -> Self {
+    /// `n`: the narrow word a state should fit for a span of readings (else it is wide).
+    pub(crate) fn new(quota: &Quota, n: Narrow) -> Self {
         let g = gcd(quota.count(), quota.period_ns());
         let (k, p) = (quota.count() / g, quota.period_ns() / g);
         // `Quota::validate` guarantees D * k + p < 2^62, so Q * p <= D * k + p fits too.
         let dk = quota.max_delay_ns() * k;
         let q = 1 + dk / p;
         let qp = q * p;
-        let narrow_horizon = (u64::MAX - qp - dk) / k;
-        let wide = narrow_horizon < min;
+        let narrow_horizon = n.horizon(u128::from(qp) + u128::from(dk), k);
+        let wide = narrow_horizon < n.min;
         Self {
             k,
             p,

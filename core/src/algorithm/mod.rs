@@ -30,9 +30,37 @@ pub const CENTURY_NS: u64 = 3_155_760_000_000_000_000;
 /// refuses a window quota whose packing cannot cover a century).
 pub(crate) fn window_horizon(q: &Quota) -> u64 {
     match q.algorithm() {
-        Algorithm::FixedWindow => FixedWindow::new(q, CENTURY_NS).horizon(),
-        Algorithm::SlidingWindow => SlidingWindow::new(q, CENTURY_NS).horizon(),
+        Algorithm::FixedWindow => FixedWindow::new(q, Narrow::IN_PROCESS).horizon(),
+        Algorithm::SlidingWindow => SlidingWindow::new(q, Narrow::IN_PROCESS).horizon(),
         _ => u64::MAX,
+    }
+}
+
+/// The narrow word a codec's states should fit: `bits` wide, for a span of at least `min` ns
+/// of readings (else its states are wide: 128 bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Narrow {
+    pub(crate) bits: u32,
+    pub(crate) min: u64,
+}
+
+impl Narrow {
+    /// The in-process store's words: 64 bits for a century.
+    pub(crate) const IN_PROCESS: Narrow = Narrow {
+        bits: 64,
+        min: CENTURY_NS,
+    };
+
+    /// The largest state the word holds.
+    pub(crate) const fn max(self) -> u128 {
+        (1u128 << self.bits) - 1
+    }
+
+    /// The last reading `now` whose scaled states, up to `now * k + room`, the word holds:
+    /// `(max - room) / k`, capped at `u64::MAX`.
+    pub(crate) fn horizon(self, room: u128, k: u64) -> u64 {
+        let h = self.max().saturating_sub(room) / u128::from(k);
+        u64::try_from(h).unwrap_or(u64::MAX)
     }
 }
 
@@ -113,20 +141,20 @@ impl Codec {
     /// Compiles a quota (validated here) for a limiter whose clock origin is `origin`: a
     /// 64-bit word when it covers a century of readings, else a 128-bit one.
     pub(crate) fn new(q: &Quota, origin: u64) -> Result<Self, Error> {
-        let codec = Self::compile(q, origin, CENTURY_NS)?;
+        let codec = Self::compile(q, origin, Narrow::IN_PROCESS)?;
         // `validate` refused every quota whose packing cannot cover a century.
         debug_assert!(codec.horizon() >= CENTURY_NS, "{q}");
         Ok(codec)
     }
 
-    /// Compiles a quota with a 64-bit word that covers at least `min` ns of readings from
-    /// `origin` (a store that keeps 64-bit words only), or `None` when it needs 128 bits.
-    pub(crate) fn narrow(q: &Quota, origin: u64, min: u64) -> Result<Option<Self>, Error> {
-        let codec = Self::compile(q, origin, min)?;
+    /// Compiles a quota with states that fit `n`'s word over its span of readings from
+    /// `origin` (a store whose words are narrower than 128 bits), or `None` when they do not.
+    pub(crate) fn narrow(q: &Quota, origin: u64, n: Narrow) -> Result<Option<Self>, Error> {
+        let codec = Self::compile(q, origin, n)?;
         Ok((!codec.wide()).then_some(codec))
     }
 
-    fn compile(q: &Quota, origin: u64, min: u64) -> Result<Self, Error> {
+    fn compile(q: &Quota, origin: u64, min: Narrow) -> Result<Self, Error> {
         q.validate()?;
         Ok(match (q.algorithm(), q.refill()) {
             (Algorithm::TokenBucket, Refill::Continuous) => {

@@ -24,10 +24,10 @@ struct View {
 }
 
 impl SlidingWindow {
-    /// `min`: the least clock range a 64-bit word must cover (else the state is wide).
-    pub(crate) fn new(q: &Quota, min: u64) -> Self {
+    /// `n`: the narrow word a state should fit for a span of readings (else it is wide).
+    pub(crate) fn new(q: &Quota, n: super::Narrow) -> Self {
         Self {
-            g: Grid::new(q, 2, min),
+            g: Grid::new(q, 2, n),
         }
     }
 

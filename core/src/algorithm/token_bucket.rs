@@ -1,7 +1,7 @@
 //! The token bucket as state codecs: continuous refill (the default: the state is one instant)
 //! and interval refill (whole tokens at each period of a grid).
 
-use super::StateCodec;
+use super::{Narrow, StateCodec};
 use crate::quota::{gcd, Quota, Refill};
 use crate::Decision;
 
@@ -21,8 +21,8 @@ pub(crate) struct Continuous {
 }
 
 impl Continuous {
-    /// `min`: the least clock range the 64-bit word must cover (else the state is wide).
-    pub(crate) fn new(q: &Quota, min: u64) -> Self {
+    /// `n`: the narrow word a state should fit for a span of readings (else it is wide).
+    pub(crate) fn new(q: &Quota, n: Narrow) -> Self {
         debug_assert_eq!(q.refill(), Refill::Continuous);
         let g = gcd(q.count(), q.period_ns());
         let (k, p, b) = (q.count() / g, q.period_ns() / g, q.burst());
@@ -30,8 +30,8 @@ impl Continuous {
         let bp = b * p;
         let init_deficit = (b - q.initial()) * p;
         // Narrow when every state reachable by `now <= horizon` fits a u64: F <= now*k + bp.
-        let narrow_horizon = (u64::MAX - bp) / k;
-        let wide = narrow_horizon < min;
+        let narrow_horizon = n.horizon(u128::from(bp), k);
+        let wide = narrow_horizon < n.min;
         Self {
             k,
             p,
@@ -165,15 +165,16 @@ pub(crate) struct Interval {
 }
 
 impl Interval {
-    /// `min`: the least clock range from `origin` the 64-bit word must cover.
-    pub(crate) fn new(q: &Quota, origin: u64, min: u64) -> Self {
+    /// `n`: the narrow word a state should fit for a span of readings from `origin`.
+    pub(crate) fn new(q: &Quota, origin: u64, n: Narrow) -> Self {
         debug_assert_eq!(q.refill(), Refill::Interval);
         let (k, p, b) = (q.count(), q.period_ns(), q.burst());
         let shift = u64::BITS - b.leading_zeros(); // bits for 0..=b; b < 2^63 so shift <= 63
-        let index_bits = 64 - shift;
+        let index_bits = n.bits - shift;
         let max_index = (1u128 << index_bits) - 1;
-        let narrow_horizon = u128::from(origin) + max_index * u128::from(p);
-        let wide = narrow_horizon < u128::from(origin) + u128::from(min);
+        let narrow_horizon =
+            u128::from(origin).saturating_add(max_index.saturating_mul(u128::from(p)));
+        let wide = narrow_horizon < u128::from(origin) + u128::from(n.min);
         let horizon = if wide {
             u64::MAX
         } else {

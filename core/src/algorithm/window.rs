@@ -8,6 +8,7 @@
 //! the limit `N`. It is one `u64` when the index field covers a century of clock readings,
 //! else one `u128`.
 
+use super::Narrow;
 use crate::quota::Quota;
 
 /// Bits for the values `0..=n`.
@@ -15,9 +16,9 @@ fn bits(n: u64) -> u32 {
     u64::BITS - n.leading_zeros()
 }
 
-/// Narrow or wide layout for `count_bits` bits of counts, narrow when it covers `min`;
-/// `(wide, horizon)`.
-fn layout(w: u64, count_bits: u32, min: u64) -> (bool, u64) {
+/// Narrow or wide layout for `count_bits` bits of counts, narrow when `n`'s word covers its
+/// span; `(wide, horizon)`.
+fn layout(w: u64, count_bits: u32, n: Narrow) -> (bool, u64) {
     let horizon = |word_bits: u32| -> u64 {
         let index_bits = word_bits.saturating_sub(count_bits);
         if index_bits >= 64 {
@@ -26,8 +27,8 @@ fn layout(w: u64, count_bits: u32, min: u64) -> (bool, u64) {
         let windows = 1u128 << index_bits; // indexes 0..windows
         u64::try_from(windows * u128::from(w) - 1).unwrap_or(u64::MAX)
     };
-    let narrow = horizon(64);
-    if narrow >= min {
+    let narrow = horizon(n.bits);
+    if narrow >= n.min {
         (false, narrow)
     } else {
         (true, horizon(128))
@@ -46,12 +47,12 @@ pub(super) struct Grid {
 }
 
 impl Grid {
-    pub(super) fn new(q: &Quota, fields: u32, min: u64) -> Self {
-        let (n, w) = (q.count(), q.period_ns());
-        let shift = bits(n);
-        let (wide, horizon) = layout(w, shift * fields, min);
+    pub(super) fn new(q: &Quota, fields: u32, n: Narrow) -> Self {
+        let (count, w) = (q.count(), q.period_ns());
+        let shift = bits(count);
+        let (wide, horizon) = layout(w, shift * fields, n);
         Self {
-            n,
+            n: count,
             w,
             shift,
             horizon,

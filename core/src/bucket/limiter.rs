@@ -91,7 +91,7 @@ impl<C: Clock> LimiterBuilder<C> {
                 use crate::store::shm::{ShmBucket, ShmStore};
                 let mut clock = self.clock;
                 let store = ShmStore::open_for(spec, self.quota, Some(1), 1, &mut clock)?;
-                let bucket = ShmBucket::new(store, &self.quota);
+                let bucket = ShmBucket::new(store, &self.quota)?;
                 Ok(Limiter {
                     inner: CachePadded::new(Inner {
                         codec: bucket.codec().clone(),
@@ -272,6 +272,9 @@ impl<C: Clock> Limiter<C> {
         max_wait_ns: u64,
     ) -> Result<Decision, Error> {
         let inner = &*self.inner;
+        if let Some(b) = inner.shm() {
+            return b.reserve(now, cost, max_wait_ns);
+        }
         inner.codec.check(now, cost)?;
         Ok(inner.slot.reserve(&inner.codec, now, cost, max_wait_ns))
     }

@@ -360,9 +360,14 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
 
     #[cold]
     fn check_slow(&self, now: u64, cost: u64) -> Result<(), Error> {
-        self.cx.codec.check(now, cost)?;
+        let capacity = self.cx.capacity;
+        if cost > capacity {
+            return Err(Error::InsufficientCapacity { cost, capacity });
+        }
         // The last instant is reserved so that no state equals the DEAD mark (see `cell`).
-        let horizon = self.cx.codec.horizon();
+        // On the limiter's clock: a store whose codec reads time from a base of its own (a
+        // region's creation) has its horizon moved by that base.
+        let horizon = self.cx.horizon;
         if now >= horizon {
             return Err(Error::ClockOutOfRange {
                 now,

@@ -4,4 +4,5 @@
 
 mod algorithms;
 mod keyed;
+mod shm;
 mod token_bucket;

@@ -117,9 +117,8 @@ fn a_region_refuses_what_it_cannot_keep_exactly() {
     let r = Region::new("refuse");
     for q in [
         "10/s; algorithm=sliding_log",
-        // Its rate in lowest terms is 1000003 tokens per 3.6e12 ns: its exact state outgrows
-        // 64 bits within hours.
-        "1000003/hour",
+        // Two 48-bit counts leave a 95-bit state no room for the window's index.
+        "281474976710655/s; algorithm=sliding_window",
     ] {
         let e = KeyedLimiter::<Box<[u8]>>::builder(quota(q))
             .store(r.spec())
@@ -299,4 +298,106 @@ fn store_specs_parse_and_print() {
         let e = bad.parse::<StoreSpec>().unwrap_err();
         assert_eq!(e.code(), "invalid_option", "{bad}");
     }
+}
+
+#[test]
+fn rates_with_large_counts_in_lowest_terms_are_kept_exactly() {
+    // A 95-bit state holds what a 64-bit one could not: these outgrow 64 bits within years.
+    for q in ["1000003/hour", "999/s; burst=3", "4294967291/s"] {
+        let r = Region::new("large");
+        let clock = ManualClock::new(7);
+        let l = KeyedLimiter::<Box<[u8]>, _>::builder(quota(q))
+            .store(r.spec())
+            .max_keys(10)
+            .clock(clock.clone())
+            .build()
+            .unwrap_or_else(|e| panic!("{q}: {e}"));
+        let mem = KeyedLimiter::<Box<[u8]>, _>::builder(quota(q))
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        // Ninety years on, decisions still match the in-process ones.
+        for t in [7, 1_000_000, 3_000_000_000, 90 * 31_557_600 * 1_000_000_000] {
+            clock.set(t);
+            for cost in [1, 2] {
+                let k: &[u8] = b"k";
+                assert_eq!(
+                    l.try_acquire(k, cost).unwrap(),
+                    mem.try_acquire(k, cost).unwrap(),
+                    "{q} at {t}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_single_limiter_on_a_region_reserves_and_acquires() {
+    let r = Region::new("reserve");
+    let clock = ManualClock::new(0);
+    let q = quota("10/s; algorithm=leaky_queue; max_delay=250ms");
+    let l = Limiter::builder(q)
+        .store(r.spec())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let waits: Vec<u64> = (0..3)
+        .map(|_| l.reserve(1).unwrap().retry_after_nanos())
+        .collect();
+    assert_eq!(waits, [0, 100_000_000, 200_000_000]);
+    assert!(!l.reserve(1).unwrap().allowed());
+    l.cancel(1).unwrap();
+    let d = l
+        .reserve_within(1, std::time::Duration::from_millis(150))
+        .unwrap();
+    assert!(!d.allowed(), "a 200 ms wait is past 150 ms");
+    let d = l.acquire(1, std::time::Duration::ZERO).unwrap();
+    assert!(!d.allowed());
+    clock.set(1_000_000_000);
+    assert!(l.acquire(1, std::time::Duration::ZERO).unwrap().allowed());
+}
+
+#[test]
+fn a_region_created_late_reports_its_horizon_on_the_limiters_clock() {
+    let r = Region::new("horizon");
+    let start = 5_000_000_000_000_000_000;
+    let clock = ManualClock::new(start);
+    let l = KeyedLimiter::<Box<[u8]>, _>::builder(quota("5/s"))
+        .store(r.spec())
+        .max_keys(10)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let k: &[u8] = b"k";
+    clock.set(start + sluicegate::CENTURY_NS);
+    assert!(
+        l.try_acquire(k, 1).unwrap().allowed(),
+        "a century is covered"
+    );
+    clock.set(u64::MAX);
+    match l.try_acquire(k, 1) {
+        Err(Error::ClockOutOfRange { now, horizon }) => {
+            assert_eq!(now, u64::MAX);
+            assert!(horizon >= start + sluicegate::CENTURY_NS, "{horizon}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_file_that_is_not_a_region_is_never_taken_over() {
+    let r = Region::new("foreign");
+    let text = "a user's own file, which a region name happened to point at\n".repeat(200);
+    std::fs::write(&r.0, &text).unwrap();
+    std::fs::set_permissions(&r.0, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let e = KeyedLimiter::<Box<[u8]>>::builder(quota("5/s"))
+        .store(r.spec())
+        .build()
+        .unwrap_err();
+    assert_eq!(store_kind(&e), Some(StoreErrorKind::Corrupt), "{e}");
+    assert_eq!(
+        std::fs::read_to_string(&r.0).unwrap(),
+        text,
+        "left as it was"
+    );
 }

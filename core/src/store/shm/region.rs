@@ -159,22 +159,19 @@ fn algorithm_of(i: u64) -> Option<Algorithm> {
     })
 }
 
-/// The least span of readings, from a region's creation, that its 64-bit words must cover
-/// exactly: ten Julian years.
-pub(crate) const MIN_SPAN_NS: u64 = 315_576_000_000_000_000;
-
 /// The codec a region runs `quota` with (on readings relative to the region's creation: see
-/// `ShmStore::base`), or why a region cannot keep its buckets: one 64-bit word each.
+/// `ShmStore::base`), or why a region cannot keep its buckets: one 96-bit state each (see
+/// `table::STATE`), exact for a century of readings.
 pub(crate) fn check_quota(path: &Path, quota: &Quota) -> Result<Codec, Error> {
-    let Some(codec) = Codec::narrow(quota, 0, MIN_SPAN_NS)? else {
+    let Some(codec) = Codec::narrow(quota, 0, super::table::STATE)? else {
         return Err(err(
             StoreErrorKind::Unsupported,
             path,
             format!(
-                "{quota}: a shared-memory region keeps one 64-bit word per key, and this \
-                 quota's exact state outgrows 64 bits within ten years of readings (its rate \
-                 reduced to lowest terms has a large count per period: a period it divides \
-                 more evenly, or a smaller burst, fits)"
+                "{quota}: a shared-memory region keeps a {}-bit state per key, and this \
+                 quota's exact state outgrows it within a century of readings (its rate \
+                 reduced to lowest terms has an enormous count per period)",
+                super::table::STATE.bits
             ),
         ));
     };
@@ -197,6 +194,16 @@ impl Region {
     pub(crate) fn open(want: &Want<'_>) -> Result<Self, Error> {
         let path = want.path;
         check_quota(path, &want.quota)?;
+        if !crate::sync::AtomicU128::is_lock_free() {
+            // Without a 128-bit compare-and-swap instruction the atomics fall back to locks
+            // private to each process, which would not make a slot's update atomic between
+            // processes.
+            return Err(err(
+                StoreErrorKind::Unsupported,
+                path,
+                "this CPU has no 128-bit compare-and-swap, which a region's slots need",
+            ));
+        }
         let mut waited = Instant::now();
         loop {
             match create_new(path) {
@@ -248,6 +255,17 @@ impl Region {
                 }
                 let holder = header.initialiser.load(Ordering::Acquire);
                 if waited.elapsed() > INIT_WAIT {
+                    let magic = header.magic.load(Ordering::Acquire);
+                    if magic != 0 && magic != MAGIC {
+                        // Not a region (a file of someone's, at a name we were given): never
+                        // take it over, it is not ours to overwrite.
+                        return Err(err(
+                            StoreErrorKind::Corrupt,
+                            path,
+                            "the file is not a sluicegate region (its first bytes are not the \
+                             region's magic number); choose another name, or remove the file",
+                        ));
+                    }
                     if holder == 0 || !super::lock::alive(holder) {
                         // Its creator died before it was ready: nobody can have used it.
                         let me = super::lock::token();
@@ -361,7 +379,7 @@ impl Region {
         for s in region.slots() {
             s.word.store(0, Ordering::Relaxed);
             s.tag_hi.store(0, Ordering::Relaxed);
-            s.reach.store(0, Ordering::Relaxed);
+            s.side.store(0, Ordering::Relaxed);
         }
         header.live.store(0, Ordering::Relaxed);
         header.hint.reset();

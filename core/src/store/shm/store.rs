@@ -14,8 +14,8 @@ use std::path::Path;
 
 /// A keyed limiter's buckets in a shared-memory region.
 ///
-/// The codec runs on readings relative to the region's creation (`base`): its 64-bit words
-/// then cover [`MIN_SPAN_NS`](super::region::MIN_SPAN_NS) of readings whatever the clock's
+/// The codec runs on readings relative to the region's creation (`base`): its 96-bit states
+/// then cover a century of readings (`table::STATE`) whatever the clock's
 /// absolute values (a manual clock far from 0 included), and every process agrees on them.
 /// The decisions are the same: every algorithm is invariant under a shift of time, the
 /// window counters under a shift by whole windows (so `base` is a multiple of the window for
@@ -248,8 +248,10 @@ pub(crate) struct ShmBucket {
 }
 
 impl ShmBucket {
-    /// The bucket of `store` (a region of one key).
-    pub(crate) fn new(store: ShmStore, quota: &Quota) -> Self {
+    /// The bucket of `store` (a region of one key), created, if it does not exist yet, as of
+    /// the region's creation: a single limiter's bucket exists from its creation on (with the
+    /// quota's initial tokens), not from its first request as a key's does.
+    pub(crate) fn new(store: ShmStore, quota: &Quota) -> Result<Self, Error> {
         let cx = Ctx::new(
             quota,
             store.codec().clone(),
@@ -257,7 +259,10 @@ impl ShmBucket {
             1,
             OnFull::RejectNewKeys,
         );
-        Self { store, cx }
+        let bucket = Self { store, cx };
+        // A request of cost 0 creates an absent bucket and changes an existing one in nothing.
+        bucket.reserve(bucket.store.region.meta.origin, 0, u64::MAX)?;
+        Ok(bucket)
     }
 
     /// The codec (on readings relative to the region's creation).
@@ -267,7 +272,18 @@ impl ShmBucket {
 
     /// The request checks, at a reading of the limiter's clock.
     pub(crate) fn check(&self, now: u64, cost: u64) -> Result<(), Error> {
-        self.cx.codec.check(self.store.rel(now), cost)
+        let base = self.store.base();
+        self.cx
+            .codec
+            .check(self.store.rel(now), cost)
+            .map_err(|e| match e {
+                // The horizon on the limiter's clock, not the codec's.
+                Error::ClockOutOfRange { horizon, .. } => Error::ClockOutOfRange {
+                    now,
+                    horizon: horizon.saturating_add(base),
+                },
+                e => e,
+            })
     }
 
     /// A request (a leaky queue admits only with a wait of at most `within` ns).

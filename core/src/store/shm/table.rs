@@ -4,38 +4,46 @@
 //!
 //! # Slots
 //!
-//! A slot is 32 bytes: one 128-bit word holding the key's 64-bit tag and the bucket's 64-bit
-//! state, the other 64 bits of the key's 128-bit fingerprint (`tag_hi`), and the `reach` of
-//! the keys whose home is this slot. A word of 0 is an empty slot; a live slot's tag is never 0.
-//! Every change of a bucket is one compare-and-swap of the word, so a process killed at any
-//! instant leaves every slot either as it was or as it became: never half-written.
+//! A slot is 32 bytes: one 128-bit word holding 32 bits of the key's fingerprint (its tag) and
+//! the bucket's 96-bit state, a 64-bit word with 64 more bits of the fingerprint (`tag_hi`),
+//! and a 64-bit `side` word with the last 32 bits of the fingerprint (above) and the reach of
+//! the keys whose home is this slot (below). A word of 0 is an empty slot; a live slot's tag is
+//! never 0. Every change of a bucket is one compare-and-swap of its word, so a process killed at
+//! any instant leaves every bucket either as it was or as it became: never half-written.
 //!
-//! * **Decide** (no lock): hash the key, read the home slot's reach, look at the slots from
-//!   home to home + reach for the tag and `tag_hi`, and run the codec's CAS loop on the word,
-//!   checking that the tag is still the key's. A rejection writes nothing.
+//! * **Decide** (no lock): hash the key, read its home's reach, look at the slots from home
+//!   to home + reach for the whole 128-bit fingerprint, and run the codec's CAS loop on the
+//!   word, checking that its tag is still the key's. A rejection writes nothing.
 //! * **Insert** (a new key) holds the insert lock of the key's home (one of a few thousand,
-//!   see [`super::lock`]): it looks again, then claims the first empty slot from the home on,
-//!   with one CAS from 0 to `(tag, state after the request)`: the bucket is created and the
-//!   key's first request applied at once. The home's reach is raised before the claim, and
-//!   `tag_hi` written after it; a reader that meets the claimed word before `tag_hi` takes the
-//!   locked path and waits. Two inserters of one key hold the same lock, so a key is never in
-//!   two slots; inserters of other keys race for a slot only through the claim's CAS.
-//! * **Evict** (no lock): a bucket full as of now is the same as no bucket, so it is dropped
-//!   by one CAS from the very word found full to 0; a consume racing it either lands first (and
+//!   see [`super::lock`]), so a key is never in two slots. It looks again, takes a unit of the
+//!   capacity, raises the home's reach, and claims the first empty slot from the home on in
+//!   two CASes: 0 to `(tag, CLAIM | its process token)`, then, with `tag_hi` and the last 32
+//!   bits written, `(tag, CLAIM | token)` to `(tag, state after the request)`: the bucket is
+//!   created and the key's first request applied at once. Readers never match a claim in
+//!   progress (they take the locked path and wait); a claim whose process died is found by
+//!   its token and undone by whoever meets it (an insert, a sweep), so no slot is lost.
+//! * **Evict** (no lock): a bucket full as of now is the same as no bucket, so it is dropped by
+//!   one CAS from the very word found full to 0; a consume racing it either lands first (and
 //!   the eviction's CAS fails) or finds the slot no longer the key's and looks again. Before
-//!   the first eviction at `now`, the region's watermark is raised to `now`: a key re-created
-//!   by a reading older than the eviction's starts as the evicted bucket did, never fuller.
+//!   the first eviction at `now`, the region's watermark is raised to `now`: a key re-created by
+//!   a reading older than the eviction's starts as the evicted bucket did, never fuller.
 //!
-//! # Fingerprints
+//! # Fingerprints and states
 //!
 //! Keys are compared by a keyed 128-bit fingerprint (SipHash-1-3 with a random secret of the
-//! region): 64 bits in the word, 64 in `tag_hi`. Keys of any length fit a fixed slot, so a
-//! claim is one CAS and no allocator lives in shared memory that a crash could leave half
-//! done; two keys share a bucket only if their 128 bits collide, which a caller who does not
-//! know the secret cannot arrange and chance does about once in 2^64 pairs.
+//! region), split over the slot's three words. Keys of any length fit a fixed slot, so no
+//! allocator lives in shared memory that a crash could leave half done, and two keys share a
+//! bucket only if their 128 bits collide, which a caller who does not know the secret cannot
+//! arrange and chance does about once in 2^64 pairs. The tag in the word (32 bits) is what a
+//! decision's CAS checks: a consume that read a slot before it was evicted and given to another
+//! key lands only if the new key's tag and state both equal the old ones.
+//!
+//! A state has 95 bits (bit 95 marks a claim): the codecs run on readings relative to the
+//! region's creation with `Narrow { bits: 95, min: a century }`, which every quota with a
+//! reduced rate below about 2^32 tokens a nanosecond fits exactly.
 
 use super::lock::Lock;
-use crate::algorithm::Codec;
+use crate::algorithm::{Codec, Narrow, CENTURY_NS};
 use crate::decision::Decision;
 use crate::error::{Error, StoreErrorKind};
 use crate::store::bound::Hint;
@@ -43,13 +51,25 @@ use crate::store::keyed::Ctx;
 use crate::store::OnFull;
 use crate::sync::{AtomicU128, AtomicU64, Ordering};
 
+/// The states a region keeps: 95 bits, for a century of readings from its creation.
+pub(crate) const STATE: Narrow = Narrow {
+    bits: 95,
+    min: CENTURY_NS,
+};
+
+/// The state field's claim mark: `CLAIM | token` is a claim in progress by the process of
+/// `token` (no codec state reaches bit 95).
+const CLAIM: u128 = 1 << 95;
+const STATE_MASK: u128 = (1 << 96) - 1;
+
 /// One slot (see the module documentation). `repr(C)` with its alignment: the layout of the
 /// region's slot array.
 #[repr(C, align(32))]
 pub(crate) struct Slot {
     pub(crate) word: AtomicU128,
     pub(crate) tag_hi: AtomicU64,
-    pub(crate) reach: AtomicU64,
+    /// The last 32 bits of the occupant's fingerprint, above; this home's reach, below.
+    pub(crate) side: AtomicU64,
 }
 
 impl Slot {
@@ -59,7 +79,7 @@ impl Slot {
         Self {
             word: AtomicU128::new(0),
             tag_hi: AtomicU64::new(0),
-            reach: AtomicU64::new(0),
+            side: AtomicU64::new(0),
         }
     }
 }
@@ -68,46 +88,40 @@ impl Slot {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Fingerprint {
     pub(crate) home: usize,
-    /// Never 0 (0 marks an empty slot).
-    pub(crate) tag: u64,
+    /// In the word; never 0 (0 marks an empty slot).
+    pub(crate) tag: u32,
     pub(crate) tag_hi: u64,
+    /// In the side word.
+    pub(crate) tag_lo: u32,
 }
 
 impl Fingerprint {
-    /// The fingerprint of a 128-bit keyed hash in a table of `slots` slots (a power of two).
+    /// The fingerprint of a 128-bit keyed hash in a table of `slots` slots.
     pub(crate) fn new(hash: u128, slots: usize) -> Self {
         let (hi, lo) = ((hash >> 64) as u64, hash as u64);
         Self {
             home: ((u128::from(hi) * slots as u128) >> 64) as usize,
-            tag: lo.max(1),
+            tag: ((lo >> 32) as u32).max(1),
             tag_hi: hi,
+            tag_lo: lo as u32,
         }
     }
 }
 
 #[inline]
-fn pack(tag: u64, state: u64) -> u128 {
-    (u128::from(tag) << 64) | u128::from(state)
+fn pack(tag: u32, state: u128) -> u128 {
+    (u128::from(tag) << 96) | state
 }
 
 #[inline]
-fn unpack(word: u128) -> (u64, u64) {
-    ((word >> 64) as u64, word as u64)
+fn unpack(word: u128) -> (u32, u128) {
+    ((word >> 96) as u32, word & STATE_MASK)
 }
 
-/// What [`Table::audit`] found.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Audit {
-    /// Slots holding a key.
-    pub live: usize,
-    /// Keys found in more than one slot (beyond their first).
-    pub duplicates: usize,
-    /// Live slots beyond their home's reach: keys no lookup finds.
-    pub unreachable: usize,
-    /// States outside their algorithm's range.
-    pub corrupt: usize,
-    /// The region's live count (repaired by a sweep after a crash).
-    pub counted: u64,
+/// The process token of a claim in progress, if `state` is one.
+#[inline]
+fn claim_of(state: u128) -> Option<u64> {
+    (state & CLAIM != 0).then_some(state as u64)
 }
 
 /// A request, as the store's operations take it.
@@ -118,6 +132,23 @@ pub(crate) struct Request {
     /// A leaky queue admits only with a wait of at most this many ns (`u64::MAX`: its own
     /// bound).
     pub(crate) within: u64,
+}
+
+/// What [`Table::audit`] found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Audit {
+    /// Slots holding a key (claims in progress included).
+    pub live: usize,
+    /// Keys found in more than one slot (beyond their first).
+    pub duplicates: usize,
+    /// Live slots beyond their home's reach: keys no lookup finds.
+    pub unreachable: usize,
+    /// States outside their algorithm's range.
+    pub corrupt: usize,
+    /// Claims whose process is gone (a sweep undoes them).
+    pub stale_claims: usize,
+    /// The region's live count (repaired by a sweep after a crash).
+    pub counted: u64,
 }
 
 /// The region's table, as one process sees it.
@@ -136,11 +167,25 @@ pub(crate) struct Table<'a> {
     pub(crate) name: &'a str,
 }
 
+/// How a claim ended.
+enum Claimed {
+    /// The bucket is created, with the request's decision.
+    Done(Decision),
+    /// No slot was taken (another inserter got there first): the unit of capacity reserved
+    /// for it is still the inserter's to give back.
+    Lost,
+    /// The claim was undone by another process that judged this one dead, and its unit given
+    /// back with it.
+    Undone,
+}
+
 /// What the locked path found for a key.
 enum Found {
     At(usize),
     Absent,
 }
+
+const BAD_STATE: &str = "a bucket's state is outside its algorithm's range";
 
 impl Table<'_> {
     /// Slot `home + d`, wrapping (`home` and `d` are below the slot count).
@@ -157,26 +202,56 @@ impl Table<'_> {
     /// A home's reach, capped below the slot count (the region's bytes are untrusted).
     #[inline]
     fn reach(&self, home: usize) -> usize {
-        let r = self.slots[home].reach.load(Ordering::Acquire);
-        usize::try_from(r)
-            .unwrap_or(usize::MAX)
-            .min(self.slots.len() - 1)
+        let r = self.slots[home].side.load(Ordering::Acquire) as u32;
+        (r as usize).min(self.slots.len() - 1)
+    }
+
+    /// Raises a home's reach to at least `d`, keeping the side word's fingerprint bits.
+    fn raise_reach(&self, home: usize, d: usize) {
+        let side = &self.slots[home].side;
+        let d = d as u64;
+        let mut cur = side.load(Ordering::Acquire);
+        while cur & 0xffff_ffff < d {
+            let new = (cur & !0xffff_ffff) | d;
+            match side.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Writes the last 32 bits of a claimed slot's fingerprint, keeping its reach.
+    fn set_tag_lo(&self, i: usize, tag_lo: u32) {
+        let side = &self.slots[i].side;
+        let mut cur = side.load(Ordering::Acquire);
+        loop {
+            let new = (u64::from(tag_lo) << 32) | (cur & 0xffff_ffff);
+            match side.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(actual) => cur = actual,
+            }
+        }
     }
 
     fn corrupt(&self, what: &str) -> Error {
         Error::store(StoreErrorKind::Corrupt, self.name, what.to_string())
     }
 
-    /// The slot holding `fp`'s key, as of the loads; `None` when absent, or when a slot with
-    /// the key's tag has not got its `tag_hi` yet (an insert in progress: the locked path
-    /// waits for it).
+    /// Whether slot `i` holds `fp`'s key (a live bucket, not a claim).
+    #[inline]
+    fn holds(&self, i: usize, fp: &Fingerprint) -> bool {
+        let (tag, state) = unpack(self.slots[i].word.load(Ordering::Acquire));
+        tag == fp.tag
+            && claim_of(state).is_none()
+            && self.slots[i].tag_hi.load(Ordering::Acquire) == fp.tag_hi
+            && (self.slots[i].side.load(Ordering::Acquire) >> 32) as u32 == fp.tag_lo
+    }
+
+    /// The slot holding `fp`'s key, as of the loads; `None` when absent (or being inserted).
     fn find(&self, fp: &Fingerprint) -> Option<usize> {
         (0..=self.reach(fp.home))
             .map(|d| self.at(fp.home, d))
-            .find(|&i| {
-                let (tag, _) = unpack(self.slots[i].word.load(Ordering::Acquire));
-                tag == fp.tag && self.slots[i].tag_hi.load(Ordering::Acquire) == fp.tag_hi
-            })
+            .find(|&i| self.holds(i, fp))
     }
 
     /// The codec's step on slot `i`'s bucket until its CAS succeeds or nothing is to be
@@ -186,17 +261,17 @@ impl Table<'_> {
         i: usize,
         fp: &Fingerprint,
         codec: &Codec,
-        step: impl Fn(u64) -> (Decision, Option<u64>),
+        step: impl Fn(u128) -> (Decision, Option<u128>),
     ) -> Result<Option<Decision>, Error> {
         let word = &self.slots[i].word;
         let mut cur = word.load(Ordering::Acquire);
         loop {
             let (tag, state) = unpack(cur);
-            if tag != fp.tag {
+            if tag != fp.tag || claim_of(state).is_some() {
                 return Ok(None);
             }
-            if !codec.valid(u128::from(state)) {
-                return Err(self.corrupt("a bucket's state is outside its algorithm's range"));
+            if !codec.valid(state) {
+                return Err(self.corrupt(BAD_STATE));
             }
             let (d, new) = step(state);
             let Some(new) = new else {
@@ -214,16 +289,13 @@ impl Table<'_> {
         }
     }
 
-    /// The codec's request step on a narrow word (the store keeps one-word codecs only).
-    fn request_step(codec: &Codec, r: Request) -> impl Fn(u64) -> (Decision, Option<u64>) + '_ {
-        move |s| {
-            let (d, new) = codec.decide_within(u128::from(s), r.now, r.cost, r.within);
-            (d, new.map(|n| n as u64))
-        }
+    /// The codec's request step.
+    fn request_step(codec: &Codec, r: Request) -> impl Fn(u128) -> (Decision, Option<u128>) + '_ {
+        move |s| codec.decide_within(s, r.now, r.cost, r.within)
     }
 
     /// Applies a request to `fp`'s bucket, creating it on the key's first request. `me`
-    /// gives this process's lock token (asked only on the locked path).
+    /// gives this process's token (asked only on the locked path).
     pub(crate) fn acquire(
         &self,
         cx: &Ctx,
@@ -240,8 +312,9 @@ impl Table<'_> {
             }
         }
         // The locked path: a new key (or one that kept moving under us).
+        let me = me();
         let lock = Lock::new(&self.locks[fp.home % self.locks.len()], self.name);
-        let _held = lock.acquire(me())?;
+        let _held = lock.acquire(me)?;
         loop {
             match self.find_locked(fp) {
                 Found::At(i) => {
@@ -251,7 +324,7 @@ impl Table<'_> {
                     // Evicted meanwhile (full): the key is absent again.
                 }
                 Found::Absent => {
-                    if let Some(d) = self.insert(cx, fp, r, &step)? {
+                    if let Some(d) = self.insert(cx, fp, r, me, &step)? {
                         return Ok(d);
                     }
                 }
@@ -259,23 +332,39 @@ impl Table<'_> {
         }
     }
 
-    /// `find`, by the holder of the key's insert lock: a slot with the key's tag but another
-    /// `tag_hi` in the key's reach is an insert of this very key whose process died between
-    /// its claim and its `tag_hi` (only holders of this lock claim with this key's home, and
-    /// another key with the same 64-bit tag in this reach is a 2^-64 chance): it is completed.
+    /// `find`, by the holder of the key's insert lock, which also undoes a claim in the key's
+    /// reach whose process died (only holders of this lock claim this key, so such a claim is
+    /// this key's insert cut short; a claim of another key with the same 32-bit tag is undone
+    /// only if its process is gone too).
     fn find_locked(&self, fp: &Fingerprint) -> Found {
-        if let Some(i) = self.find(fp) {
-            return Found::At(i);
-        }
         for d in 0..=self.reach(fp.home) {
             let i = self.at(fp.home, d);
-            let (tag, _) = unpack(self.slots[i].word.load(Ordering::Acquire));
-            if tag == fp.tag {
-                self.slots[i].tag_hi.store(fp.tag_hi, Ordering::Release);
+            if self.holds(i, fp) {
                 return Found::At(i);
             }
+            self.undo_dead_claim(i);
         }
         Found::Absent
+    }
+
+    /// Undoes slot `i`'s claim if it is one whose process is gone; whether it did.
+    fn undo_dead_claim(&self, i: usize) -> bool {
+        let w = self.slots[i].word.load(Ordering::Acquire);
+        let Some(owner) = claim_of(unpack(w).1).filter(|_| unpack(w).0 != 0) else {
+            return false;
+        };
+        if super::lock::alive(owner) {
+            return false;
+        }
+        let undone = self.slots[i]
+            .word
+            .compare_exchange(w, 0, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if undone {
+            // The dead inserter's unit of capacity.
+            self.live.fetch_sub(1, Ordering::AcqRel);
+        }
+        undone
     }
 
     /// Creates `fp`'s bucket (absent; the key's insert lock held) with the request applied.
@@ -285,14 +374,19 @@ impl Table<'_> {
         cx: &Ctx,
         fp: &Fingerprint,
         r: Request,
-        step: &impl Fn(u64) -> (Decision, Option<u64>),
+        me: u64,
+        step: &impl Fn(u128) -> (Decision, Option<u128>),
     ) -> Result<Option<Decision>, Error> {
         self.reserve(cx, fp.home, r.now)?;
-        let claimed = self.claim(cx, fp, r, step);
-        if !matches!(claimed, Ok(Some(_))) {
-            self.live.fetch_sub(1, Ordering::AcqRel);
+        match self.claim(cx, fp, r, me, step) {
+            Claimed::Done(d) => Ok(Some(d)),
+            Claimed::Lost => {
+                self.live.fetch_sub(1, Ordering::AcqRel);
+                Ok(None)
+            }
+            // Whoever undid the claim gave its unit back.
+            Claimed::Undone => Ok(None),
         }
-        claimed
     }
 
     /// Takes one unit of the capacity for a new key, making room when the region is full:
@@ -329,48 +423,67 @@ impl Table<'_> {
 
     /// Claims, for `fp` (a unit of capacity reserved), the first slot from its home on that is
     /// empty or holds a full bucket (evicted on the way: a bucket equal to a fresh one only
-    /// lengthens probes), with the request applied.
+    /// lengthens probes) or a dead claim, and creates the bucket with the request applied.
     fn claim(
         &self,
         cx: &Ctx,
         fp: &Fingerprint,
         r: Request,
-        step: &impl Fn(u64) -> (Decision, Option<u64>),
-    ) -> Result<Option<Decision>, Error> {
+        me: u64,
+        step: &impl Fn(u128) -> (Decision, Option<u128>),
+    ) -> Claimed {
         let n = self.slots.len();
         let Some(d) = (0..n).find(|&d| self.vacate(cx, self.at(fp.home, d), r.now)) else {
-            return Ok(None); // every slot was live (a count off after a crash): look again
+            return Claimed::Lost; // every slot was live (a count off after a crash): look again
         };
         let i = self.at(fp.home, d);
         // Reach first, so that no reader that sees the key's slot misses it for its reach.
-        self.slots[fp.home]
-            .reach
-            .fetch_max(d as u64, Ordering::AcqRel);
-        let at = r.now.max(self.hint.watermark());
-        let fresh = cx.codec.fresh(at) as u64;
-        let (decision, new) = step(fresh);
-        let state = new.unwrap_or(fresh);
-        if self.slots[i]
-            .word
-            .compare_exchange(0, pack(fp.tag, state), Ordering::AcqRel, Ordering::Acquire)
+        self.raise_reach(fp.home, d);
+        let mark = pack(fp.tag, CLAIM | u128::from(me));
+        let word = &self.slots[i].word;
+        if word
+            .compare_exchange(0, mark, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
-            return Ok(None); // another key's inserter took it first
+            return Claimed::Lost; // another key's inserter took it first
         }
-        self.slots[i].tag_hi.store(fp.tag_hi, Ordering::Release);
+        // The rest of the fingerprint, published by the CAS below (release).
+        self.slots[i].tag_hi.store(fp.tag_hi, Ordering::Relaxed);
+        self.set_tag_lo(i, fp.tag_lo);
+        let at = r.now.max(self.hint.watermark());
+        let fresh = cx.codec.fresh(at);
+        let (decision, new) = step(fresh);
+        let state = new.unwrap_or(fresh);
+        if word
+            .compare_exchange(
+                mark,
+                pack(fp.tag, state),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
+            // Undone by someone who took this process for dead (it cannot be, but the slot is
+            // theirs now, and they gave its unit back): start again.
+            return Claimed::Undone;
+        }
         let full_at = r.now.saturating_add(decision.reset_after_nanos());
         self.hint.lowered(full_at);
-        Ok(Some(decision))
+        Claimed::Done(decision)
     }
 
-    /// Whether slot `i` is empty, after evicting its bucket if that is full at `now`.
+    /// Whether slot `i` is empty, after evicting its bucket if that is full at `now`, or
+    /// undoing its claim if that process is gone.
     fn vacate(&self, cx: &Ctx, i: usize, now: u64) -> bool {
         let w = self.slots[i].word.load(Ordering::Acquire);
         let (tag, state) = unpack(w);
         if tag == 0 {
             return true;
         }
-        if !cx.codec.valid(u128::from(state)) || !cx.codec.is_full(u128::from(state), now) {
+        if claim_of(state).is_some() {
+            return self.undo_dead_claim(i);
+        }
+        if !cx.codec.valid(state) || !cx.codec.is_full(state, now) {
             return false;
         }
         self.evict(i, w, now)
@@ -400,8 +513,8 @@ impl Table<'_> {
         n
     }
 
-    /// Evicts every bucket full at `now`; how many, and the earliest instant a kept bucket
-    /// becomes full (`u64::MAX` if none).
+    /// Evicts every bucket full at `now`, and undoes the claims of dead processes; how many
+    /// buckets went, and the earliest instant a kept bucket becomes full (`u64::MAX` if none).
     pub(crate) fn evict_full(&self, cx: &Ctx, now: u64) -> Result<(usize, u64), Error> {
         let (mut evicted, mut soonest) = (0, u64::MAX);
         for i in 0..self.slots.len() {
@@ -411,15 +524,15 @@ impl Table<'_> {
                 if tag == 0 {
                     break;
                 }
-                if !cx.codec.valid(u128::from(state)) {
-                    return Err(self.corrupt("a bucket's state is outside its algorithm's range"));
+                if claim_of(state).is_some() {
+                    evicted += usize::from(self.undo_dead_claim(i));
+                    break;
                 }
-                if !cx.codec.is_full(u128::from(state), now) {
-                    let full_in = cx
-                        .codec
-                        .decide(u128::from(state), now, 0)
-                        .0
-                        .reset_after_nanos();
+                if !cx.codec.valid(state) {
+                    return Err(self.corrupt(BAD_STATE));
+                }
+                if !cx.codec.is_full(state, now) {
+                    let full_in = cx.codec.decide(state, now, 0).0.reset_after_nanos();
                     soonest = soonest.min(now.saturating_add(full_in));
                     break;
                 }
@@ -443,17 +556,13 @@ impl Table<'_> {
                 let i = self.at(home, d);
                 let w = self.slots[i].word.load(Ordering::Acquire);
                 let (tag, state) = unpack(w);
-                if tag == 0 {
+                if tag == 0 || claim_of(state).is_some() {
                     continue;
                 }
-                if !cx.codec.valid(u128::from(state)) {
-                    return Err(self.corrupt("a bucket's state is outside its algorithm's range"));
+                if !cx.codec.valid(state) {
+                    return Err(self.corrupt(BAD_STATE));
                 }
-                let reset = cx
-                    .codec
-                    .decide(u128::from(state), now, 0)
-                    .0
-                    .reset_after_nanos();
+                let reset = cx.codec.decide(state, now, 0).0.reset_after_nanos();
                 if best.is_none_or(|b| reset < b.0) {
                     best = Some((reset, i, w));
                 }
@@ -486,11 +595,11 @@ impl Table<'_> {
         for _ in 0..4 {
             let Some(i) = self.find(fp) else { break };
             let (tag, state) = unpack(self.slots[i].word.load(Ordering::Acquire));
-            if tag == fp.tag {
-                if !cx.codec.valid(u128::from(state)) {
-                    return Err(self.corrupt("a bucket's state is outside its algorithm's range"));
+            if tag == fp.tag && claim_of(state).is_none() {
+                if !cx.codec.valid(state) {
+                    return Err(self.corrupt(BAD_STATE));
                 }
-                return Ok(cx.codec.decide(u128::from(state), now, cost).0);
+                return Ok(cx.codec.decide(state, now, cost).0);
             }
         }
         let at = now.max(self.hint.watermark());
@@ -513,18 +622,18 @@ impl Table<'_> {
             let mut cur = word.load(Ordering::Acquire);
             loop {
                 let (tag, state) = unpack(cur);
-                if tag != fp.tag {
+                if tag != fp.tag || claim_of(state).is_some() {
                     break; // evicted or reused: look again
                 }
-                if !cx.codec.valid(u128::from(state)) {
-                    return Err(self.corrupt("a bucket's state is outside its algorithm's range"));
+                if !cx.codec.valid(state) {
+                    return Err(self.corrupt(BAD_STATE));
                 }
-                let Some(new) = cx.codec.refund(u128::from(state), now, cost) else {
+                let Some(new) = cx.codec.refund(state, now, cost) else {
                     return Ok(());
                 };
                 match word.compare_exchange_weak(
                     cur,
-                    pack(fp.tag, new as u64),
+                    pack(fp.tag, new),
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 ) {
@@ -545,7 +654,8 @@ impl Table<'_> {
         while let Some(i) = self.find(fp) {
             let word = &self.slots[i].word;
             let cur = word.load(Ordering::Acquire);
-            if unpack(cur).0 != fp.tag {
+            let (tag, state) = unpack(cur);
+            if tag != fp.tag || claim_of(state).is_some() {
                 continue;
             }
             if word
@@ -559,10 +669,18 @@ impl Table<'_> {
         false
     }
 
-    /// Forgets every key (the reaches stay: they only bound probes).
+    /// Forgets every key (claims in progress stay: their inserters finish them; reaches stay:
+    /// they only bound probes).
     pub(crate) fn clear(&self) {
         for slot in self.slots {
-            if slot.word.swap(0, Ordering::AcqRel) != 0 {
+            let w = slot.word.load(Ordering::Acquire);
+            if w != 0
+                && claim_of(unpack(w).1).is_none()
+                && slot
+                    .word
+                    .compare_exchange(w, 0, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
                 self.live.fetch_sub(1, Ordering::AcqRel);
             }
         }
@@ -570,7 +688,7 @@ impl Table<'_> {
 
     /// Checks the table's invariants (a scan; exact only while nothing changes it): every live
     /// slot's key is findable (within its home's reach), no key is in two slots, every state
-    /// is valid, and the live count matches.
+    /// is valid, no claim is left by a dead process, and the live count matches.
     pub(crate) fn audit(&self, cx: &Ctx) -> Audit {
         let mut seen = std::collections::HashSet::new();
         let mut a = Audit {
@@ -583,15 +701,19 @@ impl Table<'_> {
                 continue;
             }
             a.live += 1;
+            if let Some(owner) = claim_of(state) {
+                a.stale_claims += usize::from(!super::lock::alive(owner));
+                continue;
+            }
             let hi = s.tag_hi.load(Ordering::Acquire);
-            if !seen.insert((tag, hi)) {
+            let lo = (s.side.load(Ordering::Acquire) >> 32) as u32;
+            if !seen.insert((tag, hi, lo)) {
                 a.duplicates += 1;
             }
-            if !cx.codec.valid(u128::from(state)) {
+            if !cx.codec.valid(state) {
                 a.corrupt += 1;
             }
-            let home =
-                Fingerprint::new(u128::from(hi) << 64 | u128::from(tag), self.slots.len()).home;
+            let home = ((u128::from(hi) * self.slots.len() as u128) >> 64) as usize;
             let d = if i >= home {
                 i - home
             } else {
@@ -604,7 +726,7 @@ impl Table<'_> {
         a
     }
 
-    /// Live keys (a scan: not an atomic snapshot).
+    /// Live keys (a scan: not an atomic snapshot; claims in progress count).
     pub(crate) fn len(&self) -> usize {
         self.slots
             .iter()
@@ -675,14 +797,19 @@ mod tests {
         }
     }
 
+    /// This process's token (a live one).
+    fn me() -> u64 {
+        super::super::lock::token()
+    }
+
     #[test]
     fn a_key_gets_one_bucket_and_its_decisions() {
         let o = Owned::new(8, 10, 4);
         let (t, c) = (o.table(), cx("2/s", OnFull::RejectNewKeys));
         let k = fp(7, 10);
-        assert!(t.acquire(&c, &k, req(0, 1), || 1).unwrap().allowed());
-        assert!(t.acquire(&c, &k, req(0, 1), || 1).unwrap().allowed());
-        let d = t.acquire(&c, &k, req(0, 1), || 1).unwrap();
+        assert!(t.acquire(&c, &k, req(0, 1), me).unwrap().allowed());
+        assert!(t.acquire(&c, &k, req(0, 1), me).unwrap().allowed());
+        let d = t.acquire(&c, &k, req(0, 1), me).unwrap();
         assert!(!d.allowed());
         assert_eq!(d.retry_after_nanos(), 500_000_000);
         assert_eq!(t.len(), 1);
@@ -702,23 +829,20 @@ mod tests {
         // Keys 0, 16, 32, ... share a home.
         let keys: Vec<_> = (0..14).map(|i| fp(i * 16 + 3, n)).collect();
         for k in &keys {
-            assert!(t.acquire(&c, k, req(0, 1), || 1).unwrap().allowed());
+            assert!(t.acquire(&c, k, req(0, 1), me).unwrap().allowed());
         }
         for k in &keys {
-            assert!(
-                !t.acquire(&c, k, req(0, 1), || 1).unwrap().allowed(),
-                "{k:?}"
-            );
+            assert!(!t.acquire(&c, k, req(0, 1), me).unwrap().allowed(), "{k:?}");
         }
         // At the bound (14 keys), nothing is full: a 15th key is refused.
         let extra = fp(999, n);
         assert!(matches!(
-            t.acquire(&c, &extra, req(0, 1), || 1),
+            t.acquire(&c, &extra, req(0, 1), me),
             Err(Error::KeyStoreFull { max_keys: 14 })
         ));
         // A second later every bucket is full again: the new key evicts them and fits.
         assert!(t
-            .acquire(&c, &extra, req(1_000_000_000, 1), || 1)
+            .acquire(&c, &extra, req(1_000_000_000, 1), me)
             .unwrap()
             .allowed());
         assert!(t.len() <= 14);
@@ -728,33 +852,67 @@ mod tests {
     fn evict_fullest_makes_room_at_the_bound() {
         let o = Owned::new(2, 3, 2);
         let (t, c) = (o.table(), cx("10/s", OnFull::EvictFullest));
-        assert!(t
-            .acquire(&c, &fp(1, 3), req(0, 10), || 1)
-            .unwrap()
-            .allowed());
-        assert!(t.acquire(&c, &fp(2, 3), req(0, 1), || 1).unwrap().allowed());
+        assert!(t.acquire(&c, &fp(1, 3), req(0, 10), me).unwrap().allowed());
+        assert!(t.acquire(&c, &fp(2, 3), req(0, 1), me).unwrap().allowed());
         // Full: the bucket with the least reset_after (key 2) goes.
-        assert!(t.acquire(&c, &fp(3, 3), req(0, 1), || 1).unwrap().allowed());
+        assert!(t.acquire(&c, &fp(3, 3), req(0, 1), me).unwrap().allowed());
         assert_eq!(t.peek(&c, &fp(1, 3), 0).unwrap().remaining(), 0);
         assert_eq!(t.len(), 2);
     }
 
     #[test]
-    fn an_insert_whose_process_died_before_tag_hi_is_completed() {
+    fn a_claim_whose_process_died_is_undone_and_the_key_inserted() {
         let o = Owned::new(4, 5, 2);
         let (t, c) = (o.table(), cx("5/s", OnFull::RejectNewKeys));
         let k = fp(42, 5);
-        // The claim landed (with the first request applied), tag_hi did not.
-        o.slots[k.home].word.store(
-            pack(k.tag, c.codec.fresh(0) as u64 + 200_000_000),
-            Ordering::Release,
-        );
+        // An inserter claimed the key's home and died (pid 0: no process) before creating the
+        // bucket; its unit of capacity is still counted.
+        let dead = 5;
+        o.slots[k.home]
+            .word
+            .store(pack(k.tag, CLAIM | dead), Ordering::Release);
+        o.slots[k.home].tag_hi.store(k.tag_hi, Ordering::Release);
         o.live.store(1, Ordering::Release);
-        assert!(t.find(&k).is_none(), "the lock-free path does not trust it");
-        let d = t.acquire(&c, &k, req(0, 1), || 1).unwrap();
-        assert_eq!(d.remaining(), 3, "the dead insert's request counted");
+        assert!(
+            t.find(&k).is_none(),
+            "the lock-free path never matches a claim"
+        );
+        assert_eq!(t.audit(&c).stale_claims, 1);
+        let d = t.acquire(&c, &k, req(0, 1), me).unwrap();
+        assert!(d.allowed());
+        assert_eq!(d.remaining(), 4, "the dead claim's request never happened");
         assert_eq!(t.len(), 1, "one bucket, not two");
-        assert_eq!(o.slots[k.home].tag_hi.load(Ordering::Acquire), k.tag_hi);
+        assert_eq!(o.live.load(Ordering::Acquire), 1, "its unit given back");
+        let a = t.audit(&c);
+        assert_eq!((a.stale_claims, a.duplicates, a.unreachable), (0, 0, 0));
+    }
+
+    #[test]
+    fn a_live_claim_is_left_alone() {
+        let o = Owned::new(4, 5, 2);
+        let (t, c) = (o.table(), cx("5/s", OnFull::RejectNewKeys));
+        let (k, other) = (fp(42, 5), fp(43, 5));
+        // Another key's insert in progress, by a live process (this one), in k's home.
+        o.slots[k.home]
+            .word
+            .store(pack(other.tag, CLAIM | lock_token()), Ordering::Release);
+        o.live.store(1, Ordering::Release);
+        assert!(t.acquire(&c, &k, req(0, 1), me).unwrap().allowed());
+        assert_ne!(t.find(&k), Some(k.home), "k went past the claimed slot");
+        assert_eq!(
+            unpack(o.slots[k.home].word.load(Ordering::Acquire)).1 & CLAIM,
+            CLAIM
+        );
+        assert_eq!(
+            t.evict_full(&c, u64::MAX / 2).unwrap().0,
+            1,
+            "only k's bucket"
+        );
+        assert_eq!(t.audit(&c).stale_claims, 0);
+    }
+
+    fn lock_token() -> u128 {
+        u128::from(super::super::lock::token())
     }
 
     #[test]
@@ -765,15 +923,17 @@ mod tests {
             cx("5/s; algorithm=fixed_window", OnFull::RejectNewKeys),
         );
         let k = fp(9, 5);
-        assert!(t.acquire(&c, &k, req(0, 1), || 1).unwrap().allowed());
+        assert!(t.acquire(&c, &k, req(0, 1), me).unwrap().allowed());
         let i = t.find(&k).unwrap();
         let (tag, _) = unpack(o.slots[i].word.load(Ordering::Acquire));
-        o.slots[i]
-            .word
-            .store(pack(tag, u64::MAX), Ordering::Release);
-        let e = t.acquire(&c, &k, req(0, 1), || 1).unwrap_err();
+        // Every bit of the state set but the claim mark: no fixed window counts that high.
+        let bad = STATE_MASK & !CLAIM;
+        assert!(!c.codec.valid(bad));
+        o.slots[i].word.store(pack(tag, bad), Ordering::Release);
+        let e = t.acquire(&c, &k, req(0, 1), me).unwrap_err();
         assert_eq!(e.code(), "store_corrupt", "{e}");
         assert_eq!(t.peek(&c, &k, 0).unwrap_err().code(), "store_corrupt");
+        assert_eq!(t.audit(&c).corrupt, 1);
     }
 
     #[test]
@@ -781,7 +941,7 @@ mod tests {
         let o = Owned::new(8, 10, 2);
         let (t, c) = (o.table(), cx("1/s", OnFull::RejectNewKeys));
         for k in 0..5 {
-            t.acquire(&c, &fp(k, 10), req(0, 1), || 1).unwrap();
+            t.acquire(&c, &fp(k, 10), req(0, 1), me).unwrap();
         }
         o.live.store(9, Ordering::Release); // as a killed process might leave it
         assert_eq!(t.evict_full(&c, 500_000_000).unwrap().0, 0);
@@ -829,6 +989,11 @@ mod loom_models {
         }
     }
 
+    /// A live process's token (pid 1; under loom every process with a pid is alive).
+    fn me() -> u64 {
+        1 << 32
+    }
+
     /// Two first requests of one key, racing: one bucket, both requests in it.
     #[test]
     fn two_inserts_of_one_key_make_one_bucket() {
@@ -838,9 +1003,9 @@ mod loom_models {
             let k = fp(7, 1, 3);
             let other = {
                 let (o, c) = (o.clone(), c.clone());
-                thread::spawn(move || o.table().acquire(&c, &k, req(0, 1), || 1).unwrap())
+                thread::spawn(move || o.table().acquire(&c, &k, req(0, 1), me).unwrap())
             };
-            let mine = o.table().acquire(&c, &k, req(0, 1), || 1).unwrap();
+            let mine = o.table().acquire(&c, &k, req(0, 1), me).unwrap();
             let theirs = other.join().unwrap();
             assert!(mine.allowed() && theirs.allowed());
             let t = o.table();
@@ -858,12 +1023,12 @@ mod loom_models {
             let o = Arc::new(Owned::new(2, 3, 1));
             let c = Arc::new(cx("1/s"));
             let k = fp(3, 0, 3);
-            o.table().acquire(&c, &k, req(0, 1), || 1).unwrap(); // empty at 0, full at 1 s
+            o.table().acquire(&c, &k, req(0, 1), me).unwrap(); // empty at 0, full at 1 s
             let evictor = {
                 let (o, c) = (o.clone(), c.clone());
                 thread::spawn(move || o.table().evict_full(&c, S).unwrap().0)
             };
-            let d = o.table().acquire(&c, &k, req(S, 1), || 1).unwrap();
+            let d = o.table().acquire(&c, &k, req(S, 1), me).unwrap();
             let evicted = evictor.join().unwrap();
             assert!(d.allowed());
             assert!(evicted <= 1);
@@ -886,13 +1051,9 @@ mod loom_models {
             let (a, b) = (fp(1, 2, 3), fp(2, 2, 3));
             let other = {
                 let (o, c) = (o.clone(), c.clone());
-                thread::spawn(move || o.table().acquire(&c, &b, req(0, 2), || 1).unwrap())
+                thread::spawn(move || o.table().acquire(&c, &b, req(0, 2), me).unwrap())
             };
-            assert!(o
-                .table()
-                .acquire(&c, &a, req(0, 1), || 1)
-                .unwrap()
-                .allowed());
+            assert!(o.table().acquire(&c, &a, req(0, 1), me).unwrap().allowed());
             assert!(other.join().unwrap().allowed());
             let t = o.table();
             assert_eq!(t.len(), 2);
@@ -911,12 +1072,12 @@ mod loom_models {
             let o = Arc::new(Owned::new(1, 2, 2));
             let c = Arc::new(cx("1/s"));
             let (old, new) = (fp(1, 0, 2), fp(2, 1, 2));
-            o.table().acquire(&c, &old, req(0, 1), || 1).unwrap(); // full again at 1 s
+            o.table().acquire(&c, &old, req(0, 1), me).unwrap(); // full again at 1 s
             let consumer = {
                 let (o, c) = (o.clone(), c.clone());
-                thread::spawn(move || o.table().acquire(&c, &old, req(S, 1), || 1))
+                thread::spawn(move || o.table().acquire(&c, &old, req(S, 1), me))
             };
-            let inserted = o.table().acquire(&c, &new, req(S, 1), || 1);
+            let inserted = o.table().acquire(&c, &new, req(S, 1), me);
             let consumed = consumer.join().unwrap();
             let ok = |r: &Result<Decision, Error>| match r {
                 Ok(d) => d.allowed(),
@@ -927,6 +1088,30 @@ mod loom_models {
             };
             assert!(ok(&inserted) ^ ok(&consumed), "{inserted:?} {consumed:?}");
             assert_eq!(o.table().len(), 1);
+        });
+    }
+
+    /// An insert whose process a sweep takes for dead (a token of pid 0: what a waiter sees of
+    /// a process that is gone) while it claims: whichever way the race goes, the live count
+    /// stays the number of live slots (a unit is given back once, by the sweep or the
+    /// inserter, never by both) and the request is applied at most once.
+    #[test]
+    fn a_claim_undone_by_a_sweep_is_counted_once() {
+        loom::model(|| {
+            let o = Arc::new(Owned::new(2, 3, 1));
+            let c = Arc::new(cx("2/s"));
+            let k = fp(7, 1, 3);
+            let sweeper = {
+                let (o, c) = (o.clone(), c.clone());
+                thread::spawn(move || o.table().evict_full(&c, 0).unwrap().0)
+            };
+            let d = o.table().acquire(&c, &k, req(0, 1), || 5).unwrap();
+            sweeper.join().unwrap();
+            assert!(d.allowed());
+            let t = o.table();
+            assert_eq!(o.live.load(Ordering::Acquire), t.len() as u64);
+            assert_eq!(t.len(), 1);
+            assert_eq!(t.peek(&c, &k, 0).unwrap().remaining(), 1);
         });
     }
 }
