@@ -10,8 +10,8 @@
         "POLICY": "default",
         "ENABLED": True,
         "MAX_KEYS": None,
-        "STORAGE": "memory",                # or "shm:NAME": one region per limit, shared by
-    }                                       # every worker process of the host
+        "STORAGE": "memory",                # or "shm:NAME": a region per limit, for all workers
+    }
 
     # views.py
     from sluicegate.django import ratelimit, exempt
