@@ -5,6 +5,7 @@ use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyType};
+use sluicegate::StoreSpec;
 use std::time::Duration;
 
 /// A non-negative integer argument that fits `u64` (costs, counts, clock readings).
@@ -124,4 +125,12 @@ pub(crate) fn duration_ns(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
     let d = duration(obj, what)?;
     u64::try_from(d.as_nanos())
         .map_err(|_| PyOverflowError::new_err(format!("{what} is too long (at most 2**64 - 1 ns)")))
+}
+
+/// A `store=` argument: the core's spelling (`"memory"`, `"shm:NAME[?capacity=N]"`), parsed by
+/// the core; None is the default store (this process's memory).
+pub(crate) fn store(spec: Option<&str>) -> PyResult<StoreSpec> {
+    spec.map_or(Ok(StoreSpec::Memory), |s| {
+        s.parse::<StoreSpec>().map_err(crate::errors::to_py)
+    })
 }

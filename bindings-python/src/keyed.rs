@@ -71,6 +71,8 @@ fn wide_int_key<'a>(obj: &Bound<'_, PyAny>) -> PyResult<Key<'a>> {
 }
 
 /// A rate limiter with one bucket per key (str, bytes or int). Safe to share between threads.
+/// With `store="shm:NAME"` the buckets live in a shared-memory region that every process of
+/// the host opening that name shares; `max_keys` is then the region's capacity.
 #[pyclass(module = "sluicegate", name = "KeyedLimiter", frozen)]
 pub(crate) struct PyKeyedLimiter {
     pub(crate) inner: KeyedLimiter<Box<[u8]>, AnyClock>,
@@ -97,24 +99,27 @@ impl PyKeyedLimiter {
 #[pymethods]
 impl PyKeyedLimiter {
     #[new]
-    #[pyo3(signature = (quota, *, clock=None, max_keys=None, on_full="reject", shards=None))]
+    #[pyo3(signature = (quota, *, clock=None, max_keys=None, on_full="reject", shards=None, store=None))]
     fn new(
         quota: &Bound<'_, PyAny>,
         clock: Option<Py<PyManualClock>>,
         max_keys: Option<&Bound<'_, PyAny>>,
         on_full: &str,
         shards: Option<&Bound<'_, PyAny>>,
+        store: Option<&str>,
     ) -> PyResult<Self> {
         let quota = quota_arg(quota)?;
-        let max_keys = match opt_uint(max_keys, "max_keys")? {
-            Some(n) => usize::try_from(n)
-                .map_err(|_| PyOverflowError::new_err("max_keys does not fit usize"))?,
-            None => sluicegate::DEFAULT_MAX_KEYS,
-        };
         let on_full = on_full.parse::<OnFull>().map_err(to_py)?;
         let mut builder = KeyedLimiter::<Box<[u8]>>::builder(quota)
-            .max_keys(max_keys)
-            .on_full(on_full);
+            .on_full(on_full)
+            .store(convert::store(store)?);
+        // Given, a region must have this capacity (a new one is made with it); not given, the
+        // core's default bound, or an existing region's capacity.
+        if let Some(n) = opt_uint(max_keys, "max_keys")? {
+            let n = usize::try_from(n)
+                .map_err(|_| PyOverflowError::new_err("max_keys does not fit usize"))?;
+            builder = builder.max_keys(n);
+        }
         if let Some(n) = opt_uint(shards, "shards")? {
             builder = builder.shards(usize::try_from(n).unwrap_or(usize::MAX));
         }

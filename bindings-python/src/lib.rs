@@ -372,7 +372,9 @@ impl PyDecision {
     }
 }
 
-/// A lock-free rate limiter for one bucket. Safe to share between threads.
+/// A lock-free rate limiter for one bucket. Safe to share between threads. With
+/// `store="shm:NAME"` the bucket lives in a shared-memory region that every process of the
+/// host opening that name shares (a region of one key).
 #[pyclass(module = "sluicegate", name = "Limiter", frozen)]
 pub(crate) struct PyLimiter {
     inner: Limiter<AnyClock>,
@@ -382,11 +384,19 @@ pub(crate) struct PyLimiter {
 #[pymethods]
 impl PyLimiter {
     #[new]
-    #[pyo3(signature = (quota, *, clock=None))]
-    fn new(quota: &Bound<'_, PyAny>, clock: Option<Py<PyManualClock>>) -> PyResult<Self> {
+    #[pyo3(signature = (quota, *, clock=None, store=None))]
+    fn new(
+        quota: &Bound<'_, PyAny>,
+        clock: Option<Py<PyManualClock>>,
+        store: Option<&str>,
+    ) -> PyResult<Self> {
         let quota = quota_arg(quota)?;
         let runtime = AnyClock::new(clock.as_ref().map(|c| &c.get().inner));
-        let inner = Limiter::with_clock(quota, runtime).map_err(to_py)?;
+        let inner = Limiter::builder(quota)
+            .store(convert::store(store)?)
+            .clock(runtime)
+            .build()
+            .map_err(to_py)?;
         Ok(Self { inner, clock })
     }
 
@@ -628,6 +638,22 @@ impl PyReservation {
 #[pyfunction]
 fn _noop() {}
 
+/// The store `spec` with `suffix` appended to a shared-memory region's name (`"shm:/app"`,
+/// `"x1"` -> `"shm:/app.x1"`, a `?capacity=` kept); `"memory"` stays `"memory"`. The core
+/// parses `spec` (a bad one is its InvalidOptionError). The web integrations name one region
+/// per limit with it.
+#[pyfunction]
+fn _store_with_suffix(spec: &str, suffix: &str) -> PyResult<String> {
+    Ok(match convert::store(Some(spec))? {
+        sluicegate::StoreSpec::Shm { name, capacity } => sluicegate::StoreSpec::Shm {
+            name: format!("{name}.{suffix}"),
+            capacity,
+        }
+        .to_string(),
+        other => other.to_string(),
+    })
+}
+
 #[pymodule(gil_used = false)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyQuota>()?;
@@ -640,6 +666,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<acquire::PyAcquire>()?;
     m.add("DEFAULT_MAX_KEYS", sluicegate::DEFAULT_MAX_KEYS)?;
     m.add_function(wrap_pyfunction!(_noop, m)?)?;
+    m.add_function(wrap_pyfunction!(_store_with_suffix, m)?)?;
     m.add("CENTURY_NS", sluicegate::CENTURY_NS)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;

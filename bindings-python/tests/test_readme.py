@@ -1,6 +1,8 @@
 """Runs every ```python block of bindings-python/README.md and of the repository README
 (settings-only Django blocks and
-blocks that only show a layout are exec'd too; each runs in a fresh namespace)."""
+blocks that only show a layout are exec'd too; each runs in a fresh namespace). A block's
+shared-memory regions (``"shm:/NAME"``, files of /dev/shm) are made in a private temporary
+directory instead, removed afterwards."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ def test_there_are_snippets() -> None:
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_snippet(index: int, capsys: pytest.CaptureFixture[str]) -> None:
+def test_snippet(index: int, capsys: pytest.CaptureFixture[str], regions: Path) -> None:
     code = BLOCKS[index]
     if "# settings.py" in code:
         # The Django block is a settings file plus views; check it compiles, and that its
@@ -31,6 +33,7 @@ def test_snippet(index: int, capsys: pytest.CaptureFixture[str]) -> None:
 
         assert dj.RateLimitMiddleware and dj.ratelimit and dj.exempt
         return
+    code = code.replace('"shm:/', f'"shm:{regions}/')
     exec(compile(code, f"README block {index}", "exec"), {"__name__": f"readme_{index}"})
     out = capsys.readouterr().out
     # Printed values the README states in comments must match what the code printed.

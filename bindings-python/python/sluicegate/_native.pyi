@@ -25,6 +25,7 @@ __all__ = [
     "__version__",
     "_Acquire",
     "_noop",
+    "_store_with_suffix",
 ]
 
 __version__: Final[str]
@@ -33,6 +34,8 @@ DEFAULT_MAX_KEYS: Final[int]
 
 _Seconds = int | float | timedelta
 _Key = str | bytes | int
+# `store=`: "memory" (the default) or "shm:NAME[?capacity=N]" (the core parses it; a bad one is
+# an InvalidOptionError with option "store").
 # The core's names (an unknown one is an InvalidOptionError).
 _HeaderStyle = Literal["ietf", "draft6", "draft7", "legacy", "none"]
 _Algorithm = Literal["token_bucket", "gcra", "fixed_window", "sliding_window", "sliding_log", "leaky_queue"]
@@ -167,7 +170,9 @@ class _Acquire:
 
 @final
 class Limiter:
-    def __new__(cls, quota: Quota | str, *, clock: ManualClock | None = None) -> Limiter: ...
+    def __new__(
+        cls, quota: Quota | str, *, clock: ManualClock | None = None, store: str | None = None
+    ) -> Limiter: ...
     def try_acquire(self, cost: int = 1) -> Decision: ...
     def allow(self, cost: int = 1) -> bool: ...
     def try_acquire_at(self, now_ns: int, cost: int = 1) -> Decision: ...
@@ -188,6 +193,7 @@ class Limiter:
     def _noop(self) -> None: ...
 
 def _noop() -> None: ...
+def _store_with_suffix(spec: str, suffix: str) -> str: ...
 
 @final
 class KeyedLimiter:
@@ -199,6 +205,7 @@ class KeyedLimiter:
         max_keys: int | None = None,
         on_full: Literal["reject", "evict"] = "reject",
         shards: int | None = None,
+        store: str | None = None,
     ) -> KeyedLimiter: ...
     def try_acquire(self, key: _Key, cost: int = 1) -> Decision: ...
     def allow(self, key: _Key, cost: int = 1) -> bool: ...

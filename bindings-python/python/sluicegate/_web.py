@@ -6,10 +6,12 @@ decision comes from the native limiter: this module only picks keys and combines
 
 from __future__ import annotations
 
+import hashlib
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Union
 
-from sluicegate._native import Decision, KeyedLimiter, Quota
+from sluicegate._native import Decision, KeyedLimiter, Quota, _store_with_suffix
 
 #: A key function takes the framework's request (Flask: no argument needed, but the request
 #: is passed anyway) and returns a str, bytes or int key.
@@ -17,32 +19,101 @@ KeyFunc = Callable[[Any], Union[str, bytes, int]]
 Rates = Union[str, Quota, Iterable[Union[str, Quota]]]
 
 
+#: The store every integration uses unless configured otherwise: each process's own memory.
+MEMORY = "memory"
+
+
+def region_suffix(quota: Quota, scope: str) -> str:
+    """The stable suffix that names one limit's region: 16 hex digits of the SHA-256 of the
+    quota's canonical text and the rule's scope. Every process of a deployment computes the
+    same one, and another rate or another view gives another region."""
+    return hashlib.sha256(f"{quota}\n{scope}".encode()).hexdigest()[:16]
+
+
+def checked_store(store: str) -> str:
+    """`store`, checked when the app is configured rather than at its first request: the core
+    parses it (a bad one raises InvalidOptionError, a ValueError)."""
+    _store_with_suffix(store, "check")
+    return store
+
+
 class Rule:
-    """One limit: a keyed limiter, the key function that picks its bucket, and a cost.
+    """One limit: its quota, the key function that picks its bucket, and a cost.
 
-    `policy` names it in the IETF RateLimit fields (None: the integration's default);
-    `scoped` rules count each view separately (default limits)."""
+    `scope` names the limit among the app's limits (the view it decorates and its place
+    there, or a default limit's place): on a shared-memory store the limit's buckets live in
+    a region of its own, ``<store name>.<region_suffix(quota, scope)>``. `policy` names it in
+    the IETF RateLimit fields (None: the integration's default); `scoped` rules count each
+    view separately (default limits)."""
 
-    __slots__ = ("cost", "key_func", "limiter", "policy", "scoped")
+    __slots__ = ("_limiters", "_lock", "cost", "key_func", "max_keys", "policy", "quota", "scope", "scoped")
 
     def __init__(
         self,
         rate: str | Quota,
         key_func: KeyFunc | None,
         *,
+        scope: str,
         cost: int | Callable[[Any], int] = 1,
         policy: str | None = None,
         scoped: bool = False,
         max_keys: int | None = None,
     ) -> None:
-        self.limiter = KeyedLimiter(rate, max_keys=max_keys)
+        self.quota = rate if isinstance(rate, Quota) else Quota(rate)
         self.key_func = key_func
+        self.scope = scope
         self.cost = cost
         self.policy = policy
         self.scoped = scoped
+        self.max_keys = max_keys
+        self._limiters: dict[str, KeyedLimiter] = {}
+        self._lock = threading.Lock()
+
+    def limiter(self, store: str = MEMORY) -> KeyedLimiter:
+        """This limit's keyed limiter on `store`, made on first use (once per process and
+        store; on "memory", a limiter of this rule's own)."""
+        found = self._limiters.get(store)
+        if found is None:
+            with self._lock:
+                found = self._limiters.get(store)
+                if found is None:
+                    region = _store_with_suffix(store, region_suffix(self.quota, self.scope))
+                    found = KeyedLimiter(self.quota, max_keys=self.max_keys, store=region)
+                    self._limiters[store] = found
+        return found
 
     def __repr__(self) -> str:
-        return f"Rule({str(self.limiter.quota)!r}, policy={self.policy!r})"
+        return f"Rule({str(self.quota)!r}, scope={self.scope!r}, policy={self.policy!r})"
+
+
+def view_rules(
+    view: Any,
+    existing: Sequence[Rule],
+    quotas: Sequence[Quota],
+    key_func: KeyFunc | None,
+    **options: Any,
+) -> list[Rule]:
+    """The rules of one decorator on `view`, which already has `existing` (the decorators
+    below it). A rule's scope is the view's dotted name and the rule's place among the view's
+    rules counted from the innermost decorator, which every process computes alike."""
+    name = f"{getattr(view, '__module__', '')}.{getattr(view, '__qualname__', repr(view))}"
+    return [
+        Rule(q, key_func, scope=f"{name}#{len(existing) + i}", **options)
+        for i, q in enumerate(quotas)
+    ]
+
+
+def default_rules(rates: Rates | None, max_keys: int | None) -> list[Rule]:
+    """The default limits (applied per view: their keys carry the view)."""
+    return [
+        Rule(rate, None, scope=f"default#{i}", scoped=True, max_keys=max_keys)
+        for i, rate in enumerate(rate_list(rates))
+    ]
+
+
+def quotas(rates: Rates) -> list[Quota]:
+    """The quotas of a decorator's rates, parsed when the decorator is (errors at import)."""
+    return [r if isinstance(r, Quota) else Quota(r) for r in rate_list(rates)]
 
 
 def rate_list(rates: Rates | None) -> list[str | Quota]:
@@ -59,14 +130,15 @@ def check(
     request: Any,
     default_key: KeyFunc,
     scope: str | None = None,
+    store: str = MEMORY,
 ) -> tuple[Decision | None, Rule | None, bool]:
-    """Asks every rule; returns (decision to report, its rule, allowed).
+    """Asks every rule, on `store`; returns (decision to report, its rule, allowed).
 
     All rules must admit the request. When one rejects, the tokens the earlier ones took are
     refunded, so a rejected request costs nothing anywhere. The decision reported when all
     admit is the one with the fewest tokens left (the binding policy).
     """
-    taken: list[tuple[Rule, Any, int]] = []
+    taken: list[tuple[KeyedLimiter, Any, int]] = []
     best: Decision | None = None
     best_rule: Rule | None = None
     for rule in rules:
@@ -74,12 +146,13 @@ def check(
         if rule.scoped and scope is not None:
             key = f"{scope}\x00{key}"
         cost = rule.cost(request) if callable(rule.cost) else rule.cost
-        decision = rule.limiter.try_acquire(key, cost)
+        limiter = rule.limiter(store)
+        decision = limiter.try_acquire(key, cost)
         if not decision:
-            for r, k, c in taken:
-                r.limiter.refund(k, c)
+            for lim, k, c in taken:
+                lim.refund(k, c)
             return decision, rule, False
-        taken.append((rule, key, cost))
+        taken.append((limiter, key, cost))
         if best is None or decision.remaining < best.remaining:
             best, best_rule = decision, rule
     return best, best_rule, True

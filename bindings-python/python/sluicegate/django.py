@@ -10,6 +10,7 @@
         "POLICY": "default",
         "ENABLED": True,
         "MAX_KEYS": None,
+        "STORAGE": "memory",                # or "shm:NAME": a region per limit, for all workers
     }
 
     # views.py
@@ -21,6 +22,12 @@
 A rejected request gets ``429 Too Many Requests`` with ``Retry-After`` and the RateLimit
 fields. The decorator works with or without the middleware. Django is imported only when
 this module is.
+
+``STORAGE`` ``"shm:NAME"`` keeps every limit's buckets in a shared-memory region of its own,
+which all the worker processes of the host share (``gunicorn -w 4`` then enforces one
+``10/minute``, not four): the limit of rate R on view V (its dotted name) lives in the region
+``NAME.<hash of R and V>`` (``shm:/myapp`` -> ``/dev/shm/myapp.3f0c...``), a default limit in
+``NAME.<hash of R and its place in DEFAULT_LIMITS>``; its capacity is the limit's ``max_keys``.
 """
 
 from __future__ import annotations
@@ -35,7 +42,19 @@ from django.http import HttpResponse
 from django.utils.module_loading import import_string
 
 from sluicegate._native import Decision, RateLimited
-from sluicegate._web import KeyFunc, Rates, Rule, check, header_style, message, rate_list
+from sluicegate._web import (
+    MEMORY,
+    KeyFunc,
+    Rates,
+    Rule,
+    check,
+    checked_store,
+    default_rules,
+    header_style,
+    message,
+    quotas,
+    view_rules,
+)
 
 __all__ = ["RateLimitMiddleware", "exempt", "header", "key_func", "ratelimit", "remote_address", "user"]
 
@@ -96,7 +115,8 @@ class _Config:
 
     def __init__(self) -> None:
         raw = dict(getattr(settings, "SLUICEGATE", {}))
-        unknown = set(raw) - {"DEFAULT_LIMITS", "KEY", "HEADERS", "HEADERS_ON_ALLOWED", "POLICY", "ENABLED", "MAX_KEYS"}
+        known = {"DEFAULT_LIMITS", "KEY", "HEADERS", "HEADERS_ON_ALLOWED", "POLICY", "ENABLED", "MAX_KEYS", "STORAGE"}
+        unknown = set(raw) - known
         if unknown:
             raise ValueError(f"unknown SLUICEGATE settings: {sorted(unknown)}")
         self.enabled = bool(raw.get("ENABLED", True))
@@ -104,10 +124,10 @@ class _Config:
         self.style = header_style(raw.get("HEADERS", "ietf"))
         self.headers_on_allowed = bool(raw.get("HEADERS_ON_ALLOWED", True))
         self.policy = raw.get("POLICY", "default")
-        self.defaults = [
-            Rule(rate, None, scoped=True, max_keys=raw.get("MAX_KEYS"))
-            for rate in rate_list(raw.get("DEFAULT_LIMITS"))
-        ]
+        self.store = checked_store(raw.get("STORAGE", MEMORY))
+        self.defaults = default_rules(raw.get("DEFAULT_LIMITS"), raw.get("MAX_KEYS"))
+        for rule in self.defaults:
+            rule.limiter(self.store)
 
 
 _config: _Config | None = None
@@ -148,7 +168,7 @@ def _add_headers(response: Any, decision: Decision, rule: Rule | None, config: _
 
 
 def _run(rules: list[Rule], request: Any, config: _Config, scope: str) -> HttpResponse | None:
-    decision, rule, allowed = check(rules, request, config.key_func, scope)
+    decision, rule, allowed = check(rules, request, config.key_func, scope, config.store)
     if not allowed:
         return _too_many(decision, rule, config)  # type: ignore[arg-type]
     if decision is not None:
@@ -164,13 +184,17 @@ def ratelimit(
     policy: str | None = None,
     max_keys: int | None = None,
 ) -> Callable[[F], F]:
-    """Limits a view function (replacing the middleware's default limits for it)."""
+    """Limits a view function (replacing the middleware's default limits for it). Each view
+    it decorates counts on its own; a limit opens its store at the first request it sees."""
     kf = None if key is None else key_func(key)
-    rules = [Rule(rate, kf, cost=cost, policy=policy, max_keys=max_keys) for rate in rate_list(rates)]
-    if not rules:
+    parsed = quotas(rates)
+    if not parsed:
         raise ValueError("ratelimit() needs at least one rate")
 
     def decorate(view: F) -> F:
+        below = getattr(view, _LIMITS, None) or []
+        rules = view_rules(view, below, parsed, kf, cost=cost, policy=policy, max_keys=max_keys)
+
         @functools.wraps(view)
         def wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
             config = _get_config()
@@ -185,7 +209,9 @@ def ratelimit(
                 _add_headers(response, found[0], found[1], config)
             return response
 
-        setattr(wrapper, _LIMITS, rules)
+        # Every rule of the view, this decorator's and those below (a view's rules are
+        # numbered from the innermost decorator).
+        setattr(wrapper, _LIMITS, [*rules, *below])
         return wrapper  # type: ignore[return-value]
 
     return decorate
@@ -204,6 +230,10 @@ class RateLimitMiddleware:
 
     def __init__(self, get_response: Callable[[Any], Any]) -> None:
         self.get_response = get_response
+        # The settings are read, and the default limits' store opened, when Django loads the
+        # middleware: a bad setting fails at startup, and a server that forks after loading
+        # the app (``gunicorn --preload``) shares regions opened before the fork.
+        _get_config()
 
     def __call__(self, request: Any) -> Any:
         response = self.get_response(request)

@@ -22,6 +22,12 @@ Configuration (``app.config``, read by ``init_app``; constructor arguments win):
 * ``SLUICEGATE_HEADERS_ON_ALLOWED`` (True): add the RateLimit fields to allowed responses too.
 * ``SLUICEGATE_POLICY`` ("default"): the policy name in the IETF fields.
 * ``SLUICEGATE_MAX_KEYS`` (the core's default): the key bound of each limit.
+* ``SLUICEGATE_STORAGE`` ("memory"): where the limits' buckets live. "memory" is each
+  process's own; ``"shm:NAME"`` is a shared-memory region per limit that every worker process
+  of the host shares (``gunicorn -w 4`` then enforces one ``10/minute``, not four): the limit
+  of rate R on view V lives in the region ``NAME.<hash of R and V>`` (``shm:/myapp`` ->
+  ``/dev/shm/myapp.3f0c...``), a default limit in ``NAME.<hash of R and its place in the
+  list>``. The region's capacity is the limit's ``max_keys``. Constructor: ``storage=``.
 
 A rejected request gets ``429 Too Many Requests`` with ``Retry-After`` and the RateLimit
 fields. ``raise sluicegate.RateLimited(decision)`` in a view gets the same response. Flask is
@@ -36,7 +42,19 @@ from typing import Any, TypeVar
 from flask import Flask, current_app, g, request
 
 from sluicegate._native import Decision, RateLimited
-from sluicegate._web import KeyFunc, Rates, Rule, check, header_style, message, rate_list
+from sluicegate._web import (
+    MEMORY,
+    KeyFunc,
+    Rates,
+    Rule,
+    check,
+    checked_store,
+    default_rules,
+    header_style,
+    message,
+    quotas,
+    view_rules,
+)
 
 __all__ = ["Sluicegate", "header", "key_func", "remote_address", "user"]
 
@@ -108,6 +126,7 @@ class _State:
     policy: str
     style: Any
     max_keys: int | None
+    store: str
 
 
 class Sluicegate:
@@ -123,8 +142,15 @@ class Sluicegate:
         enabled: bool | None = None,
         policy: str | None = None,
         on_breach: Callable[[RateLimited], Any] | None = None,
+        storage: str | None = None,
     ) -> None:
         self._key_func = key_func
+        self._storage = storage
+        # The decorated limits, and the stores of the apps this extension serves: a limit
+        # opens its store when both are known (at import, so that a server that forks after
+        # loading the app, like ``gunicorn --preload``, shares regions opened before the fork).
+        self._rules: list[Rule] = []
+        self._stores: list[str] = []
         self._default_limits = default_limits
         self._headers = headers
         self._enabled = enabled
@@ -146,10 +172,14 @@ class Sluicegate:
         state.policy = pick(self._policy, "SLUICEGATE_POLICY", "default")
         state.headers_on_allowed = bool(cfg.get("SLUICEGATE_HEADERS_ON_ALLOWED", True))
         state.max_keys = cfg.get("SLUICEGATE_MAX_KEYS")
-        state.defaults = [
-            Rule(rate, None, scoped=True, max_keys=state.max_keys)
-            for rate in rate_list(pick(self._default_limits, "SLUICEGATE_DEFAULT_LIMITS", None))
-        ]
+        state.store = checked_store(pick(self._storage, "SLUICEGATE_STORAGE", MEMORY))
+        state.defaults = default_rules(
+            pick(self._default_limits, "SLUICEGATE_DEFAULT_LIMITS", None), state.max_keys
+        )
+        for rule in [*state.defaults, *self._rules]:
+            rule.limiter(state.store)
+        if state.store not in self._stores:
+            self._stores.append(state.store)
         app.extensions["sluicegate"] = (self, state)
         app.before_request(self._before_request)
         app.after_request(self._after_request)
@@ -166,18 +196,20 @@ class Sluicegate:
     ) -> Callable[[F], F]:
         """Limits a view (replacing the default limits for it). Several rates, or several
         decorators, must all admit a request. `key` defaults to the app's key function;
-        `cost` may be a function of the request."""
+        `cost` may be a function of the request. Each view it decorates counts on its own."""
         kf = None if key is None else key_func(key)
-        rules = [
-            Rule(rate, kf, cost=cost, policy=policy, max_keys=max_keys)
-            for rate in rate_list(rates)
-        ]
-        if not rules:
+        parsed = quotas(rates)
+        if not parsed:
             raise ValueError("limit() needs at least one rate")
 
         def decorate(view: F) -> F:
-            existing = view.__dict__.get(_LIMITS)
-            setattr(view, _LIMITS, [*rules, *(existing or [])])
+            existing = view.__dict__.get(_LIMITS) or []
+            rules = view_rules(view, existing, parsed, kf, cost=cost, policy=policy, max_keys=max_keys)
+            for store in self._stores:
+                for rule in rules:
+                    rule.limiter(store)
+            self._rules.extend(rules)
+            setattr(view, _LIMITS, [*rules, *existing])
             return view
 
         return decorate
@@ -199,7 +231,7 @@ class Sluicegate:
         rules = getattr(view, _LIMITS, None) or state.defaults
         if not rules:
             return None
-        decision, rule, allowed = check(rules, request, state.key_func, request.endpoint)
+        decision, rule, allowed = check(rules, request, state.key_func, request.endpoint, state.store)
         g._sluicegate = (decision, rule)
         if not allowed:
             return self._rate_limited(RateLimited(decision))  # type: ignore[arg-type]

@@ -1,0 +1,49 @@
+"""A Flask app for test_servers.py, served by gunicorn: ``gunicorn -w 4 gunicorn_flask:app``.
+
+The store comes from the environment (SLUICEGATE_TEST_STORE). Every response names the
+worker that served it (X-Worker) and the process that imported this module (X-Imported-In:
+the master under ``--preload``, the worker otherwise), where the limits' regions were opened.
+Every request takes 20 ms (before the limit is asked), so that concurrent clients keep every
+worker busy and gunicorn spreads the requests evenly.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from flask import Flask, Response
+
+from sluicegate.flask import Sluicegate
+
+IMPORTED_IN = os.getpid()
+
+app = Flask(__name__)
+
+
+@app.before_request
+def service_time() -> None:
+    time.sleep(0.02)
+
+
+app.config["SLUICEGATE_STORAGE"] = os.environ["SLUICEGATE_TEST_STORE"]
+limiter = Sluicegate(app)
+
+
+@app.get("/limited")
+@limiter.limit("10/minute")
+def limited() -> str:
+    return "ok"
+
+
+@app.get("/ready")
+@limiter.exempt
+def ready() -> str:
+    return "ready"
+
+
+@app.after_request
+def who(response: Response) -> Response:
+    response.headers["X-Worker"] = str(os.getpid())
+    response.headers["X-Imported-In"] = str(IMPORTED_IN)
+    return response
