@@ -64,6 +64,16 @@ test('a manual clock is used as given', () => {
   assert.equal(k.allow('a'), true)
 })
 
+test('acquire waits for a region\'s bucket on timers', async () => {
+  const k = new KeyedLimiter('50/s; burst=1', { store: region('acquire'), maxKeys: 4 })
+  assert.equal(k.allow('a'), true)
+  const t0 = performance.now()
+  const d = await k.acquire('a', 1, { timeoutMs: 1000 })
+  assert.equal(d.allowed, true)
+  assert.ok(performance.now() - t0 >= 15, 'it waited for the refill (20 ms)')
+  assert.equal((await k.acquire('a', 1, { timeoutMs: 0 })).allowed, false)
+})
+
 const INDEX = fileURLToPath(new URL('../index.js', import.meta.url))
 const CHILD = fileURLToPath(new URL('./fixtures/shm-child.cjs', import.meta.url))
 
