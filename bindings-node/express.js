@@ -85,7 +85,7 @@ function rateLimit(options = {}) {
   let store
   if (limiter === undefined) {
     const rate = toRate(opts.quota ?? { count: opts.limit, periodMs: opts.windowMs, ...(opts.burst === undefined ? {} : { burst: opts.burst }) })
-    store = opts.store === undefined ? undefined : storeFor(opts.store, rate)
+    store = opts.store === undefined ? 'memory' : storeFor(opts.store, rate)
     limiter = new KeyedLimiter(rate, { maxKeys: opts.maxKeys, onFull: opts.onFull, store })
   }
   const { cost, policy, requestPropertyName: prop } = opts
@@ -121,7 +121,7 @@ function rateLimit(options = {}) {
     }
   }
   middleware.limiter = limiter
-  middleware.store = store ?? (opts.limiter === undefined ? 'memory' : undefined)
+  middleware.store = store
   middleware.resetKey = (key) => limiter.remove(key)
   return middleware
 }

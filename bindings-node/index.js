@@ -223,8 +223,7 @@ class Limiter {
     if (name !== undefined) {
       this.#h = native.limiterShared(name, toRate(quota))
     } else {
-      const clock = clockOf(options)
-      this.#h = native.limiterNew(toRate(quota), clock, storeOf(options))
+      this.#h = native.limiterNew(toRate(quota), clockOf(options), storeOf(options))
     }
     release.register(this, this.#h)
   }
