@@ -36,8 +36,17 @@ export interface Options {
   maxKeys?: number
   /** At the bound: `'evict'` the client nearest to full (default) or `'reject'` new clients (an error to `next`). */
   onFull?: OnFull
-  /** Use this limiter (e.g. one shared between routes) instead of creating one. */
+  /** Use this limiter (e.g. one shared between routes) instead of creating one (not with `store`). */
   limiter?: KeyedLimiter
+  /**
+   * Where the clients' buckets live: a sluicegate store string, `'memory'` (the default, this
+   * process) or `'shm:NAME[?capacity=N]'`, a shared-memory region every worker process of the
+   * host shares (node:cluster, pm2), so that a limit holds host-wide. Not express-rate-limit's
+   * `store` (a `Store` object): that is refused. The region is NAME plus `-` and the first 12
+   * hex digits of the SHA-256 of the canonical quota, so that each distinct limit has its own
+   * (the middleware's `store` names it); `maxKeys` is its capacity.
+   */
+  store?: string
   /** The request property the decision is stored in (default `"rateLimit"`). */
   requestPropertyName?: string
 }
@@ -46,6 +55,8 @@ export interface RateLimitMiddleware {
   (req: Request, res: Response, next: NextFunction): void
   /** The limiter holding every client's bucket. */
   readonly limiter: KeyedLimiter
+  /** The store of that limiter, with its region's full name (`undefined` when `limiter` was given). */
+  readonly store: string | undefined
   /** Forgets a client's bucket. */
   resetKey(key: Key): boolean
 }

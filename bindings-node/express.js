@@ -1,16 +1,19 @@
 'use strict'
 // Express middleware: `rateLimit(options)`, with the options express-rate-limit users know
-// where they make sense. One KeyedLimiter (bounded memory) holds every client's bucket.
+// where they make sense. One KeyedLimiter (bounded memory) holds every client's bucket, in
+// this process or, with `store: 'shm:NAME'`, in a shared-memory region every process of the
+// host opens (one region per distinct limit: NAME plus a suffix derived from the quota).
 
+const { createHash } = require('node:crypto')
 const { KeyedLimiter, _internal } = require('./index.js')
 
-const { invalidArg } = _internal
+const { invalidArg, native, toRate } = _internal
 // express-rate-limit's names for `standardHeaders`, as the core's header styles.
 const STYLES = { 'draft-6': 'draft6', 'draft-7': 'draft7', 'draft-8': 'ietf' }
 const OPTIONS = new Set([
   'quota', 'limit', 'windowMs', 'burst', 'keyGenerator', 'skip', 'handler', 'standardHeaders',
   'legacyHeaders', 'cost', 'statusCode', 'message', 'policy', 'maxKeys', 'onFull', 'limiter',
-  'requestPropertyName',
+  'requestPropertyName', 'store',
 ])
 
 const defaultKey = (req) => req.ip ?? req.socket?.remoteAddress ?? ''
@@ -23,6 +26,23 @@ function defaultHandler(req, res, _next, options) {
 }
 
 const isThenable = (v) => v !== null && typeof v === 'object' && typeof v.then === 'function'
+
+/**
+ * The store of the limiter for `rate`: `store` with a suffix derived from the limit appended
+ * to a region's name, so that middlewares with different limits on one configured store get
+ * regions of their own (a region holds one quota) and every process derives the same name:
+ * `-` and the first 12 hex digits of the SHA-256 of the canonical quota (`canonicalQuota`).
+ * `'memory'` stays `'memory'`.
+ */
+function storeFor(store, rate) {
+  if (typeof store !== 'string') {
+    throw invalidArg(
+      'store must be a sluicegate store string ("memory" or "shm:NAME"); express-rate-limit\'s Store objects are not used here (pass `limiter` to share one limiter between routes)',
+    )
+  }
+  const limit = createHash('sha256').update(native.canonicalQuota(rate)).digest('hex').slice(0, 12)
+  return native.storeSuffixed(store, `-${limit}`)
+}
 
 /**
  * A rate-limiting middleware: 429 with `Retry-After` when a client is over its quota.
@@ -58,12 +78,16 @@ function rateLimit(options = {}) {
     if (typeof opts[f] !== 'function') throw invalidArg(`${f} must be a function`)
   }
   if (opts.skip !== undefined && typeof opts.skip !== 'function') throw invalidArg('skip must be a function')
-  const limiter =
-    opts.limiter ??
-    new KeyedLimiter(
-      opts.quota ?? { count: opts.limit, periodMs: opts.windowMs, ...(opts.burst === undefined ? {} : { burst: opts.burst }) },
-      { maxKeys: opts.maxKeys, onFull: opts.onFull },
-    )
+  if (opts.limiter !== undefined && opts.store !== undefined) {
+    throw invalidArg('give `store` or `limiter`, not both: a limiter passed in has its store')
+  }
+  let limiter = opts.limiter
+  let store
+  if (limiter === undefined) {
+    const rate = toRate(opts.quota ?? { count: opts.limit, periodMs: opts.windowMs, ...(opts.burst === undefined ? {} : { burst: opts.burst }) })
+    store = opts.store === undefined ? 'memory' : storeFor(opts.store, rate)
+    limiter = new KeyedLimiter(rate, { maxKeys: opts.maxKeys, onFull: opts.onFull, store })
+  }
   const { cost, policy, requestPropertyName: prop } = opts
   const costOf = typeof cost === 'function' ? cost : () => cost
 
@@ -97,6 +121,7 @@ function rateLimit(options = {}) {
     }
   }
   middleware.limiter = limiter
+  middleware.store = store
   middleware.resetKey = (key) => limiter.remove(key)
   return middleware
 }

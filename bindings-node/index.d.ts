@@ -75,6 +75,15 @@ export interface AcquireOptions {
 export interface LimiterOptions {
   /** Read this clock instead of the system's monotonic clock. */
   clock?: ManualClock
+  /**
+   * Where the bucket (or a keyed limiter's buckets) lives, as the core spells it in every
+   * language: `'memory'` (the default, this process) or `'shm:NAME[?capacity=N]'`, a
+   * shared-memory region that every process of the host opening it shares (`shm:/api-limits`
+   * is `/dev/shm/api-limits`; a name with more slashes is a path). A region holds one quota:
+   * another is `ERR_SLUICEGATE_STORE_MISMATCH`. The system clock then reads the region's
+   * timeline; a `ManualClock` is used as given.
+   */
+  store?: string
 }
 
 export interface ReserveOptions {
@@ -119,7 +128,11 @@ export declare class Limiter {
 export type Key = string | Uint8Array | number | bigint
 
 export interface KeyedLimiterOptions extends LimiterOptions {
-  /** The most keys held at once (default 2^20). */
+  /**
+   * The most keys held at once (default 2^20). With a shared-memory `store`, the region's
+   * capacity: a new region is made with it, an existing one must have it
+   * (`ERR_SLUICEGATE_STORE_MISMATCH`); left out, an opener takes the region's.
+   */
   maxKeys?: number
   /** At the bound with no full bucket: `'reject'` new keys (default) or `'evict'` the nearest to full. */
   onFull?: OnFull
@@ -133,7 +146,7 @@ export type OnFull = 'reject' | 'evict'
 export declare class KeyedLimiter {
   constructor(quota: Quota, options?: KeyedLimiterOptions)
   /** The keyed limiter named `name` in this process: the same table in every worker thread. */
-  static shared(name: string, quota: Quota, options?: Omit<KeyedLimiterOptions, 'clock'>): KeyedLimiter
+  static shared(name: string, quota: Quota, options?: Omit<KeyedLimiterOptions, 'clock' | 'store'>): KeyedLimiter
   /** The fast path: admitted or not, no figures. */
   allow(key: Key, cost?: Int): boolean
   tryAcquire(key: Key, cost?: Int): Decision
@@ -182,4 +195,10 @@ export type ErrorCode =
   | 'ERR_SLUICEGATE_CLOCK_OUT_OF_RANGE'
   | 'ERR_SLUICEGATE_INVALID_OPTION'
   | 'ERR_SLUICEGATE_KEY_STORE_FULL'
+  | 'ERR_SLUICEGATE_STORE_UNAVAILABLE'
+  | 'ERR_SLUICEGATE_STORE_MISMATCH'
+  | 'ERR_SLUICEGATE_STORE_CORRUPT'
+  | 'ERR_SLUICEGATE_STORE_PERMISSION'
+  | 'ERR_SLUICEGATE_STORE_UNSUPPORTED'
+  | 'ERR_SLUICEGATE_STORE_TIMEOUT'
   | 'ERR_SLUICEGATE_INVALID_ARG'

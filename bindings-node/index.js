@@ -125,6 +125,11 @@ function clockOf(options) {
   return clock
 }
 
+/** The `store` option: a string the core parses (`'memory'`, `'shm:NAME[?capacity=N]'`). */
+function storeOf(options) {
+  return optString(options?.store, 'store')
+}
+
 // ---------------------------------------------------------------------------------------
 // acquire(): the core's plan, polled from timers (never blocks the event loop)
 
@@ -210,14 +215,15 @@ class Limiter {
   /**
    * @param quota a rate string ("10/s; burst=50") or `{ count, periodMs | periodNs, burst?,
    *   initial?, refill?, algorithm?, maxDelayMs? | maxDelayNs? }`
-   * @param options `{ clock?: ManualClock }`
+   * @param options `{ clock?: ManualClock, store?: 'memory' | 'shm:NAME' }`: with a
+   *   shared-memory store, every process of the host that opens the region shares the bucket
    */
   constructor(quota, options) {
     const name = options?.[SHARED]
     if (name !== undefined) {
       this.#h = native.limiterShared(name, toRate(quota))
     } else {
-      this.#h = native.limiterNew(toRate(quota), clockOf(options))
+      this.#h = native.limiterNew(toRate(quota), clockOf(options), storeOf(options))
     }
     release.register(this, this.#h)
   }
@@ -309,11 +315,14 @@ class KeyedLimiter {
 
   /**
    * @param quota a rate string or options object, as for `Limiter`
-   * @param options `{ clock?, maxKeys? (default 2^20), onFull?: 'reject' | 'evict', shards? }`
+   * @param options `{ clock?, maxKeys? (default 2^20), onFull?: 'reject' | 'evict', shards?,
+   *   store?: 'memory' | 'shm:NAME' }`: with a shared-memory store, every process of the host
+   *   that opens the region shares its buckets, and `maxKeys` is the region's capacity
    */
   constructor(quota, options = {}) {
     const name = options?.[SHARED]
     const clock = name === undefined ? clockOf(options) : undefined
+    const store = storeOf(options)
     const { maxKeys, onFull, shards } = options
     if (maxKeys !== undefined && !(Number.isInteger(maxKeys) && maxKeys >= 1 && maxKeys <= 0xffffffff)) {
       throw invalidArg('maxKeys must be an integer between 1 and 2^32-1')
@@ -323,7 +332,7 @@ class KeyedLimiter {
       throw invalidArg('shards must be an integer between 1 and 4096')
     }
     this.#h = name === undefined
-      ? native.keyedNew(toRate(quota), clock, maxKeys, onFull, shards)
+      ? native.keyedNew(toRate(quota), clock, maxKeys, onFull, shards, store)
       : native.keyedShared(name, toRate(quota), maxKeys, onFull, shards)
     release.register(this, this.#h)
   }
@@ -337,6 +346,9 @@ class KeyedLimiter {
     if (typeof name !== 'string') throw invalidArg('name must be a string')
     if (options === null || typeof options !== 'object') throw invalidArg('options must be an object')
     if (options.clock !== undefined) throw invalidArg('a shared KeyedLimiter reads the system clock')
+    if (options.store !== undefined) {
+      throw invalidArg('shared() keeps its table in this process: for a store every process shares, use new KeyedLimiter(quota, { store })')
+    }
     return new KeyedLimiter(quota, { ...options, [SHARED]: name })
   }
 

@@ -116,11 +116,13 @@ export declare function keyedLen(handle: number): number
 export declare function keyedMaxKeys(handle: number): number
 
 /**
- * Creates a keyed limiter; `maxKeys` bounds the keys held at once (default 2^20), `onFull`
- * says what a new key meets at the bound when no bucket is full: `"reject"` (the default:
- * `ERR_SLUICEGATE_KEY_STORE_FULL`) or `"evict"` (the bucket nearest to full is evicted).
+ * Creates a keyed limiter; `maxKeys` bounds the keys held at once (default 2^20; a
+ * shared-memory region's capacity, which an opener that gives none takes from the region),
+ * `onFull` says what a new key meets at the bound when no bucket is full: `"reject"` (the
+ * default: `ERR_SLUICEGATE_KEY_STORE_FULL`) or `"evict"` (the bucket nearest to full is
+ * evicted); `store` is where the buckets live (default memory).
  */
-export declare function keyedNew(quota: string, clock?: ManualClock | undefined | null, maxKeys?: number | undefined | null, onFull?: string | undefined | null, shards?: number | undefined | null): number
+export declare function keyedNew(quota: string, clock?: ManualClock | undefined | null, maxKeys?: number | undefined | null, onFull?: string | undefined | null, shards?: number | undefined | null, store?: string | undefined | null): number
 
 /** Forgets `key`'s bucket; whether it existed. */
 export declare function keyedRemove(handle: number, key: string | Uint8Array | number | bigint): boolean
@@ -136,10 +138,11 @@ export declare function keyedShared(name: string, quota: string, maxKeys?: numbe
 export declare function keyedSweep(handle: number): number
 
 /**
- * Creates a limiter for `quota` (a rate string) on the system clock or `clock`; returns its
+ * Creates a limiter for `quota` (a rate string) on the system clock or `clock`, its bucket
+ * in `store` (default memory; a shared-memory region holds it as its one key); returns its
  * handle in this environment.
  */
-export declare function limiterNew(quota: string, clock?: ManualClock | undefined | null): number
+export declare function limiterNew(quota: string, clock?: ManualClock | undefined | null, store?: string | undefined | null): number
 
 /**
  * The limiter named `name` in this process (created with `quota` on first use, on the system
@@ -167,3 +170,10 @@ export declare function release(handle: number): void
  * (`Decision::from_figures` + `Decision::headers`): `[name, value, name, value, ...]`.
  */
 export declare function renderHeaders(allowed: boolean, limit: number | bigint, remaining: number | bigint, retryAfterNs: number | bigint, resetAfterNs: number | bigint, windowSeconds: number | bigint, style: string, policy: string): Array<string>
+
+/**
+ * `store` (parsed and printed by the core) with `suffix` appended to a region's name:
+ * `"shm:/api?capacity=9"` and `"-x"` give `"shm:/api-x?capacity=9"`; `"memory"` stays
+ * `"memory"`. The Express middleware names one region per limit with it.
+ */
+export declare function storeSuffixed(store: string, suffix: string): string

@@ -858,3 +858,4 @@ module.exports.quotaFromOptions = nativeBinding.quotaFromOptions
 module.exports.quotaOf = nativeBinding.quotaOf
 module.exports.release = nativeBinding.release
 module.exports.renderHeaders = nativeBinding.renderHeaders
+module.exports.storeSuffixed = nativeBinding.storeSuffixed

@@ -85,7 +85,12 @@ const p: Promise<Decision> = both.acquire(1, { timeoutMs: 5, signal: AbortSignal
 const h: Record<string, string> = d.headers('draft7', 'api')
 const s: string = canonicalQuota({ count: 1, periodMs: 10 })
 const mw = rateLimit({ limit: 5, windowMs: 1000, standardHeaders: 'draft-8' })
-console.log(r, rk, p, h, s, mw, both.parts.length, k.size, ok, opts, code, w)
+const region = new KeyedLimiter('10/minute', { store: 'shm:/api-limits', maxKeys: 1000 })
+const one = new Limiter('5/s', { store: 'shm:/tmp/limits/one', clock })
+const shmMw = rateLimit({ quota: '10/minute', store: 'shm:/api-limits', maxKeys: 1000 })
+const named: string | undefined = shmMw.store
+const storeCode: ErrorCode = 'ERR_SLUICEGATE_STORE_MISMATCH'
+console.log(r, rk, p, h, s, mw, both.parts.length, k.size, ok, opts, code, w, region, one, named, storeCode)
 `)
   writeFileSync(join(tmp, 'tsconfig.json'), JSON.stringify({
     compilerOptions: {

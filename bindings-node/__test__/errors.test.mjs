@@ -1,6 +1,9 @@
 // Every error path: a stable `code`, never a crash.
-import { test } from 'node:test'
+import { after, test } from 'node:test'
 import assert from 'node:assert/strict'
+import { chmodSync, mkdtempSync, rmSync, statSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { Limiter, KeyedLimiter, Composite, ManualClock, canonicalQuota } from '../index.mjs'
 import sg from '../index.mjs'
 
@@ -179,4 +182,66 @@ test('the low-level calls reject forged handles', () => {
 test('a shared name with another quota is refused', () => {
   Limiter.shared('errors-test', '5/s')
   assert.throws(() => Limiter.shared('errors-test', '6/s'), INVALID_ARG)
+})
+
+// The store option: a region in a temporary folder, removed afterwards.
+const dir = mkdtempSync(join(tmpdir(), 'sluicegate-errors-'))
+after(() => rmSync(dir, { recursive: true, force: true }))
+
+test('a store string outside the core\'s grammar is ERR_SLUICEGATE_INVALID_OPTION', () => {
+  const bad = ['redis://localhost', 'shm:', 'shm:?capacity=5', 'shm:/x?capacity=0', 'shm:/x?capacity=-1',
+    'shm:/x?capacity=5&capacity=6', 'shm:/x?size=5', 'shm/x', 'memory:x', '']
+  for (const store of bad) {
+    for (const make of [() => new Limiter('1/s', { store }), () => new KeyedLimiter('1/s', { store })]) {
+      assert.throws(make, (e) => INVALID_OPTION(e) && e.message.startsWith('store must be '), store)
+    }
+  }
+  // Only strings: anything else is an argument error.
+  for (const store of [5, {}, null, true, ['shm:/x']]) {
+    assert.throws(() => new Limiter('1/s', { store }), INVALID_ARG, String(store))
+    assert.throws(() => new KeyedLimiter('1/s', { store }), INVALID_ARG, String(store))
+  }
+  // The in-process shared limiters have no store: a region is shared by every opener already.
+  assert.throws(() => KeyedLimiter.shared('errors-store', '1/s', { store: `shm:${join(dir, 'x')}` }), INVALID_ARG)
+  // The default, spelled out, in any ASCII case.
+  assert.equal(new KeyedLimiter('1/s', { store: ' MEMORY' }).allow('a'), true)
+})
+
+test('a region made for another quota or capacity is ERR_SLUICEGATE_STORE_MISMATCH', () => {
+  const store = `shm:${join(dir, 'mismatch')}`
+  const k = new KeyedLimiter('10/minute', { store, maxKeys: 16 })
+  assert.equal(k.allow('a'), true)
+  const MISMATCH = code('ERR_SLUICEGATE_STORE_MISMATCH')
+  assert.throws(() => new KeyedLimiter('11/minute', { store }), MISMATCH)
+  assert.throws(() => new KeyedLimiter('10/minute; burst=11', { store }), MISMATCH)
+  assert.throws(() => new KeyedLimiter('10/minute; algorithm=gcra', { store }), MISMATCH)
+  assert.throws(() => new KeyedLimiter('10/minute', { store, maxKeys: 17 }), MISMATCH)
+  assert.throws(() => new Limiter('10/minute', { store }), MISMATCH, 'a single limiter is a region of one key')
+  // The same quota, spelled otherwise, opens it.
+  assert.equal(new KeyedLimiter('10 per minute', { store }).peek('a').remaining, 9)
+})
+
+test('a region open to other users is ERR_SLUICEGATE_STORE_PERMISSION', () => {
+  const file = join(dir, 'open-to-all')
+  const store = `shm:${file}`
+  new KeyedLimiter('5/s', { store, maxKeys: 4 }).allow('a')
+  assert.equal(statSync(file).mode & 0o777, 0o600, 'a region is made private')
+  chmodSync(file, 0o644)
+  const PERMISSION = code('ERR_SLUICEGATE_STORE_PERMISSION')
+  assert.throws(() => new KeyedLimiter('5/s', { store }), PERMISSION)
+  assert.throws(() => new Limiter('5/s', { store }), PERMISSION)
+  chmodSync(file, 0o640)
+  assert.throws(() => new KeyedLimiter('5/s', { store }), PERMISSION, 'group-readable too')
+})
+
+test('a quota a region cannot keep is ERR_SLUICEGATE_STORE_UNSUPPORTED', () => {
+  const UNSUPPORTED = code('ERR_SLUICEGATE_STORE_UNSUPPORTED')
+  const store = `shm:${join(dir, 'log')}`
+  assert.throws(() => new KeyedLimiter('10/s; algorithm=sliding_log', { store }), UNSUPPORTED)
+  assert.throws(() => new Limiter('10/s; algorithm=sliding_log', { store }), UNSUPPORTED)
+})
+
+test('a region whose folder is missing is ERR_SLUICEGATE_STORE_UNAVAILABLE', () => {
+  const store = `shm:${join(dir, 'no-such-folder', 'r')}`
+  assert.throws(() => new KeyedLimiter('1/s', { store }), code('ERR_SLUICEGATE_STORE_UNAVAILABLE'))
 })

@@ -1,9 +1,13 @@
 // The Express middleware over real HTTP on 127.0.0.1.
-import { test } from 'node:test'
+import { after, test } from 'node:test'
 import assert from 'node:assert/strict'
+import { createHash } from 'node:crypto'
+import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import express from 'express'
 import rateLimit from '../express.mjs'
-import { KeyedLimiter, ManualClock } from '../index.mjs'
+import { KeyedLimiter, ManualClock, canonicalQuota } from '../index.mjs'
 
 async function serve(middleware, t) {
   const app = express()
@@ -91,4 +95,50 @@ test('bad options throw at construction', () => {
   bad({ max: 5 })
   bad(null)
   assert.throws(() => rateLimit({ limit: 0 }), (e) => e.code === 'ERR_SLUICEGATE_INVALID_QUOTA')
+})
+
+// The store option: regions in a temporary folder, removed afterwards.
+const dir = mkdtempSync(join(tmpdir(), 'sluicegate-express-'))
+after(() => rmSync(dir, { recursive: true, force: true }))
+const limitSuffix = (quota) => createHash('sha256').update(canonicalQuota(quota)).digest('hex').slice(0, 12)
+
+test('store: one region per distinct limit, named from the store and the quota', async (t) => {
+  const base = join(dir, 'api-limits')
+  const tight = rateLimit({ quota: '2/minute', store: `shm:${base}` })
+  assert.equal(tight.store, `shm:${base}-${limitSuffix('2/minute')}`)
+  assert.ok(existsSync(`${base}-${limitSuffix('2/minute')}`), 'the region is a file')
+  // Another limit on the same store gets a region of its own (a region holds one quota) ...
+  const loose = rateLimit({ limit: 3, windowMs: 60_000, store: `shm:${base}` })
+  assert.equal(loose.store, `shm:${base}-${limitSuffix({ count: 3, periodMs: 60_000 })}`)
+  assert.notEqual(loose.store, tight.store)
+  // ... and the same limit, however spelled, the same region: its buckets.
+  const again = rateLimit({ quota: '2 per minute', store: `shm:${base}` })
+  assert.equal(again.store, tight.store)
+  const [getTight, getLoose, getAgain] = [await serve(tight, t), await serve(loose, t), await serve(again, t)]
+  assert.equal((await getTight()).status, 200)
+  assert.equal((await getAgain()).status, 200)
+  assert.equal((await getTight()).status, 429, 'the two middlewares share the client\'s bucket')
+  const statuses = []
+  for (let i = 0; i < 4; i++) statuses.push((await getLoose()).status)
+  assert.deepEqual(statuses, [200, 200, 200, 429])
+  // A capacity in the store string stays with the region's name; maxKeys is its capacity.
+  const cap = rateLimit({ quota: '2/minute', store: `shm:${join(dir, 'cap')}?capacity=8` })
+  assert.equal(cap.store, `shm:${join(dir, 'cap')}-${limitSuffix('2/minute')}?capacity=8`)
+  assert.equal(cap.limiter.maxKeys, 8)
+  assert.equal(rateLimit({ quota: '2/minute', store: `shm:${join(dir, 'mk')}`, maxKeys: 5 }).limiter.maxKeys, 5)
+  assert.equal(rateLimit({ quota: '2/minute' }).store, 'memory')
+  assert.equal(rateLimit({ quota: '2/minute', store: 'memory' }).store, 'memory')
+  assert.equal(rateLimit({ limiter: new KeyedLimiter('1/s') }).store, undefined)
+})
+
+test('store: bad values throw at construction', () => {
+  const INVALID_ARG = (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG'
+  // express-rate-limit's `store` is a Store object: not this option.
+  const ersStore = { increment: async () => ({ totalHits: 1 }), decrement() {}, resetKey() {} }
+  assert.throws(() => rateLimit({ store: ersStore }), (e) => INVALID_ARG(e) && /Store objects/.test(e.message))
+  assert.throws(() => rateLimit({ store: 5 }), INVALID_ARG)
+  assert.throws(() => rateLimit({ store: 'shm:/x', limiter: new KeyedLimiter('1/s') }), INVALID_ARG)
+  assert.throws(() => rateLimit({ store: 'redis://localhost' }), (e) => e.code === 'ERR_SLUICEGATE_INVALID_OPTION')
+  assert.throws(() => rateLimit({ quota: '1/s; algorithm=sliding_log', store: `shm:${join(dir, 'log')}` }),
+    (e) => e.code === 'ERR_SLUICEGATE_STORE_UNSUPPORTED')
 })

@@ -1,11 +1,13 @@
 // Runs every ```js block of the repository README and of bindings-node/README.md that uses
 // only the package (no Express server, no top-level await): each in a fresh function scope,
 // with `require` resolving 'sluicegate' to this package. A `// N` comment after a
-// console.log states what it must print.
-import { test } from 'node:test'
+// console.log states what it must print. A shared-memory region a snippet names
+// ('shm:/api-limits', a file in /dev/shm) is made in a fresh temporary folder instead.
+import { after, test } from 'node:test'
 import assert from 'node:assert/strict'
-import { readFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { createRequire } from 'node:module'
+import { tmpdir } from 'node:os'
 import { fileURLToPath } from 'node:url'
 import { dirname, join } from 'node:path'
 
@@ -22,6 +24,16 @@ const blocks = (file) =>
 const runnable = (code) =>
   !/\bawait\b|express|listen\(|worker_threads|import /.test(code)
 
+const regions = mkdtempSync(join(tmpdir(), 'sluicegate-readme-'))
+after(() => rmSync(regions, { recursive: true, force: true }))
+let runs = 0
+/** `code` with its regions in a folder of this run's own. */
+function inTemp(code) {
+  const d = join(regions, String(runs++))
+  mkdirSync(d)
+  return code.replace(/'shm:\/([\w.-]+)'/g, (_, name) => `'shm:${d}/${name}'`)
+}
+
 for (const [name, file] of [
   ['root README', join(pkg, '..', 'README.md')],
   ['bindings-node README', join(pkg, 'README.md')],
@@ -36,7 +48,7 @@ for (const [name, file] of [
       const run = () => {
         const out = []
         const console = { log: (...a) => out.push(a.map(String).join(' ')) }
-        new Function('require', 'console', code)(req, console)
+        new Function('require', 'console', inTemp(code))(req, console)
         return expected.filter((e) => !out.some((l) => l.includes(e))).map((e) => `${e} in ${out}`)
       }
       // The snippets read the system clock: a figure such as `retryAfterMs` is exact only if

@@ -9,6 +9,7 @@ use napi_derive::napi;
 use sluicegate::http::HeaderStyle;
 use sluicegate::{
     Algorithm, AnyClock, Decision, KeyedLimiter, Limiter, OnFull, Quota, QuotaOptions, Refill,
+    StoreSpec,
 };
 use std::ffi::c_void;
 use std::ptr;
@@ -86,17 +87,43 @@ impl ManualClock {
     }
 }
 
-/// Creates a limiter for `quota` (a rate string) on the system clock or `clock`; returns its
+/// The store a `store` option names, by the core's parser: `"memory"` (the default) or
+/// `"shm:NAME[?capacity=N]"`; anything else is `ERR_SLUICEGATE_INVALID_OPTION`.
+fn store_of(store: Option<&str>) -> std::result::Result<StoreSpec, JsErr> {
+    store.map_or(Ok(StoreSpec::Memory), |s| s.parse().map_err(from_core))
+}
+
+/// Creates a limiter for `quota` (a rate string) on the system clock or `clock`, its bucket
+/// in `store` (default memory; a shared-memory region holds it as its one key); returns its
 /// handle in this environment.
 #[napi]
 pub fn limiter_new(
     env: Env,
     quota: String,
     clock: Option<&ManualClock>,
+    store: Option<String>,
 ) -> std::result::Result<u32, JsErr> {
-    let clock = AnyClock::new(clock.map(|c| &c.inner));
-    let limiter = Limiter::with_clock(parse(&quota)?, clock).map_err(from_core)?;
+    let limiter = Limiter::builder(parse(&quota)?)
+        .clock(AnyClock::new(clock.map(|c| &c.inner)))
+        .store(store_of(store.as_deref())?)
+        .build()
+        .map_err(from_core)?;
     env_state(&env)?.insert(Arc::new(Entry::Single(limiter)))
+}
+
+/// `store` (parsed and printed by the core) with `suffix` appended to a region's name:
+/// `"shm:/api?capacity=9"` and `"-x"` give `"shm:/api-x?capacity=9"`; `"memory"` stays
+/// `"memory"`. The Express middleware names one region per limit with it.
+#[napi]
+pub fn store_suffixed(store: String, suffix: String) -> std::result::Result<String, JsErr> {
+    let spec = match store_of(Some(&store))? {
+        StoreSpec::Shm { name, capacity } => StoreSpec::Shm {
+            name: name + &suffix,
+            capacity,
+        },
+        other => other,
+    };
+    Ok(spec.to_string())
 }
 
 /// The limiter named `name` in this process (created with `quota` on first use, on the system
@@ -123,8 +150,11 @@ fn keyed_build(
     max_keys: Option<u32>,
     on_full: OnFull,
     shards: Option<u32>,
+    store: StoreSpec,
 ) -> std::result::Result<Entry, JsErr> {
-    let mut b = KeyedLimiter::<Box<[u8]>>::builder(quota).clock(clock);
+    let mut b = KeyedLimiter::<Box<[u8]>>::builder(quota)
+        .clock(clock)
+        .store(store);
     if let Some(n) = max_keys {
         if n == 0 {
             return Err(invalid_arg("maxKeys must be at least 1"));
@@ -138,9 +168,11 @@ fn keyed_build(
     Ok(Entry::Keyed(b.build().map_err(from_core)?))
 }
 
-/// Creates a keyed limiter; `maxKeys` bounds the keys held at once (default 2^20), `onFull`
-/// says what a new key meets at the bound when no bucket is full: `"reject"` (the default:
-/// `ERR_SLUICEGATE_KEY_STORE_FULL`) or `"evict"` (the bucket nearest to full is evicted).
+/// Creates a keyed limiter; `maxKeys` bounds the keys held at once (default 2^20; a
+/// shared-memory region's capacity, which an opener that gives none takes from the region),
+/// `onFull` says what a new key meets at the bound when no bucket is full: `"reject"` (the
+/// default: `ERR_SLUICEGATE_KEY_STORE_FULL`) or `"evict"` (the bucket nearest to full is
+/// evicted); `store` is where the buckets live (default memory).
 #[napi]
 pub fn keyed_new(
     env: Env,
@@ -149,10 +181,12 @@ pub fn keyed_new(
     max_keys: Option<u32>,
     on_full: Option<String>,
     shards: Option<u32>,
+    store: Option<String>,
 ) -> std::result::Result<u32, JsErr> {
     let clock = AnyClock::new(clock.map(|c| &c.inner));
     let on_full = on_full_of(on_full.as_deref())?;
-    let entry = keyed_build(parse(&quota)?, clock, max_keys, on_full, shards)?;
+    let store = store_of(store.as_deref())?;
+    let entry = keyed_build(parse(&quota)?, clock, max_keys, on_full, shards, store)?;
     env_state(&env)?.insert(Arc::new(entry))
 }
 
@@ -175,7 +209,14 @@ pub fn keyed_shared(
         on_full.name()
     );
     let entry = state::shared(&format!("keyed:{name}"), signature, || {
-        keyed_build(quota, AnyClock::default(), max_keys, on_full, shards)
+        keyed_build(
+            quota,
+            AnyClock::default(),
+            max_keys,
+            on_full,
+            shards,
+            StoreSpec::Memory,
+        )
     })?;
     env_state(&env)?.insert(entry)
 }

@@ -23,6 +23,8 @@ const rateLimit = require("sluicegate/express");
 const l = new Limiter("10/s; burst=2");
 if (!l.tryAcquire().allowed || !l.allow() || l.tryAcquire().allowed) throw new Error("limiter");
 if (!new KeyedLimiter("1/s").allow("k") || typeof rateLimit !== "function") throw new Error("exports");
+const store = "shm:" + process.env.SG_REGION; // a shared-memory region, in the temp folder
+if (!new KeyedLimiter("1/h", { store, maxKeys: 8 }).allow("k") || new KeyedLimiter("1/h", { store }).allow("k")) throw new Error("store");
 import("sluicegate").then((m) => { if (m.Limiter !== Limiter) throw new Error("esm"); console.log("install ok:", process.argv[1]) });
 '
 
@@ -30,7 +32,7 @@ echo "==> npm install ./bindings-node (built from source) into a new project"
 mkdir "$tmp/from-dir" && cd "$tmp/from-dir"
 npm init -y >/dev/null
 SLUICEGATE_BUILD_FROM_SOURCE=1 npm install "$repo/bindings-node"
-node -e "$smoke" from-dir
+SG_REGION="$tmp/from-dir.region" node -e "$smoke" from-dir
 
 echo "==> npm pack, then install the tarball (built from source) into a new project"
 cd "$repo/bindings-node"
@@ -40,4 +42,4 @@ if tar -tzf "$tmp/$tarball" | grep -q '\.node$'; then echo "the tarball must not
 mkdir "$tmp/from-tgz" && cd "$tmp/from-tgz"
 npm init -y >/dev/null
 npm install "$tmp/$tarball"
-node -e "$smoke" from-tarball
+SG_REGION="$tmp/from-tgz.region" node -e "$smoke" from-tarball
