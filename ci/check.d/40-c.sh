@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The C API (bindings-c): header drift, the C tests plain / under ASan+UBSan / under
-# valgrind, the quickstart (shared and static), install + pkg-config, and the LuaJIT
-# example. Needs Rust, gcc and make; installs valgrind and luajit with apt-get when they are
-# missing and this runs as root, else skips those parts and says so (under CI=true a part
-# that cannot run fails instead: a suite that quietly skips proves nothing).
+# valgrind (test_shm: processes made with fork() on one shared-memory region), the
+# quickstart (shared and static), install + pkg-config, and the LuaJIT examples (the
+# handler, and the handler in pre-forked workers on one region). Needs Rust, gcc and make;
+# installs valgrind and luajit with apt-get when they are missing and this runs as root,
+# else skips those parts and says so (under CI=true a part that cannot run fails instead: a
+# suite that quietly skips proves nothing).
 # Last line: "c-tests: N passed, M failed" (one per program and mode).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -105,9 +107,10 @@ install_check() {
 }
 run "install + pkg-config quickstart" install_check
 
-echo "== LuaJIT example (OpenResty-style handler through the FFI)"
+echo "== LuaJIT examples (OpenResty-style handler through the FFI; pre-forked workers on one region)"
 if want luajit luajit; then
   run "luajit handler" $M lua
+  run "luajit pre-forked workers (shm store: the limit for all of them)" $M lua-workers
 else
   missing "LuaJIT example (luajit not installed, and cannot apt-get install it without root)"
 fi
