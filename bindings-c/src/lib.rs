@@ -25,6 +25,8 @@ mod limiter;
 mod options;
 mod quota;
 mod store;
+#[cfg(test)]
+mod tests;
 
 pub use clock::{
     sg_manual_clock, sg_manual_clock_advance, sg_manual_clock_free, sg_manual_clock_new,
