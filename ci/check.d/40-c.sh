@@ -55,6 +55,32 @@ echo "== the README's C quickstart is examples/quickstart.c"
 readme_snippet() { awk '/^```c$/ { on = 1; next } on && /^```$/ { exit } on' bindings-c/README.md; }
 run "README quickstart == examples/quickstart.c" \
   cmp -s <(readme_snippet) bindings-c/examples/quickstart.c
+# A block opened with "```c examples/FILE.c" is a run of consecutive lines of that example
+# (indentation aside), which the tests compile and run.
+readme_fragments() {
+  awk '
+    function strip(s) { sub(/^[ \t]+/, "", s); sub(/[ \t]+$/, "", s); return s }
+    function found(file, n,   m, line, i, j) {
+      m = 0
+      while ((getline line < file) > 0) ex[++m] = strip(line)
+      close(file)
+      for (i = 0; i + n <= m; i++) {
+        for (j = 1; j <= n && ex[i + j] == blk[j]; j++) {}
+        if (j > n) return 1
+      }
+      return 0
+    }
+    /^```c examples\/[a-z_]+\.c$/ { file = "bindings-c/" $2; n = 0; on = 1; next }
+    on && /^```$/ {
+      on = 0; checked++
+      if (!found(file, n)) { print "README: a block is not in " file > "/dev/stderr"; bad++ }
+      next
+    }
+    on { blk[++n] = strip($0) }
+    END { print checked + 0 " README blocks checked against their examples"; exit (checked < 2 || bad) }
+  ' bindings-c/README.md
+}
+run "README blocks marked with an example are in it" readme_fragments
 
 echo "== build libsluicegate and the C tests (-std=c11 -Wall -Wextra -Wpedantic -Werror)"
 if ! $M tests; then
@@ -66,21 +92,23 @@ tests=$(cd bindings-c/tests && ls test_*.c | sed 's/\.c$//')
 
 echo "== C tests, plain"
 for t in $tests quickstart; do run "plain $t" "$OUT/plain/$t" "$VECTORS"; done
+run "plain prefork (4 workers forked on one region)" "$OUT/plain/prefork"
 run "static quickstart (libsluicegate.a)" "$OUT/static/quickstart"
 
 echo "== C tests, AddressSanitizer + UndefinedBehaviorSanitizer"
 if $M asan; then
   for t in $tests quickstart; do run "asan $t" "$OUT/asan/$t" "$VECTORS"; done
+  run "asan prefork" "$OUT/asan/prefork"
 else
   bad "asan build"
 fi
 
 echo "== C tests, valgrind (definite and indirect leaks fail)"
 if want valgrind valgrind; then
-  for t in $tests quickstart; do
+  for t in $tests quickstart prefork; do
     run "valgrind $t" valgrind --quiet --error-exitcode=1 --leak-check=full \
       --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect \
-      "$OUT/plain/$t" "$VECTORS"
+      "$OUT/plain/$t" $([ "$t" = prefork ] || echo "$VECTORS")
   done
 else
   missing "valgrind (not installed, and cannot apt-get install it without root)"
