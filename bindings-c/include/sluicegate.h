@@ -142,7 +142,8 @@ typedef uint32_t sg_result;
 
 // A lock-free rate limiter with one bucket per key. Opaque and thread-safe: every function
 // taking a `const sg_keyed_limiter *` may be called from any number of threads at once.
-// Made by `sg_keyed_limiter_new` / `sg_keyed_limiter_new_with_clock`, released by
+// Made by `sg_keyed_limiter_new`, `sg_keyed_limiter_new_with_clock` or
+// `sg_keyed_limiter_new_in_store` (buckets shared by the processes of a host), released by
 // `sg_keyed_limiter_free`.
 //
 // Keys are byte strings `(key, key_len)`: any bytes, NUL included, compared in full. A key
@@ -153,7 +154,8 @@ typedef struct sg_keyed_limiter sg_keyed_limiter;
 
 // A lock-free rate limiter for one bucket. Opaque and thread-safe: every function taking a
 // `const sg_limiter *` may be called from any number of threads at once. Made by
-// `sg_limiter_new` / `sg_limiter_new_with_clock`, released by `sg_limiter_free`.
+// `sg_limiter_new`, `sg_limiter_new_with_clock` or `sg_limiter_new_in_store` (a bucket shared
+// by the processes of a host), released by `sg_limiter_free`.
 typedef struct sg_limiter sg_limiter;
 
 // A clock that reads what it was last set to, in nanoseconds. Opaque and thread-safe; made
@@ -374,6 +376,31 @@ sg_result sg_keyed_limiter_new_with_clock(const struct sg_quota *quota,
                                           const struct sg_manual_clock *clock,
                                           struct sg_keyed_limiter **out);
 
+// Writes a new keyed limiter to `*out` whose buckets are kept in `store`, a NUL-terminated
+// string: `"memory"` (this process, as `sg_keyed_limiter_new`) or `"shm:NAME[?capacity=N]"`,
+// a shared-memory region that every process of the host opening the same NAME shares: the
+// limit of each key holds for all of them together (see `sg_limiter_new_in_store` for the
+// names, the clock and the errors). Keys are the same bytes in every process and every
+// language, so a C, a Python and a Node worker on one region count one bucket per key.
+//
+// `max_keys`: the keys held at once; 0 takes the region's own capacity when it exists
+// (else the store's `capacity=N`, else `SG_KEYED_DEFAULT_MAX_KEYS`; for `"memory"`,
+// `SG_KEYED_DEFAULT_MAX_KEYS`). Any other value must equal an existing region's capacity
+// (`SG_ERR_STORE_MISMATCH` otherwise). `on_full` is an `sg_on_full` value, as in
+// `sg_keyed_limiter_new`. `clock` NULL: the default clock (the region's timeline).
+//
+// On a region, every call of `sg_keyed_limiter_*` works as in memory.
+//
+// # Safety
+// `quota` and `clock` are NULL or live handles; `store` is NULL or a NUL-terminated string;
+// `out` is NULL or valid for one write.
+sg_result sg_keyed_limiter_new_in_store(const struct sg_quota *quota,
+                                        const char *store,
+                                        uint64_t max_keys,
+                                        uint32_t on_full,
+                                        const struct sg_manual_clock *clock,
+                                        struct sg_keyed_limiter **out);
+
 // Asks for `cost` tokens of `key`'s bucket now (creating it on the key's first request) and
 // writes the decision to `*out`. A rejection is `SG_OK` with `out->allowed == false`.
 //
@@ -512,6 +539,34 @@ sg_result sg_limiter_new(const struct sg_quota *quota, struct sg_limiter **out);
 sg_result sg_limiter_new_with_clock(const struct sg_quota *quota,
                                     const struct sg_manual_clock *clock,
                                     struct sg_limiter **out);
+
+// Writes a new limiter enforcing `quota` to `*out`, its one bucket kept in `store`, a
+// NUL-terminated string: `"memory"` (this process, as `sg_limiter_new`) or
+// `"shm:NAME[?capacity=N]"`, a shared-memory region that every process of the host opening
+// the same NAME shares, so that the limit holds for all of them together. A NAME with no
+// `/` after its leading one (`"shm:/api-limits"`) is a file in /dev/shm; anything else is a
+// path (`"shm:/run/app/limits"`). The first opener creates the region (mode 0600); the
+// others open it, and must ask for the same quota. A region mapped before `fork()` keeps
+// working in the children.
+//
+// `clock` NULL: the default clock, which on a region reads the region's timeline (every
+// process reads the same one); a manual clock is used as given (tests).
+//
+// Errors: `SG_ERR_INVALID_OPTION` (a bad store string, the detail naming the option
+// `store`), `SG_ERR_STORE_MISMATCH` (the region holds another quota or layout: the detail
+// names both), `SG_ERR_STORE_PERMISSION` (a symbolic link, another user's file, a file
+// open to other users), `SG_ERR_STORE_UNSUPPORTED` (a quota a region cannot keep exactly:
+// the sliding log, or a state that outgrows 64 bits), `SG_ERR_STORE_UNAVAILABLE` (e.g. a
+// missing directory), `SG_ERR_STORE_CORRUPT`, `SG_ERR_STORE_TIMEOUT`, and the errors of
+// `sg_limiter_new`.
+//
+// # Safety
+// `quota` and `clock` are NULL or live handles; `store` is NULL or a NUL-terminated string;
+// `out` is NULL or valid for one write.
+sg_result sg_limiter_new_in_store(const struct sg_quota *quota,
+                                  const char *store,
+                                  const struct sg_manual_clock *clock,
+                                  struct sg_limiter **out);
 
 // Asks for `cost` tokens now and writes the decision to `*out`. A rejection is `SG_OK` with
 // `out->allowed == false` (and nothing changes); `cost == 0` is a peek.

@@ -8,12 +8,15 @@ use crate::limiter::new;
 use crate::options;
 use crate::sg_manual_clock;
 use crate::sg_quota;
-use sluicegate::{AnyClock, Clock, Quota, DEFAULT_MAX_KEYS};
+use crate::store;
+use core::ffi::c_char;
+use sluicegate::{AnyClock, Clock, Quota, StoreSpec, DEFAULT_MAX_KEYS};
 use std::time::Duration;
 
 /// A lock-free rate limiter with one bucket per key. Opaque and thread-safe: every function
 /// taking a `const sg_keyed_limiter *` may be called from any number of threads at once.
-/// Made by `sg_keyed_limiter_new` / `sg_keyed_limiter_new_with_clock`, released by
+/// Made by `sg_keyed_limiter_new`, `sg_keyed_limiter_new_with_clock` or
+/// `sg_keyed_limiter_new_in_store` (buckets shared by the processes of a host), released by
 /// `sg_keyed_limiter_free`.
 ///
 /// Keys are byte strings `(key, key_len)`: any bytes, NUL included, compared in full. A key
@@ -77,22 +80,30 @@ fn max_keys(n: u64, func: &str) -> Result<usize, sg_result> {
     })
 }
 
-/// The constructor of `new`, for `max_keys` and the `on_full` value.
-fn builder(
-    max_keys: u64,
+/// The constructor of `new`, for `max_keys` (`None`: not given), the `on_full` value and the
+/// store, which `store` parses when the quota and clock have passed their checks.
+fn builder<'a>(
+    max_keys: Option<u64>,
     on_full: u32,
-    func: &str,
-) -> impl FnOnce(Quota, AnyClock) -> Result<KeyedLimiter, sg_result> + '_ {
+    store: impl FnOnce() -> Result<StoreSpec, sg_result> + 'a,
+    func: &'a str,
+) -> impl FnOnce(Quota, AnyClock) -> Result<KeyedLimiter, sg_result> + 'a {
     move |quota, clock| {
-        let max_keys = self::max_keys(max_keys, func)?;
         let on_full = options::on_full(on_full).map_err(from_core)?;
-        sluicegate::KeyedLimiter::builder(quota)
+        let mut b = sluicegate::KeyedLimiter::builder(quota)
             .clock(clock)
-            .max_keys(max_keys)
             .on_full(on_full)
-            .build()
-            .map_err(from_core)
+            .store(store()?);
+        if let Some(n) = max_keys {
+            b = b.max_keys(self::max_keys(n, func)?);
+        }
+        b.build().map_err(from_core)
     }
+}
+
+/// The store of `sg_keyed_limiter_new` and `_new_with_clock`.
+fn memory() -> Result<StoreSpec, sg_result> {
+    Ok(StoreSpec::Memory)
 }
 
 /// Writes a new keyed limiter to `*out`: every key gets its own bucket enforcing `quota`,
@@ -117,7 +128,15 @@ pub unsafe extern "C" fn sg_keyed_limiter_new(
         const F: &str = "sg_keyed_limiter_new";
         let clock = || Ok(AnyClock::default());
         // SAFETY: forwarded caller contract.
-        unsafe { new(quota, clock, out, F, builder(max_keys, on_full, F)) }
+        unsafe {
+            new(
+                quota,
+                clock,
+                out,
+                F,
+                builder(Some(max_keys), on_full, memory, F),
+            )
+        }
     })
 }
 
@@ -136,9 +155,48 @@ pub unsafe extern "C" fn sg_keyed_limiter_new_with_clock(
 ) -> sg_result {
     ffi!({
         const F: &str = "sg_keyed_limiter_new_with_clock";
-        let build = builder(max_keys, on_full, F);
+        let build = builder(Some(max_keys), on_full, memory, F);
         // SAFETY: forwarded caller contract (`clock` is NULL or a live handle).
         unsafe { new(quota, || clock::manual(clock, F), out, F, build) }
+    })
+}
+
+/// Writes a new keyed limiter to `*out` whose buckets are kept in `store`, a NUL-terminated
+/// string: `"memory"` (this process, as `sg_keyed_limiter_new`) or `"shm:NAME[?capacity=N]"`,
+/// a shared-memory region that every process of the host opening the same NAME shares: the
+/// limit of each key holds for all of them together (see `sg_limiter_new_in_store` for the
+/// names, the clock and the errors). Keys are the same bytes in every process and every
+/// language, so a C, a Python and a Node worker on one region count one bucket per key.
+///
+/// `max_keys`: the keys held at once; 0 takes the region's own capacity when it exists
+/// (else the store's `capacity=N`, else `SG_KEYED_DEFAULT_MAX_KEYS`; for `"memory"`,
+/// `SG_KEYED_DEFAULT_MAX_KEYS`). Any other value must equal an existing region's capacity
+/// (`SG_ERR_STORE_MISMATCH` otherwise). `on_full` is an `sg_on_full` value, as in
+/// `sg_keyed_limiter_new`. `clock` NULL: the default clock (the region's timeline).
+///
+/// On a region, every call of `sg_keyed_limiter_*` works as in memory.
+///
+/// # Safety
+/// `quota` and `clock` are NULL or live handles; `store` is NULL or a NUL-terminated string;
+/// `out` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn sg_keyed_limiter_new_in_store(
+    quota: *const sg_quota,
+    store: *const c_char,
+    max_keys: u64,
+    on_full: u32,
+    clock: *const sg_manual_clock,
+    out: *mut *mut sg_keyed_limiter,
+) -> sg_result {
+    ffi!({
+        const F: &str = "sg_keyed_limiter_new_in_store";
+        // SAFETY: forwarded caller contract (`clock` is NULL or a live handle).
+        let clock = || unsafe { store::clock(clock, F) };
+        // SAFETY: forwarded caller contract (`store` is NULL or NUL-terminated).
+        let spec = || unsafe { store::spec(store, F) };
+        let build = builder((max_keys != 0).then_some(max_keys), on_full, spec, F);
+        // SAFETY: forwarded caller contract.
+        unsafe { new(quota, clock, out, F, build) }
     })
 }
 

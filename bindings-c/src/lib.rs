@@ -24,6 +24,9 @@ mod keyed;
 mod limiter;
 mod options;
 mod quota;
+mod store;
+#[cfg(test)]
+mod tests;
 
 pub use clock::{
     sg_manual_clock, sg_manual_clock_advance, sg_manual_clock_free, sg_manual_clock_new,
@@ -39,15 +42,16 @@ pub use http::sg_decision_headers;
 pub use keyed::{
     sg_keyed_limiter, sg_keyed_limiter_acquire_timeout, sg_keyed_limiter_clear,
     sg_keyed_limiter_free, sg_keyed_limiter_len, sg_keyed_limiter_new,
-    sg_keyed_limiter_new_with_clock, sg_keyed_limiter_now, sg_keyed_limiter_peek,
-    sg_keyed_limiter_refund, sg_keyed_limiter_refund_at, sg_keyed_limiter_remove,
-    sg_keyed_limiter_sweep, sg_keyed_limiter_try_acquire, sg_keyed_limiter_try_acquire_at,
-    SG_KEYED_DEFAULT_MAX_KEYS,
+    sg_keyed_limiter_new_in_store, sg_keyed_limiter_new_with_clock, sg_keyed_limiter_now,
+    sg_keyed_limiter_peek, sg_keyed_limiter_refund, sg_keyed_limiter_refund_at,
+    sg_keyed_limiter_remove, sg_keyed_limiter_sweep, sg_keyed_limiter_try_acquire,
+    sg_keyed_limiter_try_acquire_at, SG_KEYED_DEFAULT_MAX_KEYS,
 };
 pub use limiter::{
     sg_limiter, sg_limiter_acquire_timeout, sg_limiter_cancel, sg_limiter_free, sg_limiter_new,
-    sg_limiter_new_with_clock, sg_limiter_now, sg_limiter_peek, sg_limiter_refund,
-    sg_limiter_refund_at, sg_limiter_reserve, sg_limiter_try_acquire, sg_limiter_try_acquire_at,
+    sg_limiter_new_in_store, sg_limiter_new_with_clock, sg_limiter_now, sg_limiter_peek,
+    sg_limiter_refund, sg_limiter_refund_at, sg_limiter_reserve, sg_limiter_try_acquire,
+    sg_limiter_try_acquire_at,
 };
 pub use options::{sg_header_style, sg_on_full, sg_refill};
 pub use quota::{

@@ -6,12 +6,15 @@ use crate::error::{from_core, null, sg_result};
 use crate::handle::{self, Handle};
 use crate::sg_manual_clock;
 use crate::sg_quota;
+use crate::store;
+use core::ffi::c_char;
 use sluicegate::{AnyClock, Clock, Quota};
 use std::time::Duration;
 
 /// A lock-free rate limiter for one bucket. Opaque and thread-safe: every function taking a
 /// `const sg_limiter *` may be called from any number of threads at once. Made by
-/// `sg_limiter_new` / `sg_limiter_new_with_clock`, released by `sg_limiter_free`.
+/// `sg_limiter_new`, `sg_limiter_new_with_clock` or `sg_limiter_new_in_store` (a bucket shared
+/// by the processes of a host), released by `sg_limiter_free`.
 pub struct sg_limiter {
     _private: [u8; 0],
 }
@@ -91,6 +94,54 @@ pub unsafe extern "C" fn sg_limiter_new_with_clock(
         const F: &str = "sg_limiter_new_with_clock";
         // SAFETY: forwarded caller contract (`clock` is NULL or a live handle).
         unsafe { new(quota, || clock::manual(clock, F), out, F, build) }
+    })
+}
+
+/// Writes a new limiter enforcing `quota` to `*out`, its one bucket kept in `store`, a
+/// NUL-terminated string: `"memory"` (this process, as `sg_limiter_new`) or
+/// `"shm:NAME[?capacity=N]"`, a shared-memory region that every process of the host opening
+/// the same NAME shares, so that the limit holds for all of them together. A NAME with no
+/// `/` after its leading one (`"shm:/api-limits"`) is a file in /dev/shm; anything else is a
+/// path (`"shm:/run/app/limits"`). The first opener creates the region (mode 0600); the
+/// others open it, and must ask for the same quota. A region mapped before `fork()` keeps
+/// working in the children.
+///
+/// `clock` NULL: the default clock, which on a region reads the region's timeline (every
+/// process reads the same one); a manual clock is used as given (tests).
+///
+/// Errors: `SG_ERR_INVALID_OPTION` (a bad store string, the detail naming the option
+/// `store`), `SG_ERR_STORE_MISMATCH` (the region holds another quota or layout: the detail
+/// names both), `SG_ERR_STORE_PERMISSION` (a symbolic link, another user's file, a file
+/// open to other users), `SG_ERR_STORE_UNSUPPORTED` (a quota a region cannot keep exactly:
+/// the sliding log, or a state that outgrows 64 bits), `SG_ERR_STORE_UNAVAILABLE` (e.g. a
+/// missing directory), `SG_ERR_STORE_CORRUPT`, `SG_ERR_STORE_TIMEOUT`, and the errors of
+/// `sg_limiter_new`.
+///
+/// # Safety
+/// `quota` and `clock` are NULL or live handles; `store` is NULL or a NUL-terminated string;
+/// `out` is NULL or valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn sg_limiter_new_in_store(
+    quota: *const sg_quota,
+    store: *const c_char,
+    clock: *const sg_manual_clock,
+    out: *mut *mut sg_limiter,
+) -> sg_result {
+    ffi!({
+        const F: &str = "sg_limiter_new_in_store";
+        // SAFETY: forwarded caller contract (`clock` is NULL or a live handle).
+        let clock = || unsafe { store::clock(clock, F) };
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            new(quota, clock, out, F, |quota, clock| {
+                let spec = store::spec(store, F)?;
+                let built = sluicegate::Limiter::builder(quota)
+                    .store(spec)
+                    .clock(clock)
+                    .build();
+                built.map_err(from_core)
+            })
+        }
     })
 }
 

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The C API (bindings-c): header drift, the C tests plain / under ASan+UBSan / under
-# valgrind, the quickstart (shared and static), install + pkg-config, and the LuaJIT
-# example. Needs Rust, gcc and make; installs valgrind and luajit with apt-get when they are
-# missing and this runs as root, else skips those parts and says so (under CI=true a part
-# that cannot run fails instead: a suite that quietly skips proves nothing).
+# valgrind (test_shm: processes made with fork() on one shared-memory region), the
+# quickstart (shared and static), install + pkg-config, and the LuaJIT examples (the
+# handler, and the handler in pre-forked workers on one region). Needs Rust, gcc and make;
+# installs valgrind and luajit with apt-get when they are missing and this runs as root,
+# else skips those parts and says so (under CI=true a part that cannot run fails instead: a
+# suite that quietly skips proves nothing).
 # Last line: "c-tests: N passed, M failed" (one per program and mode).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -53,6 +55,32 @@ echo "== the README's C quickstart is examples/quickstart.c"
 readme_snippet() { awk '/^```c$/ { on = 1; next } on && /^```$/ { exit } on' bindings-c/README.md; }
 run "README quickstart == examples/quickstart.c" \
   cmp -s <(readme_snippet) bindings-c/examples/quickstart.c
+# A block opened with "```c examples/FILE.c" is a run of consecutive lines of that example
+# (indentation aside), which the tests compile and run.
+readme_fragments() {
+  awk '
+    function strip(s) { sub(/^[ \t]+/, "", s); sub(/[ \t]+$/, "", s); return s }
+    function found(file, n,   m, line, i, j) {
+      m = 0
+      while ((getline line < file) > 0) ex[++m] = strip(line)
+      close(file)
+      for (i = 0; i + n <= m; i++) {
+        for (j = 1; j <= n && ex[i + j] == blk[j]; j++) {}
+        if (j > n) return 1
+      }
+      return 0
+    }
+    /^```c examples\/[a-z_]+\.c$/ { file = "bindings-c/" $2; n = 0; on = 1; next }
+    on && /^```$/ {
+      on = 0; checked++
+      if (!found(file, n)) { print "README: a block is not in " file > "/dev/stderr"; bad++ }
+      next
+    }
+    on { blk[++n] = strip($0) }
+    END { print checked + 0 " README blocks checked against their examples"; exit (checked < 2 || bad) }
+  ' bindings-c/README.md
+}
+run "README blocks marked with an example are in it" readme_fragments
 
 echo "== build libsluicegate and the C tests (-std=c11 -Wall -Wextra -Wpedantic -Werror)"
 if ! $M tests; then
@@ -64,21 +92,23 @@ tests=$(cd bindings-c/tests && ls test_*.c | sed 's/\.c$//')
 
 echo "== C tests, plain"
 for t in $tests quickstart; do run "plain $t" "$OUT/plain/$t" "$VECTORS"; done
+run "plain prefork (4 workers forked on one region)" "$OUT/plain/prefork"
 run "static quickstart (libsluicegate.a)" "$OUT/static/quickstart"
 
 echo "== C tests, AddressSanitizer + UndefinedBehaviorSanitizer"
 if $M asan; then
   for t in $tests quickstart; do run "asan $t" "$OUT/asan/$t" "$VECTORS"; done
+  run "asan prefork" "$OUT/asan/prefork"
 else
   bad "asan build"
 fi
 
 echo "== C tests, valgrind (definite and indirect leaks fail)"
 if want valgrind valgrind; then
-  for t in $tests quickstart; do
+  for t in $tests quickstart prefork; do
     run "valgrind $t" valgrind --quiet --error-exitcode=1 --leak-check=full \
       --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect \
-      "$OUT/plain/$t" "$VECTORS"
+      "$OUT/plain/$t" $([ "$t" = prefork ] || echo "$VECTORS")
   done
 else
   missing "valgrind (not installed, and cannot apt-get install it without root)"
@@ -105,9 +135,10 @@ install_check() {
 }
 run "install + pkg-config quickstart" install_check
 
-echo "== LuaJIT example (OpenResty-style handler through the FFI)"
+echo "== LuaJIT examples (OpenResty-style handler through the FFI; pre-forked workers on one region)"
 if want luajit luajit; then
   run "luajit handler" $M lua
+  run "luajit pre-forked workers (shm store: the limit for all of them)" $M lua-workers
 else
   missing "LuaJIT example (luajit not installed, and cannot apt-get install it without root)"
 fi

@@ -2,7 +2,8 @@
 //! rate strings (with an explicit length, or NUL-terminated), keys of any bytes and lengths
 //! (NULL with a length, lengths past any object), costs, clock readings, and op sequences
 //! across quota, limiter, keyed limiter and manual clock handles, handles of the wrong kind
-//! included. Every call must return a defined `sg_result` that is not `SG_ERR_PANIC` (a
+//! included; stores by name (`"memory"`, arbitrary text, and a keyed limiter's shared-memory
+//! region in the temporary directory, removed after every input). Every call must return a defined `sg_result` that is not `SG_ERR_PANIC` (a
 //! caught panic is a bug too), every decision must be consistent, and an option value
 //! outside its C enum must be `SG_ERR_INVALID_OPTION`. Handles are never used after being
 //! freed: that is undefined behaviour by the API's contract.
@@ -21,6 +22,22 @@ enum Key {
     Null(u8),
     /// A real pointer with a length larger than any object (`SG_ERR_INVALID_ARGUMENT`).
     Huge(u8),
+}
+
+/// The store of `sg_*_new_in_store`.
+#[derive(Arbitrary, Debug)]
+enum StoreArg {
+    Memory,
+    /// Any text up to its first NUL, except text that names a region (it is skipped: a
+    /// fuzzer must not create files where it likes): `SG_ERR_INVALID_OPTION` unless it is
+    /// "memory".
+    Text(Vec<u8>),
+    /// A region of `capacity + 1` keys in the temporary directory (keyed limiters only:
+    /// the core's `Limiter::reserve_within_at` does not reach a single bucket in a region yet,
+    /// and panics, which `sg_limiter_reserve` and `sg_limiter_acquire_timeout` would report).
+    Region {
+        capacity: u8,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -44,6 +61,15 @@ enum Op {
         max_keys: u16,
         on_full: u32,
         manual: bool,
+    },
+    NewInStore {
+        quota: u8,
+        store: StoreArg,
+        /// 0: a region's own capacity (the default bound in memory).
+        max_keys: u8,
+        on_full: u32,
+        manual: bool,
+        keyed: bool,
     },
     ClockSet(u64),
     ClockAdvance(u64),
@@ -165,6 +191,11 @@ impl Handles {
     }
 }
 
+/// This process's region file (one per fuzzing process; removed after every input).
+fn region_path() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("sluicegate-fuzz-c_api-{}", std::process::id()))
+}
+
 fuzz_target!(|input: Input| {
     let mut h = Handles::default();
     let mut clock = null_mut();
@@ -278,6 +309,68 @@ fuzz_target!(|input: Input| {
                             // The policy is checked before the limiter is made.
                             assert_eq!(rc, sg_result::SG_ERR_INVALID_OPTION);
                         }
+                    }
+                }
+                Op::NewInStore {
+                    quota,
+                    store,
+                    max_keys,
+                    on_full,
+                    manual,
+                    keyed,
+                } => {
+                    let Some(q) = pick(&h.quotas, *quota) else {
+                        continue;
+                    };
+                    let (text, region) = match store {
+                        StoreArg::Memory => (b"memory".to_vec(), false),
+                        StoreArg::Text(t) => {
+                            let t: Vec<u8> = t.iter().copied().take_while(|&b| b != 0).collect();
+                            if t.windows(4).any(|w| w.eq_ignore_ascii_case(b"shm:")) {
+                                continue;
+                            }
+                            (t, false)
+                        }
+                        StoreArg::Region { capacity } => {
+                            if !keyed {
+                                continue;
+                            }
+                            let spec = format!(
+                                "shm:{}?capacity={}",
+                                region_path().display(),
+                                u16::from(*capacity) + 1
+                            );
+                            (spec.into_bytes(), true)
+                        }
+                    };
+                    let memory = core::str::from_utf8(&text)
+                        .is_ok_and(|t| t.trim().eq_ignore_ascii_case("memory"));
+                    let text = std::ffi::CString::new(text).expect("no NUL");
+                    let c = if *manual { clock.cast_const() } else { null() };
+                    let rc = if *keyed {
+                        let mut k = null_mut();
+                        let (n, of) = (u64::from(*max_keys), *on_full);
+                        let rc = sg_keyed_limiter_new_in_store(q, text.as_ptr(), n, of, c, &mut k);
+                        if ok(rc) {
+                            h.keyed.push(k);
+                        } else {
+                            assert!(k.is_null());
+                        }
+                        rc
+                    } else {
+                        let mut l = null_mut();
+                        let rc = sg_limiter_new_in_store(q, text.as_ptr(), c, &mut l);
+                        if ok(rc) {
+                            h.limiters.push(l);
+                        } else {
+                            assert!(l.is_null());
+                        }
+                        rc
+                    };
+                    let bad_policy =
+                        *keyed && *on_full > sg_on_full::SG_ON_FULL_EVICT_FULLEST as u32;
+                    if !region && (!memory || bad_policy) {
+                        assert_eq!(rc, sg_result::SG_ERR_INVALID_OPTION, "{text:?}");
                     }
                 }
                 Op::ClockSet(t) => assert!(ok(sg_manual_clock_set(clock, *t))),
@@ -508,4 +601,6 @@ fuzz_target!(|input: Input| {
         h.keyed.drain(..).for_each(|p| sg_keyed_limiter_free(p));
         sg_manual_clock_free(clock);
     }
+    // The next input starts without a region.
+    let _ = std::fs::remove_file(region_path());
 });

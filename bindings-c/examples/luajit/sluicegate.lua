@@ -4,6 +4,9 @@
 --   local per_ip = assert(sg.keyed("10/s; burst=20", 100000))   -- once per worker
 --   local d, err = per_ip:acquire(ngx.var.binary_remote_addr, 1) -- per request
 --
+-- One limit for all the workers of the host: keep the buckets in a shared-memory region,
+--   local per_ip = assert(sg.keyed("10/s; burst=20", 100000, nil, "shm:/api-limits"))
+--
 -- The declarations below are copied from include/sluicegate.h (the subset this module
 -- uses); the test suite checks every one of them against the header, so they cannot drift.
 local ffi = require("ffi")
@@ -22,6 +25,12 @@ enum sg_result {
   SG_ERR_CLOCK_OUT_OF_RANGE = 103,
   SG_ERR_KEY_STORE_FULL = 104,
   SG_ERR_INVALID_OPTION = 105,
+  SG_ERR_STORE_UNAVAILABLE = 106,
+  SG_ERR_STORE_MISMATCH = 107,
+  SG_ERR_STORE_CORRUPT = 108,
+  SG_ERR_STORE_PERMISSION = 109,
+  SG_ERR_STORE_UNSUPPORTED = 110,
+  SG_ERR_STORE_TIMEOUT = 111,
   SG_ERR_OTHER = 199,
 };
 typedef uint32_t sg_result;
@@ -59,6 +68,7 @@ sg_result sg_quota_parse(const char *rate, struct sg_quota **out);
 void sg_quota_free(struct sg_quota *quota);
 sg_result sg_keyed_limiter_new(const struct sg_quota *quota, uint64_t max_keys, uint32_t on_full, struct sg_keyed_limiter **out);
 sg_result sg_keyed_limiter_new_with_clock(const struct sg_quota *quota, uint64_t max_keys, uint32_t on_full, const struct sg_manual_clock *clock, struct sg_keyed_limiter **out);
+sg_result sg_keyed_limiter_new_in_store(const struct sg_quota *quota, const char *store, uint64_t max_keys, uint32_t on_full, const struct sg_manual_clock *clock, struct sg_keyed_limiter **out);
 sg_result sg_keyed_limiter_try_acquire(const struct sg_keyed_limiter *limiter, const uint8_t *key, size_t key_len, uint64_t cost, struct sg_decision *out);
 sg_result sg_keyed_limiter_len(const struct sg_keyed_limiter *limiter, uint64_t *out_len);
 void sg_keyed_limiter_free(struct sg_keyed_limiter *limiter);
@@ -94,12 +104,17 @@ Keyed.__index = Keyed
 
 -- A keyed limiter: one bucket per key (any Lua string, binary included).
 -- Returns nil, "parse_error: invalid rate ..." for a bad rate string.
-function M.keyed(rate, max_keys, clock)
+-- `clock`: a manual clock, or nil for the default clock. `store`: nil or "memory" (this
+-- process), or "shm:NAME" (a shared-memory region: every worker of the host that opens
+-- NAME shares its buckets; errors such as "store_mismatch: ..." when it holds another quota).
+function M.keyed(rate, max_keys, clock, store)
   local q = ffi.new("sg_quota *[1]")
   local rc = lib.sg_quota_parse(rate, q)
   if rc ~= C.SG_OK then return nil, last_error(rc) end
   local out = ffi.new("sg_keyed_limiter *[1]")
-  if clock then
+  if store then
+    rc = lib.sg_keyed_limiter_new_in_store(q[0], store, max_keys, C.SG_ON_FULL_EVICT_FULLEST, clock, out)
+  elseif clock then
     rc = lib.sg_keyed_limiter_new_with_clock(q[0], max_keys, C.SG_ON_FULL_EVICT_FULLEST, clock, out)
   else
     rc = lib.sg_keyed_limiter_new(q[0], max_keys, C.SG_ON_FULL_EVICT_FULLEST, out)
