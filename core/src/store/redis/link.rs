@@ -188,11 +188,13 @@ enum Conn {
 }
 
 impl Conn {
+    /// One command; an error reply is an `Err` (the client returns it as a value).
     async fn send(&mut self, cmd: &Cmd) -> redis::RedisResult<Value> {
-        match self {
+        let v = match self {
             Conn::Single(c) => c.req_packed_command(cmd).await,
             Conn::Cluster(c) => c.req_packed_command(cmd).await,
-        }
+        };
+        v?.extract_error()
     }
 }
 
