@@ -55,7 +55,7 @@ else
   bad "core/tests/redis"
 fi
 # The Redis store's unit tests (URLs, specs, slots) need the feature too.
-if cargo test -p sluicegate --locked --features redis --lib -q store::redis store::spec 2>&1 | tail -3; then
+if cargo test -p sluicegate --locked --features redis --lib -q -- store::redis store::spec 2>&1 | tail -3; then
   ok "the Redis store's unit tests"
 else
   bad "the Redis store's unit tests"
