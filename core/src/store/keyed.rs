@@ -698,21 +698,17 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
     }
 
     #[cfg(all(feature = "redis", not(sluicegate_loom)))]
-    fn redis_pending(
+    async fn redis_pending(
         &self,
         ready: Result<Result<Decision, Error>, u128>,
         now: u64,
         cost: u64,
         peek: bool,
-    ) -> impl core::future::Future<Output = Result<Decision, Error>> + '_ {
-        async move {
-            match (ready, &self.backend) {
-                (Ok(r), _) => r,
-                (Err(fp), Backend::Redis(s)) => {
-                    s.decide_fp_async(fp, now, cost, u64::MAX, peek).await
-                }
-                (Err(_), _) => unreachable!("only a Redis store's call is pending"),
-            }
+    ) -> Result<Decision, Error> {
+        match (ready, &self.backend) {
+            (Ok(r), _) => r,
+            (Err(fp), Backend::Redis(s)) => s.decide_fp_async(fp, now, cost, u64::MAX, peek).await,
+            (Err(_), _) => unreachable!("only a Redis store's call is pending"),
         }
     }
 

@@ -332,7 +332,7 @@ fn insurance(quota: &Quota, limit: u64, hosts: u64) -> Result<Quota, Error> {
     // Every algorithm's long-run rate is count per period (the windows' N per W included).
     let (count, period) = (quota.count(), quota.period_ns());
     let burst = (limit / hosts).max(1);
-    let period = period.checked_mul(hosts).unwrap_or(u64::MAX);
+    let period = period.saturating_mul(hosts);
     Quota::try_new(count, period, burst)
         .or_else(|_| Quota::try_new(count, quota.period_ns(), burst))
 }
