@@ -80,9 +80,13 @@ async fn ours(spec: &str, callers: usize, own_connection: bool, secs: f64) -> Ve
     for c in 0..callers {
         // A limiter of its own on a URL of its own (another timeout) is a connection of its own.
         let l = if own_connection {
-            let s: StoreSpec = format!("{spec}&timeout={}us", 2_000_000 + c)
-                .parse()
-                .unwrap();
+            let s: StoreSpec = format!(
+                "{}&timeout={}us",
+                spec.replace("&timeout=2s", ""),
+                2_000_000 + c
+            )
+            .parse()
+            .unwrap();
             Arc::new(KeyedLimiter::<u64>::builder(q).store(s).build().unwrap())
         } else {
             shared.clone()
@@ -157,19 +161,28 @@ fn main() {
         .unwrap()
         .port();
     let exe = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-    let mut server = Command::new(exe)
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-        ])
-        .args(["--appendonly", "no", "--loglevel", "warning"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server");
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _server = Stop(
+        Command::new(exe)
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .args(["--appendonly", "no", "--loglevel", "warning"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server"),
+    );
     std::thread::sleep(Duration::from_millis(300));
     let url = format!("redis://127.0.0.1:{port}");
     let spec = format!("{url}?prefix=bench&negative_cache=off&on_error=error&timeout=2s");
@@ -240,6 +253,4 @@ fn main() {
         "negative cache: {n} rejections of a cached key, {per:?} each, {} round trips in all",
         s.decided
     );
-    let _ = server.kill();
-    let _ = server.wait();
 }

@@ -11,7 +11,7 @@
 //! * [`store`]: the store itself: key names, the fail policy, the negative cache, replies
 //!   to decisions; [`RedisStore`] (keyed) and [`RedisBucket`] (a single limiter).
 //!
-//! docs/REDIS.md has the user's side: URLs, options, failure policies, figures.
+//! `StoreSpec::Redis` and `RedisOptions` document the URLs and options.
 
 pub(crate) mod link;
 pub(crate) mod scripts;
