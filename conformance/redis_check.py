@@ -18,7 +18,7 @@ and EVAL, assembled as SCRIPTS.md specifies), stops the server at the end, and:
    decision field with the vector, each part of a composite with the model below, and after
    every step the key's whole Redis value and its expiry (PEXPIRETIME) with the model's state
    encoding and full-at instant; a rejection, a peek and a cost-0 request must leave the key as
-   it was (besides creating an absent bucket with initial < burst); every acquire is also sent
+   it was (besides creating an absent bucket, which even a cost-0 request does); every acquire is also sent
    first as the read-only `peek` op, which must agree and write nothing;
 3. runs extra cases kept here (readings from 2^52 ns to the century horizon, large reduced
    rates such as 1000003/hour and 1000/7s, counts near 2^62, costs above 2^53, bounded
@@ -681,7 +681,7 @@ def model_request(models, states, t, c, op, bound=None):
             ds[i] = models[i].decide(cur[i], t, c, bound)[0]
     if op == "acquire":
         for i, m in enumerate(models):
-            if states[i] is None and i not in writes and m.creates():
+            if states[i] is None and i not in writes and (m.creates() or not isinstance(m, SLm)):
                 writes[i] = cur[i]
         for i, s in writes.items():
             states[i] = s
@@ -743,12 +743,13 @@ class Checker:
         r = self.snap(keys, [])
         return [(r[3 * i], r[3 * i + 1], r[3 * i + 2]) for i in range(len(keys))]
 
-    def expected(self, m, s) -> tuple:
+    def expected(self, m, s, wrote_at: int = 0) -> tuple:
         if s is None:
             return ("none", None, -2)
         typ, val = m.enc(s)
         num, den = m.full_at(s)
-        return (typ, val, self.base + cdiv(num, den * TEST_TPM))
+        # Never before the millisecond of the reading that wrote the state (main.lua).
+        return (typ, val, self.base + max(cdiv(num, den * TEST_TPM), cdiv(wrote_at, TEST_TPM)))
 
     def run_case(self, case: dict, simulate_expiry: bool = False) -> bool:
         """Plays a vectors-format case; True if it matched throughout."""
@@ -763,7 +764,8 @@ class Checker:
             if key not in buckets:
                 models = [make_model(parse_quota(q), start) for q in quotas]
                 tag = f"sg:{{c{self.case_no}}}:{key if key is not None else '-'}"
-                buckets[key] = ([f"{tag}:{i}" for i in range(len(models))], models, [None] * len(models))
+                buckets[key] = ([f"{tag}:{i}" for i in range(len(models))], models, [None] * len(models),
+                                [0] * len(models))
             return buckets[key]
 
         try:
@@ -779,7 +781,7 @@ class Checker:
         return True
 
     def step(self, name, n, b, t, op, c, expect, simulate, bound=None):
-        keys, models, states = b
+        keys, models, states, wrote = b
         self.stats["steps"] += 1
         self.stats["bounded_reservations"] += bound is not None
         where = f"step {n} (t={t}, {op} {c}{'' if bound is None else f' within {bound}'})"
@@ -787,7 +789,8 @@ class Checker:
             for i, m in enumerate(models):
                 if states[i] is not None:
                     num, den = m.full_at(states[i])
-                    if t // TEST_TPM > cdiv(num, den * TEST_TPM):   # Redis: expired when now_ms > at
+                    at = max(cdiv(num, den * TEST_TPM), cdiv(wrote[i], TEST_TPM))
+                    if t // TEST_TPM > at:   # Redis: expired when now_ms > at
                         self.conn.call("DEL", keys[i])
                         states[i] = None
                         self.stats["simulated_expiries"] += 1
@@ -806,6 +809,8 @@ class Checker:
             assert self.snapshot(keys) == before, f"{where}: peek wrote"
             self.stats["peeks_unchanged"] += 1
         want, written = model_request(models, states, t, c, op, bound)
+        for i in written:
+            wrote[i] = t
         got = call(op)
         assert got == want, f"{where}: {op} gave {got}, the model {want}"
         if expect is not None:
@@ -818,7 +823,7 @@ class Checker:
         for i, m in enumerate(models):
             self.stats["states_compared"] += 1
             self.stats["expiries_compared"] += after[i][0] != "none"
-            exp = self.expected(m, states[i])
+            exp = self.expected(m, states[i], wrote[i])
             assert after[i] == exp, f"{where}: key {keys[i]} holds {after[i]}, the model {exp}"
             if states[i] is not None:
                 # The expiry instant is when the bucket is full, and not a tick earlier.

@@ -61,9 +61,14 @@ pub use decision::http::HeaderStyle;
 pub use decision::Decision;
 pub use error::{Error, StoreErrorKind};
 pub use quota::{Algorithm, Quota, QuotaOptions, Refill, MAX_SLIDING_LOG};
+#[cfg(all(feature = "redis", not(sluicegate_loom)))]
+pub use store::RedisStats;
 #[doc(hidden)]
 pub use store::StoreAudit;
-pub use store::{IntKey, KeyedBuilder, KeyedLimiter, OnFull, StoreSpec, DEFAULT_MAX_KEYS};
+pub use store::{
+    IntKey, KeyedBuilder, KeyedLimiter, OnError, OnFull, RedisOptions, StoreSpec, DEFAULT_MAX_KEYS,
+    REDIS_DEFAULT_TIMEOUT,
+};
 
 /// The README's Rust snippets, compiled and run as doc tests.
 #[cfg(doctest)]

@@ -199,10 +199,10 @@ pub(crate) enum Slot {
     Wide(AtomicU128),
     /// Boxed so that the word slots stay two words wide.
     Log(Box<LogCell>),
-    /// In a shared-memory region: the limiter calls it before the dispatch below (whose
-    /// operations are infallible, and a region's are not).
-    #[cfg(all(unix, not(sluicegate_loom)))]
-    Shm(Box<crate::store::shm::ShmBucket>),
+    /// Outside the process (a shared-memory region, a Redis server): the limiter calls it
+    /// before the dispatch below (whose operations are infallible, and a store's are not).
+    #[allow(dead_code)]
+    External(Box<crate::bucket::limiter::External>),
 }
 
 /// Runs `$f::<Word, StateCodec>(word, codec, args...)` for the slot's width and the codec's codec,

@@ -156,6 +156,12 @@ fn all_or_nothing<C: Clock, L: Borrow<Limiter<C>>>(
         !parts.is_empty(),
         "a composite limit needs at least one part"
     );
+    #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+    if let Some(r) = on_redis(parts, now, cost, false) {
+        let (d, ds) = r?;
+        ds.into_iter().enumerate().for_each(|(i, d)| each(i, d));
+        return Ok(d);
+    }
     let parts = || parts.iter().map(Borrow::borrow);
     for p in parts() {
         p.check_at(now, cost)?;
@@ -209,6 +215,10 @@ fn refund_each<C: Clock, L: Borrow<Limiter<C>>>(
     now: u64,
     cost: u64,
 ) -> Result<(), Error> {
+    #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+    if let Some(r) = on_redis(parts, now, cost, true) {
+        return r.map(drop);
+    }
     for p in parts {
         p.borrow().check_at(now, 0)?;
     }
@@ -262,6 +272,51 @@ pub fn try_acquire_all<C: Clock>(parts: &[&Limiter<C>], cost: u64) -> Result<Dec
         "a composite limit needs at least one part"
     );
     try_acquire_all_at(parts, parts[0].clock().now(), cost)
+}
+
+/// The parts' Redis buckets, when every part is on Redis.
+#[cfg(all(feature = "redis", not(sluicegate_loom)))]
+fn redis_parts<'a, C: Clock + 'a, L: Borrow<Limiter<C>>>(
+    parts: &'a [L],
+) -> Option<Vec<&'a crate::store::redis::RedisBucket>> {
+    parts.iter().map(|p| p.borrow().redis_bucket()).collect()
+}
+
+/// A composite request over limiters that are all on one Redis deployment: one script call,
+/// all-or-nothing on the server (`None` when the parts are not all there).
+#[cfg(all(feature = "redis", not(sluicegate_loom)))]
+#[allow(clippy::type_complexity)]
+fn on_redis<C: Clock, L: Borrow<Limiter<C>>>(
+    parts: &[L],
+    now: u64,
+    cost: u64,
+    refund: bool,
+) -> Option<Result<(Decision, Vec<Decision>), Error>> {
+    crate::store::redis::composite(&redis_parts(parts)?, now, cost, refund)
+}
+
+#[cfg(all(feature = "redis", not(sluicegate_loom)))]
+impl<C: Clock> Composite<C> {
+    /// [`try_acquire`](Self::try_acquire) for async code (cargo feature `redis`): when every
+    /// part is on one Redis deployment, one script call decides all of them, awaited instead
+    /// of blocking the thread; otherwise the parts are decided as `try_acquire` does.
+    pub async fn try_acquire_async(&self, cost: u64) -> Result<Decision, Error> {
+        Ok(self.try_acquire_each_async(cost).await?.0)
+    }
+
+    /// [`try_acquire_each`](Self::try_acquire_each) for async code (cargo feature `redis`).
+    pub async fn try_acquire_each_async(
+        &self,
+        cost: u64,
+    ) -> Result<(Decision, Vec<Decision>), Error> {
+        let now = self.parts[0].clock().now();
+        if let Some(parts) = redis_parts(&self.parts) {
+            if let Some(r) = crate::store::redis::composite_async(&parts, now, cost).await {
+                return r;
+            }
+        }
+        self.try_acquire_each_at(now, cost)
+    }
 }
 
 #[derive(Default)]

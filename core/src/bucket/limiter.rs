@@ -14,44 +14,71 @@ struct Inner {
     codec: Codec,
 }
 
-/// A bucket in a shared-memory region.
-#[cfg(all(unix, not(sluicegate_loom)))]
-type SharedBucket = crate::store::shm::ShmBucket;
-/// Where there is no shared memory (and under loom), no bucket is ever there.
-#[cfg(not(all(unix, not(sluicegate_loom))))]
-type SharedBucket = NoSharedBucket;
+/// A bucket outside the process: a shared-memory region of one key, or a Redis key. Empty
+/// (never made) where neither store is built in.
+pub(crate) enum External {
+    /// A shared-memory region of one key.
+    #[cfg(all(unix, not(sluicegate_loom)))]
+    Shm(crate::store::shm::ShmBucket),
+    /// A key on a Redis server.
+    #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+    Redis(crate::store::redis::RedisBucket),
+}
 
-#[cfg(not(all(unix, not(sluicegate_loom))))]
-enum NoSharedBucket {}
+/// Runs `$x` with `$b` bound to the external bucket.
+macro_rules! external {
+    ($e:expr, $b:ident => $x:expr) => {
+        match *$e {
+            #[cfg(all(unix, not(sluicegate_loom)))]
+            External::Shm(ref $b) => $x,
+            #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+            External::Redis(ref $b) => $x,
+        }
+    };
+}
 
-#[cfg(not(all(unix, not(sluicegate_loom))))]
-impl NoSharedBucket {
-    fn check(&self, _: u64, _: u64) -> Result<(), Error> {
-        match *self {}
+impl core::fmt::Debug for External {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        external!(self, b => core::fmt::Debug::fmt(b, f))
     }
-    fn reserve(&self, _: u64, _: u64, _: u64) -> Result<Decision, Error> {
-        match *self {}
+}
+
+#[allow(unused_variables)]
+impl External {
+    fn check(&self, now: u64, cost: u64) -> Result<(), Error> {
+        external!(self, b => b.check(now, cost))
     }
-    fn peek(&self, _: u64, _: u64) -> Result<Decision, Error> {
-        match *self {}
+    fn reserve(&self, now: u64, cost: u64, within: u64) -> Result<Decision, Error> {
+        external!(self, b => b.reserve(now, cost, within))
     }
-    fn refund(&self, _: u64, _: u64) -> Result<(), Error> {
-        match *self {}
+    fn peek(&self, now: u64, cost: u64) -> Result<Decision, Error> {
+        external!(self, b => b.peek(now, cost))
     }
-    fn is_full(&self, _: u64) -> Result<bool, Error> {
-        match *self {}
+    fn refund(&self, now: u64, cost: u64) -> Result<(), Error> {
+        external!(self, b => b.refund(now, cost))
+    }
+    fn is_full(&self, now: u64) -> Result<bool, Error> {
+        external!(self, b => b.is_full(now))
     }
 }
 
 impl Inner {
-    /// The bucket in a shared-memory region, if that is where it lives.
+    /// The bucket outside the process, if that is where it lives.
     #[inline]
-    fn shm(&self) -> Option<&SharedBucket> {
-        #[cfg(all(unix, not(sluicegate_loom)))]
-        if let Slot::Shm(b) = &self.slot {
+    fn external(&self) -> Option<&External> {
+        if let Slot::External(b) = &self.slot {
             return Some(b);
         }
         None
+    }
+
+    /// The Redis bucket, if that is where it lives.
+    #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+    fn redis(&self) -> Option<&crate::store::redis::RedisBucket> {
+        match self.external() {
+            Some(External::Redis(b)) => Some(b),
+            _ => None,
+        }
     }
 }
 
@@ -76,7 +103,10 @@ impl<C: Clock> LimiterBuilder<C> {
 
     /// Where the bucket lives (default [`StoreSpec::Memory`]): with [`StoreSpec::Shm`], every
     /// process that opens the same region shares the one bucket (a region of one key; the
-    /// clock rules of [`KeyedBuilder::store`](crate::KeyedBuilder::store) apply).
+    /// clock rules of [`KeyedBuilder::store`](crate::KeyedBuilder::store) apply); with
+    /// [`StoreSpec::Redis`] (feature `redis`) every host on the same URL and quota shares the
+    /// one key `PREFIX:QUOTA:{TAG}` (the `prefix` and `tag` options name it), decided on the
+    /// server's clock.
     pub fn store(mut self, store: StoreSpec) -> Self {
         self.store = store;
         self
@@ -95,12 +125,31 @@ impl<C: Clock> LimiterBuilder<C> {
                 Ok(Limiter {
                     inner: CachePadded::new(Inner {
                         codec: bucket.codec().clone(),
-                        slot: Slot::Shm(Box::new(bucket)),
+                        slot: Slot::External(Box::new(External::Shm(bucket))),
                     }),
                     quota: self.quota,
                     clock,
                 })
             }
+            #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+            ref spec @ StoreSpec::Redis { .. } => {
+                let bucket =
+                    crate::store::redis::RedisBucket::open(spec, &self.quota, self.clock.now())?;
+                Ok(Limiter {
+                    inner: CachePadded::new(Inner {
+                        codec: bucket.codec().clone(),
+                        slot: Slot::External(Box::new(External::Redis(bucket))),
+                    }),
+                    quota: self.quota,
+                    clock: self.clock,
+                })
+            }
+            #[cfg(not(all(feature = "redis", not(sluicegate_loom))))]
+            StoreSpec::Redis { .. } => Err(Error::store(
+                crate::error::StoreErrorKind::Unsupported,
+                self.store.to_string(),
+                "sluicegate was built without the cargo feature redis",
+            )),
             #[cfg(not(all(unix, not(sluicegate_loom))))]
             StoreSpec::Shm { .. } => Err(Error::store(
                 crate::error::StoreErrorKind::Unsupported,
@@ -208,7 +257,7 @@ impl<C: Clock> Limiter<C> {
     #[inline(never)]
     fn try_acquire_general(&self, now: u64, cost: u64) -> Result<Decision, Error> {
         let inner = &*self.inner;
-        if let Some(b) = inner.shm() {
+        if let Some(b) = inner.external() {
             return b.reserve(now, cost, u64::MAX);
         }
         inner.codec.check(now, cost)?;
@@ -272,8 +321,8 @@ impl<C: Clock> Limiter<C> {
         max_wait_ns: u64,
     ) -> Result<Decision, Error> {
         let inner = &*self.inner;
-        if let Some(b) = inner.shm() {
-            return b.reserve(now, cost, max_wait_ns);
+        if let Some(b) = inner.external() {
+            return b.reserve(now, cost, max_wait_ns.min(u64::MAX - 1));
         }
         inner.codec.check(now, cost)?;
         Ok(inner.slot.reserve(&inner.codec, now, cost, max_wait_ns))
@@ -321,7 +370,7 @@ impl<C: Clock> Limiter<C> {
     /// Checks a request against the quota without consuming (composite limits).
     #[inline]
     pub(crate) fn check_at(&self, now: u64, cost: u64) -> Result<(), Error> {
-        match self.inner.shm() {
+        match self.inner.external() {
             Some(b) => b.check(now, cost),
             None => self.inner.codec.check(now, cost),
         }
@@ -331,7 +380,7 @@ impl<C: Clock> Limiter<C> {
     #[inline]
     pub(crate) fn acquire_checked(&self, now: u64, cost: u64) -> Result<Decision, Error> {
         let inner = &*self.inner;
-        if let Some(b) = inner.shm() {
+        if let Some(b) = inner.external() {
             return b.reserve(now, cost, u64::MAX);
         }
         Ok(inner.slot.acquire(&inner.codec, now, cost))
@@ -341,7 +390,7 @@ impl<C: Clock> Limiter<C> {
     #[inline]
     pub(crate) fn peek_checked(&self, now: u64, cost: u64) -> Result<Decision, Error> {
         let inner = &*self.inner;
-        if let Some(b) = inner.shm() {
+        if let Some(b) = inner.external() {
             return b.peek(now, cost);
         }
         Ok(inner.slot.peek(&inner.codec, now, cost))
@@ -351,18 +400,53 @@ impl<C: Clock> Limiter<C> {
     #[inline]
     pub(crate) fn refund_checked(&self, now: u64, cost: u64) -> Result<(), Error> {
         let inner = &*self.inner;
-        if let Some(b) = inner.shm() {
+        if let Some(b) = inner.external() {
             return b.refund(now, cost);
         }
         inner.slot.refund(&inner.codec, now, cost);
         Ok(())
     }
 
+    /// The Redis bucket, if that is where this limiter's lives (composite limits).
+    #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+    pub(crate) fn redis_bucket(&self) -> Option<&crate::store::redis::RedisBucket> {
+        self.inner.redis()
+    }
+
+    /// [`try_acquire`](Self::try_acquire) for async code (cargo feature `redis`): on a Redis
+    /// store the call is awaited instead of blocking the thread (any executor); every other
+    /// store answers at once.
+    #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+    pub async fn try_acquire_async(&self, cost: u64) -> Result<Decision, Error> {
+        let now = self.clock.now();
+        match self.inner.redis() {
+            Some(b) => b.acquire_async(now, cost).await,
+            None => self.try_acquire_at(now, cost),
+        }
+    }
+
+    /// [`refund`](Self::refund) for async code (cargo feature `redis`).
+    #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+    pub async fn refund_async(&self, cost: u64) -> Result<(), Error> {
+        let now = self.clock.now();
+        match self.inner.redis() {
+            Some(b) => b.refund_async(now, cost).await,
+            None => self.refund_at(now, cost),
+        }
+    }
+
+    /// The Redis store's counters (decisions, cached rejections, each fail policy's
+    /// outcomes, timeouts, reconnections), or `None` for other stores (feature `redis`).
+    #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+    pub fn redis_stats(&self) -> Option<crate::RedisStats> {
+        self.inner.redis().map(|b| b.stats())
+    }
+
     /// Whether the bucket is full now. `Err` only from a shared-memory region.
     pub fn is_full(&self) -> Result<bool, Error> {
         let inner = &*self.inner;
         let now = self.clock.now();
-        if let Some(b) = inner.shm() {
+        if let Some(b) = inner.external() {
             return b.is_full(now);
         }
         Ok(inner.slot.is_full(&inner.codec, now))

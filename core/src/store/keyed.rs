@@ -3,6 +3,8 @@
 
 use super::memory::log::LogStore;
 use super::memory::Core;
+#[cfg(all(feature = "redis", not(sluicegate_loom)))]
+use super::redis::RedisStore;
 #[cfg(all(unix, not(sluicegate_loom)))]
 use super::shm::ShmStore;
 use super::{Store, StoreSpec};
@@ -133,8 +135,10 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
         if self.max_keys == 0 {
             return Err(Error::invalid("max_keys must be at least 1"));
         }
-        if let StoreSpec::Shm { .. } = self.store {
-            return self.build_shm();
+        match self.store {
+            StoreSpec::Shm { .. } => return self.build_shm(),
+            StoreSpec::Redis { .. } => return self.build_redis(),
+            StoreSpec::Memory => {}
         }
         let now = self.clock.now();
         let codec = Codec::new(&self.quota, now)?;
@@ -186,6 +190,29 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
         let max_keys = usize::try_from(store.key_capacity()).unwrap_or(usize::MAX);
         let base = store.base();
         Ok(self.finish(Backend::Shm(store), codec, max_keys, base))
+    }
+
+    /// [`build`](Self::build) on a Redis store: the limit is the server's (no key bound here;
+    /// keys expire on the server the moment their buckets are full).
+    #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+    fn build_redis(self) -> Result<KeyedLimiter<K, C>, Error>
+    where
+        K: Hash + Eq + Send + 'static,
+    {
+        let now = self.clock.now();
+        let codec = Codec::new(&self.quota, now)?;
+        codec.check(now, 0)?;
+        let store = RedisStore::open(&self.store, &self.quota, now)?;
+        Ok(self.finish(Backend::Redis(store), codec, usize::MAX, 0))
+    }
+
+    #[cfg(not(all(feature = "redis", not(sluicegate_loom))))]
+    fn build_redis(self) -> Result<KeyedLimiter<K, C>, Error> {
+        Err(Error::store(
+            crate::error::StoreErrorKind::Unsupported,
+            self.store.to_string(),
+            "sluicegate was built without the cargo feature redis",
+        ))
     }
 
     #[cfg(not(all(unix, not(sluicegate_loom))))]
@@ -292,6 +319,9 @@ enum Backend<K> {
     /// A shared-memory region.
     #[cfg(all(unix, not(sluicegate_loom)))]
     Shm(ShmStore),
+    /// A Redis deployment.
+    #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+    Redis(RedisStore),
 }
 
 /// Runs `$e` with `$s` bound to the backend's [`Store`].
@@ -303,6 +333,8 @@ macro_rules! with_store {
             Backend::Log($s) => $e,
             #[cfg(all(unix, not(sluicegate_loom)))]
             Backend::Shm($s) => $e,
+            #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+            Backend::Redis($s) => $e,
         }
     };
 }
@@ -535,6 +567,164 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         plan.poll(self.clock.now(), |now, left| {
             self.reserve_within_at(key, now, cost, left)
         })
+    }
+
+    /// Asks for each `(key, cost)` now, in order: the decisions of as many
+    /// [`try_acquire`](Self::try_acquire) calls. On a Redis store every call is sent before
+    /// any reply is read (one round trip for the batch); elsewhere it is a loop.
+    pub fn try_acquire_many<Q>(&self, requests: &[(&Q, u64)]) -> Vec<Result<Decision, Error>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        let now = self.clock.now();
+        #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+        if let Backend::Redis(s) = &self.backend {
+            let reqs = self.redis_requests(requests, now);
+            return s.many_blocking(reqs, now);
+        }
+        requests
+            .iter()
+            .map(|(k, c)| self.try_acquire_at(k, now, *c))
+            .collect()
+    }
+
+    /// The requests of a batch as a Redis store sends them: a key's fingerprint and cost, or
+    /// the error its check gives.
+    #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+    fn redis_requests<Q: Hash + ?Sized>(
+        &self,
+        requests: &[(&Q, u64)],
+        now: u64,
+    ) -> Vec<Result<(u128, u64), Error>> {
+        requests
+            .iter()
+            .map(|(k, c)| {
+                self.check(now, *c)?;
+                Ok((crate::store::redis::fingerprint(*k), *c))
+            })
+            .collect()
+    }
+
+    /// [`try_acquire_many`](Self::try_acquire_many) for async code (cargo feature `redis`).
+    #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+    pub fn try_acquire_many_async<Q>(
+        &self,
+        requests: &[(&Q, u64)],
+    ) -> impl core::future::Future<Output = Vec<Result<Decision, Error>>> + '_
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        let now = self.clock.now();
+        let ready = match &self.backend {
+            Backend::Redis(_) => Err(self.redis_requests(requests, now)),
+            _ => Ok(requests
+                .iter()
+                .map(|(k, c)| self.try_acquire_at(k, now, *c))
+                .collect()),
+        };
+        async move {
+            match (ready, &self.backend) {
+                (Ok(done), _) => done,
+                (Err(reqs), Backend::Redis(s)) => s.many_async(reqs, now).await,
+                (Err(_), _) => unreachable!("only a Redis store's batch is pending"),
+            }
+        }
+    }
+
+    /// [`try_acquire`](Self::try_acquire) for async code (cargo feature `redis`): on a Redis
+    /// store the call is awaited instead of blocking the thread (any executor); every other
+    /// store answers at once.
+    #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+    pub fn try_acquire_async<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+    ) -> impl core::future::Future<Output = Result<Decision, Error>> + '_
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        let now = self.clock.now();
+        let ready = match (&self.backend, self.check(now, cost)) {
+            (_, Err(e)) => Ok(Err(e)),
+            (Backend::Redis(_), Ok(())) => Err(crate::store::redis::fingerprint(key)),
+            _ => Ok(self.try_acquire_at(key, now, cost)),
+        };
+        self.redis_pending(ready, now, cost, false)
+    }
+
+    /// [`peek`](Self::peek) for async code (cargo feature `redis`).
+    #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+    pub fn peek_async<Q>(
+        &self,
+        key: &Q,
+    ) -> impl core::future::Future<Output = Result<Decision, Error>> + '_
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let now = self.clock.now();
+        let ready = match (&self.backend, self.check(now, 0)) {
+            (_, Err(e)) => Ok(Err(e)),
+            (Backend::Redis(_), Ok(())) => Err(crate::store::redis::fingerprint(key)),
+            _ => Ok(self.peek_at(key, now)),
+        };
+        self.redis_pending(ready, now, 0, true)
+    }
+
+    /// [`refund`](Self::refund) for async code (cargo feature `redis`).
+    #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+    pub fn refund_async<Q>(
+        &self,
+        key: &Q,
+        cost: u64,
+    ) -> impl core::future::Future<Output = Result<(), Error>> + '_
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let now = self.clock.now();
+        let ready = match &self.backend {
+            Backend::Redis(_) => Err(crate::store::redis::fingerprint(key)),
+            _ => Ok(self.refund_at(key, now, cost)),
+        };
+        async move {
+            match (ready, &self.backend) {
+                (Ok(r), _) => r,
+                (Err(fp), Backend::Redis(s)) => s.refund_fp_async(fp, now, cost).await,
+                (Err(_), _) => unreachable!("only a Redis store's call is pending"),
+            }
+        }
+    }
+
+    #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+    async fn redis_pending(
+        &self,
+        ready: Result<Result<Decision, Error>, u128>,
+        now: u64,
+        cost: u64,
+        peek: bool,
+    ) -> Result<Decision, Error> {
+        match (ready, &self.backend) {
+            (Ok(r), _) => r,
+            (Err(fp), Backend::Redis(s)) => s.decide_fp_async(fp, now, cost, u64::MAX, peek).await,
+            (Err(_), _) => unreachable!("only a Redis store's call is pending"),
+        }
+    }
+
+    /// The Redis store's counters (decisions, cached rejections, each fail policy's
+    /// outcomes, timeouts, reconnections), or `None` for other stores (feature `redis`).
+    #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+    pub fn redis_stats(&self) -> Option<crate::RedisStats> {
+        match &self.backend {
+            Backend::Redis(s) => Some(s.stats()),
+            _ => None,
+        }
     }
 
     /// The state of `key`'s bucket now, changing nothing. An absent key reports a bucket

@@ -6,7 +6,10 @@
 //!   with lock-free lookups and lossless eviction, and a table of sliding logs.
 //! * [`shm`]: a shared-memory region (a memory-mapped file): the buckets of the worker
 //!   processes of one host, lock-free and crash-atomic.
-//! * [`spec`]: [`StoreSpec`], a store as configured (`"memory"`, `"shm:/api-limits"`).
+//! * `redis` (cargo feature `redis`): a Redis or Valkey deployment that every host shares,
+//!   decided by server-side scripts (`redis/SCRIPTS.md`).
+//! * [`spec`]: [`StoreSpec`], a store as configured (`"memory"`, `"shm:/api-limits"`,
+//!   `"redis://cache:6379/0"`).
 //! * [`bound`]: the key bound every store enforces (`max_keys`, the hint that spares scans).
 //! * [`key`]: the key rule every language shares (an integer key is its decimal digits).
 
@@ -14,15 +17,19 @@ pub(crate) mod bound;
 mod key;
 mod keyed;
 pub(crate) mod memory;
+#[cfg(all(feature = "redis", not(sluicegate_loom)))]
+pub(crate) mod redis;
 #[cfg(unix)]
 pub(crate) mod shm;
-mod spec;
+pub(crate) mod spec;
 
+#[cfg(all(feature = "redis", not(sluicegate_loom)))]
+pub use self::redis::RedisStats;
 pub use key::IntKey;
 pub use keyed::{KeyedBuilder, KeyedLimiter, OnFull, DEFAULT_MAX_KEYS};
 #[cfg(all(unix, not(sluicegate_loom)))]
 pub use shm::Audit as StoreAudit;
-pub use spec::StoreSpec;
+pub use spec::{OnError, RedisOptions, StoreSpec, REDIS_DEFAULT_TIMEOUT};
 /// A shared-memory store's audit (only where shared memory exists).
 #[cfg(not(all(unix, not(sluicegate_loom))))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

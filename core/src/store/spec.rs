@@ -6,6 +6,7 @@ use crate::error::Error;
 use core::fmt;
 use core::str::FromStr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Where a keyed limiter's buckets live.
 ///
@@ -32,6 +33,284 @@ pub enum StoreSpec {
         /// The keys a new region holds, if given.
         capacity: Option<u64>,
     },
+    /// A Redis or Valkey server (cargo feature `redis`; without it, building a limiter on it
+    /// fails with [`StoreErrorKind::Unsupported`](crate::StoreErrorKind::Unsupported)):
+    ///
+    /// * `redis://[user:password@]host[:port][/db]`, `rediss://...` (TLS, feature `redis-tls`),
+    /// * `redis+unix:///path/to/redis.sock[?db=N]` (also `unix:///path`),
+    /// * `redis+cluster://host:port[,host:port...]` (Redis Cluster, seed nodes),
+    /// * `redis+sentinel://host:port[,host:port...]/MASTER[/db]` (the master Sentinel names),
+    ///
+    /// with the store's options in the query ([`RedisOptions`]):
+    /// `redis://cache:6379/0?prefix=api&timeout=50ms&on_error=local`.
+    Redis {
+        /// The server's URL as the client connects to it: the given URL without the store's
+        /// options (the client's own, `db` and `protocol`, stay).
+        url: String,
+        /// The store's options.
+        options: RedisOptions,
+    },
+}
+
+/// What a Redis store does when the server is slow or down (a timeout, a lost connection,
+/// an error reply such as `LOADING` or `CLUSTERDOWN`): the `on_error` option.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OnError {
+    /// Admit the request (`on_error=open`): availability first.
+    Open,
+    /// Reject the request, `retry_after` one second (`on_error=closed`): the limit first.
+    Closed,
+    /// Decide with an in-process limiter of this host's share of the quota (`on_error=local`,
+    /// the default): a token bucket of `rate / hosts` and `burst / hosts` (at least 1 token),
+    /// per key, so that `hosts` hosts in the same outage admit at most about the quota
+    /// together. The share is set with `hosts=N` (default 1: each host alone may admit the
+    /// whole quota while Redis is away).
+    #[default]
+    Local,
+    /// Return the failure as [`Error::Store`] (`on_error=error`): the caller decides.
+    Error,
+}
+
+impl OnError {
+    const NAMES: &'static [(&'static str, OnError)] = &[
+        ("local", OnError::Local),
+        ("open", OnError::Open),
+        ("closed", OnError::Closed),
+        ("error", OnError::Error),
+        ("raise", OnError::Error),
+    ];
+
+    /// The policy's name as the option spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnError::Open => "open",
+            OnError::Closed => "closed",
+            OnError::Local => "local",
+            OnError::Error => "error",
+        }
+    }
+}
+
+impl FromStr for OnError {
+    type Err = Error;
+
+    /// `"open"`, `"closed"`, `"local"` or `"error"` (ASCII case-insensitive).
+    fn from_str(s: &str) -> Result<Self, Error> {
+        crate::error::choose("on_error", s, Self::NAMES)
+    }
+}
+
+/// The options of a Redis store ([`StoreSpec::Redis`]), each a query parameter of its URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisOptions {
+    /// `prefix=NAME` (default `sluicegate`): the first part of every key name. A single
+    /// limiter's bucket is named by it (limiters with the same URL and quota share one
+    /// bucket); a keyed limiter's buckets are `PREFIX:QUOTA:{KEY}`. Letters, digits and
+    /// `_ - . : /`.
+    pub prefix: String,
+    /// `tag=NAME`: the hash tag of a single limiter's key (default: the prefix), so that the
+    /// parts of a composite limit on Redis Cluster share a slot: give them one tag.
+    pub tag: Option<String>,
+    /// `timeout=50ms` (default 50 ms; `us`, `ms` or `s`): the longest a decision waits for
+    /// the server before the `on_error` policy decides it, and the longest a (re)connection
+    /// attempt takes.
+    pub timeout: Duration,
+    /// `on_error=local|open|closed|error` (default `local`): see [`OnError`].
+    pub on_error: OnError,
+    /// `hosts=N` (default 1): how many hosts share the limit, which sizes the `local`
+    /// policy's in-process limiter (the quota divided by `N`).
+    pub hosts: u64,
+    /// `negative_cache=on|off` (default on): a request rejected until an instant is rejected
+    /// again in this process until then without a round trip (never an extra admission).
+    pub negative_cache: bool,
+    /// `scripts=function|eval` (default `function`): load the scripts with FUNCTION LOAD and
+    /// call them with FCALL, or (for proxies and ACLs without FUNCTION) EVALSHA, falling
+    /// back to EVAL on NOSCRIPT.
+    pub eval: bool,
+    /// `clock=test` (cargo feature `redis-test-clock` only): the scripts read the limiter's
+    /// own clock, in nanoseconds, instead of the server's TIME. For conformance tests.
+    pub test_clock: bool,
+}
+
+/// The default `timeout` of a Redis store.
+pub const REDIS_DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            prefix: "sluicegate".to_string(),
+            tag: None,
+            timeout: REDIS_DEFAULT_TIMEOUT,
+            on_error: OnError::Local,
+            hosts: 1,
+            negative_cache: true,
+            eval: false,
+            test_clock: false,
+        }
+    }
+}
+
+/// What kind of deployment a Redis URL names.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Topology {
+    /// One server (TCP, TLS or a unix socket).
+    Single,
+    /// Redis Cluster, from seed nodes.
+    Cluster,
+    /// A master found through Sentinel.
+    Sentinel,
+}
+
+/// The URL schemes of a Redis store and what each names.
+const REDIS_SCHEMES: &[(&str, Topology)] = &[
+    ("redis://", Topology::Single),
+    ("rediss://", Topology::Single),
+    ("redis+unix://", Topology::Single),
+    ("unix://", Topology::Single),
+    ("redis+cluster://", Topology::Cluster),
+    ("rediss+cluster://", Topology::Cluster),
+    ("redis+sentinel://", Topology::Sentinel),
+];
+
+impl StoreSpec {
+    /// A Redis store at `url` (see [`StoreSpec::Redis`]), its options in the URL's query.
+    pub fn redis(url: &str) -> Result<Self, Error> {
+        let spec: StoreSpec = url.parse()?;
+        match spec {
+            StoreSpec::Redis { .. } => Ok(spec),
+            _ => Err(invalid(url, "not a Redis URL")),
+        }
+    }
+
+    /// The kind of deployment a Redis URL names.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn redis_topology(url: &str) -> Topology {
+        REDIS_SCHEMES
+            .iter()
+            .find(|(p, _)| url.starts_with(p))
+            .map_or(Topology::Single, |&(_, t)| t)
+    }
+}
+
+/// The URL with its password replaced by `***` (for messages and `Display`).
+pub(crate) fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end + 3..];
+    let auth_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    match rest[..auth_end].rfind('@') {
+        Some(at) => match rest[..at].find(':') {
+            Some(colon) => format!(
+                "{}{}:***{}",
+                &url[..scheme_end + 3],
+                &rest[..colon],
+                &rest[at..]
+            ),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+fn redis_invalid(value: &str, why: &str) -> Error {
+    Error::InvalidOption {
+        option: "store",
+        value: redact(value),
+        expected: format!("a Redis URL (redis://, rediss://, redis+unix://, redis+cluster://, redis+sentinel://) with the options prefix, tag, timeout, on_error, hosts, negative_cache, scripts ({why})"),
+    }
+}
+
+fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 200
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.:/".contains(&b))
+}
+
+fn parse_timeout(v: &str) -> Option<Duration> {
+    let digits = v.bytes().take_while(u8::is_ascii_digit).count();
+    let n: u64 = v[..digits].parse().ok()?;
+    let d = match &v[digits..] {
+        "us" => Duration::from_micros(n),
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        _ => return None,
+    };
+    (!d.is_zero() && d <= Duration::from_secs(3600)).then_some(d)
+}
+
+fn parse_redis(s: &str, t: &str) -> Result<StoreSpec, Error> {
+    let (base, query) = match t.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (t, None),
+    };
+    let scheme_len = REDIS_SCHEMES
+        .iter()
+        .find(|(p, _)| base.starts_with(p))
+        .map_or(0, |(p, _)| p.len());
+    if base.len() == scheme_len || base.contains(char::is_whitespace) {
+        return Err(redis_invalid(s, "no host or path"));
+    }
+    let mut o = RedisOptions::default();
+    let mut passed: Vec<&str> = Vec::new();
+    let mut seen: Vec<&str> = Vec::new();
+    for pair in query.into_iter().flat_map(|q| q.split('&')) {
+        if pair.is_empty() {
+            continue;
+        }
+        let (name, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if seen.contains(&name) {
+            return Err(redis_invalid(s, &format!("{name} given twice")));
+        }
+        seen.push(name);
+        let bad = |what: &str| redis_invalid(s, &format!("{name}: {what}"));
+        match name {
+            "prefix" if valid_name(v) => o.prefix = v.to_string(),
+            "prefix" => return Err(bad("letters, digits and _-.:/ only")),
+            "tag" if valid_name(v) => o.tag = Some(v.to_string()),
+            "tag" => return Err(bad("letters, digits and _-.:/ only")),
+            "timeout" => {
+                o.timeout = parse_timeout(v).ok_or_else(|| bad("a duration such as 50ms"))?;
+            }
+            "on_error" => o.on_error = v.parse()?,
+            "hosts" => {
+                o.hosts = v
+                    .parse()
+                    .ok()
+                    .filter(|&n| n >= 1)
+                    .ok_or_else(|| bad("a whole number of hosts, at least 1"))?;
+            }
+            "negative_cache" => {
+                o.negative_cache = match v {
+                    "on" | "true" | "1" => true,
+                    "off" | "false" | "0" => false,
+                    _ => return Err(bad("on or off")),
+                }
+            }
+            "scripts" => {
+                o.eval = match v {
+                    "function" => false,
+                    "eval" => true,
+                    _ => return Err(bad("function or eval")),
+                }
+            }
+            "clock" if v == "test" => o.test_clock = true,
+            "clock" => return Err(bad("only clock=test (tests) exists")),
+            // The client's own options stay in its URL.
+            "db" | "protocol" => passed.push(pair),
+            _ => return Err(redis_invalid(s, &format!("unknown option {name:?}"))),
+        }
+    }
+    let mut url = base.to_string();
+    if !passed.is_empty() {
+        url.push('?');
+        url.push_str(&passed.join("&"));
+    }
+    Ok(StoreSpec::Redis { url, options: o })
 }
 
 impl StoreSpec {
@@ -55,7 +334,7 @@ impl StoreSpec {
                     None => PathBuf::from(name),
                 })
             }
-            StoreSpec::Memory => None,
+            _ => None,
         }
     }
 }
@@ -64,7 +343,7 @@ fn invalid(value: &str, why: &str) -> Error {
     Error::InvalidOption {
         option: "store",
         value: value.to_string(),
-        expected: format!("\"memory\" or \"shm:NAME[?capacity=N]\" ({why})"),
+        expected: format!("\"memory\", \"shm:NAME[?capacity=N]\" or a Redis URL ({why})"),
     }
 }
 
@@ -75,6 +354,9 @@ impl FromStr for StoreSpec {
         let t = s.trim();
         if t.eq_ignore_ascii_case("memory") {
             return Ok(StoreSpec::Memory);
+        }
+        if REDIS_SCHEMES.iter().any(|(p, _)| t.starts_with(p)) {
+            return parse_redis(s, t);
         }
         let Some(rest) = t.strip_prefix("shm:") else {
             return Err(invalid(s, "an unknown store"));
@@ -116,6 +398,103 @@ impl fmt::Display for StoreSpec {
                 }
                 Ok(())
             }
+            StoreSpec::Redis { url, options: o } => {
+                f.write_str(&redact(url))?;
+                let d = RedisOptions::default();
+                let mut sep = if url.contains('?') { '&' } else { '?' };
+                let mut opt = |f: &mut fmt::Formatter<'_>, name: &str, v: &dyn fmt::Display| {
+                    let r = write!(f, "{sep}{name}={v}");
+                    sep = '&';
+                    r
+                };
+                if o.prefix != d.prefix {
+                    opt(f, "prefix", &o.prefix)?;
+                }
+                if let Some(t) = &o.tag {
+                    opt(f, "tag", t)?;
+                }
+                if o.timeout != d.timeout {
+                    opt(f, "timeout", &format_args!("{}us", o.timeout.as_micros()))?;
+                }
+                if o.on_error != d.on_error {
+                    opt(f, "on_error", &o.on_error.name())?;
+                }
+                if o.hosts != d.hosts {
+                    opt(f, "hosts", &o.hosts)?;
+                }
+                if !o.negative_cache {
+                    opt(f, "negative_cache", &"off")?;
+                }
+                if o.eval {
+                    opt(f, "scripts", &"eval")?;
+                }
+                if o.test_clock {
+                    opt(f, "clock", &"test")?;
+                }
+                Ok(())
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_urls_parse_and_print() {
+        let s: StoreSpec = "redis://cache:6379/0?prefix=api&timeout=20ms&on_error=open"
+            .parse()
+            .unwrap();
+        let StoreSpec::Redis { url, options } = &s else {
+            panic!("{s:?}")
+        };
+        assert_eq!(url, "redis://cache:6379/0");
+        assert_eq!(options.prefix, "api");
+        assert_eq!(options.timeout, Duration::from_millis(20));
+        assert_eq!(options.on_error, OnError::Open);
+        assert_eq!(
+            s.to_string(),
+            "redis://cache:6379/0?prefix=api&timeout=20000us&on_error=open"
+        );
+        assert_eq!(s.to_string().parse::<StoreSpec>().unwrap(), s);
+        for ok in [
+            "rediss://h:6380",
+            "redis+unix:///run/redis.sock?db=2",
+            "unix:///tmp/r.sock",
+            "redis+cluster://a:7000,b:7001",
+            "redis+sentinel://s1:26379,s2:26379/mymaster/0",
+        ] {
+            assert!(matches!(ok.parse(), Ok(StoreSpec::Redis { .. })), "{ok}");
+        }
+        let p: StoreSpec = "redis+unix:///run/redis.sock?db=2&hosts=4".parse().unwrap();
+        let StoreSpec::Redis { url, options } = p else {
+            unreachable!()
+        };
+        assert_eq!(
+            (url.as_str(), options.hosts),
+            ("redis+unix:///run/redis.sock?db=2", 4)
+        );
+        for bad in [
+            "redis://",
+            "redis://h?prefix=a{b}",
+            "redis://h?timeout=5",
+            "redis://h?on_error=maybe",
+            "redis://h?hosts=0",
+            "redis://h?bogus=1",
+            "redis://h?prefix=a&prefix=b",
+        ] {
+            assert!(bad.parse::<StoreSpec>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn redis_passwords_are_redacted() {
+        let s: StoreSpec = "redis://user:secret@h:6379/1".parse().unwrap();
+        assert_eq!(s.to_string(), "redis://user:***@h:6379/1");
+        let e = "redis://u:secret@h?bogus=1"
+            .parse::<StoreSpec>()
+            .unwrap_err();
+        assert!(!e.to_string().contains("secret"), "{e}");
     }
 }

@@ -123,11 +123,15 @@ local function run(keys, argv)
       end
     end
     if op == 'acquire' then
-      -- A request creates an absent bucket: written only when a fresh one is not full
-      -- (initial < burst), since an absent key already reads as a full bucket.
+      -- A request (even of cost 0) creates an absent bucket, as in-process: its fresh state
+      -- is written, so that a later request with an earlier reading is clamped to this one
+      -- (a fresh full bucket's key expires with this reading's millisecond). The sliding log
+      -- writes only admissions (SCRIPTS.md, "Absent keys").
       for i = 1, n do
         local p = parts[i]
-        if p.st == nil and writes[i] == nil and p.A.creates(p.P) then writes[i] = p.cur end
+        if p.st == nil and writes[i] == nil and (p.A ~= LOG or p.A.creates(p.P)) then
+          writes[i] = p.cur
+        end
       end
     else
       writes = {}
@@ -139,7 +143,11 @@ local function run(keys, argv)
     if w ~= nil then
       local p = parts[i]
       local num, den = p.A.full_at(p.P, w)
-      p.A.store(p.key, p.P, w, add(base, cdiv(num, mul(den, tpm))))
+      -- Never before this reading's millisecond (a state already full at an earlier instant).
+      local at = cdiv(num, mul(den, tpm))
+      local now_ms = cdiv(t, tpm)
+      if lt(at, now_ms) then at = now_ms end
+      p.A.store(p.key, p.P, w, add(base, at))
     end
   end
 

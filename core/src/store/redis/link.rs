@@ -1,0 +1,551 @@
+//! The connection to a Redis deployment.
+//!
+//! * **One background thread per process** runs a tokio runtime that drives every
+//!   connection and timer. A blocking call hands its request to it and waits on a channel; an
+//!   async call awaits a oneshot channel, so the async API works on any executor.
+//! * **One multiplexed connection per deployment** (a cluster connection for Redis Cluster),
+//!   shared by every limiter on the same URL in the process: concurrent callers' calls are
+//!   written back to back and their replies read in order, many requests per round trip
+//!   (automatic pipelining).
+//! * **A short timeout per call** (`timeout`, default 50 ms), FUNCTION LOAD (or EVAL) and
+//!   the retry included.
+//! * **No replay.** A call whose outcome is unknown (a timeout, a lost connection) is never
+//!   sent again: it is reported as failed and the fail policy decides it. A timeout or an I/O
+//!   error drops the connection; a new one is opened in the background, one attempt at a time with a
+//!   backoff of 10 ms doubling to 1 s, and while there is none every call fails at once
+//!   without a round trip (nothing queues up behind a dead or paused server).
+
+use super::scripts::scripts;
+use crate::error::{Error, StoreErrorKind};
+use crate::store::spec::{redact, Topology};
+use crate::store::StoreSpec;
+use core::future::Future;
+use redis::aio::ConnectionLike;
+use redis::{Cmd, Value};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+/// The runtime thread's handle (started on first use).
+fn runtime() -> &'static tokio::runtime::Handle {
+    static RT: OnceLock<tokio::runtime::Handle> = OnceLock::new();
+    RT.get_or_init(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("sluicegate: cannot start the Redis store's runtime");
+        let handle = rt.handle().clone();
+        std::thread::Builder::new()
+            .name("sluicegate-redis".into())
+            .spawn(move || rt.block_on(core::future::pending::<()>()))
+            .expect("sluicegate: cannot start the Redis store's thread");
+        handle
+    })
+}
+
+/// Runs `fut` on the runtime thread and blocks this thread until it is done. Every future
+/// given here ends by itself (each has a timeout).
+pub(crate) fn block<T: Send + 'static>(fut: impl Future<Output = T> + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    runtime().spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    rx.recv()
+        .expect("sluicegate: the Redis store's thread stopped")
+}
+
+/// Runs `fut` on the runtime thread; the caller awaits it on any executor. Dropping the
+/// returned future does not cancel the call (a request sent is a request decided).
+pub(crate) async fn run<T: Send + 'static>(fut: impl Future<Output = T> + Send + 'static) -> T {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    runtime().spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    rx.await
+        .expect("sluicegate: the Redis store's thread stopped")
+}
+
+/// Why a call has no answer.
+#[derive(Clone, Debug)]
+pub(crate) enum Fail {
+    /// No connection now (the server is down, or a reconnection is under way).
+    Down(String),
+    /// No reply within the timeout.
+    Timeout,
+    /// The connection failed during the call.
+    Io(String),
+    /// The server answered with an error.
+    Server(String),
+}
+
+impl Fail {
+    /// The error [`OnError::Error`](crate::OnError::Error) returns.
+    pub(crate) fn error(&self, store: &str) -> Error {
+        let (kind, reason) = match self {
+            Fail::Down(why) => (StoreErrorKind::Unavailable, format!("not connected: {why}")),
+            Fail::Timeout => (
+                StoreErrorKind::Timeout,
+                "no reply within the timeout".to_string(),
+            ),
+            Fail::Io(why) => (
+                StoreErrorKind::Unavailable,
+                format!("connection lost: {why}"),
+            ),
+            Fail::Server(why) => {
+                let kind = if why.starts_with("NOPERM") || why.starts_with("NOAUTH") {
+                    StoreErrorKind::Permission
+                } else if why.contains("sluicegate:") || why.starts_with("WRONGTYPE") {
+                    StoreErrorKind::Corrupt
+                } else {
+                    StoreErrorKind::Unavailable
+                };
+                (kind, format!("the server answered: {why}"))
+            }
+        };
+        Error::store(kind, store, reason)
+    }
+}
+
+/// What a store's calls came to, counted since the store was built (all limiters on one
+/// URL share the counters). `KeyedLimiter::redis_stats`, `Limiter::redis_stats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisStats {
+    /// Requests the server decided (one per key of a batch; a composite counts once).
+    pub decided: u64,
+    /// Requests rejected by the negative cache, without a round trip.
+    pub cached_rejections: u64,
+    /// Requests admitted by `on_error=open`.
+    pub failed_open: u64,
+    /// Requests rejected by `on_error=closed`.
+    pub failed_closed: u64,
+    /// Requests decided by the in-process limiter of `on_error=local`.
+    pub failed_local: u64,
+    /// Failures returned to the caller (`on_error=error`).
+    pub failed_error: u64,
+    /// Calls that got no reply within the timeout.
+    pub timeouts: u64,
+    /// Calls made while there was no connection, or that lost theirs.
+    pub unavailable: u64,
+    /// Calls the server answered with an error.
+    pub server_errors: u64,
+    /// Connections opened (the first included).
+    pub connects: u64,
+    /// Times the scripts were loaded (FUNCTION LOAD, or EVAL after NOSCRIPT).
+    pub script_loads: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) decided: AtomicU64,
+    pub(crate) cached_rejections: AtomicU64,
+    pub(crate) failed_open: AtomicU64,
+    pub(crate) failed_closed: AtomicU64,
+    pub(crate) failed_local: AtomicU64,
+    pub(crate) failed_error: AtomicU64,
+    timeouts: AtomicU64,
+    unavailable: AtomicU64,
+    server_errors: AtomicU64,
+    connects: AtomicU64,
+    script_loads: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn read(&self) -> RedisStats {
+        RedisStats {
+            decided: self.decided.load(Relaxed),
+            cached_rejections: self.cached_rejections.load(Relaxed),
+            failed_open: self.failed_open.load(Relaxed),
+            failed_closed: self.failed_closed.load(Relaxed),
+            failed_local: self.failed_local.load(Relaxed),
+            failed_error: self.failed_error.load(Relaxed),
+            timeouts: self.timeouts.load(Relaxed),
+            unavailable: self.unavailable.load(Relaxed),
+            server_errors: self.server_errors.load(Relaxed),
+            connects: self.connects.load(Relaxed),
+            script_loads: self.script_loads.load(Relaxed),
+        }
+    }
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Relaxed);
+}
+
+/// How to open a connection.
+enum Target {
+    Single(redis::Client),
+    Cluster(redis::cluster::ClusterClient),
+    Sentinel(tokio::sync::Mutex<redis::sentinel::SentinelClient>),
+}
+
+/// An open connection (cheap to clone: a handle to the task that drives the socket).
+#[derive(Clone)]
+enum Conn {
+    Single(redis::aio::MultiplexedConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl Conn {
+    /// One command; an error reply is an `Err` (the client returns it as a value).
+    async fn send(&mut self, cmd: &Cmd) -> redis::RedisResult<Value> {
+        let v = match self {
+            Conn::Single(c) => c.req_packed_command(cmd).await,
+            Conn::Cluster(c) => c.req_packed_command(cmd).await,
+        };
+        v?.extract_error()
+    }
+}
+
+struct State {
+    conn: Option<Conn>,
+    /// Bumped at every new connection, so that a late failure of an old one does not drop
+    /// its successor.
+    generation: u64,
+    connecting: bool,
+    next_try: Instant,
+    backoff: Duration,
+    last_error: String,
+}
+
+/// A deployment, as one URL names it, shared by every store on that URL in the process.
+pub(crate) struct Link {
+    target: Target,
+    /// The URL with its password redacted (for messages).
+    pub(crate) name: String,
+    pub(crate) topology: Topology,
+    pub(crate) timeout: Duration,
+    eval: bool,
+    state: Mutex<State>,
+    pub(crate) counters: Counters,
+}
+
+const BACKOFF_MIN: Duration = Duration::from_millis(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+impl Link {
+    /// The link for `url` (shared with every live store on the same URL and settings), its
+    /// first connection attempted before this returns (a failure leaves it to reconnect).
+    pub(crate) fn open(url: &str, timeout: Duration, eval: bool) -> Result<Arc<Link>, Error> {
+        static LINKS: OnceLock<Mutex<HashMap<String, Weak<Link>>>> = OnceLock::new();
+        let id = format!("{url}\n{}\n{eval}", timeout.as_nanos());
+        let links = LINKS.get_or_init(Default::default);
+        let mut map = links.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(link) = map.get(&id).and_then(Weak::upgrade) {
+            return Ok(link);
+        }
+        map.retain(|_, w| w.strong_count() > 0);
+        let link = Arc::new(Link {
+            target: target(url, timeout)?,
+            name: redact(url),
+            topology: StoreSpec::redis_topology(url),
+            timeout,
+            eval,
+            state: Mutex::new(State {
+                conn: None,
+                generation: 0,
+                connecting: true,
+                next_try: Instant::now(),
+                backoff: BACKOFF_MIN,
+                last_error: "not connected yet".into(),
+            }),
+            counters: Counters::default(),
+        });
+        map.insert(id, Arc::downgrade(&link));
+        drop(map);
+        let l = link.clone();
+        block(async move { l.connect().await });
+        Ok(link)
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One connection attempt (the caller has set `connecting`).
+    async fn connect(self: Arc<Self>) {
+        let limit = self.timeout.max(Duration::from_secs(1));
+        let r = tokio::time::timeout(limit, self.target.connect(limit)).await;
+        let mut st = self.state();
+        st.connecting = false;
+        match r {
+            Ok(Ok(conn)) => {
+                st.conn = Some(conn);
+                st.generation += 1;
+                st.backoff = BACKOFF_MIN;
+                bump(&self.counters.connects);
+            }
+            Ok(Err(e)) => self.backoff(&mut st, e.to_string()),
+            Err(_) => self.backoff(&mut st, format!("no connection within {limit:?}")),
+        }
+    }
+
+    fn backoff(&self, st: &mut State, why: String) {
+        st.next_try = Instant::now() + st.backoff;
+        st.backoff = (st.backoff * 2).min(BACKOFF_MAX);
+        st.last_error = why;
+    }
+
+    /// The connection now, or why there is none (starting a reconnection when it is due).
+    fn current(self: &Arc<Self>) -> Result<(Conn, u64), Fail> {
+        let mut st = self.state();
+        if let Some(c) = &st.conn {
+            return Ok((c.clone(), st.generation));
+        }
+        if !st.connecting && Instant::now() >= st.next_try {
+            st.connecting = true;
+            runtime().spawn(self.clone().connect());
+        }
+        Err(Fail::Down(st.last_error.clone()))
+    }
+
+    /// Drops connection `generation` after a failure on it (a newer one stays).
+    fn broken(&self, generation: u64, why: String) {
+        let mut st = self.state();
+        if st.generation == generation && st.conn.is_some() {
+            st.conn = None;
+            st.next_try = Instant::now();
+            st.last_error = why;
+        }
+    }
+
+    /// Calls the scripts with `keys` and `args` (SCRIPTS.md, "Calling convention"): one
+    /// round trip, two when the scripts must be loaded first. Runs on the runtime thread.
+    pub(crate) async fn call(
+        self: Arc<Self>,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Value, Fail> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let r = tokio::time::timeout_at(deadline, self.call_inner(&keys, &args)).await;
+        let (fail, generation) = match r {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(f)) => f,
+            Err(_) => (Fail::Timeout, self.state().generation),
+        };
+        match &fail {
+            Fail::Timeout => {
+                bump(&self.counters.timeouts);
+                self.broken(generation, "a call timed out".into());
+            }
+            Fail::Io(why) => {
+                bump(&self.counters.unavailable);
+                self.broken(generation, why.clone());
+            }
+            Fail::Down(_) => bump(&self.counters.unavailable),
+            Fail::Server(why) => {
+                bump(&self.counters.server_errors);
+                // A replica promoted away from (READONLY) or a master gone (MASTERDOWN):
+                // look the master up again.
+                if why.starts_with("READONLY") || why.starts_with("MASTERDOWN") {
+                    self.broken(generation, why.clone());
+                }
+            }
+        }
+        Err(fail)
+    }
+
+    async fn call_inner(
+        self: &Arc<Self>,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Value, (Fail, u64)> {
+        let (mut conn, generation) = self.current().map_err(|f| (f, 0))?;
+        let sc = scripts();
+        let cmd = |name: &str, what: &str| {
+            let mut c = redis::cmd(name);
+            c.arg(what).arg(keys.len()).arg(keys).arg(args);
+            c
+        };
+        let main = if self.eval {
+            cmd("EVALSHA", &sc.sha)
+        } else {
+            cmd("FCALL", &sc.name)
+        };
+        let fail = |e: redis::RedisError| (classify(&e), generation);
+        match conn.send(&main).await {
+            Ok(v) => Ok(v),
+            Err(e) if self.eval && is_noscript(&e) => {
+                bump(&self.counters.script_loads);
+                conn.send(&cmd("EVAL", super::scripts::EVAL_FORM))
+                    .await
+                    .map_err(fail)
+            }
+            Err(e) if !self.eval && is_no_function(&e) => {
+                bump(&self.counters.script_loads);
+                let mut load = redis::cmd("FUNCTION");
+                load.arg("LOAD").arg(&sc.library);
+                match conn.send(&load).await {
+                    Ok(_) => {}
+                    Err(e) if e.to_string().contains("already exists") => {}
+                    Err(e) => return Err(fail(e)),
+                }
+                conn.send(&main).await.map_err(fail)
+            }
+            Err(e) => Err(fail(e)),
+        }
+    }
+
+    /// A command other than the scripts (DEL, SCAN), with the same timeout and failures.
+    pub(crate) async fn command(self: Arc<Self>, cmd: Cmd) -> Result<Value, Fail> {
+        let (mut conn, generation) = self.current()?;
+        match tokio::time::timeout(self.timeout, conn.send(&cmd)).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => {
+                let f = classify(&e);
+                if matches!(f, Fail::Io(_)) {
+                    self.broken(generation, e.to_string());
+                }
+                Err(f)
+            }
+            Err(_) => {
+                bump(&self.counters.timeouts);
+                self.broken(generation, "a call timed out".into());
+                Err(Fail::Timeout)
+            }
+        }
+    }
+}
+
+fn is_noscript(e: &redis::RedisError) -> bool {
+    e.code() == Some("NOSCRIPT") || e.to_string().contains("NOSCRIPT")
+}
+
+fn is_no_function(e: &redis::RedisError) -> bool {
+    e.to_string().contains("Function not found")
+}
+
+fn classify(e: &redis::RedisError) -> Fail {
+    if e.is_timeout() {
+        Fail::Timeout
+    } else if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+        Fail::Io(e.to_string())
+    } else {
+        let msg = match (e.code(), e.detail()) {
+            (Some(c), Some(d)) => format!("{c} {d}"),
+            _ => e.to_string(),
+        };
+        Fail::Server(msg)
+    }
+}
+
+/// The client for `url` (nothing is connected yet).
+fn target(url: &str, timeout: Duration) -> Result<Target, Error> {
+    let bad = |why: String| Error::store(StoreErrorKind::Unsupported, redact(url), why);
+    if url.starts_with("rediss") && !cfg!(feature = "redis-tls") {
+        return Err(bad(
+            "rediss:// needs sluicegate built with the cargo feature redis-tls".into(),
+        ));
+    }
+    let hosts = |rest: &str| -> Vec<String> {
+        rest.split(',')
+            .filter(|h| !h.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    match StoreSpec::redis_topology(url) {
+        Topology::Single => redis::Client::open(url)
+            .map(Target::Single)
+            .map_err(|e| bad(e.to_string())),
+        Topology::Cluster => {
+            let (scheme, rest) = url.split_once("+cluster://").unwrap_or(("redis", url));
+            let rest = rest.split(['/', '?']).next().unwrap_or("");
+            let nodes: Vec<String> = hosts(rest)
+                .into_iter()
+                .map(|h| format!("{scheme}://{h}"))
+                .collect();
+            if nodes.is_empty() {
+                return Err(bad("a cluster URL names at least one node".into()));
+            }
+            redis::cluster::ClusterClient::builder(nodes)
+                .connection_timeout(timeout.max(Duration::from_secs(1)))
+                .response_timeout(Duration::from_secs(3600))
+                // No retries: a call whose outcome is unknown is never sent again.
+                .retries(0)
+                .build()
+                .map(Target::Cluster)
+                .map_err(|e| bad(e.to_string()))
+        }
+        Topology::Sentinel => {
+            let rest = url.trim_start_matches("redis+sentinel://");
+            let rest = rest.split('?').next().unwrap_or("");
+            let mut parts = rest.splitn(3, '/');
+            let nodes: Vec<String> = hosts(parts.next().unwrap_or(""))
+                .into_iter()
+                .map(|h| format!("redis://{h}"))
+                .collect();
+            let master = parts.next().filter(|m| !m.is_empty()).ok_or_else(|| {
+                bad("a sentinel URL is redis+sentinel://HOST:PORT[,...]/MASTER[/DB]".into())
+            })?;
+            let db: i64 = match parts.next().filter(|d| !d.is_empty()) {
+                Some(d) => d.parse().map_err(|_| bad(format!("bad database {d:?}")))?,
+                None => 0,
+            };
+            let info = redis::sentinel::SentinelNodeConnectionInfo::default()
+                .set_redis_connection_info(redis::RedisConnectionInfo::default().set_db(db));
+            redis::sentinel::SentinelClient::build(
+                nodes,
+                master.to_string(),
+                Some(info),
+                redis::sentinel::SentinelServerType::Master,
+            )
+            .map(|c| Target::Sentinel(tokio::sync::Mutex::new(c)))
+            .map_err(|e| bad(e.to_string()))
+        }
+    }
+}
+
+impl Target {
+    async fn connect(&self, limit: Duration) -> redis::RedisResult<Conn> {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(limit))
+            .set_response_timeout(None);
+        match self {
+            Target::Single(c) => c
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+                .map(Conn::Single),
+            Target::Cluster(c) => c.get_async_connection().await.map(Conn::Cluster),
+            Target::Sentinel(s) => s
+                .lock()
+                .await
+                .get_async_connection_with_config(&config)
+                .await
+                .map(Conn::Single),
+        }
+    }
+}
+
+/// The Redis Cluster slot of a key (CRC16/XMODEM of its hash tag, or of the whole key).
+pub(crate) fn slot(key: &str) -> u16 {
+    let b = key.as_bytes();
+    let tagged = b.iter().position(|&c| c == b'{').and_then(|open| {
+        let close = b[open + 1..].iter().position(|&c| c == b'}')?;
+        (close > 0).then(|| &b[open + 1..open + 1 + close])
+    });
+    let mut crc: u16 = 0;
+    for &byte in tagged.unwrap_or(b) {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn slots_are_redis_cluster_slots() {
+        // Values from the Redis Cluster specification and CLUSTER KEYSLOT.
+        assert_eq!(super::slot("123456789"), 0x31C3);
+        assert_eq!(super::slot("{user1000}.following"), super::slot("user1000"));
+        assert_eq!(super::slot("foo{}{bar}"), super::slot("foo{}{bar}"));
+        assert_eq!(super::slot("foo"), 12182);
+    }
+}

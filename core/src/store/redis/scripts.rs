@@ -1,0 +1,146 @@
+//! The scripts as the server receives them (SCRIPTS.md, "Files and loading"), and a quota's
+//! spec in the scripts' terms (SCRIPTS.md, "From a `Quota` to a spec").
+
+use crate::error::Error;
+use crate::{Algorithm, Quota, Refill};
+use std::sync::OnceLock;
+
+/// The library body followed by the EVAL form's tail.
+pub(crate) const EVAL_FORM: &str = concat!(
+    include_str!("scripts/int.lua"),
+    include_str!("scripts/token_bucket.lua"),
+    include_str!("scripts/gcra.lua"),
+    include_str!("scripts/window.lua"),
+    include_str!("scripts/queue.lua"),
+    include_str!("scripts/log.lua"),
+    include_str!("scripts/main.lua"),
+    include_str!("scripts/entry_eval.lua"),
+);
+
+const FUNCTION_BODY: &str = concat!(
+    include_str!("scripts/head_function.lua"),
+    include_str!("scripts/int.lua"),
+    include_str!("scripts/token_bucket.lua"),
+    include_str!("scripts/gcra.lua"),
+    include_str!("scripts/window.lua"),
+    include_str!("scripts/queue.lua"),
+    include_str!("scripts/log.lua"),
+    include_str!("scripts/main.lua"),
+    include_str!("scripts/entry_function.lua"),
+);
+
+/// Both forms, assembled once per process.
+pub(crate) struct Scripts {
+    /// SHA-1 of the EVAL form (EVALSHA).
+    pub(crate) sha: String,
+    /// The library and function name: `sluicegate_` and the SHA-1's first 16 hex digits.
+    pub(crate) name: String,
+    /// The FUNCTION LOAD form.
+    pub(crate) library: String,
+}
+
+pub(crate) fn scripts() -> &'static Scripts {
+    static S: OnceLock<Scripts> = OnceLock::new();
+    S.get_or_init(|| {
+        let sha = redis::Script::new(EVAL_FORM).get_hash().to_string();
+        let name = format!("sluicegate_{}", &sha[..16]);
+        let library = format!(
+            "#!lua name={name}\n{}",
+            FUNCTION_BODY.replace("SLUICEGATE_NAME", &name)
+        );
+        Scripts { sha, name, library }
+    })
+}
+
+fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// `quota`'s spec, with `tick` nanoseconds a tick (1000 in production, 1 on the test clock)
+/// and the interval grid's origin at `origin` ticks; refused (`InvalidQuota`) when a length is
+/// not a whole number of ticks.
+pub(crate) fn spec(q: &Quota, tick: u64, origin: u64) -> Result<String, Error> {
+    q.validate()?;
+    let (k, p) = (u128::from(q.count()), u128::from(q.period_ns()));
+    let t = u128::from(tick);
+    let whole = |ns: u64, what: &str| {
+        if ns % tick == 0 {
+            Ok(ns / tick)
+        } else {
+            Err(Error::invalid(format!(
+                "the Redis store counts time in microseconds: the {what} ({ns} ns) is not a \
+                 whole number of them"
+            )))
+        }
+    };
+    // The rate k/P per ns is (tick*k)/P per tick, in lowest terms.
+    let g = gcd(k * t, p);
+    let (kk, pp) = (k * t / g, p / g);
+    let (b, i) = (q.burst(), q.initial());
+    Ok(match (q.algorithm(), q.refill()) {
+        (Algorithm::TokenBucket, Refill::Continuous) => format!("tb {kk} {pp} {b} {i}"),
+        (Algorithm::TokenBucket, Refill::Interval) => {
+            format!(
+                "ti {k} {} {b} {i} {origin}",
+                whole(q.period_ns(), "period")?
+            )
+        }
+        (Algorithm::Gcra, _) => format!("gcra {kk} {pp} {b} {i}"),
+        (Algorithm::LeakyQueue, _) => {
+            format!("lq {kk} {pp} {}", whole(q.max_delay_ns(), "max_delay")?)
+        }
+        (a, _) => {
+            let name = match a {
+                Algorithm::FixedWindow => "fw",
+                Algorithm::SlidingWindow => "sw",
+                _ => "sl",
+            };
+            format!("{name} {k} {}", whole(q.period_ns(), "window")?)
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_follow_scripts_md() {
+        let s = |q: &str, tick| spec(&q.parse().unwrap(), tick, 0);
+        assert_eq!(s("100/s", 1000).unwrap(), "tb 1 10000 100 100");
+        assert_eq!(
+            s("1000003/hour", 1000).unwrap(),
+            "tb 1000003 3600000000 1000003 1000003"
+        );
+        assert_eq!(
+            s("10/s; algorithm=gcra", 1).unwrap(),
+            "gcra 1 100000000 10 10"
+        );
+        assert_eq!(
+            s("5/2s; refill=interval", 1000).unwrap(),
+            "ti 5 2000000 5 5 0"
+        );
+        assert_eq!(
+            s("3/m; algorithm=fixed_window", 1000).unwrap(),
+            "fw 3 60000000"
+        );
+        assert_eq!(
+            s("10/s; algorithm=leaky_queue; max_delay=250ms", 1000).unwrap(),
+            "lq 1 100000 250000"
+        );
+        assert!(s("3/ns; algorithm=sliding_window", 1000).is_err());
+        assert!(s("3/ns; algorithm=sliding_window", 1).is_ok());
+        assert!(s("3/ns", 1000).is_ok(), "a rate is rescaled exactly");
+    }
+
+    #[test]
+    fn forms_are_assembled() {
+        let sc = scripts();
+        assert_eq!(sc.sha.len(), 40);
+        assert!(sc.library.starts_with(&format!("#!lua name={}\n", sc.name)));
+        assert!(!sc.library.contains("SLUICEGATE_NAME"));
+    }
+}

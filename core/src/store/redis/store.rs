@@ -1,0 +1,976 @@
+//! [`RedisStore`] (a keyed limiter's buckets) and [`RedisBucket`] (a single limiter's), over
+//! one [`Link`]; composite limits of Redis limiters in one script call.
+//!
+//! **Key names.** `PREFIX:QUOTA:{TAG}`: `PREFIX` the `prefix` option; `QUOTA` 16 hex digits
+//! of the SipHash-1-3 of the quota's spec (SCRIPTS.md), so that a changed quota starts fresh
+//! buckets instead of reading old state with new parameters; `TAG` the Redis Cluster hash tag:
+//! for a keyed limiter the key's 128-bit fingerprint in 32 hex digits (keys spread over the
+//! slots), for a single limiter the `tag` option or else the prefix. Fingerprints are
+//! SipHash-1-3 over the key's `Hash` under the fixed key `k0 = u64::from_le_bytes(*b"sluicega")`,
+//! `k1 = u64::from_le_bytes(*b"te-redis")`, so that every process and binding names a key
+//! alike (as the shared-memory store does, a `&str` key hashes as its bytes and `0xff`).
+//!
+//! **Time.** Production: the server's TIME, in microsecond ticks since 2024-01-01 (SCRIPTS.md,
+//! "Clock"); the reading given to each method is not sent. Figures come back in ticks and are
+//! multiplied by 1000. With `clock=test` (feature `redis-test-clock`) the limiter's own
+//! readings are sent, in nanosecond ticks: the decisions are then the in-process engine's, bit
+//! for bit.
+
+use super::link::{block, run, slot, Fail, Link, RedisStats};
+use super::scripts;
+use crate::clock::{Clock, MonotonicClock};
+use crate::error::{Error, StoreErrorKind};
+use crate::store::keyed::Ctx;
+use crate::store::spec::{OnError, RedisOptions, Topology};
+use crate::store::{KeyedLimiter, OnFull, Store, StoreSpec};
+use crate::{Decision, Quota};
+use core::borrow::Borrow;
+use core::hash::Hash;
+use redis::Value;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+
+const SIP_K0: u64 = u64::from_le_bytes(*b"sluicega");
+const SIP_K1: u64 = u64::from_le_bytes(*b"te-redis");
+
+/// A key's (or a name's) 128-bit fingerprint.
+pub(crate) fn fingerprint<Q: Hash + ?Sized>(key: &Q) -> u128 {
+    let mut h = siphasher::sip128::SipHasher13::new_with_keys(SIP_K0, SIP_K1);
+    key.hash(&mut h);
+    siphasher::sip128::Hasher128::finish128(&h).as_u128()
+}
+
+/// `retry_after` of a rejection by `on_error=closed`.
+const CLOSED_RETRY_NS: u64 = 1_000_000_000;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Acquire,
+    Peek,
+    Refund,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Acquire => "acquire",
+            Op::Peek => "peek",
+            Op::Refund => "refund",
+        }
+    }
+}
+
+/// A rejection the negative cache holds: requests of at least `cost` are rejected until
+/// `until` (on the cache's clock).
+#[derive(Clone, Copy)]
+struct Hold {
+    until: u64,
+    cost: u64,
+    at: u64,
+    d: Decision,
+}
+
+const CACHE_SHARDS: usize = 16;
+const CACHE_PER_SHARD: usize = 4096;
+
+/// The negative cache: by key fingerprint, the latest rejection still in force.
+struct NegCache {
+    shards: Box<[Mutex<std::collections::HashMap<u128, Hold>>]>,
+}
+
+impl NegCache {
+    fn new() -> Self {
+        NegCache {
+            shards: (0..CACHE_SHARDS).map(|_| Mutex::default()).collect(),
+        }
+    }
+
+    fn shard(&self, fp: u128) -> std::sync::MutexGuard<'_, std::collections::HashMap<u128, Hold>> {
+        self.shards[(fp as usize) % CACHE_SHARDS]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The cached rejection of a request of `cost` at `now`, if one is in force.
+    fn get(&self, fp: u128, now: u64, cost: u64, window_s: u64) -> Option<Decision> {
+        let h = *self.shard(fp).get(&fp)?;
+        if now >= h.until || cost < h.cost || now < h.at {
+            return None;
+        }
+        Some(Decision::from_figures(
+            false,
+            h.d.limit(),
+            h.d.remaining(),
+            h.until - now,
+            h.d.reset_after_nanos().saturating_sub(now - h.at),
+            window_s,
+        ))
+    }
+
+    fn put(&self, fp: u128, now: u64, cost: u64, d: Decision) {
+        let hold = Hold {
+            until: now.saturating_add(d.retry_after_nanos()),
+            cost,
+            at: now,
+            d,
+        };
+        let mut s = self.shard(fp);
+        if s.len() >= CACHE_PER_SHARD {
+            s.retain(|_, h| h.until > now);
+            if s.len() >= CACHE_PER_SHARD {
+                s.clear();
+            }
+        }
+        s.insert(fp, hold);
+    }
+
+    fn forget(&self, fp: u128) {
+        self.shard(fp).remove(&fp);
+    }
+}
+
+/// What every bucket of one quota on one deployment shares.
+pub(crate) struct Common {
+    link: Arc<Link>,
+    /// The quota's spec in the scripts' terms (SCRIPTS.md).
+    spec: String,
+    /// Nanoseconds a tick: 1000, or 1 on the test clock.
+    tick: u64,
+    /// `PREFIX:QUOTA:`.
+    head: String,
+    tag: String,
+    limit: u64,
+    window_s: u64,
+    on_error: OnError,
+    /// Boxed: a keyed limiter holds a store, which holds this.
+    local: Option<Box<KeyedLimiter<u128>>>,
+    cache: Option<NegCache>,
+    mono: MonotonicClock,
+    /// The test clock's `base` (the Unix millisecond of tick 0), if on.
+    test_base_ms: Option<u64>,
+}
+
+/// The clock reading a store's requests use: the limiter's (test clock), or none.
+fn redis_parts(spec: &StoreSpec) -> (&str, &RedisOptions) {
+    match spec {
+        StoreSpec::Redis { url, options } => (url, options),
+        _ => unreachable!("a Redis store is built from a Redis spec"),
+    }
+}
+
+impl Common {
+    /// The store for `quota` at `spec`; `origin`: the limiter clock's reading now (the test
+    /// clock's interval grid starts there).
+    fn open(spec: &StoreSpec, quota: &Quota, origin: u64) -> Result<Self, Error> {
+        let (url, o) = redis_parts(spec);
+        if o.test_clock && !cfg!(feature = "redis-test-clock") {
+            return Err(Error::store(
+                StoreErrorKind::Unsupported,
+                spec.to_string(),
+                "clock=test needs the cargo feature redis-test-clock (tests only)",
+            ));
+        }
+        let tick = if o.test_clock { 1 } else { 1000 };
+        let spec_text = scripts::spec(quota, tick, if o.test_clock { origin } else { 0 })?;
+        let qfp = fingerprint(spec_text.as_str()) as u64;
+        let link = Link::open(url, o.timeout, o.eval)?;
+        let limit = crate::algorithm::Codec::new(quota, origin)?.capacity();
+        let local = if o.on_error == OnError::Local {
+            Some(Box::new(
+                KeyedLimiter::<u128>::builder(insurance(quota, limit, o.hosts)?)
+                    .max_keys(100_000)
+                    .on_full(OnFull::EvictFullest)
+                    .build()?,
+            ))
+        } else {
+            None
+        };
+        let test_base_ms = o.test_clock.then(|| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            u64::try_from(now.as_millis()).unwrap_or(u64::MAX / 2) + 86_400_000
+        });
+        Ok(Common {
+            link,
+            spec: spec_text,
+            tick,
+            head: format!("{}:{qfp:016x}:", o.prefix),
+            tag: o.tag.clone().unwrap_or_else(|| o.prefix.clone()),
+            limit,
+            window_s: quota.window_secs(),
+            on_error: o.on_error,
+            local,
+            cache: o.negative_cache.then(NegCache::new),
+            mono: MonotonicClock::new(),
+            test_base_ms,
+        })
+    }
+
+    /// The negative cache's clock: the request's own reading on the test clock, else this
+    /// process's monotonic clock.
+    fn cache_now(&self, now: u64) -> u64 {
+        if self.test_base_ms.is_some() {
+            now
+        } else {
+            self.mono.now()
+        }
+    }
+
+    fn test_clock(&self, now: u64) -> String {
+        match self.test_base_ms {
+            Some(base) => format!("{now} 1000000 {base}"),
+            None => String::new(),
+        }
+    }
+
+    /// The arguments after the keys (SCRIPTS.md, "Calling convention").
+    fn args(&self, op: Op, now: u64, cost: u64, bound: Option<u64>, specs: usize) -> Vec<String> {
+        let bound = match bound {
+            Some(ns) => (ns / self.tick).to_string(),
+            None => String::new(),
+        };
+        let mut a = vec![
+            op.name().to_string(),
+            cost.to_string(),
+            bound,
+            self.test_clock(now),
+        ];
+        a.extend((0..specs).map(|_| self.spec.clone()));
+        a
+    }
+
+    fn decision(&self, f: &[u128]) -> Decision {
+        let t = u128::from(self.tick);
+        let sat = |x: u128| u64::try_from(x).unwrap_or(u64::MAX);
+        Decision::from_figures(
+            f[0] == 1,
+            sat(f[1]),
+            sat(f[2]),
+            sat(f[3] * t),
+            sat(f[4] * t),
+            self.window_s,
+        )
+    }
+
+    /// The policy's answer to a request on `parts` (each bucket's store and fingerprint; the
+    /// first part's policy decides) that the server did not decide.
+    fn failed(
+        &self,
+        fail: &Fail,
+        parts: &[(&Common, u128)],
+        op: Op,
+        cost: u64,
+    ) -> Result<Decision, Error> {
+        let c = &self.link.counters;
+        let admit = |allowed: bool| {
+            let retry = if allowed { 0 } else { CLOSED_RETRY_NS };
+            Decision::from_figures(allowed, self.limit, 0, retry, 0, self.window_s)
+        };
+        match self.on_error {
+            OnError::Open => {
+                c.failed_open.fetch_add(1, Relaxed);
+                Ok(admit(true))
+            }
+            OnError::Closed => {
+                c.failed_closed.fetch_add(1, Relaxed);
+                Ok(admit(op == Op::Refund))
+            }
+            OnError::Error => {
+                c.failed_error.fetch_add(1, Relaxed);
+                Err(fail.error(&self.link.name))
+            }
+            OnError::Local => {
+                c.failed_local.fetch_add(1, Relaxed);
+                let ask = |c: &Common, fp: &u128| {
+                    let Some(local) = &c.local else {
+                        return Ok(admit(op != Op::Acquire));
+                    };
+                    match op {
+                        Op::Acquire => local.try_acquire(fp, cost),
+                        Op::Peek => local.peek(fp),
+                        Op::Refund => local.refund(fp, cost).map(|()| admit(true)),
+                    }
+                };
+                // All or nothing over the parts' local buckets.
+                let mut taken = 0;
+                let mut worst: Option<Decision> = None;
+                for (c, fp) in parts {
+                    let d = ask(c, fp).unwrap_or_else(|_| admit(false));
+                    if worst.is_none_or(|w| d.remaining() < w.remaining() || !d.allowed()) {
+                        worst = Some(d);
+                    }
+                    if !d.allowed() {
+                        break;
+                    }
+                    taken += 1;
+                }
+                let d = worst.unwrap_or_else(|| admit(true));
+                if op == Op::Acquire && !d.allowed() {
+                    for (c, fp) in &parts[..taken] {
+                        if let Some(local) = &c.local {
+                            let _ = local.refund(fp, cost);
+                        }
+                    }
+                }
+                Ok(Decision::from_figures(
+                    d.allowed(),
+                    self.limit,
+                    d.remaining().min(self.limit),
+                    d.retry_after_nanos(),
+                    d.reset_after_nanos(),
+                    self.window_s,
+                ))
+            }
+        }
+    }
+}
+
+/// The in-process limiter of `on_error=local`: a token bucket of `quota`'s rate and capacity
+/// divided by `hosts` (capacity at least 1).
+fn insurance(quota: &Quota, limit: u64, hosts: u64) -> Result<Quota, Error> {
+    // Every algorithm's long-run rate is count per period (the windows' N per W included).
+    let (count, period) = (quota.count(), quota.period_ns());
+    let burst = (limit / hosts).max(1);
+    let period = period.saturating_mul(hosts);
+    Quota::try_new(count, period, burst)
+        .or_else(|_| Quota::try_new(count, quota.period_ns(), burst))
+}
+
+/// A request prepared for the server.
+struct Call {
+    keys: Vec<String>,
+    args: Vec<String>,
+}
+
+/// The figures of a reply: integers, or decimal strings above 2^53.
+fn figures(v: &Value) -> Result<Vec<u128>, Fail> {
+    let bad = || Fail::Server(format!("sluicegate: unexpected reply {v:?}"));
+    let Value::Array(items) = v else {
+        return Err(bad());
+    };
+    items
+        .iter()
+        .map(|x| match x {
+            Value::Int(i) => u128::try_from(*i).map_err(|_| bad()),
+            Value::BulkString(b) => core::str::from_utf8(b)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(bad),
+            Value::SimpleString(s) => s.parse().map_err(|_| bad()),
+            _ => Err(bad()),
+        })
+        .collect()
+}
+
+/// What one request (on one bucket or several) comes to.
+enum Outcome {
+    Decided(Decision, Vec<Decision>),
+    Capacity(u64),
+    Refunded,
+}
+
+impl Common {
+    fn outcome(&self, v: &Value, parts: usize) -> Result<Outcome, Fail> {
+        let f = figures(v)?;
+        match f.as_slice() {
+            [1, _, _, cap] => Ok(Outcome::Capacity(u64::try_from(*cap).unwrap_or(u64::MAX))),
+            [0, _] => Ok(Outcome::Refunded),
+            [0, _, rest @ ..] if rest.len() == 5 || rest.len() == 5 + 5 * parts => {
+                let d = self.decision(&rest[..5]);
+                let each = if parts == 1 {
+                    vec![d]
+                } else {
+                    rest[5..].chunks(5).map(|c| self.decision(c)).collect()
+                };
+                Ok(Outcome::Decided(d, each))
+            }
+            _ => Err(Fail::Server(format!("sluicegate: unexpected reply {v:?}"))),
+        }
+    }
+
+    /// The result of a call on the buckets `fps` (their order is the call's).
+    fn finish(
+        &self,
+        r: Result<Value, Fail>,
+        parts: &[(&Common, u128)],
+        op: Op,
+        now: u64,
+        cost: u64,
+        bound: Option<u64>,
+    ) -> Result<(Decision, Vec<Decision>), Error> {
+        let n = parts.len();
+        let out = r.and_then(|v| self.outcome(&v, n));
+        match out {
+            Ok(Outcome::Decided(d, each)) => {
+                self.link.counters.decided.fetch_add(1, Relaxed);
+                if let (Some(cache), [(_, fp)], Op::Acquire, None) = (&self.cache, parts, op, bound)
+                {
+                    if !d.allowed() && d.retry_after_nanos() > 0 {
+                        cache.put(*fp, self.cache_now(now), cost, d);
+                    }
+                }
+                Ok((d, each))
+            }
+            Ok(Outcome::Capacity(capacity)) => Err(Error::InsufficientCapacity { cost, capacity }),
+            Ok(Outcome::Refunded) => {
+                self.link.counters.decided.fetch_add(1, Relaxed);
+                let d = Decision::from_figures(true, self.limit, 0, 0, 0, self.window_s);
+                Ok((d, vec![d; n]))
+            }
+            Err(fail) => {
+                let d = self.failed(&fail, parts, op, cost)?;
+                Ok((d, vec![d; n]))
+            }
+        }
+    }
+
+    /// A cached rejection, or the call to make.
+    fn prepare(
+        &self,
+        names: Vec<String>,
+        fps: &[u128],
+        op: Op,
+        now: u64,
+        cost: u64,
+        bound: Option<u64>,
+    ) -> Result<Call, Decision> {
+        if let (Some(cache), [fp], Op::Acquire, None) = (&self.cache, fps, op, bound) {
+            if let Some(d) = cache.get(*fp, self.cache_now(now), cost, self.window_s) {
+                self.link.counters.cached_rejections.fetch_add(1, Relaxed);
+                return Err(d);
+            }
+        }
+        if op == Op::Refund {
+            if let Some(cache) = &self.cache {
+                fps.iter().for_each(|fp| cache.forget(*fp));
+            }
+        }
+        let args = self.args(op, now, cost, bound, names.len());
+        Ok(Call { keys: names, args })
+    }
+
+    fn request(
+        &self,
+        names: Vec<String>,
+        fps: &[u128],
+        op: Op,
+        now: u64,
+        cost: u64,
+        bound: Option<u64>,
+    ) -> Result<(Decision, Vec<Decision>), Error> {
+        match self.prepare(names, fps, op, now, cost, bound) {
+            Err(d) => Ok((d, vec![d])),
+            Ok(call) => {
+                let r = block(self.link.clone().call(call.keys, call.args));
+                self.finish(r, &[(self, fps[0])], op, now, cost, bound)
+            }
+        }
+    }
+
+    async fn request_async(
+        &self,
+        names: Vec<String>,
+        fps: &[u128],
+        op: Op,
+        now: u64,
+        cost: u64,
+        bound: Option<u64>,
+    ) -> Result<(Decision, Vec<Decision>), Error> {
+        match self.prepare(names, fps, op, now, cost, bound) {
+            Err(d) => Ok((d, vec![d])),
+            Ok(call) => {
+                let r = run(self.link.clone().call(call.keys, call.args)).await;
+                self.finish(r, &[(self, fps[0])], op, now, cost, bound)
+            }
+        }
+    }
+
+    fn bound(within: u64) -> Option<u64> {
+        (within < u64::MAX - 1).then_some(within)
+    }
+
+    fn stats(&self) -> RedisStats {
+        self.link.counters.read()
+    }
+}
+
+/// A keyed limiter's buckets on Redis.
+pub(crate) struct RedisStore {
+    c: Common,
+}
+
+impl RedisStore {
+    /// The store `spec` names, for `quota`, on a limiter whose clock reads `origin` now.
+    pub(crate) fn open(spec: &StoreSpec, quota: &Quota, origin: u64) -> Result<Self, Error> {
+        Ok(RedisStore {
+            c: Common::open(spec, quota, origin)?,
+        })
+    }
+
+    fn name(&self, fp: u128) -> String {
+        format!("{}{{{fp:032x}}}", self.c.head)
+    }
+
+    pub(crate) fn stats(&self) -> RedisStats {
+        self.c.stats()
+    }
+
+    /// A request on `key`'s bucket.
+    pub(crate) fn decide<Q: Hash + ?Sized>(
+        &self,
+        key: &Q,
+        now: u64,
+        cost: u64,
+        within: u64,
+        peek: bool,
+    ) -> Result<Decision, Error> {
+        let fp = fingerprint(key);
+        let op = if peek { Op::Peek } else { Op::Acquire };
+        let bound = Common::bound(within);
+        Ok(self
+            .c
+            .request(vec![self.name(fp)], &[fp], op, now, cost, bound)?
+            .0)
+    }
+
+    /// [`decide`](Self::decide) for async callers, on a key's fingerprint.
+    pub(crate) async fn decide_fp_async(
+        &self,
+        fp: u128,
+        now: u64,
+        cost: u64,
+        within: u64,
+        peek: bool,
+    ) -> Result<Decision, Error> {
+        let op = if peek { Op::Peek } else { Op::Acquire };
+        let bound = Common::bound(within);
+        let names = vec![self.name(fp)];
+        Ok(self
+            .c
+            .request_async(names, &[fp], op, now, cost, bound)
+            .await?
+            .0)
+    }
+
+    /// A refund for async callers, on a key's fingerprint.
+    pub(crate) async fn refund_fp_async(&self, fp: u128, now: u64, cost: u64) -> Result<(), Error> {
+        self.c
+            .request_async(vec![self.name(fp)], &[fp], Op::Refund, now, cost, None)
+            .await
+            .map(drop)
+    }
+
+    /// Requests on many keys (fingerprint and cost, or the error their check gave): every
+    /// call is handed to the connection before any reply is read, so that they travel
+    /// together (one round trip for the batch on one connection).
+    pub(crate) async fn many_async(
+        &self,
+        reqs: Vec<Result<(u128, u64), Error>>,
+        now: u64,
+    ) -> Vec<Result<Decision, Error>> {
+        let mut out: Vec<Option<Result<Decision, Error>>> = Vec::with_capacity(reqs.len());
+        let mut calls = Vec::new();
+        for (i, r) in reqs.iter().enumerate() {
+            out.push(None);
+            match r {
+                Err(e) => out[i] = Some(Err(e.clone())),
+                Ok((fp, cost)) => {
+                    match self.c.prepare(
+                        vec![self.name(*fp)],
+                        &[*fp],
+                        Op::Acquire,
+                        now,
+                        *cost,
+                        None,
+                    ) {
+                        Err(d) => out[i] = Some(Ok(d)),
+                        Ok(call) => calls.push((i, self.c.link.clone().call(call.keys, call.args))),
+                    }
+                }
+            }
+        }
+        let idx: Vec<usize> = calls.iter().map(|(i, _)| *i).collect();
+        let all = futures_util::future::join_all(calls.into_iter().map(|(_, f)| f));
+        let replies = run(all).await;
+        for (i, r) in idx.into_iter().zip(replies) {
+            let Ok((fp, cost)) = reqs[i] else {
+                unreachable!("only checked requests are sent")
+            };
+            out[i] = Some(
+                self.c
+                    .finish(r, &[(&self.c, fp)], Op::Acquire, now, cost, None)
+                    .map(|(d, _)| d),
+            );
+        }
+        out.into_iter()
+            .map(|r| r.expect("every request answered"))
+            .collect()
+    }
+
+    /// [`many_async`](Self::many_async), blocking.
+    pub(crate) fn many_blocking(
+        &self,
+        reqs: Vec<Result<(u128, u64), Error>>,
+        now: u64,
+    ) -> Vec<Result<Decision, Error>> {
+        futures_util::FutureExt::now_or_never(self.many_async_blocking(reqs, now))
+            .expect("a blocking batch completes in place")
+    }
+
+    /// The batch with its wait done by blocking this thread (so the future is ready at once).
+    async fn many_async_blocking(
+        &self,
+        reqs: Vec<Result<(u128, u64), Error>>,
+        now: u64,
+    ) -> Vec<Result<Decision, Error>> {
+        let mut out: Vec<Option<Result<Decision, Error>>> = Vec::with_capacity(reqs.len());
+        let mut calls = Vec::new();
+        for (i, r) in reqs.iter().enumerate() {
+            out.push(None);
+            match r {
+                Err(e) => out[i] = Some(Err(e.clone())),
+                Ok((fp, cost)) => {
+                    match self.c.prepare(
+                        vec![self.name(*fp)],
+                        &[*fp],
+                        Op::Acquire,
+                        now,
+                        *cost,
+                        None,
+                    ) {
+                        Err(d) => out[i] = Some(Ok(d)),
+                        Ok(call) => calls.push((i, self.c.link.clone().call(call.keys, call.args))),
+                    }
+                }
+            }
+        }
+        let idx: Vec<usize> = calls.iter().map(|(i, _)| *i).collect();
+        let replies = block(futures_util::future::join_all(
+            calls.into_iter().map(|(_, f)| f),
+        ));
+        for (i, r) in idx.into_iter().zip(replies) {
+            let Ok((fp, cost)) = reqs[i] else {
+                unreachable!("only checked requests are sent")
+            };
+            out[i] = Some(
+                self.c
+                    .finish(r, &[(&self.c, fp)], Op::Acquire, now, cost, None)
+                    .map(|(d, _)| d),
+            );
+        }
+        out.into_iter()
+            .map(|r| r.expect("every request answered"))
+            .collect()
+    }
+
+    /// Keys of this store's quota on the server (standalone and Sentinel deployments).
+    fn scan(&self) -> Result<Vec<String>, Error> {
+        if self.c.link.topology == Topology::Cluster {
+            return Err(Error::store(
+                StoreErrorKind::Unsupported,
+                self.c.link.name.clone(),
+                "listing keys is not supported on Redis Cluster",
+            ));
+        }
+        let pattern = format!("{}*", self.c.head);
+        let mut cursor = 0u64;
+        let mut keys = Vec::new();
+        loop {
+            let mut cmd = redis::cmd("SCAN");
+            cmd.arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000);
+            let v =
+                block(self.c.link.clone().command(cmd)).map_err(|f| f.error(&self.c.link.name))?;
+            let parsed: Option<(u64, Vec<String>)> = redis::from_redis_value(v).ok();
+            let (next, batch) = parsed.ok_or_else(|| {
+                Fail::Server("unexpected SCAN reply".into()).error(&self.c.link.name)
+            })?;
+            keys.extend(batch);
+            if next == 0 {
+                return Ok(keys);
+            }
+            cursor = next;
+        }
+    }
+}
+
+impl<K: Hash + Eq + Send + 'static> Store<K> for RedisStore {
+    fn acquire<Q>(&self, _cx: &Ctx, key: &Q, now: u64, cost: u64) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        self.decide(key, now, cost, u64::MAX, false)
+    }
+
+    fn reserve<Q>(
+        &self,
+        _cx: &Ctx,
+        key: &Q,
+        now: u64,
+        cost: u64,
+        within: u64,
+    ) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        self.decide(key, now, cost, within, false)
+    }
+
+    fn peek<Q>(&self, _cx: &Ctx, key: &Q, now: u64) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.decide(key, now, 0, u64::MAX, true)
+    }
+
+    fn refund<Q>(&self, _cx: &Ctx, key: &Q, now: u64, cost: u64) -> Result<(), Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let fp = fingerprint(key);
+        self.c
+            .request(vec![self.name(fp)], &[fp], Op::Refund, now, cost, None)
+            .map(drop)
+    }
+
+    fn remove<Q>(&self, _cx: &Ctx, key: &Q) -> Result<bool, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let fp = fingerprint(key);
+        if let Some(cache) = &self.c.cache {
+            cache.forget(fp);
+        }
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(self.name(fp));
+        let v = block(self.c.link.clone().command(cmd)).map_err(|f| f.error(&self.c.link.name))?;
+        Ok(matches!(v, Value::Int(n) if n > 0))
+    }
+
+    fn sweep(&self, _cx: &Ctx, _now: u64) -> Result<usize, Error> {
+        // Every key expires by itself the moment its bucket is full (SCRIPTS.md, "Expiry").
+        Ok(0)
+    }
+
+    fn clear(&self) -> Result<(), Error> {
+        for chunk in self.scan()?.chunks(500) {
+            let mut cmd = redis::cmd("UNLINK");
+            cmd.arg(chunk);
+            block(self.c.link.clone().command(cmd)).map_err(|f| f.error(&self.c.link.name))?;
+        }
+        if let Some(cache) = &self.c.cache {
+            for s in cache.shards.iter() {
+                s.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            }
+        }
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        self.scan().map_or(0, |k| k.len())
+    }
+
+    fn capacity(&self) -> usize {
+        usize::MAX
+    }
+
+    fn snapshot(&self, _cx: &Ctx, _now: u64) -> Result<Vec<(K, Decision)>, Error>
+    where
+        K: Clone,
+    {
+        Err(Error::store(
+            StoreErrorKind::Unsupported,
+            self.c.link.name.clone(),
+            "a Redis store keeps a fingerprint of each key, not the key: it cannot list them",
+        ))
+    }
+}
+
+/// A single limiter's bucket on Redis: what `Limiter::builder(quota).store(..)` keeps.
+pub(crate) struct RedisBucket {
+    c: Common,
+    name: String,
+    fp: u128,
+    codec: crate::algorithm::Codec,
+}
+
+impl RedisBucket {
+    pub(crate) fn open(spec: &StoreSpec, quota: &Quota, origin: u64) -> Result<Self, Error> {
+        let c = Common::open(spec, quota, origin)?;
+        let name = format!("{}{{{}}}", c.head, c.tag);
+        let fp = fingerprint(name.as_str());
+        let codec = crate::algorithm::Codec::new(quota, origin)?;
+        Ok(RedisBucket { c, name, fp, codec })
+    }
+
+    pub(crate) fn codec(&self) -> &crate::algorithm::Codec {
+        &self.codec
+    }
+
+    pub(crate) fn stats(&self) -> RedisStats {
+        self.c.stats()
+    }
+
+    pub(crate) fn check(&self, now: u64, cost: u64) -> Result<(), Error> {
+        self.codec.check(now, cost)
+    }
+
+    fn one(&self, op: Op, now: u64, cost: u64, bound: Option<u64>) -> Result<Decision, Error> {
+        if op != Op::Refund {
+            self.check(now, cost)?;
+        }
+        Ok(self
+            .c
+            .request(vec![self.name.clone()], &[self.fp], op, now, cost, bound)?
+            .0)
+    }
+
+    pub(crate) fn reserve(&self, now: u64, cost: u64, within: u64) -> Result<Decision, Error> {
+        self.one(Op::Acquire, now, cost, Common::bound(within))
+    }
+
+    pub(crate) fn peek(&self, now: u64, cost: u64) -> Result<Decision, Error> {
+        self.one(Op::Peek, now, cost, None)
+    }
+
+    pub(crate) fn refund(&self, now: u64, cost: u64) -> Result<(), Error> {
+        self.one(Op::Refund, now, cost, None).map(drop)
+    }
+
+    pub(crate) fn is_full(&self, now: u64) -> Result<bool, Error> {
+        Ok(self.peek(now, 0)?.reset_after_nanos() == 0)
+    }
+
+    pub(crate) async fn acquire_async(&self, now: u64, cost: u64) -> Result<Decision, Error> {
+        self.check(now, cost)?;
+        let names = vec![self.name.clone()];
+        Ok(self
+            .c
+            .request_async(names, &[self.fp], Op::Acquire, now, cost, None)
+            .await?
+            .0)
+    }
+
+    pub(crate) async fn refund_async(&self, now: u64, cost: u64) -> Result<(), Error> {
+        let names = vec![self.name.clone()];
+        self.c
+            .request_async(names, &[self.fp], Op::Refund, now, cost, None)
+            .await
+            .map(drop)
+    }
+}
+
+impl core::fmt::Debug for RedisBucket {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RedisBucket")
+            .field("store", &self.c.link.name)
+            .field("key", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The call of a composite limit over Redis buckets, when it can be one call: `None` when the
+/// parts are not all on one deployment with one clock (the caller then runs the in-process
+/// protocol over them), an error when they cannot share a call (Redis Cluster slots).
+type CallParts<'a> = (Vec<String>, Vec<(&'a Common, u128)>);
+
+fn composite_call<'a>(parts: &[&'a RedisBucket]) -> Option<Result<CallParts<'a>, Error>> {
+    let first = &parts[0].c;
+    if parts
+        .iter()
+        .any(|p| !Arc::ptr_eq(&p.c.link, &first.link) || p.c.tick != first.tick)
+    {
+        return None;
+    }
+    let names: Vec<String> = parts.iter().map(|p| p.name.clone()).collect();
+    let fps = parts.iter().map(|p| (&p.c, p.fp)).collect();
+    for (i, n) in names.iter().enumerate() {
+        if names[..i].contains(n) {
+            return Some(Err(Error::store(
+                StoreErrorKind::Unsupported,
+                first.link.name.clone(),
+                format!("two parts of a composite limit name one bucket ({n}): give them different prefixes"),
+            )));
+        }
+    }
+    if first.link.topology == Topology::Cluster {
+        let s0 = slot(&names[0]);
+        if let Some(n) = names.iter().find(|n| slot(n) != s0) {
+            return Some(Err(Error::store(
+                StoreErrorKind::Unsupported,
+                first.link.name.clone(),
+                format!(
+                    "the parts of a composite limit on Redis Cluster must share a hash slot: \
+                     {} and {n} do not; give every part the same tag (?tag=NAME)",
+                    names[0]
+                ),
+            )));
+        }
+    }
+    Some(Ok((names, fps)))
+}
+
+/// The composite's args: the common ones with each part's spec.
+fn composite_args(parts: &[&RedisBucket], op: Op, now: u64, cost: u64) -> Vec<String> {
+    let mut a = parts[0].c.args(op, now, cost, None, 0);
+    a.extend(parts.iter().map(|p| p.c.spec.clone()));
+    a
+}
+
+/// A composite request over Redis buckets in one script call (SEMANTICS.md, "Composite
+/// limits", all-or-nothing on the server); `None` when it cannot be one call.
+pub(crate) fn composite(
+    parts: &[&RedisBucket],
+    now: u64,
+    cost: u64,
+    refund: bool,
+) -> Option<Result<(Decision, Vec<Decision>), Error>> {
+    let (names, fps) = match composite_call(parts)? {
+        Ok(x) => x,
+        Err(e) => return Some(Err(e)),
+    };
+    let op = if refund { Op::Refund } else { Op::Acquire };
+    if !refund {
+        for p in parts {
+            if let Err(e) = p.check(now, cost) {
+                return Some(Err(e));
+            }
+        }
+    }
+    let args = composite_args(parts, op, now, cost);
+    let c = &parts[0].c;
+    let r = block(c.link.clone().call(names, args));
+    Some(c.finish(r, &fps, op, now, cost, None))
+}
+
+/// [`composite`] for async callers.
+pub(crate) async fn composite_async(
+    parts: &[&RedisBucket],
+    now: u64,
+    cost: u64,
+) -> Option<Result<(Decision, Vec<Decision>), Error>> {
+    let (names, fps) = match composite_call(parts)? {
+        Ok(x) => x,
+        Err(e) => return Some(Err(e)),
+    };
+    for p in parts {
+        if let Err(e) = p.check(now, cost) {
+            return Some(Err(e));
+        }
+    }
+    let args = composite_args(parts, Op::Acquire, now, cost);
+    let c = &parts[0].c;
+    let r = run(c.link.clone().call(names, args)).await;
+    Some(c.finish(r, &fps, Op::Acquire, now, cost, None))
+}

@@ -1,0 +1,630 @@
+//! Layer: the Redis store against real `redis-server` processes that these tests start (on
+//! free loopback ports, no persistence) and stop: the conformance vectors bit for bit on the
+//! test clock, expiry, rejections that write nothing, many processes on one key against the
+//! server's clock, faults under load (a killed and restarted server, a paused one) with each
+//! fail policy, a three-master Redis Cluster, batches, async calls and composites.
+//!
+//! Run by ci/check.d/45-redis.sh: `cargo test -p sluicegate --features redis,redis-test-clock
+//! --test redis`. A missing redis-server is a failure, never a skip.
+
+mod server;
+
+use serde_json::{json, Value};
+use server::{Cluster, Reply, Server};
+use sluicegate::composite::Composite;
+use sluicegate::{
+    Decision, Error, KeyedLimiter, Limiter, ManualClock, OnError, Quota, StoreErrorKind, StoreSpec,
+};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn spec(s: &str) -> StoreSpec {
+    s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
+}
+
+fn got(r: Result<Decision, Error>) -> Value {
+    match r {
+        Ok(d) => json!({
+            "allowed": d.allowed(), "limit": d.limit(), "remaining": d.remaining(),
+            "retry_after_ns": d.retry_after_nanos(), "reset_after_ns": d.reset_after_nanos(),
+        }),
+        Err(e) => json!({"error": e.code()}),
+    }
+}
+
+fn cases(file: &str) -> Vec<Value> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../conformance")
+        .join(file);
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    assert_eq!(
+        doc["format"], 1,
+        "a vector format this runner does not know"
+    );
+    let mut all = doc["cases"].as_array().unwrap().clone();
+    if let Some(c) = doc["composite_cases"].as_array() {
+        all.extend(c.iter().cloned());
+    }
+    all
+}
+
+/// Every case of both vector files through Redis on the test clock (nanosecond ticks): the
+/// same decisions as the in-process engine, field for field. A single limiter's (or a
+/// composite part's) bucket is created at `start_ns` by a cost-0 request, as conformance/README.md
+/// says; a keyed bucket at its key's first request.
+#[test]
+fn conformance_vectors_bit_for_bit() {
+    let srv = Server::start();
+    let (mut played, mut steps, mut failures) = (0, 0, Vec::new());
+    for (f, file) in ["vectors.json", "algorithms.json"].into_iter().enumerate() {
+        for (n, case) in cases(file).iter().enumerate() {
+            if case.get("quota_error").is_some() {
+                continue;
+            }
+            let name = case["name"].as_str().unwrap();
+            let url = |part: usize| {
+                spec(&format!(
+                    "{}?clock=test&negative_cache=off&on_error=error&prefix=v{f}c{n}p{part}",
+                    srv.url()
+                ))
+            };
+            let clock = ManualClock::new(case["start_ns"].as_u64().unwrap());
+            let quotas: Vec<Quota> = match case.get("quotas") {
+                Some(qs) => qs
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|q| q.as_str().unwrap().parse().unwrap())
+                    .collect(),
+                None => vec![case["quota"].as_str().unwrap().parse().unwrap()],
+            };
+            played += 1;
+            let mut check = |s: &Value, r: Result<Decision, Error>| {
+                steps += 1;
+                let g = got(r);
+                if g != s["expect"] {
+                    failures.push(format!("{name}: {s} gave {g}"));
+                }
+            };
+            if case["keyed"] == true {
+                let k = KeyedLimiter::<String, _>::builder(quotas[0])
+                    .clock(clock.clone())
+                    .store(url(0))
+                    .build()
+                    .unwrap();
+                for s in case["steps"].as_array().unwrap() {
+                    clock.set(s["t_ns"].as_u64().unwrap());
+                    let (key, c) = (s["key"].as_str().unwrap(), s["cost"].as_u64().unwrap());
+                    if s["op"] == "refund" {
+                        k.refund(key, c).unwrap();
+                    } else {
+                        check(s, k.try_acquire(key, c));
+                    }
+                }
+                continue;
+            }
+            let parts: Vec<Limiter<ManualClock>> = quotas
+                .iter()
+                .enumerate()
+                .map(|(i, q)| {
+                    let l = Limiter::builder(*q)
+                        .clock(clock.clone())
+                        .store(url(i))
+                        .build()
+                        .unwrap();
+                    l.try_acquire(0).unwrap(); // the bucket is created at start_ns
+                    l
+                })
+                .collect();
+            let composite = Composite::new(parts);
+            for s in case["steps"].as_array().unwrap() {
+                clock.set(s["t_ns"].as_u64().unwrap());
+                let c = s["cost"].as_u64().unwrap();
+                if s["op"] == "refund" {
+                    composite.refund(c).unwrap();
+                } else if composite.parts().len() == 1 {
+                    check(s, composite.parts()[0].try_acquire(c));
+                } else {
+                    check(s, composite.try_acquire(c));
+                }
+            }
+        }
+    }
+    eprintln!("conformance through Redis: {played} cases, {steps} decisions compared");
+    assert!(
+        played >= 190 && steps >= 2600,
+        "only {played} cases, {steps} steps"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {steps} decisions differ, e.g.:\n{}",
+        failures.len(),
+        failures[..failures.len().min(10)].join("\n")
+    );
+}
+
+/// Production clock: once every bucket is full again, no key of ours remains (DBSIZE 0), and
+/// a caller that comes back gets a full bucket.
+#[test]
+fn expiry_leaves_nothing_and_a_returning_caller_gets_a_full_bucket() {
+    let srv = Server::start();
+    let url = format!("{}?prefix=exp&on_error=error", srv.url());
+    let q: Quota = "20/s; burst=5".parse().unwrap();
+    let keyed = KeyedLimiter::<u64>::builder(q)
+        .store(spec(&url))
+        .build()
+        .unwrap();
+    let single = Limiter::builder("3/s; algorithm=sliding_window".parse().unwrap())
+        .store(spec(&format!("{}?prefix=exp-single", srv.url())))
+        .build()
+        .unwrap();
+    for k in 0..50u64 {
+        assert!(keyed.try_acquire(&k, 3).unwrap().allowed());
+    }
+    assert!(single.try_acquire(2).unwrap().allowed());
+    let mut r = srv.resp();
+    assert_eq!(r.int(&["DBSIZE"]), 51);
+    // Full 150 ms (token bucket) and at most two windows, 2 s (sliding window), later.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while r.int(&["DBSIZE"]) > 0 {
+        assert!(Instant::now() < deadline, "keys left: {:?}", r.keys());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for k in 0..50u64 {
+        let d = keyed.try_acquire(&k, 1).unwrap();
+        assert!(d.allowed() && d.remaining() == 4, "key {k}: {}", got(Ok(d)));
+    }
+    assert_eq!(single.try_acquire(1).unwrap().remaining(), 2);
+}
+
+/// A rejection leaves the key exactly as it was (value and expiry): no counter inflation.
+/// With the negative cache on, a flood of rejections costs one round trip.
+#[test]
+fn rejections_write_nothing_and_the_negative_cache_saves_round_trips() {
+    let srv = Server::start();
+    let mut r = srv.resp();
+    for algo in [
+        "token_bucket",
+        "gcra",
+        "fixed_window",
+        "sliding_window",
+        "sliding_log",
+        "leaky_queue",
+    ] {
+        let q: Quota = format!("2/m; algorithm={algo}").parse().unwrap();
+        let url = format!(
+            "{}?prefix=rej-{algo}&negative_cache=off&on_error=error",
+            srv.url()
+        );
+        let l = KeyedLimiter::<String>::builder(q)
+            .store(spec(&url))
+            .build()
+            .unwrap();
+        let mut admitted = 0;
+        while l.try_acquire("k", 1).unwrap().allowed() {
+            admitted += 1;
+            assert!(admitted <= 3, "{algo}");
+        }
+        let keys = r.keys();
+        let key = keys
+            .iter()
+            .find(|k| k.starts_with(&format!("rej-{algo}:")))
+            .unwrap()
+            .clone();
+        let before = r.value(&key);
+        for _ in 0..20 {
+            assert!(!l.try_acquire("k", 1).unwrap().allowed());
+        }
+        assert_eq!(r.value(&key), before, "{algo}: a rejection wrote");
+    }
+
+    // The negative cache: 1000 rejected requests, one server call.
+    let q: Quota = "1/m".parse().unwrap();
+    let l = KeyedLimiter::<String>::builder(q)
+        .store(spec(&format!("{}?prefix=neg&on_error=error", srv.url())))
+        .build()
+        .unwrap();
+    assert!(l.try_acquire("k", 1).unwrap().allowed());
+    let s0 = l.redis_stats().unwrap();
+    let t = Instant::now();
+    for _ in 0..1000 {
+        let d = l.try_acquire("k", 1).unwrap();
+        assert!(!d.allowed() && d.retry_after() > Duration::from_secs(50));
+    }
+    let per = t.elapsed() / 1000;
+    let s1 = l.redis_stats().unwrap();
+    assert_eq!(s1.decided - s0.decided, 1, "one round trip for the flood");
+    assert_eq!(s1.cached_rejections - s0.cached_rejections, 999);
+    eprintln!("negative cache: 999 of 1000 rejections without a round trip, {per:?} each here (debug build)");
+    // A refund from this process forgets the cached rejection.
+    l.refund("k", 1).unwrap();
+    assert!(l.try_acquire("k", 1).unwrap().allowed());
+}
+
+/// Child side of [`processes_on_one_key_stay_within_the_bound`].
+#[test]
+fn stress_child() {
+    let Ok(url) = std::env::var("SG_STRESS_URL") else {
+        return;
+    };
+    let until = Instant::now() + Duration::from_millis(1500);
+    let l = Arc::new(
+        Limiter::builder("200/s; burst=20".parse().unwrap())
+            .store(spec(&url))
+            .build()
+            .unwrap(),
+    );
+    let admitted = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (l, a) = (l.clone(), admitted.clone());
+            std::thread::spawn(move || {
+                while Instant::now() < until {
+                    if l.try_acquire(1).unwrap().allowed() {
+                        a.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    println!("ADMITTED {}", admitted.load(Ordering::Relaxed));
+}
+
+/// Four processes of four threads on one key, against the server's clock: admitted <= burst
+/// + rate * elapsed, with elapsed read from the server's TIME around the run.
+#[test]
+fn processes_on_one_key_stay_within_the_bound() {
+    let srv = Server::start();
+    let url = format!("{}?prefix=stress&on_error=error&timeout=2s", srv.url());
+    let mut r = srv.resp();
+    let t0 = r.time_us();
+    let kids: Vec<_> = (0..4)
+        .map(|_| {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "stress_child", "--nocapture", "--test-threads=1"])
+                .env("SG_STRESS_URL", &url)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut admitted = 0u64;
+    for k in kids {
+        let out = k.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        let n: u64 = text
+            .split("ADMITTED ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("child said {text}"))
+            .trim()
+            .parse()
+            .unwrap();
+        admitted += n;
+    }
+    let elapsed_us = r.time_us() - t0;
+    let bound = 20 + 200 * elapsed_us / 1_000_000;
+    eprintln!("4 processes x 4 threads: {admitted} admitted in {elapsed_us} us of server time, bound {bound}");
+    assert!(admitted <= bound, "{admitted} > {bound}");
+    assert!(
+        admitted >= bound / 3,
+        "suspiciously few admitted: {admitted} of {bound}"
+    );
+}
+
+/// Load from 8 threads while the server is paused past the timeout (SIGSTOP), then killed
+/// and restarted empty: every call comes back within about the timeout, the policy decides
+/// every failure (no error reaches the caller unless the policy is `error`), and after
+/// recovery the server decides again, within the bound.
+fn fault_run(policy: OnError) {
+    let mut srv = Server::start();
+    let name = policy.name();
+    let url = format!(
+        "{}?prefix=fault-{name}&on_error={name}&timeout=50ms&negative_cache=off",
+        srv.url()
+    );
+    let l = Arc::new(
+        KeyedLimiter::<u64>::builder("1000/s; burst=100".parse().unwrap())
+            .store(spec(&url))
+            .build()
+            .unwrap(),
+    );
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let worst = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let load: Vec<_> = (0..8u64)
+        .map(|t| {
+            let (l, stop, worst, errors) = (l.clone(), stop.clone(), worst.clone(), errors.clone());
+            std::thread::spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let t0 = Instant::now();
+                    match l.try_acquire(&(t * 1000 + i % 50), 1) {
+                        Ok(_) => {}
+                        Err(e) => {
+                            assert_eq!(policy, OnError::Error, "an error under {policy:?}: {e}");
+                            assert!(
+                                matches!(
+                                    e,
+                                    Error::Store {
+                                        kind: StoreErrorKind::Timeout | StoreErrorKind::Unavailable,
+                                        ..
+                                    }
+                                ),
+                                "{e}"
+                            );
+                            errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    worst.fetch_max(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    srv.pause();
+    std::thread::sleep(Duration::from_millis(400));
+    srv.resume();
+    std::thread::sleep(Duration::from_millis(300));
+    srv.kill();
+    std::thread::sleep(Duration::from_millis(300));
+    srv.restart();
+    // Recovery: reconnection within the backoff (at most 1 s), then the server decides.
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, Ordering::Relaxed);
+    load.into_iter().for_each(|t| t.join().unwrap());
+    let s = l.redis_stats().unwrap();
+    let worst = Duration::from_micros(worst.load(Ordering::Relaxed));
+    eprintln!("{name}: {s:?}, slowest call {worst:?}");
+    assert!(
+        worst < Duration::from_millis(400),
+        "{name}: a call took {worst:?}"
+    );
+    assert!(s.timeouts > 0 && s.unavailable > 0, "{name}: {s:?}");
+    assert!(
+        s.connects >= 2 && s.script_loads >= 1,
+        "{name}: no reconnection: {s:?}"
+    );
+    let failed = match policy {
+        OnError::Open => s.failed_open,
+        OnError::Closed => s.failed_closed,
+        OnError::Local => s.failed_local,
+        _ => s.failed_error,
+    };
+    assert!(failed > 0, "{name}: the policy never decided");
+    if policy == OnError::Error {
+        assert_eq!(errors.load(Ordering::Relaxed), s.failed_error);
+    }
+    // After recovery the server decides, and the bound holds on a fresh key.
+    let before = l.redis_stats().unwrap();
+    let t0 = Instant::now();
+    let mut admitted = 0;
+    for _ in 0..300 {
+        admitted += u64::from(l.try_acquire(&u64::MAX, 1).unwrap().allowed());
+    }
+    let elapsed = t0.elapsed().as_micros() as u64;
+    let after = l.redis_stats().unwrap();
+    assert_eq!(
+        after.decided - before.decided,
+        300,
+        "{name}: not decided by the server"
+    );
+    assert!(
+        admitted <= 100 + elapsed / 1000 + 1,
+        "{name}: {admitted} admitted in {elapsed} us"
+    );
+}
+
+#[test]
+fn faults_fail_open() {
+    fault_run(OnError::Open);
+}
+
+#[test]
+fn faults_fail_closed() {
+    fault_run(OnError::Closed);
+}
+
+#[test]
+fn faults_local_insurance() {
+    fault_run(OnError::Local);
+}
+
+#[test]
+fn faults_error_policy() {
+    fault_run(OnError::Error);
+}
+
+/// The local insurance limiter is sized as documented: the quota divided by `hosts`.
+#[test]
+fn local_insurance_is_the_hosts_share() {
+    // Nothing listens on this port: every call fails at once and the policy decides.
+    let port = server::free_port();
+    let url = format!("redis://127.0.0.1:{port}?on_error=local&hosts=4&timeout=20ms");
+    let l = KeyedLimiter::<String>::builder("10/m; burst=40".parse().unwrap())
+        .store(spec(&url))
+        .build()
+        .unwrap();
+    let admitted = (0..50)
+        .filter(|_| l.try_acquire("k", 1).unwrap().allowed())
+        .count();
+    assert_eq!(admitted, 10, "burst 40 over 4 hosts");
+    let s = l.redis_stats().unwrap();
+    assert_eq!(s.failed_local, 50);
+}
+
+/// A three-master cluster: keys spread over the slots, every decision exact; composites
+/// whose parts share a tag run in one call; parts in different slots are refused before any
+/// call with an error that says what to do.
+#[test]
+fn cluster_of_three_masters() {
+    let cluster = Cluster::start();
+    let url = format!(
+        "{}?prefix=cl&on_error=error&negative_cache=off",
+        cluster.url()
+    );
+    let l = KeyedLimiter::<u64>::builder("5/m".parse().unwrap())
+        .store(spec(&url))
+        .build()
+        .unwrap();
+    for k in 0..200u64 {
+        let n = (0..7)
+            .filter(|_| l.try_acquire(&k, 1).unwrap().allowed())
+            .count();
+        assert_eq!(n, 5, "key {k}");
+    }
+    let spread: Vec<i64> = cluster
+        .nodes
+        .iter()
+        .map(|n| n.resp().int(&["DBSIZE"]))
+        .collect();
+    assert!(spread.iter().all(|&n| n > 20), "keys per node: {spread:?}");
+    assert_eq!(cluster.dbsize(), 200);
+
+    let part = |prefix: &str, tag: &str, q: &str| {
+        Limiter::builder(q.parse().unwrap())
+            .store(spec(&format!(
+                "{}?prefix={prefix}&tag={tag}&on_error=error",
+                cluster.url()
+            )))
+            .build()
+            .unwrap()
+    };
+    let c = Composite::new(vec![part("u7", "t1", "2/m"), part("global", "t1", "3/m")]);
+    let calls = c.parts()[0].redis_stats().unwrap().decided;
+    assert!(c.try_acquire(1).unwrap().allowed());
+    assert!(c.try_acquire(1).unwrap().allowed());
+    let d = c.try_acquire(1).unwrap();
+    assert!(!d.allowed());
+    assert_eq!(
+        c.parts()[0].redis_stats().unwrap().decided - calls,
+        3,
+        "one call each"
+    );
+    // The refunded global part still has one.
+    assert_eq!(c.parts()[1].peek().unwrap().remaining(), 1);
+
+    // "a" and "b" hash to different slots.
+    let bad = Composite::new(vec![part("x", "a", "2/m"), part("y", "b", "2/m")]);
+    match bad.try_acquire(1) {
+        Err(Error::Store {
+            kind: StoreErrorKind::Unsupported,
+            reason,
+            ..
+        }) => {
+            assert!(
+                reason.contains("hash slot") && reason.contains("tag"),
+                "{reason}"
+            )
+        }
+        r => panic!("a cross-slot composite gave {r:?}"),
+    }
+}
+
+/// Batches and async calls decide exactly as single blocking calls do.
+#[test]
+fn batches_async_and_composites_on_one_server() {
+    let srv = Server::start();
+    let url = format!(
+        "{}?prefix=batch&on_error=error&negative_cache=off",
+        srv.url()
+    );
+    let q: Quota = "3/m".parse().unwrap();
+    let l = KeyedLimiter::<String>::builder(q)
+        .store(spec(&url))
+        .build()
+        .unwrap();
+    let keys = ["a", "b", "a", "c", "a", "a", "b"];
+    let reqs: Vec<(&str, u64)> = keys.iter().map(|k| (*k, 1)).collect();
+    let allowed: Vec<bool> = l
+        .try_acquire_many(&reqs)
+        .into_iter()
+        .map(|r| r.unwrap().allowed())
+        .collect();
+    assert_eq!(allowed, [true, true, true, true, true, false, true]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        assert!(!l.try_acquire_async("a", 1).await.unwrap().allowed());
+        assert_eq!(l.peek_async("b").await.unwrap().remaining(), 1);
+        l.refund_async("a", 2).await.unwrap();
+        assert!(l.try_acquire_async("a", 2).await.unwrap().allowed());
+        let many = l
+            .try_acquire_many_async(&[("c", 2), ("c", 1), ("d", 4)])
+            .await;
+        assert!(many[0].as_ref().unwrap().allowed());
+        assert!(!many[1].as_ref().unwrap().allowed());
+        assert!(matches!(many[2], Err(Error::InsufficientCapacity { .. })));
+        let part = |p: &str, q: &str| {
+            Limiter::builder(q.parse().unwrap())
+                .store(spec(&format!("{}?prefix={p}&on_error=error", srv.url())))
+                .build()
+                .unwrap()
+        };
+        let c = Composite::new(vec![
+            part("ca", "1/m"),
+            part("cb", "5/m; algorithm=fixed_window"),
+        ]);
+        let (d, each) = c.try_acquire_each_async(1).await.unwrap();
+        assert!(d.allowed() && each.len() == 2 && each[1].remaining() == 4);
+        let (d, each) = c.try_acquire_each_async(1).await.unwrap();
+        // The part after the rejecting one reads as the decision the request would get.
+        assert!(!d.allowed() && !each[0].allowed() && each[1].remaining() == 3);
+    });
+    // remove, clear, len, snapshot.
+    assert_eq!(l.len(), 3, "a, b and c (d's request was an error)");
+    assert!(l.remove("a").unwrap());
+    assert!(!l.remove("a").unwrap());
+    l.clear().unwrap();
+    assert_eq!(l.len(), 0);
+    assert!(matches!(
+        l.snapshot(),
+        Err(Error::Store {
+            kind: StoreErrorKind::Unsupported,
+            ..
+        })
+    ));
+}
+
+/// Quotas the store cannot hold in microsecond ticks are refused when the limiter is built,
+/// and so is the test clock's opposite mistake, an unknown option.
+#[test]
+fn refused_quotas_and_options() {
+    let srv = Server::start();
+    let r = KeyedLimiter::<u64>::builder("3/ns; algorithm=fixed_window".parse().unwrap())
+        .store(spec(&srv.url()))
+        .build();
+    assert!(matches!(r, Err(Error::InvalidQuota { .. })), "{r:?}");
+    assert!(format!("{}?nonsense=1", srv.url())
+        .parse::<StoreSpec>()
+        .is_err());
+    // The server's clock: a reading given by the limiter's clock is not what decides.
+    let clock = ManualClock::new(0);
+    let l = Limiter::builder("1/h".parse().unwrap())
+        .clock(clock.clone())
+        .store(spec(&format!("{}?prefix=srvclock", srv.url())))
+        .build()
+        .unwrap();
+    assert!(l.try_acquire(1).unwrap().allowed());
+    clock.advance(Duration::from_secs(7200));
+    assert!(
+        !l.try_acquire(1).unwrap().allowed(),
+        "only the server's clock counts"
+    );
+    let mut resp = srv.resp();
+    let keys = resp.keys();
+    let key = keys
+        .iter()
+        .find(|k| k.starts_with("srvclock:"))
+        .unwrap_or_else(|| panic!("{keys:?}"));
+    assert!(key.ends_with("{srvclock}"), "{key}");
+    let (v, exp) = resp.value(key);
+    assert!(matches!(v, Reply::Bulk(_)) && exp > 0);
+}

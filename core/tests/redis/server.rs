@@ -1,0 +1,350 @@
+//! redis-server processes for the tests: each on a free loopback port, no persistence, its
+//! files (and pid file, which ci/check.d/45-redis.sh's trap reads) in a temporary folder;
+//! stopped on drop. A tiny RESP client reads the server's state (TIME, DBSIZE, values).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The folder servers keep their files in (`$SLUICEGATE_REDIS_TMP`, else a new one).
+fn dir() -> PathBuf {
+    let base = std::env::var_os("SLUICEGATE_REDIS_TMP")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let d = base.join(format!(
+        "sg-redis-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn exe(name: &str) -> String {
+    let var = if name == "redis-server" {
+        "REDIS_SERVER"
+    } else {
+        "REDIS_CLI"
+    };
+    std::env::var(var).unwrap_or_else(|_| name.to_string())
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub struct Server {
+    pub port: u16,
+    child: Option<Child>,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl Server {
+    pub fn start() -> Server {
+        Self::start_with(&[])
+    }
+
+    pub fn start_with(extra: &[&str]) -> Server {
+        let mut s = Server {
+            port: free_port(),
+            child: None,
+            dir: dir(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let port = self.port.to_string();
+        let pid = self.dir.join(format!("redis-{port}.pid"));
+        let child = Command::new(exe("redis-server"))
+            .args([
+                "--port",
+                &port,
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .args([
+                "--daemonize",
+                "no",
+                "--loglevel",
+                "warning",
+                "--logfile",
+                "",
+            ])
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--pidfile")
+            .arg(&pid)
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start redis-server (apt-get install redis-server): {e}")
+            });
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(mut c) = Resp::connect(self.port) {
+                if c.cmd(&["PING"]).is_ok() {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server on port {port} did not answer");
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn resp(&self) -> Resp {
+        Resp::connect(self.port).unwrap()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.pid().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig}");
+    }
+
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    /// SIGKILL, then wait for the process.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// A new process on the same port (empty: no persistence).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.resume_quietly();
+        }
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Server {
+    fn resume_quietly(&self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.pid().to_string()])
+            .status();
+    }
+}
+
+/// A Redis Cluster of three masters on loopback, made with `redis-cli --cluster create`.
+pub struct Cluster {
+    pub nodes: Vec<Server>,
+}
+
+impl Cluster {
+    pub fn start() -> Cluster {
+        let nodes: Vec<Server> = (0..3)
+            .map(|_| {
+                Server::start_with(&["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new(exe("redis-cli"))
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli");
+        assert!(
+            out.status.success(),
+            "cluster create: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let ok = nodes
+                .iter()
+                .all(|n| match n.resp().cmd(&["CLUSTER", "INFO"]) {
+                    Ok(Reply::Bulk(s)) => s.contains("cluster_state:ok"),
+                    _ => false,
+                });
+            if ok {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not become ready"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Cluster { nodes }
+    }
+
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        format!("redis+cluster://{}", hosts.join(","))
+    }
+
+    pub fn dbsize(&self) -> i64 {
+        self.nodes.iter().map(|n| n.resp().int(&["DBSIZE"])).sum()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Status(String),
+    Error(String),
+    Int(i64),
+    Bulk(String),
+    Nil,
+    Array(Vec<Reply>),
+}
+
+pub struct Resp {
+    w: TcpStream,
+    r: BufReader<TcpStream>,
+}
+
+impl Resp {
+    pub fn connect(port: u16) -> std::io::Result<Resp> {
+        let s = TcpStream::connect(("127.0.0.1", port))?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        Ok(Resp {
+            r: BufReader::new(s.try_clone()?),
+            w: s,
+        })
+    }
+
+    pub fn cmd(&mut self, args: &[&str]) -> std::io::Result<Reply> {
+        let mut out = format!("*{}\r\n", args.len());
+        for a in args {
+            out.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        self.w.write_all(out.as_bytes())?;
+        self.read()
+    }
+
+    fn read(&mut self) -> std::io::Result<Reply> {
+        let mut line = String::new();
+        self.r.read_line(&mut line)?;
+        let body = line
+            .get(1..line.len().saturating_sub(2))
+            .unwrap_or("")
+            .to_string();
+        Ok(match line.as_bytes().first() {
+            Some(b'+') => Reply::Status(body),
+            Some(b'-') => Reply::Error(body),
+            Some(b':') => Reply::Int(body.parse().unwrap()),
+            Some(b'$') => {
+                let n: i64 = body.parse().unwrap();
+                if n < 0 {
+                    Reply::Nil
+                } else {
+                    let mut buf = vec![0; n as usize + 2];
+                    self.r.read_exact(&mut buf)?;
+                    buf.truncate(n as usize);
+                    Reply::Bulk(String::from_utf8(buf).unwrap())
+                }
+            }
+            Some(b'*') => {
+                let n: i64 = body.parse().unwrap();
+                let mut v = Vec::new();
+                for _ in 0..n.max(0) {
+                    v.push(self.read()?);
+                }
+                Reply::Array(v)
+            }
+            _ => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("bad reply {line:?}"),
+                ))
+            }
+        })
+    }
+
+    pub fn int(&mut self, args: &[&str]) -> i64 {
+        match self.cmd(args).unwrap() {
+            Reply::Int(i) => i,
+            r => panic!("{args:?}: {r:?}"),
+        }
+    }
+
+    /// The server's TIME in microseconds since the Unix epoch.
+    pub fn time_us(&mut self) -> u64 {
+        match self.cmd(&["TIME"]).unwrap() {
+            Reply::Array(v) => match (&v[0], &v[1]) {
+                (Reply::Bulk(s), Reply::Bulk(u)) => {
+                    s.parse::<u64>().unwrap() * 1_000_000 + u.parse::<u64>().unwrap()
+                }
+                r => panic!("{r:?}"),
+            },
+            r => panic!("{r:?}"),
+        }
+    }
+
+    pub fn keys(&mut self) -> Vec<String> {
+        match self.cmd(&["KEYS", "*"]).unwrap() {
+            Reply::Array(v) => v
+                .into_iter()
+                .map(|r| match r {
+                    Reply::Bulk(s) => s,
+                    r => panic!("{r:?}"),
+                })
+                .collect(),
+            r => panic!("{r:?}"),
+        }
+    }
+
+    /// A key's value (as Redis prints it) and its PEXPIRETIME.
+    pub fn value(&mut self, key: &str) -> (Reply, i64) {
+        let v = match self.cmd(&["TYPE", key]).unwrap() {
+            Reply::Status(t) if t == "list" => self.cmd(&["LRANGE", key, "0", "-1"]).unwrap(),
+            _ => self.cmd(&["GET", key]).unwrap(),
+        };
+        (v, self.int(&["PEXPIRETIME", key]))
+    }
+}
