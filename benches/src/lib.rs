@@ -307,12 +307,18 @@ pub mod setup {
     /// sluicegate's keyed limiter holding `keys` keys (0..keys), each in the state `path`
     /// measures; every key is checked.
     pub fn ours_keyed(path: Path, keys: u64) -> OursKeyed {
+        ours_keyed_in(path, keys, sluicegate::StoreSpec::default())
+    }
+
+    /// [`ours_keyed`] with its buckets in `store` (a shared-memory region, for `shmpath`).
+    pub fn ours_keyed_in(path: Path, keys: u64, store: sluicegate::StoreSpec) -> OursKeyed {
         let q = match path {
             Path::Allow => keyed_allow_quota(),
             Path::Reject => quota(path),
         };
         let l = OursKeyed::builder(q)
             .max_keys(2 * keys as usize + 16)
+            .store(store)
             .build()
             .expect("keyed limiter");
         let first = q.burst().div_ceil(2);

@@ -367,19 +367,23 @@ impl Region {
             quota: q,
         };
         write_meta(header, &meta, locks_offset, slots_offset, file_len);
-        // Every lock free, every slot empty (a taken-over file may hold anything).
         let region = Region {
             map,
             meta,
             name: path.display().to_string(),
         };
-        for l in region.locks() {
-            l.store(0, Ordering::Relaxed);
-        }
-        for s in region.slots() {
-            s.word.store(0, Ordering::Relaxed);
-            s.tag_hi.store(0, Ordering::Relaxed);
-            s.side.store(0, Ordering::Relaxed);
+        // Every lock free, every slot empty. A file this process created is all zeros already
+        // (and stays sparse: a page is allocated when a key first lands in it); a taken-over
+        // one may hold anything.
+        if taken_over {
+            for l in region.locks() {
+                l.store(0, Ordering::Relaxed);
+            }
+            for s in region.slots() {
+                s.word.store(0, Ordering::Relaxed);
+                s.tag_hi.store(0, Ordering::Relaxed);
+                s.side.store(0, Ordering::Relaxed);
+            }
         }
         header.live.store(0, Ordering::Relaxed);
         header.hint.reset();

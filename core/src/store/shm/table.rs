@@ -43,7 +43,7 @@
 //! reduced rate below about 2^32 tokens a nanosecond fits exactly.
 
 use super::lock::Lock;
-use crate::algorithm::{Codec, Narrow, CENTURY_NS};
+use crate::algorithm::{Codec, Narrow, StateCodec, CENTURY_NS};
 use crate::decision::Decision;
 use crate::error::{Error, StoreErrorKind};
 use crate::store::bound::Hint;
@@ -174,6 +174,8 @@ enum Claimed {
     /// No slot was taken (another inserter got there first): the unit of capacity reserved
     /// for it is still the inserter's to give back.
     Lost,
+    /// Every slot holds a key or a claim, though the live count had room.
+    NoSlot,
     /// The claim was undone by another process that judged this one dead, and its unit given
     /// back with it.
     Undone,
@@ -233,6 +235,14 @@ impl Table<'_> {
         }
     }
 
+    /// Gives a unit of the capacity back. Never below 0: a count a crash or a writer of
+    /// garbage left too low is repaired by the next sweep's recount, not wrapped around.
+    fn give_back(&self) {
+        let _ = self
+            .live
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+
     fn corrupt(&self, what: &str) -> Error {
         Error::store(StoreErrorKind::Corrupt, self.name, what.to_string())
     }
@@ -248,14 +258,33 @@ impl Table<'_> {
     }
 
     /// The slot holding `fp`'s key, as of the loads; `None` when absent (or being inserted).
+    #[inline(always)]
     fn find(&self, fp: &Fingerprint) -> Option<usize> {
-        (0..=self.reach(fp.home))
-            .map(|d| self.at(fp.home, d))
-            .find(|&i| self.holds(i, fp))
+        self.find_word(fp).map(|(i, _)| i)
+    }
+
+    /// [`find`](Self::find), with the slot's word as loaded.
+    #[inline(always)]
+    fn find_word(&self, fp: &Fingerprint) -> Option<(usize, u128)> {
+        for d in 0..=self.reach(fp.home) {
+            let i = self.at(fp.home, d);
+            let s = &self.slots[i];
+            let w = s.word.load(Ordering::Acquire);
+            let (tag, state) = unpack(w);
+            if tag == fp.tag
+                && claim_of(state).is_none()
+                && s.tag_hi.load(Ordering::Acquire) == fp.tag_hi
+                && (s.side.load(Ordering::Acquire) >> 32) as u32 == fp.tag_lo
+            {
+                return Some((i, w));
+            }
+        }
+        None
     }
 
     /// The codec's step on slot `i`'s bucket until its CAS succeeds or nothing is to be
     /// written. `Ok(None)` when the slot no longer holds the key (evicted, reused).
+    #[inline(always)]
     fn step_at(
         &self,
         i: usize,
@@ -289,9 +318,14 @@ impl Table<'_> {
         }
     }
 
-    /// The codec's request step.
+    /// The codec's request step; the default algorithm's inlined into the caller (its result
+    /// then stays in registers instead of coming back through memory).
+    #[inline(always)]
     fn request_step(codec: &Codec, r: Request) -> impl Fn(u128) -> (Decision, Option<u128>) + '_ {
-        move |s| codec.decide_within(s, r.now, r.cost, r.within)
+        move |s| match codec {
+            Codec::Continuous(a) => a.acquire(s, r.now, r.cost),
+            _ => codec.decide_within(s, r.now, r.cost, r.within),
+        }
     }
 
     /// Applies a request to `fp`'s bucket, creating it on the key's first request. `me`
@@ -304,11 +338,34 @@ impl Table<'_> {
         me: impl FnOnce() -> u64,
     ) -> Result<Decision, Error> {
         let step = Self::request_step(&cx.codec, r);
-        // The lock-free path: the key's slot, if it has one.
-        for _ in 0..4 {
-            let Some(i) = self.find(fp) else { break };
-            if let Some(d) = self.step_at(i, fp, &cx.codec, &step)? {
-                return Ok(d);
+        // The lock-free path: the key's slot, if it has one. Written out (not `step_at`) so
+        // that the decision goes straight to the caller: no nested `Result<Option<_>>` moves.
+        'moved: for _ in 0..4 {
+            let Some((i, mut cur)) = self.find_word(fp) else {
+                break;
+            };
+            let word = &self.slots[i].word;
+            loop {
+                let (tag, state) = unpack(cur);
+                if tag != fp.tag || claim_of(state).is_some() {
+                    continue 'moved;
+                }
+                if !cx.codec.valid(state) {
+                    return Err(self.corrupt(BAD_STATE));
+                }
+                let (d, new) = step(state);
+                let Some(new) = new else {
+                    return Ok(d);
+                };
+                match word.compare_exchange_weak(
+                    cur,
+                    pack(fp.tag, new),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Ok(d),
+                    Err(actual) => cur = actual,
+                }
             }
         }
         // The locked path: a new key (or one that kept moving under us).
@@ -362,7 +419,7 @@ impl Table<'_> {
             .is_ok();
         if undone {
             // The dead inserter's unit of capacity.
-            self.live.fetch_sub(1, Ordering::AcqRel);
+            self.give_back();
         }
         undone
     }
@@ -381,8 +438,17 @@ impl Table<'_> {
         match self.claim(cx, fp, r, me, step) {
             Claimed::Done(d) => Ok(Some(d)),
             Claimed::Lost => {
-                self.live.fetch_sub(1, Ordering::AcqRel);
+                self.give_back();
                 Ok(None)
+            }
+            Claimed::NoSlot => {
+                // The count said there was room, the slots say otherwise (a crash left it
+                // low, or the region's bytes were overwritten): repair it and refuse.
+                self.give_back();
+                self.recount();
+                Err(Error::KeyStoreFull {
+                    max_keys: usize::try_from(self.capacity).unwrap_or(usize::MAX),
+                })
             }
             // Whoever undid the claim gave its unit back.
             Claimed::Undone => Ok(None),
@@ -434,7 +500,7 @@ impl Table<'_> {
     ) -> Claimed {
         let n = self.slots.len();
         let Some(d) = (0..n).find(|&d| self.vacate(cx, self.at(fp.home, d), r.now)) else {
-            return Claimed::Lost; // every slot was live (a count off after a crash): look again
+            return Claimed::NoSlot;
         };
         let i = self.at(fp.home, d);
         // Reach first, so that no reader that sees the key's slot misses it for its reach.
@@ -499,7 +565,7 @@ impl Table<'_> {
             .compare_exchange(w, 0, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
         if gone {
-            self.live.fetch_sub(1, Ordering::AcqRel);
+            self.give_back();
         }
         gone
     }
@@ -662,17 +728,20 @@ impl Table<'_> {
                 .compare_exchange(cur, 0, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
-                self.live.fetch_sub(1, Ordering::AcqRel);
+                self.give_back();
                 return true;
             }
         }
         false
     }
 
-    /// Forgets every key (claims in progress stay: their inserters finish them; reaches stay:
-    /// they only bound probes).
+    /// Forgets every key (claims in progress stay: their inserters finish them, and a dead
+    /// process's are undone; reaches stay: they only bound probes), then recounts.
     pub(crate) fn clear(&self) {
-        for slot in self.slots {
+        for (i, slot) in self.slots.iter().enumerate() {
+            if self.undo_dead_claim(i) {
+                continue;
+            }
             let w = slot.word.load(Ordering::Acquire);
             if w != 0
                 && claim_of(unpack(w).1).is_none()
@@ -681,9 +750,10 @@ impl Table<'_> {
                     .compare_exchange(w, 0, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
             {
-                self.live.fetch_sub(1, Ordering::AcqRel);
+                self.give_back();
             }
         }
+        self.recount();
     }
 
     /// Checks the table's invariants (a scan; exact only while nothing changes it): every live

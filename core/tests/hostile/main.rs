@@ -3,6 +3,9 @@
 
 use sluicegate::{Error, KeyedLimiter, Limiter, ManualClock, OnFull, Quota, CENTURY_NS};
 
+#[cfg(unix)]
+mod shm;
+
 fn manual(rate: &str) -> (Limiter<ManualClock>, ManualClock) {
     let clock = ManualClock::new(0);
     (

@@ -1,0 +1,283 @@
+//! A shared-memory region's bytes are untrusted input: a region written by a buggy or hostile
+//! process of the same user (the file is private to its user), or corrupted on disk, gives a
+//! typed error or a decision, never a panic, a hang or an out-of-bounds access.
+//!
+//! The byte offsets below are layout version 1's (`core/src/store/shm/region.rs`); the test
+//! checks the magic number first, so a layout change fails loudly here.
+
+use sluicegate::{Error, KeyedLimiter, ManualClock, Quota, StoreErrorKind, StoreSpec};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The header's checksummed fields end here (the checksum's offset).
+const CHECKSUM_AT: u64 = 296;
+/// `state` and `initialiser`: not checksummed (they change while a region is made).
+const UNCHECKED: std::ops::Range<u64> = 12..24;
+const LOCKS_AT: u64 = 4096;
+const SLOTS_AT: u64 = 4096 + 4096 * 8;
+const SLOT: u64 = 32;
+
+struct Region(PathBuf);
+
+impl Region {
+    fn new() -> Self {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        Self(std::env::temp_dir().join(format!("sluicegate-hostile-{}-{n}", std::process::id())))
+    }
+
+    fn spec(&self) -> StoreSpec {
+        StoreSpec::shm(self.0.to_str().unwrap())
+    }
+
+    fn open(&self, clock: &ManualClock) -> Result<KeyedLimiter<Box<[u8]>, ManualClock>, Error> {
+        KeyedLimiter::builder(quota())
+            .store(self.spec())
+            .max_keys(64)
+            .clock(clock.clone())
+            .build()
+    }
+
+    fn write_at(&self, at: u64, bytes: &[u8]) {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&self.0)
+            .unwrap();
+        f.seek(SeekFrom::Start(at)).unwrap();
+        f.write_all(bytes).unwrap();
+    }
+
+    fn read_at(&self, at: u64, n: usize) -> Vec<u8> {
+        let mut f = std::fs::File::open(&self.0).unwrap();
+        f.seek(SeekFrom::Start(at)).unwrap();
+        let mut v = vec![0; n];
+        f.read_exact(&mut v).unwrap();
+        v
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn quota() -> Quota {
+    "5/s".parse().unwrap()
+}
+
+fn kind(e: &Error) -> Option<StoreErrorKind> {
+    match e {
+        Error::Store { kind, .. } => Some(*kind),
+        _ => None,
+    }
+}
+
+/// A region with a few keys in it, made and closed.
+fn made(clock: &ManualClock) -> Region {
+    let r = Region::new();
+    let l = r.open(clock).unwrap();
+    for k in 0..20u32 {
+        l.try_acquire(k.to_string().as_bytes(), 2).unwrap();
+    }
+    drop(l);
+    assert_eq!(r.read_at(0, 8), b"SLGTSHM1", "layout version 1");
+    r
+}
+
+/// A tiny deterministic generator (the test must be reproducible).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+#[test]
+fn every_changed_header_field_is_a_typed_error() {
+    let clock = ManualClock::new(1_000);
+    let r = made(&clock);
+    let original = r.read_at(0, CHECKSUM_AT as usize + 8);
+    for at in (0..CHECKSUM_AT + 8).step_by(4) {
+        if UNCHECKED.contains(&at) {
+            continue;
+        }
+        for flip in [1u8, 0x80] {
+            let mut b = original[at as usize..at as usize + 4].to_vec();
+            b[0] ^= flip;
+            r.write_at(at, &b);
+            let e = r
+                .open(&clock)
+                .err()
+                .unwrap_or_else(|| panic!("a region whose byte {at} changed was opened"));
+            let k = kind(&e);
+            assert!(
+                matches!(k, Some(StoreErrorKind::Corrupt | StoreErrorKind::Mismatch)),
+                "byte {at}: {e}"
+            );
+            r.write_at(at, &original[at as usize..at as usize + 4]);
+        }
+    }
+    // Restored, it opens and still holds its keys.
+    let l = r.open(&clock).unwrap();
+    assert_eq!(l.peek(b"3".as_slice()).unwrap().remaining(), 3);
+}
+
+#[test]
+fn a_truncated_or_extended_region_is_corrupt() {
+    let clock = ManualClock::new(0);
+    let r = made(&clock);
+    let len = std::fs::metadata(&r.0).unwrap().len();
+    for new_len in [len - SLOT, len + 4096, 4096, 5000] {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&r.0)
+            .unwrap()
+            .set_len(new_len)
+            .unwrap();
+        let e = r.open(&clock).err().expect("opened a resized region");
+        assert_eq!(kind(&e), Some(StoreErrorKind::Corrupt), "{new_len}: {e}");
+    }
+}
+
+#[test]
+fn garbage_slots_and_locks_give_decisions_or_typed_errors() {
+    let clock = ManualClock::new(0);
+    let r = made(&clock);
+    let len = std::fs::metadata(&r.0).unwrap().len();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for round in 0..40 {
+        // Garbage over some slots (their words, fingerprints and reaches) and some locks.
+        for _ in 0..8 {
+            let slot = rng.next() % ((len - SLOTS_AT) / SLOT);
+            let mut b = [0u8; SLOT as usize];
+            for chunk in b.chunks_mut(8) {
+                chunk.copy_from_slice(&rng.next().to_le_bytes());
+            }
+            // Sometimes only a field: a state, a reach.
+            let (at, n) = match rng.next() % 3 {
+                0 => (0, 32),
+                1 => (0, 16),
+                _ => (24, 8),
+            };
+            r.write_at(
+                SLOTS_AT + slot * SLOT + at,
+                &b[at as usize..at as usize + n],
+            );
+        }
+        if round % 4 == 0 {
+            let lock = rng.next() % 4096;
+            // A dead process's token (pid 0 never is a holder), or any bits.
+            let token = if round % 8 == 0 { 7 } else { rng.next() };
+            r.write_at(LOCKS_AT + lock * 8, &token.to_le_bytes());
+        }
+        let l = r.open(&clock).expect("the header is intact");
+        for i in 0..64u32 {
+            clock.set(u64::from(i) * 100_000_000);
+            let key = (rng.next() % 40).to_string();
+            let outcomes = [
+                l.try_acquire(key.as_bytes(), 1 + rng.next() % 5)
+                    .map(|_| ()),
+                l.peek(key.as_bytes()).map(|_| ()),
+                l.refund(key.as_bytes(), 1),
+                l.remove(key.as_bytes()).map(|_| ()),
+            ];
+            for o in outcomes {
+                match o {
+                    Ok(()) => {}
+                    // A bucket outside its algorithm's range, a new key at a bound the garbage
+                    // filled, or a lock held by a live process the garbage named.
+                    Err(e) => assert!(
+                        matches!(
+                            kind(&e),
+                            Some(StoreErrorKind::Corrupt | StoreErrorKind::Timeout)
+                        ) || e.code() == "key_store_full",
+                        "{e}"
+                    ),
+                }
+            }
+        }
+        match l.sweep() {
+            Ok(_) => {}
+            Err(e) => assert_eq!(kind(&e), Some(StoreErrorKind::Corrupt), "{e}"),
+        }
+        let _ = l.len();
+    }
+}
+
+#[test]
+fn clearing_a_garbage_region_makes_it_whole_again() {
+    let clock = ManualClock::new(0);
+    let r = made(&clock);
+    let len = std::fs::metadata(&r.0).unwrap().len();
+    let mut rng = Rng(42);
+    let mut junk = vec![0u8; (len - SLOTS_AT) as usize];
+    for chunk in junk.chunks_mut(8) {
+        chunk.copy_from_slice(&rng.next().to_le_bytes());
+    }
+    r.write_at(SLOTS_AT, &junk);
+    let l = r.open(&clock).unwrap();
+    l.clear().unwrap();
+    // Every key decides from a fresh bucket again: 5 admitted, the sixth rejected.
+    for k in 0..10u32 {
+        let key = k.to_string();
+        for _ in 0..5 {
+            assert!(l.try_acquire(key.as_bytes(), 1).unwrap().allowed(), "{k}");
+        }
+        assert!(!l.try_acquire(key.as_bytes(), 1).unwrap().allowed(), "{k}");
+    }
+}
+
+#[test]
+fn a_region_opened_by_another_user_or_world_writable_is_refused() {
+    let clock = ManualClock::new(0);
+    let r = made(&clock);
+    for mode in [0o666, 0o604, 0o620] {
+        std::fs::set_permissions(&r.0, std::fs::Permissions::from_mode(mode)).unwrap();
+        let e = r
+            .open(&clock)
+            .err()
+            .expect("opened a region others can write");
+        assert_eq!(kind(&e), Some(StoreErrorKind::Permission), "{mode:o}: {e}");
+    }
+}
+
+#[test]
+fn a_region_whose_every_slot_is_garbage_refuses_new_keys_without_hanging() {
+    let clock = ManualClock::new(0);
+    let r = made(&clock);
+    let len = std::fs::metadata(&r.0).unwrap().len();
+    let mut rng = Rng(7);
+    let mut junk = vec![0u8; (len - SLOTS_AT) as usize];
+    for chunk in junk.chunks_mut(8) {
+        chunk.copy_from_slice(&rng.next().to_le_bytes());
+    }
+    // Clear every claim mark (bit 95 of each word), so that every slot looks like a live key.
+    for slot in junk.chunks_mut(SLOT as usize) {
+        slot[11] &= 0x7f;
+        slot[15] |= 1; // a tag, never 0
+    }
+    r.write_at(SLOTS_AT, &junk);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = r.0.clone();
+    std::thread::spawn(move || {
+        let r = Region(path);
+        let l = r.open(&ManualClock::new(0)).unwrap();
+        let outcome = l.try_acquire(b"new".as_slice(), 1).map(|d| d.allowed());
+        std::mem::forget(r); // the test's own Region removes the file
+        tx.send(outcome.map_err(|e| e.code())).unwrap();
+    });
+    let outcome = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("a new key hung on a region of garbage");
+    assert!(
+        matches!(outcome, Err("key_store_full" | "store_corrupt") | Ok(true)),
+        "{outcome:?}"
+    );
+}
