@@ -141,7 +141,9 @@ fn a_truncated_or_extended_region_is_corrupt() {
             .unwrap()
             .set_len(new_len)
             .unwrap();
-        let e = r.open(&clock).err().expect("opened a resized region");
+        let Err(e) = r.open(&clock) else {
+            panic!("opened a region resized to {new_len} bytes")
+        };
         assert_eq!(kind(&e), Some(StoreErrorKind::Corrupt), "{new_len}: {e}");
     }
 }
@@ -240,10 +242,9 @@ fn a_region_opened_by_another_user_or_world_writable_is_refused() {
     let r = made(&clock);
     for mode in [0o666, 0o604, 0o620] {
         std::fs::set_permissions(&r.0, std::fs::Permissions::from_mode(mode)).unwrap();
-        let e = r
-            .open(&clock)
-            .err()
-            .expect("opened a region others can write");
+        let Err(e) = r.open(&clock) else {
+            panic!("opened a region others can write")
+        };
         assert_eq!(kind(&e), Some(StoreErrorKind::Permission), "{mode:o}: {e}");
     }
 }
