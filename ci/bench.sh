@@ -83,6 +83,11 @@ fi
 # of ci/check.d/20-python.sh plus the peers in requirements-bench.txt, npm ci in bindings-node,
 # and the C bench programs.
 rm -rf "$target/bench/extra" && mkdir -p "$target/bench/extra"
+
+# The shared-memory store against the in-process one (shmpath: its own Markdown section).
+cargo build --release -p sluicegate-benches --bin shmpath
+"$target/release/shmpath" $([[ $mode == quick ]] && echo 20 || echo 100) >"$target/bench/extra/10-shm.md"
+
 if [[ "${BENCH_BINDINGS:-1}" != 0 ]]; then
     venv="$target/venv-python"
     if [[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"; then

@@ -74,3 +74,8 @@ pub use store::{
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
+
+/// docs/SHM.md's Rust snippets, run as doc tests.
+#[cfg(all(doctest, unix))]
+#[doc = include_str!("../../docs/SHM.md")]
+struct ShmDoctests;
