@@ -20,8 +20,8 @@
 //! # Why not crossbeam-epoch
 //!
 //! crossbeam-epoch's pin issues a full fence (a locked instruction on x86) on every lookup,
-//! and calls out of line into its thread-local handle: about 7 ns of a 20 ns keyed decision
-//! here, and more with many keys, where the fence also stops the core from overlapping one
+//! and calls out of line into its thread-local handle: a third of a keyed decision here
+//! (docs/DESIGN-NOTES.md, note 6), and more with many keys, where the fence also stops the core from overlapping one
 //! lookup's cache miss with the next. With `membarrier(2)` (Linux 4.14+), the reader's fence is
 //! a compiler fence only: the writer's system call makes every running thread of the process
 //! execute a full barrier instead. Writers are rare (a table is replaced when it grows,

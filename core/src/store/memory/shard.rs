@@ -23,7 +23,7 @@ pub(super) struct Shard<K, W: Word> {
     /// The current table's geometry, published beside its pointer under a sequence lock, so
     /// that a lookup reads where to probe from this line instead of from the table's header
     /// behind the pointer: one dependent load fewer between the key's hash and its control
-    /// word (1.4 ns an admission at 100 000 keys). Even while stable, odd while a lock
+    /// word (measured in docs/KEYED.md). Even while stable, odd while a lock
     /// holder rewrites the fields ([`publish`](Self::publish), [`view`](Self::view)).
     pub(super) seq: AtomicU64,
     /// The table's control words (null with no table), their count, and its slots.
