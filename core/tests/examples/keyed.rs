@@ -654,3 +654,37 @@ fn a_key_dropped_by_the_store_may_call_back_into_it() {
     assert_eq!(word, 1, "the word store freed the unlinked tripwire once");
     assert_eq!(log, 1, "the log store evicted the tripwire once");
 }
+
+/// A keyed limiter works from a thread-local destructor that runs after the thread's other
+/// thread-locals were destroyed (the keyed store's read sections register per-thread state
+/// lazily; a section opened that late must still open and close). `seize`, evaluated as an
+/// alternative to the RCU (docs/ARCHITECTURE.md), aborted the process here.
+#[test]
+fn a_keyed_limiter_works_in_a_late_thread_local_destructor() {
+    use std::sync::{Arc, OnceLock};
+    static L: OnceLock<Arc<KeyedLimiter<u64, ManualClock>>> = OnceLock::new();
+    struct Late;
+    impl Drop for Late {
+        fn drop(&mut self) {
+            let l = L.get().unwrap();
+            // An existing key (the lock-free path) and a new one (the locked path).
+            assert!(l.try_acquire(&1, 1).unwrap().allowed());
+            assert!(l.try_acquire(&2, 1).unwrap().allowed());
+        }
+    }
+    thread_local! { static LATE: Late = const { Late }; }
+    let clock = ManualClock::new(0);
+    L.get_or_init(|| Arc::new(keyed::<u64>("5/s", &clock)));
+    let status = std::thread::spawn(|| {
+        // Registered first, so destroyed after what the limiter registers below.
+        LATE.with(|_| ());
+        assert!(L.get().unwrap().try_acquire(&1, 1).unwrap().allowed());
+    })
+    .join();
+    assert!(status.is_ok());
+    assert_eq!(
+        L.get().unwrap().len(),
+        2,
+        "the destructor ran and made its decisions"
+    );
+}
