@@ -339,7 +339,8 @@ def test_asyncio_calls_never_block_the_loop(own_redis: RedisServer) -> None:
         assert gap < 0.2, (gap, took)  # the loop kept running meanwhile
         assert all(results[:100]) and all(results[100]) and results[101] and results[102]
         stats = limiter.redis_stats()
-        assert stats is not None and stats["failed_open"] >= 100 and stats["timeouts"] >= 1
+        # In flight together: each timed out on its own (see test_redis_web.py).
+        assert stats is not None and stats["failed_open"] >= 100 and stats["timeouts"] >= 100, stats
     finally:
         own_redis.resume()
 
