@@ -26,9 +26,11 @@ def free_port() -> int:
 
 class RedisServer:
     """One redis-server process: ``url``, ``unix_url``, ``cli(...)``, and the faults the
-    tests inject (``pause``/``resume``: SIGSTOP/SIGCONT; ``kill``; ``restart``)."""
+    tests inject (``pause``/``resume``: SIGSTOP/SIGCONT; ``kill``; ``restart``). With
+    ``tls=True`` it also serves TLS on ``tls_url``, with a certificate for 127.0.0.1 signed by
+    a certificate authority of its own, ``ca`` (made with the openssl command)."""
 
-    def __init__(self, *extra: str) -> None:
+    def __init__(self, *extra: str, tls: bool = False) -> None:
         exe = shutil.which("redis-server")
         if exe is None:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
@@ -37,8 +39,12 @@ class RedisServer:
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="sluicegate-redis-"))
         self.socket = self.dir / "redis.sock"
+        self.ca = self.dir / "ca.pem"
+        self.tls_port = free_port() if tls else None
         self.proc: subprocess.Popen[bytes] | None = None
         try:
+            if tls:
+                self.make_certificates()
             self.start()
         except BaseException:
             self.stop()
@@ -52,6 +58,25 @@ class RedisServer:
     def unix_url(self) -> str:
         return f"redis+unix://{self.socket}"
 
+    @property
+    def tls_url(self) -> str:
+        return f"rediss://127.0.0.1:{self.tls_port}"
+
+    def make_certificates(self) -> None:
+        """A certificate authority (ca.pem) and the server's certificate for 127.0.0.1."""
+        d = self.dir
+
+        def openssl(*args: str) -> None:
+            subprocess.run(["openssl", *args], cwd=d, capture_output=True, check=True, timeout=WAIT_S * 3)
+
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=sluicegate test CA",
+                "-keyout", "ca.key", "-out", "ca.pem")  # fmt: skip
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", "server.key",
+                "-out", "server.csr")  # fmt: skip
+        (d / "ext").write_text("subjectAltName=IP:127.0.0.1\n")
+        openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                "-days", "2", "-extfile", "ext", "-out", "server.pem")  # fmt: skip
+
     def start(self) -> None:
         """Starts the process (on the same port and socket after a kill) and waits, at most
         WAIT_S seconds, until it answers PING."""
@@ -63,6 +88,12 @@ class RedisServer:
             "--daemonize", "no", "--dir", str(self.dir), "--loglevel", "warning", "--logfile", "",
             *self.extra,
         ]  # fmt: skip
+        if self.tls_port is not None:
+            command += [
+                "--tls-port", str(self.tls_port), "--tls-cert-file", str(self.dir / "server.pem"),
+                "--tls-key-file", str(self.dir / "server.key"), "--tls-ca-cert-file", str(self.ca),
+                "--tls-auth-clients", "no",
+            ]  # fmt: skip
         self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + WAIT_S
         while True:

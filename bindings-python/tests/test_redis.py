@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import subprocess
+import sys
 import threading
 import time
 import tomllib
@@ -143,6 +145,37 @@ def test_every_url_form_goes_through_the_core(redis_server: RedisServer) -> None
             limiter.try_acquire("k")
         assert info.value.kind == "unavailable" and why in info.value.reason, info.value
         assert info.value.store == form
+
+
+def test_rediss_speaks_tls_and_checks_the_certificate() -> None:
+    """rediss:// (rustls): against a TLS server whose certificate authority the process
+    trusts (``SSL_CERT_FILE``, read by the system's certificate loader), decisions as over
+    TCP; without that trust, the certificate is refused. In subprocesses, so that the variable
+    is there before any certificate is loaded."""
+    server = RedisServer(tls=True)
+    try:
+        code = (
+            "import sys, sluicegate\n"
+            "k = sluicegate.KeyedLimiter('2/minute', store=sys.argv[1] + '/0?prefix=tls&on_error=error')\n"
+            "try:\n"
+            "    print([bool(k.try_acquire('a')) for _ in range(3)])\n"
+            "except sluicegate.StoreError as e:\n"
+            "    print(e.kind, e.reason)\n"
+        )
+
+        def run(env: dict[str, str]) -> str:
+            done = subprocess.run(
+                [sys.executable, "-c", code, server.tls_url], env={**os.environ, **env},
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            return done.stdout.strip()
+
+        assert run({"SSL_CERT_FILE": str(server.ca)}) == "[True, True, False]"
+        refused = run({"SSL_CERT_FILE": "/dev/null"})
+        assert refused.startswith("unavailable") and "certificate" in refused, refused
+    finally:
+        server.stop()
 
 
 @pytest.mark.parametrize(

@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
 # Python bindings: build the extension into a private venv, check the stubs, run pytest.
-# Needs the Rust toolchain, Python 3 (3.10+) and Debian's redis-server (the Redis tests start
-# their own servers; installed here with apt-get when missing and this runs as root; the
-# tests fail without it, never skip). The venv lives in target/ (ignored).
+# Needs the Rust toolchain, Python 3 (3.10+), Debian's redis-server (the Redis tests start
+# their own servers) and the openssl command (a TLS server's certificates): installed here with
+# apt-get when missing and this runs as root; the tests fail without them, never skip. The
+# venv lives in target/ (ignored).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY="${PYTHON:-python3}"
 VENV=target/venv-python
-if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null || ! command -v openssl >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "installing redis-server with apt-get"
+    echo "installing redis-server and openssl with apt-get"
     apt-get update -qq >/dev/null 2>&1 || true
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null 2>&1 || true
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server openssl >/dev/null 2>&1 || true
     # The package starts a system service: stop it (the tests start their own servers).
     if command -v systemctl >/dev/null; then systemctl stop redis-server >/dev/null 2>&1 || true; fi
     if command -v service >/dev/null; then service redis-server stop >/dev/null 2>&1 || true; fi
   fi
 fi
-if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
-  echo "FAIL: the Python tests need redis-server and redis-cli (apt-get install redis-server, as root)" >&2
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null || ! command -v openssl >/dev/null; then
+  echo "FAIL: the Python tests need redis-server, redis-cli and openssl (apt-get install redis-server openssl, as root)" >&2
   exit 1
 fi
 if [ ! -x "$VENV/bin/python" ]; then
