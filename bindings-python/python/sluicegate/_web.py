@@ -159,14 +159,12 @@ def check(
     waits for the server with the GIL released.
     """
     steps = _steps(rules, request, default_key, scope, store)
-    decision = None
-    while True:
-        try:
-            call = steps.send(decision)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        method, key, cost = call
-        decision = method(key, cost)
+    try:
+        method, key, cost = next(steps)
+        while True:
+            method, key, cost = steps.send(method(key, cost))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
 
 
 async def check_async(
@@ -179,14 +177,12 @@ async def check_async(
     """`check` for async views: every call awaited (on Redis without blocking the event
     loop; an in-process store answers at once)."""
     steps = _steps(rules, request, default_key, scope, store, asynchronous=True)
-    decision = None
-    while True:
-        try:
-            call = steps.send(decision)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        method, key, cost = call
-        decision = await method(key, cost)
+    try:
+        method, key, cost = next(steps)
+        while True:
+            method, key, cost = steps.send(await method(key, cost))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
 
 
 def _steps(
