@@ -78,6 +78,12 @@ def test_a_limiter_and_a_composite_on_redis(redis_server: RedisServer) -> None:
     assert single.peek().remaining == 0 and not single.is_full()
     single.refund(2)
     assert single.is_full()
+    reservation = single.reserve(2)  # the core's reserve and cancel, on the server
+    assert reservation and single.peek().remaining == 0
+    assert reservation.cancel() and not reservation.cancel() and single.is_full()
+    queue = KeyedLimiter("1/s; algorithm=leaky_queue; max_delay=2500ms", store=url(redis_server, on_error="error"))
+    assert [round(queue.reserve("q").delay) for _ in range(3)] == [0, 1, 2]
+    assert not queue.reserve("q") and not queue.reserve("q", max_wait=0.05)
     per_user = Limiter("2/minute", store=url(redis_server, on_error="error"))
     tenant = Limiter("3/minute; algorithm=fixed_window", store=url(redis_server, on_error="error"))
     both = Composite([per_user, tenant])

@@ -56,8 +56,8 @@ from sluicegate._native import Decision, RateLimited
 from sluicegate._web import (
     MEMORY,
     KeyFunc,
-    Rates,
     Outcome,
+    Rates,
     Rule,
     check,
     check_async,
