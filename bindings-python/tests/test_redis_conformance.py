@@ -40,7 +40,8 @@ _NAMES = itertools.count()
 
 def store(server: RedisServer) -> Callable[[], str]:
     """A maker of test-clock URLs on `server`, each with a key prefix of its own."""
-    return lambda: f"{server.url}/0?clock=test&negative_cache=off&on_error=error&prefix=v{next(_NAMES)}"
+    # A 5 s timeout: on a loaded machine the default 50 ms can pass, an error here.
+    return lambda: f"{server.url}/0?clock=test&negative_cache=off&on_error=error&timeout=5s&prefix=v{next(_NAMES)}"
 
 
 def sync(mode: str, method: Callable[..., Any]) -> Callable[..., Any]:

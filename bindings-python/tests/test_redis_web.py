@@ -67,7 +67,7 @@ STATUSES = {"open": [200, 200, 200], "closed": [429, 429, 429], "local": [200, 2
 def test_flask_with_a_killed_server(own_redis: RedisServer, policy: str) -> None:
     """No exception reaches a view unless the policy is `error`, whose StoreError is the
     app's to handle (unhandled: a 500)."""
-    store = url(own_redis, on_error=policy, timeout="200ms")
+    store = url(own_redis, on_error=policy)
     app, _ = test_flask.make_app(SLUICEGATE_STORAGE=store, SLUICEGATE_DEFAULT_LIMITS=["2/minute"])
     client = app.test_client()
     assert client.get("/default").status_code == 200
@@ -85,7 +85,7 @@ def test_flask_with_a_killed_server(own_redis: RedisServer, policy: str) -> None
 
 @pytest.mark.parametrize("policy", ["open", "closed", "local", "error"])
 def test_django_with_a_killed_server(own_redis: RedisServer, policy: str) -> None:
-    store = url(own_redis, on_error=policy, timeout="200ms")
+    store = url(own_redis, on_error=policy)
     with override_settings(SLUICEGATE={"DEFAULT_LIMITS": ["2/minute"], "STORAGE": store}):
         client = Client()
         assert client.get("/plain").status_code == 200
@@ -123,7 +123,7 @@ def test_django_async_views_and_middleware(redis_server: RedisServer, store: str
 def test_django_async_requests_do_not_block_the_loop(own_redis: RedisServer) -> None:
     """20 requests in flight through the async middleware against a SIGSTOPped server until
     the store's timeout: a ticker on the same loop keeps ticking (on_error=open admits them)."""
-    store = url(own_redis, on_error="open", timeout="400ms")
+    store = url(own_redis, on_error="open", timeout="1s")
     with override_settings(MIDDLEWARE=[MIDDLEWARE], SLUICEGATE={"DEFAULT_LIMITS": ["100/minute"], "STORAGE": store}):
         client = AsyncClient()
         assert asyncio.run(client.get("/aplain")).status_code == 200  # connected
@@ -138,8 +138,8 @@ def test_django_async_requests_do_not_block_the_loop(own_redis: RedisServer) -> 
         finally:
             own_redis.resume()
     assert [r.status_code for r in responses] == [200] * 20
-    assert took >= 0.35, took
-    assert gap < 0.2, (gap, took)
+    assert took >= 0.9, took
+    assert gap < 0.5, (gap, took)
     # They were in flight together: each timed out on its own (one at a time, the first's
     # timeout would have dropped the connection and the others failed at once, unsent).
     stats = django_limiter(store).redis_stats()

@@ -192,7 +192,7 @@ def test_flask_on_the_redis_store_admits_exactly_the_limit(redis_server: RedisSe
     """The workers' limits are keys of one server, each limit under a prefix of its own, its
     connections opened in each worker (after the fork, also under ``--preload``)."""
     prefix = f"gf{os.getpid()}{int(preload)}"
-    store = f"{redis_server.url}/0?prefix={prefix}&on_error=error"
+    store = f"{redis_server.url}/0?prefix={prefix}&on_error=error&timeout=5s"
     with gunicorn("gunicorn_flask:app", store, *(["--preload"] if preload else [])) as server:
         statuses, admitted, _, _ = hammer(f"{server.url}/limited")
         assert statuses == {200: 10, 429: 190}, (statuses, admitted)
@@ -203,7 +203,7 @@ def test_flask_on_the_redis_store_admits_exactly_the_limit(redis_server: RedisSe
 @pytest.mark.parametrize("preload", [False, True], ids=["fork-then-import", "preload"])
 def test_django_on_the_redis_store_admits_exactly_the_limit(redis_server: RedisServer, preload: bool) -> None:
     prefix = f"gd{os.getpid()}{int(preload)}"
-    store = f"{redis_server.url}/0?prefix={prefix}&on_error=error"
+    store = f"{redis_server.url}/0?prefix={prefix}&on_error=error&timeout=5s"
     with gunicorn("gunicorn_django:application", store, *(["--preload"] if preload else [])) as server:
         for path in ("limited", "plain"):
             statuses, admitted, _, _ = hammer(f"{server.url}/{path}")
