@@ -96,6 +96,10 @@ if [[ "${BENCH_BINDINGS:-1}" != 0 ]]; then
         "$venv/bin/python" bindings-python/bench/bench.py --out "$target/bench/extra/20-python.md" \
             $([[ $mode == quick ]] && echo --rounds 3) ||
             echo "bench: the Python rows failed (see above)" >&2
+        # Against a redis-server it starts itself (Debian's package: ci/check.d/20-python.sh).
+        "$venv/bin/python" bindings-python/bench/redis_bench.py --out "$target/bench/extra/21-python-redis.md" \
+            $([[ $mode == quick ]] && echo --rounds 2 --calls 1000) ||
+            echo "bench: the Python Redis rows failed (see above)" >&2
     fi
     if command -v npm >/dev/null; then
         (cd bindings-node && npm ci --ignore-scripts --no-audit --no-fund >/dev/null &&

@@ -5,11 +5,17 @@
 //! gives its cost back before the interruption is reported. What to reserve, how long to wait
 //! and when to give up all come from the core; the outcome when time runs out is the core's
 //! rejection Decision.
+//!
+//! On Redis each step is a round trip, made with the GIL released; `acquire_async` makes it
+//! on a thread of the event loop's default executor (`_aio.call`), because the core's acquire
+//! steps are blocking calls (a `poll_acquire` future would let it await them instead).
 
 use crate::composite::PyComposite;
 use crate::errors::to_py;
 use crate::keyed::PyKeyedLimiter;
+use crate::remote::{self, Remote};
 use crate::{PyDecision, PyLimiter};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use sluicegate::{AcquirePlan, Error, Next};
@@ -27,32 +33,52 @@ pub(crate) enum Acquire {
 }
 
 impl Acquire {
-    /// The core's next step (`poll_acquire`).
-    fn poll(&mut self) -> Result<Next, Error> {
+    /// The store outside the process this acquire's steps go to, if any.
+    fn remote(&self) -> Option<&Remote> {
         match self {
-            Acquire::Single(l, plan) => l.get().inner.poll_acquire(plan),
-            Acquire::Keyed(l, key, plan) => l.get().inner.poll_acquire(&key[..], plan),
-            Acquire::Composite(c, plan) => c.get().poll_acquire(plan),
+            Acquire::Single(l, _) => l.get().remote.as_ref(),
+            Acquire::Keyed(l, _, _) => l.get().remote.as_ref(),
+            Acquire::Composite(c, _) => c.get().remote(),
+        }
+    }
+
+    /// The core's next step (`poll_acquire`), detached from the interpreter on Redis.
+    fn poll(&mut self, py: Python<'_>) -> Result<Next, Error> {
+        match self {
+            Acquire::Single(l, plan) => {
+                let l = l.get();
+                remote::call(py, l.remote.as_ref(), || l.inner.poll_acquire(plan))
+            }
+            Acquire::Keyed(l, key, plan) => {
+                let l = l.get();
+                remote::call(py, l.remote.as_ref(), || {
+                    l.inner.poll_acquire(&key[..], plan)
+                })
+            }
+            Acquire::Composite(c, plan) => {
+                let c = c.get();
+                remote::call(py, c.remote(), || c.poll_acquire(plan))
+            }
         }
     }
 
     /// Gives an admitted cost back (the core's `cancel`; a composite's `refund`).
-    fn cancel(&self) -> Result<(), Error> {
-        match self {
+    fn cancel(&self, py: Python<'_>) -> Result<(), Error> {
+        remote::call(py, self.remote(), || match self {
             Acquire::Single(l, plan) => l.get().inner.cancel(plan.cost()),
             Acquire::Keyed(l, key, plan) => l.get().inner.cancel(&key[..], plan.cost()),
             Acquire::Composite(c, plan) => c.get().refund_cost(plan.cost()),
-        }
+        })
     }
 
     /// Runs the plan to its outcome, sleeping with the GIL released: the admitting decision,
     /// or the rejection. A signal (Ctrl-C) during an admitted wait gives the cost back.
     pub(crate) fn block(mut self, py: Python<'_>) -> PyResult<PyDecision> {
         loop {
-            match self.poll().map_err(to_py)? {
+            match self.poll(py).map_err(to_py)? {
                 Next::Admit(d) => {
                     if let Err(interrupted) = sleep_interruptibly(py, d.retry_after()) {
-                        self.cancel().map_err(to_py)?;
+                        self.cancel(py).map_err(to_py)?;
                         return Err(interrupted);
                     }
                     return Ok(d.into());
@@ -67,6 +93,7 @@ impl Acquire {
     pub(crate) fn into_coroutine(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         static AIO_ACQUIRE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
         let plan = PyAcquire {
+            remote: self.remote().is_some(),
             inner: Mutex::new((self, false)),
         };
         AIO_ACQUIRE
@@ -94,15 +121,30 @@ fn sleep_interruptibly(py: Python<'_>, total: Duration) -> PyResult<()> {
 pub(crate) struct PyAcquire {
     /// The acquire, and whether its last poll admitted (not yet given back by `cancel`).
     inner: Mutex<(Acquire, bool)>,
+    remote: bool,
+}
+
+impl PyAcquire {
+    /// The acquire, for one step. Never waits for the lock: a step on Redis runs with the GIL
+    /// released, and a thread waiting here with the GIL held would keep it from finishing.
+    fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, (Acquire, bool)>> {
+        match self.inner.try_lock() {
+            Ok(g) => Ok(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => Ok(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => Err(PyRuntimeError::new_err(
+                "another step of this acquire is running",
+            )),
+        }
+    }
 }
 
 #[pymethods]
 impl PyAcquire {
     /// The core's next step: `("admit", d)` (wait `d.retry_after`, then go ahead),
     /// `("reject", d)` (the outcome) or `("retry", d)` (wait `d.retry_after`, poll again).
-    fn poll(&self) -> PyResult<(&'static str, PyDecision)> {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let next = inner.0.poll().map_err(to_py)?;
+    fn poll(&self, py: Python<'_>) -> PyResult<(&'static str, PyDecision)> {
+        let mut inner = self.lock()?;
+        let next = inner.0.poll(py).map_err(to_py)?;
         inner.1 = matches!(next, Next::Admit(_));
         Ok(match next {
             Next::Admit(d) => ("admit", d.into()),
@@ -113,12 +155,19 @@ impl PyAcquire {
 
     /// Gives an admitted cost back (its wait was cancelled). True the first time after an
     /// admission; False otherwise.
-    fn cancel(&self) -> PyResult<bool> {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+    fn cancel(&self, py: Python<'_>) -> PyResult<bool> {
+        let mut inner = self.lock()?;
         if !std::mem::take(&mut inner.1) {
             return Ok(false);
         }
-        inner.0.cancel().map_err(to_py)?;
+        inner.0.cancel(py).map_err(to_py)?;
         Ok(true)
+    }
+
+    /// Whether the steps are round trips to a store outside the process (Redis): blocking
+    /// calls, which `_aio.acquire` makes off the event loop's thread.
+    #[getter]
+    fn remote(&self) -> bool {
+        self.remote
     }
 }

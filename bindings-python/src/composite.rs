@@ -1,12 +1,19 @@
 //! `Composite`: several `Limiter`s consumed all-or-nothing, a thin wrapper over
 //! `sluicegate::composite::try_acquire_all` (the parts stay ordinary limiters, usable alone).
+//! Parts all on one Redis deployment are decided by one script call on the server.
+//!
+//! The `*_async` methods run the blocking call on a thread of the event loop's default
+//! executor when a part is on Redis (`_aio.call`): the core's async composite is a method of
+//! its own `Composite`, which owns its parts, where this class shares them with Python.
 
 use crate::acquire::Acquire;
 use crate::convert::{self, uint};
 use crate::errors::to_py;
+use crate::remote::{self, Remote};
 use crate::{PyDecision, PyLimiter};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::PyTuple;
 use sluicegate::composite::{self, try_acquire_all, try_acquire_all_at};
 use sluicegate::{AcquirePlan, AnyClock, Clock, Error, Limiter, Next};
@@ -19,12 +26,40 @@ use sluicegate::{AcquirePlan, AnyClock, Clock, Error, Limiter, Next};
 #[pyclass(module = "sluicegate", name = "Composite", frozen)]
 pub(crate) struct PyComposite {
     parts: Vec<Py<PyLimiter>>,
+    /// The first part's Redis store, if a part is on one.
+    remote: Option<Remote>,
 }
 
 impl PyComposite {
-    fn with_parts<R>(&self, f: impl FnOnce(&[&Limiter<AnyClock>]) -> R) -> R {
-        let parts: Vec<&Limiter<AnyClock>> = self.parts.iter().map(|p| &p.get().inner).collect();
-        f(&parts)
+    /// Runs `f` over the parts (detached from the interpreter when a part is on Redis).
+    fn with_parts<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&[&Limiter<AnyClock>]) -> Result<R, Error> + Send,
+    ) -> Result<R, Error> {
+        let parts = self.cores();
+        remote::call(py, self.remote.as_ref(), || f(&parts))
+    }
+
+    /// The store outside the process a part is on, if any.
+    pub(crate) fn remote(&self) -> Option<&Remote> {
+        self.remote.as_ref()
+    }
+
+    /// `sluicegate._aio.call(method, remote, *args)`: the coroutine of an `*_async` method.
+    fn offload<'py>(
+        slf: &Bound<'py, Self>,
+        method: &str,
+        cost: Option<u64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        static AIO_CALL: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let py = slf.py();
+        let call = AIO_CALL.import(py, "sluicegate._aio", "call")?;
+        let (method, remote) = (slf.getattr(method)?, slf.get().remote.is_some());
+        match cost {
+            Some(c) => call.call1((method, remote, c)),
+            None => call.call1((method, remote)),
+        }
     }
 }
 
@@ -58,21 +93,30 @@ impl PyComposite {
                 "the parts of a Composite must read one clock (all the system clock, or one ManualClock)",
             ));
         }
-        Ok(Self { parts: out })
+        let remote = out.iter().find_map(|p| p.get().remote.clone());
+        Ok(Self { parts: out, remote })
     }
 
     /// Takes `cost` from every part now, or from none.
     #[pyo3(signature = (cost=1))]
-    fn try_acquire(&self, #[pyo3(from_py_with = convert::cost)] cost: u64) -> PyResult<PyDecision> {
-        self.with_parts(|p| try_acquire_all(p, cost))
+    fn try_acquire(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = convert::cost)] cost: u64,
+    ) -> PyResult<PyDecision> {
+        self.with_parts(py, |p| try_acquire_all(p, cost))
             .map(Into::into)
             .map_err(to_py)
     }
 
     /// `try_acquire` answering only whether `cost` was admitted (and taken from every part).
     #[pyo3(signature = (cost=1))]
-    fn allow(&self, #[pyo3(from_py_with = convert::cost)] cost: u64) -> PyResult<bool> {
-        self.with_parts(|p| try_acquire_all(p, cost))
+    fn allow(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = convert::cost)] cost: u64,
+    ) -> PyResult<bool> {
+        self.with_parts(py, |p| try_acquire_all(p, cost))
             .map(|d| d.allowed())
             .map_err(to_py)
     }
@@ -81,18 +125,43 @@ impl PyComposite {
     #[pyo3(signature = (now_ns, cost=1))]
     fn try_acquire_at(
         &self,
+        py: Python<'_>,
         now_ns: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = convert::cost)] cost: u64,
     ) -> PyResult<PyDecision> {
         let now = uint(now_ns, "now_ns")?;
-        self.with_parts(|p| try_acquire_all_at(p, now, cost))
+        self.with_parts(py, |p| try_acquire_all_at(p, now, cost))
             .map(Into::into)
             .map_err(to_py)
     }
 
     /// The combined current state, changing nothing (a request of cost 0).
-    fn peek(&self) -> PyResult<PyDecision> {
-        self.try_acquire(0)
+    fn peek(&self, py: Python<'_>) -> PyResult<PyDecision> {
+        self.try_acquire(py, 0)
+    }
+
+    /// `try_acquire` for asyncio: a coroutine that never blocks the event loop (with a part on
+    /// Redis, the call runs on the loop's default executor).
+    #[pyo3(signature = (cost=1))]
+    fn try_acquire_async<'py>(
+        slf: &Bound<'py, Self>,
+        #[pyo3(from_py_with = convert::cost)] cost: u64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        Self::offload(slf, "try_acquire", Some(cost))
+    }
+
+    /// `peek` for asyncio.
+    fn peek_async<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        Self::offload(slf, "peek", None)
+    }
+
+    /// `refund` for asyncio.
+    #[pyo3(signature = (cost=1))]
+    fn refund_async<'py>(
+        slf: &Bound<'py, Self>,
+        #[pyo3(from_py_with = convert::cost)] cost: u64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        Self::offload(slf, "refund", Some(cost))
     }
 
     /// Waits (GIL released, Ctrl-C checked) until `cost` is admitted by every part, or
@@ -119,19 +188,24 @@ impl PyComposite {
 
     /// Gives `cost` back to every part.
     #[pyo3(signature = (cost=1))]
-    fn refund(&self, #[pyo3(from_py_with = convert::cost)] cost: u64) -> PyResult<()> {
-        self.refund_cost(cost).map_err(to_py)
+    fn refund(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = convert::cost)] cost: u64,
+    ) -> PyResult<()> {
+        remote::call(py, self.remote(), || self.refund_cost(cost)).map_err(to_py)
     }
 
     /// `refund` at an explicit clock reading.
     #[pyo3(signature = (now_ns, cost=1))]
     fn refund_at(
         &self,
+        py: Python<'_>,
         now_ns: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = convert::cost)] cost: u64,
     ) -> PyResult<()> {
         let now = uint(now_ns, "now_ns")?;
-        self.with_parts(|p| composite::refund_all_at(p, now, cost))
+        self.with_parts(py, |p| composite::refund_all_at(p, now, cost))
             .map_err(to_py)
     }
 
@@ -161,10 +235,14 @@ impl PyComposite {
         self.parts[0].get().inner.clock().now()
     }
 
-    /// Refunds every part now (the core's `refund_all_at`).
+    /// Refunds every part now (the core's `refund_all_at`); a blocking call on Redis.
     pub(crate) fn refund_cost(&self, cost: u64) -> Result<(), Error> {
-        let now = self.now();
-        self.with_parts(|p| composite::refund_all_at(p, now, cost))
+        composite::refund_all_at(&self.cores(), self.now(), cost)
+    }
+
+    /// The parts' core limiters.
+    fn cores(&self) -> Vec<&Limiter<AnyClock>> {
+        self.parts.iter().map(|p| &p.get().inner).collect()
     }
 
     /// An acquire of `cost` within `timeout`, starting now.
@@ -174,14 +252,13 @@ impl PyComposite {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Acquire> {
         let max_wait = convert::max_wait(timeout, "timeout")?;
-        let plan = slf
-            .get()
-            .with_parts(|p| composite::start_acquire_all(p, cost, max_wait));
+        let plan = composite::start_acquire_all(&slf.get().cores(), cost, max_wait);
         Ok(Acquire::Composite(slf.clone().unbind(), plan))
     }
 
-    /// One round of `plan` at the clock's reading now (the core's `poll_acquire_all`).
+    /// One round of `plan` at the clock's reading now (the core's `poll_acquire_all`); a
+    /// blocking call on Redis.
     pub(crate) fn poll_acquire(&self, plan: &mut AcquirePlan) -> Result<Next, Error> {
-        self.with_parts(|p| composite::poll_acquire_all(p, plan))
+        composite::poll_acquire_all(&self.cores(), plan)
     }
 }

@@ -49,9 +49,11 @@ class KeyStoreFull(Error):
 
 class StoreError(Error):
     """A store outside the process failed or refused: a shared-memory region that cannot be
-    opened, does not match this limiter, or is corrupt. `kind` says which ("unavailable",
-    "mismatch", "corrupt", "permission", "unsupported", "timeout"; `code` is
-    "store_" + kind), `store` names it and `reason` says what happened.
+    opened, does not match this limiter, or is corrupt; a Redis server that is down, did not
+    answer within the store's timeout, or refused (raised only under `on_error=error`: the
+    other policies decide the request instead). `kind` says which ("unavailable", "mismatch",
+    "corrupt", "permission", "unsupported", "timeout"; `code` is "store_" + kind), `store`
+    names it (a URL's password redacted) and `reason` says what happened.
     """
     code = "store_unavailable"
     __module__ = "sluicegate"

@@ -9,11 +9,12 @@
 use crate::acquire::Acquire;
 use crate::convert::{self, opt_uint, uint};
 use crate::errors::to_py;
-use crate::{quota_arg, PyDecision, PyManualClock, PyQuota};
+use crate::remote::{self, Remote};
+use crate::{quota_arg, stats_dict, PyDecision, PyManualClock, PyQuota};
 use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyInt, PyString};
-use sluicegate::{AnyClock, Clock, IntKey, KeyedLimiter, OnFull};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
+use sluicegate::{AnyClock, Clock, Decision, Error, IntKey, KeyedLimiter, OnFull};
 
 /// A key's bytes, borrowed from the Python object for the duration of one call where it has
 /// them (`str`, `bytes`), else rendered (`int`).
@@ -56,6 +57,47 @@ pub(crate) fn key<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<Key<'a>> {
     )))
 }
 
+/// A key, copied (for a call that outlives the Python object's borrow: an async one).
+pub(crate) fn owned_key(obj: &Bound<'_, PyAny>) -> PyResult<Box<[u8]>> {
+    Ok(key(obj)?.as_bytes().into())
+}
+
+/// The requests of a batch: an iterable of keys (cost 1) or `(key, cost)` pairs.
+fn batch(obj: &Bound<'_, PyAny>) -> PyResult<Vec<(Box<[u8]>, u64)>> {
+    let mut out = Vec::new();
+    for item in obj.try_iter()? {
+        let item = item?;
+        match item.cast::<PyTuple>() {
+            Ok(pair) if pair.len() == 2 => {
+                out.push((
+                    owned_key(&pair.get_item(0)?)?,
+                    uint(&pair.get_item(1)?, "cost")?,
+                ));
+            }
+            Ok(_) => {
+                return Err(PyTypeError::new_err(
+                    "a batch's requests are keys or (key, cost) pairs",
+                ))
+            }
+            Err(_) => out.push((owned_key(&item)?, 1)),
+        }
+    }
+    Ok(out)
+}
+
+/// A batch's outcomes as a list: each a Decision, or the exception its request would have
+/// raised alone (not raised: the other requests were decided).
+fn outcomes(py: Python<'_>, results: Vec<Result<Decision, Error>>) -> PyResult<Py<PyList>> {
+    let items = results
+        .into_iter()
+        .map(|r| match r {
+            Ok(d) => Ok(Bound::new(py, PyDecision::from(d))?.into_any()),
+            Err(e) => Ok(to_py(e).into_value(py).into_bound(py).into_any()),
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(PyList::new(py, items)?.unbind())
+}
+
 /// An int key past `i64`: `IntKey` up to `i128`, then its decimal text (`int.__repr__`, so
 /// that an int subclass is its digits too).
 #[cold]
@@ -72,14 +114,29 @@ fn wide_int_key<'a>(obj: &Bound<'_, PyAny>) -> PyResult<Key<'a>> {
 
 /// A rate limiter with one bucket per key (str, bytes or int). Safe to share between threads.
 /// With `store="shm:NAME"` the buckets live in a shared-memory region that every process of
-/// the host opening that name shares; `max_keys` is then the region's capacity.
+/// the host opening that name shares; `max_keys` is then the region's capacity. With
+/// `store="redis://..."` they are keys of a Redis or Valkey server that every host on the
+/// same URL and quota shares.
 #[pyclass(module = "sluicegate", name = "KeyedLimiter", frozen)]
 pub(crate) struct PyKeyedLimiter {
     pub(crate) inner: KeyedLimiter<Box<[u8]>, AnyClock>,
     manual: Option<Py<PyManualClock>>,
+    /// Set for buckets on Redis.
+    pub(crate) remote: Option<Remote>,
 }
 
 impl PyKeyedLimiter {
+    /// Runs `f` on the core's limiter (detached from the interpreter on Redis).
+    #[inline]
+    pub(crate) fn call<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&KeyedLimiter<Box<[u8]>, AnyClock>) -> Result<T, Error> + Send,
+    ) -> Result<T, Error> {
+        let inner = &self.inner;
+        remote::call(py, self.remote.as_ref(), || f(inner))
+    }
+
     /// The core's `start_acquire` for `cost` of `key` within `timeout`.
     fn start(
         slf: &Bound<'_, Self>,
@@ -100,7 +157,9 @@ impl PyKeyedLimiter {
 impl PyKeyedLimiter {
     #[new]
     #[pyo3(signature = (quota, *, clock=None, max_keys=None, on_full="reject", shards=None, store=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         quota: &Bound<'_, PyAny>,
         clock: Option<Py<PyManualClock>>,
         max_keys: Option<&Bound<'_, PyAny>>,
@@ -110,9 +169,11 @@ impl PyKeyedLimiter {
     ) -> PyResult<Self> {
         let quota = quota_arg(quota)?;
         let on_full = on_full.parse::<OnFull>().map_err(to_py)?;
+        let spec = convert::store(store)?;
+        let remote = Remote::of(&spec).map_err(to_py)?;
         let mut builder = KeyedLimiter::<Box<[u8]>>::builder(quota)
             .on_full(on_full)
-            .store(convert::store(store)?);
+            .store(spec);
         // Given, a region must have this capacity (a new one is made with it); not given, the
         // core's default bound, or an existing region's capacity.
         if let Some(n) = opt_uint(max_keys, "max_keys")? {
@@ -124,10 +185,12 @@ impl PyKeyedLimiter {
             builder = builder.shards(usize::try_from(n).unwrap_or(usize::MAX));
         }
         let runtime = AnyClock::new(clock.as_ref().map(|c| &c.get().inner));
-        let inner = builder.clock(runtime).build().map_err(to_py)?;
+        let builder = builder.clock(runtime);
+        let inner = remote::call(py, remote.as_ref(), || builder.build()).map_err(to_py)?;
         Ok(Self {
             inner,
             manual: clock,
+            remote,
         })
     }
 
@@ -136,11 +199,13 @@ impl PyKeyedLimiter {
     #[inline]
     fn try_acquire(
         &self,
+        py: Python<'_>,
         key: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = convert::cost)] cost: u64,
     ) -> PyResult<PyDecision> {
         let key = self::key(key)?;
-        match self.inner.try_acquire(key.as_bytes(), cost) {
+        let key = key.as_bytes();
+        match self.call(py, |l| l.try_acquire(key, cost)) {
             Ok(d) => Ok(d.into()),
             Err(e) => Err(to_py(e)),
         }
@@ -151,11 +216,13 @@ impl PyKeyedLimiter {
     #[inline]
     fn allow(
         &self,
+        py: Python<'_>,
         key: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = convert::cost)] cost: u64,
     ) -> PyResult<bool> {
         let key = self::key(key)?;
-        match self.inner.try_acquire(key.as_bytes(), cost) {
+        let key = key.as_bytes();
+        match self.call(py, |l| l.try_acquire(key, cost)) {
             Ok(d) => Ok(d.allowed()),
             Err(e) => Err(to_py(e)),
         }
@@ -165,23 +232,24 @@ impl PyKeyedLimiter {
     #[pyo3(signature = (key, now_ns, cost=1))]
     fn try_acquire_at(
         &self,
+        py: Python<'_>,
         key: &Bound<'_, PyAny>,
         now_ns: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = convert::cost)] cost: u64,
     ) -> PyResult<PyDecision> {
         let key = self::key(key)?;
+        let key = key.as_bytes();
         let now = uint(now_ns, "now_ns")?;
-        self.inner
-            .try_acquire_at(key.as_bytes(), now, cost)
+        self.call(py, |l| l.try_acquire_at(key, now, cost))
             .map(Into::into)
             .map_err(to_py)
     }
 
     /// `key`'s current state, changing nothing (creates no bucket).
-    fn peek(&self, key: &Bound<'_, PyAny>) -> PyResult<PyDecision> {
+    fn peek(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<PyDecision> {
         let key = self::key(key)?;
-        self.inner
-            .peek(key.as_bytes())
+        let key = key.as_bytes();
+        self.call(py, |l| l.peek(key))
             .map(Into::into)
             .map_err(to_py)
     }
@@ -190,26 +258,118 @@ impl PyKeyedLimiter {
     #[pyo3(signature = (key, cost=1))]
     fn refund(
         &self,
+        py: Python<'_>,
         key: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = convert::cost)] cost: u64,
     ) -> PyResult<()> {
         let key = self::key(key)?;
-        self.inner.refund(key.as_bytes(), cost).map_err(to_py)
+        let key = key.as_bytes();
+        self.call(py, |l| l.refund(key, cost)).map_err(to_py)
     }
 
     /// `refund` at an explicit clock reading.
     #[pyo3(signature = (key, now_ns, cost=1))]
     fn refund_at(
         &self,
+        py: Python<'_>,
         key: &Bound<'_, PyAny>,
         now_ns: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = convert::cost)] cost: u64,
     ) -> PyResult<()> {
         let key = self::key(key)?;
+        let key = key.as_bytes();
         let now = uint(now_ns, "now_ns")?;
-        self.inner
-            .refund_at(key.as_bytes(), now, cost)
+        self.call(py, |l| l.refund_at(key, now, cost))
             .map_err(to_py)
+    }
+
+    /// `try_acquire` for asyncio: a coroutine. On Redis the call is awaited without blocking
+    /// the event loop (the core's `try_acquire_async`); an in-process store answers at once.
+    #[pyo3(signature = (key, cost=1))]
+    async fn try_acquire_async(
+        &self,
+        #[pyo3(from_py_with = owned_key)] key: Box<[u8]>,
+        #[pyo3(from_py_with = convert::cost)] cost: u64,
+    ) -> PyResult<PyDecision> {
+        remote::relayed(
+            self.remote.as_ref(),
+            self.inner.try_acquire_async(&key[..], cost),
+        )
+        .await
+        .and_then(|r| r)
+        .map(Into::into)
+        .map_err(to_py)
+    }
+
+    /// `peek` for asyncio.
+    async fn peek_async(
+        &self,
+        #[pyo3(from_py_with = owned_key)] key: Box<[u8]>,
+    ) -> PyResult<PyDecision> {
+        remote::relayed(self.remote.as_ref(), self.inner.peek_async(&key[..]))
+            .await
+            .and_then(|r| r)
+            .map(Into::into)
+            .map_err(to_py)
+    }
+
+    /// `refund` for asyncio.
+    #[pyo3(signature = (key, cost=1))]
+    async fn refund_async(
+        &self,
+        #[pyo3(from_py_with = owned_key)] key: Box<[u8]>,
+        #[pyo3(from_py_with = convert::cost)] cost: u64,
+    ) -> PyResult<()> {
+        remote::relayed(
+            self.remote.as_ref(),
+            self.inner.refund_async(&key[..], cost),
+        )
+        .await
+        .and_then(|r| r)
+        .map_err(to_py)
+    }
+
+    /// Asks for each request now, in order: `requests` is an iterable of keys (cost 1) or
+    /// `(key, cost)` pairs. Returns a list with, for each, its Decision, or the exception it
+    /// would have raised alone (an instance, not raised: the others were decided). On Redis
+    /// the whole batch is one round trip (the core's `try_acquire_many`).
+    fn try_acquire_many(
+        &self,
+        py: Python<'_>,
+        requests: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyList>> {
+        let requests = batch(requests)?;
+        let refs: Vec<(&[u8], u64)> = requests.iter().map(|(k, c)| (&k[..], *c)).collect();
+        let results = self.call(py, |l| Ok(l.try_acquire_many(&refs)));
+        match results {
+            Ok(r) => outcomes(py, r),
+            Err(e) => Err(to_py(e)),
+        }
+    }
+
+    /// `try_acquire_many` for asyncio: one round trip on Redis, awaited without blocking the
+    /// event loop.
+    async fn try_acquire_many_async(
+        &self,
+        #[pyo3(from_py_with = batch)] requests: Vec<(Box<[u8]>, u64)>,
+    ) -> PyResult<Py<PyList>> {
+        let refs: Vec<(&[u8], u64)> = requests.iter().map(|(k, c)| (&k[..], *c)).collect();
+        let results = remote::relayed(
+            self.remote.as_ref(),
+            self.inner.try_acquire_many_async(&refs),
+        )
+        .await
+        .map_err(to_py)?;
+        Python::attach(|py| outcomes(py, results))
+    }
+
+    /// The Redis store's counters of each outcome (see `Limiter.redis_stats`); None for
+    /// other stores.
+    fn redis_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        self.inner
+            .redis_stats()
+            .map(|s| stats_dict(py, s))
+            .transpose()
     }
 
     /// Reserves `cost` of `key` now: the core's `reserve_within` (`max_wait`: seconds or
@@ -228,8 +388,7 @@ impl PyKeyedLimiter {
         let key: Box<[u8]> = self::key(key)?.as_bytes().into();
         let decision = slf
             .get()
-            .inner
-            .reserve_within(&key[..], cost, max_wait)
+            .call(slf.py(), |l| l.reserve_within(&key[..], cost, max_wait))
             .map_err(to_py)?;
         Ok(crate::PyReservation::new(
             crate::Target::Keyed(slf.clone().unbind(), key),
@@ -262,24 +421,26 @@ impl PyKeyedLimiter {
     }
 
     /// Forgets `key`'s bucket; True if it existed.
-    fn remove(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+    fn remove(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let key = self::key(key)?;
-        self.inner.remove(key.as_bytes()).map_err(to_py)
+        let key = key.as_bytes();
+        self.call(py, |l| l.remove(key)).map_err(to_py)
     }
 
-    /// Evicts every bucket that is full now; returns how many.
-    fn sweep(&self) -> PyResult<usize> {
-        self.inner.sweep().map_err(to_py)
+    /// Evicts every bucket that is full now; returns how many (0 on Redis, where a full
+    /// bucket's key expires by itself).
+    fn sweep(&self, py: Python<'_>) -> PyResult<usize> {
+        self.call(py, KeyedLimiter::sweep).map_err(to_py)
     }
 
-    /// Forgets every bucket.
-    fn clear(&self) -> PyResult<()> {
-        self.inner.clear().map_err(to_py)
+    /// Forgets every bucket (on Redis: deletes this limiter's keys).
+    fn clear(&self, py: Python<'_>) -> PyResult<()> {
+        self.call(py, KeyedLimiter::clear).map_err(to_py)
     }
 
-    /// The number of keys with a bucket.
-    fn __len__(&self) -> usize {
-        self.inner.len()
+    /// The number of keys with a bucket (on Redis: this limiter's keys, counted by a SCAN).
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        self.call(py, |l| Ok(l.len())).map_err(to_py)
     }
 
     /// The key bound.

@@ -17,10 +17,12 @@ mod composite;
 mod convert;
 mod errors;
 mod keyed;
+mod remote;
 
 use acquire::Acquire;
 use convert::{duration, duration_ns, max_wait, opt_uint, uint};
 use errors::to_py;
+use remote::Remote;
 
 /// A clock that only moves when told to: for tests and simulations.
 #[pyclass(module = "sluicegate", name = "ManualClock", frozen)]
@@ -374,11 +376,14 @@ impl PyDecision {
 
 /// A lock-free rate limiter for one bucket. Safe to share between threads. With
 /// `store="shm:NAME"` the bucket lives in a shared-memory region that every process of the
-/// host opening that name shares (a region of one key).
+/// host opening that name shares (a region of one key); with `store="redis://..."` it is one
+/// key of a Redis or Valkey server that every host on the same URL and quota shares.
 #[pyclass(module = "sluicegate", name = "Limiter", frozen)]
 pub(crate) struct PyLimiter {
     inner: Limiter<AnyClock>,
     clock: Option<Py<PyManualClock>>,
+    /// Set for a bucket on Redis.
+    remote: Option<Remote>,
 }
 
 #[pymethods]
@@ -386,25 +391,33 @@ impl PyLimiter {
     #[new]
     #[pyo3(signature = (quota, *, clock=None, store=None))]
     fn new(
+        py: Python<'_>,
         quota: &Bound<'_, PyAny>,
         clock: Option<Py<PyManualClock>>,
         store: Option<&str>,
     ) -> PyResult<Self> {
         let quota = quota_arg(quota)?;
         let runtime = AnyClock::new(clock.as_ref().map(|c| &c.get().inner));
-        let inner = Limiter::builder(quota)
-            .store(convert::store(store)?)
-            .clock(runtime)
-            .build()
-            .map_err(to_py)?;
-        Ok(Self { inner, clock })
+        let spec = convert::store(store)?;
+        let remote = Remote::of(&spec).map_err(to_py)?;
+        let builder = Limiter::builder(quota).store(spec).clock(runtime);
+        let inner = remote::call(py, remote.as_ref(), || builder.build()).map_err(to_py)?;
+        Ok(Self {
+            inner,
+            clock,
+            remote,
+        })
     }
 
     /// Asks for `cost` tokens now. A rejection is a falsy Decision; errors mean misuse.
     #[pyo3(signature = (cost=1))]
     #[inline]
-    fn try_acquire(&self, #[pyo3(from_py_with = convert::cost)] cost: u64) -> PyResult<PyDecision> {
-        match self.inner.try_acquire(cost) {
+    fn try_acquire(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = convert::cost)] cost: u64,
+    ) -> PyResult<PyDecision> {
+        match self.call(py, |l| l.try_acquire(cost)) {
             Ok(d) => Ok(d.into()),
             Err(e) => Err(to_py(e)),
         }
@@ -414,8 +427,12 @@ impl PyLimiter {
     /// for callers that need no figures (no Decision object is made).
     #[pyo3(signature = (cost=1))]
     #[inline]
-    fn allow(&self, #[pyo3(from_py_with = convert::cost)] cost: u64) -> PyResult<bool> {
-        match self.inner.try_acquire(cost) {
+    fn allow(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = convert::cost)] cost: u64,
+    ) -> PyResult<bool> {
+        match self.call(py, |l| l.try_acquire(cost)) {
             Ok(d) => Ok(d.allowed()),
             Err(e) => Err(to_py(e)),
         }
@@ -425,36 +442,84 @@ impl PyLimiter {
     #[pyo3(signature = (now_ns, cost=1))]
     fn try_acquire_at(
         &self,
+        py: Python<'_>,
         now_ns: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = convert::cost)] cost: u64,
     ) -> PyResult<PyDecision> {
         let now = uint(now_ns, "now_ns")?;
-        self.inner
-            .try_acquire_at(now, cost)
+        self.call(py, |l| l.try_acquire_at(now, cost))
             .map(Into::into)
             .map_err(to_py)
     }
 
     /// The current state, changing nothing (a request of cost 0).
-    fn peek(&self) -> PyResult<PyDecision> {
-        self.inner.peek().map(Into::into).map_err(to_py)
+    fn peek(&self, py: Python<'_>) -> PyResult<PyDecision> {
+        self.call(py, Limiter::peek).map(Into::into).map_err(to_py)
     }
 
     /// Gives `cost` tokens back (work admitted but not done), capped at the burst.
     #[pyo3(signature = (cost=1))]
-    fn refund(&self, #[pyo3(from_py_with = convert::cost)] cost: u64) -> PyResult<()> {
-        self.inner.refund(cost).map_err(to_py)
+    fn refund(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = convert::cost)] cost: u64,
+    ) -> PyResult<()> {
+        self.call(py, |l| l.refund(cost)).map_err(to_py)
     }
 
     /// `refund` at an explicit clock reading.
     #[pyo3(signature = (now_ns, cost=1))]
     fn refund_at(
         &self,
+        py: Python<'_>,
         now_ns: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = convert::cost)] cost: u64,
     ) -> PyResult<()> {
         let now = uint(now_ns, "now_ns")?;
-        self.inner.refund_at(now, cost).map_err(to_py)
+        self.call(py, |l| l.refund_at(now, cost)).map_err(to_py)
+    }
+
+    /// `try_acquire` for asyncio: a coroutine. On Redis the call is awaited without blocking
+    /// the event loop (the core's `try_acquire_async`); an in-process store answers at once.
+    #[pyo3(signature = (cost=1))]
+    async fn try_acquire_async(
+        &self,
+        #[pyo3(from_py_with = convert::cost)] cost: u64,
+    ) -> PyResult<PyDecision> {
+        remote::relayed(self.remote.as_ref(), self.inner.try_acquire_async(cost))
+            .await
+            .and_then(|r| r)
+            .map(Into::into)
+            .map_err(to_py)
+    }
+
+    /// `peek` for asyncio (a request of cost 0).
+    async fn peek_async(&self) -> PyResult<PyDecision> {
+        remote::relayed(self.remote.as_ref(), self.inner.try_acquire_async(0))
+            .await
+            .and_then(|r| r)
+            .map(Into::into)
+            .map_err(to_py)
+    }
+
+    /// `refund` for asyncio.
+    #[pyo3(signature = (cost=1))]
+    async fn refund_async(&self, #[pyo3(from_py_with = convert::cost)] cost: u64) -> PyResult<()> {
+        remote::relayed(self.remote.as_ref(), self.inner.refund_async(cost))
+            .await
+            .and_then(|r| r)
+            .map_err(to_py)
+    }
+
+    /// The Redis store's counters of each outcome (a dict of ints: `decided`,
+    /// `cached_rejections`, `failed_open`, `failed_closed`, `failed_local`, `failed_error`,
+    /// `timeouts`, `unavailable`, `server_errors`, `connects`, `script_loads`), shared by every
+    /// limiter of this process on the same URL; None for other stores.
+    fn redis_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        self.inner
+            .redis_stats()
+            .map(|s| stats_dict(py, s))
+            .transpose()
     }
 
     /// Reserves `cost` now through the core's `reserve` (`max_wait`: its `reserve_within`).
@@ -469,12 +534,17 @@ impl PyLimiter {
         #[pyo3(from_py_with = convert::cost)] cost: u64,
         max_wait: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyReservation> {
-        let inner = &slf.get().inner;
-        let decision = match max_wait.filter(|m| !m.is_none()) {
-            Some(m) => inner.reserve_within(cost, duration(m, "max_wait")?),
-            None => inner.reserve(cost),
-        }
-        .map_err(to_py)?;
+        let max_wait = match max_wait.filter(|m| !m.is_none()) {
+            Some(m) => Some(duration(m, "max_wait")?),
+            None => None,
+        };
+        let decision = slf
+            .get()
+            .call(slf.py(), |l| match max_wait {
+                Some(m) => l.reserve_within(cost, m),
+                None => l.reserve(cost),
+            })
+            .map_err(to_py)?;
         Ok(PyReservation::new(
             Target::Single(slf.clone().unbind()),
             cost,
@@ -509,8 +579,8 @@ impl PyLimiter {
     }
 
     /// Whether the bucket is full now.
-    fn is_full(&self) -> PyResult<bool> {
-        self.inner.is_full().map_err(to_py)
+    fn is_full(&self, py: Python<'_>) -> PyResult<bool> {
+        self.call(py, Limiter::is_full).map_err(to_py)
     }
 
     /// A reading of this limiter's clock, in nanoseconds.
@@ -541,6 +611,17 @@ impl PyLimiter {
 }
 
 impl PyLimiter {
+    /// Runs `f` on the core's limiter (detached from the interpreter on Redis).
+    #[inline]
+    fn call<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&Limiter<AnyClock>) -> Result<T, sluicegate::Error> + Send,
+    ) -> Result<T, sluicegate::Error> {
+        let inner = &self.inner;
+        remote::call(py, self.remote.as_ref(), || f(inner))
+    }
+
     /// The core's `start_acquire` for `cost` within `timeout`.
     fn start(
         slf: &Bound<'_, Self>,
@@ -608,13 +689,13 @@ impl PyReservation {
     }
     /// Gives the reserved tokens back (the core's `cancel`, the same as a refund). True the
     /// first time on an allowed reservation; False if it took nothing or was already cancelled.
-    fn cancel(&self) -> PyResult<bool> {
+    fn cancel(&self, py: Python<'_>) -> PyResult<bool> {
         if !self.open.swap(false, Ordering::AcqRel) {
             return Ok(false);
         }
         let cancelled = match &self.target {
-            Target::Single(l) => l.get().inner.cancel(self.cost),
-            Target::Keyed(l, key) => l.get().inner.cancel(&key[..], self.cost),
+            Target::Single(l) => l.get().call(py, |l| l.cancel(self.cost)),
+            Target::Keyed(l, key) => l.get().call(py, |l| l.cancel(&key[..], self.cost)),
         };
         cancelled.map_err(to_py)?;
         Ok(true)
@@ -634,23 +715,70 @@ impl PyReservation {
     }
 }
 
+/// A Redis store's counters as a dict (`redis_stats()`).
+pub(crate) fn stats_dict(py: Python<'_>, s: sluicegate::RedisStats) -> PyResult<Bound<'_, PyDict>> {
+    let out = PyDict::new(py);
+    for (name, n) in [
+        ("decided", s.decided),
+        ("cached_rejections", s.cached_rejections),
+        ("failed_open", s.failed_open),
+        ("failed_closed", s.failed_closed),
+        ("failed_local", s.failed_local),
+        ("failed_error", s.failed_error),
+        ("timeouts", s.timeouts),
+        ("unavailable", s.unavailable),
+        ("server_errors", s.server_errors),
+        ("connects", s.connects),
+        ("script_loads", s.script_loads),
+    ] {
+        out.set_item(name, n)?;
+    }
+    Ok(out)
+}
+
 /// An empty module function: the floor of a call into this module, for benchmarks.
 #[pyfunction]
 fn _noop() {}
 
-/// The store `spec` with `suffix` appended to a shared-memory region's name (`"shm:/app"`,
-/// `"x1"` -> `"shm:/app.x1"`, a `?capacity=` kept); `"memory"` stays `"memory"`. The core
-/// parses `spec` (a bad one is its InvalidOptionError). The web integrations name one region
-/// per limit with it.
+/// The store of one limit among an app's limits, `suffix` naming the limit (the web
+/// integrations give each limit its own): a shared-memory region's name gets `.SUFFIX`
+/// (`"shm:/app"` -> `"shm:/app.x1"`, a `?capacity=` kept); a Redis URL's `prefix` gets
+/// `:SUFFIX` (`"redis://h/0?prefix=app&on_error=open"` -> `"redis://h/0?on_error=open&prefix=app:x1"`,
+/// no prefix given: `sluicegate:x1`), the rest of the URL as given (a password included);
+/// `"memory"` stays `"memory"`. The core parses `spec` and the result (a bad one is its
+/// InvalidOptionError).
 #[pyfunction]
 fn _store_with_suffix(spec: &str, suffix: &str) -> PyResult<String> {
-    Ok(match convert::store(Some(spec))? {
+    let named = match convert::store(Some(spec))? {
         sluicegate::StoreSpec::Shm { name, capacity } => sluicegate::StoreSpec::Shm {
             name: format!("{name}.{suffix}"),
             capacity,
         }
         .to_string(),
+        sluicegate::StoreSpec::Redis { options, .. } => {
+            // Edited as text: the spec's `Display` redacts the password.
+            let (base, query) = spec.trim().split_once('?').unwrap_or((spec.trim(), ""));
+            let mut pairs: Vec<String> = query
+                .split('&')
+                .filter(|p| !p.is_empty() && p.split('=').next() != Some("prefix"))
+                .map(str::to_string)
+                .collect();
+            pairs.push(format!("prefix={}:{suffix}", options.prefix));
+            format!("{base}?{}", pairs.join("&"))
+        }
         other => other.to_string(),
+    };
+    convert::store(Some(&named))?;
+    Ok(named)
+}
+
+/// What kind of store `spec` names: `"memory"`, `"shm"` or `"redis"` (the core parses it).
+#[pyfunction]
+fn _store_kind(spec: &str) -> PyResult<&'static str> {
+    Ok(match convert::store(Some(spec))? {
+        sluicegate::StoreSpec::Shm { .. } => "shm",
+        sluicegate::StoreSpec::Redis { .. } => "redis",
+        _ => "memory",
     })
 }
 
@@ -667,6 +795,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_MAX_KEYS", sluicegate::DEFAULT_MAX_KEYS)?;
     m.add_function(wrap_pyfunction!(_noop, m)?)?;
     m.add_function(wrap_pyfunction!(_store_with_suffix, m)?)?;
+    m.add_function(wrap_pyfunction!(_store_kind, m)?)?;
+    // Whether `?clock=test` works on Redis URLs: the test build only (tests/test_redis*.py).
+    m.add("_REDIS_TEST_CLOCK", cfg!(feature = "redis-test-clock"))?;
     m.add("CENTURY_NS", sluicegate::CENTURY_NS)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;

@@ -1,5 +1,5 @@
-"""Django settings for test_django.py (configured once, only if Django is installed), and a
-private directory for shared-memory regions."""
+"""Django settings for test_django.py (configured once, only if Django is installed), a
+private directory for shared-memory regions, and redis-server processes (tests/redis_server.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from redis_server import RedisServer
 
 try:
     import django
@@ -42,3 +43,33 @@ def regions() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def start_redis() -> RedisServer:
+    """A new redis-server, or a test failure (never a skip) when there is none."""
+    try:
+        return RedisServer()
+    except RuntimeError as e:
+        pytest.fail(f"{e}: ci/check.d/20-python.sh installs Debian's redis-server")
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One redis-server for the whole session (tests keep apart by key prefix); stopped at
+    its end."""
+    server = start_redis()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A redis-server of the test's own, which it may pause, kill and restart; stopped after
+    it."""
+    server = start_redis()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -44,6 +44,15 @@ def free(request):
     return HttpResponse("free")
 
 
+async def aplain(request):
+    return HttpResponse("aplain")
+
+
+@ratelimit("2/minute")
+async def alimited(request):
+    return HttpResponse("alimited")
+
+
 def raises(request):
     limiter = sluicegate.Limiter("1/h; burst=1")
     limiter.try_acquire()
@@ -57,4 +66,6 @@ urlpatterns = [
     path("me", me),
     path("free", free),
     path("raise", raises),
+    path("aplain", aplain),
+    path("alimited", alimited),
 ]

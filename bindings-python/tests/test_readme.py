@@ -2,7 +2,8 @@
 (settings-only Django blocks and
 blocks that only show a layout are exec'd too; each runs in a fresh namespace). A block's
 shared-memory regions (``"shm:/NAME"``, files of /dev/shm) are made in a private temporary
-directory instead, removed afterwards."""
+directory instead, removed afterwards; its Redis server (``redis://127.0.0.1:6379``) is the
+one the tests start."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 ROOT_README = Path(__file__).resolve().parents[2] / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
 # The repository README's Python quickstart runs too.
+REDIS = "redis://127.0.0.1:6379"
 BLOCKS += re.findall(r"```python\n(.*?)```", ROOT_README.read_text(), flags=re.S)
 
 
@@ -23,7 +25,7 @@ def test_there_are_snippets() -> None:
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_snippet(index: int, capsys: pytest.CaptureFixture[str], regions: Path) -> None:
+def test_snippet(index: int, capsys: pytest.CaptureFixture[str], regions: Path, request: pytest.FixtureRequest) -> None:
     code = BLOCKS[index]
     if "# settings.py" in code:
         # The Django block is a settings file plus views; check it compiles, and that its
@@ -34,6 +36,8 @@ def test_snippet(index: int, capsys: pytest.CaptureFixture[str], regions: Path) 
         assert dj.RateLimitMiddleware and dj.ratelimit and dj.exempt
         return
     code = code.replace('"shm:/', f'"shm:{regions}/')
+    if REDIS in code:
+        code = code.replace(REDIS, request.getfixturevalue("redis_server").url)
     exec(compile(code, f"README block {index}", "exec"), {"__name__": f"readme_{index}"})
     out = capsys.readouterr().out
     # Printed values the README states in comments must match what the code printed.

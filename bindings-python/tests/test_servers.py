@@ -1,10 +1,11 @@
 """Real pre-forking servers: gunicorn with 4 worker processes on 127.0.0.1, serving the apps of
 gunicorn_flask.py and gunicorn_django.py, 200 requests from plain HTTP clients.
 
-On the shm store a ``10/minute`` limit admits exactly 10 of them, whichever workers serve
-them (with and without ``--preload``); on the memory store each worker has limiters of its
-own, and the same limit admits 10 per worker: 40. That difference is why the shm store exists.
-Every server is stopped in a ``finally`` block and every wait is bounded.
+On the shm store and on the Redis store a ``10/minute`` limit admits exactly 10 of them,
+whichever workers serve them (with and without ``--preload``); on the memory store each worker
+has limiters of its own, and the same limit admits 10 per worker: 40. That difference is why
+the shared stores exist. Every server is stopped in a ``finally`` block and every wait is
+bounded.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from redis_server import RedisServer
 
 from sluicegate import Quota
 from sluicegate._web import region_suffix
@@ -183,3 +185,30 @@ def test_the_memory_store_admits_the_limit_once_per_worker(regions: Path) -> Non
         assert statuses == {200: 40, 429: 160}, (statuses, admitted)
         assert sorted(admitted.values()) == [10] * WORKERS
     assert not list(regions.iterdir())
+
+
+@pytest.mark.parametrize("preload", [False, True], ids=["fork-then-import", "preload"])
+def test_flask_on_the_redis_store_admits_exactly_the_limit(redis_server: RedisServer, preload: bool) -> None:
+    """The workers' limits are keys of one server, each limit under a prefix of its own, its
+    connections opened in each worker (after the fork, also under ``--preload``)."""
+    prefix = f"gf{os.getpid()}{int(preload)}"
+    store = f"{redis_server.url}/0?prefix={prefix}&on_error=error&timeout=5s"
+    with gunicorn("gunicorn_flask:app", store, *(["--preload"] if preload else [])) as server:
+        statuses, admitted, _, _ = hammer(f"{server.url}/limited")
+        assert statuses == {200: 10, 429: 190}, (statuses, admitted)
+    limit = f"{prefix}:{region_suffix(Quota('10/minute'), 'gunicorn_flask.limited#0')}"
+    assert {k.rsplit(":", 2)[0] for k in redis_server.keys(f"{prefix}:*")} == {limit}
+
+
+@pytest.mark.parametrize("preload", [False, True], ids=["fork-then-import", "preload"])
+def test_django_on_the_redis_store_admits_exactly_the_limit(redis_server: RedisServer, preload: bool) -> None:
+    prefix = f"gd{os.getpid()}{int(preload)}"
+    store = f"{redis_server.url}/0?prefix={prefix}&on_error=error&timeout=5s"
+    with gunicorn("gunicorn_django:application", store, *(["--preload"] if preload else [])) as server:
+        for path in ("limited", "plain"):
+            statuses, admitted, _, _ = hammer(f"{server.url}/{path}")
+            assert statuses == {200: 10, 429: 190}, (path, statuses, admitted)
+    assert {k.rsplit(":", 2)[0] for k in redis_server.keys(f"{prefix}:*")} == {
+        f"{prefix}:{region_suffix(Quota('10/minute'), 'gunicorn_django.limited#0')}",
+        f"{prefix}:{region_suffix(Quota('10/minute'), 'default#0')}",
+    }

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, Union
 
-from sluicegate._native import Decision, KeyedLimiter, Quota, _store_with_suffix
+from sluicegate._native import Decision, KeyedLimiter, Quota, _store_kind, _store_with_suffix
 
 #: A key function takes the framework's request (Flask: no argument needed, but the request
 #: is passed anyway) and returns a str, bytes or int key.
@@ -24,9 +24,10 @@ MEMORY = "memory"
 
 
 def region_suffix(quota: Quota, scope: str) -> str:
-    """The stable suffix that names one limit's region: 16 hex digits of the SHA-256 of the
-    quota's canonical text and the rule's scope. Every process of a deployment computes the
-    same one, and another rate or another view gives another region."""
+    """The stable suffix that names one limit's store: 16 hex digits of the SHA-256 of the
+    quota's canonical text and the rule's scope. Every process (and host) of a deployment
+    computes the same one, and another rate or another view gives another region (shm) or
+    key prefix (Redis)."""
     return hashlib.sha256(f"{quota}\n{scope}".encode()).hexdigest()[:16]
 
 
@@ -37,14 +38,23 @@ def checked_store(store: str) -> str:
     return store
 
 
+def opens_early(store: str) -> bool:
+    """Whether the integrations open a limit's store when the app is configured (so that a
+    server forking after it, like ``gunicorn --preload``, shares regions opened before the
+    fork), or at the limit's first request in each process: a Redis store's connections
+    belong to the process that opens them, which must be the worker."""
+    return _store_kind(store) != "redis"
+
+
 class Rule:
     """One limit: its quota, the key function that picks its bucket, and a cost.
 
     `scope` names the limit among the app's limits (the view it decorates and its place
     there, or a default limit's place): on a shared-memory store the limit's buckets live in
-    a region of its own, ``<store name>.<region_suffix(quota, scope)>``. `policy` names it in
-    the IETF RateLimit fields (None: the integration's default); `scoped` rules count each
-    view separately (default limits)."""
+    a region of its own, ``<store name>.<region_suffix(quota, scope)>``; on Redis under a key
+    prefix of its own, ``<prefix>:<region_suffix(quota, scope)>``. `policy` names it in the
+    IETF RateLimit fields (None: the integration's default); `scoped` rules count each view
+    separately (default limits)."""
 
     __slots__ = ("_limiters", "_lock", "cost", "key_func", "max_keys", "policy", "quota", "scope", "scoped")
 
@@ -68,6 +78,12 @@ class Rule:
         self.max_keys = max_keys
         self._limiters: dict[str, KeyedLimiter] = {}
         self._lock = threading.Lock()
+
+    def open_early(self, store: str) -> None:
+        """Opens this limit's limiter on `store` now, unless the store is opened at the first
+        request (``opens_early``)."""
+        if opens_early(store):
+            self.limiter(store)
 
     def limiter(self, store: str = MEMORY) -> KeyedLimiter:
         """This limit's keyed limiter on `store`, made on first use (once per process and
@@ -125,19 +141,60 @@ def rate_list(rates: Rates | None) -> list[str | Quota]:
     return list(rates)
 
 
+Outcome = tuple[Union[Decision, None], Union[Rule, None], bool]
+
+
 def check(
     rules: Sequence[Rule],
     request: Any,
     default_key: KeyFunc,
     scope: str | None = None,
     store: str = MEMORY,
-) -> tuple[Decision | None, Rule | None, bool]:
+) -> Outcome:
     """Asks every rule, on `store`; returns (decision to report, its rule, allowed).
 
     All rules must admit the request. When one rejects, the tokens the earlier ones took are
     refunded, so a rejected request costs nothing anywhere. The decision reported when all
-    admit is the one with the fewest tokens left (the binding policy).
+    admit is the one with the fewest tokens left (the binding policy). On Redis each call
+    waits for the server with the GIL released.
     """
+    steps = _steps(rules, request, default_key, scope, store)
+    try:
+        method, key, cost = next(steps)
+        while True:
+            method, key, cost = steps.send(method(key, cost))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def check_async(
+    rules: Sequence[Rule],
+    request: Any,
+    default_key: KeyFunc,
+    scope: str | None = None,
+    store: str = MEMORY,
+) -> Outcome:
+    """`check` for async views: every call awaited (on Redis without blocking the event
+    loop; an in-process store answers at once)."""
+    steps = _steps(rules, request, default_key, scope, store, asynchronous=True)
+    try:
+        method, key, cost = next(steps)
+        while True:
+            method, key, cost = steps.send(await method(key, cost))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def _steps(
+    rules: Sequence[Rule],
+    request: Any,
+    default_key: KeyFunc,
+    scope: str | None,
+    store: str,
+    asynchronous: bool = False,
+) -> Generator[tuple[Callable[..., Any], Any, int], Any, Outcome]:
+    """What `check` and `check_async` share: yields each call to make, `(method, key,
+    cost)`, receives its outcome, and returns the check's outcome."""
     taken: list[tuple[KeyedLimiter, Any, int]] = []
     best: Decision | None = None
     best_rule: Rule | None = None
@@ -147,10 +204,11 @@ def check(
             key = f"{scope}\x00{key}"
         cost = rule.cost(request) if callable(rule.cost) else rule.cost
         limiter = rule.limiter(store)
-        decision = limiter.try_acquire(key, cost)
+        acquire = limiter.try_acquire_async if asynchronous else limiter.try_acquire
+        decision = yield acquire, key, cost
         if not decision:
             for lim, k, c in taken:
-                lim.refund(k, c)
+                yield (lim.refund_async if asynchronous else lim.refund), k, c
             return decision, rule, False
         taken.append((limiter, key, cost))
         if best is None or decision.remaining < best.remaining:

@@ -10,7 +10,7 @@
         "POLICY": "default",
         "ENABLED": True,
         "MAX_KEYS": None,
-        "STORAGE": "memory",                # or "shm:NAME": a region per limit, for all workers
+        "STORAGE": "memory",                # or "shm:NAME" (one host), "redis://HOST:6379/0" (every host)
     }
 
     # views.py
@@ -28,6 +28,16 @@ which all the worker processes of the host share (``gunicorn -w 4`` then enforce
 ``10/minute``, not four): the limit of rate R on view V (its dotted name) lives in the region
 ``NAME.<hash of R and V>`` (``shm:/myapp`` -> ``/dev/shm/myapp.3f0c...``), a default limit in
 ``NAME.<hash of R and its place in DEFAULT_LIMITS>``; its capacity is the limit's ``max_keys``.
+A Redis URL (``redis://``, ``rediss://``, ``redis+unix://``, ``redis+cluster://``,
+``redis+sentinel://``) keeps them on a server that every worker of every host shares, each
+limit under a key prefix of its own (``PREFIX:<the same hash>``, ``PREFIX`` the URL's
+``prefix=``, default ``sluicegate``), opened in each worker at its first request; the URL's
+``on_error=`` says what happens while the server is slow or down (``local``, the default,
+``open``, ``closed``: the request is decided; ``error``: the ``StoreError`` propagates).
+
+Async views (``async def``) and an async middleware stack are served without a thread: the
+decorator on an async view and the middleware under ASGI await the limiters' ``*_async``
+methods (on Redis, without blocking the event loop).
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.http import HttpResponse
@@ -45,9 +56,11 @@ from sluicegate._native import Decision, RateLimited
 from sluicegate._web import (
     MEMORY,
     KeyFunc,
+    Outcome,
     Rates,
     Rule,
     check,
+    check_async,
     checked_store,
     default_rules,
     header_style,
@@ -127,7 +140,7 @@ class _Config:
         self.store = checked_store(raw.get("STORAGE", MEMORY))
         self.defaults = default_rules(raw.get("DEFAULT_LIMITS"), raw.get("MAX_KEYS"))
         for rule in self.defaults:
-            rule.limiter(self.store)
+            rule.open_early(self.store)
 
 
 _config: _Config | None = None
@@ -168,12 +181,29 @@ def _add_headers(response: Any, decision: Decision, rule: Rule | None, config: _
 
 
 def _run(rules: list[Rule], request: Any, config: _Config, scope: str) -> HttpResponse | None:
-    decision, rule, allowed = check(rules, request, config.key_func, scope, config.store)
+    return _outcome(check(rules, request, config.key_func, scope, config.store), request, config)
+
+
+async def _run_async(rules: list[Rule], request: Any, config: _Config, scope: str) -> HttpResponse | None:
+    outcome = await check_async(rules, request, config.key_func, scope, config.store)
+    return _outcome(outcome, request, config)
+
+
+def _outcome(outcome: Outcome, request: Any, config: _Config) -> HttpResponse | None:
+    """A 429 for a rejected request; otherwise None, the decision kept for the headers."""
+    decision, rule, allowed = outcome
     if not allowed:
         return _too_many(decision, rule, config)  # type: ignore[arg-type]
     if decision is not None:
         setattr(request, _ATTR, (decision, rule))
     return None
+
+
+def _with_headers(response: Any, request: Any, config: _Config) -> Any:
+    found = request.__dict__.pop(_ATTR, None)
+    if found is not None and config.headers_on_allowed:
+        _add_headers(response, found[0], found[1], config)
+    return response
 
 
 def ratelimit(
@@ -185,7 +215,8 @@ def ratelimit(
     max_keys: int | None = None,
 ) -> Callable[[F], F]:
     """Limits a view function (replacing the middleware's default limits for it). Each view
-    it decorates counts on its own; a limit opens its store at the first request it sees."""
+    it decorates counts on its own; a limit opens its store at the first request it sees. An
+    async view (``async def``) gets an async wrapper, which awaits the limiters."""
     kf = None if key is None else key_func(key)
     parsed = quotas(rates)
     if not parsed:
@@ -203,12 +234,20 @@ def ratelimit(
             rejected = _run(rules, request, config, _scope(view))
             if rejected is not None:
                 return rejected
-            response = view(request, *args, **kwargs)
-            found = request.__dict__.pop(_ATTR, None)
-            if found is not None and config.headers_on_allowed:
-                _add_headers(response, found[0], found[1], config)
-            return response
+            return _with_headers(view(request, *args, **kwargs), request, config)
 
+        @functools.wraps(view)
+        async def async_wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
+            config = _get_config()
+            if not config.enabled:
+                return await view(request, *args, **kwargs)
+            rejected = await _run_async(rules, request, config, _scope(view))
+            if rejected is not None:
+                return rejected
+            return _with_headers(await view(request, *args, **kwargs), request, config)
+
+        if iscoroutinefunction(view):
+            wrapper = async_wrapper  # type: ignore[assignment]
         # Every rule of the view, this decorator's and those below (a view's rules are
         # numbered from the innermost decorator).
         setattr(wrapper, _LIMITS, [*rules, *below])
@@ -226,29 +265,47 @@ def exempt(view: F) -> F:
 class RateLimitMiddleware:
     """Applies ``SLUICEGATE["DEFAULT_LIMITS"]`` to every view that has neither its own
     ``@ratelimit`` nor ``@exempt``, counted per view and client, and turns a
-    ``RateLimited`` raised by a view into a 429."""
+    ``RateLimited`` raised by a view into a 429. Sync and async: in an async stack (ASGI)
+    it awaits the limiters instead of running in a thread."""
+
+    sync_capable = True
+    async_capable = True
 
     def __init__(self, get_response: Callable[[Any], Any]) -> None:
         self.get_response = get_response
+        if iscoroutinefunction(get_response):
+            markcoroutinefunction(self)
+            # Django awaits a coroutine function's process_view in the event loop, and runs
+            # a plain one in a thread.
+            self.process_view = self._process_view_async  # type: ignore[method-assign]
         # The settings are read, and the default limits' store opened, when Django loads the
         # middleware: a bad setting fails at startup, and a server that forks after loading
-        # the app (``gunicorn --preload``) shares regions opened before the fork.
+        # the app (``gunicorn --preload``) shares regions opened before the fork (a Redis
+        # store is opened in each worker at its first request instead).
         _get_config()
 
     def __call__(self, request: Any) -> Any:
-        response = self.get_response(request)
-        found = request.__dict__.pop(_ATTR, None)
-        if found is not None and _get_config().headers_on_allowed:
-            _add_headers(response, found[0], found[1], _get_config())
-        return response
+        if iscoroutinefunction(self):
+            return self.__acall__(request)
+        return _with_headers(self.get_response(request), request, _get_config())
+
+    async def __acall__(self, request: Any) -> Any:
+        return _with_headers(await self.get_response(request), request, _get_config())
+
+    def _defaults(self, view: Any) -> list[Rule]:
+        """The default limits that apply to `view` (none if it has its own or is exempt)."""
+        config = _get_config()
+        if not config.enabled or getattr(view, _EXEMPT, False) or getattr(view, _LIMITS, None):
+            return []
+        return config.defaults
 
     def process_view(self, request: Any, view: Any, args: Any, kwargs: Any) -> Any:
-        config = _get_config()
-        if not config.enabled or not config.defaults:
-            return None
-        if getattr(view, _EXEMPT, False) or getattr(view, _LIMITS, None):
-            return None
-        return _run(config.defaults, request, config, _scope(view))
+        rules = self._defaults(view)
+        return _run(rules, request, _get_config(), _scope(view)) if rules else None
+
+    async def _process_view_async(self, request: Any, view: Any, args: Any, kwargs: Any) -> Any:
+        rules = self._defaults(view)
+        return await _run_async(rules, request, _get_config(), _scope(view)) if rules else None
 
     def process_exception(self, request: Any, exception: Exception) -> Any:
         if isinstance(exception, RateLimited):

@@ -27,7 +27,17 @@ Configuration (``app.config``, read by ``init_app``; constructor arguments win):
   of the host shares (``gunicorn -w 4`` then enforces one ``10/minute``, not four): the limit
   of rate R on view V lives in the region ``NAME.<hash of R and V>`` (``shm:/myapp`` ->
   ``/dev/shm/myapp.3f0c...``), a default limit in ``NAME.<hash of R and its place in the
-  list>``. The region's capacity is the limit's ``max_keys``. Constructor: ``storage=``.
+  list>``. The region's capacity is the limit's ``max_keys``. ``"redis://HOST:6379/0"``
+  (also ``rediss://``, ``redis+unix://``, ``redis+cluster://``, ``redis+sentinel://``) keeps
+  them on a Redis or Valkey server that every worker of every host shares, each limit under
+  a key prefix of its own (``PREFIX:<hash of R and V>``, ``PREFIX`` the URL's ``prefix=``,
+  default ``sluicegate``), opened in each worker at its first request; ``on_error=`` in the
+  URL says what happens while the server is slow or down (``local``, the default, ``open``,
+  ``closed``: the request is decided, never an exception; ``error``: the ``StoreError``
+  propagates, a 500 unless handled). Constructor: ``storage=``.
+
+Views run their checks in ``before_request``, which Flask calls synchronously for async views
+too: on Redis the check waits for the server with the GIL released.
 
 A rejected request gets ``429 Too Many Requests`` with ``Retry-After`` and the RateLimit
 fields. ``raise sluicegate.RateLimited(decision)`` in a view gets the same response. Flask is
@@ -177,7 +187,7 @@ class Sluicegate:
             pick(self._default_limits, "SLUICEGATE_DEFAULT_LIMITS", None), state.max_keys
         )
         for rule in [*state.defaults, *self._rules]:
-            rule.limiter(state.store)
+            rule.open_early(state.store)
         if state.store not in self._stores:
             self._stores.append(state.store)
         app.extensions["sluicegate"] = (self, state)
@@ -207,7 +217,7 @@ class Sluicegate:
             rules = view_rules(view, existing, parsed, kf, cost=cost, policy=policy, max_keys=max_keys)
             for store in self._stores:
                 for rule in rules:
-                    rule.limiter(store)
+                    rule.open_early(store)
             self._rules.extend(rules)
             setattr(view, _LIMITS, [*rules, *existing])
             return view
