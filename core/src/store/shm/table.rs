@@ -488,8 +488,11 @@ impl Table<'_> {
     }
 
     /// Claims, for `fp` (a unit of capacity reserved), the first slot from its home on that is
-    /// empty or holds a full bucket (evicted on the way: a bucket equal to a fresh one only
-    /// lengthens probes) or a dead claim, and creates the bucket with the request applied.
+    /// empty or holds a dead claim, and creates the bucket with the request applied. Full
+    /// buckets on the way stay: they are evicted only at the bound and by sweeps, as in the
+    /// in-process store, so that eviction (which moves the watermark) happens at moments the
+    /// caller chooses, not wherever a probe happens to pass (the region's random secret decides
+    /// that: it made a region's decisions on a backward clock differ from run to run).
     fn claim(
         &self,
         cx: &Ctx,
@@ -499,7 +502,7 @@ impl Table<'_> {
         step: &impl Fn(u128) -> (Decision, Option<u128>),
     ) -> Claimed {
         let n = self.slots.len();
-        let Some(d) = (0..n).find(|&d| self.vacate(cx, self.at(fp.home, d), r.now)) else {
+        let Some(d) = (0..n).find(|&d| self.vacate(self.at(fp.home, d))) else {
             return Claimed::NoSlot;
         };
         let i = self.at(fp.home, d);
@@ -538,21 +541,10 @@ impl Table<'_> {
         Claimed::Done(decision)
     }
 
-    /// Whether slot `i` is empty, after evicting its bucket if that is full at `now`, or
-    /// undoing its claim if that process is gone.
-    fn vacate(&self, cx: &Ctx, i: usize, now: u64) -> bool {
-        let w = self.slots[i].word.load(Ordering::Acquire);
-        let (tag, state) = unpack(w);
-        if tag == 0 {
-            return true;
-        }
-        if claim_of(state).is_some() {
-            return self.undo_dead_claim(i);
-        }
-        if !cx.codec.valid(state) || !cx.codec.is_full(state, now) {
-            return false;
-        }
-        self.evict(i, w, now)
+    /// Whether slot `i` is empty, after undoing its claim if that process is gone.
+    fn vacate(&self, i: usize) -> bool {
+        let (tag, state) = unpack(self.slots[i].word.load(Ordering::Acquire));
+        tag == 0 || (claim_of(state).is_some() && self.undo_dead_claim(i))
     }
 
     /// Drops slot `i`'s bucket if its word is still `w` (found full at `now`, or chosen by
