@@ -138,7 +138,7 @@ test('store: bad values throw at construction', () => {
   assert.throws(() => rateLimit({ store: ersStore }), (e) => INVALID_ARG(e) && /Store objects/.test(e.message))
   assert.throws(() => rateLimit({ store: 5 }), INVALID_ARG)
   assert.throws(() => rateLimit({ store: 'shm:/x', limiter: new KeyedLimiter('1/s') }), INVALID_ARG)
-  assert.throws(() => rateLimit({ store: 'redis://localhost' }), (e) => e.code === 'ERR_SLUICEGATE_INVALID_OPTION')
+  assert.throws(() => rateLimit({ store: 'redis://localhost?bogus=1' }), (e) => e.code === 'ERR_SLUICEGATE_INVALID_OPTION')
   assert.throws(() => rateLimit({ quota: '1/s; algorithm=sliding_log', store: `shm:${join(dir, 'log')}` }),
     (e) => e.code === 'ERR_SLUICEGATE_STORE_UNSUPPORTED')
 })
