@@ -1,0 +1,136 @@
+// Decisions per second and latency (p50, p99) on one redis-server, side by side in one run:
+// sluicegate's KeyedLimiter on a Redis store (`tryAcquireAsync`, and `tryAcquireMany` batches)
+// next to rate-limiter-flexible's RateLimiterRedis over ioredis (its default, and with
+// ioredis's auto-pipelining), at 1 and 50 concurrent callers. Writes bench/REDIS.md (a
+// Markdown fragment for BENCHMARKS.md).
+//
+//   node bench/redis.mjs            (QUICK=1 for a short smoke run)
+//
+// Each caller awaits its decision before asking again; a latency is one await, measured
+// with performance.now(). The limit admits everything (10^9 per second), over 10,000 keys
+// in the same order for every limiter, so each decision is a full script call (no negative
+// cache, no rejected short path). The variants run in turn, ROUNDS times, and the table shows
+// the median round of each (and the spread of decisions/s across rounds).
+import { createRequire } from 'node:module'
+import { writeFileSync } from 'node:fs'
+import os from 'node:os'
+import { KeyedLimiter } from '../index.mjs'
+import { startRedis } from '../__test__/fixtures/redis.mjs'
+
+const require = createRequire(import.meta.url)
+const { RateLimiterRedis } = require('rate-limiter-flexible')
+const Redis = require('ioredis')
+
+const QUICK = process.env.QUICK === '1'
+const ROUNDS = QUICK ? 2 : 5
+const CALLS = QUICK ? 2_000 : 20_000
+const KEYS = 10_000
+const keys = Array.from({ length: KEYS }, (_, i) => `client-${(i * 7919) % KEYS}`)
+
+/** `calls` decisions by `callers` concurrent callers: decisions/s and latencies (ms). */
+async function run(decide, callers, calls) {
+  const lat = new Float64Array(calls)
+  let next = 0
+  const lane = async () => {
+    for (;;) {
+      const i = next++
+      if (i >= calls) return
+      const t = performance.now()
+      await decide(keys[i % KEYS])
+      lat[i] = performance.now() - t
+    }
+  }
+  const t0 = performance.now()
+  await Promise.all(Array.from({ length: callers }, lane))
+  const seconds = (performance.now() - t0) / 1000
+  lat.sort()
+  const q = (p) => lat[Math.min(calls - 1, Math.floor(p * calls))]
+  return { perSec: calls / seconds, p50: q(0.5), p99: q(0.99) }
+}
+
+/** A batch variant: `callers` lanes each sending batches of `size` keys. */
+async function runBatches(k, callers, calls, size) {
+  const batches = Math.ceil(calls / size)
+  const lat = new Float64Array(batches)
+  let next = 0
+  const lane = async () => {
+    for (;;) {
+      const b = next++
+      if (b >= batches) return
+      const req = Array.from({ length: size }, (_, j) => keys[(b * size + j) % KEYS])
+      const t = performance.now()
+      await k.tryAcquireMany(req)
+      lat[b] = performance.now() - t
+    }
+  }
+  const t0 = performance.now()
+  await Promise.all(Array.from({ length: callers }, lane))
+  const seconds = (performance.now() - t0) / 1000
+  lat.sort()
+  const q = (p) => lat[Math.min(batches - 1, Math.floor(p * batches))]
+  return { perSec: (batches * size) / seconds, p50: q(0.5), p99: q(0.99) }
+}
+
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]
+
+async function main() {
+  const srv = await startRedis()
+  const plain = new Redis({ port: srv.port, host: '127.0.0.1', lazyConnect: false })
+  const piped = new Redis({ port: srv.port, host: '127.0.0.1', enableAutoPipelining: true })
+  try {
+    await plain.ping()
+    await piped.ping()
+    const sg = new KeyedLimiter('1000000000/s', { store: `${srv.url}?prefix=bench-sg&on_error=error&timeout=1s` })
+    const rlf = new RateLimiterRedis({ storeClient: plain, points: 1e9, duration: 1, keyPrefix: 'bench-rlf' })
+    const rlfPiped = new RateLimiterRedis({ storeClient: piped, points: 1e9, duration: 1, keyPrefix: 'bench-rlfp' })
+    const variants = [
+      ['sluicegate `tryAcquireAsync`', (key) => sg.tryAcquireAsync(key)],
+      ['rate-limiter-flexible `RateLimiterRedis` (ioredis)', (key) => rlf.consume(key, 1)],
+      ['rate-limiter-flexible `RateLimiterRedis` (ioredis, autopipelining)', (key) => rlfPiped.consume(key, 1)],
+    ]
+    const results = new Map()
+    const add = (name, callers, r) => {
+      const id = `${name}|${callers}`
+      if (!results.has(id)) results.set(id, { name, callers, rounds: [] })
+      results.get(id).rounds.push(r)
+    }
+    // Warm-up: scripts loaded, connections open, JIT warm.
+    for (const [, decide] of variants) await run(decide, 50, Math.min(CALLS, 2_000))
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const callers of [1, 50]) {
+        const n = callers === 1 ? CALLS / 4 : CALLS
+        for (const [name, decide] of variants) add(name, callers, await run(decide, callers, n))
+        add('sluicegate `tryAcquireMany` (batches of 50)', callers, await runBatches(sg, callers, n, 50))
+      }
+      process.stderr.write(`round ${round + 1}/${ROUNDS}\n`)
+    }
+    const stats = sg.redisStats()
+    const rows = [...results.values()].map(({ name, callers, rounds }) => {
+      const per = rounds.map((r) => r.perSec)
+      const mid = rounds.find((r) => r.perSec === median(per))
+      return { name, callers, perSec: mid.perSec, lo: Math.min(...per), hi: Math.max(...per), p50: mid.p50, p99: mid.p99 }
+    })
+    rows.sort((a, b) => a.callers - b.callers)
+    const fmt = (x) => Math.round(x).toLocaleString('en-US')
+    const ms = (x) => (x * 1000).toFixed(0)
+    const lines = [
+      `Node ${process.version}, ${os.cpus()[0]?.model ?? 'cpu'} (${os.cpus().length} cores), redis-server on loopback, ${ROUNDS} rounds of ${CALLS} decisions (${CALLS / 4} at 1 caller); the median round, and the range of decisions/s over the rounds. A batch's latency is the whole batch's.`,
+      '',
+      '| limiter | callers | decisions/s | range | p50 µs | p99 µs |',
+      '|---|---:|---:|---:|---:|---:|',
+      ...rows.map((r) => `| ${r.name} | ${r.callers} | ${fmt(r.perSec)} | ${fmt(r.lo)}–${fmt(r.hi)} | ${ms(r.p50)} | ${ms(r.p99)} |`),
+      '',
+      `sluicegate's counters after the run: ${stats.decided.toLocaleString('en-US')} decided, ${stats.timeouts} timeouts, ${stats.failedError} errors, ${stats.connects} connection(s).`,
+      '',
+    ]
+    const text = lines.join('\n')
+    process.stdout.write(text)
+    if (!QUICK) writeFileSync(new URL('./REDIS.md', import.meta.url), text)
+  } finally {
+    plain.disconnect()
+    piped.disconnect()
+    await srv.stop()
+  }
+}
+
+await main()
