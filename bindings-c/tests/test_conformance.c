@@ -9,6 +9,12 @@
  * differences are counted apart, not failed: readings more than ten years after a region's
  * creation (a region covers ten years), and a single bucket made at its first request.
  *
+ * With $SG_TEST_CLOCK_REDIS_URL (a redis-server's URL, set by ci/check.d/40-c.sh for the
+ * program linked with the test-clock library, `make test-clock`) every case with a limiter
+ * runs a third time on Redis, `?clock=test` (the scripts read the manual clock instead of the
+ * server's TIME), each bucket under a key prefix of its own, a single bucket made at start_ns
+ * by a request of cost 0: every step must give the file's outcome, no difference tolerated.
+ *
  * Usage: test_conformance path/to/vectors.json [path/to/algorithms.json]
  * (the second defaults to algorithms.json beside the first).
  *
@@ -341,6 +347,28 @@ static bool region_made(sg_result made, const char *name) {
   return made == SG_OK;
 }
 
+/* ---------------------------------------------------------------- Redis (test clock) */
+
+/* Where a case runs. */
+enum { IN_MEMORY, ON_REGION, ON_REDIS };
+/* $SG_TEST_CLOCK_REDIS_URL, or NULL: no Redis run. */
+static const char *redis_url;
+static unsigned long redis_cases, redis_steps, redis_next;
+
+/* The store of a case's limiter (or part) `part`: a region, or a fresh prefix on Redis. */
+static const char *store_for(char *buf, size_t len, const char *part, int where) {
+  if (where != ON_REDIS) return region(buf, len, part);
+  snprintf(buf, len, "%s?clock=test&negative_cache=off&on_error=error&prefix=conf%ld-%lu-%s",
+           redis_url, (long)getpid(), redis_next++, part);
+  return buf;
+}
+
+/* A single bucket on Redis is made at its first request: make it now, at start_ns. */
+static void made_at_start(sg_limiter *l, int where) {
+  sg_decision d;
+  if (where == ON_REDIS && l != NULL) CHECK_OK(sg_limiter_try_acquire(l, 0, &d));
+}
+
 /* ---------------------------------------------------------------- the runner */
 
 static unsigned long cases_run, steps_run, quota_errors_run, keyed_run, composite_run;
@@ -369,7 +397,7 @@ typedef struct {
   sg_limiter **parts;
   size_t n_parts;
   sg_manual_clock *clock;
-  bool on_region, lazy_sensitive;
+  bool on_region, on_redis, lazy_sensitive;
   unsigned long lazy_differ, past_span_differ, failed;
 } target;
 
@@ -393,7 +421,7 @@ static bool tolerated(target *t, uint64_t since_start) {
 static void play(const jval *c, const char *name, target *t) {
   const jval *start = need(c, "start_ns", J_INT, name);
   const jval *steps = need(c, "steps", J_ARR, name);
-  const char *where = t->on_region ? " (on a region)" : "";
+  const char *where = t->on_region ? " (on a region)" : t->on_redis ? " (on Redis)" : "";
   for (size_t i = 0; start && steps && i < steps->len; i++) {
     const jval *s = &steps->items[i];
     const jval *tn = need(s, "t_ns", J_INT, name);
@@ -434,6 +462,7 @@ static void play(const jval *c, const char *name, target *t) {
       break;
     }
     if (t->on_region) region_steps++;
+    else if (t->on_redis) redis_steps++;
     else steps_run++;
     if (ok) {
       sg_checks_passed++;
@@ -463,28 +492,30 @@ static void play(const jval *c, const char *name, target *t) {
 }
 
 /* One limiter (or keyed limiter) per case, on a manual clock created at start_ns: in memory,
- * or on a fresh region of its own (`on_region`), removed afterwards. */
-static void run_case(const jval *c, const char *name, bool is_keyed, bool on_region) {
+ * on a fresh region of its own (removed afterwards), or on Redis (`where`). */
+static void run_case(const jval *c, const char *name, bool is_keyed, int where) {
+  bool on_region = where == ON_REGION, in_store = where != IN_MEMORY;
   const jval *quota = need(c, "quota", J_STR, name);
   const jval *start = need(c, "start_ns", J_INT, name);
   const jval *steps = need(c, "steps", J_ARR, name);
   if (!quota || !start || !steps) return;
-  target t = {.on_region = on_region};
+  target t = {.on_region = on_region, .on_redis = where == ON_REDIS};
   t.lazy_sensitive = !is_keyed && lazy_sensitive(quota->str, steps);
   sg_quota *q = NULL;
-  char store[600];
-  region(store, sizeof store, "case");
+  char store[1200];
+  store_for(store, sizeof store, "case", where);
   CHECK_OK(sg_quota_parse(quota->str, &q));
   CHECK_OK(sg_manual_clock_new(start->integer, &t.clock));
   sg_result made;
   if (is_keyed) {
-    made = on_region ? sg_keyed_limiter_new_in_store(q, store, REGION_KEYS,
+    made = in_store ? sg_keyed_limiter_new_in_store(q, store, REGION_KEYS,
                                                      SG_ON_FULL_REJECT_NEW_KEYS, t.clock, &t.k)
                      : sg_keyed_limiter_new_with_clock(q, SG_KEYED_DEFAULT_MAX_KEYS,
                                                        SG_ON_FULL_REJECT_NEW_KEYS, t.clock, &t.k);
   } else {
-    made = on_region ? sg_limiter_new_in_store(q, store, t.clock, &t.l)
-                     : sg_limiter_new_with_clock(q, t.clock, &t.l);
+    made = in_store ? sg_limiter_new_in_store(q, store, t.clock, &t.l)
+                    : sg_limiter_new_with_clock(q, t.clock, &t.l);
+    made_at_start(t.l, where);
   }
   if (on_region ? region_made(made, name) : made == SG_OK) play(c, name, &t);
   else CHECK(on_region);
@@ -493,14 +524,16 @@ static void run_case(const jval *c, const char *name, bool is_keyed, bool on_reg
   sg_manual_clock_free(t.clock);
   sg_quota_free(q);
   if (on_region) unlink(store + 4);
+  else if (in_store) redis_cases++;
   else if (is_keyed) keyed_run++;
   else cases_run++;
 }
 
 /* A composite case: one limiter per rate string, all on one manual clock, consumed
- * all-or-nothing by sg_composite_try_acquire / sg_composite_refund; `on_region`: each part on
- * a fresh region of its own. */
-static void run_composite_case(const jval *c, const char *name, bool on_region) {
+ * all-or-nothing by sg_composite_try_acquire / sg_composite_refund; each part in memory, on a
+ * fresh region of its own, or on Redis (`where`). */
+static void run_composite_case(const jval *c, const char *name, int where) {
+  bool on_region = where == ON_REGION, in_store = where != IN_MEMORY;
   const jval *quotas = need(c, "quotas", J_ARR, name);
   const jval *start = need(c, "start_ns", J_INT, name);
   const jval *steps = need(c, "steps", J_ARR, name);
@@ -508,12 +541,12 @@ static void run_composite_case(const jval *c, const char *name, bool on_region) 
     shape_ok = false;
     return;
   }
-  target t = {.on_region = on_region, .n_parts = quotas->len};
+  target t = {.on_region = on_region, .on_redis = where == ON_REDIS, .n_parts = quotas->len};
   CHECK_OK(sg_manual_clock_new(start->integer, &t.clock));
   t.parts = calloc(quotas->len, sizeof *t.parts);
   bool made = t.parts != NULL;
   sg_result rc = SG_OK;
-  char store[600], part[32];
+  char store[1200], part[32];
   for (size_t i = 0; made && i < quotas->len; i++) {
     const jval *rate = &quotas->items[i];
     sg_quota *q = NULL;
@@ -521,10 +554,11 @@ static void run_composite_case(const jval *c, const char *name, bool on_region) 
     made = rate->type == J_STR && sg_quota_parse(rate->str, &q) == SG_OK;
     if (made) {
       t.lazy_sensitive = t.lazy_sensitive || lazy_sensitive(rate->str, steps);
-      rc = on_region ? sg_limiter_new_in_store(q, region(store, sizeof store, part), t.clock,
-                                               &t.parts[i])
-                     : sg_limiter_new_with_clock(q, t.clock, &t.parts[i]);
+      rc = in_store ? sg_limiter_new_in_store(q, store_for(store, sizeof store, part, where),
+                                              t.clock, &t.parts[i])
+                    : sg_limiter_new_with_clock(q, t.clock, &t.parts[i]);
       made = rc == SG_OK;
+      if (made) made_at_start(t.parts[i], where);
     }
     sg_quota_free(q);
   }
@@ -538,7 +572,8 @@ static void run_composite_case(const jval *c, const char *name, bool on_region) 
   }
   free(t.parts);
   sg_manual_clock_free(t.clock);
-  if (!on_region) composite_run++;
+  if (where == ON_REDIS) redis_cases++;
+  else if (!on_region) composite_run++;
 }
 
 static char *read_file(const char *path, size_t *len) {
@@ -596,15 +631,17 @@ static size_t run_file(const char *path) {
       }
       const jval *keyed = need(c, "keyed", J_BOOL, name->str);
       if (!keyed) continue;
-      run_case(c, name->str, keyed->boolean, false);
-      run_case(c, name->str, keyed->boolean, true);
+      run_case(c, name->str, keyed->boolean, IN_MEMORY);
+      run_case(c, name->str, keyed->boolean, ON_REGION);
+      if (redis_url) run_case(c, name->str, keyed->boolean, ON_REDIS);
     }
     for (size_t i = 0; composite && i < composite->len; i++) {
       const jval *c = &composite->items[i];
       const jval *name = need(c, "name", J_STR, "composite case");
       if (!name) continue;
-      run_composite_case(c, name->str, false);
-      run_composite_case(c, name->str, true);
+      run_composite_case(c, name->str, IN_MEMORY);
+      run_composite_case(c, name->str, ON_REGION);
+      if (redis_url) run_composite_case(c, name->str, ON_REDIS);
     }
     total = cases->len + (composite ? composite->len : 0);
   }
@@ -623,6 +660,8 @@ int main(int argc, char **argv) {
     int dir = slash ? (int)(slash - vectors + 1) : 0;
     snprintf(algorithms, sizeof algorithms, "%.*salgorithms.json", dir, vectors);
   }
+  redis_url = getenv("SG_TEST_CLOCK_REDIS_URL");
+  if (redis_url && !*redis_url) redis_url = NULL;
   if (!regions_open()) {
     sg_checks_failed++;
     TEST_MAIN_END("test_conformance");
@@ -649,5 +688,12 @@ int main(int argc, char **argv) {
          region_run, region_cases, region_steps, region_refused, region_identical,
          region_past_span, region_lazy);
   printf("  refused: %s\n  differ: %s\n", region_refused_names, region_differ_names);
+  if (redis_url) {
+    /* On Redis: every case with a limiter ran, every step the file's outcome. */
+    CHECK_U64(redis_cases, cases_run + keyed_run + composite_run);
+    CHECK(redis_steps >= 2600);
+    printf("test_conformance: on Redis (test clock) %lu cases run (%lu steps), all identical\n",
+           redis_cases, redis_steps);
+  }
   TEST_MAIN_END("test_conformance");
 }
