@@ -135,8 +135,8 @@ unsafe fn error_value(env: sys::napi_env, e: JsErr) -> sys::napi_value {
 
 impl ToNapiValue for Answer {
     unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> Result<sys::napi_value> {
-        // SAFETY (every call below): `env` is the JavaScript thread's live environment, as
-        // napi guarantees for a Promise's settlement.
+        // SAFETY: every call below gets `env`, the JavaScript thread's live environment, as
+        // napi guarantees for a Promise's settlement, and values made in it.
         unsafe {
             match val {
                 Answer::Decided(d) => Vec::to_napi_value(env, figures(&d)),
