@@ -2,8 +2,10 @@
 // native.d.ts by `napi build` (drift-checked by __test__/dts.test.mjs); this file describes
 // the JavaScript classes index.js builds over it.
 
-import { ManualClock } from './native'
+import { ManualClock, RedisStats } from './native'
 export { ManualClock }
+/** A Redis store's counters (`redisStats()`): every limiter on one URL in the process shares them. */
+export type { RedisStats }
 
 /** An integer that is a `number` while it is a safe integer, else a `bigint` (exact). */
 export type Int = number | bigint
@@ -88,32 +90,6 @@ export interface LimiterOptions {
    * ones throw `ERR_SLUICEGATE_STORE_UNSUPPORTED` instead of blocking the event loop.
    */
   store?: string
-}
-
-/** What a Redis store's calls came to (every limiter on one URL in the process shares them). */
-export interface RedisStats {
-  /** Requests the server decided (one per key of a batch; a composite counts once). */
-  decided: number
-  /** Requests rejected by the negative cache, without a round trip. */
-  cachedRejections: number
-  /** Requests admitted by `on_error=open`. */
-  failedOpen: number
-  /** Requests rejected by `on_error=closed`. */
-  failedClosed: number
-  /** Requests decided by the in-process limiter of `on_error=local`. */
-  failedLocal: number
-  /** Failures returned to the caller (`on_error=error`): rejected Promises. */
-  failedError: number
-  /** Calls that got no reply within the timeout. */
-  timeouts: number
-  /** Calls made while there was no connection, or that lost theirs. */
-  unavailable: number
-  /** Calls the server answered with an error. */
-  serverErrors: number
-  /** Connections opened (the first included). */
-  connects: number
-  /** Times the scripts were loaded. */
-  scriptLoads: number
 }
 
 /**

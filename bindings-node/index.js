@@ -175,6 +175,15 @@ function remote(call, then) {
 }
 
 /**
+ * A one-bucket handle's (a Limiter's or a Composite's) request `op` of `cost` as a Promise:
+ * on a Redis store the native call; elsewhere `sync()`, answered at once.
+ */
+function bucketAsync(h, isRemote, op, cost, sync) {
+  if (isRemote) return remote(() => native.remoteCall(h, op, cost), op === REFUND_OP ? fromValue : fromFigures)
+  return settled(sync)
+}
+
+/**
  * A batch's outcome: the decisions, or, when a request failed, a rejection with the first
  * error, whose `results` holds every request's `Decision` or `Error` (in order).
  */
@@ -359,20 +368,17 @@ class Limiter {
    * `tryAcquire`, answered at once. Errors (and a Redis failure under `on_error=error`) reject.
    */
   tryAcquireAsync(cost = 1) {
-    if (this.#remote) return remote(() => native.remoteCall(this.#h, ACQUIRE_OP, cost), fromFigures)
-    return settled(() => this.tryAcquire(cost))
+    return bucketAsync(this.#h, this.#remote, ACQUIRE_OP, cost, () => this.tryAcquire(cost))
   }
 
   /** `peek()` as a Promise (on a Redis store, a round trip that changes nothing). */
   peekAsync() {
-    if (this.#remote) return remote(() => native.remoteCall(this.#h, PEEK_OP, 0), fromFigures)
-    return settled(() => this.peek())
+    return bucketAsync(this.#h, this.#remote, PEEK_OP, 0, () => this.peek())
   }
 
   /** `refund(cost)` as a Promise. */
   refundAsync(cost = 1) {
-    if (this.#remote) return remote(() => native.remoteCall(this.#h, REFUND_OP, cost), fromValue)
-    return settled(() => this.refund(cost))
+    return bucketAsync(this.#h, this.#remote, REFUND_OP, cost, () => this.refund(cost))
   }
 
   /**
@@ -631,20 +637,17 @@ class Composite {
    * loop); with every part elsewhere, it is `tryAcquire`, answered at once.
    */
   tryAcquireAsync(cost = 1) {
-    if (this.#remote) return remote(() => native.remoteCall(this.#h, ACQUIRE_OP, cost), fromFigures)
-    return settled(() => this.tryAcquire(cost))
+    return bucketAsync(this.#h, this.#remote, ACQUIRE_OP, cost, () => this.tryAcquire(cost))
   }
 
   /** `peek()` as a Promise. */
   peekAsync() {
-    if (this.#remote) return remote(() => native.remoteCall(this.#h, PEEK_OP, 0), fromFigures)
-    return settled(() => this.peek())
+    return bucketAsync(this.#h, this.#remote, PEEK_OP, 0, () => this.peek())
   }
 
   /** `refund(cost)` as a Promise. */
   refundAsync(cost = 1) {
-    if (this.#remote) return remote(() => native.remoteCall(this.#h, REFUND_OP, cost), fromValue)
-    return settled(() => this.refund(cost))
+    return bucketAsync(this.#h, this.#remote, REFUND_OP, cost, () => this.refund(cost))
   }
 
   /** Admits `cost` from every part now? The fast path: a boolean. */

@@ -5,23 +5,9 @@ import { createHash } from 'node:crypto'
 import { existsSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import express from 'express'
 import rateLimit from '../express.mjs'
 import { KeyedLimiter, ManualClock, canonicalQuota } from '../index.mjs'
-
-async function serve(middleware, t) {
-  const app = express()
-  app.set('trust proxy', false)
-  app.use(middleware)
-  app.get('/', (req, res) => res.json({ remaining: req.rateLimit.remaining }))
-  app.use((err, _req, res, _next) => res.status(500).json({ code: err.code }))
-  const server = await new Promise((resolve) => {
-    const s = app.listen(0, '127.0.0.1', () => resolve(s))
-  })
-  t.after(() => new Promise((r) => server.close(r)))
-  const base = `http://127.0.0.1:${server.address().port}`
-  return (path = '/', init) => fetch(base + path, init)
-}
+import { serve } from './fixtures/serve.mjs'
 
 test('429 with Retry-After once over the limit; draft-6 and legacy headers by default', async (t) => {
   const get = await serve(rateLimit({ limit: 2, windowMs: 60_000 }), t)

@@ -3,7 +3,7 @@
 // synchronous methods refusing, the error codes, every fail policy with a killed server, a
 // paused server (SIGSTOP) while the event loop keeps turning, bad URLs, and the Express
 // middleware (its own key prefix per limit, the fail policy, the README's example).
-import { after, before, describe, test } from 'node:test'
+import { describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
@@ -13,8 +13,9 @@ import { fileURLToPath } from 'node:url'
 import express from 'express'
 import rateLimit from '../express.mjs'
 import { Composite, KeyedLimiter, Limiter, canonicalQuota } from '../index.mjs'
-import { command, needsRedis, startRedis } from './fixtures/redis.mjs'
+import { command, needsRedis, serverPerSuite, startRedis } from './fixtures/redis.mjs'
 import { within } from './fixtures/within.mjs'
+import { serve } from './fixtures/serve.mjs'
 
 const pkg = join(dirname(fileURLToPath(import.meta.url)), '..')
 const UNSUPPORTED = 'ERR_SLUICEGATE_STORE_UNSUPPORTED'
@@ -25,11 +26,7 @@ let n = 0
 const at = (srv, options = '') => `${srv.url}?prefix=t${n++}${options ? `&${options}` : ''}`
 
 describe('on a running server', needsRedis(), () => {
-  let srv
-  before(async () => {
-    srv = await startRedis()
-  })
-  after(() => srv?.stop())
+  const srv = serverPerSuite()
 
   test('a KeyedLimiter decides on the server: the burst, then rejections with retryAfter', async () => {
     const k = new KeyedLimiter('3/minute', { store: at(srv, 'on_error=error') })
@@ -174,11 +171,7 @@ describe('bad URLs', () => {
 })
 
 describe('fail policies with a killed server', needsRedis(), () => {
-  let srv
-  before(async () => {
-    srv = await startRedis()
-  })
-  after(() => srv?.stop())
+  const srv = serverPerSuite()
 
   test('open admits, closed rejects for 1 s, local decides in process, error rejects; then the server decides again', async () => {
     const make = (policy) => new KeyedLimiter('2/minute', { store: at(srv, `on_error=${policy}&timeout=50ms`) })
@@ -219,11 +212,7 @@ describe('fail policies with a killed server', needsRedis(), () => {
 })
 
 describe('a paused server (SIGSTOP)', needsRedis(), () => {
-  let srv
-  before(async () => {
-    srv = await startRedis()
-  })
-  after(() => srv?.stop())
+  const srv = serverPerSuite()
 
   test('the event loop keeps turning while calls wait for the timeout; then they reject (on_error=error) or resolve (open)', async () => {
     const TIMEOUT_MS = 300
@@ -279,24 +268,7 @@ describe('a paused server (SIGSTOP)', needsRedis(), () => {
 })
 
 describe('Express on Redis', needsRedis(), () => {
-  let srv
-  before(async () => {
-    srv = await startRedis()
-  })
-  after(() => srv?.stop())
-
-  async function serve(middleware, t) {
-    const app = express()
-    app.use(middleware)
-    app.get('/', (req, res) => res.json({ remaining: req.rateLimit.remaining }))
-    app.use((err, _req, res, _next) => res.status(500).json({ code: err.code }))
-    const server = await new Promise((resolve) => {
-      const s = app.listen(0, '127.0.0.1', () => resolve(s))
-    })
-    t.after(() => new Promise((r) => server.close(r)))
-    const base = `http://127.0.0.1:${server.address().port}`
-    return () => fetch(base)
-  }
+  const srv = serverPerSuite()
 
   test('the middleware awaits the decision: 200s then a 429 with Retry-After', async (t) => {
     const get = await serve(rateLimit({ limit: 2, windowMs: 60_000, store: at(srv) }), t)

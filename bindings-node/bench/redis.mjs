@@ -15,7 +15,7 @@ import { createRequire } from 'node:module'
 import { writeFileSync } from 'node:fs'
 import os from 'node:os'
 import { KeyedLimiter } from '../index.mjs'
-import { startRedis } from '../__test__/fixtures/redis.mjs'
+import { command, startRedis } from '../__test__/fixtures/redis.mjs'
 
 const require = createRequire(import.meta.url)
 const { RateLimiterRedis } = require('rate-limiter-flexible')
@@ -27,16 +27,19 @@ const CALLS = QUICK ? 2_000 : 20_000
 const KEYS = 10_000
 const keys = Array.from({ length: KEYS }, (_, i) => `client-${(i * 7919) % KEYS}`)
 
-/** `calls` decisions by `callers` concurrent callers: decisions/s and latencies (ms). */
-async function run(decide, callers, calls) {
-  const lat = new Float64Array(calls)
+/**
+ * `ops` calls of `decide(i)` by `callers` concurrent callers, each call deciding `size`
+ * requests: decisions/s and the calls' latencies (ms).
+ */
+async function run(decide, callers, ops, size = 1) {
+  const lat = new Float64Array(ops)
   let next = 0
   const lane = async () => {
     for (;;) {
       const i = next++
-      if (i >= calls) return
+      if (i >= ops) return
       const t = performance.now()
-      await decide(keys[i % KEYS])
+      await decide(i)
       lat[i] = performance.now() - t
     }
   }
@@ -44,32 +47,13 @@ async function run(decide, callers, calls) {
   await Promise.all(Array.from({ length: callers }, lane))
   const seconds = (performance.now() - t0) / 1000
   lat.sort()
-  const q = (p) => lat[Math.min(calls - 1, Math.floor(p * calls))]
-  return { perSec: calls / seconds, p50: q(0.5), p99: q(0.99) }
+  const q = (p) => lat[Math.min(ops - 1, Math.floor(p * ops))]
+  return { perSec: (ops * size) / seconds, p50: q(0.5), p99: q(0.99) }
 }
 
-/** A batch variant: `callers` lanes each sending batches of `size` keys. */
-async function runBatches(k, callers, calls, size) {
-  const batches = Math.ceil(calls / size)
-  const lat = new Float64Array(batches)
-  let next = 0
-  const lane = async () => {
-    for (;;) {
-      const b = next++
-      if (b >= batches) return
-      const req = Array.from({ length: size }, (_, j) => keys[(b * size + j) % KEYS])
-      const t = performance.now()
-      await k.tryAcquireMany(req)
-      lat[b] = performance.now() - t
-    }
-  }
-  const t0 = performance.now()
-  await Promise.all(Array.from({ length: callers }, lane))
-  const seconds = (performance.now() - t0) / 1000
-  lat.sort()
-  const q = (p) => lat[Math.min(batches - 1, Math.floor(p * batches))]
-  return { perSec: (batches * size) / seconds, p50: q(0.5), p99: q(0.99) }
-}
+const BATCH = 50
+const one = (decide) => (i) => decide(keys[i % KEYS])
+const batchOf = (i) => Array.from({ length: BATCH }, (_, j) => keys[(i * BATCH + j) % KEYS])
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]
 
@@ -84,9 +68,9 @@ async function main() {
     const rlf = new RateLimiterRedis({ storeClient: plain, points: 1e9, duration: 1, keyPrefix: 'bench-rlf' })
     const rlfPiped = new RateLimiterRedis({ storeClient: piped, points: 1e9, duration: 1, keyPrefix: 'bench-rlfp' })
     const variants = [
-      ['sluicegate `tryAcquireAsync`', (key) => sg.tryAcquireAsync(key)],
-      ['rate-limiter-flexible `RateLimiterRedis` (ioredis)', (key) => rlf.consume(key, 1)],
-      ['rate-limiter-flexible `RateLimiterRedis` (ioredis, autopipelining)', (key) => rlfPiped.consume(key, 1)],
+      ['sluicegate `tryAcquireAsync`', one((key) => sg.tryAcquireAsync(key))],
+      ['rate-limiter-flexible `RateLimiterRedis` (ioredis)', one((key) => rlf.consume(key, 1))],
+      ['rate-limiter-flexible `RateLimiterRedis` (ioredis, autopipelining)', one((key) => rlfPiped.consume(key, 1))],
     ]
     const results = new Map()
     const add = (name, callers, r) => {
@@ -100,11 +84,20 @@ async function main() {
       for (const callers of [1, 50]) {
         const n = callers === 1 ? CALLS / 4 : CALLS
         for (const [name, decide] of variants) add(name, callers, await run(decide, callers, n))
-        add('sluicegate `tryAcquireMany` (batches of 50)', callers, await runBatches(sg, callers, n, 50))
+        add(`sluicegate \`tryAcquireMany\` (batches of ${BATCH})`, callers, await run((i) => sg.tryAcquireMany(batchOf(i)), callers, n / BATCH, BATCH))
       }
       process.stderr.write(`round ${round + 1}/${ROUNDS}\n`)
     }
     const stats = sg.redisStats()
+    // The server's own time per script call (INFO commandstats): sluicegate's FCALL, the
+    // other's EVALSHA.
+    const info = await command(srv.port, 'INFO', 'commandstats')
+    const perCall = (cmd) => info.match(new RegExp(`cmdstat_${cmd}:calls=(\\d+),usec=\\d+,usec_per_call=([\\d.]+)`))
+    const server = ['fcall', 'evalsha']
+      .map((c) => [c, perCall(c)])
+      .filter(([, m]) => m)
+      .map(([c, m]) => `${c.toUpperCase()} ${m[2]} µs a call (${Number(m[1]).toLocaleString('en-US')} calls)`)
+      .join(', ')
     const rows = [...results.values()].map(({ name, callers, rounds }) => {
       const per = rounds.map((r) => r.perSec)
       const mid = rounds.find((r) => r.perSec === median(per))
@@ -120,7 +113,7 @@ async function main() {
       '|---|---:|---:|---:|---:|---:|',
       ...rows.map((r) => `| ${r.name} | ${r.callers} | ${fmt(r.perSec)} | ${fmt(r.lo)}–${fmt(r.hi)} | ${ms(r.p50)} | ${ms(r.p99)} |`),
       '',
-      `sluicegate's counters after the run: ${stats.decided.toLocaleString('en-US')} decided, ${stats.timeouts} timeouts, ${stats.failedError} errors, ${stats.connects} connection(s).`,
+      `sluicegate's counters after the run: ${stats.decided.toLocaleString('en-US')} decided, ${stats.timeouts} timeouts, ${stats.failedError} errors, ${stats.connects} connection(s). The server's time per script call (INFO commandstats): ${server}.`,
       '',
     ]
     const text = lines.join('\n')
