@@ -21,6 +21,21 @@ const pkg = join(dirname(fileURLToPath(import.meta.url)), '..')
 const UNSUPPORTED = 'ERR_SLUICEGATE_STORE_UNSUPPORTED'
 const rejectsWith = (p, code) => assert.rejects(p, (e) => e instanceof Error && e.code === code, code)
 
+/**
+ * The first decision of `k` (an `on_error=error` limiter) on `key` once its server answers
+ * again, asked every 50 ms for at most 10 s (the reconnection backoff is at most 1 s); `null`
+ * if none came.
+ */
+async function decidedAgain(k, key) {
+  const deadline = Date.now() + 10_000
+  let d = null
+  while (d === null && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 50))
+    d = await k.tryAcquireAsync(key).catch(() => null)
+  }
+  return d
+}
+
 let n = 0
 /** A URL on `srv` with a prefix of its own and `options`. */
 const at = (srv, options = '') => `${srv.url}?prefix=t${n++}${options ? `&${options}` : ''}`
@@ -200,12 +215,7 @@ describe('fail policies with a killed server', needsRedis(), () => {
     // Back: the server decides again (a fresh server: every bucket is full), within the
     // reconnection backoff (at most 1 s between attempts).
     await srv.restart()
-    const deadline = Date.now() + 10_000
-    let d
-    do {
-      await new Promise((r) => setTimeout(r, 50))
-      d = await error.tryAcquireAsync('c').catch(() => null)
-    } while (d === null && Date.now() < deadline)
+    const d = await decidedAgain(error, 'c')
     assert.equal(d?.remaining, 1, 'the server decides again')
     assert.ok(error.redisStats().connects >= 2)
   })
@@ -257,12 +267,7 @@ describe('a paused server (SIGSTOP)', needsRedis(), () => {
     } finally {
       srv.resume()
     }
-    const deadline = Date.now() + 10_000
-    let d
-    do {
-      await new Promise((r) => setTimeout(r, 50))
-      d = await error.tryAcquireAsync('after').catch(() => null)
-    } while (d === null && Date.now() < deadline)
+    const d = await decidedAgain(error, 'after')
     assert.equal(d?.allowed, true, 'after SIGCONT the server decides again')
   })
 })
