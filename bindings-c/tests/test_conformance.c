@@ -358,7 +358,7 @@ static unsigned long redis_cases, redis_steps, redis_next;
 /* The store of a case's limiter (or part) `part`: a region, or a fresh prefix on Redis. */
 static const char *store_for(char *buf, size_t len, const char *part, int where) {
   if (where != ON_REDIS) return region(buf, len, part);
-  snprintf(buf, len, "%s?clock=test&negative_cache=off&on_error=error&prefix=conf%ld-%lu-%s",
+  snprintf(buf, len, "%s?clock=test&negative_cache=off&on_error=error&timeout=2s&prefix=conf%ld-%lu-%s",
            redis_url, (long)getpid(), redis_next++, part);
   return buf;
 }

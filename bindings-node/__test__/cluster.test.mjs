@@ -106,7 +106,7 @@ test(`${WORKERS} cluster workers on a Redis store admit exactly 10 of ${REQUESTS
   const srv = await startRedis()
   const workers = []
   try {
-    const port = await start(serverWith(`${srv.url}?prefix=cluster&on_error=error`, 'redis'), workers)
+    const port = await start(serverWith(`${srv.url}?prefix=cluster&on_error=error&timeout=1s`, 'redis'), workers)
     const counts = await hammer(port)
     assert.deepEqual(counts, { 200: 10, 429: REQUESTS - 10 })
   } finally {

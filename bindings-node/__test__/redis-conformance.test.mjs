@@ -31,7 +31,7 @@ test('conformance vectors through Redis on the test clock, bit for bit', options
   const srv = await startRedis()
   t.after(() => srv.stop())
   let n = 0
-  const store = () => `${srv.url}?clock=test&negative_cache=off&on_error=error&prefix=c${n++}`
+  const store = () => `${srv.url}?clock=test&negative_cache=off&on_error=error&timeout=1s&prefix=c${n++}`
   const failures = []
   let cases = 0
   let steps = 0

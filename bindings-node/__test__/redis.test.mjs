@@ -37,8 +37,13 @@ async function decidedAgain(k, key) {
 }
 
 let n = 0
-/** A URL on `srv` with a prefix of its own and `options`. */
-const at = (srv, options = '') => `${srv.url}?prefix=t${n++}${options ? `&${options}` : ''}`
+/**
+ * A URL on `srv` with a prefix of its own and `options`, and a timeout of 1 s unless they name
+ * one (the default 50 ms is short for a first call, which loads the scripts, on a loaded
+ * machine).
+ */
+const at = (srv, options = '') =>
+  `${srv.url}?prefix=t${n++}${options ? `&${options}` : ''}${options.includes('timeout=') ? '' : '&timeout=1s'}`
 
 describe('on a running server', needsRedis(), () => {
   const srv = serverPerSuite()
@@ -120,7 +125,7 @@ describe('on a running server', needsRedis(), () => {
 
   test('removeAsync and clearAsync on the server; every key expires by itself', async () => {
     const prefix = `clear${n++}`
-    const k = new KeyedLimiter('100/s; burst=2', { store: `${srv.url}?prefix=${prefix}` })
+    const k = new KeyedLimiter('100/s; burst=2', { store: `${srv.url}?prefix=${prefix}&timeout=1s` })
     await k.tryAcquireMany(['x', 'y', 'z'])
     const keys = async () => (await command(srv.port, 'KEYS', `${prefix}:*`)).split('\r\n').filter((l) => l.startsWith(prefix))
     assert.equal((await keys()).length, 3)
@@ -178,6 +183,11 @@ describe('bad URLs', () => {
     }
   })
 
+  test('rediss:// is built in (rustls): a TLS store is made, and a server that is not there is unavailable', async () => {
+    const k = new KeyedLimiter('1/s', { store: 'rediss://127.0.0.1:1/0?on_error=error&timeout=20ms' })
+    await rejectsWith(k.tryAcquireAsync('a'), 'ERR_SLUICEGATE_STORE_UNAVAILABLE')
+  })
+
   test('a server that is not there: on_error=error rejects with ERR_SLUICEGATE_STORE_UNAVAILABLE', async () => {
     const k = new KeyedLimiter('1/s', { store: 'redis://127.0.0.1:1/0?on_error=error&timeout=20ms' })
     await rejectsWith(k.tryAcquireAsync('a'), 'ERR_SLUICEGATE_STORE_UNAVAILABLE')
@@ -189,7 +199,7 @@ describe('fail policies with a killed server', needsRedis(), () => {
   const srv = serverPerSuite()
 
   test('open admits, closed rejects for 1 s, local decides in process, error rejects; then the server decides again', async () => {
-    const make = (policy) => new KeyedLimiter('2/minute', { store: at(srv, `on_error=${policy}&timeout=50ms`) })
+    const make = (policy) => new KeyedLimiter('2/minute', { store: at(srv, `on_error=${policy}&timeout=500ms`) })
     const open = make('open')
     const closed = make('closed')
     const local = make('local')
@@ -288,7 +298,7 @@ describe('Express on Redis', needsRedis(), () => {
     const locked = await startRedis()
     try {
       await command(locked.port, 'CONFIG', 'SET', 'requirepass', 's3cret')
-      const store = `redis://:s3cret@127.0.0.1:${locked.port}/0?prefix=api`
+      const store = `redis://:s3cret@127.0.0.1:${locked.port}/0?prefix=api&timeout=1s`
       const a = rateLimit({ quota: '5/minute', store })
       const b = rateLimit({ quota: '7/minute', store })
       const suffix = (q) => createHash('sha256').update(canonicalQuota(q)).digest('hex').slice(0, 12)
