@@ -40,8 +40,12 @@ export interface Options {
   limiter?: KeyedLimiter
   /**
    * Where the clients' buckets live: a sluicegate store string, `'memory'` (the default, this
-   * process) or `'shm:NAME[?capacity=N]'`, a shared-memory region every worker process of the
-   * host shares (node:cluster, pm2), so that a limit holds host-wide. Not express-rate-limit's
+   * process), `'shm:NAME[?capacity=N]'`, a shared-memory region every worker process of the
+   * host shares (node:cluster, pm2), so that a limit holds host-wide, or a Redis URL
+   * (`'redis://HOST:PORT/DB?prefix=api&on_error=local'`), which every host shares: the
+   * middleware then awaits each decision, and the URL's `on_error` says what a slow or
+   * unreachable server means (`error` passes the error to `next`). Each distinct limit gets
+   * its own Redis key prefix, the configured one plus the suffix below. Not express-rate-limit's
    * `store` (a `Store` object): that is refused. The region is NAME plus `-` and the first 12
    * hex digits of the SHA-256 of the canonical quota, so that each distinct limit has its own
    * (the middleware's `store` names it); `maxKeys` is its capacity.
@@ -57,8 +61,8 @@ export interface RateLimitMiddleware {
   readonly limiter: KeyedLimiter
   /** The store of that limiter, with its region's full name (`undefined` when `limiter` was given). */
   readonly store: string | undefined
-  /** Forgets a client's bucket. */
-  resetKey(key: Key): boolean
+  /** Forgets a client's bucket (a Promise on a Redis store). */
+  resetKey(key: Key): boolean | Promise<boolean>
 }
 
 export declare function rateLimit(options?: Options): RateLimitMiddleware

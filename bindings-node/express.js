@@ -1,13 +1,14 @@
 'use strict'
 // Express middleware: `rateLimit(options)`, with the options express-rate-limit users know
 // where they make sense. One KeyedLimiter (bounded memory) holds every client's bucket, in
-// this process or, with `store: 'shm:NAME'`, in a shared-memory region every process of the
-// host opens (one region per distinct limit: NAME plus a suffix derived from the quota).
+// this process, with `store: 'shm:NAME'` in a shared-memory region every process of the host
+// opens, or with `store: 'redis://...'` on a Redis server every host shares (one region, or
+// one key prefix, per distinct limit: the name or prefix plus a suffix derived from the quota).
 
 const { createHash } = require('node:crypto')
 const { KeyedLimiter, _internal } = require('./index.js')
 
-const { invalidArg, native, toRate } = _internal
+const { invalidArg, native, toRate, STORE_SUFFIX } = _internal
 // express-rate-limit's names for `standardHeaders`, as the core's header styles.
 const STYLES = { 'draft-6': 'draft6', 'draft-7': 'draft7', 'draft-8': 'ietf' }
 const OPTIONS = new Set([
@@ -28,20 +29,21 @@ function defaultHandler(req, res, _next, options) {
 const isThenable = (v) => v !== null && typeof v === 'object' && typeof v.then === 'function'
 
 /**
- * The store of the limiter for `rate`: `store` with a suffix derived from the limit appended
- * to a region's name, so that middlewares with different limits on one configured store get
- * regions of their own (a region holds one quota) and every process derives the same name:
- * `-` and the first 12 hex digits of the SHA-256 of the canonical quota (`canonicalQuota`).
- * `'memory'` stays `'memory'`.
+ * The namespace of the limiter for `rate` on `store`: a suffix derived from the limit, which
+ * the core appends to a region's name or a Redis store's key prefix, so that middlewares with
+ * different limits on one configured store get namespaces of their own (a region holds one
+ * quota) and every process and host derives the same one: `-` and the first 12 hex digits of
+ * the SHA-256 of the canonical quota (`canonicalQuota`). `'memory'` has none. Returns the
+ * suffix and the store as printed with it (a Redis password redacted).
  */
 function storeFor(store, rate) {
   if (typeof store !== 'string') {
     throw invalidArg(
-      'store must be a sluicegate store string ("memory" or "shm:NAME"); express-rate-limit\'s Store objects are not used here (pass `limiter` to share one limiter between routes)',
+      'store must be a sluicegate store string ("memory", "shm:NAME" or "redis://..."); express-rate-limit\'s Store objects are not used here (pass `limiter` to share one limiter between routes)',
     )
   }
-  const limit = createHash('sha256').update(native.canonicalQuota(rate)).digest('hex').slice(0, 12)
-  return native.storeSuffixed(store, `-${limit}`)
+  const suffix = `-${createHash('sha256').update(native.canonicalQuota(rate)).digest('hex').slice(0, 12)}`
+  return { suffix, printed: native.storeSuffixed(store, suffix) }
 }
 
 /**
@@ -85,19 +87,27 @@ function rateLimit(options = {}) {
   let store
   if (limiter === undefined) {
     const rate = toRate(opts.quota ?? { count: opts.limit, periodMs: opts.windowMs, ...(opts.burst === undefined ? {} : { burst: opts.burst }) })
-    store = opts.store === undefined ? 'memory' : storeFor(opts.store, rate)
-    limiter = new KeyedLimiter(rate, { maxKeys: opts.maxKeys, onFull: opts.onFull, store })
+    const { suffix, printed } = opts.store === undefined ? { printed: 'memory' } : storeFor(opts.store, rate)
+    store = printed
+    limiter = new KeyedLimiter(rate, { maxKeys: opts.maxKeys, onFull: opts.onFull, store: opts.store, [STORE_SUFFIX]: suffix })
   }
+  // On a Redis store a decision is a Promise (the event loop never waits for the server).
+  const remote = limiter.redisStats() !== null
   const { cost, policy, requestPropertyName: prop } = opts
   const costOf = typeof cost === 'function' ? cost : () => cost
 
-  function decide(req, res, next, key) {
-    const d = limiter.tryAcquire(key, costOf(req, res))
+  function respond(req, res, next, d) {
     req[prop] = d
     if (style !== null) res.set(d.headers(style, policy))
     if (legacy) res.set(d.headers('legacy', policy))
     if (d.allowed) return next()
     return opts.handler(req, res, next, opts)
+  }
+
+  function decide(req, res, next, key) {
+    const c = costOf(req, res)
+    if (remote) return limiter.tryAcquireAsync(key, c).then((d) => respond(req, res, next, d)).catch(next)
+    return respond(req, res, next, limiter.tryAcquire(key, c))
   }
 
   function withKey(req, res, next) {
@@ -122,7 +132,7 @@ function rateLimit(options = {}) {
   }
   middleware.limiter = limiter
   middleware.store = store
-  middleware.resetKey = (key) => limiter.remove(key)
+  middleware.resetKey = (key) => (remote ? limiter.removeAsync(key) : limiter.remove(key))
   return middleware
 }
 

@@ -2,8 +2,10 @@
 // native.d.ts by `napi build` (drift-checked by __test__/dts.test.mjs); this file describes
 // the JavaScript classes index.js builds over it.
 
-import { ManualClock } from './native'
+import { ManualClock, RedisStats } from './native'
 export { ManualClock }
+/** A Redis store's counters (`redisStats()`): every limiter on one URL in the process shares them. */
+export type { RedisStats }
 
 /** An integer that is a `number` while it is a safe integer, else a `bigint` (exact). */
 export type Int = number | bigint
@@ -81,10 +83,26 @@ export interface LimiterOptions {
    * shared-memory region that every process of the host opening it shares (`shm:/api-limits`
    * is `/dev/shm/api-limits`; a name with more slashes is a path). A region holds one quota:
    * another is `ERR_SLUICEGATE_STORE_MISMATCH`. The system clock then reads the region's
-   * timeline; a `ManualClock` is used as given.
+   * timeline; a `ManualClock` is used as given. Or a Redis/Valkey URL,
+   * `'redis://HOST:PORT/DB?prefix=..&timeout=50ms&on_error=local|open|closed|error'` (also
+   * `rediss://`, `redis+unix://`, `redis+cluster://`, `redis+sentinel://`): every host shares
+   * the buckets, and only the Promise methods (`tryAcquireAsync`, ...) decide; the synchronous
+   * ones throw `ERR_SLUICEGATE_STORE_UNSUPPORTED` instead of blocking the event loop.
    */
   store?: string
 }
+
+/**
+ * A failed request of `tryAcquireMany`: the first error, with every request's outcome.
+ */
+export interface BatchError extends Error {
+  code: ErrorCode
+  /** One per request, in order: its `Decision`, or its `Error`. */
+  results: Array<Decision | Error>
+}
+
+/** A request of `tryAcquireMany`: a key (cost 1) or a `[key, cost]` pair. */
+export type BatchRequest = Key | [Key] | [Key, Int]
 
 export interface ReserveOptions {
   /** A leaky queue admits only if the wait until the slot is at most this. */
@@ -116,6 +134,17 @@ export declare class Limiter {
    */
   acquire(options?: AcquireOptions): Promise<Decision>
   acquire(cost?: Int, options?: AcquireOptions): Promise<Decision>
+  /**
+   * `tryAcquire` as a Promise, on every store: on Redis the server decides (the event loop
+   * never waits); elsewhere it resolves at once. Rejects with the error `tryAcquire` would
+   * throw, and on Redis under `on_error=error` with `ERR_SLUICEGATE_STORE_UNAVAILABLE` or
+   * `ERR_SLUICEGATE_STORE_TIMEOUT` (the other policies resolve with their decision).
+   */
+  tryAcquireAsync(cost?: Int): Promise<Decision>
+  peekAsync(): Promise<Decision>
+  refundAsync(cost?: Int): Promise<void>
+  /** The Redis store's counters, or `null` on another store. */
+  redisStats(): RedisStats | null
   isFull(): boolean
   /** The canonical rate string. */
   readonly quota: string
@@ -160,6 +189,22 @@ export declare class KeyedLimiter {
   /** As `Limiter#acquire`, for `key`. */
   acquire(key: Key, options?: AcquireOptions): Promise<Decision>
   acquire(key: Key, cost?: Int, options?: AcquireOptions): Promise<Decision>
+  /** As `Limiter#tryAcquireAsync`, for `key`. */
+  tryAcquireAsync(key: Key, cost?: Int): Promise<Decision>
+  peekAsync(key: Key): Promise<Decision>
+  refundAsync(key: Key, cost?: Int): Promise<void>
+  /**
+   * Many requests at once, one `Decision` each, in order; on Redis one round trip for the
+   * batch. A failed request rejects the Promise with a `BatchError` (the first error, with
+   * every request's outcome in `results`).
+   */
+  tryAcquireMany(requests: BatchRequest[]): Promise<Decision[]>
+  /** `remove` as a Promise: whether the key's bucket existed. */
+  removeAsync(key: Key): Promise<boolean>
+  /** `clear` as a Promise (on Redis: every key of this limiter's prefix and quota). */
+  clearAsync(): Promise<void>
+  /** The Redis store's counters, or `null` on another store. */
+  redisStats(): RedisStats | null
   remove(key: Key): boolean
   /** Evicts every bucket that is full now; how many. */
   sweep(): number
@@ -181,6 +226,10 @@ export declare class Composite {
   refund(cost?: Int): void
   acquire(options?: AcquireOptions): Promise<Decision>
   acquire(cost?: Int, options?: AcquireOptions): Promise<Decision>
+  /** All-or-nothing as a Promise; parts on one Redis server are decided in one script call. */
+  tryAcquireAsync(cost?: Int): Promise<Decision>
+  peekAsync(): Promise<Decision>
+  refundAsync(cost?: Int): Promise<void>
   readonly parts: readonly Limiter[]
 }
 

@@ -15,6 +15,9 @@ const exact = (b) => (b <= MAX_SAFE_BIG ? Number(b) : b)
 
 const release = new FinalizationRegistry((handle) => native.release(handle))
 const SHARED = Symbol('sluicegate.shared')
+// A suffix for the store's region name or Redis prefix (the Express middleware's per-limit
+// namespace): applied natively, so a Redis URL's password never goes through a printed form.
+const STORE_SUFFIX = Symbol('sluicegate.storeSuffix')
 
 function sgError(code, message, Base = Error) {
   const err = new Base(message)
@@ -125,9 +128,70 @@ function clockOf(options) {
   return clock
 }
 
-/** The `store` option: a string the core parses (`'memory'`, `'shm:NAME[?capacity=N]'`). */
+/**
+ * The `store` option: a string the core parses (`'memory'`, `'shm:NAME[?capacity=N]'`,
+ * `'redis://HOST:PORT/DB?prefix=..&timeout=..&on_error=..'`).
+ */
 function storeOf(options) {
   return optString(options?.store, 'store')
+}
+
+// ---------------------------------------------------------------------------------------
+// Promises: the calls on a Redis store (src/remote.rs), and the same calls answered at once
+// for the other stores, so that code written with them runs on every store
+
+const ACQUIRE_OP = 0 // and 1: peek, 2: refund (src/remote.rs)
+const PEEK_OP = 1
+const REFUND_OP = 2
+
+/** A decision's figures from src/remote.rs, or the error it resolved with (thrown). */
+function fromFigures(v) {
+  if (v instanceof Error) throw v
+  return new Decision(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7])
+}
+
+/** A refund's (or a clear's, or a remove's) answer, or the error it resolved with (thrown). */
+function fromValue(v) {
+  if (v instanceof Error) throw v
+  return v
+}
+
+/** `f()`'s result as a Promise (what it throws, as a rejection). */
+function settled(f) {
+  try {
+    return Promise.resolve(f())
+  } catch (e) {
+    return Promise.reject(e)
+  }
+}
+
+/** A native call that returns a Promise, its answer shaped by `then` (a throw: a rejection). */
+function remote(call, then) {
+  try {
+    return call().then(then)
+  } catch (e) {
+    return Promise.reject(e)
+  }
+}
+
+/**
+ * A one-bucket handle's (a Limiter's or a Composite's) request `op` of `cost` as a Promise:
+ * on a Redis store the native call; elsewhere `sync()`, answered at once.
+ */
+function bucketAsync(h, isRemote, op, cost, sync) {
+  if (isRemote) return remote(() => native.remoteCall(h, op, cost), op === REFUND_OP ? fromValue : fromFigures)
+  return settled(sync)
+}
+
+/**
+ * A batch's outcome: the decisions, or, when a request failed, a rejection with the first
+ * error, whose `results` holds every request's `Decision` or `Error` (in order).
+ */
+function batch(results) {
+  const err = results.find((r) => r instanceof Error)
+  if (err === undefined) return results
+  err.results = results
+  throw err
 }
 
 // ---------------------------------------------------------------------------------------
@@ -204,9 +268,15 @@ function drive(plan, signal) {
 
 let handleOf // (limiter) => its handle, for Composite
 
-/** One bucket (any algorithm). Every method is a single lock-free native call. */
+/**
+ * One bucket (any algorithm). Every method is a single lock-free native call, except on a
+ * Redis store, where a request is a round trip: there only the `*Async` methods decide (they
+ * return Promises, the event loop never waits) and the synchronous ones throw
+ * `ERR_SLUICEGATE_STORE_UNSUPPORTED`. The `*Async` methods work on every store.
+ */
 class Limiter {
   #h
+  #remote
 
   static {
     handleOf = (l) => l.#h
@@ -225,6 +295,7 @@ class Limiter {
     } else {
       this.#h = native.limiterNew(toRate(quota), clockOf(options), storeOf(options))
     }
+    this.#remote = native.isRemote(this.#h)
     release.register(this, this.#h)
   }
 
@@ -291,6 +362,34 @@ class Limiter {
     }
   }
 
+  /**
+   * Asks for `cost` tokens now: a Promise of the `Decision`. On a Redis store the server
+   * decides (one round trip, pipelined with every concurrent caller's); on the others it is
+   * `tryAcquire`, answered at once. Errors (and a Redis failure under `on_error=error`) reject.
+   */
+  tryAcquireAsync(cost = 1) {
+    return bucketAsync(this.#h, this.#remote, ACQUIRE_OP, cost, () => this.tryAcquire(cost))
+  }
+
+  /** `peek()` as a Promise (on a Redis store, a round trip that changes nothing). */
+  peekAsync() {
+    return bucketAsync(this.#h, this.#remote, PEEK_OP, 0, () => this.peek())
+  }
+
+  /** `refund(cost)` as a Promise. */
+  refundAsync(cost = 1) {
+    return bucketAsync(this.#h, this.#remote, REFUND_OP, cost, () => this.refund(cost))
+  }
+
+  /**
+   * The Redis store's counters (`{ decided, cachedRejections, failedOpen, failedClosed,
+   * failedLocal, failedError, timeouts, unavailable, serverErrors, connects, scriptLoads }`,
+   * shared by every limiter on the URL in this process), or `null` on another store.
+   */
+  redisStats() {
+    return native.redisStats(this.#h)
+  }
+
   /** Whether the bucket is full now. */
   isFull() {
     return native.isFull(this.#h)
@@ -312,12 +411,15 @@ class Limiter {
  */
 class KeyedLimiter {
   #h
+  #remote
 
   /**
    * @param quota a rate string or options object, as for `Limiter`
    * @param options `{ clock?, maxKeys? (default 2^20), onFull?: 'reject' | 'evict', shards?,
-   *   store?: 'memory' | 'shm:NAME' }`: with a shared-memory store, every process of the host
-   *   that opens the region shares its buckets, and `maxKeys` is the region's capacity
+   *   store?: 'memory' | 'shm:NAME' | 'redis://...' }`: with a shared-memory store, every
+   *   process of the host that opens the region shares its buckets, and `maxKeys` is the
+   *   region's capacity; with a Redis store every host does, and requests are made with the
+   *   `*Async` methods and `tryAcquireMany` (Promises) only
    */
   constructor(quota, options = {}) {
     const name = options?.[SHARED]
@@ -332,8 +434,9 @@ class KeyedLimiter {
       throw invalidArg('shards must be an integer between 1 and 4096')
     }
     this.#h = name === undefined
-      ? native.keyedNew(toRate(quota), clock, maxKeys, onFull, shards, store)
+      ? native.keyedNew(toRate(quota), clock, maxKeys, onFull, shards, store, options[STORE_SUFFIX])
       : native.keyedShared(name, toRate(quota), maxKeys, onFull, shards)
+    this.#remote = native.isRemote(this.#h)
     release.register(this, this.#h)
   }
 
@@ -395,6 +498,82 @@ class KeyedLimiter {
     }
   }
 
+  /**
+   * Asks for `cost` tokens of `key`'s bucket now: a Promise of the `Decision`. On a Redis
+   * store the server decides (one round trip, pipelined with every concurrent caller's, or
+   * none when the negative cache holds the key's rejection); on the others it is
+   * `tryAcquire`, answered at once. Errors (and a Redis failure under `on_error=error`) reject;
+   * the other fail policies (`open`, `closed`, `local`) resolve with their decision.
+   */
+  tryAcquireAsync(key, cost = 1) {
+    if (this.#remote) return remote(() => native.remoteCall(this.#h, ACQUIRE_OP, cost, key), fromFigures)
+    return settled(() => this.tryAcquire(key, cost))
+  }
+
+  /** `peek(key)` as a Promise. */
+  peekAsync(key) {
+    if (this.#remote) return remote(() => native.remoteCall(this.#h, PEEK_OP, 0, key), fromFigures)
+    return settled(() => this.peek(key))
+  }
+
+  /** `refund(key, cost)` as a Promise. */
+  refundAsync(key, cost = 1) {
+    if (this.#remote) return remote(() => native.remoteCall(this.#h, REFUND_OP, cost, key), fromValue)
+    return settled(() => this.refund(key, cost))
+  }
+
+  /**
+   * Asks for many keys at once: `requests` is an array of keys (cost 1) or `[key, cost]`
+   * pairs. A Promise of one `Decision` per request, in order. On a Redis store every request
+   * is sent before any reply is read (one round trip for the batch). When a request fails
+   * (a cost above the capacity; a Redis failure under `on_error=error`) the Promise rejects
+   * with the first error, whose `results` holds every request's `Decision` or `Error`.
+   */
+  tryAcquireMany(requests) {
+    try {
+      if (!Array.isArray(requests)) throw invalidArg('requests must be an array of keys or [key, cost] pairs')
+      const keys = new Array(requests.length)
+      const costs = new Array(requests.length)
+      requests.forEach((r, i) => {
+        if (Array.isArray(r)) {
+          if (r.length < 1 || r.length > 2) throw invalidArg('a request is a key or a [key, cost] pair')
+          ;[keys[i], costs[i]] = [r[0], r[1] ?? 1]
+        } else {
+          ;[keys[i], costs[i]] = [r, 1]
+        }
+      })
+      if (this.#remote) {
+        return native.remoteMany(this.#h, keys, costs).then((all) => batch(all.map((v) => (v instanceof Error ? v : fromFigures(v)))))
+      }
+      return Promise.resolve(batch(keys.map((k, i) => {
+        try {
+          return this.tryAcquire(k, costs[i])
+        } catch (e) {
+          return e
+        }
+      })))
+    } catch (e) {
+      return Promise.reject(e)
+    }
+  }
+
+  /** `remove(key)` as a Promise (whether the key's bucket existed). */
+  removeAsync(key) {
+    if (this.#remote) return remote(() => native.remoteKeys(this.#h, 0, key), fromValue)
+    return settled(() => this.remove(key))
+  }
+
+  /** `clear()` as a Promise (on a Redis store: every key of this limiter's quota and prefix). */
+  clearAsync() {
+    if (this.#remote) return remote(() => native.remoteKeys(this.#h, 1), fromValue)
+    return settled(() => this.clear())
+  }
+
+  /** As `Limiter#redisStats`: the Redis store's counters, or `null` on another store. */
+  redisStats() {
+    return native.redisStats(this.#h)
+  }
+
   /** Forgets `key`'s bucket; whether it existed. */
   remove(key) {
     return native.keyedRemove(this.#h, key)
@@ -438,6 +617,7 @@ class KeyedLimiter {
 class Composite {
   #h
   #parts
+  #remote
 
   /** @param parts the `Limiter`s, in order (put the most likely to reject first) */
   constructor(parts) {
@@ -447,7 +627,27 @@ class Composite {
     }
     this.#parts = Object.freeze([...parts])
     this.#h = native.compositeNew(this.#parts.map(handleOf))
+    this.#remote = native.isRemote(this.#h)
     release.register(this, this.#h)
+  }
+
+  /**
+   * Asks every part for `cost` now, all-or-nothing: a Promise of the `Decision`. With parts
+   * on one Redis deployment, one script call decides them all on the server (off the event
+   * loop); with every part elsewhere, it is `tryAcquire`, answered at once.
+   */
+  tryAcquireAsync(cost = 1) {
+    return bucketAsync(this.#h, this.#remote, ACQUIRE_OP, cost, () => this.tryAcquire(cost))
+  }
+
+  /** `peek()` as a Promise. */
+  peekAsync() {
+    return bucketAsync(this.#h, this.#remote, PEEK_OP, 0, () => this.peek())
+  }
+
+  /** `refund(cost)` as a Promise. */
+  refundAsync(cost = 1) {
+    return bucketAsync(this.#h, this.#remote, REFUND_OP, cost, () => this.refund(cost))
   }
 
   /** Admits `cost` from every part now? The fast path: a boolean. */
@@ -494,5 +694,5 @@ module.exports = {
   ManualClock: native.ManualClock,
   canonicalQuota: (quota) => native.canonicalQuota(toRate(quota)),
   // internal, for the Express middleware and the benchmarks
-  _internal: { native, toRate, invalidArg, readDecision },
+  _internal: { native, toRate, invalidArg, readDecision, STORE_SUFFIX },
 }

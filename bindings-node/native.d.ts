@@ -106,6 +106,9 @@ export declare function coreHeaders(handle: number, cost: unknown, style: string
 /** Whether the limiter's bucket is full now. */
 export declare function isFull(handle: number): boolean
 
+/** Whether the limiter `handle` names has a bucket on a Redis store (its calls are async). */
+export declare function isRemote(handle: number): boolean
+
 /** Forgets every bucket. */
 export declare function keyedClear(handle: number): void
 
@@ -120,9 +123,10 @@ export declare function keyedMaxKeys(handle: number): number
  * shared-memory region's capacity, which an opener that gives none takes from the region),
  * `onFull` says what a new key meets at the bound when no bucket is full: `"reject"` (the
  * default: `ERR_SLUICEGATE_KEY_STORE_FULL`) or `"evict"` (the bucket nearest to full is
- * evicted); `store` is where the buckets live (default memory).
+ * evicted); `store` is where the buckets live (default memory), `storeSuffix` appended to its
+ * region name or Redis prefix (see `storeSuffixed`).
  */
-export declare function keyedNew(quota: string, clock?: ManualClock | undefined | null, maxKeys?: number | undefined | null, onFull?: string | undefined | null, shards?: number | undefined | null, store?: string | undefined | null): number
+export declare function keyedNew(quota: string, clock?: ManualClock | undefined | null, maxKeys?: number | undefined | null, onFull?: string | undefined | null, shards?: number | undefined | null, store?: string | undefined | null, storeSuffix?: string | undefined | null): number
 
 /** Forgets `key`'s bucket; whether it existed. */
 export declare function keyedRemove(handle: number, key: string | Uint8Array | number | bigint): boolean
@@ -162,8 +166,63 @@ export declare function quotaFromOptions(count: number | bigint, periodNs: numbe
 /** The canonical rate string of a limiter's quota. */
 export declare function quotaOf(handle: number): string
 
+/**
+ * The Redis store's counters of a limiter or keyed limiter (a composite's: its first part's),
+ * or `null` when it is not on Redis.
+ */
+export declare function redisStats(handle: number): RedisStats | null
+
+/**
+ * What a Redis store's calls came to, counted since the store was built (every limiter on one
+ * URL in the process shares the counters).
+ */
+export interface RedisStats {
+  /** Requests the server decided (one per key of a batch; a composite counts once). */
+  decided: number
+  /** Requests rejected by the negative cache, without a round trip. */
+  cachedRejections: number
+  /** Requests admitted by `on_error=open`. */
+  failedOpen: number
+  /** Requests rejected by `on_error=closed`. */
+  failedClosed: number
+  /** Requests decided by the in-process limiter of `on_error=local`. */
+  failedLocal: number
+  /** Failures returned to the caller (`on_error=error`). */
+  failedError: number
+  /** Calls that got no reply within the timeout. */
+  timeouts: number
+  /** Calls made while there was no connection, or that lost theirs. */
+  unavailable: number
+  /** Calls the server answered with an error. */
+  serverErrors: number
+  /** Connections opened (the first included). */
+  connects: number
+  /** Times the scripts were loaded. */
+  scriptLoads: number
+}
+
 /** Frees a handle (the wrapper's `FinalizationRegistry` calls this). */
 export declare function release(handle: number): void
+
+/**
+ * A request on a Redis-backed limiter, keyed limiter (with `key`) or composite: `op` 0
+ * acquires `cost`, 1 peeks, 2 refunds `cost`. The Promise resolves with the decision's
+ * figures (`undefined` for a refund) or with the error to throw.
+ */
+export declare function remoteCall(handle: number, op: number, cost: number | bigint, key?: string | Uint8Array | number | bigint): Promise<unknown>
+
+/**
+ * `remove(key)` (op 0: whether the bucket existed) or `clear()` (op 1) on a Redis-backed
+ * keyed limiter, on the blocking pool (the core has them in blocking form only).
+ */
+export declare function remoteKeys(handle: number, op: number, key?: string | Uint8Array | number | bigint): Promise<unknown>
+
+/**
+ * A batch on a Redis-backed keyed limiter: `keys[i]` for `costs[i]`, every call sent before
+ * any reply is read (the core's `try_acquire_many_async`). Resolves with one answer per
+ * request: a decision's figures or an `Error`.
+ */
+export declare function remoteMany(handle: number, keys: Array<string | Uint8Array | number | bigint>, costs: Array<number | bigint>): Promise<unknown>
 
 /**
  * The HTTP fields of a decision given by its figures, rendered by the core
@@ -172,8 +231,10 @@ export declare function release(handle: number): void
 export declare function renderHeaders(allowed: boolean, limit: number | bigint, remaining: number | bigint, retryAfterNs: number | bigint, resetAfterNs: number | bigint, windowSeconds: number | bigint, style: string, policy: string): Array<string>
 
 /**
- * `store` (parsed and printed by the core) with `suffix` appended to a region's name:
- * `"shm:/api?capacity=9"` and `"-x"` give `"shm:/api-x?capacity=9"`; `"memory"` stays
- * `"memory"`. The Express middleware names one region per limit with it.
+ * `store` (parsed and printed by the core, a Redis password redacted) with `suffix` appended
+ * to a region's name or a Redis store's prefix: `"shm:/api?capacity=9"` and `"-x"` give
+ * `"shm:/api-x?capacity=9"`, `"redis://h/0?prefix=api"` gives `"redis://h/0?prefix=api-x"`;
+ * `"memory"` stays `"memory"`. The Express middleware names one namespace per limit with it
+ * (and builds its limiter with `keyedNew`'s `storeSuffix`, so the password is kept).
  */
 export declare function storeSuffixed(store: string, suffix: string): string

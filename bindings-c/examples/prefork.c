@@ -1,7 +1,9 @@
 /* Pre-forked workers that share one limit: the parent forks 4 workers, each opens the same
  * shared-memory region and handles its share of 200 requests from one client under
  * 10/minute. The host admits 10 in total (in memory, each worker would admit 10).
- * Run: ./prefork [shm:/api-limits]   (default: a region in a temporary directory, removed)
+ * Run: ./prefork [shm:/api-limits | redis://HOST:6379/0?prefix=api]   (default: a region
+ * in a temporary directory, removed). Each worker opens the store after fork(): a Redis
+ * connection is not inherited.
  * Build: cc -std=c11 prefork.c $(pkg-config --cflags --libs sluicegate) */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>

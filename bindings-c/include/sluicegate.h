@@ -202,6 +202,33 @@ typedef struct sg_quota_info {
   sg_refill refill;
 } sg_quota_info;
 
+// What a Redis store's calls came to, counted since the store was opened. Every limiter on
+// the same URL in the process shares one connection and these counters.
+typedef struct sg_redis_stats {
+  // Requests the server decided (one per key of a batch; a composite counts once).
+  uint64_t decided;
+  // Requests rejected by the negative cache, without a round trip.
+  uint64_t cached_rejections;
+  // Requests admitted by `on_error=open`.
+  uint64_t failed_open;
+  // Requests rejected by `on_error=closed`.
+  uint64_t failed_closed;
+  // Requests decided by the in-process limiter of `on_error=local`.
+  uint64_t failed_local;
+  // Failures returned to the caller as an error (`on_error=error`).
+  uint64_t failed_error;
+  // Calls that got no reply within the timeout.
+  uint64_t timeouts;
+  // Calls made while there was no connection, or that lost theirs.
+  uint64_t unavailable;
+  // Calls the server answered with an error.
+  uint64_t server_errors;
+  // Connections opened (the first included).
+  uint64_t connects;
+  // Times the server-side scripts were loaded.
+  uint64_t script_loads;
+} sg_redis_stats;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -389,7 +416,11 @@ sg_result sg_keyed_limiter_new_with_clock(const struct sg_quota *quota,
 // (`SG_ERR_STORE_MISMATCH` otherwise). `on_full` is an `sg_on_full` value, as in
 // `sg_keyed_limiter_new`. `clock` NULL: the default clock (the region's timeline).
 //
-// On a region, every call of `sg_keyed_limiter_*` works as in memory.
+// On a region, every call of `sg_keyed_limiter_*` works as in memory. `store` may also be a
+// Redis URL (see `sg_limiter_new_in_store`): each key's bucket is a key on the server
+// (`PREFIX:QUOTA:{FINGERPRINT}`), `max_keys` is not used, every call blocks for a round
+// trip, and `sg_keyed_limiter_len` and `_clear` scan the server's keys of this prefix and
+// quota.
 //
 // # Safety
 // `quota` and `clock` are NULL or live handles; `store` is NULL or a NUL-terminated string;
@@ -549,8 +580,20 @@ sg_result sg_limiter_new_with_clock(const struct sg_quota *quota,
 // others open it, and must ask for the same quota. A region mapped before `fork()` keeps
 // working in the children.
 //
+// `store` may also be a Redis/Valkey URL, `"redis://[user:password@]HOST[:PORT][/DB]"`
+// (also `rediss://`, `redis+unix://`, `redis+cluster://`, `redis+sentinel://`) with the
+// store's options in its query: `prefix=NAME` (the bucket's key; limiters with one URL and
+// quota share it), `timeout=50ms`, `on_error=local|open|closed|error`, `hosts=N`,
+// `negative_cache=off`, `scripts=eval`. Every host's processes then share the bucket, decided
+// on the server's clock; each call blocks the calling thread for one round trip (at most the
+// timeout; then `on_error` decides: `error` returns `SG_ERR_STORE_UNAVAILABLE` or
+// `SG_ERR_STORE_TIMEOUT`, the others a decision), holding no lock meanwhile. The connection
+// is made here (blocking at most max(timeout, 1 s)); a server that is down is retried in
+// the background. `sg_limiter_redis_stats` reads its counters.
+//
 // `clock` NULL: the default clock, which on a region reads the region's timeline (every
-// process reads the same one); a manual clock is used as given (tests).
+// process reads the same one); a manual clock is used as given (tests; on Redis the
+// server's clock decides, unless the library was built for tests with `clock=test`).
 //
 // Errors: `SG_ERR_INVALID_OPTION` (a bad store string, the detail naming the option
 // `store`), `SG_ERR_STORE_MISMATCH` (the region holds another quota or layout: the detail
@@ -746,6 +789,23 @@ sg_result sg_quota_to_string(const struct sg_quota *quota,
 // # Safety
 // `quota` is NULL or a live handle that nothing uses any more.
 void sg_quota_free(struct sg_quota *quota);
+
+// Writes the counters of the Redis store `limiter`'s bucket is on to `*out`.
+//
+// Errors: `SG_ERR_STORE_UNSUPPORTED` (the limiter is not on a Redis store).
+//
+// # Safety
+// `limiter` is NULL or a live handle; `out` is NULL or valid for one write.
+sg_result sg_limiter_redis_stats(const struct sg_limiter *limiter, struct sg_redis_stats *out);
+
+// Writes the counters of the Redis store `limiter`'s buckets are on to `*out`.
+//
+// Errors: `SG_ERR_STORE_UNSUPPORTED` (the limiter is not on a Redis store).
+//
+// # Safety
+// `limiter` is NULL or a live handle; `out` is NULL or valid for one write.
+sg_result sg_keyed_limiter_redis_stats(const struct sg_keyed_limiter *limiter,
+                                       struct sg_redis_stats *out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -174,7 +174,11 @@ pub unsafe extern "C" fn sg_keyed_limiter_new_with_clock(
 /// (`SG_ERR_STORE_MISMATCH` otherwise). `on_full` is an `sg_on_full` value, as in
 /// `sg_keyed_limiter_new`. `clock` NULL: the default clock (the region's timeline).
 ///
-/// On a region, every call of `sg_keyed_limiter_*` works as in memory.
+/// On a region, every call of `sg_keyed_limiter_*` works as in memory. `store` may also be a
+/// Redis URL (see `sg_limiter_new_in_store`): each key's bucket is a key on the server
+/// (`PREFIX:QUOTA:{FINGERPRINT}`), `max_keys` is not used, every call blocks for a round
+/// trip, and `sg_keyed_limiter_len` and `_clear` scan the server's keys of this prefix and
+/// quota.
 ///
 /// # Safety
 /// `quota` and `clock` are NULL or live handles; `store` is NULL or a NUL-terminated string;

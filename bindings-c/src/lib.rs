@@ -24,6 +24,7 @@ mod keyed;
 mod limiter;
 mod options;
 mod quota;
+mod redis;
 mod store;
 #[cfg(test)]
 mod tests;
@@ -58,6 +59,7 @@ pub use quota::{
     sg_quota, sg_quota_free, sg_quota_get_info, sg_quota_info, sg_quota_new, sg_quota_parse,
     sg_quota_parse_len, sg_quota_set_initial, sg_quota_set_refill, sg_quota_to_string,
 };
+pub use redis::{sg_keyed_limiter_redis_stats, sg_limiter_redis_stats, sg_redis_stats};
 
 /// The library's version, e.g. `"0.1.0"`: a static NUL-terminated string, never freed.
 #[no_mangle]

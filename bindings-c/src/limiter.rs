@@ -106,8 +106,20 @@ pub unsafe extern "C" fn sg_limiter_new_with_clock(
 /// others open it, and must ask for the same quota. A region mapped before `fork()` keeps
 /// working in the children.
 ///
+/// `store` may also be a Redis/Valkey URL, `"redis://[user:password@]HOST[:PORT][/DB]"`
+/// (also `rediss://`, `redis+unix://`, `redis+cluster://`, `redis+sentinel://`) with the
+/// store's options in its query: `prefix=NAME` (the bucket's key; limiters with one URL and
+/// quota share it), `timeout=50ms`, `on_error=local|open|closed|error`, `hosts=N`,
+/// `negative_cache=off`, `scripts=eval`. Every host's processes then share the bucket, decided
+/// on the server's clock; each call blocks the calling thread for one round trip (at most the
+/// timeout; then `on_error` decides: `error` returns `SG_ERR_STORE_UNAVAILABLE` or
+/// `SG_ERR_STORE_TIMEOUT`, the others a decision), holding no lock meanwhile. The connection
+/// is made here (blocking at most max(timeout, 1 s)); a server that is down is retried in
+/// the background. `sg_limiter_redis_stats` reads its counters.
+///
 /// `clock` NULL: the default clock, which on a region reads the region's timeline (every
-/// process reads the same one); a manual clock is used as given (tests).
+/// process reads the same one); a manual clock is used as given (tests; on Redis the
+/// server's clock decides, unless the library was built for tests with `clock=test`).
 ///
 /// Errors: `SG_ERR_INVALID_OPTION` (a bad store string, the detail naming the option
 /// `store`), `SG_ERR_STORE_MISMATCH` (the region holds another quota or layout: the detail

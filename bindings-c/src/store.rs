@@ -1,5 +1,6 @@
 //! The store argument of `sg_*_new_in_store`: where a limiter's buckets live, as a string
-//! the core parses (`"memory"` or `"shm:NAME[?capacity=N]"`, one spelling in every language).
+//! the core parses (`"memory"`, `"shm:NAME[?capacity=N]"` or a Redis URL such as
+//! `"redis://HOST:6379/0?prefix=api&on_error=local"`, one spelling in every language).
 
 use crate::error::{from_core, null, sg_result};
 use core::ffi::{c_char, CStr};

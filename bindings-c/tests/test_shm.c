@@ -210,7 +210,7 @@ static void test_store_strings(void) {
     CHECK(k == NULL);
   }
   CHECK_RC(sg_limiter_new_in_store(q, "redis", NULL, &l), SG_ERR_INVALID_OPTION);
-  CHECK_DETAIL("\"memory\" or \"shm:NAME[?capacity=N]\"");
+  CHECK_DETAIL("\"memory\", \"shm:NAME[?capacity=N]\" or a Redis URL");
   CHECK_RC(sg_limiter_new_in_store(q, "\xff", NULL, &l), SG_ERR_INVALID_OPTION);
   CHECK_DETAIL("not UTF-8");
   CHECK(strcmp(sg_result_name(SG_ERR_INVALID_OPTION), "invalid_option") == 0);
@@ -305,9 +305,10 @@ static void test_store_errors(void) {
   unlink(other + 4);
   CHECK(strcmp(sg_result_name(SG_ERR_STORE_PERMISSION), "store_permission") == 0);
 
-  /* A sliding log is not kept in a region (nor is a quota whose exact state outgrows 64
-   * bits): unsupported, and nothing is created. */
-  sg_quota *log = quota("10/s; algorithm=sliding_log"), *odd = quota("1000003/hour");
+  /* A sliding log is not kept in a region (nor is a quota whose exact state outgrows a
+   * slot's 96 bits within a century): unsupported, and nothing is created. */
+  sg_quota *log = quota("10/s; algorithm=sliding_log"),
+           *odd = quota("281474976710655/s; algorithm=sliding_window");
   region(other, sizeof other, "unsupported");
   CHECK_RC(sg_keyed_limiter_new_in_store(log, other, 8, SG_ON_FULL_REJECT_NEW_KEYS, NULL, &k),
            SG_ERR_STORE_UNSUPPORTED);

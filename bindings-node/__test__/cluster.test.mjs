@@ -1,8 +1,9 @@
 // The README's node:cluster server, run for real: its worker code (the README block, as
 // written) in 4 cluster workers of this process on 127.0.0.1 and a free port, 200 requests
 // from here with keep-alive off so that the cluster spreads the connections over the workers.
-// With the shared-memory store the host admits exactly the quota, 10; with the memory store
-// each worker admits its own 10: 40.
+// With the shared-memory store the host admits exactly the quota, 10, and so it does with a
+// Redis store (a redis-server started here); with the memory store each worker admits its own
+// 10: 40.
 import { after, test } from 'node:test'
 import assert from 'node:assert/strict'
 import cluster from 'node:cluster'
@@ -12,6 +13,7 @@ import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { killAll, within } from './fixtures/within.mjs'
+import { needsRedis, startRedis } from './fixtures/redis.mjs'
 
 const pkg = join(dirname(fileURLToPath(import.meta.url)), '..')
 const WORKERS = 4
@@ -97,6 +99,19 @@ test(`${WORKERS} cluster workers on the shm store admit exactly 10 of ${REQUESTS
     assert.deepEqual(counts, { 200: 10, 429: REQUESTS - 10 }, `in ${seconds} s`)
   } finally {
     await killAll(workers.map((w) => w.process))
+  }
+})
+
+test(`${WORKERS} cluster workers on a Redis store admit exactly 10 of ${REQUESTS}`, needsRedis(), async () => {
+  const srv = await startRedis()
+  const workers = []
+  try {
+    const port = await start(serverWith(`${srv.url}?prefix=cluster&on_error=error&timeout=1s`, 'redis'), workers)
+    const counts = await hammer(port)
+    assert.deepEqual(counts, { 200: 10, 429: REQUESTS - 10 })
+  } finally {
+    await killAll(workers.map((w) => w.process))
+    await srv.stop()
   }
 })
 

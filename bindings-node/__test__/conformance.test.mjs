@@ -3,57 +3,12 @@
 // memory and in a shared-memory region.
 import { after, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Limiter, KeyedLimiter, Composite, ManualClock } from '../index.mjs'
 
-// Times reach 3e18 ns, beyond a double's exact integers: every integer literal of 16 digits
-// or more becomes a BigInt (strings are matched first so their digits are left alone).
-function parseExact(text) {
-  const marked = text.replace(/("(?:[^"\\]|\\.)*")|(-?\d{16,})/g, (m, str, big) =>
-    str !== undefined ? str : `"\\u0000big:${big}"`,
-  )
-  return JSON.parse(marked, (_k, v) =>
-    typeof v === 'string' && v.startsWith('\u0000big:') ? BigInt(v.slice(5)) : v,
-  )
-}
-
-const load = (name) => {
-  const f = parseExact(readFileSync(new URL(`../../conformance/${name}`, import.meta.url), 'utf8'))
-  assert.equal(f.format, 1, `unknown ${name} format`)
-  return f
-}
-const vectors = load('vectors.json')
-const algorithms = load('algorithms.json')
-
-const CODES = {
-  invalid_quota: 'ERR_SLUICEGATE_INVALID_QUOTA',
-  parse_error: 'ERR_SLUICEGATE_PARSE',
-  insufficient_capacity: 'ERR_SLUICEGATE_INSUFFICIENT_CAPACITY',
-}
-
-const big = (x) => BigInt(x)
-
-function figures(d) {
-  return {
-    allowed: d.allowed,
-    limit: big(d.limit),
-    remaining: big(d.remaining),
-    retry_after_ns: big(d.retryAfterNs),
-    reset_after_ns: big(d.resetAfterNs),
-  }
-}
-
-function expected(e) {
-  return {
-    allowed: e.allowed,
-    limit: big(e.limit),
-    remaining: big(e.remaining),
-    retry_after_ns: big(e.retry_after_ns),
-    reset_after_ns: big(e.reset_after_ns),
-  }
-}
+import { algorithms, big, CODES, expected, figures, vectors } from './fixtures/vectors.mjs'
 
 // A region's single bucket is made by its first request, a memory Limiter's at construction
 // (the cases' start_ns): a request of cost 0 at construction makes them the same.

@@ -65,7 +65,7 @@ test('index.d.ts type-checks a use of the whole API', (t) => {
   t.after(() => rmSync(tmp, { recursive: true, force: true }))
   writeFileSync(join(tmp, 'use.ts'), `
 import { Limiter, KeyedLimiter, Composite, ManualClock, Decision, canonicalQuota } from 'sluicegate'
-import type { ErrorCode, QuotaOptions } from 'sluicegate'
+import type { BatchError, ErrorCode, QuotaOptions, RedisStats } from 'sluicegate'
 import rateLimit from 'sluicegate/express'
 const clock = new ManualClock(0n)
 clock.advance(5)
@@ -90,7 +90,17 @@ const one = new Limiter('5/s', { store: 'shm:/tmp/limits/one', clock })
 const shmMw = rateLimit({ quota: '10/minute', store: 'shm:/api-limits', maxKeys: 1000 })
 const named: string | undefined = shmMw.store
 const storeCode: ErrorCode = 'ERR_SLUICEGATE_STORE_MISMATCH'
-console.log(r, rk, p, h, s, mw, both.parts.length, k.size, ok, opts, code, w, region, one, named, storeCode)
+const remote = new KeyedLimiter('10/minute', { store: 'redis://127.0.0.1:1/0?on_error=open' })
+const ra: Promise<Decision> = remote.tryAcquireAsync('u', 2)
+const many: Promise<Decision[]> = remote.tryAcquireMany(['a', ['b', 2n]])
+const gone: Promise<boolean> = remote.removeAsync('u')
+const stats: RedisStats | null = remote.redisStats()
+const back: Promise<void> = one.refundAsync(1)
+const cd: Promise<Decision> = both.tryAcquireAsync()
+many.catch((e: BatchError) => e.results.length)
+const redisMw = rateLimit({ quota: '10/minute', store: 'redis://127.0.0.1:1/0?prefix=api' })
+const reset: boolean | Promise<boolean> = redisMw.resetKey('k')
+console.log(r, rk, p, h, s, mw, both.parts.length, k.size, ok, opts, code, w, region, one, named, storeCode, ra, gone, stats, back, cd, reset)
 `)
   writeFileSync(join(tmp, 'tsconfig.json'), JSON.stringify({
     compilerOptions: {

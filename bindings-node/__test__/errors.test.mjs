@@ -189,7 +189,7 @@ const dir = mkdtempSync(join(tmpdir(), 'sluicegate-errors-'))
 after(() => rmSync(dir, { recursive: true, force: true }))
 
 test('a store string outside the core\'s grammar is ERR_SLUICEGATE_INVALID_OPTION', () => {
-  const bad = ['redis://localhost', 'shm:', 'shm:?capacity=5', 'shm:/x?capacity=0', 'shm:/x?capacity=-1',
+  const bad = ['redis://localhost?bogus=1', 'postgres://localhost', 'shm:', 'shm:?capacity=5', 'shm:/x?capacity=0', 'shm:/x?capacity=-1',
     'shm:/x?capacity=5&capacity=6', 'shm:/x?size=5', 'shm/x', 'memory:x', '']
   for (const store of bad) {
     for (const make of [() => new Limiter('1/s', { store }), () => new KeyedLimiter('1/s', { store })]) {

@@ -32,7 +32,10 @@ if (process.argv[2] === 'prepare') {
   fs.copyFileSync(path.join(repo, 'Cargo.lock'), path.join(out, 'Cargo.lock'))
   for (const crate of ['core', 'model']) {
     fs.mkdirSync(path.join(out, crate))
-    fs.copyFileSync(path.join(repo, crate, 'Cargo.toml'), path.join(out, crate, 'Cargo.toml'))
+    // Only src/ is copied: the manifest's explicit test, example and bench targets (whose
+    // files cargo would look for) are dropped.
+    const own = fs.readFileSync(path.join(repo, crate, 'Cargo.toml'), 'utf8')
+    fs.writeFileSync(path.join(out, crate, 'Cargo.toml'), own.replace(/^\[\[(test|example|bench)\]\]\n(?:[^[\n].*\n)*/gm, ''))
     copy(path.join(repo, crate, 'src'), path.join(out, crate, 'src'))
   }
   for (const f of ['Cargo.toml', 'build.rs']) {

@@ -99,6 +99,7 @@ pub fn acquire_start(
             let key = unsafe { with_key(key.env(), key.raw(), |k| Box::<[u8]>::from(k)) }?;
             Target::Keyed(key, l.start_acquire(cost, max_wait))
         }
+        (Entry::Remote(_), _) => return Err(crate::state::remote_sync()),
         (Entry::Keyed(_), None) => return Err(invalid_arg("a KeyedLimiter's acquire needs a key")),
         (_, Some(_)) => return Err(invalid_arg("only a KeyedLimiter's acquire takes a key")),
     };

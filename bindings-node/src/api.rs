@@ -87,10 +87,23 @@ impl ManualClock {
     }
 }
 
-/// The store a `store` option names, by the core's parser: `"memory"` (the default) or
-/// `"shm:NAME[?capacity=N]"`; anything else is `ERR_SLUICEGATE_INVALID_OPTION`.
-fn store_of(store: Option<&str>) -> std::result::Result<StoreSpec, JsErr> {
-    store.map_or(Ok(StoreSpec::Memory), |s| s.parse().map_err(from_core))
+/// The store a `store` option names, by the core's parser: `"memory"` (the default),
+/// `"shm:NAME[?capacity=N]"` or a Redis URL (`"redis://host:6379/0?prefix=api"`); anything
+/// else is `ERR_SLUICEGATE_INVALID_OPTION`. `suffix`, when given, is appended to a region's
+/// name or a Redis store's `prefix` (the Express middleware's namespace per limit).
+fn store_of(store: Option<&str>, suffix: Option<&str>) -> std::result::Result<StoreSpec, JsErr> {
+    let spec = store.map_or(Ok(StoreSpec::Memory), |s| s.parse().map_err(from_core))?;
+    Ok(match (spec, suffix) {
+        (StoreSpec::Shm { name, capacity }, Some(x)) => StoreSpec::Shm {
+            name: name + x,
+            capacity,
+        },
+        (StoreSpec::Redis { url, mut options }, Some(x)) => {
+            options.prefix.push_str(x);
+            StoreSpec::Redis { url, options }
+        }
+        (spec, _) => spec,
+    })
 }
 
 /// Creates a limiter for `quota` (a rate string) on the system clock or `clock`, its bucket
@@ -105,25 +118,20 @@ pub fn limiter_new(
 ) -> std::result::Result<u32, JsErr> {
     let limiter = Limiter::builder(parse(&quota)?)
         .clock(AnyClock::new(clock.map(|c| &c.inner)))
-        .store(store_of(store.as_deref())?)
+        .store(store_of(store.as_deref(), None)?)
         .build()
         .map_err(from_core)?;
-    env_state(&env)?.insert(Arc::new(Entry::Single(limiter)))
+    env_state(&env)?.insert(Arc::new(Entry::new(Entry::Single(limiter))))
 }
 
-/// `store` (parsed and printed by the core) with `suffix` appended to a region's name:
-/// `"shm:/api?capacity=9"` and `"-x"` give `"shm:/api-x?capacity=9"`; `"memory"` stays
-/// `"memory"`. The Express middleware names one region per limit with it.
+/// `store` (parsed and printed by the core, a Redis password redacted) with `suffix` appended
+/// to a region's name or a Redis store's prefix: `"shm:/api?capacity=9"` and `"-x"` give
+/// `"shm:/api-x?capacity=9"`, `"redis://h/0?prefix=api"` gives `"redis://h/0?prefix=api-x"`;
+/// `"memory"` stays `"memory"`. The Express middleware names one namespace per limit with it
+/// (and builds its limiter with `keyedNew`'s `storeSuffix`, so the password is kept).
 #[napi]
 pub fn store_suffixed(store: String, suffix: String) -> std::result::Result<String, JsErr> {
-    let spec = match store_of(Some(&store))? {
-        StoreSpec::Shm { name, capacity } => StoreSpec::Shm {
-            name: name + &suffix,
-            capacity,
-        },
-        other => other,
-    };
-    Ok(spec.to_string())
+    Ok(store_of(Some(&store), Some(&suffix))?.to_string())
 }
 
 /// The limiter named `name` in this process (created with `quota` on first use, on the system
@@ -165,15 +173,17 @@ fn keyed_build(
     if let Some(n) = shards {
         b = b.shards(n as usize);
     }
-    Ok(Entry::Keyed(b.build().map_err(from_core)?))
+    Ok(Entry::new(Entry::Keyed(b.build().map_err(from_core)?)))
 }
 
 /// Creates a keyed limiter; `maxKeys` bounds the keys held at once (default 2^20; a
 /// shared-memory region's capacity, which an opener that gives none takes from the region),
 /// `onFull` says what a new key meets at the bound when no bucket is full: `"reject"` (the
 /// default: `ERR_SLUICEGATE_KEY_STORE_FULL`) or `"evict"` (the bucket nearest to full is
-/// evicted); `store` is where the buckets live (default memory).
+/// evicted); `store` is where the buckets live (default memory), `storeSuffix` appended to its
+/// region name or Redis prefix (see `storeSuffixed`).
 #[napi]
+#[allow(clippy::too_many_arguments)]
 pub fn keyed_new(
     env: Env,
     quota: String,
@@ -182,10 +192,11 @@ pub fn keyed_new(
     on_full: Option<String>,
     shards: Option<u32>,
     store: Option<String>,
+    store_suffix: Option<String>,
 ) -> std::result::Result<u32, JsErr> {
     let clock = AnyClock::new(clock.map(|c| &c.inner));
     let on_full = on_full_of(on_full.as_deref())?;
-    let store = store_of(store.as_deref())?;
+    let store = store_of(store.as_deref(), store_suffix.as_deref())?;
     let entry = keyed_build(parse(&quota)?, clock, max_keys, on_full, shards, store)?;
     env_state(&env)?.insert(Arc::new(entry))
 }
@@ -232,10 +243,13 @@ pub fn composite_new(env: Env, handles: Vec<u32>) -> std::result::Result<u32, Js
     let mut parts = Vec::with_capacity(handles.len());
     for h in handles {
         let part = state.get(h)?;
-        part.single()?;
+        match &*part {
+            Entry::Remote(inner) => inner.single().map(drop)?,
+            other => other.single().map(drop)?,
+        }
         parts.push(part);
     }
-    state.insert(Arc::new(Entry::Composite(parts)))
+    state.insert(Arc::new(Entry::new(Entry::Composite(parts))))
 }
 
 fn key_op<R>(

@@ -76,6 +76,11 @@ pub fn from_core(e: sluicegate::Error) -> JsErr {
     napi::Error::new(code, e.to_string())
 }
 
+/// An `ERR_SLUICEGATE_STORE_*` error of `kind` raised by the binding itself.
+pub fn store_error(kind: sluicegate::StoreErrorKind, reason: impl Into<String>) -> JsErr {
+    napi::Error::new(ErrorCode::Store(kind), reason.into())
+}
+
 /// An `ERR_SLUICEGATE_INVALID_ARG` error.
 pub fn invalid_arg(reason: impl Into<String>) -> JsErr {
     napi::Error::new(ErrorCode::InvalidArg, reason.into())

@@ -6,6 +6,7 @@
 //!
 //! * `hot.rs`: the per-request calls, hand-written against Node-API (see there why);
 //! * `api.rs`: construction, inspection and the `ManualClock` class, through `#[napi]`;
+//! * `remote.rs`: the calls on a Redis store, as Promises (the event loop never waits);
 //! * `acquire.rs`: `acquire()`'s plan (the core's), polled from `index.js`'s timers;
 //! * `state.rs`: per-environment handle slab and scratch buffer, shared-limiter registry;
 //! * `errors.rs`: the one core-error mapping; `args.rs`: number/BigInt conversion;
@@ -20,6 +21,7 @@ mod args;
 mod errors;
 mod hot;
 mod keys;
+mod remote;
 mod state;
 
 use napi::bindgen_prelude::*;
@@ -42,6 +44,12 @@ fn check(status: sys::napi_status, what: &str) -> Result<()> {
             format!("sluicegate init: {what} failed"),
         ))
     }
+}
+
+/// Before any environment starts: the runtime napi settles the Redis calls' Promises on.
+#[napi_derive::module_init]
+fn init_runtime() {
+    remote::configure_runtime();
 }
 
 /// Module initialisation: per-environment state, the scratch buffer and the hot callbacks.

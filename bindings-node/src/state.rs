@@ -28,8 +28,13 @@ pub enum Entry {
     /// One bucket per key.
     Keyed(Keyed),
     /// Several single limiters consumed all-or-nothing (`sluicegate::composite`); every part
-    /// is an `Entry::Single`, checked when the composite is made.
+    /// is an `Entry::Single` or a remote one, checked when the composite is made.
     Composite(Vec<Arc<Entry>>),
+    /// A limiter, keyed limiter or composite with a bucket on a Redis store (the entry
+    /// inside): decided only through Promises (`remote.rs`), never by the synchronous calls,
+    /// which would block the event loop for a round trip. Every synchronous accessor below
+    /// refuses it with `ERR_SLUICEGATE_STORE_UNSUPPORTED`.
+    Remote(Box<Entry>),
 }
 
 impl Entry {
@@ -38,6 +43,42 @@ impl Entry {
             Entry::Single(_) => "a Limiter's",
             Entry::Keyed(_) => "a KeyedLimiter's",
             Entry::Composite(_) => "a Composite's",
+            Entry::Remote(_) => "a Redis-backed limiter's",
+        }
+    }
+
+    /// An entry for `inner`, remote when a bucket of it is on a Redis store.
+    pub fn new(inner: Entry) -> Entry {
+        let remote = match &inner {
+            Entry::Single(l) => l.redis_stats().is_some(),
+            Entry::Keyed(l) => l.redis_stats().is_some(),
+            Entry::Composite(parts) => parts.iter().any(|p| matches!(**p, Entry::Remote(_))),
+            Entry::Remote(_) => false,
+        };
+        if remote {
+            Entry::Remote(Box::new(inner))
+        } else {
+            inner
+        }
+    }
+
+    /// The entry of a remote limiter, or an `ERR_SLUICEGATE_INVALID_ARG` error.
+    pub fn remote(&self) -> Result<&Entry, JsErr> {
+        match self {
+            Entry::Remote(inner) => Ok(inner),
+            other => Err(invalid_arg(format!(
+                "expected a Redis-backed handle, got {}",
+                other.kind()
+            ))),
+        }
+    }
+
+    /// The error of a synchronous call on a remote entry, else of a handle of the wrong kind.
+    #[cold]
+    fn wrong(&self, expected: &str) -> JsErr {
+        match self {
+            Entry::Remote(_) => remote_sync(),
+            other => invalid_arg(format!("expected {expected} handle, got {}", other.kind())),
         }
     }
 
@@ -46,10 +87,7 @@ impl Entry {
     pub fn single(&self) -> Result<&Limiter<AnyClock>, JsErr> {
         match self {
             Entry::Single(l) => Ok(l),
-            other => Err(invalid_arg(format!(
-                "expected a Limiter handle, got {}",
-                other.kind()
-            ))),
+            other => Err(other.wrong("a Limiter")),
         }
     }
 
@@ -58,10 +96,7 @@ impl Entry {
     pub fn keyed(&self) -> Result<&Keyed, JsErr> {
         match self {
             Entry::Keyed(l) => Ok(l),
-            other => Err(invalid_arg(format!(
-                "expected a KeyedLimiter handle, got {}",
-                other.kind()
-            ))),
+            other => Err(other.wrong("a KeyedLimiter")),
         }
     }
 
@@ -69,19 +104,21 @@ impl Entry {
     pub fn composite(&self) -> Result<&[Arc<Entry>], JsErr> {
         match self {
             Entry::Composite(parts) => Ok(parts),
-            other => Err(invalid_arg(format!(
-                "expected a Composite handle, got {}",
-                other.kind()
-            ))),
+            other => Err(other.wrong("a Composite")),
         }
     }
 
-    /// The parts of a composite as limiters (every part is single by construction).
+    /// The parts of a composite as limiters (every part is single, or a remote single, by
+    /// construction).
     pub fn parts(parts: &[Arc<Entry>]) -> Vec<&Limiter<AnyClock>> {
         parts
             .iter()
             .filter_map(|p| match &**p {
                 Entry::Single(l) => Some(l),
+                Entry::Remote(inner) => match &**inner {
+                    Entry::Single(l) => Some(l),
+                    _ => None,
+                },
                 _ => None,
             })
             .collect()
@@ -95,9 +132,7 @@ impl Entry {
             Entry::Composite(parts) => {
                 composite::try_acquire_all(&Self::parts(parts), cost).map_err(from_core)
             }
-            Entry::Keyed(_) => Err(invalid_arg(
-                "expected a Limiter or Composite handle, got a KeyedLimiter's",
-            )),
+            other => Err(other.wrong("a Limiter or Composite")),
         }
     }
 
@@ -111,9 +146,7 @@ impl Entry {
                 let now = parts[0].clock().now();
                 composite::refund_all_at(&parts, now, cost).map_err(from_core)
             }
-            Entry::Keyed(_) => Err(invalid_arg(
-                "expected a Limiter or Composite handle, got a KeyedLimiter's",
-            )),
+            other => Err(other.wrong("a Limiter or Composite")),
         }
     }
 
@@ -123,8 +156,18 @@ impl Entry {
             Entry::Single(l) => Ok(l.quota()),
             Entry::Keyed(l) => Ok(l.quota()),
             Entry::Composite(_) => Err(invalid_arg("a Composite has one quota per part")),
+            Entry::Remote(inner) => inner.quota(),
         }
     }
+}
+
+/// `ERR_SLUICEGATE_STORE_UNSUPPORTED`: a synchronous call on a Redis-backed limiter.
+pub fn remote_sync() -> JsErr {
+    crate::errors::store_error(
+        sluicegate::StoreErrorKind::Unsupported,
+        "a limiter on a Redis store decides through Promises (tryAcquireAsync, peekAsync, \
+         refundAsync, tryAcquireMany, ...): a synchronous call would block the event loop",
+    )
 }
 
 /// Words in the scratch buffer: see `SCRATCH_*` and `index.js`'s reader.

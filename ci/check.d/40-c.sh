@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The C API (bindings-c): header drift, the C tests plain / under ASan+UBSan / under
-# valgrind (test_shm: processes made with fork() on one shared-memory region), the
-# quickstart (shared and static), install + pkg-config, and the LuaJIT examples (the
-# handler, and the handler in pre-forked workers on one region). Needs Rust, gcc and make;
-# installs valgrind and luajit with apt-get when they are missing and this runs as root,
-# else skips those parts and says so (under CI=true a part that cannot run fails instead: a
-# suite that quietly skips proves nothing).
+# valgrind (test_shm: processes made with fork() on one shared-memory region; test_redis:
+# the Redis store against a redis-server started here), the conformance vectors through
+# Redis on the test clock (a second library, `make test-clock`), examples/prefork.c on a
+# region and on Redis, the quickstart (shared and static), install + pkg-config, and the
+# LuaJIT examples (the handler, and the handler in pre-forked workers on one region). Needs
+# Rust, gcc and make; installs valgrind, luajit and redis-server with apt-get when they are
+# missing and this runs as root, else skips those parts and says so (under CI=true a part
+# that cannot run fails instead: a suite that quietly skips proves nothing). The redis-server
+# runs on a free loopback port without persistence and is killed on exit.
 # Last line: "c-tests: N passed, M failed" (one per program and mode).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -43,6 +46,47 @@ want() {
   fi
   command -v "$1" >/dev/null
 }
+
+cleanup=()
+on_exit() { for c in "${cleanup[@]}"; do eval "$c"; done; }
+trap on_exit EXIT
+
+echo "== redis-server for the Redis tests (a free loopback port, no persistence)"
+redis_pid=
+redis_tmp=$(mktemp -d)
+cleanup+=('[ -z "$redis_pid" ] || { kill -CONT "$redis_pid"; kill -KILL "$redis_pid"; wait "$redis_pid"; } 2>/dev/null; rm -rf "$redis_tmp"')
+# start_redis: a server of ours on a random free port (a port another server holds is
+# detected by the pid the server reports); every wait bounded.
+start_redis() {
+  local try port i
+  for try in 1 2 3 4 5 6 7 8; do
+    port=$((20000 + RANDOM % 40000))
+    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$redis_tmp" \
+      >"$redis_tmp/log" 2>&1 &
+    redis_pid=$!
+    for i in $(seq 100); do
+      kill -0 "$redis_pid" 2>/dev/null || break
+      if redis-cli -p "$port" info server 2>/dev/null | grep -q "^process_id:$redis_pid"; then
+        export SG_REDIS_URL="redis://127.0.0.1:$port/0" SG_REDIS_PID="$redis_pid"
+        echo "redis-server $(redis-server --version | grep -o 'v=[^ ]*') on port $port (pid $redis_pid)"
+        return 0
+      fi
+      sleep 0.05
+    done
+    kill -KILL "$redis_pid" 2>/dev/null
+    wait "$redis_pid" 2>/dev/null
+    redis_pid=
+  done
+  return 1
+}
+if want redis-server redis-server && command -v redis-cli >/dev/null; then
+  # Debian's package starts a system service: stop it (the tests use their own server).
+  if command -v systemctl >/dev/null; then systemctl stop redis-server >/dev/null 2>&1 || true; fi
+  if command -v service >/dev/null; then service redis-server stop >/dev/null 2>&1 || true; fi
+  start_redis || { missing "redis-server (it did not start: $(tail -n 3 "$redis_tmp/log"))"; }
+else
+  missing "redis-server (not installed, and cannot apt-get install it without root): test_redis checks only what needs no server"
+fi
 
 M="make --no-print-directory -s -C bindings-c"
 OUT=target/c
@@ -82,6 +126,19 @@ readme_fragments() {
 }
 run "README blocks marked with an example are in it" readme_fragments
 
+echo "== the conformance vectors through Redis on the test clock (the test-clock library)"
+# Built first: `make tests` below rebuilds the published library from the same cargo output.
+if [ -n "$redis_pid" ]; then
+  if $M test-clock; then
+    run "test-clock test_conformance (memory, region and Redis, bit for bit)" \
+      env SG_TEST_CLOCK_REDIS_URL="$SG_REDIS_URL" "$OUT/test-clock/test_conformance" "$VECTORS"
+  else
+    bad "test-clock build"
+  fi
+else
+  missing "the conformance vectors through Redis (no redis-server)"
+fi
+
 echo "== build libsluicegate and the C tests (-std=c11 -Wall -Wextra -Wpedantic -Werror)"
 if ! $M tests; then
   bad "build"
@@ -93,12 +150,17 @@ tests=$(cd bindings-c/tests && ls test_*.c | sed 's/\.c$//')
 echo "== C tests, plain"
 for t in $tests quickstart; do run "plain $t" "$OUT/plain/$t" "$VECTORS"; done
 run "plain prefork (4 workers forked on one region)" "$OUT/plain/prefork"
+if [ -n "$redis_pid" ]; then
+  run "plain prefork on Redis (4 workers forked, one key on the server)" \
+    "$OUT/plain/prefork" "$SG_REDIS_URL?prefix=prefork-plain-$$&on_error=error"
+fi
 run "static quickstart (libsluicegate.a)" "$OUT/static/quickstart"
 
 echo "== C tests, AddressSanitizer + UndefinedBehaviorSanitizer"
 if $M asan; then
   for t in $tests quickstart; do run "asan $t" "$OUT/asan/$t" "$VECTORS"; done
   run "asan prefork" "$OUT/asan/prefork"
+  [ -z "$redis_pid" ] || run "asan prefork on Redis" "$OUT/asan/prefork" "$SG_REDIS_URL?prefix=prefork-asan-$$&on_error=error"
 else
   bad "asan build"
 fi
@@ -116,7 +178,7 @@ fi
 
 echo "== make install PREFIX=... and a program built with pkg-config"
 prefix=$(mktemp -d)
-trap 'rm -rf "$prefix"' EXIT
+cleanup+=('rm -rf "$prefix"')
 install_check() {
   $M install PREFIX="$prefix" >/dev/null || return 1
   local cflags libs
