@@ -486,7 +486,7 @@ fn target(url: &str, timeout: Duration) -> Result<Target, Error> {
                 .set_redis_connection_info(redis::RedisConnectionInfo::default().set_db(db));
             redis::sentinel::SentinelClient::build(
                 nodes,
-                master,
+                String::from(master), // `String` without TLS, `impl AsRef<str>` with it
                 Some(info),
                 redis::sentinel::SentinelServerType::Master,
             )
