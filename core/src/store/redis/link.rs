@@ -15,7 +15,7 @@
 //!   backoff of 10 ms doubling to 1 s, and while there is none every call fails at once
 //!   without a round trip (nothing queues up behind a dead or paused server).
 
-use super::scripts::scripts;
+use super::scripts::{scripts, Func};
 use crate::error::{Error, StoreErrorKind};
 use crate::store::spec::{redact, Topology};
 use crate::store::StoreSpec;
@@ -310,15 +310,17 @@ impl Link {
         }
     }
 
-    /// Calls the scripts with `keys` and `args` (SCRIPTS.md, "Calling convention"): one
-    /// round trip, two when the scripts must be loaded first. Runs on the runtime thread.
+    /// Calls the scripts' function `func` with `keys` and `args` (SCRIPTS.md, "Calling
+    /// convention"): one round trip, two when the scripts must be loaded first. Runs on the
+    /// runtime thread.
     pub(crate) async fn call(
         self: Arc<Self>,
+        func: Func,
         keys: Vec<String>,
         args: Vec<String>,
     ) -> Result<Value, Fail> {
         let deadline = tokio::time::Instant::now() + self.timeout;
-        let r = tokio::time::timeout_at(deadline, self.call_inner(&keys, &args)).await;
+        let r = tokio::time::timeout_at(deadline, self.call_inner(func, &keys, &args)).await;
         let (fail, generation) = match r {
             Ok(Ok(v)) => return Ok(v),
             Ok(Err(f)) => f,
@@ -348,6 +350,7 @@ impl Link {
 
     async fn call_inner(
         self: &Arc<Self>,
+        func: Func,
         keys: &[String],
         args: &[String],
     ) -> Result<Value, (Fail, u64)> {
@@ -358,10 +361,12 @@ impl Link {
             c.arg(what).arg(keys.len()).arg(keys).arg(args);
             c
         };
+        // The EVAL form has only the general entry (the store never asks it for another).
+        debug_assert!(!self.eval || func == Func::Run);
         let main = if self.eval {
             cmd("EVALSHA", &sc.sha)
         } else {
-            cmd("FCALL", &sc.name)
+            cmd("FCALL", sc.function(func))
         };
         let fail = |e: redis::RedisError| (classify(&e), generation);
         match conn.send(&main).await {

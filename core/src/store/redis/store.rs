@@ -17,7 +17,7 @@
 //! for bit.
 
 use super::link::{block, run, slot, Fail, Link, RedisStats};
-use super::scripts;
+use super::scripts::{self, Func};
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{Error, StoreErrorKind};
 use crate::store::keyed::Ctx;
@@ -134,6 +134,9 @@ pub(crate) struct Common {
     link: Arc<Link>,
     /// The quota's spec in the scripts' terms (SCRIPTS.md).
     spec: String,
+    /// The function that decides a one-bucket acquisition by itself, and its quota arguments
+    /// (SCRIPTS.md, "The one-bucket functions"); none with `scripts=eval`.
+    one: Option<(Func, [String; 4])>,
     /// Nanoseconds a tick: 1000, or 1 on the test clock.
     tick: u64,
     /// `PREFIX:QUOTA:`.
@@ -191,8 +194,14 @@ impl Common {
                 .unwrap_or_default();
             u64::try_from(now.as_millis()).unwrap_or(u64::MAX / 2) + 86_400_000
         });
+        let one = if o.eval {
+            None
+        } else {
+            scripts::one_bucket(&spec_text)
+        };
         Ok(Common {
             link,
+            one,
             spec: spec_text,
             tick,
             head: format!("{}:{qfp:016x}:", o.prefix),
@@ -339,6 +348,7 @@ fn insurance(quota: &Quota, limit: u64, hosts: u64) -> Result<Quota, Error> {
 
 /// A request prepared for the server.
 struct Call {
+    func: Func,
     keys: Vec<String>,
     args: Vec<String>,
 }
@@ -446,8 +456,25 @@ impl Common {
                 fps.iter().for_each(|fp| cache.forget(*fp));
             }
         }
+        if let (Some((func, quota)), [_], Op::Acquire, None) = (&self.one, fps, op, bound) {
+            let mut args = Vec::with_capacity(6);
+            args.push(cost.to_string());
+            args.extend(quota.iter().cloned());
+            if self.test_base_ms.is_some() {
+                args.push(self.test_clock(now));
+            }
+            return Ok(Call {
+                func: *func,
+                keys: names,
+                args,
+            });
+        }
         let args = self.args(op, now, cost, bound, names.len());
-        Ok(Call { keys: names, args })
+        Ok(Call {
+            func: Func::Run,
+            keys: names,
+            args,
+        })
     }
 
     fn request(
@@ -462,7 +489,7 @@ impl Common {
         match self.prepare(names, fps, op, now, cost, bound) {
             Err(d) => Ok((d, vec![d])),
             Ok(call) => {
-                let r = block(self.link.clone().call(call.keys, call.args));
+                let r = block(self.link.clone().call(call.func, call.keys, call.args));
                 self.finish(r, &[(self, fps[0])], op, now, cost, bound)
             }
         }
@@ -480,7 +507,7 @@ impl Common {
         match self.prepare(names, fps, op, now, cost, bound) {
             Err(d) => Ok((d, vec![d])),
             Ok(call) => {
-                let r = run(self.link.clone().call(call.keys, call.args)).await;
+                let r = run(self.link.clone().call(call.func, call.keys, call.args)).await;
                 self.finish(r, &[(self, fps[0])], op, now, cost, bound)
             }
         }
@@ -585,7 +612,8 @@ impl RedisStore {
                         None,
                     ) {
                         Err(d) => out[i] = Some(Ok(d)),
-                        Ok(call) => calls.push((i, self.c.link.clone().call(call.keys, call.args))),
+                        Ok(call) => calls
+                            .push((i, self.c.link.clone().call(call.func, call.keys, call.args))),
                     }
                 }
             }
@@ -640,7 +668,8 @@ impl RedisStore {
                         None,
                     ) {
                         Err(d) => out[i] = Some(Ok(d)),
-                        Ok(call) => calls.push((i, self.c.link.clone().call(call.keys, call.args))),
+                        Ok(call) => calls
+                            .push((i, self.c.link.clone().call(call.func, call.keys, call.args))),
                     }
                 }
             }
@@ -950,7 +979,7 @@ pub(crate) fn composite(
     }
     let args = composite_args(parts, op, now, cost);
     let c = &parts[0].c;
-    let r = block(c.link.clone().call(names, args));
+    let r = block(c.link.clone().call(Func::Run, names, args));
     Some(c.finish(r, &fps, op, now, cost, None))
 }
 
@@ -971,6 +1000,6 @@ pub(crate) async fn composite_async(
     }
     let args = composite_args(parts, Op::Acquire, now, cost);
     let c = &parts[0].c;
-    let r = run(c.link.clone().call(names, args)).await;
+    let r = run(c.link.clone().call(Func::Run, names, args)).await;
     Some(c.finish(r, &fps, Op::Acquire, now, cost, None))
 }
