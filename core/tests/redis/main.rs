@@ -52,8 +52,8 @@ fn cases(file: &str) -> Vec<Value> {
 
 /// Every case of both vector files through Redis on the test clock (nanosecond ticks): the
 /// same decisions as the in-process engine, field for field. A single limiter's (or a
-/// composite part's) bucket is created at `start_ns` by a cost-0 request, as conformance/README.md
-/// says; a keyed bucket at its key's first request.
+/// composite part's) bucket is created when the limiter is built, at `start_ns`, as
+/// in-process; a keyed bucket at its key's first request.
 #[test]
 fn conformance_vectors_bit_for_bit() {
     let srv = Server::start();
@@ -66,7 +66,7 @@ fn conformance_vectors_bit_for_bit() {
             let name = case["name"].as_str().unwrap();
             let url = |part: usize| {
                 spec(&format!(
-                    "{}?clock=test&negative_cache=off&on_error=error&prefix=v{f}c{n}p{part}",
+                    "{}?clock=test&negative_cache=off&on_error=error&timeout=2s&prefix=v{f}c{n}p{part}",
                     srv.url()
                 ))
             };
@@ -109,13 +109,11 @@ fn conformance_vectors_bit_for_bit() {
                 .iter()
                 .enumerate()
                 .map(|(i, q)| {
-                    let l = Limiter::builder(*q)
+                    Limiter::builder(*q)
                         .clock(clock.clone())
                         .store(url(i))
                         .build()
-                        .unwrap();
-                    l.try_acquire(0).unwrap(); // the bucket is created at start_ns
-                    l
+                        .unwrap()
                 })
                 .collect();
             let composite = Composite::new(parts);
@@ -146,26 +144,52 @@ fn conformance_vectors_bit_for_bit() {
 }
 
 /// Production clock: once every bucket is full again, no key of ours remains (DBSIZE 0), and
-/// a caller that comes back gets a full bucket.
+/// a caller that comes back gets a full bucket; with `initial < burst`, a keyed limiter's key
+/// starts again with `initial` tokens, a single limiter's bucket (created when the limiter was
+/// built) is full (SCRIPTS.md, "Absent keys").
 #[test]
 fn expiry_leaves_nothing_and_a_returning_caller_gets_a_full_bucket() {
     let srv = Server::start();
-    let url = format!("{}?prefix=exp&on_error=error", srv.url());
+    let url = format!("{}?prefix=exp&on_error=error&timeout=2s", srv.url());
     let q: Quota = "20/s; burst=5".parse().unwrap();
     let keyed = KeyedLimiter::<u64>::builder(q)
         .store(spec(&url))
         .build()
         .unwrap();
     let single = Limiter::builder("3/s; algorithm=sliding_window".parse().unwrap())
-        .store(spec(&format!("{}?prefix=exp-single", srv.url())))
+        .store(spec(&format!(
+            "{}?prefix=exp-single&on_error=error&timeout=2s",
+            srv.url()
+        )))
         .build()
         .unwrap();
+    let slow_start: Quota = "20/s; burst=5; initial=2".parse().unwrap();
+    let keyed_slow = KeyedLimiter::<u64>::builder(slow_start)
+        .store(spec(&format!(
+            "{}?prefix=exp-slow&on_error=error&timeout=2s",
+            srv.url()
+        )))
+        .build()
+        .unwrap();
+    let single_slow = Limiter::builder(slow_start)
+        .store(spec(&format!(
+            "{}?prefix=exp-single-slow&on_error=error&timeout=2s",
+            srv.url()
+        )))
+        .build()
+        .unwrap();
+    let mut r = srv.resp();
+    assert!(
+        r.keys().iter().any(|k| k.starts_with("exp-single-slow:")),
+        "the slow-start single limiter's bucket, created at build"
+    );
     for k in 0..50u64 {
         assert!(keyed.try_acquire(&k, 3).unwrap().allowed());
     }
     assert!(single.try_acquire(2).unwrap().allowed());
-    let mut r = srv.resp();
-    assert_eq!(r.int(&["DBSIZE"]), 51);
+    assert_eq!(keyed_slow.try_acquire(&1, 1).unwrap().remaining(), 1);
+    assert_eq!(single_slow.try_acquire(2).unwrap().remaining(), 0);
+    assert_eq!(r.int(&["DBSIZE"]), 53);
     // Full 150 ms (token bucket) and at most two windows, 2 s (sliding window), later.
     let deadline = Instant::now() + Duration::from_secs(5);
     while r.int(&["DBSIZE"]) > 0 {
@@ -177,6 +201,84 @@ fn expiry_leaves_nothing_and_a_returning_caller_gets_a_full_bucket() {
         assert!(d.allowed() && d.remaining() == 4, "key {k}: {}", got(Ok(d)));
     }
     assert_eq!(single.try_acquire(1).unwrap().remaining(), 2);
+    assert_eq!(
+        keyed_slow.try_acquire(&1, 1).unwrap().remaining(),
+        1,
+        "initial again"
+    );
+    assert_eq!(
+        single_slow.try_acquire(1).unwrap().remaining(),
+        4,
+        "full, as in-process"
+    );
+}
+
+/// `initial < burst` with expiry (SCRIPTS.md, "Absent keys"), against the in-process engine
+/// on one test clock, with Redis expiry simulated (a key is deleted as soon as its bucket is
+/// full, which is when Redis expires it): a single limiter's bucket, once created, is full
+/// when its key has gone, as an in-process limiter's stays full; a keyed limiter's key starts
+/// again with `initial` tokens, as an in-process keyed limiter's after `sweep`.
+#[test]
+fn initial_below_burst_matches_in_process_across_expiry() {
+    let srv = Server::start();
+    let mut r = srv.resp();
+    for (n, q) in [
+        "10/s; burst=5; initial=1",
+        "10/s; burst=5; initial=0; algorithm=gcra",
+        "4/s; burst=6; initial=2; refill=interval",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let q: Quota = q.parse().unwrap();
+        let clock = ManualClock::new(1_000_000_000);
+        let url = |p: &str| {
+            spec(&format!(
+                "{}?clock=test&negative_cache=off&on_error=error&timeout=2s&prefix={p}{n}",
+                srv.url()
+            ))
+        };
+        let mem = Limiter::with_clock(q, clock.clone()).unwrap();
+        let red = Limiter::builder(q)
+            .clock(clock.clone())
+            .store(url("one"))
+            .build()
+            .unwrap();
+        let kmem = KeyedLimiter::<u64, _>::builder(q)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let kred = KeyedLimiter::<u64, _>::builder(q)
+            .clock(clock.clone())
+            .store(url("keyed"))
+            .build()
+            .unwrap();
+        let mut expired = 0;
+        // Steps of 50 ms to 1.5 s: the buckets fill, empty and fill again.
+        for (i, step) in [50u64, 50, 1500, 0, 100, 900, 50, 1200, 300, 20, 2000]
+            .into_iter()
+            .enumerate()
+        {
+            clock.advance(Duration::from_millis(step));
+            // Redis expiry: a full bucket's key is gone.
+            if mem.peek().unwrap().reset_after_nanos() == 0 {
+                expired += r.del_prefix(&format!("one{n}:"));
+            }
+            if kmem.peek(&7).unwrap().reset_after_nanos() == 0 {
+                expired += r.del_prefix(&format!("keyed{n}:"));
+                kmem.sweep().unwrap();
+            }
+            let cost = [1, 2, 1, 3][i % 4];
+            let (a, b) = (got(mem.try_acquire(cost)), got(red.try_acquire(cost)));
+            assert_eq!(a, b, "{q}, single, step {i}");
+            let (a, b) = (
+                got(kmem.try_acquire(&7, cost)),
+                got(kred.try_acquire(&7, cost)),
+            );
+            assert_eq!(a, b, "{q}, keyed, step {i}");
+        }
+        assert!(expired >= 4, "{q}: only {expired} expiries simulated");
+    }
 }
 
 /// A rejection leaves the key exactly as it was (value and expiry): no counter inflation.
@@ -195,7 +297,7 @@ fn rejections_write_nothing_and_the_negative_cache_saves_round_trips() {
     ] {
         let q: Quota = format!("2/m; algorithm={algo}").parse().unwrap();
         let url = format!(
-            "{}?prefix=rej-{algo}&negative_cache=off&on_error=error",
+            "{}?prefix=rej-{algo}&negative_cache=off&on_error=error&timeout=2s",
             srv.url()
         );
         let l = KeyedLimiter::<String>::builder(q)
@@ -223,7 +325,10 @@ fn rejections_write_nothing_and_the_negative_cache_saves_round_trips() {
     // The negative cache: 1000 rejected requests, one server call.
     let q: Quota = "1/m".parse().unwrap();
     let l = KeyedLimiter::<String>::builder(q)
-        .store(spec(&format!("{}?prefix=neg&on_error=error", srv.url())))
+        .store(spec(&format!(
+            "{}?prefix=neg&on_error=error&timeout=2s",
+            srv.url()
+        )))
         .build()
         .unwrap();
     assert!(l.try_acquire("k", 1).unwrap().allowed());
@@ -465,7 +570,7 @@ fn local_insurance_is_the_hosts_share() {
 fn cluster_of_three_masters() {
     let cluster = Cluster::start();
     let url = format!(
-        "{}?prefix=cl&on_error=error&negative_cache=off",
+        "{}?prefix=cl&on_error=error&timeout=2s&negative_cache=off",
         cluster.url()
     );
     let l = KeyedLimiter::<u64>::builder("5/m".parse().unwrap())
@@ -489,7 +594,7 @@ fn cluster_of_three_masters() {
     let part = |prefix: &str, tag: &str, q: &str| {
         Limiter::builder(q.parse().unwrap())
             .store(spec(&format!(
-                "{}?prefix={prefix}&tag={tag}&on_error=error",
+                "{}?prefix={prefix}&tag={tag}&on_error=error&timeout=2s",
                 cluster.url()
             )))
             .build()
@@ -531,7 +636,7 @@ fn cluster_of_three_masters() {
 fn batches_async_and_composites_on_one_server() {
     let srv = Server::start();
     let url = format!(
-        "{}?prefix=batch&on_error=error&negative_cache=off",
+        "{}?prefix=batch&on_error=error&timeout=2s&negative_cache=off",
         srv.url()
     );
     let q: Quota = "3/m".parse().unwrap();
@@ -564,7 +669,10 @@ fn batches_async_and_composites_on_one_server() {
         assert!(matches!(many[2], Err(Error::InsufficientCapacity { .. })));
         let part = |p: &str, q: &str| {
             Limiter::builder(q.parse().unwrap())
-                .store(spec(&format!("{}?prefix={p}&on_error=error", srv.url())))
+                .store(spec(&format!(
+                    "{}?prefix={p}&on_error=error&timeout=2s",
+                    srv.url()
+                )))
                 .build()
                 .unwrap()
         };
@@ -609,7 +717,10 @@ fn refused_quotas_and_options() {
     let clock = ManualClock::new(0);
     let l = Limiter::builder("1/h".parse().unwrap())
         .clock(clock.clone())
-        .store(spec(&format!("{}?prefix=srvclock", srv.url())))
+        .store(spec(&format!(
+            "{}?prefix=srvclock&on_error=error&timeout=2s",
+            srv.url()
+        )))
         .build()
         .unwrap();
     assert!(l.try_acquire(1).unwrap().allowed());

@@ -339,6 +339,19 @@ impl Resp {
         }
     }
 
+    /// Deletes every key whose name starts with `prefix`; returns how many.
+    pub fn del_prefix(&mut self, prefix: &str) -> usize {
+        let keys: Vec<String> = self
+            .keys()
+            .into_iter()
+            .filter(|k| k.starts_with(prefix))
+            .collect();
+        for k in &keys {
+            self.int(&["DEL", k]);
+        }
+        keys.len()
+    }
+
     /// A key's value (as Redis prints it) and its PEXPIRETIME.
     pub fn value(&mut self, key: &str) -> (Reply, i64) {
         let v = match self.cmd(&["TYPE", key]).unwrap() {

@@ -491,7 +491,7 @@ fn target(url: &str, timeout: Duration) -> Result<Target, Error> {
                 .set_redis_connection_info(redis::RedisConnectionInfo::default().set_db(db));
             redis::sentinel::SentinelClient::build(
                 nodes,
-                master.to_string(),
+                String::from(master),
                 Some(info),
                 redis::sentinel::SentinelServerType::Master,
             )

@@ -136,6 +136,36 @@ pub(crate) fn spec(q: &Quota, tick: u64, origin: u64) -> Result<String, Error> {
     })
 }
 
+/// A quota as the scripts take it: its spec, and the one-bucket function with its quota
+/// arguments when there is one (none with `scripts=eval`, whose form has only `run`).
+pub(crate) struct Spec {
+    pub(crate) text: String,
+    pub(crate) one: Option<(Func, [String; 4])>,
+}
+
+impl Spec {
+    pub(crate) fn new(text: String, eval: bool) -> Spec {
+        let one = if eval { None } else { one_bucket(&text) };
+        Spec { text, one }
+    }
+
+    /// The same quota with its initial tokens raised to its capacity, when they differ: what
+    /// a single limiter's bucket is once created (SCRIPTS.md, "Absent keys").
+    pub(crate) fn refilled(&self, eval: bool) -> Option<Spec> {
+        let mut w: Vec<&str> = self.text.split(' ').collect();
+        let fields = match w.first() {
+            Some(&"tb" | &"gcra") => 5,
+            Some(&"ti") => 6,
+            _ => return None,
+        };
+        if w.len() != fields || w[3] == w[4] {
+            return None;
+        }
+        w[4] = w[3];
+        Some(Spec::new(w.join(" "), eval))
+    }
+}
+
 /// The function that decides a one-bucket acquisition of `spec` by itself, and its quota
 /// arguments (`k p b i`), when there is one (SCRIPTS.md, "The one-bucket functions").
 pub(crate) fn one_bucket(spec: &str) -> Option<(Func, [String; 4])> {
