@@ -631,6 +631,74 @@ fn cluster_of_three_masters() {
     }
 }
 
+/// A slot moved to another master under a limiter's bucket (a resharding, in its two halves):
+/// while it migrates the old master answers ASK, then MOVED; each call is sent once more to
+/// the node named (the reply means it did not run), which loads the scripts if it lacks them,
+/// and the bucket's state moves with its key: every decision stays exact, none fails.
+#[test]
+fn cluster_resharding_redirects_once() {
+    let cluster = Cluster::start();
+    let url = format!(
+        "{}?prefix=rs&on_error=error&timeout=2s&negative_cache=off",
+        cluster.url()
+    );
+    let l = KeyedLimiter::<u64>::builder("5/m".parse().unwrap())
+        .store(spec(&url))
+        .build()
+        .unwrap();
+    assert_eq!(l.try_acquire(&1, 2).unwrap().remaining(), 3);
+    let (from, name) = cluster
+        .nodes
+        .iter()
+        .enumerate()
+        .find_map(|(i, n)| n.resp().keys().into_iter().next().map(|k| (i, k)))
+        .unwrap();
+    let slot = match cluster.nodes[from]
+        .resp()
+        .cmd(&["CLUSTER", "KEYSLOT", &name])
+        .unwrap()
+    {
+        Reply::Int(s) => s as u16,
+        r => panic!("{r:?}"),
+    };
+    assert_eq!(cluster.owner(slot), from);
+    let to = (from + 1) % 3;
+    cluster.start_migration(slot, from, to);
+    let d = l.try_acquire(&1, 1).unwrap();
+    assert!(
+        d.allowed() && d.remaining() == 2,
+        "after ASK: {}",
+        got(Ok(d))
+    );
+    let asked = l.redis_stats().unwrap();
+    assert_eq!(asked.redirects, 1, "{asked:?}");
+    cluster.finish_migration(slot, to);
+    let d = l.try_acquire(&1, 1).unwrap();
+    assert!(
+        d.allowed() && d.remaining() == 1,
+        "after MOVED: {}",
+        got(Ok(d))
+    );
+    let s = l.redis_stats().unwrap();
+    assert!(s.redirects >= 2 && s.failed_error == 0, "{s:?}");
+    assert_eq!(cluster.owner(slot), to);
+    let count = |n: usize| {
+        let slot = slot.to_string();
+        cluster.nodes[n]
+            .resp()
+            .int(&["CLUSTER", "COUNTKEYSINSLOT", &slot])
+    };
+    assert_eq!(
+        (count(from), count(to)),
+        (0, 1),
+        "the bucket moved with its slot"
+    );
+    // The slot map is up to date again: no more redirects.
+    let before = l.redis_stats().unwrap().redirects;
+    assert!(!l.try_acquire(&1, 2).unwrap().allowed());
+    assert_eq!(l.redis_stats().unwrap().redirects, before);
+}
+
 /// Batches and async calls decide exactly as single blocking calls do.
 #[test]
 fn batches_async_and_composites_on_one_server() {

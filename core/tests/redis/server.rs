@@ -231,6 +231,74 @@ impl Cluster {
     pub fn dbsize(&self) -> i64 {
         self.nodes.iter().map(|n| n.resp().int(&["DBSIZE"])).sum()
     }
+
+    fn id(&self, node: usize) -> String {
+        match self.nodes[node].resp().cmd(&["CLUSTER", "MYID"]).unwrap() {
+            Reply::Bulk(s) => s,
+            r => panic!("CLUSTER MYID: {r:?}"),
+        }
+    }
+
+    fn ok(&self, node: usize, args: &[&str]) {
+        let r = self.nodes[node].resp().cmd(args).unwrap();
+        assert_eq!(r, Reply::Status("OK".into()), "{args:?}");
+    }
+
+    /// The index of the node that serves `slot`.
+    pub fn owner(&self, slot: u16) -> usize {
+        let Reply::Array(ranges) = self.nodes[0].resp().cmd(&["CLUSTER", "SLOTS"]).unwrap() else {
+            panic!("CLUSTER SLOTS")
+        };
+        for r in ranges {
+            let Reply::Array(r) = r else { panic!("{r:?}") };
+            let (Reply::Int(a), Reply::Int(b), Reply::Array(master)) = (&r[0], &r[1], &r[2]) else {
+                panic!("{r:?}")
+            };
+            if (*a..=*b).contains(&i64::from(slot)) {
+                let Reply::Int(port) = master[1] else {
+                    panic!("{master:?}")
+                };
+                return self
+                    .nodes
+                    .iter()
+                    .position(|n| i64::from(n.port) == port)
+                    .unwrap();
+            }
+        }
+        panic!("slot {slot} has no owner")
+    }
+
+    /// The first half of moving `slot` from node `from` to node `to` (what `redis-cli --cluster
+    /// reshard` does): the slot marked migrating and importing, and its keys moved with
+    /// MIGRATE. Clients asking `from` for them now get ASK.
+    pub fn start_migration(&self, slot: u16, from: usize, to: usize) {
+        let s = slot.to_string();
+        self.ok(to, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &self.id(from)]);
+        self.ok(from, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &self.id(to)]);
+        let Reply::Array(keys) = self.nodes[from]
+            .resp()
+            .cmd(&["CLUSTER", "GETKEYSINSLOT", &s, "1000"])
+            .unwrap()
+        else {
+            panic!("GETKEYSINSLOT")
+        };
+        let port = self.nodes[to].port.to_string();
+        for k in keys {
+            let Reply::Bulk(k) = k else { panic!("{k:?}") };
+            self.ok(from, &["MIGRATE", "127.0.0.1", &port, &k, "0", "5000"]);
+        }
+    }
+
+    /// The second half: every node told that `to` serves `slot`. Clients asking another
+    /// node now get MOVED.
+    pub fn finish_migration(&self, slot: u16, to: usize) {
+        let (s, id) = (slot.to_string(), self.id(to));
+        let mut order: Vec<usize> = (0..self.nodes.len()).collect();
+        order.sort_by_key(|&n| n != to);
+        for n in order {
+            self.ok(n, &["CLUSTER", "SETSLOT", &s, "NODE", &id]);
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
