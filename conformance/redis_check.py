@@ -1398,7 +1398,9 @@ def main() -> int:
     try:
         conn = Conn(server.port)
         version = re.search(r"redis_version:(\S+)", server.version)
-        print(f"redis-server {version.group(1) if version else '?'} on 127.0.0.1:{server.port}")
+        valkey = re.search(r"valkey_version:(\S+)", server.version)
+        name = f"valkey-server {valkey.group(1)}" if valkey else f"redis-server {version.group(1) if version else '?'}"
+        print(f"{name} on 127.0.0.1:{server.port}")
         print(f"library: {function_name()}, EVAL form {len(script_text())} bytes")
         n = check_int_library(conn, failures)
         print(f"int.lua: {n} random operations against Python integers, {len(failures)} wrong")

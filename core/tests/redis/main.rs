@@ -10,7 +10,7 @@
 mod server;
 
 use serde_json::{json, Value};
-use server::{Cluster, Reply, Server};
+use server::{Certs, Cluster, Reply, Sentinel, Server};
 use sluicegate::composite::Composite;
 use sluicegate::{
     Decision, Error, KeyedLimiter, Limiter, ManualClock, OnError, Quota, StoreErrorKind, StoreSpec,
@@ -163,7 +163,7 @@ fn expiry_leaves_nothing_and_a_returning_caller_gets_a_full_bucket() {
         )))
         .build()
         .unwrap();
-    let slow_start: Quota = "20/s; burst=5; initial=2".parse().unwrap();
+    let slow_start: Quota = "4/s; burst=5; initial=2".parse().unwrap();
     let keyed_slow = KeyedLimiter::<u64>::builder(slow_start)
         .store(spec(&format!(
             "{}?prefix=exp-slow&on_error=error&timeout=2s",
@@ -183,14 +183,15 @@ fn expiry_leaves_nothing_and_a_returning_caller_gets_a_full_bucket() {
         r.keys().iter().any(|k| k.starts_with("exp-single-slow:")),
         "the slow-start single limiter's bucket, created at build"
     );
+    // Created at build with 2 tokens (a full bucket would leave 3; a token comes every 250 ms).
+    assert!(single_slow.try_acquire(2).unwrap().remaining() <= 1);
+    assert_eq!(keyed_slow.try_acquire(&1, 1).unwrap().remaining(), 1);
     for k in 0..50u64 {
         assert!(keyed.try_acquire(&k, 3).unwrap().allowed());
     }
     assert!(single.try_acquire(2).unwrap().allowed());
-    assert_eq!(keyed_slow.try_acquire(&1, 1).unwrap().remaining(), 1);
-    assert_eq!(single_slow.try_acquire(2).unwrap().remaining(), 0);
-    assert_eq!(r.int(&["DBSIZE"]), 53);
-    // Full 150 ms (token bucket) and at most two windows, 2 s (sliding window), later.
+    assert!(r.int(&["DBSIZE"]) >= 3);
+    // Full 150 ms, 1.25 s (token buckets) and at most two windows, 2 s (sliding window), later.
     let deadline = Instant::now() + Duration::from_secs(5);
     while r.int(&["DBSIZE"]) > 0 {
         assert!(Instant::now() < deadline, "keys left: {:?}", r.keys());
@@ -429,7 +430,7 @@ fn fault_run(policy: OnError) {
     let mut srv = Server::start();
     let name = policy.name();
     let url = format!(
-        "{}?prefix=fault-{name}&on_error={name}&timeout=50ms&negative_cache=off",
+        "{}?prefix=fault-{name}&on_error={name}&timeout=200ms&negative_cache=off",
         srv.url()
     );
     let l = Arc::new(
@@ -473,7 +474,7 @@ fn fault_run(policy: OnError) {
         .collect();
     std::thread::sleep(Duration::from_millis(200));
     srv.pause();
-    std::thread::sleep(Duration::from_millis(400));
+    std::thread::sleep(Duration::from_millis(1000));
     srv.resume();
     std::thread::sleep(Duration::from_millis(300));
     srv.kill();
@@ -487,7 +488,7 @@ fn fault_run(policy: OnError) {
     let worst = Duration::from_micros(worst.load(Ordering::Relaxed));
     eprintln!("{name}: {s:?}, slowest call {worst:?}");
     assert!(
-        worst < Duration::from_millis(400),
+        worst < Duration::from_millis(900),
         "{name}: a call took {worst:?}"
     );
     assert!(s.timeouts > 0 && s.unavailable > 0, "{name}: {s:?}");
@@ -697,6 +698,166 @@ fn cluster_resharding_redirects_once() {
     let before = l.redis_stats().unwrap().redirects;
     assert!(!l.try_acquire(&1, 2).unwrap().allowed());
     assert_eq!(l.redis_stats().unwrap().redirects, before);
+}
+
+/// The value of `field` in INFO `section` of a server.
+fn info(r: &mut server::Resp, section: &str, field: &str) -> String {
+    match r.cmd(&["INFO", section]).unwrap() {
+        Reply::Bulk(text) => text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}:")))
+            .unwrap_or("")
+            .trim()
+            .to_string(),
+        other => panic!("INFO {section}: {other:?}"),
+    }
+}
+
+/// Waits (at most `secs`) for `ready`.
+fn wait_for(secs: u64, what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !ready() {
+        assert!(Instant::now() < deadline, "{what}: not within {secs} s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `redis+sentinel://`: the store asks the sentinel for the master, decides there, and after
+/// a failover (the replica promoted, the old master turned into its replica) finds the new
+/// master by itself: the call that meets the old one fails (READONLY: it did not run) and the
+/// policy decides it, later calls are decided by the new master, on the state replication
+/// carried over.
+#[test]
+fn sentinel_finds_the_master_and_follows_a_failover() {
+    let master = Server::start();
+    let replica = Server::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+    wait_for(10, "replication", || {
+        info(&mut replica.resp(), "replication", "master_link_status") == "up"
+    });
+    let sentinel = Sentinel::start(master.port);
+    let url = format!(
+        "redis+sentinel://127.0.0.1:{}/mymaster?prefix=sen&on_error=error&timeout=2s&negative_cache=off",
+        sentinel.port
+    );
+    let l = KeyedLimiter::<u64>::builder("5/h".parse().unwrap())
+        .store(spec(&url))
+        .build()
+        .unwrap();
+    assert_eq!(l.try_acquire(&1, 2).unwrap().remaining(), 3);
+    assert_eq!(master.resp().keys().len(), 1, "decided on the master");
+    assert_eq!(master.resp().int(&["WAIT", "1", "5000"]), 1, "replicated");
+    // The sentinel learns of the replica from the master's INFO (every 10 s at first).
+    wait_for(30, "a replica the sentinel can promote", || {
+        let r = sentinel.resp().cmd(&["SENTINEL", "FAILOVER", "mymaster"]);
+        r.unwrap() == Reply::Status("OK".into())
+    });
+    wait_for(30, "the failover", || {
+        sentinel.master_port() == Some(replica.port)
+            && info(&mut master.resp(), "replication", "role") == "slave"
+            && info(&mut master.resp(), "replication", "master_link_status") == "up"
+    });
+    let mut failed = 0;
+    let d = loop {
+        match l.try_acquire(&1, 1) {
+            Ok(d) => break d,
+            Err(e) => {
+                assert!(matches!(e, Error::Store { .. }), "{e}");
+                failed += 1;
+                assert!(failed < 200, "no decision after the failover: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    assert!(d.allowed() && d.remaining() == 2, "{}", got(Ok(d)));
+    let s = l.redis_stats().unwrap();
+    assert!(s.connects >= 2, "{s:?}");
+    assert_eq!(s.failed_error, failed);
+    assert_eq!(replica.resp().keys().len(), 1, "decided on the new master");
+}
+
+/// Child side of [`rediss_urls`]: one limiter on `$SG_TLS_URL`, with the certificate
+/// authorities of `$SSL_CERT_FILE` (the variable rustls-native-certs reads).
+#[test]
+fn tls_child() {
+    let Ok(url) = std::env::var("SG_TLS_URL") else {
+        return;
+    };
+    let l = KeyedLimiter::<u64>::builder("3/m".parse().unwrap())
+        .store(spec(&url))
+        .build()
+        .unwrap();
+    let mut admitted = 0;
+    for _ in 0..5 {
+        match l.try_acquire(&1, 1) {
+            Ok(d) => admitted += u32::from(d.allowed()),
+            Err(e) => {
+                println!("ERROR {}", e.code());
+                return;
+            }
+        }
+    }
+    println!("ADMITTED {admitted}");
+}
+
+/// `rediss://` (feature `redis-tls`): a server with TLS only on the port the URL names,
+/// its certificate signed by a private authority that the client trusts through
+/// `SSL_CERT_FILE`: exact decisions; with no authority that signed it, no connection (the
+/// policy decides). Without the feature, a clear error when the limiter is built.
+#[test]
+fn rediss_urls() {
+    #[cfg(feature = "redis-tls")]
+    {
+        let certs = Certs::make();
+        let tls_port = server::free_port().to_string();
+        let srv = Server::start_with(&[
+            "--tls-port",
+            &tls_port,
+            "--tls-cert-file",
+            &certs.path("server.crt"),
+            "--tls-key-file",
+            &certs.path("server.key"),
+            "--tls-ca-cert-file",
+            &certs.path("ca.crt"),
+            "--tls-auth-clients",
+            "no",
+        ]);
+        let url = format!("rediss://127.0.0.1:{tls_port}?prefix=tls&on_error=error&timeout=2s");
+        let child = |ca: &str| {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "tls_child", "--nocapture", "--test-threads=1"])
+                .env("SG_TLS_URL", &url)
+                .env("SSL_CERT_FILE", ca)
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            let at = text
+                .find("ADMITTED ")
+                .or_else(|| text.find("ERROR "))
+                .unwrap_or_else(|| panic!("the child said {text}"));
+            text[at..].lines().next().unwrap_or("").to_string()
+        };
+        assert_eq!(child(&certs.path("ca.crt")), "ADMITTED 3");
+        assert!(srv.resp().keys().iter().any(|k| k.starts_with("tls:")));
+        let untrusted = certs.path("nothing.pem");
+        std::fs::write(&untrusted, "").unwrap();
+        assert_eq!(child(&untrusted), "ERROR store_unavailable");
+    }
+    #[cfg(not(feature = "redis-tls"))]
+    {
+        let _ = Certs::make;
+        let r = KeyedLimiter::<u64>::builder("3/m".parse().unwrap())
+            .store(spec("rediss://127.0.0.1:1"))
+            .build();
+        match r {
+            Err(Error::Store {
+                kind: StoreErrorKind::Unsupported,
+                reason,
+                ..
+            }) => assert!(reason.contains("redis-tls"), "{reason}"),
+            r => panic!("rediss:// without redis-tls: {r:?}"),
+        }
+    }
 }
 
 /// Batches and async calls decide exactly as single blocking calls do.

@@ -172,6 +172,154 @@ impl Server {
     }
 }
 
+/// A Redis Sentinel (`redis-server CONF --sentinel`) watching one master as `mymaster`.
+pub struct Sentinel {
+    pub port: u16,
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Sentinel {
+    pub fn start(master_port: u16) -> Sentinel {
+        let (port, dir) = (free_port(), dir());
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndaemonize no\nloglevel warning\nlogfile \"\"\n\
+                 pidfile {}\ndir {}\n\
+                 sentinel monitor mymaster 127.0.0.1 {master_port} 1\n\
+                 sentinel down-after-milliseconds mymaster 1000\n\
+                 sentinel failover-timeout mymaster 5000\n",
+                dir.join(format!("sentinel-{port}.pid")).display(),
+                dir.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(exe("redis-server"))
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server --sentinel");
+        let s = Sentinel { port, child, dir };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while s.master_port() != Some(master_port) {
+            assert!(Instant::now() < deadline, "the sentinel did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        s
+    }
+
+    /// The port of the master the sentinel names now.
+    pub fn master_port(&self) -> Option<u16> {
+        let mut c = Resp::connect(self.port).ok()?;
+        match c
+            .cmd(&["SENTINEL", "get-master-addr-by-name", "mymaster"])
+            .ok()?
+        {
+            Reply::Array(v) => match v.get(1) {
+                Some(Reply::Bulk(p)) => p.parse().ok(),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    pub fn resp(&self) -> Resp {
+        Resp::connect(self.port).unwrap()
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A self-signed certificate authority and a server certificate for 127.0.0.1 (openssl), in
+/// a folder of their own: `ca.crt`, `server.crt`, `server.key`.
+pub struct Certs {
+    pub dir: PathBuf,
+}
+
+impl Certs {
+    pub fn make() -> Certs {
+        let dir = dir();
+        let run = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(&dir)
+                .output()
+                .expect("openssl (apt-get install openssl)");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+        run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=sluicegate test CA",
+        ]);
+        run(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ]);
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ]);
+        Certs { dir }
+    }
+
+    pub fn path(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+}
+
+impl Drop for Certs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// A Redis Cluster of three masters on loopback, made with `redis-cli --cluster create`.
 pub struct Cluster {
     pub nodes: Vec<Server>,
