@@ -3,7 +3,7 @@
 
     python3 conformance/redis_check.py            # every check below; exit 1 on any mismatch
     python3 conformance/redis_check.py --quick    # the same without the extra cases
-    python3 conformance/redis_check.py --bench    # also measure calls/s (SCRIPTS.md)
+    python3 conformance/redis_check.py --bench [--rounds N]   # also measure calls/s (SCRIPTS.md)
     python3 conformance/redis_check.py --dump-extra FILE   # write the extra cases as JSON
 
 It starts its own `redis-server` (from PATH, or $REDIS_SERVER) on a free loopback port with
@@ -1327,9 +1327,10 @@ return {1, math.floor((now - allow_at) / interval), '0', tostring(reset)}
 """
 
 
-def bench(conn: Conn, port: int) -> list[str]:
+def bench(conn: Conn, port: int, rounds: int = 1) -> list[str]:
     """redis-benchmark, 8 clients, pipelines of 16, keys drawn from 10 000; requests/s, and the
-    server's own microseconds a call (INFO commandstats), which leaves out the client."""
+    server's own microseconds a call (INFO commandstats), which leaves out the client. With
+    several rounds the subjects take turns, and each figure is the median (range in brackets)."""
     rb = shutil.which("redis-benchmark")
     if rb is None:
         return ["redis-benchmark not found"]
@@ -1344,7 +1345,10 @@ def bench(conn: Conn, port: int) -> list[str]:
         return make_model(parse_quota(q), 0, TICK_NS).spec()
 
     tb, big = spec("1000000/s; burst=1000000"), spec("1000003/hour")
+    gc = spec("1000000/s; algorithm=gcra")
     subjects = [
+        ("FCALL   NAME_tb 1000000/s (one-bucket function)", ["FCALL", fn.name + "_tb", 1, "sg:{b}:__rand_int__", 1, *tb.split()[1:]]),
+        ("FCALL   NAME_gcra 1000000/s (one-bucket function)", ["FCALL", fn.name + "_gcra", 1, "sg:{b}:__rand_int__", 1, *gc.split()[1:]]),
         ("FCALL   token bucket 1000000/s (fast path)", ["FCALL", fn.name, 1, "sg:{b}:__rand_int__", "acquire", 1, "", "", tb]),
         ("EVALSHA token bucket 1000000/s (fast path)", ["EVALSHA", script.sha, 1, "sg:{b}:__rand_int__", "acquire", 1, "", "", tb]),
         ("FCALL   token bucket 1000003/hour (limbs)", ["FCALL", fn.name, 1, "sg:{b}:__rand_int__", "acquire", 1, "", "", big]),
@@ -1355,19 +1359,26 @@ def bench(conn: Conn, port: int) -> list[str]:
         ("EVALSHA plain float GCRA (redis_rate style)", ["EVALSHA", plain.sha, 1, "pg:{b}:__rand_int__", 1000000, 1000000, 1, 1]),
         ("PING", ["PING"]),
     ]
-    lines = []
-    for name, cmd in subjects:
-        conn.call("FLUSHALL")
-        conn.call("CONFIG", "RESETSTAT")
-        args = [rb, "-h", "127.0.0.1", "-p", str(port), "-n", "100000", "-c", "8", "-P", "16", "-r", "10000",
-                "--csv", *[str(a) for a in cmd]]
-        out = subprocess.run(args, capture_output=True, text=True, timeout=300).stdout.strip().splitlines()
-        rps = float(out[-1].split(",")[1].strip('"')) if out else 0.0
-        stats = conn.call("INFO", "commandstats")
-        m = re.search(r"cmdstat_" + cmd[0].lower() + r":calls=\d+,usec=\d+,usec_per_call=([0-9.]+)", stats)
-        lines.append(f"{name}: {rps:,.0f} requests/s, {m.group(1) if m else '?'} us a call in the server")
+    got: dict = {name: ([], []) for name, _ in subjects}
+    for _ in range(rounds):
+        for name, cmd in subjects:
+            conn.call("FLUSHALL")
+            conn.call("CONFIG", "RESETSTAT")
+            args = [rb, "-h", "127.0.0.1", "-p", str(port), "-n", "100000", "-c", "8", "-P", "16", "-r", "10000",
+                    "--csv", *[str(a) for a in cmd]]
+            out = subprocess.run(args, capture_output=True, text=True, timeout=300).stdout.strip().splitlines()
+            got[name][0].append(float(out[-1].split(",")[1].strip('"')) if out else 0.0)
+            stats = conn.call("INFO", "commandstats")
+            m = re.search(r"cmdstat_" + cmd[0].lower() + r":calls=\d+,usec=\d+,usec_per_call=([0-9.]+)", stats)
+            got[name][1].append(float(m.group(1)) if m else float("nan"))
     conn.call("FLUSHALL")
-    return lines
+
+    def med(v: list) -> str:
+        v = sorted(v)
+        mid = v[len(v) // 2]
+        return f"{mid:,.2f}" if len(v) == 1 else f"{mid:,.2f} ({v[0]:,.2f}-{v[-1]:,.2f})"
+
+    return [f"{name}: {med(rps)} requests/s, {med(us)} us a call in the server" for name, (rps, us) in got.items()]
 
 
 # ------------------------------------------------------------------------------------------
@@ -1375,6 +1386,7 @@ def bench(conn: Conn, port: int) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bench", action="store_true", help="also measure decisions/s with redis-benchmark")
+    ap.add_argument("--rounds", type=int, default=1, help="--bench: rounds, subjects taking turns (medians)")
     ap.add_argument("--dump-extra", metavar="FILE", help="write the extra cases (vectors format) to FILE")
     ap.add_argument("--quick", action="store_true", help="skip the extra cases")
     args = ap.parse_args()
@@ -1431,7 +1443,7 @@ def main() -> int:
             print(f"[{mode}] production clock: {n} checks")
             conn.call("FLUSHALL")
         if args.bench:
-            for line in bench(conn, server.port):
+            for line in bench(conn, server.port, args.rounds):
                 print("bench: " + line)
         conn.close()
     finally:
