@@ -226,6 +226,30 @@ mod tests {
             scripts().function(Func::Tb),
             format!("{}_tb", scripts().name)
         );
+        assert!(
+            Spec::new("tb 1 1 5 5".into(), true).one.is_none(),
+            "scripts=eval"
+        );
+    }
+
+    #[test]
+    fn refilled_specs() {
+        let r = |t: &str| Spec::new(t.into(), false).refilled(false).map(|s| s.text);
+        assert_eq!(
+            r("tb 1 10000 100 50").as_deref(),
+            Some("tb 1 10000 100 100")
+        );
+        assert_eq!(r("gcra 1 7 9 0").as_deref(), Some("gcra 1 7 9 9"));
+        assert_eq!(
+            r("ti 5 2000000 5 2 0").as_deref(),
+            Some("ti 5 2000000 5 5 0")
+        );
+        assert_eq!(r("tb 1 10000 100 100"), None, "initial == burst");
+        assert_eq!(r("fw 3 60000000"), None);
+        let s = Spec::new("tb 1 10000 100 50".into(), false)
+            .refilled(false)
+            .unwrap();
+        assert_eq!(s.one.unwrap().1[3], "100");
     }
 
     #[test]

@@ -14,21 +14,18 @@ end
 
 redis.register_function { function_name = 'SLUICEGATE_NAME', callback = call }
 
--- One bucket of a continuous token bucket or GCRA, acquire (fast.lua).
-redis.register_function {
-  function_name = 'SLUICEGATE_NAME_tb',
-  callback = function(keys, args)
-    if run == nil then run, one = sluicegate() end
-    return one('tb', keys, args)
-  end,
-}
-redis.register_function {
-  function_name = 'SLUICEGATE_NAME_gcra',
-  callback = function(keys, args)
-    if run == nil then run, one = sluicegate() end
-    return one('gcra', keys, args)
-  end,
-}
+-- One bucket of a continuous token bucket or GCRA, acquire (fast.lua): NAME_tb, NAME_gcra.
+local function register_one(algo)
+  redis.register_function {
+    function_name = 'SLUICEGATE_NAME_' .. algo,
+    callback = function(keys, args)
+      if run == nil then run, one = sluicegate() end
+      return one(algo, keys, args)
+    end,
+  }
+end
+register_one('tb')
+register_one('gcra')
 
 -- Peeks only, declared read-only: FCALL_RO may run it on a replica.
 redis.register_function {

@@ -8,11 +8,9 @@
 -- is `FCALL NAME 1 key acquire cost '' test_clock 'tb k p b i'` (resp. 'gcra ...'): the same
 -- decision, the same write, the same reply. The spec's numbers come as arguments of their
 -- own, so nothing is parsed but them; the arithmetic is the fast path of TB.decide and
--- GC.decide, inlined. What that path cannot take (a value that might reach 2^53, an argument
+-- GC.decide (tb_fast, gc_fast). What that path cannot take (a value that might reach 2^53, an argument
 -- or a stored value that is not an integer Lua reads exactly, the test clock's ' exact') goes
 -- to run, which decides it exactly or fails as the general call does.
-
-local ceil = math.ceil
 
 -- The argument list of the general call that this one stands for.
 local function general(algo, argv)
@@ -59,44 +57,18 @@ local function one(algo, keys, argv)
   else
     f = t * k + (b - i) * p
   end
+  -- tb_fast's and gc_fast's precondition, and an expiry computed exactly below.
   local tk = t * k
   local top = f
   if tk > top then top = tk end
   if not (tk < TWO53 and top + 2 * bp < TWO53 and k * tpm < TWO53) then
     return run(keys, general(algo, argv))
   end
-  -- Every value below is a non-negative integer of at most max(F, t*k) + 2 * bp < 2^53, and
-  -- floor(x / y), ceil(x / y) of such integers are exact (SCRIPTS.md, "Exactness").
   local ok, rem, retry, reset, new
   if algo == 'tb' then
-    local deficit = 0
-    if f > tk then
-      deficit = f - tk
-      if deficit > bp then deficit = bp end
-    end
-    local avail = bp - deficit
-    local need = cost * p
-    if need <= avail then
-      ok, rem, retry, reset = 1, floor((avail - need) / p), 0, ceil((deficit + need) / k)
-      if cost ~= 0 then new = top + need end
-    else
-      ok, rem, retry, reset = 0, floor(avail / p), ceil((need - avail) / k), ceil(deficit / k)
-    end
+    ok, rem, retry, reset, new = tb_fast(f, tk, bp, p, k, cost)
   else
-    local arrival = tk
-    if f - bp > arrival then arrival = f - bp end
-    local start = f
-    if arrival > start then start = arrival end
-    local new_tat = start + cost * p
-    local after = new_tat - arrival
-    if after <= bp then
-      ok, rem, retry, reset = 1, floor((bp - after) / p), 0, ceil(after / k)
-      if cost ~= 0 then new = new_tat end
-    else
-      local backlog = start - arrival
-      ok, rem, retry, reset = 0, floor((bp - backlog) / p), ceil((after - bp) / k),
-        ceil(backlog / k)
-    end
+    ok, rem, retry, reset, new = gc_fast(f, tk, bp, p, k, cost)
   end
   -- An absent bucket is created even when nothing is taken (main.lua, run).
   if new == nil and not v then new = f end
