@@ -3,7 +3,7 @@
 
     python3 conformance/redis_check.py            # every check below; exit 1 on any mismatch
     python3 conformance/redis_check.py --quick    # the same without the extra cases
-    python3 conformance/redis_check.py --bench    # also measure calls/s (SCRIPTS.md)
+    python3 conformance/redis_check.py --bench [--rounds N]   # also measure calls/s (SCRIPTS.md)
     python3 conformance/redis_check.py --dump-extra FILE   # write the extra cases as JSON
 
 It starts its own `redis-server` (from PATH, or $REDIS_SERVER) on a free loopback port with
@@ -58,7 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "core" / "src" / "store" / "redis" / "scripts"
 # Both forms of the script are these files' bytes concatenated in this order, then a tail
 # (SCRIPTS.md, "Loading").
-LIBRARY_FILES = ["int.lua", "token_bucket.lua", "gcra.lua", "window.lua", "queue.lua", "log.lua", "main.lua"]
+LIBRARY_FILES = ["int.lua", "token_bucket.lua", "gcra.lua", "window.lua", "queue.lua", "log.lua", "main.lua", "fast.lua"]
 
 EPOCH_S = 1704067200          # production tick 0: 2024-01-01T00:00:00Z
 EPOCH_MS = EPOCH_S * 1000
@@ -716,10 +716,21 @@ def as_expect(d) -> dict:
 # Running cases against the server
 # ------------------------------------------------------------------------------------------
 
+def one_bucket(case: dict) -> bool:
+    """Whether the case's acquisitions can go through a one-bucket function (NAME_tb, NAME_gcra)."""
+    if "quotas" in case and len(case["quotas"]) != 1:
+        return False
+    q = case.get("quota") or case["quotas"][0]
+    return make_model(parse_quota(q), case["start_ns"]).spec().split()[0] in ("tb", "gcra")
+
+
 class Checker:
     def __init__(self, conn: Conn, mode: str, exact: bool):
         self.conn, self.exact = conn, exact
-        if mode == "function":
+        # Mode "one": every plain acquisition (one bucket, no bound) goes through the one-bucket
+        # function of its algorithm (fast.lua), everything else through NAME.
+        self.one = mode == "one"
+        if mode in ("function", "one"):
             self.script = Function(conn)
         else:
             self.script = Script(conn, script_text())
@@ -734,7 +745,7 @@ class Checker:
         self.stats = {"cases": 0, "steps": 0, "script_calls": 0, "decisions_compared": 0,
                       "rejections_unchanged": 0, "rejections_created": 0, "peeks_unchanged": 0,
                       "states_compared": 0, "expiries_compared": 0, "simulated_expiries": 0,
-                      "model_vs_vector_mismatches": 0, "bounded_reservations": 0}
+                      "model_vs_vector_mismatches": 0, "bounded_reservations": 0, "one_bucket_calls": 0}
 
     def clock(self, t: int) -> str:
         return f"{t} {TEST_TPM} {self.base}{' exact' if self.exact else ''}"
@@ -800,6 +811,11 @@ class Checker:
         def call(o):
             self.stats["script_calls"] += 1
             b = "" if bound is None else bound
+            if self.one and o == "acquire" and bound is None and len(specs) == 1:
+                algo, *quota = specs[0].split()
+                if algo in ("tb", "gcra"):
+                    self.stats["one_bucket_calls"] += 1
+                    return parse_reply(self.script(keys, [c, *quota, self.clock(t)], suffix="_" + algo))
             return parse_reply(self.script(keys, [o, c, b, self.clock(t), *specs]))
 
         if op == "acquire":
@@ -1236,6 +1252,52 @@ def check_production(conn: Conn, failures: list, mode: str) -> int:
     except RedisError as e:
         ok("twice" in str(e), f"one key twice: {e}")
     ok(conn.call("EXISTS", "sg:{prod}:bad") == 0, "a malformed call wrote")
+
+    if mode == "function":
+        # The one-bucket functions on the production clock: at the reading each reply names,
+        # the model's decision, state and expiry (as the general call's, checked above).
+        # Slow refills, so that no key expires between two calls (1000003/hour, beyond 2^53 in
+        # scaled units, takes the exact path).
+        for algo, q, unit in (("tb", "10/m", 1), ("gcra", "10/m; algorithm=gcra", 1), ("tb", "5/h; burst=9", 1),
+                              ("tb", "1000003/hour", 100_000), ("gcra", "7/m; burst=3", 1)):
+            m = make_model(parse_quota(q), 0, TICK_NS)
+            quota = m.spec().split()[1:]
+            key, states, wrote = f"sg:{{prod}}:one-{algo}-{q}", [None], 0
+            for cost in (3 * unit, 0, 20 * unit, unit, 2 * unit):
+                r = script([key], [cost, *quota], suffix="_" + algo)
+                t = int(r[1])
+                want, written = model_request([m], states, t, cost, "acquire")
+                wrote = t if written else wrote
+                ok(parse_reply(r) == want, f"{algo} {q} cost {cost} at {t}: {r}, the model {want}")
+                num, den = m.full_at(states[0])
+                at = EPOCH_MS + max(cdiv(num, den * 1000), cdiv(wrote, 1000))
+                ok(conn.call("GET", key) == m.enc(states[0])[1] and conn.call("PEXPIRETIME", key) == at,
+                   f"{algo} {q} cost {cost}: state and expiry")
+        # Malformed: the general call's errors (it decides whatever the fast path cannot take),
+        # and no write.
+        for args in (["x", 1, 1, 1, 1], [1, 0, 1, 1, 1], [1, 1, 1, 1, 2], [1, 1, 1, 1],
+                     [1, 1, 1, 1, 1, "bad clock"], [1.5, 1, 1, 1, 1]):
+            try:
+                script(["sg:{prod}:bad"], args, suffix="_tb")
+                ok(False, f"_tb {args} was accepted")
+            except RedisError as e:
+                ok("sluicegate" in str(e), f"_tb {args}: {e}")
+        ok(conn.call("EXISTS", "sg:{prod}:bad") == 0, "a malformed one-bucket call wrote")
+        try:
+            script(["sg:{prod}:a", "sg:{prod}:b"], [1, 1, 1, 1, 1], suffix="_tb")
+            ok(False, "_tb with two keys was accepted")
+        except RedisError as e:
+            ok("sluicegate" in str(e), f"_tb with two keys: {e}")
+        # A stored value beyond 2^53 (or not an integer Lua reads) takes the exact path.
+        conn.call("SET", "sg:{prod}:big", str(2**60))
+        r = script(["sg:{prod}:big"], [1, 1, 1, 5, 5], suffix="_tb")
+        ok(r[2] == 0 and conn.call("GET", "sg:{prod}:big") == str(2**60), f"a state beyond 2^53: {r}")
+        conn.call("SET", "sg:{prod}:big", "12.5")
+        try:
+            script(["sg:{prod}:big"], [1, 1, 1, 5, 5], suffix="_tb")
+            ok(False, "a corrupt state was read")
+        except RedisError as e:
+            ok("sluicegate" in str(e), f"corrupt state: {e}")
     return checks
 
 
@@ -1265,9 +1327,10 @@ return {1, math.floor((now - allow_at) / interval), '0', tostring(reset)}
 """
 
 
-def bench(conn: Conn, port: int) -> list[str]:
+def bench(conn: Conn, port: int, rounds: int = 1) -> list[str]:
     """redis-benchmark, 8 clients, pipelines of 16, keys drawn from 10 000; requests/s, and the
-    server's own microseconds a call (INFO commandstats), which leaves out the client."""
+    server's own microseconds a call (INFO commandstats), which leaves out the client. With
+    several rounds the subjects take turns, and each figure is the median (range in brackets)."""
     rb = shutil.which("redis-benchmark")
     if rb is None:
         return ["redis-benchmark not found"]
@@ -1282,7 +1345,10 @@ def bench(conn: Conn, port: int) -> list[str]:
         return make_model(parse_quota(q), 0, TICK_NS).spec()
 
     tb, big = spec("1000000/s; burst=1000000"), spec("1000003/hour")
+    gc = spec("1000000/s; algorithm=gcra")
     subjects = [
+        ("FCALL   NAME_tb 1000000/s (one-bucket function)", ["FCALL", fn.name + "_tb", 1, "sg:{b}:__rand_int__", 1, *tb.split()[1:]]),
+        ("FCALL   NAME_gcra 1000000/s (one-bucket function)", ["FCALL", fn.name + "_gcra", 1, "sg:{b}:__rand_int__", 1, *gc.split()[1:]]),
         ("FCALL   token bucket 1000000/s (fast path)", ["FCALL", fn.name, 1, "sg:{b}:__rand_int__", "acquire", 1, "", "", tb]),
         ("EVALSHA token bucket 1000000/s (fast path)", ["EVALSHA", script.sha, 1, "sg:{b}:__rand_int__", "acquire", 1, "", "", tb]),
         ("FCALL   token bucket 1000003/hour (limbs)", ["FCALL", fn.name, 1, "sg:{b}:__rand_int__", "acquire", 1, "", "", big]),
@@ -1293,19 +1359,26 @@ def bench(conn: Conn, port: int) -> list[str]:
         ("EVALSHA plain float GCRA (redis_rate style)", ["EVALSHA", plain.sha, 1, "pg:{b}:__rand_int__", 1000000, 1000000, 1, 1]),
         ("PING", ["PING"]),
     ]
-    lines = []
-    for name, cmd in subjects:
-        conn.call("FLUSHALL")
-        conn.call("CONFIG", "RESETSTAT")
-        args = [rb, "-h", "127.0.0.1", "-p", str(port), "-n", "100000", "-c", "8", "-P", "16", "-r", "10000",
-                "--csv", *[str(a) for a in cmd]]
-        out = subprocess.run(args, capture_output=True, text=True, timeout=300).stdout.strip().splitlines()
-        rps = float(out[-1].split(",")[1].strip('"')) if out else 0.0
-        stats = conn.call("INFO", "commandstats")
-        m = re.search(r"cmdstat_" + cmd[0].lower() + r":calls=\d+,usec=\d+,usec_per_call=([0-9.]+)", stats)
-        lines.append(f"{name}: {rps:,.0f} requests/s, {m.group(1) if m else '?'} us a call in the server")
+    got: dict = {name: ([], []) for name, _ in subjects}
+    for _ in range(rounds):
+        for name, cmd in subjects:
+            conn.call("FLUSHALL")
+            conn.call("CONFIG", "RESETSTAT")
+            args = [rb, "-h", "127.0.0.1", "-p", str(port), "-n", "100000", "-c", "8", "-P", "16", "-r", "10000",
+                    "--csv", *[str(a) for a in cmd]]
+            out = subprocess.run(args, capture_output=True, text=True, timeout=300).stdout.strip().splitlines()
+            got[name][0].append(float(out[-1].split(",")[1].strip('"')) if out else 0.0)
+            stats = conn.call("INFO", "commandstats")
+            m = re.search(r"cmdstat_" + cmd[0].lower() + r":calls=\d+,usec=\d+,usec_per_call=([0-9.]+)", stats)
+            got[name][1].append(float(m.group(1)) if m else float("nan"))
     conn.call("FLUSHALL")
-    return lines
+
+    def med(v: list) -> str:
+        v = sorted(v)
+        mid = v[len(v) // 2]
+        return f"{mid:,.2f}" if len(v) == 1 else f"{mid:,.2f} ({v[0]:,.2f}-{v[-1]:,.2f})"
+
+    return [f"{name}: {med(rps)} requests/s, {med(us)} us a call in the server" for name, (rps, us) in got.items()]
 
 
 # ------------------------------------------------------------------------------------------
@@ -1313,6 +1386,7 @@ def bench(conn: Conn, port: int) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bench", action="store_true", help="also measure decisions/s with redis-benchmark")
+    ap.add_argument("--rounds", type=int, default=1, help="--bench: rounds, subjects taking turns (medians)")
     ap.add_argument("--dump-extra", metavar="FILE", help="write the extra cases (vectors format) to FILE")
     ap.add_argument("--quick", action="store_true", help="skip the extra cases")
     args = ap.parse_args()
@@ -1336,27 +1410,30 @@ def main() -> int:
     try:
         conn = Conn(server.port)
         version = re.search(r"redis_version:(\S+)", server.version)
-        print(f"redis-server {version.group(1) if version else '?'} on 127.0.0.1:{server.port}")
+        valkey = re.search(r"valkey_version:(\S+)", server.version)
+        name = f"valkey-server {valkey.group(1)}" if valkey else f"redis-server {version.group(1) if version else '?'}"
+        print(f"{name} on 127.0.0.1:{server.port}")
         print(f"library: {function_name()}, EVAL form {len(script_text())} bytes")
         n = check_int_library(conn, failures)
         print(f"int.lua: {n} random operations against Python integers, {len(failures)} wrong")
         # FCALL with the fast paths (doubles where every value is below 2^53), EVALSHA with
         # the exact path only (test clock ' exact'): every case proves both paths.
-        for mode in ("function", "eval"):
+        for mode in ("function", "one", "eval"):
             chk = Checker(conn, mode, exact=mode == "eval")
-            for c in vector_cases:
+            keep = one_bucket if mode == "one" else (lambda c: True)
+            for c in filter(keep, vector_cases):
                 chk.run_case(c)
             s = dict(chk.stats)
             print(f"[{mode}{', exact path only' if chk.exact else ', fast paths'}] vectors: {s['cases']} cases, {s['steps']} steps, {s['decisions_compared']} "
                   f"decisions equal to the vectors ({skipped} quota_error cases are the parser's, not run); "
                   f"{len(chk.failures)} cases failed")
-            for c in extras:
+            for c in filter(keep, extras):
                 chk.run_case(c)
-            print(f"[{mode}] extra: {len(extras)} cases (clocks 2^52 ns .. the century, large reduced rates), "
+            print(f"[{mode}] extra: {len(list(filter(keep, extras)))} cases (clocks 2^52 ns .. the century, large reduced rates), "
                   f"{chk.stats['steps'] - s['steps']} steps; {len(chk.failures)} cases failed so far")
-            for c in sim:
+            for c in filter(keep, sim):
                 chk.run_case(c, simulate_expiry=True)
-            print(f"[{mode}] expiry simulated: {len(sim)} monotonic cases replayed with keys deleted once "
+            print(f"[{mode}] expiry simulated: {len(list(filter(keep, sim)))} monotonic cases replayed with keys deleted once "
                   f"expired ({chk.stats['simulated_expiries']} deletions); {len(chk.failures)} cases failed so far")
             print(f"[{mode}] " + ", ".join(f"{k} {v}" for k, v in chk.stats.items()))
             failures += [f"[{mode}] {f}" for f in chk.failures]
@@ -1366,7 +1443,7 @@ def main() -> int:
             print(f"[{mode}] production clock: {n} checks")
             conn.call("FLUSHALL")
         if args.bench:
-            for line in bench(conn, server.port):
+            for line in bench(conn, server.port, args.rounds):
                 print("bench: " + line)
         conn.close()
     finally:

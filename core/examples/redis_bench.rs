@@ -2,14 +2,27 @@
 //! (floats, EVALSHA; written here from that library's idea), on one redis-server this program
 //! starts on a free loopback port (`redis-server` from PATH or `$REDIS_SERVER`) and stops:
 //!
-//!     cargo run --release -p sluicegate --features redis --example redis_bench [SECONDS]
+//!     cargo run --release -p sluicegate --features redis --example redis_bench [SECONDS] [ROUNDS]
 //!
-//! Decisions per second and p50/p99 latency at 1 and 50 concurrent callers (tokio tasks on a
-//! one-thread runtime), each caller on keys drawn from 10 000, quota `1000000/s`:
-//! "pipelined" callers share one connection (the store's automatic pipelining; for the GCRA
-//! script one multiplexed connection), "unpipelined" ones have a connection each, so one
-//! request per round trip. Then the negative cache: a rejected key asked again and again.
+//! Quota `1000000/s` (never rejects: every call writes), keys drawn from 10 000. Subjects:
+//!
+//! * `sluicegate API`: `KeyedLimiter::try_acquire_async` on the store (its background thread,
+//!   its connection, its automatic pipelining): what an application gets.
+//! * `sluicegate script` and `GCRA script`: the one-bucket function `NAME_tb` with the
+//!   arguments the store sends, and the GCRA script by EVALSHA, both called by the same code
+//!   (the redis crate's multiplexed connection, driven by the benchmark's own thread): the
+//!   ratio of these two compares the scripts, not the clients.
+//!
+//! Concurrency: `1 caller`; `50 callers, pipelined`: 50 tasks share one connection, so that
+//! concurrent requests travel together (many per round trip); `50 callers, unpipelined`: the
+//! same 50 tasks and connection, one request per round trip (a caller holds the connection
+//! until its reply is in); `50 callers, 50 connections`: a connection each, one request in
+//! flight on each. Every row runs `ROUNDS` times (default 3), the subjects of one row one
+//! after the other in each round; decisions/s is the median round (the range in brackets),
+//! p50/p99 over all rounds; `server us` is the server's own time a call (INFO commandstats).
+//! Then the negative cache: a rejected key asked again and again.
 
+use redis::aio::MultiplexedConnection;
 use sluicegate::{KeyedLimiter, Quota, StoreSpec};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -45,116 +58,230 @@ end
 return {cost, remaining, tostring(-1), tostring(reset_after)}
 "#;
 
-struct Row {
-    name: String,
-    per_s: f64,
-    p50: Duration,
-    p99: Duration,
-}
-
-fn row(name: &str, mut lat: Vec<Duration>, secs: f64) -> Row {
-    lat.sort();
-    let at = |q: f64| lat[((lat.len() as f64 * q) as usize).min(lat.len() - 1)];
-    Row {
-        name: name.to_string(),
-        per_s: lat.len() as f64 / secs,
-        p50: at(0.5),
-        p99: at(0.99),
-    }
-}
+const QUOTA: &str = "1000000/s";
+/// `QUOTA` in the one-bucket function's terms (SCRIPTS.md): k' = 1, p' = 1 tick, b = i = 10^6.
+const TB_ARGS: [&str; 4] = ["1", "1", "1000000", "1000000"];
 
 fn key(i: u64) -> u64 {
     // A cheap mix: callers walk different keys.
     i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % 10_000
 }
 
-async fn ours(spec: &str, callers: usize, own_connection: bool, secs: f64) -> Vec<Duration> {
-    let q: Quota = "1000000/s".parse().unwrap();
-    let shared = Arc::new(
-        KeyedLimiter::<u64>::builder(q)
-            .store(spec.parse().unwrap())
-            .build()
-            .unwrap(),
-    );
-    let mut tasks = Vec::new();
-    for c in 0..callers {
-        // A limiter of its own on a URL of its own (another timeout) is a connection of its own.
-        let l = if own_connection {
-            let s: StoreSpec = format!(
-                "{}&timeout={}us",
-                spec.replace("&timeout=2s", ""),
-                2_000_000 + c
-            )
-            .parse()
-            .unwrap();
-            Arc::new(KeyedLimiter::<u64>::builder(q).store(s).build().unwrap())
-        } else {
-            shared.clone()
-        };
-        tasks.push(tokio::spawn(async move {
-            let end = Instant::now() + Duration::from_secs_f64(secs);
-            let mut lat = Vec::new();
-            let mut i = c as u64 * 1_000_003;
-            while Instant::now() < end {
-                let t = Instant::now();
-                l.try_acquire_async(&key(i), 1).await.unwrap();
-                lat.push(t.elapsed());
-                i += 1;
-            }
-            lat
-        }));
-    }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
-    all
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    One,
+    Pipelined,
+    Unpipelined,
+    Connections,
 }
 
-async fn gcra(url: &str, callers: usize, own_connection: bool, secs: f64) -> Vec<Duration> {
-    let client = redis::Client::open(url).unwrap();
-    let script = redis::Script::new(GCRA);
-    let shared = client.get_multiplexed_async_connection().await.unwrap();
-    let mut tasks = Vec::new();
-    for c in 0..callers {
-        let mut conn = if own_connection {
-            client.get_multiplexed_async_connection().await.unwrap()
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::One => "1 caller",
+            Mode::Pipelined => "50 callers, pipelined",
+            Mode::Unpipelined => "50 callers, unpipelined",
+            Mode::Connections => "50 callers, 50 connections",
+        }
+    }
+
+    fn callers(self) -> usize {
+        if self == Mode::One {
+            1
         } else {
-            shared.clone()
-        };
-        let script = script.clone();
-        tasks.push(tokio::spawn(async move {
-            let end = Instant::now() + Duration::from_secs_f64(secs);
-            let mut lat = Vec::new();
-            let mut i = c as u64 * 1_000_003;
-            while Instant::now() < end {
-                let t = Instant::now();
-                let _: redis::Value = script
-                    .key(format!("gcra:{}", key(i)))
-                    .arg(1_000_000)
-                    .arg(1_000_000)
+            50
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Subject {
+    Api,
+    Script,
+    Gcra,
+}
+
+impl Subject {
+    fn name(self) -> &'static str {
+        match self {
+            Subject::Api => "sluicegate API",
+            Subject::Script => "sluicegate script",
+            Subject::Gcra => "GCRA script",
+        }
+    }
+}
+
+/// What one caller calls.
+#[derive(Clone)]
+enum Target {
+    Api(Arc<KeyedLimiter<u64>>),
+    Script(MultiplexedConnection, Arc<str>),
+    Gcra(MultiplexedConnection, Arc<str>),
+}
+
+impl Target {
+    async fn once(&mut self, i: u64) {
+        match self {
+            Target::Api(l) => {
+                l.try_acquire_async(&key(i), 1).await.unwrap();
+            }
+            Target::Script(conn, name) => {
+                let _: redis::Value = redis::cmd("FCALL")
+                    .arg(&**name)
                     .arg(1)
+                    .arg(format!("bs:{}", key(i)))
                     .arg(1)
-                    .invoke_async(&mut conn)
+                    .arg(&TB_ARGS[..])
+                    .query_async(conn)
                     .await
                     .unwrap();
-                lat.push(t.elapsed());
-                i += 1;
             }
-            lat
-        }));
+            Target::Gcra(conn, sha) => {
+                let _: redis::Value = redis::cmd("EVALSHA")
+                    .arg(&**sha)
+                    .arg(1)
+                    .arg(format!("gcra:{}", key(i)))
+                    .arg(1_000_000)
+                    .arg(1_000_000)
+                    .arg(1)
+                    .arg(1)
+                    .query_async(conn)
+                    .await
+                    .unwrap();
+            }
+        }
     }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
+}
+
+struct Bench {
+    spec: String,
+    client: redis::Client,
+    function: Arc<str>,
+    sha: Arc<str>,
+    admin: MultiplexedConnection,
+}
+
+impl Bench {
+    /// The targets of `callers` callers: one shared, or one each (`Mode::Connections`).
+    async fn targets(
+        &self,
+        s: Subject,
+        mode: Mode,
+        shared_api: &Arc<KeyedLimiter<u64>>,
+    ) -> Vec<Target> {
+        let q: Quota = QUOTA.parse().unwrap();
+        let mut out = Vec::new();
+        let shared = self
+            .client
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        for c in 0..mode.callers() {
+            let conn = if mode == Mode::Connections {
+                self.client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .unwrap()
+            } else {
+                shared.clone()
+            };
+            out.push(match s {
+                Subject::Api if mode == Mode::Connections => {
+                    // A limiter on a URL of its own (another timeout) has a connection of its own.
+                    let spec: StoreSpec = format!("{}&timeout={}us", self.spec, 2_000_000 + c)
+                        .parse()
+                        .unwrap();
+                    Target::Api(Arc::new(
+                        KeyedLimiter::builder(q).store(spec).build().unwrap(),
+                    ))
+                }
+                Subject::Api => Target::Api(shared_api.clone()),
+                Subject::Script => Target::Script(conn, self.function.clone()),
+                Subject::Gcra => Target::Gcra(conn, self.sha.clone()),
+            });
+        }
+        out
     }
-    all
+
+    /// One run: (decisions/s, latencies, server microseconds a call).
+    async fn run(
+        &self,
+        s: Subject,
+        mode: Mode,
+        secs: f64,
+        shared_api: &Arc<KeyedLimiter<u64>>,
+    ) -> (f64, Vec<Duration>, f64) {
+        let targets = self.targets(s, mode, shared_api).await;
+        let mut admin = self.admin.clone();
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        // Unpipelined: a caller holds this until its reply is in.
+        let turn = Arc::new(tokio::sync::Mutex::new(()));
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for (c, mut t) in targets.into_iter().enumerate() {
+            let turn = turn.clone();
+            tasks.push(tokio::spawn(async move {
+                let end = Instant::now() + Duration::from_secs_f64(secs);
+                let mut lat = Vec::new();
+                let mut i = c as u64 * 1_000_003;
+                while Instant::now() < end {
+                    let t0 = Instant::now();
+                    if mode == Mode::Unpipelined {
+                        let _g = turn.lock().await;
+                        t.once(i).await;
+                    } else {
+                        t.once(i).await;
+                    }
+                    lat.push(t0.elapsed());
+                    i += 1;
+                }
+                lat
+            }));
+        }
+        let mut lat = Vec::new();
+        for t in tasks {
+            lat.extend(t.await.unwrap());
+        }
+        let per_s = lat.len() as f64 / start.elapsed().as_secs_f64();
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let cmd = if s == Subject::Gcra {
+            "evalsha"
+        } else {
+            "fcall"
+        };
+        let us = stats
+            .lines()
+            .find(|l| l.starts_with(&format!("cmdstat_{cmd}:")))
+            .and_then(|l| l.split("usec_per_call=").nth(1))
+            .and_then(|v| v.split(',').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN);
+        (per_s, lat, us)
+    }
+}
+
+fn quantile(lat: &mut [Duration], q: f64) -> Duration {
+    lat.sort();
+    lat[((lat.len() as f64 * q) as usize).min(lat.len() - 1)]
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
 }
 
 fn main() {
-    let secs: f64 = std::env::args()
-        .nth(1)
-        .map_or(3.0, |s| s.parse().expect("SECONDS"));
+    let mut argv = std::env::args().skip(1);
+    let secs: f64 = argv.next().map_or(3.0, |s| s.parse().expect("SECONDS"));
+    let rounds: usize = argv.next().map_or(3, |s| s.parse().expect("ROUNDS"));
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -183,55 +310,138 @@ fn main() {
             .spawn()
             .expect("redis-server"),
     );
-    std::thread::sleep(Duration::from_millis(300));
     let url = format!("redis://127.0.0.1:{port}");
-    let spec = format!("{url}?prefix=bench&negative_cache=off&on_error=error&timeout=2s");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let spec = format!("{url}?prefix=bench&negative_cache=off&on_error=error");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
+    let api = Arc::new(
+        KeyedLimiter::<u64>::builder(QUOTA.parse().unwrap())
+            .store(format!("{spec}&timeout=2s").parse().unwrap())
+            .build()
+            .unwrap(),
+    );
     let mut rows = Vec::new();
-    rt.block_on(async {
-        // Warm up: load the scripts, fill the keys.
-        ours(&spec, 4, false, 0.5).await;
-        gcra(&url, 4, false, 0.5).await;
-        for (callers, own) in [(1, false), (50, false), (50, true)] {
-            let how = if callers == 1 {
-                "1 caller".to_string()
-            } else if own {
-                format!("{callers} callers, unpipelined")
-            } else {
-                format!("{callers} callers, pipelined")
+    let version = {
+        let (bench, version) = rt.block_on(async {
+            let client = redis::Client::open(url.as_str()).unwrap();
+            let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+            // The store loads its library on its first call; the script subject calls it.
+            api.try_acquire_async(&0, 1).await.unwrap();
+            let libs: redis::Value = redis::cmd("FUNCTION")
+                .arg("LIST")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            let text = format!("{libs:?}");
+            let at = text
+                .find("sluicegate_")
+                .expect("the store's library is loaded");
+            let lib: String = text[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let sha: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(GCRA)
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            let info: String = redis::cmd("INFO")
+                .arg("server")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            let version = info
+                .lines()
+                .find_map(|l| l.strip_prefix("redis_version:"))
+                .unwrap_or("?")
+                .trim()
+                .to_string();
+            let bench = Bench {
+                spec: spec.clone(),
+                client,
+                function: format!("{lib}_tb").into(),
+                sha: sha.into(),
+                admin,
             };
-            let lat = ours(&spec, callers, own, secs).await;
-            rows.push(row(&format!("sluicegate, {how}"), lat, secs));
-            let lat = gcra(&url, callers, own, secs).await;
-            rows.push(row(&format!("GCRA script, {how}"), lat, secs));
-        }
-    });
+            (bench, version)
+        });
+        let subjects = [Subject::Api, Subject::Script, Subject::Gcra];
+        rt.block_on(async {
+            // Warm up: fill the keys.
+            for s in subjects {
+                bench.run(s, Mode::Pipelined, 0.5, &api).await;
+            }
+            for mode in [
+                Mode::One,
+                Mode::Pipelined,
+                Mode::Unpipelined,
+                Mode::Connections,
+            ] {
+                let mut per: Vec<(Vec<f64>, Vec<Duration>, Vec<f64>)> = vec![Default::default(); 3];
+                for _ in 0..rounds {
+                    for (j, s) in subjects.iter().enumerate() {
+                        let (r, lat, us) = bench.run(*s, mode, secs, &api).await;
+                        per[j].0.push(r);
+                        per[j].1.extend(lat);
+                        per[j].2.push(us);
+                    }
+                }
+                for (j, (mut r, mut lat, mut us)) in per.into_iter().enumerate() {
+                    let lo = r.iter().cloned().fold(f64::INFINITY, f64::min);
+                    let hi = r.iter().cloned().fold(0.0, f64::max);
+                    rows.push((
+                        format!("{}, {}", subjects[j].name(), mode.name()),
+                        median(&mut r),
+                        (lo, hi),
+                        quantile(&mut lat, 0.5),
+                        quantile(&mut lat, 0.99),
+                        median(&mut us),
+                    ));
+                }
+            }
+        });
+        version
+    };
     // One caller, blocking.
-    let l = KeyedLimiter::<u64>::builder("1000000/s".parse().unwrap())
-        .store(spec.parse().unwrap())
-        .build()
-        .unwrap();
-    let end = Instant::now() + Duration::from_secs_f64(secs);
-    let (mut lat, mut i) = (Vec::new(), 0u64);
+    let mut lat = Vec::new();
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(secs);
+    let mut i = 0u64;
     while Instant::now() < end {
         let t = Instant::now();
-        l.try_acquire(&key(i), 1).unwrap();
+        api.try_acquire(&key(i), 1).unwrap();
         lat.push(t.elapsed());
         i += 1;
     }
-    rows.push(row("sluicegate, 1 caller, blocking API", lat, secs));
+    let per_s = lat.len() as f64 / start.elapsed().as_secs_f64();
+    rows.push((
+        "sluicegate API, 1 caller, blocking".to_string(),
+        per_s,
+        (per_s, per_s),
+        quantile(&mut lat, 0.5),
+        quantile(&mut lat, 0.99),
+        f64::NAN,
+    ));
 
+    println!("redis-server {version}, {rounds} rounds of {secs} s");
     println!(
-        "{:<44} {:>12} {:>10} {:>10}",
-        "subject", "decisions/s", "p50", "p99"
+        "{:<48} {:>12} {:>19} {:>9} {:>9} {:>10}",
+        "subject", "decisions/s", "(range)", "p50", "p99", "server us"
     );
-    for r in &rows {
+    for (name, r, (lo, hi), p50, p99, us) in &rows {
         println!(
-            "{:<44} {:>12.0} {:>10.1?} {:>10.1?}",
-            r.name, r.per_s, r.p50, r.p99
+            "{name:<48} {r:>12.0} {:>19} {:>9.1?} {:>9.1?} {us:>10.2}",
+            format!("({lo:.0}-{hi:.0})"),
+            p50,
+            p99
         );
     }
 

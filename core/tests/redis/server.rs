@@ -172,6 +172,154 @@ impl Server {
     }
 }
 
+/// A Redis Sentinel (`redis-server CONF --sentinel`) watching one master as `mymaster`.
+pub struct Sentinel {
+    pub port: u16,
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Sentinel {
+    pub fn start(master_port: u16) -> Sentinel {
+        let (port, dir) = (free_port(), dir());
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndaemonize no\nloglevel warning\nlogfile \"\"\n\
+                 pidfile {}\ndir {}\n\
+                 sentinel monitor mymaster 127.0.0.1 {master_port} 1\n\
+                 sentinel down-after-milliseconds mymaster 1000\n\
+                 sentinel failover-timeout mymaster 5000\n",
+                dir.join(format!("sentinel-{port}.pid")).display(),
+                dir.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(exe("redis-server"))
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server --sentinel");
+        let s = Sentinel { port, child, dir };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while s.master_port() != Some(master_port) {
+            assert!(Instant::now() < deadline, "the sentinel did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        s
+    }
+
+    /// The port of the master the sentinel names now.
+    pub fn master_port(&self) -> Option<u16> {
+        let mut c = Resp::connect(self.port).ok()?;
+        match c
+            .cmd(&["SENTINEL", "get-master-addr-by-name", "mymaster"])
+            .ok()?
+        {
+            Reply::Array(v) => match v.get(1) {
+                Some(Reply::Bulk(p)) => p.parse().ok(),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    pub fn resp(&self) -> Resp {
+        Resp::connect(self.port).unwrap()
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A self-signed certificate authority and a server certificate for 127.0.0.1 (openssl), in
+/// a folder of their own: `ca.crt`, `server.crt`, `server.key`.
+pub struct Certs {
+    pub dir: PathBuf,
+}
+
+impl Certs {
+    pub fn make() -> Certs {
+        let dir = dir();
+        let run = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(&dir)
+                .output()
+                .expect("openssl (apt-get install openssl)");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+        run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=sluicegate test CA",
+        ]);
+        run(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ]);
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ]);
+        Certs { dir }
+    }
+
+    pub fn path(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+}
+
+impl Drop for Certs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// A Redis Cluster of three masters on loopback, made with `redis-cli --cluster create`.
 pub struct Cluster {
     pub nodes: Vec<Server>,
@@ -230,6 +378,74 @@ impl Cluster {
 
     pub fn dbsize(&self) -> i64 {
         self.nodes.iter().map(|n| n.resp().int(&["DBSIZE"])).sum()
+    }
+
+    fn id(&self, node: usize) -> String {
+        match self.nodes[node].resp().cmd(&["CLUSTER", "MYID"]).unwrap() {
+            Reply::Bulk(s) => s,
+            r => panic!("CLUSTER MYID: {r:?}"),
+        }
+    }
+
+    fn ok(&self, node: usize, args: &[&str]) {
+        let r = self.nodes[node].resp().cmd(args).unwrap();
+        assert_eq!(r, Reply::Status("OK".into()), "{args:?}");
+    }
+
+    /// The index of the node that serves `slot`.
+    pub fn owner(&self, slot: u16) -> usize {
+        let Reply::Array(ranges) = self.nodes[0].resp().cmd(&["CLUSTER", "SLOTS"]).unwrap() else {
+            panic!("CLUSTER SLOTS")
+        };
+        for r in ranges {
+            let Reply::Array(r) = r else { panic!("{r:?}") };
+            let (Reply::Int(a), Reply::Int(b), Reply::Array(master)) = (&r[0], &r[1], &r[2]) else {
+                panic!("{r:?}")
+            };
+            if (*a..=*b).contains(&i64::from(slot)) {
+                let Reply::Int(port) = master[1] else {
+                    panic!("{master:?}")
+                };
+                return self
+                    .nodes
+                    .iter()
+                    .position(|n| i64::from(n.port) == port)
+                    .unwrap();
+            }
+        }
+        panic!("slot {slot} has no owner")
+    }
+
+    /// The first half of moving `slot` from node `from` to node `to` (what `redis-cli --cluster
+    /// reshard` does): the slot marked migrating and importing, and its keys moved with
+    /// MIGRATE. Clients asking `from` for them now get ASK.
+    pub fn start_migration(&self, slot: u16, from: usize, to: usize) {
+        let s = slot.to_string();
+        self.ok(to, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &self.id(from)]);
+        self.ok(from, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &self.id(to)]);
+        let Reply::Array(keys) = self.nodes[from]
+            .resp()
+            .cmd(&["CLUSTER", "GETKEYSINSLOT", &s, "1000"])
+            .unwrap()
+        else {
+            panic!("GETKEYSINSLOT")
+        };
+        let port = self.nodes[to].port.to_string();
+        for k in keys {
+            let Reply::Bulk(k) = k else { panic!("{k:?}") };
+            self.ok(from, &["MIGRATE", "127.0.0.1", &port, &k, "0", "5000"]);
+        }
+    }
+
+    /// The second half: every node told that `to` serves `slot`. Clients asking another
+    /// node now get MOVED.
+    pub fn finish_migration(&self, slot: u16, to: usize) {
+        let (s, id) = (slot.to_string(), self.id(to));
+        let mut order: Vec<usize> = (0..self.nodes.len()).collect();
+        order.sort_by_key(|&n| n != to);
+        for n in order {
+            self.ok(n, &["CLUSTER", "SETSLOT", &s, "NODE", &id]);
+        }
     }
 }
 
@@ -337,6 +553,19 @@ impl Resp {
                 .collect(),
             r => panic!("{r:?}"),
         }
+    }
+
+    /// Deletes every key whose name starts with `prefix`; returns how many.
+    pub fn del_prefix(&mut self, prefix: &str) -> usize {
+        let keys: Vec<String> = self
+            .keys()
+            .into_iter()
+            .filter(|k| k.starts_with(prefix))
+            .collect();
+        for k in &keys {
+            self.int(&["DEL", k]);
+        }
+        keys.len()
     }
 
     /// A key's value (as Redis prints it) and its PEXPIRETIME.

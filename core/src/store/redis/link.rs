@@ -15,7 +15,7 @@
 //!   backoff of 10 ms doubling to 1 s, and while there is none every call fails at once
 //!   without a round trip (nothing queues up behind a dead or paused server).
 
-use super::scripts::scripts;
+use super::scripts::{scripts, Func};
 use crate::error::{Error, StoreErrorKind};
 use crate::store::spec::{redact, Topology};
 use crate::store::StoreSpec;
@@ -134,6 +134,9 @@ pub struct RedisStats {
     pub connects: u64,
     /// Times the scripts were loaded (FUNCTION LOAD, or EVAL after NOSCRIPT).
     pub script_loads: u64,
+    /// Calls sent again to the node a Redis Cluster's MOVED or ASK reply named (at most once
+    /// a call: such a reply means the call did not run).
+    pub redirects: u64,
 }
 
 #[derive(Default)]
@@ -149,6 +152,7 @@ pub(crate) struct Counters {
     server_errors: AtomicU64,
     connects: AtomicU64,
     script_loads: AtomicU64,
+    redirects: AtomicU64,
 }
 
 impl Counters {
@@ -165,6 +169,7 @@ impl Counters {
             server_errors: self.server_errors.load(Relaxed),
             connects: self.connects.load(Relaxed),
             script_loads: self.script_loads.load(Relaxed),
+            redirects: self.redirects.load(Relaxed),
         }
     }
 }
@@ -196,6 +201,49 @@ impl Conn {
         };
         v?.extract_error()
     }
+
+    /// [`send`](Self::send), to the node of a cluster's redirection if there is one (after
+    /// `ASKING` for an ASK).
+    async fn send_to(&mut self, cmd: &Cmd, to: Option<&Redirect>) -> redis::RedisResult<Value> {
+        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+        let (Conn::Cluster(c), Some(r)) = (&mut *self, to) else {
+            return self.send(cmd).await;
+        };
+        let node = SingleNodeRoutingInfo::ByAddress {
+            host: r.host.clone(),
+            port: r.port,
+        };
+        if !r.ask {
+            return c
+                .route_command(cmd.clone(), RoutingInfo::SingleNode(node))
+                .await?
+                .extract_error();
+        }
+        let mut p = redis::pipe();
+        p.cmd("ASKING").add_command(cmd.clone());
+        let replies = c.route_pipeline(p, 0, 2, node).await?;
+        let last = replies.into_iter().last().ok_or_else(|| {
+            redis::RedisError::from((redis::ErrorKind::Parse, "no reply after ASKING"))
+        })?;
+        last.extract_error()
+    }
+}
+
+/// Where a cluster's MOVED or ASK reply sends a call.
+struct Redirect {
+    host: String,
+    port: u16,
+    ask: bool,
+}
+
+fn redirect(e: &redis::RedisError) -> Option<Redirect> {
+    let (addr, _slot) = e.redirect_node()?;
+    let (host, port) = addr.rsplit_once(':')?;
+    Some(Redirect {
+        host: host.to_string(),
+        port: port.parse().ok()?,
+        ask: e.code() == Some("ASK"),
+    })
 }
 
 struct State {
@@ -310,15 +358,17 @@ impl Link {
         }
     }
 
-    /// Calls the scripts with `keys` and `args` (SCRIPTS.md, "Calling convention"): one
-    /// round trip, two when the scripts must be loaded first. Runs on the runtime thread.
+    /// Calls the scripts' function `func` with `keys` and `args` (SCRIPTS.md, "Calling
+    /// convention"): one round trip, two when the scripts must be loaded first. Runs on the
+    /// runtime thread.
     pub(crate) async fn call(
         self: Arc<Self>,
+        func: Func,
         keys: Vec<String>,
         args: Vec<String>,
     ) -> Result<Value, Fail> {
         let deadline = tokio::time::Instant::now() + self.timeout;
-        let r = tokio::time::timeout_at(deadline, self.call_inner(&keys, &args)).await;
+        let r = tokio::time::timeout_at(deadline, self.call_inner(func, &keys, &args)).await;
         let (fail, generation) = match r {
             Ok(Ok(v)) => return Ok(v),
             Ok(Err(f)) => f,
@@ -348,6 +398,7 @@ impl Link {
 
     async fn call_inner(
         self: &Arc<Self>,
+        func: Func,
         keys: &[String],
         args: &[String],
     ) -> Result<Value, (Fail, u64)> {
@@ -358,32 +409,51 @@ impl Link {
             c.arg(what).arg(keys.len()).arg(keys).arg(args);
             c
         };
+        // The EVAL form has only the general entry (the store never asks it for another).
+        debug_assert!(!self.eval || func == Func::Run);
         let main = if self.eval {
             cmd("EVALSHA", &sc.sha)
         } else {
-            cmd("FCALL", &sc.name)
+            cmd("FCALL", sc.function(func))
         };
         let fail = |e: redis::RedisError| (classify(&e), generation);
-        match conn.send(&main).await {
-            Ok(v) => Ok(v),
-            Err(e) if self.eval && is_noscript(&e) => {
-                bump(&self.counters.script_loads);
-                conn.send(&cmd("EVAL", super::scripts::EVAL_FORM))
-                    .await
-                    .map_err(fail)
-            }
-            Err(e) if !self.eval && is_no_function(&e) => {
-                bump(&self.counters.script_loads);
-                let mut load = redis::cmd("FUNCTION");
-                load.arg("LOAD").arg(&sc.library);
-                match conn.send(&load).await {
-                    Ok(_) => {}
-                    Err(e) if e.to_string().contains("already exists") => {}
-                    Err(e) => return Err(fail(e)),
+        // A MOVED or ASK reply means that the call did not run: it is sent once more, to the
+        // node named (Redis Cluster during a resharding). Sending it again is no replay.
+        let mut to: Option<Redirect> = None;
+        let mut loaded = false;
+        loop {
+            let e = match conn.send_to(&main, to.as_ref()).await {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            };
+            match redirect(&e) {
+                Some(r) if to.is_none() => {
+                    bump(&self.counters.redirects);
+                    to = Some(r);
+                    continue;
                 }
-                conn.send(&main).await.map_err(fail)
+                _ => {}
             }
-            Err(e) => Err(fail(e)),
+            if loaded {
+                return Err(fail(e));
+            }
+            loaded = true;
+            if self.eval && is_noscript(&e) {
+                bump(&self.counters.script_loads);
+                let eval = cmd("EVAL", super::scripts::EVAL_FORM);
+                return conn.send_to(&eval, to.as_ref()).await.map_err(fail);
+            }
+            if self.eval || !is_no_function(&e) {
+                return Err(fail(e));
+            }
+            bump(&self.counters.script_loads);
+            let mut load = redis::cmd("FUNCTION");
+            load.arg("LOAD").arg(&sc.library);
+            match conn.send_to(&load, to.as_ref()).await {
+                Ok(_) => {}
+                Err(e) if e.to_string().contains("already exists") => {}
+                Err(e) => return Err(fail(e)),
+            }
         }
     }
 

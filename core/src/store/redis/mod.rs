@@ -9,13 +9,16 @@
 //!   Sentinel): one multiplexed connection that pipelines every concurrent caller's calls,
 //!   the per-call timeout, reconnection without replay, and the outcome counters.
 //! * [`store`]: the store itself: key names, the fail policy, the negative cache, replies
-//!   to decisions; [`RedisStore`] (keyed) and [`RedisBucket`] (a single limiter).
+//!   to decisions; [`RedisStore`] (a keyed limiter's buckets).
+//! * [`bucket`]: [`RedisBucket`] (a single limiter's bucket) and composite limits in one call.
 //!
 //! `StoreSpec::Redis` and `RedisOptions` document the URLs and options.
 
+mod bucket;
 pub(crate) mod link;
 pub(crate) mod scripts;
 mod store;
 
+pub(crate) use bucket::{composite, composite_async, RedisBucket};
 pub use link::RedisStats;
-pub(crate) use store::{composite, composite_async, fingerprint, RedisBucket, RedisStore};
+pub(crate) use store::{fingerprint, RedisStore};

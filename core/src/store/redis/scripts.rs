@@ -14,6 +14,7 @@ pub(crate) const EVAL_FORM: &str = concat!(
     include_str!("scripts/queue.lua"),
     include_str!("scripts/log.lua"),
     include_str!("scripts/main.lua"),
+    include_str!("scripts/fast.lua"),
     include_str!("scripts/entry_eval.lua"),
 );
 
@@ -26,8 +27,21 @@ const FUNCTION_BODY: &str = concat!(
     include_str!("scripts/queue.lua"),
     include_str!("scripts/log.lua"),
     include_str!("scripts/main.lua"),
+    include_str!("scripts/fast.lua"),
     include_str!("scripts/entry_function.lua"),
 );
+
+/// Which function a call names (SCRIPTS.md, "Calling convention" and "The one-bucket
+/// functions").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Func {
+    /// `NAME`: every request.
+    Run,
+    /// `NAME_tb`: one bucket of a continuous token bucket, acquire.
+    Tb,
+    /// `NAME_gcra`: one bucket of GCRA, acquire.
+    Gcra,
+}
 
 /// Both forms, assembled once per process.
 pub(crate) struct Scripts {
@@ -37,6 +51,19 @@ pub(crate) struct Scripts {
     pub(crate) name: String,
     /// The FUNCTION LOAD form.
     pub(crate) library: String,
+    /// `NAME_tb`, `NAME_gcra`.
+    one: [String; 2],
+}
+
+impl Scripts {
+    /// The name of `f` in the library.
+    pub(crate) fn function(&self, f: Func) -> &str {
+        match f {
+            Func::Run => &self.name,
+            Func::Tb => &self.one[0],
+            Func::Gcra => &self.one[1],
+        }
+    }
 }
 
 pub(crate) fn scripts() -> &'static Scripts {
@@ -48,7 +75,13 @@ pub(crate) fn scripts() -> &'static Scripts {
             "#!lua name={name}\n{}",
             FUNCTION_BODY.replace("SLUICEGATE_NAME", &name)
         );
-        Scripts { sha, name, library }
+        let one = [format!("{name}_tb"), format!("{name}_gcra")];
+        Scripts {
+            sha,
+            name,
+            library,
+            one,
+        }
     })
 }
 
@@ -103,6 +136,52 @@ pub(crate) fn spec(q: &Quota, tick: u64, origin: u64) -> Result<String, Error> {
     })
 }
 
+/// A quota as the scripts take it: its spec, and the one-bucket function with its quota
+/// arguments when there is one (none with `scripts=eval`, whose form has only `run`).
+pub(crate) struct Spec {
+    pub(crate) text: String,
+    pub(crate) one: Option<(Func, [String; 4])>,
+}
+
+impl Spec {
+    pub(crate) fn new(text: String, eval: bool) -> Spec {
+        let one = if eval { None } else { one_bucket(&text) };
+        Spec { text, one }
+    }
+
+    /// The same quota with its initial tokens raised to its capacity, when they differ: what
+    /// a single limiter's bucket is once created (SCRIPTS.md, "Absent keys").
+    pub(crate) fn refilled(&self, eval: bool) -> Option<Spec> {
+        let mut w: Vec<&str> = self.text.split(' ').collect();
+        let fields = match w.first() {
+            Some(&"tb" | &"gcra") => 5,
+            Some(&"ti") => 6,
+            _ => return None,
+        };
+        if w.len() != fields || w[3] == w[4] {
+            return None;
+        }
+        w[4] = w[3];
+        Some(Spec::new(w.join(" "), eval))
+    }
+}
+
+/// The function that decides a one-bucket acquisition of `spec` by itself, and its quota
+/// arguments (`k p b i`), when there is one (SCRIPTS.md, "The one-bucket functions").
+pub(crate) fn one_bucket(spec: &str) -> Option<(Func, [String; 4])> {
+    let mut w = spec.split(' ');
+    let f = match w.next()? {
+        "tb" => Func::Tb,
+        "gcra" => Func::Gcra,
+        _ => return None,
+    };
+    let mut quota: [String; 4] = Default::default();
+    for q in &mut quota {
+        *q = w.next()?.to_string();
+    }
+    w.next().is_none().then_some((f, quota))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,6 +213,43 @@ mod tests {
         assert!(s("3/ns; algorithm=sliding_window", 1000).is_err());
         assert!(s("3/ns; algorithm=sliding_window", 1).is_ok());
         assert!(s("3/ns", 1000).is_ok(), "a rate is rescaled exactly");
+    }
+
+    #[test]
+    fn one_bucket_functions() {
+        let (f, q) = one_bucket("tb 1 10000 100 50").unwrap();
+        assert_eq!((f, q.join(" ").as_str()), (Func::Tb, "1 10000 100 50"));
+        assert_eq!(one_bucket("gcra 3 7 2 2").unwrap().0, Func::Gcra);
+        assert!(one_bucket("ti 5 2000000 5 5 0").is_none());
+        assert!(one_bucket("fw 3 60000000").is_none());
+        assert_eq!(
+            scripts().function(Func::Tb),
+            format!("{}_tb", scripts().name)
+        );
+        assert!(
+            Spec::new("tb 1 1 5 5".into(), true).one.is_none(),
+            "scripts=eval"
+        );
+    }
+
+    #[test]
+    fn refilled_specs() {
+        let r = |t: &str| Spec::new(t.into(), false).refilled(false).map(|s| s.text);
+        assert_eq!(
+            r("tb 1 10000 100 50").as_deref(),
+            Some("tb 1 10000 100 100")
+        );
+        assert_eq!(r("gcra 1 7 9 0").as_deref(), Some("gcra 1 7 9 9"));
+        assert_eq!(
+            r("ti 5 2000000 5 2 0").as_deref(),
+            Some("ti 5 2000000 5 5 0")
+        );
+        assert_eq!(r("tb 1 10000 100 100"), None, "initial == burst");
+        assert_eq!(r("fw 3 60000000"), None);
+        let s = Spec::new("tb 1 10000 100 50".into(), false)
+            .refilled(false)
+            .unwrap();
+        assert_eq!(s.one.unwrap().1[3], "100");
     }
 
     #[test]

@@ -16,8 +16,9 @@
 //! readings are sent, in nanosecond ticks: the decisions are then the in-process engine's, bit
 //! for bit.
 
-use super::link::{block, run, slot, Fail, Link, RedisStats};
-use super::scripts;
+pub(crate) use super::link::RedisStats;
+use super::link::{block, run, Fail, Link};
+use super::scripts::{self, Func, Spec};
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{Error, StoreErrorKind};
 use crate::store::keyed::Ctx;
@@ -27,7 +28,7 @@ use crate::{Decision, Quota};
 use core::borrow::Borrow;
 use core::hash::Hash;
 use redis::Value;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 const SIP_K0: u64 = u64::from_le_bytes(*b"sluicega");
@@ -43,8 +44,17 @@ pub(crate) fn fingerprint<Q: Hash + ?Sized>(key: &Q) -> u128 {
 /// `retry_after` of a rejection by `on_error=closed`.
 const CLOSED_RETRY_NS: u64 = 1_000_000_000;
 
+/// A request's operation, reading, cost and leaky-queue bound (`None`: no bound).
+#[derive(Clone, Copy)]
+pub(super) struct Ask {
+    pub(super) op: Op,
+    pub(super) now: u64,
+    pub(super) cost: u64,
+    pub(super) bound: Option<u64>,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Op {
+pub(super) enum Op {
     Acquire,
     Peek,
     Refund,
@@ -131,14 +141,21 @@ impl NegCache {
 
 /// What every bucket of one quota on one deployment shares.
 pub(crate) struct Common {
-    link: Arc<Link>,
-    /// The quota's spec in the scripts' terms (SCRIPTS.md).
-    spec: String,
+    pub(super) link: Arc<Link>,
+    /// The quota in the scripts' terms (SCRIPTS.md).
+    spec: Spec,
+    /// A single limiter's quota once its bucket exists, when that differs (`initial <
+    /// burst`): an absent key is then a full bucket, as in-process (SCRIPTS.md, "Absent
+    /// keys"). Never for a keyed limiter's buckets.
+    refilled: Option<Spec>,
+    /// Whether an acquisition (or the creation at construction) has reached the server, so
+    /// that the bucket exists or has existed: `refilled` applies from then on.
+    created: AtomicBool,
     /// Nanoseconds a tick: 1000, or 1 on the test clock.
-    tick: u64,
+    pub(super) tick: u64,
     /// `PREFIX:QUOTA:`.
-    head: String,
-    tag: String,
+    pub(super) head: String,
+    pub(super) tag: String,
     limit: u64,
     window_s: u64,
     on_error: OnError,
@@ -161,7 +178,13 @@ fn redis_parts(spec: &StoreSpec) -> (&str, &RedisOptions) {
 impl Common {
     /// The store for `quota` at `spec`; `origin`: the limiter clock's reading now (the test
     /// clock's interval grid starts there).
-    fn open(spec: &StoreSpec, quota: &Quota, origin: u64) -> Result<Self, Error> {
+    /// `single`: a single limiter's bucket (else a keyed limiter's).
+    pub(super) fn open(
+        spec: &StoreSpec,
+        quota: &Quota,
+        origin: u64,
+        single: bool,
+    ) -> Result<Self, Error> {
         let (url, o) = redis_parts(spec);
         if o.test_clock && !cfg!(feature = "redis-test-clock") {
             return Err(Error::store(
@@ -191,9 +214,12 @@ impl Common {
                 .unwrap_or_default();
             u64::try_from(now.as_millis()).unwrap_or(u64::MAX / 2) + 86_400_000
         });
+        let spec = Spec::new(spec_text, o.eval);
         Ok(Common {
             link,
-            spec: spec_text,
+            refilled: single.then(|| spec.refilled(o.eval)).flatten(),
+            spec,
+            created: AtomicBool::new(false),
             tick,
             head: format!("{}:{qfp:016x}:", o.prefix),
             tag: o.tag.clone().unwrap_or_else(|| o.prefix.clone()),
@@ -224,20 +250,26 @@ impl Common {
         }
     }
 
-    /// The arguments after the keys (SCRIPTS.md, "Calling convention").
-    fn args(&self, op: Op, now: u64, cost: u64, bound: Option<u64>, specs: usize) -> Vec<String> {
-        let bound = match bound {
+    /// The quota as the next request states it.
+    pub(super) fn spec(&self) -> &Spec {
+        match &self.refilled {
+            Some(r) if self.created.load(Relaxed) => r,
+            _ => &self.spec,
+        }
+    }
+
+    /// The arguments after the keys but the specs (SCRIPTS.md, "Calling convention").
+    pub(super) fn args(&self, ask: Ask) -> Vec<String> {
+        let bound = match ask.bound {
             Some(ns) => (ns / self.tick).to_string(),
             None => String::new(),
         };
-        let mut a = vec![
-            op.name().to_string(),
-            cost.to_string(),
+        vec![
+            ask.op.name().to_string(),
+            ask.cost.to_string(),
             bound,
-            self.test_clock(now),
-        ];
-        a.extend((0..specs).map(|_| self.spec.clone()));
-        a
+            self.test_clock(ask.now),
+        ]
     }
 
     fn decision(&self, f: &[u128]) -> Decision {
@@ -255,13 +287,8 @@ impl Common {
 
     /// The policy's answer to a request on `parts` (each bucket's store and fingerprint; the
     /// first part's policy decides) that the server did not decide.
-    fn failed(
-        &self,
-        fail: &Fail,
-        parts: &[(&Common, u128)],
-        op: Op,
-        cost: u64,
-    ) -> Result<Decision, Error> {
+    fn failed(&self, fail: &Fail, parts: &[(&Common, u128)], ask: Ask) -> Result<Decision, Error> {
+        let (op, cost) = (ask.op, ask.cost);
         let c = &self.link.counters;
         let admit = |allowed: bool| {
             let retry = if allowed { 0 } else { CLOSED_RETRY_NS };
@@ -339,6 +366,7 @@ fn insurance(quota: &Quota, limit: u64, hosts: u64) -> Result<Quota, Error> {
 
 /// A request prepared for the server.
 struct Call {
+    func: Func,
     keys: Vec<String>,
     args: Vec<String>,
 }
@@ -390,24 +418,29 @@ impl Common {
     }
 
     /// The result of a call on the buckets `fps` (their order is the call's).
-    fn finish(
+    pub(super) fn finish(
         &self,
         r: Result<Value, Fail>,
         parts: &[(&Common, u128)],
-        op: Op,
-        now: u64,
-        cost: u64,
-        bound: Option<u64>,
+        ask: Ask,
     ) -> Result<(Decision, Vec<Decision>), Error> {
         let n = parts.len();
         let out = r.and_then(|v| self.outcome(&v, n));
+        let (op, cost) = (ask.op, ask.cost);
         match out {
             Ok(Outcome::Decided(d, each)) => {
                 self.link.counters.decided.fetch_add(1, Relaxed);
-                if let (Some(cache), [(_, fp)], Op::Acquire, None) = (&self.cache, parts, op, bound)
+                if op == Op::Acquire {
+                    // The server has created every absent part.
+                    parts
+                        .iter()
+                        .for_each(|(c, _)| c.created.store(true, Relaxed));
+                }
+                if let (Some(cache), [(_, fp)], Op::Acquire, None) =
+                    (&self.cache, parts, op, ask.bound)
                 {
                     if !d.allowed() && d.retry_after_nanos() > 0 {
-                        cache.put(*fp, self.cache_now(now), cost, d);
+                        cache.put(*fp, self.cache_now(ask.now), cost, d);
                     }
                 }
                 Ok((d, each))
@@ -419,24 +452,35 @@ impl Common {
                 Ok((d, vec![d; n]))
             }
             Err(fail) => {
-                let d = self.failed(&fail, parts, op, cost)?;
+                let d = self.failed(&fail, parts, ask)?;
                 Ok((d, vec![d; n]))
             }
         }
     }
 
+    /// Creates bucket `name` (fingerprint `fp`) at `now` if it does not exist: a cost-0
+    /// acquisition whose failure is nobody's request (no policy decides it, no counter but
+    /// the link's own counts it).
+    pub(super) fn create(&self, name: String, fp: u128, now: u64) {
+        let ask = Ask {
+            op: Op::Acquire,
+            now,
+            cost: 0,
+            bound: None,
+        };
+        if let Ok(call) = self.prepare(vec![name], &[fp], ask) {
+            let r = block(self.link.clone().call(call.func, call.keys, call.args));
+            if let Ok(Outcome::Decided(..)) = r.and_then(|v| self.outcome(&v, 1)) {
+                self.created.store(true, Relaxed);
+            }
+        }
+    }
+
     /// A cached rejection, or the call to make.
-    fn prepare(
-        &self,
-        names: Vec<String>,
-        fps: &[u128],
-        op: Op,
-        now: u64,
-        cost: u64,
-        bound: Option<u64>,
-    ) -> Result<Call, Decision> {
-        if let (Some(cache), [fp], Op::Acquire, None) = (&self.cache, fps, op, bound) {
-            if let Some(d) = cache.get(*fp, self.cache_now(now), cost, self.window_s) {
+    fn prepare(&self, names: Vec<String>, fps: &[u128], ask: Ask) -> Result<Call, Decision> {
+        let op = ask.op;
+        if let (Some(cache), [fp], Op::Acquire, None) = (&self.cache, fps, op, ask.bound) {
+            if let Some(d) = cache.get(*fp, self.cache_now(ask.now), ask.cost, self.window_s) {
                 self.link.counters.cached_rejections.fetch_add(1, Relaxed);
                 return Err(d);
             }
@@ -446,51 +490,64 @@ impl Common {
                 fps.iter().for_each(|fp| cache.forget(*fp));
             }
         }
-        let args = self.args(op, now, cost, bound, names.len());
-        Ok(Call { keys: names, args })
+        let spec = self.spec();
+        if let (Some((func, quota)), [_], Op::Acquire, None) = (&spec.one, fps, op, ask.bound) {
+            let mut args = Vec::with_capacity(6);
+            args.push(ask.cost.to_string());
+            args.extend(quota.iter().cloned());
+            if self.test_base_ms.is_some() {
+                args.push(self.test_clock(ask.now));
+            }
+            return Ok(Call {
+                func: *func,
+                keys: names,
+                args,
+            });
+        }
+        let mut args = self.args(ask);
+        args.extend((0..names.len()).map(|_| spec.text.clone()));
+        Ok(Call {
+            func: Func::Run,
+            keys: names,
+            args,
+        })
     }
 
-    fn request(
+    pub(super) fn request(
         &self,
         names: Vec<String>,
         fps: &[u128],
-        op: Op,
-        now: u64,
-        cost: u64,
-        bound: Option<u64>,
+        ask: Ask,
     ) -> Result<(Decision, Vec<Decision>), Error> {
-        match self.prepare(names, fps, op, now, cost, bound) {
+        match self.prepare(names, fps, ask) {
             Err(d) => Ok((d, vec![d])),
             Ok(call) => {
-                let r = block(self.link.clone().call(call.keys, call.args));
-                self.finish(r, &[(self, fps[0])], op, now, cost, bound)
+                let r = block(self.link.clone().call(call.func, call.keys, call.args));
+                self.finish(r, &[(self, fps[0])], ask)
             }
         }
     }
 
-    async fn request_async(
+    pub(super) async fn request_async(
         &self,
         names: Vec<String>,
         fps: &[u128],
-        op: Op,
-        now: u64,
-        cost: u64,
-        bound: Option<u64>,
+        ask: Ask,
     ) -> Result<(Decision, Vec<Decision>), Error> {
-        match self.prepare(names, fps, op, now, cost, bound) {
+        match self.prepare(names, fps, ask) {
             Err(d) => Ok((d, vec![d])),
             Ok(call) => {
-                let r = run(self.link.clone().call(call.keys, call.args)).await;
-                self.finish(r, &[(self, fps[0])], op, now, cost, bound)
+                let r = run(self.link.clone().call(call.func, call.keys, call.args)).await;
+                self.finish(r, &[(self, fps[0])], ask)
             }
         }
     }
 
-    fn bound(within: u64) -> Option<u64> {
+    pub(super) fn bound(within: u64) -> Option<u64> {
         (within < u64::MAX - 1).then_some(within)
     }
 
-    fn stats(&self) -> RedisStats {
+    pub(super) fn stats(&self) -> RedisStats {
         self.link.counters.read()
     }
 }
@@ -500,11 +557,15 @@ pub(crate) struct RedisStore {
     c: Common,
 }
 
+/// A batch's requests as the store sends them: a key's fingerprint and cost, or the error its
+/// check gave.
+type Batch = Vec<Result<(u128, u64), Error>>;
+
 impl RedisStore {
     /// The store `spec` names, for `quota`, on a limiter whose clock reads `origin` now.
     pub(crate) fn open(spec: &StoreSpec, quota: &Quota, origin: u64) -> Result<Self, Error> {
         Ok(RedisStore {
-            c: Common::open(spec, quota, origin)?,
+            c: Common::open(spec, quota, origin, false)?,
         })
     }
 
@@ -514,6 +575,15 @@ impl RedisStore {
 
     pub(crate) fn stats(&self) -> RedisStats {
         self.c.stats()
+    }
+
+    fn ask(op: Op, now: u64, cost: u64, within: u64) -> Ask {
+        Ask {
+            op,
+            now,
+            cost,
+            bound: Common::bound(within),
+        }
     }
 
     /// A request on `key`'s bucket.
@@ -527,11 +597,8 @@ impl RedisStore {
     ) -> Result<Decision, Error> {
         let fp = fingerprint(key);
         let op = if peek { Op::Peek } else { Op::Acquire };
-        let bound = Common::bound(within);
-        Ok(self
-            .c
-            .request(vec![self.name(fp)], &[fp], op, now, cost, bound)?
-            .0)
+        let ask = Self::ask(op, now, cost, within);
+        Ok(self.c.request(vec![self.name(fp)], &[fp], ask)?.0)
     }
 
     /// [`decide`](Self::decide) for async callers, on a key's fingerprint.
@@ -544,124 +611,92 @@ impl RedisStore {
         peek: bool,
     ) -> Result<Decision, Error> {
         let op = if peek { Op::Peek } else { Op::Acquire };
-        let bound = Common::bound(within);
-        let names = vec![self.name(fp)];
+        let ask = Self::ask(op, now, cost, within);
         Ok(self
             .c
-            .request_async(names, &[fp], op, now, cost, bound)
+            .request_async(vec![self.name(fp)], &[fp], ask)
             .await?
             .0)
     }
 
     /// A refund for async callers, on a key's fingerprint.
     pub(crate) async fn refund_fp_async(&self, fp: u128, now: u64, cost: u64) -> Result<(), Error> {
+        let ask = Self::ask(Op::Refund, now, cost, u64::MAX);
         self.c
-            .request_async(vec![self.name(fp)], &[fp], Op::Refund, now, cost, None)
+            .request_async(vec![self.name(fp)], &[fp], ask)
             .await
             .map(drop)
     }
 
-    /// Requests on many keys (fingerprint and cost, or the error their check gave): every
-    /// call is handed to the connection before any reply is read, so that they travel
-    /// together (one round trip for the batch on one connection).
-    pub(crate) async fn many_async(
+    /// A batch's answers known without a round trip (errors, cached rejections), and the
+    /// calls to make for the others, by index.
+    #[allow(clippy::type_complexity)]
+    fn batch_calls(
         &self,
-        reqs: Vec<Result<(u128, u64), Error>>,
+        reqs: &Batch,
         now: u64,
-    ) -> Vec<Result<Decision, Error>> {
-        let mut out: Vec<Option<Result<Decision, Error>>> = Vec::with_capacity(reqs.len());
+    ) -> (
+        Vec<Option<Result<Decision, Error>>>,
+        Vec<(
+            usize,
+            impl core::future::Future<Output = Result<Value, Fail>> + Send + 'static,
+        )>,
+    ) {
+        let mut out = Vec::with_capacity(reqs.len());
         let mut calls = Vec::new();
         for (i, r) in reqs.iter().enumerate() {
             out.push(None);
             match r {
                 Err(e) => out[i] = Some(Err(e.clone())),
                 Ok((fp, cost)) => {
-                    match self.c.prepare(
-                        vec![self.name(*fp)],
-                        &[*fp],
-                        Op::Acquire,
-                        now,
-                        *cost,
-                        None,
-                    ) {
+                    let ask = Self::ask(Op::Acquire, now, *cost, u64::MAX);
+                    match self.c.prepare(vec![self.name(*fp)], &[*fp], ask) {
                         Err(d) => out[i] = Some(Ok(d)),
-                        Ok(call) => calls.push((i, self.c.link.clone().call(call.keys, call.args))),
+                        Ok(call) => calls
+                            .push((i, self.c.link.clone().call(call.func, call.keys, call.args))),
                     }
                 }
             }
         }
-        let idx: Vec<usize> = calls.iter().map(|(i, _)| *i).collect();
-        let all = futures_util::future::join_all(calls.into_iter().map(|(_, f)| f));
-        let replies = run(all).await;
+        (out, calls)
+    }
+
+    /// The batch's answers, with the replies of its calls (in the order of `idx`).
+    fn batch_finish(
+        &self,
+        reqs: &Batch,
+        now: u64,
+        mut out: Vec<Option<Result<Decision, Error>>>,
+        idx: Vec<usize>,
+        replies: Vec<Result<Value, Fail>>,
+    ) -> Vec<Result<Decision, Error>> {
         for (i, r) in idx.into_iter().zip(replies) {
             let Ok((fp, cost)) = reqs[i] else {
                 unreachable!("only checked requests are sent")
             };
-            out[i] = Some(
-                self.c
-                    .finish(r, &[(&self.c, fp)], Op::Acquire, now, cost, None)
-                    .map(|(d, _)| d),
-            );
+            let ask = Self::ask(Op::Acquire, now, cost, u64::MAX);
+            out[i] = Some(self.c.finish(r, &[(&self.c, fp)], ask).map(|(d, _)| d));
         }
         out.into_iter()
             .map(|r| r.expect("every request answered"))
             .collect()
+    }
+
+    /// Requests on many keys: every call is handed to the connection before any reply is
+    /// read, so that they travel together (one round trip for the batch on one connection).
+    pub(crate) async fn many_async(&self, reqs: Batch, now: u64) -> Vec<Result<Decision, Error>> {
+        let (out, calls) = self.batch_calls(&reqs, now);
+        let (idx, calls): (Vec<usize>, Vec<_>) = calls.into_iter().unzip();
+        let replies = run(futures_util::future::join_all(calls)).await;
+        self.batch_finish(&reqs, now, out, idx, replies)
     }
 
     /// [`many_async`](Self::many_async), blocking.
-    pub(crate) fn many_blocking(
-        &self,
-        reqs: Vec<Result<(u128, u64), Error>>,
-        now: u64,
-    ) -> Vec<Result<Decision, Error>> {
-        futures_util::FutureExt::now_or_never(self.many_async_blocking(reqs, now))
-            .expect("a blocking batch completes in place")
-    }
-
-    /// The batch with its wait done by blocking this thread (so the future is ready at once).
-    async fn many_async_blocking(
-        &self,
-        reqs: Vec<Result<(u128, u64), Error>>,
-        now: u64,
-    ) -> Vec<Result<Decision, Error>> {
-        let mut out: Vec<Option<Result<Decision, Error>>> = Vec::with_capacity(reqs.len());
-        let mut calls = Vec::new();
-        for (i, r) in reqs.iter().enumerate() {
-            out.push(None);
-            match r {
-                Err(e) => out[i] = Some(Err(e.clone())),
-                Ok((fp, cost)) => {
-                    match self.c.prepare(
-                        vec![self.name(*fp)],
-                        &[*fp],
-                        Op::Acquire,
-                        now,
-                        *cost,
-                        None,
-                    ) {
-                        Err(d) => out[i] = Some(Ok(d)),
-                        Ok(call) => calls.push((i, self.c.link.clone().call(call.keys, call.args))),
-                    }
-                }
-            }
-        }
-        let idx: Vec<usize> = calls.iter().map(|(i, _)| *i).collect();
-        let replies = block(futures_util::future::join_all(
-            calls.into_iter().map(|(_, f)| f),
-        ));
-        for (i, r) in idx.into_iter().zip(replies) {
-            let Ok((fp, cost)) = reqs[i] else {
-                unreachable!("only checked requests are sent")
-            };
-            out[i] = Some(
-                self.c
-                    .finish(r, &[(&self.c, fp)], Op::Acquire, now, cost, None)
-                    .map(|(d, _)| d),
-            );
-        }
-        out.into_iter()
-            .map(|r| r.expect("every request answered"))
-            .collect()
+    pub(crate) fn many_blocking(&self, reqs: Batch, now: u64) -> Vec<Result<Decision, Error>> {
+        let (out, calls) = self.batch_calls(&reqs, now);
+        let (idx, calls): (Vec<usize>, Vec<_>) = calls.into_iter().unzip();
+        let replies = block(futures_util::future::join_all(calls));
+        self.batch_finish(&reqs, now, out, idx, replies)
     }
 
     /// Keys of this store's quota on the server (standalone and Sentinel deployments).
@@ -738,9 +773,8 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for RedisStore {
         Q: Hash + Eq + ?Sized,
     {
         let fp = fingerprint(key);
-        self.c
-            .request(vec![self.name(fp)], &[fp], Op::Refund, now, cost, None)
-            .map(drop)
+        let ask = Self::ask(Op::Refund, now, cost, u64::MAX);
+        self.c.request(vec![self.name(fp)], &[fp], ask).map(drop)
     }
 
     fn remove<Q>(&self, _cx: &Ctx, key: &Q) -> Result<bool, Error>
@@ -795,182 +829,4 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for RedisStore {
             "a Redis store keeps a fingerprint of each key, not the key: it cannot list them",
         ))
     }
-}
-
-/// A single limiter's bucket on Redis: what `Limiter::builder(quota).store(..)` keeps.
-pub(crate) struct RedisBucket {
-    c: Common,
-    name: String,
-    fp: u128,
-    codec: crate::algorithm::Codec,
-}
-
-impl RedisBucket {
-    pub(crate) fn open(spec: &StoreSpec, quota: &Quota, origin: u64) -> Result<Self, Error> {
-        let c = Common::open(spec, quota, origin)?;
-        let name = format!("{}{{{}}}", c.head, c.tag);
-        let fp = fingerprint(name.as_str());
-        let codec = crate::algorithm::Codec::new(quota, origin)?;
-        Ok(RedisBucket { c, name, fp, codec })
-    }
-
-    pub(crate) fn codec(&self) -> &crate::algorithm::Codec {
-        &self.codec
-    }
-
-    pub(crate) fn stats(&self) -> RedisStats {
-        self.c.stats()
-    }
-
-    pub(crate) fn check(&self, now: u64, cost: u64) -> Result<(), Error> {
-        self.codec.check(now, cost)
-    }
-
-    fn one(&self, op: Op, now: u64, cost: u64, bound: Option<u64>) -> Result<Decision, Error> {
-        if op != Op::Refund {
-            self.check(now, cost)?;
-        }
-        Ok(self
-            .c
-            .request(vec![self.name.clone()], &[self.fp], op, now, cost, bound)?
-            .0)
-    }
-
-    pub(crate) fn reserve(&self, now: u64, cost: u64, within: u64) -> Result<Decision, Error> {
-        self.one(Op::Acquire, now, cost, Common::bound(within))
-    }
-
-    pub(crate) fn peek(&self, now: u64, cost: u64) -> Result<Decision, Error> {
-        self.one(Op::Peek, now, cost, None)
-    }
-
-    pub(crate) fn refund(&self, now: u64, cost: u64) -> Result<(), Error> {
-        self.one(Op::Refund, now, cost, None).map(drop)
-    }
-
-    pub(crate) fn is_full(&self, now: u64) -> Result<bool, Error> {
-        Ok(self.peek(now, 0)?.reset_after_nanos() == 0)
-    }
-
-    pub(crate) async fn acquire_async(&self, now: u64, cost: u64) -> Result<Decision, Error> {
-        self.check(now, cost)?;
-        let names = vec![self.name.clone()];
-        Ok(self
-            .c
-            .request_async(names, &[self.fp], Op::Acquire, now, cost, None)
-            .await?
-            .0)
-    }
-
-    pub(crate) async fn refund_async(&self, now: u64, cost: u64) -> Result<(), Error> {
-        let names = vec![self.name.clone()];
-        self.c
-            .request_async(names, &[self.fp], Op::Refund, now, cost, None)
-            .await
-            .map(drop)
-    }
-}
-
-impl core::fmt::Debug for RedisBucket {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("RedisBucket")
-            .field("store", &self.c.link.name)
-            .field("key", &self.name)
-            .finish_non_exhaustive()
-    }
-}
-
-/// The call of a composite limit over Redis buckets, when it can be one call: `None` when the
-/// parts are not all on one deployment with one clock (the caller then runs the in-process
-/// protocol over them), an error when they cannot share a call (Redis Cluster slots).
-type CallParts<'a> = (Vec<String>, Vec<(&'a Common, u128)>);
-
-fn composite_call<'a>(parts: &[&'a RedisBucket]) -> Option<Result<CallParts<'a>, Error>> {
-    let first = &parts[0].c;
-    if parts
-        .iter()
-        .any(|p| !Arc::ptr_eq(&p.c.link, &first.link) || p.c.tick != first.tick)
-    {
-        return None;
-    }
-    let names: Vec<String> = parts.iter().map(|p| p.name.clone()).collect();
-    let fps = parts.iter().map(|p| (&p.c, p.fp)).collect();
-    for (i, n) in names.iter().enumerate() {
-        if names[..i].contains(n) {
-            return Some(Err(Error::store(
-                StoreErrorKind::Unsupported,
-                first.link.name.clone(),
-                format!("two parts of a composite limit name one bucket ({n}): give them different prefixes"),
-            )));
-        }
-    }
-    if first.link.topology == Topology::Cluster {
-        let s0 = slot(&names[0]);
-        if let Some(n) = names.iter().find(|n| slot(n) != s0) {
-            return Some(Err(Error::store(
-                StoreErrorKind::Unsupported,
-                first.link.name.clone(),
-                format!(
-                    "the parts of a composite limit on Redis Cluster must share a hash slot: \
-                     {} and {n} do not; give every part the same tag (?tag=NAME)",
-                    names[0]
-                ),
-            )));
-        }
-    }
-    Some(Ok((names, fps)))
-}
-
-/// The composite's args: the common ones with each part's spec.
-fn composite_args(parts: &[&RedisBucket], op: Op, now: u64, cost: u64) -> Vec<String> {
-    let mut a = parts[0].c.args(op, now, cost, None, 0);
-    a.extend(parts.iter().map(|p| p.c.spec.clone()));
-    a
-}
-
-/// A composite request over Redis buckets in one script call (SEMANTICS.md, "Composite
-/// limits", all-or-nothing on the server); `None` when it cannot be one call.
-pub(crate) fn composite(
-    parts: &[&RedisBucket],
-    now: u64,
-    cost: u64,
-    refund: bool,
-) -> Option<Result<(Decision, Vec<Decision>), Error>> {
-    let (names, fps) = match composite_call(parts)? {
-        Ok(x) => x,
-        Err(e) => return Some(Err(e)),
-    };
-    let op = if refund { Op::Refund } else { Op::Acquire };
-    if !refund {
-        for p in parts {
-            if let Err(e) = p.check(now, cost) {
-                return Some(Err(e));
-            }
-        }
-    }
-    let args = composite_args(parts, op, now, cost);
-    let c = &parts[0].c;
-    let r = block(c.link.clone().call(names, args));
-    Some(c.finish(r, &fps, op, now, cost, None))
-}
-
-/// [`composite`] for async callers.
-pub(crate) async fn composite_async(
-    parts: &[&RedisBucket],
-    now: u64,
-    cost: u64,
-) -> Option<Result<(Decision, Vec<Decision>), Error>> {
-    let (names, fps) = match composite_call(parts)? {
-        Ok(x) => x,
-        Err(e) => return Some(Err(e)),
-    };
-    for p in parts {
-        if let Err(e) = p.check(now, cost) {
-            return Some(Err(e));
-        }
-    }
-    let args = composite_args(parts, Op::Acquire, now, cost);
-    let c = &parts[0].c;
-    let r = run(c.link.clone().call(names, args)).await;
-    Some(c.finish(r, &fps, Op::Acquire, now, cost, None))
 }

@@ -1,18 +1,31 @@
 -- sluicegate: the tail of the FUNCTION LOAD form (SCRIPTS.md, "Loading").
-return run
+return run, one
 end
 
 -- The loader replaces every SLUICEGATE_NAME with the library's name, so that each version of
 -- the script is its own library and functions: 'sluicegate_' and the first 16 hex digits of
 -- the SHA-1 of the EVAL form.
-local run = nil
+local run, one = nil, nil
 
 local function call(keys, args)
-  if run == nil then run = sluicegate() end   -- once per library load, not per call
+  if run == nil then run, one = sluicegate() end   -- once per library load, not per call
   return run(keys, args)
 end
 
 redis.register_function { function_name = 'SLUICEGATE_NAME', callback = call }
+
+-- One bucket of a continuous token bucket or GCRA, acquire (fast.lua): NAME_tb, NAME_gcra.
+local function register_one(algo)
+  redis.register_function {
+    function_name = 'SLUICEGATE_NAME_' .. algo,
+    callback = function(keys, args)
+      if run == nil then run, one = sluicegate() end
+      return one(algo, keys, args)
+    end,
+  }
+end
+register_one('tb')
+register_one('gcra')
 
 -- Peeks only, declared read-only: FCALL_RO may run it on a replica.
 redis.register_function {

@@ -26,27 +26,32 @@ GC.enc = TB.enc
 GC.store = TB.store
 function GC.full_at(P, tat) return tat, P.k end
 
+-- The decision in doubles for a state tat and a scaled reading now = t * k with max(tat, now)
+-- + 2 * tau < 2^53 (the caller checks): as tb_fast (token_bucket.lua), in GCRA's terms.
+local function gc_fast(tat, now, tau, T, k, cost)
+  local arrival = now
+  if tat - tau > arrival then arrival = tat - tau end
+  local start = tat
+  if arrival > start then start = arrival end
+  local new_tat = start + cost * T
+  local after = new_tat - arrival
+  if after <= tau then
+    local new = nil
+    if cost ~= 0 then new = new_tat end
+    return 1, floor((tau - after) / T), 0, ceil(after / k), new
+  end
+  local backlog = start - arrival
+  return 0, floor((tau - backlog) / T), ceil((after - tau) / k), ceil(backlog / k), nil
+end
+
 function GC.decide(P, tat, t, cost)
   if FAST and P.fast and type(tat) == 'number' and type(t) == 'number' then
-    -- Every value below is at most max(TAT, t*k) + 2 * tau, checked to be below 2^53.
-    local now, tau, T = t * P.k, P.tau, P.t
+    local now = t * P.k
     local top = tat
     if now > top then top = now end
-    if now < TWO53 and top + 2 * tau < TWO53 then
-      local arrival = now
-      if tat - tau > arrival then arrival = tat - tau end
-      local start = tat
-      if arrival > start then start = arrival end
-      local new_tat = start + cost * T
-      local after = new_tat - arrival
-      if after <= tau then
-        local new = nil
-        if cost ~= 0 then new = new_tat end
-        return { true, P.b, nfloor(tau - after, T), 0, nceil(after, P.k) }, new
-      end
-      local backlog = start - arrival
-      return { false, P.b, nfloor(tau - backlog, T), nceil(after - tau, P.k),
-               nceil(backlog, P.k) }, nil
+    if now < TWO53 and top + 2 * P.tau < TWO53 then
+      local ok, rem, retry, reset, new = gc_fast(tat, now, P.tau, P.t, P.k, cost)
+      return { ok == 1, P.b, rem, retry, reset }, new
     end
   end
   local now = mul(t, P.k)

@@ -11,7 +11,7 @@
 
 local BASE = 10000000            -- 10^7: a limb product (< 10^14) plus carries stays < 2^53
 local TWO53 = 9007199254740992   -- 2^53: numbers are exact integers below it
-local floor, fmod = math.floor, math.fmod
+local floor, ceil, fmod = math.floor, math.ceil, math.fmod
 local sformat, tinsert, tconcat = string.format, table.insert, table.concat
 
 local function fail(msg)

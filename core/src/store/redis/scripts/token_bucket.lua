@@ -75,27 +75,37 @@ function TB.enc(f) return S(f) end
 function TB.store(key, P, f, at) set_word(key, S(f), at) end
 function TB.full_at(P, f) return f, P.k end
 
+-- The decision in doubles for a state f and a scaled reading tk = t * k with max(f, tk) +
+-- 2 * bp < 2^53 (the caller checks), so that every value below is an integer under 2^53 and
+-- floor(x / y), ceil(x / y) are exact (SCRIPTS.md, "The one-bucket functions"). Returns
+-- allowed (1 or 0), remaining, retry_after, reset_after, and the new state (nil: unchanged).
+-- fast.lua runs it too.
+local function tb_fast(f, tk, bp, p, k, cost)
+  local top = f
+  if tk > top then top = tk end
+  local deficit = 0
+  if f > tk then
+    deficit = f - tk
+    if deficit > bp then deficit = bp end
+  end
+  local avail = bp - deficit
+  local need = cost * p
+  if need <= avail then
+    local new = nil
+    if cost ~= 0 then new = top + need end
+    return 1, floor((avail - need) / p), 0, ceil((deficit + need) / k), new
+  end
+  return 0, floor(avail / p), ceil((need - avail) / k), ceil(deficit / k), nil
+end
+
 function TB.decide(P, f, t, cost)
   if FAST and P.fast and type(f) == 'number' and type(t) == 'number' then
-    -- Every value below is at most max(F, t*k) + 2 * bp, checked to be below 2^53.
     local tk = t * P.k
     local top = f
     if tk > top then top = tk end
-    local bp = P.bp
-    if tk < TWO53 and top + 2 * bp < TWO53 then
-      local deficit = 0
-      if f > tk then
-        deficit = f - tk
-        if deficit > bp then deficit = bp end
-      end
-      local avail = bp - deficit
-      local need = cost * P.p
-      if need <= avail then
-        local new = nil
-        if cost ~= 0 then new = top + need end
-        return { true, P.b, nfloor(avail - need, P.p), 0, nceil(deficit + need, P.k) }, new
-      end
-      return { false, P.b, nfloor(avail, P.p), nceil(need - avail, P.k), nceil(deficit, P.k) }, nil
+    if tk < TWO53 and top + 2 * P.bp < TWO53 then
+      local ok, rem, retry, reset, new = tb_fast(f, tk, P.bp, P.p, P.k, cost)
+      return { ok == 1, P.b, rem, retry, reset }, new
     end
   end
   local tk = mul(t, P.k)

@@ -1,0 +1,204 @@
+//! [`RedisBucket`], a single limiter's bucket on Redis, and composite limits over such
+//! buckets in one script call.
+
+use super::link::{block, run, slot, RedisStats};
+use super::scripts::Func;
+use super::store::{fingerprint, Ask, Common, Op};
+use crate::error::{Error, StoreErrorKind};
+use crate::store::spec::Topology;
+use crate::store::StoreSpec;
+use crate::{Decision, Quota};
+use std::sync::Arc;
+
+/// A single limiter's bucket on Redis: what `Limiter::builder(quota).store(..)` keeps.
+pub(crate) struct RedisBucket {
+    c: Common,
+    name: String,
+    fp: u128,
+    codec: crate::algorithm::Codec,
+}
+
+impl RedisBucket {
+    /// The bucket `spec` names for `quota`, created now (`origin` on the limiter's clock) if
+    /// it does not exist, as an in-process limiter's is at construction (SCRIPTS.md, "Absent
+    /// keys"). The creation is one cost-0 request; when it gets no answer (the server is down
+    /// or slow), the bucket is created by the first request that reaches the server instead,
+    /// with `initial` tokens then (fewer than it would have had: never an extra admission).
+    pub(crate) fn open(spec: &StoreSpec, quota: &Quota, origin: u64) -> Result<Self, Error> {
+        let c = Common::open(spec, quota, origin, true)?;
+        let name = format!("{}{{{}}}", c.head, c.tag);
+        let fp = fingerprint(name.as_str());
+        let codec = crate::algorithm::Codec::new(quota, origin)?;
+        let b = RedisBucket { c, name, fp, codec };
+        b.c.create(b.name.clone(), b.fp, origin);
+        Ok(b)
+    }
+
+    pub(crate) fn codec(&self) -> &crate::algorithm::Codec {
+        &self.codec
+    }
+
+    pub(crate) fn stats(&self) -> RedisStats {
+        self.c.stats()
+    }
+
+    pub(crate) fn check(&self, now: u64, cost: u64) -> Result<(), Error> {
+        self.codec.check(now, cost)
+    }
+
+    fn ask(op: Op, now: u64, cost: u64, bound: Option<u64>) -> Ask {
+        Ask {
+            op,
+            now,
+            cost,
+            bound,
+        }
+    }
+
+    fn one(&self, ask: Ask) -> Result<Decision, Error> {
+        if ask.op != Op::Refund {
+            self.check(ask.now, ask.cost)?;
+        }
+        Ok(self.c.request(vec![self.name.clone()], &[self.fp], ask)?.0)
+    }
+
+    pub(crate) fn reserve(&self, now: u64, cost: u64, within: u64) -> Result<Decision, Error> {
+        self.one(Self::ask(Op::Acquire, now, cost, Common::bound(within)))
+    }
+
+    pub(crate) fn peek(&self, now: u64, cost: u64) -> Result<Decision, Error> {
+        self.one(Self::ask(Op::Peek, now, cost, None))
+    }
+
+    pub(crate) fn refund(&self, now: u64, cost: u64) -> Result<(), Error> {
+        self.one(Self::ask(Op::Refund, now, cost, None)).map(drop)
+    }
+
+    pub(crate) fn is_full(&self, now: u64) -> Result<bool, Error> {
+        Ok(self.peek(now, 0)?.reset_after_nanos() == 0)
+    }
+
+    pub(crate) async fn acquire_async(&self, now: u64, cost: u64) -> Result<Decision, Error> {
+        self.check(now, cost)?;
+        let ask = Self::ask(Op::Acquire, now, cost, None);
+        let names = vec![self.name.clone()];
+        Ok(self.c.request_async(names, &[self.fp], ask).await?.0)
+    }
+
+    pub(crate) async fn refund_async(&self, now: u64, cost: u64) -> Result<(), Error> {
+        let ask = Self::ask(Op::Refund, now, cost, None);
+        let names = vec![self.name.clone()];
+        self.c.request_async(names, &[self.fp], ask).await.map(drop)
+    }
+}
+
+impl core::fmt::Debug for RedisBucket {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RedisBucket")
+            .field("store", &self.c.link.name)
+            .field("key", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The call of a composite limit over Redis buckets, when it can be one call: `None` when the
+/// parts are not all on one deployment with one clock (the caller then runs the in-process
+/// protocol over them: docs/REDIS.md, "Composite limits"), an error when they cannot share a
+/// call (Redis Cluster slots).
+type CallParts<'a> = (Vec<String>, Vec<(&'a Common, u128)>);
+
+fn composite_call<'a>(parts: &[&'a RedisBucket]) -> Option<Result<CallParts<'a>, Error>> {
+    let first = &parts[0].c;
+    if parts
+        .iter()
+        .any(|p| !Arc::ptr_eq(&p.c.link, &first.link) || p.c.tick != first.tick)
+    {
+        return None;
+    }
+    let names: Vec<String> = parts.iter().map(|p| p.name.clone()).collect();
+    let fps = parts.iter().map(|p| (&p.c, p.fp)).collect();
+    for (i, n) in names.iter().enumerate() {
+        if names[..i].contains(n) {
+            return Some(Err(Error::store(
+                StoreErrorKind::Unsupported,
+                first.link.name.clone(),
+                format!("two parts of a composite limit name one bucket ({n}): give them different prefixes"),
+            )));
+        }
+    }
+    if first.link.topology == Topology::Cluster {
+        let s0 = slot(&names[0]);
+        if let Some(n) = names.iter().find(|n| slot(n) != s0) {
+            return Some(Err(Error::store(
+                StoreErrorKind::Unsupported,
+                first.link.name.clone(),
+                format!(
+                    "the parts of a composite limit on Redis Cluster must share a hash slot: \
+                     {} and {n} do not; give every part the same tag (?tag=NAME)",
+                    names[0]
+                ),
+            )));
+        }
+    }
+    Some(Ok((names, fps)))
+}
+
+/// The composite's args: the common ones with each part's spec.
+fn composite_args(parts: &[&RedisBucket], ask: Ask) -> Vec<String> {
+    let mut a = parts[0].c.args(ask);
+    a.extend(parts.iter().map(|p| p.c.spec().text.clone()));
+    a
+}
+
+/// The checks before a composite acquisition (a cost above a part's capacity, a reading out
+/// of range), or the call.
+fn composite_prepare<'a>(
+    parts: &[&'a RedisBucket],
+    ask: Ask,
+) -> Option<Result<(CallParts<'a>, Vec<String>), Error>> {
+    let call = match composite_call(parts)? {
+        Ok(x) => x,
+        Err(e) => return Some(Err(e)),
+    };
+    if ask.op != Op::Refund {
+        if let Some(e) = parts.iter().find_map(|p| p.check(ask.now, ask.cost).err()) {
+            return Some(Err(e));
+        }
+    }
+    Some(Ok((call, composite_args(parts, ask))))
+}
+
+/// A composite request over Redis buckets in one script call (SEMANTICS.md, "Composite
+/// limits", all-or-nothing on the server); `None` when it cannot be one call.
+pub(crate) fn composite(
+    parts: &[&RedisBucket],
+    now: u64,
+    cost: u64,
+    refund: bool,
+) -> Option<Result<(Decision, Vec<Decision>), Error>> {
+    let op = if refund { Op::Refund } else { Op::Acquire };
+    let ask = RedisBucket::ask(op, now, cost, None);
+    let ((names, fps), args) = match composite_prepare(parts, ask)? {
+        Ok(x) => x,
+        Err(e) => return Some(Err(e)),
+    };
+    let c = &parts[0].c;
+    let r = block(c.link.clone().call(Func::Run, names, args));
+    Some(c.finish(r, &fps, ask))
+}
+
+/// [`composite`] for async callers.
+pub(crate) async fn composite_async(
+    parts: &[&RedisBucket],
+    now: u64,
+    cost: u64,
+) -> Option<Result<(Decision, Vec<Decision>), Error>> {
+    let ask = RedisBucket::ask(Op::Acquire, now, cost, None);
+    let ((names, fps), args) = match composite_prepare(parts, ask)? {
+        Ok(x) => x,
+        Err(e) => return Some(Err(e)),
+    };
+    let c = &parts[0].c;
+    let r = run(c.link.clone().call(Func::Run, names, args)).await;
+    Some(c.finish(r, &fps, ask))
+}
