@@ -45,6 +45,7 @@ mod bucket;
 pub mod clock;
 mod decision;
 mod error;
+pub mod metrics;
 mod quota;
 mod store;
 mod sync;
@@ -60,6 +61,7 @@ pub use decision::http;
 pub use decision::http::HeaderStyle;
 pub use decision::Decision;
 pub use error::{Error, StoreErrorKind};
+pub use metrics::{render_prometheus, Metrics, RejectHook, Rejection};
 pub use quota::{Algorithm, Quota, QuotaOptions, Refill, MAX_SLIDING_LOG};
 #[cfg(all(feature = "redis", not(sluicegate_loom)))]
 pub use store::RedisStats;

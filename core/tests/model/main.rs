@@ -6,4 +6,5 @@ mod algorithms;
 mod keyed;
 mod keyed_log;
 mod keyed_ops;
+mod reconfigure;
 mod token_bucket;
