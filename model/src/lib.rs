@@ -236,7 +236,14 @@ fn gcd(a: i128, b: i128) -> i128 {
 
 /// A token bucket (continuous) or GCRA state `full_at` (the instant it is full, times `k`)
 /// carried at `t` into a bucket of `b2` tokens, `k2` per `p2` ns: the new `full_at`.
-fn carry_continuous(b: i128, k: i128, p: i128, full_at: i128, t: i128, q2: (i128, i128, i128)) -> i128 {
+fn carry_continuous(
+    b: i128,
+    k: i128,
+    p: i128,
+    full_at: i128,
+    t: i128,
+    q2: (i128, i128, i128),
+) -> i128 {
     let (b2, k2, p2) = q2;
     // The instant: the reading, or the one the state proves (F - b/r), if later.
     let at = t.max(ceil_div_signed(full_at - b * p, k));
@@ -672,6 +679,16 @@ impl AnyModel {
         }
     }
 
+    /// A bucket created at `t0` by a keyed limiter whose clock origin (the interval grid's
+    /// anchor) is `origin`.
+    pub fn new_keyed(p: Params, origin: u64, t0: u64) -> Self {
+        if p.kind == Kind::TokenBucketInterval {
+            let q = Model::new_keyed(p.count, p.period_ns, p.burst, p.initial, true, origin, t0);
+            return AnyModel::Bucket(q);
+        }
+        Self::new(p, t0)
+    }
+
     pub fn acquire(&mut self, t: u64, c: u64) -> Result<Out, ModelError> {
         match self {
             AnyModel::Bucket(m) => m.acquire(t, c),
@@ -692,15 +709,37 @@ impl AnyModel {
     /// kind) by the carry rule; `origin` is the limiter's clock origin (the interval grid's
     /// anchor, which the new quota keeps).
     pub fn reconfigure(&mut self, p: Params, t: u64, origin: u64) {
-        let (k2, p2, b2, n2) = (p.count as i128, p.period_ns as i128, p.burst as i128, p.count as i128);
+        let (k2, p2, b2, n2) = (
+            p.count as i128,
+            p.period_ns as i128,
+            p.burst as i128,
+            p.count as i128,
+        );
         let ti = t as i128;
         match self {
-            AnyModel::Bucket(Model::Continuous { b, k, p: per, full_at }) => {
+            AnyModel::Bucket(Model::Continuous {
+                b,
+                k,
+                p: per,
+                full_at,
+            }) => {
                 assert_eq!(p.kind, Kind::TokenBucket);
                 let f = carry_continuous(*b, *k, *per, *full_at, ti, (b2, k2, p2));
-                *self = AnyModel::Bucket(Model::Continuous { b: b2, k: k2, p: p2, full_at: f });
+                *self = AnyModel::Bucket(Model::Continuous {
+                    b: b2,
+                    k: k2,
+                    p: p2,
+                    full_at: f,
+                });
             }
-            AnyModel::Bucket(Model::Interval { b, k, p: per, origin: o, n, tau }) => {
+            AnyModel::Bucket(Model::Interval {
+                b,
+                k,
+                p: per,
+                origin: o,
+                n,
+                tau,
+            }) => {
                 assert_eq!(p.kind, Kind::TokenBucketInterval);
                 assert_eq!(*o, origin as i128);
                 let p_now = (ti - *o).max(0) / *per;
@@ -719,22 +758,44 @@ impl AnyModel {
             AnyModel::Gcra(g) => {
                 assert_eq!(p.kind, Kind::Gcra);
                 let tat = carry_continuous(g.b, g.k, g.t, g.tat, ti, (b2, k2, p2));
-                *g = Gcra { k: k2, t: p2, b: b2, tat };
+                *g = Gcra {
+                    k: k2,
+                    t: p2,
+                    b: b2,
+                    tat,
+                };
             }
             AnyModel::FixedWindow(f) => {
                 assert_eq!(p.kind, Kind::FixedWindow);
                 let (index, used, t_e) = f.at(ti);
                 let index = if p2 == f.w { index } else { t_e / p2 };
-                *f = FixedWindow { n: n2, w: p2, index, used: used.min(n2) };
+                *f = FixedWindow {
+                    n: n2,
+                    w: p2,
+                    index,
+                    used: used.min(n2),
+                };
             }
             AnyModel::SlidingWindow(sw) => {
                 assert_eq!(p.kind, Kind::SlidingWindow);
                 let (index, prev, curr, e, t_e) = sw.at(ti);
                 *sw = if p2 == sw.w {
-                    SlidingWindow { n: n2, w: p2, index, prev: prev.min(n2), curr: curr.min(n2) }
+                    SlidingWindow {
+                        n: n2,
+                        w: p2,
+                        index,
+                        prev: prev.min(n2),
+                        curr: curr.min(n2),
+                    }
                 } else {
                     let weighted = ceil_div(prev * (sw.w - e), sw.w) + curr;
-                    SlidingWindow { n: n2, w: p2, index: t_e / p2, prev: 0, curr: weighted.min(n2) }
+                    SlidingWindow {
+                        n: n2,
+                        w: p2,
+                        index: t_e / p2,
+                        prev: 0,
+                        curr: weighted.min(n2),
+                    }
                 };
             }
             AnyModel::SlidingLog(l) => {
@@ -753,7 +814,13 @@ impl AnyModel {
                 let g2 = gcd(k2, p2);
                 let last = ceil_div_signed(l_e * (k2 / g2), q.k) * g2;
                 let last = last.clamp(at * k2 - q2 * p2, at * k2 + d2 * k2);
-                *q = LeakyQueue { k: k2, p: p2, d: d2, q: q2, last };
+                *q = LeakyQueue {
+                    k: k2,
+                    p: p2,
+                    d: d2,
+                    q: q2,
+                    last,
+                };
             }
         }
     }

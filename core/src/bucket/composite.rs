@@ -18,8 +18,8 @@ use super::acquire::{self, AcquirePlan, Next};
 use crate::clock::Clock;
 use crate::metrics::{KeyRef, Metrics, Observe, ObserveOptions, Rejection};
 use crate::{Decision, Error, Limiter};
-use std::sync::Arc;
 use core::borrow::Borrow;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Several limiters consumed all-or-nothing, reading one clock (the first limiter's).

@@ -163,7 +163,13 @@ impl<C: Clock> LimiterBuilder<C> {
                     codec: bucket.codec().clone(),
                     slot: Slot::External(Box::new(External::Redis(bucket))),
                 };
-                Ok(Limiter::assemble(inner, self.quota, 0, self.clock, self.observe))
+                Ok(Limiter::assemble(
+                    inner,
+                    self.quota,
+                    0,
+                    self.clock,
+                    self.observe,
+                ))
             }
             #[cfg(not(all(feature = "redis", not(sluicegate_loom))))]
             StoreSpec::Redis { .. } => Err(Error::store(
@@ -453,7 +459,11 @@ impl<C: Clock> Limiter<C> {
         let cost = plan.cost();
         let external = self.inner.external().is_some();
         let next = plan.poll(self.clock.now(), |now, left| {
-            let within = if external { left.min(u64::MAX - 1) } else { left };
+            let within = if external {
+                left.min(u64::MAX - 1)
+            } else {
+                left
+            };
             let d = self.decide(now, cost, within)?;
             Ok(self.obs.shadowed(d))
         });
@@ -597,9 +607,9 @@ impl<C: Clock> Limiter<C> {
                  (docs/OPERATIONS.md); open a new region or key for the new quota",
             ));
         }
-        let r = self
-            .live
-            .reconfigure(&self.inner, quota, || at.unwrap_or_else(|| self.clock.now()));
+        let r = self.live.reconfigure(&self.inner, quota, || {
+            at.unwrap_or_else(|| self.clock.now())
+        });
         if r.is_ok() {
             self.obs.reconfigured();
         }

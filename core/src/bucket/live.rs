@@ -36,8 +36,8 @@ use crate::algorithm::Codec;
 use crate::bucket::cell::{Sealed, Slot};
 use crate::sync::{self, rcu, AtomicPtr, Mutex, Ordering};
 use crate::{Error, Quota};
-use crossbeam_utils::CachePadded;
 use core::ptr;
+use crossbeam_utils::CachePadded;
 
 /// One generation: the codec and the slot it runs on.
 pub(crate) struct Stage {

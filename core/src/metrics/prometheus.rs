@@ -151,10 +151,16 @@ fn check_label_name(name: &str) -> Result<(), Error> {
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
     if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return Err(invalid(name, "a Prometheus label name: [a-zA-Z_][a-zA-Z0-9_]*"));
+        return Err(invalid(
+            name,
+            "a Prometheus label name: [a-zA-Z_][a-zA-Z0-9_]*",
+        ));
     }
     if name.starts_with("__") {
-        return Err(invalid(name, "a label name not starting with __ (reserved)"));
+        return Err(invalid(
+            name,
+            "a label name not starting with __ (reserved)",
+        ));
     }
     if name == "outcome" {
         return Err(invalid(

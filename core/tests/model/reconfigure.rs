@@ -8,7 +8,7 @@ use sluicegate_model as model;
 
 use model::{AnyModel, Kind, Params};
 use proptest::prelude::*;
-use sluicegate::{Error, Limiter, ManualClock};
+use sluicegate::{Error, KeyedLimiter, Limiter, ManualClock};
 use std::time::Duration;
 
 fn any_kind() -> impl Strategy<Value = Kind> {
@@ -30,9 +30,7 @@ enum Act {
 }
 
 /// A kind, its first quota, and steps among which some set a new quota of the same kind.
-fn scenario(
-    len: usize,
-) -> impl Strategy<Value = (Params, u64, Vec<(Step, Act, u8)>)> {
+fn scenario(len: usize) -> impl Strategy<Value = (Params, u64, Vec<(Step, Act, u8)>)> {
     any_kind().prop_flat_map(move |kind| {
         let act = prop_oneof![
             6 => op(40).prop_map(Act::Op),
@@ -84,6 +82,78 @@ fn reconfigured_limiter_matches_model(
     Ok(())
 }
 
+/// The same for a keyed limiter: three keys, each a bucket; keys first seen after a
+/// reconfiguration start fresh under the quota in force.
+fn reconfigured_keyed_matches_model(
+    p: Params,
+    start: u64,
+    steps: Vec<(Step, Act, u8)>,
+) -> Result<(), TestCaseError> {
+    let clock = ManualClock::new(start);
+    let limiter = KeyedLimiter::<u8, _>::builder(quota(&p))
+        .shards(2)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let mut current = p;
+    let mut models: [Option<AnyModel>; 3] = [None, None, None];
+    let mut t = start;
+    for (i, (s, a, key)) in steps.into_iter().enumerate() {
+        t = advance(t, &s);
+        clock.set(t);
+        let what = format!("step {i} at t={t} key {key}: {a:?}");
+        let k = usize::from(key);
+        match a {
+            Act::Reconfigure(p2) => {
+                limiter.set_quota_at(quota(&p2), t).unwrap();
+                for m in models.iter_mut().flatten() {
+                    m.reconfigure(p2, t, start);
+                }
+                current = p2;
+            }
+            // An absent key's refund does nothing, and a request above the capacity creates
+            // no bucket: the model of a key starts with its first bucket.
+            Act::Op(Op::Refund(c)) => {
+                limiter.refund(&key, c).unwrap();
+                if let Some(m) = &mut models[k] {
+                    m.refund(t, c);
+                }
+            }
+            Act::Op(op) => {
+                let fresh = models[k].is_none();
+                let m = models[k].get_or_insert_with(|| AnyModel::new_keyed(current, start, t));
+                let (got, want) = match op {
+                    Op::Acquire(c) => (limiter.try_acquire(&key, c), m.acquire(t, c)),
+                    Op::Within(c, w) => {
+                        let got = limiter.reserve_within(&key, c, Duration::from_nanos(w));
+                        let want = match m {
+                            AnyModel::LeakyQueue(q) => q.reserve(t, c, w),
+                            m => m.acquire(t, c),
+                        };
+                        (got, want)
+                    }
+                    Op::Refund(_) => unreachable!(),
+                };
+                if fresh && want.is_err() {
+                    models[k] = None;
+                }
+                same(got, want, &what)?;
+            }
+        }
+        for (key, m) in models.iter().enumerate() {
+            if let Some(m) = m {
+                let key = key as u8;
+                same(
+                    limiter.peek(&key),
+                    m.probe(t, 0),
+                    &format!("{what}: peek {key}"),
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(cases()))]
 
@@ -92,6 +162,10 @@ proptest! {
         reconfigured_limiter_matches_model(p, start, steps)?;
     }
 
+    #[test]
+    fn a_reconfigured_keyed_limiter_matches_the_model((p, start, steps) in scenario(60)) {
+        reconfigured_keyed_matches_model(p, start, steps)?;
+    }
 }
 
 /// Reconfiguring to the quota in force changes no decision.
@@ -131,9 +205,22 @@ fn another_algorithm_is_refused_and_changes_nothing() {
     let clock = ManualClock::new(0);
     let l = Limiter::with_clock("2/s".parse().unwrap(), clock).unwrap();
     l.try_acquire(1).unwrap();
-    for other in ["2/s; algorithm=gcra", "2/s; refill=interval", "2/s; algorithm=fixed_window"] {
+    for other in [
+        "2/s; algorithm=gcra",
+        "2/s; refill=interval",
+        "2/s; algorithm=fixed_window",
+    ] {
         let e = l.set_quota(other.parse().unwrap()).unwrap_err();
-        assert!(matches!(e, Error::InvalidOption { option: "quota", .. }), "{e:?}");
+        assert!(
+            matches!(
+                e,
+                Error::InvalidOption {
+                    option: "quota",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
     }
     assert_eq!(l.quota().to_string(), "2/s");
     assert_eq!(l.peek().unwrap().remaining(), 1);
