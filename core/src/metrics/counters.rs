@@ -170,9 +170,15 @@ impl Drop for Release {
     fn drop(&mut self) {
         let i = INDEX.with(|c| c.replace(GONE));
         if i < GONE {
-            crate::sync::lock(&FREE).push(i);
+            free_list().push(i);
         }
     }
+}
+
+/// The free indexes (poisoning ignored: a push or a pop leaves the list consistent).
+fn free_list() -> std::sync::MutexGuard<'static, Vec<usize>> {
+    FREE.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The calling thread's index (see the module documentation).
@@ -192,7 +198,7 @@ fn assign() -> usize {
     if RELEASE.try_with(|_| ()).is_err() {
         return GONE;
     }
-    let reused = crate::sync::lock(&FREE).pop();
+    let reused = free_list().pop();
     let i = reused.unwrap_or_else(|| NEXT.fetch_add(1, Ordering::Relaxed));
     INDEX.with(|c| c.set(i));
     i
