@@ -3,7 +3,7 @@
 use super::acquire::{self, AcquirePlan, Next};
 use super::live::{Live, Stage};
 use crate::algorithm::Codec;
-use crate::bucket::cell::{self, Slot};
+use crate::bucket::cell::Slot;
 use crate::clock::{Clock, DefaultClock};
 use crate::metrics::{KeyRef, Metrics, Observe, ObserveOptions, Rejection};
 use crate::store::StoreSpec;
@@ -301,22 +301,24 @@ impl<C: Clock> Limiter<C> {
     /// clock owned by the caller). Readings earlier than earlier ones are clamped.
     #[inline(always)]
     pub fn try_acquire_at(&self, now: u64, cost: u64) -> Result<Decision, Error> {
-        let inner = &*self.inner;
         // The default quota (continuous refill, one u64 word) inlines into the caller in u64
         // arithmetic; every other algorithm, width, error or generation goes through the
         // general path.
-        if let (Slot::Narrow(word), Codec::Continuous(a)) = (&inner.slot, &inner.codec) {
-            if a.fast_ok(now, cost) {
-                if let Some(d) = cell::live_loop::<u64>(word, |f| a.step_narrow(f, now, cost)) {
-                    return Ok(self.obs.decided(d, no_key, cost));
-                }
-            }
+        if let Some(d) = self.inner.fast(now, cost) {
+            return Ok(self.obs.decided(d, no_key, cost));
         }
         self.try_acquire_general(now, cost)
     }
 
     #[inline(never)]
     fn try_acquire_general(&self, now: u64, cost: u64) -> Result<Decision, Error> {
+        // A reconfigured limiter's first generation is sealed: the current one, by the same
+        // fast path, inside a read section.
+        if self.live.published() {
+            if let Some(d) = self.live.fast(now, cost) {
+                return Ok(self.obs.decided(d, no_key, cost));
+            }
+        }
         let r = self.decide(now, cost, u64::MAX);
         self.observed_result(r, cost)
     }
@@ -339,12 +341,7 @@ impl<C: Clock> Limiter<C> {
         if let Some(b) = self.inner.external() {
             return b.reserve(now, cost, within);
         }
-        self.on_current(|g| {
-            if !checked(g, now, cost)? {
-                return Ok(None);
-            }
-            Ok(g.slot.reserve(&g.codec, now, cost, within))
-        })
+        self.on_current(|g| general(g, now, cost, within))
     }
 
     /// The current state, changing nothing (a request of cost 0; not counted).
@@ -653,6 +650,16 @@ impl<C: Clock> Limiter<C> {
 #[inline(always)]
 fn no_key<'a>() -> Option<KeyRef<'a, ()>> {
     Some(KeyRef::Borrowed(&()))
+}
+
+/// The decision of one generation for `cost` at `now` (a leaky queue admitting only with a
+/// wait of at most `within` ns); `None` when its slot is sealed.
+#[inline]
+fn general(g: &Stage, now: u64, cost: u64, within: u64) -> Result<Option<Decision>, Error> {
+    if !checked(g, now, cost)? {
+        return Ok(None);
+    }
+    Ok(g.slot.reserve(&g.codec, now, cost, within))
 }
 
 /// The request checks against a generation's codec: `Ok(true)` to go on, `Ok(false)` when the

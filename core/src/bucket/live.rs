@@ -45,6 +45,23 @@ pub(crate) struct Stage {
     pub(crate) codec: Codec,
 }
 
+impl Stage {
+    /// The default quota's decision (continuous refill, one u64 word) in u64 arithmetic,
+    /// inlined into the caller; `None` for any other codec or width, a request the general
+    /// path must check, or a sealed word.
+    #[inline(always)]
+    pub(crate) fn fast(&self, now: u64, cost: u64) -> Option<crate::Decision> {
+        if let (Slot::Narrow(word), Codec::Continuous(a)) = (&self.slot, &self.codec) {
+            if a.fast_ok(now, cost) {
+                return crate::bucket::cell::live_loop::<u64>(word, |f| {
+                    a.step_narrow(f, now, cost)
+                });
+            }
+        }
+        None
+    }
+}
+
 /// A replaced generation and the read sections open when it was replaced.
 #[cfg(not(sluicegate_loom))]
 type Retired = (Box<CachePadded<Stage>>, rcu::Snapshot);
@@ -77,6 +94,13 @@ impl Live {
                 retired: Vec::new(),
             }),
         }
+    }
+
+    /// Whether a generation was published (the first one is sealed). A hint for callers that
+    /// go straight to [`decide`](Self::decide): once true, it stays true.
+    #[inline]
+    pub(crate) fn published(&self) -> bool {
+        !self.current.load(Ordering::Relaxed).is_null()
     }
 
     /// The quota in force.
@@ -116,6 +140,17 @@ impl Live {
             }
             sync::yield_now();
         }
+    }
+
+    /// [`Stage::fast`] on the published generation, inside a read section: the default
+    /// quota's path of a reconfigured limiter. `None` for anything the general path decides
+    /// (including a hand-over under way).
+    #[inline(always)]
+    pub(crate) fn fast(&self, now: u64, cost: u64) -> Option<crate::Decision> {
+        let _section = rcu::read();
+        let p = self.current.load(Ordering::Acquire);
+        // SAFETY: as in `decide`.
+        unsafe { p.as_ref() }?.fast(now, cost)
     }
 
     /// Sets `quota`, carrying the current generation's state (`first`: the inline one) at the

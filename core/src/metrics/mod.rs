@@ -13,7 +13,7 @@ mod prometheus;
 pub(crate) use counters::{Counters, Outcome};
 pub use prometheus::render_prometheus;
 
-use crate::sync::real::{AtomicBool, Ordering};
+use crate::sync::real::{AtomicU8, Ordering};
 use crate::{Decision, Error};
 use std::sync::Arc;
 
@@ -95,11 +95,19 @@ impl<'a, K: ?Sized> Rejection<'a, K> {
 /// back. A panic in it unwinds to the caller of the decision.
 pub type RejectHook<K> = Arc<dyn Fn(&Rejection<'_, K>) + Send + Sync>;
 
-/// What a limiter observes about its decisions: the counters (if on), the shadow flag, the
-/// hook. The first two are read on the hot path and kept together.
+/// [`Observe::flags`]: shadow mode is on.
+const SHADOW: u8 = 1;
+/// [`Observe::flags`]: decisions are counted.
+const COUNTING: u8 = 2;
+/// [`Observe::flags`]: a hook is set.
+const HOOKED: u8 = 4;
+
+/// What a limiter observes about its decisions: the counters (if on), shadow mode, the hook.
+/// One byte of flags says which apply, so that a decision with nothing to observe pays one
+/// load and a test: an admission tests the counting bit, a rejection the whole byte.
 pub(crate) struct Observe<K: ?Sized> {
+    flags: AtomicU8,
     pub(crate) counters: Option<Box<Counters>>,
-    shadow: AtomicBool,
     hook: Option<RejectHook<K>>,
 }
 
@@ -132,14 +140,18 @@ impl<K: ?Sized> core::fmt::Debug for ObserveOptions<K> {
 
 impl<K: ?Sized> Observe<K> {
     pub(crate) fn new(o: ObserveOptions<K>) -> Self {
+        let flags = if o.shadow { SHADOW } else { 0 }
+            | if o.metrics { COUNTING } else { 0 }
+            | if o.hook.is_some() { HOOKED } else { 0 };
         Self {
+            flags: AtomicU8::new(flags),
             counters: o.metrics.then(Counters::boxed),
-            shadow: AtomicBool::new(o.shadow),
             hook: o.hook,
         }
     }
 
-    /// Counts an admission; anything else goes to [`rejected`](Self::rejected).
+    /// A decision a caller asked for: counted; a rejection let through in shadow mode, and
+    /// shown to the hook (out of line).
     #[inline(always)]
     pub(crate) fn decided<'k>(
         &self,
@@ -150,39 +162,49 @@ impl<K: ?Sized> Observe<K> {
     where
         K: Sized + 'k,
     {
+        let f = self.flags.load(Ordering::Relaxed);
         if d.allowed() {
-            if let Some(c) = &self.counters {
-                c.count(Outcome::Allowed);
+            if f & COUNTING != 0 {
+                self.count(Outcome::Allowed);
             }
             return d;
         }
-        self.rejected(d, key, cost)
-    }
-
-    /// A rejection: let through in shadow mode, counted, and shown to the hook.
-    #[inline]
-    pub(crate) fn rejected<'k>(
-        &self,
-        d: Decision,
-        key: impl FnOnce() -> Option<KeyRef<'k, K>>,
-        cost: u64,
-    ) -> Decision
-    where
-        K: Sized + 'k,
-    {
-        let shadow = self.shadow.load(Ordering::Relaxed);
+        if f == 0 {
+            return d;
+        }
+        let shadow = f & SHADOW != 0;
         let d = if shadow { d.into_shadow() } else { d };
-        if let Some(c) = &self.counters {
-            c.count(if shadow {
+        if f & COUNTING != 0 {
+            self.count(if shadow {
                 Outcome::ShadowRejected
             } else {
                 Outcome::Rejected
             });
         }
+        if f & HOOKED != 0 {
+            // The decision stays in registers: the call takes a copy, and returns nothing.
+            self.hooked(d, key, cost);
+        }
+        d
+    }
+
+    #[inline(always)]
+    fn count(&self, o: Outcome) {
+        if let Some(c) = &self.counters {
+            c.count(o);
+        }
+    }
+
+    /// Shows a rejection (as returned: let through in shadow mode) to the hook.
+    #[cold]
+    #[inline(never)]
+    fn hooked<'k>(&self, d: Decision, key: impl FnOnce() -> Option<KeyRef<'k, K>>, cost: u64)
+    where
+        K: Sized + 'k,
+    {
         if let Some(h) = &self.hook {
             call_hook(h, d, key, cost);
         }
-        d
     }
 
     /// Counts a decision already made as shadow mode makes it (an `acquire`'s outcome), and
@@ -216,7 +238,7 @@ impl<K: ?Sized> Observe<K> {
     /// A decision as shadow mode makes it, not counted (an `acquire`'s rounds).
     #[inline]
     pub(crate) fn shadowed(&self, d: Decision) -> Decision {
-        if !d.allowed() && self.shadow.load(Ordering::Relaxed) {
+        if !d.allowed() && self.is_shadow() {
             return d.into_shadow();
         }
         d
@@ -248,11 +270,15 @@ impl<K: ?Sized> Observe<K> {
     }
 
     pub(crate) fn set_shadow(&self, on: bool) {
-        self.shadow.store(on, Ordering::Relaxed);
+        if on {
+            self.flags.fetch_or(SHADOW, Ordering::Relaxed);
+        } else {
+            self.flags.fetch_and(!SHADOW, Ordering::Relaxed);
+        }
     }
 
     pub(crate) fn is_shadow(&self) -> bool {
-        self.shadow.load(Ordering::Relaxed)
+        self.flags.load(Ordering::Relaxed) & SHADOW != 0
     }
 
     /// The snapshot, with the store's figures (`evicted`, `keys`) filled in by the caller;

@@ -1,7 +1,7 @@
 //! The public keyed API: [`KeyedLimiter`], its builder and the [`OnFull`] policy, over the
 //! stores of this module (today the in-process table of [`memory`](super::memory)).
 
-use super::live::Live;
+use super::live::{Live, Section};
 use super::memory::log::LogStore;
 use super::memory::Core;
 #[cfg(all(feature = "redis", not(sluicegate_loom)))]
@@ -13,6 +13,7 @@ use crate::algorithm::Codec;
 use crate::bucket::acquire::{self, AcquirePlan, Next};
 use crate::clock::{Clock, DefaultClock};
 use crate::metrics::{KeyRef, Metrics, Observe, ObserveOptions, Rejection};
+use crate::sync::rcu;
 use crate::{Decision, Error, Quota};
 use core::borrow::Borrow;
 use core::hash::Hash;
@@ -464,6 +465,29 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
     /// [`try_acquire`](Self::try_acquire) at an explicit clock reading.
     #[inline]
     pub fn try_acquire_at<Q>(&self, key: &Q, now: u64, cost: u64) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        // The default store's lock-free path inline, everything else out of line. With the
+        // three stores' paths inline (or the slow path's result merged with the fast one's),
+        // the compiler passed every decision through memory (docs/KEYED.md).
+        let section = self.live.section();
+        if let Some(g) = self.live.current(&self.first, &section) {
+            if let Some(d) = g.try_fast(&section, key, now, cost) {
+                drop(section);
+                return Ok(self.obs.decided(d, || Some(owned(key)), cost));
+            }
+        }
+        drop(section);
+        self.try_acquire_rest(key, now, cost)
+    }
+
+    /// [`try_acquire_at`](Self::try_acquire_at) past the default store's lock-free path: the
+    /// other stores, and the default store's new keys, DEAD marks and errors.
+    #[inline(never)]
+    fn try_acquire_rest<Q>(&self, key: &Q, now: u64, cost: u64) -> Result<Decision, Error>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned + ?Sized,
@@ -1022,8 +1046,24 @@ impl<K: Hash + Eq + Send + 'static> Gen<K> {
         Ok(())
     }
 
-    /// [`KeyedLimiter::try_acquire_at`] on this generation, not counted.
+    /// The default store's lock-free path for a request that passes the checks: `None` for
+    /// anything else (another store, a new key, a DEAD mark, an error to report).
     #[inline(always)]
+    fn try_fast<Q>(&self, section: &Section<'_>, key: &Q, now: u64, cost: u64) -> Option<Decision>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if cost <= self.cx.capacity && now < self.cx.horizon {
+            if let Backend::Narrow(core) = &self.backend {
+                let h = core.hash(key);
+                return core.acquire_fast(&section.rcu, &self.cx, h, key, now, cost, u64::MAX);
+            }
+        }
+        None
+    }
+
+    /// [`KeyedLimiter::try_acquire_at`] on this generation, not counted.
     fn try_acquire_at<Q>(&self, key: &Q, now: u64, cost: u64) -> Result<Decision, Error>
     where
         K: Borrow<Q>,
@@ -1031,12 +1071,10 @@ impl<K: Hash + Eq + Send + 'static> Gen<K> {
         Q::Owned: Into<K>,
     {
         self.check(now, cost)?;
-        // The default store's lock-free path inline, everything else out of line. With the
-        // three stores' paths inline (or the slow path's result merged with the fast one's),
-        // the compiler passed every decision through memory (docs/KEYED.md).
         if let Backend::Narrow(core) = &self.backend {
             let h = core.hash(key);
-            if let Some(d) = core.acquire_fast(&self.cx, h, key, now, cost, u64::MAX) {
+            if let Some(d) = core.acquire_fast(&rcu::read(), &self.cx, h, key, now, cost, u64::MAX)
+            {
                 return Ok(d);
             }
             return self.acquire_rest(Some(h), key, now, cost);

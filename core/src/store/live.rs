@@ -53,6 +53,15 @@ struct Writer {
     origin: u64,
 }
 
+/// The read section of one operation of a keyed limiter: the process-wide read section (which
+/// the store's lookups use as well) and, under loom, the grace period's read lock.
+pub(crate) struct Section<'a> {
+    pub(crate) rcu: rcu::Guard,
+    #[cfg(sluicegate_loom)]
+    _quiesce: loom::sync::RwLockReadGuard<'a, ()>,
+    _live: core::marker::PhantomData<&'a ()>,
+}
+
 /// The generations of one keyed limiter after its first (see the module documentation).
 pub(crate) struct Live<K> {
     /// The current generation: null while the first one is, PAUSED during a switch.
@@ -76,23 +85,45 @@ impl<K> Live<K> {
         }
     }
 
+    /// Opens the read section of one operation.
+    #[inline(always)]
+    pub(crate) fn section(&self) -> Section<'_> {
+        Section {
+            rcu: rcu::read(),
+            #[cfg(sluicegate_loom)]
+            _quiesce: self.quiesce.read().unwrap(),
+            _live: core::marker::PhantomData,
+        }
+    }
+
+    /// The current generation as of `section` (`first` while none was published); `None`
+    /// during a switch (close the section and wait: [`with`](Self::with) does).
+    #[inline(always)]
+    pub(crate) fn current<'s>(
+        &'s self,
+        first: &'s Gen<K>,
+        _section: &'s Section<'_>,
+    ) -> Option<&'s Gen<K>> {
+        let p = self.current.load(Ordering::Acquire);
+        if p.is_null() {
+            return Some(first);
+        }
+        if p as usize == PAUSED {
+            return None;
+        }
+        // SAFETY: a published generation is freed only after a grace period that began once
+        // it was unpublished (`set_quota`); the section is open for 's.
+        Some(unsafe { &*p })
+    }
+
     /// `f` on the current generation (`first` while none was published), inside a read
     /// section that lasts as long as `f`; waits while a switch is under way.
     #[inline(always)]
     pub(crate) fn with<R>(&self, first: &Gen<K>, f: impl FnOnce(&Gen<K>) -> R) -> R {
         loop {
-            #[cfg(not(sluicegate_loom))]
-            let section = rcu::read();
-            #[cfg(sluicegate_loom)]
-            let section = self.quiesce.read().unwrap();
-            let p = self.current.load(Ordering::Acquire);
-            if p.is_null() {
-                return f(first);
-            }
-            if p as usize != PAUSED {
-                // SAFETY: a published generation is freed only after a grace period that
-                // began once it was unpublished (`set_quota`); our section is open.
-                return f(unsafe { &*p });
+            let section = self.section();
+            if let Some(g) = self.current(first, &section) {
+                return f(g);
             }
             drop(section);
             Self::wait_for_switch();

@@ -93,7 +93,7 @@ prop_compose! {
     }
 }
 
-fn params() -> impl Strategy<Value = Params> {
+pub(crate) fn params() -> impl Strategy<Value = Params> {
     kind().prop_flat_map(params_of)
 }
 

@@ -7,4 +7,5 @@ mod keyed;
 mod keyed_log;
 mod keyed_ops;
 mod reconfigure;
+mod shadow;
 mod token_bucket;

@@ -231,9 +231,12 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
     #[inline(always)]
     ///
     /// `within`: a leaky queue admits only with a wait of at most this many nanoseconds
-    /// (`u64::MAX`: its own bound; other algorithms never wait).
+    /// (`u64::MAX`: its own bound; other algorithms never wait). `guard`: the caller's read
+    /// section (the keyed limiter's operation holds one).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn acquire_fast<Q>(
         &self,
+        guard: &rcu::Guard,
         cx: &Ctx,
         h: u64,
         key: &Q,
@@ -245,8 +248,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let guard = rcu::read();
-        let t = self.shard(h).view(&guard)?;
+        let t = self.shard(h).view(guard)?;
         let i = t.find(h, key)?;
         cell::reserve_live::<W>(&t.found(i).word, &cx.codec, now, cost, within)
     }
@@ -267,7 +269,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         Q: Hash + Eq + ToOwned + ?Sized,
         Q::Owned: Into<K>,
     {
-        match self.acquire_fast(cx, h, key, now, cost, within) {
+        match self.acquire_fast(&rcu::read(), cx, h, key, now, cost, within) {
             Some(d) => Ok(d),
             None => self.acquire_locked(cx, h, key, now, cost, within),
         }
