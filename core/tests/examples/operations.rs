@@ -69,7 +69,10 @@ fn keyed_counters_count_evictions_refused_keys_and_keys() {
     // Both buckets are full again: the new key evicts them (its shard's full ones).
     kl.try_acquire(&3, 1).unwrap();
     let m = kl.metrics().unwrap();
-    assert_eq!((m.allowed, m.key_store_full, m.keys, m.keys_evicted), (3, 1, Some(1), 2));
+    assert_eq!(
+        (m.allowed, m.key_store_full, m.keys, m.keys_evicted),
+        (3, 1, Some(1), 2)
+    );
     let evicted = m.keys_evicted;
     // Evictions counted before a reconfiguration are kept.
     kl.set_quota("2/s".parse().unwrap()).unwrap();
