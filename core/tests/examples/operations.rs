@@ -87,7 +87,8 @@ fn keyed_counters_count_evictions_refused_keys_and_keys() {
 
 #[test]
 fn the_hook_sees_each_rejection_with_its_key() {
-    let seen: Arc<Mutex<Vec<(String, u64, bool, Duration)>>> = Arc::default();
+    type Seen = Vec<(String, u64, bool, Duration)>;
+    let seen: Arc<Mutex<Seen>> = Arc::default();
     let log = seen.clone();
     let clock = ManualClock::new(0);
     let kl = KeyedLimiter::<String, _>::builder("1/s".parse().unwrap())
@@ -124,7 +125,8 @@ fn the_hook_sees_each_rejection_with_its_key() {
 #[test]
 fn the_hook_may_call_the_limiter_back() {
     let clock = ManualClock::new(0);
-    let cell: Arc<Mutex<Option<Arc<KeyedLimiter<u64, ManualClock>>>>> = Arc::default();
+    type Shared = Option<Arc<KeyedLimiter<u64, ManualClock>>>;
+    let cell: Arc<Mutex<Shared>> = Arc::default();
     let hook_cell = cell.clone();
     let kl = Arc::new(
         KeyedLimiter::<u64, _>::builder("1/s".parse().unwrap())
