@@ -522,7 +522,7 @@ impl PyLimiter {
     #[getter]
     fn quota(&self) -> PyQuota {
         PyQuota {
-            inner: *self.inner.quota(),
+            inner: self.inner.quota(),
         }
     }
 
