@@ -105,9 +105,15 @@ impl Decision {
 
     /// This rejection as shadow mode returns it: let through, flagged.
     #[inline]
-    pub(crate) const fn into_shadow(mut self) -> Self {
-        self.allowed = true;
-        self.shadow = true;
+    pub(crate) const fn into_shadow(self) -> Self {
+        self.shadow_if(true)
+    }
+
+    /// This rejection as shadow mode returns it when `on` (branch-free), else unchanged.
+    #[inline(always)]
+    pub(crate) const fn shadow_if(mut self, on: bool) -> Self {
+        self.allowed |= on;
+        self.shadow = on;
         self
     }
 

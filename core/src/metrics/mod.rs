@@ -172,14 +172,13 @@ impl<K: ?Sized> Observe<K> {
         if f == 0 {
             return d;
         }
+        // Branch-free: shadow mode sets two flags of the decision, and picks the counter.
         let shadow = f & SHADOW != 0;
-        let d = if shadow { d.into_shadow() } else { d };
+        let d = d.shadow_if(shadow);
         if f & COUNTING != 0 {
-            self.count(if shadow {
-                Outcome::ShadowRejected
-            } else {
-                Outcome::Rejected
-            });
+            if let Some(c) = &self.counters {
+                c.count_index(Outcome::Rejected as usize + usize::from(shadow));
+            }
         }
         if f & HOOKED != 0 {
             // The decision stays in registers: the call takes a copy, and returns nothing.
