@@ -146,6 +146,91 @@ def ordered(names, order):
     return known + sorted(n for n in names if n not in order)
 
 
+def read_jsonl(path):
+    """The JSON lines of `path`, or none when it is missing."""
+    if not os.path.exists(path):
+        return []
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+OPS_MODES = ["plain", "metrics", "shadow", "reconfigured"]
+OPS_DESCRIPTIONS = {
+    "plain": "as built by default",
+    "metrics": "counters on (`metrics(true)`)",
+    "shadow": "shadow mode (`shadow(true)`): the reject path is let through",
+    "reconfigured": "after one `set_quota` (decisions on the published generation)",
+}
+OPS_KINDS = [("limiter", "limiter", "one bucket (`Limiter`)"),
+             ("keyed", "keyed-8", "keyed limiter, 8 keys")]
+
+
+def operations_section(r, callgrind, ops):
+    """docs/OPERATIONS.md's costs: counters on, shadow mode and a reconfigured limiter against
+    the plain one, from criterion (group operations/PATH), the interleaved run (`hotpath
+    --operations`) and callgrind (the ops-* subjects). Empty when none was measured."""
+    crit = {(g.split("/", 1)[1], fn): t for (g, fn, _), t in r.items()
+            if g.startswith("operations/")}
+    il = {(e["path"], e["subject"]): e for e in ops if "path" in e}
+    timings = {e["subject"]: e["median_ns"] for e in ops if "path" not in e}
+    cg = {(e["subject"], e["path"]): e["instructions"] / e["iters"]
+          for e in callgrind if e.get("instructions") and e["subject"].startswith("ops-")}
+    if not (crit or il or cg):
+        return []
+    md = ["\n## Operations: counters, shadow mode, reconfiguration\n",
+          "docs/OPERATIONS.md's features on the hot path, each against the same limiter as "
+          "built by default (allow path: never runs dry; reject path: drained, the wait read "
+          "on every call). Targets: counters on within 1.1× of the plain limiter; shadow mode "
+          "and a limiter never reconfigured as fast as the plain one.\n"]
+
+    def rows(get, fmt):
+        out = []
+        for kind, cname, desc in OPS_KINDS:
+            for mode in OPS_MODES:
+                row = [f"{desc}, {OPS_DESCRIPTIONS[mode]}"]
+                for path in ("allow", "reject"):
+                    v, base = get(kind, cname, mode, path), get(kind, cname, "plain", path)
+                    row += ["—", "—"] if v is None else [fmt(kind, cname, mode, path, v),
+                                                         fmt_ratio(v, base) if base else "—"]
+                out.append(row)
+        return out
+
+    header = ["subject", "allow", "allow: / plain", "reject", "reject: / plain"]
+    if crit:
+        md.append("Criterion medians (group `operations`):\n")
+        md.append(table(header, rows(lambda k, c, m, p: crit.get((p, f"{c}/{m}")),
+                                     lambda k, c, m, p, v: fmt_ns(v))))
+        fa, fr = crit.get(("allow", "floor/quanta")), crit.get(("reject", "floor/quanta"))
+        if fa and fr:
+            md.append(f"\nThe quanta floor (clock read + CAS) in the same run: {fmt_ns(fa)} "
+                      f"(allow group), {fmt_ns(fr)} (reject group).\n")
+    if il:
+        md.append("\nInterleaved (`hotpath --operations`: every subject in round-robin blocks, "
+                  "so all see the same moments of the machine's load); median per decision, "
+                  "p25–p75 in brackets:\n")
+        name = lambda k, m: f"ops-{k}-{m}"
+        md.append(table(header, rows(
+            lambda k, c, m, p: (il.get((p, name(k, m))) or {}).get("median_ns"),
+            lambda k, c, m, p, v: f"{fmt_ns(v)} ({fmt_ns(il[(p, name(k, m))]['p25_ns'])}–"
+                                  f"{fmt_ns(il[(p, name(k, m))]['p75_ns'])})")))
+    if cg:
+        md.append("\nInstructions per decision (callgrind, inside the hot loop; exact):\n")
+        md.append(table(header, rows(lambda k, c, m, p: cg.get((f"ops-{k}-{m}", p)),
+                                     lambda k, c, m, p, v: f"{v:.1f}")))
+        deltas = []
+        for kind, _, desc in OPS_KINDS:
+            for mode in OPS_MODES[1:]:
+                d = [cg.get((f"ops-{kind}-{mode}", p), 0) - cg.get((f"ops-{kind}-plain", p), 0)
+                     for p in ("allow", "reject")]
+                deltas.append(f"{desc}, {mode}: {d[0]:+.0f} / {d[1]:+.0f}")
+        md.append("\nInstructions over the plain limiter (allow / reject): "
+                  + "; ".join(deltas) + ".\n")
+    if timings:
+        md.append("\n`set_quota` itself (median of its calls in `hotpath --operations`): "
+                  + ", ".join(f"`{k}` {fmt_ns(v)}" for k, v in sorted(timings.items()))
+                  + ". A keyed limiter's operations wait while its keys are carried.\n")
+    return md
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--criterion", default="target/criterion")
@@ -153,6 +238,9 @@ def main():
     ap.add_argument("--callgrind", default="target/bench/callgrind.jsonl")
     ap.add_argument("--interleaved", default="target/bench/interleaved.jsonl")
     ap.add_argument("--keyed-interleaved", default="target/bench/keyed-interleaved.jsonl")
+    ap.add_argument("--operations", default="target/bench/operations.jsonl")
+    ap.add_argument("--only-operations", action="store_true",
+                    help="print the operations section alone (from what is there), write nothing")
     ap.add_argument("--extra", default="target/bench/extra")
     ap.add_argument("--out", default="BENCHMARKS.md")
     ap.add_argument("--since", type=float, default=0.0)
@@ -161,6 +249,10 @@ def main():
     args = ap.parse_args()
 
     r, passes = load(args.criterion, args.since)
+    if args.only_operations:
+        print("\n".join(operations_section(r, read_jsonl(args.callgrind),
+                                          read_jsonl(args.operations))))
+        return
     if not r:
         sys.exit(f"report.py: no criterion results under {args.criterion}")
 
@@ -481,13 +573,13 @@ def main():
         md.append(table(["subject", "allow", "/ ours", "/ floor", "reject", "/ ours", "/ floor"],
                         rows))
 
+    # ---- operations (docs/OPERATIONS.md)
+    md += operations_section(r, read_jsonl(args.callgrind), read_jsonl(args.operations))
+
     # ---- callgrind
-    cg = []
-    if os.path.exists(args.callgrind):
-        cg = [json.loads(line) for line in Path(args.callgrind).read_text().splitlines()
-              if line.strip()]
     cg = {(e["subject"], e["path"]): e["instructions"] / e["iters"]
-          for e in cg if e.get("instructions")}
+          for e in read_jsonl(args.callgrind)
+          if e.get("instructions") and not e["subject"].startswith("ops-")}
     if cg:
         md.append("\n## Instructions per decision (callgrind)\n")
         md.append("Counted by `valgrind --tool=callgrind` inside the hot loop of "

@@ -49,6 +49,9 @@ cargo build --release -p sluicegate-benches --bin hotpath
 rounds=1000
 if [[ $mode == quick ]]; then rounds=200; fi
 "$target/release/hotpath" --interleave "$rounds" >"$target/bench/interleaved.jsonl"
+# The operations subjects (counters, shadow mode, a reconfigured limiter; docs/OPERATIONS.md)
+# interleaved the same way, and the time set_quota takes.
+"$target/release/hotpath" --operations "$rounds" >"$target/bench/operations.jsonl"
 
 # Keyed subjects interleaved (keyedpath): ours, governor and the keyed floor in round-robin
 # blocks, at 100 000 keys on one and two threads and at 1 000 000 keys.
@@ -66,7 +69,8 @@ if [[ $mode == quick ]]; then krounds=30; fi
 : >"$target/bench/callgrind.jsonl"
 if command -v valgrind >/dev/null; then
     iters=100000
-    for subject in ours-mono ours-std ours-coarse governor floor-quanta floor-std floor-coarse; do
+    for subject in ours-mono ours-std ours-coarse governor floor-quanta floor-std floor-coarse \
+        ops-{limiter,keyed}-{plain,metrics,shadow,reconfigured}; do
         for path in allow reject; do
             n=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null \
                     '--toggle-collect=hotpath::*_loop*' \
@@ -115,4 +119,5 @@ fi
 python3 benches/report.py --criterion "$target/criterion" --mem "$target/bench/mem.jsonl" \
     --callgrind "$target/bench/callgrind.jsonl" --interleaved "$target/bench/interleaved.jsonl" \
     --keyed-interleaved "$target/bench/keyed-interleaved.jsonl" \
+    --operations "$target/bench/operations.jsonl" \
     --extra "$target/bench/extra" --since "$since" --mode "$mode" --load-start "$load_start" --out BENCHMARKS.md

@@ -360,9 +360,36 @@ fn keyed_ours(
     });
 }
 
+/// docs/OPERATIONS.md's costs: one bucket, and a keyed limiter of 8 keys, as built by default,
+/// with counters on, in shadow mode, and after a live reconfiguration; the quanta floor beside
+/// them.
+fn operations(c: &mut Criterion) {
+    for path in PATHS {
+        let mut g = c.benchmark_group(format!("operations/{}", path.name()));
+        g.throughput(Throughput::Elements(1));
+        for mode in setup::Mode::ALL {
+            let l = setup::ours_mode(path, mode);
+            g.bench_function(format!("limiter/{}", mode.name()), |b| {
+                b.iter(|| black_box(ours_acquire(&l)))
+            });
+            let kl = setup::ours_keyed_mode(path, 8, mode);
+            g.bench_function(format!("keyed-8/{}", mode.name()), |b| {
+                let mut i = 0u64;
+                b.iter(|| {
+                    i = i.wrapping_add(1);
+                    black_box(setup::ours_keyed_acquire(&kl, i & 7))
+                })
+            });
+        }
+        let f = Floor::new(quanta_reader());
+        g.bench_function("floor/quanta", |b| b.iter(|| black_box(f.cas())));
+        g.finish();
+    }
+}
+
 criterion_group! {
     name = benches;
     config = config();
-    targets = clocks, single, shared, algorithms, keyed, keyed_2t
+    targets = clocks, single, shared, algorithms, keyed, keyed_2t, operations
 }
 criterion_main!(benches);

@@ -334,6 +334,79 @@ pub mod setup {
         l
     }
 
+    /// What an operations subject adds to the plain limiter (docs/OPERATIONS.md's costs).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Mode {
+        /// As built by default: no counters, enforcing, never reconfigured.
+        Plain,
+        /// Counters on.
+        Metrics,
+        /// Shadow mode on (a would-be rejection is let through, flagged).
+        Shadow,
+        /// Reconfigured once (to the same quota): decisions go through the published
+        /// generation.
+        Reconfigured,
+    }
+
+    impl Mode {
+        /// Every mode, in report order.
+        pub const ALL: [Mode; 4] = [Mode::Plain, Mode::Metrics, Mode::Shadow, Mode::Reconfigured];
+
+        /// The subject's suffix.
+        pub fn name(self) -> &'static str {
+            match self {
+                Mode::Plain => "plain",
+                Mode::Metrics => "metrics",
+                Mode::Shadow => "shadow",
+                Mode::Reconfigured => "reconfigured",
+            }
+        }
+    }
+
+    /// The engine on the default clock for `path`, [`prime`]d, then set in `mode`.
+    pub fn ours_mode(path: Path, mode: Mode) -> Limiter<sluicegate::MonotonicClock> {
+        let l = Limiter::builder(quota(path))
+            .clock(sluicegate::MonotonicClock::new())
+            .metrics(mode == Mode::Metrics)
+            .build()
+            .expect("limiter");
+        let l = prime(l, path);
+        match mode {
+            Mode::Shadow => l.set_shadow(true),
+            Mode::Reconfigured => l.set_quota(quota(path)).expect("same quota"),
+            Mode::Plain | Mode::Metrics => {}
+        }
+        l
+    }
+
+    /// The keyed limiter of [`ours_keyed`] (its keys in the state `path` measures), built
+    /// with counters for [`Mode::Metrics`], then set in `mode`.
+    pub fn ours_keyed_mode(path: Path, keys: u64, mode: Mode) -> OursKeyed {
+        let q = match path {
+            Path::Allow => keyed_allow_quota(),
+            Path::Reject => quota(path),
+        };
+        let l = OursKeyed::builder(q)
+            .max_keys(2 * keys as usize + 16)
+            .metrics(mode == Mode::Metrics)
+            .build()
+            .expect("keyed limiter");
+        let first = q.burst().div_ceil(2);
+        for key in 0..keys {
+            assert!(l.try_acquire(&key, first).expect("cost").allowed());
+            if path == Path::Reject {
+                assert!(!l.try_acquire(&key, 1).expect("cost").allowed());
+            }
+        }
+        match mode {
+            Mode::Shadow => l.set_shadow(true),
+            Mode::Reconfigured => l.set_quota(q).expect("same quota"),
+            Mode::Plain | Mode::Metrics => {}
+        }
+        assert_eq!(l.len() as u64, keys);
+        l
+    }
+
     /// The keyed decision with the wait read on rejection.
     #[inline]
     pub fn ours_keyed_acquire(l: &OursKeyed, key: u64) -> u64 {

@@ -151,7 +151,7 @@ impl Entry {
     }
 
     /// The quota a single or keyed limiter enforces.
-    pub fn quota(&self) -> Result<&Quota, JsErr> {
+    pub fn quota(&self) -> Result<Quota, JsErr> {
         match self {
             Entry::Single(l) => Ok(l.quota()),
             Entry::Keyed(l) => Ok(l.quota()),

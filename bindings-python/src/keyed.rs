@@ -458,7 +458,7 @@ impl PyKeyedLimiter {
     #[getter]
     fn quota(&self) -> PyQuota {
         PyQuota {
-            inner: *self.inner.quota(),
+            inner: self.inner.quota(),
         }
     }
 

@@ -592,7 +592,7 @@ impl PyLimiter {
     #[getter]
     fn quota(&self) -> PyQuota {
         PyQuota {
-            inner: *self.inner.quota(),
+            inner: self.inner.quota(),
         }
     }
 

@@ -29,12 +29,14 @@
 //! | `algorithm` | one pure state codec per [`Algorithm`]: `(state, now, cost) -> (decision, state)` |
 //! | `bucket` | the one CAS loop, [`Limiter`], [`composite`], the acquire planner |
 //! | `store` | where buckets live: [`KeyedLimiter`] over the in-process table (the seam for other stores) |
+//! | [`metrics`] | counters ([`Metrics`]), their Prometheus text ([`render_prometheus`]), the rejection hook |
 //! | `decision` | [`Decision`] and its HTTP fields ([`http`]) |
 //! | [`clock`] | monotonic nanoseconds: TSC, std, coarse, manual |
 //! | `sync` | the atomics facade (loom or std) and the read sections (RCU) of the tables |
 //!
 //! The semantics every binding and store shares are in `docs/SEMANTICS.md`; the file map in
-//! `docs/ARCHITECTURE.md`.
+//! `docs/ARCHITECTURE.md`; live reconfiguration ([`Limiter::set_quota`]), shadow mode and
+//! metrics in `docs/OPERATIONS.md`.
 
 #![warn(missing_docs)]
 // A loom build exists for its models alone: what only the real stores use is dead there.
@@ -45,6 +47,7 @@ mod bucket;
 pub mod clock;
 mod decision;
 mod error;
+pub mod metrics;
 mod quota;
 mod store;
 mod sync;
@@ -60,6 +63,7 @@ pub use decision::http;
 pub use decision::http::HeaderStyle;
 pub use decision::Decision;
 pub use error::{Error, StoreErrorKind};
+pub use metrics::{render_prometheus, Metrics, RejectHook, Rejection};
 pub use quota::{Algorithm, Quota, QuotaOptions, Refill, MAX_SLIDING_LOG};
 #[cfg(all(feature = "redis", not(sluicegate_loom)))]
 pub use store::RedisStats;
@@ -79,3 +83,8 @@ struct ReadmeDoctests;
 #[cfg(all(doctest, unix))]
 #[doc = include_str!("../../docs/SHM.md")]
 struct ShmDoctests;
+
+/// docs/OPERATIONS.md's Rust snippets, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/OPERATIONS.md")]
+struct OperationsDoctests;

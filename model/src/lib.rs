@@ -214,6 +214,46 @@ fn floor_div(a: i128, b: i128) -> i128 {
     a.div_euclid(b)
 }
 
+/// `ceil(a / b)` for any sign of `a`.
+fn ceil_div_signed(a: i128, b: i128) -> i128 {
+    -floor_div(-a, b)
+}
+
+fn gcd(a: i128, b: i128) -> i128 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Live reconfiguration: the carry rule (docs/OPERATIONS.md, "The carry rule"), written
+// plainly. Rounding follows the engine's grain: a continuous bucket's new state is an instant
+// on the grid of 1/k' ns (k'/p' the new rate in lowest terms), so its tokens are rounded down
+// to 1/p' of a token, and a queue's last slot up to 1/k' ns.
+// ---------------------------------------------------------------------------------------
+
+/// A token bucket (continuous) or GCRA state `full_at` (the instant it is full, times `k`)
+/// carried at `t` into a bucket of `b2` tokens, `k2` per `p2` ns: the new `full_at`.
+fn carry_continuous(
+    b: i128,
+    k: i128,
+    p: i128,
+    full_at: i128,
+    t: i128,
+    q2: (i128, i128, i128),
+) -> i128 {
+    let (b2, k2, p2) = q2;
+    // The instant: the reading, or the one the state proves (F - b/r), if later.
+    let at = t.max(ceil_div_signed(full_at - b * p, k));
+    let avail = b * p - (full_at - at * k).max(0); // tokens * p at `at`
+    let g2 = gcd(k2, p2);
+    let pr = p2 / g2;
+    let avail2 = (b2 * pr).min(floor_div(avail * pr, p)); // tokens * p2/g2, rounded down
+    at * k2 + (b2 * pr - avail2) * g2
+}
+
 /// Which algorithm a model runs (the model's own names, independent of the crate's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -493,7 +533,8 @@ impl SlidingLog {
         Ok(Out {
             allowed,
             limit: n as u64,
-            remaining: (n - count_after) as u64,
+            // A log carried into a smaller limit may hold more than n: nothing remains.
+            remaining: (n - count_after).max(0) as u64,
             retry_after_ns: retry as u64,
             reset_after_ns: newest.map_or(0, |ts| ts + w - t_e) as u64,
         })
@@ -638,6 +679,16 @@ impl AnyModel {
         }
     }
 
+    /// A bucket created at `t0` by a keyed limiter whose clock origin (the interval grid's
+    /// anchor) is `origin`.
+    pub fn new_keyed(p: Params, origin: u64, t0: u64) -> Self {
+        if p.kind == Kind::TokenBucketInterval {
+            let q = Model::new_keyed(p.count, p.period_ns, p.burst, p.initial, true, origin, t0);
+            return AnyModel::Bucket(q);
+        }
+        Self::new(p, t0)
+    }
+
     pub fn acquire(&mut self, t: u64, c: u64) -> Result<Out, ModelError> {
         match self {
             AnyModel::Bucket(m) => m.acquire(t, c),
@@ -652,6 +703,126 @@ impl AnyModel {
     /// The decision `acquire` would give, changing nothing.
     pub fn probe(&self, t: u64, c: u64) -> Result<Out, ModelError> {
         self.clone().acquire(t, c)
+    }
+
+    /// Live reconfiguration at the reading `t`: the state is carried into `p` (of the same
+    /// kind) by the carry rule; `origin` is the limiter's clock origin (the interval grid's
+    /// anchor, which the new quota keeps).
+    pub fn reconfigure(&mut self, p: Params, t: u64, origin: u64) {
+        let (k2, p2, b2, n2) = (
+            p.count as i128,
+            p.period_ns as i128,
+            p.burst as i128,
+            p.count as i128,
+        );
+        let ti = t as i128;
+        match self {
+            AnyModel::Bucket(Model::Continuous {
+                b,
+                k,
+                p: per,
+                full_at,
+            }) => {
+                assert_eq!(p.kind, Kind::TokenBucket);
+                let f = carry_continuous(*b, *k, *per, *full_at, ti, (b2, k2, p2));
+                *self = AnyModel::Bucket(Model::Continuous {
+                    b: b2,
+                    k: k2,
+                    p: p2,
+                    full_at: f,
+                });
+            }
+            AnyModel::Bucket(Model::Interval {
+                b,
+                k,
+                p: per,
+                origin: o,
+                n,
+                tau,
+            }) => {
+                assert_eq!(p.kind, Kind::TokenBucketInterval);
+                assert_eq!(*o, origin as i128);
+                let p_now = (ti - *o).max(0) / *per;
+                let p_e = p_now.max(*n);
+                let t_e = ti.max(*o + *n * *per);
+                let tokens = (*b).min(*tau + *k * (p_e - *n));
+                *self = AnyModel::Bucket(Model::Interval {
+                    b: b2,
+                    k: k2,
+                    p: p2,
+                    origin: *o,
+                    n: (t_e - *o).max(0) / p2,
+                    tau: tokens.min(b2),
+                });
+            }
+            AnyModel::Gcra(g) => {
+                assert_eq!(p.kind, Kind::Gcra);
+                let tat = carry_continuous(g.b, g.k, g.t, g.tat, ti, (b2, k2, p2));
+                *g = Gcra {
+                    k: k2,
+                    t: p2,
+                    b: b2,
+                    tat,
+                };
+            }
+            AnyModel::FixedWindow(f) => {
+                assert_eq!(p.kind, Kind::FixedWindow);
+                let (index, used, t_e) = f.at(ti);
+                let index = if p2 == f.w { index } else { t_e / p2 };
+                *f = FixedWindow {
+                    n: n2,
+                    w: p2,
+                    index,
+                    used: used.min(n2),
+                };
+            }
+            AnyModel::SlidingWindow(sw) => {
+                assert_eq!(p.kind, Kind::SlidingWindow);
+                let (index, prev, curr, e, t_e) = sw.at(ti);
+                *sw = if p2 == sw.w {
+                    SlidingWindow {
+                        n: n2,
+                        w: p2,
+                        index,
+                        prev: prev.min(n2),
+                        curr: curr.min(n2),
+                    }
+                } else {
+                    let weighted = ceil_div(prev * (sw.w - e), sw.w) + curr;
+                    SlidingWindow {
+                        n: n2,
+                        w: p2,
+                        index: t_e / p2,
+                        prev: 0,
+                        curr: weighted.min(n2),
+                    }
+                };
+            }
+            AnyModel::SlidingLog(l) => {
+                assert_eq!(p.kind, Kind::SlidingLog);
+                l.n = n2;
+                l.w = p2;
+            }
+            AnyModel::LeakyQueue(q) => {
+                assert_eq!(p.kind, Kind::LeakyQueue);
+                let d2 = p.max_delay_ns as i128;
+                let q2 = 1 + floor_div(d2 * k2, p2);
+                // The instant: the reading, or the one the state proves (L - D), if later.
+                let at = ti.max(ceil_div_signed(q.last - q.d * q.k, q.k));
+                // The effective last slot: an idle queue's is at - Q/r.
+                let l_e = q.last.max(at * q.k - q.q * q.p);
+                let g2 = gcd(k2, p2);
+                let last = ceil_div_signed(l_e * (k2 / g2), q.k) * g2;
+                let last = last.clamp(at * k2 - q2 * p2, at * k2 + d2 * k2);
+                *q = LeakyQueue {
+                    k: k2,
+                    p: p2,
+                    d: d2,
+                    q: q2,
+                    last,
+                };
+            }
+        }
     }
 
     pub fn refund(&mut self, t: u64, c: u64) {

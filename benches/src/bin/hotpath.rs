@@ -7,7 +7,10 @@
 //! valgrind --tool=callgrind target/release/hotpath ours-mono allow 1000000
 //! ```
 //!
-//! Subjects: ours-mono, ours-std, ours-coarse, governor, floor-quanta, floor-std, floor-coarse.
+//! Subjects: ours-mono, ours-std, ours-coarse, governor, floor-quanta, floor-std, floor-coarse;
+//! and the operations subjects (docs/OPERATIONS.md): ops-limiter-MODE and ops-keyed-MODE (8
+//! keys), MODE one of plain, metrics, shadow, reconfigured. `hotpath --operations [ROUNDS]`
+//! runs them interleaved, and times `set_quota`.
 //! Paths: allow, reject (the floors ignore the path: clock + CAS on allow, clock + load on
 //! reject).
 //!
@@ -34,6 +37,15 @@ fn ours_loop<C: Clock>(l: &Limiter<C>, iters: u64) -> u64 {
         } else {
             d.retry_after_nanos()
         });
+    }
+    acc
+}
+
+#[inline(never)]
+fn keyed_loop(l: &setup::OursKeyed, iters: u64) -> u64 {
+    let mut acc = 0u64;
+    for i in 0..iters {
+        acc = acc.wrapping_add(setup::ours_keyed_acquire(black_box(l), i & 7));
     }
     acc
 }
@@ -119,6 +131,103 @@ fn subjects(path: Path) -> Vec<Block<'static>> {
     ]
 }
 
+/// An operations subject (`ops-limiter-MODE` or `ops-keyed-MODE`, 8 keys): the default
+/// clock's limiter with counters, shadow mode or a reconfiguration (docs/OPERATIONS.md).
+fn operations_subject(name: &str, path: Path) -> Option<Box<dyn Fn(u64) -> u64>> {
+    let (kind, mode) = name.strip_prefix("ops-")?.split_once('-')?;
+    let mode = *setup::Mode::ALL.iter().find(|m| m.name() == mode)?;
+    match kind {
+        "limiter" => {
+            let l = setup::ours_mode(path, mode);
+            Some(Box::new(move |n| ours_loop(&l, n)))
+        }
+        "keyed" => {
+            let l = setup::ours_keyed_mode(path, 8, mode);
+            Some(Box::new(move |n| keyed_loop(&l, n)))
+        }
+        _ => None,
+    }
+}
+
+/// `hotpath --operations [ROUNDS]`: every operations subject of both paths, interleaved as
+/// `--interleave` does; then the time `set_quota` takes (a single bucket; a keyed limiter of
+/// 10^5 keys, every key carried). One JSON line each.
+fn operations(rounds: usize) {
+    const BLOCK: u64 = 20_000;
+    for path in [Path::Allow, Path::Reject] {
+        let names: Vec<String> = ["limiter", "keyed"]
+            .iter()
+            .flat_map(|k| {
+                setup::Mode::ALL
+                    .iter()
+                    .map(move |m| format!("ops-{k}-{}", m.name()))
+            })
+            .collect();
+        let subjects: Vec<_> = names
+            .iter()
+            .map(|n| operations_subject(n, path).expect("subject"))
+            .collect();
+        let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); subjects.len()];
+        let mut sink = 0u64;
+        for run in &subjects {
+            sink = sink.wrapping_add(run(BLOCK));
+        }
+        for round in 0..rounds {
+            for i in 0..subjects.len() {
+                let j = (i + round) % subjects.len();
+                let start = Instant::now();
+                sink = sink.wrapping_add(subjects[j](BLOCK));
+                times[j].push(start.elapsed().as_nanos() as f64 / BLOCK as f64);
+            }
+        }
+        black_box(sink);
+        for (name, mut t) in names.iter().zip(times) {
+            t.sort_by(f64::total_cmp);
+            let q = |p: f64| t[((t.len() - 1) as f64 * p).round() as usize];
+            println!(
+                "{{\"subject\":\"{name}\",\"path\":\"{}\",\"rounds\":{rounds},\"block\":{BLOCK},\
+                 \"median_ns\":{:.3},\"p25_ns\":{:.3},\"p75_ns\":{:.3}}}",
+                path.name(),
+                q(0.5),
+                q(0.25),
+                q(0.75)
+            );
+        }
+    }
+    let median = |mut t: Vec<f64>| {
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    };
+    let l = setup::ours_mode(Path::Allow, setup::Mode::Plain);
+    let q = [setup::quota(Path::Allow), setup::quota(Path::Reject)];
+    let t: Vec<f64> = (0..2000)
+        .map(|i| {
+            let start = Instant::now();
+            l.set_quota(q[i % 2]).expect("set_quota");
+            start.elapsed().as_nanos() as f64
+        })
+        .collect();
+    println!(
+        "{{\"subject\":\"set_quota/limiter\",\"median_ns\":{:.1}}}",
+        median(t)
+    );
+    let keys = 100_000;
+    let kl = setup::ours_keyed_mode(Path::Reject, keys, setup::Mode::Plain);
+    let q = [setup::quota(Path::Reject), setup::keyed_allow_quota()];
+    let t: Vec<f64> = (0..10)
+        .map(|i| {
+            let start = Instant::now();
+            kl.set_quota(q[i % 2]).expect("set_quota");
+            start.elapsed().as_nanos() as f64
+        })
+        .collect();
+    assert_eq!(kl.len() as u64, keys);
+    println!(
+        "{{\"subject\":\"set_quota/keyed-{keys}\",\"median_ns\":{:.1}}}",
+        median(t)
+    );
+}
+
 fn interleave(rounds: usize) {
     const BLOCK: u64 = 20_000;
     for path in [Path::Allow, Path::Reject] {
@@ -154,6 +263,11 @@ fn interleave(rounds: usize) {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--operations") {
+        let rounds = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(300);
+        operations(rounds.max(1));
+        return ExitCode::SUCCESS;
+    }
     if args.first().map(String::as_str) == Some("--interleave") {
         let rounds = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(300);
         interleave(rounds.max(1));
@@ -178,6 +292,13 @@ fn main() -> ExitCode {
         "ours-coarse" => ours_loop(&setup::ours(CoarseClock::new(), path), iters),
         "governor" => governor_loop(&setup::governor(path), iters),
         "floor-quanta" => floor_loop(&Floor::new(quanta_reader()), path, iters),
+        s if s.starts_with("ops-") => match operations_subject(s, path) {
+            Some(run) => run(iters),
+            None => {
+                eprintln!("hotpath: unknown subject {s:?}");
+                return ExitCode::FAILURE;
+            }
+        },
         "floor-std" => floor_loop(&Floor::new(std_reader()), path, iters),
         "floor-coarse" => {
             let c = CoarseClock::new();

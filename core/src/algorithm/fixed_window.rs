@@ -24,6 +24,24 @@ impl FixedWindow {
         (u128::from(index) << self.g.shift) | u128::from(used)
     }
 
+    /// The carry rule: the count used in the window of `T` (the reading, or the start of the
+    /// state's window when later) is carried, clamped to the new limit: into the same window
+    /// when the length is unchanged, else into `T`'s window of the new grid. `Err(T)` past
+    /// `to`'s range.
+    pub(crate) fn carry(&self, s: u128, now: u64, to: &FixedWindow) -> Result<u128, u64> {
+        let (index, used, te) = self.at(s, now);
+        let at = u64::try_from(te).unwrap_or(u64::MAX);
+        if at >= to.g.limit() {
+            return Err(at);
+        }
+        let index = if to.g.w == self.g.w {
+            index
+        } else {
+            at / to.g.w
+        };
+        Ok(to.pack(index, used.min(to.g.n)))
+    }
+
     /// `(index, used, t_e)` as of `now`.
     #[inline]
     fn at(&self, s: u128, now: u64) -> (u64, u64, u128) {
@@ -45,6 +63,9 @@ impl StateCodec for FixedWindow {
     #[inline]
     fn wide(&self) -> bool {
         self.g.wide
+    }
+    fn limit(&self) -> u64 {
+        self.g.limit()
     }
 
     #[inline]

@@ -7,7 +7,7 @@
 //! tests check that every decision is identical. Times are scaled by `k` (after dividing `k`
 //! and `P` by their gcd), so `T` is the integer `p` and every step is exact.
 
-use crate::algorithm::{Narrow, StateCodec};
+use crate::algorithm::{carry_instant, carry_tokens, Narrow, StateCodec};
 use crate::quota::{gcd, Quota};
 use crate::Decision;
 
@@ -46,6 +46,21 @@ impl Gcra {
             window_s: q.window_secs(),
             wide,
         }
+    }
+}
+
+impl Gcra {
+    /// The carry rule, as the continuous token bucket's (`TAT` is its `F`): the tokens at `T`
+    /// (the reading, or `TAT - tau` when later), clamped to the new burst and rounded down to
+    /// the new grain, as of `T`. `Err(T)` past `to`'s range.
+    pub(crate) fn carry(&self, tat: u128, now: u64, to: &Gcra) -> Result<u128, u64> {
+        let at = carry_instant(tat.saturating_sub(u128::from(self.tau)), self.k, now);
+        if at >= to.horizon {
+            return Err(at);
+        }
+        let backlog = tat.saturating_sub(u128::from(at) * u128::from(self.k)) as u64;
+        let avail = carry_tokens(self.tau - backlog, self.t, to.tau, to.t);
+        Ok(u128::from(at) * u128::from(to.k) + u128::from(to.tau - avail))
     }
 }
 

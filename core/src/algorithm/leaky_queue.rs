@@ -8,7 +8,7 @@
 //! number of unit requests an idle queue accepts at one instant (the `limit`). An idle queue
 //! (`L <= t - Q/r`) is indistinguishable from a new one, which is what eviction needs.
 
-use crate::algorithm::{Narrow, StateCodec};
+use crate::algorithm::{carry_instant, mul_div_ceil, mul_div_floor, Narrow, StateCodec};
 use crate::quota::{gcd, Quota};
 use crate::Decision;
 
@@ -49,6 +49,31 @@ impl LeakyQueue {
             window_s: quota.window_secs(),
             wide,
         }
+    }
+
+    /// The carry rule: the last slot handed out stands (its requests keep their slots; new
+    /// ones queue behind it at the new rate), rounded up to the new grain, then kept between
+    /// the new quota's idle mark `T - Q'/r'` (an idle queue is idle, with at most the burst
+    /// it had) and `T + max_delay'` (a backlog longer than the new bound is cut to it). `T`:
+    /// the reading, or the instant the state proves when later. `Err(T)` past `to`'s range.
+    pub(crate) fn carry(&self, s: u128, now: u64, to: &LeakyQueue) -> Result<u128, u64> {
+        let at = carry_instant(s.saturating_sub(u128::from(self.qp + self.dk)), self.k, now);
+        if at >= to.horizon {
+            return Err(at);
+        }
+        // The effective last slot, scaled: max(L, T - Q/r) * k = max(s, T*k) - Q*p.
+        let e = s.max(u128::from(at) * u128::from(self.k));
+        let qp = u128::from(self.qp);
+        let q2p2 = u128::from(to.qp);
+        // (L' + Q'/r') * k' with L' * k' = ceil(L * k'): below zero only for a queue idle
+        // since before the clock's zero, which the clamp below makes idle anyway.
+        let s2 = if e >= qp {
+            q2p2 + mul_div_ceil(e - qp, to.k, self.k)
+        } else {
+            q2p2.saturating_sub(mul_div_floor(qp - e, to.k, self.k))
+        };
+        let t2 = u128::from(at) * u128::from(to.k);
+        Ok(s2.clamp(t2, t2 + u128::from(to.dk + to.qp)))
     }
 
     /// Converts a bound in nanoseconds to scaled units, capped at the queue bound.

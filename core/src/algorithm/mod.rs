@@ -90,6 +90,14 @@ pub(crate) trait StateCodec {
         true
     }
 
+    /// The first reading at which a state could be the all-ones word (the mark of a sealed or
+    /// unlinked bucket, `cell::Word::DEAD`): readings below it never produce one. The horizon
+    /// for the instant-based codecs (a state at the horizon may be exactly all ones); the
+    /// window counters keep one whole window below theirs (a state of the last window may be).
+    fn limit(&self) -> u64 {
+        self.horizon()
+    }
+
     /// The request checks shared by every codec.
     #[inline]
     fn check(&self, now: u64, cost: u64) -> Result<(), Error> {
@@ -192,6 +200,27 @@ impl Codec {
         }
     }
 
+    /// The request checks of a single bucket, whose word is sealed with the all-ones mark by
+    /// a reconfiguration: [`check`](Self::check), and a reading below [`limit`](Self::limit).
+    #[inline]
+    pub(crate) fn check_word(&self, now: u64, cost: u64) -> Result<(), Error> {
+        self.check(now, cost)?;
+        self.check_reading(now)
+    }
+
+    /// A reading below [`limit`](Self::limit) (no state written at it is the all-ones mark).
+    #[inline]
+    pub(crate) fn check_reading(&self, now: u64) -> Result<(), Error> {
+        let limit = self.limit();
+        if now >= limit && limit != u64::MAX {
+            return Err(Error::ClockOutOfRange {
+                now,
+                horizon: limit - 1,
+            });
+        }
+        Ok(())
+    }
+
     /// The largest cost a request may ask for.
     pub(crate) fn capacity(&self) -> u64 {
         each_codec!(self, a => a.capacity(), l => l.capacity())
@@ -253,4 +282,68 @@ impl Codec {
     pub(crate) fn valid(&self, state: u128) -> bool {
         each_codec!(self, a => a.valid(state), _ => false)
     }
+
+    /// See [`StateCodec::limit`]: readings must stay below it for no state word to be the
+    /// all-ones mark (the sliding log has no word: `u64::MAX`).
+    pub(crate) fn limit(&self) -> u64 {
+        each_codec!(self, a => a.limit(), _ => u64::MAX)
+    }
+
+    /// Whether a bucket of this codec can be carried into one of `to` (live reconfiguration):
+    /// the same algorithm and, for the token bucket, the same refill mode.
+    pub(crate) fn carries_to(&self, to: &Codec) -> bool {
+        core::mem::discriminant(self) == core::mem::discriminant(to)
+    }
+
+    /// The carry rule of live reconfiguration (docs/OPERATIONS.md): the state `to` gives the
+    /// bucket whose state under `self` is `state`, read at `now`. `Err` when the instant the
+    /// carry is made at is past `to`'s range. `self.carries_to(to)` must hold; the sliding
+    /// log has no word (its log is kept as it is).
+    pub(crate) fn carry(&self, state: u128, now: u64, to: &Codec) -> Result<u128, Error> {
+        let r = match (self, to) {
+            (Codec::Continuous(a), Codec::Continuous(b)) => a.carry(state, now, b),
+            (Codec::Interval(a), Codec::Interval(b)) => a.carry(state, now, b),
+            (Codec::Gcra(a), Codec::Gcra(b)) => a.carry(state, now, b),
+            (Codec::FixedWindow(a), Codec::FixedWindow(b)) => a.carry(state, now, b),
+            (Codec::SlidingWindow(a), Codec::SlidingWindow(b)) => a.carry(state, now, b),
+            (Codec::LeakyQueue(a), Codec::LeakyQueue(b)) => a.carry(state, now, b),
+            _ => unreachable!("carried only between codecs of one algorithm"),
+        };
+        r.map_err(|at| Error::ClockOutOfRange {
+            now: at,
+            horizon: to.limit().saturating_sub(1),
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The carry rule's arithmetic, shared by the codecs (each codec's `carry` is in its own file).
+// ---------------------------------------------------------------------------------------------
+
+/// `ceil(x * a / b)`, exact for any `x` whose result fits 128 bits (`b > 0`).
+pub(crate) fn mul_div_ceil(x: u128, a: u64, b: u64) -> u128 {
+    let (a, b) = (u128::from(a), u128::from(b));
+    (x / b) * a + ((x % b) * a).div_ceil(b)
+}
+
+/// `floor(x * a / b)`, exact for any `x` whose result fits 128 bits (`b > 0`).
+pub(crate) fn mul_div_floor(x: u128, a: u64, b: u64) -> u128 {
+    let (a, b) = (u128::from(a), u128::from(b));
+    (x / b) * a + ((x % b) * a) / b
+}
+
+/// The instant a carry is made at: the reading `now`, or the instant a state proves (`proven`
+/// scaled by `k`, rounded up to a whole nanosecond) when that is later: a state written by a
+/// decision whose reading was later than `now` is never read as of an earlier instant, where
+/// the codec's clamp would lose what it records.
+pub(crate) fn carry_instant(proven: u128, k: u64, now: u64) -> u64 {
+    let t = proven.div_ceil(u128::from(k));
+    u64::try_from(t).unwrap_or(u64::MAX).max(now)
+}
+
+/// Tokens carried: `avail` (scaled: one token is `p` units) clamped to the new bucket's `bp2`
+/// and rounded down to its grain (one token is `p2` units): the bucket never gains.
+pub(crate) fn carry_tokens(avail: u64, p: u64, bp2: u64, p2: u64) -> u64 {
+    let exact = mul_div_floor(u128::from(avail), p2, p);
+    u64::try_from(exact).unwrap_or(u64::MAX).min(bp2)
 }

@@ -133,7 +133,10 @@ impl Log {
             }
             let retry = (u128::from(expiry) + u128::from(a.w) - u128::from(te)) as u64;
             let reset = self.newest_expiry(te, a.w);
-            Decision::from_parts(false, a.n, a.n - live, 1, retry, reset, 1, a.window_s)
+            // A log carried into a smaller limit by a live reconfiguration may hold more than
+            // `n` units until they leave the window: nothing remains then.
+            let rem = a.n.saturating_sub(live);
+            Decision::from_parts(false, a.n, rem, 1, retry, reset, 1, a.window_s)
         }
     }
 

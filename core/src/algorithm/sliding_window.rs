@@ -60,6 +60,26 @@ impl SlidingWindow {
         }
     }
 
+    /// The carry rule: with the window length unchanged, both counts of `T`'s view (the
+    /// reading, or the start of the state's window when later) are carried, each clamped to
+    /// the new limit; with a new length, the count the sliding window weighs at `T` (rounded
+    /// up) becomes the current count of `T`'s window on the new grid. `Err(T)` past `to`'s
+    /// range.
+    pub(crate) fn carry(&self, s: u128, now: u64, to: &SlidingWindow) -> Result<u128, u64> {
+        let v = self.view(s, now);
+        let at = u64::try_from(v.te).unwrap_or(u64::MAX);
+        if at >= to.g.limit() {
+            return Err(at);
+        }
+        let n2 = to.g.n;
+        if to.g.w == self.g.w {
+            return Ok(to.pack(v.index, v.prev.min(n2), v.curr.min(n2)));
+        }
+        let w = u128::from(self.g.w);
+        let weighted = (u128::from(v.prev) * u128::from(self.g.w - v.e)).div_ceil(w) as u64;
+        Ok(to.pack(at / to.g.w, 0, (weighted + v.curr).min(n2)))
+    }
+
     /// `reset_after` for counts `(prev, curr)` in the view's window.
     #[inline]
     fn reset(&self, v: &View, prev: u64, curr: u64) -> u64 {
@@ -112,6 +132,9 @@ impl StateCodec for SlidingWindow {
     #[inline]
     fn wide(&self) -> bool {
         self.g.wide
+    }
+    fn limit(&self) -> u64 {
+        self.g.limit()
     }
 
     #[inline]

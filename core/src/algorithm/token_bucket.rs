@@ -1,7 +1,7 @@
 //! The token bucket as state codecs: continuous refill (the default: the state is one instant)
 //! and interval refill (whole tokens at each period of a grid).
 
-use super::{Narrow, StateCodec};
+use super::{carry_instant, carry_tokens, Narrow, StateCodec};
 use crate::quota::{gcd, Quota, Refill};
 use crate::Decision;
 
@@ -102,10 +102,26 @@ impl Continuous {
     continuous_step!(step_narrow, u64);
 
     /// Whether the u64 fast path applies to this request (else the general path reports the
-    /// error or takes the wide word).
+    /// error or takes the wide word). The horizon itself is left to the general path: a state
+    /// written there may be the all-ones mark of a sealed word ([`StateCodec::limit`]).
     #[inline(always)]
     pub(crate) fn fast_ok(&self, now: u64, cost: u64) -> bool {
-        !self.wide && cost <= self.b && now <= self.horizon
+        !self.wide && cost <= self.b && now < self.horizon
+    }
+
+    /// The carry rule of live reconfiguration: the tokens the bucket has at `T` (the reading,
+    /// or the instant its state proves when later), clamped to the new burst and rounded down
+    /// to the new bucket's grain, are the new bucket's tokens at `T`. `Err(T)` past `to`'s
+    /// range.
+    pub(crate) fn carry(&self, f: u128, now: u64, to: &Continuous) -> Result<u128, u64> {
+        let at = carry_instant(f.saturating_sub(u128::from(self.bp)), self.k, now);
+        if at >= to.horizon {
+            return Err(at);
+        }
+        // at * k >= F - bp, so the deficit is at most a bucket.
+        let deficit = f.saturating_sub(u128::from(at) * u128::from(self.k)) as u64;
+        let avail = carry_tokens(self.bp - deficit, self.p, to.bp, to.p);
+        Ok(u128::from(at) * u128::from(to.k) + u128::from(to.bp - avail))
     }
 }
 
@@ -196,6 +212,18 @@ impl Interval {
     #[inline]
     fn index(&self, now: u64) -> u64 {
         now.saturating_sub(self.origin) / self.p
+    }
+
+    /// The carry rule: the whole tokens the bucket has at `T` (the reading, or the start of
+    /// its state's period when later), clamped to the new burst, as of `T`'s period on the new
+    /// grid (which keeps the limiter's origin). `Err(T)` past `to`'s range.
+    pub(crate) fn carry(&self, s: u128, now: u64, to: &Interval) -> Result<u128, u64> {
+        let (_, tokens, te) = self.at(s, now);
+        let at = u64::try_from(te).unwrap_or(u64::MAX);
+        if at >= to.horizon {
+            return Err(at);
+        }
+        Ok(to.pack(to.index(at), tokens.min(to.b)))
     }
 
     #[inline]

@@ -61,6 +61,15 @@ impl Grid {
         }
     }
 
+    /// The first reading of the last window the index field holds: a state of that window
+    /// may be all ones (see `StateCodec::limit`), so readings stay below it.
+    pub(super) fn limit(&self) -> u64 {
+        if self.horizon == u64::MAX {
+            return u64::MAX;
+        }
+        self.horizon - (self.w - 1)
+    }
+
     #[inline]
     pub(super) fn mask(&self) -> u128 {
         (1u128 << self.shift) - 1

@@ -12,7 +12,8 @@
 //! all), then:
 //!
 //! * admitted: [`Next::Admit`]. The caller waits the decision's `retry_after` (the queue
-//!   slot's delay, zero for the other algorithms) and goes ahead. A caller whose wait is
+//!   slot's delay, zero for the other algorithms; zero as well for a request that shadow
+//!   mode let through: [`Next::wait`]) and goes ahead. A caller whose wait is
 //!   interrupted gives the cost back (`cancel`) before reporting the interruption.
 //! * rejected, and the algorithm is a queue (waiting only brings its slot and the deadline
 //!   closer together) or `retry_after > left`: [`Next::Reject`], the outcome (a value, not an
@@ -43,6 +44,17 @@ impl Next {
     pub const fn decision(&self) -> Decision {
         match *self {
             Next::Admit(d) | Next::Reject(d) | Next::Retry(d) => d,
+        }
+    }
+
+    /// How long the caller sleeps before its next step: an admission's `retry_after` (a leaky
+    /// queue's slot), except one that shadow mode let through (which goes ahead at once); a
+    /// retry's `retry_after`; zero for a rejection. What `acquire` sleeps, in every binding.
+    pub const fn wait(&self) -> Duration {
+        match *self {
+            Next::Admit(d) if d.shadow_rejected() => Duration::ZERO,
+            Next::Admit(d) | Next::Retry(d) => d.retry_after(),
+            Next::Reject(_) => Duration::ZERO,
         }
     }
 }
@@ -109,13 +121,13 @@ impl AcquirePlan {
 /// Runs a plan to its outcome with a blocking sleep: what `acquire` does in Rust and C.
 pub(crate) fn block_on(mut poll: impl FnMut() -> Result<Next, Error>) -> Result<Decision, Error> {
     loop {
-        match poll()? {
-            Next::Admit(d) => {
-                std::thread::sleep(d.retry_after());
-                return Ok(d);
-            }
-            Next::Reject(d) => return Ok(d),
-            Next::Retry(d) => std::thread::sleep(d.retry_after()),
+        let next = poll()?;
+        if !next.wait().is_zero() {
+            std::thread::sleep(next.wait());
+        }
+        match next {
+            Next::Admit(d) | Next::Reject(d) => return Ok(d),
+            Next::Retry(_) => {}
         }
     }
 }
@@ -127,13 +139,13 @@ pub(crate) async fn sleep_on(
     mut poll: impl FnMut() -> Result<Next, Error>,
 ) -> Result<Decision, Error> {
     loop {
-        match poll()? {
-            Next::Admit(d) => {
-                tokio::time::sleep(d.retry_after()).await;
-                return Ok(d);
-            }
-            Next::Reject(d) => return Ok(d),
-            Next::Retry(d) => tokio::time::sleep(d.retry_after()).await,
+        let next = poll()?;
+        if !next.wait().is_zero() {
+            tokio::time::sleep(next.wait()).await;
+        }
+        match next {
+            Next::Admit(d) | Next::Reject(d) => return Ok(d),
+            Next::Retry(_) => {}
         }
     }
 }

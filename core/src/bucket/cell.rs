@@ -109,87 +109,67 @@ impl Word for u128 {
     }
 }
 
-/// The CAS loop: `step` computes the decision and the word to install from the word read;
-/// on a failed CAS it runs again on the word the CAS returned. `None` writes nothing.
-#[inline(always)]
-pub(crate) fn cas_loop<W: Word>(
-    word: &W::Atomic,
-    step: impl Fn(W) -> (Decision, Option<W>),
-) -> Decision {
-    let mut cur = W::load(word);
-    loop {
-        let (decision, new) = step(cur);
-        let Some(new) = new else {
-            return decision;
-        };
-        match W::cas(word, cur, new) {
-            Ok(()) => return decision,
-            Err(actual) => cur = actual,
-        }
-    }
-}
+// A single bucket's word is a codec state or `W::DEAD`, the seal of a live reconfiguration
+// (`Limiter::set_quota`): the reconfiguring thread swaps the word to DEAD, converts the state
+// it swapped out, and publishes a new generation holding the converted word. A DEAD word is
+// never written again. Every loop below gives up (`None`) on meeting it, having applied
+// nothing, and the limiter goes on with the newer generation; a CAS can only succeed against
+// a codec state, so a decision lands before the seal (and is in the converted state) or after
+// it (on the converted state). The limiter's readings stay below the codec's `limit`, which
+// keeps every state below DEAD.
 
-/// Applies `codec.acquire` to the word until the CAS succeeds or nothing is to be written.
+/// `codec.acquire` on the word, until the CAS succeeds or nothing is to be written; `None`
+/// when the word is sealed.
 #[inline(always)]
-pub(crate) fn acquire<W: Word, A: StateCodec>(
+fn acquire<W: Word, A: StateCodec>(
     word: &W::Atomic,
     codec: &A,
     now: u64,
     cost: u64,
-) -> Decision {
-    cas_loop::<W>(word, |cur| {
+) -> Option<Decision> {
+    live_loop::<W>(word, |cur| {
         let (decision, new) = codec.acquire(cur.widen(), now, cost);
         (decision, new.map(W::narrow))
     })
 }
 
-/// Applies `codec.refund` to the word until the CAS succeeds or nothing changes.
+/// `codec.refund` on the word, until the CAS succeeds or nothing changes; `None` when the
+/// word is sealed.
 #[inline]
-pub(crate) fn refund<W: Word, A: StateCodec>(word: &W::Atomic, codec: &A, now: u64, cost: u64) {
-    let mut cur = W::load(word);
-    while let Some(new) = codec.refund(cur.widen(), now, cost) {
-        match W::cas(word, cur, W::narrow(new)) {
-            Ok(()) => return,
-            Err(actual) => cur = actual,
-        }
-    }
-}
-
-/// Applies `step` (a codec's decision function) with the same loop as [`acquire`]: for the
-/// protocols that take an extra argument (a reservation's bound).
-#[inline]
-pub(crate) fn update<W: Word>(
-    word: &W::Atomic,
-    mut step: impl FnMut(u128) -> (Decision, Option<u128>),
-) -> Decision {
+fn refund<W: Word, A: StateCodec>(word: &W::Atomic, codec: &A, now: u64, cost: u64) -> Option<()> {
     let mut cur = W::load(word);
     loop {
-        let (decision, new) = step(cur.widen());
-        let Some(new) = new else {
-            return decision;
+        if cur == W::DEAD {
+            return None;
+        }
+        let Some(new) = codec.refund(cur.widen(), now, cost) else {
+            return Some(());
         };
         match W::cas(word, cur, W::narrow(new)) {
-            Ok(()) => return decision,
+            Ok(()) => return Some(()),
             Err(actual) => cur = actual,
         }
     }
 }
 
-/// The decision `acquire` would return for the current word, writing nothing.
+/// The decision `acquire` would return for the current word, writing nothing; `None` when
+/// the word is sealed.
 #[inline]
-pub(crate) fn peek<W: Word, A: StateCodec>(
+fn peek<W: Word, A: StateCodec>(
     word: &W::Atomic,
     codec: &A,
     now: u64,
     cost: u64,
-) -> Decision {
-    codec.acquire(W::load(word).widen(), now, cost).0
+) -> Option<Decision> {
+    let cur = W::load(word);
+    (cur != W::DEAD).then(|| codec.acquire(cur.widen(), now, cost).0)
 }
 
-/// Reads the word and tells whether the bucket is full at `now`.
+/// Whether the bucket is full at `now`; `None` when the word is sealed.
 #[inline]
-pub(crate) fn is_full<W: Word, A: StateCodec>(word: &W::Atomic, codec: &A, now: u64) -> bool {
-    codec.is_full(W::load(word).widen(), now)
+fn is_full<W: Word, A: StateCodec>(word: &W::Atomic, codec: &A, now: u64) -> Option<bool> {
+    let cur = W::load(word);
+    (cur != W::DEAD).then(|| codec.is_full(cur.widen(), now))
 }
 
 /// One bucket's word, of the width its codec chose; or, for the sliding log only, its log.
@@ -205,9 +185,15 @@ pub(crate) enum Slot {
     External(Box<crate::bucket::limiter::External>),
 }
 
+/// What a reconfiguration took out of a sealed slot: the state word, or the log.
+pub(crate) enum Sealed {
+    Word(u128),
+    Log(Log),
+}
+
 /// Runs `$f::<Word, StateCodec>(word, codec, args...)` for the slot's width and the codec's codec,
 /// or `$log` for the sliding log. The token bucket's arms come first; the whole dispatch is
-/// one match on two discriminants that never change for a given limiter (predicted).
+/// one match on two discriminants that never change for a given generation (predicted).
 macro_rules! dispatch {
     ($slot:expr, $codec:expr, $f:ident ( $($arg:expr),* ), $l:ident, $la:ident => $log:expr) => {
         match ($slot, $codec) {
@@ -233,9 +219,13 @@ impl Slot {
     /// A fresh bucket at `now`, in the width `codec` needs.
     pub(crate) fn new(codec: &Codec, now: u64) -> Self {
         if let Codec::SlidingLog(_) = codec {
-            return Slot::Log(Box::new(LogCell::new(now)));
+            return Slot::Log(Box::new(LogCell::new(Log::new(now))));
         }
-        let state = codec.fresh(now);
+        Self::word(codec, codec.fresh(now))
+    }
+
+    /// A bucket holding `state`, in the width `codec` needs.
+    fn word(codec: &Codec, state: u128) -> Self {
         if codec.wide() {
             Slot::Wide(<u128 as Word>::new_atomic(state))
         } else {
@@ -243,42 +233,93 @@ impl Slot {
         }
     }
 
+    /// A bucket holding what a reconfiguration carried into `codec` (`carried`: the state
+    /// word, or the log).
+    pub(crate) fn carried(codec: &Codec, carried: Sealed) -> Self {
+        match carried {
+            Sealed::Word(s) => Self::word(codec, s),
+            Sealed::Log(log) => Slot::Log(Box::new(LogCell::new(log))),
+        }
+    }
+
     /// `codec` must be the one the slot was made for; `codec.check(now, cost)` must have passed.
+    /// `None`: the slot is sealed (nothing was applied).
     #[inline(always)]
-    pub(crate) fn acquire(&self, codec: &Codec, now: u64, cost: u64) -> Decision {
+    pub(crate) fn acquire(&self, codec: &Codec, now: u64, cost: u64) -> Option<Decision> {
         dispatch!(self, codec, acquire(now, cost), l, a => l.decide(a, now, cost, true))
     }
 
     #[inline]
-    pub(crate) fn refund(&self, codec: &Codec, now: u64, cost: u64) {
+    pub(crate) fn refund(&self, codec: &Codec, now: u64, cost: u64) -> Option<()> {
         dispatch!(self, codec, refund(now, cost), l, a => l.refund(a, now, cost))
     }
 
     #[inline]
-    pub(crate) fn is_full(&self, codec: &Codec, now: u64) -> bool {
+    pub(crate) fn is_full(&self, codec: &Codec, now: u64) -> Option<bool> {
         dispatch!(self, codec, is_full(now), l, a => l.is_full(a, now))
     }
 
     /// The decision `acquire` would return, changing nothing.
     #[inline]
-    pub(crate) fn peek(&self, codec: &Codec, now: u64, cost: u64) -> Decision {
+    pub(crate) fn peek(&self, codec: &Codec, now: u64, cost: u64) -> Option<Decision> {
         dispatch!(self, codec, peek(now, cost), l, a => l.decide(a, now, cost, false))
     }
 
     /// Like `acquire`, but a leaky-queue reservation is admitted only with a wait of at most
     /// `max_wait_ns` (other algorithms admit without waiting or not at all).
     #[inline]
-    pub(crate) fn reserve(&self, codec: &Codec, now: u64, cost: u64, max_wait_ns: u64) -> Decision {
+    pub(crate) fn reserve(
+        &self,
+        codec: &Codec,
+        now: u64,
+        cost: u64,
+        max_wait_ns: u64,
+    ) -> Option<Decision> {
         match (self, codec) {
-            (Slot::Narrow(w), Codec::LeakyQueue(q)) => {
+            (Slot::Narrow(w), Codec::LeakyQueue(q)) if max_wait_ns != u64::MAX => {
                 let bound = q.bound_units(max_wait_ns);
-                update::<u64>(w, |s| q.reserve(s, now, cost, bound))
+                live_loop::<u64>(w, |s| {
+                    let (d, new) = q.reserve(s.widen(), now, cost, bound);
+                    (d, new.map(<u64 as Word>::narrow))
+                })
             }
-            (Slot::Wide(w), Codec::LeakyQueue(q)) => {
+            (Slot::Wide(w), Codec::LeakyQueue(q)) if max_wait_ns != u64::MAX => {
                 let bound = q.bound_units(max_wait_ns);
-                update::<u128>(w, |s| q.reserve(s, now, cost, bound))
+                live_loop::<u128>(w, |s| q.reserve(s, now, cost, bound))
             }
             _ => self.acquire(codec, now, cost),
+        }
+    }
+
+    /// Whether a reconfiguration sealed the slot (its generation is no longer current).
+    pub(crate) fn is_sealed(&self) -> bool {
+        match self {
+            Slot::Narrow(w) => <u64 as Word>::load(w) == <u64 as Word>::DEAD,
+            Slot::Wide(w) => <u128 as Word>::load(w) == <u128 as Word>::DEAD,
+            Slot::Log(l) => l.with(|_| ()).is_none(),
+            Slot::External(_) => false,
+        }
+    }
+
+    /// Seals the slot and takes what it held (a reconfiguration, under its writer's lock: the
+    /// slot is not sealed yet). Every later operation on the slot gives up (`None`).
+    pub(crate) fn seal(&self) -> Sealed {
+        match self {
+            Slot::Narrow(w) => Sealed::Word(<u64 as Word>::swap(w, <u64 as Word>::DEAD).widen()),
+            Slot::Wide(w) => Sealed::Word(<u128 as Word>::swap(w, <u128 as Word>::DEAD)),
+            Slot::Log(l) => Sealed::Log(l.take().expect("sealed once, by the writer")),
+            Slot::External(_) => unreachable!("an external bucket is never reconfigured"),
+        }
+    }
+
+    /// Gives a sealed slot back what [`seal`](Self::seal) took (a reconfiguration that failed
+    /// after sealing): the slot is as it was, and the decisions that waited go on with it.
+    pub(crate) fn unseal(&self, sealed: Sealed) {
+        match (self, sealed) {
+            (Slot::Narrow(w), Sealed::Word(s)) => <u64 as Word>::store(w, <u64 as Word>::narrow(s)),
+            (Slot::Wide(w), Sealed::Word(s)) => <u128 as Word>::store(w, s),
+            (Slot::Log(l), Sealed::Log(log)) => l.put(log),
+            _ => unreachable!("a slot gets back what it held"),
         }
     }
 }
@@ -356,7 +397,7 @@ pub(crate) fn reserve_live<W: Word>(
 /// Applies `step` to a keyed bucket's word until the CAS succeeds or nothing is to be
 /// written; `None` when the word is DEAD.
 #[inline(always)]
-fn live_loop<W: Word>(
+pub(crate) fn live_loop<W: Word>(
     word: &W::Atomic,
     step: impl Fn(W) -> (Decision, Option<W>),
 ) -> Option<Decision> {
@@ -450,39 +491,55 @@ pub(crate) fn kill_from<W: Word>(word: &W::Atomic, observed: W) -> bool {
     observed != W::DEAD && W::cas(word, observed, W::DEAD).is_ok()
 }
 
-/// One bucket's log behind its lock.
+/// One bucket's log behind its lock; `None` once a reconfiguration sealed it (the log moved to
+/// the new generation).
 #[derive(Debug)]
 pub(crate) struct LogCell {
-    log: Mutex<Log>,
+    log: Mutex<Option<Log>>,
 }
 
 impl LogCell {
-    pub(crate) fn new(now: u64) -> Self {
+    pub(crate) fn new(log: Log) -> Self {
         Self {
-            log: Mutex::new(Log::new(now)),
+            log: Mutex::new(Some(log)),
         }
     }
 
-    fn with<R>(&self, f: impl FnOnce(&mut Log) -> R) -> R {
+    /// `f` on the log; `None` when the cell is sealed.
+    fn with<R>(&self, f: impl FnOnce(&mut Log) -> R) -> Option<R> {
         let mut guard = match self.log.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         };
-        f(&mut guard)
+        guard.as_mut().map(f)
+    }
+
+    fn take(&self) -> Option<Log> {
+        crate::sync::lock(&self.log).take()
+    }
+
+    fn put(&self, log: Log) {
+        *crate::sync::lock(&self.log) = Some(log);
     }
 
     /// The decision for `cost` at `now`; admitted cost is recorded when `commit`.
-    pub(crate) fn decide(&self, a: &SlidingLog, now: u64, cost: u64, commit: bool) -> Decision {
+    pub(crate) fn decide(
+        &self,
+        a: &SlidingLog,
+        now: u64,
+        cost: u64,
+        commit: bool,
+    ) -> Option<Decision> {
         self.with(|log| log.decide(a, now, cost, commit))
     }
 
     /// Removes up to `cost` units still in the window, newest first.
-    pub(crate) fn refund(&self, a: &SlidingLog, now: u64, cost: u64) {
+    pub(crate) fn refund(&self, a: &SlidingLog, now: u64, cost: u64) -> Option<()> {
         self.with(|log| log.refund(a, now, cost))
     }
 
     /// See [`Log::is_full`].
-    pub(crate) fn is_full(&self, a: &SlidingLog, now: u64) -> bool {
+    pub(crate) fn is_full(&self, a: &SlidingLog, now: u64) -> Option<bool> {
         self.with(|log| log.is_full(a, now))
     }
 }

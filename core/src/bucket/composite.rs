@@ -16,8 +16,10 @@
 
 use super::acquire::{self, AcquirePlan, Next};
 use crate::clock::Clock;
+use crate::metrics::{KeyRef, Metrics, Observe, ObserveOptions, Rejection};
 use crate::{Decision, Error, Limiter};
 use core::borrow::Borrow;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Several limiters consumed all-or-nothing, reading one clock (the first limiter's).
@@ -36,8 +38,15 @@ use std::time::Duration;
 /// assert_eq!(both.parts()[1].peek()?.remaining(), 1);
 /// # Ok::<(), sluicegate::Error>(())
 /// ```
+///
+/// A composite counts, shadows and hooks as one limiter ([`with_metrics`](Self::with_metrics),
+/// [`with_shadow`](Self::with_shadow), [`with_on_reject`](Self::with_on_reject)): its parts
+/// decide for it raw, and their own counters, shadow modes and hooks apply to the calls made
+/// on them directly. A part's quota can be changed live ([`Limiter::set_quota`] on
+/// `parts()[i]`); a request racing it checks and decides against the quota it meets.
 pub struct Composite<C: Clock> {
     parts: Vec<Limiter<C>>,
+    obs: Observe<()>,
 }
 
 impl<C: Clock> Composite<C> {
@@ -50,7 +59,69 @@ impl<C: Clock> Composite<C> {
             !parts.is_empty(),
             "a composite limit needs at least one part"
         );
-        Self { parts }
+        Self {
+            parts,
+            obs: Observe::new(ObserveOptions::default()),
+        }
+    }
+
+    fn with_options(self, f: impl FnOnce(&mut ObserveOptions<()>)) -> Self {
+        let mut o = ObserveOptions {
+            metrics: self.obs.counters.is_some(),
+            shadow: self.obs.is_shadow(),
+            hook: self.obs.hook().cloned(),
+        };
+        f(&mut o);
+        Self {
+            parts: self.parts,
+            obs: Observe::new(o),
+        }
+    }
+
+    /// Counts the composite's decisions ([`metrics`](Self::metrics); default off).
+    #[must_use]
+    pub fn with_metrics(self, on: bool) -> Self {
+        self.with_options(|o| o.metrics = on)
+    }
+
+    /// Starts in shadow (dry-run) mode: see
+    /// [`LimiterBuilder::shadow`](crate::LimiterBuilder::shadow). A would-be rejection takes
+    /// nothing from any part (the parts taken before the rejecting one are refunded, as in
+    /// enforcement), and is let through.
+    #[must_use]
+    pub fn with_shadow(self, on: bool) -> Self {
+        self.with_options(|o| o.shadow = on)
+    }
+
+    /// Calls `hook` for each rejection of the composite (shadow ones included).
+    #[must_use]
+    pub fn with_on_reject(self, hook: impl Fn(&Rejection<'_>) + Send + Sync + 'static) -> Self {
+        self.with_options(|o| o.hook = Some(Arc::new(hook)))
+    }
+
+    /// Switches shadow mode on or off.
+    pub fn set_shadow(&self, on: bool) {
+        self.obs.set_shadow(on);
+    }
+
+    /// Whether the composite is in shadow mode.
+    pub fn is_shadow(&self) -> bool {
+        self.obs.is_shadow()
+    }
+
+    /// The composite's counters, or `None` when counting is off.
+    pub fn metrics(&self) -> Option<Metrics> {
+        self.obs.snapshot()
+    }
+
+    fn observed(&self, r: Result<Decision, Error>, cost: u64) -> Result<Decision, Error> {
+        match r {
+            Ok(d) => Ok(self.obs.decided(d, no_key, cost)),
+            Err(e) => {
+                self.obs.failed(&e);
+                Err(e)
+            }
+        }
     }
 
     /// The limiters, in order.
@@ -66,7 +137,8 @@ impl<C: Clock> Composite<C> {
 
     /// [`try_acquire`](Self::try_acquire) at an explicit clock reading.
     pub fn try_acquire_at(&self, now: u64, cost: u64) -> Result<Decision, Error> {
-        all_or_nothing(&self.parts, now, cost, |_, _| {})
+        let r = all_or_nothing(&self.parts, now, cost, |_, _| {});
+        self.observed(r, cost)
     }
 
     /// [`try_acquire`](Self::try_acquire), also returning each part's decision (in order), e.g.
@@ -83,7 +155,8 @@ impl<C: Clock> Composite<C> {
         cost: u64,
     ) -> Result<(Decision, Vec<Decision>), Error> {
         let mut each: Vec<Option<Decision>> = vec![None; self.parts.len()];
-        let d = all_or_nothing(&self.parts, now, cost, |i, d| each[i] = Some(d))?;
+        let r = all_or_nothing(&self.parts, now, cost, |i, d| each[i] = Some(d));
+        let d = self.observed(r, cost)?;
         let each = each
             .into_iter()
             .map(|d| d.expect("every part reports a decision"))
@@ -109,9 +182,16 @@ impl<C: Clock> Composite<C> {
     pub fn poll_acquire(&self, plan: &mut AcquirePlan) -> Result<Next, Error> {
         let cost = plan.cost();
         let now = self.parts[0].clock().now();
-        plan.poll(now, |now, _left| {
-            all_or_nothing(&self.parts, now, cost, |_, _| {})
-        })
+        let next = plan.poll(now, |now, _left| {
+            let d = all_or_nothing(&self.parts, now, cost, |_, _| {})?;
+            Ok(self.obs.shadowed(d))
+        });
+        match next {
+            Ok(Next::Admit(d)) | Ok(Next::Reject(d)) => self.obs.outcome(d, no_key, cost),
+            Ok(Next::Retry(_)) => {}
+            Err(ref e) => self.obs.failed(e),
+        }
+        next
     }
 
     /// Gives `cost` back to every part now.
@@ -123,6 +203,11 @@ impl<C: Clock> Composite<C> {
     pub fn refund_at(&self, now: u64, cost: u64) -> Result<(), Error> {
         refund_each(&self.parts, now, cost)
     }
+}
+
+/// A composite has no key: the hook is shown `()`.
+fn no_key<'a>() -> Option<KeyRef<'a, ()>> {
+    Some(KeyRef::Borrowed(&()))
 }
 
 impl<C: Clock> core::fmt::Debug for Composite<C> {
@@ -312,7 +397,14 @@ impl<C: Clock> Composite<C> {
         let now = self.parts[0].clock().now();
         if let Some(parts) = redis_parts(&self.parts) {
             if let Some(r) = crate::store::redis::composite_async(&parts, now, cost).await {
-                return r;
+                let (d, each) = match r {
+                    Ok(r) => r,
+                    Err(e) => {
+                        self.obs.failed(&e);
+                        return Err(e);
+                    }
+                };
+                return Ok((self.obs.decided(d, no_key, cost), each));
             }
         }
         self.try_acquire_each_at(now, cost)

@@ -6,6 +6,7 @@ pub(crate) mod acquire;
 pub(crate) mod cell;
 pub mod composite;
 mod limiter;
+pub(crate) mod live;
 
 pub use acquire::{AcquirePlan, Next};
 pub use limiter::{Limiter, LimiterBuilder};

@@ -13,6 +13,7 @@ use std::time::Duration;
 #[derive(Clone, Copy)]
 pub struct Decision {
     allowed: bool,
+    shadow: bool,
     limit: u64,
     rem_num: u64,
     rem_den: u64,
@@ -40,6 +41,7 @@ impl Decision {
     ) -> Self {
         Self {
             allowed,
+            shadow: false,
             limit,
             rem_num,
             rem_den,
@@ -72,10 +74,47 @@ impl Decision {
         )
     }
 
-    /// Whether the request was admitted.
+    /// Whether the request was admitted (or, in shadow mode, let through: see
+    /// [`shadow_rejected`](Self::shadow_rejected)).
     #[inline]
     pub const fn allowed(&self) -> bool {
         self.allowed
+    }
+
+    /// Whether the limiter, in shadow (dry-run) mode, let through a request it would have
+    /// rejected: `allowed()` is then true, and the other figures are the rejection's
+    /// (`remaining`, and `retry_after`, the wait enforcement would have asked for). Shadow
+    /// mode decides and records exactly as enforcement does: an admitted request consumes,
+    /// a would-be rejection writes nothing.
+    ///
+    /// ```
+    /// use sluicegate::{Limiter, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = Limiter::builder("1/s".parse()?).clock(ManualClock::new(0)).shadow(true).build()?;
+    /// assert!(!limiter.try_acquire(1)?.shadow_rejected());
+    /// let d = limiter.try_acquire(1)?;
+    /// assert!(d.allowed() && d.shadow_rejected());
+    /// assert_eq!(d.retry_after(), Duration::from_secs(1));
+    /// # Ok::<(), sluicegate::Error>(())
+    /// ```
+    #[inline]
+    pub const fn shadow_rejected(&self) -> bool {
+        self.shadow
+    }
+
+    /// This rejection as shadow mode returns it: let through, flagged.
+    #[inline]
+    pub(crate) const fn into_shadow(self) -> Self {
+        self.shadow_if(true)
+    }
+
+    /// This rejection as shadow mode returns it when `on` (branch-free), else unchanged.
+    #[inline(always)]
+    pub(crate) const fn shadow_if(mut self, on: bool) -> Self {
+        self.allowed |= on;
+        self.shadow = on;
+        self
     }
 
     /// The bucket's capacity.
@@ -135,6 +174,7 @@ impl Decision {
 impl PartialEq for Decision {
     fn eq(&self, other: &Self) -> bool {
         self.allowed == other.allowed
+            && self.shadow == other.shadow
             && self.limit == other.limit
             && self.remaining() == other.remaining()
             && self.retry_after_nanos() == other.retry_after_nanos()
@@ -148,6 +188,7 @@ impl fmt::Debug for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Decision")
             .field("allowed", &self.allowed)
+            .field("shadow_rejected", &self.shadow)
             .field("limit", &self.limit)
             .field("remaining", &self.remaining())
             .field("retry_after", &self.retry_after())

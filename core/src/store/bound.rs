@@ -24,6 +24,8 @@ pub(crate) struct Bound {
     /// Live keys, plus keys being linked (reserved first, so the bound is never exceeded).
     len: AtomicUsize,
     hint: Hint,
+    /// Buckets evicted so far (for the limiter's metrics; a plain counter, in no protocol).
+    evicted: crate::sync::real::AtomicU64,
 }
 
 /// The hint and the eviction watermark: plain atomics, all zero when new, in a fixed layout,
@@ -70,6 +72,7 @@ impl Bound {
         Box::new(CachePadded::new(Bound {
             len: AtomicUsize::new(0),
             hint: Hint::new(),
+            evicted: crate::sync::real::AtomicU64::new(0),
         }))
     }
 
@@ -109,6 +112,24 @@ impl Bound {
     #[inline]
     pub(crate) fn give_back(&self, n: usize) {
         self.len.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// Counts `n` evictions.
+    #[inline]
+    pub(crate) fn evicted(&self, n: usize) {
+        self.evicted
+            .fetch_add(n as u64, crate::sync::real::Ordering::Relaxed);
+    }
+
+    /// The evictions counted so far.
+    pub(crate) fn evictions(&self) -> u64 {
+        self.evicted.load(crate::sync::real::Ordering::Relaxed)
+    }
+
+    /// Takes `n` units for keys moved in by a live reconfiguration (which came from a store
+    /// under the same bound, so they fit).
+    pub(crate) fn moved_in(&self, n: usize) {
+        self.len.fetch_add(n, Ordering::AcqRel);
     }
 
     /// [`Hint::lowered`].

@@ -1,6 +1,7 @@
 //! The public keyed API: [`KeyedLimiter`], its builder and the [`OnFull`] policy, over the
 //! stores of this module (today the in-process table of [`memory`](super::memory)).
 
+use super::live::{Live, Section};
 use super::memory::log::LogStore;
 use super::memory::Core;
 #[cfg(all(feature = "redis", not(sluicegate_loom)))]
@@ -11,10 +12,13 @@ use super::{Store, StoreSpec};
 use crate::algorithm::Codec;
 use crate::bucket::acquire::{self, AcquirePlan, Next};
 use crate::clock::{Clock, DefaultClock};
+use crate::metrics::{KeyRef, Metrics, Observe, ObserveOptions, Rejection};
+use crate::sync::rcu;
 use crate::{Decision, Error, Quota};
 use core::borrow::Borrow;
 use core::hash::Hash;
 use core::marker::PhantomData;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What a keyed limiter does when a new key arrives at [`max_keys`](KeyedBuilder::max_keys)
@@ -72,6 +76,7 @@ pub struct KeyedBuilder<K, C: Clock = DefaultClock> {
     on_full: OnFull,
     shards: usize,
     store: StoreSpec,
+    observe: ObserveOptions<K>,
     _key: PhantomData<fn() -> K>,
 }
 
@@ -122,8 +127,32 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
             on_full: self.on_full,
             shards: self.shards,
             store: self.store,
+            observe: self.observe,
             _key: PhantomData,
         }
+    }
+
+    /// Starts in shadow (dry-run) mode (default off; switch at runtime with
+    /// [`KeyedLimiter::set_shadow`]): see [`LimiterBuilder::shadow`](crate::LimiterBuilder::shadow).
+    pub fn shadow(mut self, on: bool) -> Self {
+        self.observe.shadow = on;
+        self
+    }
+
+    /// Counts decisions, evictions and refused keys ([`KeyedLimiter::metrics`]; default
+    /// off): see [`LimiterBuilder::metrics`](crate::LimiterBuilder::metrics).
+    pub fn metrics(mut self, on: bool) -> Self {
+        self.observe.metrics = on;
+        self
+    }
+
+    /// Calls `hook` for each rejection (shadow ones included), with the request's key, for
+    /// logging: on the deciding thread, after the decision, outside the limiter's locks and
+    /// read sections. The key is made from the borrowed form the caller passed (one
+    /// allocation for a `Box<[u8]>` key, on rejections only). Admissions never call it.
+    pub fn on_reject(mut self, hook: impl Fn(&Rejection<'_, K>) + Send + Sync + 'static) -> Self {
+        self.observe.hook = Some(Arc::new(hook));
+        self
     }
 
     /// The limiter, or why the quota (or `max_keys == 0`) is invalid. Its clock origin (the
@@ -156,23 +185,28 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
             Backend::Narrow(Core::new(self.shards))
         };
         let max_keys = self.max_keys;
-        Ok(self.finish(backend, codec, max_keys, 0))
+        Ok(self.finish(backend, codec, max_keys, 0, now))
     }
 
     /// The limiter over `backend`. `base`: where the codec's readings start on the limiter's
-    /// clock (a shared region runs its codec on readings relative to its creation).
+    /// clock (a shared region runs its codec on readings relative to its creation);
+    /// `origin`: the clock reading the codec was compiled for.
     fn finish(
         self,
         backend: Backend<K>,
         codec: Codec,
         max_keys: usize,
         base: u64,
+        origin: u64,
     ) -> KeyedLimiter<K, C> {
         KeyedLimiter {
-            backend,
-            cx: Ctx::new(&self.quota, codec, base, max_keys, self.on_full),
-            quota: self.quota,
+            first: Gen {
+                backend,
+                cx: Ctx::new(&self.quota, codec, base, max_keys, self.on_full),
+            },
+            live: Live::new(self.quota, origin),
             clock: self.clock,
+            obs: Observe::new(self.observe),
             _key: PhantomData,
         }
     }
@@ -189,7 +223,7 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
         let codec = store.codec().clone();
         let max_keys = usize::try_from(store.key_capacity()).unwrap_or(usize::MAX);
         let base = store.base();
-        Ok(self.finish(Backend::Shm(store), codec, max_keys, base))
+        Ok(self.finish(Backend::Shm(store), codec, max_keys, base, 0))
     }
 
     /// [`build`](Self::build) on a Redis store: the limit is the server's (no key bound here;
@@ -203,7 +237,7 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
         let codec = Codec::new(&self.quota, now)?;
         codec.check(now, 0)?;
         let store = RedisStore::open(&self.store, &self.quota, now)?;
-        Ok(self.finish(Backend::Redis(store), codec, usize::MAX, 0))
+        Ok(self.finish(Backend::Redis(store), codec, usize::MAX, 0, now))
     }
 
     #[cfg(not(all(feature = "redis", not(sluicegate_loom))))]
@@ -250,13 +284,22 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
 /// # Ok::<(), sluicegate::Error>(())
 /// ```
 pub struct KeyedLimiter<K, C: Clock = DefaultClock> {
-    backend: Backend<K>,
-    cx: Ctx,
-    quota: Quota,
+    /// The store and context the limiter was built with: its first generation.
+    first: Gen<K>,
+    /// The generations after the first (live reconfiguration, `store/live.rs`).
+    live: Live<K>,
     clock: C,
+    obs: Observe<K>,
     // Readers on any thread compare keys (K: Sync) and deferred frees drop keys on any
     // thread (K: Send): Send iff K: Send, Sync iff K: Send + Sync.
     _key: PhantomData<(K, std::sync::Mutex<K>)>,
+}
+
+/// A store and the context its operations share: one generation of a keyed limiter (a live
+/// reconfiguration moves every bucket into a new one: `store/live.rs`).
+pub(crate) struct Gen<K> {
+    pub(super) backend: Backend<K>,
+    pub(super) cx: Ctx,
 }
 
 /// What every store's operations share: the compiled codec and the key bound's policy.
@@ -307,9 +350,10 @@ impl Ctx {
     }
 }
 
-/// The store a keyed limiter runs on, chosen once at construction. Every variant implements
-/// [`Store`]; the match is on a discriminant that never changes for a given limiter.
-enum Backend<K> {
+/// The store a keyed limiter runs on, chosen at construction (and by a reconfiguration, for a
+/// new generation). Every variant implements [`Store`]; the match is on a discriminant that
+/// never changes for a given generation.
+pub(crate) enum Backend<K> {
     /// In-process words of 64 bits (the default quota and most others).
     Narrow(Core<K, u64>),
     /// In-process words of 128 bits (quotas whose exact state needs them).
@@ -351,6 +395,7 @@ impl<K> KeyedLimiter<K, DefaultClock> {
             on_full: OnFull::RejectNewKeys,
             shards: DEFAULT_SHARDS,
             store: StoreSpec::Memory,
+            observe: ObserveOptions::default(),
             _key: PhantomData,
         }
     }
@@ -380,33 +425,28 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         KeyedLimiter::builder(quota).clock(clock).build()
     }
 
-    /// Ok for a cost within capacity at a reading before the horizon: two comparisons on the
-    /// hot path; the errors are built out of line.
-    #[inline]
-    fn check(&self, now: u64, cost: u64) -> Result<(), Error> {
-        if cost <= self.cx.capacity && now < self.cx.horizon {
-            return Ok(());
-        }
-        self.check_slow(now, cost)
+    /// `f` on the current generation, inside a read section (`store/live.rs`).
+    #[inline(always)]
+    fn with<R>(&self, f: impl FnOnce(&Gen<K>) -> R) -> R {
+        self.live.with(&self.first, f)
     }
 
-    #[cold]
-    fn check_slow(&self, now: u64, cost: u64) -> Result<(), Error> {
-        let capacity = self.cx.capacity;
-        if cost > capacity {
-            return Err(Error::InsufficientCapacity { cost, capacity });
+    /// Counts (and, in shadow mode, lets through) a decision a caller asked for; the hook is
+    /// shown the key made from its borrowed form.
+    #[inline(always)]
+    fn observed<Q>(&self, r: Result<Decision, Error>, key: &Q, cost: u64) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        match r {
+            Ok(d) => Ok(self.obs.decided(d, || Some(owned(key)), cost)),
+            Err(e) => {
+                self.obs.failed(&e);
+                Err(e)
+            }
         }
-        // The last instant is reserved so that no state equals the DEAD mark (see `cell`).
-        // On the limiter's clock: a store whose codec reads time from a base of its own (a
-        // region's creation) has its horizon moved by that base.
-        let horizon = self.cx.horizon;
-        if now >= horizon {
-            return Err(Error::ClockOutOfRange {
-                now,
-                horizon: horizon - 1,
-            });
-        }
-        Ok(())
     }
 
     /// Asks for `cost` tokens of `key`'s bucket now, creating the bucket (with the quota's
@@ -430,44 +470,31 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         Q: Hash + Eq + ToOwned + ?Sized,
         Q::Owned: Into<K>,
     {
-        self.check(now, cost)?;
         // The default store's lock-free path inline, everything else out of line. With the
         // three stores' paths inline (or the slow path's result merged with the fast one's),
         // the compiler passed every decision through memory (docs/KEYED.md).
-        if let Backend::Narrow(core) = &self.backend {
-            let h = core.hash(key);
-            if let Some(d) = core.acquire_fast(&self.cx, h, key, now, cost, u64::MAX) {
-                return Ok(d);
+        let section = self.live.section();
+        if let Some(g) = self.live.current(&self.first, &section) {
+            if let Some(d) = g.try_fast(&section, key, now, cost) {
+                drop(section);
+                return Ok(self.obs.decided(d, || Some(owned(key)), cost));
             }
-            return self.acquire_rest(Some(h), key, now, cost);
         }
-        self.acquire_rest(None, key, now, cost)
+        drop(section);
+        self.try_acquire_rest(key, now, cost)
     }
 
     /// [`try_acquire_at`](Self::try_acquire_at) past the default store's lock-free path: the
-    /// other stores, and the default store's new keys and DEAD marks (under the shard's lock).
-    /// `hashed`: the key's hash when the default store's fast path already computed it.
+    /// other stores, and the default store's new keys, DEAD marks and errors.
     #[inline(never)]
-    fn acquire_rest<Q>(
-        &self,
-        hashed: Option<u64>,
-        key: &Q,
-        now: u64,
-        cost: u64,
-    ) -> Result<Decision, Error>
+    fn try_acquire_rest<Q>(&self, key: &Q, now: u64, cost: u64) -> Result<Decision, Error>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned + ?Sized,
         Q::Owned: Into<K>,
     {
-        match (&self.backend, hashed) {
-            (Backend::Narrow(core), Some(h)) => {
-                core.acquire_locked(&self.cx, h, key, now, cost, u64::MAX)
-            }
-            (backend, _) => {
-                with_store!(backend, s => Store::<K>::acquire(s, &self.cx, key, now, cost))
-            }
-        }
+        let r = self.with(|g| g.try_acquire_at(key, now, cost));
+        self.observed(r, key, cost)
     }
 
     /// Reserves `cost` of `key`'s bucket now, admitted only if the wait is at most `max_wait`:
@@ -502,10 +529,8 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         Q: Hash + Eq + ToOwned + ?Sized,
         Q::Owned: Into<K>,
     {
-        self.check(now, cost)?;
-        // u64::MAX asks for the queue's own bound, which any larger wait is capped at anyway.
-        let within = max_wait_ns.min(u64::MAX - 1);
-        with_store!(&self.backend, s => Store::<K>::reserve(s, &self.cx, key, now, cost, within))
+        let r = self.with(|g| g.reserve_within_at(key, now, cost, max_wait_ns));
+        self.observed(r, key, cost)
     }
 
     /// Gives a reservation (or admitted cost) of `key` back: the same as
@@ -552,11 +577,13 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
     /// Starts an acquire of `cost` with a deadline `max_wait` from now, for callers that do
     /// their own waiting (the bindings): poll it with [`poll_acquire`](Self::poll_acquire).
     pub fn start_acquire(&self, cost: u64, max_wait: Duration) -> AcquirePlan {
-        let queue = matches!(self.cx.codec, Codec::LeakyQueue(_));
+        // The algorithm never changes: a reconfiguration keeps it.
+        let queue = matches!(self.first.cx.codec, Codec::LeakyQueue(_));
         AcquirePlan::new(self.clock.now(), cost, max_wait, queue)
     }
 
     /// One round of `plan` for `key` at the clock's reading now: what to do next ([`Next`]).
+    /// The outcome (admitted, or rejected for good) is counted once.
     pub fn poll_acquire<Q>(&self, key: &Q, plan: &mut AcquirePlan) -> Result<Next, Error>
     where
         K: Borrow<Q>,
@@ -564,9 +591,18 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         Q::Owned: Into<K>,
     {
         let cost = plan.cost();
-        plan.poll(self.clock.now(), |now, left| {
-            self.reserve_within_at(key, now, cost, left)
-        })
+        let next = plan.poll(self.clock.now(), |now, left| {
+            let d = self.with(|g| g.reserve_within_at(key, now, cost, left))?;
+            Ok(self.obs.shadowed(d))
+        });
+        match next {
+            Ok(Next::Admit(d)) | Ok(Next::Reject(d)) => {
+                self.obs.outcome(d, || Some(owned(key)), cost);
+            }
+            Ok(Next::Retry(_)) => {}
+            Err(ref e) => self.obs.failed(e),
+        }
+        next
     }
 
     /// Asks for each `(key, cost)` now, in order: the decisions of as many
@@ -580,13 +616,32 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
     {
         let now = self.clock.now();
         #[cfg(all(feature = "redis", not(sluicegate_loom)))]
-        if let Backend::Redis(s) = &self.backend {
+        if let Backend::Redis(s) = &self.first.backend {
             let reqs = self.redis_requests(requests, now);
-            return s.many_blocking(reqs, now);
+            let done = s.many_blocking(reqs, now);
+            return self.observed_many(done, requests);
         }
         requests
             .iter()
             .map(|(k, c)| self.try_acquire_at(k, now, *c))
+            .collect()
+    }
+
+    /// A Redis batch's results, counted as its calls.
+    #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+    fn observed_many<Q>(
+        &self,
+        done: Vec<Result<Decision, Error>>,
+        requests: &[(&Q, u64)],
+    ) -> Vec<Result<Decision, Error>>
+    where
+        K: Borrow<Q>,
+        Q: ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        done.into_iter()
+            .zip(requests)
+            .map(|(r, (k, c))| self.observed(r, *k, *c))
             .collect()
     }
 
@@ -601,7 +656,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         requests
             .iter()
             .map(|(k, c)| {
-                self.check(now, *c)?;
+                self.first.check(now, *c)?;
                 Ok((crate::store::redis::fingerprint(*k), *c))
             })
             .collect()
@@ -609,17 +664,17 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
 
     /// [`try_acquire_many`](Self::try_acquire_many) for async code (cargo feature `redis`).
     #[cfg(all(feature = "redis", not(sluicegate_loom)))]
-    pub fn try_acquire_many_async<Q>(
-        &self,
-        requests: &[(&Q, u64)],
-    ) -> impl core::future::Future<Output = Vec<Result<Decision, Error>>> + '_
+    pub fn try_acquire_many_async<'a, Q>(
+        &'a self,
+        requests: &'a [(&'a Q, u64)],
+    ) -> impl core::future::Future<Output = Vec<Result<Decision, Error>>> + 'a
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned + ?Sized,
         Q::Owned: Into<K>,
     {
         let now = self.clock.now();
-        let ready = match &self.backend {
+        let ready = match &self.first.backend {
             Backend::Redis(_) => Err(self.redis_requests(requests, now)),
             _ => Ok(requests
                 .iter()
@@ -627,9 +682,12 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
                 .collect()),
         };
         async move {
-            match (ready, &self.backend) {
+            match (ready, &self.first.backend) {
                 (Ok(done), _) => done,
-                (Err(reqs), Backend::Redis(s)) => s.many_async(reqs, now).await,
+                (Err(reqs), Backend::Redis(s)) => {
+                    let done = s.many_async(reqs, now).await;
+                    self.observed_many(done, requests)
+                }
                 (Err(_), _) => unreachable!("only a Redis store's batch is pending"),
             }
         }
@@ -650,12 +708,30 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         Q::Owned: Into<K>,
     {
         let now = self.clock.now();
-        let ready = match (&self.backend, self.check(now, cost)) {
+        let ready = match (&self.first.backend, self.first.check(now, cost)) {
             (_, Err(e)) => Ok(Err(e)),
             (Backend::Redis(_), Ok(())) => Err(crate::store::redis::fingerprint(key)),
             _ => Ok(self.try_acquire_at(key, now, cost)),
         };
-        self.redis_pending(ready, now, cost, false)
+        // The hook's key, made now: the future does not borrow `key`.
+        let hooked: Option<K> = match (&ready, self.obs.hook()) {
+            (Err(_), Some(_)) => Some(key.to_owned().into()),
+            _ => None,
+        };
+        async move {
+            let redis = ready.is_err();
+            let r = self.redis_pending(ready, now, cost, false).await;
+            if !redis {
+                return r; // counted by try_acquire_at
+            }
+            match r {
+                Ok(d) => Ok(self.obs.decided(d, || hooked.map(KeyRef::Owned), cost)),
+                Err(e) => {
+                    self.obs.failed(&e);
+                    Err(e)
+                }
+            }
+        }
     }
 
     /// [`peek`](Self::peek) for async code (cargo feature `redis`).
@@ -669,7 +745,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         Q: Hash + Eq + ?Sized,
     {
         let now = self.clock.now();
-        let ready = match (&self.backend, self.check(now, 0)) {
+        let ready = match (&self.first.backend, self.first.check(now, 0)) {
             (_, Err(e)) => Ok(Err(e)),
             (Backend::Redis(_), Ok(())) => Err(crate::store::redis::fingerprint(key)),
             _ => Ok(self.peek_at(key, now)),
@@ -689,12 +765,12 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         Q: Hash + Eq + ?Sized,
     {
         let now = self.clock.now();
-        let ready = match &self.backend {
+        let ready = match &self.first.backend {
             Backend::Redis(_) => Err(crate::store::redis::fingerprint(key)),
             _ => Ok(self.refund_at(key, now, cost)),
         };
         async move {
-            match (ready, &self.backend) {
+            match (ready, &self.first.backend) {
                 (Ok(r), _) => r,
                 (Err(fp), Backend::Redis(s)) => s.refund_fp_async(fp, now, cost).await,
                 (Err(_), _) => unreachable!("only a Redis store's call is pending"),
@@ -702,6 +778,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         }
     }
 
+    /// A Redis store's call (a store that is never reconfigured: its first generation).
     #[cfg(all(feature = "redis", not(sluicegate_loom)))]
     async fn redis_pending(
         &self,
@@ -710,7 +787,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         cost: u64,
         peek: bool,
     ) -> Result<Decision, Error> {
-        match (ready, &self.backend) {
+        match (ready, &self.first.backend) {
             (Ok(r), _) => r,
             (Err(fp), Backend::Redis(s)) => s.decide_fp_async(fp, now, cost, u64::MAX, peek).await,
             (Err(_), _) => unreachable!("only a Redis store's call is pending"),
@@ -721,7 +798,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
     /// outcomes, timeouts, reconnections), or `None` for other stores (feature `redis`).
     #[cfg(all(feature = "redis", not(sluicegate_loom)))]
     pub fn redis_stats(&self) -> Option<crate::RedisStats> {
-        match &self.backend {
+        match &self.first.backend {
             Backend::Redis(s) => Some(s.stats()),
             _ => None,
         }
@@ -743,8 +820,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.check(now, 0)?;
-        with_store!(&self.backend, s => Store::<K>::peek(s, &self.cx, key, now))
+        self.with(|g| g.peek_at(key, now))
     }
 
     /// Gives `cost` tokens back to `key`'s bucket, capped at capacity. Refunding an absent
@@ -763,8 +839,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.check(now, 0)?;
-        with_store!(&self.backend, s => Store::<K>::refund(s, &self.cx, key, now, cost))
+        self.with(|g| g.refund_at(key, now, cost))
     }
 
     /// Forgets `key` (its next request starts a fresh bucket); `true` if it was present.
@@ -774,7 +849,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        with_store!(&self.backend, s => Store::<K>::remove(s, &self.cx, key))
+        self.with(|g| with_store!(&g.backend, s => Store::<K>::remove(s, &g.cx, key)))
     }
 
     /// Evicts every bucket that is full now; returns how many. Lossless when `initial ==
@@ -787,17 +862,17 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
 
     /// [`sweep`](Self::sweep) at an explicit clock reading.
     pub fn sweep_at(&self, now: u64) -> Result<usize, Error> {
-        with_store!(&self.backend, s => Store::<K>::sweep(s, &self.cx, now))
+        self.with(|g| with_store!(&g.backend, s => Store::<K>::sweep(s, &g.cx, now)))
     }
 
     /// Forgets every key. `Err` only from a store outside the process.
     pub fn clear(&self) -> Result<(), Error> {
-        with_store!(&self.backend, s => Store::<K>::clear(s))
+        self.with(|g| with_store!(&g.backend, s => Store::<K>::clear(s)))
     }
 
     /// The number of keys held (evicted and removed keys are not counted).
     pub fn len(&self) -> usize {
-        with_store!(&self.backend, s => Store::<K>::len(s))
+        self.with(|g| with_store!(&g.backend, s => Store::<K>::len(s)))
     }
 
     /// Whether no key is held.
@@ -820,7 +895,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
     where
         K: Clone,
     {
-        with_store!(&self.backend, s => Store::<K>::snapshot(s, &self.cx, now))
+        self.with(|g| with_store!(&g.backend, s => Store::<K>::snapshot(s, &g.cx, now)))
     }
 
     /// A shared-memory store's invariants, checked by a scan (for crash tests and operators:
@@ -828,16 +903,16 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
     /// no lookup reaches, invalid states, and the live count. `None` for other stores.
     #[doc(hidden)]
     pub fn audit(&self) -> Option<crate::StoreAudit> {
-        match &self.backend {
+        match &self.first.backend {
             #[cfg(all(unix, not(sluicegate_loom)))]
-            Backend::Shm(s) => Some(s.audit(&self.cx)),
+            Backend::Shm(s) => Some(s.audit(&self.first.cx)),
             _ => None,
         }
     }
 
     /// The key bound.
     pub fn max_keys(&self) -> usize {
-        self.cx.max_keys
+        self.first.cx.max_keys
     }
 
     /// The total number of slots allocated (live, unlinked and empty), for diagnostics:
@@ -845,12 +920,83 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
     /// beside an 8-byte (or, for quotas that need it, 16-byte) state word. A sliding log's
     /// entry holds the key and its log (whose runs are allocated apart), plus an 8-byte tag.
     pub fn capacity(&self) -> usize {
-        with_store!(&self.backend, s => Store::<K>::capacity(s))
+        self.with(|g| with_store!(&g.backend, s => Store::<K>::capacity(s)))
     }
 
-    /// The quota every key's bucket enforces.
-    pub fn quota(&self) -> &Quota {
-        &self.quota
+    /// Changes the quota of every key now, keeping each bucket's state: what it holds is
+    /// carried into the new quota by the carry rule of docs/OPERATIONS.md (as
+    /// [`Limiter::set_quota`](crate::Limiter::set_quota) does for one bucket); keys first seen
+    /// later start fresh under the new quota. Every key is carried at one instant: decisions
+    /// before it ran the old quota, decisions after it run the new one.
+    ///
+    /// The limiter's operations wait while the buckets are carried (one pass over the keys,
+    /// into tables of the new quota's word width), and the call first waits for the
+    /// operations under way to finish; so it must not be called from a key's `Hash`, `Eq` or
+    /// `Drop` (an error says so). `Err(`[`Error::InvalidOption`]`)` for a quota of another
+    /// algorithm or refill mode, `Err(`[`Error::Store`]`)` of kind `Unsupported` on a
+    /// shared-memory region or Redis (docs/OPERATIONS.md says why); the limiter is then
+    /// unchanged.
+    ///
+    /// ```
+    /// use sluicegate::{KeyedLimiter, ManualClock};
+    ///
+    /// let limiter = KeyedLimiter::<u64, _>::with_clock("10/s".parse()?, ManualClock::new(0))?;
+    /// limiter.try_acquire(&7, 10)?;
+    /// limiter.set_quota("20/s; burst=30".parse()?)?;
+    /// assert_eq!(limiter.peek(&7)?.remaining(), 0); // carried: still empty
+    /// assert_eq!(limiter.peek(&8)?.remaining(), 30); // a new key: the new burst
+    /// # Ok::<(), sluicegate::Error>(())
+    /// ```
+    pub fn set_quota(&self, quota: Quota) -> Result<(), Error> {
+        self.reconfigure(quota, None)
+    }
+
+    /// [`set_quota`](Self::set_quota) at an explicit clock reading (simulations, tests).
+    pub fn set_quota_at(&self, quota: Quota, now: u64) -> Result<(), Error> {
+        self.reconfigure(quota, Some(now))
+    }
+
+    fn reconfigure(&self, quota: Quota, at: Option<u64>) -> Result<(), Error> {
+        let r = self.live.set_quota(&self.first, quota, || {
+            at.unwrap_or_else(|| self.clock.now())
+        });
+        if r.is_ok() {
+            self.obs.reconfigured();
+        }
+        r
+    }
+
+    /// Switches shadow (dry-run) mode on or off; the next decisions follow it.
+    pub fn set_shadow(&self, on: bool) {
+        self.obs.set_shadow(on);
+    }
+
+    /// Whether the limiter is in shadow mode.
+    pub fn is_shadow(&self) -> bool {
+        self.obs.is_shadow()
+    }
+
+    /// The counters ([`Metrics`]: decisions, evictions, refused keys, store errors,
+    /// reconfigurations, and the keys held), or `None` when counting is off
+    /// ([`KeyedBuilder::metrics`]).
+    pub fn metrics(&self) -> Option<Metrics> {
+        let mut m = self.obs.snapshot()?;
+        let (evicted, keys) = self.with(|g| {
+            let keys = with_store!(&g.backend, s => Store::<K>::len(s)) as u64;
+            #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+            if let Backend::Redis(_) = g.backend {
+                return (0, None); // keys live on the server
+            }
+            (super::live::evictions(&g.backend), Some(keys))
+        });
+        m.keys_evicted = self.live.evicted_before().wrapping_add(evicted);
+        m.keys = keys;
+        Some(m)
+    }
+
+    /// The quota every key's bucket enforces now.
+    pub fn quota(&self) -> Quota {
+        self.live.quota()
     }
 
     /// The clock this limiter reads.
@@ -859,13 +1005,156 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
     }
 }
 
+/// The key a hook is shown, made from the caller's borrowed form.
+#[inline(always)]
+fn owned<'a, K, Q>(key: &Q) -> KeyRef<'a, K>
+where
+    K: Borrow<Q> + 'a,
+    Q: ToOwned + ?Sized,
+    Q::Owned: Into<K>,
+{
+    KeyRef::Owned(key.to_owned().into())
+}
+
+impl<K: Hash + Eq + Send + 'static> Gen<K> {
+    /// Ok for a cost within capacity at a reading before the horizon: two comparisons on the
+    /// hot path; the errors are built out of line.
+    #[inline]
+    pub(super) fn check(&self, now: u64, cost: u64) -> Result<(), Error> {
+        if cost <= self.cx.capacity && now < self.cx.horizon {
+            return Ok(());
+        }
+        self.check_slow(now, cost)
+    }
+
+    #[cold]
+    fn check_slow(&self, now: u64, cost: u64) -> Result<(), Error> {
+        let capacity = self.cx.capacity;
+        if cost > capacity {
+            return Err(Error::InsufficientCapacity { cost, capacity });
+        }
+        // The last instant is reserved so that no state equals the DEAD mark (see `cell`).
+        // On the limiter's clock: a store whose codec reads time from a base of its own (a
+        // region's creation) has its horizon moved by that base.
+        let horizon = self.cx.horizon;
+        if now >= horizon {
+            return Err(Error::ClockOutOfRange {
+                now,
+                horizon: horizon - 1,
+            });
+        }
+        Ok(())
+    }
+
+    /// The default store's lock-free path for a request that passes the checks: `None` for
+    /// anything else (another store, a new key, a DEAD mark, an error to report).
+    #[inline(always)]
+    fn try_fast<Q>(&self, section: &Section<'_>, key: &Q, now: u64, cost: u64) -> Option<Decision>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if cost <= self.cx.capacity && now < self.cx.horizon {
+            if let Backend::Narrow(core) = &self.backend {
+                let h = core.hash(key);
+                return core.acquire_fast(&section.rcu, &self.cx, h, key, now, cost, u64::MAX);
+            }
+        }
+        None
+    }
+
+    /// [`KeyedLimiter::try_acquire_at`] on this generation, not counted.
+    fn try_acquire_at<Q>(&self, key: &Q, now: u64, cost: u64) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        self.check(now, cost)?;
+        if let Backend::Narrow(core) = &self.backend {
+            let h = core.hash(key);
+            if let Some(d) = core.acquire_fast(&rcu::read(), &self.cx, h, key, now, cost, u64::MAX)
+            {
+                return Ok(d);
+            }
+            return self.acquire_rest(Some(h), key, now, cost);
+        }
+        self.acquire_rest(None, key, now, cost)
+    }
+
+    /// [`try_acquire_at`](Self::try_acquire_at) past the default store's lock-free path: the
+    /// other stores, and the default store's new keys and DEAD marks (under the shard's lock).
+    /// `hashed`: the key's hash when the default store's fast path already computed it.
+    #[inline(never)]
+    fn acquire_rest<Q>(
+        &self,
+        hashed: Option<u64>,
+        key: &Q,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        match (&self.backend, hashed) {
+            (Backend::Narrow(core), Some(h)) => {
+                core.acquire_locked(&self.cx, h, key, now, cost, u64::MAX)
+            }
+            (backend, _) => {
+                with_store!(backend, s => Store::<K>::acquire(s, &self.cx, key, now, cost))
+            }
+        }
+    }
+
+    /// [`KeyedLimiter::reserve_within_at`] on this generation, not counted.
+    fn reserve_within_at<Q>(
+        &self,
+        key: &Q,
+        now: u64,
+        cost: u64,
+        max_wait_ns: u64,
+    ) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        self.check(now, cost)?;
+        // u64::MAX asks for the queue's own bound, which any larger wait is capped at anyway.
+        let within = max_wait_ns.min(u64::MAX - 1);
+        with_store!(&self.backend, s => Store::<K>::reserve(s, &self.cx, key, now, cost, within))
+    }
+
+    /// [`KeyedLimiter::peek_at`] on this generation.
+    fn peek_at<Q>(&self, key: &Q, now: u64) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.check(now, 0)?;
+        with_store!(&self.backend, s => Store::<K>::peek(s, &self.cx, key, now))
+    }
+
+    /// [`KeyedLimiter::refund_at`] on this generation.
+    fn refund_at<Q>(&self, key: &Q, now: u64, cost: u64) -> Result<(), Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.check(now, 0)?;
+        with_store!(&self.backend, s => Store::<K>::refund(s, &self.cx, key, now, cost))
+    }
+}
+
 impl<K: Hash + Eq + Send + 'static, C: Clock> core::fmt::Debug for KeyedLimiter<K, C> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("KeyedLimiter")
-            .field("quota", &self.quota.to_string())
+            .field("quota", &self.quota().to_string())
             .field("len", &self.len())
-            .field("max_keys", &self.cx.max_keys)
-            .field("on_full", &self.cx.on_full)
+            .field("max_keys", &self.first.cx.max_keys)
+            .field("on_full", &self.first.cx.on_full)
             .finish_non_exhaustive()
     }
 }

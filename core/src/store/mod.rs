@@ -16,6 +16,7 @@
 pub(crate) mod bound;
 mod key;
 mod keyed;
+mod live;
 pub(crate) mod memory;
 #[cfg(all(feature = "redis", not(sluicegate_loom)))]
 pub(crate) mod redis;

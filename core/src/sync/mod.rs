@@ -103,6 +103,6 @@ pub(crate) mod rcu;
 /// Atomics that must stay real even under loom: process-wide statics (the coarse clock's
 /// cached reading) that no model exercises and loom cannot host outside a model.
 pub(crate) mod real {
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    pub(crate) use std::sync::OnceLock;
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+    pub(crate) use std::sync::{Mutex, OnceLock};
 }

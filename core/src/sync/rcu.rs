@@ -320,6 +320,14 @@ mod global {
         }
     }
 
+    /// Whether this thread's record (if it has one) is inside a section.
+    pub(super) fn in_section() -> bool {
+        match RECORD.try_with(Cell::get) {
+            Ok(Some(r)) => r.ctr.load(crate::sync::Ordering::Relaxed) & 1 == 1,
+            _ => false,
+        }
+    }
+
     #[cold]
     fn register() -> (&'static Record, bool) {
         let r = DOMAIN.register();
@@ -401,6 +409,27 @@ pub(crate) fn snapshot() -> Option<Snapshot> {
 #[cfg(not(sluicegate_loom))]
 pub(crate) fn passed(s: &Snapshot) -> bool {
     global::DOMAIN.passed(s)
+}
+
+/// Waits until every read section open now (of any thread) has ended: a grace period, for a
+/// writer that has just made new sections avoid what it is about to change. `false` if the
+/// heavy fence could not be issued (then nothing can be waited for). Never call it inside a
+/// read section ([`in_section`]): it would wait for itself.
+#[cfg(not(sluicegate_loom))]
+pub(crate) fn synchronize() -> bool {
+    let Some(s) = snapshot() else {
+        return false;
+    };
+    while !passed(&s) {
+        std::thread::yield_now();
+    }
+    true
+}
+
+/// Whether the calling thread is inside a read section.
+#[cfg(not(sluicegate_loom))]
+pub(crate) fn in_section() -> bool {
+    global::in_section()
 }
 
 #[cfg(all(test, not(sluicegate_loom)))]

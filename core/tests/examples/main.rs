@@ -6,5 +6,6 @@
 mod acquire_async;
 mod algorithms;
 mod keyed;
+mod operations;
 mod shm;
 mod token_bucket;

@@ -401,3 +401,24 @@ fn a_file_that_is_not_a_region_is_never_taken_over() {
         "left as it was"
     );
 }
+
+/// Live reconfiguration is refused on a region (every process decides with the quota in its
+/// header; docs/OPERATIONS.md), with a typed error, and the limiter goes on as it was.
+#[test]
+fn a_region_refuses_live_reconfiguration() {
+    let r = Region::new("reconfigure");
+    let kl = keyed("10/minute", &r);
+    assert!(kl.try_acquire(b"a".as_slice(), 1).unwrap().allowed());
+    let e = kl.set_quota(quota("20/minute")).unwrap_err();
+    assert_eq!(store_kind(&e), Some(StoreErrorKind::Unsupported), "{e:?}");
+    assert_eq!(kl.quota(), quota("10/minute"));
+    assert_eq!(kl.peek(b"a".as_slice()).unwrap().remaining(), 9);
+    let r2 = Region::new("reconfigure-single");
+    let l = Limiter::builder(quota("5/s"))
+        .store(r2.spec())
+        .build()
+        .unwrap();
+    let e = l.set_quota(quota("6/s")).unwrap_err();
+    assert_eq!(store_kind(&e), Some(StoreErrorKind::Unsupported), "{e:?}");
+    assert!(l.try_acquire(1).unwrap().allowed());
+}

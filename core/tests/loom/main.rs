@@ -8,3 +8,4 @@ mod bound;
 mod cell;
 mod keyed;
 mod keyed_log;
+mod reconfigure;

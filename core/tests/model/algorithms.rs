@@ -14,7 +14,7 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 #[derive(Clone, Debug)]
-enum Op {
+pub(crate) enum Op {
     Acquire(u64),
     Refund(u64),
     /// Leaky queue only: a reservation bounded by a maximum wait (ns).
@@ -22,13 +22,13 @@ enum Op {
 }
 
 #[derive(Clone, Debug)]
-enum Step {
+pub(crate) enum Step {
     Forward(u64),
     Back(u64),
     Stay,
 }
 
-fn step() -> impl Strategy<Value = Step> {
+pub(crate) fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         4 => (0u64..2_000_000_000).prop_map(Step::Forward),
         3 => (0u64..20_000_000).prop_map(Step::Forward),
@@ -37,7 +37,7 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
-fn op(max_cost: u64) -> impl Strategy<Value = Op> {
+pub(crate) fn op(max_cost: u64) -> impl Strategy<Value = Op> {
     prop_oneof![
         8 => (0..=max_cost + 1).prop_map(Op::Acquire),
         1 => (0..=max_cost + 1).prop_map(Op::Refund),
@@ -45,7 +45,7 @@ fn op(max_cost: u64) -> impl Strategy<Value = Op> {
     ]
 }
 
-fn period() -> impl Strategy<Value = u64> {
+pub(crate) fn period() -> impl Strategy<Value = u64> {
     prop_oneof![
         Just(1_000_000_000u64),
         Just(60_000_000_000),
@@ -77,7 +77,7 @@ fn algorithm(kind: Kind) -> Algorithm {
 }
 
 prop_compose! {
-    fn params_of(kind: Kind)(count in prop_oneof![1u64..12, 1u64..300], period in period(),
+    pub(crate) fn params_of(kind: Kind)(count in prop_oneof![1u64..12, 1u64..300], period in period(),
                              burst in 1u64..100, delay in prop_oneof![Just(0u64), 0u64..4_000_000_000])
                             (initial in 0..=burst, count in Just(count), period in Just(period),
                              burst in Just(burst), delay in Just(delay)) -> Params {
@@ -93,11 +93,11 @@ prop_compose! {
     }
 }
 
-fn params() -> impl Strategy<Value = Params> {
+pub(crate) fn params() -> impl Strategy<Value = Params> {
     kind().prop_flat_map(params_of)
 }
 
-fn quota(p: &Params) -> Quota {
+pub(crate) fn quota(p: &Params) -> Quota {
     let nz = |v: u64| NonZeroU64::new(v).unwrap();
     let mut q = Quota::new(nz(p.count), nz(p.period_ns))
         .with_burst(nz(p.burst))
@@ -112,7 +112,7 @@ fn quota(p: &Params) -> Quota {
     q
 }
 
-fn same(
+pub(crate) fn same(
     got: Result<Decision, Error>,
     want: Result<Out, ModelError>,
     what: &str,
@@ -125,7 +125,7 @@ fn same(
     Ok(())
 }
 
-fn advance(t: u64, s: &Step) -> u64 {
+pub(crate) fn advance(t: u64, s: &Step) -> u64 {
     match *s {
         Step::Forward(d) => t.saturating_add(d),
         Step::Back(d) => t.saturating_sub(d),
@@ -179,7 +179,7 @@ fn run(p: Params, start: u64, steps: Vec<(Step, Op)>) -> Result<(), TestCaseErro
     Ok(())
 }
 
-fn cases() -> u32 {
+pub(crate) fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -6,4 +6,6 @@ mod algorithms;
 mod keyed;
 mod keyed_log;
 mod keyed_ops;
+mod reconfigure;
+mod shadow;
 mod token_bucket;

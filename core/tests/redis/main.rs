@@ -968,3 +968,37 @@ fn refused_quotas_and_options() {
     let (v, exp) = resp.value(key);
     assert!(matches!(v, Reply::Bulk(_)) && exp > 0);
 }
+
+/// Live reconfiguration is refused on Redis (the keys embed a hash of the quota, and every
+/// host decides with its own; docs/OPERATIONS.md), with a typed error; nothing changes.
+#[test]
+fn live_reconfiguration_is_refused() {
+    let srv = Server::start();
+    let url = format!("{}?prefix=reconf", srv.url());
+    let kl = KeyedLimiter::<u64>::builder("5/s".parse().unwrap())
+        .store(spec(&url))
+        .build()
+        .unwrap();
+    let single = Limiter::builder("5/s".parse().unwrap())
+        .store(spec(&format!("{}?prefix=reconf-single", srv.url())))
+        .build()
+        .unwrap();
+    for r in [
+        kl.set_quota("6/s".parse().unwrap()),
+        single.set_quota("6/s".parse().unwrap()),
+    ] {
+        assert!(
+            matches!(
+                &r,
+                Err(Error::Store {
+                    kind: sluicegate::StoreErrorKind::Unsupported,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+    }
+    assert_eq!(kl.quota().to_string(), "5/s");
+    assert!(kl.try_acquire(&1, 1).unwrap().allowed());
+    assert!(single.try_acquire(1).unwrap().allowed());
+}

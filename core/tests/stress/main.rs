@@ -3,6 +3,7 @@
 //! stores under floods of keys; plus rough per-algorithm timings (ignored, release only).
 
 mod keyed;
+mod operations;
 mod shm;
 mod threads;
 mod timing;

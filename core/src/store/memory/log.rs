@@ -374,6 +374,7 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
         }));
         debug_assert_eq!(dead.len() - before, evicted);
         self.b.give_back(evicted);
+        self.b.evicted(evicted);
         (evicted, soonest)
     }
 
@@ -430,7 +431,41 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
         self.b.raise_watermark(now);
         dead.push(found.remove().0);
         self.b.give_back(1);
+        self.b.evicted(1);
         true
+    }
+
+    /// Live reconfiguration: a store of the same shards, hasher and key bound whose logs are
+    /// this store's (a log is carried as it is), decided by `log`. This store is left empty.
+    /// The caller guarantees that no other thread uses it (`KeyedLimiter::set_quota` stopped
+    /// every operation and waited for them), so nothing here waits.
+    pub(crate) fn move_into(&self, log: SlidingLog) -> LogStore<K> {
+        let to = LogStore {
+            shards: (0..self.shards.len())
+                .map(|_| CachePadded::new(Mutex::new(Table::new())))
+                .collect(),
+            hasher: self.hasher.clone(),
+            log,
+            mask: self.mask,
+            max_keys: self.max_keys,
+            on_full: self.on_full,
+            b: Bound::boxed(),
+        };
+        let mut moved = 0;
+        for (from, into) in self.shards.iter().zip(to.shards.iter()) {
+            let t = core::mem::replace(&mut *sync::lock(from), Table::new());
+            moved += t.map.len();
+            *sync::lock(into) = t;
+        }
+        self.b.give_back(moved);
+        to.b.moved_in(moved);
+        to.b.raise_watermark(self.b.watermark());
+        to
+    }
+
+    /// Evictions so far.
+    pub(crate) fn evictions(&self) -> u64 {
+        self.b.evictions()
     }
 }
 

@@ -231,9 +231,12 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
     #[inline(always)]
     ///
     /// `within`: a leaky queue admits only with a wait of at most this many nanoseconds
-    /// (`u64::MAX`: its own bound; other algorithms never wait).
+    /// (`u64::MAX`: its own bound; other algorithms never wait). `guard`: the caller's read
+    /// section (the keyed limiter's operation holds one).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn acquire_fast<Q>(
         &self,
+        guard: &rcu::Guard,
         cx: &Ctx,
         h: u64,
         key: &Q,
@@ -245,8 +248,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let guard = rcu::read();
-        let t = self.shard(h).view(&guard)?;
+        let t = self.shard(h).view(guard)?;
         let i = t.find(h, key)?;
         cell::reserve_live::<W>(&t.found(i).word, &cx.codec, now, cost, within)
     }
@@ -267,7 +269,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         Q: Hash + Eq + ToOwned + ?Sized,
         Q::Owned: Into<K>,
     {
-        match self.acquire_fast(cx, h, key, now, cost, within) {
+        match self.acquire_fast(&rcu::read(), cx, h, key, now, cost, within) {
             Some(d) => Ok(d),
             None => self.acquire_locked(cx, h, key, now, cost, within),
         }
@@ -461,6 +463,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
             match cell::evict_if_full::<W>(&t.entry(i).word, &cx.codec, now, raise) {
                 Evict::Killed => {
                     self.unlink(t, i, st);
+                    self.bound.evicted(1);
                     evicted += 1;
                 }
                 Evict::Kept { full_in } => soonest = soonest.min(now.saturating_add(full_in)),
@@ -544,6 +547,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
                 self.bound.raise_watermark(now);
                 if cell::kill_from::<W>(&t.entry(slot).word, w) {
                     self.unlink(t, slot, st);
+                    self.bound.evicted(1);
                     return true;
                 }
             }
@@ -758,6 +762,102 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
             }
         }
         out
+    }
+
+    /// Evictions so far.
+    pub(crate) fn evictions(&self) -> u64 {
+        self.bound.evictions()
+    }
+
+    /// Live reconfiguration: a store of the same shards and hasher (its words `W2` wide)
+    /// holding every live bucket of this one, its state converted by `carry`. This store is
+    /// left empty (its tables retired); with `Err` (a state `carry` refused) nothing changed.
+    /// The caller guarantees that no other thread uses this store (`KeyedLimiter::set_quota`
+    /// stopped every operation and waited for them), so nothing here waits for a reader.
+    ///
+    /// User code (the keys' `Hash`) runs before anything moves: a panic there leaves this
+    /// store as it was. Keys are then moved bitwise into the new tables, as a rebuild does.
+    pub(crate) fn move_into<W2: Word>(
+        &self,
+        mut carry: impl FnMut(W) -> Result<W2, Error>,
+    ) -> Result<Core<K, W2>, Error> {
+        let guard = rcu::read();
+        // Every live slot: (shard, slot, new shard, its hash, its carried state).
+        let mut found: Vec<(usize, usize, u64, W2)> = Vec::new();
+        for (si, shard) in self.shards.iter().enumerate() {
+            let Some(t) = shard.table(&guard) else {
+                continue;
+            };
+            for i in 0..t.cap() {
+                if t.ctrl(i) & LIVE == 0 {
+                    continue;
+                }
+                let e = t.entry(i);
+                let state = carry(W::load(&e.word))?;
+                // SAFETY: LIVE: the key is initialised, and nobody else uses the store.
+                let h = self
+                    .hasher
+                    .hash_one(unsafe { (*e.key.get()).assume_init_ref() });
+                found.push((si, i, h, state));
+            }
+        }
+        let to = Core::<K, W2> {
+            shards: (0..self.shards.len())
+                .map(|_| CachePadded::new(Shard::new()))
+                .collect(),
+            hasher: self.hasher.clone(),
+            shard_mask: self.shard_mask,
+            bound: Bound::boxed(),
+            #[cfg(not(sluicegate_loom))]
+            limbo: Mutex::new(Vec::new()),
+            #[cfg(not(sluicegate_loom))]
+            in_limbo: crate::sync::real::AtomicBool::new(false),
+        };
+        let mut per_shard = vec![0usize; to.shards.len()];
+        for &(_, _, h, _) in &found {
+            per_shard[(h >> 40) as usize & to.shard_mask] += 1;
+        }
+        let tables: Vec<Box<Table<K, W2>>> = per_shard
+            .iter()
+            .map(|&n| Table::new(((n + 1) * 10 / 7 + 1).max(MIN_CAP)))
+            .collect();
+        for (si, i, h, state) in found.iter().copied() {
+            // SAFETY: as above; no reader can hold this table (the caller's guarantee).
+            let t = self.shards[si]
+                .table(&guard)
+                .expect("a table with a live slot");
+            let e = t.entry(i);
+            // SAFETY: LIVE: the key is initialised. It is moved bitwise into the new table,
+            // which owns it from now on (the old slot becomes MOVED and is not dropped).
+            let key = unsafe { ptr::read((*e.key.get()).assume_init_ref()) };
+            t.set_ctrl(i, MOVED);
+            let nt = &tables[(h >> 40) as usize & to.shard_mask];
+            let ni = nt.free_slot(h);
+            let ne = nt.entry(ni);
+            // SAFETY: the new table is not published yet: we are its only user.
+            unsafe { (*ne.key.get()).write(key) };
+            W2::store(&ne.word, state);
+            nt.set_ctrl(ni, tag(h));
+        }
+        for ((shard, table), n) in to.shards.iter().zip(tables).zip(per_shard) {
+            let mut st = sync::lock(&shard.lock);
+            (st.used, st.live) = (n, n);
+            let old = shard.publish(Box::into_raw(table));
+            debug_assert!(old.is_null());
+        }
+        to.bound.moved_in(found.len());
+        to.bound.raise_watermark(self.bound.watermark());
+        // This store is empty now: unlinked keys (TOMB) are dropped with their tables.
+        for shard in self.shards.iter() {
+            let mut st = sync::lock(&shard.lock);
+            let old = shard.publish(ptr::null_mut());
+            *st = ShardState::default();
+            self.retire(shard, old);
+        }
+        self.bound.give_back(found.len());
+        drop(guard);
+        self.collect();
+        Ok(to)
     }
 
     fn slots(&self) -> usize {
