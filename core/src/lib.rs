@@ -30,6 +30,7 @@
 //! | `bucket` | the one CAS loop, [`Limiter`], [`composite`], the acquire planner |
 //! | `store` | where buckets live: [`KeyedLimiter`] over the in-process table (the seam for other stores) |
 //! | `decision` | [`Decision`] and its HTTP fields ([`http`]) |
+//! | [`client`] | client identity: the key of a request's client (peer, trusted proxies, IPv6 prefix) |
 //! | [`clock`] | monotonic nanoseconds: TSC, std, coarse, manual |
 //! | `sync` | the atomics facade (loom or std) and the read sections (RCU) of the tables |
 //!
@@ -42,6 +43,7 @@
 
 mod algorithm;
 mod bucket;
+pub mod client;
 pub mod clock;
 mod decision;
 mod error;
