@@ -2,6 +2,7 @@
 //! stores of this module (today the in-process table of [`memory`](super::memory)).
 
 use super::memory::log::LogStore;
+use super::memory::long::{Logs, Routed, Words};
 use super::memory::Core;
 #[cfg(all(feature = "redis", not(sluicegate_loom)))]
 use super::redis::RedisStore;
@@ -144,16 +145,16 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
         let codec = Codec::new(&self.quota, now)?;
         codec.check(now, 0)?;
         let backend = if let Codec::SlidingLog(log) = &codec {
-            Backend::Log(LogStore::new(
+            Backend::Log(Routed::new(LogStore::new(
                 log.clone(),
                 self.shards,
                 self.max_keys,
                 self.on_full,
-            ))
+            )))
         } else if codec.wide() {
-            Backend::Wide(Core::new(self.shards))
+            Backend::Wide(Routed::new(Core::new(self.shards)))
         } else {
-            Backend::Narrow(Core::new(self.shards))
+            Backend::Narrow(Routed::new(Core::new(self.shards)))
         };
         let max_keys = self.max_keys;
         Ok(self.finish(backend, codec, max_keys, 0))
@@ -311,11 +312,11 @@ impl Ctx {
 /// [`Store`]; the match is on a discriminant that never changes for a given limiter.
 enum Backend<K> {
     /// In-process words of 64 bits (the default quota and most others).
-    Narrow(Core<K, u64>),
+    Narrow(Words<K, u64>),
     /// In-process words of 128 bits (quotas whose exact state needs them).
-    Wide(Core<K, u128>),
+    Wide(Words<K, u128>),
     /// In-process sliding logs.
-    Log(LogStore<K>),
+    Log(Logs<K>),
     /// A shared-memory region.
     #[cfg(all(unix, not(sluicegate_loom)))]
     Shm(ShmStore),
@@ -434,7 +435,8 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         // The default store's lock-free path inline, everything else out of line. With the
         // three stores' paths inline (or the slow path's result merged with the fast one's),
         // the compiler passed every decision through memory (docs/KEYED.md).
-        if let Backend::Narrow(core) = &self.backend {
+        if let Backend::Narrow(words) = &self.backend {
+            let core = &words.main;
             let h = core.hash(key);
             if let Some(d) = core.acquire_fast(&self.cx, h, key, now, cost, u64::MAX) {
                 return Ok(d);
@@ -461,9 +463,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         Q::Owned: Into<K>,
     {
         match (&self.backend, hashed) {
-            (Backend::Narrow(core), Some(h)) => {
-                core.acquire_locked(&self.cx, h, key, now, cost, u64::MAX)
-            }
+            (Backend::Narrow(words), Some(h)) => words.acquire_missed(&self.cx, h, key, now, cost),
             (backend, _) => {
                 with_store!(backend, s => Store::<K>::acquire(s, &self.cx, key, now, cost))
             }

@@ -151,6 +151,28 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
         }
     }
 
+    /// An empty store like this one (log, shards, bound, policy) whose keys count against
+    /// this one's key bound: the store of its long keys' digests (`long.rs`).
+    pub(crate) fn sharing_bound<K2: Hash + Eq + Send + 'static>(&self) -> LogStore<K2> {
+        let mut twin = LogStore::new(self.log.clone(), self.mask + 1, self.max_keys, self.on_full);
+        twin.b = self.b.sharing();
+        twin
+    }
+
+    /// Evicts a full log (or, with [`OnFull::EvictFullest`], the fullest of a sample) for a
+    /// new key of the store that shares this one's bound; whether one was.
+    pub(crate) fn make_room_at(&self, now: u64) -> bool {
+        let mut dead = Vec::new();
+        let made = {
+            let mut t = sync::lock(&self.shards[0]);
+            self.evict_full_somewhere(0, &mut t, now, &mut dead)
+                || (self.on_full == OnFull::EvictFullest
+                    && self.evict_fullest_somewhere(0, &mut t, now, &mut dead))
+        };
+        drop(dead); // the keys' destructors run outside the lock
+        made
+    }
+
     #[inline]
     fn shard_of(&self, h: u64) -> usize {
         (h >> 40) as usize & self.mask

@@ -49,6 +49,7 @@
 //! At the bound ([`KeyedBuilder::max_keys`]) with no full bucket, [`OnFull`] decides.
 
 pub(crate) mod log;
+pub(crate) mod long;
 mod shard;
 mod table;
 
@@ -126,6 +127,11 @@ impl<K, W: Word> Drop for Core<K, W> {
 impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
     /// A store of `shards` shards (a power of two).
     pub(crate) fn new(shards: usize) -> Self {
+        Self::with_bound(shards, Bound::boxed())
+    }
+
+    /// A store of `shards` shards (a power of two) under the key bound `bound`.
+    pub(crate) fn with_bound(shards: usize, bound: Box<CachePadded<Bound>>) -> Self {
         debug_assert!(shards.is_power_of_two());
         Self {
             shards: (0..shards)
@@ -133,7 +139,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
                 .collect(),
             hasher: KeyHasher::default(),
             shard_mask: shards - 1,
-            bound: Bound::boxed(),
+            bound,
             #[cfg(not(sluicegate_loom))]
             limbo: Mutex::new(Vec::new()),
             #[cfg(not(sluicegate_loom))]
