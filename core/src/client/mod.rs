@@ -485,6 +485,23 @@ impl ClientResolver {
         ClientKey::from_ip(ip, self.ipv4_prefix, self.ipv6_prefix)
     }
 
+    /// Whether a request from `peer` needs its forwarding headers read: when the peer is a
+    /// trusted proxy, or when they could show an untrusted proxy not reported yet. A binding
+    /// may skip collecting them otherwise (and pass [`ForwardingHeaders::new`]): the
+    /// resolution is the same.
+    pub fn wants_headers<'a>(&self, peer: impl Into<Peer<'a>>) -> bool {
+        let peer = peer.into();
+        let ip = peer.ip();
+        match peer {
+            Peer::Missing => false,
+            _ if self.trust.trusts(ip) => true,
+            _ => {
+                ip.is_none_or(is_internal)
+                    && self.reported.load(Ordering::Relaxed) & Kind::UntrustedProxy.bit() == 0
+            }
+        }
+    }
+
     /// The client of a request from `peer` with these forwarding headers.
     pub fn resolve<'a>(
         &self,

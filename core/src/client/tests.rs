@@ -339,3 +339,18 @@ fn resolvers_are_shared_between_threads() {
         .sum();
     assert_eq!(warned, 1);
 }
+
+#[test]
+fn headers_are_wanted_only_where_they_count() {
+    let r = ClientResolver::default();
+    assert!(!r.wants_headers("203.0.113.7"));
+    assert!(r.wants_headers("10.0.0.2"));
+    assert!(r.wants_headers("/run/app.sock"));
+    assert!(!r.wants_headers(None::<&str>));
+    let _ = r.resolve("10.0.0.2", &xff("1.2.3.4"));
+    assert!(!r.wants_headers("10.0.0.2"), "reported already");
+    let t = resolver("10.0.0.0/8");
+    assert!(t.wants_headers("10.0.0.2"));
+    assert!(!t.wants_headers("203.0.113.7"));
+    assert!(resolver("1").wants_headers("203.0.113.7"));
+}
