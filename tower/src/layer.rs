@@ -1,13 +1,13 @@
 //! The layer, its service and the service's response future.
 
-use crate::body::RateLimitBody;
+use crate::fields::{self, Fields, FixedCell};
 use crate::limit::Limit;
 use crate::request::RequestRef;
 use bytes::Bytes;
 use core::future::Future;
 use core::pin::Pin;
 use core::task::{ready, Context, Poll};
-use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Request, Response, StatusCode};
 use sluicegate::client::{Cidr, ClientResolver, Warning};
 use sluicegate::http::{policies_headers, HeaderStyle};
@@ -36,6 +36,8 @@ struct Shared {
     on_warning: Option<Arc<WarnFn>>,
     message: Bytes,
     switch: Switch,
+    /// Each limit's fields that depend on its quota alone (index = the limit's).
+    fixed: Vec<Arc<FixedCell>>,
 }
 
 /// The layer's on/off switch: shared by every clone of the layer and every service it made.
@@ -96,6 +98,7 @@ impl RateLimitLayer {
                 on_warning: None,
                 message: Bytes::from_static(b"Too Many Requests\n"),
                 switch: Switch(Arc::new(AtomicBool::new(true))),
+                fixed: vec![Arc::default()],
             }),
         }
     }
@@ -108,7 +111,10 @@ impl RateLimitLayer {
     /// Adds a limit, taken after the others (several limits on one route: per client and
     /// per API key, burst and sustained).
     pub fn limit(self, limit: Limit) -> Self {
-        self.edit(|s| s.limits.push(limit))
+        self.edit(|s| {
+            s.limits.push(limit);
+            s.fixed.push(Arc::default());
+        })
     }
 
     /// How clients are identified (default: the peer address, IPv6 by /64, no proxy
@@ -120,7 +126,10 @@ impl RateLimitLayer {
     /// Which rate-limit fields responses carry (default [`HeaderStyle::Ietf`];
     /// [`HeaderStyle::None`] for `Retry-After` only).
     pub fn headers(self, style: HeaderStyle) -> Self {
-        self.edit(|s| s.style = style)
+        self.edit(|s| {
+            s.style = style;
+            s.fixed = s.limits.iter().map(|_| Arc::default()).collect();
+        })
     }
 
     /// Exempts the requests `f` says yes to (health checks, an internal caller).
@@ -204,8 +213,8 @@ impl<S> core::fmt::Debug for RateLimit<S> {
 
 /// What an admitted request leaves for its response.
 pub struct Admitted {
-    headers: Vec<(HeaderName, HeaderValue)>,
-    refund: Option<Refund>,
+    headers: Fields,
+    refund: Option<Box<Refund>>,
 }
 
 /// The costs to give back if the response says so.
@@ -231,7 +240,7 @@ impl Refund {
 /// A limiter's verdict on a request, before the inner service runs.
 enum Verdict {
     Pass(Option<Admitted>),
-    Refuse(StatusCode, Vec<(HeaderName, HeaderValue)>),
+    Refuse(StatusCode, Fields),
 }
 
 impl Shared {
@@ -248,9 +257,11 @@ impl Shared {
                 return Verdict::Pass(None);
             }
         }
-        // Keys are kept (copied) only when a refund may need them: a later limit's refusal,
-        // or the response's status.
-        let keep_keys = self.refund_when.is_some() || self.limits.len() > 1;
+        if self.limits.len() == 1 {
+            return self.judge_one(req);
+        }
+        // Keys are kept (copied) for the refunds: a later limit's refusal, or the response's
+        // status.
         let mut parts: Vec<(usize, Decision)> = Vec::with_capacity(self.limits.len());
         let mut taken: Vec<(usize, Box<[u8]>)> = Vec::new();
         let mut refused = None;
@@ -266,9 +277,7 @@ impl Shared {
                         refused = Some(StatusCode::TOO_MANY_REQUESTS);
                         break;
                     }
-                    if keep_keys {
-                        taken.push((i, key.into()));
-                    }
+                    taken.push((i, key.into()));
                 }
                 Err(e) => {
                     refused = Some(status_of(&e));
@@ -279,9 +288,11 @@ impl Shared {
         self.warn(req);
         let Some(status) = refused else {
             let headers = self.render(&parts);
-            let refund = self.refund_when.is_some().then(|| Refund {
-                shared: self.clone(),
-                taken,
+            let refund = self.refund_when.is_some().then(|| {
+                Box::new(Refund {
+                    shared: self.clone(),
+                    taken,
+                })
             });
             return Verdict::Pass(Some(Admitted { headers, refund }));
         };
@@ -289,38 +300,77 @@ impl Shared {
             let l = &self.limits[*i];
             let _ = l.limiter.refund(&key[..], l.cost);
         }
-        let mut h = self.render(&parts);
-        // A key store at its bound gave no decision to say when to retry: in a second.
-        if status == StatusCode::TOO_MANY_REQUESTS && !h.iter().any(|(n, _)| n == RETRY_AFTER) {
-            h.push((RETRY_AFTER, HeaderValue::from_static("1")));
-        }
-        Verdict::Refuse(status, h)
+        Verdict::Refuse(status, self.refused_fields(status, self.render(&parts)))
     }
 
-    /// The rate-limit fields of these decisions (the tightest one for the single-policy
-    /// styles, and `Retry-After` when the last refused).
-    fn render(&self, parts: &[(usize, Decision)]) -> Vec<(HeaderName, HeaderValue)> {
-        let fields = match parts {
-            [] => return Vec::new(),
-            [(i, d)] => d.headers(self.style, &self.limits[*i].name),
-            _ => {
-                let combined = parts
-                    .iter()
-                    .map(|p| p.1)
-                    .find(|d| !d.allowed())
-                    .or_else(|| parts.iter().map(|p| p.1).min_by_key(Decision::remaining))
-                    .expect("parts is not empty");
-                let named: Vec<(&str, Decision)> = parts
-                    .iter()
-                    .map(|(i, d)| (&*self.limits[*i].name, *d))
-                    .collect();
-                policies_headers(&combined, &named, self.style)
-            }
+    /// [`judge`](Self::judge) with one limit: no list of decisions, and its fixed fields
+    /// reused.
+    fn judge_one(self: &Arc<Self>, req: &RequestRef<'_>) -> Verdict {
+        let l = &self.limits[0];
+        let Some(key) = l.key.key(req) else {
+            self.warn(req);
+            return Verdict::Pass(None);
         };
-        fields
-            .into_iter()
-            .filter_map(|(n, v)| Some((header_name(n), HeaderValue::try_from(v).ok()?)))
-            .collect()
+        let key = key.as_bytes();
+        let decided = l.limiter.try_acquire(key, l.cost);
+        self.warn(req);
+        let mut fields = Fields::default();
+        match decided {
+            Ok(d) => {
+                fields::write(&d, self.style, &l.name, &self.fixed[0], &mut fields);
+                if !d.allowed() {
+                    return Verdict::Refuse(StatusCode::TOO_MANY_REQUESTS, fields);
+                }
+                if fields.is_empty() && self.refund_when.is_none() {
+                    return Verdict::Pass(None);
+                }
+                let refund = self.refund_when.is_some().then(|| {
+                    Box::new(Refund {
+                        shared: self.clone(),
+                        taken: vec![(0, key.into())],
+                    })
+                });
+                Verdict::Pass(Some(Admitted {
+                    headers: fields,
+                    refund,
+                }))
+            }
+            Err(e) => {
+                let status = status_of(&e);
+                Verdict::Refuse(status, self.refused_fields(status, fields))
+            }
+        }
+    }
+
+    /// A refusal's fields: a key store at its bound gave no decision to say when to retry,
+    /// so in a second.
+    fn refused_fields(&self, status: StatusCode, mut h: Fields) -> Fields {
+        if status == StatusCode::TOO_MANY_REQUESTS && !h.has(&RETRY_AFTER) {
+            h.push(RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        h
+    }
+
+    /// The rate-limit fields of several limits' decisions (the core's rendering: every
+    /// policy listed in the IETF fields, the tightest in the single-policy styles).
+    fn render(&self, parts: &[(usize, Decision)]) -> Fields {
+        let mut out = Fields::default();
+        let Some(combined) = parts
+            .iter()
+            .map(|p| p.1)
+            .find(|d| !d.allowed())
+            .or_else(|| parts.iter().map(|p| p.1).min_by_key(Decision::remaining))
+        else {
+            return out;
+        };
+        let named: Vec<(&str, Decision)> = parts
+            .iter()
+            .map(|(i, d)| (&*self.limits[*i].name, *d))
+            .collect();
+        for (n, v) in fields::from_core(policies_headers(&combined, &named, self.style)) {
+            out.push(n, v);
+        }
+        out
     }
 
     fn warn(&self, req: &RequestRef<'_>) {
@@ -343,27 +393,12 @@ fn status_of(e: &Error) -> StatusCode {
     }
 }
 
-/// The field names the core renders, as `http`'s (lower-case) names.
-fn header_name(n: &'static str) -> HeaderName {
-    match n {
-        "Retry-After" => RETRY_AFTER,
-        "RateLimit" => HeaderName::from_static("ratelimit"),
-        "RateLimit-Policy" => HeaderName::from_static("ratelimit-policy"),
-        "RateLimit-Limit" => HeaderName::from_static("ratelimit-limit"),
-        "RateLimit-Remaining" => HeaderName::from_static("ratelimit-remaining"),
-        "RateLimit-Reset" => HeaderName::from_static("ratelimit-reset"),
-        "X-RateLimit-Limit" => HeaderName::from_static("x-ratelimit-limit"),
-        "X-RateLimit-Remaining" => HeaderName::from_static("x-ratelimit-remaining"),
-        "X-RateLimit-Reset" => HeaderName::from_static("x-ratelimit-reset"),
-        other => HeaderName::from_bytes(other.as_bytes()).unwrap_or(RETRY_AFTER),
-    }
-}
-
 impl<S, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>>,
+    ResB: From<Bytes>,
 {
-    type Response = Response<RateLimitBody<ResB>>;
+    type Response = Response<ResB>;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future, ResB>;
 
@@ -387,7 +422,7 @@ where
                 after,
             },
             Verdict::Refuse(status, headers) => {
-                let mut resp = Response::new(RateLimitBody::refused(self.shared.message.clone()));
+                let mut resp = Response::new(ResB::from(self.shared.message.clone()));
                 *resp.status_mut() = status;
                 let h = resp.headers_mut();
                 for (n, v) in headers {
@@ -400,7 +435,7 @@ where
                     );
                 }
                 ResponseFuture::Refused {
-                    response: Some(resp),
+                    response: Some(Box::new(resp)),
                 }
             }
         }
@@ -411,8 +446,9 @@ pin_project_lite::pin_project! {
     /// The future of a [`RateLimit`] service's response.
     #[project = FutProj]
     pub enum ResponseFuture<F, B> {
-        /// Refused before the inner service ran.
-        Refused { response: Option<Response<RateLimitBody<B>>> },
+        /// Refused before the inner service ran (boxed: the future of an admitted request,
+        /// which is moved on every request, stays small).
+        Refused { response: Option<Box<Response<B>>> },
         /// The inner service's response, to which the fields are added.
         Passed { #[pin] inner: F, after: Option<Admitted> },
     }
@@ -422,34 +458,31 @@ impl<F, B, E> Future for ResponseFuture<F, B>
 where
     F: Future<Output = Result<Response<B>, E>>,
 {
-    type Output = Result<Response<RateLimitBody<B>>, E>;
+    type Output = Result<Response<B>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project() {
             FutProj::Refused { response } => {
-                Poll::Ready(Ok(response.take().expect("polled after completion")))
+                Poll::Ready(Ok(*response.take().expect("polled after completion")))
             }
             FutProj::Passed { inner, after } => {
-                let out = ready!(inner.poll(cx));
-                let after = after.take();
-                let status = match &out {
-                    Ok(r) => r.status(),
-                    Err(_) => StatusCode::INTERNAL_SERVER_ERROR,
-                };
-                let (headers, refund) = match after {
-                    Some(a) => (a.headers, a.refund),
-                    None => (Vec::new(), None),
-                };
-                if let Some(r) = refund {
-                    r.run(status);
-                }
-                Poll::Ready(out.map(|resp| {
-                    let (mut parts, body) = resp.into_parts();
-                    for (n, v) in headers {
-                        parts.headers.append(n, v);
+                let mut out = ready!(inner.poll(cx));
+                if let Some(after) = after.take() {
+                    let status = match &out {
+                        Ok(r) => r.status(),
+                        Err(_) => StatusCode::INTERNAL_SERVER_ERROR,
+                    };
+                    if let Some(r) = after.refund {
+                        r.run(status);
                     }
-                    Response::from_parts(parts, RateLimitBody::inner(body))
-                }))
+                    if let Ok(resp) = &mut out {
+                        let h = resp.headers_mut();
+                        for (n, v) in after.headers {
+                            h.append(n, v);
+                        }
+                    }
+                }
+                Poll::Ready(out)
             }
         }
     }

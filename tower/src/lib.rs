@@ -19,12 +19,11 @@
 //! The README's example, run as a test:
 #![doc = include_str!("../README.md")]
 
-mod body;
+mod fields;
 mod layer;
 mod limit;
 mod request;
 
-pub use body::RateLimitBody;
 pub use layer::{
     Admitted, RateLimit, RateLimitLayer, RefundFn, ResponseFuture, SkipFn, Switch, WarnFn,
 };

@@ -74,16 +74,17 @@ impl<'a> RequestRef<'a> {
     pub(crate) fn resolution(&self) -> &Resolution {
         self.client.get_or_init(|| {
             let peer: Peer<'_> = self.peer().into();
+            if !self.resolver.wants_headers(peer) {
+                return self.resolver.resolve_peer(peer);
+            }
             let mut fwd = ForwardingHeaders::new();
-            if self.resolver.wants_headers(peer) {
-                for name in ["x-forwarded-for", "forwarded"] {
-                    for v in self.headers.get_all(name) {
-                        fwd.push(name.as_bytes(), v.as_bytes());
-                    }
+            for name in ["x-forwarded-for", "forwarded"] {
+                for v in self.headers.get_all(name) {
+                    fwd.push(name.as_bytes(), v.as_bytes());
                 }
-                if self.headers.contains_key("x-real-ip") {
-                    fwd.push(b"x-real-ip", b"");
-                }
+            }
+            if self.headers.contains_key("x-real-ip") {
+                fwd.push(b"x-real-ip", b"");
             }
             self.resolver.resolve(peer, &fwd)
         })

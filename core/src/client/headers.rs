@@ -28,7 +28,7 @@ pub(crate) const MAX_LINES: usize = 8;
 /// h.push(b"content-type", b"text/plain"); // not a forwarding header: ignored
 /// assert!(h.any());
 /// ```
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ForwardingHeaders<'a> {
     pub(crate) forwarded: Lines<'a>,
     pub(crate) xff: Lines<'a>,
@@ -38,7 +38,7 @@ pub struct ForwardingHeaders<'a> {
 
 /// The last [`MAX_LINES`] lines of one header, oldest first, and whether older ones were
 /// dropped.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(crate) struct Lines<'a> {
     kept: [&'a [u8]; MAX_LINES],
     n: usize,
@@ -46,6 +46,14 @@ pub(crate) struct Lines<'a> {
 }
 
 impl<'a> Lines<'a> {
+    const fn new() -> Self {
+        Self {
+            kept: [&[]; MAX_LINES],
+            n: 0,
+            dropped: false,
+        }
+    }
+
     fn push(&mut self, v: &'a [u8]) {
         if self.n == MAX_LINES {
             self.kept.copy_within(1.., 0);
@@ -67,10 +75,23 @@ impl<'a> Lines<'a> {
     }
 }
 
+/// No forwarding header, as a constant (nothing to initialise on each request).
+pub(crate) static NONE: ForwardingHeaders<'static> = ForwardingHeaders::new();
+
+impl Default for ForwardingHeaders<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl<'a> ForwardingHeaders<'a> {
     /// No header yet.
-    pub fn new() -> Self {
-        Self::default()
+    pub const fn new() -> Self {
+        Self {
+            forwarded: Lines::new(),
+            xff: Lines::new(),
+            x_real_ip: false,
+        }
     }
 
     /// Takes one header line: `Forwarded`, `X-Forwarded-For` and `X-Real-IP` (names in any
@@ -362,7 +383,7 @@ mod tests {
     use core::net::IpAddr;
 
     fn lines<'a>(vs: &[&'a str]) -> Lines<'a> {
-        let mut l = Lines::default();
+        let mut l = Lines::new();
         for v in vs {
             l.push(v.as_bytes());
         }

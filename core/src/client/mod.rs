@@ -319,7 +319,8 @@ pub struct Resolution {
     key: ClientKey,
     source: Source,
     issue: Option<Issue>,
-    warning: Option<Warning>,
+    /// Boxed: rare, and a resolution is moved on every request.
+    warning: Option<Box<Warning>>,
 }
 
 impl Resolution {
@@ -346,7 +347,7 @@ impl Resolution {
     /// A misconfiguration, the first time this resolver sees it (each kind is reported once
     /// per resolver): the binding shows it as a warning.
     pub fn warning(&self) -> Option<&Warning> {
-        self.warning.as_ref()
+        self.warning.as_deref()
     }
 }
 
@@ -502,6 +503,12 @@ impl ClientResolver {
         }
     }
 
+    /// The client of a request from `peer` without forwarding headers (what
+    /// [`resolve`](Self::resolve) gives when [`wants_headers`](Self::wants_headers) says no).
+    pub fn resolve_peer<'a>(&self, peer: impl Into<Peer<'a>>) -> Resolution {
+        self.resolve(peer, &headers::NONE)
+    }
+
     /// The client of a request from `peer` with these forwarding headers.
     pub fn resolve<'a>(
         &self,
@@ -648,7 +655,7 @@ enum Walk<'h> {
 /// not reported yet.
 struct WarningSlot<'r> {
     resolver: &'r ClientResolver,
-    taken: Option<Warning>,
+    taken: Option<Box<Warning>>,
 }
 
 impl<'r> WarningSlot<'r> {
@@ -670,7 +677,7 @@ impl<'r> WarningSlot<'r> {
         if r.load(Ordering::Relaxed) & bit == 0 && r.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
             let w = make();
             debug_assert_eq!(w.kind(), kind);
-            self.taken = Some(w);
+            self.taken = Some(Box::new(w));
         }
     }
 }
