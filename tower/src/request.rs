@@ -14,7 +14,14 @@ pub struct RequestRef<'a> {
     headers: &'a HeaderMap,
     extensions: &'a http::Extensions,
     resolver: &'a ClientResolver,
-    client: OnceCell<Resolution>,
+    client: OnceCell<Client>,
+}
+
+/// A request's client: its key alone where the headers cannot matter (a peer address that
+/// is not a trusted proxy's, nothing to warn about), else the resolver's whole answer.
+enum Client {
+    Key(ClientKey),
+    Resolved(Resolution),
 }
 
 impl<'a> RequestRef<'a> {
@@ -68,14 +75,21 @@ impl<'a> RequestRef<'a> {
     /// The client's key (docs/CLIENT-IDENTITY.md): the peer, or the right-most untrusted hop
     /// of the forwarding header when the peer is a trusted proxy.
     pub fn client(&self) -> &ClientKey {
-        self.resolution().key()
+        match self.resolve() {
+            Client::Key(k) => k,
+            Client::Resolved(r) => r.key(),
+        }
     }
 
-    pub(crate) fn resolution(&self) -> &Resolution {
+    fn resolve(&self) -> &Client {
         self.client.get_or_init(|| {
             let peer: Peer<'_> = self.peer().into();
             if !self.resolver.wants_headers(peer) {
-                return self.resolver.resolve_peer(peer);
+                return match peer {
+                    // What `resolve` gives such a peer, without its bookkeeping.
+                    Peer::Ip(ip) => Client::Key(self.resolver.key_of(ip)),
+                    _ => Client::Resolved(self.resolver.resolve_peer(peer)),
+                };
             }
             let mut fwd = ForwardingHeaders::new();
             for name in ["x-forwarded-for", "forwarded"] {
@@ -86,12 +100,15 @@ impl<'a> RequestRef<'a> {
             if self.headers.contains_key("x-real-ip") {
                 fwd.push(b"x-real-ip", b"");
             }
-            self.resolver.resolve(peer, &fwd)
+            Client::Resolved(self.resolver.resolve(peer, &fwd))
         })
     }
 
     /// The resolution, if one was made.
     pub(crate) fn resolved(&self) -> Option<&Resolution> {
-        self.client.get()
+        match self.client.get()? {
+            Client::Resolved(r) => Some(r),
+            Client::Key(_) => None,
+        }
     }
 }
