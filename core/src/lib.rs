@@ -76,3 +76,8 @@ pub use store::{
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
+
+/// docs/CLIENT-IDENTITY.md's example for adapters, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/CLIENT-IDENTITY.md")]
+struct ClientIdentityDoctests;
