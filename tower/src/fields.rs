@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
 use sluicegate::http::HeaderStyle;
-use sluicegate::Decision;
+use sluicegate::{Decision, IntKey};
 use std::sync::OnceLock;
 
 /// The fields of a response: a list (allocated only when there is a field), so that the
@@ -88,18 +88,9 @@ fn fixed_field(style: HeaderStyle, name: &str) -> bool {
     }
 }
 
-fn push_num(buf: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    buf.extend_from_slice(&digits[i..]);
+/// `n` in decimal (the core's integer key rendering: digits on the stack).
+fn push_num(buf: &mut Vec<u8>, n: u64) {
+    buf.extend_from_slice(IntKey::new(n.into()).as_bytes());
 }
 
 fn number(n: u64) -> HeaderValue {
@@ -167,13 +158,15 @@ pub(crate) fn write(
             push_num(&mut v, reset);
             out.push(HeaderName::from_static("ratelimit"), value(v));
         }
-        HeaderStyle::Draft6 => {
+        HeaderStyle::Draft6 | HeaderStyle::Legacy => {
+            let (r, t) = if style == HeaderStyle::Draft6 {
+                ("ratelimit-remaining", "ratelimit-reset")
+            } else {
+                ("x-ratelimit-remaining", "x-ratelimit-reset")
+            };
             fixed_values.for_each(|(n, v)| out.push(n, v));
-            out.push(
-                HeaderName::from_static("ratelimit-remaining"),
-                number(remaining),
-            );
-            out.push(HeaderName::from_static("ratelimit-reset"), number(reset));
+            out.push(HeaderName::from_static(r), number(remaining));
+            out.push(HeaderName::from_static(t), number(reset));
         }
         HeaderStyle::Draft7 => {
             fixed_values.for_each(|(n, v)| out.push(n, v));
@@ -185,14 +178,6 @@ pub(crate) fn write(
             v.extend_from_slice(b", reset=");
             push_num(&mut v, reset);
             out.push(HeaderName::from_static("ratelimit"), value(v));
-        }
-        HeaderStyle::Legacy => {
-            fixed_values.for_each(|(n, v)| out.push(n, v));
-            out.push(
-                HeaderName::from_static("x-ratelimit-remaining"),
-                number(remaining),
-            );
-            out.push(HeaderName::from_static("x-ratelimit-reset"), number(reset));
         }
         _ => {
             for (n, v) in from_core(d.headers(style, policy)) {
