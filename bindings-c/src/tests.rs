@@ -20,6 +20,7 @@ fn poisoned() -> sg_decision {
         retry_after_ns: 0xA5A5,
         reset_after_ns: 0xA5A5,
         window_s: 0xA5A5,
+        shadow_rejected: true,
     }
 }
 
