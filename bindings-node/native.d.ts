@@ -130,7 +130,7 @@ export declare function keyedMaxKeys(handle: number): number
  * region name or Redis prefix (see `storeSuffixed`). `metrics`, `shadow` and `onReject`
  * (called with the key's bytes) as for `limiterNew`.
  */
-export declare function keyedNew(quota: string, clock?: ManualClock | undefined | null, maxKeys?: number | undefined | null, onFull?: string | undefined | null, shards?: number | undefined | null, store?: string | undefined | null, storeSuffix?: string | undefined | null, metrics?: boolean | undefined | null, shadow?: boolean | undefined | null, onReject?: ((rejection: [Buffer, number | bigint, Array<number | bigint | boolean>]) => void) | undefined | null): number
+export declare function keyedNew(quota: string, clock?: ManualClock | undefined | null, maxKeys?: number | undefined | null, onFull?: string | undefined | null, shards?: number | undefined | null, store?: string | undefined | null, storeSuffix?: string | undefined | null, metrics?: boolean | undefined | null, shadow?: boolean | undefined | null, onReject?: ((rejection: [Uint8Array, number | bigint, Array<number | bigint | boolean>]) => void) | undefined | null): number
 
 /** Forgets `key`'s bucket; whether it existed. */
 export declare function keyedRemove(handle: number, key: string | Uint8Array | number | bigint): boolean
