@@ -76,24 +76,14 @@ function registerLimiters(limiters, options = {}) {
       }
     },
   }))
-  for (const [name, field] of Object.entries(COUNTERS)) {
-    made.push(new client.Counter({
-      name,
-      help: help[name],
-      labelNames: names,
-      registers,
-      collect() {
-        this.reset()
-        for (const [labels, m] of snapshots()) this.inc(labels, toNumber(m[field]))
-      },
-    }))
-  }
-  const gauges = {
-    sluicegate_keys: (m) => (m.keys === null ? undefined : toNumber(m.keys)),
-    sluicegate_shadow_mode: (m) => (m.shadow ? 1 : 0),
-  }
-  for (const [name, value] of Object.entries(gauges)) {
-    made.push(new client.Gauge({
+  // One sample per limiter: counters from a field, gauges from a function (undefined: none).
+  const families = [
+    ...Object.entries(COUNTERS).map(([name, field]) => [client.Counter, name, (m) => toNumber(m[field])]),
+    [client.Gauge, 'sluicegate_keys', (m) => (m.keys === null ? undefined : toNumber(m.keys))],
+    [client.Gauge, 'sluicegate_shadow_mode', (m) => (m.shadow ? 1 : 0)],
+  ]
+  for (const [Kind, name, value] of families) {
+    made.push(new Kind({
       name,
       help: help[name],
       labelNames: names,
@@ -102,7 +92,9 @@ function registerLimiters(limiters, options = {}) {
         this.reset()
         for (const [labels, m] of snapshots()) {
           const v = value(m)
-          if (v !== undefined) this.set(labels, v)
+          if (v === undefined) continue
+          if (Kind === client.Gauge) this.set(labels, v)
+          else this.inc(labels, v)
         }
       },
     }))
