@@ -60,6 +60,11 @@ export declare class Decision {
   readonly resetAfterNs: Int
   /** The policy window in seconds (`w` of `RateLimit-Policy`). */
   readonly windowSeconds: number
+  /**
+   * Shadow mode let through a request enforcement would reject: `allowed` is true, the other
+   * figures are the rejection's.
+   */
+  readonly shadowRejected: boolean
   /** The HTTP response fields, `{ name: value }`; `Retry-After` on every rejection. */
   headers(style?: HeaderStyle, policy?: string): Record<string, string>
 }
@@ -90,6 +95,45 @@ export interface LimiterOptions {
    * ones throw `ERR_SLUICEGATE_STORE_UNSUPPORTED` instead of blocking the event loop.
    */
   store?: string
+  /** Count decisions (`metrics()`); off by default. */
+  metrics?: boolean
+  /** Start in shadow (dry-run) mode: every request goes through, `shadowRejected` marks would-be rejections. */
+  shadow?: boolean
+  /**
+   * Called after each rejection (shadow ones included), on this thread once the decision has
+   * returned; what it throws is an uncaught exception.
+   */
+  onReject?: (rejection: Rejection) => void
+}
+
+/** A rejection, as `onReject` sees it. */
+export interface Rejection {
+  /** The key's bytes (the core's key rule), or `null` for a one-bucket `Limiter`. */
+  key: Uint8Array | null
+  cost: Int
+  decision: Decision
+}
+
+/** A snapshot of a limiter's counters (docs/OPERATIONS.md, "Metrics"). */
+export interface Metrics {
+  /** Requests admitted. */
+  allowed: Int
+  /** Requests rejected (enforced). */
+  rejected: Int
+  /** Requests enforcement would have rejected, let through by shadow mode. */
+  shadowRejected: Int
+  /** Keys evicted (full buckets, or the fullest at the key bound). */
+  keysEvicted: Int
+  /** New keys refused at the key bound. */
+  keyStoreFull: Int
+  /** Calls that failed with a store's error. */
+  storeErrors: Int
+  /** Quotas set by `setQuota`. */
+  reconfigurations: Int
+  /** Keys held (a keyed limiter in memory or a region), else `null`. */
+  keys: Int | null
+  /** Whether the limiter is in shadow mode. */
+  shadow: boolean
 }
 
 /**
@@ -148,6 +192,16 @@ export declare class Limiter {
   isFull(): boolean
   /** The canonical rate string. */
   readonly quota: string
+  /**
+   * Changes the quota live (same algorithm): buckets keep their tokens, clamped to the new
+   * burst, and refill at the new rate. A shared-memory or Redis store throws
+   * `ERR_SLUICEGATE_STORE_UNSUPPORTED`.
+   */
+  setQuota(quota: Quota): void
+  /** Shadow (dry-run) mode, settable at runtime. */
+  shadow: boolean
+  /** A snapshot of the counters, or `null` when built without `metrics: true`. */
+  metrics(): Metrics | null
 }
 
 /**
@@ -213,6 +267,16 @@ export declare class KeyedLimiter {
   readonly size: number
   readonly maxKeys: number
   readonly quota: string
+  /**
+   * Changes the quota live (same algorithm): buckets keep their tokens, clamped to the new
+   * burst, and refill at the new rate. A shared-memory or Redis store throws
+   * `ERR_SLUICEGATE_STORE_UNSUPPORTED`.
+   */
+  setQuota(quota: Quota): void
+  /** Shadow (dry-run) mode, settable at runtime. */
+  shadow: boolean
+  /** A snapshot of the counters, or `null` when built without `metrics: true`. */
+  metrics(): Metrics | null
 }
 
 /** Several limiters consumed all-or-nothing; the decision reports the tightest part. */
@@ -235,6 +299,15 @@ export declare class Composite {
 
 /** The canonical rate string of a quota (throws as `new Limiter` would). */
 export declare function canonicalQuota(quota: Quota): string
+
+/**
+ * The Prometheus text (format 0.0.4) of limiters' counters, rendered by the core: `{ name:
+ * limiter }` (label `limiter="name"`) or `[labels, limiter]` pairs. Every limiter must be built
+ * with `metrics: true`.
+ */
+export declare function renderPrometheus(
+  series: Record<string, Limiter | KeyedLimiter> | Array<[Record<string, string>, Limiter | KeyedLimiter]>,
+): string
 
 /** Every `code` a sluicegate error carries. */
 export type ErrorCode =

@@ -31,7 +31,7 @@ const invalidArg = (message) => sgError('ERR_SLUICEGATE_INVALID_ARG', message, T
 
 /** The outcome of a request: a plain object (a rejection is a value, not an error). */
 class Decision {
-  constructor(allowed, limit, remaining, retryAfterMs, resetAfterMs, retryAfterNs, resetAfterNs, windowSeconds) {
+  constructor(allowed, limit, remaining, retryAfterMs, resetAfterMs, retryAfterNs, resetAfterNs, windowSeconds, shadowRejected = false) {
     this.allowed = allowed
     this.limit = limit
     this.remaining = remaining
@@ -40,6 +40,9 @@ class Decision {
     this.retryAfterNs = retryAfterNs
     this.resetAfterNs = resetAfterNs
     this.windowSeconds = windowSeconds
+    // Shadow mode let through a request enforcement would reject (`allowed` is true, the
+    // other figures are the rejection's).
+    this.shadowRejected = shadowRejected
   }
 
   /**
@@ -59,8 +62,8 @@ class Decision {
 
 /** Reads the figures the last native `decide` wrote. */
 function readDecision(allowed) {
-  if (F[7] === 0) return new Decision(allowed, F[0], F[1], F[4], F[5], F[2], F[3], F[6])
-  return new Decision(allowed, exact(U[8]), exact(U[9]), F[4], F[5], exact(U[10]), exact(U[11]), F[6])
+  if (F[7] === 0) return new Decision(allowed, F[0], F[1], F[4], F[5], F[2], F[3], F[6], F[12] === 1)
+  return new Decision(allowed, exact(U[8]), exact(U[9]), F[4], F[5], exact(U[10]), exact(U[11]), F[6], F[12] === 1)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -137,6 +140,45 @@ function storeOf(options) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Operating a limiter (docs/OPERATIONS.md): counters, shadow mode, the rejection hook
+
+function optBool(v, what) {
+  if (v !== undefined && typeof v !== 'boolean') throw invalidArg(`${what} must be a boolean`)
+  return v
+}
+
+/**
+ * `[metrics, shadow, hook]` of the options `{ metrics?, shadow?, onReject? }`. The native hook
+ * is queued after each rejection (a threadsafe function: it runs on this thread once the
+ * decision has returned) with `[key's bytes (null for one bucket), cost, decision's figures]`; `onReject` gets `{ key, cost, decision }`. What it throws is an
+ * uncaught exception, as in a timer.
+ */
+function observeOf(options) {
+  const onReject = options?.onReject
+  if (onReject !== undefined && typeof onReject !== 'function') throw invalidArg('onReject must be a function')
+  const hook = onReject && (([key, cost, figures]) => onReject({ key, cost, decision: fromFigures(figures) }))
+  return [optBool(options?.metrics, 'metrics'), optBool(options?.shadow, 'shadow'), hook]
+}
+
+/** A counters snapshot (src/ops.rs, `metricsOf`) as an object, or `null` when counting is off. */
+function metricsOf(h) {
+  const m = native.metricsOf(h)
+  if (m === null) return null
+  const [allowed, rejected, shadowRejected, keysEvicted, keyStoreFull, storeErrors, reconfigurations, keys, shadow] = m
+  return { allowed, rejected, shadowRejected, keysEvicted, keyStoreFull, storeErrors, reconfigurations, keys, shadow }
+}
+
+/** Changes a limiter's quota live (a rate string or options object). */
+function setQuota(h, quota) {
+  native.setQuota(h, toRate(quota))
+}
+
+function setShadow(h, on) {
+  if (typeof on !== 'boolean') throw invalidArg('shadow must be a boolean')
+  native.setShadow(h, on)
+}
+
+// ---------------------------------------------------------------------------------------
 // Promises: the calls on a Redis store (src/remote.rs), and the same calls answered at once
 // for the other stores, so that code written with them runs on every store
 
@@ -147,7 +189,7 @@ const REFUND_OP = 2
 /** A decision's figures from src/remote.rs, or the error it resolved with (thrown). */
 function fromFigures(v) {
   if (v instanceof Error) throw v
-  return new Decision(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7])
+  return new Decision(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8])
 }
 
 /** A refund's (or a clear's, or a remove's) answer, or the error it resolved with (thrown). */
@@ -267,6 +309,8 @@ function drive(plan, signal) {
 // Limiter
 
 let handleOf // (limiter) => its handle, for Composite
+let limiterHandle // (limiter) => its handle, for renderPrometheus
+let keyedHandle // (keyed limiter) => its handle, for renderPrometheus
 
 /**
  * One bucket (any algorithm). Every method is a single lock-free native call, except on a
@@ -280,20 +324,24 @@ class Limiter {
 
   static {
     handleOf = (l) => l.#h
+    limiterHandle = (l) => l.#h
   }
 
   /**
    * @param quota a rate string ("10/s; burst=50") or `{ count, periodMs | periodNs, burst?,
    *   initial?, refill?, algorithm?, maxDelayMs? | maxDelayNs? }`
-   * @param options `{ clock?: ManualClock, store?: 'memory' | 'shm:NAME' }`: with a
-   *   shared-memory store, every process of the host that opens the region shares the bucket
+   * @param options `{ clock?: ManualClock, store?: 'memory' | 'shm:NAME', metrics?, shadow?,
+   *   onReject? }`: with a shared-memory store, every process of the host that opens the
+   *   region shares the bucket; `metrics: true` counts decisions (`metrics()`), `shadow: true`
+   *   lets every request through, marking `shadowRejected` what enforcement would refuse, and
+   *   `onReject({ key, cost, decision })` is called after each rejection
    */
   constructor(quota, options) {
     const name = options?.[SHARED]
     if (name !== undefined) {
       this.#h = native.limiterShared(name, toRate(quota))
     } else {
-      this.#h = native.limiterNew(toRate(quota), clockOf(options), storeOf(options))
+      this.#h = native.limiterNew(toRate(quota), clockOf(options), storeOf(options), ...observeOf(options))
     }
     this.#remote = native.isRemote(this.#h)
     release.register(this, this.#h)
@@ -400,6 +448,33 @@ class Limiter {
   get quota() {
     return native.quotaOf(this.#h)
   }
+
+  /**
+   * Changes the quota live (a rate string or options object, same algorithm): the buckets keep
+   * their tokens, clamped to the new burst, and refill at the new rate (docs/OPERATIONS.md,
+   * "The carry rule"). A shared-memory or Redis store throws ERR_SLUICEGATE_STORE_UNSUPPORTED.
+   */
+  setQuota(quota) {
+    setQuota(this.#h, quota)
+  }
+
+  /** Shadow (dry-run) mode: every request goes through; `shadowRejected` marks would-be rejections. */
+  get shadow() {
+    return native.isShadow(this.#h)
+  }
+
+  set shadow(on) {
+    setShadow(this.#h, on)
+  }
+
+  /**
+   * A snapshot of the counters (`{ allowed, rejected, shadowRejected, keysEvicted,
+   * keyStoreFull, storeErrors, reconfigurations, keys, shadow }`, counts as numbers, BigInts
+   * past 2^53), or `null` when built without `metrics: true`.
+   */
+  metrics() {
+    return metricsOf(this.#h)
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -414,13 +489,18 @@ class KeyedLimiter {
   #h
   #remote
 
+  static {
+    keyedHandle = (l) => l.#h
+  }
+
   /**
    * @param quota a rate string or options object, as for `Limiter`
    * @param options `{ clock?, maxKeys? (default 2^20), onFull?: 'reject' | 'evict', shards?,
    *   store?: 'memory' | 'shm:NAME' | 'redis://...' }`: with a shared-memory store, every
    *   process of the host that opens the region shares its buckets, and `maxKeys` is the
    *   region's capacity; with a Redis store every host does, and requests are made with the
-   *   `*Async` methods and `tryAcquireMany` (Promises) only
+   *   `*Async` methods and `tryAcquireMany` (Promises) only. `metrics`, `shadow` and
+   *   `onReject` (its `key` a Buffer of the key's bytes) as for `Limiter`
    */
   constructor(quota, options = {}) {
     const name = options?.[SHARED]
@@ -435,7 +515,7 @@ class KeyedLimiter {
       throw invalidArg('shards must be an integer between 1 and 4096')
     }
     this.#h = name === undefined
-      ? native.keyedNew(toRate(quota), clock, maxKeys, onFull, shards, store, options[STORE_SUFFIX])
+      ? native.keyedNew(toRate(quota), clock, maxKeys, onFull, shards, store, options[STORE_SUFFIX], ...observeOf(options))
       : native.keyedShared(name, toRate(quota), maxKeys, onFull, shards)
     this.#remote = native.isRemote(this.#h)
     release.register(this, this.#h)
@@ -604,6 +684,33 @@ class KeyedLimiter {
   get quota() {
     return native.quotaOf(this.#h)
   }
+
+  /**
+   * Changes the quota live (a rate string or options object, same algorithm): the buckets keep
+   * their tokens, clamped to the new burst, and refill at the new rate (docs/OPERATIONS.md,
+   * "The carry rule"). A shared-memory or Redis store throws ERR_SLUICEGATE_STORE_UNSUPPORTED.
+   */
+  setQuota(quota) {
+    setQuota(this.#h, quota)
+  }
+
+  /** Shadow (dry-run) mode: every request goes through; `shadowRejected` marks would-be rejections. */
+  get shadow() {
+    return native.isShadow(this.#h)
+  }
+
+  set shadow(on) {
+    setShadow(this.#h, on)
+  }
+
+  /**
+   * A snapshot of the counters (`{ allowed, rejected, shadowRejected, keysEvicted,
+   * keyStoreFull, storeErrors, reconfigurations, keys, shadow }`, counts as numbers, BigInts
+   * past 2^53), or `null` when built without `metrics: true`.
+   */
+  metrics() {
+    return metricsOf(this.#h)
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -687,6 +794,48 @@ class Composite {
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// Prometheus
+
+/** A Limiter's or KeyedLimiter's handle (a TypeError for anything else). */
+function counted(limiter) {
+  if (limiter instanceof Limiter) return limiterHandle(limiter)
+  if (limiter instanceof KeyedLimiter) return keyedHandle(limiter)
+  throw invalidArg('renderPrometheus takes Limiter and KeyedLimiter objects built with { metrics: true }')
+}
+
+/**
+ * The Prometheus text (format 0.0.4) of limiters' counters, rendered by the core:
+ * `series` is `{ name: limiter }` (label `limiter="name"`) or an array of
+ * `[labels, limiter]` pairs, `labels` an object of strings.
+ */
+function renderPrometheus(series) {
+  const labels = []
+  const handles = []
+  if (Array.isArray(series)) {
+    for (const pair of series) {
+      if (!Array.isArray(pair) || pair.length !== 2 || pair[0] === null || typeof pair[0] !== 'object') {
+        throw invalidArg('renderPrometheus takes { name: limiter } or an array of [labels, limiter] pairs')
+      }
+      const flat = []
+      for (const [k, v] of Object.entries(pair[0])) {
+        if (typeof v !== 'string') throw invalidArg(`label ${k} must be a string`)
+        flat.push(k, v)
+      }
+      labels.push(flat)
+      handles.push(counted(pair[1]))
+    }
+  } else if (series !== null && typeof series === 'object') {
+    for (const [name, limiter] of Object.entries(series)) {
+      labels.push(['limiter', name])
+      handles.push(counted(limiter))
+    }
+  } else {
+    throw invalidArg('renderPrometheus takes { name: limiter } or an array of [labels, limiter] pairs')
+  }
+  return native.renderPrometheus(labels, handles)
+}
+
 module.exports = {
   Limiter,
   KeyedLimiter,
@@ -694,6 +843,7 @@ module.exports = {
   Decision,
   ManualClock: native.ManualClock,
   canonicalQuota: (quota) => native.canonicalQuota(toRate(quota)),
+  renderPrometheus,
   // internal, for the Express middleware and the benchmarks
   _internal: { native, toRate, invalidArg, readDecision, STORE_SUFFIX },
 }

@@ -109,6 +109,9 @@ export declare function isFull(handle: number): boolean
 /** Whether the limiter `handle` names has a bucket on a Redis store (its calls are async). */
 export declare function isRemote(handle: number): boolean
 
+/** Whether the limiter is in shadow mode. */
+export declare function isShadow(handle: number): boolean
+
 /** Forgets every bucket. */
 export declare function keyedClear(handle: number): void
 
@@ -124,9 +127,10 @@ export declare function keyedMaxKeys(handle: number): number
  * `onFull` says what a new key meets at the bound when no bucket is full: `"reject"` (the
  * default: `ERR_SLUICEGATE_KEY_STORE_FULL`) or `"evict"` (the bucket nearest to full is
  * evicted); `store` is where the buckets live (default memory), `storeSuffix` appended to its
- * region name or Redis prefix (see `storeSuffixed`).
+ * region name or Redis prefix (see `storeSuffixed`). `metrics`, `shadow` and `onReject`
+ * (called with the key's bytes) as for `limiterNew`.
  */
-export declare function keyedNew(quota: string, clock?: ManualClock | undefined | null, maxKeys?: number | undefined | null, onFull?: string | undefined | null, shards?: number | undefined | null, store?: string | undefined | null, storeSuffix?: string | undefined | null): number
+export declare function keyedNew(quota: string, clock?: ManualClock | undefined | null, maxKeys?: number | undefined | null, onFull?: string | undefined | null, shards?: number | undefined | null, store?: string | undefined | null, storeSuffix?: string | undefined | null, metrics?: boolean | undefined | null, shadow?: boolean | undefined | null, onReject?: ((rejection: [Uint8Array, number | bigint, Array<number | bigint | boolean>]) => void) | undefined | null): number
 
 /** Forgets `key`'s bucket; whether it existed. */
 export declare function keyedRemove(handle: number, key: string | Uint8Array | number | bigint): boolean
@@ -144,15 +148,24 @@ export declare function keyedSweep(handle: number): number
 /**
  * Creates a limiter for `quota` (a rate string) on the system clock or `clock`, its bucket
  * in `store` (default memory; a shared-memory region holds it as its one key); returns its
- * handle in this environment.
+ * handle in this environment. `metrics` turns the counters on, `shadow` starts it in shadow
+ * mode, `onReject([key, cost, figures])` is queued for each rejection (`ops.rs`).
  */
-export declare function limiterNew(quota: string, clock?: ManualClock | undefined | null, store?: string | undefined | null): number
+export declare function limiterNew(quota: string, clock?: ManualClock | undefined | null, store?: string | undefined | null, metrics?: boolean | undefined | null, shadow?: boolean | undefined | null, onReject?: ((rejection: [null, number | bigint, Array<number | bigint | boolean>]) => void) | undefined | null): number
 
 /**
  * The limiter named `name` in this process (created with `quota` on first use, on the system
  * clock); every worker thread that asks for the name gets the same bucket.
  */
 export declare function limiterShared(name: string, quota: string): number
+
+/**
+ * A snapshot of the counters as `[allowed, rejected, shadowRejected, keysEvicted,
+ * keyStoreFull, storeErrors, reconfigurations, keys (null: not a keyed limiter in this
+ * process or a region), shadow]`, counts as numbers while safe integers, else BigInts; `null`
+ * when the limiter was built without `metrics: true`.
+ */
+export declare function metricsOf(handle: number): Array<number | bigint | boolean | null> | null
 
 /** Benchmark floor: an empty `#[napi]` function of the `allow` shape. */
 export declare function noopNapiAllow(handle: number, cost: number): boolean
@@ -231,6 +244,27 @@ export declare function remoteMany(handle: number, keys: Array<string | Uint8Arr
  * (`Decision::from_figures` + `Decision::headers`): `[name, value, name, value, ...]`.
  */
 export declare function renderHeaders(allowed: boolean, limit: number | bigint, remaining: number | bigint, retryAfterNs: number | bigint, resetAfterNs: number | bigint, windowSeconds: number | bigint, style: string, policy: string): Array<string>
+
+/**
+ * The Prometheus text (format 0.0.4) of the limiters `handles`, each with its label set
+ * (`labels[i]`: `[name, value, name, value, ...]`), by the core's `render_prometheus`; a
+ * limiter without counters is `ERR_SLUICEGATE_INVALID_ARG`, a bad or repeated label set the
+ * core's `ERR_SLUICEGATE_INVALID_OPTION`.
+ */
+export declare function renderPrometheus(labels: Array<Array<string>>, handles: Array<number>): string
+
+/**
+ * Changes the quota of a limiter or keyed limiter live (the core's `set_quota`, its carry
+ * rule); a shared-memory region or Redis store refuses with
+ * `ERR_SLUICEGATE_STORE_UNSUPPORTED`, another algorithm with `ERR_SLUICEGATE_INVALID_OPTION`.
+ */
+export declare function setQuota(handle: number, quota: string): void
+
+/** `set_quota` at an explicit clock reading (simulations, tests). */
+export declare function setQuotaAt(handle: number, quota: string, nowNs: bigint | number): void
+
+/** Turns shadow (dry-run) mode on or off. */
+export declare function setShadow(handle: number, on: boolean): void
 
 /**
  * `store` (parsed and printed by the core, a Redis password redacted) with `suffix` appended

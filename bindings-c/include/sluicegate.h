@@ -186,7 +186,79 @@ typedef struct sg_decision {
   // The policy window in whole seconds (`w` of the IETF `RateLimit-Policy` field: the
   // time an empty bucket takes to fill, at least 1). `sg_decision_headers` renders it.
   uint64_t window_s;
+  // Shadow mode let this request through although enforcement would reject it: `allowed`
+  // is true, the other figures are the rejection's (docs/OPERATIONS.md, "Shadow mode").
+  bool shadow_rejected;
 } sg_decision;
+
+// Called after each rejection (shadow ones included), on the deciding thread, after the
+// decision and outside the limiter's locks (it may call the limiter, `sg_*_set_quota`
+// included). `key`/`key_len`: the key's bytes, valid during the call (NULL and 0 for a
+// single-bucket limiter); `decision`: the decision returned (`shadow_rejected` set in shadow
+// mode), valid during the call. It must not unwind (no C++ exception, no `longjmp` out).
+typedef void (*sg_reject_fn)(void *user_data,
+                             const uint8_t *key,
+                             size_t key_len,
+                             uint64_t cost,
+                             const struct sg_decision *decision);
+
+// What a limiter observes, for `sg_limiter_new_observed` and `sg_keyed_limiter_new_observed`.
+// A zeroed struct observes nothing.
+typedef struct sg_observe {
+  // Count decisions (`sg_*_metrics`).
+  bool metrics;
+  // Start in shadow (dry-run) mode: every request is admitted, `shadow_rejected` marks
+  // those enforcement would reject (see `sg_*_set_shadow`).
+  bool shadow;
+  // NULL, or the hook called for each rejection.
+  sg_reject_fn on_reject;
+  // Passed to `on_reject` as is; it must stay valid, and the hook callable from every
+  // thread that decides, until the limiter is freed.
+  void *user_data;
+} sg_observe;
+
+// A snapshot of a limiter's counters (docs/OPERATIONS.md, "Metrics"): every decision is
+// counted once as `allowed`, `rejected` or `shadow_rejected`.
+typedef struct sg_metrics {
+  // Requests admitted.
+  uint64_t allowed;
+  // Requests rejected (enforced).
+  uint64_t rejected;
+  // Requests enforcement would have rejected, let through by shadow mode.
+  uint64_t shadow_rejected;
+  // Keys evicted (full buckets, or the fullest at the key bound).
+  uint64_t keys_evicted;
+  // New keys refused at the key bound (`SG_ERR_KEY_STORE_FULL`).
+  uint64_t key_store_full;
+  // Calls that failed with a store's error (`SG_ERR_STORE_*`).
+  uint64_t store_errors;
+  // Quotas set by `sg_*_set_quota`.
+  uint64_t reconfigurations;
+  // Keys held (when `has_keys`: a keyed limiter in memory or a region).
+  uint64_t keys;
+  // Whether `keys` is given.
+  bool has_keys;
+  // Whether the limiter is in shadow mode.
+  bool shadow;
+} sg_metrics;
+
+// One label of a series: NUL-terminated UTF-8 name and value.
+typedef struct sg_label {
+  // The label's name (`[a-zA-Z_][a-zA-Z0-9_]*`, not `outcome`, not starting with `__`).
+  const char *name;
+  // Its value (any UTF-8; escaped by the renderer).
+  const char *value;
+} sg_label;
+
+// One series of `sg_render_prometheus`: a snapshot and its labels.
+typedef struct sg_series {
+  // `n_labels` labels (NULL only with 0).
+  const struct sg_label *labels;
+  // How many.
+  size_t n_labels;
+  // The snapshot (from `sg_limiter_metrics` or `sg_keyed_limiter_metrics`).
+  struct sg_metrics metrics;
+} sg_series;
 
 // A quota's parameters, as `sg_quota_get_info` reports them.
 typedef struct sg_quota_info {
@@ -720,6 +792,124 @@ sg_result sg_limiter_now(const struct sg_limiter *limiter, uint64_t *out_ns);
 // # Safety
 // `limiter` is NULL or a live handle that no thread uses any more.
 void sg_limiter_free(struct sg_limiter *limiter);
+
+// Like `sg_limiter_new_in_store`, with what the limiter observes: `store` NULL is `"memory"`,
+// `clock` NULL the default clock, `observe` NULL nothing observed.
+//
+// # Safety
+// `quota` and `clock` are NULL or live handles; `store` is NULL or a NUL-terminated string;
+// `observe` is NULL or valid for one read; `out` is NULL or valid for one write.
+sg_result sg_limiter_new_observed(const struct sg_quota *quota,
+                                  const char *store,
+                                  const struct sg_manual_clock *clock,
+                                  const struct sg_observe *observe,
+                                  struct sg_limiter **out);
+
+// Like `sg_keyed_limiter_new_in_store`, with what the limiter observes (`store` NULL is
+// `"memory"`, `clock` NULL the default clock, `observe` NULL nothing observed). The hook gets
+// each rejected key's bytes.
+//
+// # Safety
+// As `sg_limiter_new_observed`.
+sg_result sg_keyed_limiter_new_observed(const struct sg_quota *quota,
+                                        const char *store,
+                                        uint64_t max_keys,
+                                        uint32_t on_full,
+                                        const struct sg_manual_clock *clock,
+                                        const struct sg_observe *observe,
+                                        struct sg_keyed_limiter **out);
+
+// Changes the limiter's quota live (`quota` is copied; same algorithm): the bucket keeps its
+// tokens, clamped to the new burst, and refills at the new rate (docs/OPERATIONS.md, "The
+// carry rule"). Errors: `SG_ERR_INVALID_OPTION` (another algorithm or refill mode),
+// `SG_ERR_STORE_UNSUPPORTED` (a shared-memory region or Redis); the limiter is then unchanged.
+//
+// # Safety
+// `limiter` and `quota` are NULL or live handles.
+sg_result sg_limiter_set_quota(const struct sg_limiter *limiter, const struct sg_quota *quota);
+
+// `sg_limiter_set_quota` at the clock reading `now_ns`.
+//
+// # Safety
+// `limiter` and `quota` are NULL or live handles.
+sg_result sg_limiter_set_quota_at(const struct sg_limiter *limiter,
+                                  const struct sg_quota *quota,
+                                  uint64_t now_ns);
+
+// Turns shadow (dry-run) mode on or off: every request is then admitted, and
+// `sg_decision.shadow_rejected` marks those enforcement would reject.
+//
+// # Safety
+// `limiter` is NULL or a live handle.
+sg_result sg_limiter_set_shadow(const struct sg_limiter *limiter, bool on);
+
+// Writes whether the limiter is in shadow mode to `*out`.
+//
+// # Safety
+// `limiter` is NULL or a live handle; `out` is NULL or valid for one write.
+sg_result sg_limiter_is_shadow(const struct sg_limiter *limiter, bool *out);
+
+// Writes a snapshot of the counters to `*out` and whether the limiter counts to `*counting`
+// (false, and a zeroed `*out`, when built without `metrics`).
+//
+// # Safety
+// `limiter` is NULL or a live handle; `out` and `counting` are NULL or valid for one write.
+sg_result sg_limiter_metrics(const struct sg_limiter *limiter,
+                             struct sg_metrics *out,
+                             bool *counting);
+
+// `sg_limiter_set_quota` for every key of a keyed limiter (keys first seen afterwards start
+// fresh under the new quota).
+//
+// # Safety
+// `limiter` and `quota` are NULL or live handles.
+sg_result sg_keyed_limiter_set_quota(const struct sg_keyed_limiter *limiter,
+                                     const struct sg_quota *quota);
+
+// `sg_keyed_limiter_set_quota` at the clock reading `now_ns`.
+//
+// # Safety
+// `limiter` and `quota` are NULL or live handles.
+sg_result sg_keyed_limiter_set_quota_at(const struct sg_keyed_limiter *limiter,
+                                        const struct sg_quota *quota,
+                                        uint64_t now_ns);
+
+// `sg_limiter_set_shadow` for a keyed limiter.
+//
+// # Safety
+// `limiter` is NULL or a live handle.
+sg_result sg_keyed_limiter_set_shadow(const struct sg_keyed_limiter *limiter, bool on);
+
+// `sg_limiter_is_shadow` for a keyed limiter.
+//
+// # Safety
+// `limiter` is NULL or a live handle; `out` is NULL or valid for one write.
+sg_result sg_keyed_limiter_is_shadow(const struct sg_keyed_limiter *limiter, bool *out);
+
+// `sg_limiter_metrics` for a keyed limiter (`keys`: the keys held, for memory and regions).
+//
+// # Safety
+// `limiter` is NULL or a live handle; `out` and `counting` are NULL or valid for one write.
+sg_result sg_keyed_limiter_metrics(const struct sg_keyed_limiter *limiter,
+                                   struct sg_metrics *out,
+                                   bool *counting);
+
+// Renders `n` series in the Prometheus text format (0.0.4) by the core's `render_prometheus`
+// into `buf` (NUL-terminated; `*out_written` gets the bytes written, NUL excluded), like
+// `sg_result_message`: `SG_ERR_BUFFER_TOO_SMALL` when truncated (about 1.6 KiB plus 600
+// bytes per series, more with long labels). Errors: `SG_ERR_INVALID_OPTION` (a bad label
+// name, a repeated name, two series with one label set), `SG_ERR_INVALID_ARGUMENT` (text
+// that is not UTF-8), `SG_ERR_NULL_ARGUMENT`.
+//
+// # Safety
+// `series` is NULL (only with `n == 0`) or valid for `n` reads, each with `n_labels` labels
+// of NUL-terminated strings; `buf` is NULL (only with `len == 0`) or valid for `len` bytes of
+// writes; `out_written` is NULL or valid for one write.
+sg_result sg_render_prometheus(const struct sg_series *series,
+                               size_t n,
+                               char *buf,
+                               size_t len,
+                               size_t *out_written);
 
 // Parses a rate string such as `"10/s; burst=50"`, `"100 per minute"`,
 // `"1/s; burst=4; initial=1; refill=interval"` or `"5/s; algorithm=gcra"` (grammar in

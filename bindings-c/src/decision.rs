@@ -22,6 +22,9 @@ pub struct sg_decision {
     /// The policy window in whole seconds (`w` of the IETF `RateLimit-Policy` field: the
     /// time an empty bucket takes to fill, at least 1). `sg_decision_headers` renders it.
     pub window_s: u64,
+    /// Shadow mode let this request through although enforcement would reject it: `allowed`
+    /// is true, the other figures are the rejection's (docs/OPERATIONS.md, "Shadow mode").
+    pub shadow_rejected: bool,
 }
 
 impl sg_decision {
@@ -35,6 +38,7 @@ impl sg_decision {
             retry_after_ns: d.retry_after_nanos(),
             reset_after_ns: d.reset_after_nanos(),
             window_s: d.window_secs(),
+            shadow_rejected: d.shadow_rejected(),
         }
     }
 

@@ -92,6 +92,10 @@ unsafe fn read_decision(p: *const sg_decision) -> sg_decision {
             retry_after_ns: core::ptr::addr_of!((*p).retry_after_ns).read(),
             reset_after_ns: core::ptr::addr_of!((*p).reset_after_ns).read(),
             window_s: core::ptr::addr_of!((*p).window_s).read(),
+            shadow_rejected: core::ptr::addr_of!((*p).shadow_rejected)
+                .cast::<u8>()
+                .read()
+                != 0,
         }
     }
 }

@@ -71,7 +71,7 @@ unsafe fn key_bytes<'a>(key: *const u8, len: usize, func: &str) -> Result<&'a [u
     Ok(unsafe { core::slice::from_raw_parts(key, len) })
 }
 
-fn max_keys(n: u64, func: &str) -> Result<usize, sg_result> {
+pub(crate) fn max_keys(n: u64, func: &str) -> Result<usize, sg_result> {
     usize::try_from(n).map_err(|_| {
         fail(
             sg_result::SG_ERR_INVALID_ARGUMENT,

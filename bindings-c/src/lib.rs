@@ -22,6 +22,7 @@ mod handle;
 mod http;
 mod keyed;
 mod limiter;
+mod ops;
 mod options;
 mod quota;
 mod redis;
@@ -53,6 +54,13 @@ pub use limiter::{
     sg_limiter_new_in_store, sg_limiter_new_with_clock, sg_limiter_now, sg_limiter_peek,
     sg_limiter_refund, sg_limiter_refund_at, sg_limiter_reserve, sg_limiter_try_acquire,
     sg_limiter_try_acquire_at,
+};
+pub use ops::{
+    sg_keyed_limiter_is_shadow, sg_keyed_limiter_metrics, sg_keyed_limiter_new_observed,
+    sg_keyed_limiter_set_quota, sg_keyed_limiter_set_quota_at, sg_keyed_limiter_set_shadow,
+    sg_label, sg_limiter_is_shadow, sg_limiter_metrics, sg_limiter_new_observed,
+    sg_limiter_set_quota, sg_limiter_set_quota_at, sg_limiter_set_shadow, sg_metrics, sg_observe,
+    sg_reject_fn, sg_render_prometheus, sg_series,
 };
 pub use options::{sg_header_style, sg_on_full, sg_refill};
 pub use quota::{

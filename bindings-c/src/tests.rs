@@ -20,6 +20,7 @@ fn poisoned() -> sg_decision {
         retry_after_ns: 0xA5A5,
         reset_after_ns: 0xA5A5,
         window_s: 0xA5A5,
+        shadow_rejected: true,
     }
 }
 
@@ -315,7 +316,7 @@ fn store_strings_are_checked_before_anything_is_made() {
             expect(
                 sg_keyed_limiter_new_in_store(q, bad.as_ptr(), 4, 0, null(), &mut k),
                 sg_result::SG_ERR_INVALID_OPTION,
-                "\"memory\" or \"shm:NAME[?capacity=N]\"",
+                "\"memory\", \"shm:NAME[?capacity=N]\" or a Redis URL",
             );
         }
         expect(

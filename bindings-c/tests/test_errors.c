@@ -269,7 +269,7 @@ static void test_invalid_options(void) {
   CHECK_DETAIL("on_full must be");
   CHECK(k == NULL);
 
-  sg_decision d = {true, 2, 1, 0, S / 2, 1};
+  sg_decision d = {true, 2, 1, 0, S / 2, 1, false};
   char buf[64] = "untouched";
   size_t n = 123;
   CHECK_RC(sg_decision_headers(&d, 5, NULL, 0, buf, sizeof buf, &n), SG_ERR_INVALID_OPTION);

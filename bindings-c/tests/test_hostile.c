@@ -167,7 +167,7 @@ static void uint64_max_costs(void) {
   CHECK_OK(sg_keyed_limiter_refund(k, KEY("a"), UINT64_MAX));
   sg_keyed_limiter_free(k);
   /* HTTP fields of the largest figures render without overflow. */
-  sg_decision big = {false, UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX};
+  sg_decision big = {false, UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX, false};
   char buf[512];
   size_t w = 0;
   CHECK_OK(sg_decision_headers(&big, SG_HEADERS_IETF, KEY("p"), buf, sizeof buf, &w));

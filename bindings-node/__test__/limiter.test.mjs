@@ -23,7 +23,7 @@ test('the README example: 10/s with a burst of 2', () => {
   assert.ok(d instanceof Decision)
   assert.deepEqual({ ...d }, {
     allowed: false, limit: 2, remaining: 0, retryAfterMs: 100, resetAfterMs: 200,
-    retryAfterNs: 100_000_000, resetAfterNs: 200_000_000, windowSeconds: 1,
+    retryAfterNs: 100_000_000, resetAfterNs: 200_000_000, windowSeconds: 1, shadowRejected: false,
   })
   clock.advance(100_000_000n)
   assert.equal(l.allow(), true)

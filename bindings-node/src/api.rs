@@ -108,19 +108,31 @@ fn store_of(store: Option<&str>, suffix: Option<&str>) -> std::result::Result<St
 
 /// Creates a limiter for `quota` (a rate string) on the system clock or `clock`, its bucket
 /// in `store` (default memory; a shared-memory region holds it as its one key); returns its
-/// handle in this environment.
-#[napi]
+/// handle in this environment. `metrics` turns the counters on, `shadow` starts it in shadow
+/// mode, `onReject([key, cost, figures])` is queued for each rejection (`ops.rs`).
+#[napi(
+    ts_args_type = "quota: string, clock?: ManualClock | undefined | null, store?: string | undefined | null, metrics?: boolean | undefined | null, shadow?: boolean | undefined | null, onReject?: ((rejection: [null, number | bigint, Array<number | bigint | boolean>]) => void) | undefined | null"
+)]
+#[allow(clippy::too_many_arguments)]
 pub fn limiter_new(
     env: Env,
     quota: String,
     clock: Option<&ManualClock>,
     store: Option<String>,
+    metrics: Option<bool>,
+    shadow: Option<bool>,
+    on_reject: Option<crate::ops::HookFn<'_>>,
 ) -> std::result::Result<u32, JsErr> {
-    let limiter = Limiter::builder(parse(&quota)?)
+    let mut builder = Limiter::builder(parse(&quota)?)
         .clock(AnyClock::new(clock.map(|c| &c.inner)))
         .store(store_of(store.as_deref(), None)?)
-        .build()
-        .map_err(from_core)?;
+        .metrics(metrics.unwrap_or(false))
+        .shadow(shadow.unwrap_or(false));
+    if let Some(hook) = crate::ops::hook_of(on_reject)? {
+        builder =
+            builder.on_reject(move |r| crate::ops::show(&hook, None, r.cost(), *r.decision()));
+    }
+    let limiter = builder.build().map_err(from_core)?;
     env_state(&env)?.insert(Arc::new(Entry::new(Entry::Single(limiter))))
 }
 
@@ -152,6 +164,15 @@ fn on_full_of(name: Option<&str>) -> std::result::Result<OnFull, JsErr> {
     name.map_or(Ok(OnFull::default()), |n| n.parse().map_err(from_core))
 }
 
+/// What a keyed limiter observes (`ops.rs`): counters, shadow mode, the rejection hook.
+#[derive(Default)]
+struct Observe {
+    metrics: bool,
+    shadow: bool,
+    hook: Option<crate::ops::Hook>,
+}
+
+#[allow(clippy::too_many_arguments)]
 fn keyed_build(
     quota: Quota,
     clock: AnyClock,
@@ -159,10 +180,18 @@ fn keyed_build(
     on_full: OnFull,
     shards: Option<u32>,
     store: StoreSpec,
+    observe: Observe,
 ) -> std::result::Result<Entry, JsErr> {
     let mut b = KeyedLimiter::<Box<[u8]>>::builder(quota)
         .clock(clock)
-        .store(store);
+        .store(store)
+        .metrics(observe.metrics)
+        .shadow(observe.shadow);
+    if let Some(hook) = observe.hook {
+        b = b.on_reject(move |r| {
+            crate::ops::show(&hook, Some(r.key().clone()), r.cost(), *r.decision());
+        });
+    }
     if let Some(n) = max_keys {
         if n == 0 {
             return Err(invalid_arg("maxKeys must be at least 1"));
@@ -181,8 +210,11 @@ fn keyed_build(
 /// `onFull` says what a new key meets at the bound when no bucket is full: `"reject"` (the
 /// default: `ERR_SLUICEGATE_KEY_STORE_FULL`) or `"evict"` (the bucket nearest to full is
 /// evicted); `store` is where the buckets live (default memory), `storeSuffix` appended to its
-/// region name or Redis prefix (see `storeSuffixed`).
-#[napi]
+/// region name or Redis prefix (see `storeSuffixed`). `metrics`, `shadow` and `onReject`
+/// (called with the key's bytes) as for `limiterNew`.
+#[napi(
+    ts_args_type = "quota: string, clock?: ManualClock | undefined | null, maxKeys?: number | undefined | null, onFull?: string | undefined | null, shards?: number | undefined | null, store?: string | undefined | null, storeSuffix?: string | undefined | null, metrics?: boolean | undefined | null, shadow?: boolean | undefined | null, onReject?: ((rejection: [Uint8Array, number | bigint, Array<number | bigint | boolean>]) => void) | undefined | null"
+)]
 #[allow(clippy::too_many_arguments)]
 pub fn keyed_new(
     env: Env,
@@ -193,11 +225,27 @@ pub fn keyed_new(
     shards: Option<u32>,
     store: Option<String>,
     store_suffix: Option<String>,
+    metrics: Option<bool>,
+    shadow: Option<bool>,
+    on_reject: Option<crate::ops::HookFn<'_>>,
 ) -> std::result::Result<u32, JsErr> {
     let clock = AnyClock::new(clock.map(|c| &c.inner));
     let on_full = on_full_of(on_full.as_deref())?;
     let store = store_of(store.as_deref(), store_suffix.as_deref())?;
-    let entry = keyed_build(parse(&quota)?, clock, max_keys, on_full, shards, store)?;
+    let observe = Observe {
+        metrics: metrics.unwrap_or(false),
+        shadow: shadow.unwrap_or(false),
+        hook: crate::ops::hook_of(on_reject)?,
+    };
+    let entry = keyed_build(
+        parse(&quota)?,
+        clock,
+        max_keys,
+        on_full,
+        shards,
+        store,
+        observe,
+    )?;
     env_state(&env)?.insert(Arc::new(entry))
 }
 
@@ -227,6 +275,7 @@ pub fn keyed_shared(
             on_full,
             shards,
             StoreSpec::Memory,
+            Observe::default(),
         )
     })?;
     env_state(&env)?.insert(entry)

@@ -57,6 +57,8 @@ pub mod slot {
     pub const INEXACT: usize = 7;
     /// First of the four exact u64 copies (limit, remaining, retry ns, reset ns).
     pub const EXACT: usize = 8;
+    /// 1.0 when shadow mode let a would-be rejection through (`Decision::shadow_rejected`).
+    pub const SHADOW: usize = 12;
 }
 
 struct Call {
@@ -207,6 +209,8 @@ pub(crate) fn write_scratch(state: &EnvState, d: &Decision) {
             .write(reset.div_ceil(1_000_000) as f64);
         f.add(slot::WINDOW_S).write(d.window_secs() as f64);
         f.add(slot::INEXACT).write(if inexact { 1.0 } else { 0.0 });
+        f.add(slot::SHADOW)
+            .write(if d.shadow_rejected() { 1.0 } else { 0.0 });
         if inexact {
             for (i, x) in exact.iter().enumerate() {
                 p.add(slot::EXACT + i).write(*x);

@@ -7,6 +7,7 @@
 //! * `hot.rs`: the per-request calls, hand-written against Node-API (see there why);
 //! * `api.rs`: construction, inspection and the `ManualClock` class, through `#[napi]`;
 //! * `remote.rs`: the calls on a Redis store, as Promises (the event loop never waits);
+//! * `ops.rs`: live reconfiguration, shadow mode, counters, Prometheus text, rejection hook;
 //! * `acquire.rs`: `acquire()`'s plan (the core's), polled from `index.js`'s timers;
 //! * `state.rs`: per-environment handle slab and scratch buffer, shared-limiter registry;
 //! * `errors.rs`: the one core-error mapping; `args.rs`: number/BigInt conversion;
@@ -21,6 +22,7 @@ mod args;
 mod errors;
 mod hot;
 mod keys;
+mod ops;
 mod remote;
 mod state;
 

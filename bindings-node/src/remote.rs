@@ -80,14 +80,15 @@ impl From<std::result::Result<(), sluicegate::Error>> for Answer {
 }
 
 /// A figure as a JavaScript number while it is a safe integer, else a `bigint`.
-enum Figure {
+pub(crate) enum Figure {
     Bool(bool),
     Num(f64),
     Big(u64),
+    Null,
 }
 
 impl Figure {
-    fn exact(x: u64) -> Self {
+    pub(crate) fn exact(x: u64) -> Self {
         if x as f64 <= MAX_SAFE {
             Figure::Num(x as f64)
         } else {
@@ -104,13 +105,14 @@ impl ToNapiValue for Figure {
                 Figure::Bool(b) => bool::to_napi_value(env, b),
                 Figure::Num(x) => f64::to_napi_value(env, x),
                 Figure::Big(x) => BigInt::to_napi_value(env, BigInt::from(x)),
+                Figure::Null => Null::to_napi_value(env, Null),
             }
         }
     }
 }
 
 /// The figures `index.js` makes a `Decision` of (the order of its constructor).
-fn figures(d: &Decision) -> Vec<Figure> {
+pub(crate) fn figures(d: &Decision) -> Vec<Figure> {
     let (retry, reset) = (d.retry_after_nanos(), d.reset_after_nanos());
     vec![
         Figure::Bool(d.allowed()),
@@ -121,6 +123,7 @@ fn figures(d: &Decision) -> Vec<Figure> {
         Figure::exact(retry),
         Figure::exact(reset),
         Figure::Num(d.window_secs() as f64),
+        Figure::Bool(d.shadow_rejected()),
     ]
 }
 

@@ -9,6 +9,7 @@
 use crate::acquire::Acquire;
 use crate::convert::{self, opt_uint, uint};
 use crate::errors::to_py;
+use crate::ops;
 use crate::remote::{self, Remote};
 use crate::{quota_arg, stats_dict, PyDecision, PyManualClock, PyQuota};
 use pyo3::exceptions::{PyOverflowError, PyTypeError};
@@ -156,7 +157,7 @@ impl PyKeyedLimiter {
 #[pymethods]
 impl PyKeyedLimiter {
     #[new]
-    #[pyo3(signature = (quota, *, clock=None, max_keys=None, on_full="reject", shards=None, store=None))]
+    #[pyo3(signature = (quota, *, clock=None, max_keys=None, on_full="reject", shards=None, store=None, metrics=false, shadow=false, on_reject=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -166,6 +167,9 @@ impl PyKeyedLimiter {
         on_full: &str,
         shards: Option<&Bound<'_, PyAny>>,
         store: Option<&str>,
+        metrics: bool,
+        shadow: bool,
+        on_reject: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let quota = quota_arg(quota)?;
         let on_full = on_full.parse::<OnFull>().map_err(to_py)?;
@@ -173,7 +177,12 @@ impl PyKeyedLimiter {
         let remote = Remote::of(&spec).map_err(to_py)?;
         let mut builder = KeyedLimiter::<Box<[u8]>>::builder(quota)
             .on_full(on_full)
-            .store(spec);
+            .store(spec)
+            .metrics(metrics)
+            .shadow(shadow);
+        if let Some(hook) = ops::hook_arg(on_reject, py)? {
+            builder = builder.on_reject(ops::hook::<Box<[u8]>>(hook));
+        }
         // Given, a region must have this capacity (a new one is made with it); not given, the
         // core's default bound, or an existing region's capacity.
         if let Some(n) = opt_uint(max_keys, "max_keys")? {
@@ -454,12 +463,48 @@ impl PyKeyedLimiter {
         self.inner.clock().now()
     }
 
-    /// The quota every key's bucket enforces.
+    /// The quota every key's bucket enforces now.
     #[getter]
     fn quota(&self) -> PyQuota {
         PyQuota {
             inner: self.inner.quota(),
         }
+    }
+
+    /// Changes the quota live for every key (see `Limiter.set_quota`; keys first seen
+    /// afterwards start fresh under the new quota). A StoreError (kind "unsupported") on a
+    /// shared-memory region or Redis.
+    fn set_quota(&self, py: Python<'_>, quota: &Bound<'_, PyAny>) -> PyResult<()> {
+        let quota = quota_arg(quota)?;
+        self.call(py, |l| l.set_quota(quota)).map_err(to_py)
+    }
+
+    /// `set_quota` at an explicit reading of this limiter's clock, in nanoseconds.
+    fn set_quota_at(
+        &self,
+        py: Python<'_>,
+        quota: &Bound<'_, PyAny>,
+        now_ns: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let quota = quota_arg(quota)?;
+        let now = uint(now_ns, "now_ns")?;
+        self.call(py, |l| l.set_quota_at(quota, now)).map_err(to_py)
+    }
+
+    /// Shadow (dry-run) mode (see `Limiter.shadow`). Settable.
+    #[getter]
+    fn shadow(&self) -> bool {
+        self.inner.is_shadow()
+    }
+
+    #[setter]
+    fn set_shadow(&self, on: bool) {
+        self.inner.set_shadow(on);
+    }
+
+    /// A snapshot of the counters, or None when built without `metrics=True`.
+    fn metrics(&self) -> Option<ops::PyMetrics> {
+        self.inner.metrics().map(Into::into)
     }
 
     /// The manual clock given at construction, or None for the system clock.

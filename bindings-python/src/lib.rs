@@ -17,6 +17,7 @@ mod composite;
 mod convert;
 mod errors;
 mod keyed;
+mod ops;
 mod remote;
 
 use acquire::Acquire;
@@ -308,6 +309,12 @@ impl PyDecision {
     fn window_secs(&self) -> u64 {
         self.inner.window_secs()
     }
+    /// Whether enforcement would have rejected this request, let through by shadow mode
+    /// (then `allowed` is True, with the rejection's `remaining` and `retry_after`).
+    #[getter]
+    fn shadow_rejected(&self) -> bool {
+        self.inner.shadow_rejected()
+    }
 
     /// A decision from its figures (e.g. ones stored elsewhere), so that `headers()` renders
     /// them exactly as the core renders its own decisions.
@@ -364,12 +371,17 @@ impl PyDecision {
     fn __repr__(&self) -> String {
         let d = &self.inner;
         format!(
-            "Decision(allowed={}, limit={}, remaining={}, retry_after_ns={}, reset_after_ns={})",
+            "Decision(allowed={}, limit={}, remaining={}, retry_after_ns={}, reset_after_ns={}{})",
             if d.allowed() { "True" } else { "False" },
             d.limit(),
             d.remaining(),
             d.retry_after_nanos(),
-            d.reset_after_nanos()
+            d.reset_after_nanos(),
+            if d.shadow_rejected() {
+                ", shadow_rejected=True"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -380,7 +392,7 @@ impl PyDecision {
 /// key of a Redis or Valkey server that every host on the same URL and quota shares.
 #[pyclass(module = "sluicegate", name = "Limiter", frozen)]
 pub(crate) struct PyLimiter {
-    inner: Limiter<AnyClock>,
+    pub(crate) inner: Limiter<AnyClock>,
     clock: Option<Py<PyManualClock>>,
     /// Set for a bucket on Redis.
     remote: Option<Remote>,
@@ -389,18 +401,29 @@ pub(crate) struct PyLimiter {
 #[pymethods]
 impl PyLimiter {
     #[new]
-    #[pyo3(signature = (quota, *, clock=None, store=None))]
+    #[pyo3(signature = (quota, *, clock=None, store=None, metrics=false, shadow=false, on_reject=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         quota: &Bound<'_, PyAny>,
         clock: Option<Py<PyManualClock>>,
         store: Option<&str>,
+        metrics: bool,
+        shadow: bool,
+        on_reject: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let quota = quota_arg(quota)?;
         let runtime = AnyClock::new(clock.as_ref().map(|c| &c.get().inner));
         let spec = convert::store(store)?;
         let remote = Remote::of(&spec).map_err(to_py)?;
-        let builder = Limiter::builder(quota).store(spec).clock(runtime);
+        let mut builder = Limiter::builder(quota)
+            .store(spec)
+            .clock(runtime)
+            .metrics(metrics)
+            .shadow(shadow);
+        if let Some(hook) = ops::hook_arg(on_reject, py)? {
+            builder = builder.on_reject(ops::single_hook(hook));
+        }
         let inner = remote::call(py, remote.as_ref(), || builder.build()).map_err(to_py)?;
         Ok(Self {
             inner,
@@ -588,12 +611,50 @@ impl PyLimiter {
         self.inner.clock().now()
     }
 
-    /// The quota this limiter enforces.
+    /// The quota this limiter enforces now.
     #[getter]
     fn quota(&self) -> PyQuota {
         PyQuota {
             inner: self.inner.quota(),
         }
+    }
+
+    /// Changes the quota live (a Quota or a rate string of the same algorithm): the bucket
+    /// keeps its tokens, clamped to the new burst, and refills at the new rate
+    /// (docs/OPERATIONS.md, "The carry rule"). A StoreError (kind "unsupported") on a
+    /// shared-memory region or Redis.
+    fn set_quota(&self, py: Python<'_>, quota: &Bound<'_, PyAny>) -> PyResult<()> {
+        let quota = quota_arg(quota)?;
+        self.call(py, |l| l.set_quota(quota)).map_err(to_py)
+    }
+
+    /// `set_quota` at an explicit reading of this limiter's clock, in nanoseconds.
+    fn set_quota_at(
+        &self,
+        py: Python<'_>,
+        quota: &Bound<'_, PyAny>,
+        now_ns: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let quota = quota_arg(quota)?;
+        let now = uint(now_ns, "now_ns")?;
+        self.call(py, |l| l.set_quota_at(quota, now)).map_err(to_py)
+    }
+
+    /// Shadow (dry-run) mode: decisions are made and counted, but every request goes through
+    /// (`Decision.shadow_rejected` marks the ones enforcement would reject). Settable.
+    #[getter]
+    fn shadow(&self) -> bool {
+        self.inner.is_shadow()
+    }
+
+    #[setter]
+    fn set_shadow(&self, on: bool) {
+        self.inner.set_shadow(on);
+    }
+
+    /// A snapshot of the counters, or None when built without `metrics=True`.
+    fn metrics(&self) -> Option<ops::PyMetrics> {
+        self.inner.metrics().map(Into::into)
     }
 
     /// The manual clock given at construction, or None for the system clock.
@@ -793,6 +854,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<keyed::PyKeyedLimiter>()?;
     m.add_class::<composite::PyComposite>()?;
     m.add_class::<acquire::PyAcquire>()?;
+    m.add_class::<ops::PyMetrics>()?;
+    m.add_class::<ops::PyRejection>()?;
+    m.add_function(wrap_pyfunction!(ops::render_prometheus, m)?)?;
     m.add("DEFAULT_MAX_KEYS", sluicegate::DEFAULT_MAX_KEYS)?;
     m.add_function(wrap_pyfunction!(_noop, m)?)?;
     m.add_function(wrap_pyfunction!(_store_with_suffix, m)?)?;

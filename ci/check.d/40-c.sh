@@ -99,8 +99,8 @@ echo "== the README's C quickstart is examples/quickstart.c"
 readme_snippet() { awk '/^```c$/ { on = 1; next } on && /^```$/ { exit } on' bindings-c/README.md; }
 run "README quickstart == examples/quickstart.c" \
   cmp -s <(readme_snippet) bindings-c/examples/quickstart.c
-# A block opened with "```c examples/FILE.c" is a run of consecutive lines of that example
-# (indentation aside), which the tests compile and run.
+# A block opened with "```c examples/FILE.c" (or tests/FILE.c) is a run of consecutive lines
+# of that file (indentation aside), which the tests compile and run.
 readme_fragments() {
   awk '
     function strip(s) { sub(/^[ \t]+/, "", s); sub(/[ \t]+$/, "", s); return s }
@@ -114,7 +114,7 @@ readme_fragments() {
       }
       return 0
     }
-    /^```c examples\/[a-z_]+\.c$/ { file = "bindings-c/" $2; n = 0; on = 1; next }
+    /^```c (examples|tests)\/[a-z_]+\.c$/ { file = "bindings-c/" $2; n = 0; on = 1; next }
     on && /^```$/ {
       on = 0; checked++
       if (!found(file, n)) { print "README: a block is not in " file > "/dev/stderr"; bad++ }

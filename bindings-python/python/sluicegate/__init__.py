@@ -19,11 +19,14 @@ from sluicegate._native import (
     KeyStoreFull,
     Limiter,
     ManualClock,
+    Metrics,
     Quota,
     RateLimited,
+    Rejection,
     Reservation,
     StoreError,
     __version__,
+    render_prometheus,
 )
 
 #: The base exception, under the name STYLE.md uses.
@@ -43,10 +46,13 @@ __all__ = [
     "KeyedLimiter",
     "Limiter",
     "ManualClock",
+    "Metrics",
     "Quota",
     "RateLimited",
+    "Rejection",
     "Reservation",
     "SluicegateError",
     "StoreError",
     "__version__",
+    "render_prometheus",
 ]
