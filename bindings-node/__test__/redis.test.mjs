@@ -126,7 +126,8 @@ describe('on a running server', needsRedis(), () => {
 
   test('removeAsync and clearAsync on the server; every key expires by itself', async () => {
     const prefix = `clear${n++}`
-    const k = new KeyedLimiter('100/s; burst=2', { store: `${srv.url}?prefix=${prefix}&timeout=1s` })
+    // Slow enough that no bucket is full (and its key gone) before it is removed.
+    const k = new KeyedLimiter('2/minute', { store: `${srv.url}?prefix=${prefix}&timeout=1s` })
     await k.tryAcquireMany(['x', 'y', 'z'])
     const keys = async () => (await command(srv.port, 'KEYS', `${prefix}:*`)).split('\r\n').filter((l) => l.startsWith(prefix))
     assert.equal((await keys()).length, 3)
@@ -136,7 +137,8 @@ describe('on a running server', needsRedis(), () => {
     assert.deepEqual(await keys(), [])
     // A bucket that is full again is gone: 2 tokens at 100/s refill in 20 ms, and the key
     // expires then (polled for up to 3 s: a loaded machine may delay this side, not Redis).
-    await k.tryAcquireAsync('w', 2)
+    const fast = new KeyedLimiter('100/s; burst=2', { store: `${srv.url}?prefix=${prefix}&timeout=1s` })
+    await fast.tryAcquireAsync('w', 2)
     const until = Date.now() + 3000
     let left = await keys()
     while (left.length > 0 && Date.now() < until) {
