@@ -46,6 +46,31 @@ def opens_early(store: str) -> bool:
     return _store_kind(store) != "redis"
 
 
+def header_key(name: str, fallback: KeyFunc) -> KeyFunc:
+    """Keys by a request header (``request.headers.get(name)``, as Django and Starlette
+    requests have it); `fallback` when it is absent."""
+
+    def key(request: Any) -> Any:
+        value = request.headers.get(name)
+        return f"{name}:{value}" if value else fallback(request)
+
+    key.__name__ = f"header_{name}"
+    return key
+
+
+def named_key(spec: str | KeyFunc, named: dict[str, KeyFunc], header: Callable[[str], KeyFunc]) -> KeyFunc:
+    """A key function from a callable, one of `named`, or "header:NAME"."""
+    if callable(spec):
+        return spec
+    found = named.get(spec)
+    if found is not None:
+        return found
+    if spec.startswith("header:") and len(spec) > len("header:"):
+        return header(spec[len("header:") :])
+    names = ", ".join(f'"{n}"' for n in named)
+    raise ValueError(f'unknown key function {spec!r} (use {names} or "header:NAME")')
+
+
 class Rule:
     """One limit: its quota, the key function that picks its bucket, and a cost.
 

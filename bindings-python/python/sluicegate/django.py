@@ -63,6 +63,7 @@ from sluicegate._web import (
     check_async,
     checked_store,
     default_rules,
+    header_key,
     header_style,
     message,
     quotas,
@@ -85,12 +86,7 @@ def remote_address(request: Any) -> str:
 
 def header(name: str, fallback: KeyFunc = remote_address) -> KeyFunc:
     """Keys by a request header; `fallback` when it is absent."""
-
-    def key(request: Any) -> Any:
-        value = request.headers.get(name)
-        return f"{name}:{value}" if value else fallback(request)
-
-    return key
+    return header_key(name, fallback)
 
 
 def user(fallback: KeyFunc = remote_address) -> KeyFunc:
