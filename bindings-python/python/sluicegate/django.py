@@ -134,7 +134,8 @@ class _Config:
         self.headers_on_allowed = bool(raw.get("HEADERS_ON_ALLOWED", True))
         self.policy = raw.get("POLICY", "default")
         self.store = checked_store(raw.get("STORAGE", MEMORY))
-        self.defaults = default_rules(raw.get("DEFAULT_LIMITS"), raw.get("MAX_KEYS"))
+        self.max_keys = raw.get("MAX_KEYS")
+        self.defaults = default_rules(raw.get("DEFAULT_LIMITS"), self.max_keys)
         for rule in self.defaults:
             rule.open_early(self.store)
 
