@@ -2,7 +2,8 @@
 
 Every decision comes from the Rust core (one atomic word per bucket, exact integer
 arithmetic); this package converts arguments and maps errors. Framework integrations live in
-``sluicegate.flask`` and ``sluicegate.django`` and import their framework lazily.
+``sluicegate.flask``, ``sluicegate.django``, ``sluicegate.starlette`` (Starlette and FastAPI)
+and ``sluicegate.drf`` (Django REST framework) and import their framework lazily.
 """
 
 from sluicegate._native import (
