@@ -9,6 +9,7 @@ and ``sluicegate.drf`` (Django REST framework) and import their framework lazily
 from sluicegate._native import (
     CENTURY_NS,
     DEFAULT_MAX_KEYS,
+    ClientResolver,
     ClockOutOfRange,
     Composite,
     Decision,
@@ -32,6 +33,7 @@ SluicegateError = Error
 
 __all__ = [
     "CENTURY_NS",
+    "ClientResolver",
     "ClockOutOfRange",
     "Composite",
     "DEFAULT_MAX_KEYS",

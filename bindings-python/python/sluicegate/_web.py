@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, Union
 
-from sluicegate._native import Decision, KeyedLimiter, Quota, _store_kind, _store_with_suffix
+from sluicegate._native import ClientResolver, Decision, KeyedLimiter, Quota, _store_kind, _store_with_suffix
 
 #: A key function takes the framework's request (Flask: no argument needed, but the request
 #: is passed anyway) and returns a str, bytes or int key.
@@ -44,6 +44,20 @@ def opens_early(store: str) -> bool:
     fork), or at the limit's first request in each process: a Redis store's connections
     belong to the process that opens them, which must be the worker."""
     return _store_kind(store) != "redis"
+
+
+#: The client identity of a key function used outside a configured app: the peer address,
+#: IPv6 by /64 (forwarding headers are never believed; a request from a private peer that
+#: carries one is warned about once).
+PEER_ONLY = ClientResolver()
+
+
+def client_resolver(trusted_proxies: Any = None, ipv6_prefix: int | None = None) -> ClientResolver:
+    """The core's resolver of an app's configuration (checked at once: a bad value raises
+    InvalidOptionError or TypeError): `trusted_proxies` None (the peer is the client), a hop
+    count, or addresses / CIDR ranges / "loopback", "private", "linklocal"; `ipv6_prefix`
+    the bits an IPv6 client is keyed by (64)."""
+    return ClientResolver(trusted_proxies=trusted_proxies, ipv6_prefix=64 if ipv6_prefix is None else ipv6_prefix)
 
 
 def header_key(name: str, fallback: KeyFunc) -> KeyFunc:

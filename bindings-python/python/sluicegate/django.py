@@ -11,6 +11,8 @@
         "ENABLED": True,
         "MAX_KEYS": None,
         "STORAGE": "memory",                # or "shm:NAME" (one host), "redis://HOST:6379/0" (every host)
+        "TRUSTED_PROXIES": None,            # or a hop count, or ["10.0.0.0/8", "loopback", ...]
+        "IPV6_PREFIX": 64,
     }
 
     # views.py
@@ -62,6 +64,7 @@ from sluicegate._web import (
     check,
     check_async,
     checked_store,
+    client_resolver,
     default_rules,
     header_key,
     header_style,
@@ -80,8 +83,20 @@ _ATTR = "_sluicegate"
 
 
 def remote_address(request: Any) -> str:
-    """``REMOTE_ADDR`` (behind a proxy, set it from a trusted header in a middleware first)."""
-    return request.META.get("REMOTE_ADDR") or "127.0.0.1"
+    """The client: ``REMOTE_ADDR``, or behind the trusted proxies of
+    ``SLUICEGATE["TRUSTED_PROXIES"]`` the right-most hop of ``X-Forwarded-For`` (or
+    ``Forwarded``) they did not add; IPv6 by its /64 (``IPV6_PREFIX``). A client-sent
+    ``X-Forwarded-For`` without a trusted proxy changes nothing."""
+    meta = request.META
+    peer = meta.get("REMOTE_ADDR")
+    resolver = _get_config().resolver
+    if not resolver.wants_headers(peer):
+        return resolver.resolve(peer)
+    lines = [(name, meta[field]) for name, field in _FORWARDING if field in meta]
+    return resolver.resolve(peer, lines)
+
+
+_FORWARDING = (("x-forwarded-for", "HTTP_X_FORWARDED_FOR"), ("forwarded", "HTTP_FORWARDED"))
 
 
 def header(name: str, fallback: KeyFunc = remote_address) -> KeyFunc:
@@ -124,7 +139,10 @@ class _Config:
 
     def __init__(self) -> None:
         raw = dict(getattr(settings, "SLUICEGATE", {}))
-        known = {"DEFAULT_LIMITS", "KEY", "HEADERS", "HEADERS_ON_ALLOWED", "POLICY", "ENABLED", "MAX_KEYS", "STORAGE"}
+        known = {
+            "DEFAULT_LIMITS", "KEY", "HEADERS", "HEADERS_ON_ALLOWED", "POLICY", "ENABLED", "MAX_KEYS", "STORAGE",
+            "TRUSTED_PROXIES", "IPV6_PREFIX",
+        }  # fmt: skip
         unknown = set(raw) - known
         if unknown:
             raise ValueError(f"unknown SLUICEGATE settings: {sorted(unknown)}")
@@ -135,6 +153,7 @@ class _Config:
         self.policy = raw.get("POLICY", "default")
         self.store = checked_store(raw.get("STORAGE", MEMORY))
         self.max_keys = raw.get("MAX_KEYS")
+        self.resolver = client_resolver(raw.get("TRUSTED_PROXIES"), raw.get("IPV6_PREFIX"))
         self.defaults = default_rules(raw.get("DEFAULT_LIMITS"), self.max_keys)
         for rule in self.defaults:
             rule.open_early(self.store)

@@ -22,6 +22,12 @@ Configuration (``app.config``, read by ``init_app``; constructor arguments win):
 * ``SLUICEGATE_HEADERS_ON_ALLOWED`` (True): add the RateLimit fields to allowed responses too.
 * ``SLUICEGATE_POLICY`` ("default"): the policy name in the IETF fields.
 * ``SLUICEGATE_MAX_KEYS`` (the core's default): the key bound of each limit.
+* ``SLUICEGATE_TRUSTED_PROXIES`` (None): whose forwarding headers ``remote_address``
+  believes: None (the peer address is the client: a client-sent ``X-Forwarded-For`` changes
+  nothing), a hop count, or a list of addresses, CIDR ranges and "loopback", "private",
+  "linklocal"; the client is then the right-most untrusted hop (docs/CLIENT-IDENTITY.md).
+  ``SLUICEGATE_IPV6_PREFIX`` (64): an IPv6 client is keyed by its /64. Constructor:
+  ``trusted_proxies=``, ``ipv6_prefix=``.
 * ``SLUICEGATE_STORAGE`` ("memory"): where the limits' buckets live. "memory" is each
   process's own; ``"shm:NAME"`` is a shared-memory region per limit that every worker process
   of the host shares (``gunicorn -w 4`` then enforces one ``10/minute``, not four): the limit
@@ -54,11 +60,13 @@ from flask import Flask, current_app, g, request
 from sluicegate._native import Decision, RateLimited
 from sluicegate._web import (
     MEMORY,
+    PEER_ONLY,
     KeyFunc,
     Rates,
     Rule,
     check,
     checked_store,
+    client_resolver,
     default_rules,
     header_style,
     message,
@@ -75,8 +83,11 @@ _EXEMPT = "__sluicegate_exempt__"
 
 
 def remote_address(req: Any = None) -> str:
-    """The client's address (behind a proxy, use werkzeug's ProxyFix so this is the client)."""
-    return request.remote_addr or "127.0.0.1"
+    """The client: the peer address, or behind the app's trusted proxies the right-most hop
+    they did not add (``SLUICEGATE_TRUSTED_PROXIES``); IPv6 by its /64."""
+    found = current_app.extensions.get("sluicegate")
+    resolver = found[1].resolver if found is not None else PEER_ONLY
+    return resolver.resolve(request.remote_addr, request.headers.items())
 
 
 def header(name: str, fallback: KeyFunc = remote_address) -> KeyFunc:
@@ -136,6 +147,7 @@ class _State:
     policy: str
     style: Any
     max_keys: int | None
+    resolver: Any
     store: str
 
 
@@ -153,8 +165,12 @@ class Sluicegate:
         policy: str | None = None,
         on_breach: Callable[[RateLimited], Any] | None = None,
         storage: str | None = None,
+        trusted_proxies: int | str | list[str] | None = None,
+        ipv6_prefix: int | None = None,
     ) -> None:
         self._key_func = key_func
+        self._trusted_proxies = trusted_proxies
+        self._ipv6_prefix = ipv6_prefix
         self._storage = storage
         # The decorated limits, and the stores of the apps this extension serves: a limit
         # opens its store when both are known (at import, so that a server that forks after
@@ -182,6 +198,10 @@ class Sluicegate:
         state.policy = pick(self._policy, "SLUICEGATE_POLICY", "default")
         state.headers_on_allowed = bool(cfg.get("SLUICEGATE_HEADERS_ON_ALLOWED", True))
         state.max_keys = cfg.get("SLUICEGATE_MAX_KEYS")
+        state.resolver = client_resolver(
+            pick(self._trusted_proxies, "SLUICEGATE_TRUSTED_PROXIES", None),
+            pick(self._ipv6_prefix, "SLUICEGATE_IPV6_PREFIX", None),
+        )
         state.store = checked_store(pick(self._storage, "SLUICEGATE_STORAGE", MEMORY))
         state.defaults = default_rules(
             pick(self._default_limits, "SLUICEGATE_DEFAULT_LIMITS", None), state.max_keys

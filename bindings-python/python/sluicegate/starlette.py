@@ -30,8 +30,14 @@ Configuration (constructor arguments):
 
 * ``default_limits`` ([]): rates applied by the middleware to every route without limits of
   its own, counted per route and client.
-* ``key_func`` (``remote_address``): a callable of the Request, or "remote_address",
-  "header:NAME".
+* ``key_func`` ("remote_address"): a callable of the Request, or "remote_address" (the
+  client, ``Sluicegate.client``), "header:NAME".
+* ``trusted_proxies`` (None): whose forwarding headers the client identity believes: None
+  (the peer address is the client: a client-sent ``X-Forwarded-For`` changes nothing), a hop
+  count, or a list of addresses, CIDR ranges and "loopback", "private", "linklocal"; the client
+  is then the right-most untrusted hop (docs/CLIENT-IDENTITY.md). ``ipv6_prefix`` (64): an
+  IPv6 client is keyed by its /64. (Do not also run uvicorn's ``--proxy-headers`` with
+  ``--forwarded-allow-ips='*'``: it rewrites the peer from the header before this sees it.)
 * ``headers`` ("ietf"): "ietf", "draft6", "draft7", "legacy" or "none";
   ``headers_on_allowed`` (True): the RateLimit fields on allowed responses too.
 * ``policy`` ("default"): the policy name in the IETF fields.
@@ -56,9 +62,10 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Match
 
-from sluicegate._native import Decision, RateLimited
+from sluicegate._native import ClientResolver, Decision, RateLimited
 from sluicegate._web import (
     MEMORY,
+    PEER_ONLY,
     KeyFunc,
     Outcome,
     Rates,
@@ -66,6 +73,7 @@ from sluicegate._web import (
     check,
     check_async,
     checked_store,
+    client_resolver,
     default_rules,
     header_key,
     header_style,
@@ -91,10 +99,15 @@ _DECISIONS = "sluicegate.decisions"
 
 
 def remote_address(request: Request) -> str:
-    """The peer's address (behind a proxy, run uvicorn with ``--proxy-headers`` and
-    ``--forwarded-allow-ips`` so this is the client)."""
+    """The peer address (IPv6 by its /64), whatever forwarding headers say: the key function
+    for use outside a ``Sluicegate``, whose own default (``Sluicegate.client``) also believes
+    its trusted proxies."""
+    return _client(PEER_ONLY, request)
+
+
+def _client(resolver: ClientResolver, request: Request) -> str:
     client = request.client
-    return client.host if client is not None and client.host else "127.0.0.1"
+    return resolver.resolve(client.host if client is not None else None, request.scope.get("headers"))
 
 
 def header(name: str, fallback: KeyFunc = remote_address) -> KeyFunc:
@@ -125,9 +138,12 @@ class Sluicegate:
         max_keys: int | None = None,
         storage: str = MEMORY,
         on_breach: Callable[[Request, RateLimited], Response] | None = None,
+        trusted_proxies: int | str | list[str] | None = None,
+        ipv6_prefix: int = 64,
     ) -> None:
         self.enabled = enabled
-        self.key_func = _key_of(key_func)
+        self.resolver = client_resolver(trusted_proxies, ipv6_prefix)
+        self.key_func = self.client if key_func == "remote_address" else _key_of(key_func)
         self.style: Any = header_style(headers)
         self.headers_on_allowed = headers_on_allowed
         self.policy = policy
@@ -139,6 +155,11 @@ class Sluicegate:
         self._remote = not opens_early(self.store)
         for rule in self.defaults:
             rule.open_early(self.store)
+
+    def client(self, request: Request) -> str:
+        """The client a request comes from: the peer address, or behind the trusted proxies
+        the right-most hop they did not add; IPv6 by its prefix."""
+        return _client(self.resolver, request)
 
     def limit(
         self,
