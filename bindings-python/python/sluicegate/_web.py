@@ -93,9 +93,13 @@ class Rule:
     a region of its own, ``<store name>.<region_suffix(quota, scope)>``; on Redis under a key
     prefix of its own, ``<prefix>:<region_suffix(quota, scope)>``. `policy` names it in the
     IETF RateLimit fields (None: the integration's default); `scoped` rules count each view
-    separately (default limits)."""
+    separately (default limits). `deduct_when`, a function of the response, says whether an
+    admitted request counts: when it returns False the request's tokens are refunded (the
+    core's refund) once the response is known."""
 
-    __slots__ = ("_limiters", "_lock", "cost", "key_func", "max_keys", "policy", "quota", "scope", "scoped")
+    __slots__ = (
+        "_limiters", "_lock", "cost", "deduct_when", "key_func", "max_keys", "policy", "quota", "scope", "scoped",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -107,8 +111,10 @@ class Rule:
         policy: str | None = None,
         scoped: bool = False,
         max_keys: int | None = None,
+        deduct_when: Callable[[Any], bool] | None = None,
     ) -> None:
         self.quota = rate if isinstance(rate, Quota) else Quota(rate)
+        self.deduct_when = deduct_when
         self.key_func = key_func
         self.scope = scope
         self.cost = cost
@@ -181,6 +187,9 @@ def rate_list(rates: Rates | None) -> list[str | Quota]:
 
 
 Outcome = tuple[Union[Decision, None], Union[Rule, None], bool]
+#: What an admitted request took from the rules that count it only by its response:
+#: (limiter, key, cost, rule).
+Taken = list[tuple[KeyedLimiter, Any, int, Rule]]
 
 
 def check(
@@ -189,15 +198,17 @@ def check(
     default_key: KeyFunc,
     scope: str | None = None,
     store: str = MEMORY,
+    taken: Taken | None = None,
 ) -> Outcome:
     """Asks every rule, on `store`; returns (decision to report, its rule, allowed).
 
     All rules must admit the request. When one rejects, the tokens the earlier ones took are
     refunded, so a rejected request costs nothing anywhere. The decision reported when all
     admit is the one with the fewest tokens left (the binding policy). On Redis each call
-    waits for the server with the GIL released.
+    waits for the server with the GIL released. An admitted request's tokens from rules with
+    a `deduct_when` are added to `taken`, for ``settle`` once the response is known.
     """
-    steps = _steps(rules, request, default_key, scope, store)
+    steps = _steps(rules, request, default_key, scope, store, taken)
     try:
         method, key, cost = next(steps)
         while True:
@@ -212,10 +223,11 @@ async def check_async(
     default_key: KeyFunc,
     scope: str | None = None,
     store: str = MEMORY,
+    taken: Taken | None = None,
 ) -> Outcome:
     """`check` for async views: every call awaited (on Redis without blocking the event
     loop; an in-process store answers at once)."""
-    steps = _steps(rules, request, default_key, scope, store, asynchronous=True)
+    steps = _steps(rules, request, default_key, scope, store, taken, asynchronous=True)
     try:
         method, key, cost = next(steps)
         while True:
@@ -230,11 +242,12 @@ def _steps(
     default_key: KeyFunc,
     scope: str | None,
     store: str,
+    taken_out: Taken | None,
     asynchronous: bool = False,
 ) -> Generator[tuple[Callable[..., Any], Any, int], Any, Outcome]:
     """What `check` and `check_async` share: yields each call to make, `(method, key,
     cost)`, receives its outcome, and returns the check's outcome."""
-    taken: list[tuple[KeyedLimiter, Any, int]] = []
+    taken: Taken = []
     best: Decision | None = None
     best_rule: Rule | None = None
     for rule in rules:
@@ -246,13 +259,33 @@ def _steps(
         acquire = limiter.try_acquire_async if asynchronous else limiter.try_acquire
         decision = yield acquire, key, cost
         if not decision:
-            for lim, k, c in taken:
+            for lim, k, c, _ in taken:
                 yield (lim.refund_async if asynchronous else lim.refund), k, c
             return decision, rule, False
-        taken.append((limiter, key, cost))
+        taken.append((limiter, key, cost, rule))
         if best is None or decision.remaining < best.remaining:
             best, best_rule = decision, rule
+    if taken_out is not None:
+        taken_out.extend(t for t in taken if t[3].deduct_when is not None)
     return best, best_rule, True
+
+
+def _unearned(taken: Taken | None, response: Any) -> list[tuple[KeyedLimiter, Any, int]]:
+    """The tokens of `taken` whose rule does not count this response."""
+    return [(lim, k, c) for lim, k, c, rule in taken or () if not rule.deduct_when(response)]  # type: ignore[misc]
+
+
+def settle(taken: Taken | None, response: Any) -> None:
+    """Refunds what the rules with a `deduct_when` took, where it returns False for
+    `response` (on Redis, a round trip with the GIL released)."""
+    for lim, k, c in _unearned(taken, response):
+        lim.refund(k, c)
+
+
+async def settle_async(taken: Taken | None, response: Any) -> None:
+    """``settle`` for async code: every refund awaited."""
+    for lim, k, c in _unearned(taken, response):
+        await lim.refund_async(k, c)
 
 
 def header_style(style: str) -> str:

@@ -19,7 +19,8 @@ read and rewritten in the cache for every request), and anything a quota string 
 (``burst=``, ``algorithm=sliding_window``, ...) is allowed. One keyed limiter per scope and
 rate serves every view and thread of the process (on ``"shm:NAME"`` every worker process of
 the host; on Redis every host), on the store of ``SLUICEGATE["STORAGE"]`` as
-``sluicegate.django`` reads it; ``SLUICEGATE["ENABLED"] = False`` turns them off. The client
+``sluicegate.django`` reads it; ``SLUICEGATE["ENABLED"] = False`` turns them off, and
+``SLUICEGATE["SKIP"]`` (a function of the request) lets chosen requests through. The client
 is the peer address (``REMOTE_ADDR``): unlike DRF's ``get_ident``, an ``X-Forwarded-For``
 header sent by a client is never its key. As in DRF, every throttle of a view counts a
 request, including one that another throttle rejects.
@@ -36,7 +37,7 @@ from rest_framework.throttling import BaseThrottle
 
 from sluicegate._native import Decision, Quota
 from sluicegate._web import Rule
-from sluicegate.django import _get_config, remote_address
+from sluicegate.django import _get_config, _skipped, remote_address
 
 __all__ = ["AnonRateThrottle", "ScopedRateThrottle", "SluicegateThrottle", "UserRateThrottle"]
 
@@ -99,7 +100,7 @@ class SluicegateThrottle(BaseThrottle):  # type: ignore[misc]
         if self.rate is None:
             return True
         config = _get_config()
-        if not config.enabled:
+        if _skipped(request, config):
             return True
         key = self.get_cache_key(request, view)
         if key is None:

@@ -14,6 +14,8 @@
 Configuration (``app.config``, read by ``init_app``; constructor arguments win):
 
 * ``SLUICEGATE_ENABLED`` (True): turn every check off, e.g. in tests.
+* ``SLUICEGATE_SKIP`` (None): a function of the request; True lets the request through
+  unlimited (an allowlist, health checks). Constructor: ``skip=``.
 * ``SLUICEGATE_DEFAULT_LIMITS`` ([]): rates applied to every view without its own
   ``@limit``, counted per view and client.
 * ``SLUICEGATE_KEY_FUNC`` (``remote_address``): a callable, or "remote_address",
@@ -64,6 +66,7 @@ from sluicegate._web import (
     KeyFunc,
     Rates,
     Rule,
+    Taken,
     check,
     checked_store,
     client_resolver,
@@ -71,6 +74,7 @@ from sluicegate._web import (
     header_style,
     message,
     quotas,
+    settle,
     view_rules,
 )
 
@@ -148,6 +152,7 @@ class _State:
     style: Any
     max_keys: int | None
     resolver: Any
+    skip: Callable[[Any], bool] | None
     store: str
 
 
@@ -167,8 +172,10 @@ class Sluicegate:
         storage: str | None = None,
         trusted_proxies: int | str | list[str] | None = None,
         ipv6_prefix: int | None = None,
+        skip: Callable[[Any], bool] | None = None,
     ) -> None:
         self._key_func = key_func
+        self._skip = skip
         self._trusted_proxies = trusted_proxies
         self._ipv6_prefix = ipv6_prefix
         self._storage = storage
@@ -193,6 +200,7 @@ class Sluicegate:
             return arg if arg is not None else cfg.get(name, default)
 
         state.enabled = bool(pick(self._enabled, "SLUICEGATE_ENABLED", True))
+        state.skip = pick(self._skip, "SLUICEGATE_SKIP", None)
         state.key_func = key_func(pick(self._key_func, "SLUICEGATE_KEY_FUNC", "remote_address"))
         state.style = header_style(pick(self._headers, "SLUICEGATE_HEADERS", "ietf"))
         state.policy = pick(self._policy, "SLUICEGATE_POLICY", "default")
@@ -223,10 +231,14 @@ class Sluicegate:
         cost: int | Callable[[Any], int] = 1,
         policy: str | None = None,
         max_keys: int | None = None,
+        deduct_when: Callable[[Any], bool] | None = None,
     ) -> Callable[[F], F]:
         """Limits a view (replacing the default limits for it). Several rates, or several
         decorators, must all admit a request. `key` defaults to the app's key function;
-        `cost` may be a function of the request. Each view it decorates counts on its own."""
+        `cost` may be a function of the request. Each view it decorates counts on its own.
+        `deduct_when`, a function of the response, counts only the requests whose response
+        it accepts (``lambda r: r.status_code < 400``: failures are free); the others get
+        their tokens back."""
         kf = None if key is None else key_func(key)
         parsed = quotas(rates)
         if not parsed:
@@ -234,7 +246,9 @@ class Sluicegate:
 
         def decorate(view: F) -> F:
             existing = view.__dict__.get(_LIMITS) or []
-            rules = view_rules(view, existing, parsed, kf, cost=cost, policy=policy, max_keys=max_keys)
+            rules = view_rules(
+                view, existing, parsed, kf, cost=cost, policy=policy, max_keys=max_keys, deduct_when=deduct_when
+            )
             for store in self._stores:
                 for rule in rules:
                     rule.open_early(store)
@@ -253,7 +267,7 @@ class Sluicegate:
 
     def _before_request(self) -> Any:
         _, state = current_app.extensions["sluicegate"]
-        if not state.enabled or request.endpoint is None:
+        if not state.enabled or request.endpoint is None or (state.skip is not None and state.skip(request)):
             return None
         view = current_app.view_functions.get(request.endpoint)
         if view is None or getattr(view, _EXEMPT, False):
@@ -261,8 +275,9 @@ class Sluicegate:
         rules = getattr(view, _LIMITS, None) or state.defaults
         if not rules:
             return None
-        decision, rule, allowed = check(rules, request, state.key_func, request.endpoint, state.store)
-        g._sluicegate = (decision, rule)
+        taken: Taken = []
+        decision, rule, allowed = check(rules, request, state.key_func, request.endpoint, state.store, taken)
+        g._sluicegate = (decision, rule, taken)
         if not allowed:
             return self._rate_limited(RateLimited(decision))  # type: ignore[arg-type]
         return None
@@ -272,7 +287,8 @@ class Sluicegate:
         if found is None:
             return response
         _, state = current_app.extensions["sluicegate"]
-        decision, rule = found
+        decision, rule, taken = found
+        settle(taken, response)
         if decision and state.headers_on_allowed:
             self._add_headers(response, decision, (rule and rule.policy) or state.policy, state)
         return response

@@ -42,6 +42,13 @@ Configuration (constructor arguments):
   ``headers_on_allowed`` (True): the RateLimit fields on allowed responses too.
 * ``policy`` ("default"): the policy name in the IETF fields.
 * ``enabled`` (True): turn every check off, e.g. in tests.
+* ``skip`` (None): a function of the Request; True lets it through unlimited (an allowlist,
+  health checks).
+
+``deduct_when=`` on ``limit`` and ``dependency`` (a function of the response: its
+``status_code`` and ``headers``) counts only the requests whose response it accepts
+(``lambda r: r.status_code < 400``: failures are free); the others get their tokens back once
+the response starts (a dependency's, when ``RateLimitMiddleware`` is installed).
 * ``max_keys``: the key bound of each limit (the core's default).
 * ``storage`` ("memory"): "memory" (each process's own), ``"shm:NAME"`` (a shared-memory
   region per limit, shared by every worker process of the host) or a Redis URL (every
@@ -57,6 +64,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any, TypeVar
 
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -81,6 +89,8 @@ from sluicegate._web import (
     named_key,
     opens_early,
     quotas,
+    settle,
+    settle_async,
     view_rules,
 )
 
@@ -96,6 +106,8 @@ _LIMITS = "__sluicegate_limits__"
 _EXEMPT = "__sluicegate_exempt__"
 #: The scope entry where the dependency leaves its decisions for the middleware's headers.
 _DECISIONS = "sluicegate.decisions"
+#: The scope entry where checks leave what rules with a `deduct_when` took.
+_TAKEN = "sluicegate.taken"
 
 
 def remote_address(request: Request) -> str:
@@ -140,8 +152,10 @@ class Sluicegate:
         on_breach: Callable[[Request, RateLimited], Response] | None = None,
         trusted_proxies: int | str | list[str] | None = None,
         ipv6_prefix: int = 64,
+        skip: Callable[[Request], bool] | None = None,
     ) -> None:
         self.enabled = enabled
+        self.skip = skip
         self.resolver = client_resolver(trusted_proxies, ipv6_prefix)
         self.key_func = self.client if key_func == "remote_address" else _key_of(key_func)
         self.style: Any = header_style(headers)
@@ -170,12 +184,13 @@ class Sluicegate:
         policy: str | None = None,
         max_keys: int | None = None,
         name: str | None = None,
+        deduct_when: Callable[[Any], bool] | None = None,
     ) -> Callable[[F], F]:
         """Marks an endpoint with limits that ``RateLimitMiddleware`` applies (instead of the
         default limits). Several rates, or several decorators, must all admit a request; a
         `name` makes it a limit shared by every endpoint that names it. The endpoint is
         returned unchanged."""
-        rules_of = self._rules(rates, key, cost, policy, max_keys, name)
+        rules_of = self._rules(rates, key, cost, policy, max_keys, name, deduct_when)
 
         def decorate(endpoint: F) -> F:
             existing = endpoint.__dict__.get(_LIMITS) or []
@@ -193,11 +208,12 @@ class Sluicegate:
         policy: str | None = None,
         max_keys: int | None = None,
         name: str | None = None,
+        deduct_when: Callable[[Any], bool] | None = None,
     ) -> RateLimit:
         """A FastAPI dependency: ``Depends(limiter.dependency("10/s"))``. Counted per route
         (the route's path template) unless `name` makes it one limit shared by the routes
         that name it."""
-        rules = self._rules(rates, key, cost, policy, max_keys, name)(None, [])
+        rules = self._rules(rates, key, cost, policy, max_keys, name, deduct_when)(None, [])
         return RateLimit(self, rules)
 
     def exempt(self, endpoint: F) -> F:
@@ -213,6 +229,7 @@ class Sluicegate:
         policy: str | None,
         max_keys: int | None,
         name: str | None,
+        deduct_when: Callable[[Any], bool] | None,
     ) -> Callable[[Any, Sequence[Rule]], list[Rule]]:
         """The rules of one `limit` or `dependency`, given the endpoint (None: a dependency,
         counted per route) and the rules it has already."""
@@ -220,7 +237,9 @@ class Sluicegate:
         parsed = quotas(rates)
         if not parsed:
             raise ValueError("a limit needs at least one rate")
-        options: dict[str, Any] = {"cost": cost, "policy": policy, "max_keys": max_keys or self.max_keys}
+        options: dict[str, Any] = {
+            "cost": cost, "policy": policy, "max_keys": max_keys or self.max_keys, "deduct_when": deduct_when,
+        }  # fmt: skip
 
         def make(endpoint: Any, existing: Sequence[Rule]) -> list[Rule]:
             if name is not None:
@@ -240,12 +259,25 @@ class Sluicegate:
 
         return make
 
+    def _skipped(self, request: Request) -> bool:
+        return not self.enabled or (self.skip is not None and bool(self.skip(request)))
+
     async def _check(self, rules: Sequence[Rule], request: Request, scope: str) -> Outcome:
         """The rules' outcome: decided on the loop for an in-process or shm store, awaited
-        for Redis."""
+        for Redis. What rules with a `deduct_when` took is left in the scope for the
+        middleware."""
+        taken = request.scope.setdefault(_TAKEN, [])
         if self._remote:
-            return await check_async(rules, request, self.key_func, scope, self.store)
-        return check(rules, request, self.key_func, scope, self.store)
+            return await check_async(rules, request, self.key_func, scope, self.store, taken)
+        return check(rules, request, self.key_func, scope, self.store, taken)
+
+    async def _settle(self, scope: Scope, response: Any) -> None:
+        taken = scope.pop(_TAKEN, None)
+        if taken:
+            if self._remote:
+                await settle_async(taken, response)
+            else:
+                settle(taken, response)
 
     def _headers(self, decision: Decision, rule: Rule | None) -> dict[str, str]:
         return decision.headers(self.style, (rule and rule.policy) or self.policy)
@@ -261,7 +293,7 @@ class RateLimit:
 
     async def __call__(self, request: Request, response: Response) -> Decision | None:
         limiter = self.limiter
-        if not limiter.enabled:
+        if limiter._skipped(request):
             return None
         decision, rule, allowed = await limiter._check(self.rules, request, _route_name(request.scope))
         assert decision is not None
@@ -291,9 +323,12 @@ class RateLimitMiddleware:
         if scope["type"] != "http" or not limiter.enabled:
             await self.app(scope, receive, send)
             return
+        request = Request(scope, receive)
+        if limiter.skip is not None and limiter.skip(request):
+            await self.app(scope, receive, send)
+            return
         route = _find_route(scope)
         rules = self._rules_of(route)
-        request = Request(scope, receive)
         found: tuple[Decision, Rule | None] | None = None
         if rules:
             decision, rule, allowed = await limiter._check(rules, request, _route_path(route, scope))
@@ -308,6 +343,7 @@ class RateLimitMiddleware:
             nonlocal started
             if msg["type"] == "http.response.start":
                 started = True
+                await limiter._settle(scope, _Sent(msg["status"], Headers(raw=msg.get("headers", []))))
                 best = _fewest_remaining(found, scope.get(_DECISIONS))
                 if best is not None and limiter.headers_on_allowed:
                     present = {name.lower() for name, _ in msg.get("headers", [])}
@@ -324,7 +360,12 @@ class RateLimitMiddleware:
         except RateLimited as error:
             if started:
                 raise
+            await limiter._settle(scope, _Sent(429, Headers()))
             await self._too_many(request, error, None, scope, receive, send)
+        except BaseException:
+            if not started:
+                await limiter._settle(scope, _Sent(500, Headers()))
+            raise
 
     def _rules_of(self, route: Any) -> Sequence[Rule]:
         """The rules the middleware applies to `route` (None: no route matched)."""
@@ -356,6 +397,16 @@ class RateLimitMiddleware:
             response = PlainTextResponse(message(error.decision), status_code=429)
         response.headers.update(fields)
         await response(scope, receive, send)
+
+
+class _Sent:
+    """What ``deduct_when`` sees of a response under ASGI: its status and fields."""
+
+    __slots__ = ("headers", "status_code")
+
+    def __init__(self, status_code: int, headers: Headers) -> None:
+        self.status_code = status_code
+        self.headers = headers
 
 
 def _find_route(scope: Scope) -> Any:
