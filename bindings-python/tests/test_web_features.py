@@ -177,3 +177,72 @@ def test_starlette_skip_and_off_switch() -> None:
     assert [client.get("/dep?status=200", headers={"X-Internal": "yes"}).status_code for _ in range(4)] == [200] * 4
     off = TestClient(fastapi_app(enabled=False))
     assert [off.get("/plain").status_code for _ in range(3)] == [200] * 3
+
+
+# -- admin: get (peek) and reset ---------------------------------------------------------------
+
+
+def test_flask_get_and_reset() -> None:
+    app = flask_app()
+    client = app.test_client()
+    limiter = app.extensions["sluicegate"][0]
+    assert [client.get("/plain").status_code for _ in range(2)] == [200, 429]
+    assert client.get("/counted?status=200").status_code == 200
+    with app.app_context():
+        assert limiter.get("127.0.0.1", "plain").remaining == 0
+        assert limiter.get("127.0.0.1", "counted").remaining == 1
+        assert limiter.get("10.0.0.1", "plain").remaining == 1  # a peek takes nothing
+        assert limiter.get("10.0.0.1", "plain").remaining == 1
+        assert limiter.reset("127.0.0.1", "plain") == 1
+        assert limiter.reset("127.0.0.1", "plain") == 0
+    assert client.get("/plain").status_code == 200
+
+
+def test_django_get_and_reset() -> None:
+    from sluicegate.django import get, reset
+
+    with django_settings():
+        client = Client()
+        assert [client.get("/plain").status_code for _ in range(2)] == [200, 429]
+        assert get("127.0.0.1", plain).remaining == 0
+        assert reset("127.0.0.1", plain) == 1
+        assert client.get("/plain").status_code == 200
+        # The view's own limit lives as long as the view (other tests used it): reset it.
+        reset("127.0.0.1", counted)
+        assert get("127.0.0.1", counted).remaining == 2
+        assert client.get("/counted?status=200").status_code == 200
+        assert get("127.0.0.1", counted).remaining == 1
+
+
+def test_starlette_get_and_reset() -> None:
+    limiter = StarletteSluicegate(default_limits=["1/minute; burst=1"])
+    shared = limiter.dependency("1/minute; burst=2", name="search")
+    per_route = limiter.dependency("1/minute; burst=2")
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+
+    @app.get("/items/{item}")
+    async def items(item: int) -> int:
+        return item
+
+    @app.get("/search", dependencies=[Depends(shared)])
+    async def search() -> str:
+        return "s"
+
+    @app.get("/own", dependencies=[Depends(per_route)])
+    async def own() -> str:
+        return "o"
+
+    client = TestClient(app)
+    assert [client.get("/items/1").status_code for _ in range(2)] == [200, 429]
+    assert limiter.get("testclient", route="/items/{item}").remaining == 0
+    assert limiter.reset("testclient", route="/items/{item}") == 1
+    assert client.get("/items/2").status_code == 200
+    client.get("/search")
+    assert limiter.get("testclient", name="search").remaining == 1
+    client.get("/own")
+    assert per_route.get("testclient", "/own").remaining == 1
+    assert per_route.reset("testclient", "/own") == 1
+    assert per_route.get("testclient", "/own").remaining == 2
+    with pytest.raises(TypeError, match="one of"):
+        limiter.get("testclient")

@@ -270,6 +270,23 @@ def _steps(
     return best, best_rule, True
 
 
+def _stored_key(rule: Rule, key: Any, scope: str | None) -> Any:
+    return f"{scope}\x00{key}" if rule.scoped and scope is not None else key
+
+
+def peek(rules: Sequence[Rule], key: Any, scope: str | None = None, store: str = MEMORY) -> Decision | None:
+    """What `rules` would say of `key` now, taking nothing (the core's peek): the decision
+    with the fewest tokens left, or None without rules. `key` is what the rules' key
+    function returns (a client, an API key); `scope` the view or route of per-view limits."""
+    found = [rule.limiter(store).peek(_stored_key(rule, key, scope)) for rule in rules]
+    return min(found, key=lambda d: (d.allowed, d.remaining), default=None)
+
+
+def reset(rules: Sequence[Rule], key: Any, scope: str | None = None, store: str = MEMORY) -> int:
+    """Forgets `key` in `rules` (a full bucket again); how many of them held it."""
+    return sum(bool(rule.limiter(store).remove(_stored_key(rule, key, scope))) for rule in rules)
+
+
 def _unearned(taken: Taken | None, response: Any) -> list[tuple[KeyedLimiter, Any, int]]:
     """The tokens of `taken` whose rule does not count this response."""
     return [(lim, k, c) for lim, k, c, rule in taken or () if not rule.deduct_when(response)]  # type: ignore[misc]

@@ -71,13 +71,15 @@ from sluicegate._web import (
     header_key,
     header_style,
     message,
+    peek,
     quotas,
     settle,
     settle_async,
     view_rules,
 )
+from sluicegate._web import reset as _reset_rules
 
-__all__ = ["RateLimitMiddleware", "exempt", "header", "key_func", "ratelimit", "remote_address", "user"]
+__all__ = ["RateLimitMiddleware", "exempt", "get", "header", "key_func", "ratelimit", "remote_address", "reset", "user"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -299,6 +301,24 @@ def ratelimit(
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+def get(key: Any, view: Any) -> Decision | None:
+    """What the limits of `view` (its ``@ratelimit`` ones, or the default limits) would say
+    of `key` (what the key function returns: a client address, ``"user:42"``) now, taking
+    nothing. For admin tools."""
+    return peek(_admin_rules(view), key, _scope(view), _get_config().store)
+
+
+def reset(key: Any, view: Any) -> int:
+    """Gives `key` full buckets in the limits of `view`; how many held it."""
+    return _reset_rules(_admin_rules(view), key, _scope(view), _get_config().store)
+
+
+def _admin_rules(view: Any) -> list[Rule]:
+    if getattr(view, _EXEMPT, False):
+        return []
+    return getattr(view, _LIMITS, None) or _get_config().defaults
 
 
 def exempt(view: F) -> F:

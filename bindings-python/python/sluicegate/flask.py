@@ -73,7 +73,9 @@ from sluicegate._web import (
     default_rules,
     header_style,
     message,
+    peek,
     quotas,
+    reset,
     settle,
     view_rules,
 )
@@ -262,6 +264,28 @@ class Sluicegate:
         """No limit applies to this view (not even the default limits)."""
         setattr(view, _EXEMPT, True)
         return view
+
+    # -- admin -------------------------------------------------------------------------------
+
+    def get(self, key: Any, endpoint: str) -> Decision | None:
+        """What the limits of `endpoint` (its own, or the default limits) would say of `key`
+        (what the key function returns: a client address, an API key) now, taking nothing.
+        In an app context."""
+        rules, state = self._admin(endpoint)
+        return peek(rules, key, endpoint, state.store)
+
+    def reset(self, key: Any, endpoint: str) -> int:
+        """Gives `key` full buckets in the limits of `endpoint`; how many held it."""
+        rules, state = self._admin(endpoint)
+        return reset(rules, key, endpoint, state.store)
+
+    @staticmethod
+    def _admin(endpoint: str) -> tuple[list[Rule], _State]:
+        _, state = current_app.extensions["sluicegate"]
+        view = current_app.view_functions[endpoint]
+        if getattr(view, _EXEMPT, False):
+            return [], state
+        return getattr(view, _LIMITS, None) or state.defaults, state
 
     # -- hooks -------------------------------------------------------------------------------
 

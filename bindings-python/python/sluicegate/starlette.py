@@ -88,7 +88,9 @@ from sluicegate._web import (
     message,
     named_key,
     opens_early,
+    peek,
     quotas,
+    reset,
     settle,
     settle_async,
     view_rules,
@@ -259,6 +261,28 @@ class Sluicegate:
 
         return make
 
+    def get(self, key: Any, *, route: str | None = None, name: str | None = None, endpoint: Any = None) -> Decision | None:
+        """What limits would say of `key` (what the key function returns: a client address,
+        an API key) now, taking nothing: the default limits of the route with path template
+        `route`, the shared limit `name`, or the ``@limit`` ones of `endpoint`. For admin
+        tools; a dependency's own limits: ``RateLimit.get``."""
+        rules, scope = self._admin(route, name, endpoint)
+        return peek(rules, key, scope, self.store)
+
+    def reset(self, key: Any, *, route: str | None = None, name: str | None = None, endpoint: Any = None) -> int:
+        """Gives `key` full buckets in those limits; how many held it."""
+        rules, scope = self._admin(route, name, endpoint)
+        return reset(rules, key, scope, self.store)
+
+    def _admin(self, route: str | None, name: str | None, endpoint: Any) -> tuple[Sequence[Rule], str | None]:
+        if sum(x is not None for x in (route, name, endpoint)) != 1:
+            raise TypeError("give one of route=, name= or endpoint=")
+        if name is not None:
+            return self._shared.get(name, []), None
+        if endpoint is not None:
+            return getattr(endpoint, _LIMITS, None) or [], None
+        return self.defaults, route
+
     def _skipped(self, request: Request) -> bool:
         return not self.enabled or (self.skip is not None and bool(self.skip(request)))
 
@@ -304,6 +328,15 @@ class RateLimit:
             response.headers.update(fields)
         request.scope.setdefault(_DECISIONS, []).append((decision, rule))
         return decision
+
+    def get(self, key: Any, route: str | None = None) -> Decision | None:
+        """What this dependency would say of `key` on the route with path template `route`
+        (None for a named, shared one) now, taking nothing."""
+        return peek(self.rules, key, route, self.limiter.store)
+
+    def reset(self, key: Any, route: str | None = None) -> int:
+        """Gives `key` full buckets in this dependency's limits on `route`."""
+        return reset(self.rules, key, route, self.limiter.store)
 
     def __repr__(self) -> str:
         return f"RateLimit({self.rules!r})"
