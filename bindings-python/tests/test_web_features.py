@@ -246,3 +246,43 @@ def test_starlette_get_and_reset() -> None:
     assert per_route.get("testclient", "/own").remaining == 2
     with pytest.raises(TypeError, match="one of"):
         limiter.get("testclient")
+
+
+# -- shared limits across views, several limits on one view ------------------------------------
+
+
+def test_flask_shared_and_stacked_limits() -> None:
+    app = flask.Flask(__name__)
+    limiter = FlaskSluicegate(app)
+
+    @app.get("/a")
+    @limiter.limit("1/minute; burst=3", name="search")
+    def a() -> str:
+        return "a"
+
+    @app.get("/b")
+    @limiter.limit("100/minute; burst=1", key=lambda _: "everyone")
+    @limiter.limit("1/minute; burst=3", name="search")
+    def b() -> str:
+        return "b"
+
+    client = app.test_client()
+    assert [client.get(p).status_code for p in ("/a", "/b", "/b", "/a", "/a")] == [200, 200, 429, 200, 429]
+    with pytest.raises(ValueError, match="other rates"):
+        limiter.limit("5/minute", name="search")(lambda: "c")
+
+
+def test_django_shared_limits() -> None:
+    @ratelimit("1/minute; burst=2", name="django-shared")
+    def one(request: Any) -> HttpResponse:
+        return HttpResponse("1")
+
+    @ratelimit("1/minute; burst=2", name="django-shared")
+    def two(request: Any) -> HttpResponse:
+        return HttpResponse("2")
+
+    from django.test import RequestFactory
+
+    factory = RequestFactory()
+    with django_settings():
+        assert [v(factory.get("/")).status_code for v in (one, two, one)] == [200, 200, 429]

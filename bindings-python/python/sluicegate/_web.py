@@ -164,6 +164,20 @@ def view_rules(
     ]
 
 
+def shared_rules(
+    registry: dict[str, list[Rule]], name: str, quotas: Sequence[Quota], key_func: KeyFunc | None, **options: Any
+) -> list[Rule]:
+    """The rules of the shared limit `name` (in `registry`, made on first use): one set of
+    buckets for every view that names it. Naming it again with other rates is a ValueError."""
+    rules = registry.get(name)
+    if rules is None:
+        rules = [Rule(q, key_func, scope=f"shared:{name}#{i}", **options) for i, q in enumerate(quotas)]
+        registry[name] = rules
+    elif [r.quota for r in rules] != list(quotas):
+        raise ValueError(f"the shared limit {name!r} already has other rates")
+    return rules
+
+
 def default_rules(rates: Rates | None, max_keys: int | None) -> list[Rule]:
     """The default limits (applied per view: their keys carry the view)."""
     return [

@@ -75,6 +75,7 @@ from sluicegate._web import (
     quotas,
     settle,
     settle_async,
+    shared_rules,
     view_rules,
 )
 from sluicegate._web import reset as _reset_rules
@@ -168,6 +169,8 @@ class _Config:
 
 
 _config: _Config | None = None
+#: The shared limits of ``ratelimit(..., name=)``, by name.
+_shared: dict[str, list[Rule]] = {}
 
 
 def _get_config() -> _Config:
@@ -256,12 +259,14 @@ def ratelimit(
     policy: str | None = None,
     max_keys: int | None = None,
     deduct_when: Callable[[Any], bool] | None = None,
+    name: str | None = None,
 ) -> Callable[[F], F]:
     """Limits a view function (replacing the middleware's default limits for it). Each view
     it decorates counts on its own; a limit opens its store at the first request it sees. An
     async view (``async def``) gets an async wrapper, which awaits the limiters.
     `deduct_when`, a function of the response, counts only the requests whose response it
-    accepts (``lambda r: r.status_code < 400``); the others get their tokens back."""
+    accepts (``lambda r: r.status_code < 400``); the others get their tokens back. A `name`
+    makes it one limit shared by every view that names it."""
     kf = None if key is None else key_func(key)
     parsed = quotas(rates)
     if not parsed:
@@ -269,9 +274,11 @@ def ratelimit(
 
     def decorate(view: F) -> F:
         below = getattr(view, _LIMITS, None) or []
-        rules = view_rules(
-            view, below, parsed, kf, cost=cost, policy=policy, max_keys=max_keys, deduct_when=deduct_when
-        )
+        options: dict[str, Any] = {"cost": cost, "policy": policy, "max_keys": max_keys, "deduct_when": deduct_when}
+        if name is not None:
+            rules = shared_rules(_shared, name, parsed, kf, **options)
+        else:
+            rules = view_rules(view, below, parsed, kf, **options)
 
         @functools.wraps(view)
         def wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:

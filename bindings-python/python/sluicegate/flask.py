@@ -77,6 +77,7 @@ from sluicegate._web import (
     quotas,
     reset,
     settle,
+    shared_rules,
     view_rules,
 )
 
@@ -185,6 +186,7 @@ class Sluicegate:
         # opens its store when both are known (at import, so that a server that forks after
         # loading the app, like ``gunicorn --preload``, shares regions opened before the fork).
         self._rules: list[Rule] = []
+        self._shared: dict[str, list[Rule]] = {}
         self._stores: list[str] = []
         self._default_limits = default_limits
         self._headers = headers
@@ -234,13 +236,15 @@ class Sluicegate:
         policy: str | None = None,
         max_keys: int | None = None,
         deduct_when: Callable[[Any], bool] | None = None,
+        name: str | None = None,
     ) -> Callable[[F], F]:
         """Limits a view (replacing the default limits for it). Several rates, or several
         decorators, must all admit a request. `key` defaults to the app's key function;
         `cost` may be a function of the request. Each view it decorates counts on its own.
         `deduct_when`, a function of the response, counts only the requests whose response
         it accepts (``lambda r: r.status_code < 400``: failures are free); the others get
-        their tokens back."""
+        their tokens back. A `name` makes it one limit shared by every view that names it.
+        """
         kf = None if key is None else key_func(key)
         parsed = quotas(rates)
         if not parsed:
@@ -248,9 +252,13 @@ class Sluicegate:
 
         def decorate(view: F) -> F:
             existing = view.__dict__.get(_LIMITS) or []
-            rules = view_rules(
-                view, existing, parsed, kf, cost=cost, policy=policy, max_keys=max_keys, deduct_when=deduct_when
-            )
+            options: dict[str, Any] = {
+                "cost": cost, "policy": policy, "max_keys": max_keys, "deduct_when": deduct_when,
+            }  # fmt: skip
+            if name is not None:
+                rules = shared_rules(self._shared, name, parsed, kf, **options)
+            else:
+                rules = view_rules(view, existing, parsed, kf, **options)
             for store in self._stores:
                 for rule in rules:
                     rule.open_early(store)

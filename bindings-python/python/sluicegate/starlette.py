@@ -92,6 +92,7 @@ from sluicegate._web import (
     quotas,
     reset,
     settle,
+    shared_rules,
     settle_async,
     view_rules,
 )
@@ -245,12 +246,7 @@ class Sluicegate:
 
         def make(endpoint: Any, existing: Sequence[Rule]) -> list[Rule]:
             if name is not None:
-                rules = self._shared.get(name)
-                if rules is None:
-                    rules = [Rule(q, kf, scope=f"shared:{name}#{i}", **options) for i, q in enumerate(parsed)]
-                    self._shared[name] = rules
-                elif [r.quota for r in rules] != parsed:
-                    raise ValueError(f"the shared limit {name!r} already has other rates")
+                rules = shared_rules(self._shared, name, parsed, kf, **options)
             elif endpoint is None:
                 rules = [Rule(q, kf, scope=f"route#{i}", scoped=True, **options) for i, q in enumerate(parsed)]
             else:
