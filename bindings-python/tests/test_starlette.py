@@ -5,12 +5,7 @@ servers on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +19,7 @@ from redis_server import RedisServer
 from starlette.testclient import TestClient
 from starlette_app import make_fastapi, make_starlette
 from test_redis import url, while_ticking
-from test_servers import Server, get, stop
+from test_servers import Server, get, serve, wait_ready
 
 from sluicegate import InvalidOptionError, Quota
 from sluicegate._web import region_suffix
@@ -209,42 +204,13 @@ def test_redis_requests_do_not_block_the_loop(own_redis: RedisServer) -> None:
 
 @contextmanager
 def uvicorn(store: str, workers: int = 1) -> Iterator[Server]:
-    """`uvicorn starlette_app:app` on a listening socket of 127.0.0.1 made here (a free port,
-    no race for it), its limits on `store`; stopped (the whole process group) on exit."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(256)
-    port = sock.getsockname()[1]
-    log = Path(tempfile.mkstemp(prefix="sluicegate-uvicorn-", suffix=".log")[1])
+    """`uvicorn starlette_app:app` on 127.0.0.1 (test_servers.serve), its limits on `store`."""
     command = [
-        sys.executable, "-m", "uvicorn", "--fd", str(sock.fileno()), "--workers", str(workers),
+        sys.executable, "-m", "uvicorn", "--fd", "{fd}", "--workers", str(workers),
         "--app-dir", str(TESTS), "--log-level", "warning", "starlette_app:app",
     ]  # fmt: skip
-    proc = None
-    try:
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                command, env={**os.environ, "SLUICEGATE_TEST_STORE": store}, stdin=subprocess.DEVNULL,
-                stdout=out, stderr=subprocess.STDOUT, pass_fds=(sock.fileno(),), start_new_session=True,
-            )  # fmt: skip
-        sock.close()
-        server = Server(f"http://127.0.0.1:{port}", proc.pid, log)
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, f"uvicorn exited with {proc.returncode}:\n{log.read_text()}"
-            try:
-                if get(f"{server.url}/ready")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, f"uvicorn not ready after 60 s:\n{log.read_text()}"
-            time.sleep(0.05)
+    with serve(command, store, lambda server, proc: wait_ready(server, proc, workers=0)) as server:
         yield server
-    finally:
-        sock.close()
-        if proc is not None:
-            stop(proc)
-        log.unlink(missing_ok=True)
 
 
 def hammer(url: str, n: int = 60) -> Counter[int]:
