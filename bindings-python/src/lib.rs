@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 mod acquire;
+mod client;
 mod composite;
 mod convert;
 mod errors;
@@ -866,5 +867,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CENTURY_NS", sluicegate::CENTURY_NS)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
+    client::register(m)?;
     Ok(())
 }

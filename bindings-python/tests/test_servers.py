@@ -21,7 +21,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -51,17 +51,11 @@ class Server:
 
 @contextmanager
 def gunicorn(app: str, store: str, *options: str) -> Iterator[Server]:
-    """`gunicorn -w 4` serving `app` on a listening socket of 127.0.0.1 made here (a free
-    port, no race for it), its limits on `store`; stopped (the whole process group) on exit."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(256)
-    port = sock.getsockname()[1]
-    log = Path(tempfile.mkstemp(prefix="sluicegate-gunicorn-", suffix=".log")[1])
+    """`gunicorn -w 4` serving `app` on 127.0.0.1, its limits on `store`."""
     command = [
         sys.executable, "-m", "gunicorn",
         "--workers", str(WORKERS),
-        "--bind", f"fd://{sock.fileno()}",
+        "--bind", "fd://{fd}",
         "--chdir", str(TESTS),
         "--graceful-timeout", "2",
         "--timeout", "30",
@@ -69,17 +63,32 @@ def gunicorn(app: str, store: str, *options: str) -> Iterator[Server]:
         *options,
         app,
     ]  # fmt: skip
+    with serve(command, store, wait_ready) as server:
+        yield server
+
+
+@contextmanager
+def serve(command: list[str], store: str, ready: Callable[[Server, subprocess.Popen], None]) -> Iterator[Server]:
+    """`command` (``{fd}`` standing for the socket's descriptor) serving on a listening socket
+    of 127.0.0.1 made here (a free port, no race for it), its limits on `store`, once
+    `ready` returns; stopped (the whole process group) on exit."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(256)
+    port = sock.getsockname()[1]
+    log = Path(tempfile.mkstemp(prefix="sluicegate-server-", suffix=".log")[1])
     env = {**os.environ, "SLUICEGATE_TEST_STORE": store}
     proc = None
     try:
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                [part.replace("{fd}", str(sock.fileno())) for part in command], env=env,
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 pass_fds=(sock.fileno(),), start_new_session=True,
             )  # fmt: skip
         sock.close()
         server = Server(f"http://127.0.0.1:{port}", proc.pid, log)
-        wait_ready(server, proc, timeout=60)
+        ready(server, proc)
         yield server
     finally:
         sock.close()
@@ -88,19 +97,20 @@ def gunicorn(app: str, store: str, *options: str) -> Iterator[Server]:
         log.unlink(missing_ok=True)
 
 
-def wait_ready(server: Server, proc: subprocess.Popen, timeout: float) -> None:
-    """Until every worker has booted and the app answers; fails past `timeout` seconds."""
+def wait_ready(server: Server, proc: subprocess.Popen, timeout: float = 60, workers: int = WORKERS) -> None:
+    """Until `workers` gunicorn workers have booted (0: any server) and the app answers;
+    fails past `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         text = server.log.read_text(errors="replace")
-        assert proc.poll() is None, f"gunicorn exited with {proc.returncode}:\n{text}"
-        if len(re.findall(r"Booting worker with pid", text)) >= WORKERS:
+        assert proc.poll() is None, f"the server exited with {proc.returncode}:\n{text}"
+        if len(re.findall(r"Booting worker with pid", text)) >= workers:
             try:
                 if get(f"{server.url}/ready")[0] == 200:
                     return
             except OSError:
                 pass
-        assert time.monotonic() < deadline, f"gunicorn not ready after {timeout} s:\n{text}"
+        assert time.monotonic() < deadline, f"the server is not ready after {timeout} s:\n{text}"
         time.sleep(0.05)
 
 

@@ -2,12 +2,14 @@
 
 Every decision comes from the Rust core (one atomic word per bucket, exact integer
 arithmetic); this package converts arguments and maps errors. Framework integrations live in
-``sluicegate.flask`` and ``sluicegate.django`` and import their framework lazily.
+``sluicegate.flask``, ``sluicegate.django``, ``sluicegate.starlette`` (Starlette and FastAPI)
+and ``sluicegate.drf`` (Django REST framework) and import their framework lazily.
 """
 
 from sluicegate._native import (
     CENTURY_NS,
     DEFAULT_MAX_KEYS,
+    ClientResolver,
     ClockOutOfRange,
     Composite,
     Decision,
@@ -34,6 +36,7 @@ SluicegateError = Error
 
 __all__ = [
     "CENTURY_NS",
+    "ClientResolver",
     "ClockOutOfRange",
     "Composite",
     "DEFAULT_MAX_KEYS",

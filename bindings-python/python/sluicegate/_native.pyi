@@ -6,6 +6,7 @@ from typing import Any, Final, Literal, final
 
 __all__ = [
     "CENTURY_NS",
+    "ClientResolver",
     "ClockOutOfRange",
     "Composite",
     "DEFAULT_MAX_KEYS",
@@ -224,6 +225,29 @@ class Limiter:
     @property
     def clock(self) -> ManualClock | None: ...
     def _noop(self) -> None: ...
+
+@final
+class ClientResolver:
+    def __new__(
+        cls,
+        *,
+        trusted_proxies: int | str | Iterable[str] | None = None,
+        header: str = "x-forwarded-for",
+        ipv6_prefix: int = 64,
+        ipv4_prefix: int = 32,
+    ) -> ClientResolver: ...
+    def resolve(
+        self, peer: str | None, headers: Iterable[tuple[str | bytes, str | bytes]] | None = None
+    ) -> str: ...
+    def wants_headers(self, peer: str | None) -> bool: ...
+    @property
+    def trusted_proxies(self) -> str: ...
+    @property
+    def header(self) -> str: ...
+    @property
+    def ipv6_prefix(self) -> int: ...
+    @property
+    def ipv4_prefix(self) -> int: ...
 
 def _noop() -> None: ...
 def _store_with_suffix(spec: str, suffix: str) -> str: ...

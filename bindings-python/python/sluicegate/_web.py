@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, Union
 
-from sluicegate._native import Decision, KeyedLimiter, Quota, _store_kind, _store_with_suffix
+from sluicegate._native import ClientResolver, Decision, KeyedLimiter, Quota, _store_kind, _store_with_suffix
 
 #: A key function takes the framework's request (Flask: no argument needed, but the request
 #: is passed anyway) and returns a str, bytes or int key.
@@ -46,6 +46,45 @@ def opens_early(store: str) -> bool:
     return _store_kind(store) != "redis"
 
 
+#: The client identity of a key function used outside a configured app: the peer address,
+#: IPv6 by /64 (forwarding headers are never believed; a request from a private peer that
+#: carries one is warned about once).
+PEER_ONLY = ClientResolver()
+
+
+def client_resolver(trusted_proxies: Any = None, ipv6_prefix: int | None = None) -> ClientResolver:
+    """The core's resolver of an app's configuration (checked at once: a bad value raises
+    InvalidOptionError or TypeError): `trusted_proxies` None (the peer is the client), a hop
+    count, or addresses / CIDR ranges / "loopback", "private", "linklocal"; `ipv6_prefix`
+    the bits an IPv6 client is keyed by (64)."""
+    return ClientResolver(trusted_proxies=trusted_proxies, ipv6_prefix=64 if ipv6_prefix is None else ipv6_prefix)
+
+
+def header_key(name: str, fallback: KeyFunc) -> KeyFunc:
+    """Keys by a request header (``request.headers.get(name)``, as Django and Starlette
+    requests have it); `fallback` when it is absent."""
+
+    def key(request: Any) -> Any:
+        value = request.headers.get(name)
+        return f"{name}:{value}" if value else fallback(request)
+
+    key.__name__ = f"header_{name}"
+    return key
+
+
+def named_key(spec: str | KeyFunc, named: dict[str, KeyFunc], header: Callable[[str], KeyFunc]) -> KeyFunc:
+    """A key function from a callable, one of `named`, or "header:NAME"."""
+    if callable(spec):
+        return spec
+    found = named.get(spec)
+    if found is not None:
+        return found
+    if spec.startswith("header:") and len(spec) > len("header:"):
+        return header(spec[len("header:") :])
+    names = ", ".join(f'"{n}"' for n in named)
+    raise ValueError(f'unknown key function {spec!r} (use {names} or "header:NAME")')
+
+
 class Rule:
     """One limit: its quota, the key function that picks its bucket, and a cost.
 
@@ -54,9 +93,13 @@ class Rule:
     a region of its own, ``<store name>.<region_suffix(quota, scope)>``; on Redis under a key
     prefix of its own, ``<prefix>:<region_suffix(quota, scope)>``. `policy` names it in the
     IETF RateLimit fields (None: the integration's default); `scoped` rules count each view
-    separately (default limits)."""
+    separately (default limits). `deduct_when`, a function of the response, says whether an
+    admitted request counts: when it returns False the request's tokens are refunded (the
+    core's refund) once the response is known."""
 
-    __slots__ = ("_limiters", "_lock", "cost", "key_func", "max_keys", "policy", "quota", "scope", "scoped")
+    __slots__ = (
+        "_limiters", "_lock", "cost", "deduct_when", "key_func", "max_keys", "policy", "quota", "scope", "scoped",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -68,8 +111,10 @@ class Rule:
         policy: str | None = None,
         scoped: bool = False,
         max_keys: int | None = None,
+        deduct_when: Callable[[Any], bool] | None = None,
     ) -> None:
         self.quota = rate if isinstance(rate, Quota) else Quota(rate)
+        self.deduct_when = deduct_when
         self.key_func = key_func
         self.scope = scope
         self.cost = cost
@@ -119,6 +164,20 @@ def view_rules(
     ]
 
 
+def shared_rules(
+    registry: dict[str, list[Rule]], name: str, quotas: Sequence[Quota], key_func: KeyFunc | None, **options: Any
+) -> list[Rule]:
+    """The rules of the shared limit `name` (in `registry`, made on first use): one set of
+    buckets for every view that names it. Naming it again with other rates is a ValueError."""
+    rules = registry.get(name)
+    if rules is None:
+        rules = [Rule(q, key_func, scope=f"shared:{name}#{i}", **options) for i, q in enumerate(quotas)]
+        registry[name] = rules
+    elif [r.quota for r in rules] != list(quotas):
+        raise ValueError(f"the shared limit {name!r} already has other rates")
+    return rules
+
+
 def default_rules(rates: Rates | None, max_keys: int | None) -> list[Rule]:
     """The default limits (applied per view: their keys carry the view)."""
     return [
@@ -142,6 +201,9 @@ def rate_list(rates: Rates | None) -> list[str | Quota]:
 
 
 Outcome = tuple[Union[Decision, None], Union[Rule, None], bool]
+#: What an admitted request took from the rules that count it only by its response:
+#: (limiter, key, cost, rule).
+Taken = list[tuple[KeyedLimiter, Any, int, Rule]]
 
 
 def check(
@@ -150,15 +212,17 @@ def check(
     default_key: KeyFunc,
     scope: str | None = None,
     store: str = MEMORY,
+    taken: Taken | None = None,
 ) -> Outcome:
     """Asks every rule, on `store`; returns (decision to report, its rule, allowed).
 
     All rules must admit the request. When one rejects, the tokens the earlier ones took are
     refunded, so a rejected request costs nothing anywhere. The decision reported when all
     admit is the one with the fewest tokens left (the binding policy). On Redis each call
-    waits for the server with the GIL released.
+    waits for the server with the GIL released. An admitted request's tokens from rules with
+    a `deduct_when` are added to `taken`, for ``settle`` once the response is known.
     """
-    steps = _steps(rules, request, default_key, scope, store)
+    steps = _steps(rules, request, default_key, scope, store, taken)
     try:
         method, key, cost = next(steps)
         while True:
@@ -173,10 +237,11 @@ async def check_async(
     default_key: KeyFunc,
     scope: str | None = None,
     store: str = MEMORY,
+    taken: Taken | None = None,
 ) -> Outcome:
     """`check` for async views: every call awaited (on Redis without blocking the event
     loop; an in-process store answers at once)."""
-    steps = _steps(rules, request, default_key, scope, store, asynchronous=True)
+    steps = _steps(rules, request, default_key, scope, store, taken, asynchronous=True)
     try:
         method, key, cost = next(steps)
         while True:
@@ -191,11 +256,12 @@ def _steps(
     default_key: KeyFunc,
     scope: str | None,
     store: str,
+    taken_out: Taken | None,
     asynchronous: bool = False,
 ) -> Generator[tuple[Callable[..., Any], Any, int], Any, Outcome]:
     """What `check` and `check_async` share: yields each call to make, `(method, key,
     cost)`, receives its outcome, and returns the check's outcome."""
-    taken: list[tuple[KeyedLimiter, Any, int]] = []
+    taken: Taken = []
     best: Decision | None = None
     best_rule: Rule | None = None
     for rule in rules:
@@ -207,13 +273,50 @@ def _steps(
         acquire = limiter.try_acquire_async if asynchronous else limiter.try_acquire
         decision = yield acquire, key, cost
         if not decision:
-            for lim, k, c in taken:
+            for lim, k, c, _ in taken:
                 yield (lim.refund_async if asynchronous else lim.refund), k, c
             return decision, rule, False
-        taken.append((limiter, key, cost))
+        taken.append((limiter, key, cost, rule))
         if best is None or decision.remaining < best.remaining:
             best, best_rule = decision, rule
+    if taken_out is not None:
+        taken_out.extend(t for t in taken if t[3].deduct_when is not None)
     return best, best_rule, True
+
+
+def _stored_key(rule: Rule, key: Any, scope: str | None) -> Any:
+    return f"{scope}\x00{key}" if rule.scoped and scope is not None else key
+
+
+def peek(rules: Sequence[Rule], key: Any, scope: str | None = None, store: str = MEMORY) -> Decision | None:
+    """What `rules` would say of `key` now, taking nothing (the core's peek): the decision
+    with the fewest tokens left, or None without rules. `key` is what the rules' key
+    function returns (a client, an API key); `scope` the view or route of per-view limits."""
+    found = [rule.limiter(store).peek(_stored_key(rule, key, scope)) for rule in rules]
+    return min(found, key=lambda d: (d.allowed, d.remaining), default=None)
+
+
+def reset(rules: Sequence[Rule], key: Any, scope: str | None = None, store: str = MEMORY) -> int:
+    """Forgets `key` in `rules` (a full bucket again); how many of them held it."""
+    return sum(bool(rule.limiter(store).remove(_stored_key(rule, key, scope))) for rule in rules)
+
+
+def _unearned(taken: Taken | None, response: Any) -> list[tuple[KeyedLimiter, Any, int]]:
+    """The tokens of `taken` whose rule does not count this response."""
+    return [(lim, k, c) for lim, k, c, rule in taken or () if not rule.deduct_when(response)]  # type: ignore[misc]
+
+
+def settle(taken: Taken | None, response: Any) -> None:
+    """Refunds what the rules with a `deduct_when` took, where it returns False for
+    `response` (on Redis, a round trip with the GIL released)."""
+    for lim, k, c in _unearned(taken, response):
+        lim.refund(k, c)
+
+
+async def settle_async(taken: Taken | None, response: Any) -> None:
+    """``settle`` for async code: every refund awaited."""
+    for lim, k, c in _unearned(taken, response):
+        await lim.refund_async(k, c)
 
 
 def header_style(style: str) -> str:

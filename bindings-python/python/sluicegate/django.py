@@ -11,6 +11,9 @@
         "ENABLED": True,
         "MAX_KEYS": None,
         "STORAGE": "memory",                # or "shm:NAME" (one host), "redis://HOST:6379/0" (every host)
+        "TRUSTED_PROXIES": None,            # or a hop count, or ["10.0.0.0/8", "loopback", ...]
+        "IPV6_PREFIX": 64,
+        "SKIP": None,                       # a function of the request (or its dotted path): True = unlimited
     }
 
     # views.py
@@ -59,17 +62,25 @@ from sluicegate._web import (
     Outcome,
     Rates,
     Rule,
+    Taken,
     check,
     check_async,
     checked_store,
+    client_resolver,
     default_rules,
+    header_key,
     header_style,
     message,
+    peek,
     quotas,
+    settle,
+    settle_async,
+    shared_rules,
     view_rules,
 )
+from sluicegate._web import reset as _reset_rules
 
-__all__ = ["RateLimitMiddleware", "exempt", "header", "key_func", "ratelimit", "remote_address", "user"]
+__all__ = ["RateLimitMiddleware", "exempt", "get", "header", "key_func", "ratelimit", "remote_address", "reset", "user"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -79,18 +90,25 @@ _ATTR = "_sluicegate"
 
 
 def remote_address(request: Any) -> str:
-    """``REMOTE_ADDR`` (behind a proxy, set it from a trusted header in a middleware first)."""
-    return request.META.get("REMOTE_ADDR") or "127.0.0.1"
+    """The client: ``REMOTE_ADDR``, or behind the trusted proxies of
+    ``SLUICEGATE["TRUSTED_PROXIES"]`` the right-most hop of ``X-Forwarded-For`` (or
+    ``Forwarded``) they did not add; IPv6 by its /64 (``IPV6_PREFIX``). A client-sent
+    ``X-Forwarded-For`` without a trusted proxy changes nothing."""
+    meta = request.META
+    peer = meta.get("REMOTE_ADDR")
+    resolver = _get_config().resolver
+    if not resolver.wants_headers(peer):
+        return resolver.resolve(peer)
+    lines = [(name, meta[field]) for name, field in _FORWARDING if field in meta]
+    return resolver.resolve(peer, lines)
+
+
+_FORWARDING = (("x-forwarded-for", "HTTP_X_FORWARDED_FOR"), ("forwarded", "HTTP_FORWARDED"))
 
 
 def header(name: str, fallback: KeyFunc = remote_address) -> KeyFunc:
     """Keys by a request header; `fallback` when it is absent."""
-
-    def key(request: Any) -> Any:
-        value = request.headers.get(name)
-        return f"{name}:{value}" if value else fallback(request)
-
-    return key
+    return header_key(name, fallback)
 
 
 def user(fallback: KeyFunc = remote_address) -> KeyFunc:
@@ -128,22 +146,31 @@ class _Config:
 
     def __init__(self) -> None:
         raw = dict(getattr(settings, "SLUICEGATE", {}))
-        known = {"DEFAULT_LIMITS", "KEY", "HEADERS", "HEADERS_ON_ALLOWED", "POLICY", "ENABLED", "MAX_KEYS", "STORAGE"}
+        known = {
+            "DEFAULT_LIMITS", "KEY", "HEADERS", "HEADERS_ON_ALLOWED", "POLICY", "ENABLED", "MAX_KEYS", "STORAGE",
+            "TRUSTED_PROXIES", "IPV6_PREFIX", "SKIP",
+        }  # fmt: skip
         unknown = set(raw) - known
         if unknown:
             raise ValueError(f"unknown SLUICEGATE settings: {sorted(unknown)}")
         self.enabled = bool(raw.get("ENABLED", True))
+        skip = raw.get("SKIP")
+        self.skip: Callable[[Any], bool] | None = import_string(skip) if isinstance(skip, str) else skip
         self.key_func = key_func(raw.get("KEY", "remote_address"))
         self.style = header_style(raw.get("HEADERS", "ietf"))
         self.headers_on_allowed = bool(raw.get("HEADERS_ON_ALLOWED", True))
         self.policy = raw.get("POLICY", "default")
         self.store = checked_store(raw.get("STORAGE", MEMORY))
-        self.defaults = default_rules(raw.get("DEFAULT_LIMITS"), raw.get("MAX_KEYS"))
+        self.max_keys = raw.get("MAX_KEYS")
+        self.resolver = client_resolver(raw.get("TRUSTED_PROXIES"), raw.get("IPV6_PREFIX"))
+        self.defaults = default_rules(raw.get("DEFAULT_LIMITS"), self.max_keys)
         for rule in self.defaults:
             rule.open_early(self.store)
 
 
 _config: _Config | None = None
+#: The shared limits of ``ratelimit(..., name=)``, by name.
+_shared: dict[str, list[Rule]] = {}
 
 
 def _get_config() -> _Config:
@@ -180,30 +207,48 @@ def _add_headers(response: Any, decision: Decision, rule: Rule | None, config: _
             response[name] = value
 
 
+def _skipped(request: Any, config: _Config) -> bool:
+    return not config.enabled or (config.skip is not None and bool(config.skip(request)))
+
+
 def _run(rules: list[Rule], request: Any, config: _Config, scope: str) -> HttpResponse | None:
-    return _outcome(check(rules, request, config.key_func, scope, config.store), request, config)
+    taken: Taken = []
+    return _outcome(check(rules, request, config.key_func, scope, config.store, taken), taken, request, config)
 
 
 async def _run_async(rules: list[Rule], request: Any, config: _Config, scope: str) -> HttpResponse | None:
-    outcome = await check_async(rules, request, config.key_func, scope, config.store)
-    return _outcome(outcome, request, config)
+    taken: Taken = []
+    outcome = await check_async(rules, request, config.key_func, scope, config.store, taken)
+    return _outcome(outcome, taken, request, config)
 
 
-def _outcome(outcome: Outcome, request: Any, config: _Config) -> HttpResponse | None:
-    """A 429 for a rejected request; otherwise None, the decision kept for the headers."""
+def _outcome(outcome: Outcome, taken: Taken, request: Any, config: _Config) -> HttpResponse | None:
+    """A 429 for a rejected request; otherwise None, the decision kept for the headers and
+    what it took kept for ``deduct_when``."""
     decision, rule, allowed = outcome
     if not allowed:
         return _too_many(decision, rule, config)  # type: ignore[arg-type]
     if decision is not None:
-        setattr(request, _ATTR, (decision, rule))
+        setattr(request, _ATTR, (decision, rule, taken))
     return None
 
 
 def _with_headers(response: Any, request: Any, config: _Config) -> Any:
     found = request.__dict__.pop(_ATTR, None)
-    if found is not None and config.headers_on_allowed:
-        _add_headers(response, found[0], found[1], config)
+    if found is not None:
+        settle(found[2], response)
+        if config.headers_on_allowed:
+            _add_headers(response, found[0], found[1], config)
     return response
+
+
+async def _with_headers_async(response: Any, request: Any, config: _Config) -> Any:
+    """``_with_headers`` for async code: the refunds of ``deduct_when`` awaited."""
+    found = request.__dict__.get(_ATTR)
+    if found is not None:
+        await settle_async(found[2], response)
+        found[2].clear()
+    return _with_headers(response, request, config)
 
 
 def ratelimit(
@@ -213,10 +258,15 @@ def ratelimit(
     cost: int | Callable[[Any], int] = 1,
     policy: str | None = None,
     max_keys: int | None = None,
+    deduct_when: Callable[[Any], bool] | None = None,
+    name: str | None = None,
 ) -> Callable[[F], F]:
     """Limits a view function (replacing the middleware's default limits for it). Each view
     it decorates counts on its own; a limit opens its store at the first request it sees. An
-    async view (``async def``) gets an async wrapper, which awaits the limiters."""
+    async view (``async def``) gets an async wrapper, which awaits the limiters.
+    `deduct_when`, a function of the response, counts only the requests whose response it
+    accepts (``lambda r: r.status_code < 400``); the others get their tokens back. A `name`
+    makes it one limit shared by every view that names it."""
     kf = None if key is None else key_func(key)
     parsed = quotas(rates)
     if not parsed:
@@ -224,12 +274,16 @@ def ratelimit(
 
     def decorate(view: F) -> F:
         below = getattr(view, _LIMITS, None) or []
-        rules = view_rules(view, below, parsed, kf, cost=cost, policy=policy, max_keys=max_keys)
+        options: dict[str, Any] = {"cost": cost, "policy": policy, "max_keys": max_keys, "deduct_when": deduct_when}
+        if name is not None:
+            rules = shared_rules(_shared, name, parsed, kf, **options)
+        else:
+            rules = view_rules(view, below, parsed, kf, **options)
 
         @functools.wraps(view)
         def wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
             config = _get_config()
-            if not config.enabled:
+            if _skipped(request, config):
                 return view(request, *args, **kwargs)
             rejected = _run(rules, request, config, _scope(view))
             if rejected is not None:
@@ -239,12 +293,12 @@ def ratelimit(
         @functools.wraps(view)
         async def async_wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
             config = _get_config()
-            if not config.enabled:
+            if _skipped(request, config):
                 return await view(request, *args, **kwargs)
             rejected = await _run_async(rules, request, config, _scope(view))
             if rejected is not None:
                 return rejected
-            return _with_headers(await view(request, *args, **kwargs), request, config)
+            return await _with_headers_async(await view(request, *args, **kwargs), request, config)
 
         if iscoroutinefunction(view):
             wrapper = async_wrapper  # type: ignore[assignment]
@@ -254,6 +308,24 @@ def ratelimit(
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+def get(key: Any, view: Any) -> Decision | None:
+    """What the limits of `view` (its ``@ratelimit`` ones, or the default limits) would say
+    of `key` (what the key function returns: a client address, ``"user:42"``) now, taking
+    nothing. For admin tools."""
+    return peek(_admin_rules(view), key, _scope(view), _get_config().store)
+
+
+def reset(key: Any, view: Any) -> int:
+    """Gives `key` full buckets in the limits of `view`; how many held it."""
+    return _reset_rules(_admin_rules(view), key, _scope(view), _get_config().store)
+
+
+def _admin_rules(view: Any) -> list[Rule]:
+    if getattr(view, _EXEMPT, False):
+        return []
+    return getattr(view, _LIMITS, None) or _get_config().defaults
 
 
 def exempt(view: F) -> F:
@@ -290,7 +362,7 @@ class RateLimitMiddleware:
         return _with_headers(self.get_response(request), request, _get_config())
 
     async def __acall__(self, request: Any) -> Any:
-        return _with_headers(await self.get_response(request), request, _get_config())
+        return await _with_headers_async(await self.get_response(request), request, _get_config())
 
     def _defaults(self, view: Any) -> list[Rule]:
         """The default limits that apply to `view` (none if it has its own or is exempt)."""
@@ -299,12 +371,16 @@ class RateLimitMiddleware:
             return []
         return config.defaults
 
-    def process_view(self, request: Any, view: Any, args: Any, kwargs: Any) -> Any:
+    def _rules_for(self, request: Any, view: Any) -> list[Rule]:
         rules = self._defaults(view)
+        return [] if not rules or _skipped(request, _get_config()) else rules
+
+    def process_view(self, request: Any, view: Any, args: Any, kwargs: Any) -> Any:
+        rules = self._rules_for(request, view)
         return _run(rules, request, _get_config(), _scope(view)) if rules else None
 
     async def _process_view_async(self, request: Any, view: Any, args: Any, kwargs: Any) -> Any:
-        rules = self._defaults(view)
+        rules = self._rules_for(request, view)
         return await _run_async(rules, request, _get_config(), _scope(view)) if rules else None
 
     def process_exception(self, request: Any, exception: Exception) -> Any:

@@ -14,6 +14,8 @@
 Configuration (``app.config``, read by ``init_app``; constructor arguments win):
 
 * ``SLUICEGATE_ENABLED`` (True): turn every check off, e.g. in tests.
+* ``SLUICEGATE_SKIP`` (None): a function of the request; True lets the request through
+  unlimited (an allowlist, health checks). Constructor: ``skip=``.
 * ``SLUICEGATE_DEFAULT_LIMITS`` ([]): rates applied to every view without its own
   ``@limit``, counted per view and client.
 * ``SLUICEGATE_KEY_FUNC`` (``remote_address``): a callable, or "remote_address",
@@ -22,6 +24,12 @@ Configuration (``app.config``, read by ``init_app``; constructor arguments win):
 * ``SLUICEGATE_HEADERS_ON_ALLOWED`` (True): add the RateLimit fields to allowed responses too.
 * ``SLUICEGATE_POLICY`` ("default"): the policy name in the IETF fields.
 * ``SLUICEGATE_MAX_KEYS`` (the core's default): the key bound of each limit.
+* ``SLUICEGATE_TRUSTED_PROXIES`` (None): whose forwarding headers ``remote_address``
+  believes: None (the peer address is the client: a client-sent ``X-Forwarded-For`` changes
+  nothing), a hop count, or a list of addresses, CIDR ranges and "loopback", "private",
+  "linklocal"; the client is then the right-most untrusted hop (docs/CLIENT-IDENTITY.md).
+  ``SLUICEGATE_IPV6_PREFIX`` (64): an IPv6 client is keyed by its /64. Constructor:
+  ``trusted_proxies=``, ``ipv6_prefix=``.
 * ``SLUICEGATE_STORAGE`` ("memory"): where the limits' buckets live. "memory" is each
   process's own; ``"shm:NAME"`` is a shared-memory region per limit that every worker process
   of the host shares (``gunicorn -w 4`` then enforces one ``10/minute``, not four): the limit
@@ -54,15 +62,22 @@ from flask import Flask, current_app, g, request
 from sluicegate._native import Decision, RateLimited
 from sluicegate._web import (
     MEMORY,
+    PEER_ONLY,
     KeyFunc,
     Rates,
     Rule,
+    Taken,
     check,
     checked_store,
+    client_resolver,
     default_rules,
     header_style,
     message,
+    peek,
     quotas,
+    reset,
+    settle,
+    shared_rules,
     view_rules,
 )
 
@@ -75,8 +90,11 @@ _EXEMPT = "__sluicegate_exempt__"
 
 
 def remote_address(req: Any = None) -> str:
-    """The client's address (behind a proxy, use werkzeug's ProxyFix so this is the client)."""
-    return request.remote_addr or "127.0.0.1"
+    """The client: the peer address, or behind the app's trusted proxies the right-most hop
+    they did not add (``SLUICEGATE_TRUSTED_PROXIES``); IPv6 by its /64."""
+    found = current_app.extensions.get("sluicegate")
+    resolver = found[1].resolver if found is not None else PEER_ONLY
+    return resolver.resolve(request.remote_addr, request.headers.items())
 
 
 def header(name: str, fallback: KeyFunc = remote_address) -> KeyFunc:
@@ -136,6 +154,8 @@ class _State:
     policy: str
     style: Any
     max_keys: int | None
+    resolver: Any
+    skip: Callable[[Any], bool] | None
     store: str
 
 
@@ -153,13 +173,20 @@ class Sluicegate:
         policy: str | None = None,
         on_breach: Callable[[RateLimited], Any] | None = None,
         storage: str | None = None,
+        trusted_proxies: int | str | list[str] | None = None,
+        ipv6_prefix: int | None = None,
+        skip: Callable[[Any], bool] | None = None,
     ) -> None:
         self._key_func = key_func
+        self._skip = skip
+        self._trusted_proxies = trusted_proxies
+        self._ipv6_prefix = ipv6_prefix
         self._storage = storage
         # The decorated limits, and the stores of the apps this extension serves: a limit
         # opens its store when both are known (at import, so that a server that forks after
         # loading the app, like ``gunicorn --preload``, shares regions opened before the fork).
         self._rules: list[Rule] = []
+        self._shared: dict[str, list[Rule]] = {}
         self._stores: list[str] = []
         self._default_limits = default_limits
         self._headers = headers
@@ -177,11 +204,16 @@ class Sluicegate:
             return arg if arg is not None else cfg.get(name, default)
 
         state.enabled = bool(pick(self._enabled, "SLUICEGATE_ENABLED", True))
+        state.skip = pick(self._skip, "SLUICEGATE_SKIP", None)
         state.key_func = key_func(pick(self._key_func, "SLUICEGATE_KEY_FUNC", "remote_address"))
         state.style = header_style(pick(self._headers, "SLUICEGATE_HEADERS", "ietf"))
         state.policy = pick(self._policy, "SLUICEGATE_POLICY", "default")
         state.headers_on_allowed = bool(cfg.get("SLUICEGATE_HEADERS_ON_ALLOWED", True))
         state.max_keys = cfg.get("SLUICEGATE_MAX_KEYS")
+        state.resolver = client_resolver(
+            pick(self._trusted_proxies, "SLUICEGATE_TRUSTED_PROXIES", None),
+            pick(self._ipv6_prefix, "SLUICEGATE_IPV6_PREFIX", None),
+        )
         state.store = checked_store(pick(self._storage, "SLUICEGATE_STORAGE", MEMORY))
         state.defaults = default_rules(
             pick(self._default_limits, "SLUICEGATE_DEFAULT_LIMITS", None), state.max_keys
@@ -203,10 +235,16 @@ class Sluicegate:
         cost: int | Callable[[Any], int] = 1,
         policy: str | None = None,
         max_keys: int | None = None,
+        deduct_when: Callable[[Any], bool] | None = None,
+        name: str | None = None,
     ) -> Callable[[F], F]:
         """Limits a view (replacing the default limits for it). Several rates, or several
         decorators, must all admit a request. `key` defaults to the app's key function;
-        `cost` may be a function of the request. Each view it decorates counts on its own."""
+        `cost` may be a function of the request. Each view it decorates counts on its own.
+        `deduct_when`, a function of the response, counts only the requests whose response
+        it accepts (``lambda r: r.status_code < 400``: failures are free); the others get
+        their tokens back. A `name` makes it one limit shared by every view that names it.
+        """
         kf = None if key is None else key_func(key)
         parsed = quotas(rates)
         if not parsed:
@@ -214,7 +252,13 @@ class Sluicegate:
 
         def decorate(view: F) -> F:
             existing = view.__dict__.get(_LIMITS) or []
-            rules = view_rules(view, existing, parsed, kf, cost=cost, policy=policy, max_keys=max_keys)
+            options: dict[str, Any] = {
+                "cost": cost, "policy": policy, "max_keys": max_keys, "deduct_when": deduct_when,
+            }  # fmt: skip
+            if name is not None:
+                rules = shared_rules(self._shared, name, parsed, kf, **options)
+            else:
+                rules = view_rules(view, existing, parsed, kf, **options)
             for store in self._stores:
                 for rule in rules:
                     rule.open_early(store)
@@ -229,11 +273,33 @@ class Sluicegate:
         setattr(view, _EXEMPT, True)
         return view
 
+    # -- admin -------------------------------------------------------------------------------
+
+    def get(self, key: Any, endpoint: str) -> Decision | None:
+        """What the limits of `endpoint` (its own, or the default limits) would say of `key`
+        (what the key function returns: a client address, an API key) now, taking nothing.
+        In an app context."""
+        rules, state = self._admin(endpoint)
+        return peek(rules, key, endpoint, state.store)
+
+    def reset(self, key: Any, endpoint: str) -> int:
+        """Gives `key` full buckets in the limits of `endpoint`; how many held it."""
+        rules, state = self._admin(endpoint)
+        return reset(rules, key, endpoint, state.store)
+
+    @staticmethod
+    def _admin(endpoint: str) -> tuple[list[Rule], _State]:
+        _, state = current_app.extensions["sluicegate"]
+        view = current_app.view_functions[endpoint]
+        if getattr(view, _EXEMPT, False):
+            return [], state
+        return getattr(view, _LIMITS, None) or state.defaults, state
+
     # -- hooks -------------------------------------------------------------------------------
 
     def _before_request(self) -> Any:
         _, state = current_app.extensions["sluicegate"]
-        if not state.enabled or request.endpoint is None:
+        if not state.enabled or request.endpoint is None or (state.skip is not None and state.skip(request)):
             return None
         view = current_app.view_functions.get(request.endpoint)
         if view is None or getattr(view, _EXEMPT, False):
@@ -241,8 +307,9 @@ class Sluicegate:
         rules = getattr(view, _LIMITS, None) or state.defaults
         if not rules:
             return None
-        decision, rule, allowed = check(rules, request, state.key_func, request.endpoint, state.store)
-        g._sluicegate = (decision, rule)
+        taken: Taken = []
+        decision, rule, allowed = check(rules, request, state.key_func, request.endpoint, state.store, taken)
+        g._sluicegate = (decision, rule, taken)
         if not allowed:
             return self._rate_limited(RateLimited(decision))  # type: ignore[arg-type]
         return None
@@ -252,7 +319,8 @@ class Sluicegate:
         if found is None:
             return response
         _, state = current_app.extensions["sluicegate"]
-        decision, rule = found
+        decision, rule, taken = found
+        settle(taken, response)
         if decision and state.headers_on_allowed:
             self._add_headers(response, decision, (rule and rule.policy) or state.policy, state)
         return response

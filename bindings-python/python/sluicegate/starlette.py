@@ -1,0 +1,478 @@
+"""Starlette and FastAPI integration: a pure ASGI middleware and a ``Depends`` dependency.
+
+    from fastapi import Depends, FastAPI
+    from sluicegate.starlette import RateLimitMiddleware, Sluicegate
+
+    limiter = Sluicegate(default_limits=["100/minute"])
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+
+    @app.get("/search", dependencies=[Depends(limiter.dependency("10/s; burst=20"))])
+    async def search(q: str): ...
+
+Two ways to limit a route, which may be combined:
+
+* ``RateLimitMiddleware`` (plain ASGI, so it works under any ASGI server and in front of any
+  Starlette or FastAPI app) applies the default limits to every route, counted per route and
+  client, and the limits of ``@limiter.limit(...)`` on an endpoint. The decorator only marks
+  the endpoint and returns it unchanged: FastAPI sees the endpoint's own signature, whatever
+  it is. A route is found the way Starlette's router finds it (its first full match);
+  ``@limiter.exempt`` endpoints and FastAPI routes with a ``limiter.dependency`` get no default
+  limit. It also turns ``raise sluicegate.RateLimited(decision)`` in an endpoint into a 429,
+  and adds the RateLimit fields to allowed responses.
+* ``limiter.dependency(...)`` is a FastAPI dependency (a callable object: FastAPI reads its
+  ``__call__(request, response)``, never the endpoint's parameters). It counts each route
+  separately unless it has a ``name``; the same ``name`` on several routes (or the same
+  object in several ``Depends``) is one shared limit. A rejection raises ``HTTPException(429)``
+  with ``Retry-After`` and the RateLimit fields; the dependency's value is the Decision.
+
+Configuration (constructor arguments):
+
+* ``default_limits`` ([]): rates applied by the middleware to every route without limits of
+  its own, counted per route and client.
+* ``key_func`` ("remote_address"): a callable of the Request, or "remote_address" (the
+  client, ``Sluicegate.client``), "header:NAME".
+* ``trusted_proxies`` (None): whose forwarding headers the client identity believes: None
+  (the peer address is the client: a client-sent ``X-Forwarded-For`` changes nothing), a hop
+  count, or a list of addresses, CIDR ranges and "loopback", "private", "linklocal"; the client
+  is then the right-most untrusted hop (docs/CLIENT-IDENTITY.md). ``ipv6_prefix`` (64): an
+  IPv6 client is keyed by its /64. (Do not also run uvicorn's ``--proxy-headers`` with
+  ``--forwarded-allow-ips='*'``: it rewrites the peer from the header before this sees it.)
+* ``headers`` ("ietf"): "ietf", "draft6", "draft7", "legacy" or "none";
+  ``headers_on_allowed`` (True): the RateLimit fields on allowed responses too.
+* ``policy`` ("default"): the policy name in the IETF fields.
+* ``enabled`` (True): turn every check off, e.g. in tests.
+* ``skip`` (None): a function of the Request; True lets it through unlimited (an allowlist,
+  health checks).
+
+``deduct_when=`` on ``limit`` and ``dependency`` (a function of the response: its
+``status_code`` and ``headers``) counts only the requests whose response it accepts
+(``lambda r: r.status_code < 400``: failures are free); the others get their tokens back once
+the response starts (a dependency's, when ``RateLimitMiddleware`` is installed).
+* ``max_keys``: the key bound of each limit (the core's default).
+* ``storage`` ("memory"): "memory" (each process's own), ``"shm:NAME"`` (a shared-memory
+  region per limit, shared by every worker process of the host) or a Redis URL (every
+  worker of every host), named as in ``sluicegate.flask``. An in-process or shm decision
+  takes well under a microsecond and is made directly on the event loop; a Redis decision is
+  awaited (the round trip happens off the loop, so the loop never waits for the server).
+
+Starlette is imported only when this module is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from typing import Any, TypeVar
+
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Match
+
+from sluicegate._native import ClientResolver, Decision, RateLimited
+from sluicegate._web import (
+    MEMORY,
+    PEER_ONLY,
+    KeyFunc,
+    Outcome,
+    Rates,
+    Rule,
+    check,
+    check_async,
+    checked_store,
+    client_resolver,
+    default_rules,
+    header_key,
+    header_style,
+    message,
+    named_key,
+    opens_early,
+    peek,
+    quotas,
+    reset,
+    settle,
+    shared_rules,
+    settle_async,
+    view_rules,
+)
+
+__all__ = ["RateLimit", "RateLimitMiddleware", "Sluicegate", "header", "key_func", "remote_address"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+_LIMITS = "__sluicegate_limits__"
+_EXEMPT = "__sluicegate_exempt__"
+#: The scope entry where the dependency leaves its decisions for the middleware's headers.
+_DECISIONS = "sluicegate.decisions"
+#: The scope entry where checks leave what rules with a `deduct_when` took.
+_TAKEN = "sluicegate.taken"
+
+
+def remote_address(request: Request) -> str:
+    """The peer address (IPv6 by its /64), whatever forwarding headers say: the key function
+    for use outside a ``Sluicegate``, whose own default (``Sluicegate.client``) also believes
+    its trusted proxies."""
+    return _client(PEER_ONLY, request)
+
+
+def _client(resolver: ClientResolver, request: Request) -> str:
+    client = request.client
+    return resolver.resolve(client.host if client is not None else None, request.scope.get("headers"))
+
+
+def header(name: str, fallback: KeyFunc = remote_address) -> KeyFunc:
+    """Keys by a request header (an API key, a tenant id); `fallback` when it is absent."""
+    return header_key(name, fallback)
+
+
+def key_func(spec: str | KeyFunc) -> KeyFunc:
+    """A key function from a callable or a name: "remote_address", "header:NAME"."""
+    return named_key(spec, {"remote_address": remote_address}, header)
+
+
+_key_of = key_func  # the constructor's parameter of that name hides the function
+
+
+class Sluicegate:
+    """The configuration every limit of an app shares, and the factory of its limits."""
+
+    def __init__(
+        self,
+        *,
+        default_limits: Rates | None = None,
+        key_func: str | KeyFunc = "remote_address",
+        headers: str = "ietf",
+        headers_on_allowed: bool = True,
+        policy: str = "default",
+        enabled: bool = True,
+        max_keys: int | None = None,
+        storage: str = MEMORY,
+        on_breach: Callable[[Request, RateLimited], Response] | None = None,
+        trusted_proxies: int | str | list[str] | None = None,
+        ipv6_prefix: int = 64,
+        skip: Callable[[Request], bool] | None = None,
+    ) -> None:
+        self.enabled = enabled
+        self.skip = skip
+        self.resolver = client_resolver(trusted_proxies, ipv6_prefix)
+        self.key_func = self.client if key_func == "remote_address" else _key_of(key_func)
+        self.style: Any = header_style(headers)
+        self.headers_on_allowed = headers_on_allowed
+        self.policy = policy
+        self.max_keys = max_keys
+        self.store = checked_store(storage)
+        self.on_breach = on_breach
+        self.defaults = default_rules(default_limits, max_keys)
+        self._shared: dict[str, list[Rule]] = {}
+        self._remote = not opens_early(self.store)
+        for rule in self.defaults:
+            rule.open_early(self.store)
+
+    def client(self, request: Request) -> str:
+        """The client a request comes from: the peer address, or behind the trusted proxies
+        the right-most hop they did not add; IPv6 by its prefix."""
+        return _client(self.resolver, request)
+
+    def limit(
+        self,
+        rates: Rates,
+        *,
+        key: str | KeyFunc | None = None,
+        cost: int | Callable[[Any], int] = 1,
+        policy: str | None = None,
+        max_keys: int | None = None,
+        name: str | None = None,
+        deduct_when: Callable[[Any], bool] | None = None,
+    ) -> Callable[[F], F]:
+        """Marks an endpoint with limits that ``RateLimitMiddleware`` applies (instead of the
+        default limits). Several rates, or several decorators, must all admit a request; a
+        `name` makes it a limit shared by every endpoint that names it. The endpoint is
+        returned unchanged."""
+        rules_of = self._rules(rates, key, cost, policy, max_keys, name, deduct_when)
+
+        def decorate(endpoint: F) -> F:
+            existing = endpoint.__dict__.get(_LIMITS) or []
+            setattr(endpoint, _LIMITS, [*rules_of(endpoint, existing), *existing])
+            return endpoint
+
+        return decorate
+
+    def dependency(
+        self,
+        rates: Rates,
+        *,
+        key: str | KeyFunc | None = None,
+        cost: int | Callable[[Any], int] = 1,
+        policy: str | None = None,
+        max_keys: int | None = None,
+        name: str | None = None,
+        deduct_when: Callable[[Any], bool] | None = None,
+    ) -> RateLimit:
+        """A FastAPI dependency: ``Depends(limiter.dependency("10/s"))``. Counted per route
+        (the route's path template) unless `name` makes it one limit shared by the routes
+        that name it."""
+        rules = self._rules(rates, key, cost, policy, max_keys, name, deduct_when)(None, [])
+        return RateLimit(self, rules)
+
+    def exempt(self, endpoint: F) -> F:
+        """No default limit applies to this endpoint."""
+        setattr(endpoint, _EXEMPT, True)
+        return endpoint
+
+    def _rules(
+        self,
+        rates: Rates,
+        key: str | KeyFunc | None,
+        cost: int | Callable[[Any], int],
+        policy: str | None,
+        max_keys: int | None,
+        name: str | None,
+        deduct_when: Callable[[Any], bool] | None,
+    ) -> Callable[[Any, Sequence[Rule]], list[Rule]]:
+        """The rules of one `limit` or `dependency`, given the endpoint (None: a dependency,
+        counted per route) and the rules it has already."""
+        kf = None if key is None else key_func(key)
+        parsed = quotas(rates)
+        if not parsed:
+            raise ValueError("a limit needs at least one rate")
+        options: dict[str, Any] = {
+            "cost": cost, "policy": policy, "max_keys": max_keys or self.max_keys, "deduct_when": deduct_when,
+        }  # fmt: skip
+
+        def make(endpoint: Any, existing: Sequence[Rule]) -> list[Rule]:
+            if name is not None:
+                rules = shared_rules(self._shared, name, parsed, kf, **options)
+            elif endpoint is None:
+                rules = [Rule(q, kf, scope=f"route#{i}", scoped=True, **options) for i, q in enumerate(parsed)]
+            else:
+                rules = view_rules(endpoint, existing, parsed, kf, **options)
+            for rule in rules:
+                rule.open_early(self.store)
+            return rules
+
+        return make
+
+    def get(self, key: Any, *, route: str | None = None, name: str | None = None, endpoint: Any = None) -> Decision | None:
+        """What limits would say of `key` (what the key function returns: a client address,
+        an API key) now, taking nothing: the default limits of the route with path template
+        `route`, the shared limit `name`, or the ``@limit`` ones of `endpoint`. For admin
+        tools; a dependency's own limits: ``RateLimit.get``."""
+        rules, scope = self._admin(route, name, endpoint)
+        return peek(rules, key, scope, self.store)
+
+    def reset(self, key: Any, *, route: str | None = None, name: str | None = None, endpoint: Any = None) -> int:
+        """Gives `key` full buckets in those limits; how many held it."""
+        rules, scope = self._admin(route, name, endpoint)
+        return reset(rules, key, scope, self.store)
+
+    def _admin(self, route: str | None, name: str | None, endpoint: Any) -> tuple[Sequence[Rule], str | None]:
+        if sum(x is not None for x in (route, name, endpoint)) != 1:
+            raise TypeError("give one of route=, name= or endpoint=")
+        if name is not None:
+            return self._shared.get(name, []), None
+        if endpoint is not None:
+            return getattr(endpoint, _LIMITS, None) or [], None
+        return self.defaults, route
+
+    def _skipped(self, request: Request) -> bool:
+        return not self.enabled or (self.skip is not None and bool(self.skip(request)))
+
+    async def _check(self, rules: Sequence[Rule], request: Request, scope: str) -> Outcome:
+        """The rules' outcome: decided on the loop for an in-process or shm store, awaited
+        for Redis. What rules with a `deduct_when` took is left in the scope for the
+        middleware."""
+        taken = request.scope.setdefault(_TAKEN, [])
+        if self._remote:
+            return await check_async(rules, request, self.key_func, scope, self.store, taken)
+        return check(rules, request, self.key_func, scope, self.store, taken)
+
+    async def _settle(self, scope: Scope, response: Any) -> None:
+        taken = scope.pop(_TAKEN, None)
+        if taken:
+            if self._remote:
+                await settle_async(taken, response)
+            else:
+                settle(taken, response)
+
+    def _headers(self, decision: Decision, rule: Rule | None) -> dict[str, str]:
+        return decision.headers(self.style, (rule and rule.policy) or self.policy)
+
+
+class RateLimit:
+    """A FastAPI dependency made by ``Sluicegate.dependency``: awaits its limits for the
+    request, and raises ``HTTPException(429)`` when one rejects it."""
+
+    def __init__(self, limiter: Sluicegate, rules: list[Rule]) -> None:
+        self.limiter = limiter
+        self.rules = rules
+
+    async def __call__(self, request: Request, response: Response) -> Decision | None:
+        limiter = self.limiter
+        if limiter._skipped(request):
+            return None
+        decision, rule, allowed = await limiter._check(self.rules, request, _route_name(request.scope))
+        assert decision is not None
+        fields = limiter._headers(decision, rule)
+        if not allowed:
+            raise HTTPException(429, message(decision).strip(), headers=fields)
+        if limiter.headers_on_allowed:
+            response.headers.update(fields)
+        request.scope.setdefault(_DECISIONS, []).append((decision, rule))
+        return decision
+
+    def get(self, key: Any, route: str | None = None) -> Decision | None:
+        """What this dependency would say of `key` on the route with path template `route`
+        (None for a named, shared one) now, taking nothing."""
+        return peek(self.rules, key, route, self.limiter.store)
+
+    def reset(self, key: Any, route: str | None = None) -> int:
+        """Gives `key` full buckets in this dependency's limits on `route`."""
+        return reset(self.rules, key, route, self.limiter.store)
+
+    def __repr__(self) -> str:
+        return f"RateLimit({self.rules!r})"
+
+
+class RateLimitMiddleware:
+    """The ASGI middleware: ``app.add_middleware(RateLimitMiddleware, limiter=limiter)``."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], limiter: Sluicegate) -> None:
+        self.app = app
+        self.limiter = limiter
+        # Per route object: whether it has FastAPI dependencies of ours (found once).
+        self._has_dependency: dict[int, bool] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        limiter = self.limiter
+        if scope["type"] != "http" or not limiter.enabled:
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        if limiter.skip is not None and limiter.skip(request):
+            await self.app(scope, receive, send)
+            return
+        route = _find_route(scope)
+        rules = self._rules_of(route)
+        found: tuple[Decision, Rule | None] | None = None
+        if rules:
+            decision, rule, allowed = await limiter._check(rules, request, _route_path(route, scope))
+            assert decision is not None
+            if not allowed:
+                await self._too_many(request, RateLimited(decision), rule, scope, receive, send)
+                return
+            found = (decision, rule)
+        started = False
+
+        async def send_with_headers(msg: Message) -> None:
+            nonlocal started
+            if msg["type"] == "http.response.start":
+                started = True
+                await limiter._settle(scope, _Sent(msg["status"], Headers(raw=msg.get("headers", []))))
+                best = _fewest_remaining(found, scope.get(_DECISIONS))
+                if best is not None and limiter.headers_on_allowed:
+                    present = {name.lower() for name, _ in msg.get("headers", [])}
+                    extra = [
+                        (name.lower().encode("latin-1"), value.encode("latin-1"))
+                        for name, value in limiter._headers(*best).items()
+                        if name.lower().encode("latin-1") not in present
+                    ]
+                    msg["headers"] = [*msg.get("headers", []), *extra]
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except RateLimited as error:
+            if started:
+                raise
+            await limiter._settle(scope, _Sent(429, Headers()))
+            await self._too_many(request, error, None, scope, receive, send)
+        except BaseException:
+            if not started:
+                await limiter._settle(scope, _Sent(500, Headers()))
+            raise
+
+    def _rules_of(self, route: Any) -> Sequence[Rule]:
+        """The rules the middleware applies to `route` (None: no route matched)."""
+        endpoint = getattr(route, "endpoint", None)
+        own = getattr(endpoint, _LIMITS, None)
+        if own:
+            return own  # type: ignore[no-any-return]
+        if getattr(endpoint, _EXEMPT, False) or (route is not None and self._dependency_of(route)):
+            return ()
+        return self.limiter.defaults
+
+    def _dependency_of(self, route: Any) -> bool:
+        """Whether a FastAPI route has a ``RateLimit`` among its dependencies (its own limit,
+        which replaces the default limits)."""
+        found = self._has_dependency.get(id(route))
+        if found is None:
+            found = _has_rate_limit(getattr(route, "dependant", None))
+            self._has_dependency[id(route)] = found
+        return found
+
+    async def _too_many(
+        self, request: Request, error: RateLimited, rule: Rule | None, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        limiter = self.limiter
+        fields = limiter._headers(error.decision, rule)
+        if limiter.on_breach is not None:
+            response = limiter.on_breach(request, error)
+        else:
+            response = PlainTextResponse(message(error.decision), status_code=429)
+        response.headers.update(fields)
+        await response(scope, receive, send)
+
+
+class _Sent:
+    """What ``deduct_when`` sees of a response under ASGI: its status and fields."""
+
+    __slots__ = ("headers", "status_code")
+
+    def __init__(self, status_code: int, headers: Headers) -> None:
+        self.status_code = status_code
+        self.headers = headers
+
+
+def _find_route(scope: Scope) -> Any:
+    """The route Starlette's router will pick for `scope`: its first full match (None when
+    nothing matches, or the app has no router)."""
+    app = scope.get("app")
+    router = getattr(app, "router", None)
+    for route in getattr(router, "routes", ()):
+        match, _ = route.matches(scope)
+        if match is Match.FULL:
+            return route
+    return None
+
+
+def _route_path(route: Any, scope: Scope) -> str:
+    """What a per-route limit's keys carry: the route's path template (``/items/{id}``: one
+    bucket per client for every item), or one name for every unmatched path (a client cannot
+    make buckets by inventing paths)."""
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else "<unmatched>"
+
+
+def _route_name(scope: Scope) -> str:
+    return _route_path(scope.get("route"), scope)
+
+
+def _has_rate_limit(dependant: Any) -> bool:
+    if dependant is None:
+        return False
+    if isinstance(getattr(dependant, "call", None), RateLimit):
+        return True
+    return any(_has_rate_limit(d) for d in getattr(dependant, "dependencies", ()))
+
+
+def _fewest_remaining(
+    found: tuple[Decision, Rule | None] | None, more: list[tuple[Decision, Rule | None]] | None
+) -> tuple[Decision, Rule | None] | None:
+    """The decision the fields report: the one with the fewest tokens left."""
+    candidates = ([found] if found is not None else []) + (more or [])
+    return min(candidates, key=lambda d: d[0].remaining, default=None)

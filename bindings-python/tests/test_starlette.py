@@ -1,0 +1,229 @@
+"""The Starlette/FastAPI integration: through Starlette's TestClient, an ASGI transport on the
+test's own loop (a Redis server that does not answer never blocks it), and real uvicorn
+servers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx2
+import pytest
+from fastapi import Depends, FastAPI
+from redis_server import RedisServer
+from starlette.testclient import TestClient
+from starlette_app import make_fastapi, make_starlette
+from test_redis import url, while_ticking
+from test_servers import Server, get, serve, wait_ready
+
+from sluicegate import InvalidOptionError, Quota
+from sluicegate._web import region_suffix
+from sluicegate.starlette import RateLimitMiddleware, Sluicegate, header, key_func, remote_address
+
+TESTS = Path(__file__).resolve().parent
+
+
+def statuses(client: TestClient, path: str, n: int, **kwargs: object) -> list[int]:
+    return [client.get(path, **kwargs).status_code for _ in range(n)]  # type: ignore[arg-type]
+
+
+def test_default_limits_per_route_with_headers() -> None:
+    app, _ = make_fastapi()
+    client = TestClient(app)
+    first = client.get("/default")
+    assert first.status_code == 200 and first.json() == "default"
+    assert first.headers["RateLimit-Policy"] == '"default";q=2;w=60'
+    assert first.headers["RateLimit"] == '"default";r=1;t=30'
+    assert client.get("/default").status_code == 200
+    third = client.get("/default")
+    assert third.status_code == 429
+    assert third.headers["Retry-After"] == "30"
+    assert third.headers["RateLimit"] == '"default";r=0;t=30'
+    assert third.text == "Too Many Requests: retry after 30 s\n"
+    # Each route counts on its own; a path template is one route, however many paths it has.
+    assert statuses(client, "/other", 3) == [200, 200, 429]
+    assert [client.get(f"/items/{i}").status_code for i in range(3)] == [200, 200, 429]
+    # Unmatched paths share one bucket per client: a client cannot make buckets by paths.
+    assert [client.get(f"/nowhere/{i}").status_code for i in range(3)] == [404, 404, 429]
+    # Another client has buckets of its own.
+    other = TestClient(app, client=("10.0.0.9", 1234))
+    assert other.get("/default").status_code == 200
+
+
+def test_a_dependency_limits_its_route_by_its_key() -> None:
+    app, _ = make_fastapi()
+    client = TestClient(app)
+    assert statuses(client, "/dep", 2, headers={"X-Api-Key": "a"}) == [200, 200]
+    rejected = client.get("/dep", headers={"X-Api-Key": "a"})
+    assert rejected.status_code == 429
+    assert rejected.json() == {"detail": "Too Many Requests: retry after 1 s"}
+    assert rejected.headers["Retry-After"] == "1"
+    assert rejected.headers["RateLimit"] == '"default";r=0;t=1'
+    # Another key, its own bucket; the route's own limit replaces the default limits (2/minute).
+    assert statuses(client, "/dep", 2, headers={"X-Api-Key": "b"}) == [200, 200]
+
+
+def test_the_dependency_gives_the_decision_and_the_fields() -> None:
+    app, _ = make_fastapi()
+    client = TestClient(app)
+    assert [client.get("/value").json() for _ in range(3)] == [4, 3, 2]
+    # An endpoint returning a Response of its own: the middleware adds the fields.
+    raw = client.get("/raw")
+    assert raw.text == "raw" and raw.headers["RateLimit"] == '"default";r=4;t=60'
+
+
+def test_a_named_limit_is_shared_by_the_routes_that_name_it() -> None:
+    app, limiter = make_fastapi()
+    client = TestClient(app)
+    assert [client.get(p).status_code for p in ("/shared-a", "/shared-b", "/shared-a", "/shared-b")] == [
+        200,
+        200,
+        200,
+        429,
+    ]
+    with pytest.raises(ValueError, match="already has other rates"):
+        limiter.dependency("5/minute", name="search")
+
+
+def test_the_decorator_keeps_any_signature() -> None:
+    app, _ = make_fastapi()
+    client = TestClient(app)
+    answers = [client.post("/decorated/x", params={"q": 3}, json={"a": 1}) for _ in range(4)]
+    assert [a.status_code for a in answers] == [200, 200, 200, 429]
+    assert answers[0].json() == {"name": "x", "q": 3, "body": {"a": 1}}
+    assert answers[0].headers["RateLimit"] == '"decorated";r=2;t=60'
+    # The limit is the endpoint's, not the path's, and comes before FastAPI validates `q`.
+    assert client.post("/decorated/y", params={"q": "no"}).status_code == 429
+
+
+def test_several_rates_cost_exempt_and_raise() -> None:
+    app, _ = make_fastapi()
+    client = TestClient(app)
+    # Both rates must admit; the reported decision is the one with fewer tokens left.
+    first = client.get("/two")
+    assert first.headers["RateLimit"] == '"default";r=2;t=60'
+    assert statuses(client, "/two", 3) == [200, 200, 429]
+    assert client.get("/heavy", params={"n": 7}).status_code == 200
+    assert client.get("/heavy", params={"n": 4}).status_code == 429
+    assert client.get("/heavy", params={"n": 3}).status_code == 200
+    assert statuses(client, "/free", 5) == [200] * 5
+    assert "RateLimit" not in client.get("/free").headers
+    raised = client.get("/raise")
+    assert raised.status_code == 429 and raised.headers["Retry-After"] == "3600"
+
+
+def test_plain_starlette() -> None:
+    app, _ = make_starlette(default_limits="3/minute", headers="legacy")
+    client = TestClient(app)
+    answers = [client.get("/limited") for _ in range(3)]
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    assert answers[0].headers["X-RateLimit-Limit"] == "2"
+    assert answers[2].headers["Retry-After"] == "60"
+    assert statuses(client, "/plain", 4) == [200, 200, 200, 429]
+
+
+def test_disabled_and_without_the_middleware() -> None:
+    app, _ = make_fastapi(enabled=False)
+    client = TestClient(app)
+    assert statuses(client, "/default", 5) == [200] * 5
+    assert statuses(client, "/dep", 5, headers={"X-Api-Key": "a"}) == [200] * 5
+    # A dependency works without the middleware (it sets the fields itself).
+    limiter = Sluicegate()
+    bare = FastAPI()
+
+    @bare.get("/x", dependencies=[Depends(limiter.dependency("1/minute; burst=1"))])
+    async def x() -> str:
+        return "x"
+
+    client = TestClient(bare)
+    first = client.get("/x")
+    assert first.status_code == 200 and first.headers["RateLimit"] == '"default";r=0;t=60'
+    assert client.get("/x").status_code == 429
+
+
+def test_configuration_errors_come_at_once() -> None:
+    with pytest.raises(InvalidOptionError):
+        Sluicegate(headers="nope")
+    with pytest.raises(InvalidOptionError):
+        Sluicegate(storage="nope://x")
+    with pytest.raises(ValueError, match="unknown key function"):
+        Sluicegate(key_func="nope")
+    with pytest.raises(ValueError, match="at least one rate"):
+        Sluicegate().limit([])
+    assert key_func("remote_address") is remote_address
+    assert key_func("header:X-Key").__name__ == "header_X-Key"
+    assert header("X-Key").__name__ == "header_X-Key"
+
+
+def test_the_shm_store_names_a_region_per_limit(regions: Path) -> None:
+    store = f"shm:{regions}/app"
+    app, _ = make_fastapi(storage=store)
+    client = TestClient(app)
+    assert statuses(client, "/default", 3) == [200, 200, 429]
+    assert statuses(client, "/shared-a", 4) == [200, 200, 200, 429]
+    made = {p.name for p in regions.iterdir()}
+    assert f"app.{region_suffix(Quota('2/minute'), 'default#0')}" in made
+    assert f"app.{region_suffix(Quota('1/minute; burst=3'), 'shared:search#0')}" in made
+
+
+def test_the_redis_store(redis_server: RedisServer) -> None:
+    app, _ = make_fastapi(storage=url(redis_server, on_error="error"))
+    client = TestClient(app)
+    assert statuses(client, "/default", 3) == [200, 200, 429]
+    assert statuses(client, "/dep", 3, headers={"X-Api-Key": "a"}) == [200, 200, 429]
+    assert [client.get("/value").json() for _ in range(2)] == [4, 3]
+
+
+def test_redis_requests_do_not_block_the_loop(own_redis: RedisServer) -> None:
+    """20 requests in flight, on the test's own loop, against a SIGSTOPped server until the
+    store's timeout: a ticker on the same loop keeps ticking (on_error=open admits them)."""
+    app, _ = make_fastapi(storage=url(own_redis, on_error="open", timeout="1s"), default_limits=["100/minute"])
+
+    async def main() -> tuple[list[httpx2.Response], float, float]:
+        transport = httpx2.ASGITransport(app=app)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://app") as client:
+            assert (await client.get("/default")).status_code == 200  # connected
+            assert (await client.get("/value")).status_code == 200
+            own_redis.pause()
+            try:
+                paths = ["/default", "/value"] * 10
+                return await while_ticking(asyncio.gather(*(client.get(p) for p in paths)))
+            finally:
+                own_redis.resume()
+
+    responses, gap, took = asyncio.run(main())
+    assert [r.status_code for r in responses] == [200] * 20
+    assert took >= 0.9, took
+    assert gap < 0.5, (gap, took)
+
+
+@contextmanager
+def uvicorn(store: str, workers: int = 1) -> Iterator[Server]:
+    """`uvicorn starlette_app:app` on 127.0.0.1 (test_servers.serve), its limits on `store`."""
+    command = [
+        sys.executable, "-m", "uvicorn", "--fd", "{fd}", "--workers", str(workers),
+        "--app-dir", str(TESTS), "--log-level", "warning", "starlette_app:app",
+    ]  # fmt: skip
+    with serve(command, store, lambda server, proc: wait_ready(server, proc, workers=0)) as server:
+        yield server
+
+
+def hammer(url: str, n: int = 60) -> Counter[int]:
+    with ThreadPoolExecutor(8) as pool:
+        return Counter(status for status, _ in pool.map(lambda _: get(url), range(n)))
+
+
+@pytest.mark.parametrize("store", ["memory", "shm", "redis"])
+def test_a_real_uvicorn_server_admits_exactly_the_limit(regions: Path, redis_server: RedisServer, store: str) -> None:
+    """60 concurrent requests to a 10/minute default limit: exactly 10 admitted, on one worker
+    with each store, and on the shm store across two worker processes."""
+    spec = {"memory": "memory", "shm": f"shm:{regions}/uv", "redis": url(redis_server, on_error="error")}[store]
+    with uvicorn(spec, workers=2 if store == "shm" else 1) as server:
+        assert hammer(f"{server.url}/default") == Counter({200: 10, 429: 50})
+        status, fields = get(f"{server.url}/dep")
+        assert status == 200 and fields.get("ratelimit") == '"default";r=1;t=1'

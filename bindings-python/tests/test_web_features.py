@@ -1,0 +1,288 @@
+"""What people expect of a web limiter, in every adapter: a skip (allowlist) hook, a global off
+switch, and counting that depends on the response (``deduct_when``: a refused response gets
+its tokens back through the core's refund)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import flask
+import pytest
+from django.http import HttpResponse
+from django.test import AsyncClient, Client, override_settings
+from django.urls import path
+from fastapi import Depends, FastAPI
+from fastapi.responses import PlainTextResponse
+from redis_server import RedisServer
+from starlette.testclient import TestClient
+from test_redis import url
+
+from sluicegate.django import ratelimit
+from sluicegate.flask import Sluicegate as FlaskSluicegate
+from sluicegate.starlette import RateLimitMiddleware
+from sluicegate.starlette import Sluicegate as StarletteSluicegate
+
+
+def succeeded(response: Any) -> bool:
+    return bool(response.status_code < 400)
+
+
+def internal(request: Any) -> bool:
+    headers = getattr(request, "headers", None)
+    return bool(headers is not None and headers.get("X-Internal") == "yes")
+
+
+#: Status sequences every adapter must answer alike: (query status, expected status).
+#: `/counted` is 1/minute with burst 2 and deduct_when=succeeded: failures are free.
+FAILURES_ARE_FREE = [(500, 500), (404, 404), (200, 200), (500, 500), (200, 200), (200, 429), (500, 429)]
+
+
+# -- Flask -------------------------------------------------------------------------------------
+
+
+def flask_app(**options: Any) -> flask.Flask:
+    app = flask.Flask(__name__)
+    app.config["SLUICEGATE_DEFAULT_LIMITS"] = ["1/minute; burst=1"]
+    limiter = FlaskSluicegate(**options)
+
+    @app.get("/counted")
+    @limiter.limit("1/minute; burst=2", deduct_when=succeeded)
+    def counted() -> Any:
+        return "x", int(flask.request.args["status"])
+
+    @app.get("/plain")
+    def plain() -> str:
+        return "plain"
+
+    limiter.init_app(app)
+    return app
+
+
+def test_flask_deduct_when() -> None:
+    client = flask_app().test_client()
+    assert [client.get(f"/counted?status={s}").status_code for s, _ in FAILURES_ARE_FREE] == [
+        e for _, e in FAILURES_ARE_FREE
+    ]
+
+
+def test_flask_skip_and_off_switch() -> None:
+    client = flask_app(skip=internal).test_client()
+    assert [client.get("/plain").status_code for _ in range(2)] == [200, 429]
+    assert [client.get("/plain", headers={"X-Internal": "yes"}).status_code for _ in range(3)] == [200] * 3
+    off = flask.Flask(__name__)
+    off.config.update(SLUICEGATE_ENABLED=False, SLUICEGATE_DEFAULT_LIMITS=["1/minute; burst=1"])
+    off.get("/plain")(lambda: "plain")
+    FlaskSluicegate(off)
+    assert [off.test_client().get("/plain").status_code for _ in range(3)] == [200] * 3
+
+
+# -- Django (this module is its URL conf) ------------------------------------------------------
+
+
+@ratelimit("1/minute; burst=2", deduct_when=succeeded)
+def counted(request: Any) -> HttpResponse:
+    return HttpResponse("x", status=int(request.GET["status"]))
+
+
+@ratelimit("1/minute; burst=2", deduct_when=succeeded)
+async def acounted(request: Any) -> HttpResponse:
+    return HttpResponse("x", status=int(request.GET["status"]))
+
+
+def plain(request: Any) -> HttpResponse:
+    return HttpResponse("plain")
+
+
+urlpatterns = [path("counted", counted), path("acounted", acounted), path("plain", plain)]
+
+
+def django_settings(**sluicegate: Any) -> override_settings:
+    return override_settings(
+        ROOT_URLCONF=__name__,
+        MIDDLEWARE=["sluicegate.django.RateLimitMiddleware"],
+        SLUICEGATE={"DEFAULT_LIMITS": ["1/minute; burst=1"], **sluicegate},
+    )
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_django_deduct_when(redis_server: RedisServer, store: str) -> None:
+    storage = "memory" if store == "memory" else url(redis_server, on_error="error")
+    with django_settings(STORAGE=storage):
+        client = Client()
+        got = [client.get(f"/counted?status={s}").status_code for s, _ in FAILURES_ARE_FREE]
+        assert got == [e for _, e in FAILURES_ARE_FREE]
+
+        async def main() -> list[int]:
+            client = AsyncClient()
+            return [(await client.get(f"/acounted?status={s}")).status_code for s, _ in FAILURES_ARE_FREE]
+
+        assert asyncio.run(main()) == [e for _, e in FAILURES_ARE_FREE]
+
+
+def test_django_skip_and_off_switch() -> None:
+    with django_settings(SKIP=f"{__name__}.internal"):
+        client = Client()
+        assert [client.get("/plain").status_code for _ in range(2)] == [200, 429]
+        assert [client.get("/plain", HTTP_X_INTERNAL="yes").status_code for _ in range(3)] == [200] * 3
+        assert [client.get("/counted?status=200", HTTP_X_INTERNAL="yes").status_code for _ in range(3)] == [200] * 3
+    with django_settings(ENABLED=False):
+        assert [Client().get("/plain").status_code for _ in range(3)] == [200] * 3
+
+
+def test_django_rejects_an_unknown_skip() -> None:
+    with django_settings(SKIP=f"{__name__}.nothing_here"), pytest.raises(ImportError):
+        Client().get("/plain")
+
+
+# -- Starlette / FastAPI -----------------------------------------------------------------------
+
+
+def fastapi_app(**options: Any) -> FastAPI:
+    limiter = StarletteSluicegate(default_limits=["1/minute; burst=1"], **options)
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+
+    @app.get("/counted")
+    @limiter.limit("1/minute; burst=2", deduct_when=succeeded)
+    async def counted(status: int) -> PlainTextResponse:
+        return PlainTextResponse("x", status_code=status)
+
+    @app.get("/dep", dependencies=[Depends(limiter.dependency("1/minute; burst=2", deduct_when=succeeded))])
+    async def dep(status: int) -> PlainTextResponse:
+        if status == 500:
+            raise RuntimeError("the handler failed")
+        return PlainTextResponse("x", status_code=status)
+
+    @app.get("/plain")
+    async def plain() -> str:
+        return "plain"
+
+    return app
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_starlette_deduct_when(redis_server: RedisServer, store: str) -> None:
+    storage = "memory" if store == "memory" else url(redis_server, on_error="error")
+    client = TestClient(fastapi_app(storage=storage), raise_server_exceptions=False)
+    for route in ("/counted", "/dep"):
+        got = [client.get(f"{route}?status={s}").status_code for s, _ in FAILURES_ARE_FREE]
+        assert got == [e for _, e in FAILURES_ARE_FREE], route
+
+
+def test_starlette_skip_and_off_switch() -> None:
+    client = TestClient(fastapi_app(skip=internal))
+    assert [client.get("/plain").status_code for _ in range(2)] == [200, 429]
+    assert [client.get("/plain", headers={"X-Internal": "yes"}).status_code for _ in range(3)] == [200] * 3
+    assert [client.get("/dep?status=200", headers={"X-Internal": "yes"}).status_code for _ in range(4)] == [200] * 4
+    off = TestClient(fastapi_app(enabled=False))
+    assert [off.get("/plain").status_code for _ in range(3)] == [200] * 3
+
+
+# -- admin: get (peek) and reset ---------------------------------------------------------------
+
+
+def test_flask_get_and_reset() -> None:
+    app = flask_app()
+    client = app.test_client()
+    limiter = app.extensions["sluicegate"][0]
+    assert [client.get("/plain").status_code for _ in range(2)] == [200, 429]
+    assert client.get("/counted?status=200").status_code == 200
+    with app.app_context():
+        assert limiter.get("127.0.0.1", "plain").remaining == 0
+        assert limiter.get("127.0.0.1", "counted").remaining == 1
+        assert limiter.get("10.0.0.1", "plain").remaining == 1  # a peek takes nothing
+        assert limiter.get("10.0.0.1", "plain").remaining == 1
+        assert limiter.reset("127.0.0.1", "plain") == 1
+        assert limiter.reset("127.0.0.1", "plain") == 0
+    assert client.get("/plain").status_code == 200
+
+
+def test_django_get_and_reset() -> None:
+    from sluicegate.django import get, reset
+
+    with django_settings():
+        client = Client()
+        assert [client.get("/plain").status_code for _ in range(2)] == [200, 429]
+        assert get("127.0.0.1", plain).remaining == 0
+        assert reset("127.0.0.1", plain) == 1
+        assert client.get("/plain").status_code == 200
+        # The view's own limit lives as long as the view (other tests used it): reset it.
+        reset("127.0.0.1", counted)
+        assert get("127.0.0.1", counted).remaining == 2
+        assert client.get("/counted?status=200").status_code == 200
+        assert get("127.0.0.1", counted).remaining == 1
+
+
+def test_starlette_get_and_reset() -> None:
+    limiter = StarletteSluicegate(default_limits=["1/minute; burst=1"])
+    shared = limiter.dependency("1/minute; burst=2", name="search")
+    per_route = limiter.dependency("1/minute; burst=2")
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+
+    @app.get("/items/{item}")
+    async def items(item: int) -> int:
+        return item
+
+    @app.get("/search", dependencies=[Depends(shared)])
+    async def search() -> str:
+        return "s"
+
+    @app.get("/own", dependencies=[Depends(per_route)])
+    async def own() -> str:
+        return "o"
+
+    client = TestClient(app)
+    assert [client.get("/items/1").status_code for _ in range(2)] == [200, 429]
+    assert limiter.get("testclient", route="/items/{item}").remaining == 0
+    assert limiter.reset("testclient", route="/items/{item}") == 1
+    assert client.get("/items/2").status_code == 200
+    client.get("/search")
+    assert limiter.get("testclient", name="search").remaining == 1
+    client.get("/own")
+    assert per_route.get("testclient", "/own").remaining == 1
+    assert per_route.reset("testclient", "/own") == 1
+    assert per_route.get("testclient", "/own").remaining == 2
+    with pytest.raises(TypeError, match="one of"):
+        limiter.get("testclient")
+
+
+# -- shared limits across views, several limits on one view ------------------------------------
+
+
+def test_flask_shared_and_stacked_limits() -> None:
+    app = flask.Flask(__name__)
+    limiter = FlaskSluicegate(app)
+
+    @app.get("/a")
+    @limiter.limit("1/minute; burst=3", name="search")
+    def a() -> str:
+        return "a"
+
+    @app.get("/b")
+    @limiter.limit("100/minute; burst=1", key=lambda _: "everyone")
+    @limiter.limit("1/minute; burst=3", name="search")
+    def b() -> str:
+        return "b"
+
+    client = app.test_client()
+    assert [client.get(p).status_code for p in ("/a", "/b", "/b", "/a", "/a")] == [200, 200, 429, 200, 429]
+    with pytest.raises(ValueError, match="other rates"):
+        limiter.limit("5/minute", name="search")(lambda: "c")
+
+
+def test_django_shared_limits() -> None:
+    @ratelimit("1/minute; burst=2", name="django-shared")
+    def one(request: Any) -> HttpResponse:
+        return HttpResponse("1")
+
+    @ratelimit("1/minute; burst=2", name="django-shared")
+    def two(request: Any) -> HttpResponse:
+        return HttpResponse("2")
+
+    from django.test import RequestFactory
+
+    factory = RequestFactory()
+    with django_settings():
+        assert [v(factory.get("/")).status_code for v in (one, two, one)] == [200, 200, 429]
