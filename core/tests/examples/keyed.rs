@@ -329,40 +329,32 @@ fn sweep_on_grow_off_keeps_full_buckets_until_asked() {
             .unwrap()
     };
     let (kept, dropped) = (build(false, 1 << 20), build(true, 1 << 20));
-    // Every key's bucket is full again 100 ms after its one token, before the next key comes.
-    for k in 0..5_000u64 {
-        clock.set(k * S / 5);
+    // Both limiters decide alike.
+    let same = |k: u64, cost: u64| {
         let (a, b) = (
-            kept.try_acquire(&k, 1).unwrap(),
-            dropped.try_acquire(&k, 1).unwrap(),
+            kept.try_acquire(&k, cost).unwrap(),
+            dropped.try_acquire(&k, cost).unwrap(),
         );
         assert_eq!(
             (a.allowed(), a.remaining()),
             (b.allowed(), b.remaining()),
             "key {k}"
         );
+    };
+    // Every key's bucket is full again 100 ms after its one token, before the next key comes.
+    for k in 0..5_000u64 {
+        clock.set(k * S / 5);
+        same(k, 1);
     }
     assert_eq!(kept.len(), 5_000, "growth evicted nothing");
     assert!(dropped.len() < 100, "growth evicted the full buckets");
     // The same keys again, then a burst on one: the same decisions.
     for k in 0..5_000u64 {
         clock.set((5_000 + k) * S / 5);
-        let (a, b) = (
-            kept.try_acquire(&k, 2).unwrap(),
-            dropped.try_acquire(&k, 2).unwrap(),
-        );
-        assert_eq!(
-            (a.allowed(), a.remaining()),
-            (b.allowed(), b.remaining()),
-            "key {k}"
-        );
+        same(k, 2);
     }
     for _ in 0..6 {
-        let (a, b) = (
-            kept.try_acquire(&7, 1).unwrap(),
-            dropped.try_acquire(&7, 1).unwrap(),
-        );
-        assert_eq!((a.allowed(), a.remaining()), (b.allowed(), b.remaining()));
+        same(7, 1);
     }
     assert_eq!(kept.len(), 5_000);
     // A sweep still evicts every full bucket.
