@@ -192,9 +192,14 @@ pub struct KeyedBucket(KeyedLimiter<u32, ManualClock>);
 
 impl KeyedBucket {
     /// A keyed limiter on `clock`, created at the clock's reading, holding at most `max_keys`.
+    /// Its tables keep full buckets until the bound (`sweep_on_grow(false)`): a replay's
+    /// keys come back, and a bucket evicted when full would be re-inserted under the shard's
+    /// lock at the key's next request. No decision differs (that eviction is lossless); the
+    /// store's memory follows the replay's keys, as the interner's does.
     pub fn new(rate: &Rate, clock: &Clock, max_keys: usize) -> Result<Self, String> {
         KeyedLimiter::builder(rate.0)
             .max_keys(max_keys)
+            .sweep_on_grow(false)
             .clock(clock.0.clone())
             .build()
             .map(KeyedBucket)
@@ -208,6 +213,13 @@ impl KeyedBucket {
             Ok(d) => Ok(Verdict(d)),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Asks the cache for what a decision on `key` reads first (the core's
+    /// `KeyedLimiter::prefetch`: a hint, no effect on any decision).
+    #[inline]
+    pub fn prefetch(&self, key: u32) {
+        self.0.prefetch(&key);
     }
 
     /// `key`'s bucket at `t`, changing nothing.

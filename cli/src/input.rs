@@ -206,6 +206,29 @@ impl LineReader {
         }
     }
 
+    /// Every complete line the buffer holds, as one slice (each line ending with `\n`, but
+    /// for an input's last line, which may lack it), consumed; `None` at the end. It reads
+    /// more only when the buffer holds no complete line, so a block is up to 1 MiB of lines
+    /// (a longer line grows the buffer). [`BlockLines`] splits it as `next_line` does;
+    /// `line_no` does not count the lines of a block.
+    pub fn next_block(&mut self) -> Result<Option<&[u8]>, CliError> {
+        loop {
+            if let Some(i) = memchr::memrchr(b'\n', &self.buf[self.start..self.end]) {
+                let s = self.start;
+                self.start += i + 1;
+                return Ok(Some(&self.buf[s..self.start]));
+            }
+            if !self.refill()? {
+                if self.start < self.end {
+                    let s = self.start;
+                    self.start = self.end;
+                    return Ok(Some(&self.buf[s..self.end]));
+                }
+                return Ok(None);
+            }
+        }
+    }
+
     /// Up to `n` of the next lines, without consuming them (format and field detection):
     /// only what the first block holds.
     pub fn peek_lines(&mut self, n: usize) -> Result<Vec<Vec<u8>>, CliError> {
@@ -221,6 +244,38 @@ impl LineReader {
             .take(n)
             .map(<[u8]>::to_vec)
             .collect())
+    }
+}
+
+/// The lines of a block from [`LineReader::next_block`], each with its offset in the block,
+/// their `\n` and a `\r` before it removed.
+pub struct BlockLines<'a> {
+    block: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> BlockLines<'a> {
+    pub fn new(block: &'a [u8]) -> Self {
+        BlockLines { block, pos: 0 }
+    }
+}
+
+impl<'a> Iterator for BlockLines<'a> {
+    type Item = (usize, &'a [u8]);
+
+    #[inline]
+    fn next(&mut self) -> Option<(usize, &'a [u8])> {
+        let s = self.pos;
+        let rest = self.block.get(s..).filter(|r| !r.is_empty())?;
+        let (mut line, next) = match memchr::memchr(b'\n', rest) {
+            Some(i) => (&rest[..i], s + i + 1),
+            None => (rest, self.block.len()),
+        };
+        self.pos = next;
+        if let [head @ .., b'\r'] = line {
+            line = head;
+        }
+        Some((s, line))
     }
 }
 
@@ -827,6 +882,35 @@ mod tests {
         }
         assert_eq!(n, 300_001);
         assert_eq!(r.line_no, 300_001);
+    }
+
+    #[test]
+    fn blocks_split_as_lines() {
+        let mut text = Vec::new();
+        for i in 0..300_000 {
+            let end = if i % 3 == 0 { "\r\n" } else { "\n" };
+            text.extend_from_slice(format!("line {i}{end}").as_bytes());
+        }
+        text.extend_from_slice(b"\n\r\nno newline at the end\r");
+        let mut want = Vec::new();
+        let mut r = LineReader::new(Source::from_bytes("t", text.clone()));
+        while let Some(l) = r.next_line().unwrap() {
+            want.push(l.to_vec());
+        }
+        let mut r = LineReader::new(Source::from_bytes("t", text));
+        assert_eq!(r.next_line().unwrap(), Some(&b"line 0"[..]));
+        let mut got = vec![b"line 0".to_vec()];
+        let mut blocks = 0;
+        while let Some(b) = r.next_block().unwrap() {
+            blocks += 1;
+            for (at, l) in BlockLines::new(b) {
+                assert_eq!(&b[at..at + l.len()], l);
+                got.push(l.to_vec());
+            }
+        }
+        assert!(blocks > 1, "{blocks} blocks");
+        assert_eq!(got.len(), 300_003);
+        assert_eq!(got, want);
     }
 
     #[test]

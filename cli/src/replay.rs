@@ -284,11 +284,32 @@ impl Replay {
     /// The id of a key (new keys get the next id).
     #[inline]
     pub fn key_id(&mut self, key: &[u8]) -> u32 {
-        let (id, new) = self.interner.intern(key);
+        self.key_id_hashed(key, self.interner.hash(key))
+    }
+
+    /// [`key_id`](Self::key_id) of a key whose interner hash is `h`.
+    #[inline]
+    pub fn key_id_hashed(&mut self, key: &[u8], h: u64) -> u32 {
+        let (id, new) = self.interner.intern_hashed(key, h);
         if new {
             self.offered_by_key.push(0);
         }
         id
+    }
+
+    /// Asks the cache for what [`offer`](Self::offer) will read for key `id` (its counter,
+    /// and its bucket in every policy of one keyed rule), without waiting: a hint that
+    /// changes nothing, so that the memory accesses of a batch of requests overlap.
+    #[inline]
+    pub fn prefetch(&self, id: u32) {
+        if let Some(c) = self.offered_by_key.get(id as usize) {
+            prefetch_line(c);
+        }
+        for rules in &self.rules {
+            if let [Limit::Keyed(k)] = rules.as_slice() {
+                k.prefetch(id);
+            }
+        }
     }
 
     /// Offers one request of `cost` from key `id` at `t` to every policy. `Err` only for the
@@ -471,6 +492,19 @@ impl Replay {
     pub fn key_text(&self, id: u32) -> String {
         key_text(self.interner.get(id))
     }
+}
+
+/// Asks the cache for the line holding `v`, without waiting for it (a hint).
+#[inline]
+fn prefetch_line<T>(v: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch never faults and reads nothing; the address is a live reference.
+        unsafe { _mm_prefetch((v as *const T).cast::<i8>(), _MM_HINT_T0) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = v;
 }
 
 /// Key bytes are parts, each a tag byte and its payload: 4 or 6 (an IP network, see

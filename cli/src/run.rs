@@ -4,7 +4,7 @@
 use crate::engine::Refusal;
 use crate::error::CliError;
 use crate::fields::{Extractor, Names, Needs};
-use crate::input::{LineReader, LogFormat, Source};
+use crate::input::{BlockLines, LineReader, LogFormat, Source};
 use crate::netkey::Prefixes;
 use crate::output::{InputMeta, Meta, Summary};
 use crate::policy::{KeyPart, PolicySpec};
@@ -154,6 +154,264 @@ impl Progress {
     }
 }
 
+/// Requests decided per batch (see [`Batch`]): 16 to 64 measured alike at 10^6 keys
+/// (BENCHMARKS.md, "CLI replay").
+const BATCH: usize = 32;
+
+/// Keys from which a batch is prefetched: below, the tables fit in the caches and the
+/// prefetches would be pure overhead.
+const PREFETCH_FROM: usize = 1 << 14;
+
+/// A request parsed but not decided yet: its key, method and path are in [`Batch::bytes`],
+/// its line in the current block.
+#[derive(Clone, Copy)]
+struct Pending {
+    t: u64,
+    cost: u64,
+    line_no: u64,
+    line: (usize, usize),
+    key: (usize, usize),
+    method: (usize, usize),
+    path: Option<(usize, usize)>,
+    hash: u64,
+    id: u32,
+}
+
+/// Requests parsed but not decided yet, decided in the log's order by
+/// [`flush`](Batch::flush).
+///
+/// A replay of 10^6 keys waits on memory: the interner's slots and the keyed stores' tables
+/// are tens of MiB, and each request's key misses every cache there, twice in a row (its id,
+/// then its bucket). A batch overlaps those misses: every key's interner slot is prefetched,
+/// then every key is interned (its slot has arrived) and its buckets are prefetched, then
+/// the requests are decided one by one. Nothing but the order of memory accesses changes:
+/// keys are interned in the log's order (so they get the ids they would get anyway), and every
+/// request is decided in the log's order.
+struct Batch {
+    reqs: Vec<Pending>,
+    bytes: Vec<u8>,
+}
+
+impl Batch {
+    fn new() -> Self {
+        Batch {
+            reqs: Vec::with_capacity(BATCH),
+            bytes: Vec::with_capacity(BATCH * 64),
+        }
+    }
+
+    /// Copies `b` in; its range.
+    #[inline]
+    fn keep(&mut self, b: &[u8]) -> (usize, usize) {
+        let s = self.bytes.len();
+        if !b.is_empty() {
+            self.bytes.extend_from_slice(b);
+        }
+        (s, self.bytes.len())
+    }
+
+    /// Adds a request (its bytes kept before), deciding the batch once it is full.
+    #[inline]
+    fn push(
+        &mut self,
+        req: Pending,
+        replay: &mut Replay,
+        cx: &Decide,
+        meta: &mut Meta,
+    ) -> Result<(), CliError> {
+        self.reqs.push(req);
+        if self.reqs.len() == BATCH {
+            self.flush(replay, cx, meta)?;
+        }
+        Ok(())
+    }
+
+    /// Decides every pending request, in order.
+    fn flush(&mut self, replay: &mut Replay, cx: &Decide, meta: &mut Meta) -> Result<(), CliError> {
+        let bytes = &self.bytes;
+        let get = |(s, e): (usize, usize)| &bytes[s..e];
+        if replay.interner.len() >= PREFETCH_FROM {
+            for p in self.reqs.iter_mut() {
+                p.hash = replay.interner.hash(get(p.key));
+                replay.interner.prefetch(p.hash);
+            }
+            for p in self.reqs.iter_mut() {
+                p.id = replay.key_id_hashed(get(p.key), p.hash);
+                replay.prefetch(p.id);
+            }
+        } else {
+            for p in self.reqs.iter_mut() {
+                p.id = replay.key_id(get(p.key));
+            }
+        }
+        for p in &self.reqs {
+            let line = || &cx.block[p.line.0..p.line.1];
+            match replay.offer(p.t, p.id, get(p.method), p.path.map(get), p.cost) {
+                Ok(()) => {}
+                Err(Refusal::ClockOutOfRange { .. }) => {
+                    let reason = "timestamp beyond the range the policies cover exactly";
+                    record_bad(cx.cfg, meta, cx.name, p.line_no, line(), reason.into())?;
+                }
+                Err(e) => return Err(CliError::data(cx.name, p.line_no, line(), e.to_string())),
+            }
+        }
+        self.reqs.clear();
+        self.bytes.clear();
+        Ok(())
+    }
+}
+
+/// What a decision needs besides the replay: the block of lines its request came from, the
+/// input's name (for messages) and the configuration.
+struct Decide<'a> {
+    block: &'a [u8],
+    name: &'a str,
+    cfg: &'a Config,
+}
+
+/// Counts an unusable line (or fails on it with `--strict`).
+fn record_bad(
+    cfg: &Config,
+    meta: &mut Meta,
+    name: &str,
+    line_no: u64,
+    line: &[u8],
+    reason: String,
+) -> Result<(), CliError> {
+    if cfg.strict {
+        return Err(CliError::data(name, line_no, line, reason));
+    }
+    meta.bad_lines += 1;
+    if meta.bad_examples.len() < 5 {
+        meta.bad_examples.push(format!(
+            "{name}:{line_no}: {reason}: {}",
+            crate::error::clip(line)
+        ));
+    }
+    Ok(())
+}
+
+/// What a line holds.
+enum Parsed {
+    /// A request (its key, method and path kept in the batch's bytes).
+    Request(Pending),
+    /// A request without the key's fields (not limited; counted).
+    Unkeyed,
+    /// An unusable line, and why.
+    Bad(String),
+}
+
+/// Parses one line (the `line_no`th, at `at` in its block) of an input read by `ex`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)] // one caller: the line loop, whose registers it shares
+fn parse_line(
+    cfg: &Config,
+    ex: &mut Extractor,
+    tp: &mut TimeParser,
+    caps: &mut Vec<(usize, usize)>,
+    batch: &mut Batch,
+    line: &[u8],
+    at: usize,
+    line_no: u64,
+) -> Parsed {
+    if !ex.scan(line) {
+        return Parsed::Bad(format!("not a {:?} line", ex.format).to_lowercase());
+    }
+    let Some(ts) = ex.time(line) else {
+        return Parsed::Bad("no timestamp".into());
+    };
+    let Some(t) = tp.parse(ts) else {
+        let ts = String::from_utf8_lossy(ts);
+        return Parsed::Bad(format!("timestamp {ts:?} not understood"));
+    };
+    // Empty and `None` unless a key part or a route needs them (the extractor has their
+    // fields only then).
+    let (method, path) = ex.request(line);
+    // The key, written after the batch's bytes (dropped if the line is not a request).
+    let key_start = batch.bytes.len();
+    let key = &mut batch.bytes;
+    let mut keyed = true;
+    let mut field_i = 0;
+    let mut bad_reason = None;
+    for part in &cfg.key {
+        match part {
+            KeyPart::Ip => match ex.ip(line) {
+                Some(ip) => match cfg.prefixes.key_of_text(ip) {
+                    Some(k) => k.write_bytes(key),
+                    None => {
+                        bad_reason = Some(format!(
+                            "client address {:?} is not an IP address",
+                            String::from_utf8_lossy(ip)
+                        ));
+                    }
+                },
+                None => bad_reason = Some("no client address".into()),
+            },
+            KeyPart::Header(_) | KeyPart::Field(_) => {
+                match ex.key_field(line, field_i) {
+                    Some(v) if !v.is_empty() && v != b"-" => push_text(key, v),
+                    _ => keyed = false,
+                }
+                field_i += 1;
+            }
+            KeyPart::Path => match path {
+                Some(p) => push_text(key, memchr::memchr(b'?', p).map_or(p, |q| &p[..q])),
+                None => keyed = false,
+            },
+            KeyPart::PathPattern(route) => match path {
+                Some(p) if route.matches(method, p, caps) => {
+                    if caps.is_empty() {
+                        push_text(key, route.text.as_bytes());
+                    } else {
+                        let p = memchr::memchr(b'?', p).map_or(p, |q| &p[..q]);
+                        let joined: Vec<&[u8]> = caps.iter().map(|&(a, b)| &p[a..b]).collect();
+                        push_text(key, &joined.join(&b'/'));
+                    }
+                }
+                _ => keyed = false,
+            },
+            KeyPart::Method => push_text(key, method),
+            KeyPart::All => {}
+        }
+    }
+    let key = (key_start, batch.bytes.len());
+    let cost = match (&bad_reason, keyed, ex.cost(line)) {
+        (Some(_), _, _) | (None, false, _) | (None, true, None) => cfg.cost,
+        (None, true, Some(c)) => match std::str::from_utf8(c)
+            .ok()
+            .and_then(|c| c.trim().parse::<u64>().ok())
+        {
+            Some(c) => c,
+            None => {
+                let c = String::from_utf8_lossy(c);
+                bad_reason = Some(format!("cost {c:?} is not a whole number"));
+                0
+            }
+        },
+    };
+    if let Some(r) = bad_reason {
+        batch.bytes.truncate(key_start);
+        return Parsed::Bad(r);
+    }
+    if !keyed {
+        batch.bytes.truncate(key_start);
+        return Parsed::Unkeyed;
+    }
+    let method = batch.keep(method);
+    let path = path.map(|p| batch.keep(p));
+    Parsed::Request(Pending {
+        t,
+        cost,
+        line_no,
+        line: (at, at + line.len()),
+        key,
+        method,
+        path,
+        hash: 0,
+        id: 0,
+    })
+}
+
 /// One pass over the inputs into `replay`.
 fn pass(
     cfg: &Config,
@@ -166,9 +424,8 @@ fn pass(
     let total: Option<u64> = sources.iter().map(|s| s.size).sum();
     let mut prog = Progress::new(cfg.progress, total);
     let mut tp = TimeParser::new(cfg.unit);
-    let mut key = Vec::with_capacity(64);
     let mut caps = Vec::new();
-    let needs_request = needs.path || needs.method;
+    let mut batch = Batch::new();
     for src in sources {
         let name = src.name.clone();
         let counter = src.read_bytes.clone();
@@ -192,135 +449,40 @@ fn pass(
         if ex.skip_first {
             lr.next_line()?;
         }
+        let mut line_no = lr.line_no;
         let mut since = 0u32;
-        loop {
-            let line_no = lr.line_no + 1;
-            let Some(line) = lr.next_line()? else { break };
-            im.lines += 1;
-            since += 1;
-            if since == 1 << 16 {
-                since = 0;
-                prog.bar.set_position(prog.done_bytes + counter.get());
-            }
-            if line.is_empty() || line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            let bad = |meta: &mut Meta, reason: String| -> Result<(), CliError> {
-                if cfg.strict {
-                    return Err(CliError::data(&name, line_no, line, reason));
+        while let Some(block) = lr.next_block()? {
+            let cx = Decide {
+                block,
+                name: &name,
+                cfg,
+            };
+            for (at, line) in BlockLines::new(block) {
+                line_no += 1;
+                im.lines += 1;
+                since += 1;
+                if since == 1 << 16 {
+                    since = 0;
+                    prog.bar.set_position(prog.done_bytes + counter.get());
                 }
-                meta.bad_lines += 1;
-                if meta.bad_examples.len() < 5 {
-                    meta.bad_examples.push(format!(
-                        "{name}:{line_no}: {reason}: {}",
-                        crate::error::clip(line)
-                    ));
+                if line.is_empty() || line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
                 }
-                Ok(())
-            };
-            if !ex.scan(line) {
-                bad(meta, format!("not a {:?} line", ex.format).to_lowercase())?;
-                continue;
-            }
-            let Some(ts) = ex.time(line) else {
-                bad(meta, "no timestamp".into())?;
-                continue;
-            };
-            let Some(t) = tp.parse(ts) else {
-                let reason = format!("timestamp {:?} not understood", String::from_utf8_lossy(ts));
-                bad(meta, reason)?;
-                continue;
-            };
-            let (method, path) = if needs_request {
-                ex.request(line)
-            } else {
-                (&b""[..], None)
-            };
-            // The key.
-            key.clear();
-            let mut keyed = true;
-            let mut field_i = 0;
-            let mut bad_reason = None;
-            for part in &cfg.key {
-                match part {
-                    KeyPart::Ip => match ex.ip(line) {
-                        Some(ip) => match cfg.prefixes.key_of_text(ip) {
-                            Some(k) => k.write_bytes(&mut key),
-                            None => {
-                                bad_reason = Some(format!(
-                                    "client address {:?} is not an IP address",
-                                    String::from_utf8_lossy(ip)
-                                ));
-                            }
-                        },
-                        None => bad_reason = Some("no client address".into()),
-                    },
-                    KeyPart::Header(_) | KeyPart::Field(_) => {
-                        match ex.key_field(line, field_i) {
-                            Some(v) if !v.is_empty() && v != b"-" => push_text(&mut key, v),
-                            _ => keyed = false,
-                        }
-                        field_i += 1;
+                let parsed = parse_line(
+                    cfg, &mut ex, &mut tp, &mut caps, &mut batch, line, at, line_no,
+                );
+                match parsed {
+                    Parsed::Request(req) => batch.push(req, replay, &cx, meta)?,
+                    Parsed::Unkeyed => meta.unkeyed += 1,
+                    Parsed::Bad(reason) => {
+                        // The requests before it are decided first: their errors come first,
+                        // and unusable lines are recorded in the log's order.
+                        batch.flush(replay, &cx, meta)?;
+                        record_bad(cfg, meta, &name, line_no, line, reason)?;
                     }
-                    KeyPart::Path => match path {
-                        Some(p) => {
-                            push_text(&mut key, memchr::memchr(b'?', p).map_or(p, |q| &p[..q]))
-                        }
-                        None => keyed = false,
-                    },
-                    KeyPart::PathPattern(route) => match path {
-                        Some(p) if route.matches(method, p, &mut caps) => {
-                            if caps.is_empty() {
-                                push_text(&mut key, route.text.as_bytes());
-                            } else {
-                                let p = memchr::memchr(b'?', p).map_or(p, |q| &p[..q]);
-                                let joined: Vec<&[u8]> =
-                                    caps.iter().map(|&(a, b)| &p[a..b]).collect();
-                                push_text(&mut key, &joined.join(&b'/'));
-                            }
-                        }
-                        _ => keyed = false,
-                    },
-                    KeyPart::Method => push_text(&mut key, method),
-                    KeyPart::All => {}
                 }
             }
-            if let Some(r) = bad_reason {
-                bad(meta, r)?;
-                continue;
-            }
-            if !keyed {
-                meta.unkeyed += 1;
-                continue;
-            }
-            let cost = match ex.cost(line) {
-                None => cfg.cost,
-                Some(c) => match std::str::from_utf8(c)
-                    .ok()
-                    .and_then(|c| c.trim().parse::<u64>().ok())
-                {
-                    Some(c) => c,
-                    None => {
-                        let reason = format!(
-                            "cost {:?} is not a whole number",
-                            String::from_utf8_lossy(c)
-                        );
-                        bad(meta, reason)?;
-                        continue;
-                    }
-                },
-            };
-            let id = replay.key_id(&key);
-            match replay.offer(t, id, method, path, cost) {
-                Ok(()) => {}
-                Err(Refusal::ClockOutOfRange { .. }) => {
-                    bad(
-                        meta,
-                        "timestamp beyond the range the policies cover exactly".into(),
-                    )?;
-                }
-                Err(e) => return Err(CliError::data(&name, line_no, line, e.to_string())),
-            }
+            batch.flush(replay, &cx, meta)?;
         }
         prog.done_bytes += counter.get();
         prog.bar.set_position(prog.done_bytes);

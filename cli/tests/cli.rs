@@ -433,6 +433,91 @@ fn rng(s: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Requests are decided in batches (their memory accesses overlapped), yet every message and
+/// count comes in the log's order: an error of a request decided late is reported before an
+/// unusable line after it, and unusable lines are listed in order whichever step found them.
+#[test]
+fn errors_and_unusable_lines_keep_the_logs_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = |t: &str, ip: &str| format!("{{\"time\": \"{t}\", \"ip\": \"{ip}\"}}\n");
+    let now = "2024-05-01T00:00:00Z";
+    // Line 2 is a second key over --max-keys 1 (found when it is decided); line 3 has no
+    // usable timestamp (found when it is parsed).
+    let log = write(
+        &dir,
+        "keys.jsonl",
+        &[
+            line(now, "192.0.2.1"),
+            line(now, "192.0.2.2"),
+            line("soon", "192.0.2.1"),
+        ]
+        .concat(),
+    );
+    bin()
+        .args([
+            "replay",
+            "--policy",
+            "1/s",
+            "--strict",
+            "--max-keys",
+            "1",
+            &log,
+        ])
+        .assert()
+        .code(4)
+        .stderr(
+            predicate::str::contains("keys.jsonl:2:").and(predicate::str::contains("--max-keys")),
+        );
+    // Line 101 is beyond the range the quota covers exactly (found when it is decided), line
+    // 102 has no usable timestamp, line 103 is fine.
+    let mut text = String::new();
+    for i in 0..100 {
+        text += &line(now, &format!("192.0.2.{i}"));
+    }
+    text += &line("2199-12-31T00:00:00Z", "192.0.2.1");
+    text += &line("soon", "192.0.2.1");
+    text += &line(now, "192.0.2.1");
+    let log = write(&dir, "range.jsonl", &text);
+    let v = json(
+        &bin()
+            .args([
+                "replay",
+                "--policy",
+                "3/s; burst=7",
+                "--format",
+                "json",
+                &log,
+            ])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
+    assert_eq!(v["bad_lines"], 2);
+    // The request out of range is counted as offered (as it always was), not decided.
+    assert_eq!(v["requests"], 102);
+    let ex = v["bad_line_examples"].as_array().unwrap();
+    assert!(
+        ex[0]
+            .as_str()
+            .unwrap()
+            .contains("range.jsonl:101: timestamp beyond"),
+        "{ex:?}"
+    );
+    assert!(
+        ex[1]
+            .as_str()
+            .unwrap()
+            .contains("range.jsonl:102: timestamp \"soon\""),
+        "{ex:?}"
+    );
+    bin()
+        .args(["replay", "--policy", "3/s; burst=7", "--strict", &log])
+        .assert()
+        .code(4)
+        .stderr(predicate::str::contains("range.jsonl:101:"));
+}
+
 #[test]
 fn replay_of_a_generated_log_equals_the_reference_model() {
     let dir = tempfile::tempdir().unwrap();
@@ -450,13 +535,15 @@ fn replay_of_a_generated_log_equals_the_reference_model() {
     let mut admitted = [0u64; 3];
     let mut log = String::new();
     let mut t = T0;
-    for _ in 0..40_000 {
-        // Skewed keys (a few heavy hitters), gaps from 0 (ties) to 200 ms, costs 1 to 3.
+    for _ in 0..60_000 {
+        // Skewed keys (a few heavy hitters, 2000 regulars, and a long tail: over 20 000 keys
+        // in all, so that the replay prefetches its tables as it does for large logs), gaps
+        // from 0 (ties) to 200 ms, costs 1 to 3.
         let r = rng(&mut seed);
-        let key = if r % 4 == 0 {
-            (r >> 8) % 5
-        } else {
-            (r >> 8) % 2000
+        let key = match r % 4 {
+            0 => (r >> 8) % 5,
+            1 => (r >> 8) % 2000,
+            _ => 2000 + (r >> 8) % 40_000,
         } as u32;
         t += match rng(&mut seed) % 4 {
             0 => 0,
@@ -494,7 +581,8 @@ fn replay_of_a_generated_log_equals_the_reference_model() {
         args.extend(["--policy", n]);
     }
     let v = json(&bin().args(&args).assert().success().get_output().stdout);
-    assert_eq!(v["requests"], 40_000);
+    assert_eq!(v["requests"], 60_000);
+    assert!(v["keys"].as_u64().unwrap() > 20_000, "{}", v["keys"]);
     for (i, name) in ["p0", "p1", "p2"].iter().enumerate() {
         let p = policy(&v, name);
         assert_eq!(p["admitted"].as_u64(), Some(admitted[i]), "{name}");

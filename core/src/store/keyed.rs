@@ -70,7 +70,7 @@ impl core::str::FromStr for OnFull {
 #[must_use]
 pub struct KeyedBuilder<K, C: Clock = DefaultClock> {
     quota: Quota,
-    clock: C,
+    clock: ClockChoice<C>,
     max_keys: usize,
     /// Whether `max_keys` was given (a shared region's capacity must then match it).
     max_keys_given: bool,
@@ -78,7 +78,37 @@ pub struct KeyedBuilder<K, C: Clock = DefaultClock> {
     shards: usize,
     store: StoreSpec,
     observe: ObserveOptions<K>,
+    sweep_on_grow: bool,
     _key: PhantomData<fn() -> K>,
+}
+
+/// A builder's clock: the one given to [`KeyedBuilder::clock`], or the default clock, made
+/// only when the limiter is built (the default clock calibrates the time-stamp counter on its
+/// first use in a process: a cost that a limiter on a clock of its own never pays).
+#[derive(Debug)]
+enum ClockChoice<C> {
+    Given(C),
+    Default(fn() -> C),
+}
+
+impl<C> ClockChoice<C> {
+    /// The clock, made now if it is the default.
+    fn get(&mut self) -> &mut C {
+        if let ClockChoice::Default(make) = *self {
+            *self = ClockChoice::Given(make());
+        }
+        match self {
+            ClockChoice::Given(c) => c,
+            ClockChoice::Default(_) => unreachable!("made above"),
+        }
+    }
+
+    fn into_clock(self) -> C {
+        match self {
+            ClockChoice::Given(c) => c,
+            ClockChoice::Default(make) => make(),
+        }
+    }
 }
 
 /// The default key bound: 2^20 keys (about 32 MiB for `u64` keys).
@@ -118,17 +148,30 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
         self
     }
 
+    /// Whether a table that must grow for a new key first evicts its full buckets, when that
+    /// is lossless (`initial == burst`), so that memory follows the keys that are not full
+    /// (default `true`). With `false` the in-process store's tables keep every key until the
+    /// key bound, [`sweep`](KeyedLimiter::sweep) or [`remove`](KeyedLimiter::remove): more
+    /// memory (up to `max_keys` entries), and no re-insertion under the shard's lock of keys
+    /// that come back after their buckets filled up, which is faster when most keys return
+    /// (a replay of logs). No decision differs either way.
+    pub fn sweep_on_grow(mut self, sweep: bool) -> Self {
+        self.sweep_on_grow = sweep;
+        self
+    }
+
     /// Reads `clock` instead of the default clock.
     pub fn clock<C2: Clock>(self, clock: C2) -> KeyedBuilder<K, C2> {
         KeyedBuilder {
             quota: self.quota,
-            clock,
+            clock: ClockChoice::Given(clock),
             max_keys: self.max_keys,
             max_keys_given: self.max_keys_given,
             on_full: self.on_full,
             shards: self.shards,
             store: self.store,
             observe: self.observe,
+            sweep_on_grow: self.sweep_on_grow,
             _key: PhantomData,
         }
     }
@@ -158,7 +201,7 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
 
     /// The limiter, or why the quota (or `max_keys == 0`) is invalid. Its clock origin (the
     /// interval grid's anchor) is the clock's reading now.
-    pub fn build(self) -> Result<KeyedLimiter<K, C>, Error>
+    pub fn build(mut self) -> Result<KeyedLimiter<K, C>, Error>
     where
         K: Hash + Eq + Send + 'static,
     {
@@ -170,7 +213,7 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
             StoreSpec::Redis { .. } => return self.build_redis(),
             StoreSpec::Memory => {}
         }
-        let now = self.clock.now();
+        let now = self.clock.get().now();
         let codec = Codec::new(&self.quota, now)?;
         codec.check(now, 0)?;
         let backend = if let Codec::SlidingLog(log) = &codec {
@@ -200,13 +243,12 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
         base: u64,
         origin: u64,
     ) -> KeyedLimiter<K, C> {
+        let mut cx = Ctx::new(&self.quota, codec, base, max_keys, self.on_full);
+        cx.sweep_on_grow = self.sweep_on_grow;
         KeyedLimiter {
-            first: Gen {
-                backend,
-                cx: Ctx::new(&self.quota, codec, base, max_keys, self.on_full),
-            },
+            first: Gen { backend, cx },
             live: Live::new(self.quota, origin),
-            clock: self.clock,
+            clock: self.clock.into_clock(),
             obs: Observe::new(self.observe),
             _key: PhantomData,
         }
@@ -220,7 +262,7 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
     {
         let asked = self.max_keys_given.then_some(self.max_keys as u64);
         let default = self.max_keys as u64;
-        let store = ShmStore::open_for(&self.store, self.quota, asked, default, &mut self.clock)?;
+        let store = ShmStore::open_for(&self.store, self.quota, asked, default, self.clock.get())?;
         let codec = store.codec().clone();
         let max_keys = usize::try_from(store.key_capacity()).unwrap_or(usize::MAX);
         let base = store.base();
@@ -230,11 +272,11 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
     /// [`build`](Self::build) on a Redis store: the limit is the server's (no key bound here;
     /// keys expire on the server the moment their buckets are full).
     #[cfg(all(feature = "redis", not(sluicegate_loom)))]
-    fn build_redis(self) -> Result<KeyedLimiter<K, C>, Error>
+    fn build_redis(mut self) -> Result<KeyedLimiter<K, C>, Error>
     where
         K: Hash + Eq + Send + 'static,
     {
-        let now = self.clock.now();
+        let now = self.clock.get().now();
         let codec = Codec::new(&self.quota, now)?;
         codec.check(now, 0)?;
         let store = RedisStore::open(&self.store, &self.quota, now)?;
@@ -313,6 +355,8 @@ pub(crate) struct Ctx {
     pub(crate) on_full: OnFull,
     /// `initial == burst`: a full bucket is exactly a fresh one, so evicting it loses nothing.
     pub(crate) lossless: bool,
+    /// [`KeyedBuilder::sweep_on_grow`].
+    pub(crate) sweep_on_grow: bool,
 }
 
 impl Ctx {
@@ -327,6 +371,7 @@ impl Ctx {
     ) -> Self {
         Ctx {
             lossless: quota.initial() == quota.burst(),
+            sweep_on_grow: true,
             capacity: codec.capacity(),
             horizon: codec.horizon().saturating_add(base),
             codec,
@@ -347,6 +392,7 @@ impl Ctx {
             max_keys: usize::MAX,
             on_full,
             lossless: quota.initial() == quota.burst(),
+            sweep_on_grow: true,
         }
     }
 }
@@ -390,13 +436,14 @@ impl<K> KeyedLimiter<K, DefaultClock> {
     pub fn builder(quota: Quota) -> KeyedBuilder<K, DefaultClock> {
         KeyedBuilder {
             quota,
-            clock: DefaultClock::new(),
+            clock: ClockChoice::Default(DefaultClock::new),
             max_keys: DEFAULT_MAX_KEYS,
             max_keys_given: false,
             on_full: OnFull::RejectNewKeys,
             shards: DEFAULT_SHARDS,
             store: StoreSpec::Memory,
             observe: ObserveOptions::default(),
+            sweep_on_grow: true,
             _key: PhantomData,
         }
     }
@@ -461,6 +508,27 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         Q::Owned: Into<K>,
     {
         self.try_acquire_at(key, self.clock.now(), cost)
+    }
+
+    /// Asks the CPU's cache for what a decision on `key` reads first in this process's
+    /// store, without waiting for it; changes nothing. A caller with many keys at hand (a
+    /// batch of log lines) prefetches them all, then decides them in order: their memory
+    /// accesses overlap instead of following one another. A hint with no effect on any
+    /// decision; nothing for sliding logs, long keys or a store outside the process.
+    #[inline]
+    pub fn prefetch<Q>(&self, key: &Q)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let section = self.live.section();
+        if let Some(g) = self.live.current(&self.first, &section) {
+            match &g.backend {
+                Backend::Narrow(words) => words.main.prefetch(&section.rcu, words.main.hash(key)),
+                Backend::Wide(words) => words.main.prefetch(&section.rcu, words.main.hash(key)),
+                _ => {}
+            }
+        }
     }
 
     /// [`try_acquire`](Self::try_acquire) at an explicit clock reading.

@@ -293,7 +293,8 @@ fn carried<K: Hash + Eq + Send + 'static>(
         }
         _ => unreachable!("checked by `unsupported` and `carries_to`"),
     };
-    let cx = Ctx::new(quota, codec, 0, cur.cx.max_keys, cur.cx.on_full);
+    let mut cx = Ctx::new(quota, codec, 0, cur.cx.max_keys, cur.cx.on_full);
+    cx.sweep_on_grow = cur.cx.sweep_on_grow;
     Ok(Gen { backend, cx })
 }
 

@@ -313,6 +313,102 @@ fn growth_and_shrink_keep_every_bucket() {
     }
 }
 
+/// `sweep_on_grow(false)`: tables grow with every key instead of dropping the full buckets
+/// first; `sweep` and the key bound still evict them, and no decision differs from a limiter
+/// that drops them (the eviction is lossless).
+#[test]
+fn sweep_on_grow_off_keeps_full_buckets_until_asked() {
+    let clock = ManualClock::new(0);
+    let build = |sweep: bool, max_keys: usize| {
+        KeyedLimiter::<u64, _>::builder("10/s; burst=5".parse().unwrap())
+            .shards(2)
+            .max_keys(max_keys)
+            .sweep_on_grow(sweep)
+            .clock(clock.clone())
+            .build()
+            .unwrap()
+    };
+    let (kept, dropped) = (build(false, 1 << 20), build(true, 1 << 20));
+    // Both limiters decide alike.
+    let same = |k: u64, cost: u64| {
+        let (a, b) = (
+            kept.try_acquire(&k, cost).unwrap(),
+            dropped.try_acquire(&k, cost).unwrap(),
+        );
+        assert_eq!(
+            (a.allowed(), a.remaining()),
+            (b.allowed(), b.remaining()),
+            "key {k}"
+        );
+    };
+    // Every key's bucket is full again 100 ms after its one token, before the next key comes.
+    for k in 0..5_000u64 {
+        clock.set(k * S / 5);
+        same(k, 1);
+    }
+    assert_eq!(kept.len(), 5_000, "growth evicted nothing");
+    assert!(dropped.len() < 100, "growth evicted the full buckets");
+    // The same keys again, then a burst on one: the same decisions.
+    for k in 0..5_000u64 {
+        clock.set((5_000 + k) * S / 5);
+        same(k, 2);
+    }
+    for _ in 0..6 {
+        same(7, 1);
+    }
+    assert_eq!(kept.len(), 5_000);
+    // A sweep still evicts every full bucket.
+    clock.set(10_000 * S);
+    assert_eq!(kept.sweep().unwrap(), 5_000);
+    assert!(kept.is_empty());
+    // A reconfigured limiter keeps the setting: its new tables grow without evicting either.
+    kept.set_quota("20/s; burst=5".parse().unwrap()).unwrap();
+    for k in 0..5_000u64 {
+        clock.set(10_001 * S + k * S / 5);
+        assert!(kept.try_acquire(&k, 1).unwrap().allowed(), "key {k}");
+    }
+    assert_eq!(kept.len(), 5_000, "growth after set_quota evicted nothing");
+    // At the bound, full buckets still make room for new keys.
+    let bounded = build(false, 100);
+    clock.set(20_000 * S);
+    for k in 0..100u64 {
+        bounded.try_acquire(&k, 1).unwrap();
+    }
+    assert_eq!(
+        bounded.try_acquire(&100, 1),
+        Err(Error::KeyStoreFull { max_keys: 100 })
+    );
+    clock.set(20_001 * S);
+    assert!(bounded.try_acquire(&100, 1).unwrap().allowed());
+}
+
+/// `prefetch` is a hint: it creates nothing and changes no bucket, for every store kind
+/// (narrow and wide words, sliding logs), present and absent keys alike.
+#[test]
+fn prefetch_changes_nothing() {
+    for rate in ["10/s; burst=50", "999/s", "3/s; algorithm=sliding_log"] {
+        let clock = ManualClock::new(0);
+        let kl = keyed::<String>(rate, &clock);
+        kl.prefetch("absent");
+        assert!(kl.is_empty(), "{rate}");
+        for i in 0..1_000u64 {
+            kl.try_acquire(format!("k{i}").as_str(), 1).unwrap();
+        }
+        let before = kl.peek("k7").unwrap();
+        for i in 0..2_000u64 {
+            kl.prefetch(format!("k{i}").as_str());
+        }
+        assert_eq!(kl.len(), 1_000, "{rate}");
+        assert_eq!(kl.peek("k7").unwrap(), before, "{rate}");
+        // A prefetched absent key is still absent: as fresh as a key never named.
+        assert_eq!(
+            kl.peek("k1999").unwrap(),
+            kl.peek("never").unwrap(),
+            "{rate}"
+        );
+    }
+}
+
 /// `algorithm=sliding_log` is kept per key (in the keyed store of logs): each key decides
 /// exactly as its own single-bucket sliding log, and the store's whole API works on it.
 #[test]

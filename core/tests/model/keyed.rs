@@ -97,6 +97,7 @@ fn run(
     q: Q,
     shards: usize,
     max_keys: usize,
+    sweep_on_grow: bool,
     start: u64,
     steps: Vec<(i64, Op)>,
 ) -> Result<(), TestCaseError> {
@@ -112,6 +113,7 @@ fn run(
         .shards(shards)
         .max_keys(max_keys)
         .on_full(OnFull::RejectNewKeys)
+        .sweep_on_grow(sweep_on_grow)
         .clock(clock.clone())
         .build()
         .unwrap();
@@ -131,6 +133,8 @@ fn run(
         }
         match op {
             Op::Acquire(k, c) => {
+                // A hint, which must change nothing.
+                kl.prefetch(key_bytes(k).as_slice());
                 let got = kl.try_acquire(key_bytes(k).as_slice(), c);
                 if c > q.burst {
                     prop_assert!(
@@ -211,9 +215,10 @@ proptest! {
     /// initial == burst, clocks moving forward, no bound pressure: evictions are invisible.
     #[test]
     fn lossless_keyed_matches_models(q in quota(true), shards in prop_oneof![Just(1usize), Just(2), Just(64)],
+                                     sweep_on_grow in any::<bool>(),
                                      start in 0u64..10_000_000_000,
                                      steps in prop::collection::vec((step(false), op(14, 12, 2)), 1..150)) {
-        run(q, shards, 1000, start, steps)?;
+        run(q, shards, 1000, sweep_on_grow, start, steps)?;
     }
 
     /// initial == burst at a small key bound: a new key is refused exactly when every held
@@ -221,16 +226,18 @@ proptest! {
     #[test]
     fn lossless_keyed_at_the_bound_matches_models(q in quota(true), shards in prop_oneof![Just(1usize), Just(4)],
                                                   max_keys in 1usize..6,
+                                                  sweep_on_grow in any::<bool>(),
                                                   steps in prop::collection::vec((step(false), op(10, 12, 2)), 1..150)) {
-        run(q, shards, max_keys, 1_000, steps)?;
+        run(q, shards, max_keys, sweep_on_grow, 1_000, steps)?;
     }
 
     /// initial < burst, clocks jumping backwards too: only sweeps evict, conservatively, and
     /// the model mirrors them.
     #[test]
     fn conservative_keyed_matches_models(q in quota(false), shards in prop_oneof![Just(1usize), Just(2), Just(64)],
+                                         sweep_on_grow in any::<bool>(),
                                          start in 0u64..10_000_000_000,
                                          steps in prop::collection::vec((step(true), op(14, 12, 2)), 1..150)) {
-        run(q, shards, 1000, start, steps)?;
+        run(q, shards, 1000, sweep_on_grow, start, steps)?;
     }
 }

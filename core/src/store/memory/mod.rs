@@ -232,6 +232,15 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         unsafe { self.shards.get_unchecked(i) }
     }
 
+    /// Asks the cache for what a lookup of hash `h` reads first (the home group of its
+    /// shard's table); changes nothing.
+    #[inline]
+    pub(crate) fn prefetch(&self, guard: &rcu::Guard, h: u64) {
+        if let Some(t) = self.shard(h).view(guard) {
+            t.prefetch(h);
+        }
+    }
+
     /// The lock-free path: `None` when the key is absent or its word DEAD (nothing was
     /// applied; the caller goes on under the lock, [`acquire_slow`](Self::acquire_slow)).
     #[inline(always)]
@@ -562,7 +571,8 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
     }
 
     /// Replaces the shard's table by one sized for its live entries (load about 0.7),
-    /// dropping the unlinked ones and, when that is lossless, the full ones.
+    /// dropping the unlinked ones and, when that is lossless (and not turned off,
+    /// [`KeyedBuilder::sweep_on_grow`](crate::KeyedBuilder::sweep_on_grow)), the full ones.
     fn rebuild(
         &self,
         cx: &Ctx,
@@ -571,7 +581,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         now: u64,
         guard: &rcu::Guard,
     ) {
-        if cx.lossless {
+        if cx.lossless && cx.sweep_on_grow {
             self.sweep_locked(cx, shard, st, now, guard);
         }
         let old = shard.table(guard);
