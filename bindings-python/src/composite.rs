@@ -242,7 +242,7 @@ impl PyComposite {
 
     /// The parts' core limiters.
     fn cores(&self) -> Vec<&Limiter<AnyClock>> {
-        self.parts.iter().map(|p| &p.get().inner).collect()
+        self.parts.iter().map(|p| &*p.get().inner).collect()
     }
 
     /// An acquire of `cost` within `timeout`, starting now.

@@ -120,7 +120,8 @@ fn wide_int_key<'a>(obj: &Bound<'_, PyAny>) -> PyResult<Key<'a>> {
 /// same URL and quota shares.
 #[pyclass(module = "sluicegate", name = "KeyedLimiter", frozen)]
 pub(crate) struct PyKeyedLimiter {
-    pub(crate) inner: KeyedLimiter<Box<[u8]>, AnyClock>,
+    /// Boxed: the core's keyed limiter holds cache-line aligned parts (see `PyLimiter`).
+    pub(crate) inner: Box<KeyedLimiter<Box<[u8]>, AnyClock>>,
     manual: Option<Py<PyManualClock>>,
     /// Set for buckets on Redis.
     pub(crate) remote: Option<Remote>,
@@ -197,7 +198,7 @@ impl PyKeyedLimiter {
         let builder = builder.clock(runtime);
         let inner = remote::call(py, remote.as_ref(), || builder.build()).map_err(to_py)?;
         Ok(Self {
-            inner,
+            inner: Box::new(inner),
             manual: clock,
             remote,
         })

@@ -21,6 +21,29 @@ mod keyed;
 mod ops;
 mod remote;
 
+/// Python's allocator aligns an object to 16 bytes, and pyo3 keeps a class's Rust value inside
+/// the object: a value that needs more (the core's limiters are cache-line aligned) would sit
+/// misaligned, which is undefined behaviour. Such values are boxed; this keeps it so.
+const _: () = {
+    const fn aligned_for_python<T>() -> bool {
+        core::mem::align_of::<T>() <= 16
+    }
+    assert!(
+        aligned_for_python::<PyLimiter>()
+            && aligned_for_python::<keyed::PyKeyedLimiter>()
+            && aligned_for_python::<composite::PyComposite>()
+            && aligned_for_python::<acquire::PyAcquire>()
+            && aligned_for_python::<client::PyClientResolver>()
+            && aligned_for_python::<PyManualClock>()
+            && aligned_for_python::<PyQuota>()
+            && aligned_for_python::<PyDecision>()
+            && aligned_for_python::<PyReservation>()
+            && aligned_for_python::<ops::PyMetrics>()
+            && aligned_for_python::<ops::PyRejection>(),
+        "a pyclass needs more alignment than Python gives: box its large fields"
+    );
+};
+
 use acquire::Acquire;
 use convert::{duration, duration_ns, max_wait, opt_uint, uint};
 use errors::to_py;
@@ -393,7 +416,9 @@ impl PyDecision {
 /// key of a Redis or Valkey server that every host on the same URL and quota shares.
 #[pyclass(module = "sluicegate", name = "Limiter", frozen)]
 pub(crate) struct PyLimiter {
-    pub(crate) inner: Limiter<AnyClock>,
+    /// Boxed: the core's limiter is cache-line aligned (128 bytes), more than the 16 bytes
+    /// Python's allocator gives an object (`aligned_for_python` below).
+    pub(crate) inner: Box<Limiter<AnyClock>>,
     clock: Option<Py<PyManualClock>>,
     /// Set for a bucket on Redis.
     remote: Option<Remote>,
@@ -427,7 +452,7 @@ impl PyLimiter {
         }
         let inner = remote::call(py, remote.as_ref(), || builder.build()).map_err(to_py)?;
         Ok(Self {
-            inner,
+            inner: Box::new(inner),
             clock,
             remote,
         })
