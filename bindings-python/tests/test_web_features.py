@@ -286,3 +286,75 @@ def test_django_shared_limits() -> None:
     factory = RequestFactory()
     with django_settings():
         assert [v(factory.get("/")).status_code for v in (one, two, one)] == [200, 200, 429]
+
+
+# -- shadow (dry-run) limits -------------------------------------------------------------------
+#: A shadow limit of 1/minute with burst 2 beside an enforcing one of 1/minute with burst 4, on
+#: one route: the first two requests pass both, the next two pass only because the shadow
+#: limit lets them through (each logged), and the fifth is rejected by the enforcing limit.
+#: An adapter asks a view's limits from the outer decorator in.
+SHADOWED = [200, 200, 200, 200, 429]
+
+
+def shadow_records(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "sluicegate" and "would have rejected" in r.getMessage()]
+
+
+def test_flask_shadow_limit(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="sluicegate")
+    app = flask.Flask(__name__)
+    limiter = FlaskSluicegate(app)
+
+    @app.get("/tried")
+    @limiter.limit("1/minute; burst=2", shadow=True)
+    @limiter.limit("1/minute; burst=4")
+    def tried() -> str:
+        return "tried"
+
+    client = app.test_client()
+    assert [client.get("/tried").status_code for _ in SHADOWED] == SHADOWED
+    # The outer decorator's limit is asked first: the shadow one would have rejected requests
+    # 3, 4 and 5 (taking nothing, so the enforcing limit's rejection of 5 refunds nothing).
+    assert len(shadow_records(caplog)) == 3
+
+
+@ratelimit("1/minute; burst=4")
+@ratelimit("1/minute; burst=2", shadow=True)
+def tried(request: Any) -> HttpResponse:
+    return HttpResponse("tried")
+
+
+urlpatterns.append(path("tried", tried))
+
+
+def test_django_shadow_limit(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="sluicegate")
+    with django_settings():
+        client = Client()
+        assert [client.get("/tried").status_code for _ in SHADOWED] == SHADOWED
+    # The enforcing limit (the outer decorator) is asked first and rejects request 5 before
+    # the shadow one sees it: requests 3 and 4 are logged.
+    assert len(shadow_records(caplog)) == 2
+
+
+def test_starlette_shadow_limit(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="sluicegate")
+    limiter = StarletteSluicegate()
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+
+    @app.get("/tried")
+    @limiter.limit("1/minute; burst=2", shadow=True)
+    @limiter.limit("1/minute; burst=4")
+    async def tried_route() -> str:
+        return "tried"
+
+    @app.get("/dep", dependencies=[Depends(limiter.dependency("1/minute; burst=2", shadow=True))])
+    async def dep() -> str:
+        return "dep"
+
+    client = TestClient(app)
+    assert [client.get("/tried").status_code for _ in SHADOWED] == SHADOWED
+    assert [client.get("/dep").status_code for _ in range(5)] == [200] * 5
+    # /tried as in Flask (3), and the dependency's requests 3 to 5.
+    assert len(shadow_records(caplog)) == 3 + 3

@@ -7,6 +7,7 @@ decision comes from the native limiter: this module only picks keys and combines
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, Union
@@ -85,6 +86,10 @@ def named_key(spec: str | KeyFunc, named: dict[str, KeyFunc], header: Callable[[
     raise ValueError(f'unknown key function {spec!r} (use {names} or "header:NAME")')
 
 
+#: Where shadow rules report the requests they would have rejected.
+_log = logging.getLogger("sluicegate")
+
+
 class Rule:
     """One limit: its quota, the key function that picks its bucket, and a cost.
 
@@ -95,10 +100,13 @@ class Rule:
     IETF RateLimit fields (None: the integration's default); `scoped` rules count each view
     separately (default limits). `deduct_when`, a function of the response, says whether an
     admitted request counts: when it returns False the request's tokens are refunded (the
-    core's refund) once the response is known."""
+    core's refund) once the response is known. A `shadow` rule decides and counts as an
+    enforcing one but lets every request through (the core's shadow mode): a request it
+    would have rejected is logged on the ``sluicegate`` logger."""
 
     __slots__ = (
         "_limiters", "_lock", "cost", "deduct_when", "key_func", "max_keys", "policy", "quota", "scope", "scoped",
+        "shadow",
     )  # fmt: skip
 
     def __init__(
@@ -112,9 +120,11 @@ class Rule:
         scoped: bool = False,
         max_keys: int | None = None,
         deduct_when: Callable[[Any], bool] | None = None,
+        shadow: bool = False,
     ) -> None:
         self.quota = rate if isinstance(rate, Quota) else Quota(rate)
         self.deduct_when = deduct_when
+        self.shadow = shadow
         self.key_func = key_func
         self.scope = scope
         self.cost = cost
@@ -139,7 +149,7 @@ class Rule:
                 found = self._limiters.get(store)
                 if found is None:
                     region = _store_with_suffix(store, region_suffix(self.quota, self.scope))
-                    found = KeyedLimiter(self.quota, max_keys=self.max_keys, store=region)
+                    found = KeyedLimiter(self.quota, max_keys=self.max_keys, store=region, shadow=self.shadow)
                     self._limiters[store] = found
         return found
 
@@ -272,11 +282,16 @@ def _steps(
         limiter = rule.limiter(store)
         acquire = limiter.try_acquire_async if asynchronous else limiter.try_acquire
         decision = yield acquire, key, cost
+        if decision.shadow_rejected:
+            _log.info(
+                "shadow limit %s would have rejected key %r (retry after %.3f s)", rule, key, decision.retry_after
+            )
         if not decision:
             for lim, k, c, _ in taken:
                 yield (lim.refund_async if asynchronous else lim.refund), k, c
             return decision, rule, False
-        taken.append((limiter, key, cost, rule))
+        if not decision.shadow_rejected:  # a shadow rule's would-be rejection took nothing
+            taken.append((limiter, key, cost, rule))
         if best is None or decision.remaining < best.remaining:
             best, best_rule = decision, rule
     if taken_out is not None:

@@ -260,13 +260,16 @@ def ratelimit(
     max_keys: int | None = None,
     deduct_when: Callable[[Any], bool] | None = None,
     name: str | None = None,
+    shadow: bool = False,
 ) -> Callable[[F], F]:
     """Limits a view function (replacing the middleware's default limits for it). Each view
     it decorates counts on its own; a limit opens its store at the first request it sees. An
     async view (``async def``) gets an async wrapper, which awaits the limiters.
     `deduct_when`, a function of the response, counts only the requests whose response it
     accepts (``lambda r: r.status_code < 400``); the others get their tokens back. A `name`
-    makes it one limit shared by every view that names it."""
+    makes it one limit shared by every view that names it. `shadow=True` decides and counts
+    but never rejects (a dry run: would-be rejections are logged on the ``sluicegate``
+    logger)."""
     kf = None if key is None else key_func(key)
     parsed = quotas(rates)
     if not parsed:
@@ -274,7 +277,9 @@ def ratelimit(
 
     def decorate(view: F) -> F:
         below = getattr(view, _LIMITS, None) or []
-        options: dict[str, Any] = {"cost": cost, "policy": policy, "max_keys": max_keys, "deduct_when": deduct_when}
+        options: dict[str, Any] = {
+            "cost": cost, "policy": policy, "max_keys": max_keys, "deduct_when": deduct_when, "shadow": shadow,
+        }  # fmt: skip
         if name is not None:
             rules = shared_rules(_shared, name, parsed, kf, **options)
         else:

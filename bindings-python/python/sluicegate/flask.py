@@ -237,6 +237,7 @@ class Sluicegate:
         max_keys: int | None = None,
         deduct_when: Callable[[Any], bool] | None = None,
         name: str | None = None,
+        shadow: bool = False,
     ) -> Callable[[F], F]:
         """Limits a view (replacing the default limits for it). Several rates, or several
         decorators, must all admit a request. `key` defaults to the app's key function;
@@ -244,6 +245,8 @@ class Sluicegate:
         `deduct_when`, a function of the response, counts only the requests whose response
         it accepts (``lambda r: r.status_code < 400``: failures are free); the others get
         their tokens back. A `name` makes it one limit shared by every view that names it.
+        `shadow=True` decides and counts but never rejects (a dry run of a new limit: the
+        would-be rejections are logged on the ``sluicegate`` logger).
         """
         kf = None if key is None else key_func(key)
         parsed = quotas(rates)
@@ -253,7 +256,7 @@ class Sluicegate:
         def decorate(view: F) -> F:
             existing = view.__dict__.get(_LIMITS) or []
             options: dict[str, Any] = {
-                "cost": cost, "policy": policy, "max_keys": max_keys, "deduct_when": deduct_when,
+                "cost": cost, "policy": policy, "max_keys": max_keys, "deduct_when": deduct_when, "shadow": shadow,
             }  # fmt: skip
             if name is not None:
                 rules = shared_rules(self._shared, name, parsed, kf, **options)

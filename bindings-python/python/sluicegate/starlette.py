@@ -188,12 +188,14 @@ class Sluicegate:
         max_keys: int | None = None,
         name: str | None = None,
         deduct_when: Callable[[Any], bool] | None = None,
+        shadow: bool = False,
     ) -> Callable[[F], F]:
         """Marks an endpoint with limits that ``RateLimitMiddleware`` applies (instead of the
         default limits). Several rates, or several decorators, must all admit a request; a
         `name` makes it a limit shared by every endpoint that names it. The endpoint is
-        returned unchanged."""
-        rules_of = self._rules(rates, key, cost, policy, max_keys, name, deduct_when)
+        returned unchanged. `shadow=True` decides and counts but never rejects (would-be
+        rejections are logged on the ``sluicegate`` logger)."""
+        rules_of = self._rules(rates, key, cost, policy, max_keys, name, deduct_when, shadow)
 
         def decorate(endpoint: F) -> F:
             existing = endpoint.__dict__.get(_LIMITS) or []
@@ -212,11 +214,12 @@ class Sluicegate:
         max_keys: int | None = None,
         name: str | None = None,
         deduct_when: Callable[[Any], bool] | None = None,
+        shadow: bool = False,
     ) -> RateLimit:
         """A FastAPI dependency: ``Depends(limiter.dependency("10/s"))``. Counted per route
         (the route's path template) unless `name` makes it one limit shared by the routes
         that name it."""
-        rules = self._rules(rates, key, cost, policy, max_keys, name, deduct_when)(None, [])
+        rules = self._rules(rates, key, cost, policy, max_keys, name, deduct_when, shadow)(None, [])
         return RateLimit(self, rules)
 
     def exempt(self, endpoint: F) -> F:
@@ -233,6 +236,7 @@ class Sluicegate:
         max_keys: int | None,
         name: str | None,
         deduct_when: Callable[[Any], bool] | None,
+        shadow: bool = False,
     ) -> Callable[[Any, Sequence[Rule]], list[Rule]]:
         """The rules of one `limit` or `dependency`, given the endpoint (None: a dependency,
         counted per route) and the rules it has already."""
@@ -242,6 +246,7 @@ class Sluicegate:
             raise ValueError("a limit needs at least one rate")
         options: dict[str, Any] = {
             "cost": cost, "policy": policy, "max_keys": max_keys or self.max_keys, "deduct_when": deduct_when,
+            "shadow": shadow,
         }  # fmt: skip
 
         def make(endpoint: Any, existing: Sequence[Rule]) -> list[Rule]:
