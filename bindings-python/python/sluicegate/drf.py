@@ -44,18 +44,23 @@ __all__ = ["AnonRateThrottle", "ScopedRateThrottle", "SluicegateThrottle", "User
 #: One rule per (scope, quota), shared by every throttle instance of the process (DRF makes
 #: an instance per request).
 _rules: dict[tuple[str, Quota], Rule] = {}
+#: The same found by (scope, the rate's text), so that a request does not parse its rate
+#: again; an entry counts only while `_rules` holds its rule.
+_by_text: dict[tuple[str, str], Rule] = {}
 _lock = threading.Lock()
 
 
 def _rule(scope: str, rate: str) -> Rule:
+    found = _by_text.get((scope, rate))
+    if found is not None and _rules.get((scope, found.quota)) is found:
+        return found
     quota = Quota(rate)
-    found = _rules.get((scope, quota))
-    if found is None:
-        with _lock:
-            found = _rules.get((scope, quota))
-            if found is None:
-                found = Rule(quota, None, scope=f"drf:{scope}", max_keys=_get_config().max_keys)
-                _rules[(scope, quota)] = found
+    with _lock:
+        found = _rules.get((scope, quota))
+        if found is None:
+            found = Rule(quota, None, scope=f"drf:{scope}", max_keys=_get_config().max_keys)
+            _rules[(scope, quota)] = found
+        _by_text[(scope, rate)] = found
     return found
 
 

@@ -377,7 +377,8 @@ class RateLimitMiddleware:
             nonlocal started
             if msg["type"] == "http.response.start":
                 started = True
-                await limiter._settle(scope, _Sent(msg["status"], Headers(raw=msg.get("headers", []))))
+                if scope.get(_TAKEN):  # rules with a deduct_when took tokens: settle them
+                    await limiter._settle(scope, _Sent(msg["status"], Headers(raw=msg.get("headers", []))))
                 best = _fewest_remaining(found, scope.get(_DECISIONS))
                 if best is not None and limiter.headers_on_allowed:
                     present = {name.lower() for name, _ in msg.get("headers", [])}
