@@ -5,12 +5,8 @@
 // opens, or with `store: 'redis://...'` on a Redis server every host shares (one region, or
 // one key prefix, per distinct limit: the name or prefix plus a suffix derived from the quota).
 
-const { createHash } = require('node:crypto')
-const { KeyedLimiter, _internal } = require('./index.js')
+const { draftStyle, functions, isThenable, known, limiterFor, invalidArg } = require('./web.js')
 
-const { invalidArg, native, toRate, STORE_SUFFIX } = _internal
-// express-rate-limit's names for `standardHeaders`, as the core's header styles.
-const STYLES = { 'draft-6': 'draft6', 'draft-7': 'draft7', 'draft-8': 'ietf' }
 const OPTIONS = new Set([
   'quota', 'limit', 'windowMs', 'burst', 'keyGenerator', 'skip', 'handler', 'standardHeaders',
   'legacyHeaders', 'cost', 'statusCode', 'message', 'policy', 'maxKeys', 'onFull', 'limiter',
@@ -26,35 +22,12 @@ function defaultHandler(req, res, _next, options) {
   return res.send(message)
 }
 
-const isThenable = (v) => v !== null && typeof v === 'object' && typeof v.then === 'function'
-
-/**
- * The namespace of the limiter for `rate` on `store`: a suffix derived from the limit, which
- * the core appends to a region's name or a Redis store's key prefix, so that middlewares with
- * different limits on one configured store get namespaces of their own (a region holds one
- * quota) and every process and host derives the same one: `-` and the first 12 hex digits of
- * the SHA-256 of the canonical quota (`canonicalQuota`). `'memory'` has none. Returns the
- * suffix and the store as printed with it (a Redis password redacted).
- */
-function storeFor(store, rate) {
-  if (typeof store !== 'string') {
-    throw invalidArg(
-      'store must be a sluicegate store string ("memory", "shm:NAME" or "redis://..."); express-rate-limit\'s Store objects are not used here (pass `limiter` to share one limiter between routes)',
-    )
-  }
-  const suffix = `-${createHash('sha256').update(native.canonicalQuota(rate)).digest('hex').slice(0, 12)}`
-  return { suffix, printed: native.storeSuffixed(store, suffix) }
-}
-
 /**
  * A rate-limiting middleware: 429 with `Retry-After` when a client is over its quota.
  * See express.d.ts for the options.
  */
 function rateLimit(options = {}) {
-  if (options === null || typeof options !== 'object') throw invalidArg('options must be an object')
-  for (const k of Object.keys(options)) {
-    if (!OPTIONS.has(k)) throw invalidArg(`unknown rateLimit option ${JSON.stringify(k)}`)
-  }
+  known(options, OPTIONS, 'rateLimit')
   const opts = {
     limit: 5,
     windowMs: 60_000,
@@ -70,29 +43,15 @@ function rateLimit(options = {}) {
     requestPropertyName: 'rateLimit',
     ...options,
   }
-  let style = opts.standardHeaders
-  if (style === true) style = STYLES['draft-6']
-  else if (style === false) style = null
-  else if (Object.hasOwn(STYLES, style)) style = STYLES[style]
-  else throw invalidArg('standardHeaders must be true, false, "draft-6", "draft-7" or "draft-8"')
+  const style = opts.standardHeaders === false ? null : draftStyle(opts.standardHeaders, 'standardHeaders')
   const legacy = Boolean(opts.legacyHeaders)
   for (const f of ['keyGenerator', 'handler']) {
     if (typeof opts[f] !== 'function') throw invalidArg(`${f} must be a function`)
   }
-  if (opts.skip !== undefined && typeof opts.skip !== 'function') throw invalidArg('skip must be a function')
-  if (opts.limiter !== undefined && opts.store !== undefined) {
-    throw invalidArg('give `store` or `limiter`, not both: a limiter passed in has its store')
-  }
-  let limiter = opts.limiter
-  let store
-  if (limiter === undefined) {
-    const rate = toRate(opts.quota ?? { count: opts.limit, periodMs: opts.windowMs, ...(opts.burst === undefined ? {} : { burst: opts.burst }) })
-    const { suffix, printed } = opts.store === undefined ? { printed: 'memory' } : storeFor(opts.store, rate)
-    store = printed
-    limiter = new KeyedLimiter(rate, { maxKeys: opts.maxKeys, onFull: opts.onFull, store: opts.store, [STORE_SUFFIX]: suffix })
-  }
+  functions(opts, ['skip'])
+  const quota = opts.quota ?? { count: opts.limit, periodMs: opts.windowMs, ...(opts.burst === undefined ? {} : { burst: opts.burst }) }
   // On a Redis store a decision is a Promise (the event loop never waits for the server).
-  const remote = limiter.redisStats() !== null
+  const { limiter, store, remote } = limiterFor({ ...opts, quota })
   const { cost, policy, requestPropertyName: prop } = opts
   const costOf = typeof cost === 'function' ? cost : () => cost
 

@@ -67,6 +67,12 @@ test('index.d.ts type-checks a use of the whole API', (t) => {
 import { Limiter, KeyedLimiter, Composite, ManualClock, Decision, canonicalQuota } from 'sluicegate'
 import type { BatchError, ErrorCode, QuotaOptions, RedisStats } from 'sluicegate'
 import rateLimit from 'sluicegate/express'
+import Fastify from 'fastify'
+import sluicegateFastify from 'sluicegate/fastify'
+const fastify = Fastify()
+fastify.register(sluicegateFastify, { max: 5, timeWindow: '1 minute', allowList: ['127.0.0.1'], enableDraftSpec: 'draft-7' })
+fastify.get('/a', { config: { rateLimit: { max: 2, groupId: 'g', store: 'shm:/api' } } }, async (req) => req.rateLimit?.remaining)
+fastify.get('/b', { config: { rateLimit: false }, onRequest: fastify.rateLimit({ quota: '1/s', keyGenerator: (req) => req.ip }) }, async () => 'b')
 const clock = new ManualClock(0n)
 clock.advance(5)
 const q = new Limiter({ count: 10, periodMs: 1000, algorithm: 'leaky_queue', maxDelayMs: 500 }, { clock })
@@ -105,8 +111,14 @@ console.log(r, rk, p, h, s, mw, both.parts.length, k.size, ok, opts, code, w, re
   writeFileSync(join(tmp, 'tsconfig.json'), JSON.stringify({
     compilerOptions: {
       strict: true, noEmit: true, module: 'nodenext', moduleResolution: 'nodenext', target: 'es2022',
-      types: [],
-      paths: { sluicegate: [join(dir, 'index.d.ts')], 'sluicegate/express': [join(dir, 'express.d.ts')] },
+      types: ['node'],
+      typeRoots: [join(dir, 'node_modules/@types')],
+      paths: {
+        sluicegate: [join(dir, 'index.d.ts')],
+        'sluicegate/express': [join(dir, 'express.d.ts')],
+        'sluicegate/fastify': [join(dir, 'fastify.d.ts')],
+        fastify: [join(dir, 'node_modules/fastify/fastify.d.ts')],
+      },
     },
     files: ['use.ts'],
   }))
