@@ -5,12 +5,15 @@
 // opens, or with `store: 'redis://...'` on a Redis server every host shares (one region, or
 // one key prefix, per distinct limit: the name or prefix plus a suffix derived from the quota).
 
-const { draftStyle, functions, isThenable, known, limiterFor, invalidArg } = require('./web.js')
+const {
+  draftStyle, functions, then, known, Limits, isEnabled, allowListOf, responseCounting, refunder, warn, invalidArg,
+} = require('./web.js')
 
 const OPTIONS = new Set([
   'quota', 'limit', 'windowMs', 'burst', 'keyGenerator', 'skip', 'handler', 'standardHeaders',
   'legacyHeaders', 'cost', 'statusCode', 'message', 'policy', 'maxKeys', 'onFull', 'limiter',
-  'requestPropertyName', 'store',
+  'requestPropertyName', 'store', 'allowList', 'enabled', 'skipSuccessfulRequests', 'skipFailedRequests',
+  'requestWasSuccessful',
 ])
 
 const defaultKey = (req) => req.ip ?? req.socket?.remoteAddress ?? ''
@@ -49,49 +52,65 @@ function rateLimit(options = {}) {
     if (typeof opts[f] !== 'function') throw invalidArg(`${f} must be a function`)
   }
   functions(opts, ['skip'])
+  const allowed = allowListOf(opts.allowList)
+  const counting = responseCounting(opts)
   const quota = opts.quota ?? { count: opts.limit, periodMs: opts.windowMs, ...(opts.burst === undefined ? {} : { burst: opts.burst }) }
-  // On a Redis store a decision is a Promise (the event loop never waits for the server).
-  const { limiter, store, remote } = limiterFor({ ...opts, quota })
+  // Turned off (`enabled: false`, SLUICEGATE_ENABLED=0): no limiter is made, every request passes.
+  const limits = isEnabled(opts.enabled) ? new Limits({ ...opts, quota }) : null
   const { cost, policy, requestPropertyName: prop } = opts
   const costOf = typeof cost === 'function' ? cost : () => cost
 
-  function respond(req, res, next, d) {
+  function respond(req, res, next, key, c, d) {
     req[prop] = d
     if (style !== null) res.set(d.headers(style, policy))
     if (legacy) res.set(d.headers('legacy', policy))
-    if (d.allowed) return next()
-    return opts.handler(req, res, next, opts)
+    if (!d.allowed) return opts.handler(req, res, next, opts)
+    if (counting !== null) {
+      const outcome = refunder(counting, limits, key, c)
+      res.on('finish', () => {
+        try {
+          then(counting.wasSuccessful(req, res), outcome, warn)
+        } catch (err) {
+          warn(err)
+        }
+      })
+      res.on('close', () => res.writableFinished || outcome(false))
+      res.on('error', () => outcome(false))
+    }
+    return next()
   }
 
+  // On a Redis store a decision is a Promise (the event loop never waits for the server).
   function decide(req, res, next, key) {
     const c = costOf(req, res)
-    if (remote) return limiter.tryAcquireAsync(key, c).then((d) => respond(req, res, next, d)).catch(next)
-    return respond(req, res, next, limiter.tryAcquire(key, c))
+    return then(limits.decide(key, c), (d) => respond(req, res, next, key, c, d), next)
   }
 
-  function withKey(req, res, next) {
-    const key = opts.keyGenerator(req, res)
-    if (isThenable(key)) return key.then((k) => decide(req, res, next, k)).catch(next)
-    return decide(req, res, next, key)
+  function withKey(req, res, next, key) {
+    if (allowed === undefined) return decide(req, res, next, key)
+    return then(allowed(req, key), (yes) => (yes ? next() : decide(req, res, next, key)), next)
   }
 
-  const middleware = function sluicegateRateLimit(req, res, next) {
-    try {
-      if (opts.skip !== undefined) {
-        const s = opts.skip(req, res)
-        if (isThenable(s)) {
-          return s.then((yes) => (yes ? next() : withKey(req, res, next))).catch(next)
-        }
-        if (s) return next()
+  const middleware = limits === null
+    ? function sluicegateRateLimit(_req, _res, next) { next() }
+    : function sluicegateRateLimit(req, res, next) {
+      try {
+        if (opts.skip === undefined) return then(opts.keyGenerator(req, res), (k) => withKey(req, res, next, k), next)
+        return then(opts.skip(req, res), (yes) => (yes ? next() : then(opts.keyGenerator(req, res), (k) => withKey(req, res, next, k), next)), next)
+      } catch (err) {
+        return next(err)
       }
-      return withKey(req, res, next)
-    } catch (err) {
-      return next(err)
     }
-  }
-  middleware.limiter = limiter
-  middleware.store = store
-  middleware.resetKey = (key) => (remote ? limiter.removeAsync(key) : limiter.remove(key))
+  middleware.limiter = limits === null ? null : limits.limiters[0]
+  middleware.limiters = limits === null ? [] : limits.limiters
+  middleware.store = limits?.store
+  /** `key`'s state (the limit with the least remaining), changing nothing; `null` when turned off. */
+  middleware.get = (key) => (limits === null ? null : limits.get(key))
+  /** Forgets `key`'s buckets; whether one existed. */
+  middleware.reset = (key) => (limits === null ? false : limits.reset(key))
+  // express-rate-limit's names
+  middleware.getKey = middleware.get
+  middleware.resetKey = middleware.reset
   return middleware
 }
 

@@ -1,4 +1,4 @@
-import type { FastifyPluginCallback, FastifyRequest, onRequestHookHandler, preHandlerHookHandler, preValidationHookHandler } from 'fastify'
+import type { FastifyPluginCallback, FastifyReply, FastifyRequest, onRequestHookHandler, preHandlerHookHandler, preValidationHookHandler } from 'fastify'
 import type { Decision, Key, KeyedLimiter, OnFull, Quota } from './index'
 
 /** What `errorResponseBuilder` gets, as in @fastify/rate-limit. */
@@ -21,11 +21,21 @@ export interface ErrorResponseBuilderContext {
  */
 export type RateLimitHook = onRequestHookHandler & preValidationHookHandler & preHandlerHookHandler & RateLimitHookProps
 
-export interface RateLimitHookProps {
-  /** The limiter holding every client's bucket of this limit. */
-  readonly limiter: KeyedLimiter
-  /** Its store, with the region's or prefix's full name (`undefined` when `limiter` was given). */
+export interface RateLimitHookProps extends Admin {
+  /** The limiter holding every client's bucket of this limit (the first quota's; `null` when turned off). */
+  readonly limiter: KeyedLimiter | null
+  /** One limiter per quota, in order (none when turned off). */
+  readonly limiters: KeyedLimiter[]
+  /** Its store, with the region's or prefix's full name (`undefined` when `limiter` was given or turned off; with several quotas, the first's). */
   readonly store: string | undefined
+}
+
+/** A limit's admin calls, by client key. */
+export interface Admin {
+  /** The client's state, changing nothing: the limit with the least remaining (a Promise on a Redis store; `null` when turned off). */
+  get(key: Key): Decision | Promise<Decision> | null
+  /** Forgets the client's buckets; whether one existed (a Promise on a Redis store). */
+  reset(key: Key): boolean | Promise<boolean>
 }
 
 /** The options of one limit: the plugin's, and a route's `config.rateLimit` (merged over them). */
@@ -34,8 +44,11 @@ export interface RateLimitOptions {
   max?: number
   /** The window: milliseconds (default 60 000), or a duration the core parses (`'1 minute'`, `'10s'`). */
   timeWindow?: number | string
-  /** The quota as a rate string or options object (instead of `max`/`timeWindow`/`burst`). */
-  quota?: Quota
+  /**
+   * The quota as a rate string or options object (instead of `max`/`timeWindow`/`burst`), or
+   * several (`['10/second', '1000/hour']`): a request is admitted by all or by none.
+   */
+  quota?: Quota | Quota[]
   /** The bucket's capacity (default `max`). */
   burst?: number
   /** The hook that decides (default `'onRequest'`). */
@@ -70,6 +83,14 @@ export interface RateLimitOptions {
   store?: string
   /** Use this limiter instead of creating one (not with `store`). */
   limiter?: KeyedLimiter
+  /** false: no limiter is made and every request passes (default true; `SLUICEGATE_ENABLED=0` in the environment turns every limit made meanwhile off). */
+  enabled?: boolean
+  /** Successful responses give their cost back (the core's refund) once sent (default false). */
+  skipSuccessfulRequests?: boolean
+  /** Failed responses (and aborted requests) give their cost back (default false). */
+  skipFailedRequests?: boolean
+  /** What a successful response is (default: a status below 400); may return a promise. */
+  requestWasSuccessful?: (req: FastifyRequest, reply: FastifyReply) => boolean | Promise<boolean>
 }
 
 export interface RouteRateLimitOptions extends RateLimitOptions {
@@ -86,6 +107,11 @@ declare module 'fastify' {
   interface FastifyInstance {
     /** A hook of a limit of its own, for a route's hooks. */
     rateLimit(options?: RouteRateLimitOptions): RateLimitHook
+    /** The global limit's admin calls, or a group's (by `groupId`). */
+    rateLimits: {
+      get(key: Key, groupId?: string): Decision | Promise<Decision> | null
+      reset(key: Key, groupId?: string): boolean | Promise<boolean>
+    }
   }
   interface FastifyContextConfig {
     rateLimit?: RouteRateLimitOptions | false

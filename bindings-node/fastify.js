@@ -6,12 +6,15 @@
 // and per-route `config.rateLimit`). The core decides and renders the header fields; this
 // file reads the request, adds the hooks and writes the reply.
 
-const { draftStyle, functions, isThenable, known, limiterFor, invalidArg } = require('./web.js')
+const {
+  draftStyle, functions, then, known, Limits, isEnabled, allowListOf, responseCounting, refunder, warn, invalidArg,
+} = require('./web.js')
 
 const PLUGIN = new Set([
   'global', 'max', 'timeWindow', 'quota', 'burst', 'hook', 'keyGenerator', 'allowList', 'skipOnError',
   'onExceeding', 'onExceeded', 'errorResponseBuilder', 'addHeaders', 'addHeadersOnExceeding',
-  'enableDraftSpec', 'policy', 'cost', 'maxKeys', 'onFull', 'store', 'limiter',
+  'enableDraftSpec', 'policy', 'cost', 'maxKeys', 'onFull', 'store', 'limiter', 'enabled',
+  'skipSuccessfulRequests', 'skipFailedRequests', 'requestWasSuccessful',
 ])
 // A route's config.rateLimit: the plugin's options but `global`, and `groupId`.
 const ROUTE = new Set([...PLUGIN, 'groupId'])
@@ -92,10 +95,6 @@ function settings(o) {
   }
   if (!HOOKS.has(o.hook)) throw invalidArg(`hook must be one of ${[...HOOKS].join(', ')}`)
   if (typeof o.skipOnError !== 'boolean') throw invalidArg('skipOnError must be a boolean')
-  const { allowList } = o
-  if (allowList !== undefined && typeof allowList !== 'function' && !Array.isArray(allowList)) {
-    throw invalidArg('allowList must be an array of keys or a function (req, key) => boolean')
-  }
   if (o.groupId !== undefined && typeof o.groupId !== 'string') throw invalidArg('groupId must be a string')
   let quota = o.quota
   if (quota === undefined) {
@@ -110,23 +109,46 @@ function settings(o) {
     addHeaders: switches(o.addHeaders, 'addHeaders'),
     // Fields on an admitted request; Retry-After is the core's on rejections only.
     addHeadersOnExceeding: switches(o.addHeadersOnExceeding, 'addHeadersOnExceeding'),
-    allowed: Array.isArray(allowList) ? new Set(allowList) : allowList,
+    allowed: allowListOf(o.allowList),
+    counting: responseCounting(o),
     errorResponseBuilder: o.errorResponseBuilder ?? defaultErrorResponse,
     costOf: typeof o.cost === 'function' ? o.cost : () => o.cost,
   }
 }
 
+// Per request: the refunds its admitted limits wait for (response-dependent counting).
+const PENDING = Symbol('sluicegate.pending')
+
+/** The response's end: each admitted limit that counts by the response gets its outcome. */
+function onResponse(req, reply, done) {
+  for (const [p, outcome] of req[PENDING] ?? []) {
+    try {
+      then(p.counting.wasSuccessful(req, reply), outcome, warn)
+    } catch (err) {
+      warn(err)
+    }
+  }
+  done()
+}
+
+/** The client went away before the response: a failed request. */
+function onRequestAbort(req, done) {
+  for (const [, outcome] of req[PENDING] ?? []) outcome(false)
+  done()
+}
+
 /**
  * The hook deciding for one limit: `(req, reply, next)`, where `next(err?)` goes on. Exposes
- * the limiter and its store as properties.
+ * the limits as properties.
  */
-function handlerFor(p, limiter, remote) {
+function handlerFor(p, limits) {
   const ran = Symbol(`sluicegate.ran.${handlers++}`)
 
-  function respond(req, reply, next, key, d) {
+  function respond(req, reply, next, key, c, d) {
     req.rateLimit = d
     if (d.allowed) {
       reply.headers(fields(d, p.style, p.policy, p.addHeadersOnExceeding))
+      if (p.counting !== null) (req[PENDING] ??= []).push([p, refunder(p.counting, limits, key, c)])
       p.onExceeding?.(req, key)
       return next()
     }
@@ -138,14 +160,11 @@ function handlerFor(p, limiter, remote) {
 
   const failed = (next, err) => (p.skipOnError ? next() : next(err))
 
+  // On a Redis store a decision is a Promise (the event loop never waits for the server).
   function decide(req, reply, next, key) {
-    let c
     try {
-      c = p.costOf(req)
-      if (remote) {
-        return limiter.tryAcquireAsync(key, c).then((d) => respond(req, reply, next, key, d), (err) => failed(next, err))
-      }
-      return respond(req, reply, next, key, limiter.tryAcquire(key, c))
+      const c = p.costOf(req)
+      return then(limits.decide(key, c), (d) => respond(req, reply, next, key, c, d), (err) => failed(next, err))
     } catch (err) {
       return failed(next, err)
     }
@@ -154,35 +173,40 @@ function handlerFor(p, limiter, remote) {
   function withKey(req, reply, next, key) {
     const { allowed } = p
     if (allowed === undefined) return decide(req, reply, next, key)
-    if (typeof allowed !== 'function') return allowed.has(key) ? next() : decide(req, reply, next, key)
-    const yes = allowed(req, key)
-    if (isThenable(yes)) return yes.then((y) => (y ? next() : decide(req, reply, next, key)), next)
-    return yes ? next() : decide(req, reply, next, key)
+    return then(allowed(req, key), (yes) => (yes ? next() : decide(req, reply, next, key)), next)
   }
 
   function run(req, reply, next) {
     if (req[ran]) return next()
     req[ran] = true
     try {
-      const key = p.keyGenerator(req)
-      if (isThenable(key)) return key.then((k) => withKey(req, reply, next, k), next)
-      return withKey(req, reply, next, key)
+      return then(p.keyGenerator(req), (key) => withKey(req, reply, next, key), next)
     } catch (err) {
       return next(err)
     }
   }
 
+  // Turned off (`enabled: false`, SLUICEGATE_ENABLED=0): every request passes.
+  const go = limits === null ? (_req, _reply, next) => next() : run
   // preParsing hooks take the payload and hand it on.
-  const hook = p.hook === 'preParsing'
-    ? function sluicegateRateLimit(req, reply, payload, done) { run(req, reply, (err) => done(err ?? null, payload)) }
-    : function sluicegateRateLimit(req, reply, done) { run(req, reply, done) }
-  return hook
+  return p.hook === 'preParsing'
+    ? function sluicegateRateLimit(req, reply, payload, done) { go(req, reply, (err) => done(err ?? null, payload)) }
+    : function sluicegateRateLimit(req, reply, done) { go(req, reply, done) }
 }
 
 /** `handler` added to the route's `hook` hooks, after those it has. */
 function addHook(route, hook, handler) {
-  const have = route[hook]
-  route[hook] = have === undefined ? [handler] : [...(Array.isArray(have) ? have : [have]), handler]
+  const have = route[hook] === undefined ? [] : [route[hook]].flat()
+  if (!have.includes(handler)) route[hook] = [...have, handler]
+}
+
+/** `handler` on the route, with the response hooks when its limit counts by the response. */
+function limitRoute(route, handler) {
+  addHook(route, handler.hook, handler)
+  if (handler.countsResponse) {
+    addHook(route, 'onResponse', onResponse)
+    addHook(route, 'onRequestAbort', onRequestAbort)
+  }
 }
 
 /**
@@ -221,11 +245,17 @@ function register(fastify, options) {
     return build(p)
   }
   const build = (p) => {
-    const { limiter, store, remote } = limiterFor(p)
-    const h = handlerFor(p, limiter, remote)
-    h.limiter = limiter
-    h.store = store
+    const limits = isEnabled(p.enabled) ? new Limits(p) : null
+    const h = handlerFor(p, limits)
+    h.limiter = limits === null ? null : limits.limiters[0]
+    h.limiters = limits === null ? [] : limits.limiters
+    h.store = limits?.store
     h.hook = p.hook
+    h.countsResponse = p.counting !== null
+    /** `key`'s state (the limit with the least remaining), changing nothing; `null` when turned off. */
+    h.get = (key) => (limits === null ? null : limits.get(key))
+    /** Forgets `key`'s buckets; whether one existed. */
+    h.reset = (key) => (limits === null ? false : limits.reset(key))
     return h
   }
   let global // made on the first route that uses it
@@ -233,6 +263,18 @@ function register(fastify, options) {
   if (base.global) globalHandler() // bad options throw at registration
 
   if (!fastify.hasRequestDecorator('rateLimit')) fastify.decorateRequest('rateLimit', null)
+  if (!fastify.hasDecorator('rateLimits')) {
+    // Admin: the global limit's (or a group's) state and reset, by key.
+    const limitOf = (groupId) => {
+      const h = groupId === undefined ? globalHandler() : groups.get(groupId)?.[1]
+      if (h === undefined) throw invalidArg(`no rate-limit group ${JSON.stringify(groupId)}`)
+      return h
+    }
+    fastify.decorate('rateLimits', {
+      get: (key, groupId) => limitOf(groupId).get(key),
+      reset: (key, groupId) => limitOf(groupId).reset(key),
+    })
+  }
   if (!fastify.hasDecorator('rateLimit')) {
     fastify.decorate('rateLimit', (route = {}) => {
       known(route, ROUTE, 'rateLimit', REFUSED)
@@ -243,13 +285,12 @@ function register(fastify, options) {
     const cfg = route.config?.rateLimit
     if (cfg === false) return
     if (cfg === undefined || cfg === null) {
-      if (base.global) addHook(route, base.hook, globalHandler())
+      if (base.global) limitRoute(route, globalHandler())
       return
     }
     if (typeof cfg !== 'object') throw invalidArg('config.rateLimit must be an object or false')
     known(cfg, ROUTE, 'config.rateLimit', REFUSED)
-    const h = make(cfg)
-    addHook(route, h.hook, h)
+    limitRoute(route, make(cfg))
   })
 }
 

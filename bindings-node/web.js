@@ -56,15 +56,12 @@ function storeFor(store, rate) {
 }
 
 /**
- * The keyed limiter a middleware decides with: `limiter` as given, or a new one of `quota`
- * (a rate string or options object) on `store`, bounded by `maxKeys`/`onFull`. Returns it,
- * its store as printed (`undefined` for a limiter passed in), and whether it is remote
- * (Redis: every decision a Promise, so that the event loop never waits for the server).
+ * The keyed limiter of one limit: `limiter` as given, or a new one of `quota` (a rate string
+ * or options object) on `store`, bounded by `maxKeys`/`onFull`. Returns it, its store as
+ * printed (`undefined` for a limiter passed in), and whether it is remote (Redis: every
+ * decision a Promise, so that the event loop never waits for the server).
  */
 function limiterFor({ limiter, quota, store, maxKeys, onFull }) {
-  if (limiter !== undefined && store !== undefined) {
-    throw invalidArg('give `store` or `limiter`, not both: a limiter passed in has its store')
-  }
   let printed
   if (limiter === undefined) {
     const rate = toRate(quota)
@@ -77,4 +74,153 @@ function limiterFor({ limiter, quota, store, maxKeys, onFull }) {
   return { limiter, store: printed, remote: limiter.redisStats() !== null }
 }
 
-module.exports = { STYLES, draftStyle, isThenable, functions, known, limiterFor, invalidArg }
+/** `f(v)` now, or once `v` settles when it is a Promise (its rejection, `err`'s). */
+const then = (v, f, err) => (isThenable(v) ? v.then(f, err) : f(v))
+
+/**
+ * The limits of one middleware or route, decided together for a key: one limiter per quota
+ * (`quota` may be an array: `['10/second', '1000/hour']`), or the `limiter` given. A request
+ * is admitted by every limit or by none: when one rejects, the limits that admitted before it
+ * get the cost back (the core's refund). The decision reported is the rejecting limit's, or
+ * the admitting one with the least remaining. On a Redis store each call returns a Promise.
+ */
+class Limits {
+  constructor(opts) {
+    if (opts.limiter !== undefined && opts.store !== undefined) {
+      throw invalidArg('give `store` or `limiter`, not both: a limiter passed in has its store')
+    }
+    const quotas = opts.limiter === undefined && Array.isArray(opts.quota) ? opts.quota : [opts.quota]
+    if (quotas.length === 0) throw invalidArg('quota must not be an empty array')
+    this.parts = quotas.map((quota) => limiterFor({ ...opts, quota }))
+    this.limiters = this.parts.map((p) => p.limiter)
+    this.remote = this.parts.some((p) => p.remote)
+    this.store = this.parts[0].store // each quota's namespace: the same store, its own suffix
+  }
+
+  /** Asks every limit for `cost` of `key`'s bucket: a Decision (a Promise on Redis). */
+  decide(key, cost) {
+    const ls = this.limiters
+    if (this.remote) return this.#decideAsync(key, cost)
+    if (ls.length === 1) return ls[0].tryAcquire(key, cost)
+    let best
+    for (let i = 0; i < ls.length; i++) {
+      let d
+      try {
+        d = ls[i].tryAcquire(key, cost)
+      } catch (err) {
+        this.#giveBack(i, key, cost)
+        throw err
+      }
+      if (!d.allowed) {
+        this.#giveBack(i, key, cost)
+        return d
+      }
+      if (best === undefined || d.remaining < best.remaining) best = d
+    }
+    return best
+  }
+
+  async #decideAsync(key, cost) {
+    const ls = this.limiters
+    let best
+    for (let i = 0; i < ls.length; i++) {
+      let d
+      try {
+        d = await ls[i].tryAcquireAsync(key, cost)
+      } catch (err) {
+        await this.#giveBackAsync(i, key, cost)
+        throw err
+      }
+      if (!d.allowed) {
+        await this.#giveBackAsync(i, key, cost)
+        return d
+      }
+      if (best === undefined || d.remaining < best.remaining) best = d
+    }
+    return best
+  }
+
+  #giveBack(upTo, key, cost) {
+    for (let j = 0; j < upTo; j++) this.limiters[j].refund(key, cost)
+  }
+
+  async #giveBackAsync(upTo, key, cost) {
+    for (let j = 0; j < upTo; j++) await this.limiters[j].refundAsync(key, cost)
+  }
+
+  /** Gives `cost` back to every limit of `key` (a Promise on Redis). */
+  refund(key, cost) {
+    if (this.remote) return Promise.all(this.limiters.map((l) => l.refundAsync(key, cost))).then(() => undefined)
+    for (const l of this.limiters) l.refund(key, cost)
+    return undefined
+  }
+
+  /** `key`'s state, changing nothing: the limit with the least remaining (a Promise on Redis). */
+  get(key) {
+    const tightest = (ds) => ds.reduce((a, d) => (d.remaining < a.remaining ? d : a))
+    if (this.remote) return Promise.all(this.limiters.map((l) => l.peekAsync(key))).then(tightest)
+    return tightest(this.limiters.map((l) => l.peek(key)))
+  }
+
+  /** Forgets `key`'s buckets; whether one existed (a Promise on Redis). */
+  reset(key) {
+    const any = (bs) => bs.some(Boolean)
+    if (this.remote) return Promise.all(this.limiters.map((l) => l.removeAsync(key))).then(any)
+    return any(this.limiters.map((l) => l.remove(key)))
+  }
+}
+
+/**
+ * Whether a middleware limits at all: `enabled` (default true), and not turned off for the
+ * whole process by the environment (`SLUICEGATE_ENABLED=0` or `false`, for tests), read when
+ * the middleware is made.
+ */
+function isEnabled(enabled) {
+  if (enabled !== undefined && typeof enabled !== 'boolean') throw invalidArg('enabled must be a boolean')
+  const env = process.env.SLUICEGATE_ENABLED
+  return enabled !== false && env !== '0' && env !== 'false'
+}
+
+/** `allowList` (keys, or a function `(req, key) => boolean`) as a predicate, or `undefined`. */
+function allowListOf(list) {
+  if (list === undefined || typeof list === 'function') return list
+  if (!Array.isArray(list)) throw invalidArg('allowList must be an array of keys or a function (req, key) => boolean')
+  const keys = new Set(list.map(String))
+  return (_req, key) => keys.has(String(key))
+}
+
+/** The response-dependent counting options, checked: `null` when every request counts. */
+function responseCounting(opts) {
+  const { skipSuccessfulRequests: ok = false, skipFailedRequests: failed = false, requestWasSuccessful } = opts
+  if (typeof ok !== 'boolean') throw invalidArg('skipSuccessfulRequests must be a boolean')
+  if (typeof failed !== 'boolean') throw invalidArg('skipFailedRequests must be a boolean')
+  functions(opts, ['requestWasSuccessful'])
+  if (!ok && !failed) return null
+  return { ok, failed, wasSuccessful: requestWasSuccessful ?? ((_req, res) => res.statusCode < 400) }
+}
+
+/** A failure where no caller waits (a refund after the response): a process warning. */
+const warn = (err) => process.emitWarning(err instanceof Error ? err : new Error(String(err)))
+
+/**
+ * What to do when an admitted request's response ends: `outcome(success)` gives the cost
+ * back when `counting` says such a response does not count (once, however often called).
+ */
+function refunder(counting, limits, key, cost) {
+  let done = false
+  return (success) => {
+    if (done || !(success ? counting.ok : counting.failed)) return
+    done = true
+    try {
+      const r = limits.refund(key, cost)
+      if (isThenable(r)) r.catch(warn)
+    } catch (err) {
+      warn(err)
+    }
+  }
+}
+
+module.exports = {
+  STYLES, draftStyle, isThenable, then, functions, known, Limits, isEnabled, allowListOf,
+  responseCounting, refunder, warn, invalidArg,
+}

@@ -199,6 +199,59 @@ test('bad options fail at registration or at the route', async (t) => {
   assert.throws(() => f.get('/y', { config: { rateLimit: { global: false } } }, async () => 'y'), INVALID_ARG)
 })
 
+test('allowList by function, enabled: false and SLUICEGATE_ENABLED=0 turn limits off', async (t) => {
+  const off = await app(t, { max: 1, enabled: false })
+  assert.deepEqual(await statuses(off, 3), [200, 200, 200])
+  assert.equal(off.rateLimits.get('127.0.0.1'), null)
+  process.env.SLUICEGATE_ENABLED = '0'
+  let envOff
+  try {
+    envOff = await app(t, { max: 1 })
+  } finally {
+    delete process.env.SLUICEGATE_ENABLED
+  }
+  assert.deepEqual(await statuses(envOff, 3), [200, 200, 200])
+  assert.deepEqual(await statuses(await app(t, { max: 1 }), 2), [200, 429])
+})
+
+test('skipFailedRequests and skipSuccessfulRequests: the response decides whether the request counts', async (t) => {
+  const routes = (f) => {
+    f.get('/fail', async (req, reply) => reply.code(500).send('no'))
+    f.get('/boom', async () => { throw new Error('boom') })
+  }
+  const failed = await app(t, { max: 2, skipFailedRequests: true }, routes)
+  assert.deepEqual([...await statuses(failed, 3, '/fail'), ...await statuses(failed, 2, '/boom')], [500, 500, 500, 500, 500])
+  assert.deepEqual(await statuses(failed, 3), [200, 200, 429])
+  const ok = await app(t, { max: 2, skipSuccessfulRequests: true }, routes)
+  assert.deepEqual(await statuses(ok, 4), [200, 200, 200, 200])
+  assert.deepEqual(await statuses(ok, 3, '/fail'), [500, 500, 429])
+  const custom = await app(t, { max: 1, skipFailedRequests: true, requestWasSuccessful: (req, reply) => reply.statusCode !== 503 }, (f) => {
+    f.get('/busy', async (req, reply) => reply.code(503).send('busy'))
+  })
+  assert.deepEqual(await statuses(custom, 3, '/busy'), [503, 503, 503])
+  assert.deepEqual(await statuses(custom, 2), [200, 429])
+})
+
+test('several limits on a route (all or nothing); rateLimits.get/reset for the global limit and a group', async (t) => {
+  const f = await app(t, { max: 5, keyGenerator: () => 'k' }, (f) => {
+    f.get('/two', { config: { rateLimit: { quota: ['2/minute', '3/hour'] } } }, async () => 'two')
+    f.get('/g', { config: { rateLimit: { max: 1, groupId: 'g' } } }, async () => 'g')
+  })
+  assert.deepEqual(await statuses(f, 3, '/two'), [200, 200, 429])
+  assert.deepEqual(await statuses(f, 2, '/g'), [200, 429])
+  assert.deepEqual(await statuses(f, 2), [200, 200])
+  assert.equal(f.rateLimits.get('k').remaining, 3)
+  assert.equal(f.rateLimits.reset('k'), true)
+  assert.equal(f.rateLimits.get('k').remaining, 5)
+  assert.equal(f.rateLimits.get('k', 'g').remaining, 0)
+  assert.equal(f.rateLimits.reset('k', 'g'), true)
+  assert.deepEqual(await statuses(f, 1, '/g'), [200])
+  assert.throws(() => f.rateLimits.get('k', 'nope'), INVALID_ARG)
+  const hook = f.rateLimit({ quota: ['1/minute', '5/hour'] })
+  assert.equal(hook.limiters.length, 2)
+  assert.equal(hook.get('k').remaining, 1)
+})
+
 // The shared-memory store: regions in a temporary folder, removed afterwards.
 const dir = mkdtempSync(join(tmpdir(), 'sluicegate-fastify-'))
 after(() => rmSync(dir, { recursive: true, force: true }))
@@ -226,5 +279,21 @@ describe('store redis', needsRedis(), () => {
     assert.equal(e.json().code, 'ERR_SLUICEGATE_STORE_UNAVAILABLE')
     const lenient = await app(t, { max: 2, store: dead, skipOnError: true })
     assert.equal((await lenient.inject('/')).statusCode, 200)
+  })
+
+  test('several limits, refunds by the response, get and reset: Promises on the server', async (t) => {
+    const store = `${redis.url}?prefix=fastify-many-${process.pid}`
+    const f = await app(t, { quota: ['2/minute', '3/hour'], store, skipFailedRequests: true, keyGenerator: () => 'k' }, (f) => {
+      f.get('/fail', async (req, reply) => reply.code(500).send('no'))
+    })
+    assert.deepEqual(await statuses(f, 3, '/fail'), [500, 500, 500])
+    const deadline = Date.now() + 5_000 // the refunds follow the responses
+    while ((await f.rateLimits.get('k')).remaining !== 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10))
+    assert.deepEqual(await statuses(f, 3), [200, 200, 429])
+    const [minute, hour] = await Promise.all(f.rateLimit({ quota: ['2/minute', '3/hour'], store }).limiters.map((l) => l.peekAsync('k')))
+    assert.equal(minute.remaining, 0)
+    assert.equal(hour.remaining, 1, 'the rejected request took nothing from the hourly limit')
+    assert.equal(await f.rateLimits.reset('k'), true)
+    assert.equal((await f.rateLimits.get('k')).remaining, 2)
   })
 })
