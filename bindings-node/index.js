@@ -383,8 +383,9 @@ class Limiter {
 
   /**
    * The Redis store's counters (`{ decided, cachedRejections, failedOpen, failedClosed,
-   * failedLocal, failedError, timeouts, unavailable, serverErrors, connects, scriptLoads }`,
-   * shared by every limiter on the URL in this process), or `null` on another store.
+   * failedLocal, failedError, timeouts, unavailable, serverErrors, connects, scriptLoads,
+   * redirects }`, shared by every limiter on the URL in this process), or `null` on another
+   * store.
    */
   redisStats() {
     return native.redisStats(this.#h)

@@ -199,6 +199,8 @@ export interface RedisStats {
   connects: number
   /** Times the scripts were loaded. */
   scriptLoads: number
+  /** Calls sent again to the node a Redis Cluster's MOVED or ASK reply named. */
+  redirects: number
 }
 
 /** Frees a handle (the wrapper's `FinalizationRegistry` calls this). */

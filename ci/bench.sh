@@ -116,6 +116,28 @@ if [[ "${BENCH_BINDINGS:-1}" != 0 ]]; then
         echo "bench: the C rows failed (see above)" >&2
 fi
 
+# The tower layer against tower_governor (issue 19): instructions per request under callgrind
+# (httpbench --oneshot) and requests per second under wrk against a real server.
+if [[ "${BENCH_BINDINGS:-1}" != 0 ]]; then
+    cargo build --release -p sluicegate-benches --bin httpbench
+    : >"$target/bench/http-callgrind.jsonl"
+    if command -v valgrind >/dev/null; then
+        for subject in axum passthrough sluicegate sluicegate-noheaders tower_governor tower_governor-headers; do
+            n=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+                    '--toggle-collect=httpbench::oneshot_loop*' \
+                    "$target/release/httpbench" --oneshot 20000 "$subject" 2>&1 |
+                sed -n 's/.*Collected : \([0-9]*\).*/\1/p')
+            printf '{"subject":"%s","ir_per_request":%s}\n' "$subject" "$(( ${n:-0} / 20000 ))" \
+                >>"$target/bench/http-callgrind.jsonl"
+        done
+    fi
+    "$target/release/httpbench" --rounds "$([[ $mode == quick ]] && echo 2 || echo 7)" --secs 2 \
+        >"$target/bench/http-wrk.jsonl" &&
+        python3 benches/http_report.py "$target/bench/http-callgrind.jsonl" \
+            "$target/bench/http-wrk.jsonl" >"$target/bench/extra/50-tower.md" ||
+        echo "bench: the HTTP rows failed (see above)" >&2
+fi
+
 python3 benches/report.py --criterion "$target/criterion" --mem "$target/bench/mem.jsonl" \
     --callgrind "$target/bench/callgrind.jsonl" --interleaved "$target/bench/interleaved.jsonl" \
     --keyed-interleaved "$target/bench/keyed-interleaved.jsonl" \

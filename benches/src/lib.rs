@@ -10,7 +10,10 @@
 //!   always rejecting), checked before it is measured;
 //! * [`run_threads`]: N scoped threads released together by a barrier, for `iter_custom`;
 //! * [`Rng`]: a tiny xorshift generator for random key access (the same cost for every peer);
-//! * [`mem`]: resident set size from `/proc/self/statm`.
+//! * [`mem`]: resident set size from `/proc/self/statm`;
+//! * [`http`]: the HTTP overhead subjects (axum alone, with sluicegate-tower, with tower_governor).
+
+pub mod http;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;

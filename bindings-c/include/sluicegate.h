@@ -227,6 +227,9 @@ typedef struct sg_redis_stats {
   uint64_t connects;
   // Times the server-side scripts were loaded.
   uint64_t script_loads;
+  // Calls sent again to the node a Redis Cluster's MOVED or ASK reply named (at most once
+  // a call).
+  uint64_t redirects;
 } sg_redis_stats;
 
 #ifdef __cplusplus

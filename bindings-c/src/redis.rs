@@ -39,6 +39,9 @@ pub struct sg_redis_stats {
     pub connects: u64,
     /// Times the server-side scripts were loaded.
     pub script_loads: u64,
+    /// Calls sent again to the node a Redis Cluster's MOVED or ASK reply named (at most once
+    /// a call).
+    pub redirects: u64,
 }
 
 impl sg_redis_stats {
@@ -55,6 +58,7 @@ impl sg_redis_stats {
             server_errors: s.server_errors,
             connects: s.connects,
             script_loads: s.script_loads,
+            redirects: s.redirects,
         }
     }
 }

@@ -101,6 +101,7 @@ static void decisions(const char *base) {
   CHECK(s.decided >= 7);
   CHECK_U64(s.failed_error, 0);
   CHECK(s.connects >= 1);
+  CHECK_U64(s.redirects, 0); /* one server: nothing redirected (and the field is written) */
   CHECK_RC(sg_keyed_limiter_redis_stats(k, NULL), SG_ERR_NULL_ARGUMENT);
   sg_keyed_limiter_free(k);
 }

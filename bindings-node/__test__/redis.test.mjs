@@ -68,6 +68,7 @@ describe('on a running server', needsRedis(), () => {
     assert.ok(s.decided >= 8, JSON.stringify(s))
     assert.equal(s.cachedRejections, 1, 'the 5th request was rejected from the negative cache')
     assert.equal(s.failedError, 0)
+    assert.equal(s.redirects, 0, 'one server: nothing is redirected')
   })
 
   test('the synchronous methods of a Redis-backed limiter throw instead of blocking', () => {

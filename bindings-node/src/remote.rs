@@ -437,6 +437,8 @@ pub struct RedisStats {
     pub connects: f64,
     /// Times the scripts were loaded.
     pub script_loads: f64,
+    /// Calls sent again to the node a Redis Cluster's MOVED or ASK reply named.
+    pub redirects: f64,
 }
 
 /// The Redis store's counters of a limiter or keyed limiter (a composite's: its first part's),
@@ -464,5 +466,6 @@ pub fn redis_stats(env: Env, handle: u32) -> std::result::Result<Option<RedisSta
         server_errors: s.server_errors as f64,
         connects: s.connects as f64,
         script_loads: s.script_loads as f64,
+        redirects: s.redirects as f64,
     }))
 }

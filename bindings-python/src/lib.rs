@@ -513,7 +513,7 @@ impl PyLimiter {
 
     /// The Redis store's counters of each outcome (a dict of ints: `decided`,
     /// `cached_rejections`, `failed_open`, `failed_closed`, `failed_local`, `failed_error`,
-    /// `timeouts`, `unavailable`, `server_errors`, `connects`, `script_loads`), shared by every
+    /// `timeouts`, `unavailable`, `server_errors`, `connects`, `script_loads`, `redirects`), shared by every
     /// limiter of this process on the same URL; None for other stores.
     fn redis_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         self.inner
@@ -730,6 +730,7 @@ pub(crate) fn stats_dict(py: Python<'_>, s: sluicegate::RedisStats) -> PyResult<
         ("server_errors", s.server_errors),
         ("connects", s.connects),
         ("script_loads", s.script_loads),
+        ("redirects", s.redirects),
     ] {
         out.set_item(name, n)?;
     }

@@ -131,7 +131,7 @@ def test_redis_stats_count_each_outcome(own_redis: RedisServer) -> None:
     assert stats is not None and stats["failed_open"] == 1 and stats["unavailable"] == 1
     assert set(stats) == {
         "decided", "cached_rejections", "failed_open", "failed_closed", "failed_local", "failed_error",
-        "timeouts", "unavailable", "server_errors", "connects", "script_loads",
+        "timeouts", "unavailable", "server_errors", "connects", "script_loads", "redirects",
     }  # fmt: skip
     assert KeyedLimiter("1/s").redis_stats() is None and Limiter("1/s").redis_stats() is None
 

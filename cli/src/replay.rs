@@ -15,9 +15,10 @@ use crate::policy::{PolicySpec, Scope};
 use crate::stats::{Hist, Peak, Timeline};
 
 /// One rule's buckets.
+/// (The limiters are boxed: larger than the composite's vectors.)
 enum Limit {
-    Keyed(KeyedBucket),
-    Global(Bucket),
+    Keyed(Box<KeyedBucket>),
+    Global(Box<Bucket>),
     Composite {
         scopes: Vec<Scope>,
         rates: Vec<crate::engine::Rate>,
@@ -31,8 +32,10 @@ impl Limit {
     fn new(rule: &crate::policy::Rule, clock: &Clock, max_keys: usize) -> Result<Limit, String> {
         if let [p] = rule.parts.as_slice() {
             return Ok(match p.scope {
-                Scope::PerKey => Limit::Keyed(KeyedBucket::new(&p.rate, clock, max_keys)?),
-                Scope::Global => Limit::Global(Bucket::new(&p.rate, clock)?),
+                Scope::PerKey => {
+                    Limit::Keyed(Box::new(KeyedBucket::new(&p.rate, clock, max_keys)?))
+                }
+                Scope::Global => Limit::Global(Box::new(Bucket::new(&p.rate, clock)?)),
             });
         }
         let globals = rule

@@ -31,6 +31,7 @@
 //! | `store` | where buckets live: [`KeyedLimiter`] over the in-process table (the seam for other stores) |
 //! | [`metrics`] | counters ([`Metrics`]), their Prometheus text ([`render_prometheus`]), the rejection hook |
 //! | `decision` | [`Decision`] and its HTTP fields ([`http`]) |
+//! | [`client`] | client identity: the key of a request's client (peer, trusted proxies, IPv6 prefix) |
 //! | [`clock`] | monotonic nanoseconds: TSC, std, coarse, manual |
 //! | `sync` | the atomics facade (loom or std) and the read sections (RCU) of the tables |
 //!
@@ -44,6 +45,7 @@
 
 mod algorithm;
 mod bucket;
+pub mod client;
 pub mod clock;
 mod decision;
 mod error;
@@ -71,7 +73,7 @@ pub use store::RedisStats;
 pub use store::StoreAudit;
 pub use store::{
     IntKey, KeyedBuilder, KeyedLimiter, OnError, OnFull, RedisOptions, StoreSpec, DEFAULT_MAX_KEYS,
-    REDIS_DEFAULT_TIMEOUT,
+    LONG_KEY_BYTES, REDIS_DEFAULT_TIMEOUT,
 };
 
 /// The README's Rust snippets, compiled and run as doc tests.
@@ -88,3 +90,8 @@ struct ShmDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/OPERATIONS.md")]
 struct OperationsDoctests;
+
+/// docs/CLIENT-IDENTITY.md's example for adapters, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/CLIENT-IDENTITY.md")]
+struct ClientIdentityDoctests;

@@ -17,7 +17,31 @@ type Build = fn(u64) -> Box<dyn std::any::Any>;
 const SUBJECTS: &[(&str, Build)] = &[
     ("governor-keyed", governor_keyed),
     ("sluicegate-keyed", sluicegate_keyed),
+    ("sluicegate-bytes16", |n| sluicegate_bytes(n, 16)),
+    ("sluicegate-bytes64", |n| sluicegate_bytes(n, 64)),
+    ("sluicegate-bytes1k", |n| sluicegate_bytes(n, 1024)),
 ];
+
+/// Byte-string keys of `len` bytes (the bindings' key type, `Box<[u8]>`), otherwise as
+/// [`sluicegate_keyed`]: keys longer than `LONG_KEY_BYTES` are held as 16-byte digests.
+fn sluicegate_bytes(keys: u64, len: usize) -> Box<dyn std::any::Any> {
+    let quota = sluicegate_benches::setup::keyed_allow_quota();
+    let l = sluicegate::KeyedLimiter::<Box<[u8]>>::builder(quota)
+        .max_keys(2 * keys as usize + 16)
+        .build()
+        .expect("keyed limiter");
+    let mut key = vec![b'k'; len];
+    for i in 0..keys {
+        key[..8].copy_from_slice(&i.to_le_bytes());
+        black_box(
+            l.try_acquire(&key[..], quota.burst() / 2)
+                .expect("cost")
+                .allowed(),
+        );
+    }
+    assert_eq!(l.len() as u64, keys);
+    Box::new(l)
+}
 
 /// `keys` keys, each touched once, spending half its burst so that no bucket is full (a full
 /// bucket would be dropped as indistinguishable from an absent key; see

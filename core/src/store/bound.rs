@@ -15,14 +15,16 @@
 //! hint of 0 means none, and needs no lowering; lowering a hint to 0 (a bucket full from
 //! instant 0 on) leaves none, which is right: no instant is then before the first full one.
 
-use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
 use crossbeam_utils::CachePadded;
 
 /// The shared counters of the key bound, on a cache line of their own (every new key and
 /// every refund writes it; the hot path's read-mostly fields live elsewhere).
 pub(crate) struct Bound {
     /// Live keys, plus keys being linked (reserved first, so the bound is never exceeded).
-    len: AtomicUsize,
+    /// Shared by a store and the store of its long keys' digests ([`Bound::sharing`]), so
+    /// that `max_keys` bounds both together.
+    len: Arc<AtomicUsize>,
     hint: Hint,
     /// Buckets evicted so far (for the limiter's metrics; a plain counter, in no protocol).
     evicted: crate::sync::real::AtomicU64,
@@ -70,7 +72,17 @@ impl Bound {
     /// making every `KeyedLimiter` as large as the padding.
     pub(crate) fn boxed() -> Box<CachePadded<Bound>> {
         Box::new(CachePadded::new(Bound {
-            len: AtomicUsize::new(0),
+            len: Arc::new(AtomicUsize::new(0)),
+            hint: Hint::new(),
+            evicted: crate::sync::real::AtomicU64::new(0),
+        }))
+    }
+
+    /// A bound of its own (hint, watermark) over the same count of keys as `self`: for a
+    /// second store whose keys count against the same `max_keys`.
+    pub(crate) fn sharing(&self) -> Box<CachePadded<Bound>> {
+        Box::new(CachePadded::new(Bound {
+            len: self.len.clone(),
             hint: Hint::new(),
             evicted: crate::sync::real::AtomicU64::new(0),
         }))

@@ -4,6 +4,99 @@
 //! `max_keys`). Rust callers choose their own key type; the bindings all key a
 //! `KeyedLimiter<Box<[u8]>>` by these bytes.
 
+use core::hash::{Hash, Hasher};
+
+/// The longest key the in-process store holds as it is: a key whose content is longer is
+/// held as its 16-byte digest (docs/KEYED.md, "Long keys").
+///
+/// A key's content is the bytes its `Hash` writes as byte strings: the bytes of a `[u8]`,
+/// `Vec<u8>`, `Box<[u8]>`, `str` or `String` key, summed over the parts of a compound key
+/// (integers and length prefixes count nothing). 64 bytes keep every key a person reads as
+/// it is (an IPv6 network's text is at most 43 bytes, a UUID 36, a SHA-256 in hex 64), so
+/// that [`KeyedLimiter::snapshot`](crate::KeyedLimiter::snapshot) lists them, and bound what a
+/// key costs when request data chooses it: at most 64 bytes of key (plus the allocator's
+/// rounding) beside its entry.
+pub const LONG_KEY_BYTES: usize = 64;
+
+/// The length of a key's content as [`LONG_KEY_BYTES`] counts it: the bytes its `Hash`
+/// writes as byte strings. Reads no byte of the key, only the lengths of its parts.
+pub(crate) fn content_len<Q: Hash + ?Sized>(key: &Q) -> usize {
+    struct Measure(usize);
+    impl Hasher for Measure {
+        fn finish(&self) -> u64 {
+            0
+        }
+        #[inline]
+        fn write(&mut self, bytes: &[u8]) {
+            self.0 = self.0.saturating_add(bytes.len());
+        }
+        // Integers (and the length prefixes of slices) are not content.
+        #[inline]
+        fn write_u8(&mut self, _: u8) {}
+        #[inline]
+        fn write_u16(&mut self, _: u16) {}
+        #[inline]
+        fn write_u32(&mut self, _: u32) {}
+        #[inline]
+        fn write_u64(&mut self, _: u64) {}
+        #[inline]
+        fn write_u128(&mut self, _: u128) {}
+        #[inline]
+        fn write_usize(&mut self, _: usize) {}
+        #[inline]
+        fn write_i8(&mut self, _: i8) {}
+        #[inline]
+        fn write_i16(&mut self, _: i16) {}
+        #[inline]
+        fn write_i32(&mut self, _: i32) {}
+        #[inline]
+        fn write_i64(&mut self, _: i64) {}
+        #[inline]
+        fn write_i128(&mut self, _: i128) {}
+        #[inline]
+        fn write_isize(&mut self, _: isize) {}
+    }
+    let mut m = Measure(0);
+    key.hash(&mut m);
+    m.0
+}
+
+/// A long key's stand-in: its 128-bit SipHash-1-3 under a secret of the limiter's (a keyed
+/// PRF: a caller who does not know the secret cannot make two keys share a digest, and
+/// chance does once in about 2^64 pairs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Digest([u64; 2]);
+
+impl Digest {
+    pub(crate) fn of<Q: Hash + ?Sized>(secret: [u64; 2], key: &Q) -> Self {
+        let mut h = siphasher::sip128::SipHasher13::new_with_keys(secret[0], secret[1]);
+        key.hash(&mut h);
+        let d = siphasher::sip128::Hasher128::finish128(&h);
+        Digest([d.h1, d.h2])
+    }
+}
+
+/// 128 bits from the OS's random source (a secret of fingerprints and digests).
+pub(crate) fn random_secret() -> [u64; 2] {
+    let mut b = [0u8; 16];
+    let mut filled = false;
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        filled = f.read_exact(&mut b).is_ok();
+    }
+    if !filled {
+        // std's hasher is seeded from the OS's random source too.
+        use core::hash::BuildHasher;
+        let s = std::collections::hash_map::RandomState::new();
+        b[..8].copy_from_slice(&s.hash_one(1u8).to_le_bytes());
+        b[8..].copy_from_slice(&s.hash_one(2u8).to_le_bytes());
+    }
+    [
+        u64::from_le_bytes(b[..8].try_into().unwrap_or_default()),
+        u64::from_le_bytes(b[8..].try_into().unwrap_or_default()),
+    ]
+}
+
 /// An integer key's bytes: its decimal digits (a `-` first when negative), rendered on the
 /// stack.
 ///
@@ -64,7 +157,26 @@ impl core::fmt::Debug for IntKey {
 
 #[cfg(test)]
 mod tests {
-    use super::IntKey;
+    use super::{content_len, Digest, IntKey};
+
+    #[test]
+    fn content_is_the_byte_strings() {
+        assert_eq!(content_len(b"abc".as_slice()), 3);
+        assert_eq!(content_len("abc"), 3);
+        assert_eq!(content_len(&String::from("abcd")), 4);
+        assert_eq!(content_len(&vec![0u8; 100].into_boxed_slice()), 100);
+        assert_eq!(content_len(&42u64), 0);
+        assert_eq!(content_len(&("ab", 7u32, b"cde".to_vec())), 5);
+        assert_eq!(content_len(&[1u64, 2, 3][..]), 24);
+    }
+
+    #[test]
+    fn digests_depend_on_the_secret_and_the_key() {
+        let a = Digest::of([1, 2], b"key".as_slice());
+        assert_eq!(a, Digest::of([1, 2], b"key".as_slice()));
+        assert_ne!(a, Digest::of([1, 3], b"key".as_slice()));
+        assert_ne!(a, Digest::of([1, 2], b"kez".as_slice()));
+    }
 
     #[test]
     fn integers_are_their_decimal_digits() {

@@ -3,6 +3,7 @@
 
 use super::live::{Live, Section};
 use super::memory::log::LogStore;
+use super::memory::long::{Logs, Routed, Words};
 use super::memory::Core;
 #[cfg(all(feature = "redis", not(sluicegate_loom)))]
 use super::redis::RedisStore;
@@ -173,16 +174,16 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
         let codec = Codec::new(&self.quota, now)?;
         codec.check(now, 0)?;
         let backend = if let Codec::SlidingLog(log) = &codec {
-            Backend::Log(LogStore::new(
+            Backend::Log(Routed::new(LogStore::new(
                 log.clone(),
                 self.shards,
                 self.max_keys,
                 self.on_full,
-            ))
+            )))
         } else if codec.wide() {
-            Backend::Wide(Core::new(self.shards))
+            Backend::Wide(Routed::new(Core::new(self.shards)))
         } else {
-            Backend::Narrow(Core::new(self.shards))
+            Backend::Narrow(Routed::new(Core::new(self.shards)))
         };
         let max_keys = self.max_keys;
         Ok(self.finish(backend, codec, max_keys, 0, now))
@@ -355,11 +356,11 @@ impl Ctx {
 /// never changes for a given generation.
 pub(crate) enum Backend<K> {
     /// In-process words of 64 bits (the default quota and most others).
-    Narrow(Core<K, u64>),
+    Narrow(Words<K, u64>),
     /// In-process words of 128 bits (quotas whose exact state needs them).
-    Wide(Core<K, u128>),
+    Wide(Words<K, u128>),
     /// In-process sliding logs.
-    Log(LogStore<K>),
+    Log(Logs<K>),
     /// A shared-memory region.
     #[cfg(all(unix, not(sluicegate_loom)))]
     Shm(ShmStore),
@@ -1055,7 +1056,8 @@ impl<K: Hash + Eq + Send + 'static> Gen<K> {
         Q: Hash + Eq + ?Sized,
     {
         if cost <= self.cx.capacity && now < self.cx.horizon {
-            if let Backend::Narrow(core) = &self.backend {
+            if let Backend::Narrow(words) = &self.backend {
+                let core = &words.main;
                 let h = core.hash(key);
                 return core.acquire_fast(&section.rcu, &self.cx, h, key, now, cost, u64::MAX);
             }
@@ -1071,7 +1073,8 @@ impl<K: Hash + Eq + Send + 'static> Gen<K> {
         Q::Owned: Into<K>,
     {
         self.check(now, cost)?;
-        if let Backend::Narrow(core) = &self.backend {
+        if let Backend::Narrow(words) = &self.backend {
+            let core = &words.main;
             let h = core.hash(key);
             if let Some(d) = core.acquire_fast(&rcu::read(), &self.cx, h, key, now, cost, u64::MAX)
             {
@@ -1099,9 +1102,7 @@ impl<K: Hash + Eq + Send + 'static> Gen<K> {
         Q::Owned: Into<K>,
     {
         match (&self.backend, hashed) {
-            (Backend::Narrow(core), Some(h)) => {
-                core.acquire_locked(&self.cx, h, key, now, cost, u64::MAX)
-            }
+            (Backend::Narrow(words), Some(h)) => words.acquire_missed(&self.cx, h, key, now, cost),
             (backend, _) => {
                 with_store!(backend, s => Store::<K>::acquire(s, &self.cx, key, now, cost))
             }

@@ -26,7 +26,7 @@ pub(crate) mod spec;
 
 #[cfg(all(feature = "redis", not(sluicegate_loom)))]
 pub use self::redis::RedisStats;
-pub use key::IntKey;
+pub use key::{IntKey, LONG_KEY_BYTES};
 pub use keyed::{KeyedBuilder, KeyedLimiter, OnFull, DEFAULT_MAX_KEYS};
 #[cfg(all(unix, not(sluicegate_loom)))]
 pub use shm::Audit as StoreAudit;

@@ -85,6 +85,51 @@ fn keyed_counters_count_evictions_refused_keys_and_keys() {
     );
 }
 
+/// Keys longer than the long-key limit live in a second table as digests: a reconfiguration
+/// carries their buckets too (tokens kept, clamped; a log's admissions kept), they still count against `max_keys`, and
+/// both tables move or neither does.
+#[test]
+fn reconfiguration_carries_long_keys() {
+    // (old quota, new quota, what the long key may take at the change: a bucket keeps its 3
+    // tokens; a log keeps its 7 admissions, judged by the new limit of 20).
+    for (quota, new, left) in [
+        ("10/s", "20/s", 3),
+        (
+            "10/s; algorithm=sliding_log",
+            "20/s; algorithm=sliding_log",
+            13,
+        ),
+    ] {
+        let clock = ManualClock::new(0);
+        let kl = KeyedLimiter::<Vec<u8>, _>::builder(quota.parse().unwrap())
+            .max_keys(2)
+            .on_full(OnFull::RejectNewKeys)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let long = vec![b'x'; 1000];
+        let short = b"short".to_vec();
+        assert!(kl.try_acquire(&long[..], 7).unwrap().allowed());
+        assert!(kl.try_acquire(&short[..], 1).unwrap().allowed());
+        assert_eq!(kl.len(), 2);
+        kl.set_quota(new.parse().unwrap()).unwrap();
+        assert!(
+            kl.try_acquire(&long[..], left).unwrap().allowed(),
+            "{quota}"
+        );
+        assert!(!kl.try_acquire(&long[..], 1).unwrap().allowed(), "{quota}");
+        // Both keys still count: a third is refused at the bound.
+        assert_eq!(kl.len(), 2);
+        assert!(matches!(
+            kl.try_acquire(&b"third"[..], 1),
+            Err(Error::KeyStoreFull { .. })
+        ));
+        // A second later the long key's bucket (or log) has room again, at the new limit.
+        clock.advance(Duration::from_secs(1));
+        assert!(kl.try_acquire(&long[..], 20).unwrap().allowed(), "{quota}");
+    }
+}
+
 #[test]
 fn the_hook_sees_each_rejection_with_its_key() {
     type Seen = Vec<(String, u64, bool, Duration)>;

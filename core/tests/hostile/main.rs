@@ -251,3 +251,179 @@ fn error_messages_stay_short_for_enormous_input() {
     // The whole input stays available to code that wants it.
     assert!(matches!(e, Error::Parse { ref input, .. } if input.len() == 1 << 20));
 }
+
+/// Bytes allocated and not yet freed by this thread (a global allocator that counts per
+/// thread, so that tests running beside each other do not blur it).
+mod live {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    thread_local! {
+        static LIVE: Cell<isize> = const { Cell::new(0) };
+    }
+
+    fn add(n: isize) {
+        // A const thread-local without a destructor: usable at any point of a thread's life.
+        let _ = LIVE.try_with(|c| c.set(c.get() + n));
+    }
+
+    pub fn bytes() -> isize {
+        LIVE.with(Cell::get)
+    }
+
+    pub struct Counting;
+
+    // SAFETY: every call is forwarded to the system allocator unchanged; only a thread-local
+    // counter (no allocation) is updated beside it.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+            // SAFETY: the caller's contract for `alloc`, passed on.
+            let p = unsafe { System.alloc(l) };
+            if !p.is_null() {
+                add(l.size() as isize);
+            }
+            p
+        }
+
+        unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+            // SAFETY: the caller's contract for `dealloc`, passed on.
+            unsafe { System.dealloc(p, l) };
+            add(-(l.size() as isize));
+        }
+
+        unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+            // SAFETY: the caller's contract for `realloc`, passed on.
+            let q = unsafe { System.realloc(p, l, new) };
+            if !q.is_null() {
+                add(new as isize - l.size() as isize);
+            }
+            q
+        }
+    }
+}
+
+#[global_allocator]
+static ALLOC: live::Counting = live::Counting;
+
+/// A keyed limiter over one in-process store, named by its quota, and its clock.
+type Subject = (
+    &'static str,
+    KeyedLimiter<Box<[u8]>, ManualClock>,
+    ManualClock,
+);
+
+/// Keyed limiters over every in-process store: 64-bit words, 128-bit words, sliding logs.
+fn every_memory_store(max_keys: usize) -> Vec<Subject> {
+    [
+        "1/s; burst=1",
+        "999/s; burst=1",
+        "1/s; algorithm=sliding_log",
+    ]
+    .into_iter()
+    .map(|q| {
+        let clock = ManualClock::new(0);
+        let l = KeyedLimiter::builder(q.parse().unwrap())
+            .max_keys(max_keys)
+            .shards(4)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        (q, l, clock)
+    })
+    .collect()
+}
+
+#[test]
+fn a_ten_megabyte_key_costs_a_digest_not_ten_megabytes() {
+    let huge = vec![0x5a; 10 << 20];
+    for (q, l, _) in every_memory_store(1000) {
+        l.try_acquire(b"warm".as_slice(), 1).unwrap();
+        let before = live::bytes();
+        assert!(l.try_acquire(&huge[..], 1).unwrap().allowed(), "{q}");
+        assert!(
+            !l.try_acquire(&huge[..], 1).unwrap().allowed(),
+            "{q}: one bucket"
+        );
+        let cost = live::bytes() - before;
+        // The digests' store (its shards and first table) and one 16-byte key.
+        assert!(cost < 64 << 10, "{q}: a 10 MiB key cost {cost} bytes");
+        assert_eq!(l.len(), 2, "{q}");
+        // Listed keys are the keys as given; a digest is not one.
+        let listed: Vec<Box<[u8]>> = l.snapshot().unwrap().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(listed, vec![b"warm".to_vec().into_boxed_slice()], "{q}");
+        // Every operation finds the long key's bucket.
+        assert_eq!(l.peek(&huge[..]).unwrap().remaining(), 0, "{q}");
+        l.refund(&huge[..], 1).unwrap();
+        assert_eq!(l.peek(&huge[..]).unwrap().remaining(), 1, "{q}");
+        assert!(l.try_acquire(&huge[..], 1).unwrap().allowed(), "{q}");
+        assert!(l.remove(&huge[..]).unwrap(), "{q}");
+        assert!(!l.remove(&huge[..]).unwrap(), "{q}");
+        assert_eq!(l.len(), 1, "{q}");
+    }
+}
+
+#[test]
+fn distinct_long_keys_are_distinct_buckets() {
+    for (q, l, _) in every_memory_store(10_000) {
+        let mut key = vec![7u8; 1000];
+        for i in 0..1000u32 {
+            key[996..].copy_from_slice(&i.to_le_bytes());
+            assert!(
+                l.try_acquire(&key[..], 1).unwrap().allowed(),
+                "{q}: key {i}"
+            );
+            assert!(
+                !l.try_acquire(&key[..], 1).unwrap().allowed(),
+                "{q}: key {i}"
+            );
+        }
+        assert_eq!(l.len(), 1000, "{q}");
+        // The threshold: 64 bytes are kept as they are, 65 are digested.
+        let at = [1u8; sluicegate::LONG_KEY_BYTES];
+        let past = [1u8; sluicegate::LONG_KEY_BYTES + 1];
+        l.try_acquire(&at[..], 1).unwrap();
+        l.try_acquire(&past[..], 1).unwrap();
+        let listed: Vec<usize> = l.snapshot().unwrap().iter().map(|(k, _)| k.len()).collect();
+        assert_eq!(listed, vec![sluicegate::LONG_KEY_BYTES], "{q}");
+        l.clear().unwrap();
+        assert!(l.is_empty(), "{q}");
+        assert!(
+            l.try_acquire(&past[..], 1).unwrap().allowed(),
+            "{q}: cleared"
+        );
+    }
+}
+
+#[test]
+fn long_and_short_keys_share_the_key_bound() {
+    let long = |i: u8| vec![i; 100];
+    for (q, l, clock) in every_memory_store(4) {
+        for i in 0..2u8 {
+            l.try_acquire(&[i][..], 1).unwrap();
+            l.try_acquire(&long(i)[..], 1).unwrap();
+        }
+        assert_eq!(l.len(), 4, "{q}");
+        for refused in [vec![9u8], long(9)] {
+            let e = l.try_acquire(&refused[..], 1).unwrap_err();
+            assert!(matches!(e, Error::KeyStoreFull { max_keys: 4 }), "{q}: {e}");
+        }
+        // Every bucket full again: four new long keys (the digests' store evicts its own
+        // full buckets first, then the short keys' store), then four short ones, then four
+        // long ones, each time taking the other store's places.
+        for (round, first) in [(0, 10u8), (1, 20), (2, 30)] {
+            clock.advance_nanos(3_000_000_000);
+            let key = |k: u8| if round == 1 { vec![k] } else { long(k) };
+            for k in first..first + 4 {
+                let d = l.try_acquire(&key(k)[..], 1).unwrap();
+                assert!(d.allowed(), "{q}: {k}");
+                assert!(l.len() <= 4, "{q}");
+            }
+            assert_eq!(l.len(), 4, "{q}");
+            let listed = l.snapshot().unwrap().len();
+            assert_eq!(listed, if round == 1 { 4 } else { 0 }, "{q}: round {round}");
+        }
+        clock.advance_nanos(3_000_000_000);
+        assert_eq!(l.sweep().unwrap(), 4, "{q}");
+        assert!(l.is_empty(), "{q}");
+    }
+}

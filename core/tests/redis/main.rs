@@ -473,8 +473,10 @@ fn fault_run(policy: OnError) {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(200));
+    // Paused for 3 s: a call that waited for the server instead of its 200 ms timeout would
+    // take about that long, far beyond what a loaded 2-core machine adds to a timely one.
     srv.pause();
-    std::thread::sleep(Duration::from_millis(1000));
+    std::thread::sleep(Duration::from_millis(3000));
     srv.resume();
     std::thread::sleep(Duration::from_millis(300));
     srv.kill();
@@ -488,7 +490,7 @@ fn fault_run(policy: OnError) {
     let worst = Duration::from_micros(worst.load(Ordering::Relaxed));
     eprintln!("{name}: {s:?}, slowest call {worst:?}");
     assert!(
-        worst < Duration::from_millis(900),
+        worst < Duration::from_millis(2000),
         "{name}: a call took {worst:?}"
     );
     assert!(s.timeouts > 0 && s.unavailable > 0, "{name}: {s:?}");

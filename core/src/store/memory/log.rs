@@ -151,6 +151,33 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
         }
     }
 
+    /// An empty store like this one (log, shards, bound, policy) whose keys count against
+    /// this one's key bound: the store of its long keys' digests (`long.rs`).
+    pub(crate) fn sharing_bound<K2: Hash + Eq + Send + 'static>(&self) -> LogStore<K2> {
+        let mut twin = LogStore::new(self.log.clone(), self.mask + 1, self.max_keys, self.on_full);
+        twin.b = self.b.sharing();
+        twin
+    }
+
+    /// A bound over this store's key count (for a store of digests moved beside it).
+    pub(super) fn bound_sharing(&self) -> Box<CachePadded<Bound>> {
+        self.b.sharing()
+    }
+
+    /// Evicts a full log (or, with [`OnFull::EvictFullest`], the fullest of a sample) for a
+    /// new key of the store that shares this one's bound; whether one was.
+    pub(crate) fn make_room_at(&self, now: u64) -> bool {
+        let mut dead = Vec::new();
+        let made = {
+            let mut t = sync::lock(&self.shards[0]);
+            self.evict_full_somewhere(0, &mut t, now, &mut dead)
+                || (self.on_full == OnFull::EvictFullest
+                    && self.evict_fullest_somewhere(0, &mut t, now, &mut dead))
+        };
+        drop(dead); // the keys' destructors run outside the lock
+        made
+    }
+
     #[inline]
     fn shard_of(&self, h: u64) -> usize {
         (h >> 40) as usize & self.mask
@@ -440,6 +467,11 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
     /// The caller guarantees that no other thread uses it (`KeyedLimiter::set_quota` stopped
     /// every operation and waited for them), so nothing here waits.
     pub(crate) fn move_into(&self, log: SlidingLog) -> LogStore<K> {
+        self.moved(log, Bound::boxed())
+    }
+
+    /// [`move_into`](Self::move_into) under `b` (a bound shared with another store).
+    pub(crate) fn moved(&self, log: SlidingLog, b: Box<CachePadded<Bound>>) -> LogStore<K> {
         let to = LogStore {
             shards: (0..self.shards.len())
                 .map(|_| CachePadded::new(Mutex::new(Table::new())))
@@ -449,7 +481,7 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
             mask: self.mask,
             max_keys: self.max_keys,
             on_full: self.on_full,
-            b: Bound::boxed(),
+            b,
         };
         let mut moved = 0;
         for (from, into) in self.shards.iter().zip(to.shards.iter()) {

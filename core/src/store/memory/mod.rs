@@ -49,6 +49,7 @@
 //! At the bound ([`KeyedBuilder::max_keys`]) with no full bucket, [`OnFull`] decides.
 
 pub(crate) mod log;
+pub(crate) mod long;
 mod shard;
 mod table;
 
@@ -126,6 +127,11 @@ impl<K, W: Word> Drop for Core<K, W> {
 impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
     /// A store of `shards` shards (a power of two).
     pub(crate) fn new(shards: usize) -> Self {
+        Self::with_bound(shards, Bound::boxed())
+    }
+
+    /// A store of `shards` shards (a power of two) under the key bound `bound`.
+    pub(crate) fn with_bound(shards: usize, bound: Box<CachePadded<Bound>>) -> Self {
         debug_assert!(shards.is_power_of_two());
         Self {
             shards: (0..shards)
@@ -133,7 +139,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
                 .collect(),
             hasher: KeyHasher::default(),
             shard_mask: shards - 1,
-            bound: Bound::boxed(),
+            bound,
             #[cfg(not(sluicegate_loom))]
             limbo: Mutex::new(Vec::new()),
             #[cfg(not(sluicegate_loom))]
@@ -777,12 +783,15 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
     ///
     /// User code (the keys' `Hash`) runs before anything moves: a panic there leaves this
     /// store as it was. Keys are then moved bitwise into the new tables, as a rebuild does.
-    pub(crate) fn move_into<W2: Word>(
+    ///
+    /// In two halves, so that a store and the store of its long keys' digests move together
+    /// or not at all (`long.rs`): this one changes nothing and returns every live slot as
+    /// (shard, slot, its hash, its state carried by `carry`); [`moved`](Self::moved) moves them.
+    pub(crate) fn carried<W2: Word>(
         &self,
         mut carry: impl FnMut(W) -> Result<W2, Error>,
-    ) -> Result<Core<K, W2>, Error> {
+    ) -> Result<Vec<(usize, usize, u64, W2)>, Error> {
         let guard = rcu::read();
-        // Every live slot: (shard, slot, new shard, its hash, its carried state).
         let mut found: Vec<(usize, usize, u64, W2)> = Vec::new();
         for (si, shard) in self.shards.iter().enumerate() {
             let Some(t) = shard.table(&guard) else {
@@ -801,13 +810,24 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
                 found.push((si, i, h, state));
             }
         }
+        Ok(found)
+    }
+
+    /// The second half of live reconfiguration: the slots `found` by
+    /// [`carried`](Self::carried) moved into a new store under `bound`; this one left empty.
+    pub(crate) fn moved<W2: Word>(
+        &self,
+        found: Vec<(usize, usize, u64, W2)>,
+        bound: Box<CachePadded<Bound>>,
+    ) -> Core<K, W2> {
+        let guard = rcu::read();
         let to = Core::<K, W2> {
             shards: (0..self.shards.len())
                 .map(|_| CachePadded::new(Shard::new()))
                 .collect(),
             hasher: self.hasher.clone(),
             shard_mask: self.shard_mask,
-            bound: Bound::boxed(),
+            bound,
             #[cfg(not(sluicegate_loom))]
             limbo: Mutex::new(Vec::new()),
             #[cfg(not(sluicegate_loom))]
@@ -857,7 +877,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         self.bound.give_back(found.len());
         drop(guard);
         self.collect();
-        Ok(to)
+        to
     }
 
     fn slots(&self) -> usize {

@@ -356,7 +356,7 @@ impl Region {
         // through it now (about 0 for the default clock; a manual clock's own reading).
         let base = ClockBase::now_base(true);
         let origin = (want.origin)(base);
-        let secret = random_secret();
+        let secret = crate::store::key::random_secret();
         let q = want.quota;
         let meta = Meta {
             slots,
@@ -520,27 +520,6 @@ fn check_owner(file: &std::fs::File, path: &Path) -> Result<(), Error> {
 
 fn map(file: &std::fs::File, path: &Path) -> Result<memmap2::MmapRaw, Error> {
     memmap2::MmapRaw::map_raw(file).map_err(|e| io_error(path, "map", &e))
-}
-
-/// 128 bits from the OS's random source (the fingerprints' secret).
-fn random_secret() -> [u64; 2] {
-    let mut b = [0u8; 16];
-    let mut filled = false;
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        filled = f.read_exact(&mut b).is_ok();
-    }
-    if !filled {
-        // std's hasher is seeded from the OS's random source too.
-        use core::hash::BuildHasher;
-        let s = std::collections::hash_map::RandomState::new();
-        b[..8].copy_from_slice(&s.hash_one(1u8).to_le_bytes());
-        b[8..].copy_from_slice(&s.hash_one(2u8).to_le_bytes());
-    }
-    [
-        u64::from_le_bytes(b[..8].try_into().unwrap_or_default()),
-        u64::from_le_bytes(b[8..].try_into().unwrap_or_default()),
-    ]
 }
 
 fn write_meta(h: &Header, m: &Meta, locks_offset: u64, slots_offset: u64, file_len: u64) {

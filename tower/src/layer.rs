@@ -1,0 +1,489 @@
+//! The layer, its service and the service's response future.
+
+use crate::fields::{self, Fields, FixedCell};
+use crate::limit::Limit;
+use crate::request::RequestRef;
+use bytes::Bytes;
+use core::future::Future;
+use core::pin::Pin;
+use core::task::{ready, Context, Poll};
+use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::{Request, Response, StatusCode};
+use sluicegate::client::{Cidr, ClientResolver, Warning};
+use sluicegate::http::{policies_headers, HeaderStyle};
+use sluicegate::{Decision, Error};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tower_layer::Layer;
+use tower_service::Service;
+
+/// A predicate on a request: `true` skips every limit for it.
+pub type SkipFn = dyn Fn(&RequestRef<'_>) -> bool + Send + Sync;
+/// A predicate on a response's status: `true` gives the request's cost back.
+pub type RefundFn = dyn Fn(StatusCode) -> bool + Send + Sync;
+/// Where the client-identity warnings go (each kind once per layer).
+pub type WarnFn = dyn Fn(&Warning) + Send + Sync;
+
+/// The settings and limits every clone of a layer, and every service it makes, share.
+#[derive(Clone)]
+struct Shared {
+    limits: Vec<Limit>,
+    resolver: Arc<ClientResolver>,
+    style: HeaderStyle,
+    skip: Option<Arc<SkipFn>>,
+    allow: Vec<Cidr>,
+    refund_when: Option<Arc<RefundFn>>,
+    on_warning: Option<Arc<WarnFn>>,
+    message: Bytes,
+    switch: Switch,
+    /// Each limit's fields that depend on its quota alone (index = the limit's).
+    fixed: Vec<Arc<FixedCell>>,
+}
+
+/// The layer's on/off switch: shared by every clone of the layer and every service it made.
+/// Off, requests pass untouched (no limit, no header): for tests, or an operator's toggle.
+#[derive(Clone, Debug)]
+pub struct Switch(Arc<AtomicBool>);
+
+impl Switch {
+    /// Turns limiting on or off.
+    pub fn set_enabled(&self, on: bool) {
+        self.0.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether limiting is on.
+    pub fn is_enabled(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A [`tower_layer::Layer`] that limits requests by one or more [`Limit`]s.
+///
+/// Clones share everything: the limits' buckets, the settings, the switch. axum clones a
+/// layer's service for every connection (and tower for every `Buffer`/`Steer` branch); a
+/// layer whose clones kept their own state would not limit at all (axum#2634), so here the
+/// state lives behind one `Arc`.
+///
+/// A request takes `cost` from every limit in order, all or nothing: the first limit that
+/// refuses it refunds those before and answers `429 Too Many Requests` with `Retry-After`
+/// and the rate-limit fields of [`HeaderStyle`]; an admitted request's response carries the
+/// same fields.
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    shared: Arc<Shared>,
+}
+
+impl core::fmt::Debug for RateLimitLayer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("limits", &self.shared.limits)
+            .field("style", &self.shared.style)
+            .field("enabled", &self.shared.switch.is_enabled())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateLimitLayer {
+    /// A layer enforcing `limit`, clients resolved by the peer address alone (no proxy
+    /// trusted), IETF rate-limit fields.
+    pub fn new(limit: Limit) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                limits: vec![limit],
+                resolver: Arc::new(ClientResolver::default()),
+                style: HeaderStyle::Ietf,
+                skip: None,
+                allow: Vec::new(),
+                refund_when: None,
+                on_warning: None,
+                message: Bytes::from_static(b"Too Many Requests\n"),
+                switch: Switch(Arc::new(AtomicBool::new(true))),
+                fixed: vec![Arc::default()],
+            }),
+        }
+    }
+
+    fn edit(mut self, f: impl FnOnce(&mut Shared)) -> Self {
+        f(Arc::make_mut(&mut self.shared));
+        self
+    }
+
+    /// Adds a limit, taken after the others (several limits on one route: per client and
+    /// per API key, burst and sustained).
+    pub fn limit(self, limit: Limit) -> Self {
+        self.edit(|s| {
+            s.limits.push(limit);
+            s.fixed.push(Arc::default());
+        })
+    }
+
+    /// How clients are identified (default: the peer address, IPv6 by /64, no proxy
+    /// trusted). See `docs/CLIENT-IDENTITY.md`.
+    pub fn client_resolver(self, resolver: ClientResolver) -> Self {
+        self.edit(|s| s.resolver = Arc::new(resolver))
+    }
+
+    /// Which rate-limit fields responses carry (default [`HeaderStyle::Ietf`];
+    /// [`HeaderStyle::None`] for `Retry-After` only).
+    pub fn headers(self, style: HeaderStyle) -> Self {
+        self.edit(|s| {
+            s.style = style;
+            s.fixed = s.limits.iter().map(|_| Arc::default()).collect();
+        })
+    }
+
+    /// Exempts the requests `f` says yes to (health checks, an internal caller).
+    pub fn skip<F>(self, f: F) -> Self
+    where
+        F: Fn(&RequestRef<'_>) -> bool + Send + Sync + 'static,
+    {
+        self.edit(|s| s.skip = Some(Arc::new(f)))
+    }
+
+    /// Exempts clients whose address is in one of these ranges.
+    pub fn allow(self, ranges: impl IntoIterator<Item = Cidr>) -> Self {
+        self.edit(|s| s.allow.extend(ranges))
+    }
+
+    /// Gives a request's cost back when its response's status satisfies `f` (an inner
+    /// service's error counts as 500): `|s| s.is_server_error()` counts only the requests
+    /// that did not fail; `|s| s.is_success()` counts only the failures (a login limit).
+    pub fn refund_when<F>(self, f: F) -> Self
+    where
+        F: Fn(StatusCode) -> bool + Send + Sync + 'static,
+    {
+        self.edit(|s| s.refund_when = Some(Arc::new(f)))
+    }
+
+    /// Where client-identity warnings go (a misconfigured proxy setup; each kind once).
+    /// Default: one line on standard error.
+    pub fn on_warning<F>(self, f: F) -> Self
+    where
+        F: Fn(&Warning) + Send + Sync + 'static,
+    {
+        self.edit(|s| s.on_warning = Some(Arc::new(f)))
+    }
+
+    /// The body of a 429 (default `Too Many Requests`, as text/plain; empty: no body).
+    pub fn message(self, text: impl Into<Bytes>) -> Self {
+        let text = text.into();
+        self.edit(|s| s.message = text)
+    }
+
+    /// Starts off (see [`switch`](Self::switch)).
+    pub fn enabled(self, on: bool) -> Self {
+        self.shared.switch.set_enabled(on);
+        self
+    }
+
+    /// The on/off switch, shared by every clone.
+    pub fn switch(&self) -> Switch {
+        self.shared.switch.clone()
+    }
+
+    /// The limits, in order.
+    pub fn limits(&self) -> &[Limit] {
+        &self.shared.limits
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> RateLimit<S> {
+        RateLimit {
+            inner,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// The service of a [`RateLimitLayer`]; clones share its state.
+#[derive(Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S> core::fmt::Debug for RateLimit<S> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RateLimit").finish_non_exhaustive()
+    }
+}
+
+/// What an admitted request leaves for its response.
+pub struct Admitted {
+    headers: Fields,
+    refund: Option<Box<Refund>>,
+}
+
+/// The costs to give back if the response says so.
+struct Refund {
+    shared: Arc<Shared>,
+    taken: Vec<(usize, Box<[u8]>)>,
+}
+
+impl Refund {
+    fn run(self, status: StatusCode) {
+        let Some(when) = &self.shared.refund_when else {
+            return;
+        };
+        if when(status) {
+            for (i, key) in &self.taken {
+                let l = &self.shared.limits[*i];
+                let _ = l.limiter.refund(&key[..], l.cost);
+            }
+        }
+    }
+}
+
+/// A limiter's verdict on a request, before the inner service runs.
+enum Verdict {
+    Pass(Option<Admitted>),
+    Refuse(StatusCode, Fields),
+}
+
+impl Shared {
+    fn judge(self: &Arc<Self>, req: &RequestRef<'_>) -> Verdict {
+        if let Some(skip) = &self.skip {
+            if skip(req) {
+                return Verdict::Pass(None);
+            }
+        }
+        if !self.allow.is_empty() {
+            let net = req.client().network();
+            if net.is_some_and(|(ip, _)| self.allow.iter().any(|c| c.contains(ip))) {
+                self.warn(req);
+                return Verdict::Pass(None);
+            }
+        }
+        if self.limits.len() == 1 {
+            return self.judge_one(req);
+        }
+        // Keys are kept (copied) for the refunds: a later limit's refusal, or the response's
+        // status.
+        let mut parts: Vec<(usize, Decision)> = Vec::with_capacity(self.limits.len());
+        let mut taken: Vec<(usize, Box<[u8]>)> = Vec::new();
+        let mut refused = None;
+        for (i, l) in self.limits.iter().enumerate() {
+            let Some(key) = l.key.key(req) else {
+                continue;
+            };
+            let key = key.as_bytes();
+            match l.limiter.try_acquire(key, l.cost) {
+                Ok(d) => {
+                    parts.push((i, d));
+                    if !d.allowed() {
+                        refused = Some(StatusCode::TOO_MANY_REQUESTS);
+                        break;
+                    }
+                    taken.push((i, key.into()));
+                }
+                Err(e) => {
+                    refused = Some(status_of(&e));
+                    break;
+                }
+            }
+        }
+        self.warn(req);
+        let Some(status) = refused else {
+            let headers = self.render(&parts);
+            let refund = self.refund_when.is_some().then(|| {
+                Box::new(Refund {
+                    shared: self.clone(),
+                    taken,
+                })
+            });
+            return Verdict::Pass(Some(Admitted { headers, refund }));
+        };
+        for (i, key) in &taken {
+            let l = &self.limits[*i];
+            let _ = l.limiter.refund(&key[..], l.cost);
+        }
+        Verdict::Refuse(status, self.refused_fields(status, self.render(&parts)))
+    }
+
+    /// [`judge`](Self::judge) with one limit: no list of decisions, and its fixed fields
+    /// reused.
+    fn judge_one(self: &Arc<Self>, req: &RequestRef<'_>) -> Verdict {
+        let l = &self.limits[0];
+        let Some(key) = l.key.key(req) else {
+            self.warn(req);
+            return Verdict::Pass(None);
+        };
+        let key = key.as_bytes();
+        let decided = l.limiter.try_acquire(key, l.cost);
+        self.warn(req);
+        let mut fields = Fields::default();
+        match decided {
+            Ok(d) => {
+                fields::write(&d, self.style, &l.name, &self.fixed[0], &mut fields);
+                if !d.allowed() {
+                    return Verdict::Refuse(StatusCode::TOO_MANY_REQUESTS, fields);
+                }
+                if fields.is_empty() && self.refund_when.is_none() {
+                    return Verdict::Pass(None);
+                }
+                let refund = self.refund_when.is_some().then(|| {
+                    Box::new(Refund {
+                        shared: self.clone(),
+                        taken: vec![(0, key.into())],
+                    })
+                });
+                Verdict::Pass(Some(Admitted {
+                    headers: fields,
+                    refund,
+                }))
+            }
+            Err(e) => {
+                let status = status_of(&e);
+                Verdict::Refuse(status, self.refused_fields(status, fields))
+            }
+        }
+    }
+
+    /// A refusal's fields: a key store at its bound gave no decision to say when to retry,
+    /// so in a second.
+    fn refused_fields(&self, status: StatusCode, mut h: Fields) -> Fields {
+        if status == StatusCode::TOO_MANY_REQUESTS && !h.has(&RETRY_AFTER) {
+            h.push(RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        h
+    }
+
+    /// The rate-limit fields of several limits' decisions (the core's rendering: every
+    /// policy listed in the IETF fields, the tightest in the single-policy styles).
+    fn render(&self, parts: &[(usize, Decision)]) -> Fields {
+        let mut out = Fields::default();
+        let Some(combined) = parts
+            .iter()
+            .map(|p| p.1)
+            .find(|d| !d.allowed())
+            .or_else(|| parts.iter().map(|p| p.1).min_by_key(Decision::remaining))
+        else {
+            return out;
+        };
+        let named: Vec<(&str, Decision)> = parts
+            .iter()
+            .map(|(i, d)| (&*self.limits[*i].name, *d))
+            .collect();
+        for (n, v) in fields::from_core(policies_headers(&combined, &named, self.style)) {
+            out.push(n, v);
+        }
+        out
+    }
+
+    fn warn(&self, req: &RequestRef<'_>) {
+        let Some(w) = req.resolved().and_then(|r| r.warning()) else {
+            return;
+        };
+        match &self.on_warning {
+            Some(f) => f(w),
+            None => eprintln!("sluicegate: warning [{}]: {w}", w.code()),
+        }
+    }
+}
+
+/// The status of a request the limiter could not decide: a key store at its bound refuses
+/// new keys (429, retry in a second); anything else is a misconfigured limit (500).
+fn status_of(e: &Error) -> StatusCode {
+    match e {
+        Error::KeyStoreFull { .. } => StatusCode::TOO_MANY_REQUESTS,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl<S, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    ResB: From<Bytes>,
+{
+    type Response = Response<ResB>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, ResB>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        if !self.shared.switch.is_enabled() {
+            return ResponseFuture::Passed {
+                inner: self.inner.call(req),
+                after: None,
+            };
+        }
+        let verdict = self
+            .shared
+            .judge(&RequestRef::new(&req, &self.shared.resolver));
+        match verdict {
+            Verdict::Pass(after) => ResponseFuture::Passed {
+                inner: self.inner.call(req),
+                after,
+            },
+            Verdict::Refuse(status, headers) => {
+                let mut resp = Response::new(ResB::from(self.shared.message.clone()));
+                *resp.status_mut() = status;
+                let h = resp.headers_mut();
+                for (n, v) in headers {
+                    h.append(n, v);
+                }
+                if !self.shared.message.is_empty() {
+                    h.insert(
+                        CONTENT_TYPE,
+                        HeaderValue::from_static("text/plain; charset=utf-8"),
+                    );
+                }
+                ResponseFuture::Refused {
+                    response: Some(Box::new(resp)),
+                }
+            }
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of a [`RateLimit`] service's response.
+    #[project = FutProj]
+    pub enum ResponseFuture<F, B> {
+        /// Refused before the inner service ran (boxed: the future of an admitted request,
+        /// which is moved on every request, stays small).
+        Refused { response: Option<Box<Response<B>>> },
+        /// The inner service's response, to which the fields are added.
+        Passed { #[pin] inner: F, after: Option<Admitted> },
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F, B>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<B>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            FutProj::Refused { response } => {
+                Poll::Ready(Ok(*response.take().expect("polled after completion")))
+            }
+            FutProj::Passed { inner, after } => {
+                let mut out = ready!(inner.poll(cx));
+                if let Some(after) = after.take() {
+                    let status = match &out {
+                        Ok(r) => r.status(),
+                        Err(_) => StatusCode::INTERNAL_SERVER_ERROR,
+                    };
+                    if let Some(r) = after.refund {
+                        r.run(status);
+                    }
+                    if let Ok(resp) = &mut out {
+                        let h = resp.headers_mut();
+                        for (n, v) in after.headers {
+                            h.append(n, v);
+                        }
+                    }
+                }
+                Poll::Ready(out)
+            }
+        }
+    }
+}

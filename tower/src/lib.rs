@@ -1,0 +1,32 @@
+//! # sluicegate-tower
+//!
+//! A [`tower`](https://docs.rs/tower) layer that rate-limits HTTP requests with
+//! [`sluicegate`]: lock-free, exact keyed limits, answered with `429 Too Many Requests`,
+//! `Retry-After` and the IETF `RateLimit` fields. For axum, hyper, tonic and anything else
+//! built on `tower::Service<http::Request<_>>`.
+//!
+//! * **Clones share state.** Every clone of a [`RateLimitLayer`] and every service it makes
+//!   use the same buckets (axum clones the service per connection).
+//! * **Keys a client cannot forge.** [`KeyBy::Client`] keys by the peer address (axum's
+//!   `ConnectInfo`), IPv6 by /64 and IPv4-mapped IPv6 as IPv4; forwarding headers count only
+//!   from proxies you trust ([`sluicegate::client`], `docs/CLIENT-IDENTITY.md`). Or key by a
+//!   header, one global bucket, or a closure.
+//! * **Several limits per route, limits shared across routes, a quota per route**: a layer
+//!   takes any number of [`Limit`]s (all or nothing); a `Limit` cloned into two layers is one
+//!   limit; a layer on one route is that route's quota.
+//! * **Hooks**: skip and allowlist, a global [`Switch`], refund by response status.
+//!
+//! The README's example, run as a test:
+#![doc = include_str!("../README.md")]
+
+mod fields;
+mod layer;
+mod limit;
+mod request;
+
+pub use layer::{
+    Admitted, RateLimit, RateLimitLayer, RefundFn, ResponseFuture, SkipFn, Switch, WarnFn,
+};
+pub use limit::{KeyBy, KeyFn, Limit, Limiter};
+pub use request::RequestRef;
+pub use sluicegate;

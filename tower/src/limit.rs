@@ -1,0 +1,170 @@
+//! A limit: a named quota, the keyed limiter that enforces it, what keys it, and the cost of
+//! a request.
+
+use crate::RequestRef;
+use http::HeaderName;
+use sluicegate::client::ClientKey;
+use sluicegate::{AnyClock, Decision, Error, KeyedLimiter, Quota};
+use std::sync::Arc;
+
+/// The keyed limiter a [`Limit`] runs: byte-string keys (the same key rule as every binding),
+/// any clock.
+pub type Limiter = KeyedLimiter<Box<[u8]>, AnyClock>;
+
+/// A key function: `None` exempts the request from the limit.
+pub type KeyFn = dyn Fn(&RequestRef<'_>) -> Option<Vec<u8>> + Send + Sync;
+
+/// What a [`Limit`] keys its buckets by.
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum KeyBy {
+    /// The client's key (docs/CLIENT-IDENTITY.md): its address (IPv6 by /64), or the
+    /// right-most untrusted hop behind trusted proxies.
+    Client,
+    /// A header's value (an API key). A request without the header is not limited by this
+    /// limit: pair it with a per-client limit on the same route.
+    Header(HeaderName),
+    /// One bucket for every request.
+    Global,
+    /// A function of the request; `None` exempts the request from this limit.
+    Custom(Arc<KeyFn>),
+}
+
+impl core::fmt::Debug for KeyBy {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            KeyBy::Client => f.write_str("Client"),
+            KeyBy::Header(h) => write!(f, "Header({h})"),
+            KeyBy::Global => f.write_str("Global"),
+            KeyBy::Custom(_) => f.write_str("Custom(..)"),
+        }
+    }
+}
+
+/// A request's key for one limit, borrowed where it can be.
+pub(crate) enum Key<'r> {
+    Bytes(&'r [u8]),
+    Client(&'r ClientKey),
+    Owned(Vec<u8>),
+}
+
+impl Key<'_> {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        match self {
+            Key::Bytes(b) => b,
+            Key::Client(c) => c.as_bytes(),
+            Key::Owned(v) => v,
+        }
+    }
+}
+
+impl KeyBy {
+    pub(crate) fn key<'r>(&self, req: &'r RequestRef<'_>) -> Option<Key<'r>> {
+        match self {
+            KeyBy::Client => Some(Key::Client(req.client())),
+            KeyBy::Header(h) => req.headers().get(h).map(|v| Key::Bytes(v.as_bytes())),
+            KeyBy::Global => Some(Key::Bytes(b"")),
+            KeyBy::Custom(f) => f(req).map(Key::Owned),
+        }
+    }
+}
+
+/// A named limit: a quota enforced per key by a shared keyed limiter. Clones share the
+/// limiter, so one `Limit` given to the layers of several routes is one limit across them,
+/// and a `Limit` kept aside serves admin tools ([`get`](Self::get), [`reset`](Self::reset)).
+///
+/// ```
+/// use sluicegate_tower::Limit;
+/// let per_client = Limit::per_client("api", "10/s; burst=20")?;
+/// let per_key = Limit::by_header("key", "x-api-key", "1000/hour")?.cost(2);
+/// assert_eq!(per_key.name(), "key");
+/// assert!(per_client.get(b"203.0.113.7")?.allowed());
+/// # Ok::<(), sluicegate::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Limit {
+    pub(crate) name: Arc<str>,
+    pub(crate) limiter: Arc<Limiter>,
+    pub(crate) key: KeyBy,
+    pub(crate) cost: u64,
+}
+
+impl Limit {
+    /// A limit named `name` (its policy name in the `RateLimit` headers) over `limiter`,
+    /// keyed by `key`, costing 1 per request.
+    pub fn new(name: impl Into<Arc<str>>, limiter: Limiter, key: KeyBy) -> Self {
+        Self {
+            name: name.into(),
+            limiter: Arc::new(limiter),
+            key,
+            cost: 1,
+        }
+    }
+
+    /// A limit of `quota` (a rate string, `"10/s; burst=20"`) keyed by `key`, on the default
+    /// clock with the default key bound.
+    pub fn keyed(name: impl Into<Arc<str>>, quota: &str, key: KeyBy) -> Result<Self, Error> {
+        let q: Quota = quota.parse()?;
+        Ok(Self::new(
+            name,
+            KeyedLimiter::builder(q)
+                .clock(AnyClock::default())
+                .build()?,
+            key,
+        ))
+    }
+
+    /// [`keyed`](Self::keyed) by the client ([`KeyBy::Client`]).
+    pub fn per_client(name: impl Into<Arc<str>>, quota: &str) -> Result<Self, Error> {
+        Self::keyed(name, quota, KeyBy::Client)
+    }
+
+    /// [`keyed`](Self::keyed) by a header's value ([`KeyBy::Header`]).
+    pub fn by_header(
+        name: impl Into<Arc<str>>,
+        header: &'static str,
+        quota: &str,
+    ) -> Result<Self, Error> {
+        let h = HeaderName::from_static(header);
+        Self::keyed(name, quota, KeyBy::Header(h))
+    }
+
+    /// [`keyed`](Self::keyed) with one bucket for all ([`KeyBy::Global`]).
+    pub fn global(name: impl Into<Arc<str>>, quota: &str) -> Result<Self, Error> {
+        Self::keyed(name, quota, KeyBy::Global)
+    }
+
+    /// [`keyed`](Self::keyed) by a function ([`KeyBy::Custom`]).
+    pub fn by<F>(name: impl Into<Arc<str>>, quota: &str, f: F) -> Result<Self, Error>
+    where
+        F: Fn(&RequestRef<'_>) -> Option<Vec<u8>> + Send + Sync + 'static,
+    {
+        Self::keyed(name, quota, KeyBy::Custom(Arc::new(f)))
+    }
+
+    /// The same limit (the same buckets) at `cost` per request.
+    pub fn cost(mut self, cost: u64) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// The policy name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The keyed limiter (shared by every clone of this limit).
+    pub fn limiter(&self) -> &Limiter {
+        &self.limiter
+    }
+
+    /// The state of `key`'s bucket, changing nothing (for admin tools).
+    pub fn get(&self, key: &[u8]) -> Result<Decision, Error> {
+        self.limiter.peek(key)
+    }
+
+    /// Forgets `key`'s bucket (it starts full again); whether it was held.
+    pub fn reset(&self, key: &[u8]) -> Result<bool, Error> {
+        self.limiter.remove(key)
+    }
+}

@@ -1,0 +1,460 @@
+//! The layer through axum's own machinery: a `Router` called with tower's `oneshot`, each
+//! request carrying the `ConnectInfo` that `into_make_service_with_connect_info` would give it.
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{Request, Response, StatusCode};
+use axum::routing::get;
+use axum::Router;
+use http_body_util::BodyExt;
+use sluicegate::client::{ClientResolver, Warning};
+use sluicegate::http::HeaderStyle;
+use sluicegate::{AnyClock, KeyedLimiter, ManualClock};
+use sluicegate_tower::{KeyBy, Limit, RateLimitLayer};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use tower::{Layer, Service, ServiceExt};
+
+fn limit(name: &str, quota: &str, key: KeyBy, clock: &ManualClock) -> Limit {
+    let l = KeyedLimiter::builder(quota.parse().unwrap())
+        .clock(AnyClock::Manual(clock.clone()))
+        .build()
+        .unwrap();
+    Limit::new(name, l, key)
+}
+
+fn req(peer: &str, path: &str) -> Request<Body> {
+    let mut r = Request::builder().uri(path).body(Body::empty()).unwrap();
+    let addr: SocketAddr = peer.parse().unwrap();
+    r.extensions_mut().insert(ConnectInfo(addr));
+    r
+}
+
+fn with_xff(mut r: Request<Body>, xff: &str) -> Request<Body> {
+    r.headers_mut()
+        .insert("x-forwarded-for", xff.parse().unwrap());
+    r
+}
+
+async fn send(app: &Router, r: Request<Body>) -> Response<Body> {
+    app.clone().oneshot(r).await.unwrap()
+}
+
+async fn status(app: &Router, r: Request<Body>) -> StatusCode {
+    send(app, r).await.status()
+}
+
+fn header<'a>(r: &'a Response<Body>, name: &str) -> Option<&'a str> {
+    r.headers().get(name).map(|v| v.to_str().unwrap())
+}
+
+fn app(layer: RateLimitLayer) -> Router {
+    Router::new()
+        .route("/", get(|| async { "hello" }))
+        .route("/health", get(|| async { "ok" }))
+        .route(
+            "/fail",
+            get(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "boom") }),
+        )
+        .layer(layer)
+}
+
+const PEER: &str = "203.0.113.7:52100";
+
+#[tokio::test]
+async fn admits_then_refuses_with_the_rate_limit_fields() {
+    let clock = ManualClock::new(0);
+    let app = app(RateLimitLayer::new(limit(
+        "api",
+        "1/s; burst=2",
+        KeyBy::Client,
+        &clock,
+    )));
+    let first = send(&app, req(PEER, "/")).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(header(&first, "ratelimit-policy"), Some("\"api\";q=2;w=2"));
+    assert_eq!(header(&first, "ratelimit"), Some("\"api\";r=1;t=1"));
+    assert_eq!(header(&first, "retry-after"), None);
+    assert_eq!(
+        first.into_body().collect().await.unwrap().to_bytes(),
+        "hello"
+    );
+    assert_eq!(status(&app, req(PEER, "/")).await, StatusCode::OK);
+    let refused = send(&app, req(PEER, "/")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&refused, "retry-after"), Some("1"));
+    assert_eq!(header(&refused, "ratelimit"), Some("\"api\";r=0;t=1"));
+    assert_eq!(
+        header(&refused, "content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    let body = refused.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "Too Many Requests\n");
+    // Another client has its own bucket; time refills this one.
+    assert_eq!(
+        status(&app, req("198.51.100.1:1", "/")).await,
+        StatusCode::OK
+    );
+    clock.advance_nanos(1_000_000_000);
+    assert_eq!(status(&app, req(PEER, "/")).await, StatusCode::OK);
+    assert_eq!(
+        status(&app, req(PEER, "/")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn every_clone_shares_the_buckets() {
+    let clock = ManualClock::new(0);
+    let layer = RateLimitLayer::new(limit("api", "1/s; burst=3", KeyBy::Client, &clock));
+    // Three routers from clones of the layer, and clones of one service: one limit.
+    let a = app(layer.clone());
+    let b = app(layer.clone());
+    let mut svc = layer.layer(tower::service_fn(|_r: Request<Body>| async {
+        Ok::<_, std::convert::Infallible>(Response::new(Body::empty()))
+    }));
+    let mut svc2 = svc.clone();
+    assert_eq!(status(&a, req(PEER, "/")).await, StatusCode::OK);
+    assert_eq!(status(&b, req(PEER, "/")).await, StatusCode::OK);
+    let r = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(req(PEER, "/"))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = svc2
+        .ready()
+        .await
+        .unwrap()
+        .call(req(PEER, "/"))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        status(&a, req(PEER, "/")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn several_limits_are_all_or_nothing() {
+    let clock = ManualClock::new(0);
+    let per_client = limit("client", "1/s; burst=5", KeyBy::Client, &clock);
+    let global = limit("global", "1/s; burst=2", KeyBy::Global, &clock);
+    let app = app(RateLimitLayer::new(per_client.clone()).limit(global.clone()));
+    let ok = send(&app, req(PEER, "/")).await;
+    assert_eq!(
+        header(&ok, "ratelimit-policy"),
+        Some("\"client\";q=5;w=5, \"global\";q=2;w=2")
+    );
+    assert_eq!(
+        header(&ok, "ratelimit"),
+        Some("\"client\";r=4;t=1, \"global\";r=1;t=1")
+    );
+    assert_eq!(
+        status(&app, req("198.51.100.1:1", "/")).await,
+        StatusCode::OK
+    );
+    // The global bucket refuses a third client: its per-client cost is given back.
+    let refused = send(&app, req("198.51.100.2:1", "/")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(header(&refused, "retry-after").is_some());
+    assert_eq!(per_client.get(b"198.51.100.2").unwrap().remaining(), 5);
+    assert_eq!(per_client.get(b"203.0.113.7").unwrap().remaining(), 4);
+    // Single-policy styles render the tightest limit.
+    let legacy = app_with_style(&clock, HeaderStyle::Legacy);
+    let r = send(&legacy, req(PEER, "/")).await;
+    assert_eq!(header(&r, "x-ratelimit-limit"), Some("2"));
+    assert_eq!(header(&r, "x-ratelimit-remaining"), Some("1"));
+}
+
+fn app_with_style(clock: &ManualClock, style: HeaderStyle) -> Router {
+    let per_client = limit("client", "1/s; burst=5", KeyBy::Client, clock);
+    let global = limit("global", "1/s; burst=2", KeyBy::Global, clock);
+    app(RateLimitLayer::new(per_client).limit(global).headers(style))
+}
+
+#[tokio::test]
+async fn a_limit_shared_across_routes_and_a_quota_per_route() {
+    let clock = ManualClock::new(0);
+    let shared = limit("shared", "1/s; burst=2", KeyBy::Client, &clock);
+    let own = limit("search", "1/s; burst=1", KeyBy::Client, &clock);
+    let app = Router::new()
+        .route(
+            "/a",
+            get(|| async { "a" }).layer(RateLimitLayer::new(shared.clone())),
+        )
+        .route(
+            "/b",
+            get(|| async { "b" }).layer(RateLimitLayer::new(shared.clone())),
+        )
+        .route(
+            "/search",
+            get(|| async { "s" }).layer(RateLimitLayer::new(own)),
+        )
+        .route("/free", get(|| async { "f" }));
+    assert_eq!(status(&app, req(PEER, "/a")).await, StatusCode::OK);
+    assert_eq!(status(&app, req(PEER, "/b")).await, StatusCode::OK);
+    assert_eq!(
+        status(&app, req(PEER, "/a")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        status(&app, req(PEER, "/b")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(status(&app, req(PEER, "/search")).await, StatusCode::OK);
+    assert_eq!(
+        status(&app, req(PEER, "/search")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    for _ in 0..5 {
+        assert_eq!(status(&app, req(PEER, "/free")).await, StatusCode::OK);
+    }
+    // Admin: reset a client's bucket.
+    assert!(shared.reset(b"203.0.113.7").unwrap());
+    assert_eq!(status(&app, req(PEER, "/a")).await, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn skip_allowlist_and_the_off_switch() {
+    let clock = ManualClock::new(0);
+    let layer = RateLimitLayer::new(limit("api", "1/s; burst=1", KeyBy::Client, &clock))
+        .skip(|r| r.uri().path() == "/health")
+        .allow(["10.0.0.0/8".parse().unwrap()]);
+    let app = app(layer.clone());
+    for _ in 0..3 {
+        let r = send(&app, req(PEER, "/health")).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(header(&r, "ratelimit"), None, "skipped: no fields");
+        assert_eq!(status(&app, req("10.1.2.3:9", "/")).await, StatusCode::OK);
+    }
+    assert_eq!(status(&app, req(PEER, "/")).await, StatusCode::OK);
+    assert_eq!(
+        status(&app, req(PEER, "/")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // Off through any clone's switch: everything passes, untouched.
+    layer.switch().set_enabled(false);
+    for _ in 0..3 {
+        let r = send(&app, req(PEER, "/")).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(header(&r, "ratelimit"), None);
+    }
+    app_switch_back(&layer, &app).await;
+    let off =
+        RateLimitLayer::new(limit("api", "1/s; burst=1", KeyBy::Client, &clock)).enabled(false);
+    assert!(!off.switch().is_enabled());
+}
+
+async fn app_switch_back(layer: &RateLimitLayer, app: &Router) {
+    layer.clone().switch().set_enabled(true);
+    assert_eq!(
+        status(app, req(PEER, "/")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn refunds_by_response_status() {
+    let clock = ManualClock::new(0);
+    let l = limit("api", "1/s; burst=2", KeyBy::Client, &clock);
+    let app = app(RateLimitLayer::new(l.clone()).refund_when(|s| s.is_server_error()));
+    for _ in 0..10 {
+        assert_eq!(
+            status(&app, req(PEER, "/fail")).await,
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
+    assert_eq!(l.get(b"203.0.113.7").unwrap().remaining(), 2);
+    assert_eq!(status(&app, req(PEER, "/")).await, StatusCode::OK);
+    assert_eq!(status(&app, req(PEER, "/")).await, StatusCode::OK);
+    assert_eq!(
+        status(&app, req(PEER, "/fail")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn header_and_custom_keys() {
+    let clock = ManualClock::new(0);
+    let by_key = limit(
+        "key",
+        "1/s; burst=1",
+        KeyBy::Header("x-api-key".parse().unwrap()),
+        &clock,
+    );
+    let by_path = Limit::new(
+        "path",
+        KeyedLimiter::builder("1/s; burst=2".parse().unwrap())
+            .clock(AnyClock::Manual(clock.clone()))
+            .build()
+            .unwrap(),
+        KeyBy::Custom(Arc::new(|r| {
+            (r.uri().path() != "/health").then(|| r.uri().path().as_bytes().to_vec())
+        })),
+    );
+    let app = app(RateLimitLayer::new(by_key).limit(by_path));
+    let keyed = |k: &str| {
+        let mut r = req(PEER, "/");
+        r.headers_mut().insert("x-api-key", k.parse().unwrap());
+        r
+    };
+    assert_eq!(status(&app, keyed("alpha")).await, StatusCode::OK);
+    assert_eq!(
+        status(&app, keyed("alpha")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // The path's bucket (burst 2) paid only for the admitted request: one left.
+    assert_eq!(status(&app, keyed("beta")).await, StatusCode::OK);
+    assert_eq!(
+        status(&app, keyed("gamma")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // Without the header and on a path the function exempts: no limit applies.
+    assert_eq!(status(&app, req(PEER, "/health")).await, StatusCode::OK);
+    assert_eq!(status(&app, req(PEER, "/health")).await, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn forged_forwarding_headers_without_a_trusted_proxy_change_nothing() {
+    let clock = ManualClock::new(0);
+    let app = app(RateLimitLayer::new(limit(
+        "api",
+        "1/s; burst=2",
+        KeyBy::Client,
+        &clock,
+    )));
+    for forged in ["1.1.1.1", "2.2.2.2, 3.3.3.3"] {
+        assert_eq!(
+            status(&app, with_xff(req(PEER, "/"), forged)).await,
+            StatusCode::OK
+        );
+    }
+    for forged in ["4.4.4.4", "5.5.5.5"] {
+        let r = with_xff(req(PEER, "/"), forged);
+        assert_eq!(
+            status(&app, r).await,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{forged}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_the_right_hop_is_the_client() {
+    let clock = ManualClock::new(0);
+    let l = limit("api", "1/s; burst=1", KeyBy::Client, &clock);
+    let resolver = ClientResolver::builder()
+        .trusted_proxies("10.0.0.0/8".parse().unwrap())
+        .build()
+        .unwrap();
+    let app = app(RateLimitLayer::new(l.clone()).client_resolver(resolver));
+    let proxy = "10.0.0.2:40000";
+    // Two clients behind the proxy: two buckets.
+    assert_eq!(
+        status(&app, with_xff(req(proxy, "/"), "198.51.100.1")).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&app, with_xff(req(proxy, "/"), "198.51.100.2")).await,
+        StatusCode::OK
+    );
+    // The first client forges a hop to its left: its proxy appended the real one.
+    let forged = with_xff(req(proxy, "/"), "6.6.6.6, 198.51.100.1");
+    assert_eq!(status(&app, forged).await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(l.get(b"6.6.6.6").unwrap().remaining(), 1, "never charged");
+    // A client reaching the app directly cannot use the header at all.
+    let direct = with_xff(req("198.51.100.9:1", "/"), "198.51.100.3");
+    assert_eq!(status(&app, direct).await, StatusCode::OK);
+    assert_eq!(l.get(b"198.51.100.3").unwrap().remaining(), 1);
+}
+
+#[tokio::test]
+async fn one_ipv6_block_is_one_client_and_mapped_ipv4_is_ipv4() {
+    let clock = ManualClock::new(0);
+    let app = app(RateLimitLayer::new(limit(
+        "api",
+        "1/s; burst=3",
+        KeyBy::Client,
+        &clock,
+    )));
+    let mut admitted = 0;
+    for i in 0..(1u32 << 16) {
+        let peer = format!("[2001:db8:1:2:{:x}:{:x}::1]:443", i >> 8, i & 0xff);
+        if status(&app, req(&peer, "/")).await == StatusCode::OK {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 3, "2^16 addresses of one /64 share one bucket");
+    assert_eq!(
+        status(&app, req("[2001:db8:1:3::1]:1", "/")).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&app, req("[::ffff:192.0.2.1]:1", "/")).await,
+        StatusCode::OK
+    );
+    assert_eq!(status(&app, req("192.0.2.1:2", "/")).await, StatusCode::OK);
+    assert_eq!(
+        status(&app, req("[::ffff:192.0.2.1]:3", "/")).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&app, req("192.0.2.1:4", "/")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn misconfigurations_are_warned_about_once() {
+    let clock = ManualClock::new(0);
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = seen.clone();
+    let app = app(
+        RateLimitLayer::new(limit("api", "1/s; burst=100", KeyBy::Client, &clock))
+            .on_warning(move |w: &Warning| log.lock().unwrap().push(w.code().to_string())),
+    );
+    // No ConnectInfo (served without into_make_service_with_connect_info).
+    for _ in 0..3 {
+        let r = Request::builder().uri("/").body(Body::empty()).unwrap();
+        assert_eq!(status(&app, r).await, StatusCode::OK);
+    }
+    // A private proxy forwarding headers that nobody trusts.
+    for _ in 0..3 {
+        let r = with_xff(req("10.0.0.2:1", "/"), "198.51.100.1");
+        assert_eq!(status(&app, r).await, StatusCode::OK);
+    }
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec!["missing_peer", "untrusted_proxy"]
+    );
+}
+
+#[tokio::test]
+async fn a_full_key_store_refuses_new_clients_and_a_bad_cost_is_an_error() {
+    let clock = ManualClock::new(0);
+    let l = KeyedLimiter::builder("1/s; burst=5".parse().unwrap())
+        .max_keys(1)
+        .clock(AnyClock::Manual(clock.clone()))
+        .build()
+        .unwrap();
+    let app = app(RateLimitLayer::new(Limit::new("api", l, KeyBy::Client)));
+    assert_eq!(status(&app, req(PEER, "/")).await, StatusCode::OK);
+    let r = send(&app, req("198.51.100.1:1", "/")).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&r, "retry-after"), Some("1"));
+    let costly = app_costly(&clock);
+    assert_eq!(
+        status(&costly, req(PEER, "/")).await,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+}
+
+fn app_costly(clock: &ManualClock) -> Router {
+    app(RateLimitLayer::new(
+        limit("api", "1/s; burst=1", KeyBy::Client, clock).cost(2),
+    ))
+}
