@@ -18,10 +18,21 @@ export interface Options {
   windowMs?: number
   /** The bucket's capacity (default `limit`). */
   burst?: number
-  /** The client's key (default `req.ip`); may return a promise. */
+  /** The client's key (default: the peer address by the core's rules, shaped by `trustedProxies` and `ipv6Subnet`); may return a promise. */
   keyGenerator?: (req: Request, res: Response) => Key | Promise<Key>
   /** Requests for which it returns true are not counted; may return a promise. */
   skip?: (req: Request, res: Response) => boolean | Promise<boolean>
+  /**
+   * The default key's trusted proxies, whose forwarding header is read (not with
+   * `keyGenerator`): a hop count, or addresses, CIDR ranges and `'loopback'`, `'private'`,
+   * `'linklocal'`. Default none: the peer address. The framework's own proxy setting (and
+   * `req.ip`) is not read.
+   */
+  trustedProxies?: number | string | string[]
+  /** The header those proxies write: `'x-forwarded-for'` (default) or `'forwarded'`. */
+  proxyHeader?: string
+  /** The default key's IPv6 prefix length (default 64: one key per /64). */
+  ipv6Subnet?: number
   /** Keys never limited (not counted), or a function saying so (may return a promise). */
   allowList?: Key[] | ((req: Request, key: Key) => boolean | Promise<boolean>)
   /** false: no limiter is made and every request passes (default true; `SLUICEGATE_ENABLED=0` in the environment turns every middleware made meanwhile off). */

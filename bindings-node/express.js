@@ -6,17 +6,15 @@
 // one key prefix, per distinct limit: the name or prefix plus a suffix derived from the quota).
 
 const {
-  draftStyle, functions, then, known, Limits, isEnabled, allowListOf, responseCounting, refunder, warn, invalidArg,
+  draftStyle, functions, then, known, Limits, isEnabled, allowListOf, responseCounting, refunder, warn, keyGeneratorOf, invalidArg,
 } = require('./web.js')
 
 const OPTIONS = new Set([
   'quota', 'limit', 'windowMs', 'burst', 'keyGenerator', 'skip', 'handler', 'standardHeaders',
   'legacyHeaders', 'cost', 'statusCode', 'message', 'policy', 'maxKeys', 'onFull', 'limiter',
   'requestPropertyName', 'store', 'allowList', 'enabled', 'skipSuccessfulRequests', 'skipFailedRequests',
-  'requestWasSuccessful',
+  'requestWasSuccessful', 'trustedProxies', 'proxyHeader', 'ipv6Subnet',
 ])
-
-const defaultKey = (req) => req.ip ?? req.socket?.remoteAddress ?? ''
 
 function defaultHandler(req, res, _next, options) {
   const { message, statusCode } = options
@@ -34,7 +32,6 @@ function rateLimit(options = {}) {
   const opts = {
     limit: 5,
     windowMs: 60_000,
-    keyGenerator: defaultKey,
     handler: defaultHandler,
     standardHeaders: 'draft-6',
     legacyHeaders: true,
@@ -48,9 +45,8 @@ function rateLimit(options = {}) {
   }
   const style = opts.standardHeaders === false ? null : draftStyle(opts.standardHeaders, 'standardHeaders')
   const legacy = Boolean(opts.legacyHeaders)
-  for (const f of ['keyGenerator', 'handler']) {
-    if (typeof opts[f] !== 'function') throw invalidArg(`${f} must be a function`)
-  }
+  if (typeof opts.handler !== 'function') throw invalidArg('handler must be a function')
+  opts.keyGenerator = keyGeneratorOf(options)
   functions(opts, ['skip'])
   const allowed = allowListOf(opts.allowList)
   const counting = responseCounting(opts)

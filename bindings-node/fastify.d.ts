@@ -53,8 +53,19 @@ export interface RateLimitOptions {
   burst?: number
   /** The hook that decides (default `'onRequest'`). */
   hook?: 'onRequest' | 'preParsing' | 'preValidation' | 'preHandler'
-  /** The client's key (default `req.ip`); may return a promise. */
+  /** The client's key (default: the peer address by the core's rules, shaped by `trustedProxies` and `ipv6Subnet`); may return a promise. */
   keyGenerator?: (req: FastifyRequest) => Key | Promise<Key>
+  /**
+   * The default key's trusted proxies, whose forwarding header is read (not with
+   * `keyGenerator`): a hop count, or addresses, CIDR ranges and `'loopback'`, `'private'`,
+   * `'linklocal'`. Default none: the peer address. The framework's own proxy setting (and
+   * `req.ip`) is not read.
+   */
+  trustedProxies?: number | string | string[]
+  /** The header those proxies write: `'x-forwarded-for'` (default) or `'forwarded'`. */
+  proxyHeader?: string
+  /** The default key's IPv6 prefix length (default 64: one key per /64). */
+  ipv6Subnet?: number
   /** Keys never limited (not counted), or a function saying so (may return a promise). */
   allowList?: Key[] | ((req: FastifyRequest, key: Key) => boolean | Promise<boolean>)
   /** A limiter or store error lets the request through instead of failing it (default false). */

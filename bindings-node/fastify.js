@@ -7,14 +7,15 @@
 // file reads the request, adds the hooks and writes the reply.
 
 const {
-  draftStyle, functions, then, known, Limits, isEnabled, allowListOf, responseCounting, refunder, warn, invalidArg,
+  draftStyle, functions, then, known, Limits, isEnabled, allowListOf, responseCounting, refunder, warn, keyGeneratorOf, invalidArg,
 } = require('./web.js')
 
 const PLUGIN = new Set([
   'global', 'max', 'timeWindow', 'quota', 'burst', 'hook', 'keyGenerator', 'allowList', 'skipOnError',
   'onExceeding', 'onExceeded', 'errorResponseBuilder', 'addHeaders', 'addHeadersOnExceeding',
   'enableDraftSpec', 'policy', 'cost', 'maxKeys', 'onFull', 'store', 'limiter', 'enabled',
-  'skipSuccessfulRequests', 'skipFailedRequests', 'requestWasSuccessful',
+  'skipSuccessfulRequests', 'skipFailedRequests', 'requestWasSuccessful', 'trustedProxies', 'proxyHeader',
+  'ipv6Subnet',
 ])
 // A route's config.rateLimit: the plugin's options but `global`, and `groupId`.
 const ROUTE = new Set([...PLUGIN, 'groupId'])
@@ -28,7 +29,6 @@ const REFUSED = {
   cache: 'use `maxKeys` (the bound on clients held)',
   redis: 'use `store: "redis://HOST:PORT/DB?prefix=..."` (a URL, not a client)',
   nameSpace: 'use the `prefix` of a Redis store URL',
-  ipv6Subnet: 'not supported yet',
 }
 const HOOKS = new Set(['onRequest', 'preParsing', 'preValidation', 'preHandler'])
 const DEFAULTS = {
@@ -36,7 +36,6 @@ const DEFAULTS = {
   max: 1000,
   timeWindow: 60_000,
   hook: 'onRequest',
-  keyGenerator: (req) => req.ip,
   skipOnError: false,
   enableDraftSpec: false,
   policy: 'default',
@@ -88,8 +87,8 @@ function fields(d, style, policy, off) {
 }
 
 /** The checked settings of one limit: the plugin's options merged with a route's. */
-function settings(o) {
-  functions(o, ['keyGenerator', 'onExceeding', 'onExceeded', 'errorResponseBuilder'])
+function settings(o, raws) {
+  functions(o, ['onExceeding', 'onExceeded', 'errorResponseBuilder'])
   if (typeof o.max === 'function' || typeof o.timeWindow === 'function') {
     throw invalidArg('max and timeWindow must be values (one quota per limit; give a route its own config.rateLimit)')
   }
@@ -109,6 +108,7 @@ function settings(o) {
     addHeaders: switches(o.addHeaders, 'addHeaders'),
     // Fields on an admitted request; Retry-After is the core's on rejections only.
     addHeadersOnExceeding: switches(o.addHeadersOnExceeding, 'addHeadersOnExceeding'),
+    keyGenerator: keyGeneratorOf(o, raws),
     allowed: allowListOf(o.allowList),
     counting: responseCounting(o),
     errorResponseBuilder: o.errorResponseBuilder ?? defaultErrorResponse,
@@ -230,7 +230,7 @@ function register(fastify, options) {
   const groups = new Map() // groupId -> [quota, handler]
 
   const make = (route) => {
-    const p = settings({ ...base, ...route })
+    const p = settings({ ...base, ...route }, [options, route])
     if (p.groupId !== undefined) {
       const canonical = JSON.stringify([p.quota, p.store ?? null])
       const g = groups.get(p.groupId)

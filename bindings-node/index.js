@@ -694,6 +694,7 @@ module.exports = {
   Decision,
   ManualClock: native.ManualClock,
   canonicalQuota: (quota) => native.canonicalQuota(toRate(quota)),
+  ClientResolver: require('./client.js').ClientResolver,
   // internal, for the Express middleware and the benchmarks
   _internal: { native, toRate, invalidArg, readDecision, STORE_SUFFIX },
 }

@@ -5,7 +5,7 @@
 // decides and renders the fields.
 
 const { createHash } = require('node:crypto')
-const { KeyedLimiter, _internal } = require('./index.js')
+const { KeyedLimiter, ClientResolver, _internal } = require('./index.js')
 
 const { invalidArg, native, toRate, STORE_SUFFIX } = _internal
 
@@ -220,7 +220,31 @@ function refunder(counting, limits, key, cost) {
   }
 }
 
+// The options that shape the default key (ClientResolver's).
+const CLIENT_OPTIONS = ['trustedProxies', 'proxyHeader', 'ipv6Subnet']
+
+/**
+ * The key of a request: `keyGenerator` when one is given (in `opts`, the merged options),
+ * else the client by the core's rules (`ClientResolver`: the peer address; forwarding headers
+ * only from `trustedProxies`; IPv6 by `ipv6Subnet`). The framework's own proxy setting
+ * (Express's `trust proxy`, Fastify's `trustProxy`, hence `req.ip`) is not read. An options
+ * object of `raws` giving both a keyGenerator and a default-key option is refused: the latter
+ * would do nothing.
+ */
+function keyGeneratorOf(opts, raws = [opts]) {
+  for (const raw of raws) {
+    const shaping = CLIENT_OPTIONS.find((k) => raw[k] !== undefined)
+    if (raw.keyGenerator !== undefined && shaping !== undefined) {
+      throw invalidArg(`${shaping} shapes the default key: with keyGenerator it does nothing (give one or the other)`)
+    }
+  }
+  functions(opts, ['keyGenerator'])
+  if (opts.keyGenerator !== undefined) return opts.keyGenerator
+  const resolver = new ClientResolver(opts)
+  return (req) => resolver.keyOf(req)
+}
+
 module.exports = {
   STYLES, draftStyle, isThenable, then, functions, known, Limits, isEnabled, allowListOf,
-  responseCounting, refunder, warn, invalidArg,
+  responseCounting, refunder, warn, keyGeneratorOf, CLIENT_OPTIONS, invalidArg,
 }

@@ -18,6 +18,7 @@
 mod acquire;
 mod api;
 mod args;
+mod client;
 mod errors;
 mod hot;
 mod keys;
