@@ -8,6 +8,9 @@ const native = require('./native.js')
 // index.js requires this file: its helpers are read when first needed, once it has loaded.
 const invalidArg = (message) => require('./index.js')._internal.invalidArg(message)
 
+// On a socket: each resolver's key of its peer (a WeakMap keyed by resolver).
+const PEER_KEYS = Symbol('sluicegate.peerKeys')
+
 /** A header value as one line (Node joins repeated lines with `, `; an array is joined so too). */
 const line = (v) => (Array.isArray(v) ? v.join(', ') : v)
 
@@ -62,9 +65,25 @@ class ClientResolver {
     return r[0]
   }
 
-  /** The key of an HTTP request (Node's, Express's or Fastify's): its socket's peer and its headers. */
+  /**
+   * The key of an HTTP request (Node's, Express's or Fastify's): its socket's peer and its
+   * headers. A request without forwarding headers is keyed by its peer alone, which a
+   * connection never changes: that key is kept on the socket for the connection's next
+   * requests (keep-alive), per resolver.
+   */
   keyOf(req) {
-    return this.resolve(req.socket?.remoteAddress, req.headers)
+    const { socket, headers } = req
+    if (socket == null || headers['x-forwarded-for'] !== undefined || headers.forwarded !== undefined || headers['x-real-ip'] !== undefined) {
+      return this.resolve(socket?.remoteAddress, headers)
+    }
+    let memo = socket[PEER_KEYS]
+    if (memo === undefined) memo = socket[PEER_KEYS] = new WeakMap()
+    let key = memo.get(this)
+    if (key === undefined) {
+      key = this.resolve(socket.remoteAddress, headers)
+      memo.set(this, key)
+    }
+    return key
   }
 
   /** The trusted proxies, in the core's text form (`'none'`, a hop count, or ranges). */

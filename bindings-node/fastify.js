@@ -65,9 +65,12 @@ function after(ms) {
   return `${n} ${name}${n === 1 ? '' : 's'}`
 }
 
+// No field switched off.
+const NONE_OFF = Object.freeze({})
+
 /** `{ name (lower case): boolean }`, checked. */
 function switches(v, what) {
-  if (v === undefined) return {}
+  if (v === undefined) return NONE_OFF
   if (v === null || typeof v !== 'object') throw invalidArg(`${what} must be an object of header names and booleans`)
   const out = {}
   for (const [k, on] of Object.entries(v)) {
@@ -80,6 +83,7 @@ function switches(v, what) {
 /** The decision's fields in `style`, less those switched off. */
 function fields(d, style, policy, off) {
   const h = d.headers(style, policy)
+  if (off === NONE_OFF) return h
   for (const name of Object.keys(h)) {
     if (off[name.toLowerCase()] === false) delete h[name]
   }

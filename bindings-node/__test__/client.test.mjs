@@ -157,3 +157,17 @@ test('the default key\'s options: checked, and refused beside a keyGenerator', a
   assert.throws(() => g.get('/x', { config: { rateLimit: { ipv6Subnet: 48, keyGenerator: () => 'k' } } }, async () => 'x'), INVALID_ARG)
   g.get('/y', { config: { rateLimit: { keyGenerator: () => 'k' } } }, async () => 'y') // the route's own key: fine
 })
+
+test('keyOf keeps a peer\'s key on its socket only while no forwarding header comes', async () => {
+  const socket = { remoteAddress: '2001:db8::1' }
+  const direct = new ClientResolver()
+  const wide = new ClientResolver({ ipv6Subnet: 32, trustedProxies: 'private' })
+  assert.equal(direct.keyOf({ socket, headers: {} }), '2001:db8::/64')
+  assert.equal(wide.keyOf({ socket, headers: {} }), '2001:db8::/32', 'each resolver its own key for the socket')
+  assert.equal(direct.keyOf({ socket, headers: {} }), '2001:db8::/64')
+  const proxy = { remoteAddress: '10.0.0.9' }
+  assert.equal(wide.keyOf({ socket: proxy, headers: {} }), '10.0.0.9')
+  assert.equal(wide.keyOf({ socket: proxy, headers: { 'x-forwarded-for': '203.0.113.7' } }), '203.0.113.7', 'headers are read on every request')
+  assert.equal(wide.keyOf({ socket: proxy, headers: { 'x-forwarded-for': '203.0.113.8' } }), '203.0.113.8')
+  assert.equal(direct.keyOf({ headers: {} }), 'unknown')
+})

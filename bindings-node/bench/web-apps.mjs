@@ -34,9 +34,46 @@ export async function fastifyApp(variant) {
   return app
 }
 
+/** CPU time this process has used, in microseconds (user and system). */
+const cpuUs = () => {
+  const u = process.cpuUsage()
+  return u.user + u.system
+}
+
+/**
+ * Per injected request (awaited one after another), after `n / 4` to warm up: `[wall µs, CPU
+ * µs]`. CPU time is what the requests cost this process, whatever else the machine runs.
+ */
+async function injectedUs(framework, variant, n) {
+  const { default: inject } = await import('light-my-request')
+  const app = framework === 'express' ? expressApp(variant) : await fastifyApp(variant)
+  const call = framework === 'express' ? (o) => inject(app, o) : (o) => app.inject(o)
+  const run = async (k) => {
+    const t0 = process.hrtime.bigint()
+    const c0 = cpuUs()
+    for (let i = 0; i < k; i++) {
+      const r = await call({ url: '/' })
+      if (r.statusCode !== 200) throw new Error(`status ${r.statusCode}`)
+    }
+    return [Number(process.hrtime.bigint() - t0) / 1e3 / k, (cpuUs() - c0) / k]
+  }
+  await run(Math.ceil(n / 4))
+  return run(n)
+}
+
 if (process.send !== undefined && process.argv[2] !== undefined) {
   const [framework, variant] = process.argv[2].split(':')
-  if (framework === 'express') {
+  // `inject N`: one measurement in a fresh process (injected requests are retained by the
+  // process in Node 20, with or without a limiter: a long loop in one process runs out of heap)
+  if (process.argv[3] === 'inject') {
+    process.send(await injectedUs(framework, variant, Number(process.argv[4])))
+  } else {
+    // The parent asks for the CPU time used so far (around each load run).
+    process.on('message', () => process.send({ cpu: cpuUs() }))
+  }
+  if (process.argv[3] === 'inject') {
+    // measured above
+  } else if (framework === 'express') {
     const server = expressApp(variant).listen(0, '127.0.0.1', () => process.send(server.address().port))
   } else {
     const app = await fastifyApp(variant)
