@@ -42,9 +42,6 @@ const DEFAULTS = {
   cost: 1,
   onFull: 'evict',
 }
-// Which request (by symbol) a handler has decided for: once per request, as a hook added
-// twice (by the plugin and through `fastify.rateLimit()`) must not count twice.
-let handlers = 0
 
 /** The default rejection: an error Fastify's error handler answers with its status. */
 function defaultErrorResponse(_req, context) {
@@ -146,8 +143,6 @@ function onRequestAbort(req, done) {
  * the limits as properties.
  */
 function handlerFor(p, limits) {
-  const ran = Symbol(`sluicegate.ran.${handlers++}`)
-
   function respond(req, reply, next, key, c, d) {
     req.rateLimit = d
     if (d.allowed) {
@@ -181,8 +176,6 @@ function handlerFor(p, limits) {
   }
 
   function run(req, reply, next) {
-    if (req[ran]) return next()
-    req[ran] = true
     try {
       return then(p.keyGenerator(req), (key) => withKey(req, reply, next, key), next)
     } catch (err) {
@@ -198,7 +191,7 @@ function handlerFor(p, limits) {
     : function sluicegateRateLimit(req, reply, done) { go(req, reply, done) }
 }
 
-/** `handler` added to the route's `hook` hooks, after those it has. */
+/** `handler` added to the route's `hook` hooks, after those it has (once: a limit counts a request once). */
 function addHook(route, hook, handler) {
   const have = route[hook] === undefined ? [] : [route[hook]].flat()
   if (!have.includes(handler)) route[hook] = [...have, handler]
@@ -266,7 +259,9 @@ function register(fastify, options) {
   const globalHandler = () => (global ??= make({}))
   if (base.global) globalHandler() // bad options throw at registration
 
+  // Declared on the request (Fastify's advice: a property added per request changes its shape).
   if (!fastify.hasRequestDecorator('rateLimit')) fastify.decorateRequest('rateLimit', null)
+  if (!fastify.hasRequestDecorator(PENDING)) fastify.decorateRequest(PENDING, null)
   if (!fastify.hasDecorator('rateLimits')) {
     // Admin: the global limit's (or a group's) state and reset, by key.
     const limitOf = (groupId) => {
