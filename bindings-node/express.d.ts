@@ -6,18 +6,43 @@ export interface Response { status(code: number): Response; send(body?: any): an
 export type NextFunction = (err?: unknown) => void
 
 export interface Options {
-  /** The quota as a rate string or options object (overrides `limit`/`windowMs`/`burst`). */
-  quota?: Quota
+  /**
+   * The quota as a rate string or options object (overrides `limit`/`windowMs`/`burst`), or
+   * several (`['10/second', '1000/hour']`): a request is admitted by all or by none (the
+   * limits that admitted get the cost back when a later one rejects).
+   */
+  quota?: Quota | Quota[]
   /** Requests per window (default 5). */
   limit?: number
   /** The window in milliseconds (default 60 000). */
   windowMs?: number
   /** The bucket's capacity (default `limit`). */
   burst?: number
-  /** The client's key (default `req.ip`); may return a promise. */
+  /** The client's key (default: the peer address by the core's rules, shaped by `trustedProxies` and `ipv6Subnet`); may return a promise. */
   keyGenerator?: (req: Request, res: Response) => Key | Promise<Key>
   /** Requests for which it returns true are not counted; may return a promise. */
   skip?: (req: Request, res: Response) => boolean | Promise<boolean>
+  /**
+   * The default key's trusted proxies, whose forwarding header is read (not with
+   * `keyGenerator`): a hop count, or addresses, CIDR ranges and `'loopback'`, `'private'`,
+   * `'linklocal'`. Default none: the peer address. The framework's own proxy setting (and
+   * `req.ip`) is not read.
+   */
+  trustedProxies?: number | string | string[]
+  /** The header those proxies write: `'x-forwarded-for'` (default) or `'forwarded'`. */
+  proxyHeader?: string
+  /** The default key's IPv6 prefix length (default 64: one key per /64). */
+  ipv6Subnet?: number
+  /** Keys never limited (not counted), or a function saying so (may return a promise). */
+  allowList?: Key[] | ((req: Request, key: Key) => boolean | Promise<boolean>)
+  /** false: no limiter is made and every request passes (default true; `SLUICEGATE_ENABLED=0` in the environment turns every middleware made meanwhile off). */
+  enabled?: boolean
+  /** Successful responses give their cost back (the core's refund) once sent (default false). */
+  skipSuccessfulRequests?: boolean
+  /** Failed responses (and requests whose client went away first) give their cost back (default false). */
+  skipFailedRequests?: boolean
+  /** What a successful response is (default: a status below 400); may return a promise. */
+  requestWasSuccessful?: (req: Request, res: Response) => boolean | Promise<boolean>
   /** Runs when a request is over the quota (default: `statusCode` and `message`). */
   handler?: (req: Request, res: Response, next: NextFunction, options: Options) => unknown
   /** `RateLimit*` fields, by express-rate-limit's names: `'draft-6'` (default, also `true`), `'draft-7'`, `'draft-8'` (the core's `ietf`), or `false`. */
@@ -57,11 +82,19 @@ export interface Options {
 
 export interface RateLimitMiddleware {
   (req: Request, res: Response, next: NextFunction): void
-  /** The limiter holding every client's bucket. */
-  readonly limiter: KeyedLimiter
-  /** The store of that limiter, with its region's full name (`undefined` when `limiter` was given). */
+  /** The limiter holding every client's bucket (the first quota's; `null` when turned off). */
+  readonly limiter: KeyedLimiter | null
+  /** One limiter per quota, in order (none when turned off). */
+  readonly limiters: KeyedLimiter[]
+  /** The store of that limiter, with its region's full name (`undefined` when `limiter` was given or turned off; with several quotas, the first's). */
   readonly store: string | undefined
-  /** Forgets a client's bucket (a Promise on a Redis store). */
+  /** A client's state, changing nothing: the limit with the least remaining (a Promise on a Redis store; `null` when turned off). */
+  get(key: Key): Decision | Promise<Decision> | null
+  /** Forgets a client's buckets; whether one existed (a Promise on a Redis store). */
+  reset(key: Key): boolean | Promise<boolean>
+  /** express-rate-limit's name for `get`. */
+  getKey(key: Key): Decision | Promise<Decision> | null
+  /** express-rate-limit's name for `reset`. */
   resetKey(key: Key): boolean | Promise<boolean>
 }
 

@@ -5,19 +5,16 @@
 // opens, or with `store: 'redis://...'` on a Redis server every host shares (one region, or
 // one key prefix, per distinct limit: the name or prefix plus a suffix derived from the quota).
 
-const { createHash } = require('node:crypto')
-const { KeyedLimiter, _internal } = require('./index.js')
+const {
+  draftStyle, functions, then, known, Limits, isEnabled, allowListOf, responseCounting, refunder, warn, keyGeneratorOf, invalidArg,
+} = require('./web.js')
 
-const { invalidArg, native, toRate, STORE_SUFFIX } = _internal
-// express-rate-limit's names for `standardHeaders`, as the core's header styles.
-const STYLES = { 'draft-6': 'draft6', 'draft-7': 'draft7', 'draft-8': 'ietf' }
 const OPTIONS = new Set([
   'quota', 'limit', 'windowMs', 'burst', 'keyGenerator', 'skip', 'handler', 'standardHeaders',
   'legacyHeaders', 'cost', 'statusCode', 'message', 'policy', 'maxKeys', 'onFull', 'limiter',
-  'requestPropertyName', 'store',
+  'requestPropertyName', 'store', 'allowList', 'enabled', 'skipSuccessfulRequests', 'skipFailedRequests',
+  'requestWasSuccessful', 'trustedProxies', 'proxyHeader', 'ipv6Subnet',
 ])
-
-const defaultKey = (req) => req.ip ?? req.socket?.remoteAddress ?? ''
 
 function defaultHandler(req, res, _next, options) {
   const { message, statusCode } = options
@@ -26,39 +23,15 @@ function defaultHandler(req, res, _next, options) {
   return res.send(message)
 }
 
-const isThenable = (v) => v !== null && typeof v === 'object' && typeof v.then === 'function'
-
-/**
- * The namespace of the limiter for `rate` on `store`: a suffix derived from the limit, which
- * the core appends to a region's name or a Redis store's key prefix, so that middlewares with
- * different limits on one configured store get namespaces of their own (a region holds one
- * quota) and every process and host derives the same one: `-` and the first 12 hex digits of
- * the SHA-256 of the canonical quota (`canonicalQuota`). `'memory'` has none. Returns the
- * suffix and the store as printed with it (a Redis password redacted).
- */
-function storeFor(store, rate) {
-  if (typeof store !== 'string') {
-    throw invalidArg(
-      'store must be a sluicegate store string ("memory", "shm:NAME" or "redis://..."); express-rate-limit\'s Store objects are not used here (pass `limiter` to share one limiter between routes)',
-    )
-  }
-  const suffix = `-${createHash('sha256').update(native.canonicalQuota(rate)).digest('hex').slice(0, 12)}`
-  return { suffix, printed: native.storeSuffixed(store, suffix) }
-}
-
 /**
  * A rate-limiting middleware: 429 with `Retry-After` when a client is over its quota.
  * See express.d.ts for the options.
  */
 function rateLimit(options = {}) {
-  if (options === null || typeof options !== 'object') throw invalidArg('options must be an object')
-  for (const k of Object.keys(options)) {
-    if (!OPTIONS.has(k)) throw invalidArg(`unknown rateLimit option ${JSON.stringify(k)}`)
-  }
+  known(options, OPTIONS, 'rateLimit')
   const opts = {
     limit: 5,
     windowMs: 60_000,
-    keyGenerator: defaultKey,
     handler: defaultHandler,
     standardHeaders: 'draft-6',
     legacyHeaders: true,
@@ -70,69 +43,70 @@ function rateLimit(options = {}) {
     requestPropertyName: 'rateLimit',
     ...options,
   }
-  let style = opts.standardHeaders
-  if (style === true) style = STYLES['draft-6']
-  else if (style === false) style = null
-  else if (Object.hasOwn(STYLES, style)) style = STYLES[style]
-  else throw invalidArg('standardHeaders must be true, false, "draft-6", "draft-7" or "draft-8"')
+  const style = opts.standardHeaders === false ? null : draftStyle(opts.standardHeaders, 'standardHeaders')
   const legacy = Boolean(opts.legacyHeaders)
-  for (const f of ['keyGenerator', 'handler']) {
-    if (typeof opts[f] !== 'function') throw invalidArg(`${f} must be a function`)
-  }
-  if (opts.skip !== undefined && typeof opts.skip !== 'function') throw invalidArg('skip must be a function')
-  if (opts.limiter !== undefined && opts.store !== undefined) {
-    throw invalidArg('give `store` or `limiter`, not both: a limiter passed in has its store')
-  }
-  let limiter = opts.limiter
-  let store
-  if (limiter === undefined) {
-    const rate = toRate(opts.quota ?? { count: opts.limit, periodMs: opts.windowMs, ...(opts.burst === undefined ? {} : { burst: opts.burst }) })
-    const { suffix, printed } = opts.store === undefined ? { printed: 'memory' } : storeFor(opts.store, rate)
-    store = printed
-    limiter = new KeyedLimiter(rate, { maxKeys: opts.maxKeys, onFull: opts.onFull, store: opts.store, [STORE_SUFFIX]: suffix })
-  }
-  // On a Redis store a decision is a Promise (the event loop never waits for the server).
-  const remote = limiter.redisStats() !== null
+  if (typeof opts.handler !== 'function') throw invalidArg('handler must be a function')
+  opts.keyGenerator = keyGeneratorOf(options)
+  functions(opts, ['skip'])
+  const allowed = allowListOf(opts.allowList)
+  const counting = responseCounting(opts)
+  const quota = opts.quota ?? { count: opts.limit, periodMs: opts.windowMs, ...(opts.burst === undefined ? {} : { burst: opts.burst }) }
+  // Turned off (`enabled: false`, SLUICEGATE_ENABLED=0): no limiter is made, every request passes.
+  const limits = isEnabled(opts.enabled) ? new Limits({ ...opts, quota }) : null
   const { cost, policy, requestPropertyName: prop } = opts
   const costOf = typeof cost === 'function' ? cost : () => cost
 
-  function respond(req, res, next, d) {
+  function respond(req, res, next, key, c, d) {
     req[prop] = d
     if (style !== null) res.set(d.headers(style, policy))
     if (legacy) res.set(d.headers('legacy', policy))
-    if (d.allowed) return next()
-    return opts.handler(req, res, next, opts)
+    if (!d.allowed) return opts.handler(req, res, next, opts)
+    if (counting !== null) {
+      const outcome = refunder(counting, limits, key, c)
+      res.on('finish', () => {
+        try {
+          then(counting.wasSuccessful(req, res), outcome, warn)
+        } catch (err) {
+          warn(err)
+        }
+      })
+      res.on('close', () => res.writableFinished || outcome(false))
+      res.on('error', () => outcome(false))
+    }
+    return next()
   }
 
+  // On a Redis store a decision is a Promise (the event loop never waits for the server).
   function decide(req, res, next, key) {
     const c = costOf(req, res)
-    if (remote) return limiter.tryAcquireAsync(key, c).then((d) => respond(req, res, next, d)).catch(next)
-    return respond(req, res, next, limiter.tryAcquire(key, c))
+    return then(limits.decide(key, c), (d) => respond(req, res, next, key, c, d), next)
   }
 
-  function withKey(req, res, next) {
-    const key = opts.keyGenerator(req, res)
-    if (isThenable(key)) return key.then((k) => decide(req, res, next, k)).catch(next)
-    return decide(req, res, next, key)
+  function withKey(req, res, next, key) {
+    if (allowed === undefined) return decide(req, res, next, key)
+    return then(allowed(req, key), (yes) => (yes ? next() : decide(req, res, next, key)), next)
   }
 
-  const middleware = function sluicegateRateLimit(req, res, next) {
-    try {
-      if (opts.skip !== undefined) {
-        const s = opts.skip(req, res)
-        if (isThenable(s)) {
-          return s.then((yes) => (yes ? next() : withKey(req, res, next))).catch(next)
-        }
-        if (s) return next()
+  const middleware = limits === null
+    ? function sluicegateRateLimit(_req, _res, next) { next() }
+    : function sluicegateRateLimit(req, res, next) {
+      try {
+        if (opts.skip === undefined) return then(opts.keyGenerator(req, res), (k) => withKey(req, res, next, k), next)
+        return then(opts.skip(req, res), (yes) => (yes ? next() : then(opts.keyGenerator(req, res), (k) => withKey(req, res, next, k), next)), next)
+      } catch (err) {
+        return next(err)
       }
-      return withKey(req, res, next)
-    } catch (err) {
-      return next(err)
     }
-  }
-  middleware.limiter = limiter
-  middleware.store = store
-  middleware.resetKey = (key) => (remote ? limiter.removeAsync(key) : limiter.remove(key))
+  middleware.limiter = limits === null ? null : limits.limiters[0]
+  middleware.limiters = limits === null ? [] : limits.limiters
+  middleware.store = limits?.store
+  /** `key`'s state (the limit with the least remaining), changing nothing; `null` when turned off. */
+  middleware.get = (key) => (limits === null ? null : limits.get(key))
+  /** Forgets `key`'s buckets; whether one existed. */
+  middleware.reset = (key) => (limits === null ? false : limits.reset(key))
+  // express-rate-limit's names
+  middleware.getKey = middleware.get
+  middleware.resetKey = middleware.reset
   return middleware
 }
 

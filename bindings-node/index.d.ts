@@ -298,6 +298,36 @@ export declare class Composite {
 }
 
 /** The canonical rate string of a quota (throws as `new Limiter` would). */
+/** Options of a `ClientResolver` (and of the web adapters' default key). */
+export interface ClientResolverOptions {
+  /** Proxies whose forwarding headers are believed: a hop count (1 to 64), or addresses, CIDR ranges and `'loopback'`, `'private'`, `'linklocal'` (an array, or one comma-separated string). Default: none (the peer address). */
+  trustedProxies?: number | string | string[]
+  /** The header the trusted proxies write: `'x-forwarded-for'` (default) or `'forwarded'` (RFC 7239). */
+  proxyHeader?: string
+  /** Bits of an IPv6 address that make its key (1 to 128, default 64). */
+  ipv6Subnet?: number
+  /** Bits of an IPv4 address that make its key (1 to 32, default 32). */
+  ipv4Subnet?: number
+}
+
+/**
+ * A web request's client key, by the core's rules (docs/CLIENT-IDENTITY.md): the peer address
+ * unless it is a trusted proxy; then the right-most untrusted hop of the forwarding header;
+ * IPv6 by prefix, IPv4-mapped IPv6 as IPv4. A misconfiguration is a process warning (once per
+ * resolver and kind, codes `SLUICEGATE_UNTRUSTED_PROXY`, ...).
+ */
+export declare class ClientResolver {
+  constructor(options?: ClientResolverOptions)
+  /** The key of a request from `peer` (address text) with these headers (lower-case names). */
+  resolve(peer: string | undefined | null, headers?: Record<string, string | string[] | undefined>): string
+  /** The key of an HTTP request: its socket's peer address and its headers. */
+  keyOf(req: { socket?: { remoteAddress?: string }; headers: Record<string, string | string[] | undefined> }): string
+  /** The trusted proxies in the core's text form. */
+  readonly trustedProxies: string
+  /** The IPv6 prefix length of keys. */
+  readonly ipv6Subnet: number
+}
+
 export declare function canonicalQuota(quota: Quota): string
 
 /**

@@ -844,6 +844,7 @@ module.exports = {
   ManualClock: native.ManualClock,
   canonicalQuota: (quota) => native.canonicalQuota(toRate(quota)),
   renderPrometheus,
+  ClientResolver: require('./client.js').ClientResolver,
   // internal, for the Express middleware and the benchmarks
   _internal: { native, toRate, invalidArg, readDecision, STORE_SUFFIX },
 }

@@ -4,5 +4,5 @@ import { createRequire } from 'node:module'
 const require = createRequire(import.meta.url)
 const sg = require('./index.js')
 
-export const { Limiter, KeyedLimiter, Composite, Decision, ManualClock, canonicalQuota, renderPrometheus } = sg
+export const { Limiter, KeyedLimiter, Composite, Decision, ManualClock, canonicalQuota, renderPrometheus, ClientResolver } = sg
 export default sg

@@ -52,6 +52,29 @@ export declare class AcquirePlan {
 }
 
 /**
+ * Which key a request is limited by: the peer address by default; forwarding headers only
+ * from trusted proxies; IPv6 by prefix (default /64); IPv4-mapped IPv6 as IPv4.
+ */
+export declare class ClientResolver {
+  /**
+   * `trustedProxies`: the core's text form (`none`, a hop count, or addresses, CIDR ranges
+   * and `loopback`/`private`/`linklocal`, comma-separated); `header`: `x-forwarded-for`
+   * (default) or `forwarded`; `ipv6Prefix` (default 64) and `ipv4Prefix` (default 32).
+   */
+  constructor(trustedProxies?: string | undefined | null, header?: string | undefined | null, ipv6Prefix?: number | undefined | null, ipv4Prefix?: number | undefined | null)
+  /**
+   * The key of a request from `peer` (`undefined`: no peer) with these header values: the
+   * key's text, or, the first time this resolver meets a misconfiguration of a kind,
+   * `[key, warningCode, warningMessage]` (the caller emits the warning).
+   */
+  resolve(peer?: string | undefined | null, xForwardedFor?: string | undefined | null, forwarded?: string | undefined | null, xRealIp?: string | undefined | null): string | Array<string>
+  /** The trusted proxies, in the core's text form. */
+  get trustedProxies(): string
+  /** The IPv6 prefix length of keys. */
+  get ipv6Prefix(): number
+}
+
+/**
  * A clock that moves only when told to, for tests and simulations. Readings are integer
  * nanoseconds (`bigint` or safe-integer `number` in, `bigint` out).
  */

@@ -836,6 +836,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.AcquirePlan = nativeBinding.AcquirePlan
+module.exports.ClientResolver = nativeBinding.ClientResolver
 module.exports.ManualClock = nativeBinding.ManualClock
 module.exports.NoopLimiter = nativeBinding.NoopLimiter
 module.exports.acquireStart = nativeBinding.acquireStart

@@ -67,6 +67,15 @@ test('index.d.ts type-checks a use of the whole API', (t) => {
 import { Limiter, KeyedLimiter, Composite, ManualClock, Decision, canonicalQuota } from 'sluicegate'
 import type { BatchError, ErrorCode, QuotaOptions, RedisStats } from 'sluicegate'
 import rateLimit from 'sluicegate/express'
+import Fastify from 'fastify'
+import sluicegateFastify from 'sluicegate/fastify'
+const fastify = Fastify()
+fastify.register(sluicegateFastify, { max: 5, timeWindow: '1 minute', allowList: ['127.0.0.1'], enableDraftSpec: 'draft-7' })
+fastify.get('/a', { config: { rateLimit: { max: 2, groupId: 'g', store: 'shm:/api' } } }, async (req) => req.rateLimit?.remaining)
+fastify.get('/b', { config: { rateLimit: false }, onRequest: fastify.rateLimit({ quota: '1/s', keyGenerator: (req) => req.ip }) }, async () => 'b')
+fastify.get('/c', { config: { rateLimit: { quota: ['1/s', '100/h'], skipFailedRequests: true, requestWasSuccessful: (req, reply) => reply.statusCode < 500 } } }, async () => 'c')
+const fstate: Decision | Promise<Decision> | null = fastify.rateLimits.get('k', 'g')
+const freset: boolean | Promise<boolean> = fastify.rateLimit({ enabled: false }).reset('k')
 const clock = new ManualClock(0n)
 clock.advance(5)
 const q = new Limiter({ count: 10, periodMs: 1000, algorithm: 'leaky_queue', maxDelayMs: 500 }, { clock })
@@ -100,13 +109,22 @@ const cd: Promise<Decision> = both.tryAcquireAsync()
 many.catch((e: BatchError) => e.results.length)
 const redisMw = rateLimit({ quota: '10/minute', store: 'redis://127.0.0.1:1/0?prefix=api' })
 const reset: boolean | Promise<boolean> = redisMw.resetKey('k')
-console.log(r, rk, p, h, s, mw, both.parts.length, k.size, ok, opts, code, w, region, one, named, storeCode, ra, gone, stats, back, cd, reset)
+const several = rateLimit({ quota: ['10/s', { count: 100, periodMs: 3_600_000 }], allowList: ['ops'], enabled: true, skipSuccessfulRequests: true })
+const state: Decision | Promise<Decision> | null = several.get('k')
+const limiters: KeyedLimiter[] = several.limiters
+console.log(fstate, freset, state, limiters, r, rk, p, h, s, mw, both.parts.length, k.size, ok, opts, code, w, region, one, named, storeCode, ra, gone, stats, back, cd, reset)
 `)
   writeFileSync(join(tmp, 'tsconfig.json'), JSON.stringify({
     compilerOptions: {
       strict: true, noEmit: true, module: 'nodenext', moduleResolution: 'nodenext', target: 'es2022',
-      types: [],
-      paths: { sluicegate: [join(dir, 'index.d.ts')], 'sluicegate/express': [join(dir, 'express.d.ts')] },
+      types: ['node'],
+      typeRoots: [join(dir, 'node_modules/@types')],
+      paths: {
+        sluicegate: [join(dir, 'index.d.ts')],
+        'sluicegate/express': [join(dir, 'express.d.ts')],
+        'sluicegate/fastify': [join(dir, 'fastify.d.ts')],
+        fastify: [join(dir, 'node_modules/fastify/fastify.d.ts')],
+      },
     },
     files: ['use.ts'],
   }))

@@ -6,6 +6,7 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import rateLimit from '../express.mjs'
+import express from 'express'
 import { KeyedLimiter, ManualClock, canonicalQuota } from '../index.mjs'
 import { serve } from './fixtures/serve.mjs'
 
@@ -127,4 +128,78 @@ test('store: bad values throw at construction', () => {
   assert.throws(() => rateLimit({ store: 'redis://localhost?bogus=1' }), (e) => e.code === 'ERR_SLUICEGATE_INVALID_OPTION')
   assert.throws(() => rateLimit({ quota: '1/s; algorithm=sliding_log', store: `shm:${join(dir, 'log')}` }),
     (e) => e.code === 'ERR_SLUICEGATE_STORE_UNSUPPORTED')
+})
+
+/** An app with `middleware` on `/ok` (200), `/fail` (500) and `/also` (200), on 127.0.0.1. */
+async function routes(t, middleware) {
+  const app = express()
+  app.get('/ok', middleware, (req, res) => res.send('ok'))
+  app.get('/fail', middleware, (req, res) => res.status(500).send('no'))
+  app.get('/also', middleware, (req, res) => res.send('also'))
+  const server = await new Promise((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s))
+  })
+  t.after(() => new Promise((r) => server.close(r)))
+  const base = `http://127.0.0.1:${server.address().port}`
+  return async (path, n = 1) => {
+    const out = []
+    for (let i = 0; i < n; i++) out.push((await fetch(base + path)).status)
+    return out
+  }
+}
+
+test('allowList and the off switches (enabled: false, SLUICEGATE_ENABLED=0)', async (t) => {
+  const listed = await routes(t, rateLimit({ limit: 1, keyGenerator: (req) => (req.path === '/also' ? 'ops' : 'anon'), allowList: ['ops'] }))
+  assert.deepEqual(await listed('/also', 3), [200, 200, 200])
+  assert.deepEqual(await listed('/ok', 2), [200, 429])
+  const off = rateLimit({ limit: 1, enabled: false })
+  const getOff = await serve((req, res, next) => off(req, res, () => { req.rateLimit = { remaining: 'off' }; next() }), t)
+  for (let i = 0; i < 3; i++) assert.equal((await getOff()).status, 200)
+  assert.equal(off.limiter, null)
+  assert.equal(off.get('127.0.0.1'), null)
+  process.env.SLUICEGATE_ENABLED = '0'
+  let envOff
+  try {
+    envOff = rateLimit({ limit: 1 })
+  } finally {
+    delete process.env.SLUICEGATE_ENABLED
+  }
+  assert.equal(envOff.limiter, null, 'the environment turns every middleware made meanwhile off')
+  assert.notEqual(rateLimit({ limit: 1 }).limiter, null)
+})
+
+test('skipFailedRequests, skipSuccessfulRequests, requestWasSuccessful: the core refunds', async (t) => {
+  const failed = rateLimit({ limit: 2, skipFailedRequests: true })
+  const get = await routes(t, failed)
+  assert.deepEqual(await get('/fail', 4), [500, 500, 500, 500], 'failed responses give their token back')
+  assert.deepEqual(await get('/ok', 3), [200, 200, 429])
+  const ok = rateLimit({ limit: 2, skipSuccessfulRequests: true })
+  const get2 = await routes(t, ok)
+  assert.deepEqual(await get2('/ok', 4), [200, 200, 200, 200])
+  assert.deepEqual(await get2('/fail', 3), [500, 500, 429])
+  const custom = rateLimit({ limit: 2, skipSuccessfulRequests: true, requestWasSuccessful: async (req) => req.path === '/also' })
+  const get3 = await routes(t, custom)
+  assert.deepEqual(await get3('/also', 3), [200, 200, 200])
+  assert.deepEqual(await get3('/ok', 3), [200, 200, 429])
+  // The refund comes after the response: wait for the last one before reading the bucket.
+  await new Promise((r) => setTimeout(r, 20))
+  assert.equal(custom.get('127.0.0.1').remaining, 0)
+})
+
+test('several limits on one route (all or nothing), one limit shared by routes, get and reset', async (t) => {
+  const mw = rateLimit({ quota: ['3/minute', '4/hour'], keyGenerator: () => 'k' })
+  assert.equal(mw.limiters.length, 2)
+  const get = await routes(t, mw)
+  assert.deepEqual([...await get('/ok', 2), ...await get('/also', 2)], [200, 200, 200, 429], 'one bucket for both routes')
+  assert.equal(mw.limiters[1].peek('k').remaining, 1, 'the rejected request took nothing from the hourly limit')
+  assert.equal(mw.get('k').remaining, 0)
+  assert.equal(mw.reset('k'), true)
+  assert.equal(mw.get('k').remaining, 3)
+  assert.deepEqual(await get('/ok', 4), [200, 200, 200, 429])
+  assert.equal(mw.limiters[1].peek('k').remaining, 1)
+  mw.limiters[0].remove('k')
+  const last = await get('/ok', 2)
+  assert.deepEqual(last, [200, 429], 'the hourly limit rejects now; the minute limit got its token back')
+  assert.equal(mw.limiters[0].peek('k').remaining, 2)
+  assert.throws(() => rateLimit({ quota: [] }), (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG')
 })

@@ -59,3 +59,25 @@ for (const [name, file] of [
     })
   })
 }
+
+// The Fastify example (ES module syntax, top-level await), its imports as requires and its
+// `listen` replaced by handing the app back: requests through fastify.inject() meet the limits
+// it states.
+test('bindings-node README Fastify example limits as it says', async (t) => {
+  let code = blocks(join(pkg, 'README.md')).find((b) => b.includes("from 'sluicegate/fastify'"))
+  assert.ok(code, 'a Fastify example')
+  const listen = /await fastify\.listen\([^)]*\)\)?/
+  assert.match(code, listen)
+  code = code.replace(listen, 'return fastify').replace(/^import (\w+) from ('[^']+')/gm, 'const $1 = require($2)')
+  const fastifyReq = (name) => (name === 'sluicegate/fastify' ? require(join(pkg, 'fastify.js')) : req(name))
+  const AsyncFunction = (async () => {}).constructor
+  const app = await new AsyncFunction('require', code)(fastifyReq)
+  t.after(() => app.close())
+  const statuses = async (url, n) => {
+    const out = []
+    for (let i = 0; i < n; i++) out.push((await app.inject(url)).statusCode)
+    return out
+  }
+  assert.deepEqual(await statuses('/', 6), [200, 200, 200, 200, 200, 429])
+  assert.deepEqual(await statuses('/health', 6), [200, 200, 200, 200, 200, 200])
+})

@@ -19,6 +19,7 @@
 mod acquire;
 mod api;
 mod args;
+mod client;
 mod errors;
 mod hot;
 mod keys;

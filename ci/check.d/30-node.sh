@@ -40,9 +40,10 @@ trap 'rm -rf "$tmp"' EXIT
 smoke='
 const { Limiter, KeyedLimiter } = require("sluicegate");
 const rateLimit = require("sluicegate/express");
+const sluicegateFastify = require("sluicegate/fastify");
 const l = new Limiter("10/s; burst=2");
 if (!l.tryAcquire().allowed || !l.allow() || l.tryAcquire().allowed) throw new Error("limiter");
-if (!new KeyedLimiter("1/s").allow("k") || typeof rateLimit !== "function") throw new Error("exports");
+if (!new KeyedLimiter("1/s").allow("k") || typeof rateLimit !== "function" || typeof sluicegateFastify !== "function") throw new Error("exports");
 const store = "shm:" + process.env.SG_REGION; // a shared-memory region, in the temp folder
 if (!new KeyedLimiter("1/h", { store, maxKeys: 8 }).allow("k") || new KeyedLimiter("1/h", { store }).allow("k")) throw new Error("store");
 import("sluicegate").then((m) => { if (m.Limiter !== Limiter) throw new Error("esm"); console.log("install ok:", process.argv[1]) });

@@ -1,0 +1,299 @@
+// The Fastify plugin, through fastify.inject() and a real server on 127.0.0.1 (a free port,
+// closed after each test), on the memory, shared-memory and Redis stores.
+import { after, describe, test } from 'node:test'
+import assert from 'node:assert/strict'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import Fastify from 'fastify'
+import sluicegate from '../fastify.mjs'
+import { KeyedLimiter, ManualClock } from '../index.mjs'
+import { needsRedis, serverPerSuite } from './fixtures/redis.mjs'
+
+const INVALID_ARG = (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG'
+
+/** A Fastify app with the plugin (`options`) and routes `/` and `/other`, closed after `t`. */
+async function app(t, options, routes = (f) => f.get('/other', async () => 'other')) {
+  const f = Fastify()
+  t.after(() => f.close())
+  await f.register(sluicegate, options)
+  f.get('/', async (req) => ({ remaining: req.rateLimit?.remaining ?? null }))
+  routes(f)
+  await f.ready()
+  return f
+}
+
+/** The statuses of `n` injected GETs of `url` (with `headers`). */
+async function statuses(f, n, url = '/', headers = {}) {
+  const out = []
+  for (let i = 0; i < n; i++) out.push((await f.inject({ url, headers })).statusCode)
+  return out
+}
+
+test('429 once over `max`, with x-ratelimit-* and Retry-After, and @fastify/rate-limit\'s error body', async (t) => {
+  const f = await app(t, { max: 2, timeWindow: 60_000 })
+  const a = await f.inject('/')
+  assert.equal(a.statusCode, 200)
+  assert.deepEqual(a.json(), { remaining: 1 })
+  assert.equal(a.headers['x-ratelimit-limit'], '2')
+  assert.equal(a.headers['x-ratelimit-remaining'], '1')
+  assert.equal(a.headers['x-ratelimit-reset'], '30')
+  assert.equal(a.headers['retry-after'], undefined)
+  assert.equal((await f.inject('/')).statusCode, 200)
+  const c = await f.inject('/')
+  assert.equal(c.statusCode, 429)
+  assert.equal(c.headers['retry-after'], '30')
+  assert.equal(c.headers['x-ratelimit-remaining'], '0')
+  assert.deepEqual(c.json(), { statusCode: 429, error: 'Too Many Requests', message: 'Rate limit exceeded, retry in 30 seconds' })
+  assert.equal((await f.inject('/other')).statusCode, 429, 'routes without a config share the global limit')
+})
+
+test('timeWindow as text, quota, enableDraftSpec and addHeaders', async (t) => {
+  const text = await app(t, { max: 3, timeWindow: '1 minute' })
+  assert.equal(text.inject ? (await text.inject('/')).headers['x-ratelimit-limit'] : null, '3')
+  const draft6 = await app(t, { quota: '10/s; burst=5', enableDraftSpec: true })
+  const r6 = await draft6.inject('/')
+  assert.equal(r6.headers['ratelimit-limit'], '5')
+  assert.equal(r6.headers['ratelimit-policy'], '5;w=1')
+  assert.equal(r6.headers['x-ratelimit-limit'], undefined)
+  const draft8 = await app(t, { quota: '10/s; burst=5', enableDraftSpec: 'draft-8', policy: 'api' })
+  assert.equal((await draft8.inject('/')).headers.ratelimit, '"api";r=4;t=1')
+  const quiet = await app(t, {
+    max: 1,
+    addHeaders: { 'retry-after': false, 'X-RateLimit-Reset': false },
+    addHeadersOnExceeding: { 'x-ratelimit-remaining': false },
+  })
+  const ok = await quiet.inject('/')
+  assert.equal(ok.headers['x-ratelimit-remaining'], undefined)
+  assert.equal(ok.headers['x-ratelimit-limit'], '1')
+  const no = await quiet.inject('/')
+  assert.equal(no.statusCode, 429)
+  assert.equal(no.headers['retry-after'], undefined)
+  assert.equal(no.headers['x-ratelimit-reset'], undefined)
+  assert.equal(no.headers['x-ratelimit-remaining'], '0')
+})
+
+test('per-route config.rateLimit, config.rateLimit: false, global: false and groupId', async (t) => {
+  const f = await app(t, { max: 1 }, (f) => {
+    f.get('/loose', { config: { rateLimit: { max: 3 } } }, async () => 'loose')
+    f.get('/free', { config: { rateLimit: false } }, async () => 'free')
+  })
+  assert.deepEqual(await statuses(f, 2), [200, 429])
+  assert.deepEqual(await statuses(f, 4, '/loose'), [200, 200, 200, 429], 'its own limit and bucket')
+  assert.deepEqual(await statuses(f, 3, '/free'), [200, 200, 200])
+
+  const g = await app(t, { global: false, max: 2 }, (f) => {
+    f.get('/a', { config: { rateLimit: { groupId: 'ab' } } }, async () => 'a')
+    f.get('/b', { config: { rateLimit: { groupId: 'ab' } } }, async () => 'b')
+    f.get('/c', { config: { rateLimit: {} } }, async () => 'c')
+  })
+  assert.deepEqual(await statuses(g, 3), [200, 200, 200], 'global: false limits only configured routes')
+  assert.deepEqual([...await statuses(g, 1, '/a'), ...await statuses(g, 2, '/b')], [200, 200, 429], 'one group, one bucket')
+  assert.deepEqual(await statuses(g, 3, '/c'), [200, 200, 429], 'a route config of its own')
+  await assert.rejects(
+    app(t, { global: false }, (f) => {
+      f.get('/x', { config: { rateLimit: { groupId: 'g', max: 2 } } }, async () => 'x')
+      f.get('/y', { config: { rateLimit: { groupId: 'g', max: 3 } } }, async () => 'y')
+    }),
+    INVALID_ARG,
+  )
+})
+
+test('keyGenerator (async), allowList (array and function), cost, onExceeding and onExceeded', async (t) => {
+  const clock = new ManualClock(0)
+  const limiter = new KeyedLimiter('1/h; burst=3', { clock })
+  const seen = []
+  const f = await app(t, {
+    limiter,
+    keyGenerator: async (req) => req.headers['x-user'] ?? 'anon',
+    allowList: ['admin'],
+    cost: (req) => Number(req.headers['x-cost'] ?? 1),
+    onExceeding: (req, key) => seen.push(`ok ${key}`),
+    onExceeded: (req, key) => seen.push(`no ${key}`),
+  })
+  const as = (user, cost = 1) => f.inject({ url: '/', headers: { 'x-user': user, 'x-cost': String(cost) } })
+  assert.equal((await as('a', 3)).statusCode, 200)
+  assert.equal((await as('a')).statusCode, 429)
+  assert.equal((await as('b')).statusCode, 200, 'another key, another bucket')
+  assert.deepEqual(await statuses(f, 5, '/', { 'x-user': 'admin' }), [200, 200, 200, 200, 200])
+  assert.equal(limiter.peek('admin').remaining, 3, 'allow-listed keys are not counted')
+  assert.deepEqual(seen, ['ok a', 'no a', 'ok b'])
+  clock.advance(3_600_000_000_000n)
+  assert.equal((await as('a')).statusCode, 200)
+
+  const byFn = await app(t, { max: 1, allowList: async (req, key) => req.url === '/other' || key === 'never' })
+  assert.deepEqual(await statuses(byFn, 3, '/other'), [200, 200, 200])
+  assert.deepEqual(await statuses(byFn, 2), [200, 429])
+})
+
+test('errorResponseBuilder, hooks and fastify.rateLimit() on a route\'s own hooks', async (t) => {
+  const f = await app(t, {
+    global: false,
+    max: 1,
+    hook: 'preHandler',
+    errorResponseBuilder: (req, ctx) => ({ statusCode: ctx.statusCode, code: 'SLOW_DOWN', after: ctx.after, max: ctx.max }),
+  }, (f) => {
+    f.get('/built', { config: { rateLimit: {} } }, async () => 'ok')
+    f.post('/parsed', { config: { rateLimit: { hook: 'preParsing' } } }, async (req) => req.body)
+    f.get('/own', { onRequest: f.rateLimit({ max: 2 }) }, async () => 'own')
+  })
+  assert.equal((await f.inject('/built')).statusCode, 200)
+  const no = await f.inject('/built')
+  assert.equal(no.statusCode, 429)
+  assert.deepEqual(no.json(), { statusCode: 429, code: 'SLOW_DOWN', after: '1 minute', max: 1 })
+  const post = () => f.inject({ method: 'POST', url: '/parsed', payload: { a: 1 } })
+  const p = await post()
+  assert.equal(p.statusCode, 200)
+  assert.deepEqual(p.json(), { a: 1 }, 'preParsing hands the payload on')
+  assert.equal((await post()).statusCode, 429)
+  assert.deepEqual(await statuses(f, 3, '/own'), [200, 200, 429])
+})
+
+test('skipOnError: a limiter error is a 500, or lets the request through', async (t) => {
+  const full = () => new KeyedLimiter('1/h', { maxKeys: 1, onFull: 'reject' })
+  const strict = await app(t, { limiter: full(), keyGenerator: (req) => req.headers['x-user'] })
+  assert.equal((await strict.inject({ url: '/', headers: { 'x-user': 'a' } })).statusCode, 200)
+  const err = await strict.inject({ url: '/', headers: { 'x-user': 'b' } })
+  assert.equal(err.statusCode, 500)
+  assert.equal(err.json().code, 'ERR_SLUICEGATE_KEY_STORE_FULL')
+  const lenient = await app(t, { limiter: full(), skipOnError: true, keyGenerator: (req) => req.headers['x-user'] })
+  assert.equal((await lenient.inject({ url: '/', headers: { 'x-user': 'a' } })).statusCode, 200)
+  assert.equal((await lenient.inject({ url: '/', headers: { 'x-user': 'b' } })).statusCode, 200)
+})
+
+test('a real server on 127.0.0.1: the peer\'s bucket, headers on the wire', async (t) => {
+  const f = Fastify()
+  t.after(() => f.close())
+  await f.register(sluicegate, { max: 2, timeWindow: '1 second' })
+  f.get('/', async () => 'hello')
+  const base = await f.listen({ port: 0, host: '127.0.0.1' })
+  const r = []
+  for (let i = 0; i < 3; i++) r.push(await fetch(base))
+  assert.deepEqual(r.map((x) => x.status), [200, 200, 429])
+  assert.equal(await r[0].text(), 'hello')
+  assert.equal(r[2].headers.get('retry-after'), '1')
+  assert.equal(r[2].headers.get('content-type'), 'application/json; charset=utf-8')
+})
+
+test('bad options fail at registration or at the route', async (t) => {
+  const register = async (o) => {
+    const f = Fastify()
+    t.after(() => f.close())
+    await f.register(sluicegate, o)
+    await f.ready()
+  }
+  for (const o of [
+    { limit: 5 }, { ban: 2 }, { redis: {} }, { hook: 'onSend' }, { max: () => 3 }, { skipOnError: 'yes' },
+    { allowList: 'admin' }, { addHeaders: { 'retry-after': 1 } }, { enableDraftSpec: 'draft-9' },
+    { keyGenerator: 'ip' }, { global: 'no' }, { store: {} },
+    { store: 'memory', limiter: new KeyedLimiter('1/s') },
+  ]) {
+    await assert.rejects(register(o), INVALID_ARG, JSON.stringify(o))
+  }
+  await assert.rejects(register({ max: 0 }), (e) => e.code === 'ERR_SLUICEGATE_INVALID_QUOTA')
+  await assert.rejects(register({ timeWindow: 'fortnightly' }), (e) => e.code === 'ERR_SLUICEGATE_PARSE')
+  const f = Fastify()
+  t.after(() => f.close())
+  await f.register(sluicegate, {})
+  assert.throws(() => f.get('/x', { config: { rateLimit: 5 } }, async () => 'x'), INVALID_ARG)
+  assert.throws(() => f.get('/y', { config: { rateLimit: { global: false } } }, async () => 'y'), INVALID_ARG)
+})
+
+test('allowList by function, enabled: false and SLUICEGATE_ENABLED=0 turn limits off', async (t) => {
+  const off = await app(t, { max: 1, enabled: false })
+  assert.deepEqual(await statuses(off, 3), [200, 200, 200])
+  assert.equal(off.rateLimits.get('127.0.0.1'), null)
+  process.env.SLUICEGATE_ENABLED = '0'
+  let envOff
+  try {
+    envOff = await app(t, { max: 1 })
+  } finally {
+    delete process.env.SLUICEGATE_ENABLED
+  }
+  assert.deepEqual(await statuses(envOff, 3), [200, 200, 200])
+  assert.deepEqual(await statuses(await app(t, { max: 1 }), 2), [200, 429])
+})
+
+test('skipFailedRequests and skipSuccessfulRequests: the response decides whether the request counts', async (t) => {
+  const routes = (f) => {
+    f.get('/fail', async (req, reply) => reply.code(500).send('no'))
+    f.get('/boom', async () => { throw new Error('boom') })
+  }
+  const failed = await app(t, { max: 2, skipFailedRequests: true }, routes)
+  assert.deepEqual([...await statuses(failed, 3, '/fail'), ...await statuses(failed, 2, '/boom')], [500, 500, 500, 500, 500])
+  assert.deepEqual(await statuses(failed, 3), [200, 200, 429])
+  const ok = await app(t, { max: 2, skipSuccessfulRequests: true }, routes)
+  assert.deepEqual(await statuses(ok, 4), [200, 200, 200, 200])
+  assert.deepEqual(await statuses(ok, 3, '/fail'), [500, 500, 429])
+  const custom = await app(t, { max: 1, skipFailedRequests: true, requestWasSuccessful: (req, reply) => reply.statusCode !== 503 }, (f) => {
+    f.get('/busy', async (req, reply) => reply.code(503).send('busy'))
+  })
+  assert.deepEqual(await statuses(custom, 3, '/busy'), [503, 503, 503])
+  assert.deepEqual(await statuses(custom, 2), [200, 429])
+})
+
+test('several limits on a route (all or nothing); rateLimits.get/reset for the global limit and a group', async (t) => {
+  const f = await app(t, { max: 5, keyGenerator: () => 'k' }, (f) => {
+    f.get('/two', { config: { rateLimit: { quota: ['2/minute', '3/hour'] } } }, async () => 'two')
+    f.get('/g', { config: { rateLimit: { max: 1, groupId: 'g' } } }, async () => 'g')
+  })
+  assert.deepEqual(await statuses(f, 3, '/two'), [200, 200, 429])
+  assert.deepEqual(await statuses(f, 2, '/g'), [200, 429])
+  assert.deepEqual(await statuses(f, 2), [200, 200])
+  assert.equal(f.rateLimits.get('k').remaining, 3)
+  assert.equal(f.rateLimits.reset('k'), true)
+  assert.equal(f.rateLimits.get('k').remaining, 5)
+  assert.equal(f.rateLimits.get('k', 'g').remaining, 0)
+  assert.equal(f.rateLimits.reset('k', 'g'), true)
+  assert.deepEqual(await statuses(f, 1, '/g'), [200])
+  assert.throws(() => f.rateLimits.get('k', 'nope'), INVALID_ARG)
+  const hook = f.rateLimit({ quota: ['1/minute', '5/hour'] })
+  assert.equal(hook.limiters.length, 2)
+  assert.equal(hook.get('k').remaining, 1)
+})
+
+// The shared-memory store: regions in a temporary folder, removed afterwards.
+const dir = mkdtempSync(join(tmpdir(), 'sluicegate-fastify-'))
+after(() => rmSync(dir, { recursive: true, force: true }))
+
+test('store shm: two apps (as two processes would) share the clients\' buckets', async (t) => {
+  const store = `shm:${join(dir, 'api')}`
+  const one = await app(t, { max: 3, store })
+  const two = await app(t, { max: 3, store })
+  assert.deepEqual([...await statuses(one, 2), ...await statuses(two, 2)], [200, 200, 200, 429])
+})
+
+describe('store redis', needsRedis(), () => {
+  const redis = serverPerSuite()
+
+  test('decisions on the server, answered through Promises; on_error=error is a 500 or, with skipOnError, a pass', async (t) => {
+    const f = await app(t, { max: 2, timeWindow: 60_000, store: `${redis.url}?prefix=fastify-${process.pid}` })
+    const r = []
+    for (let i = 0; i < 3; i++) r.push(await f.inject('/'))
+    assert.deepEqual(r.map((x) => x.statusCode), [200, 200, 429])
+    assert.equal(r[2].headers['retry-after'], '30')
+    const dead = 'redis://127.0.0.1:1/0?timeout=20ms&on_error=error'
+    const strict = await app(t, { max: 2, store: dead })
+    const e = await strict.inject('/')
+    assert.equal(e.statusCode, 500)
+    assert.equal(e.json().code, 'ERR_SLUICEGATE_STORE_UNAVAILABLE')
+    const lenient = await app(t, { max: 2, store: dead, skipOnError: true })
+    assert.equal((await lenient.inject('/')).statusCode, 200)
+  })
+
+  test('several limits, refunds by the response, get and reset: Promises on the server', async (t) => {
+    const store = `${redis.url}?prefix=fastify-many-${process.pid}`
+    const f = await app(t, { quota: ['2/minute', '3/hour'], store, skipFailedRequests: true, keyGenerator: () => 'k' }, (f) => {
+      f.get('/fail', async (req, reply) => reply.code(500).send('no'))
+    })
+    assert.deepEqual(await statuses(f, 3, '/fail'), [500, 500, 500])
+    const deadline = Date.now() + 5_000 // the refunds follow the responses
+    while ((await f.rateLimits.get('k')).remaining !== 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10))
+    assert.deepEqual(await statuses(f, 3), [200, 200, 429])
+    const [minute, hour] = await Promise.all(f.rateLimit({ quota: ['2/minute', '3/hour'], store }).limiters.map((l) => l.peekAsync('k')))
+    assert.equal(minute.remaining, 0)
+    assert.equal(hour.remaining, 1, 'the rejected request took nothing from the hourly limit')
+    assert.equal(await f.rateLimits.reset('k'), true)
+    assert.equal((await f.rateLimits.get('k')).remaining, 2)
+  })
+})

@@ -1,0 +1,100 @@
+'use strict'
+// Client identity: which key a web request is limited by, decided by the core's
+// `sluicegate::client::ClientResolver` (docs/CLIENT-IDENTITY.md). This file converts the
+// options and the request, and turns the core's warnings into process warnings.
+
+const native = require('./native.js')
+
+// index.js requires this file: its helpers are read when first needed, once it has loaded.
+const invalidArg = (message) => require('./index.js')._internal.invalidArg(message)
+
+// On a socket: each resolver's key of its peer (a WeakMap keyed by resolver).
+const PEER_KEYS = Symbol('sluicegate.peerKeys')
+
+/** A header value as one line (Node joins repeated lines with `, `; an array is joined so too). */
+const line = (v) => (Array.isArray(v) ? v.join(', ') : v)
+
+/** `trustedProxies` in the core's text form: a hop count, or addresses, ranges and names. */
+function trustText(v) {
+  if (v === undefined || v === false) return undefined
+  if (typeof v === 'number') {
+    if (!Number.isInteger(v)) throw invalidArg(`trustedProxies must be a whole hop count, got ${v}`)
+    return String(v)
+  }
+  if (typeof v === 'string') return v
+  if (Array.isArray(v) && v.every((s) => typeof s === 'string')) return v.length === 0 ? 'none' : v.join(',')
+  throw invalidArg('trustedProxies must be a hop count, or addresses and CIDR ranges (an array or a comma-separated string)')
+}
+
+/** A prefix length option (checked by the core), or `undefined`. */
+function prefix(v, what) {
+  if (v === undefined) return undefined
+  if (!Number.isInteger(v) || v < 0) throw invalidArg(`${what} must be a prefix length (a whole number of bits)`)
+  return v
+}
+
+/**
+ * Turns a request's peer address and forwarding headers into its client's key: the peer by
+ * default; `X-Forwarded-For` (or `Forwarded`, with `proxyHeader: 'forwarded'`) only from the
+ * proxies `trustedProxies` names (a hop count, or addresses, CIDR ranges and `loopback`,
+ * `private`, `linklocal`), read from the right to the first untrusted hop; IPv6 by its
+ * `ipv6Subnet` prefix (default 64), IPv4-mapped IPv6 as IPv4. A setup that makes clients share
+ * one key is reported once per resolver and kind as a process warning (`SLUICEGATE_*` codes).
+ */
+class ClientResolver {
+  #r
+
+  constructor(options = {}) {
+    if (options === null || typeof options !== 'object') throw invalidArg('options must be an object')
+    const { trustedProxies, proxyHeader, ipv6Subnet, ipv4Subnet } = options
+    if (proxyHeader !== undefined && typeof proxyHeader !== 'string') throw invalidArg('proxyHeader must be a string')
+    this.#r = new native.ClientResolver(
+      trustText(trustedProxies), proxyHeader, prefix(ipv6Subnet, 'ipv6Subnet'), prefix(ipv4Subnet, 'ipv4Subnet'),
+    )
+  }
+
+  /**
+   * The key of a request from `peer` (its address as text; `undefined`: none) with these
+   * headers (Node's lower-case header object; only the forwarding ones are read).
+   */
+  resolve(peer, headers = {}) {
+    if (peer !== undefined && peer !== null && typeof peer !== 'string') throw invalidArg('peer must be a string')
+    const r = this.#r.resolve(peer, line(headers['x-forwarded-for']), line(headers.forwarded), line(headers['x-real-ip']))
+    if (typeof r === 'string') return r
+    process.emitWarning(r[2], { type: 'SluicegateWarning', code: `SLUICEGATE_${r[1].toUpperCase()}` })
+    return r[0]
+  }
+
+  /**
+   * The key of an HTTP request (Node's, Express's or Fastify's): its socket's peer and its
+   * headers. A request without forwarding headers is keyed by its peer alone, which a
+   * connection never changes: that key is kept on the socket for the connection's next
+   * requests (keep-alive), per resolver.
+   */
+  keyOf(req) {
+    const { socket, headers } = req
+    if (socket == null || headers['x-forwarded-for'] !== undefined || headers.forwarded !== undefined || headers['x-real-ip'] !== undefined) {
+      return this.resolve(socket?.remoteAddress, headers)
+    }
+    let memo = socket[PEER_KEYS]
+    if (memo === undefined) memo = socket[PEER_KEYS] = new WeakMap()
+    let key = memo.get(this)
+    if (key === undefined) {
+      key = this.resolve(socket.remoteAddress, headers)
+      memo.set(this, key)
+    }
+    return key
+  }
+
+  /** The trusted proxies, in the core's text form (`'none'`, a hop count, or ranges). */
+  get trustedProxies() {
+    return this.#r.trustedProxies
+  }
+
+  /** The IPv6 prefix length of keys. */
+  get ipv6Subnet() {
+    return this.#r.ipv6Prefix
+  }
+}
+
+module.exports = { ClientResolver }

@@ -1,0 +1,303 @@
+'use strict'
+// Fastify plugin: `fastify.register(require('sluicegate/fastify'), options)`, with
+// @fastify/rate-limit's option names where they mean the same thing (`max`, `timeWindow`,
+// `global`, `hook`, `keyGenerator`, `allowList`, `skipOnError`, `onExceeding`, `onExceeded`,
+// `errorResponseBuilder`, `addHeaders`, `addHeadersOnExceeding`, `enableDraftSpec`, `groupId`
+// and per-route `config.rateLimit`). The core decides and renders the header fields; this
+// file reads the request, adds the hooks and writes the reply.
+
+const {
+  draftStyle, functions, then, known, Limits, isEnabled, allowListOf, responseCounting, refunder, warn, keyGeneratorOf, invalidArg,
+} = require('./web.js')
+
+const PLUGIN = new Set([
+  'global', 'max', 'timeWindow', 'quota', 'burst', 'hook', 'keyGenerator', 'allowList', 'skipOnError',
+  'onExceeding', 'onExceeded', 'errorResponseBuilder', 'addHeaders', 'addHeadersOnExceeding',
+  'enableDraftSpec', 'policy', 'cost', 'maxKeys', 'onFull', 'store', 'limiter', 'enabled',
+  'skipSuccessfulRequests', 'skipFailedRequests', 'requestWasSuccessful', 'trustedProxies', 'proxyHeader',
+  'ipv6Subnet',
+])
+// A route's config.rateLimit: the plugin's options but `global`, and `groupId`.
+const ROUTE = new Set([...PLUGIN, 'groupId'])
+ROUTE.delete('global')
+// @fastify/rate-limit options with no counterpart here, and why.
+const REFUSED = {
+  ban: 'not supported (a banned client is still limited by its quota)',
+  onBanReach: 'not supported (no `ban`)',
+  continueExceeding: 'not supported: a rejected request costs nothing (the core never counts it)',
+  exponentialBackoff: 'not supported',
+  cache: 'use `maxKeys` (the bound on clients held)',
+  redis: 'use `store: "redis://HOST:PORT/DB?prefix=..."` (a URL, not a client)',
+  nameSpace: 'use the `prefix` of a Redis store URL',
+}
+const HOOKS = new Set(['onRequest', 'preParsing', 'preValidation', 'preHandler'])
+const DEFAULTS = {
+  global: true,
+  max: 1000,
+  timeWindow: 60_000,
+  hook: 'onRequest',
+  skipOnError: false,
+  enableDraftSpec: false,
+  policy: 'default',
+  cost: 1,
+  onFull: 'evict',
+}
+
+/** The default rejection: an error Fastify's error handler answers with its status. */
+function defaultErrorResponse(_req, context) {
+  const err = new Error(`Rate limit exceeded, retry in ${context.after}`)
+  err.statusCode = context.statusCode
+  return err
+}
+
+const UNITS = [
+  [365.25 * 86_400_000, 'year'], [86_400_000, 'day'], [3_600_000, 'hour'], [60_000, 'minute'], [1000, 'second'],
+]
+/** A wait in whole seconds as words, as @fastify/rate-limit's `after` (`'1 minute'`, `'30 seconds'`). */
+function after(ms) {
+  const s = Math.ceil(ms / 1000) * 1000
+  if (s < 1000) return `${s} ms`
+  const [unit, name] = UNITS.find(([u]) => s >= u)
+  const n = Math.round(s / unit)
+  return `${n} ${name}${n === 1 ? '' : 's'}`
+}
+
+// No field switched off.
+const NONE_OFF = Object.freeze({})
+
+/** `{ name (lower case): boolean }`, checked. */
+function switches(v, what) {
+  if (v === undefined) return NONE_OFF
+  if (v === null || typeof v !== 'object') throw invalidArg(`${what} must be an object of header names and booleans`)
+  const out = {}
+  for (const [k, on] of Object.entries(v)) {
+    if (typeof on !== 'boolean') throw invalidArg(`${what}[${JSON.stringify(k)}] must be a boolean`)
+    out[k.toLowerCase()] = on
+  }
+  return out
+}
+
+/** The decision's fields in `style`, less those switched off. */
+function fields(d, style, policy, off) {
+  const h = d.headers(style, policy)
+  if (off === NONE_OFF) return h
+  for (const name of Object.keys(h)) {
+    if (off[name.toLowerCase()] === false) delete h[name]
+  }
+  return h
+}
+
+/** The checked settings of one limit: the plugin's options merged with a route's. */
+function settings(o, raws) {
+  functions(o, ['onExceeding', 'onExceeded', 'errorResponseBuilder'])
+  if (typeof o.max === 'function' || typeof o.timeWindow === 'function') {
+    throw invalidArg('max and timeWindow must be values (one quota per limit; give a route its own config.rateLimit)')
+  }
+  if (!HOOKS.has(o.hook)) throw invalidArg(`hook must be one of ${[...HOOKS].join(', ')}`)
+  if (typeof o.skipOnError !== 'boolean') throw invalidArg('skipOnError must be a boolean')
+  if (o.groupId !== undefined && typeof o.groupId !== 'string') throw invalidArg('groupId must be a string')
+  let quota = o.quota
+  if (quota === undefined) {
+    const { max: count, timeWindow: w, burst } = o
+    quota = typeof w === 'string' ? `${count}/${w}${burst === undefined ? '' : `; burst=${burst}`}` : { count, periodMs: w, burst }
+    if (typeof w !== 'string' && burst === undefined) delete quota.burst
+  }
+  return {
+    ...o,
+    quota,
+    style: o.enableDraftSpec === false ? 'legacy' : draftStyle(o.enableDraftSpec, 'enableDraftSpec'),
+    addHeaders: switches(o.addHeaders, 'addHeaders'),
+    // Fields on an admitted request; Retry-After is the core's on rejections only.
+    addHeadersOnExceeding: switches(o.addHeadersOnExceeding, 'addHeadersOnExceeding'),
+    keyGenerator: keyGeneratorOf(o, raws),
+    allowed: allowListOf(o.allowList),
+    counting: responseCounting(o),
+    errorResponseBuilder: o.errorResponseBuilder ?? defaultErrorResponse,
+    costOf: typeof o.cost === 'function' ? o.cost : () => o.cost,
+  }
+}
+
+// Per request: the refunds its admitted limits wait for (response-dependent counting).
+const PENDING = Symbol('sluicegate.pending')
+
+/** The response's end: each admitted limit that counts by the response gets its outcome. */
+function onResponse(req, reply, done) {
+  for (const [p, outcome] of req[PENDING] ?? []) {
+    try {
+      then(p.counting.wasSuccessful(req, reply), outcome, warn)
+    } catch (err) {
+      warn(err)
+    }
+  }
+  done()
+}
+
+/** The client went away before the response: a failed request. */
+function onRequestAbort(req, done) {
+  for (const [, outcome] of req[PENDING] ?? []) outcome(false)
+  done()
+}
+
+/**
+ * The hook deciding for one limit: `(req, reply, next)`, where `next(err?)` goes on. Exposes
+ * the limits as properties.
+ */
+function handlerFor(p, limits) {
+  function respond(req, reply, next, key, c, d) {
+    req.rateLimit = d
+    if (d.allowed) {
+      reply.headers(fields(d, p.style, p.policy, p.addHeadersOnExceeding))
+      if (p.counting !== null) (req[PENDING] ??= []).push([p, refunder(p.counting, limits, key, c)])
+      p.onExceeding?.(req, key)
+      return next()
+    }
+    reply.headers(fields(d, p.style, p.policy, p.addHeaders))
+    p.onExceeded?.(req, key)
+    const context = { statusCode: 429, ban: false, max: d.limit, ttl: d.retryAfterMs, after: after(d.retryAfterMs) }
+    return next(p.errorResponseBuilder(req, context))
+  }
+
+  const failed = (next, err) => (p.skipOnError ? next() : next(err))
+
+  // On a Redis store a decision is a Promise (the event loop never waits for the server).
+  function decide(req, reply, next, key) {
+    try {
+      const c = p.costOf(req)
+      return then(limits.decide(key, c), (d) => respond(req, reply, next, key, c, d), (err) => failed(next, err))
+    } catch (err) {
+      return failed(next, err)
+    }
+  }
+
+  function withKey(req, reply, next, key) {
+    const { allowed } = p
+    if (allowed === undefined) return decide(req, reply, next, key)
+    return then(allowed(req, key), (yes) => (yes ? next() : decide(req, reply, next, key)), next)
+  }
+
+  function run(req, reply, next) {
+    try {
+      return then(p.keyGenerator(req), (key) => withKey(req, reply, next, key), next)
+    } catch (err) {
+      return next(err)
+    }
+  }
+
+  // Turned off (`enabled: false`, SLUICEGATE_ENABLED=0): every request passes.
+  const go = limits === null ? (_req, _reply, next) => next() : run
+  // preParsing hooks take the payload and hand it on.
+  return p.hook === 'preParsing'
+    ? function sluicegateRateLimit(req, reply, payload, done) { go(req, reply, (err) => done(err ?? null, payload)) }
+    : function sluicegateRateLimit(req, reply, done) { go(req, reply, done) }
+}
+
+/** `handler` added to the route's `hook` hooks, after those it has (once: a limit counts a request once). */
+function addHook(route, hook, handler) {
+  const have = route[hook] === undefined ? [] : [route[hook]].flat()
+  if (!have.includes(handler)) route[hook] = [...have, handler]
+}
+
+/** `handler` on the route, with the response hooks when its limit counts by the response. */
+function limitRoute(route, handler) {
+  addHook(route, handler.hook, handler)
+  if (handler.countsResponse) {
+    addHook(route, 'onResponse', onResponse)
+    addHook(route, 'onRequestAbort', onRequestAbort)
+  }
+}
+
+/**
+ * The plugin: decorates `fastify.rateLimit(options)` (a hook for a route's own hooks) and
+ * adds a limit to every route registered after it (with `global: false`, to those whose
+ * `config.rateLimit` is an object; `config.rateLimit: false` exempts a route).
+ */
+function sluicegateFastify(fastify, options, done) {
+  try {
+    register(fastify, options)
+  } catch (err) {
+    return done(err)
+  }
+  return done()
+}
+
+function register(fastify, options) {
+  known(options, PLUGIN, 'sluicegate/fastify', REFUSED)
+  const base = { ...DEFAULTS, ...options }
+  if (typeof base.global !== 'boolean') throw invalidArg('global must be a boolean')
+  const groups = new Map() // groupId -> [quota, handler]
+
+  const make = (route) => {
+    const p = settings({ ...base, ...route }, [options, route])
+    if (p.groupId !== undefined) {
+      const canonical = JSON.stringify([p.quota, p.store ?? null])
+      const g = groups.get(p.groupId)
+      if (g !== undefined) {
+        if (g[0] !== canonical) throw invalidArg(`groupId ${JSON.stringify(p.groupId)} is already a group with another quota or store`)
+        return g[1]
+      }
+      const h = build(p)
+      groups.set(p.groupId, [canonical, h])
+      return h
+    }
+    return build(p)
+  }
+  const build = (p) => {
+    const limits = isEnabled(p.enabled) ? new Limits(p) : null
+    const h = handlerFor(p, limits)
+    h.limiter = limits === null ? null : limits.limiters[0]
+    h.limiters = limits === null ? [] : limits.limiters
+    h.store = limits?.store
+    h.hook = p.hook
+    h.countsResponse = p.counting !== null
+    /** `key`'s state (the limit with the least remaining), changing nothing; `null` when turned off. */
+    h.get = (key) => (limits === null ? null : limits.get(key))
+    /** Forgets `key`'s buckets; whether one existed. */
+    h.reset = (key) => (limits === null ? false : limits.reset(key))
+    return h
+  }
+  let global // made on the first route that uses it
+  const globalHandler = () => (global ??= make({}))
+  if (base.global) globalHandler() // bad options throw at registration
+
+  // Declared on the request (Fastify's advice: a property added per request changes its shape).
+  if (!fastify.hasRequestDecorator('rateLimit')) fastify.decorateRequest('rateLimit', null)
+  if (!fastify.hasRequestDecorator(PENDING)) fastify.decorateRequest(PENDING, null)
+  if (!fastify.hasDecorator('rateLimits')) {
+    // Admin: the global limit's (or a group's) state and reset, by key.
+    const limitOf = (groupId) => {
+      const h = groupId === undefined ? globalHandler() : groups.get(groupId)?.[1]
+      if (h === undefined) throw invalidArg(`no rate-limit group ${JSON.stringify(groupId)}`)
+      return h
+    }
+    fastify.decorate('rateLimits', {
+      get: (key, groupId) => limitOf(groupId).get(key),
+      reset: (key, groupId) => limitOf(groupId).reset(key),
+    })
+  }
+  if (!fastify.hasDecorator('rateLimit')) {
+    fastify.decorate('rateLimit', (route = {}) => {
+      known(route, ROUTE, 'rateLimit', REFUSED)
+      return make(route)
+    })
+  }
+  fastify.addHook('onRoute', (route) => {
+    const cfg = route.config?.rateLimit
+    if (cfg === false) return
+    if (cfg === undefined || cfg === null) {
+      if (base.global) limitRoute(route, globalHandler())
+      return
+    }
+    if (typeof cfg !== 'object') throw invalidArg('config.rateLimit must be an object or false')
+    known(cfg, ROUTE, 'config.rateLimit', REFUSED)
+    limitRoute(route, make(cfg))
+  })
+}
+
+// What fastify-plugin sets: the hooks and decorators reach the registering scope.
+sluicegateFastify[Symbol.for('skip-override')] = true
+sluicegateFastify[Symbol.for('fastify.display-name')] = 'sluicegate'
+sluicegateFastify[Symbol.for('plugin-meta')] = { name: 'sluicegate', fastify: '5.x' }
+
+module.exports = sluicegateFastify
+module.exports.sluicegateFastify = sluicegateFastify
+module.exports.default = sluicegateFastify

@@ -1,0 +1,250 @@
+'use strict'
+// What the web adapters (express.js, fastify.js) share: the limiter behind a middleware (its
+// quota, its store and the store's per-limit namespace), header styles and filters, and the
+// checks of their options. The adapters read the request and write the response; the core
+// decides and renders the fields.
+
+const { createHash } = require('node:crypto')
+const { KeyedLimiter, ClientResolver, _internal } = require('./index.js')
+
+const { invalidArg, native, toRate, STORE_SUFFIX } = _internal
+
+// express-rate-limit's names for the standard header drafts, as the core's header styles.
+const STYLES = { 'draft-6': 'draft6', 'draft-7': 'draft7', 'draft-8': 'ietf' }
+
+/** The core's style for a draft name (`'draft-6'`, `'draft-7'`, `'draft-8'`; `true`: draft-6). */
+function draftStyle(v, what) {
+  if (v === true) return STYLES['draft-6']
+  if (typeof v === 'string' && Object.hasOwn(STYLES, v)) return STYLES[v]
+  throw invalidArg(`${what} must be true, false, "draft-6", "draft-7" or "draft-8"`)
+}
+
+const isThenable = (v) => v !== null && typeof v === 'object' && typeof v.then === 'function'
+
+/** Throws unless each named option is absent or a function. */
+function functions(opts, names) {
+  for (const f of names) {
+    if (opts[f] !== undefined && typeof opts[f] !== 'function') throw invalidArg(`${f} must be a function`)
+  }
+}
+
+/** Throws on an option outside `known`, with `hints[name]` as the reason where one is given. */
+function known(options, allowed, adapter, hints = {}) {
+  if (options === null || typeof options !== 'object') throw invalidArg('options must be an object')
+  for (const k of Object.keys(options)) {
+    if (Object.hasOwn(hints, k)) throw invalidArg(`${adapter} option ${JSON.stringify(k)}: ${hints[k]}`)
+    if (!allowed.has(k)) throw invalidArg(`unknown ${adapter} option ${JSON.stringify(k)}`)
+  }
+}
+
+/**
+ * The namespace of the limiter for `rate` on `store`: a suffix derived from the limit, which
+ * the core appends to a region's name or a Redis store's key prefix, so that middlewares with
+ * different limits on one configured store get namespaces of their own (a region holds one
+ * quota) and every process and host derives the same one: `-` and the first 12 hex digits of
+ * the SHA-256 of the canonical quota (`canonicalQuota`). `'memory'` has none. Returns the
+ * suffix and the store as printed with it (a Redis password redacted).
+ */
+function storeFor(store, rate) {
+  if (typeof store !== 'string') {
+    throw invalidArg(
+      'store must be a sluicegate store string ("memory", "shm:NAME" or "redis://..."); the Store objects of other rate-limit packages are not used here (pass `limiter` to share one limiter between routes)',
+    )
+  }
+  const suffix = `-${createHash('sha256').update(native.canonicalQuota(rate)).digest('hex').slice(0, 12)}`
+  return { suffix, printed: native.storeSuffixed(store, suffix) }
+}
+
+/**
+ * The keyed limiter of one limit: `limiter` as given, or a new one of `quota` (a rate string
+ * or options object) on `store`, bounded by `maxKeys`/`onFull`. Returns it, its store as
+ * printed (`undefined` for a limiter passed in), and whether it is remote (Redis: every
+ * decision a Promise, so that the event loop never waits for the server).
+ */
+function limiterFor({ limiter, quota, store, maxKeys, onFull }) {
+  let printed
+  if (limiter === undefined) {
+    const rate = toRate(quota)
+    const ns = store === undefined ? { printed: 'memory' } : storeFor(store, rate)
+    printed = ns.printed
+    limiter = new KeyedLimiter(rate, { maxKeys, onFull, store, [STORE_SUFFIX]: ns.suffix })
+  } else if (!(limiter instanceof KeyedLimiter)) {
+    throw invalidArg('limiter must be a sluicegate KeyedLimiter')
+  }
+  return { limiter, store: printed, remote: limiter.redisStats() !== null }
+}
+
+/** `f(v)` now, or once `v` settles when it is a Promise (its rejection, `err`'s). */
+const then = (v, f, err) => (isThenable(v) ? v.then(f, err) : f(v))
+
+/**
+ * The limits of one middleware or route, decided together for a key: one limiter per quota
+ * (`quota` may be an array: `['10/second', '1000/hour']`), or the `limiter` given. A request
+ * is admitted by every limit or by none: when one rejects, the limits that admitted before it
+ * get the cost back (the core's refund). The decision reported is the rejecting limit's, or
+ * the admitting one with the least remaining. On a Redis store each call returns a Promise.
+ */
+class Limits {
+  constructor(opts) {
+    if (opts.limiter !== undefined && opts.store !== undefined) {
+      throw invalidArg('give `store` or `limiter`, not both: a limiter passed in has its store')
+    }
+    const quotas = opts.limiter === undefined && Array.isArray(opts.quota) ? opts.quota : [opts.quota]
+    if (quotas.length === 0) throw invalidArg('quota must not be an empty array')
+    this.parts = quotas.map((quota) => limiterFor({ ...opts, quota }))
+    this.limiters = this.parts.map((p) => p.limiter)
+    this.remote = this.parts.some((p) => p.remote)
+    this.store = this.parts[0].store // each quota's namespace: the same store, its own suffix
+  }
+
+  /** Asks every limit for `cost` of `key`'s bucket: a Decision (a Promise on Redis). */
+  decide(key, cost) {
+    const ls = this.limiters
+    if (this.remote) return this.#decideAsync(key, cost)
+    if (ls.length === 1) return ls[0].tryAcquire(key, cost)
+    let best
+    for (let i = 0; i < ls.length; i++) {
+      let d
+      try {
+        d = ls[i].tryAcquire(key, cost)
+      } catch (err) {
+        this.#giveBack(i, key, cost)
+        throw err
+      }
+      if (!d.allowed) {
+        this.#giveBack(i, key, cost)
+        return d
+      }
+      if (best === undefined || d.remaining < best.remaining) best = d
+    }
+    return best
+  }
+
+  async #decideAsync(key, cost) {
+    const ls = this.limiters
+    let best
+    for (let i = 0; i < ls.length; i++) {
+      let d
+      try {
+        d = await ls[i].tryAcquireAsync(key, cost)
+      } catch (err) {
+        await this.#giveBackAsync(i, key, cost)
+        throw err
+      }
+      if (!d.allowed) {
+        await this.#giveBackAsync(i, key, cost)
+        return d
+      }
+      if (best === undefined || d.remaining < best.remaining) best = d
+    }
+    return best
+  }
+
+  #giveBack(upTo, key, cost) {
+    for (let j = 0; j < upTo; j++) this.limiters[j].refund(key, cost)
+  }
+
+  async #giveBackAsync(upTo, key, cost) {
+    for (let j = 0; j < upTo; j++) await this.limiters[j].refundAsync(key, cost)
+  }
+
+  /** Gives `cost` back to every limit of `key` (a Promise on Redis). */
+  refund(key, cost) {
+    if (this.remote) return Promise.all(this.limiters.map((l) => l.refundAsync(key, cost))).then(() => undefined)
+    for (const l of this.limiters) l.refund(key, cost)
+    return undefined
+  }
+
+  /** `key`'s state, changing nothing: the limit with the least remaining (a Promise on Redis). */
+  get(key) {
+    const tightest = (ds) => ds.reduce((a, d) => (d.remaining < a.remaining ? d : a))
+    if (this.remote) return Promise.all(this.limiters.map((l) => l.peekAsync(key))).then(tightest)
+    return tightest(this.limiters.map((l) => l.peek(key)))
+  }
+
+  /** Forgets `key`'s buckets; whether one existed (a Promise on Redis). */
+  reset(key) {
+    const any = (bs) => bs.some(Boolean)
+    if (this.remote) return Promise.all(this.limiters.map((l) => l.removeAsync(key))).then(any)
+    return any(this.limiters.map((l) => l.remove(key)))
+  }
+}
+
+/**
+ * Whether a middleware limits at all: `enabled` (default true), and not turned off for the
+ * whole process by the environment (`SLUICEGATE_ENABLED=0` or `false`, for tests), read when
+ * the middleware is made.
+ */
+function isEnabled(enabled) {
+  if (enabled !== undefined && typeof enabled !== 'boolean') throw invalidArg('enabled must be a boolean')
+  const env = process.env.SLUICEGATE_ENABLED
+  return enabled !== false && env !== '0' && env !== 'false'
+}
+
+/** `allowList` (keys, or a function `(req, key) => boolean`) as a predicate, or `undefined`. */
+function allowListOf(list) {
+  if (list === undefined || typeof list === 'function') return list
+  if (!Array.isArray(list)) throw invalidArg('allowList must be an array of keys or a function (req, key) => boolean')
+  const keys = new Set(list.map(String))
+  return (_req, key) => keys.has(String(key))
+}
+
+/** The response-dependent counting options, checked: `null` when every request counts. */
+function responseCounting(opts) {
+  const { skipSuccessfulRequests: ok = false, skipFailedRequests: failed = false, requestWasSuccessful } = opts
+  if (typeof ok !== 'boolean') throw invalidArg('skipSuccessfulRequests must be a boolean')
+  if (typeof failed !== 'boolean') throw invalidArg('skipFailedRequests must be a boolean')
+  functions(opts, ['requestWasSuccessful'])
+  if (!ok && !failed) return null
+  return { ok, failed, wasSuccessful: requestWasSuccessful ?? ((_req, res) => res.statusCode < 400) }
+}
+
+/** A failure where no caller waits (a refund after the response): a process warning. */
+const warn = (err) => process.emitWarning(err instanceof Error ? err : new Error(String(err)))
+
+/**
+ * What to do when an admitted request's response ends: `outcome(success)` gives the cost
+ * back when `counting` says such a response does not count (once, however often called).
+ */
+function refunder(counting, limits, key, cost) {
+  let done = false
+  return (success) => {
+    if (done || !(success ? counting.ok : counting.failed)) return
+    done = true
+    try {
+      const r = limits.refund(key, cost)
+      if (isThenable(r)) r.catch(warn)
+    } catch (err) {
+      warn(err)
+    }
+  }
+}
+
+// The options that shape the default key (ClientResolver's).
+const CLIENT_OPTIONS = ['trustedProxies', 'proxyHeader', 'ipv6Subnet']
+
+/**
+ * The key of a request: `keyGenerator` when one is given (in `opts`, the merged options),
+ * else the client by the core's rules (`ClientResolver`: the peer address; forwarding headers
+ * only from `trustedProxies`; IPv6 by `ipv6Subnet`). The framework's own proxy setting
+ * (Express's `trust proxy`, Fastify's `trustProxy`, hence `req.ip`) is not read. An options
+ * object of `raws` giving both a keyGenerator and a default-key option is refused: the latter
+ * would do nothing.
+ */
+function keyGeneratorOf(opts, raws = [opts]) {
+  for (const raw of raws) {
+    const shaping = CLIENT_OPTIONS.find((k) => raw[k] !== undefined)
+    if (raw.keyGenerator !== undefined && shaping !== undefined) {
+      throw invalidArg(`${shaping} shapes the default key: with keyGenerator it does nothing (give one or the other)`)
+    }
+  }
+  functions(opts, ['keyGenerator'])
+  if (opts.keyGenerator !== undefined) return opts.keyGenerator
+  const resolver = new ClientResolver(opts)
+  return (req) => resolver.keyOf(req)
+}
+
+module.exports = {
+  STYLES, draftStyle, isThenable, then, functions, known, Limits, isEnabled, allowListOf,
+  responseCounting, refunder, warn, keyGeneratorOf, CLIENT_OPTIONS, invalidArg,
+}
