@@ -43,6 +43,10 @@ export interface Options {
   skipFailedRequests?: boolean
   /** What a successful response is (default: a status below 400); may return a promise. */
   requestWasSuccessful?: (req: Request, res: Response) => boolean | Promise<boolean>
+  /** A dry run (the core's shadow mode): every request passes, the limits decide and count as enforcement would (default false). */
+  shadow?: boolean
+  /** Called for each request a shadow limit would have rejected (`decision.shadowRejected`). */
+  onShadowReject?: (req: Request, key: Key, decision: Decision) => void
   /** Runs when a request is over the quota (default: `statusCode` and `message`). */
   handler?: (req: Request, res: Response, next: NextFunction, options: Options) => unknown
   /** `RateLimit*` fields, by express-rate-limit's names: `'draft-6'` (default, also `true`), `'draft-7'`, `'draft-8'` (the core's `ietf`), or `false`. */

@@ -13,7 +13,7 @@ const OPTIONS = new Set([
   'quota', 'limit', 'windowMs', 'burst', 'keyGenerator', 'skip', 'handler', 'standardHeaders',
   'legacyHeaders', 'cost', 'statusCode', 'message', 'policy', 'maxKeys', 'onFull', 'limiter',
   'requestPropertyName', 'store', 'allowList', 'enabled', 'skipSuccessfulRequests', 'skipFailedRequests',
-  'requestWasSuccessful', 'trustedProxies', 'proxyHeader', 'ipv6Subnet',
+  'requestWasSuccessful', 'trustedProxies', 'proxyHeader', 'ipv6Subnet', 'shadow', 'onShadowReject',
 ])
 
 function defaultHandler(req, res, _next, options) {
@@ -47,7 +47,7 @@ function rateLimit(options = {}) {
   const legacy = Boolean(opts.legacyHeaders)
   if (typeof opts.handler !== 'function') throw invalidArg('handler must be a function')
   opts.keyGenerator = keyGeneratorOf(options)
-  functions(opts, ['skip'])
+  functions(opts, ['skip', 'onShadowReject'])
   const allowed = allowListOf(opts.allowList)
   const counting = responseCounting(opts)
   const quota = opts.quota ?? { count: opts.limit, periodMs: opts.windowMs, ...(opts.burst === undefined ? {} : { burst: opts.burst }) }
@@ -61,7 +61,9 @@ function rateLimit(options = {}) {
     if (style !== null) res.set(d.headers(style, policy))
     if (legacy) res.set(d.headers('legacy', policy))
     if (!d.allowed) return opts.handler(req, res, next, opts)
-    if (counting !== null) {
+    if (d.shadowRejected) opts.onShadowReject?.(req, key, d)
+    // A shadow rejection took nothing: no refund can be owed for it.
+    if (counting !== null && !d.shadowRejected) {
       const outcome = refunder(counting, limits, key, c)
       res.on('finish', () => {
         try {

@@ -102,6 +102,10 @@ export interface RateLimitOptions {
   skipFailedRequests?: boolean
   /** What a successful response is (default: a status below 400); may return a promise. */
   requestWasSuccessful?: (req: FastifyRequest, reply: FastifyReply) => boolean | Promise<boolean>
+  /** A dry run (the core's shadow mode): every request passes, the limits decide and count as enforcement would (default false). */
+  shadow?: boolean
+  /** Called for each request a shadow limit would have rejected (`decision.shadowRejected`). */
+  onShadowReject?: (req: FastifyRequest, key: Key, decision: Decision) => void
 }
 
 export interface RouteRateLimitOptions extends RateLimitOptions {

@@ -15,7 +15,7 @@ const PLUGIN = new Set([
   'onExceeding', 'onExceeded', 'errorResponseBuilder', 'addHeaders', 'addHeadersOnExceeding',
   'enableDraftSpec', 'policy', 'cost', 'maxKeys', 'onFull', 'store', 'limiter', 'enabled',
   'skipSuccessfulRequests', 'skipFailedRequests', 'requestWasSuccessful', 'trustedProxies', 'proxyHeader',
-  'ipv6Subnet',
+  'ipv6Subnet', 'shadow', 'onShadowReject',
 ])
 // A route's config.rateLimit: the plugin's options but `global`, and `groupId`.
 const ROUTE = new Set([...PLUGIN, 'groupId'])
@@ -89,7 +89,7 @@ function fields(d, style, policy, off) {
 
 /** The checked settings of one limit: the plugin's options merged with a route's. */
 function settings(o, raws) {
-  functions(o, ['onExceeding', 'onExceeded', 'errorResponseBuilder'])
+  functions(o, ['onExceeding', 'onExceeded', 'errorResponseBuilder', 'onShadowReject'])
   if (typeof o.max === 'function' || typeof o.timeWindow === 'function') {
     throw invalidArg('max and timeWindow must be values (one quota per limit; give a route its own config.rateLimit)')
   }
@@ -147,7 +147,9 @@ function handlerFor(p, limits) {
     req.rateLimit = d
     if (d.allowed) {
       reply.headers(fields(d, p.style, p.policy, p.addHeadersOnExceeding))
-      if (p.counting !== null) (req[PENDING] ??= []).push([p, refunder(p.counting, limits, key, c)])
+      if (d.shadowRejected) p.onShadowReject?.(req, key, d)
+      // A shadow rejection took nothing: no refund can be owed for it.
+      if (p.counting !== null && !d.shadowRejected) (req[PENDING] ??= []).push([p, refunder(p.counting, limits, key, c)])
       p.onExceeding?.(req, key)
       return next()
     }

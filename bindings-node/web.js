@@ -61,13 +61,13 @@ function storeFor(store, rate) {
  * printed (`undefined` for a limiter passed in), and whether it is remote (Redis: every
  * decision a Promise, so that the event loop never waits for the server).
  */
-function limiterFor({ limiter, quota, store, maxKeys, onFull }) {
+function limiterFor({ limiter, quota, store, maxKeys, onFull, shadow }) {
   let printed
   if (limiter === undefined) {
     const rate = toRate(quota)
     const ns = store === undefined ? { printed: 'memory' } : storeFor(store, rate)
     printed = ns.printed
-    limiter = new KeyedLimiter(rate, { maxKeys, onFull, store, [STORE_SUFFIX]: ns.suffix })
+    limiter = new KeyedLimiter(rate, { maxKeys, onFull, store, shadow: shadow === true, [STORE_SUFFIX]: ns.suffix })
   } else if (!(limiter instanceof KeyedLimiter)) {
     throw invalidArg('limiter must be a sluicegate KeyedLimiter')
   }
@@ -83,9 +83,18 @@ const then = (v, f, err) => (isThenable(v) ? v.then(f, err) : f(v))
  * is admitted by every limit or by none: when one rejects, the limits that admitted before it
  * get the cost back (the core's refund). The decision reported is the rejecting limit's, or
  * the admitting one with the least remaining. On a Redis store each call returns a Promise.
+ *
+ * With `shadow: true` (a dry run: the core's shadow mode) every limit decides and counts but
+ * lets the request through; a would-be rejection (`decision.shadowRejected`) ends the request's
+ * decisions as a rejection would, the earlier limits getting the cost back, so that the counts
+ * are what enforcement would have left.
  */
 class Limits {
   constructor(opts) {
+    if (opts.shadow !== undefined && typeof opts.shadow !== 'boolean') throw invalidArg('shadow must be a boolean')
+    if (opts.limiter !== undefined && opts.shadow === true) {
+      throw invalidArg('give `shadow` or `limiter`, not both: a limiter passed in has its own shadow mode')
+    }
     if (opts.limiter !== undefined && opts.store !== undefined) {
       throw invalidArg('give `store` or `limiter`, not both: a limiter passed in has its store')
     }
@@ -111,7 +120,7 @@ class Limits {
         this.#giveBack(i, key, cost)
         throw err
       }
-      if (!d.allowed) {
+      if (!d.allowed || d.shadowRejected) {
         this.#giveBack(i, key, cost)
         return d
       }
@@ -131,7 +140,7 @@ class Limits {
         await this.#giveBackAsync(i, key, cost)
         throw err
       }
-      if (!d.allowed) {
+      if (!d.allowed || d.shadowRejected) {
         await this.#giveBackAsync(i, key, cost)
         return d
       }

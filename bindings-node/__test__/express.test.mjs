@@ -203,3 +203,27 @@ test('several limits on one route (all or nothing), one limit shared by routes, 
   assert.equal(mw.limiters[0].peek('k').remaining, 2)
   assert.throws(() => rateLimit({ quota: [] }), (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG')
 })
+
+test('shadow: a dry run decides and counts, never rejects; would-be rejections reach onShadowReject', async (t) => {
+  const seen = []
+  const mw = rateLimit({
+    quota: ['2/minute', '3/hour'],
+    keyGenerator: () => 'k',
+    shadow: true,
+    onShadowReject: (_req, key, d) => seen.push([key, d.remaining, d.shadowRejected]),
+    skipFailedRequests: true,
+  })
+  const get = await routes(t, mw)
+  assert.deepEqual(await get('/ok', 4), [200, 200, 200, 200], 'nothing rejected')
+  assert.deepEqual(seen, [['k', 0, true], ['k', 0, true]], 'requests 3 and 4 would have been rejected')
+  // As enforcement would: each limit took 2; the would-be rejections took nothing (the minute
+  // limit would have rejected them, so the hourly one was not asked).
+  assert.equal(mw.limiters[0].peek('k').remaining, 0)
+  assert.equal(mw.limiters[1].peek('k').remaining, 1)
+  // A failed request that shadow would have rejected is owed no refund.
+  assert.deepEqual(await get('/fail', 1), [500])
+  await new Promise((r) => setTimeout(r, 20))
+  assert.equal(mw.limiters[0].peek('k').remaining, 0)
+  assert.equal(mw.limiters[1].peek('k').remaining, 1)
+  assert.throws(() => rateLimit({ shadow: 'yes' }), (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG')
+})

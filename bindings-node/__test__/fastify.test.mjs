@@ -297,3 +297,12 @@ describe('store redis', needsRedis(), () => {
     assert.equal((await f.rateLimits.get('k')).remaining, 2)
   })
 })
+
+test('shadow: a dry run on a route lets every request through and reports would-be rejections', async (t) => {
+  const seen = []
+  const f = await app(t, { max: 2, timeWindow: '1 minute', shadow: true, onShadowReject: (_req, key) => seen.push(key) })
+  assert.deepEqual(await statuses(f, 4), [200, 200, 200, 200])
+  assert.deepEqual(seen, ['127.0.0.1', '127.0.0.1'])
+  const d = (await f.inject({ url: '/' })).json()
+  assert.equal(d.remaining, 0)
+})
