@@ -57,6 +57,7 @@ typedef struct sg_decision {
   uint64_t retry_after_ns;
   uint64_t reset_after_ns;
   uint64_t window_s;
+  bool shadow_rejected;
 } sg_decision;
 const char *sg_version(void);
 const char *sg_result_name(uint32_t code);

@@ -1,6 +1,6 @@
 -- The OpenResty access handler of handler.lua run outside nginx, with a stand-in `ngx`
--- (ngx_stub.lua) and a manual clock, so every outcome is exact and checked; then the
--- module's errors, the key rule, and a drift check of its declarations against the header.
+-- (ngx_stub.lua) and a manual clock, so every outcome is exact and checked, after a drift
+-- check of the module's declarations against the header; then its errors and the key rule.
 --
 -- Run: SLUICEGATE_LIB=target/c/lib/libsluicegate.so luajit examples/luajit/test_handler.lua
 local dir = arg and arg[0]:match("^(.*)/[^/]*$") or "."
@@ -10,6 +10,39 @@ local sg = require("sluicegate")
 local passed, failed = 0, 0
 local function check(cond, what)
   if cond then passed = passed + 1 else failed = failed + 1; io.stderr:write("FAILED: ", what, "\n") end
+end
+
+-- Drift check, first: every declaration of the module's cdef appears in the committed header
+-- (a struct that differs would have the library write past LuaJIT's copy of it).
+local header_path = os.getenv("SLUICEGATE_HEADER")
+if header_path then
+  local h = assert(io.open(header_path)):read("*a")
+  local src = assert(io.open(dir .. "/sluicegate.lua")):read("*a")
+  local cdef = src:match("ffi%.cdef%[%[(.-)%]%]")
+  local function normalize(s)
+    s = s:gsub("/%*.-%*/", " "):gsub("//[^\n]*", " ")
+    s = s:gsub("#ifdef __cplusplus.-#endif[^\n]*", " ")   -- C++-only parts
+    s = s:gsub("\n#[^\n]*", "\n")                          -- other preprocessor lines
+    s = s:gsub("%s+", " "):gsub(" ?([%(%)%*,;{}]) ?", "%1")
+    return s
+  end
+  local hn = normalize(h)
+  local n = 0
+  for decl in normalize(cdef):gmatch("[^;{}]*%b{}[^;]*;") do   -- struct and enum definitions
+    n = n + 1
+    decl = decl:match("^%s*(.-)%s*$")
+    check(hn:find(decl, 1, true) ~= nil, "header has: " .. decl)
+  end
+  for decl in normalize(cdef):gsub("[^;{}]*%b{}[^;]*;", ""):gmatch("[^;]+;") do
+    n = n + 1
+    decl = decl:match("^%s*(.-)%s*$")
+    check(hn:find(decl, 1, true) ~= nil, "header has: " .. decl)
+  end
+  print(string.format("cdef drift check: %d declarations compared with %s", n, header_path))
+end
+if failed > 0 then
+  print(string.format("luajit example: the cdef drifted from the header (%d failed)", failed))
+  os.exit(1)
 end
 
 local access = require("handler").access
@@ -67,34 +100,6 @@ check(ids:len() == 1, "42 and \"42\" are one key")
 -- The default clock works as well.
 local live = assert(sg.keyed("1000/s", 10))
 check(live:acquire("k", 1).allowed, "default clock admits")
-
--- Drift check: every declaration of the module's cdef appears in the committed header.
-local header_path = os.getenv("SLUICEGATE_HEADER")
-if header_path then
-  local h = assert(io.open(header_path)):read("*a")
-  local src = assert(io.open(dir .. "/sluicegate.lua")):read("*a")
-  local cdef = src:match("ffi%.cdef%[%[(.-)%]%]")
-  local function normalize(s)
-    s = s:gsub("/%*.-%*/", " "):gsub("//[^\n]*", " ")
-    s = s:gsub("#ifdef __cplusplus.-#endif[^\n]*", " ")   -- C++-only parts
-    s = s:gsub("\n#[^\n]*", "\n")                          -- other preprocessor lines
-    s = s:gsub("%s+", " "):gsub(" ?([%(%)%*,;{}]) ?", "%1")
-    return s
-  end
-  local hn = normalize(h)
-  local n = 0
-  for decl in normalize(cdef):gmatch("[^;{}]*%b{}[^;]*;") do   -- struct and enum definitions
-    n = n + 1
-    decl = decl:match("^%s*(.-)%s*$")
-    check(hn:find(decl, 1, true) ~= nil, "header has: " .. decl)
-  end
-  for decl in normalize(cdef):gsub("[^;{}]*%b{}[^;]*;", ""):gmatch("[^;]+;") do
-    n = n + 1
-    decl = decl:match("^%s*(.-)%s*$")
-    check(hn:find(decl, 1, true) ~= nil, "header has: " .. decl)
-  end
-  print(string.format("cdef drift check: %d declarations compared with %s", n, header_path))
-end
 
 print(string.format("luajit example (libsluicegate %s): %d passed, %d failed", sg.version(), passed, failed))
 os.exit(failed == 0 and 0 or 1)
