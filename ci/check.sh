@@ -6,8 +6,9 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 export PROPTEST_CASES="${PROPTEST_CASES:-1024}"
 
-step() { printf '\n==> %s\n' "$*"; }
 started=$(date +%s)
+# Each step with the seconds since the start, so a slow suite shows.
+step() { printf '\n==> %s (at %ds)\n' "$*" "$(($(date +%s) - started))"; }
 # Every test runner's output is also collected here, so the last line can total them.
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# A short, bounded run of every cargo-fuzz target (FUZZ_SECONDS each, default 20). Needs the
+# A short, bounded run of every cargo-fuzz target (FUZZ_SECONDS each, default 10). Needs the
 # nightly toolchain and cargo-fuzz, which it installs (into target/tools) when missing, and
 # fails when it cannot. The long run is documented in fuzz/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-secs="${FUZZ_SECONDS:-20}"
+secs="${FUZZ_SECONDS:-10}"
 # shellcheck source=ci/nightly.sh
 . ci/nightly.sh
 need_nightly || { echo "fuzz: 0 passed, 1 failed"; exit 1; }
