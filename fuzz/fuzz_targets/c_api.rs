@@ -212,6 +212,7 @@ fuzz_target!(|input: Input| {
         retry_after_ns: 0,
         reset_after_ns: 0,
         window_s: 0,
+        shadow_rejected: false,
     };
     for op in input.ops.iter().take(256) {
         // SAFETY: (the whole block) every pointer passed is NULL, a live handle of this

@@ -279,7 +279,7 @@ impl Slot {
             (Slot::Narrow(w), Codec::LeakyQueue(q)) if max_wait_ns != u64::MAX => {
                 let bound = q.bound_units(max_wait_ns);
                 live_loop::<u64>(w, |s| {
-                    let (d, new) = q.reserve(s.widen(), now, cost, bound);
+                    let (d, new) = q.reserve(Word::widen(s), now, cost, bound);
                     (d, new.map(<u64 as Word>::narrow))
                 })
             }
@@ -305,7 +305,9 @@ impl Slot {
     /// slot is not sealed yet). Every later operation on the slot gives up (`None`).
     pub(crate) fn seal(&self) -> Sealed {
         match self {
-            Slot::Narrow(w) => Sealed::Word(<u64 as Word>::swap(w, <u64 as Word>::DEAD).widen()),
+            Slot::Narrow(w) => {
+                Sealed::Word(Word::widen(<u64 as Word>::swap(w, <u64 as Word>::DEAD)))
+            }
             Slot::Wide(w) => Sealed::Word(<u128 as Word>::swap(w, <u128 as Word>::DEAD)),
             Slot::Log(l) => Sealed::Log(l.take().expect("sealed once, by the writer")),
             Slot::External(_) => unreachable!("an external bucket is never reconfigured"),

@@ -282,10 +282,10 @@ fn carried<K: Hash + Eq + Send + 'static>(
     let backend = match (&cur.backend, &codec) {
         (Backend::Log(s), Codec::SlidingLog(log)) => Backend::Log(s.move_into(log.clone())),
         (Backend::Narrow(c), _) if codec.wide() => {
-            Backend::Wide(c.move_into(|w: u64| carry(w.widen()))?)
+            Backend::Wide(c.move_into(|w: u64| carry(Word::widen(w)))?)
         }
         (Backend::Narrow(c), _) => {
-            Backend::Narrow(c.move_into(|w: u64| carry(w.widen()).map(<u64 as Word>::narrow))?)
+            Backend::Narrow(c.move_into(|w: u64| carry(Word::widen(w)).map(<u64 as Word>::narrow))?)
         }
         (Backend::Wide(c), _) if codec.wide() => Backend::Wide(c.move_into(|w: u128| carry(w))?),
         (Backend::Wide(c), _) => {
