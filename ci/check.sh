@@ -39,7 +39,7 @@ done
 
 step "cargo test (unit, property, conformance, stress, doc tests)"
 cargo test --workspace --locked 2>&1 | tee -a "$results"
-cargo test -p sluicegate --features tokio --locked --test async_acquire 2>&1 | tee -a "$results"
+cargo test -p sluicegate --features tokio --locked --test examples acquire_async 2>&1 | tee -a "$results"
 
 # cargo: "test result: ok. N passed; M failed"; pytest: "N passed"; node --test: "# pass N".
 totals=$(awk '
