@@ -367,7 +367,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
             Some(t) => (st.used + 1) * 8 > t.cap() * 7,
         };
         if needs_room {
-            self.rebuild(cx, shard, st, now, guard);
+            self.rebuild(cx, shard, st, now, guard, true);
         }
         let t = shard
             .table(guard)
@@ -580,12 +580,22 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         st: &mut ShardState,
         now: u64,
         guard: &rcu::Guard,
+        grow: bool,
     ) {
         if cx.lossless && cx.sweep_on_grow {
             self.sweep_locked(cx, shard, st, now, guard);
         }
         let old = shard.table(guard);
-        let cap = ((st.live + 1) * 10 / 7 + 1).max(MIN_CAP);
+        // Room for 10/7 of the live keys: the table grows by a quarter before the next
+        // rebuild, which (with `sweep_on_grow`) first evicts the full buckets, so that memory
+        // follows the keys that are not full. A table that keeps every key
+        // (`sweep_on_grow(false)`: most keys return) doubles instead: each key is moved about
+        // once as the table grows, not about four times.
+        let doubled = match old {
+            Some(t) if grow && !cx.sweep_on_grow => t.cap() * 2,
+            _ => 0,
+        };
+        let cap = ((st.live + 1) * 10 / 7 + 1).max(doubled).max(MIN_CAP);
         let new = Table::<K, W>::new(cap);
         if let Some(old) = old {
             // The keys' hashes first: `Hash` is user code and may unwind, which it must do
@@ -724,7 +734,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
             // insert, so that memory follows the number of keys.
             if let Some(t) = shard.table(&guard) {
                 if t.cap() > MIN_CAP && st.live * 4 < st.used {
-                    self.rebuild(cx, shard, &mut st, now, &guard);
+                    self.rebuild(cx, shard, &mut st, now, &guard, false);
                 }
             }
         }
