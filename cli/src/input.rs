@@ -352,7 +352,7 @@ pub fn scan_combined(line: &[u8], last: usize, out: &mut [Option<Span>; 12]) -> 
     // ip, ident, user: space-separated tokens
     for f in 0..3 {
         let s = i;
-        match memchr::memchr(b' ', &line[i..]) {
+        match crate::scan::find(b' ', &line[i..]) {
             Some(k) => i += k,
             None => return false,
         }
@@ -367,7 +367,7 @@ pub fn scan_combined(line: &[u8], last: usize, out: &mut [Option<Span>; 12]) -> 
         return false;
     }
     let s = i + 1;
-    match memchr::memchr(b']', &line[s..]) {
+    match crate::scan::find(b']', &line[s..]) {
         Some(k) => i = s + k,
         None => return false,
     }
@@ -389,7 +389,7 @@ pub fn scan_combined(line: &[u8], last: usize, out: &mut [Option<Span>; 12]) -> 
     // method path protocol inside the request
     let req = &line[s..e];
     let (mut m, mut p, mut pr) = (None, None, None);
-    if let Some(a) = memchr::memchr(b' ', req) {
+    if let Some(a) = crate::scan::find(b' ', req) {
         m = span(s, s + a, false);
         let rest = &req[a + 1..];
         match memchr::memrchr(b' ', rest) {
@@ -414,7 +414,7 @@ pub fn scan_combined(line: &[u8], last: usize, out: &mut [Option<Span>; 12]) -> 
         }
         i += 1;
         let s = i;
-        let k = memchr::memchr(b' ', &line[i..]).unwrap_or(n - i);
+        let k = crate::scan::find(b' ', &line[i..]).unwrap_or(n - i);
         i += k;
         out[f] = span(s, i, false);
         if f == last {
@@ -439,11 +439,11 @@ pub fn scan_combined(line: &[u8], last: usize, out: &mut [Option<Span>; 12]) -> 
 
 /// The index of the quote closing a quoted string whose content starts at `i` (backslash
 /// escapes skipped), and whether it contains escapes.
-#[inline]
+#[inline(always)]
 fn quoted_end(line: &[u8], mut i: usize) -> Option<(usize, bool)> {
     let mut esc = false;
     loop {
-        let k = memchr::memchr2(b'"', b'\\', &line[i..])?;
+        let k = crate::scan::find2(b'"', b'\\', &line[i..])?;
         i += k;
         if line[i] == b'"' {
             return Some((i, esc));
@@ -510,7 +510,7 @@ fn scan_object(
         let mut leaf = None;
         let mut nested = false;
         for (pi, p) in paths.iter().enumerate() {
-            if p.len() > depth && p[depth] == key && out[pi].is_none() {
+            if out[pi].is_none() && p.len() > depth && eq_short(&p[depth], key) {
                 if p.len() == depth + 1 {
                     leaf = Some(pi);
                 } else {
@@ -586,6 +586,28 @@ fn scan_object(
             _ => return None,
         }
     }
+}
+
+/// `a == b`, for the short strings of JSON keys: words compared in registers rather than a
+/// call to `memcmp`.
+#[inline(always)]
+fn eq_short(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let (mut a, mut b) = (a, b);
+    while a.len() >= 8 {
+        if a[..8] != b[..8] {
+            return false;
+        }
+        (a, b) = (&a[8..], &b[8..]);
+    }
+    let pack = |s: &[u8]| {
+        let mut w = [0u8; 8];
+        w[..s.len()].copy_from_slice(s);
+        u64::from_le_bytes(w)
+    };
+    pack(a) == pack(b)
 }
 
 /// The index after the object or array starting at `i`.
@@ -701,7 +723,7 @@ pub fn scan_csv(line: &[u8], delim: u8, out: &mut [Option<Span>]) -> bool {
             let mut j = s;
             let mut esc = false;
             loop {
-                let Some(k) = memchr::memchr(b'"', &line[j..]) else {
+                let Some(k) = crate::scan::find(b'"', &line[j..]) else {
                     return false;
                 };
                 j += k;
@@ -723,7 +745,7 @@ pub fn scan_csv(line: &[u8], delim: u8, out: &mut [Option<Span>]) -> bool {
                 Some(_) => return false,
             };
         } else {
-            let k = memchr::memchr(delim, &line[i..]);
+            let k = crate::scan::find(delim, &line[i..]);
             let e = k.map_or(n, |k| i + k);
             *slot = Some(Span {
                 start: i as u32,

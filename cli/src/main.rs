@@ -21,6 +21,7 @@ mod replay;
 mod report;
 mod run;
 mod sample;
+mod scan;
 mod stats;
 mod timefmt;
 

@@ -277,6 +277,9 @@ pub struct Peak {
     step: u64,
     ring: [u64; 10],
     cur: Option<u64>,
+    /// The end of the current step (`(cur + 1) * step`; 0 before the first request): an
+    /// earlier instant counts in the current step with no division.
+    cur_end: u64,
     pub best: u64,
     pub full_windows: bool,
 }
@@ -287,6 +290,7 @@ impl Peak {
             step: (window / 10).max(1),
             ring: [0; 10],
             cur: None,
+            cur_end: 0,
             best: 0,
             full_windows: false,
         }
@@ -294,13 +298,27 @@ impl Peak {
 
     #[inline]
     pub fn add(&mut self, t: u64) {
+        if t < self.cur_end {
+            // Within (or before) the current step: counted in it.
+            if let Some(c) = self.cur {
+                self.ring[(c % 10) as usize] += 1;
+                return;
+            }
+        }
+        self.add_step(t);
+    }
+
+    /// [`add`](Self::add) of a request past the current step (or the first).
+    fn add_step(&mut self, t: u64) {
         let s = t / self.step;
         match self.cur {
             Some(c) if s <= c => {}
             Some(c) => self.advance(c, s),
             None => self.cur = Some(s),
         }
-        self.ring[(self.cur.unwrap_or(s) % 10) as usize] += 1;
+        let c = self.cur.unwrap_or(s);
+        self.cur_end = c.saturating_add(1).saturating_mul(self.step);
+        self.ring[(c % 10) as usize] += 1;
     }
 
     fn advance(&mut self, from: u64, to: u64) {
