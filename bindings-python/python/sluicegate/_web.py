@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Union
 
 from sluicegate._native import ClientResolver, Decision, KeyedLimiter, Quota, _store_kind, _store_with_suffix
@@ -232,13 +232,24 @@ def check(
     waits for the server with the GIL released. An admitted request's tokens from rules with
     a `deduct_when` are added to `taken`, for ``settle`` once the response is known.
     """
-    steps = _steps(rules, request, default_key, scope, store, taken)
-    try:
-        method, key, cost = next(steps)
-        while True:
-            method, key, cost = steps.send(method(key, cost))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+    took: Taken = []
+    best: Decision | None = None
+    best_rule: Rule | None = None
+    for rule in rules:
+        limiter, key, cost = _call(rule, request, default_key, scope, store)
+        decision = limiter.try_acquire(key, cost)
+        if decision.shadow_rejected:  # admitted, and a would-be rejection takes nothing
+            _shadow(rule, key, decision)
+        elif not decision:
+            for lim, k, c, _ in took:
+                lim.refund(k, c)
+            return decision, rule, False
+        else:
+            took.append((limiter, key, cost, rule))
+        if best is None or decision.remaining < best.remaining:
+            best, best_rule = decision, rule
+    _keep(took, taken)
+    return best, best_rule, True
 
 
 async def check_async(
@@ -251,52 +262,48 @@ async def check_async(
 ) -> Outcome:
     """`check` for async views: every call awaited (on Redis without blocking the event
     loop; an in-process store answers at once)."""
-    steps = _steps(rules, request, default_key, scope, store, taken, asynchronous=True)
-    try:
-        method, key, cost = next(steps)
-        while True:
-            method, key, cost = steps.send(await method(key, cost))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-
-
-def _steps(
-    rules: Sequence[Rule],
-    request: Any,
-    default_key: KeyFunc,
-    scope: str | None,
-    store: str,
-    taken_out: Taken | None,
-    asynchronous: bool = False,
-) -> Generator[tuple[Callable[..., Any], Any, int], Any, Outcome]:
-    """What `check` and `check_async` share: yields each call to make, `(method, key,
-    cost)`, receives its outcome, and returns the check's outcome."""
-    taken: Taken = []
+    took: Taken = []
     best: Decision | None = None
     best_rule: Rule | None = None
     for rule in rules:
-        key = (rule.key_func or default_key)(request)
-        if rule.scoped and scope is not None:
-            key = f"{scope}\x00{key}"
-        cost = rule.cost(request) if callable(rule.cost) else rule.cost
-        limiter = rule.limiter(store)
-        acquire = limiter.try_acquire_async if asynchronous else limiter.try_acquire
-        decision = yield acquire, key, cost
+        limiter, key, cost = _call(rule, request, default_key, scope, store)
+        decision = await limiter.try_acquire_async(key, cost)
         if decision.shadow_rejected:
-            _log.info(
-                "shadow limit %s would have rejected key %r (retry after %.3f s)", rule, key, decision.retry_after
-            )
-        if not decision:
-            for lim, k, c, _ in taken:
-                yield (lim.refund_async if asynchronous else lim.refund), k, c
+            _shadow(rule, key, decision)
+        elif not decision:
+            for lim, k, c, _ in took:
+                await lim.refund_async(k, c)
             return decision, rule, False
-        if not decision.shadow_rejected:  # a shadow rule's would-be rejection took nothing
-            taken.append((limiter, key, cost, rule))
+        else:
+            took.append((limiter, key, cost, rule))
         if best is None or decision.remaining < best.remaining:
             best, best_rule = decision, rule
-    if taken_out is not None:
-        taken_out.extend(t for t in taken if t[3].deduct_when is not None)
+    _keep(took, taken)
     return best, best_rule, True
+
+
+def _call(
+    rule: Rule, request: Any, default_key: KeyFunc, scope: str | None, store: str
+) -> tuple[KeyedLimiter, Any, int]:
+    """The limiter, stored key and cost of `request` under `rule`."""
+    key = (rule.key_func or default_key)(request)
+    if rule.scoped and scope is not None:
+        key = f"{scope}\x00{key}"
+    cost = rule.cost(request) if callable(rule.cost) else rule.cost
+    limiter = rule._limiters.get(store)
+    return rule.limiter(store) if limiter is None else limiter, key, cost
+
+
+def _shadow(rule: Rule, key: Any, decision: Decision) -> None:
+    _log.info("shadow limit %s would have rejected key %r (retry after %.3f s)", rule, key, decision.retry_after)
+
+
+def _keep(took: Taken, taken: Taken | None) -> None:
+    """Adds to `taken` what the rules with a `deduct_when` took (settled by the response)."""
+    if taken is not None:
+        for t in took:
+            if t[3].deduct_when is not None:
+                taken.append(t)
 
 
 def _stored_key(rule: Rule, key: Any, scope: str | None) -> Any:
