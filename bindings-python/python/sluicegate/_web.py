@@ -236,7 +236,14 @@ def check(
     best: Decision | None = None
     best_rule: Rule | None = None
     for rule in rules:
-        limiter, key, cost = _call(rule, request, default_key, scope, store)
+        # `_call`, inline: this is every request's path.
+        key = (rule.key_func or default_key)(request)
+        if rule.scoped and scope is not None:
+            key = f"{scope}\x00{key}"
+        cost = rule.cost(request) if callable(rule.cost) else rule.cost
+        limiter = rule._limiters.get(store)
+        if limiter is None:
+            limiter = rule.limiter(store)
         decision = limiter.try_acquire(key, cost)
         if decision.shadow_rejected:  # admitted, and a would-be rejection takes nothing
             _shadow(rule, key, decision)

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from starlette.datastructures import Headers
@@ -163,7 +164,8 @@ class Sluicegate:
         self.enabled = enabled
         self.skip = skip
         self.resolver = client_resolver(trusted_proxies, ipv6_prefix)
-        self.key_func = self.client if key_func == "remote_address" else _key_of(key_func)
+        # The default: what ``client`` answers, one call less.
+        self.key_func = partial(_client, self.resolver) if key_func == "remote_address" else _key_of(key_func)
         self.style: Any = header_style(headers)
         self.headers_on_allowed = headers_on_allowed
         self.policy = policy
@@ -287,9 +289,6 @@ class Sluicegate:
             return getattr(endpoint, _LIMITS, None) or [], None
         return self.defaults, route
 
-    def _skipped(self, request: Request) -> bool:
-        return not self.enabled or (self.skip is not None and bool(self.skip(request)))
-
     def _check(self, rules: Sequence[Rule], request: Request, scope: str) -> Outcome:
         """The rules' outcome, decided on the loop (an in-process or shm store; Redis:
         ``_check_async``). What rules with a `deduct_when` took is left in the scope for the
@@ -334,7 +333,7 @@ class RateLimit:
 
     async def __call__(self, request: Request, response: Response) -> Decision | None:
         limiter = self.limiter
-        if limiter._skipped(request):
+        if not limiter.enabled or (limiter.skip is not None and limiter.skip(request)):
             return None
         route = _route_name(request.scope)
         if limiter._remote:
