@@ -232,31 +232,15 @@ def check(
     waits for the server with the GIL released. An admitted request's tokens from rules with
     a `deduct_when` are added to `taken`, for ``settle`` once the response is known.
     """
-    took: Taken = []
-    best: Decision | None = None
-    best_rule: Rule | None = None
+    tally = _Tally()
     for rule in rules:
-        # `_call`, inline: this is every request's path.
-        key = (rule.key_func or default_key)(request)
-        if rule.scoped and scope is not None:
-            key = f"{scope}\x00{key}"
-        cost = rule.cost(request) if callable(rule.cost) else rule.cost
-        limiter = rule._limiters.get(store)
-        if limiter is None:
-            limiter = rule.limiter(store)
+        limiter, key, cost = _call(rule, request, default_key, scope, store)
         decision = limiter.try_acquire(key, cost)
-        if decision.shadow_rejected:  # admitted, and a would-be rejection takes nothing
-            _shadow(rule, key, decision)
-        elif not decision:
-            for lim, k, c, _ in took:
+        if not tally.admits(rule, limiter, key, cost, decision):
+            for lim, k, c, _ in tally.took:
                 lim.refund(k, c)
             return decision, rule, False
-        else:
-            took.append((limiter, key, cost, rule))
-        if best is None or decision.remaining < best.remaining:
-            best, best_rule = decision, rule
-    _keep(took, taken)
-    return best, best_rule, True
+    return tally.outcome(taken)
 
 
 async def check_async(
@@ -269,24 +253,15 @@ async def check_async(
 ) -> Outcome:
     """`check` for async views: every call awaited (on Redis without blocking the event
     loop; an in-process store answers at once)."""
-    took: Taken = []
-    best: Decision | None = None
-    best_rule: Rule | None = None
+    tally = _Tally()
     for rule in rules:
         limiter, key, cost = _call(rule, request, default_key, scope, store)
         decision = await limiter.try_acquire_async(key, cost)
-        if decision.shadow_rejected:
-            _shadow(rule, key, decision)
-        elif not decision:
-            for lim, k, c, _ in took:
+        if not tally.admits(rule, limiter, key, cost, decision):
+            for lim, k, c, _ in tally.took:
                 await lim.refund_async(k, c)
             return decision, rule, False
-        else:
-            took.append((limiter, key, cost, rule))
-        if best is None or decision.remaining < best.remaining:
-            best, best_rule = decision, rule
-    _keep(took, taken)
-    return best, best_rule, True
+    return tally.outcome(taken)
 
 
 def _call(
@@ -301,16 +276,38 @@ def _call(
     return rule.limiter(store) if limiter is None else limiter, key, cost
 
 
-def _shadow(rule: Rule, key: Any, decision: Decision) -> None:
-    _log.info("shadow limit %s would have rejected key %r (retry after %.3f s)", rule, key, decision.retry_after)
+class _Tally:
+    """What `check` and `check_async` gather over the rules: what each admitting rule took
+    (refunded if a later one rejects) and the decision to report, the one with the fewest
+    tokens left."""
 
+    __slots__ = ("best", "rule", "took")
 
-def _keep(took: Taken, taken: Taken | None) -> None:
-    """Adds to `taken` what the rules with a `deduct_when` took (settled by the response)."""
-    if taken is not None:
-        for t in took:
-            if t[3].deduct_when is not None:
-                taken.append(t)
+    def __init__(self) -> None:
+        self.took: Taken = []
+        self.best: Decision | None = None
+        self.rule: Rule | None = None
+
+    def admits(self, rule: Rule, limiter: KeyedLimiter, key: Any, cost: int, decision: Decision) -> bool:
+        """Records `rule`'s decision; False when it rejects."""
+        if decision.shadow_rejected:  # admitted, and a would-be rejection takes nothing
+            _log.info(
+                "shadow limit %s would have rejected key %r (retry after %.3f s)", rule, key, decision.retry_after
+            )
+        elif not decision:
+            return False
+        else:
+            self.took.append((limiter, key, cost, rule))
+        if self.best is None or decision.remaining < self.best.remaining:
+            self.best, self.rule = decision, rule
+        return True
+
+    def outcome(self, taken: Taken | None) -> Outcome:
+        """Every rule admitted: the outcome; what the rules with a `deduct_when` took is added
+        to `taken` (settled by the response)."""
+        if taken is not None:
+            taken.extend([t for t in self.took if t[3].deduct_when is not None])
+        return self.best, self.rule, True
 
 
 def _stored_key(rule: Rule, key: Any, scope: str | None) -> Any:
