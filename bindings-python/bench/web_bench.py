@@ -9,10 +9,12 @@ generator against a real server measures the same overhead under far more noise)
 admit everything (``10000/minute`` over 1000 clients, so DRF's and slowapi's per-client
 histories stay short, as in production); every response must be a 200. The subjects run in
 interleaved rounds (each round measures every subject once, in a rotated order), in CPU time
-of this process (so that other jobs on a shared machine lengthen no figure); a subject's
+of this process (so that other jobs on a shared machine lengthen no figure), each round
+after a full garbage collection (so that one falls into no round by chance); a subject's
 figure is the median of its rounds, its overhead that median less the median of the same
-framework with no limiter, and the ratio ours / the peer's overhead. Written as a Markdown
-fragment to bench/WEB_RESULTS.md.
+framework with no limiter, and the ratio ours / the peer's overhead. A no-op FastAPI
+dependency is measured too, for reference: what FastAPI spends on any dependency, part of
+the ``Depends`` subject's overhead. Written as a Markdown fragment to bench/WEB_RESULTS.md.
 
     pip install -r bindings-python/requirements-bench.txt
     python bindings-python/bench/web_bench.py [--rounds 9] [--quick]
@@ -22,6 +24,7 @@ fragment to bench/WEB_RESULTS.md.
 # names they use are local to the functions that build the apps.
 import argparse
 import asyncio
+import gc
 import os
 import platform
 import statistics
@@ -61,7 +64,7 @@ def setup_django() -> None:
 
 
 def fastapi_subjects() -> dict[str, Any]:
-    from fastapi import Depends, FastAPI, Request
+    from fastapi import Depends, FastAPI, Request, Response
     from slowapi import Limiter as SlowLimiter
     from slowapi import _rate_limit_exceeded_handler
     from slowapi.errors import RateLimitExceeded
@@ -94,6 +97,19 @@ def fastapi_subjects() -> dict[str, Any]:
 
         return app
 
+    def noop_dependency() -> FastAPI:
+        # What FastAPI itself spends on a route's dependency, whatever it does.
+        async def nothing(request: Request, response: Response) -> None:
+            return None
+
+        app = FastAPI()
+
+        @app.get("/items/{item}", dependencies=[Depends(nothing)])
+        async def item(item: int) -> dict[str, int]:
+            return {"item": item}
+
+        return app
+
     def slowapi() -> FastAPI:
         limiter = SlowLimiter(key_func=get_remote_address)
         app = FastAPI()
@@ -111,6 +127,7 @@ def fastapi_subjects() -> dict[str, Any]:
         "FastAPI, no limiter": plain(),
         "sluicegate.starlette RateLimitMiddleware": ours_middleware(),
         "sluicegate.starlette dependency (Depends)": ours_dependency(),
+        "a no-op dependency (Depends), for reference": noop_dependency(),
         "slowapi 0.1.10 (limits, memory storage)": slowapi(),
     }
 
@@ -138,6 +155,7 @@ async def asgi_get(app: Any, path: str, client: str) -> int:
 
 def fastapi_block(app: Any, n: int, offset: int) -> Callable[[], Awaitable[float]]:
     async def run() -> float:
+        gc.collect()
         start = time.process_time()
         for i in range(n):
             status = await asgi_get(app, f"/items/{i % 50}", CLIENTS[(offset + i) % len(CLIENTS)])
@@ -181,6 +199,7 @@ def drf_block(view: Any, n: int, offset: int) -> Callable[[], float]:
 
     def run() -> float:
         requests = [factory.get("/item", REMOTE_ADDR=CLIENTS[(offset + i) % len(CLIENTS)]) for i in range(n)]
+        gc.collect()
         start = time.process_time()
         for request in requests:
             response = view(request)

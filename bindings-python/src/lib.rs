@@ -6,7 +6,7 @@
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyString};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString};
 use sluicegate::http::HeaderStyle;
 use sluicegate::{Algorithm, AnyClock, Clock, Limiter, ManualClock, Quota, QuotaOptions, Refill};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -382,6 +382,24 @@ impl PyDecision {
         let style = style.parse::<HeaderStyle>().map_err(to_py)?;
         for (name, value) in self.inner.headers(style, policy) {
             out.set_item(name, value)?;
+        }
+        Ok(out)
+    }
+
+    /// `headers(style, policy)` as raw header lines, the way ASGI servers take them: a list
+    /// of `(name, value)` pairs of bytes, names in lower case.
+    #[pyo3(signature = (style="ietf", policy="default"))]
+    fn header_lines<'py>(
+        &self,
+        py: Python<'py>,
+        style: &str,
+        policy: &str,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let style = style.parse::<HeaderStyle>().map_err(to_py)?;
+        let out = PyList::empty(py);
+        for (name, value) in self.inner.headers(style, policy) {
+            let name = PyBytes::new(py, name.to_ascii_lowercase().as_bytes());
+            out.append((name, PyBytes::new(py, value.as_bytes())))?;
         }
         Ok(out)
     }

@@ -207,6 +207,8 @@ def test_clock_out_of_range() -> None:
         (lambda l: l.acquire_async(timeout=-0.5), ValueError),
         (lambda l: l.peek().headers("rfc"), ValueError),
         (lambda l: l.peek().headers(1), TypeError),
+        (lambda l: l.peek().header_lines("rfc"), ValueError),
+        (lambda l: l.peek().header_lines(policy=b"x"), TypeError),
         (lambda l: l.try_acquire(1, 2), TypeError),
         (lambda l: l.try_acquire(price=1), TypeError),
     ],

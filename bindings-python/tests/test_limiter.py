@@ -67,6 +67,12 @@ def test_decision_fields_and_headers() -> None:
     assert denied.headers(style="legacy")["X-RateLimit-Remaining"] == "0"
     assert denied.headers("none") == {"Retry-After": "1"}
     assert first.headers("ietf", 'a"b')["RateLimit"] == '"a\\"b";r=1;t=1'
+    # The same fields as raw header lines (what an ASGI server takes), in every style.
+    for style in ("ietf", "draft6", "draft7", "legacy", "none"):
+        assert denied.header_lines(style, 'a"b') == [
+            (name.lower().encode(), value.encode()) for name, value in denied.headers(style, 'a"b').items()
+        ]
+    assert denied.header_lines()[2] == (b"retry-after", b"1")
     assert repr(denied).startswith("Decision(allowed=False, limit=2, remaining=0")
     assert denied == limiter.try_acquire()
     assert denied != first and denied != "x"

@@ -16,11 +16,16 @@ import httpx2
 import pytest
 from fastapi import Depends, FastAPI
 from redis_server import RedisServer
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Host, Route, Router
 from starlette.testclient import TestClient
 from starlette_app import make_fastapi, make_starlette
 from test_redis import url, while_ticking
 from test_servers import Server, get, serve, wait_ready
 
+import sluicegate.starlette as starlette_module
 from sluicegate import InvalidOptionError, Quota
 from sluicegate._web import region_suffix
 from sluicegate.starlette import RateLimitMiddleware, Sluicegate, header, key_func, remote_address
@@ -144,6 +149,63 @@ def test_disabled_and_without_the_middleware() -> None:
     first = client.get("/x")
     assert first.status_code == 200 and first.headers["RateLimit"] == '"default";r=0;t=60'
     assert client.get("/x").status_code == 429
+
+
+def test_the_route_of_a_path_is_found_again_when_the_routes_change() -> None:
+    limiter = Sluicegate(default_limits=["2/minute"])
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+    client = TestClient(app)
+    # Unmatched: the one bucket of unmatched paths.
+    assert statuses(client, "/late", 3) == [404, 404, 429]
+
+    @app.get("/late")
+    @limiter.exempt
+    async def late() -> str:
+        return "late"
+
+    # The route added since is found (the path's earlier resolution is not kept).
+    assert statuses(client, "/late", 3) == [200] * 3
+
+
+def test_host_routes_are_matched_by_each_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    limiter = Sluicegate()
+
+    @limiter.limit("1/minute")
+    async def limited(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("limited")
+
+    async def free(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("free")
+
+    app = Starlette(routes=[Host("free.test", app=Router([Route("/x", free)])), Route("/x", limited)])
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+    client = TestClient(app)
+    assert statuses(client, "/x", 2) == [200, 429]
+    # The same path on the Host route: its route, not the one the path found before.
+    assert statuses(client, "/x", 3, headers={"Host": "free.test"}) == [200] * 3
+    # More paths than the middleware keeps: each still finds its route.
+    monkeypatch.setattr(starlette_module, "_RESOLVED", 2)
+    app, _ = make_fastapi(default_limits=["3/minute"])
+    client = TestClient(app)
+    assert [client.get(f"/items/{i}").status_code for i in range(5)] == [200, 200, 200, 429, 429]
+    assert statuses(client, "/free", 4) == [200] * 4
+
+
+def test_dependencies_of_one_route_report_the_last_ones_fields() -> None:
+    # Without the middleware each dependency sets the fields, as headers.update does: the
+    # later one replaces the earlier one's, never a second field of a name.
+    limiter = Sluicegate()
+    bare = FastAPI()
+    first, second = limiter.dependency("1/minute; burst=5"), limiter.dependency("1/minute; burst=3")
+
+    @bare.get("/x", dependencies=[Depends(first), Depends(second)])
+    async def x() -> str:
+        return "x"
+
+    answer = TestClient(bare).get("/x")
+    assert answer.headers.get_list("RateLimit") == ['"default";r=2;t=60']
+    assert answer.headers.get_list("RateLimit-Policy") == ['"default";q=3;w=180']
 
 
 def test_configuration_errors_come_at_once() -> None:

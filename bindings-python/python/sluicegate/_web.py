@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Union
 
 from sluicegate._native import ClientResolver, Decision, KeyedLimiter, Quota, _store_kind, _store_with_suffix
@@ -232,13 +232,15 @@ def check(
     waits for the server with the GIL released. An admitted request's tokens from rules with
     a `deduct_when` are added to `taken`, for ``settle`` once the response is known.
     """
-    steps = _steps(rules, request, default_key, scope, store, taken)
-    try:
-        method, key, cost = next(steps)
-        while True:
-            method, key, cost = steps.send(method(key, cost))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+    tally = _Tally()
+    for rule in rules:
+        limiter, key, cost = _call(rule, request, default_key, scope, store)
+        decision = limiter.try_acquire(key, cost)
+        if not tally.admits(rule, limiter, key, cost, decision):
+            for lim, k, c, _ in tally.took:
+                lim.refund(k, c)
+            return decision, rule, False
+    return tally.outcome(taken)
 
 
 async def check_async(
@@ -251,52 +253,61 @@ async def check_async(
 ) -> Outcome:
     """`check` for async views: every call awaited (on Redis without blocking the event
     loop; an in-process store answers at once)."""
-    steps = _steps(rules, request, default_key, scope, store, taken, asynchronous=True)
-    try:
-        method, key, cost = next(steps)
-        while True:
-            method, key, cost = steps.send(await method(key, cost))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-
-
-def _steps(
-    rules: Sequence[Rule],
-    request: Any,
-    default_key: KeyFunc,
-    scope: str | None,
-    store: str,
-    taken_out: Taken | None,
-    asynchronous: bool = False,
-) -> Generator[tuple[Callable[..., Any], Any, int], Any, Outcome]:
-    """What `check` and `check_async` share: yields each call to make, `(method, key,
-    cost)`, receives its outcome, and returns the check's outcome."""
-    taken: Taken = []
-    best: Decision | None = None
-    best_rule: Rule | None = None
+    tally = _Tally()
     for rule in rules:
-        key = (rule.key_func or default_key)(request)
-        if rule.scoped and scope is not None:
-            key = f"{scope}\x00{key}"
-        cost = rule.cost(request) if callable(rule.cost) else rule.cost
-        limiter = rule.limiter(store)
-        acquire = limiter.try_acquire_async if asynchronous else limiter.try_acquire
-        decision = yield acquire, key, cost
-        if decision.shadow_rejected:
+        limiter, key, cost = _call(rule, request, default_key, scope, store)
+        decision = await limiter.try_acquire_async(key, cost)
+        if not tally.admits(rule, limiter, key, cost, decision):
+            for lim, k, c, _ in tally.took:
+                await lim.refund_async(k, c)
+            return decision, rule, False
+    return tally.outcome(taken)
+
+
+def _call(
+    rule: Rule, request: Any, default_key: KeyFunc, scope: str | None, store: str
+) -> tuple[KeyedLimiter, Any, int]:
+    """The limiter, stored key and cost of `request` under `rule`."""
+    key = (rule.key_func or default_key)(request)
+    if rule.scoped and scope is not None:
+        key = f"{scope}\x00{key}"
+    cost = rule.cost(request) if callable(rule.cost) else rule.cost
+    limiter = rule._limiters.get(store)
+    return rule.limiter(store) if limiter is None else limiter, key, cost
+
+
+class _Tally:
+    """What `check` and `check_async` gather over the rules: what each admitting rule took
+    (refunded if a later one rejects) and the decision to report, the one with the fewest
+    tokens left."""
+
+    __slots__ = ("best", "rule", "took")
+
+    def __init__(self) -> None:
+        self.took: Taken = []
+        self.best: Decision | None = None
+        self.rule: Rule | None = None
+
+    def admits(self, rule: Rule, limiter: KeyedLimiter, key: Any, cost: int, decision: Decision) -> bool:
+        """Records `rule`'s decision; False when it rejects."""
+        if decision.shadow_rejected:  # admitted, and a would-be rejection takes nothing
             _log.info(
                 "shadow limit %s would have rejected key %r (retry after %.3f s)", rule, key, decision.retry_after
             )
-        if not decision:
-            for lim, k, c, _ in taken:
-                yield (lim.refund_async if asynchronous else lim.refund), k, c
-            return decision, rule, False
-        if not decision.shadow_rejected:  # a shadow rule's would-be rejection took nothing
-            taken.append((limiter, key, cost, rule))
-        if best is None or decision.remaining < best.remaining:
-            best, best_rule = decision, rule
-    if taken_out is not None:
-        taken_out.extend(t for t in taken if t[3].deduct_when is not None)
-    return best, best_rule, True
+        elif not decision:
+            return False
+        else:
+            self.took.append((limiter, key, cost, rule))
+        if self.best is None or decision.remaining < self.best.remaining:
+            self.best, self.rule = decision, rule
+        return True
+
+    def outcome(self, taken: Taken | None) -> Outcome:
+        """Every rule admitted: the outcome; what the rules with a `deduct_when` took is added
+        to `taken` (settled by the response)."""
+        if taken is not None:
+            taken.extend([t for t in self.took if t[3].deduct_when is not None])
+        return self.best, self.rule, True
 
 
 def _stored_key(rule: Rule, key: Any, scope: str | None) -> Any:

@@ -99,7 +99,8 @@ class SluicegateThrottle(BaseThrottle):  # type: ignore[misc]
 
     def ident(self, request: Any) -> str:
         """The client: the peer address."""
-        return remote_address(request)
+        # The HttpRequest a DRF Request wraps: its META without the Request's __getattr__.
+        return remote_address(getattr(request, "_request", request))
 
     def allow_request(self, request: Any, view: Any) -> bool:
         if self.rate is None:
@@ -113,8 +114,8 @@ class SluicegateThrottle(BaseThrottle):  # type: ignore[misc]
         # A throttle class with a rate and no scope counts on its own.
         scope = self.scope or f"{type(self).__module__}.{type(self).__qualname__}"
         limiter = _rule(scope, self.rate).limiter(config.store)
-        self.decision = limiter.try_acquire(key, self.cost)
-        return bool(self.decision)
+        self.decision = decision = limiter.try_acquire(key, self.cost)
+        return decision.allowed
 
     def wait(self) -> float | None:
         """Seconds until the rejected request could be admitted (DRF's ``Retry-After``)."""

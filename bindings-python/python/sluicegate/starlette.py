@@ -61,14 +61,16 @@ Starlette is imported only when this module is.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Match
+from starlette.routing import Match, Mount, Route, WebSocketRoute
 
 from sluicegate._native import ClientResolver, Decision, RateLimited
 from sluicegate._web import (
@@ -78,6 +80,7 @@ from sluicegate._web import (
     Outcome,
     Rates,
     Rule,
+    Taken,
     check,
     check_async,
     checked_store,
@@ -121,8 +124,9 @@ def remote_address(request: Request) -> str:
 
 
 def _client(resolver: ClientResolver, request: Request) -> str:
-    client = request.client
-    return resolver.resolve(client.host if client is not None else None, request.scope.get("headers"))
+    scope = request.scope
+    client = scope.get("client")  # what request.client reads, without making an Address
+    return resolver.resolve(client[0] if client is not None else None, scope.get("headers"))
 
 
 def header(name: str, fallback: KeyFunc = remote_address) -> KeyFunc:
@@ -160,7 +164,8 @@ class Sluicegate:
         self.enabled = enabled
         self.skip = skip
         self.resolver = client_resolver(trusted_proxies, ipv6_prefix)
-        self.key_func = self.client if key_func == "remote_address" else _key_of(key_func)
+        # The default: what ``client`` answers, one call less.
+        self.key_func = partial(_client, self.resolver) if key_func == "remote_address" else _key_of(key_func)
         self.style: Any = header_style(headers)
         self.headers_on_allowed = headers_on_allowed
         self.policy = policy
@@ -284,17 +289,23 @@ class Sluicegate:
             return getattr(endpoint, _LIMITS, None) or [], None
         return self.defaults, route
 
-    def _skipped(self, request: Request) -> bool:
-        return not self.enabled or (self.skip is not None and bool(self.skip(request)))
-
-    async def _check(self, rules: Sequence[Rule], request: Request, scope: str) -> Outcome:
-        """The rules' outcome: decided on the loop for an in-process or shm store, awaited
-        for Redis. What rules with a `deduct_when` took is left in the scope for the
+    def _check(self, rules: Sequence[Rule], request: Request, scope: str) -> Outcome:
+        """The rules' outcome, decided on the loop (an in-process or shm store; Redis:
+        ``_check_async``). What rules with a `deduct_when` took is left in the scope for the
         middleware."""
-        taken = request.scope.setdefault(_TAKEN, [])
-        if self._remote:
-            return await check_async(rules, request, self.key_func, scope, self.store, taken)
-        return check(rules, request, self.key_func, scope, self.store, taken)
+        taken: Taken = []
+        outcome = check(rules, request, self.key_func, scope, self.store, taken)
+        if taken:
+            request.scope.setdefault(_TAKEN, []).extend(taken)
+        return outcome
+
+    async def _check_async(self, rules: Sequence[Rule], request: Request, scope: str) -> Outcome:
+        """``_check`` awaited (Redis: the round trips happen off the loop)."""
+        taken: Taken = []
+        outcome = await check_async(rules, request, self.key_func, scope, self.store, taken)
+        if taken:
+            request.scope.setdefault(_TAKEN, []).extend(taken)
+        return outcome
 
     async def _settle(self, scope: Scope, response: Any) -> None:
         taken = scope.pop(_TAKEN, None)
@@ -307,6 +318,10 @@ class Sluicegate:
     def _headers(self, decision: Decision, rule: Rule | None) -> dict[str, str]:
         return decision.headers(self.style, (rule and rule.policy) or self.policy)
 
+    def _raw_headers(self, decision: Decision, rule: Rule | None) -> list[tuple[bytes, bytes]]:
+        """``_headers`` as ASGI header lines (lower-case names)."""
+        return decision.header_lines(self.style, (rule and rule.policy) or self.policy)
+
 
 class RateLimit:
     """A FastAPI dependency made by ``Sluicegate.dependency``: awaits its limits for the
@@ -318,15 +333,21 @@ class RateLimit:
 
     async def __call__(self, request: Request, response: Response) -> Decision | None:
         limiter = self.limiter
-        if limiter._skipped(request):
+        if not limiter.enabled or (limiter.skip is not None and limiter.skip(request)):
             return None
-        decision, rule, allowed = await limiter._check(self.rules, request, _route_name(request.scope))
+        route = _route_name(request.scope)
+        if limiter._remote:
+            decision, rule, allowed = await limiter._check_async(self.rules, request, route)
+        else:
+            decision, rule, allowed = limiter._check(self.rules, request, route)
         assert decision is not None
-        fields = limiter._headers(decision, rule)
         if not allowed:
-            raise HTTPException(429, message(decision).strip(), headers=fields)
+            raise HTTPException(429, message(decision).strip(), headers=limiter._headers(decision, rule))
         if limiter.headers_on_allowed:
-            response.headers.update(fields)
+            if response.raw_headers:  # fields set before (another dependency's): replaced
+                response.headers.update(limiter._headers(decision, rule))
+            else:  # what headers.update would append, without its scans
+                response.raw_headers.extend(limiter._raw_headers(decision, rule))
         request.scope.setdefault(_DECISIONS, []).append((decision, rule))
         return decision
 
@@ -351,6 +372,12 @@ class RateLimitMiddleware:
         self.limiter = limiter
         # Per route object: whether it has FastAPI dependencies of ours (found once).
         self._has_dependency: dict[int, bool] = {}
+        # The rules and path template of each (method, path, root_path) seen, while the app's
+        # route list stays the one (and the length) they were found in (`_resolve`).
+        self._resolved: dict[tuple[str, str, str], tuple[Sequence[Rule], str]] = {}
+        self._routes: Any = None
+        self._route_count = -1
+        self._cacheable = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         limiter = self.limiter
@@ -361,11 +388,13 @@ class RateLimitMiddleware:
         if limiter.skip is not None and limiter.skip(request):
             await self.app(scope, receive, send)
             return
-        route = _find_route(scope)
-        rules = self._rules_of(route)
+        rules, template = self._resolve(scope)
         found: tuple[Decision, Rule | None] | None = None
         if rules:
-            decision, rule, allowed = await limiter._check(rules, request, _route_path(route, scope))
+            if limiter._remote:
+                decision, rule, allowed = await limiter._check_async(rules, request, template)
+            else:
+                decision, rule, allowed = limiter._check(rules, request, template)
             assert decision is not None
             if not allowed:
                 await self._too_many(request, RateLimited(decision), rule, scope, receive, send)
@@ -379,15 +408,14 @@ class RateLimitMiddleware:
                 started = True
                 if scope.get(_TAKEN):  # rules with a deduct_when took tokens: settle them
                     await limiter._settle(scope, _Sent(msg["status"], Headers(raw=msg.get("headers", []))))
-                best = _fewest_remaining(found, scope.get(_DECISIONS))
+                more = scope.get(_DECISIONS)
+                best = _fewest_remaining(found, more) if more else found
                 if best is not None and limiter.headers_on_allowed:
-                    present = {name.lower() for name, _ in msg.get("headers", [])}
-                    extra = [
-                        (name.lower().encode("latin-1"), value.encode("latin-1"))
-                        for name, value in limiter._headers(*best).items()
-                        if name.lower().encode("latin-1") not in present
+                    lines = msg.get("headers", [])
+                    present = {name.lower() for name, _ in lines}
+                    msg["headers"] = [
+                        *lines, *(line for line in limiter._raw_headers(*best) if line[0] not in present)
                     ]
-                    msg["headers"] = [*msg.get("headers", []), *extra]
             await send(msg)
 
         try:
@@ -401,6 +429,32 @@ class RateLimitMiddleware:
             if not started:
                 await limiter._settle(scope, _Sent(500, Headers()))
             raise
+
+    def _resolve(self, scope: Scope) -> tuple[Sequence[Rule], str]:
+        """The rules the middleware applies to `scope` and the path template its per-route
+        limits count by. Found by matching the app's routes (``_find_route``), once per
+        method and path when that is what decides the match: every route a plain Starlette
+        or FastAPI one (no ``Host``, no route class with a ``matches`` of its own) and the
+        route list unchanged (the same list, of the same length: routes are added by
+        appending). Kept for at most ``_RESOLVED`` paths at a time."""
+        routes = getattr(getattr(scope.get("app"), "router", None), "routes", None)
+        if routes is not self._routes or len(routes or ()) != self._route_count:
+            self._resolved.clear()
+            self._routes, self._route_count = routes, len(routes or ())
+            self._cacheable = routes is not None and all(_plain_route(r) for r in routes)
+        if not self._cacheable or _ROUTER_STATE in scope:
+            route = _find_route(scope)
+            return self._rules_of(route), _route_path(route, scope)
+        at = (scope["method"], scope["path"], scope.get("root_path", ""))
+        found = self._resolved.get(at)
+        if found is None:
+            route = _find_route(scope)
+            found = self._rules_of(route), _route_path(route, scope)
+            if len(self._resolved) >= _RESOLVED:
+                self._resolved.clear()
+            if len(at[1]) <= _RESOLVED_PATH:
+                self._resolved[at] = found
+        return found
 
     def _rules_of(self, route: Any) -> Sequence[Rule]:
         """The rules the middleware applies to `route` (None: no route matched)."""
@@ -454,6 +508,35 @@ def _find_route(scope: Scope) -> Any:
         if match is Match.FULL:
             return route
     return None
+
+
+#: At most this many paths' routes are kept (``RateLimitMiddleware._resolve``), each path at
+#: most this long: a client inventing paths costs a match, never memory.
+_RESOLVED = 1024
+_RESOLVED_PATH = 256
+#: Where FastAPI's routers leave their state in a scope (``APIRoute.matches`` reads it): a
+#: scope that carries it, as a mounted app's does, is matched every time.
+_ROUTER_STATE = "fastapi"
+
+
+def _plain_route(route: Any) -> bool:
+    """Whether `route` matches a request by its type, method and path alone: a Starlette
+    ``Route``, ``Mount`` or ``WebSocketRoute``, or FastAPI's ``APIRoute`` or
+    ``APIWebSocketRoute`` (not a ``Host``, which reads the headers, nor a class with a
+    ``matches`` of its own)."""
+    matches = getattr(type(route), "matches", None)
+    return matches in _plain_matches() and "matches" not in getattr(route, "__dict__", {})
+
+
+def _plain_matches() -> set[Any]:
+    found: set[Any] = {Route.matches, Mount.matches, WebSocketRoute.matches}
+    fastapi_routing = sys.modules.get("fastapi.routing")
+    if fastapi_routing is not None:
+        found.update(
+            getattr(getattr(fastapi_routing, name, None), "matches", None) for name in ("APIRoute", "APIWebSocketRoute")
+        )
+    found.discard(None)
+    return found
 
 
 def _route_path(route: Any, scope: Scope) -> str:
