@@ -410,26 +410,65 @@ fn main() {
         });
         version
     };
-    // One caller, blocking.
-    let mut lat = Vec::new();
-    let start = Instant::now();
-    let end = start + Duration::from_secs_f64(secs);
-    let mut i = 0u64;
-    while Instant::now() < end {
-        let t = Instant::now();
-        api.try_acquire(&key(i), 1).unwrap();
-        lat.push(t.elapsed());
-        i += 1;
+    // Blocking callers (threads), 1 and 50: the store's default (callers drive pooled
+    // connections of their own) against `connections=0` (every call handed to the runtime
+    // thread and pipelined on the multiplexed connection), in alternating rounds.
+    let api0 = Arc::new(
+        KeyedLimiter::<u64>::builder(QUOTA.parse().unwrap())
+            .store(format!("{spec}&timeout=2s&connections=0").parse().unwrap())
+            .build()
+            .unwrap(),
+    );
+    for threads in [1u64, 50] {
+        let subjects = [("pooled connections", &api), ("connections=0", &api0)];
+        let mut per_s = [Vec::new(), Vec::new()];
+        let mut lat = [Vec::new(), Vec::new()];
+        for round in 0..rounds {
+            for (j, (_, l)) in subjects.iter().enumerate() {
+                let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let start = Instant::now();
+                let workers: Vec<_> = (0..threads)
+                    .map(|t| {
+                        let (l, stop) = (Arc::clone(l), stop.clone());
+                        std::thread::spawn(move || {
+                            let mut lat = Vec::new();
+                            let mut i = (round as u64 * 50 + t) * 1_000_003;
+                            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                                let t0 = Instant::now();
+                                l.try_acquire(&key(i), 1).unwrap();
+                                lat.push(t0.elapsed());
+                                i += 1;
+                            }
+                            lat
+                        })
+                    })
+                    .collect();
+                std::thread::sleep(Duration::from_secs_f64(secs));
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                let done: Vec<Duration> = workers
+                    .into_iter()
+                    .flat_map(|w| w.join().unwrap())
+                    .collect();
+                per_s[j].push(done.len() as f64 / start.elapsed().as_secs_f64());
+                lat[j].extend(done);
+            }
+        }
+        for (j, (name, _)) in subjects.iter().enumerate() {
+            let r = &mut per_s[j];
+            let (lo, hi) = (
+                r.iter().copied().fold(f64::INFINITY, f64::min),
+                r.iter().copied().fold(0.0, f64::max),
+            );
+            rows.push((
+                format!("sluicegate API, {threads} blocking caller(s), {name}"),
+                median(r),
+                (lo, hi),
+                quantile(&mut lat[j], 0.5),
+                quantile(&mut lat[j], 0.99),
+                f64::NAN,
+            ));
+        }
     }
-    let per_s = lat.len() as f64 / start.elapsed().as_secs_f64();
-    rows.push((
-        "sluicegate API, 1 caller, blocking".to_string(),
-        per_s,
-        (per_s, per_s),
-        quantile(&mut lat, 0.5),
-        quantile(&mut lat, 0.99),
-        f64::NAN,
-    ));
 
     println!("redis-server {version}, {rounds} rounds of {secs} s");
     println!(

@@ -30,7 +30,9 @@ pub use key::{IntKey, LONG_KEY_BYTES};
 pub use keyed::{KeyedBuilder, KeyedLimiter, OnFull, DEFAULT_MAX_KEYS};
 #[cfg(all(unix, not(sluicegate_loom)))]
 pub use shm::Audit as StoreAudit;
-pub use spec::{OnError, RedisOptions, StoreSpec, REDIS_DEFAULT_TIMEOUT};
+pub use spec::{
+    OnError, RedisOptions, StoreSpec, REDIS_DEFAULT_CONNECTIONS, REDIS_DEFAULT_TIMEOUT,
+};
 /// A shared-memory store's audit (only where shared memory exists).
 #[cfg(not(all(unix, not(sluicegate_loom))))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

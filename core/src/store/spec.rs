@@ -132,7 +132,16 @@ pub struct RedisOptions {
     /// `clock=test` (cargo feature `redis-test-clock` only): the scripts read the limiter's
     /// own clock, in nanoseconds, instead of the server's TIME. For conformance tests.
     pub test_clock: bool,
+    /// `connections=N` (default 4, at most 64): how many connections of its own a process
+    /// opens for blocking callers, each driven by the caller's thread (one server over TCP or
+    /// a unix socket). More concurrent blocking callers, every async call, and every call to
+    /// TLS, Cluster or Sentinel deployments share the one multiplexed connection; `0` sends
+    /// everything through it (one connection a process).
+    pub connections: usize,
 }
+
+/// The default `connections` of a Redis store.
+pub const REDIS_DEFAULT_CONNECTIONS: usize = 4;
 
 /// The default `timeout` of a Redis store.
 pub const REDIS_DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
@@ -148,6 +157,7 @@ impl Default for RedisOptions {
             negative_cache: true,
             eval: false,
             test_clock: false,
+            connections: REDIS_DEFAULT_CONNECTIONS,
         }
     }
 }
@@ -220,7 +230,7 @@ fn redis_invalid(value: &str, why: &str) -> Error {
     Error::InvalidOption {
         option: "store",
         value: redact(value),
-        expected: format!("a Redis URL (redis://, rediss://, redis+unix://, redis+cluster://, redis+sentinel://) with the options prefix, tag, timeout, on_error, hosts, negative_cache, scripts ({why})"),
+        expected: format!("a Redis URL (redis://, rediss://, redis+unix://, redis+cluster://, redis+sentinel://) with the options prefix, tag, timeout, on_error, hosts, negative_cache, scripts, connections ({why})"),
     }
 }
 
@@ -297,6 +307,13 @@ fn parse_redis(s: &str, t: &str) -> Result<StoreSpec, Error> {
                     "eval" => true,
                     _ => return Err(bad("function or eval")),
                 }
+            }
+            "connections" => {
+                o.connections = v
+                    .parse()
+                    .ok()
+                    .filter(|&n| n <= 64)
+                    .ok_or_else(|| bad("a whole number from 0 to 64"))?;
             }
             "clock" if v == "test" => o.test_clock = true,
             "clock" => return Err(bad("only clock=test (tests) exists")),
@@ -431,6 +448,9 @@ impl fmt::Display for StoreSpec {
                 if o.test_clock {
                     opt(f, "clock", &"test")?;
                 }
+                if o.connections != d.connections {
+                    opt(f, "connections", &o.connections)?;
+                }
                 Ok(())
             }
         }
@@ -475,7 +495,22 @@ mod tests {
             (url.as_str(), options.hosts),
             ("redis+unix:///run/redis.sock?db=2", 4)
         );
+        for (text, n) in [
+            ("redis://h", 4),
+            ("redis://h?connections=0", 0),
+            ("redis://h?connections=64", 64),
+        ] {
+            let s: StoreSpec = text.parse().unwrap();
+            let StoreSpec::Redis { options, .. } = &s else {
+                unreachable!()
+            };
+            assert_eq!(options.connections, n, "{text}");
+            assert_eq!(s.to_string(), text);
+        }
         for bad in [
+            "redis://h?connections=65",
+            "redis://h?connections=-1",
+            "redis://h?connections=",
             "redis://",
             "redis://h?prefix=a{b}",
             "redis://h?timeout=5",

@@ -350,6 +350,54 @@ fn rejections_write_nothing_and_the_negative_cache_saves_round_trips() {
 }
 
 /// Child side of [`processes_on_one_key_stay_within_the_bound`].
+/// Blocking callers drive their own connections (at most `connections=N`), and more of
+/// them than that are pipelined on the shared one: under 12 threads at once each key still
+/// admits exactly its quota, whichever connection its calls took, and the store opens at most
+/// N + 1 connections (N = 0: one).
+#[test]
+fn blocking_callers_share_pooled_and_pipelined_connections() {
+    let srv = Server::start();
+    for (n, max) in [(None, 5), (Some(2), 3), (Some(0), 1)] {
+        let opt = n.map_or(String::new(), |n| format!("&connections={n}"));
+        let url = format!(
+            "{}?prefix=pool{}&negative_cache=off&on_error=error&timeout=2s{opt}",
+            srv.url(),
+            n.map_or(-1, |n| n as i64)
+        );
+        let l = Arc::new(
+            KeyedLimiter::<u64>::builder("25/m".parse().unwrap())
+                .store(spec(&url))
+                .build()
+                .unwrap(),
+        );
+        let admitted: Vec<u64> = (0..12u64)
+            .map(|_| {
+                let l = l.clone();
+                std::thread::spawn(move || {
+                    let mut a = vec![0u64; 8];
+                    for i in 0..80u64 {
+                        a[(i % 8) as usize] +=
+                            u64::from(l.try_acquire(&(i % 8), 1).unwrap().allowed());
+                    }
+                    a
+                })
+            })
+            .map(|t| t.join().unwrap())
+            .fold(vec![0u64; 8], |acc, a| {
+                acc.iter().zip(&a).map(|(x, y)| x + y).collect()
+            });
+        assert_eq!(admitted, vec![25; 8], "connections={n:?}");
+        let s = l.redis_stats().unwrap();
+        assert_eq!(s.decided, 12 * 80, "{s:?}");
+        // The first blocking call opens a connection of its own unless none are allowed.
+        let min = if n == Some(0) { 1 } else { 2 };
+        assert!(
+            (min..=max).contains(&s.connects),
+            "connections={n:?}: {s:?}"
+        );
+    }
+}
+
 #[test]
 fn stress_child() {
     let Ok(url) = std::env::var("SG_STRESS_URL") else {

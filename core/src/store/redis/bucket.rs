@@ -1,7 +1,7 @@
 //! [`RedisBucket`], a single limiter's bucket on Redis, and composite limits over such
 //! buckets in one script call.
 
-use super::link::{block, run, slot, RedisStats};
+use super::link::{run, slot, RedisStats};
 use super::scripts::Func;
 use super::store::{fingerprint, Ask, Common, Op};
 use crate::error::{Error, StoreErrorKind};
@@ -183,7 +183,7 @@ pub(crate) fn composite(
         Err(e) => return Some(Err(e)),
     };
     let c = &parts[0].c;
-    let r = block(c.link.clone().call(Func::Run, names, args));
+    let r = c.link.call_blocking(Func::Run, names, args);
     Some(c.finish(r, &fps, ask))
 }
 

@@ -7,6 +7,14 @@
 //!   shared by every limiter on the same URL in the process: concurrent callers' calls are
 //!   written back to back and their replies read in order, many requests per round trip
 //!   (automatic pipelining).
+//! * **Blocking callers drive their own round trip** on one server (not TLS, not Cluster or
+//!   Sentinel): a blocking call takes an idle connection of a small pool, writes
+//!   its call and reads the reply on its own thread, with no hand-off to the runtime thread
+//!   and back (two thread wake-ups a call, which on a busy host cost more than the round trip).
+//!   The URL's `connections=N` bounds the pool (default 4; 0: none). When every pooled
+//!   connection is in use, a call goes through the multiplexed connection,
+//!   which pipelines the rest. Both follow one protocol (`Link::next_step`), one deadline, the
+//!   same counters and the same link state: while the link is down every call fails at once.
 //! * **A short timeout per call** (`timeout`, default 50 ms), FUNCTION LOAD (or EVAL) and
 //!   the retry included.
 //! * **No replay.** A call whose outcome is unknown (a timeout, a lost connection) is never
@@ -267,6 +275,30 @@ pub(crate) struct Link {
     eval: bool,
     state: Mutex<State>,
     pub(crate) counters: Counters,
+    /// The blocking callers' own connections (one plain server only).
+    direct: Option<Mutex<Direct>>,
+}
+
+/// Connections blocking callers drive themselves, each used by one caller at a time.
+struct Direct {
+    /// Idle connections, with the link's generation when each was opened: one of an older
+    /// generation (the link has lost its connection since) is dropped, not used.
+    idle: Vec<(redis::Connection, u64)>,
+    /// Connections open (idle or in use).
+    open: usize,
+    /// At most this many (`connections=N`); more concurrent callers are pipelined on the
+    /// multiplexed connection.
+    max: usize,
+}
+
+/// What a call does after an error reply (the one protocol of both kinds of connection).
+enum Next {
+    /// The call failed.
+    Fail,
+    /// The scripts are not loaded: EVAL the script (its reply is the call's).
+    Eval,
+    /// The function is not loaded: FUNCTION LOAD, then the call once more.
+    Load,
 }
 
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
@@ -275,9 +307,14 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 impl Link {
     /// The link for `url` (shared with every live store on the same URL and settings), its
     /// first connection attempted before this returns (a failure leaves it to reconnect).
-    pub(crate) fn open(url: &str, timeout: Duration, eval: bool) -> Result<Arc<Link>, Error> {
+    pub(crate) fn open(
+        url: &str,
+        timeout: Duration,
+        eval: bool,
+        connections: usize,
+    ) -> Result<Arc<Link>, Error> {
         static LINKS: OnceLock<Mutex<HashMap<String, Weak<Link>>>> = OnceLock::new();
-        let id = format!("{url}\n{}\n{eval}", timeout.as_nanos());
+        let id = format!("{url}\n{}\n{eval}\n{connections}", timeout.as_nanos());
         let links = LINKS.get_or_init(Default::default);
         let mut map = links.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(link) = map.get(&id).and_then(Weak::upgrade) {
@@ -290,6 +327,16 @@ impl Link {
             topology: StoreSpec::redis_topology(url),
             timeout,
             eval,
+            direct: (connections > 0
+                && matches!(StoreSpec::redis_topology(url), Topology::Single)
+                && !url.starts_with("rediss"))
+            .then(|| {
+                Mutex::new(Direct {
+                    idle: Vec::new(),
+                    open: 0,
+                    max: connections,
+                })
+            }),
             state: Mutex::new(State {
                 conn: None,
                 generation: 0,
@@ -374,7 +421,123 @@ impl Link {
             Ok(Err(f)) => f,
             Err(_) => (Fail::Timeout, self.state().generation),
         };
-        match &fail {
+        self.failed(&fail, generation);
+        Err(fail)
+    }
+
+    /// [`call`](Self::call) for a blocking caller: on its own thread, over a pooled direct
+    /// connection when the link has them and one is free, else through the runtime thread.
+    pub(crate) fn call_blocking(
+        self: &Arc<Self>,
+        func: Func,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Value, Fail> {
+        let (Some(direct), Target::Single(client)) = (&self.direct, &self.target) else {
+            return block(self.clone().call(func, keys, args));
+        };
+        let deadline = Instant::now() + self.timeout;
+        // Down (or reconnecting): the runtime's path fails at once and schedules the
+        // reconnection, as for every call.
+        let up = {
+            let st = self.state();
+            st.conn.as_ref().map(|_| st.generation)
+        };
+        let Some(generation) = up else {
+            return block(self.clone().call(func, keys, args));
+        };
+        let pooled = {
+            let mut d = direct.lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                match d.idle.pop() {
+                    Some((c, g)) if g == generation => break Some(c),
+                    Some(_) => d.open -= 1, // of a lost generation: dropped
+                    None if d.open < d.max => {
+                        d.open += 1;
+                        break None;
+                    }
+                    // Every direct connection is busy: pipelined with the others.
+                    None => {
+                        drop(d);
+                        return block(self.clone().call(func, keys, args));
+                    }
+                }
+            }
+        };
+        // From here this caller holds one unit of `open`, given back when the connection is
+        // dropped (`lease`), or kept with the connection when it goes back to the pool.
+        let lease = Lease(direct);
+        let conn = match pooled {
+            Some(c) => Ok(c),
+            None => client
+                .get_connection_with_timeout(self.timeout)
+                .inspect(|_| bump(&self.counters.connects)),
+        };
+        // The call's result, and the connection if it is still usable: after an error reply
+        // it is; after a timeout or an I/O error it is not (its state is unknown).
+        let (r, conn) = match conn {
+            Err(e) => (Err(classify(&e)), None),
+            Ok(mut conn) => match self.direct_call(&mut conn, func, &keys, &args, deadline) {
+                Ok(v) => (Ok(v), Some(conn)),
+                Err(f @ Fail::Server(_)) => (Err(f), Some(conn)),
+                Err(f) => (Err(f), None),
+            },
+        };
+        // A usable connection goes back to the pool with its unit of `open`.
+        if let Some(conn) = conn {
+            let mut d = direct.lock().unwrap_or_else(|e| e.into_inner());
+            d.idle.push((conn, generation));
+            core::mem::forget(lease);
+        } else {
+            drop(lease);
+        }
+        r.inspect_err(|fail| self.failed(fail, generation))
+    }
+
+    /// One call on a direct connection, within `deadline` (the protocol of
+    /// [`call_inner`](Self::call_inner); one server: no redirections).
+    fn direct_call(
+        &self,
+        conn: &mut redis::Connection,
+        func: Func,
+        keys: &[String],
+        args: &[String],
+        deadline: Instant,
+    ) -> Result<Value, Fail> {
+        let send = |conn: &mut redis::Connection, cmd: &Cmd| -> redis::RedisResult<Value> {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into());
+            }
+            conn.set_read_timeout(Some(left))?;
+            conn.set_write_timeout(Some(left))?;
+            redis::ConnectionLike::req_command(conn, cmd)?.extract_error()
+        };
+        let main = self.script_cmd(func, keys, args);
+        let mut loaded = false;
+        loop {
+            let e = match send(conn, &main) {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            };
+            match self.next_step(&e, loaded) {
+                Next::Fail => return Err(classify(&e)),
+                Next::Eval => {
+                    return send(conn, &self.eval_cmd(keys, args)).map_err(|e| classify(&e))
+                }
+                Next::Load => match send(conn, &load_cmd()) {
+                    Err(e) if !e.to_string().contains("already exists") => {
+                        return Err(classify(&e))
+                    }
+                    _ => loaded = true,
+                },
+            }
+        }
+    }
+
+    /// The counters and the link's state after a call on connection `generation` failed.
+    fn failed(&self, fail: &Fail, generation: u64) {
+        match fail {
             Fail::Timeout => {
                 bump(&self.counters.timeouts);
                 self.broken(generation, "a call timed out".into());
@@ -393,7 +556,40 @@ impl Link {
                 }
             }
         }
-        Err(fail)
+    }
+
+    /// After error reply `e` to a call (`loaded`: the scripts were loaded once already in
+    /// this call): whether to load the scripts (counted) or fail.
+    fn next_step(&self, e: &redis::RedisError, loaded: bool) -> Next {
+        if loaded {
+            return Next::Fail;
+        }
+        let next = if self.eval && is_noscript(e) {
+            Next::Eval
+        } else if !self.eval && is_no_function(e) {
+            Next::Load
+        } else {
+            return Next::Fail;
+        };
+        bump(&self.counters.script_loads);
+        next
+    }
+
+    /// The call of the scripts' `func` (EVALSHA of the general entry with `scripts=eval`).
+    fn script_cmd(&self, func: Func, keys: &[String], args: &[String]) -> Cmd {
+        // The EVAL form has only the general entry (the store never asks it for another).
+        debug_assert!(!self.eval || func == Func::Run);
+        let sc = scripts();
+        if self.eval {
+            call_cmd("EVALSHA", &sc.sha, keys, args)
+        } else {
+            call_cmd("FCALL", sc.function(func), keys, args)
+        }
+    }
+
+    /// The call by EVAL of the scripts' text (after NOSCRIPT).
+    fn eval_cmd(&self, keys: &[String], args: &[String]) -> Cmd {
+        call_cmd("EVAL", super::scripts::EVAL_FORM, keys, args)
     }
 
     async fn call_inner(
@@ -403,19 +599,7 @@ impl Link {
         args: &[String],
     ) -> Result<Value, (Fail, u64)> {
         let (mut conn, generation) = self.current().map_err(|f| (f, 0))?;
-        let sc = scripts();
-        let cmd = |name: &str, what: &str| {
-            let mut c = redis::cmd(name);
-            c.arg(what).arg(keys.len()).arg(keys).arg(args);
-            c
-        };
-        // The EVAL form has only the general entry (the store never asks it for another).
-        debug_assert!(!self.eval || func == Func::Run);
-        let main = if self.eval {
-            cmd("EVALSHA", &sc.sha)
-        } else {
-            cmd("FCALL", sc.function(func))
-        };
+        let main = self.script_cmd(func, keys, args);
         let fail = |e: redis::RedisError| (classify(&e), generation);
         // A MOVED or ASK reply means that the call did not run: it is sent once more, to the
         // node named (Redis Cluster during a resharding). Sending it again is no replay.
@@ -434,25 +618,16 @@ impl Link {
                 }
                 _ => {}
             }
-            if loaded {
-                return Err(fail(e));
-            }
-            loaded = true;
-            if self.eval && is_noscript(&e) {
-                bump(&self.counters.script_loads);
-                let eval = cmd("EVAL", super::scripts::EVAL_FORM);
-                return conn.send_to(&eval, to.as_ref()).await.map_err(fail);
-            }
-            if self.eval || !is_no_function(&e) {
-                return Err(fail(e));
-            }
-            bump(&self.counters.script_loads);
-            let mut load = redis::cmd("FUNCTION");
-            load.arg("LOAD").arg(&sc.library);
-            match conn.send_to(&load, to.as_ref()).await {
-                Ok(_) => {}
-                Err(e) if e.to_string().contains("already exists") => {}
-                Err(e) => return Err(fail(e)),
+            match self.next_step(&e, loaded) {
+                Next::Fail => return Err(fail(e)),
+                Next::Eval => {
+                    let eval = self.eval_cmd(keys, args);
+                    return conn.send_to(&eval, to.as_ref()).await.map_err(fail);
+                }
+                Next::Load => match conn.send_to(&load_cmd(), to.as_ref()).await {
+                    Err(e) if !e.to_string().contains("already exists") => return Err(fail(e)),
+                    _ => loaded = true,
+                },
             }
         }
     }
@@ -476,6 +651,29 @@ impl Link {
             }
         }
     }
+}
+
+/// One unit of a link's `open` direct connections, given back when dropped.
+struct Lease<'a>(&'a Mutex<Direct>);
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).open -= 1;
+    }
+}
+
+/// `NAME WHAT numkeys keys... args...` (FCALL, EVALSHA, EVAL).
+fn call_cmd(name: &str, what: &str, keys: &[String], args: &[String]) -> Cmd {
+    let mut c = redis::cmd(name);
+    c.arg(what).arg(keys.len()).arg(keys).arg(args);
+    c
+}
+
+/// FUNCTION LOAD of the scripts' library.
+fn load_cmd() -> Cmd {
+    let mut load = redis::cmd("FUNCTION");
+    load.arg("LOAD").arg(&scripts().library);
+    load
 }
 
 fn is_noscript(e: &redis::RedisError) -> bool {

@@ -196,7 +196,7 @@ impl Common {
         let tick = if o.test_clock { 1 } else { 1000 };
         let spec_text = scripts::spec(quota, tick, if o.test_clock { origin } else { 0 })?;
         let qfp = fingerprint(spec_text.as_str()) as u64;
-        let link = Link::open(url, o.timeout, o.eval)?;
+        let link = Link::open(url, o.timeout, o.eval, o.connections)?;
         let limit = crate::algorithm::Codec::new(quota, origin)?.capacity();
         let local = if o.on_error == OnError::Local {
             Some(Box::new(
@@ -469,7 +469,7 @@ impl Common {
             bound: None,
         };
         if let Ok(call) = self.prepare(vec![name], &[fp], ask) {
-            let r = block(self.link.clone().call(call.func, call.keys, call.args));
+            let r = self.link.call_blocking(call.func, call.keys, call.args);
             if let Ok(Outcome::Decided(..)) = r.and_then(|v| self.outcome(&v, 1)) {
                 self.created.store(true, Relaxed);
             }
@@ -522,7 +522,7 @@ impl Common {
         match self.prepare(names, fps, ask) {
             Err(d) => Ok((d, vec![d])),
             Ok(call) => {
-                let r = block(self.link.clone().call(call.func, call.keys, call.args));
+                let r = self.link.call_blocking(call.func, call.keys, call.args);
                 self.finish(r, &[(self, fps[0])], ask)
             }
         }
