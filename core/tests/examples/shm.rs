@@ -413,6 +413,8 @@ fn a_region_refuses_live_reconfiguration() {
     assert_eq!(store_kind(&e), Some(StoreErrorKind::Unsupported), "{e:?}");
     assert_eq!(kl.quota(), quota("10/minute"));
     assert_eq!(kl.peek(b"a".as_slice()).unwrap().remaining(), 9);
+    // Decisions go on (a region's path enters no read section: the refusal paused nothing).
+    assert_eq!(kl.try_acquire(b"a".as_slice(), 1).unwrap().remaining(), 8);
     let r2 = Region::new("reconfigure-single");
     let l = Limiter::builder(quota("5/s"))
         .store(r2.spec())

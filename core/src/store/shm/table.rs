@@ -337,6 +337,45 @@ impl Table<'_> {
         r: Request,
         me: impl FnOnce() -> u64,
     ) -> Result<Decision, Error> {
+        // The common case, straight (no loop for the compiler to keep values across): the
+        // key's slot, a valid state, and one CAS that lands (or a rejection, which writes
+        // nothing). Anything else (absent, moved, a lost or spurious CAS, a corrupt state)
+        // starts over on the general path, which nothing here has written to.
+        if let Some((i, cur)) = self.find_word(fp) {
+            let state = unpack(cur).1;
+            if cx.codec.valid(state) {
+                let (d, new) = Self::request_step(&cx.codec, r)(state);
+                let Some(new) = new else {
+                    return Ok(d);
+                };
+                if self.slots[i]
+                    .word
+                    .compare_exchange_weak(
+                        cur,
+                        pack(fp.tag, new),
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_ok()
+                {
+                    return Ok(d);
+                }
+            }
+        }
+        self.acquire_slow(cx, fp, r, me)
+    }
+
+    /// [`acquire`](Self::acquire) past its common case: the lock-free path's retries, then
+    /// the locked path.
+    #[cold]
+    #[inline(never)]
+    fn acquire_slow(
+        &self,
+        cx: &Ctx,
+        fp: &Fingerprint,
+        r: Request,
+        me: impl FnOnce() -> u64,
+    ) -> Result<Decision, Error> {
         let step = Self::request_step(&cx.codec, r);
         // The lock-free path: the key's slot, if it has one. Written out (not `step_at`) so
         // that the decision goes straight to the caller: no nested `Result<Option<_>>` moves.
