@@ -1,5 +1,6 @@
 //! [`ShmStore`]: the [`Store`] of a shared-memory region.
 
+use super::fingerprint::Keys;
 use super::region::{Region, Want};
 use super::table::{Fingerprint, Request, Table};
 use crate::algorithm::Codec;
@@ -24,6 +25,8 @@ pub(crate) struct ShmStore {
     region: Region,
     codec: Codec,
     base: u64,
+    /// The fingerprints' keys, from the region's secret.
+    keys: Keys,
 }
 
 impl ShmStore {
@@ -88,10 +91,12 @@ impl ShmStore {
             }
             _ => origin,
         };
+        let keys = Keys::new(region.meta.secret);
         Ok(Self {
             region,
             codec,
             base,
+            keys,
         })
     }
 
@@ -158,14 +163,14 @@ impl ShmStore {
         self.table().acquire(cx, &fp, r, super::lock::token)
     }
 
-    /// The key's keyed 128-bit fingerprint: SipHash-1-3 under the region's secret, over the
-    /// key's `Hash` (so byte keys fingerprint alike in every process and language).
+    /// The key's keyed 128-bit fingerprint: AES-128-CMAC under the region's secret, over the
+    /// key's `Hash` (so byte keys fingerprint alike in every process and language; see
+    /// [`super::fingerprint`]).
+    #[inline]
     pub(crate) fn fingerprint<Q: Hash + ?Sized>(&self, key: &Q) -> Fingerprint {
-        let [k0, k1] = self.region.meta.secret;
-        let mut h = siphasher::sip128::SipHasher13::new_with_keys(k0, k1);
+        let mut h = self.keys.hasher();
         key.hash(&mut h);
-        let hash = siphasher::sip128::Hasher128::finish128(&h).as_u128();
-        Fingerprint::new(hash, self.region.meta.slots as usize)
+        Fingerprint::new(h.finish128(), self.region.meta.slots as usize)
     }
 }
 
