@@ -1117,6 +1117,31 @@ mod loom_models {
         });
     }
 
+    /// Two consumes of an existing key race on the common case's one CAS: the loser starts
+    /// over on the general path, and both land, once each.
+    #[test]
+    fn two_consumes_of_one_key_land_once_each() {
+        loom::model(|| {
+            let o = Arc::new(Owned::new(2, 3, 1));
+            let c = Arc::new(cx("3/s"));
+            let k = fp(5, 2, 3);
+            o.table().acquire(&c, &k, req(0, 1), me).unwrap();
+            let other = {
+                let (o, c) = (o.clone(), c.clone());
+                thread::spawn(move || o.table().acquire(&c, &k, req(0, 1), me).unwrap())
+            };
+            let mine = o.table().acquire(&c, &k, req(0, 1), me).unwrap();
+            let theirs = other.join().unwrap();
+            assert!(mine.allowed() && theirs.allowed());
+            let mut left = [mine.remaining(), theirs.remaining()];
+            left.sort_unstable();
+            assert_eq!(left, [0, 1], "each saw the other's consume or none");
+            let t = o.table();
+            assert_eq!(t.peek(&c, &k, 0).unwrap().remaining(), 0);
+            assert_eq!(t.len(), 1);
+        });
+    }
+
     /// A consume racing the eviction of its (full) bucket is applied exactly once: to the old
     /// bucket before the eviction (which then keeps it), or to a new one after it.
     #[test]
