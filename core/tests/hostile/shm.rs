@@ -96,7 +96,9 @@ fn a_region_of_another_layout_version_is_a_mismatch() {
     let r = made(&clock);
     for version in [1u32, 3] {
         r.write_at(8, &version.to_ne_bytes());
-        let e = r.open(&clock).err().expect("a region of another version");
+        let Err(e) = r.open(&clock) else {
+            panic!("a region of layout version {version} was opened");
+        };
         assert_eq!(kind(&e), Some(StoreErrorKind::Mismatch), "{e}");
         assert!(
             e.to_string().contains(&format!("layout version {version}")),

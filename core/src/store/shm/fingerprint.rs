@@ -10,11 +10,13 @@
 //! (8 bytes of length and the bytes) is one block: one AES encryption.
 
 use aes::cipher::{BlockEncrypt, KeyInit};
-use aes::{Aes128, Block};
+use aes::{Aes128Enc, Block};
 
 /// The cipher and CMAC's two subkeys, made once when a region is opened.
 pub(crate) struct Keys {
-    aes: Aes128,
+    /// Boxed: the round keys of both implementations (hardware and software) take most of a
+    /// kilobyte, which would make every keyed limiter's store that large.
+    aes: Box<Aes128Enc>,
     /// For a last block that is complete.
     k1: u128,
     /// For a last block that is padded.
@@ -36,7 +38,7 @@ impl Keys {
     }
 
     fn from_key(key: [u8; 16]) -> Self {
-        let aes = Aes128::new(&key.into());
+        let aes = Box::new(Aes128Enc::new(&key.into()));
         let l = u128::from_be_bytes(encrypt(&aes, [0; 16]));
         let k1 = dbl(l);
         Self {
@@ -59,7 +61,7 @@ impl Keys {
 }
 
 #[inline]
-fn encrypt(aes: &Aes128, block: [u8; 16]) -> [u8; 16] {
+fn encrypt(aes: &Aes128Enc, block: [u8; 16]) -> [u8; 16] {
     let mut b = Block::from(block);
     aes.encrypt_block(&mut b);
     b.into()
