@@ -14,8 +14,6 @@
 //! as given. docs/SHM.md has the design, the figures and the failure modes.
 
 // Under loom only the models use the table and its lock (no file, no mapping).
-#[cfg(not(sluicegate_loom))]
-pub(crate) mod fingerprint;
 #[cfg(any(not(sluicegate_loom), test))]
 pub(crate) mod lock;
 #[cfg(not(sluicegate_loom))]

@@ -1,10 +1,6 @@
 //! A shared-memory region: the file, its mapping, and the header every opener validates.
 //!
-//! # Layout (version 2; the host's byte order, one host's processes share it)
-//!
-//! Version 2 fingerprints keys with AES-128-CMAC ([`super::fingerprint`]), version 1 did with
-//! SipHash-1-3: the same bytes, other meanings, so a region of another version is refused
-//! ([`StoreErrorKind::Mismatch`]), never misread.
+//! # Layout (version 1; the host's byte order, one host's processes share it)
 //!
 //! ```text
 //! 0      header (HEADER_LEN bytes): every field an atomic, read once at open
@@ -41,8 +37,7 @@ use std::time::{Duration, Instant};
 
 /// "SLGTSHM1".
 const MAGIC: u64 = u64::from_le_bytes(*b"SLGTSHM1");
-/// 2: fingerprints by AES-128-CMAC (1: SipHash-1-3).
-const VERSION: u32 = 2;
+const VERSION: u32 = 1;
 /// The header's bytes (a page), before the locks.
 const HEADER_LEN: usize = 4096;
 /// Insert locks: a new key holds the one of its home (modulo this count).

@@ -1,6 +1,5 @@
 //! [`ShmStore`]: the [`Store`] of a shared-memory region.
 
-use super::fingerprint::Keys;
 use super::region::{Region, Want};
 use super::table::{Fingerprint, Request, Table};
 use crate::algorithm::Codec;
@@ -25,8 +24,6 @@ pub(crate) struct ShmStore {
     region: Region,
     codec: Codec,
     base: u64,
-    /// The fingerprints' keys, from the region's secret.
-    keys: Keys,
 }
 
 impl ShmStore {
@@ -91,12 +88,10 @@ impl ShmStore {
             }
             _ => origin,
         };
-        let keys = Keys::new(region.meta.secret);
         Ok(Self {
             region,
             codec,
             base,
-            keys,
         })
     }
 
@@ -163,14 +158,14 @@ impl ShmStore {
         self.table().acquire(cx, &fp, r, super::lock::token)
     }
 
-    /// The key's keyed 128-bit fingerprint: AES-128-CMAC under the region's secret, over the
-    /// key's `Hash` (so byte keys fingerprint alike in every process and language; see
-    /// [`super::fingerprint`]).
-    #[inline]
+    /// The key's keyed 128-bit fingerprint: SipHash-1-3 under the region's secret, over the
+    /// key's `Hash` (so byte keys fingerprint alike in every process and language).
     pub(crate) fn fingerprint<Q: Hash + ?Sized>(&self, key: &Q) -> Fingerprint {
-        let mut h = self.keys.hasher();
+        let [k0, k1] = self.region.meta.secret;
+        let mut h = siphasher::sip128::SipHasher13::new_with_keys(k0, k1);
         key.hash(&mut h);
-        Fingerprint::new(h.finish128(), self.region.meta.slots as usize)
+        let hash = siphasher::sip128::Hasher128::finish128(&h).as_u128();
+        Fingerprint::new(hash, self.region.meta.slots as usize)
     }
 }
 

@@ -30,12 +30,11 @@
 //!
 //! # Fingerprints and states
 //!
-//! Keys are compared by a keyed 128-bit fingerprint (AES-128-CMAC under a random secret of the
-//! region: [`super::fingerprint`]), split over the slot's three words. Keys of any length fit a
-//! fixed slot, so no allocator lives in shared memory that a crash could leave half done, and
-//! two keys share a bucket only if their 128 bits collide, which a caller who does not know the
-//! secret cannot arrange and chance does about once in 2^128 pairs. The tag in the word (32
-//! bits) is what a
+//! Keys are compared by a keyed 128-bit fingerprint (SipHash-1-3 with a random secret of the
+//! region), split over the slot's three words. Keys of any length fit a fixed slot, so no
+//! allocator lives in shared memory that a crash could leave half done, and two keys share a
+//! bucket only if their 128 bits collide, which a caller who does not know the secret cannot
+//! arrange and chance does about once in 2^64 pairs. The tag in the word (32 bits) is what a
 //! decision's CAS checks: a consume that read a slot before it was evicted and given to another
 //! key lands only if the new key's tag and state both equal the old ones.
 //!
