@@ -1095,6 +1095,17 @@ mod loom_models {
         1 << 32
     }
 
+    /// A request of cost 1 at 0 for `k` on this thread and one on another, racing: their
+    /// decisions.
+    fn two_requests(o: &Arc<Owned>, c: &Arc<Ctx>, k: Fingerprint) -> (Decision, Decision) {
+        let other = {
+            let (o, c) = (o.clone(), c.clone());
+            thread::spawn(move || o.table().acquire(&c, &k, req(0, 1), me).unwrap())
+        };
+        let mine = o.table().acquire(c, &k, req(0, 1), me).unwrap();
+        (mine, other.join().unwrap())
+    }
+
     /// Two first requests of one key, racing: one bucket, both requests in it.
     #[test]
     fn two_inserts_of_one_key_make_one_bucket() {
@@ -1102,12 +1113,7 @@ mod loom_models {
             let o = Arc::new(Owned::new(2, 3, 1));
             let c = Arc::new(cx("2/s"));
             let k = fp(7, 1, 3);
-            let other = {
-                let (o, c) = (o.clone(), c.clone());
-                thread::spawn(move || o.table().acquire(&c, &k, req(0, 1), me).unwrap())
-            };
-            let mine = o.table().acquire(&c, &k, req(0, 1), me).unwrap();
-            let theirs = other.join().unwrap();
+            let (mine, theirs) = two_requests(&o, &c, k);
             assert!(mine.allowed() && theirs.allowed());
             let t = o.table();
             assert_eq!(t.len(), 1);
@@ -1125,12 +1131,7 @@ mod loom_models {
             let c = Arc::new(cx("3/s"));
             let k = fp(5, 2, 3);
             o.table().acquire(&c, &k, req(0, 1), me).unwrap();
-            let other = {
-                let (o, c) = (o.clone(), c.clone());
-                thread::spawn(move || o.table().acquire(&c, &k, req(0, 1), me).unwrap())
-            };
-            let mine = o.table().acquire(&c, &k, req(0, 1), me).unwrap();
-            let theirs = other.join().unwrap();
+            let (mine, theirs) = two_requests(&o, &c, k);
             assert!(mine.allowed() && theirs.allowed());
             let mut left = [mine.remaining(), theirs.remaining()];
             left.sort_unstable();
