@@ -564,9 +564,8 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
     {
         // A region is never reconfigured (`set_quota` refuses it before it pauses anything:
         // `live::unsupported`), so its first generation is the only one, and it needs no read
-        // section (nothing of this process's memory is reclaimed under it).
-        // With nothing to observe, the region's result is returned as it comes (written once,
-        // into the caller's).
+        // section (nothing of this process's memory is reclaimed under it). With nothing to
+        // observe, its result is returned as it comes (written once, into the caller's).
         #[cfg(all(unix, not(sluicegate_loom)))]
         if let Backend::Shm(s) = &self.first.backend {
             let r = match self.first.check(now, cost) {
