@@ -10,7 +10,8 @@
 //!   per key (the file's allocated blocks, and the region's own arithmetic).
 //!
 //! `shmpath --child REGION KEYS LO SPAN ROUNDS PATH` is one of the two processes (internal);
-//! `shmpath --profile KEYS N` runs N decisions in a region only (for callgrind or perf).
+//! `shmpath --profile KEYS N [memory]` runs N decisions in a region only (for callgrind or
+//! perf), or with `memory` in the in-process store only (the same loop, for comparison).
 
 use sluicegate::StoreSpec;
 use sluicegate_benches::setup::{self, Path};
@@ -175,12 +176,17 @@ fn main() -> ExitCode {
         return child(&args[1..]);
     }
     if args.first().map(String::as_str) == Some("--profile") {
-        // `shmpath --profile KEYS N`: N decisions in a region only, for callgrind/perf.
+        // `shmpath --profile KEYS N [memory]`: N decisions in a region (or in-process) only,
+        // for callgrind/perf.
         let n = |i: usize| args.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(1);
         let (keys, decisions) = (n(1), n(2));
         let region = Region::new("profile");
-        let shm = setup::ours_keyed_in(Path::Allow, keys, region.spec());
-        black_box(keyed_loop(&shm, decisions, 0, keys, 1));
+        let spec = match args.get(3).map(String::as_str) {
+            Some("memory") => StoreSpec::default(),
+            _ => region.spec(),
+        };
+        let l = setup::ours_keyed_in(Path::Allow, keys, spec);
+        black_box(keyed_loop(&l, decisions, 0, keys, 1));
         return ExitCode::SUCCESS;
     }
     let rounds: u64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(100);

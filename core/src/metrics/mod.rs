@@ -150,6 +150,14 @@ impl<K: ?Sized> Observe<K> {
         }
     }
 
+    /// Whether there is nothing to observe: no counters (their flag is set at build, never
+    /// later), no shadow mode, no hook. [`decided`](Self::decided) then returns the decision
+    /// as it is and [`failed`](Self::failed) does nothing, so a caller may skip both.
+    #[inline(always)]
+    pub(crate) fn quiet(&self) -> bool {
+        self.flags.load(Ordering::Relaxed) == 0
+    }
+
     /// A decision a caller asked for: counted; a rejection let through in shadow mode, and
     /// shown to the hook (out of line).
     #[inline(always)]

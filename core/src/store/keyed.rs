@@ -564,6 +564,19 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         Q: Hash + Eq + ToOwned + ?Sized,
         Q::Owned: Into<K>,
     {
+        // A region is never reconfigured (`set_quota` refuses it before it pauses anything:
+        // `live::unsupported`), so its first generation is the only one, and it needs no read
+        // section (nothing of this process's memory is reclaimed under it). With nothing to
+        // observe, its result is returned as it comes (written once, into the caller's).
+        #[cfg(all(unix, not(sluicegate_loom)))]
+        if let Backend::Shm(s) = &self.first.backend {
+            let r = match self.first.check(now, cost) {
+                Ok(()) if self.obs.quiet() => return s.acquire_at(&self.first.cx, key, now, cost),
+                Ok(()) => s.acquire_at(&self.first.cx, key, now, cost),
+                Err(e) => Err(e),
+            };
+            return self.observed(r, key, cost);
+        }
         let r = self.with(|g| g.try_acquire_at(key, now, cost));
         self.observed(r, key, cost)
     }

@@ -413,6 +413,8 @@ fn a_region_refuses_live_reconfiguration() {
     assert_eq!(store_kind(&e), Some(StoreErrorKind::Unsupported), "{e:?}");
     assert_eq!(kl.quota(), quota("10/minute"));
     assert_eq!(kl.peek(b"a".as_slice()).unwrap().remaining(), 9);
+    // Decisions go on (a region's path enters no read section: the refusal paused nothing).
+    assert_eq!(kl.try_acquire(b"a".as_slice(), 1).unwrap().remaining(), 8);
     let r2 = Region::new("reconfigure-single");
     let l = Limiter::builder(quota("5/s"))
         .store(r2.spec())
@@ -421,4 +423,42 @@ fn a_region_refuses_live_reconfiguration() {
     let e = l.set_quota(quota("6/s")).unwrap_err();
     assert_eq!(store_kind(&e), Some(StoreErrorKind::Unsupported), "{e:?}");
     assert!(l.try_acquire(1).unwrap().allowed());
+}
+
+/// A region's decisions are observed as in-process ones: counted, shown to the hook, let
+/// through in shadow mode (switched on while the limiter runs), and a refused new key counted.
+#[test]
+fn a_regions_decisions_are_counted_hooked_and_shadowed() {
+    let r = Region::new("observe");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let hook = seen.clone();
+    let kl = KeyedLimiter::<Box<[u8]>>::builder(quota("2/minute"))
+        .store(r.spec())
+        .max_keys(1)
+        .metrics(true)
+        .on_reject(move |j| hook.lock().unwrap().push(j.key().to_vec()))
+        .build()
+        .unwrap();
+    let a = b"a".as_slice();
+    assert!(kl.try_acquire(a, 1).unwrap().allowed());
+    assert!(kl.try_acquire(a, 1).unwrap().allowed());
+    assert!(!kl.try_acquire(a, 1).unwrap().allowed());
+    kl.set_shadow(true);
+    let d = kl.try_acquire(a, 1).unwrap();
+    assert!(d.allowed() && d.shadow_rejected(), "{d:?}");
+    let e = kl.try_acquire(b"b".as_slice(), 1).unwrap_err();
+    assert!(matches!(e, Error::KeyStoreFull { max_keys: 1 }), "{e}");
+    let m = kl.metrics().unwrap();
+    assert_eq!((m.allowed, m.rejected, m.shadow_rejected), (2, 1, 1));
+    assert_eq!(m.key_store_full, 1);
+    assert_eq!(*seen.lock().unwrap(), [b"a".to_vec(), b"a".to_vec()]);
+
+    // Without counters or a hook, shadow mode switched on later still lets rejections through.
+    let r2 = Region::new("observe-quiet");
+    let quiet = keyed("1/minute", &r2);
+    assert!(quiet.try_acquire(a, 1).unwrap().allowed());
+    assert!(!quiet.try_acquire(a, 1).unwrap().allowed());
+    quiet.set_shadow(true);
+    let d = quiet.try_acquire(a, 1).unwrap();
+    assert!(d.allowed() && d.shadow_rejected(), "{d:?}");
 }

@@ -83,8 +83,31 @@ fn made(clock: &ManualClock) -> Region {
         l.try_acquire(k.to_string().as_bytes(), 2).unwrap();
     }
     drop(l);
-    assert_eq!(r.read_at(0, 8), b"SLGTSHM1", "layout version 1");
+    assert_eq!(r.read_at(0, 8), b"SLGTSHM1", "the magic number");
+    assert_eq!(r.read_at(8, 4), 1u32.to_ne_bytes(), "layout version 1");
     r
+}
+
+/// A region of another layout version (whose slots this library would misread) is refused
+/// as a mismatch, not opened; restored, it opens with its keys.
+#[test]
+fn a_region_of_another_layout_version_is_a_mismatch() {
+    let clock = ManualClock::new(0);
+    let r = made(&clock);
+    for version in [0u32, 2, u32::MAX] {
+        r.write_at(8, &version.to_ne_bytes());
+        let Err(e) = r.open(&clock) else {
+            panic!("a region of layout version {version} was opened");
+        };
+        assert_eq!(kind(&e), Some(StoreErrorKind::Mismatch), "{e}");
+        assert!(
+            e.to_string().contains(&format!("layout version {version}")),
+            "{e}"
+        );
+    }
+    r.write_at(8, &1u32.to_ne_bytes());
+    let l = r.open(&clock).unwrap();
+    assert_eq!(l.peek(b"3".as_slice()).unwrap().remaining(), 3);
 }
 
 /// A tiny deterministic generator (the test must be reproducible).

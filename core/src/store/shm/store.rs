@@ -139,6 +139,25 @@ impl ShmStore {
         self.table().audit(cx)
     }
 
+    /// A request for `key` (the limiter's checks passed): the keyed limiter's path for a
+    /// region, which enters no read section (see `KeyedLimiter::try_acquire_rest`).
+    #[inline]
+    pub(crate) fn acquire_at<Q: Hash + ?Sized>(
+        &self,
+        cx: &Ctx,
+        key: &Q,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, Error> {
+        let fp = self.fingerprint(key);
+        let r = Request {
+            now: self.rel(now),
+            cost,
+            within: u64::MAX,
+        };
+        self.table().acquire(cx, &fp, r, super::lock::token)
+    }
+
     /// The key's keyed 128-bit fingerprint: SipHash-1-3 under the region's secret, over the
     /// key's `Hash` (so byte keys fingerprint alike in every process and language).
     pub(crate) fn fingerprint<Q: Hash + ?Sized>(&self, key: &Q) -> Fingerprint {
@@ -157,7 +176,7 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for ShmStore {
         Q: Hash + Eq + ToOwned + ?Sized,
         Q::Owned: Into<K>,
     {
-        <Self as Store<K>>::reserve(self, cx, key, now, cost, u64::MAX)
+        self.acquire_at(cx, key, now, cost)
     }
 
     fn reserve<Q>(

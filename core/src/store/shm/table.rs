@@ -337,6 +337,45 @@ impl Table<'_> {
         r: Request,
         me: impl FnOnce() -> u64,
     ) -> Result<Decision, Error> {
+        // The common case, straight (no loop for the compiler to keep values across): the
+        // key's slot, a valid state, and one CAS that lands (or a rejection, which writes
+        // nothing). Anything else (absent, moved, a lost or spurious CAS, a corrupt state)
+        // starts over on the general path, which nothing here has written to.
+        if let Some((i, cur)) = self.find_word(fp) {
+            let state = unpack(cur).1;
+            if cx.codec.valid(state) {
+                let (d, new) = Self::request_step(&cx.codec, r)(state);
+                let Some(new) = new else {
+                    return Ok(d);
+                };
+                if self.slots[i]
+                    .word
+                    .compare_exchange_weak(
+                        cur,
+                        pack(fp.tag, new),
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_ok()
+                {
+                    return Ok(d);
+                }
+            }
+        }
+        self.acquire_slow(cx, fp, r, me)
+    }
+
+    /// [`acquire`](Self::acquire) past its common case: the lock-free path's retries, then
+    /// the locked path.
+    #[cold]
+    #[inline(never)]
+    fn acquire_slow(
+        &self,
+        cx: &Ctx,
+        fp: &Fingerprint,
+        r: Request,
+        me: impl FnOnce() -> u64,
+    ) -> Result<Decision, Error> {
         let step = Self::request_step(&cx.codec, r);
         // The lock-free path: the key's slot, if it has one. Written out (not `step_at`) so
         // that the decision goes straight to the caller: no nested `Result<Option<_>>` moves.
@@ -1056,6 +1095,17 @@ mod loom_models {
         1 << 32
     }
 
+    /// A request of cost 1 at 0 for `k` on this thread and one on another, racing: their
+    /// decisions.
+    fn two_requests(o: &Arc<Owned>, c: &Arc<Ctx>, k: Fingerprint) -> (Decision, Decision) {
+        let other = {
+            let (o, c) = (o.clone(), c.clone());
+            thread::spawn(move || o.table().acquire(&c, &k, req(0, 1), me).unwrap())
+        };
+        let mine = o.table().acquire(c, &k, req(0, 1), me).unwrap();
+        (mine, other.join().unwrap())
+    }
+
     /// Two first requests of one key, racing: one bucket, both requests in it.
     #[test]
     fn two_inserts_of_one_key_make_one_bucket() {
@@ -1063,17 +1113,32 @@ mod loom_models {
             let o = Arc::new(Owned::new(2, 3, 1));
             let c = Arc::new(cx("2/s"));
             let k = fp(7, 1, 3);
-            let other = {
-                let (o, c) = (o.clone(), c.clone());
-                thread::spawn(move || o.table().acquire(&c, &k, req(0, 1), me).unwrap())
-            };
-            let mine = o.table().acquire(&c, &k, req(0, 1), me).unwrap();
-            let theirs = other.join().unwrap();
+            let (mine, theirs) = two_requests(&o, &c, k);
             assert!(mine.allowed() && theirs.allowed());
             let t = o.table();
             assert_eq!(t.len(), 1);
             assert_eq!(t.peek(&c, &k, 0).unwrap().remaining(), 0);
             assert_eq!(o.live.load(Ordering::Acquire), 1);
+        });
+    }
+
+    /// Two consumes of an existing key race on the common case's one CAS: the loser starts
+    /// over on the general path, and both land, once each.
+    #[test]
+    fn two_consumes_of_one_key_land_once_each() {
+        loom::model(|| {
+            let o = Arc::new(Owned::new(2, 3, 1));
+            let c = Arc::new(cx("3/s"));
+            let k = fp(5, 2, 3);
+            o.table().acquire(&c, &k, req(0, 1), me).unwrap();
+            let (mine, theirs) = two_requests(&o, &c, k);
+            assert!(mine.allowed() && theirs.allowed());
+            let mut left = [mine.remaining(), theirs.remaining()];
+            left.sort_unstable();
+            assert_eq!(left, [0, 1], "each saw the other's consume or none");
+            let t = o.table();
+            assert_eq!(t.peek(&c, &k, 0).unwrap().remaining(), 0);
+            assert_eq!(t.len(), 1);
         });
     }
 
