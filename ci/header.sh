@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates bindings-c/include/sluicegate.h with the pinned cbindgen (installed into
-# target/tools on first use, from crates.io with --locked). `--check`: exit 1 if the
+# target/tools on first use, from the crate registry with --locked). `--check`: exit 1 if the
 # committed header differs from what the sources generate (CI's drift check).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -659,12 +659,15 @@ sg_result sg_limiter_new_with_clock(const struct sg_quota *quota,
 // (also `rediss://`, `redis+unix://`, `redis+cluster://`, `redis+sentinel://`) with the
 // store's options in its query: `prefix=NAME` (the bucket's key; limiters with one URL and
 // quota share it), `timeout=50ms`, `on_error=local|open|closed|error`, `hosts=N`,
-// `negative_cache=off`, `scripts=eval`. Every host's processes then share the bucket, decided
-// on the server's clock; each call blocks the calling thread for one round trip (at most the
-// timeout; then `on_error` decides: `error` returns `SG_ERR_STORE_UNAVAILABLE` or
-// `SG_ERR_STORE_TIMEOUT`, the others a decision), holding no lock meanwhile. The connection
-// is made here (blocking at most max(timeout, 1 s)); a server that is down is retried in
-// the background. `sg_limiter_redis_stats` reads its counters.
+// `negative_cache=off`, `scripts=eval`, `connections=N`. Every host's processes then share
+// the bucket, decided on the server's clock; each call blocks the calling thread for one
+// round trip (at most the timeout; then `on_error` decides: `error` returns
+// `SG_ERR_STORE_UNAVAILABLE` or `SG_ERR_STORE_TIMEOUT`, the others a decision), holding no
+// lock meanwhile. On one server (TCP or a unix socket) the calling thread makes the round
+// trip itself on a connection of the process's pool (up to `connections=N`, default 4; `0`:
+// one shared connection a process). The connection is made here (blocking at most
+// max(timeout, 1 s)); a server that is down is retried in the background.
+// `sg_limiter_redis_stats` reads its counters.
 //
 // `clock` NULL: the default clock, which on a region reads the region's timeline (every
 // process reads the same one); a manual clock is used as given (tests; on Redis the
