@@ -510,7 +510,7 @@ fn scan_object(
         let mut leaf = None;
         let mut nested = false;
         for (pi, p) in paths.iter().enumerate() {
-            if out[pi].is_none() && p.len() > depth && eq_short(&p[depth], key) {
+            if out[pi].is_none() && p.len() > depth && crate::scan::eq_bytes(&p[depth], key) {
                 if p.len() == depth + 1 {
                     leaf = Some(pi);
                 } else {
@@ -570,7 +570,11 @@ fn scan_object(
             // Every path that ends here (duplicates of one name) counts once.
             *left -= 1;
             for (pj, p) in paths.iter().enumerate() {
-                if pj != pi && out[pj].is_none() && p.len() == depth + 1 && p[depth] == key {
+                if pj != pi
+                    && out[pj].is_none()
+                    && p.len() == depth + 1
+                    && crate::scan::eq_bytes(&p[depth], key)
+                {
                     out[pj] = out[pi];
                     *left -= 1;
                 }
@@ -586,28 +590,6 @@ fn scan_object(
             _ => return None,
         }
     }
-}
-
-/// `a == b`, for the short strings of JSON keys: words compared in registers rather than a
-/// call to `memcmp`.
-#[inline(always)]
-fn eq_short(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let (mut a, mut b) = (a, b);
-    while a.len() >= 8 {
-        if a[..8] != b[..8] {
-            return false;
-        }
-        (a, b) = (&a[8..], &b[8..]);
-    }
-    let pack = |s: &[u8]| {
-        let mut w = [0u8; 8];
-        w[..s.len()].copy_from_slice(s);
-        u64::from_le_bytes(w)
-    };
-    pack(a) == pack(b)
 }
 
 /// The index after the object or array starting at `i`.

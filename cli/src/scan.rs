@@ -23,6 +23,44 @@ fn word(hay: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// The bytes of `s` (at most 8) as a little-endian word, zero above: two loads that may
+/// overlap rather than a copy of a variable length (a call to `memcpy`).
+#[inline(always)]
+pub fn load_short(s: &[u8]) -> u64 {
+    let n = s.len();
+    debug_assert!(n <= 8);
+    if n >= 4 {
+        let lo = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+        let hi = u32::from_le_bytes([s[n - 4], s[n - 3], s[n - 2], s[n - 1]]);
+        u64::from(lo) | u64::from(hi) << ((n - 4) * 8)
+    } else if n > 0 {
+        u64::from(s[0]) | u64::from(s[n / 2]) << (n / 2 * 8) | u64::from(s[n - 1]) << ((n - 1) * 8)
+    } else {
+        0
+    }
+}
+
+/// `a == b`, for short strings (JSON keys, timestamps): words compared in registers, the last
+/// one overlapping, rather than a call to `memcmp`.
+#[inline(always)]
+pub fn eq_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if n < 8 {
+        return load_short(a) == load_short(b);
+    }
+    let mut i = 0;
+    while i + 8 < n {
+        if word(a, i) != word(b, i) {
+            return false;
+        }
+        i += 8;
+    }
+    word(a, n - 8) == word(b, n - 8)
+}
+
 /// The index of the first `a` in `hay` (as `memchr::memchr`).
 #[inline(always)]
 pub fn find(a: u8, hay: &[u8]) -> Option<usize> {
@@ -66,6 +104,32 @@ pub fn find2(a: u8, b: u8, hay: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn short_loads_and_compares() {
+        let text: Vec<u8> = (0..40u8).map(|i| i.wrapping_mul(37) ^ 0xa5).collect();
+        for n in 0..=8 {
+            for at in 0..8 {
+                let s = &text[at..at + n];
+                let mut w = [0u8; 8];
+                w[..n].copy_from_slice(s);
+                assert_eq!(load_short(s), u64::from_le_bytes(w), "{n} {at}");
+            }
+        }
+        let copy = text.clone();
+        for n in 0..30 {
+            let a = &text[..n];
+            assert!(eq_bytes(a, &copy[..n]));
+            for i in 0..n {
+                let mut b = a.to_vec();
+                b[i] ^= 0x80;
+                assert!(!eq_bytes(a, &b), "{n} {i}");
+                b[i] ^= 0x81;
+                assert!(!eq_bytes(a, &b), "{n} {i}");
+            }
+            assert!(!eq_bytes(a, &text[..n + 1]));
+        }
+    }
 
     #[test]
     fn agrees_with_memchr() {

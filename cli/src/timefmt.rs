@@ -65,7 +65,7 @@ impl TimeParser {
     /// Seconds of the first `n` bytes, through the cache.
     #[inline]
     fn cached(&mut self, key: &[u8], f: impl FnOnce(&[u8]) -> Option<i64>) -> Option<i64> {
-        if key.len() == self.last_len && key == &self.last_text[..key.len()] {
+        if key.len() == self.last_len && crate::scan::eq_bytes(key, &self.last_text[..key.len()]) {
             return Some(self.last_secs);
         }
         let s = f(key)?;
