@@ -5,7 +5,7 @@
 
 const native = require('./native.js')
 
-const { allow, decide, refund, reserveWithin, renderHeaders, keyedAllow, keyedDecide, keyedPeek, keyedRefund } = native
+const { allow, decide, refund, reserveWithin, renderHeaders, headerRenderer, renderFields, keyedAllow, keyedDecide, keyedPeek, keyedRefund } = native
 
 // Decision figures written by the native `decide` (layout: src/hot.rs, mod slot).
 const F = new Float64Array(native.scratch)
@@ -53,11 +53,47 @@ class Decision {
   headers(style = 'ietf', policy = 'default') {
     if (typeof style !== 'string') throw invalidArg('style must be a string')
     if (typeof policy !== 'string') throw invalidArg('policy must be a string')
-    const f = renderHeaders(this.allowed, this.limit, this.remaining, this.retryAfterNs, this.resetAfterNs, this.windowSeconds, style, policy)
+    let f
+    const id = rendererOf(style, policy)
+    if (id >= 0 && safeFigures(this)) {
+      // The figures through the scratch buffer and the fields back as one string: one
+      // crossing each way, where `renderHeaders` converts eight arguments and returns an array.
+      F[R] = this.allowed ? 1 : 0
+      F[R + 1] = this.limit
+      F[R + 2] = this.remaining
+      F[R + 3] = this.retryAfterNs
+      F[R + 4] = this.resetAfterNs
+      F[R + 5] = this.windowSeconds
+      const text = renderFields(id)
+      f = text === '' ? [] : text.split('\n')
+    } else {
+      f = renderHeaders(this.allowed, this.limit, this.remaining, this.retryAfterNs, this.resetAfterNs, this.windowSeconds, style, policy)
+    }
     const h = {}
     for (let i = 0; i < f.length; i += 2) h[f[i]] = f[i + 1]
     return h
   }
+}
+
+// `renderFields`' input: the scratch slots from `hot::slot::RENDER_ALLOWED` on.
+const R = 16
+const isSafe = (x) => typeof x === 'number' && Number.isSafeInteger(x) && x >= 0
+/** Whether every figure `renderFields` takes fits its f64 slot exactly. */
+const safeFigures = (d) => isSafe(d.limit) && isSafe(d.remaining) && isSafe(d.retryAfterNs) && isSafe(d.resetAfterNs) && isSafe(d.windowSeconds)
+
+// style -> policy -> renderer id, for the pairs the native side holds (at most 256).
+const RENDERERS = new Map()
+/** The native renderer of `style` and `policy`; -1 for `renderHeaders` (a policy with a line break, or too many pairs). */
+function rendererOf(style, policy) {
+  const id = RENDERERS.get(style)?.get(policy)
+  if (id !== undefined) return id
+  if (policy.includes('\n')) return -1
+  const made = headerRenderer(style, policy) // throws on an unknown style
+  if (made >= 0) {
+    if (!RENDERERS.has(style)) RENDERERS.set(style, new Map())
+    RENDERERS.get(style).set(policy, made)
+  }
+  return made
 }
 
 /** Reads the figures the last native `decide` wrote. */

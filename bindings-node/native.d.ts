@@ -26,6 +26,8 @@ export declare function keyedPeek(handle: number, key: string | Uint8Array | num
 export declare function keyedRefund(handle: number, key: string | Uint8Array | number | bigint, cost: number | bigint): void
 /** The floor of `keyedAllow`: the same conversions, no decision. */
 export declare function keyedAllowNoop(handle: number, key: string | Uint8Array | number | bigint, cost: number | bigint): boolean
+/** The fields of the decision whose figures are in `scratch` (`hot::slot::RENDER_*`), in the style and policy of `renderer` (`headerRenderer`): `name\nvalue\n...`. */
+export declare function renderFields(renderer: number): string
 
 /**
  * Which binding artifact the generated loader actually loaded: `'native'` for
@@ -125,6 +127,12 @@ export declare function coreDecisionNs(iterations: number, allow: boolean): numb
  * and back, to it): `[allowed, [[name, value], ...]]`.
  */
 export declare function coreHeaders(handle: number, cost: unknown, style: string, policy: string): [boolean, Array<[string, string]>]
+
+/**
+ * The id `renderFields` renders `style` and `policy` by (the same pair, the same id), or -1
+ * when this environment holds its maximum of pairs (then `renderHeaders` does).
+ */
+export declare function headerRenderer(style: string, policy: string): number
 
 /** Whether the limiter's bucket is full now. */
 export declare function isFull(handle: number): boolean

@@ -844,6 +844,7 @@ module.exports.canonicalQuota = nativeBinding.canonicalQuota
 module.exports.compositeNew = nativeBinding.compositeNew
 module.exports.coreDecisionNs = nativeBinding.coreDecisionNs
 module.exports.coreHeaders = nativeBinding.coreHeaders
+module.exports.headerRenderer = nativeBinding.headerRenderer
 module.exports.isFull = nativeBinding.isFull
 module.exports.isRemote = nativeBinding.isRemote
 module.exports.isShadow = nativeBinding.isShadow

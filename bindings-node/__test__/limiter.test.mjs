@@ -87,6 +87,38 @@ test('headers in every style equal the core renderer', () => {
   }
 })
 
+test('headers: beyond the native renderers held, and with any policy, the fields stay the core\'s', () => {
+  const n = sg._internal.native
+  const clock = new ManualClock(0)
+  const ours = new Limiter('5/s; burst=3', { clock })
+  const core = n.limiterNew('5/s; burst=3', clock)
+  // 300 distinct policies: past the 256 (style, policy) pairs an environment registers, and
+  // a policy with a line break, which never goes through the one-string path.
+  const policies = [...Array.from({ length: 300 }, (_, i) => `p${i}`), 'two\nlines']
+  for (const [i, policy] of policies.entries()) {
+    const style = ['ietf', 'draft6', 'legacy'][i % 3]
+    const expected = n.coreHeaders(core, 1, style, policy)
+    const d = ours.tryAcquire(1)
+    assert.equal(d.allowed, expected[0])
+    assert.deepEqual(Object.entries(d.headers(style, policy)), expected[1], policy)
+    clock.advance(100_000_000)
+  }
+  n.release(core)
+  // The native renderer checks what it reads: figures that are not safe integers, an unknown id.
+  const F = new Float64Array(n.scratch)
+  const id = n.headerRenderer('legacy', 'p2') // registered above (before the table filled)
+  assert.ok(id >= 0)
+  assert.equal(n.headerRenderer('legacy', 'a pair too many'), -1)
+  for (const bad of [-1, 0.5, NaN, 2 ** 60]) {
+    F.set([1, 10, bad, 0, 0, 1], 16)
+    assert.throws(() => n.renderFields(id), (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG', String(bad))
+  }
+  F.set([1, 10, 9, 0, 100_000_000, 1], 16)
+  assert.equal(n.renderFields(id), 'X-RateLimit-Limit\n10\nX-RateLimit-Remaining\n9\nX-RateLimit-Reset\n1')
+  assert.throws(() => n.renderFields(100_000), (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG')
+  assert.throws(() => n.headerRenderer('bogus', 'p'), (e) => e.code === 'ERR_SLUICEGATE_INVALID_OPTION')
+})
+
 test('acquire waits on timers and resolves when admitted', async () => {
   const l = new Limiter('20/s; burst=1')
   assert.equal((await l.acquire()).allowed, true)

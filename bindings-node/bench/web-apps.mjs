@@ -12,8 +12,13 @@ import sluicegateFastify from '../fastify.mjs'
 
 export const VARIANTS = {
   express: ['none', 'sluicegate', 'express-rate-limit'],
-  fastify: ['none', 'sluicegate', '@fastify/rate-limit'],
+  // The two floors: an onRequest hook that does nothing, and one that sets the peer's three
+  // default fields to constants. Any limiter in an onRequest hook that sends those fields pays
+  // the second; the decision and the key are what a limiter adds to it.
+  fastify: ['none', 'empty hook', 'hook + fields', 'sluicegate', '@fastify/rate-limit'],
 }
+
+const CONSTANT_FIELDS = Object.freeze({ 'x-ratelimit-limit': '1000000000', 'x-ratelimit-remaining': '999999999', 'x-ratelimit-reset': '1' })
 
 /** The Express app for `variant`: a request handler. */
 export function expressApp(variant) {
@@ -29,6 +34,8 @@ export async function fastifyApp(variant) {
   const app = Fastify()
   if (variant === 'sluicegate') await app.register(sluicegateFastify, { max: 1e9, timeWindow: 1000 })
   if (variant === '@fastify/rate-limit') await app.register(fastifyRateLimit, { max: 1e9, timeWindow: 1000 })
+  if (variant === 'empty hook') app.addHook('onRequest', (_req, _reply, done) => done())
+  if (variant === 'hook + fields') app.addHook('onRequest', (_req, reply, done) => { reply.headers(CONSTANT_FIELDS); done() })
   app.get('/', async () => 'ok')
   await app.ready()
   return app

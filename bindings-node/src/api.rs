@@ -414,6 +414,16 @@ fn style_of(style: &str) -> std::result::Result<HeaderStyle, JsErr> {
     style.parse().map_err(from_core)
 }
 
+/// The id `renderFields` renders `style` and `policy` by (the same pair, the same id), or -1
+/// when this environment holds its maximum of pairs (then `renderHeaders` does).
+#[napi]
+pub fn header_renderer(env: Env, style: String, policy: String) -> std::result::Result<i32, JsErr> {
+    let style = style_of(&style)?;
+    Ok(env_state(&env)?
+        .renderer(style, &policy)
+        .map_or(-1, |id| id as i32))
+}
+
 /// The HTTP fields of a decision given by its figures, rendered by the core
 /// (`Decision::from_figures` + `Decision::headers`): `[name, value, name, value, ...]`.
 #[napi(

@@ -35,6 +35,7 @@ pub const EXPORTS: &[(&str, Cb)] = &[
     ("keyedPeek", keyed_peek),
     ("keyedRefund", keyed_refund),
     ("keyedAllowNoop", keyed_allow_noop),
+    ("renderFields", render_fields),
 ];
 
 /// Slots of the scratch buffer, as f64 (exact integers up to 2^53) and as u64 from `EXACT`.
@@ -59,6 +60,10 @@ pub mod slot {
     pub const EXACT: usize = 8;
     /// 1.0 when shadow mode let a would-be rejection through (`Decision::shadow_rejected`).
     pub const SHADOW: usize = 12;
+    /// `renderFields`' input, written by JavaScript as f64: 1.0 admitted, 0.0 rejected; then
+    /// the limit, remaining, retry ns, reset ns and window seconds (safe integers).
+    pub const RENDER_ALLOWED: usize = 16;
+    pub const RENDER_FIGURES: usize = 17;
 }
 
 struct Call {
@@ -217,6 +222,67 @@ pub(crate) fn write_scratch(state: &EnvState, d: &Decision) {
             }
         }
     }
+}
+
+/// `renderFields(renderer) -> string`: the HTTP fields of the decision whose figures
+/// JavaScript wrote to the scratch buffer (`slot::RENDER_*`), rendered by the core's
+/// `Decision::headers` in the style and policy of `renderer` (`headerRenderer`), as one string
+/// `name\nvalue\nname\nvalue...` (empty for no fields): one string crosses to JavaScript
+/// where `renderHeaders` builds an array of them. The figures are checked as `u64_arg` checks
+/// an argument.
+unsafe extern "C" fn render_fields(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: Node passes this callback's own env and info.
+    let c = unsafe { call(env, info) };
+    guard(env, || {
+        let id = c.handle()?;
+        let state = c.state()?;
+        let f = state.scratch.as_ptr().cast::<f64>();
+        // SAFETY: `f` points to `SCRATCH_WORDS` (24) words owned by `state`; every index is
+        // below 24. JavaScript writes this memory only between calls, on this thread.
+        let read = |i: usize| unsafe { f.add(i).read() };
+        let mut n = [0u64; 5];
+        for (k, x) in n.iter_mut().enumerate() {
+            let v = read(slot::RENDER_FIGURES + k);
+            if !((0.0..=MAX_SAFE).contains(&v) && v.fract() == 0.0) {
+                return Err(invalid_arg(format!(
+                    "a decision's figures must be non-negative safe integers, got {v}"
+                )));
+            }
+            *x = v as u64;
+        }
+        let d = Decision::from_figures(
+            read(slot::RENDER_ALLOWED) != 0.0,
+            n[0],
+            n[1],
+            n[2],
+            n[3],
+            n[4],
+        );
+        let text = state
+            .with_renderer(id, |style, policy| {
+                let mut text = String::with_capacity(128);
+                for (name, value) in d.headers(style, policy) {
+                    if !text.is_empty() {
+                        text.push('\n');
+                    }
+                    text.push_str(name);
+                    text.push('\n');
+                    text.push_str(&value);
+                }
+                text
+            })
+            .ok_or_else(|| invalid_arg("not a header renderer"))?;
+        let mut out = ptr::null_mut();
+        // SAFETY: live env; `text` is valid UTF-8 of the given length; `out` is a valid
+        // out-pointer.
+        unsafe {
+            sys::napi_create_string_utf8(env, text.as_ptr().cast(), text.len() as isize, &mut out)
+        };
+        Ok(out)
+    })
 }
 
 /// `allow(handle, cost) -> boolean`: the fast path (no figures).

@@ -26,3 +26,5 @@ export declare function keyedPeek(handle: number, key: string | Uint8Array | num
 export declare function keyedRefund(handle: number, key: string | Uint8Array | number | bigint, cost: number | bigint): void
 /** The floor of `keyedAllow`: the same conversions, no decision. */
 export declare function keyedAllowNoop(handle: number, key: string | Uint8Array | number | bigint, cost: number | bigint): boolean
+/** The fields of the decision whose figures are in `scratch` (`hot::slot::RENDER_*`), in the style and policy of `renderer` (`headerRenderer`): `name\nvalue\n...`. */
+export declare function renderFields(renderer: number): string

@@ -8,6 +8,7 @@
 //! memory that is not a limiter.
 
 use crate::errors::{from_core, invalid_arg, JsErr};
+use sluicegate::http::HeaderStyle;
 use sluicegate::{composite, AnyClock, Clock, Decision, KeyedLimiter, Limiter, Quota};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -171,7 +172,10 @@ pub fn remote_sync() -> JsErr {
 }
 
 /// Words in the scratch buffer: see `SCRATCH_*` and `index.js`'s reader.
-pub const SCRATCH_WORDS: usize = 16;
+pub const SCRATCH_WORDS: usize = 24;
+
+/// The most (style, policy) pairs `headerRenderer` registers in one environment.
+pub const MAX_RENDERERS: usize = 256;
 
 /// One environment's state, owned by Node-API instance data (freed when the env is torn down).
 pub struct EnvState {
@@ -179,6 +183,8 @@ pub struct EnvState {
     /// Decision fields written by the hot calls, read by JavaScript through a `Float64Array`
     /// and a `BigUint64Array` over the same memory (an external `ArrayBuffer`).
     pub scratch: Box<[u64; SCRATCH_WORDS]>,
+    /// The (style, policy) pairs `renderFields` renders, by id (`headerRenderer`).
+    renderers: RefCell<Vec<(HeaderStyle, String)>>,
 }
 
 #[derive(Default)]
@@ -193,7 +199,28 @@ impl EnvState {
         Self {
             slab: RefCell::new(Slab::default()),
             scratch: Box::new([0; SCRATCH_WORDS]),
+            renderers: RefCell::new(Vec::new()),
         }
+    }
+
+    /// The id of the renderer of `style` and `policy` (the same pair, the same id), or `None`
+    /// when [`MAX_RENDERERS`] other pairs are registered.
+    pub fn renderer(&self, style: HeaderStyle, policy: &str) -> Option<u32> {
+        let mut r = self.renderers.borrow_mut();
+        if let Some(i) = r.iter().position(|(s, p)| *s == style && p == policy) {
+            return Some(i as u32);
+        }
+        if r.len() >= MAX_RENDERERS {
+            return None;
+        }
+        r.push((style, policy.to_owned()));
+        Some(r.len() as u32 - 1)
+    }
+
+    /// Runs `f` with renderer `id`'s style and policy.
+    pub fn with_renderer<R>(&self, id: u32, f: impl FnOnce(HeaderStyle, &str) -> R) -> Option<R> {
+        let r = self.renderers.borrow();
+        r.get(id as usize).map(|(s, p)| f(*s, p))
     }
 
     /// Stores `entry` and returns its handle.
