@@ -301,6 +301,17 @@ pub struct Span {
     pub escaped: bool,
 }
 
+impl Span {
+    #[inline(always)]
+    fn new(start: usize, end: usize, escaped: bool) -> Span {
+        Span {
+            start: start as u32,
+            end: end as u32,
+            escaped,
+        }
+    }
+}
+
 /// The combined format's fields, by name (nginx variable names are aliases).
 pub const COMBINED_FIELDS: [&str; 12] = [
     "ip",
@@ -466,8 +477,96 @@ pub fn scan_json(line: &[u8], paths: &[JsonPath], out: &mut [Option<Span>]) -> b
     for o in out.iter_mut() {
         *o = None;
     }
+    if paths.len() <= 64 && paths.iter().all(|p| p.len() == 1) {
+        return scan_flat(line, paths, out);
+    }
     let mut left = paths.len();
     scan_object(line, skip_ws(line, 0), paths, 0, out, &mut left).is_some()
+}
+
+/// [`scan_json`] when every path is a top-level name (the usual case): one loop over the
+/// object's members, which stops once each path's name has been met (its first occurrence
+/// decides, `null` included). The members before that point are checked as
+/// [`scan_object`] checks them.
+#[inline]
+fn scan_flat(l: &[u8], paths: &[JsonPath], out: &mut [Option<Span>]) -> bool {
+    let mut i = skip_ws(l, 0);
+    if l.get(i) != Some(&b'{') {
+        return false;
+    }
+    i = skip_ws(l, i + 1);
+    if l.get(i) == Some(&b'}') {
+        return true;
+    }
+    let all = if paths.len() == 64 {
+        u64::MAX
+    } else {
+        (1u64 << paths.len()) - 1
+    };
+    let mut found = 0u64;
+    loop {
+        if l.get(i) != Some(&b'"') {
+            return false;
+        }
+        let Some((kend, _)) = quoted_end(l, i + 1) else {
+            return false;
+        };
+        let key = &l[i + 1..kend];
+        i = skip_ws(l, kend + 1);
+        if l.get(i) != Some(&b':') {
+            return false;
+        }
+        i = skip_ws(l, i + 1);
+        let Some(&c) = l.get(i) else {
+            return false;
+        };
+        let (vend, span) = match c {
+            b'"' => {
+                let Some((e, esc)) = quoted_end(l, i + 1) else {
+                    return false;
+                };
+                (e + 1, Some(Span::new(i + 1, e, esc)))
+            }
+            b'{' | b'[' => {
+                let Some(e) = skip_nested(l, i) else {
+                    return false;
+                };
+                (e, Some(Span::new(i, e, false)))
+            }
+            _ => {
+                let e = literal_end(l, i);
+                if e == i {
+                    return false;
+                }
+                (e, (&l[i..e] != b"null").then(|| Span::new(i, e, false)))
+            }
+        };
+        for (pi, p) in paths.iter().enumerate() {
+            if found & 1 << pi == 0 && crate::scan::eq_bytes(&p[0], key) {
+                found |= 1 << pi;
+                out[pi] = span;
+            }
+        }
+        if found == all {
+            return true;
+        }
+        i = skip_ws(l, vend);
+        match l.get(i) {
+            Some(b',') => i = skip_ws(l, i + 1),
+            Some(b'}') => return true,
+            _ => return false,
+        }
+    }
+}
+
+/// The end of a literal (number, `true`, `false`, `null`) starting at `i`.
+#[inline(always)]
+fn literal_end(l: &[u8], i: usize) -> usize {
+    let mut e = i;
+    while e < l.len() && !matches!(l[e], b',' | b'}' | b']' | b' ' | b'\t' | b'\r') {
+        e += 1;
+    }
+    e
 }
 
 #[inline]
@@ -541,10 +640,7 @@ fn scan_object(
             }
             b'{' | b'[' => (skip_nested(l, i)?, None),
             _ => {
-                let mut e = i;
-                while e < l.len() && !matches!(l[e], b',' | b'}' | b']' | b' ' | b'\t' | b'\r') {
-                    e += 1;
-                }
+                let e = literal_end(l, i);
                 if e == i {
                     return None;
                 }

@@ -64,24 +64,52 @@ pub fn eq_bytes(a: &[u8], b: &[u8]) -> bool {
 /// The index of the first `a` in `hay` (as `memchr::memchr`).
 #[inline(always)]
 pub fn find(a: u8, hay: &[u8]) -> Option<usize> {
-    let pa = LO * u64::from(a);
-    let mut i = 0;
-    while i + 8 <= hay.len() {
-        if i >= SHORT {
-            return memchr::memchr(a, &hay[i..]).map(|k| i + k);
-        }
-        let m = zero_byte(word(hay, i) ^ pa);
-        if m != 0 {
-            return Some(i + (m.trailing_zeros() / 8) as usize);
-        }
-        i += 8;
-    }
-    hay[i..].iter().position(|&c| c == a).map(|k| i + k)
+    find2(a, a, hay)
 }
 
 /// The index of the first `a` or `b` in `hay` (as `memchr::memchr2`).
 #[inline(always)]
 pub fn find2(a: u8, b: u8, hay: &[u8]) -> Option<usize> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        find2_sse2(a, b, hay)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        find2_swar(a, b, hay)
+    }
+}
+
+/// [`find2`] sixteen bytes at a time in an SSE2 register (every x86-64 processor has SSE2).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn find2_sse2(a: u8, b: u8, hay: &[u8]) -> Option<usize> {
+    use core::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8,
+    };
+    // SAFETY: SSE2 is part of the x86-64 baseline; these intrinsics only compute on registers.
+    let (pa, pb) = unsafe { (_mm_set1_epi8(a as i8), _mm_set1_epi8(b as i8)) };
+    let mut i = 0;
+    while i + 16 <= hay.len() {
+        if i >= SHORT {
+            return memchr::memchr2(a, b, &hay[i..]).map(|k| i + k);
+        }
+        // SAFETY: `i + 16 <= hay.len()`: the unaligned load reads 16 bytes of `hay`.
+        let m = unsafe {
+            let w = _mm_loadu_si128(hay.as_ptr().add(i).cast::<__m128i>());
+            _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(w, pa), _mm_cmpeq_epi8(w, pb)))
+        };
+        if m != 0 {
+            return Some(i + m.trailing_zeros() as usize);
+        }
+        i += 16;
+    }
+    find2_swar(a, b, &hay[i..]).map(|k| i + k)
+}
+
+/// [`find2`] eight bytes at a time in a general register.
+#[inline(always)]
+fn find2_swar(a: u8, b: u8, hay: &[u8]) -> Option<usize> {
     let (pa, pb) = (LO * u64::from(a), LO * u64::from(b));
     let mut i = 0;
     while i + 8 <= hay.len() {
@@ -153,11 +181,9 @@ mod tests {
                         if let Some(q) = q.filter(|&q| q < len) {
                             h2[q] = b'\\';
                         }
-                        assert_eq!(
-                            find2(b'"', b'\\', &h2),
-                            memchr::memchr2(b'"', b'\\', &h2),
-                            "{len} {bg} {pos:?} {q:?}"
-                        );
+                        let want = memchr::memchr2(b'"', b'\\', &h2);
+                        assert_eq!(find2(b'"', b'\\', &h2), want, "{len} {bg} {pos:?} {q:?}");
+                        assert_eq!(find2_swar(b'"', b'\\', &h2), want, "{len} {bg} {pos:?}");
                     }
                 }
             }
