@@ -294,7 +294,7 @@ pub fn sniff(line: &[u8]) -> LogFormat {
 
 /// Where a field's value lies in the line: `start..end`, and whether it holds escapes
 /// (JSON backslashes, doubled CSV quotes) to be decoded before use.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Span {
     pub start: u32,
     pub end: u32,
@@ -934,6 +934,43 @@ mod tests {
         let p = paths(&["a"]);
         let mut out = vec![None];
         assert!(scan_json(br#"{"a": 1, "b": ...."#, &p, &mut out));
+    }
+
+    #[test]
+    fn json_flat_fields_agree_with_the_general_scanner() {
+        let lines: [&[u8]; 5] = [
+            br#"{"ts": 1.5, "skip": {"a": [1, {"b": "}"}]}, "ip":"192.0.2.1", "n": null, "last": true}"#,
+            br#"  { "ip" : "2001:db8::1" , "ts":"2024-05-01T00:00:00Z","e":"a\"b" }  "#,
+            br#"{}"#,
+            br#"{"a":[1,2,{"c":"]"}],"ts":17}"#,
+            br#"{"ts": 1, "ip": }"#,
+        ];
+        for l in lines {
+            for names in [
+                &["ip", "ts"][..],
+                &["ts"],
+                &["n", "last", "skip", "e"],
+                &["zz", "ts"],
+            ] {
+                let p = paths(names);
+                let (mut flat, mut general) = (vec![None; p.len()], vec![None; p.len()]);
+                let ok = scan_flat(l, &p, &mut flat);
+                let mut left = p.len();
+                let ok2 = scan_object(l, skip_ws(l, 0), &p, 0, &mut general, &mut left).is_some();
+                assert_eq!(ok, ok2, "{} {names:?}", String::from_utf8_lossy(l));
+                if ok {
+                    assert_eq!(flat, general, "{} {names:?}", String::from_utf8_lossy(l));
+                }
+            }
+        }
+        // A name met twice: its first occurrence decides, null included, and the scan goes on
+        // to the other names.
+        let l = br#"{"ip": null, "ip": "192.0.2.1", "ts": 5}"#;
+        let p = paths(&["ts", "ip"]);
+        let mut out = vec![None; 2];
+        assert!(scan_json(l, &p, &mut out));
+        assert_eq!(get(l, out[0]), Some(&b"5"[..]));
+        assert_eq!(get(l, out[1]), None);
     }
 
     #[test]
