@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx2
 import pytest
 from fastapi import Depends, FastAPI
+from fastapi.routing import APIRoute
 from redis_server import RedisServer
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -166,6 +167,29 @@ def test_the_route_of_a_path_is_found_again_when_the_routes_change() -> None:
 
     # The route added since is found (the path's earlier resolution is not kept).
     assert statuses(client, "/late", 3) == [200] * 3
+
+
+def test_a_route_replaced_in_place_is_found_again() -> None:
+    limiter = Sluicegate(default_limits=["2/minute"])
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+
+    @app.get("/a")
+    async def a() -> str:
+        return "a"
+
+    client = TestClient(app)
+    assert statuses(client, "/a", 3) == [200, 200, 429]
+    # The route swapped for another of the same path in the same slot (the list keeps its
+    # length): the new route's own limit applies from the next request.
+    at = next(i for i, r in enumerate(app.router.routes) if getattr(r, "path", None) == "/a")
+
+    @limiter.limit("5/minute")
+    async def a2() -> str:
+        return "a2"
+
+    app.router.routes[at] = APIRoute("/a", a2, methods=["GET"])
+    assert statuses(client, "/a", 6) == [200] * 5 + [429]
 
 
 def test_host_routes_are_matched_by_each_request(monkeypatch: pytest.MonkeyPatch) -> None:
