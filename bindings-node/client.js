@@ -10,6 +10,8 @@ const invalidArg = (message) => require('./index.js')._internal.invalidArg(messa
 
 // On a socket: each resolver's key of its peer (a WeakMap keyed by resolver).
 const PEER_KEYS = Symbol('sluicegate.peerKeys')
+// The peers' keys a resolver keeps (`ClientResolver#keyOf`).
+const PEERS_KEPT = 4096
 
 /** A header value as one line (Node joins repeated lines with `, `; an array is joined so too). */
 const line = (v) => (Array.isArray(v) ? v.join(', ') : v)
@@ -43,6 +45,10 @@ function prefix(v, what) {
  */
 class ClientResolver {
   #r
+  // Peer address -> key, for requests without forwarding headers (a key that depends on the
+  // peer alone): a new connection from a known peer skips the native call. Bounded: cleared
+  // when full.
+  #peers = new Map()
 
   constructor(options = {}) {
     if (options === null || typeof options !== 'object') throw invalidArg('options must be an object')
@@ -80,7 +86,15 @@ class ClientResolver {
     if (memo === undefined) memo = socket[PEER_KEYS] = new WeakMap()
     let key = memo.get(this)
     if (key === undefined) {
-      key = this.resolve(socket.remoteAddress, headers)
+      const peer = socket.remoteAddress
+      key = typeof peer === 'string' ? this.#peers.get(peer) : undefined
+      if (key === undefined) {
+        key = this.resolve(peer, headers)
+        if (typeof peer === 'string') {
+          if (this.#peers.size >= PEERS_KEPT) this.#peers.clear()
+          this.#peers.set(peer, key)
+        }
+      }
       memo.set(this, key)
     }
     return key

@@ -171,3 +171,17 @@ test('keyOf keeps a peer\'s key on its socket only while no forwarding header co
   assert.equal(wide.keyOf({ socket: proxy, headers: { 'x-forwarded-for': '203.0.113.8' } }), '203.0.113.8')
   assert.equal(direct.keyOf({ headers: {} }), 'unknown')
 })
+
+test('keyOf on new connections: a known peer\'s key is the one resolve gives, past the peers a resolver keeps', () => {
+  const wide = new ClientResolver({ ipv6Subnet: 48, trustedProxies: 'private' })
+  const peers = Array.from({ length: 5000 }, (_, i) => (i % 2 ? `2001:db8:${i.toString(16)}::${i}` : `198.51.${i >> 8}.${i & 255}`))
+  for (let round = 0; round < 2; round++) {
+    for (const p of peers) {
+      // A fresh socket object each time (a new connection), from a peer seen before.
+      assert.equal(wide.keyOf({ socket: { remoteAddress: p }, headers: {} }), wide.resolve(p, {}), p)
+    }
+  }
+  // A forwarding header on a new connection from a kept peer is still read.
+  assert.equal(wide.keyOf({ socket: { remoteAddress: '10.0.0.9' }, headers: {} }), '10.0.0.9')
+  assert.equal(wide.keyOf({ socket: { remoteAddress: '10.0.0.9' }, headers: { 'x-forwarded-for': '203.0.113.9' } }), '203.0.113.9')
+})
