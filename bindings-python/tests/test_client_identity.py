@@ -199,3 +199,27 @@ def test_addresses_of_one_64_share_one_bucket(make: Callable[[Any], Send]) -> No
     assert send("::ffff:198.51.100.2", None) == 200
     assert send("198.51.100.2", None) == 200
     assert send("198.51.100.2", None) == 429
+
+
+def test_the_starlette_default_key_keeps_peers_keys_only_where_no_header_counts() -> None:
+    from starlette.requests import Request
+
+    from sluicegate.starlette import Sluicegate
+
+    limiter = Sluicegate(trusted_proxies=["10.0.0.0/8"], ipv6_prefix=48)
+
+    def request(peer: str, forwarded_for: str | None = None) -> Request:
+        headers = [] if forwarded_for is None else [(b"x-forwarded-for", forwarded_for.encode())]
+        return Request({"type": "http", "client": (peer, 1234), "headers": headers})
+
+    # More peers than the limiter keeps, twice over: each key is the resolver's.
+    peers = [f"2001:db8:{i:x}::{i}" if i % 2 else f"198.51.{i >> 8}.{i & 255}" for i in range(5000)]
+    for _ in range(2):
+        for peer in peers:
+            assert limiter.client(request(peer)) == limiter.resolver.resolve(peer, [])
+    # A trusted proxy's requests are keyed by their headers every time, a known proxy or not.
+    assert limiter.client(request("10.0.0.9")) == "10.0.0.9"
+    assert limiter.client(request("10.0.0.9", "203.0.113.7")) == "203.0.113.7"
+    assert limiter.client(request("10.0.0.9", "203.0.113.8")) == "203.0.113.8"
+    # A client's forged header is ignored, before and after its key is kept.
+    assert limiter.client(request("198.51.0.1", "203.0.113.7")) == "198.51.0.1"

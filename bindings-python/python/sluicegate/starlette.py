@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
-from functools import partial
 from typing import Any, TypeVar
 
 from starlette.datastructures import Headers
@@ -129,6 +128,36 @@ def _client(resolver: ClientResolver, request: Request) -> str:
     return resolver.resolve(client[0] if client is not None else None, scope.get("headers"))
 
 
+#: The peers' keys a ``_PeerKeys`` keeps (cleared when full).
+_PEERS_KEPT = 4096
+
+
+class _PeerKeys:
+    """``_client`` with the keys of peers that are not trusted proxies kept: such a key
+    depends on the peer alone (no header is read for it), so a peer seen before skips the
+    native call."""
+
+    __slots__ = ("_keys", "_resolver")
+
+    def __init__(self, resolver: ClientResolver) -> None:
+        self._resolver = resolver
+        self._keys: dict[str, str] = {}
+
+    def __call__(self, request: Request) -> str:
+        scope = request.scope
+        client = scope.get("client")
+        peer = client[0] if client is not None else None
+        key = self._keys.get(peer) if peer else None
+        if key is None:
+            resolver = self._resolver
+            key = resolver.resolve(peer, scope.get("headers"))
+            if peer and not resolver.wants_headers(peer):
+                if len(self._keys) >= _PEERS_KEPT:
+                    self._keys.clear()
+                self._keys[peer] = key
+        return key
+
+
 def header(name: str, fallback: KeyFunc = remote_address) -> KeyFunc:
     """Keys by a request header (an API key, a tenant id); `fallback` when it is absent."""
     return header_key(name, fallback)
@@ -164,8 +193,9 @@ class Sluicegate:
         self.enabled = enabled
         self.skip = skip
         self.resolver = client_resolver(trusted_proxies, ipv6_prefix)
+        self._peer_keys = _PeerKeys(self.resolver)
         # The default: what ``client`` answers, one call less.
-        self.key_func = partial(_client, self.resolver) if key_func == "remote_address" else _key_of(key_func)
+        self.key_func = self._peer_keys if key_func == "remote_address" else _key_of(key_func)
         self.style: Any = header_style(headers)
         self.headers_on_allowed = headers_on_allowed
         self.policy = policy
@@ -181,7 +211,7 @@ class Sluicegate:
     def client(self, request: Request) -> str:
         """The client a request comes from: the peer address, or behind the trusted proxies
         the right-most hop they did not add; IPv6 by its prefix."""
-        return _client(self.resolver, request)
+        return self._peer_keys(request)
 
     def limit(
         self,
