@@ -7,7 +7,7 @@
 // file reads the request, adds the hooks and writes the reply.
 
 const {
-  draftStyle, functions, then, known, Limits, isEnabled, allowListOf, responseCounting, refunder, warn, keyGeneratorOf, invalidArg,
+  draftStyle, functions, then, isThenable, known, Limits, isEnabled, allowListOf, responseCounting, refunder, warn, keyGeneratorOf, invalidArg,
 } = require('./web.js')
 
 const PLUGIN = new Set([
@@ -162,10 +162,13 @@ function handlerFor(p, limits) {
   const failed = (next, err) => (p.skipOnError ? next() : next(err))
 
   // On a Redis store a decision is a Promise (the event loop never waits for the server).
+  // Synchronous values go on directly: no callback is made for them.
   function decide(req, reply, next, key) {
     try {
       const c = p.costOf(req)
-      return then(limits.decide(key, c), (d) => respond(req, reply, next, key, c, d), (err) => failed(next, err))
+      const d = limits.decide(key, c)
+      if (isThenable(d)) return d.then((v) => respond(req, reply, next, key, c, v), (err) => failed(next, err))
+      return respond(req, reply, next, key, c, d)
     } catch (err) {
       return failed(next, err)
     }
@@ -179,7 +182,9 @@ function handlerFor(p, limits) {
 
   function run(req, reply, next) {
     try {
-      return then(p.keyGenerator(req), (key) => withKey(req, reply, next, key), next)
+      const key = p.keyGenerator(req)
+      if (isThenable(key)) return key.then((k) => withKey(req, reply, next, k), next)
+      return withKey(req, reply, next, key)
     } catch (err) {
       return next(err)
     }
