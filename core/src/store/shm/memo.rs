@@ -238,9 +238,13 @@ impl Memo {
     pub(crate) fn put_now(&self, s: &Stream, hash: u128) {
         let e = self.entry(s);
         let v = e.version.load(Ordering::Relaxed);
+        // Acquire: the previous writer's stores (published by its even version) happen before
+        // this one's, so they come first in each word's order of writes. Relaxed, a word
+        // could keep the previous writer's value after this writer's: an even version over
+        // two writers' halves (loom found it).
         if v & 1 != 0
             || e.version
-                .compare_exchange(v, v + 1, Ordering::Relaxed, Ordering::Relaxed)
+                .compare_exchange(v, v + 1, Ordering::Acquire, Ordering::Relaxed)
                 .is_err()
         {
             return;
