@@ -544,6 +544,11 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         // The default store's lock-free path inline, everything else out of line. With the
         // three stores' paths inline (or the slow path's result merged with the fast one's),
         // the compiler passed every decision through memory (docs/KEYED.md).
+        // A region's path opens no read section (see `try_acquire_rest`): straight there.
+        #[cfg(all(unix, not(sluicegate_loom)))]
+        if let Backend::Shm(_) = &self.first.backend {
+            return self.try_acquire_region(key, now, cost);
+        }
         let section = self.live.section();
         if let Some(g) = self.live.current(&self.first, &section) {
             if let Some(d) = g.try_fast(&section, key, now, cost) {
@@ -552,6 +557,20 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
             }
         }
         drop(section);
+        self.try_acquire_rest(key, now, cost)
+    }
+
+    /// [`try_acquire_at`](Self::try_acquire_at) on a region. Cold for the compiler only: the
+    /// in-process path, inline in the caller, stays laid out straight past its test.
+    #[cfg(all(unix, not(sluicegate_loom)))]
+    #[cold]
+    #[inline(never)]
+    fn try_acquire_region<Q>(&self, key: &Q, now: u64, cost: u64) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
         self.try_acquire_rest(key, now, cost)
     }
 
