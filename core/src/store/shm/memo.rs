@@ -147,18 +147,76 @@ impl Hasher for Stream {
 /// entry's cache line and holds back the slot's load behind it) on few of its decisions.
 pub(crate) const FILL_ONE_IN: u32 = 16;
 
-/// Whether this miss fills its entry: a xorshift of this thread's (one thread-local word).
+/// After this many misses in a row, a thread stops looking keys up for [`SKIP`] decisions:
+/// where keys seldom repeat (more keys than entries, at random), a lookup is a cache miss
+/// of its own and a copy of the key for nothing.
+pub(crate) const MISS_RUN: u32 = 32;
+/// See [`MISS_RUN`].
+pub(crate) const SKIP: u32 = 1024;
+
+/// This thread's draws and counts, shared by every memo (every region) it uses.
+struct Local {
+    rng: core::cell::Cell<u32>,
+    /// Misses since the last hit.
+    misses: core::cell::Cell<u32>,
+    /// Decisions left that look nothing up.
+    skip: core::cell::Cell<u32>,
+}
+
+std::thread_local! {
+    static LOCAL: Local = const {
+        Local {
+            rng: core::cell::Cell::new(0x9e37_79b9),
+            misses: core::cell::Cell::new(0),
+            skip: core::cell::Cell::new(0),
+        }
+    };
+}
+
+/// Whether this decision looks its key up (no: a run of misses is being skipped).
 #[inline]
-fn fill_now() -> bool {
-    std::thread_local! {
-        static RNG: core::cell::Cell<u32> = const { core::cell::Cell::new(0x9e37_79b9) };
-    }
-    RNG.with(|r| {
-        let mut x = r.get();
+pub(crate) fn looking() -> bool {
+    LOCAL.with(|l| {
+        let skip = l.skip.get();
+        if skip == 0 {
+            return true;
+        }
+        l.skip.set(skip - 1);
+        false
+    })
+}
+
+/// Forgets this thread's run of misses and skips (tests that must look keys up).
+#[cfg(test)]
+pub(crate) fn reset_thread() {
+    LOCAL.with(|l| {
+        l.misses.set(0);
+        l.skip.set(0);
+    });
+}
+
+/// A hit: the run of misses ends.
+#[inline]
+fn hit() {
+    LOCAL.with(|l| l.misses.set(0));
+}
+
+/// A miss: whether it fills its entry (one in [`FILL_ONE_IN`], a xorshift of this thread's).
+#[inline]
+fn missed() -> bool {
+    LOCAL.with(|l| {
+        let m = l.misses.get() + 1;
+        if m >= MISS_RUN {
+            l.skip.set(SKIP);
+            l.misses.set(0);
+        } else {
+            l.misses.set(m);
+        }
+        let mut x = l.rng.get();
         x ^= x << 13;
         x ^= x >> 17;
         x ^= x << 5;
-        r.set(x);
+        l.rng.set(x);
         x % FILL_ONE_IN == 0
     })
 }
@@ -221,14 +279,18 @@ impl Memo {
         // Orders the loads above before the version's second load: if any of them read a
         // writer's store, this load sees that writer's odd version or a later one.
         fence(Ordering::Acquire);
-        (e.version.load(Ordering::Relaxed) == v).then_some(hash)
+        if e.version.load(Ordering::Relaxed) != v {
+            return None;
+        }
+        hit();
+        Some(hash)
     }
 
     /// Records `hash` as `s`'s, on one miss in [`FILL_ONE_IN`] (and unless another writer holds
     /// its entry).
     #[inline]
     pub(crate) fn put(&self, s: &Stream, hash: u128) {
-        if !fill_now() {
+        if !missed() {
             return;
         }
         self.put_now(s, hash);
@@ -336,6 +398,33 @@ mod tests {
         assert_eq!(Memo::new(18).entries(), 16);
         assert_eq!(Memo::new(4096).entries(), 4096);
         assert_eq!(Memo::new(u64::MAX).entries(), ENTRIES_MAX);
+    }
+
+    #[test]
+    fn a_run_of_misses_skips_lookups_for_a_while() {
+        let m = Memo::new(64);
+        let hot = Stream::of(&0u64).unwrap();
+        m.put_now(&hot, 7);
+        let mut fills = 0;
+        for k in 1..u64::from(MISS_RUN) {
+            assert!(looking());
+            assert_eq!(m.get(&Stream::of(&(k << 20)).unwrap()), None);
+            m.put(&Stream::of(&(k << 20)).unwrap(), u128::from(k));
+            fills += usize::from(m.get(&Stream::of(&(k << 20)).unwrap()).is_some());
+        }
+        assert!(fills < MISS_RUN as usize / 2, "{fills} fills");
+        // A hit ends the run.
+        assert!(looking());
+        assert_eq!(m.get(&hot), Some(7));
+        for k in 1..=u64::from(MISS_RUN) {
+            assert!(looking());
+            m.put(&Stream::of(&(k << 40)).unwrap(), 1);
+        }
+        for _ in 0..SKIP {
+            assert!(!looking());
+        }
+        assert!(looking());
+        assert_eq!(m.get(&hot), Some(7));
     }
 
     #[test]

@@ -168,7 +168,11 @@ impl ShmStore {
     /// in this process's [`Memo`] first.
     #[inline]
     pub(crate) fn fingerprint<Q: Hash + ?Sized>(&self, key: &Q) -> Fingerprint {
-        let stream = Stream::of(key);
+        let stream = if super::memo::looking() {
+            Stream::of(key)
+        } else {
+            None
+        };
         let hash = match stream.as_ref().and_then(|s| self.memo.get(s)) {
             Some(hash) => hash,
             None => {
@@ -436,6 +440,7 @@ mod tests {
         let keys: Vec<Vec<u8>> = (0..7u8).map(|k| vec![b'k', k, k]).collect();
         let mut rng = 0x2545_f491_4f6c_dd1d_u64;
         let mut now = 0u64;
+        let mut hits = 0;
         for step in 0..3000 {
             rng ^= rng << 13;
             rng ^= rng >> 7;
@@ -444,6 +449,9 @@ mod tests {
             now += (rng >> 8) % 150_000_000;
             memoise(&a, &keys);
             c.memo = Memo::new(4);
+            // `a`'s decision looks its key up (a run of `c`'s misses may have stopped this
+            // thread's lookups for a while).
+            super::super::memo::reset_thread();
             let via = if step % 2 == 0 { &a } else { &b };
             let (r1, r2) = match (rng >> 40) % 16 {
                 0 => (
@@ -468,7 +476,12 @@ mod tests {
                 r2.map_err(|e| e.code()),
                 "step {step}"
             );
+            super::super::memo::reset_thread();
             for k in &keys {
+                if let Some(hash) = a.memo.get(&Stream::of(k.as_slice()).unwrap()) {
+                    assert_eq!(hash, a.hash(k.as_slice()), "step {step}");
+                    hits += 1;
+                }
                 for s in [&a, &b, &c] {
                     assert_eq!(s.fingerprint(k.as_slice()), fresh(s, k), "step {step}");
                 }
@@ -482,5 +495,6 @@ mod tests {
                 );
             }
         }
+        assert!(hits >= 3000, "{hits} hits");
     }
 }
