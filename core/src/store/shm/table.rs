@@ -34,9 +34,10 @@
 //! region), split over the slot's three words. Keys of any length fit a fixed slot, so no
 //! allocator lives in shared memory that a crash could leave half done, and two keys share a
 //! bucket only if their 128 bits collide, which a caller who does not know the secret cannot
-//! arrange and chance does about once in 2^64 pairs. The tag in the word (32 bits) is what a
-//! decision's CAS checks: a consume that read a slot before it was evicted and given to another
-//! key lands only if the new key's tag and state both equal the old ones.
+//! arrange and chance does about once in 2^64 pairs. Each process memoises its keys' hashes
+//! ([`super::memo`]): the table sees the same fingerprint either way. The tag in the word (32
+//! bits) is what a decision's CAS checks: a consume that read a slot before it was evicted and
+//! given to another key lands only if the new key's tag and state both equal the old ones.
 //!
 //! A state has 95 bits (bit 95 marks a claim): the codecs run on readings relative to the
 //! region's creation with `Narrow { bits: 95, min: a century }`, which every quota with a
