@@ -145,7 +145,7 @@ impl ShmStore {
     }
 
     /// A request for `key` (the limiter's checks passed): the keyed limiter's path for a
-    /// region, which enters no read section (see `KeyedLimiter::try_acquire_rest`).
+    /// region, which enters no read section (see `KeyedLimiter::try_acquire_region`).
     #[inline]
     pub(crate) fn acquire_at<Q: Hash + ?Sized>(
         &self,
