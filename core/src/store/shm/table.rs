@@ -1219,6 +1219,69 @@ mod loom_models {
         });
     }
 
+    /// A consume of `a` that read its slot races another key with the same home, which at the
+    /// bound evicts `a`'s full bucket and claims that very slot: the consume's CAS (whose word
+    /// carries `a`'s tag and old state) never lands on `b`'s bucket. Exactly one of the two
+    /// is admitted, and the one bucket left is the winner's, with its request in it. A
+    /// memoised fingerprint takes this same path (`memo`: it is the fingerprint afresh).
+    #[test]
+    fn a_consume_racing_its_slots_reuse_by_another_key_is_never_misapplied() {
+        loom::model(|| {
+            let o = Arc::new(Owned::new(1, 2, 1));
+            let c = Arc::new(cx("1/s"));
+            let (a, b) = (fp(1, 0, 2), fp(2, 0, 2));
+            o.table().acquire(&c, &a, req(0, 1), me).unwrap(); // full again at 1 s
+            let other = {
+                let (o, c) = (o.clone(), c.clone());
+                thread::spawn(move || o.table().acquire(&c, &b, req(S, 1), me))
+            };
+            let mine = o.table().acquire(&c, &a, req(S, 1), me);
+            let theirs = other.join().unwrap();
+            let ok = |r: &Result<Decision, Error>| match r {
+                Ok(d) => d.allowed(),
+                Err(e) => {
+                    assert_eq!(e.code(), "key_store_full");
+                    false
+                }
+            };
+            assert!(ok(&mine) ^ ok(&theirs), "{mine:?} {theirs:?}");
+            let t = o.table();
+            assert_eq!(t.len(), 1);
+            let (won, lost) = if ok(&mine) { (a, b) } else { (b, a) };
+            assert_eq!(t.peek(&c, &won, S).unwrap().remaining(), 0);
+            assert!(t.find(&lost).is_none());
+        });
+    }
+
+    /// A consume of a full bucket races a sweep that evicts it and a request of the same key
+    /// that re-creates it in the same slot: the consume's CAS, from the word it read before the
+    /// eviction, fails on the re-created bucket (same tag, another state), and the consume
+    /// starts over on it. With one token, exactly one of the two requests is admitted. (Room
+    /// for two keys: at a bound of one, an insert can meet the count before the eviction gives
+    /// its unit back, and be refused; not what this model is about.)
+    #[test]
+    fn a_consume_racing_its_keys_eviction_and_re_creation_lands_once() {
+        loom::model(|| {
+            let o = Arc::new(Owned::new(2, 3, 1));
+            let c = Arc::new(cx("1/s"));
+            let a = fp(1, 0, 3);
+            o.table().acquire(&c, &a, req(0, 1), me).unwrap(); // full again at 1 s
+            let other = {
+                let (o, c) = (o.clone(), c.clone());
+                thread::spawn(move || {
+                    o.table().evict_full(&c, S).unwrap();
+                    o.table().acquire(&c, &a, req(S, 1), me).unwrap()
+                })
+            };
+            let mine = o.table().acquire(&c, &a, req(S, 1), me).unwrap();
+            let theirs = other.join().unwrap();
+            assert!(mine.allowed() ^ theirs.allowed(), "{mine:?} {theirs:?}");
+            let t = o.table();
+            assert_eq!(t.len(), 1);
+            assert_eq!(t.peek(&c, &a, S).unwrap().remaining(), 0);
+        });
+    }
+
     /// An insert whose process a sweep takes for dead (a token of pid 0: what a waiter sees of
     /// a process that is gone) while it claims: whichever way the race goes, the live count
     /// stays the number of live slots (a unit is given back once, by the sweep or the
