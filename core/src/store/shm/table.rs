@@ -1096,6 +1096,18 @@ mod loom_models {
         1 << 32
     }
 
+    /// Whether a request at the bound was admitted (refused as the bound says, or rejected:
+    /// not).
+    fn admitted(r: &Result<Decision, Error>) -> bool {
+        match r {
+            Ok(d) => d.allowed(),
+            Err(e) => {
+                assert_eq!(e.code(), "key_store_full");
+                false
+            }
+        }
+    }
+
     /// A request of cost 1 at 0 for `k` on this thread and one on another, racing: their
     /// decisions.
     fn two_requests(o: &Arc<Owned>, c: &Arc<Ctx>, k: Fingerprint) -> (Decision, Decision) {
@@ -1207,14 +1219,10 @@ mod loom_models {
             };
             let inserted = o.table().acquire(&c, &new, req(S, 1), me);
             let consumed = consumer.join().unwrap();
-            let ok = |r: &Result<Decision, Error>| match r {
-                Ok(d) => d.allowed(),
-                Err(e) => {
-                    assert_eq!(e.code(), "key_store_full");
-                    false
-                }
-            };
-            assert!(ok(&inserted) ^ ok(&consumed), "{inserted:?} {consumed:?}");
+            assert!(
+                admitted(&inserted) ^ admitted(&consumed),
+                "{inserted:?} {consumed:?}"
+            );
             assert_eq!(o.table().len(), 1);
         });
     }
@@ -1237,17 +1245,10 @@ mod loom_models {
             };
             let mine = o.table().acquire(&c, &a, req(S, 1), me);
             let theirs = other.join().unwrap();
-            let ok = |r: &Result<Decision, Error>| match r {
-                Ok(d) => d.allowed(),
-                Err(e) => {
-                    assert_eq!(e.code(), "key_store_full");
-                    false
-                }
-            };
-            assert!(ok(&mine) ^ ok(&theirs), "{mine:?} {theirs:?}");
+            assert!(admitted(&mine) ^ admitted(&theirs), "{mine:?} {theirs:?}");
             let t = o.table();
             assert_eq!(t.len(), 1);
-            let (won, lost) = if ok(&mine) { (a, b) } else { (b, a) };
+            let (won, lost) = if admitted(&mine) { (a, b) } else { (b, a) };
             assert_eq!(t.peek(&c, &won, S).unwrap().remaining(), 0);
             assert!(t.find(&lost).is_none());
         });
