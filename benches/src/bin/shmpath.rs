@@ -10,8 +10,9 @@
 //!   per key (the file's allocated blocks, and the region's own arithmetic).
 //!
 //! `shmpath --child REGION KEYS LO SPAN ROUNDS PATH` is one of the two processes (internal);
-//! `shmpath --profile KEYS N [memory]` runs N decisions in a region only (for callgrind or
-//! perf), or with `memory` in the in-process store only (the same loop, for comparison).
+//! `shmpath --profile KEYS N [region|memory] [allow|reject]` runs N decisions in a region only
+//! (for callgrind or perf), or with `memory` in the in-process store only (the same loop, for
+//! comparison), on the allow path or the reject path.
 
 use sluicegate::StoreSpec;
 use sluicegate_benches::setup::{self, Path};
@@ -176,8 +177,8 @@ fn main() -> ExitCode {
         return child(&args[1..]);
     }
     if args.first().map(String::as_str) == Some("--profile") {
-        // `shmpath --profile KEYS N [memory]`: N decisions in a region (or in-process) only,
-        // for callgrind/perf.
+        // `shmpath --profile KEYS N [region|memory] [allow|reject]`: N decisions in a region
+        // (or in-process) only, on the allow path unless told, for callgrind/perf.
         let n = |i: usize| args.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(1);
         let (keys, decisions) = (n(1), n(2));
         let region = Region::new("profile");
@@ -185,7 +186,8 @@ fn main() -> ExitCode {
             Some("memory") => StoreSpec::default(),
             _ => region.spec(),
         };
-        let l = setup::ours_keyed_in(Path::Allow, keys, spec);
+        let path = path_named(args.get(4).map_or("allow", String::as_str));
+        let l = setup::ours_keyed_in(path, keys, spec);
         black_box(keyed_loop(&l, decisions, 0, keys, 1));
         return ExitCode::SUCCESS;
     }

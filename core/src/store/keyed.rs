@@ -544,6 +544,11 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         // The default store's lock-free path inline, everything else out of line. With the
         // three stores' paths inline (or the slow path's result merged with the fast one's),
         // the compiler passed every decision through memory (docs/KEYED.md).
+        // A region's path opens no read section (see `try_acquire_region`): straight there.
+        #[cfg(all(unix, not(sluicegate_loom)))]
+        if let Backend::Shm(s) = &self.first.backend {
+            return self.try_acquire_region(s, key, now, cost);
+        }
         let section = self.live.section();
         if let Some(g) = self.live.current(&self.first, &section) {
             if let Some(d) = g.try_fast(&section, key, now, cost) {
@@ -555,8 +560,40 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         self.try_acquire_rest(key, now, cost)
     }
 
+    /// [`try_acquire_at`](Self::try_acquire_at) on a region (`s`, the first generation's
+    /// store). A region is never reconfigured (`set_quota` refuses it before it pauses
+    /// anything: `live::unsupported`), so its first generation is the only one, and it needs no
+    /// read section (nothing of this process's memory is reclaimed under it). With nothing to
+    /// observe, its result is returned as it comes (written once, into the caller's). Cold
+    /// for the compiler only: the in-process path, inline in the caller, stays laid out
+    /// straight past its test; a function of its own, so that the region's path saves only
+    /// the registers it uses.
+    #[cfg(all(unix, not(sluicegate_loom)))]
+    #[cold]
+    #[inline(never)]
+    fn try_acquire_region<Q>(
+        &self,
+        s: &ShmStore,
+        key: &Q,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, Error>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned + ?Sized,
+        Q::Owned: Into<K>,
+    {
+        let r = match self.first.check(now, cost) {
+            Ok(()) if self.obs.quiet() => return s.acquire_at(&self.first.cx, key, now, cost),
+            Ok(()) => s.acquire_at(&self.first.cx, key, now, cost),
+            Err(e) => Err(e),
+        };
+        self.observed(r, key, cost)
+    }
+
     /// [`try_acquire_at`](Self::try_acquire_at) past the default store's lock-free path: the
-    /// other stores, and the default store's new keys, DEAD marks and errors.
+    /// other stores (a region's goes to `try_acquire_region` first), and the default store's
+    /// new keys, DEAD marks and errors.
     #[inline(never)]
     fn try_acquire_rest<Q>(&self, key: &Q, now: u64, cost: u64) -> Result<Decision, Error>
     where
@@ -564,19 +601,6 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         Q: Hash + Eq + ToOwned + ?Sized,
         Q::Owned: Into<K>,
     {
-        // A region is never reconfigured (`set_quota` refuses it before it pauses anything:
-        // `live::unsupported`), so its first generation is the only one, and it needs no read
-        // section (nothing of this process's memory is reclaimed under it). With nothing to
-        // observe, its result is returned as it comes (written once, into the caller's).
-        #[cfg(all(unix, not(sluicegate_loom)))]
-        if let Backend::Shm(s) = &self.first.backend {
-            let r = match self.first.check(now, cost) {
-                Ok(()) if self.obs.quiet() => return s.acquire_at(&self.first.cx, key, now, cost),
-                Ok(()) => s.acquire_at(&self.first.cx, key, now, cost),
-                Err(e) => Err(e),
-            };
-            return self.observed(r, key, cost);
-        }
         let r = self.with(|g| g.try_acquire_at(key, now, cost));
         self.observed(r, key, cost)
     }

@@ -108,6 +108,12 @@ fn monotonic_ns() -> u64 {
     ts.sec as u64 * 1_000_000_000 + ts.nsec as u64
 }
 
+extern "C" {
+    fn fork() -> i32;
+    fn waitpid(pid: i32, status: *mut i32, options: i32) -> i32;
+    fn _exit(status: i32) -> !;
+}
+
 /// The entry point of every child (ignored when run as a test of its own).
 #[test]
 #[ignore = "a child process of the multi-process tests, run by them"]
@@ -172,6 +178,42 @@ fn child() {
                 let _ = l.try_acquire(&k.to_le_bytes()[..], 1);
             }
         }
+        // `children decisions`: warm this process's memo of hashes for one key (peeks take
+        // nothing), fork `children`, each making `decisions` requests of that key through the
+        // limiter opened before the fork; print what they admitted together.
+        "fork" => {
+            let v: Vec<i32> = arg.split(' ').map(|x| x.parse().unwrap()).collect();
+            let (children, decisions) = (v[0], v[1]);
+            let l = attach(&path, &quota);
+            for _ in 0..256 {
+                l.peek(b"client".as_slice()).unwrap();
+            }
+            let pids: Vec<i32> = (0..children)
+                .map(|_| {
+                    // SAFETY: this process runs one thread (`--test-threads=1`); the child only
+                    // decides (no allocation on an existing key's path) and leaves by `_exit`.
+                    let pid = unsafe { fork() };
+                    assert!(pid >= 0, "fork failed");
+                    if pid == 0 {
+                        let admitted = (0..decisions)
+                            .filter(|_| l.try_acquire(b"client".as_slice(), 1).unwrap().allowed())
+                            .count();
+                        // SAFETY: ends the child at once, with its count as the status.
+                        unsafe { _exit(admitted as i32) };
+                    }
+                    pid
+                })
+                .collect();
+            let mut total = 0;
+            for pid in pids {
+                let mut status = 0;
+                // SAFETY: `pid` is a child of this process; `status` is a valid place to write.
+                assert_eq!(unsafe { waitpid(pid, &mut status, 0) }, pid);
+                assert_eq!(status & 0x7f, 0, "child {pid} was killed: {status}");
+                total += (status >> 8) & 0xff;
+            }
+            println!("@admitted {total}");
+        }
         // Print the region's clock and CLOCK_MONOTONIC, read together.
         "clock" => {
             let l = attach(&path, &quota);
@@ -180,6 +222,19 @@ fn child() {
         }
         other => panic!("unknown role {other}"),
     }
+}
+
+/// A limiter opened before `fork()` (with its process's memo of hashes warm) serves every
+/// child: 4 children of one process admit together exactly the burst (no refill within the
+/// test: 1 token an hour).
+#[test]
+fn a_region_opened_before_fork_serves_every_child() {
+    let r = Region::new("fork");
+    let quota = "1/hour; burst=25";
+    let parent = open(&r.0, quota, 16);
+    let got = lines(spawn("fork", &r.0, quota, "4 50"), "admitted");
+    assert_eq!(got, ["25"]);
+    assert_eq!(parent.peek(b"client".as_slice()).unwrap().remaining(), 0);
 }
 
 /// The most cost `quota` (`count/s; burst=b`) admits per key from the region's creation to

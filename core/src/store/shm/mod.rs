@@ -8,6 +8,7 @@
 //!   a 128-bit word, so a process killed at any instant leaves no half-written bucket.
 //! * [`lock`]: the one lock (a new key's insert), which a waiter takes over from a holder
 //!   whose process died.
+//! * [`memo`]: this process's memo of its keys' hashes, so that a repeated key skips SipHash.
 //!
 //! Every process reads time through the clock base the region's creator stored (see
 //! `MonotonicClock`), so that their readings are comparable; a manual clock (tests) is used
@@ -16,6 +17,8 @@
 // Under loom only the models use the table and its lock (no file, no mapping).
 #[cfg(any(not(sluicegate_loom), test))]
 pub(crate) mod lock;
+#[cfg(any(not(sluicegate_loom), test))]
+pub(crate) mod memo;
 #[cfg(not(sluicegate_loom))]
 pub(crate) mod region;
 #[cfg(any(not(sluicegate_loom), test))]

@@ -1,5 +1,6 @@
 //! [`ShmStore`]: the [`Store`] of a shared-memory region.
 
+use super::memo::{Memo, Stream};
 use super::region::{Region, Want};
 use super::table::{Fingerprint, Request, Table};
 use crate::algorithm::Codec;
@@ -24,6 +25,8 @@ pub(crate) struct ShmStore {
     region: Region,
     codec: Codec,
     base: u64,
+    /// This process's memo of its keys' hashes under the region's secret.
+    memo: Memo,
 }
 
 impl ShmStore {
@@ -88,10 +91,12 @@ impl ShmStore {
             }
             _ => origin,
         };
+        let memo = Memo::new(region.meta.capacity);
         Ok(Self {
             region,
             codec,
             base,
+            memo,
         })
     }
 
@@ -140,7 +145,7 @@ impl ShmStore {
     }
 
     /// A request for `key` (the limiter's checks passed): the keyed limiter's path for a
-    /// region, which enters no read section (see `KeyedLimiter::try_acquire_rest`).
+    /// region, which enters no read section (see `KeyedLimiter::try_acquire_region`).
     #[inline]
     pub(crate) fn acquire_at<Q: Hash + ?Sized>(
         &self,
@@ -159,13 +164,40 @@ impl ShmStore {
     }
 
     /// The key's keyed 128-bit fingerprint: SipHash-1-3 under the region's secret, over the
-    /// key's `Hash` (so byte keys fingerprint alike in every process and language).
+    /// key's `Hash` (so byte keys fingerprint alike in every process and language), looked up
+    /// in this process's [`Memo`] first.
+    #[inline]
     pub(crate) fn fingerprint<Q: Hash + ?Sized>(&self, key: &Q) -> Fingerprint {
-        let [k0, k1] = self.region.meta.secret;
-        let mut h = siphasher::sip128::SipHasher13::new_with_keys(k0, k1);
-        key.hash(&mut h);
-        let hash = siphasher::sip128::Hasher128::finish128(&h).as_u128();
+        let stream = if super::memo::looking() {
+            Stream::of(key)
+        } else {
+            None
+        };
+        let hash = match stream.as_ref().and_then(|s| self.memo.get(s)) {
+            Some(hash) => hash,
+            None => {
+                // From the key, as before the memo: SipHash's word-sized writes of a short
+                // key cost less than its one-shot path over the stream's bytes.
+                let hash = self.hash(key);
+                if let Some(s) = &stream {
+                    self.memo.put(s, hash);
+                }
+                hash
+            }
+        };
         Fingerprint::new(hash, self.region.meta.slots as usize)
+    }
+
+    /// The key's SipHash-1-3 under the region's secret.
+    fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u128 {
+        let mut h = self.sip();
+        key.hash(&mut h);
+        siphasher::sip128::Hasher128::finish128(&h).as_u128()
+    }
+
+    fn sip(&self) -> siphasher::sip128::SipHasher13 {
+        let [k0, k1] = self.region.meta.secret;
+        siphasher::sip128::SipHasher13::new_with_keys(k0, k1)
     }
 }
 
@@ -338,5 +370,131 @@ impl core::fmt::Debug for ShmBucket {
         f.debug_struct("ShmBucket")
             .field("region", &self.store.region.name)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::OnFull;
+    use std::path::PathBuf;
+
+    /// A region file in the temporary directory, removed when dropped.
+    struct File(PathBuf);
+
+    impl File {
+        fn new(what: &str) -> Self {
+            let n = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let p = std::env::temp_dir()
+                .join(format!("sluicegate-unit-{what}-{}-{n}", std::process::id()));
+            Self(p)
+        }
+    }
+
+    impl Drop for File {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    fn open(f: &File, quota: &Quota, capacity: u64) -> (ShmStore, Ctx) {
+        let s = ShmStore::open(&f.0, *quota, Some(capacity), capacity, &|_| 0).unwrap();
+        let cx = Ctx::new(
+            quota,
+            s.codec().clone(),
+            s.base(),
+            capacity as usize,
+            OnFull::RejectNewKeys,
+        );
+        (s, cx)
+    }
+
+    /// A key's fingerprint computed afresh, as before the memo.
+    fn fresh(s: &ShmStore, key: &[u8]) -> Fingerprint {
+        Fingerprint::new(s.hash(key), s.region.meta.slots as usize)
+    }
+
+    /// Every key in `s`'s memo (each written over whatever its entry held).
+    fn memoise(s: &ShmStore, keys: &[Vec<u8>]) {
+        for k in keys {
+            let stream = Stream::of(k.as_slice()).unwrap();
+            s.memo.put_now(&stream, s.hash(k.as_slice()));
+        }
+    }
+
+    /// Two openers of one region (`a` with its memo filled before every operation), and a
+    /// second region whose opener's memo is emptied before every operation, take the same
+    /// random operations: requests at the bound (evictions, slots taken by other keys),
+    /// removes, clears and sweeps. Every fingerprint through a memo is the one computed
+    /// afresh, the two regions decide alike, and both stay audited clean.
+    #[test]
+    #[cfg_attr(miri, ignore = "maps a file")]
+    fn memoised_fingerprints_are_never_stale() {
+        let q: Quota = "2/s".parse().unwrap();
+        let (f1, f2) = (File::new("memo-a"), File::new("memo-b"));
+        let (a, cx) = open(&f1, &q, 4);
+        let (b, _) = open(&f1, &q, 4);
+        let (mut c, cxc) = open(&f2, &q, 4);
+        let keys: Vec<Vec<u8>> = (0..7u8).map(|k| vec![b'k', k, k]).collect();
+        let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+        let mut now = 0u64;
+        let mut hits = 0;
+        for step in 0..3000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let k = keys[(rng % 7) as usize].as_slice();
+            now += (rng >> 8) % 150_000_000;
+            memoise(&a, &keys);
+            c.memo = Memo::new(4);
+            // `a`'s decision looks its key up (a run of `c`'s misses may have stopped this
+            // thread's lookups for a while).
+            super::super::memo::reset_thread();
+            let via = if step % 2 == 0 { &a } else { &b };
+            let (r1, r2) = match (rng >> 40) % 16 {
+                0 => (
+                    Store::<Box<[u8]>>::remove(via, &cx, k).map(|x| x.to_string()),
+                    Store::<Box<[u8]>>::remove(&c, &cxc, k).map(|x| x.to_string()),
+                ),
+                1 => (
+                    Store::<Box<[u8]>>::clear(via).map(|()| String::new()),
+                    Store::<Box<[u8]>>::clear(&c).map(|()| String::new()),
+                ),
+                2 | 3 => (
+                    Store::<Box<[u8]>>::sweep(via, &cx, now).map(|n| n.to_string()),
+                    Store::<Box<[u8]>>::sweep(&c, &cxc, now).map(|n| n.to_string()),
+                ),
+                _ => (
+                    Store::<Box<[u8]>>::acquire(via, &cx, k, now, 1).map(|d| format!("{d:?}")),
+                    Store::<Box<[u8]>>::acquire(&c, &cxc, k, now, 1).map(|d| format!("{d:?}")),
+                ),
+            };
+            assert_eq!(
+                r1.map_err(|e| e.code()),
+                r2.map_err(|e| e.code()),
+                "step {step}"
+            );
+            super::super::memo::reset_thread();
+            for k in &keys {
+                if let Some(hash) = a.memo.get(&Stream::of(k.as_slice()).unwrap()) {
+                    assert_eq!(hash, a.hash(k.as_slice()), "step {step}");
+                    hits += 1;
+                }
+                for s in [&a, &b, &c] {
+                    assert_eq!(s.fingerprint(k.as_slice()), fresh(s, k), "step {step}");
+                }
+            }
+            for (s, cx) in [(&a, &cx), (&c, &cxc)] {
+                let audit = s.audit(cx);
+                assert_eq!(
+                    (audit.duplicates, audit.unreachable, audit.corrupt),
+                    (0, 0, 0),
+                    "step {step}"
+                );
+            }
+        }
+        assert!(hits >= 3000, "{hits} hits");
     }
 }
