@@ -6,8 +6,13 @@
 //!
 //! Quota `1000000/s` (never rejects: every call writes), keys drawn from 10 000. Subjects:
 //!
-//! * `sluicegate API`: `KeyedLimiter::try_acquire_async` on the store (its background thread,
-//!   its connection, its automatic pipelining): what an application gets.
+//! * `sluicegate API`: `KeyedLimiter::try_acquire_async` on the store, what an application
+//!   gets: the benchmark's tasks run on a tokio runtime, so each call is driven on that runtime,
+//!   on connections of its own (at most `connections=4`, the default; concurrent callers beyond
+//!   them pipelined on them).
+//! * `sluicegate API, hand-off`: the same with `connections=0`: every call handed to the
+//!   store's background thread and pipelined on its one connection (what callers on another
+//!   executor get).
 //! * `sluicegate script` and `GCRA script`: the one-bucket function `NAME_tb` with the
 //!   arguments the store sends, and the GCRA script by EVALSHA, both called by the same code
 //!   (the redis crate's multiplexed connection, driven by the benchmark's own thread): the
@@ -97,6 +102,7 @@ impl Mode {
 #[derive(Clone, Copy, PartialEq)]
 enum Subject {
     Api,
+    ApiHandOff,
     Script,
     Gcra,
 }
@@ -105,6 +111,7 @@ impl Subject {
     fn name(self) -> &'static str {
         match self {
             Subject::Api => "sluicegate API",
+            Subject::ApiHandOff => "sluicegate API, hand-off",
             Subject::Script => "sluicegate script",
             Subject::Gcra => "GCRA script",
         }
@@ -167,7 +174,7 @@ impl Bench {
         &self,
         s: Subject,
         mode: Mode,
-        shared_api: &Arc<KeyedLimiter<u64>>,
+        shared_api: &[Arc<KeyedLimiter<u64>>; 2],
     ) -> Vec<Target> {
         let q: Quota = QUOTA.parse().unwrap();
         let mut out = Vec::new();
@@ -186,16 +193,23 @@ impl Bench {
                 shared.clone()
             };
             out.push(match s {
-                Subject::Api if mode == Mode::Connections => {
+                Subject::Api | Subject::ApiHandOff if mode == Mode::Connections => {
                     // A limiter on a URL of its own (another timeout) has a connection of its own.
-                    let spec: StoreSpec = format!("{}&timeout={}us", self.spec, 2_000_000 + c)
-                        .parse()
-                        .unwrap();
+                    let extra = if s == Subject::Api {
+                        ""
+                    } else {
+                        "&connections=0"
+                    };
+                    let spec: StoreSpec =
+                        format!("{}&timeout={}us{extra}", self.spec, 2_000_000 + c)
+                            .parse()
+                            .unwrap();
                     Target::Api(Arc::new(
                         KeyedLimiter::builder(q).store(spec).build().unwrap(),
                     ))
                 }
-                Subject::Api => Target::Api(shared_api.clone()),
+                Subject::Api => Target::Api(shared_api[0].clone()),
+                Subject::ApiHandOff => Target::Api(shared_api[1].clone()),
                 Subject::Script => Target::Script(conn, self.function.clone()),
                 Subject::Gcra => Target::Gcra(conn, self.sha.clone()),
             });
@@ -209,7 +223,7 @@ impl Bench {
         s: Subject,
         mode: Mode,
         secs: f64,
-        shared_api: &Arc<KeyedLimiter<u64>>,
+        shared_api: &[Arc<KeyedLimiter<u64>>; 2],
     ) -> (f64, Vec<Duration>, f64) {
         let targets = self.targets(s, mode, shared_api).await;
         let mut admin = self.admin.clone();
@@ -327,6 +341,14 @@ fn main() {
             .build()
             .unwrap(),
     );
+    let api0 = Arc::new(
+        KeyedLimiter::<u64>::builder(QUOTA.parse().unwrap())
+            .store(format!("{spec}&timeout=2s&connections=0").parse().unwrap())
+            .build()
+            .unwrap(),
+    );
+    // The async subjects' shared limiters: the default, and every call handed off.
+    let apis = [api.clone(), api0.clone()];
     let mut rows = Vec::new();
     let version = {
         let (bench, version) = rt.block_on(async {
@@ -373,11 +395,16 @@ fn main() {
             };
             (bench, version)
         });
-        let subjects = [Subject::Api, Subject::Script, Subject::Gcra];
+        let subjects = [
+            Subject::Api,
+            Subject::ApiHandOff,
+            Subject::Script,
+            Subject::Gcra,
+        ];
         rt.block_on(async {
             // Warm up: fill the keys.
             for s in subjects {
-                bench.run(s, Mode::Pipelined, 0.5, &api).await;
+                bench.run(s, Mode::Pipelined, 0.5, &apis).await;
             }
             for mode in [
                 Mode::One,
@@ -385,10 +412,11 @@ fn main() {
                 Mode::Unpipelined,
                 Mode::Connections,
             ] {
-                let mut per: Vec<(Vec<f64>, Vec<Duration>, Vec<f64>)> = vec![Default::default(); 3];
+                let mut per: Vec<(Vec<f64>, Vec<Duration>, Vec<f64>)> =
+                    vec![Default::default(); subjects.len()];
                 for _ in 0..rounds {
                     for (j, s) in subjects.iter().enumerate() {
-                        let (r, lat, us) = bench.run(*s, mode, secs, &api).await;
+                        let (r, lat, us) = bench.run(*s, mode, secs, &apis).await;
                         per[j].0.push(r);
                         per[j].1.extend(lat);
                         per[j].2.push(us);
@@ -413,12 +441,6 @@ fn main() {
     // Blocking callers (threads), 1 and 50: the store's default (callers drive pooled
     // connections of their own) against `connections=0` (every call handed to the runtime
     // thread and pipelined on the multiplexed connection), in alternating rounds.
-    let api0 = Arc::new(
-        KeyedLimiter::<u64>::builder(QUOTA.parse().unwrap())
-            .store(format!("{spec}&timeout=2s&connections=0").parse().unwrap())
-            .build()
-            .unwrap(),
-    );
     for threads in [1u64, 50] {
         let subjects = [("pooled connections", &api), ("connections=0", &api0)];
         let mut per_s = [Vec::new(), Vec::new()];
@@ -472,12 +494,12 @@ fn main() {
 
     println!("redis-server {version}, {rounds} rounds of {secs} s");
     println!(
-        "{:<48} {:>12} {:>19} {:>9} {:>9} {:>10}",
+        "{:<56} {:>12} {:>19} {:>9} {:>9} {:>10}",
         "subject", "decisions/s", "(range)", "p50", "p99", "server us"
     );
     for (name, r, (lo, hi), p50, p99, us) in &rows {
         println!(
-            "{name:<48} {r:>12.0} {:>19} {:>9.1?} {:>9.1?} {us:>10.2}",
+            "{name:<56} {r:>12.0} {:>19} {:>9.1?} {:>9.1?} {us:>10.2}",
             format!("({lo:.0}-{hi:.0})"),
             p50,
             p99
