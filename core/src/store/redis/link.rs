@@ -458,6 +458,12 @@ impl Link {
         Err(Fail::Down(st.last_error.clone()))
     }
 
+    /// The link's generation while it has a connection (`current`, without the connection).
+    fn up(&self) -> Option<u64> {
+        let st = self.state();
+        st.conn.as_ref().map(|_| st.generation)
+    }
+
     /// Drops connection `generation` after a failure on it (a newer one stays).
     fn broken(&self, generation: u64, why: String) {
         let mut st = self.state();
@@ -502,11 +508,7 @@ impl Link {
         let deadline = Instant::now() + self.timeout;
         // Down (or reconnecting): the runtime's path fails at once and schedules the
         // reconnection, as for every call.
-        let up = {
-            let st = self.state();
-            st.conn.as_ref().map(|_| st.generation)
-        };
-        let Some(generation) = up else {
+        let Some(generation) = self.up() else {
             return block(self.clone().call(func, keys, args));
         };
         let pooled = {
@@ -579,8 +581,8 @@ impl Link {
         // Down (or reconnecting): fails at once, and schedules the reconnection. Such a call
         // awaits nothing else: it spends a unit of the task's budget, so that a task that
         // calls in a loop still lets the runtime's other tasks (and timers) run.
-        let generation = match self.current() {
-            Ok((_, generation)) => generation,
+        let generation = match self.up().map_or_else(|| self.current().map(|(_, g)| g), Ok) {
+            Ok(generation) => generation,
             Err(fail) => {
                 self.failed(&fail, 0);
                 tokio::task::consume_budget().await;
