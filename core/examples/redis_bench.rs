@@ -25,6 +25,9 @@
 //! flight on each. Every row runs `ROUNDS` times (default 3), the subjects of one row one
 //! after the other in each round; decisions/s is the median round (the range in brackets),
 //! p50/p99 over all rounds; `server us` is the server's own time a call (INFO commandstats).
+//! The async rows run on a current_thread runtime; then `1 caller` and `50 callers, pipelined`
+//! again on a multi-thread runtime of 2 workers (the API, its hand-off and the GCRA script).
+//! Then blocking callers (threads): pooled connections against `connections=0`.
 //! Then the negative cache: a rejected key asked again and again.
 
 use redis::aio::MultiplexedConnection;
@@ -282,6 +285,49 @@ impl Bench {
     }
 }
 
+/// A row of the table: subject, decisions/s (median round), its range, p50, p99, server µs.
+type Row = (String, f64, (f64, f64), Duration, Duration, f64);
+
+impl Bench {
+    /// `rounds` rounds of every mode, the subjects taking turns within a round.
+    async fn rows(
+        &self,
+        subjects: &[Subject],
+        modes: &[Mode],
+        rounds: usize,
+        secs: f64,
+        apis: &[Arc<KeyedLimiter<u64>>; 2],
+        label: &str,
+    ) -> Vec<Row> {
+        let mut rows: Vec<Row> = Vec::new();
+        for &mode in modes {
+            let mut per: Vec<(Vec<f64>, Vec<Duration>, Vec<f64>)> =
+                vec![Default::default(); subjects.len()];
+            for _ in 0..rounds {
+                for (j, s) in subjects.iter().enumerate() {
+                    let (r, lat, us) = self.run(*s, mode, secs, apis).await;
+                    per[j].0.push(r);
+                    per[j].1.extend(lat);
+                    per[j].2.push(us);
+                }
+            }
+            for (j, (mut r, mut lat, mut us)) in per.into_iter().enumerate() {
+                let lo = r.iter().cloned().fold(f64::INFINITY, f64::min);
+                let hi = r.iter().cloned().fold(0.0, f64::max);
+                rows.push((
+                    format!("{}, {}{label}", subjects[j].name(), mode.name()),
+                    median(&mut r),
+                    (lo, hi),
+                    quantile(&mut lat, 0.5),
+                    quantile(&mut lat, 0.99),
+                    median(&mut us),
+                ));
+            }
+        }
+        rows
+    }
+}
+
 fn quantile(lat: &mut [Duration], q: f64) -> Duration {
     lat.sort();
     lat[((lat.len() as f64 * q) as usize).min(lat.len() - 1)]
@@ -406,35 +452,38 @@ fn main() {
             for s in subjects {
                 bench.run(s, Mode::Pipelined, 0.5, &apis).await;
             }
-            for mode in [
+            let modes = [
                 Mode::One,
                 Mode::Pipelined,
                 Mode::Unpipelined,
                 Mode::Connections,
-            ] {
-                let mut per: Vec<(Vec<f64>, Vec<Duration>, Vec<f64>)> =
-                    vec![Default::default(); subjects.len()];
-                for _ in 0..rounds {
-                    for (j, s) in subjects.iter().enumerate() {
-                        let (r, lat, us) = bench.run(*s, mode, secs, &apis).await;
-                        per[j].0.push(r);
-                        per[j].1.extend(lat);
-                        per[j].2.push(us);
-                    }
-                }
-                for (j, (mut r, mut lat, mut us)) in per.into_iter().enumerate() {
-                    let lo = r.iter().cloned().fold(f64::INFINITY, f64::min);
-                    let hi = r.iter().cloned().fold(0.0, f64::max);
-                    rows.push((
-                        format!("{}, {}", subjects[j].name(), mode.name()),
-                        median(&mut r),
-                        (lo, hi),
-                        quantile(&mut lat, 0.5),
-                        quantile(&mut lat, 0.99),
-                        median(&mut us),
-                    ));
-                }
-            }
+            ];
+            rows.extend(bench.rows(&subjects, &modes, rounds, secs, &apis, "").await);
+        });
+        // The same callers on a multi-thread runtime (2 workers): the API's connections are
+        // that runtime's, driven by its workers. The admin connection is that runtime's too.
+        let multi = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        multi.block_on(async {
+            let bench = Bench {
+                admin: bench
+                    .client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .unwrap(),
+                ..bench
+            };
+            let subjects = [Subject::Api, Subject::ApiHandOff, Subject::Gcra];
+            let modes = [Mode::One, Mode::Pipelined];
+            let label = ", multi-thread runtime";
+            rows.extend(
+                bench
+                    .rows(&subjects, &modes, rounds, secs, &apis, label)
+                    .await,
+            );
         });
         version
     };
