@@ -24,7 +24,9 @@
 //! until its reply is in); `50 callers, 50 connections`: a connection each, one request in
 //! flight on each. Every row runs `ROUNDS` times (default 3), the subjects of one row one
 //! after the other in each round; decisions/s is the median round (the range in brackets),
-//! p50/p99 over all rounds; `server us` is the server's own time a call (INFO commandstats).
+//! p50/p99 over all rounds; `server us` is the server's own time a call (INFO commandstats),
+//! `client us` this process's CPU time a call (all its threads, the store's included; from
+//! /proc/self/stat, median round): less noisy than wall time on a shared machine.
 //! The async rows run on a current_thread runtime; then `1 caller` and `50 callers, pipelined`
 //! again on a multi-thread runtime of 2 workers (the API, its hand-off and the GCRA script).
 //! Then blocking callers (threads): pooled connections against `connections=0`.
@@ -227,7 +229,7 @@ impl Bench {
         mode: Mode,
         secs: f64,
         shared_api: &[Arc<KeyedLimiter<u64>>; 2],
-    ) -> (f64, Vec<Duration>, f64) {
+    ) -> (f64, Vec<Duration>, f64, f64) {
         let targets = self.targets(s, mode, shared_api).await;
         let mut admin = self.admin.clone();
         let _: () = redis::cmd("CONFIG")
@@ -238,6 +240,7 @@ impl Bench {
         // Unpipelined: a caller holds this until its reply is in.
         let turn = Arc::new(tokio::sync::Mutex::new(()));
         let start = Instant::now();
+        let cpu0 = cpu_secs();
         let mut tasks = Vec::new();
         for (c, mut t) in targets.into_iter().enumerate() {
             let turn = turn.clone();
@@ -264,6 +267,7 @@ impl Bench {
             lat.extend(t.await.unwrap());
         }
         let per_s = lat.len() as f64 / start.elapsed().as_secs_f64();
+        let client_us = (cpu_secs() - cpu0) * 1e6 / lat.len() as f64;
         let stats: String = redis::cmd("INFO")
             .arg("commandstats")
             .query_async(&mut admin)
@@ -281,12 +285,27 @@ impl Bench {
             .and_then(|v| v.split(',').next())
             .and_then(|v| v.parse().ok())
             .unwrap_or(f64::NAN);
-        (per_s, lat, us)
+        (per_s, lat, us, client_us)
     }
 }
 
 /// A row of the table: subject, decisions/s (median round), its range, p50, p99, server µs.
-type Row = (String, f64, (f64, f64), Duration, Duration, f64);
+type Row = (String, f64, (f64, f64), Duration, Duration, f64, f64);
+
+/// This process's CPU time so far (user and system, all threads), in seconds.
+fn cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command's closing parenthesis; utime and stime are the 12th and
+    // 13th of them, in clock ticks (100 a second on Linux).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(f64::NAN))
+        .collect();
+    f.get(11)
+        .zip(f.get(12))
+        .map_or(f64::NAN, |(u, s)| (u + s) / 100.0)
+}
 
 impl Bench {
     /// `rounds` rounds of every mode, the subjects taking turns within a round.
@@ -301,17 +320,19 @@ impl Bench {
     ) -> Vec<Row> {
         let mut rows: Vec<Row> = Vec::new();
         for &mode in modes {
-            let mut per: Vec<(Vec<f64>, Vec<Duration>, Vec<f64>)> =
+            #[allow(clippy::type_complexity)]
+            let mut per: Vec<(Vec<f64>, Vec<Duration>, Vec<f64>, Vec<f64>)> =
                 vec![Default::default(); subjects.len()];
             for _ in 0..rounds {
                 for (j, s) in subjects.iter().enumerate() {
-                    let (r, lat, us) = self.run(*s, mode, secs, apis).await;
+                    let (r, lat, us, cpu) = self.run(*s, mode, secs, apis).await;
                     per[j].0.push(r);
                     per[j].1.extend(lat);
                     per[j].2.push(us);
+                    per[j].3.push(cpu);
                 }
             }
-            for (j, (mut r, mut lat, mut us)) in per.into_iter().enumerate() {
+            for (j, (mut r, mut lat, mut us, mut cpu)) in per.into_iter().enumerate() {
                 let lo = r.iter().cloned().fold(f64::INFINITY, f64::min);
                 let hi = r.iter().cloned().fold(0.0, f64::max);
                 rows.push((
@@ -321,6 +342,7 @@ impl Bench {
                     quantile(&mut lat, 0.5),
                     quantile(&mut lat, 0.99),
                     median(&mut us),
+                    median(&mut cpu),
                 ));
             }
         }
@@ -494,10 +516,12 @@ fn main() {
         let subjects = [("pooled connections", &api), ("connections=0", &api0)];
         let mut per_s = [Vec::new(), Vec::new()];
         let mut lat = [Vec::new(), Vec::new()];
+        let mut cpu = [Vec::new(), Vec::new()];
         for round in 0..rounds {
             for (j, (_, l)) in subjects.iter().enumerate() {
                 let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
                 let start = Instant::now();
+                let cpu0 = cpu_secs();
                 let workers: Vec<_> = (0..threads)
                     .map(|t| {
                         let (l, stop) = (Arc::clone(l), stop.clone());
@@ -521,6 +545,7 @@ fn main() {
                     .flat_map(|w| w.join().unwrap())
                     .collect();
                 per_s[j].push(done.len() as f64 / start.elapsed().as_secs_f64());
+                cpu[j].push((cpu_secs() - cpu0) * 1e6 / done.len() as f64);
                 lat[j].extend(done);
             }
         }
@@ -537,18 +562,19 @@ fn main() {
                 quantile(&mut lat[j], 0.5),
                 quantile(&mut lat[j], 0.99),
                 f64::NAN,
+                median(&mut cpu[j]),
             ));
         }
     }
 
     println!("redis-server {version}, {rounds} rounds of {secs} s");
     println!(
-        "{:<56} {:>12} {:>19} {:>9} {:>9} {:>10}",
-        "subject", "decisions/s", "(range)", "p50", "p99", "server us"
+        "{:<56} {:>12} {:>19} {:>9} {:>9} {:>10} {:>10}",
+        "subject", "decisions/s", "(range)", "p50", "p99", "server us", "client us"
     );
-    for (name, r, (lo, hi), p50, p99, us) in &rows {
+    for (name, r, (lo, hi), p50, p99, us, cpu) in &rows {
         println!(
-            "{name:<56} {r:>12.0} {:>19} {:>9.1?} {:>9.1?} {us:>10.2}",
+            "{name:<56} {r:>12.0} {:>19} {:>9.1?} {:>9.1?} {us:>10.2} {cpu:>10.2}",
             format!("({lo:.0}-{hi:.0})"),
             p50,
             p99
