@@ -17,11 +17,10 @@
 //!   which pipelines the rest. Both follow one protocol (`Link::next_step`), one deadline, the
 //!   same counters and the same link state: while the link is down every call fails at once.
 //! * **Async callers on a tokio runtime drive their own round trip** on that runtime (same
-//!   servers as above): each runtime (by `runtime::Id`) has up to `connections=N` multiplexed
-//!   connections of its own, opened and driven there (a stream is registered with one
-//!   runtime's IO driver, so it is never used from another); a call takes an idle one, opens
-//!   one while the runtime has fewer than N, else pipelines on the least busy. The deadline is
-//!   a timer of that runtime. A runtime without a time or an IO driver, another executor and
+//!   servers as above, unless `connections=0`): each runtime (by `runtime::Id`) has a
+//!   multiplexed connection of its own, opened and driven there (a stream is registered with
+//!   one runtime's IO driver, so it is never used from another), on which its concurrent
+//!   callers are pipelined ([`RUNTIME_CONNECTIONS`]). The deadline is a timer of that runtime. A runtime without a time or an IO driver, another executor and
 //!   a `panic=abort` build (where the driver probe cannot run) hand off. When a runtime ends,
 //!   a task of ours on it is dropped with the others, and its entry with it.
 //! * **A short timeout per call** (`timeout`, default 50 ms), FUNCTION LOAD (or EVAL) and
@@ -307,8 +306,6 @@ struct Direct {
 /// registered with one runtime's IO driver and is used from that runtime only.
 struct Own {
     by_rt: HashMap<tokio::runtime::Id, RtPool>,
-    /// At most this many per runtime (`connections=N`).
-    max: usize,
     /// The next connection's number (to find it again when its call ends).
     next_id: u64,
 }
@@ -319,7 +316,7 @@ struct RtPool {
     /// at its first call, and at its first connection); else its calls are handed off.
     usable: bool,
     conns: Vec<Pooled>,
-    /// Connections being opened (they count toward `max`).
+    /// Connections being opened (they count toward [`RUNTIME_CONNECTIONS`]).
     opening: usize,
     /// Dropped with this entry: ends the task that watches for the runtime's end.
     _watch: tokio::sync::oneshot::Sender<()>,
@@ -333,9 +330,15 @@ struct Pooled {
     generation: u64,
     id: u64,
     /// Calls on it now: a caller takes an idle one, opens one while the runtime has fewer
-    /// than `max`, else shares the least busy (its calls are pipelined).
+    /// than [`RUNTIME_CONNECTIONS`], else shares the least busy (its calls are pipelined).
     in_flight: usize,
 }
+
+/// Connections of its own a runtime opens at most. One: its callers pipeline on it, as on the
+/// store's own connection, without handing their calls to another thread. More connections
+/// cost more CPU a call and decided fewer calls a second (BENCHMARKS.md, "Redis store", run
+/// 4: 4 connections a runtime against 1 at 50 pipelined callers).
+const RUNTIME_CONNECTIONS: usize = 1;
 
 /// How an async call goes.
 enum Route {
@@ -396,7 +399,6 @@ impl Link {
             own: own_conns.then(|| {
                 Mutex::new(Own {
                     by_rt: HashMap::new(),
-                    max: connections,
                     next_id: 0,
                 })
             }),
@@ -637,7 +639,6 @@ impl Link {
             return Route::HandOff;
         };
         let mut o = own.lock().unwrap_or_else(|e| e.into_inner());
-        let max = o.max;
         let mut watch = None;
         let p = o.by_rt.entry(rt.id()).or_insert_with(|| {
             let (tx, rx) = tokio::sync::oneshot::channel();
@@ -660,7 +661,7 @@ impl Link {
             Vec::new()
         };
         let least = (0..p.conns.len()).min_by_key(|&i| p.conns[i].in_flight);
-        let room = p.conns.len() + p.opening < max;
+        let room = p.conns.len() + p.opening < RUNTIME_CONNECTIONS;
         let route = match least {
             _ if !p.usable => Route::HandOff,
             Some(i) if p.conns[i].in_flight == 0 || !room => {
