@@ -7,9 +7,8 @@
 //! Quota `1000000/s` (never rejects: every call writes), keys drawn from 10 000. Subjects:
 //!
 //! * `sluicegate API`: `KeyedLimiter::try_acquire_async` on the store, what an application
-//!   gets: the benchmark's tasks run on a tokio runtime, so each call is driven on that runtime,
-//!   on connections of its own (at most `connections=4`, the default; concurrent callers beyond
-//!   them pipelined on them).
+//!   gets: the benchmark's tasks run on a tokio runtime, so each call is driven on that
+//!   runtime, on its connection (concurrent callers pipelined on it).
 //! * `sluicegate API, hand-off`: the same with `connections=0`: every call handed to the
 //!   store's background thread and pipelined on its one connection (what callers on another
 //!   executor get).

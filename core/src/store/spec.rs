@@ -133,12 +133,11 @@ pub struct RedisOptions {
     /// own clock, in nanoseconds, instead of the server's TIME. For conformance tests.
     pub test_clock: bool,
     /// `connections=N` (default 4, at most 64): how many connections of its own a process
-    /// opens for blocking callers, each driven by the caller's thread, and how many each tokio
-    /// runtime opens for its async callers, driven by that runtime (one server over TCP or a
-    /// unix socket; docs/REDIS.md, "Connections"). More concurrent blocking callers, async
-    /// calls on other executors, and every call to TLS, Cluster or Sentinel deployments share
-    /// the one multiplexed connection; `0` sends everything through it (one connection a
-    /// process).
+    /// opens for blocking callers, each driven by the caller's thread (one server over TCP or
+    /// a unix socket; async callers on a tokio runtime use one connection of that runtime:
+    /// docs/REDIS.md, "Connections"). More concurrent blocking callers, async calls on other
+    /// executors, and every call to TLS, Cluster or Sentinel deployments share the one
+    /// multiplexed connection; `0` sends everything through it (one connection a process).
     pub connections: usize,
 }
 
