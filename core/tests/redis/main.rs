@@ -24,6 +24,16 @@ fn spec(s: &str) -> StoreSpec {
     s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
 }
 
+/// A keyed limiter of `quota` on the store `url` names.
+fn keyed(quota: &str, url: &str) -> Arc<KeyedLimiter<u64>> {
+    Arc::new(
+        KeyedLimiter::builder(quota.parse().unwrap())
+            .store(spec(url))
+            .build()
+            .unwrap(),
+    )
+}
+
 fn got(r: Result<Decision, Error>) -> Value {
     match r {
         Ok(d) => json!({
@@ -364,12 +374,7 @@ fn blocking_callers_share_pooled_and_pipelined_connections() {
             srv.url(),
             n.map_or(-1, |n| n as i64)
         );
-        let l = Arc::new(
-            KeyedLimiter::<u64>::builder("25/m".parse().unwrap())
-                .store(spec(&url))
-                .build()
-                .unwrap(),
-        );
+        let l = keyed("25/m", &url);
         let admitted: Vec<u64> = (0..12u64)
             .map(|_| {
                 let l = l.clone();
@@ -424,12 +429,7 @@ fn async_callers_drive_connections_on_their_own_runtime() {
             "{}?prefix={prefix}&negative_cache=off&on_error=error&timeout=2s{opt}",
             srv.url()
         );
-        Arc::new(
-            KeyedLimiter::<u64>::builder("25/m".parse().unwrap())
-                .store(spec(&url))
-                .build()
-                .unwrap(),
-        )
+        keyed("25/m", &url)
     };
     for flavor in ["multi", "current"] {
         for (n, max) in [(None, 1), (Some(2), 1), (Some(0), 0)] {
@@ -516,12 +516,7 @@ fn a_runtime_dropped_with_pooled_connections_breaks_nothing() {
         "{}?prefix=gone&negative_cache=off&on_error=error&timeout=2s",
         srv.url()
     );
-    let l = Arc::new(
-        KeyedLimiter::<u64>::builder("1000000/s".parse().unwrap())
-            .store(spec(&url))
-            .build()
-            .unwrap(),
-    );
+    let l = keyed("1000000/s", &url);
     let mut r = srv.resp();
     let clients =
         |r: &mut server::Resp| -> u64 { info(r, "clients", "connected_clients").parse().unwrap() };
@@ -697,12 +692,7 @@ fn fault_run(policy: OnError) {
         "{}?prefix=fault-{name}&on_error={name}&timeout=200ms&negative_cache=off",
         srv.url()
     );
-    let l = Arc::new(
-        KeyedLimiter::<u64>::builder("1000/s; burst=100".parse().unwrap())
-            .store(spec(&url))
-            .build()
-            .unwrap(),
-    );
+    let l = keyed("1000/s; burst=100", &url);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let worst = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
