@@ -6,8 +6,12 @@
 //!
 //! Quota `1000000/s` (never rejects: every call writes), keys drawn from 10 000. Subjects:
 //!
-//! * `sluicegate API`: `KeyedLimiter::try_acquire_async` on the store (its background thread,
-//!   its connection, its automatic pipelining): what an application gets.
+//! * `sluicegate API`: `KeyedLimiter::try_acquire_async` on the store, what an application
+//!   gets: the benchmark's tasks run on a tokio runtime, so each call is driven on that
+//!   runtime, on its connection (concurrent callers pipelined on it).
+//! * `sluicegate API, hand-off`: the same with `connections=0`: every call handed to the
+//!   store's background thread and pipelined on its one connection (what callers on another
+//!   executor get).
 //! * `sluicegate script` and `GCRA script`: the one-bucket function `NAME_tb` with the
 //!   arguments the store sends, and the GCRA script by EVALSHA, both called by the same code
 //!   (the redis crate's multiplexed connection, driven by the benchmark's own thread): the
@@ -19,7 +23,12 @@
 //! until its reply is in); `50 callers, 50 connections`: a connection each, one request in
 //! flight on each. Every row runs `ROUNDS` times (default 3), the subjects of one row one
 //! after the other in each round; decisions/s is the median round (the range in brackets),
-//! p50/p99 over all rounds; `server us` is the server's own time a call (INFO commandstats).
+//! p50/p99 over all rounds; `server us` is the server's own time a call (INFO commandstats),
+//! `client us` this process's CPU time a call (all its threads, the store's included; from
+//! /proc/self/stat, median round): less noisy than wall time on a shared machine.
+//! The async rows run on a current_thread runtime; then `1 caller` and `50 callers, pipelined`
+//! again on a multi-thread runtime of 2 workers (the API, its hand-off and the GCRA script).
+//! Then blocking callers (threads): pooled connections against `connections=0`.
 //! Then the negative cache: a rejected key asked again and again.
 
 use redis::aio::MultiplexedConnection;
@@ -97,6 +106,7 @@ impl Mode {
 #[derive(Clone, Copy, PartialEq)]
 enum Subject {
     Api,
+    ApiHandOff,
     Script,
     Gcra,
 }
@@ -105,6 +115,7 @@ impl Subject {
     fn name(self) -> &'static str {
         match self {
             Subject::Api => "sluicegate API",
+            Subject::ApiHandOff => "sluicegate API, hand-off",
             Subject::Script => "sluicegate script",
             Subject::Gcra => "GCRA script",
         }
@@ -167,7 +178,7 @@ impl Bench {
         &self,
         s: Subject,
         mode: Mode,
-        shared_api: &Arc<KeyedLimiter<u64>>,
+        shared_api: &[Arc<KeyedLimiter<u64>>; 2],
     ) -> Vec<Target> {
         let q: Quota = QUOTA.parse().unwrap();
         let mut out = Vec::new();
@@ -186,16 +197,23 @@ impl Bench {
                 shared.clone()
             };
             out.push(match s {
-                Subject::Api if mode == Mode::Connections => {
+                Subject::Api | Subject::ApiHandOff if mode == Mode::Connections => {
                     // A limiter on a URL of its own (another timeout) has a connection of its own.
-                    let spec: StoreSpec = format!("{}&timeout={}us", self.spec, 2_000_000 + c)
-                        .parse()
-                        .unwrap();
+                    let extra = if s == Subject::Api {
+                        ""
+                    } else {
+                        "&connections=0"
+                    };
+                    let spec: StoreSpec =
+                        format!("{}&timeout={}us{extra}", self.spec, 2_000_000 + c)
+                            .parse()
+                            .unwrap();
                     Target::Api(Arc::new(
                         KeyedLimiter::builder(q).store(spec).build().unwrap(),
                     ))
                 }
-                Subject::Api => Target::Api(shared_api.clone()),
+                Subject::Api => Target::Api(shared_api[0].clone()),
+                Subject::ApiHandOff => Target::Api(shared_api[1].clone()),
                 Subject::Script => Target::Script(conn, self.function.clone()),
                 Subject::Gcra => Target::Gcra(conn, self.sha.clone()),
             });
@@ -209,8 +227,8 @@ impl Bench {
         s: Subject,
         mode: Mode,
         secs: f64,
-        shared_api: &Arc<KeyedLimiter<u64>>,
-    ) -> (f64, Vec<Duration>, f64) {
+        shared_api: &[Arc<KeyedLimiter<u64>>; 2],
+    ) -> (f64, Vec<Duration>, f64, f64) {
         let targets = self.targets(s, mode, shared_api).await;
         let mut admin = self.admin.clone();
         let _: () = redis::cmd("CONFIG")
@@ -221,6 +239,7 @@ impl Bench {
         // Unpipelined: a caller holds this until its reply is in.
         let turn = Arc::new(tokio::sync::Mutex::new(()));
         let start = Instant::now();
+        let cpu0 = cpu_secs();
         let mut tasks = Vec::new();
         for (c, mut t) in targets.into_iter().enumerate() {
             let turn = turn.clone();
@@ -247,6 +266,7 @@ impl Bench {
             lat.extend(t.await.unwrap());
         }
         let per_s = lat.len() as f64 / start.elapsed().as_secs_f64();
+        let client_us = (cpu_secs() - cpu0) * 1e6 / lat.len() as f64;
         let stats: String = redis::cmd("INFO")
             .arg("commandstats")
             .query_async(&mut admin)
@@ -264,7 +284,68 @@ impl Bench {
             .and_then(|v| v.split(',').next())
             .and_then(|v| v.parse().ok())
             .unwrap_or(f64::NAN);
-        (per_s, lat, us)
+        (per_s, lat, us, client_us)
+    }
+}
+
+/// A row of the table: subject, decisions/s (median round), its range, p50, p99, server µs.
+type Row = (String, f64, (f64, f64), Duration, Duration, f64, f64);
+
+/// This process's CPU time so far (user and system, all threads), in seconds.
+fn cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command's closing parenthesis; utime and stime are the 12th and
+    // 13th of them, in clock ticks (100 a second on Linux).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(f64::NAN))
+        .collect();
+    f.get(11)
+        .zip(f.get(12))
+        .map_or(f64::NAN, |(u, s)| (u + s) / 100.0)
+}
+
+impl Bench {
+    /// `rounds` rounds of every mode, the subjects taking turns within a round.
+    async fn rows(
+        &self,
+        subjects: &[Subject],
+        modes: &[Mode],
+        rounds: usize,
+        secs: f64,
+        apis: &[Arc<KeyedLimiter<u64>>; 2],
+        label: &str,
+    ) -> Vec<Row> {
+        let mut rows: Vec<Row> = Vec::new();
+        for &mode in modes {
+            #[allow(clippy::type_complexity)]
+            let mut per: Vec<(Vec<f64>, Vec<Duration>, Vec<f64>, Vec<f64>)> =
+                vec![Default::default(); subjects.len()];
+            for _ in 0..rounds {
+                for (j, s) in subjects.iter().enumerate() {
+                    let (r, lat, us, cpu) = self.run(*s, mode, secs, apis).await;
+                    per[j].0.push(r);
+                    per[j].1.extend(lat);
+                    per[j].2.push(us);
+                    per[j].3.push(cpu);
+                }
+            }
+            for (j, (mut r, mut lat, mut us, mut cpu)) in per.into_iter().enumerate() {
+                let lo = r.iter().cloned().fold(f64::INFINITY, f64::min);
+                let hi = r.iter().cloned().fold(0.0, f64::max);
+                rows.push((
+                    format!("{}, {}{label}", subjects[j].name(), mode.name()),
+                    median(&mut r),
+                    (lo, hi),
+                    quantile(&mut lat, 0.5),
+                    quantile(&mut lat, 0.99),
+                    median(&mut us),
+                    median(&mut cpu),
+                ));
+            }
+        }
+        rows
     }
 }
 
@@ -327,6 +408,14 @@ fn main() {
             .build()
             .unwrap(),
     );
+    let api0 = Arc::new(
+        KeyedLimiter::<u64>::builder(QUOTA.parse().unwrap())
+            .store(format!("{spec}&timeout=2s&connections=0").parse().unwrap())
+            .build()
+            .unwrap(),
+    );
+    // The async subjects' shared limiters: the default, and every call handed off.
+    let apis = [api.clone(), api0.clone()];
     let mut rows = Vec::new();
     let version = {
         let (bench, version) = rt.block_on(async {
@@ -373,60 +462,65 @@ fn main() {
             };
             (bench, version)
         });
-        let subjects = [Subject::Api, Subject::Script, Subject::Gcra];
+        let subjects = [
+            Subject::Api,
+            Subject::ApiHandOff,
+            Subject::Script,
+            Subject::Gcra,
+        ];
         rt.block_on(async {
             // Warm up: fill the keys.
             for s in subjects {
-                bench.run(s, Mode::Pipelined, 0.5, &api).await;
+                bench.run(s, Mode::Pipelined, 0.5, &apis).await;
             }
-            for mode in [
+            let modes = [
                 Mode::One,
                 Mode::Pipelined,
                 Mode::Unpipelined,
                 Mode::Connections,
-            ] {
-                let mut per: Vec<(Vec<f64>, Vec<Duration>, Vec<f64>)> = vec![Default::default(); 3];
-                for _ in 0..rounds {
-                    for (j, s) in subjects.iter().enumerate() {
-                        let (r, lat, us) = bench.run(*s, mode, secs, &api).await;
-                        per[j].0.push(r);
-                        per[j].1.extend(lat);
-                        per[j].2.push(us);
-                    }
-                }
-                for (j, (mut r, mut lat, mut us)) in per.into_iter().enumerate() {
-                    let lo = r.iter().cloned().fold(f64::INFINITY, f64::min);
-                    let hi = r.iter().cloned().fold(0.0, f64::max);
-                    rows.push((
-                        format!("{}, {}", subjects[j].name(), mode.name()),
-                        median(&mut r),
-                        (lo, hi),
-                        quantile(&mut lat, 0.5),
-                        quantile(&mut lat, 0.99),
-                        median(&mut us),
-                    ));
-                }
-            }
+            ];
+            rows.extend(bench.rows(&subjects, &modes, rounds, secs, &apis, "").await);
+        });
+        // The same callers on a multi-thread runtime (2 workers): the API's connections are
+        // that runtime's, driven by its workers. The admin connection is that runtime's too.
+        let multi = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        multi.block_on(async {
+            let bench = Bench {
+                admin: bench
+                    .client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .unwrap(),
+                ..bench
+            };
+            let subjects = [Subject::Api, Subject::ApiHandOff, Subject::Gcra];
+            let modes = [Mode::One, Mode::Pipelined];
+            let label = ", multi-thread runtime";
+            rows.extend(
+                bench
+                    .rows(&subjects, &modes, rounds, secs, &apis, label)
+                    .await,
+            );
         });
         version
     };
     // Blocking callers (threads), 1 and 50: the store's default (callers drive pooled
     // connections of their own) against `connections=0` (every call handed to the runtime
     // thread and pipelined on the multiplexed connection), in alternating rounds.
-    let api0 = Arc::new(
-        KeyedLimiter::<u64>::builder(QUOTA.parse().unwrap())
-            .store(format!("{spec}&timeout=2s&connections=0").parse().unwrap())
-            .build()
-            .unwrap(),
-    );
     for threads in [1u64, 50] {
         let subjects = [("pooled connections", &api), ("connections=0", &api0)];
         let mut per_s = [Vec::new(), Vec::new()];
         let mut lat = [Vec::new(), Vec::new()];
+        let mut cpu = [Vec::new(), Vec::new()];
         for round in 0..rounds {
             for (j, (_, l)) in subjects.iter().enumerate() {
                 let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
                 let start = Instant::now();
+                let cpu0 = cpu_secs();
                 let workers: Vec<_> = (0..threads)
                     .map(|t| {
                         let (l, stop) = (Arc::clone(l), stop.clone());
@@ -450,6 +544,7 @@ fn main() {
                     .flat_map(|w| w.join().unwrap())
                     .collect();
                 per_s[j].push(done.len() as f64 / start.elapsed().as_secs_f64());
+                cpu[j].push((cpu_secs() - cpu0) * 1e6 / done.len() as f64);
                 lat[j].extend(done);
             }
         }
@@ -466,18 +561,19 @@ fn main() {
                 quantile(&mut lat[j], 0.5),
                 quantile(&mut lat[j], 0.99),
                 f64::NAN,
+                median(&mut cpu[j]),
             ));
         }
     }
 
     println!("redis-server {version}, {rounds} rounds of {secs} s");
     println!(
-        "{:<48} {:>12} {:>19} {:>9} {:>9} {:>10}",
-        "subject", "decisions/s", "(range)", "p50", "p99", "server us"
+        "{:<56} {:>12} {:>19} {:>9} {:>9} {:>10} {:>10}",
+        "subject", "decisions/s", "(range)", "p50", "p99", "server us", "client us"
     );
-    for (name, r, (lo, hi), p50, p99, us) in &rows {
+    for (name, r, (lo, hi), p50, p99, us, cpu) in &rows {
         println!(
-            "{name:<48} {r:>12.0} {:>19} {:>9.1?} {:>9.1?} {us:>10.2}",
+            "{name:<56} {r:>12.0} {:>19} {:>9.1?} {:>9.1?} {us:>10.2} {cpu:>10.2}",
             format!("({lo:.0}-{hi:.0})"),
             p50,
             p99

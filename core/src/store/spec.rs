@@ -134,9 +134,10 @@ pub struct RedisOptions {
     pub test_clock: bool,
     /// `connections=N` (default 4, at most 64): how many connections of its own a process
     /// opens for blocking callers, each driven by the caller's thread (one server over TCP or
-    /// a unix socket). More concurrent blocking callers, every async call, and every call to
-    /// TLS, Cluster or Sentinel deployments share the one multiplexed connection; `0` sends
-    /// everything through it (one connection a process).
+    /// a unix socket; async callers on a tokio runtime use one connection of that runtime:
+    /// docs/REDIS.md, "Connections"). More concurrent blocking callers, async calls on other
+    /// executors, and every call to TLS, Cluster or Sentinel deployments share the one
+    /// multiplexed connection; `0` sends everything through it (one connection a process).
     pub connections: usize,
 }
 

@@ -24,6 +24,16 @@ fn spec(s: &str) -> StoreSpec {
     s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
 }
 
+/// A keyed limiter of `quota` on the store `url` names.
+fn keyed(quota: &str, url: &str) -> Arc<KeyedLimiter<u64>> {
+    Arc::new(
+        KeyedLimiter::builder(quota.parse().unwrap())
+            .store(spec(url))
+            .build()
+            .unwrap(),
+    )
+}
+
 fn got(r: Result<Decision, Error>) -> Value {
     match r {
         Ok(d) => json!({
@@ -364,12 +374,7 @@ fn blocking_callers_share_pooled_and_pipelined_connections() {
             srv.url(),
             n.map_or(-1, |n| n as i64)
         );
-        let l = Arc::new(
-            KeyedLimiter::<u64>::builder("25/m".parse().unwrap())
-                .store(spec(&url))
-                .build()
-                .unwrap(),
-        );
+        let l = keyed("25/m", &url);
         let admitted: Vec<u64> = (0..12u64)
             .map(|_| {
                 let l = l.clone();
@@ -396,6 +401,191 @@ fn blocking_callers_share_pooled_and_pipelined_connections() {
             "connections={n:?}: {s:?}"
         );
     }
+}
+
+/// A tokio runtime of `flavor` ("multi": two workers, or "current"), its drivers all on.
+fn runtime(flavor: &str) -> tokio::runtime::Runtime {
+    let mut b = if flavor == "multi" {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(2);
+        b
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    b.enable_all().build().unwrap()
+}
+
+/// Async callers on a tokio runtime drive a connection of that runtime themselves (one a
+/// runtime, concurrent callers pipelined on it), with no hand-off to the store's thread: 12
+/// tasks at once on a multi-thread and on a current_thread runtime, each key admits exactly
+/// its quota, and the store opens one connection of the runtime's own besides its multiplexed
+/// one (`connections=0`: none, every call handed off). A runtime without timers or without
+/// IO cannot drive them: its calls are handed off, as exact, and the link stays up.
+#[test]
+fn async_callers_drive_connections_on_their_own_runtime() {
+    let srv = Server::start();
+    let limiter = |prefix: String, opt: &str| {
+        let url = format!(
+            "{}?prefix={prefix}&negative_cache=off&on_error=error&timeout=2s{opt}",
+            srv.url()
+        );
+        keyed("25/m", &url)
+    };
+    for flavor in ["multi", "current"] {
+        for (n, max) in [(None, 1), (Some(2), 1), (Some(0), 0)] {
+            let opt = n.map_or(String::new(), |n| format!("&connections={n}"));
+            let l = limiter(
+                format!("apool-{flavor}{}", n.map_or(-1, |n| n as i64)),
+                &opt,
+            );
+            let admitted = runtime(flavor).block_on(async {
+                let tasks: Vec<_> = (0..12u64)
+                    .map(|_| {
+                        let l = l.clone();
+                        tokio::spawn(async move {
+                            let mut a = vec![0u64; 8];
+                            for i in 0..80u64 {
+                                let d = l.try_acquire_async(&(i % 8), 1).await.unwrap();
+                                a[(i % 8) as usize] += u64::from(d.allowed());
+                            }
+                            a
+                        })
+                    })
+                    .collect();
+                let mut sum = vec![0u64; 8];
+                for t in tasks {
+                    for (s, a) in sum.iter_mut().zip(t.await.unwrap()) {
+                        *s += a;
+                    }
+                }
+                sum
+            });
+            assert_eq!(admitted, vec![25; 8], "{flavor}, connections={n:?}");
+            let s = l.redis_stats().unwrap();
+            assert_eq!(s.decided, 12 * 80, "{s:?}");
+            assert_eq!(s.unavailable + s.timeouts, 0, "{s:?}");
+            // The link's own connection, then the runtime's.
+            let own = s.connects - 1;
+            let min = max.min(1);
+            assert!(
+                (min..=max).contains(&own),
+                "{flavor}, connections={n:?}: {own} connections of the runtime's own: {s:?}"
+            );
+        }
+    }
+    for (what, rt) in [
+        (
+            "no timers",
+            tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .build(),
+        ),
+        (
+            "no IO",
+            tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build(),
+        ),
+    ] {
+        let l = limiter(format!("apool-{}", what.replace(' ', "-")), "");
+        let admitted = rt.unwrap().block_on(async {
+            let mut a = 0;
+            for _ in 0..30 {
+                a += u64::from(l.try_acquire_async(&7, 1).await.unwrap().allowed());
+            }
+            a
+        });
+        assert_eq!(admitted, 25, "{what}");
+        let s = l.redis_stats().unwrap();
+        assert_eq!(
+            (s.decided, s.connects, s.unavailable),
+            (30, 1, 0),
+            "{what}: {s:?}"
+        );
+    }
+}
+
+/// A runtime that ends while its connections are pooled (some of its calls in flight) takes
+/// them with it: the server sees them close, and later calls (another runtime's, a blocking
+/// caller's) are decided at once, none failed; a runtime left idle, never polled again, does
+/// not hold up another's calls either.
+#[test]
+fn a_runtime_dropped_with_pooled_connections_breaks_nothing() {
+    let srv = Server::start();
+    let url = format!(
+        "{}?prefix=gone&negative_cache=off&on_error=error&timeout=2s",
+        srv.url()
+    );
+    let l = keyed("1000000/s", &url);
+    let mut r = srv.resp();
+    let clients =
+        |r: &mut server::Resp| -> u64 { info(r, "clients", "connected_clients").parse().unwrap() };
+    let base = clients(&mut r);
+    let load = |l: &Arc<KeyedLimiter<u64>>, calls: u64| {
+        let tasks: Vec<_> = (0..8u64)
+            .map(|t| {
+                let l = l.clone();
+                tokio::spawn(async move {
+                    for i in 0..calls {
+                        assert!(l
+                            .try_acquire_async(&(t * 100 + i), 1)
+                            .await
+                            .unwrap()
+                            .allowed());
+                    }
+                })
+            })
+            .collect();
+        async move {
+            for t in tasks {
+                t.await.unwrap();
+            }
+        }
+    };
+    // Left idle: a current_thread runtime with pooled connections, never polled again.
+    let idle = runtime("current");
+    idle.block_on(async { load(&l, 20).await });
+    assert!(
+        clients(&mut r) > base,
+        "the idle runtime has connections of its own"
+    );
+    let with_idle = clients(&mut r);
+    for flavor in ["current", "multi"] {
+        let rt = runtime(flavor);
+        rt.block_on(async { load(&l, 20).await });
+        // Calls in flight when the runtime ends.
+        rt.block_on(async {
+            let l = l.clone();
+            drop(tokio::spawn(async move {
+                loop {
+                    let _ = l.try_acquire_async(&1, 1).await;
+                }
+            }));
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        });
+        drop(rt);
+        wait_for(10, "the ended runtime's connections to close", || {
+            clients(&mut r) <= with_idle
+        });
+    }
+    let before = l.redis_stats().unwrap();
+    let t0 = Instant::now();
+    runtime("current").block_on(async { load(&l, 50).await });
+    for i in 0..50 {
+        assert!(l.try_acquire(&(10_000 + i), 1).unwrap().allowed());
+    }
+    let after = l.redis_stats().unwrap();
+    eprintln!(
+        "after the ended runtimes: {after:?}, 450 calls in {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(after.decided - before.decided, 450, "{after:?}");
+    assert_eq!(
+        (after.timeouts, after.unavailable, after.failed_error),
+        (0, 0, 0),
+        "{after:?}"
+    );
+    drop(idle);
 }
 
 #[test]
@@ -470,10 +660,31 @@ fn processes_on_one_key_stay_within_the_bound() {
     );
 }
 
-/// Load from 8 threads while the server is paused past the timeout (SIGSTOP), then killed
-/// and restarted empty: every call comes back within about the timeout, the policy decides
-/// every failure (no error reaches the caller unless the policy is `error`), and after
-/// recovery the server decides again, within the bound.
+/// What a call under faults may come to: an error only under the policy `error`, and then a
+/// timeout or an unavailable store (counted in `errors`).
+fn fault_check(policy: OnError, r: Result<Decision, Error>, errors: &AtomicU64) {
+    if let Err(e) = r {
+        assert_eq!(policy, OnError::Error, "an error under {policy:?}: {e}");
+        assert!(
+            matches!(
+                e,
+                Error::Store {
+                    kind: StoreErrorKind::Timeout | StoreErrorKind::Unavailable,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        errors.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Load from 4 threads (blocking callers) and 8 async tasks (4 on a multi-thread runtime, 4
+/// on a current_thread runtime: each drives connections of its own) while the server is
+/// paused past the timeout (SIGSTOP), then killed and restarted empty: every call comes back
+/// within about the timeout, the policy decides every failure (no error reaches the caller
+/// unless the policy is `error`), and after recovery the server decides again, within the
+/// bound, for blocking and async callers alike (no connection from before is used again).
 fn fault_run(policy: OnError) {
     let mut srv = Server::start();
     let name = policy.name();
@@ -481,45 +692,54 @@ fn fault_run(policy: OnError) {
         "{}?prefix=fault-{name}&on_error={name}&timeout=200ms&negative_cache=off",
         srv.url()
     );
-    let l = Arc::new(
-        KeyedLimiter::<u64>::builder("1000/s; burst=100".parse().unwrap())
-            .store(spec(&url))
-            .build()
-            .unwrap(),
-    );
+    let l = keyed("1000/s; burst=100", &url);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let worst = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
-    let load: Vec<_> = (0..8u64)
+    let load: Vec<_> = (0..4u64)
         .map(|t| {
             let (l, stop, worst, errors) = (l.clone(), stop.clone(), worst.clone(), errors.clone());
             std::thread::spawn(move || {
                 let mut i = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     let t0 = Instant::now();
-                    match l.try_acquire(&(t * 1000 + i % 50), 1) {
-                        Ok(_) => {}
-                        Err(e) => {
-                            assert_eq!(policy, OnError::Error, "an error under {policy:?}: {e}");
-                            assert!(
-                                matches!(
-                                    e,
-                                    Error::Store {
-                                        kind: StoreErrorKind::Timeout | StoreErrorKind::Unavailable,
-                                        ..
-                                    }
-                                ),
-                                "{e}"
-                            );
-                            errors.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
+                    fault_check(policy, l.try_acquire(&(t * 1000 + i % 50), 1), &errors);
                     worst.fetch_max(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
                     i += 1;
                 }
             })
         })
         .collect();
+    let tasks = |first: u64| {
+        let (l, stop, worst, errors) = (l.clone(), stop.clone(), worst.clone(), errors.clone());
+        async move {
+            let tasks: Vec<_> = (first..first + 4)
+                .map(|t| {
+                    let (l, stop) = (l.clone(), stop.clone());
+                    let (worst, errors) = (worst.clone(), errors.clone());
+                    tokio::spawn(async move {
+                        let mut i = 0u64;
+                        while !stop.load(Ordering::Relaxed) {
+                            let t0 = Instant::now();
+                            let r = l.try_acquire_async(&(t * 1000 + i % 50), 1).await;
+                            fault_check(policy, r, &errors);
+                            worst.fetch_max(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
+                            i += 1;
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+        }
+    };
+    let multi = runtime("multi");
+    let multi_load = multi.spawn(tasks(4));
+    let current_load = std::thread::spawn({
+        let tasks = tasks(8);
+        move || runtime("current").block_on(tasks)
+    });
     std::thread::sleep(Duration::from_millis(200));
     // Paused for 3 s: a call that waited for the server instead of its 200 ms timeout would
     // take about that long, far beyond what a loaded 2-core machine adds to a timely one.
@@ -534,6 +754,8 @@ fn fault_run(policy: OnError) {
     std::thread::sleep(Duration::from_millis(1500));
     stop.store(true, Ordering::Relaxed);
     load.into_iter().for_each(|t| t.join().unwrap());
+    multi.block_on(multi_load).unwrap();
+    current_load.join().unwrap();
     let s = l.redis_stats().unwrap();
     let worst = Duration::from_micros(worst.load(Ordering::Relaxed));
     eprintln!("{name}: {s:?}, slowest call {worst:?}");
@@ -556,24 +778,37 @@ fn fault_run(policy: OnError) {
     if policy == OnError::Error {
         assert_eq!(errors.load(Ordering::Relaxed), s.failed_error);
     }
-    // After recovery the server decides, and the bound holds on a fresh key.
-    let before = l.redis_stats().unwrap();
-    let t0 = Instant::now();
-    let mut admitted = 0;
-    for _ in 0..300 {
-        admitted += u64::from(l.try_acquire(&u64::MAX, 1).unwrap().allowed());
+    // After recovery the server decides, and the bound holds on a fresh key: 300 blocking
+    // calls, then 300 async calls on the multi-thread runtime (whose connections from before
+    // the restart are closed, not used).
+    for (what, key) in [("blocking", u64::MAX), ("async", u64::MAX - 1)] {
+        let before = l.redis_stats().unwrap();
+        let t0 = Instant::now();
+        let admitted = if what == "async" {
+            multi.block_on(async {
+                let mut a = 0;
+                for _ in 0..300 {
+                    a += u64::from(l.try_acquire_async(&key, 1).await.unwrap().allowed());
+                }
+                a
+            })
+        } else {
+            (0..300)
+                .map(|_| u64::from(l.try_acquire(&key, 1).unwrap().allowed()))
+                .sum()
+        };
+        let elapsed = t0.elapsed().as_micros() as u64;
+        let after = l.redis_stats().unwrap();
+        assert_eq!(
+            after.decided - before.decided,
+            300,
+            "{name}, {what}: not decided by the server: {after:?}"
+        );
+        assert!(
+            admitted <= 100 + elapsed / 1000 + 1,
+            "{name}, {what}: {admitted} admitted in {elapsed} us"
+        );
     }
-    let elapsed = t0.elapsed().as_micros() as u64;
-    let after = l.redis_stats().unwrap();
-    assert_eq!(
-        after.decided - before.decided,
-        300,
-        "{name}: not decided by the server"
-    );
-    assert!(
-        admitted <= 100 + elapsed / 1000 + 1,
-        "{name}: {admitted} admitted in {elapsed} us"
-    );
 }
 
 #[test]

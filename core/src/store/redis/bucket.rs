@@ -1,7 +1,7 @@
 //! [`RedisBucket`], a single limiter's bucket on Redis, and composite limits over such
 //! buckets in one script call.
 
-use super::link::{run, slot, RedisStats};
+use super::link::{slot, RedisStats};
 use super::scripts::Func;
 use super::store::{fingerprint, Ask, Common, Op};
 use crate::error::{Error, StoreErrorKind};
@@ -199,6 +199,6 @@ pub(crate) async fn composite_async(
         Err(e) => return Some(Err(e)),
     };
     let c = &parts[0].c;
-    let r = run(c.link.clone().call(Func::Run, names, args)).await;
+    let r = c.link.call_async(Func::Run, names, args).await;
     Some(c.finish(r, &fps, ask))
 }

@@ -1,8 +1,9 @@
 //! The connection to a Redis deployment.
 //!
-//! * **One background thread per process** runs a tokio runtime that drives every
-//!   connection and timer. A blocking call hands its request to it and waits on a channel; an
-//!   async call awaits a oneshot channel, so the async API works on any executor.
+//! * **One background thread per process** runs a tokio runtime that drives the link's
+//!   connection and its reconnections. A call that is not driven by its caller (below) hands
+//!   its request to it and waits on a channel (blocking) or awaits a oneshot channel (async,
+//!   so that the async API works on any executor).
 //! * **One multiplexed connection per deployment** (a cluster connection for Redis Cluster),
 //!   shared by every limiter on the same URL in the process: concurrent callers' calls are
 //!   written back to back and their replies read in order, many requests per round trip
@@ -15,6 +16,13 @@
 //!   connection is in use, a call goes through the multiplexed connection,
 //!   which pipelines the rest. Both follow one protocol (`Link::next_step`), one deadline, the
 //!   same counters and the same link state: while the link is down every call fails at once.
+//! * **Async callers on a tokio runtime drive their own round trip** on that runtime (same
+//!   servers as above, unless `connections=0`): each runtime (by `runtime::Id`) has a
+//!   multiplexed connection of its own, opened and driven there (a stream is registered with
+//!   one runtime's IO driver, so it is never used from another), on which its concurrent
+//!   callers are pipelined ([`RUNTIME_CONNECTIONS`]). The deadline is a timer of that runtime. A runtime without a time or an IO driver, another executor and
+//!   a `panic=abort` build (where the driver probe cannot run) hand off. When a runtime ends,
+//!   a task of ours on it is dropped with the others, and its entry with it.
 //! * **A short timeout per call** (`timeout`, default 50 ms), FUNCTION LOAD (or EVAL) and
 //!   the retry included.
 //! * **No replay.** A call whose outcome is unknown (a timeout, a lost connection) is never
@@ -277,6 +285,9 @@ pub(crate) struct Link {
     pub(crate) counters: Counters,
     /// The blocking callers' own connections (one plain server only).
     direct: Option<Mutex<Direct>>,
+    /// The async callers' own connections, by the tokio runtime they run on (one plain
+    /// server only).
+    own: Option<Mutex<Own>>,
 }
 
 /// Connections blocking callers drive themselves, each used by one caller at a time.
@@ -289,6 +300,54 @@ struct Direct {
     /// At most this many (`connections=N`); more concurrent callers are pipelined on the
     /// multiplexed connection.
     max: usize,
+}
+
+/// Connections async callers drive on their own tokio runtime, by runtime: a stream is
+/// registered with one runtime's IO driver and is used from that runtime only.
+struct Own {
+    by_rt: HashMap<tokio::runtime::Id, RtPool>,
+    /// The next connection's number (to find it again when its call ends).
+    next_id: u64,
+}
+
+/// One runtime's connections.
+struct RtPool {
+    /// Whether the runtime can drive them (its time driver is on, and its IO driver: probed
+    /// at its first call, and at its first connection); else its calls are handed off.
+    usable: bool,
+    conns: Vec<Pooled>,
+    /// Connections being opened (they count toward [`RUNTIME_CONNECTIONS`]).
+    opening: usize,
+    /// Dropped with this entry: ends the task that watches for the runtime's end.
+    _watch: tokio::sync::oneshot::Sender<()>,
+}
+
+/// A multiplexed connection opened on (and driven by) a caller's runtime.
+struct Pooled {
+    conn: redis::aio::MultiplexedConnection,
+    /// The link's generation when it was opened: one of an older generation (the link has
+    /// lost its connection since) is closed, not used.
+    generation: u64,
+    id: u64,
+    /// Calls on it now: a caller takes an idle one, opens one while the runtime has fewer
+    /// than [`RUNTIME_CONNECTIONS`], else shares the least busy (its calls are pipelined).
+    in_flight: usize,
+}
+
+/// Connections of its own a runtime opens at most. One: its callers pipeline on it, as on the
+/// store's own connection, without handing their calls to another thread. More connections
+/// cost more CPU a call and decided fewer calls a second (BENCHMARKS.md, "Redis store", run
+/// 4: 4 connections a runtime against 1 at 50 pipelined callers).
+const RUNTIME_CONNECTIONS: usize = 1;
+
+/// How an async call goes.
+enum Route {
+    /// Through the runtime thread (the caller's runtime cannot drive a connection).
+    HandOff,
+    /// On connection `id` of the caller's runtime.
+    Use(redis::aio::MultiplexedConnection, u64),
+    /// On a new connection, which the caller opens.
+    Open,
 }
 
 /// What a call does after an error reply (the one protocol of both kinds of connection).
@@ -321,20 +380,26 @@ impl Link {
             return Ok(link);
         }
         map.retain(|_, w| w.strong_count() > 0);
+        let own_conns = connections > 0
+            && matches!(StoreSpec::redis_topology(url), Topology::Single)
+            && !url.starts_with("rediss");
         let link = Arc::new(Link {
             target: target(url, timeout)?,
             name: redact(url),
             topology: StoreSpec::redis_topology(url),
             timeout,
             eval,
-            direct: (connections > 0
-                && matches!(StoreSpec::redis_topology(url), Topology::Single)
-                && !url.starts_with("rediss"))
-            .then(|| {
+            direct: own_conns.then(|| {
                 Mutex::new(Direct {
                     idle: Vec::new(),
                     open: 0,
                     max: connections,
+                })
+            }),
+            own: own_conns.then(|| {
+                Mutex::new(Own {
+                    by_rt: HashMap::new(),
+                    next_id: 0,
                 })
             }),
             state: Mutex::new(State {
@@ -395,6 +460,12 @@ impl Link {
         Err(Fail::Down(st.last_error.clone()))
     }
 
+    /// The link's generation while it has a connection (`current`, without the connection).
+    fn up(&self) -> Option<u64> {
+        let st = self.state();
+        st.conn.as_ref().map(|_| st.generation)
+    }
+
     /// Drops connection `generation` after a failure on it (a newer one stays).
     fn broken(&self, generation: u64, why: String) {
         let mut st = self.state();
@@ -439,11 +510,7 @@ impl Link {
         let deadline = Instant::now() + self.timeout;
         // Down (or reconnecting): the runtime's path fails at once and schedules the
         // reconnection, as for every call.
-        let up = {
-            let st = self.state();
-            st.conn.as_ref().map(|_| st.generation)
-        };
-        let Some(generation) = up else {
+        let Some(generation) = self.up() else {
             return block(self.clone().call(func, keys, args));
         };
         let pooled = {
@@ -492,6 +559,188 @@ impl Link {
             drop(lease);
         }
         r.inspect_err(|fail| self.failed(fail, generation))
+    }
+
+    /// [`call`](Self::call) for an async caller: on a tokio runtime whose connections it can
+    /// drive (one server, not TLS), on a connection of that runtime, with no hand-off to the
+    /// runtime thread; else handed to the runtime thread.
+    pub(crate) async fn call_async(
+        self: &Arc<Self>,
+        func: Func,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Value, Fail> {
+        // A timer made without a time driver panics: under `panic=abort` the probe
+        // (`has_timers`) cannot run, and every async call is handed off.
+        let (rt, client) = match (
+            &self.own,
+            &self.target,
+            tokio::runtime::Handle::try_current(),
+        ) {
+            (Some(_), Target::Single(client), Ok(rt)) if cfg!(panic = "unwind") => (rt, client),
+            _ => return run(self.clone().call(func, keys, args)).await,
+        };
+        // Down (or reconnecting): fails at once, and schedules the reconnection. Such a call
+        // awaits nothing else: it spends a unit of the task's budget, so that a task that
+        // calls in a loop still lets the runtime's other tasks (and timers) run.
+        let generation = match self.up().map_or_else(|| self.current().map(|(_, g)| g), Ok) {
+            Ok(generation) => generation,
+            Err(fail) => {
+                self.failed(&fail, 0);
+                tokio::task::consume_budget().await;
+                return Err(fail);
+            }
+        };
+        let (conn, id) = match self.route(&rt, generation) {
+            Route::HandOff => return run(self.clone().call(func, keys, args)).await,
+            Route::Use(conn, id) => (Some(conn), Some(id)),
+            Route::Open => (None, None),
+        };
+        // The runtime's timer (`route` checked that it has one).
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut seat = Seat {
+            link: self,
+            rt: rt.id(),
+            id,
+            keep: true,
+        };
+        let call = async {
+            let conn = match conn {
+                Some(conn) => conn,
+                None => match self.open_own(client, &mut seat, generation).await {
+                    Some(Ok(conn)) => conn,
+                    Some(Err(fail)) => return Some(Err(fail)),
+                    None => return None,
+                },
+            };
+            Some(
+                self.exchange(&mut Conn::Single(conn), func, &keys, &args)
+                    .await,
+            )
+        };
+        let r = match tokio::time::timeout_at(deadline, call).await {
+            Ok(Some(r)) => r,
+            // The runtime has no IO driver: nothing was sent.
+            Ok(None) => {
+                drop(seat);
+                return run(self.clone().call(func, keys, args)).await;
+            }
+            Err(_) => Err(Fail::Timeout),
+        };
+        // After a timeout or an I/O error the connection's state is unknown: closed.
+        seat.keep = matches!(r, Ok(_) | Err(Fail::Server(_)));
+        drop(seat);
+        r.inspect_err(|fail| self.failed(fail, generation))
+    }
+
+    /// Where an async call on runtime `rt` goes (the link is up, at `generation`).
+    fn route(self: &Arc<Self>, rt: &tokio::runtime::Handle, generation: u64) -> Route {
+        let Some(own) = &self.own else {
+            return Route::HandOff;
+        };
+        let mut o = own.lock().unwrap_or_else(|e| e.into_inner());
+        let mut watch = None;
+        let p = o.by_rt.entry(rt.id()).or_insert_with(|| {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            watch = Some(rx);
+            RtPool {
+                usable: has_timers(),
+                conns: Vec::new(),
+                opening: 0,
+                _watch: tx,
+            }
+        });
+        // Connections from before the link lost its connection: closed (after the lock).
+        let stale: Vec<Pooled> = if p.conns.iter().any(|c| c.generation != generation) {
+            let (keep, stale) = core::mem::take(&mut p.conns)
+                .into_iter()
+                .partition(|c| c.generation == generation);
+            p.conns = keep;
+            stale
+        } else {
+            Vec::new()
+        };
+        let least = (0..p.conns.len()).min_by_key(|&i| p.conns[i].in_flight);
+        let room = p.conns.len() + p.opening < RUNTIME_CONNECTIONS;
+        let route = match least {
+            _ if !p.usable => Route::HandOff,
+            Some(i) if p.conns[i].in_flight == 0 || !room => {
+                let c = &mut p.conns[i];
+                c.in_flight += 1;
+                Route::Use(c.conn.clone(), c.id)
+            }
+            _ if room => {
+                p.opening += 1;
+                Route::Open
+            }
+            // Every connection of the runtime is being opened: the runtime thread's.
+            _ => Route::HandOff,
+        };
+        drop(o);
+        drop(stale);
+        if let Some(rx) = watch {
+            // When the runtime ends, its tasks are dropped, this one with them: its entry
+            // goes (its streams cannot be driven any more). The task ends by itself when the
+            // entry goes first (the link dropped).
+            let gone = RtGone {
+                link: Arc::downgrade(self),
+                rt: rt.id(),
+            };
+            drop(rt.spawn(async move {
+                let _gone = gone;
+                let _ = rx.await;
+            }));
+        }
+        route
+    }
+
+    /// Opens a connection on the caller's runtime for `seat`'s call (which holds a unit of
+    /// the runtime's `opening`): `None` when the runtime has no IO driver (it is marked so).
+    async fn open_own(
+        &self,
+        client: &redis::Client,
+        seat: &mut Seat<'_>,
+        generation: u64,
+    ) -> Option<Result<redis::aio::MultiplexedConnection, Fail>> {
+        use futures_util::FutureExt;
+        // No timers of the client's own: the call's deadline bounds the connection too.
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(None)
+            .set_response_timeout(None);
+        let opened = core::panic::AssertUnwindSafe(
+            client.get_multiplexed_async_connection_with_config(&config),
+        )
+        .catch_unwind()
+        .await;
+        let own = self.own.as_ref()?;
+        let mut o = own.lock().unwrap_or_else(|e| e.into_inner());
+        let id = o.next_id;
+        let p = o.by_rt.get_mut(&seat.rt);
+        match opened {
+            Err(_) => {
+                // tokio's "IO is disabled" panic, before anything was sent.
+                if let Some(p) = p {
+                    p.usable = false;
+                }
+                None
+            }
+            Ok(Err(e)) => Some(Err(classify(&e))),
+            Ok(Ok(conn)) => {
+                bump(&self.counters.connects);
+                if let Some(p) = p {
+                    p.opening -= 1;
+                    p.conns.push(Pooled {
+                        conn: conn.clone(),
+                        generation,
+                        id,
+                        in_flight: 1,
+                    });
+                    o.next_id += 1;
+                    seat.id = Some(id);
+                }
+                Some(Ok(conn))
+            }
+        }
     }
 
     /// One call on a direct connection, within `deadline` (the protocol of
@@ -599,8 +848,21 @@ impl Link {
         args: &[String],
     ) -> Result<Value, (Fail, u64)> {
         let (mut conn, generation) = self.current().map_err(|f| (f, 0))?;
+        self.exchange(&mut conn, func, keys, args)
+            .await
+            .map_err(|f| (f, generation))
+    }
+
+    /// One call on `conn` (the protocol of every async call; the caller applies the deadline).
+    async fn exchange(
+        &self,
+        conn: &mut Conn,
+        func: Func,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Value, Fail> {
         let main = self.script_cmd(func, keys, args);
-        let fail = |e: redis::RedisError| (classify(&e), generation);
+        let fail = |e: redis::RedisError| classify(&e);
         // A MOVED or ASK reply means that the call did not run: it is sent once more, to the
         // node named (Redis Cluster during a resharding). Sending it again is no replay.
         let mut to: Option<Redirect> = None;
@@ -660,6 +922,73 @@ impl Drop for Lease<'_> {
     fn drop(&mut self) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).open -= 1;
     }
+}
+
+/// An async call's place on its runtime's connections: one call on connection `id`, or (no
+/// `id`) one unit of the runtime's `opening`; given back when dropped (the call done, or its
+/// future dropped), the connection closed unless `keep`.
+struct Seat<'a> {
+    link: &'a Link,
+    rt: tokio::runtime::Id,
+    id: Option<u64>,
+    keep: bool,
+}
+
+impl Drop for Seat<'_> {
+    fn drop(&mut self) {
+        let Some(own) = &self.link.own else {
+            return;
+        };
+        let mut o = own.lock().unwrap_or_else(|e| e.into_inner());
+        // None: the runtime has ended (its entry went with it).
+        let Some(p) = o.by_rt.get_mut(&self.rt) else {
+            return;
+        };
+        let Some(id) = self.id else {
+            p.opening -= 1;
+            return;
+        };
+        let closed = match p.conns.iter().position(|c| c.id == id) {
+            Some(i) if self.keep => {
+                p.conns[i].in_flight -= 1;
+                None
+            }
+            Some(i) => Some(p.conns.swap_remove(i)),
+            None => None, // closed already (a lost generation)
+        };
+        drop(o);
+        drop(closed);
+    }
+}
+
+/// Drops a runtime's entry from its link's pools when the runtime ends (its tasks, the one
+/// that holds this among them, are dropped then).
+struct RtGone {
+    link: Weak<Link>,
+    rt: tokio::runtime::Id,
+}
+
+impl Drop for RtGone {
+    fn drop(&mut self) {
+        let Some(link) = self.link.upgrade() else {
+            return;
+        };
+        let Some(own) = &link.own else {
+            return;
+        };
+        let gone = own
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_rt
+            .remove(&self.rt);
+        drop(gone);
+    }
+}
+
+/// Whether the current tokio runtime has its time driver on (tokio has no query for it: a
+/// timer made without one panics, with its message on stderr, once per such runtime).
+fn has_timers() -> bool {
+    std::panic::catch_unwind(|| drop(tokio::time::sleep(Duration::ZERO))).is_ok()
 }
 
 /// `NAME WHAT numkeys keys... args...` (FCALL, EVALSHA, EVAL).

@@ -537,7 +537,7 @@ impl Common {
         match self.prepare(names, fps, ask) {
             Err(d) => Ok((d, vec![d])),
             Ok(call) => {
-                let r = run(self.link.clone().call(call.func, call.keys, call.args)).await;
+                let r = self.link.call_async(call.func, call.keys, call.args).await;
                 self.finish(r, &[(self, fps[0])], ask)
             }
         }
