@@ -6,7 +6,7 @@
 // one key prefix, per distinct limit: the name or prefix plus a suffix derived from the quota).
 
 const {
-  draftStyle, functions, then, known, Limits, isEnabled, allowListOf, responseCounting, refunder, warn, keyGeneratorOf, invalidArg,
+  draftStyle, functions, then, known, Limits, isEnabled, allowListOf, responseCounting, refunder, warn, keyGeneratorOf, invalidArg, setFields,
 } = require('./web.js')
 
 const OPTIONS = new Set([
@@ -46,6 +46,7 @@ function rateLimit(options = {}) {
   const style = opts.standardHeaders === false ? null : draftStyle(opts.standardHeaders, 'standardHeaders')
   const legacy = Boolean(opts.legacyHeaders)
   if (typeof opts.handler !== 'function') throw invalidArg('handler must be a function')
+  if (typeof opts.policy !== 'string') throw invalidArg('policy must be a string')
   opts.keyGenerator = keyGeneratorOf(options)
   functions(opts, ['skip', 'onShadowReject'])
   const allowed = allowListOf(opts.allowList)
@@ -58,8 +59,8 @@ function rateLimit(options = {}) {
 
   function respond(req, res, next, key, c, d) {
     req[prop] = d
-    if (style !== null) res.set(d.headers(style, policy))
-    if (legacy) res.set(d.headers('legacy', policy))
+    if (style !== null) setFields(res, d, style, policy)
+    if (legacy) setFields(res, d, 'legacy', policy)
     if (!d.allowed) return opts.handler(req, res, next, opts)
     if (d.shadowRejected) opts.onShadowReject?.(req, key, d)
     // A shadow rejection took nothing: no refund can be owed for it.

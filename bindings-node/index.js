@@ -53,25 +53,52 @@ class Decision {
   headers(style = 'ietf', policy = 'default') {
     if (typeof style !== 'string') throw invalidArg('style must be a string')
     if (typeof policy !== 'string') throw invalidArg('policy must be a string')
-    let f
-    const id = rendererOf(style, policy)
-    if (id >= 0 && safeFigures(this)) {
-      // The figures through the scratch buffer and the fields back as one string: one
-      // crossing each way, where `renderHeaders` converts eight arguments and returns an array.
-      F[R] = this.allowed ? 1 : 0
-      F[R + 1] = this.limit
-      F[R + 2] = this.remaining
-      F[R + 3] = this.retryAfterNs
-      F[R + 4] = this.resetAfterNs
-      F[R + 5] = this.windowSeconds
-      const text = renderFields(id)
-      f = text === '' ? [] : text.split('\n')
-    } else {
-      f = renderHeaders(this.allowed, this.limit, this.remaining, this.retryAfterNs, this.resetAfterNs, this.windowSeconds, style, policy)
-    }
+    const text = fieldText(this, style, policy)
+    const f = text === null
+      ? renderHeaders(this.allowed, this.limit, this.remaining, this.retryAfterNs, this.resetAfterNs, this.windowSeconds, style, policy)
+      : text === '' ? [] : text.split('\n')
     const h = {}
     for (let i = 0; i < f.length; i += 2) h[f[i]] = f[i + 1]
     return h
+  }
+}
+
+/**
+ * `d`'s fields as one string, `name\nvalue\nname\nvalue...` (`''`: none), rendered by the core;
+ * `null` when only `renderHeaders` can render them (a figure past 2^53, a policy with a line
+ * break). The figures go through the scratch buffer and the fields come back as one string:
+ * one crossing each way, where `renderHeaders` converts eight arguments and returns an array.
+ */
+function fieldText(d, style, policy) {
+  const id = rendererOf(style, policy)
+  if (id < 0 || !safeFigures(d)) return null
+  F[R] = d.allowed ? 1 : 0
+  F[R + 1] = d.limit
+  F[R + 2] = d.remaining
+  F[R + 3] = d.retryAfterNs
+  F[R + 4] = d.resetAfterNs
+  F[R + 5] = d.windowSeconds
+  return renderFields(id)
+}
+
+/**
+ * Sets `d`'s fields on a Node response (`res.setHeader`; Express and plain `http`), without the
+ * object `headers()` builds. `style` and `policy` are strings (the adapters check them once).
+ */
+function setFields(res, d, style, policy) {
+  const text = fieldText(d, style, policy)
+  if (text === null) {
+    const h = d.headers(style, policy)
+    for (const name in h) res.setHeader(name, h[name])
+    return
+  }
+  let i = 0
+  while (i < text.length) {
+    const a = text.indexOf('\n', i)
+    let b = text.indexOf('\n', a + 1)
+    if (b < 0) b = text.length
+    res.setHeader(text.slice(i, a), text.slice(a + 1, b))
+    i = b + 1
   }
 }
 
@@ -882,5 +909,5 @@ module.exports = {
   renderPrometheus,
   ClientResolver: require('./client.js').ClientResolver,
   // internal, for the Express middleware and the benchmarks
-  _internal: { native, toRate, invalidArg, readDecision, STORE_SUFFIX },
+  _internal: { native, toRate, invalidArg, readDecision, STORE_SUFFIX, setFields },
 }

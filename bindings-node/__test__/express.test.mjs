@@ -80,6 +80,7 @@ test('bad options throw at construction', () => {
   bad({ keyGenerator: 'ip' })
   bad({ skip: true })
   bad({ max: 5 })
+  bad({ policy: 5 })
   bad(null)
   assert.throws(() => rateLimit({ limit: 0 }), (e) => e.code === 'ERR_SLUICEGATE_INVALID_QUOTA')
 })
@@ -226,4 +227,26 @@ test('shadow: a dry run decides and counts, never rejects; would-be rejections r
   assert.equal(mw.limiters[0].peek('k').remaining, 0)
   assert.equal(mw.limiters[1].peek('k').remaining, 1)
   assert.throws(() => rateLimit({ shadow: 'yes' }), (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG')
+})
+
+test('the fields the middleware sets are the ones Decision#headers renders, in every style', async () => {
+  const { createRequire } = await import('node:module')
+  const { Decision, _internal } = createRequire(import.meta.url)('../index.js')
+  const recorder = () => {
+    const set = {}
+    return { set, setHeader: (name, value) => { set[name] = value } }
+  }
+  const limiter = new KeyedLimiter({ count: 3, periodMs: 60_000 })
+  const decisions = [limiter.tryAcquire('a'), limiter.tryAcquire('a', 3)] // admitted, rejected
+  // Figures past 2^53 (BigInt) take the other rendering path.
+  decisions.push(new Decision(true, 2n ** 60n, 2n ** 60n - 1n, 0, 1000, 0, 1_000_000_000, 1))
+  for (const d of decisions) {
+    for (const style of ['draft6', 'draft7', 'ietf', 'legacy', 'none']) {
+      for (const policy of ['default', 'per-user']) {
+        const r = recorder()
+        _internal.setFields(r, d, style, policy)
+        assert.deepEqual(r.set, d.headers(style, policy), `${style} ${policy}`)
+      }
+    }
+  }
 })

@@ -11,19 +11,28 @@ import rateLimit from '../express.mjs'
 import sluicegateFastify from '../fastify.mjs'
 
 export const VARIANTS = {
-  express: ['none', 'sluicegate', 'express-rate-limit'],
-  // The two floors: an onRequest hook that does nothing, and one that sets the peer's three
-  // default fields to constants. Any limiter in an onRequest hook that sends those fields pays
-  // the second; the decision and the key are what a limiter adds to it.
+  // The two floors of each framework: a middleware (an onRequest hook) that does nothing, and
+  // one that sets the peer's default fields to constants (express-rate-limit's four draft-6
+  // fields, @fastify/rate-limit's three). Any limiter that sends those fields pays the second;
+  // the decision and the key are what a limiter adds to it.
+  express: ['none', 'empty middleware', 'middleware + fields', 'sluicegate', 'express-rate-limit'],
   fastify: ['none', 'empty hook', 'hook + fields', 'sluicegate', '@fastify/rate-limit'],
 }
 
+const DRAFT6_FIELDS = Object.freeze({ 'RateLimit-Policy': '1000000000;w=1', 'RateLimit-Limit': '1000000000', 'RateLimit-Remaining': '999999999', 'RateLimit-Reset': '1' })
 const CONSTANT_FIELDS = Object.freeze({ 'x-ratelimit-limit': '1000000000', 'x-ratelimit-remaining': '999999999', 'x-ratelimit-reset': '1' })
 
 /** The Express app for `variant`: a request handler. */
 export function expressApp(variant) {
   const app = express()
   if (variant === 'sluicegate') app.use(rateLimit({ limit: 1e9, windowMs: 1000, legacyHeaders: false }))
+  if (variant === 'empty middleware') app.use((_req, _res, next) => next())
+  if (variant === 'middleware + fields') {
+    app.use((_req, res, next) => {
+      for (const name in DRAFT6_FIELDS) res.setHeader(name, DRAFT6_FIELDS[name])
+      next()
+    })
+  }
   if (variant === 'express-rate-limit') app.use(erl({ limit: 1e9, windowMs: 1000, standardHeaders: 'draft-6', legacyHeaders: false }))
   app.get('/', (_req, res) => res.send('ok'))
   return app
