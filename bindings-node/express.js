@@ -46,6 +46,7 @@ function rateLimit(options = {}) {
   const style = opts.standardHeaders === false ? null : draftStyle(opts.standardHeaders, 'standardHeaders')
   const legacy = Boolean(opts.legacyHeaders)
   if (typeof opts.handler !== 'function') throw invalidArg('handler must be a function')
+  if (opts.policy === undefined) opts.policy = 'default'
   if (typeof opts.policy !== 'string') throw invalidArg('policy must be a string')
   opts.keyGenerator = keyGeneratorOf(options)
   functions(opts, ['skip', 'onShadowReject'])

@@ -81,6 +81,7 @@ test('bad options throw at construction', () => {
   bad({ skip: true })
   bad({ max: 5 })
   bad({ policy: 5 })
+  assert.equal(typeof rateLimit({ policy: undefined }), 'function')
   bad(null)
   assert.throws(() => rateLimit({ limit: 0 }), (e) => e.code === 'ERR_SLUICEGATE_INVALID_QUOTA')
 })
