@@ -232,6 +232,29 @@ def test_dependencies_of_one_route_report_the_last_ones_fields() -> None:
     assert answer.headers.get_list("RateLimit-Policy") == ['"default";q=3;w=180']
 
 
+def test_the_middleware_reports_a_dependency_with_fewer_tokens_left() -> None:
+    # An endpoint that returns its own Response: FastAPI drops the dependency's fields (set on
+    # its sub-response); the middleware reports the binding decision, the dependency's here.
+    limiter = Sluicegate(default_limits=["1/minute; burst=10"])
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+
+    @app.get("/x", dependencies=[Depends(limiter.dependency("1/minute; burst=3"))])
+    async def x() -> PlainTextResponse:
+        return PlainTextResponse("x")
+
+    @app.get("/y")
+    async def y() -> PlainTextResponse:
+        return PlainTextResponse("y")
+
+    client = TestClient(app)
+    answer = client.get("/x")
+    assert answer.headers.get_list("RateLimit") == ['"default";r=2;t=60']
+    assert answer.headers.get_list("RateLimit-Policy") == ['"default";q=3;w=180']
+    # Without a dependency: the middleware's own limit.
+    assert client.get("/y").headers.get_list("RateLimit") == ['"default";r=9;t=60']
+
+
 def test_configuration_errors_come_at_once() -> None:
     with pytest.raises(InvalidOptionError):
         Sluicegate(headers="nope")

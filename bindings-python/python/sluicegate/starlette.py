@@ -360,16 +360,30 @@ class RateLimit:
     def __init__(self, limiter: Sluicegate, rules: list[Rule]) -> None:
         self.limiter = limiter
         self.rules = rules
+        # The common case, one rule that counts every admitted request (no `deduct_when`, no
+        # shadow mode, a constant cost): `check`'s bookkeeping over several rules is skipped.
+        one = rules[0] if len(rules) == 1 else None
+        self._one = one if one is not None and one.deduct_when is None and not one.shadow and not callable(one.cost) else None
 
     async def __call__(self, request: Request, response: Response) -> Decision | None:
         limiter = self.limiter
         if not limiter.enabled or (limiter.skip is not None and limiter.skip(request)):
             return None
-        route = _route_name(request.scope)
-        if limiter._remote:
-            decision, rule, allowed = await limiter._check_async(self.rules, request, route)
+        scope = request.scope
+        rule: Rule | None
+        if (rule := self._one) is not None and not limiter._remote:
+            key = (rule.key_func or limiter.key_func)(request)
+            if rule.scoped:
+                key = f"{_route_name(scope)}\x00{key}"
+            keyed = rule._limiters.get(limiter.store)
+            if keyed is None:
+                keyed = rule.limiter(limiter.store)
+            decision = keyed.try_acquire(key, rule.cost)
+            allowed = bool(decision)
+        elif limiter._remote:
+            decision, rule, allowed = await limiter._check_async(self.rules, request, _route_name(scope))
         else:
-            decision, rule, allowed = limiter._check(self.rules, request, route)
+            decision, rule, allowed = limiter._check(self.rules, request, _route_name(scope))
         assert decision is not None
         if not allowed:
             raise HTTPException(429, message(decision).strip(), headers=limiter._headers(decision, rule))
@@ -378,7 +392,11 @@ class RateLimit:
                 response.headers.update(limiter._headers(decision, rule))
             else:  # what headers.update would append, without its scans
                 response.raw_headers.extend(limiter._raw_headers(decision, rule))
-        request.scope.setdefault(_DECISIONS, []).append((decision, rule))
+        # For the middleware's fields (the fewest tokens left of its limits and these); it
+        # puts the list in the scope, and nothing else reads it.
+        decisions = scope.get(_DECISIONS)
+        if decisions is not None:
+            decisions.append((decision, rule))
         return decision
 
     def get(self, key: Any, route: str | None = None) -> Decision | None:
@@ -420,6 +438,7 @@ class RateLimitMiddleware:
             return
         rules, template = self._resolve(scope)
         found: tuple[Decision, Rule | None] | None = None
+        scope[_DECISIONS] = []  # what the app's `Depends` limits decide (RateLimit.__call__)
         if rules:
             if limiter._remote:
                 decision, rule, allowed = await limiter._check_async(rules, request, template)
