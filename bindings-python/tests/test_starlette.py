@@ -336,3 +336,30 @@ def test_a_real_uvicorn_server_admits_exactly_the_limit(regions: Path, redis_ser
         assert hammer(f"{server.url}/default") == Counter({200: 10, 429: 50})
         status, fields = get(f"{server.url}/dep")
         assert status == 200 and fields.get("ratelimit") == '"default";r=1;t=1'
+
+
+def test_a_bytes_key_is_the_bucket_of_its_text_in_per_route_limits() -> None:
+    # The core's key rule (b"abc" and "abc" are one bucket) holds for the keys a per-route
+    # limit stores (the route's template, a NUL, the key): on the dependency's single-rule
+    # path and on check's (two rates), for decisions, `get` and `reset`.
+    limiter = Sluicegate()
+    one = limiter.dependency("1/minute; burst=2", key=lambda request: b"abc")
+    two = limiter.dependency(["1/minute; burst=2", "100/minute"], key=lambda request: b"abc")
+    app = FastAPI()
+
+    @app.get("/one", dependencies=[Depends(one)])
+    async def first() -> str:
+        return "one"
+
+    @app.get("/two", dependencies=[Depends(two)])
+    async def second() -> str:
+        return "two"
+
+    client = TestClient(app)
+    for path, dependency in (("/one", one), ("/two", two)):
+        assert client.get(path).status_code == 200
+        before = dependency.get("abc", route=path)
+        assert before is not None and before.remaining == 1
+        assert dependency.get(b"abc", route=path).remaining == 1  # type: ignore[union-attr]
+        assert dependency.reset("abc", route=path) >= 1
+        assert statuses(client, path, 3) == [200, 200, 429]

@@ -270,7 +270,7 @@ def _call(
     """The limiter, stored key and cost of `request` under `rule`."""
     key = (rule.key_func or default_key)(request)
     if rule.scoped and scope is not None:
-        key = f"{scope}\x00{key}"
+        key = scoped_key(scope, key)
     cost = rule.cost(request) if callable(rule.cost) else rule.cost
     limiter = rule._limiters.get(store)
     return rule.limiter(store) if limiter is None else limiter, key, cost
@@ -310,8 +310,17 @@ class _Tally:
         return self.best, self.rule, True
 
 
+def scoped_key(scope: str, key: Any) -> Any:
+    """A per-route (per-view) rule's stored key: the scope, a NUL, the key. A bytes key stays
+    bytes, so that it is the bucket of the text with those UTF-8 bytes, as the core's keys are
+    (formatted, it would have read "b'...'")."""
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        return scope.encode() + b"\x00" + bytes(key)
+    return f"{scope}\x00{key}"
+
+
 def _stored_key(rule: Rule, key: Any, scope: str | None) -> Any:
-    return f"{scope}\x00{key}" if rule.scoped and scope is not None else key
+    return scoped_key(scope, key) if rule.scoped and scope is not None else key
 
 
 def peek(rules: Sequence[Rule], key: Any, scope: str | None = None, store: str = MEMORY) -> Decision | None:
@@ -348,7 +357,7 @@ async def settle_async(taken: Taken | None, response: Any) -> None:
 def header_style(style: str) -> str:
     """`style`, checked when the app is configured rather than at its first request: the
     core knows the names (an unknown one raises InvalidOptionError, a ValueError)."""
-    _PROBE.headers(style)
+    _PROBE.headers(style)  # type: ignore[arg-type]  # checked by the core, which knows the names
     return style
 
 

@@ -306,7 +306,7 @@ def ratelimit(
             return await _with_headers_async(await view(request, *args, **kwargs), request, config)
 
         if iscoroutinefunction(view):
-            wrapper = async_wrapper  # type: ignore[assignment]
+            wrapper = async_wrapper  # type: ignore[assignment, unused-ignore]
         # Every rule of the view, this decorator's and those below (a view's rules are
         # numbered from the innermost decorator).
         setattr(wrapper, _LIMITS, [*rules, *below])
