@@ -27,6 +27,8 @@
 //!   the eviction's CAS fails) or finds the slot no longer the key's and looks again. Before
 //!   the first eviction at `now`, the region's watermark is raised to `now`: a key re-created by
 //!   a reading older than the eviction's starts as the evicted bucket did, never fuller.
+//!   The slot is emptied through a vacating mark (see `Table::empty_slot`), so that a new key
+//!   at the bound can tell room being made from no room.
 //!
 //! # Fingerprints and states
 //!
@@ -546,10 +548,12 @@ impl Table<'_> {
                 Ok(None)
             }
             Claimed::NoSlot => {
-                // The count said there was room, the slots say otherwise (a crash left it
-                // low, or the region's bytes were overwritten): repair it and refuse.
+                // The count said there was room, the slots say otherwise (the region's bytes
+                // were overwritten): raise it to the slots (never lower: units taken for keys
+                // not claimed yet are in it) and refuse. (A recount would wait for this very
+                // insert lock.)
                 self.give_back();
-                self.recount();
+                self.live.fetch_max(self.len() as u64, Ordering::AcqRel);
                 Err(Error::KeyStoreFull {
                     max_keys: usize::try_from(self.capacity).unwrap_or(usize::MAX),
                 })
@@ -684,14 +688,30 @@ impl Table<'_> {
         self.empty_slot(i, w)
     }
 
-    /// Counts the live keys into `live` (run by every sweep): repairs a count left off by a
-    /// process killed between a claim or an eviction and its update. Exact when nothing else
-    /// changes the region meanwhile. (A vacating mark counts as a key: its unit is still
-    /// counted, or is being given back right now, after which the slot is emptied.)
-    pub(crate) fn recount(&self) -> usize {
+    /// Counts the live keys into `live` (run by every sweep, and by `clear`): repairs a count
+    /// left too high by a process killed between taking a unit and claiming its slot, or
+    /// between emptying a slot and giving its unit back.
+    ///
+    /// It holds every insert lock meanwhile, and so never stores a count below the units in
+    /// use: a new key takes its unit and claims its slot under its home's lock, so no unit is
+    /// taken and not yet visible in a slot while the slots are counted; and a slot being
+    /// emptied is counted while its vacating mark stands, its unit coming back after the store
+    /// (exact) or before it (one too many: refusing, never over-admitting, until the next
+    /// recount). A recount without the locks stored the slots it saw over a new key's unit
+    /// taken meanwhile: a count too low (a key past the capacity) or, over a slot emptied and
+    /// given back meanwhile, too high (a new key refused beside a sweep). New keys wait for the
+    /// scan of the slots; decisions on existing keys never do. A lock held by a stopped process
+    /// ends the recount with [`StoreErrorKind::Timeout`], as it would a new key's insert.
+    pub(crate) fn recount(&self) -> Result<usize, Error> {
+        let me = super::lock::token();
+        let _held = self
+            .locks
+            .iter()
+            .map(|w| Lock::new(w, self.name).acquire(me))
+            .collect::<Result<Vec<_>, _>>()?;
         let n = self.len();
         self.live.store(n as u64, Ordering::Release);
-        n
+        Ok(n)
     }
 
     /// Evicts every bucket full at `now`, and undoes the claims of dead processes; how many
@@ -872,7 +892,7 @@ impl Table<'_> {
 
     /// Forgets every key (claims in progress stay: their inserters finish them, and a dead
     /// process's are undone; reaches stay: they only bound probes), then recounts.
-    pub(crate) fn clear(&self) {
+    pub(crate) fn clear(&self) -> Result<(), Error> {
         for (i, slot) in self.slots.iter().enumerate() {
             if self.undo_dead_claim(i) {
                 continue;
@@ -882,7 +902,7 @@ impl Table<'_> {
                 self.empty_slot(i, w);
             }
         }
-        self.recount();
+        self.recount().map(drop)
     }
 
     /// Checks the table's invariants (a scan; exact only while nothing changes it): every live
@@ -1136,7 +1156,7 @@ mod tests {
             "its unit not given back twice"
         );
         assert_eq!(t.evict_full(&c, 0).unwrap().0, 0);
-        assert_eq!(t.recount(), 0);
+        assert_eq!(t.recount().unwrap(), 0);
         assert!(t.acquire(&c, &new, req(0, 1), me).unwrap().allowed());
         assert_eq!((t.len(), o.live.load(Ordering::Acquire)), (1, 1));
     }
@@ -1194,7 +1214,7 @@ mod tests {
         o.live.store(9, Ordering::Release); // as a killed process might leave it
         assert_eq!(t.evict_full(&c, 500_000_000).unwrap().0, 0);
         assert_eq!(t.evict_full(&c, 1_000_000_000).unwrap().0, 5);
-        assert_eq!(t.recount(), 0);
+        assert_eq!(t.recount().unwrap(), 0);
         assert_eq!(o.live.load(Ordering::Acquire), 0);
         // An evicted key comes back fresh from the eviction's instant on: a reading older than
         // the eviction sees the bucket as it stood then (empty at 0), never fuller.
@@ -1453,10 +1473,16 @@ mod loom_models {
         });
     }
 
-    /// At a bound of one key, a sweep evicts the one (full) bucket while a new key is
-    /// inserted: whichever way they interleave (the insert meeting the count before the
-    /// eviction gives its unit back included), the region has room for the new key, which is
-    /// admitted, and the count ends right.
+    /// What a store's sweep does: evict the full buckets, then recount.
+    fn sweep(t: &Table<'_>, c: &Ctx, now: u64) {
+        t.evict_full(c, now).unwrap();
+        t.recount().unwrap();
+    }
+
+    /// At a bound of one key, a sweep evicts the one (full) bucket and recounts while a new key
+    /// is inserted: whichever way they interleave (the insert meeting the count before the
+    /// eviction gives its unit back, the recount counting the slots around the insert), the
+    /// region has room for the new key, which is admitted, and the count ends right.
     #[test]
     fn a_new_key_at_the_bound_races_a_sweep_that_makes_room() {
         loom::model(|| {
@@ -1466,7 +1492,7 @@ mod loom_models {
             o.table().acquire(&c, &old, req(0, 1), me).unwrap(); // full again at 1 s
             let sweeper = {
                 let (o, c) = (o.clone(), c.clone());
-                thread::spawn(move || o.table().evict_full(&c, S).unwrap().0)
+                thread::spawn(move || sweep(&o.table(), &c, S))
             };
             let inserted = o.table().acquire(&c, &new, req(S, 1), me);
             sweeper.join().unwrap();
@@ -1475,6 +1501,28 @@ mod loom_models {
             assert_eq!(t.len(), 1);
             assert_eq!(o.live.load(Ordering::Acquire), 1);
             assert!(t.find(&old).is_none());
+        });
+    }
+
+    /// A recount racing the inserts of two keys at a bound of one: the second is refused
+    /// whatever the recount saw (a recount that counted the slots around the first key's
+    /// taken but not yet claimed unit, and stored 0 over it, let the second key in).
+    #[test]
+    fn a_recount_racing_an_insert_never_lets_a_key_past_the_capacity() {
+        loom::model(|| {
+            let o = Arc::new(Owned::new(1, 2, 2));
+            let c = Arc::new(cx("2/s"));
+            let (a, b) = (fp(1, 0, 2), fp(2, 1, 2));
+            let recounter = {
+                let o = o.clone();
+                thread::spawn(move || o.table().recount().unwrap())
+            };
+            assert!(o.table().acquire(&c, &a, req(0, 1), me).unwrap().allowed());
+            recounter.join().unwrap();
+            let second = o.table().acquire(&c, &b, req(0, 1), me);
+            assert!(!admitted(&second), "{second:?}");
+            assert_eq!(o.table().len(), 1);
+            assert_eq!(o.live.load(Ordering::Acquire), 1);
         });
     }
 
