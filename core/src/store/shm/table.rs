@@ -1479,6 +1479,29 @@ mod loom_models {
         t.recount().unwrap();
     }
 
+    /// A new key's first request (cost 1 at `now`) at a bound of one key (`o`), racing `other`
+    /// on another thread: it is admitted, whichever way they interleave, and the region ends
+    /// with that one key, counted once.
+    fn admitted_beside(
+        o: Owned,
+        c: Ctx,
+        now: u64,
+        other: impl FnOnce(&Table<'_>, &Ctx) + Send + 'static,
+    ) {
+        let (o, c, new) = (Arc::new(o), Arc::new(c), fp(2, 1, 2));
+        let other = {
+            let (o, c) = (o.clone(), c.clone());
+            thread::spawn(move || other(&o.table(), &c))
+        };
+        let inserted = o.table().acquire(&c, &new, req(now, 1), me);
+        other.join().unwrap();
+        assert!(admitted(&inserted), "{inserted:?}");
+        let t = o.table();
+        assert_eq!(t.len(), 1);
+        assert!(t.find(&new).is_some());
+        assert_eq!(o.live.load(Ordering::Acquire), 1);
+    }
+
     /// At a bound of one key, a sweep evicts the one (full) bucket and recounts while a new key
     /// is inserted: whichever way they interleave (the insert meeting the count before the
     /// eviction gives its unit back, the recount counting the slots around the insert), the
@@ -1486,21 +1509,44 @@ mod loom_models {
     #[test]
     fn a_new_key_at_the_bound_races_a_sweep_that_makes_room() {
         loom::model(|| {
-            let o = Arc::new(Owned::new(1, 2, 2));
-            let c = Arc::new(cx("1/s"));
-            let (old, new) = (fp(1, 0, 2), fp(2, 1, 2));
-            o.table().acquire(&c, &old, req(0, 1), me).unwrap(); // full again at 1 s
-            let sweeper = {
-                let (o, c) = (o.clone(), c.clone());
-                thread::spawn(move || sweep(&o.table(), &c, S))
-            };
-            let inserted = o.table().acquire(&c, &new, req(S, 1), me);
-            sweeper.join().unwrap();
-            assert!(admitted(&inserted), "{inserted:?}");
-            let t = o.table();
-            assert_eq!(t.len(), 1);
-            assert_eq!(o.live.load(Ordering::Acquire), 1);
-            assert!(t.find(&old).is_none());
+            let (o, c) = (Owned::new(1, 2, 2), cx("1/s"));
+            o.table().acquire(&c, &fp(1, 0, 2), req(0, 1), me).unwrap(); // full again at 1 s
+            admitted_beside(o, c, S, |t, c| sweep(t, c, S));
+        });
+    }
+
+    /// At a bound of one key held by a dead inserter's claim, a sweep undoes the claim while a
+    /// new key is inserted: the new key is admitted, and the count ends right.
+    #[test]
+    fn a_new_key_at_the_bound_races_a_sweep_undoing_a_dead_claim() {
+        loom::model(|| {
+            let (o, c) = (Owned::new(1, 2, 2), cx("1/s"));
+            // An inserter (pid 0: gone) claimed slot 0 and died.
+            let dead = fp(1, 0, 2);
+            o.slots[0]
+                .word
+                .store(pack(dead.tag, CLAIM | 5), Ordering::Release);
+            o.live.store(1, Ordering::Release);
+            admitted_beside(o, c, 0, |t, c| sweep(t, c, 0));
+        });
+    }
+
+    /// At a bound of one key, with [`OnFull::EvictFullest`] and nothing full (so the new key
+    /// makes room by sampling, once its scan found nothing), the one key is removed while a new
+    /// key is inserted: the new key is admitted, whichever goes first.
+    #[test]
+    fn a_new_key_at_the_bound_races_a_remove_with_evict_fullest() {
+        loom::model(|| {
+            let q: Quota = "2/s".parse().unwrap();
+            let (o, c) = (
+                Owned::new(1, 2, 2),
+                Ctx::for_tests(q, 0, OnFull::EvictFullest),
+            );
+            let old = fp(1, 0, 2);
+            o.table().acquire(&c, &old, req(0, 1), me).unwrap(); // not full
+            admitted_beside(o, c, 0, move |t, _| {
+                t.remove(&old);
+            });
         });
     }
 
@@ -1522,55 +1568,6 @@ mod loom_models {
             let second = o.table().acquire(&c, &b, req(0, 1), me);
             assert!(!admitted(&second), "{second:?}");
             assert_eq!(o.table().len(), 1);
-            assert_eq!(o.live.load(Ordering::Acquire), 1);
-        });
-    }
-
-    /// At a bound of one key held by a dead inserter's claim, a sweep undoes the claim while a
-    /// new key is inserted: the new key is admitted, and the count ends right.
-    #[test]
-    fn a_new_key_at_the_bound_races_a_sweep_undoing_a_dead_claim() {
-        loom::model(|| {
-            let o = Arc::new(Owned::new(1, 2, 2));
-            let c = Arc::new(cx("1/s"));
-            let (dead, new) = (fp(1, 0, 2), fp(2, 1, 2));
-            // An inserter of `dead` (pid 0: gone) claimed slot 0 and died.
-            o.slots[0]
-                .word
-                .store(pack(dead.tag, CLAIM | 5), Ordering::Release);
-            o.live.store(1, Ordering::Release);
-            let sweeper = {
-                let (o, c) = (o.clone(), c.clone());
-                thread::spawn(move || o.table().evict_full(&c, 0).unwrap().0)
-            };
-            let inserted = o.table().acquire(&c, &new, req(0, 1), me);
-            sweeper.join().unwrap();
-            assert!(admitted(&inserted), "{inserted:?}");
-            assert_eq!(o.table().len(), 1);
-            assert_eq!(o.live.load(Ordering::Acquire), 1);
-        });
-    }
-
-    /// At a bound of one key, with [`OnFull::EvictFullest`] and a hint saying that nothing is
-    /// full yet (so the new key makes room by sampling, not by a sweep), the one key is removed
-    /// while a new key is inserted: the new key is admitted, whichever goes first.
-    #[test]
-    fn a_new_key_at_the_bound_races_a_remove_with_evict_fullest() {
-        loom::model(|| {
-            let o = Arc::new(Owned::new(1, 2, 2));
-            let q: Quota = "2/s".parse().unwrap();
-            let c = Arc::new(Ctx::for_tests(q, 0, OnFull::EvictFullest));
-            let (old, new) = (fp(1, 0, 2), fp(2, 1, 2));
-            o.table().acquire(&c, &old, req(0, 1), me).unwrap(); // not full
-            let remover = {
-                let o = o.clone();
-                thread::spawn(move || o.table().remove(&old))
-            };
-            let inserted = o.table().acquire(&c, &new, req(0, 1), me);
-            remover.join().unwrap();
-            assert!(admitted(&inserted), "{inserted:?}");
-            let t = o.table();
-            assert_eq!(t.len(), 1);
             assert_eq!(o.live.load(Ordering::Acquire), 1);
         });
     }
