@@ -300,6 +300,13 @@ impl Table<'_> {
         false
     }
 
+    /// The refusal of a new key at the capacity.
+    fn full(&self) -> Error {
+        Error::KeyStoreFull {
+            max_keys: usize::try_from(self.capacity).unwrap_or(usize::MAX),
+        }
+    }
+
     fn corrupt(&self, what: &str) -> Error {
         Error::store(StoreErrorKind::Corrupt, self.name, what.to_string())
     }
@@ -554,9 +561,7 @@ impl Table<'_> {
                 // insert lock.)
                 self.give_back();
                 self.live.fetch_max(self.len() as u64, Ordering::AcqRel);
-                Err(Error::KeyStoreFull {
-                    max_keys: usize::try_from(self.capacity).unwrap_or(usize::MAX),
-                })
+                Err(self.full())
             }
             // Whoever undid the claim gave its unit back.
             Claimed::Undone => Ok(None),
@@ -577,7 +582,9 @@ impl Table<'_> {
     /// live process a few instructions from done; one that dies there has its mark emptied by
     /// the next scan, and the key is then refused (its unit stays counted until a recount),
     /// and one stopped there ends the wait after [`super::lock::WAIT`] with
-    /// [`StoreErrorKind::Timeout`], as a new key waiting for an insert lock does.
+    /// [`StoreErrorKind::Timeout`], as a new key waiting for an insert lock does. (Rounds that
+    /// only found the count with room, each unit taken by another new key first, end in the
+    /// refusal after as long.)
     fn reserve(&self, cx: &Ctx, home: usize, now: u64) -> Result<(), Error> {
         let mut backoff = super::lock::Backoff::new();
         loop {
@@ -601,7 +608,12 @@ impl Table<'_> {
                 continue;
             }
             if vacating || self.live.load(Ordering::Acquire) < self.capacity {
+                // Given up on: a mark that stayed (its process stopped), or units that other
+                // new keys kept taking first (then the region is as full as it gets).
                 backoff.pause(|waited| {
+                    if !vacating {
+                        return self.full();
+                    }
                     Error::store(
                         StoreErrorKind::Timeout,
                         self.name,
@@ -614,9 +626,7 @@ impl Table<'_> {
                 })?;
                 continue;
             }
-            return Err(Error::KeyStoreFull {
-                max_keys: usize::try_from(self.capacity).unwrap_or(usize::MAX),
-            });
+            return Err(self.full());
         }
     }
 
