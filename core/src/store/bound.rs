@@ -61,6 +61,19 @@ impl Drop for Reservation<'_> {
     }
 }
 
+/// Why a new key of an in-process store found no room at the bound (nothing to evict, and
+/// [`OnFull`](super::OnFull) made none). A scan holds its own shard's lock and only tries the
+/// others' (waiting for one could deadlock with its holder waiting for ours), so a busy shard
+/// goes unseen, and room being made there (a sweep evicting, a key removed) with it: the
+/// caller then lets go of its lock, waits for the shards in turn, and looks again, rather
+/// than refusing a key the bound has room for.
+pub(crate) enum NoRoom {
+    /// Every shard was looked at.
+    Full,
+    /// A shard was busy.
+    Busy,
+}
+
 /// A scan at the bound in progress: what [`Bound::found_nothing`] needs.
 pub(crate) struct Scan {
     gen: u64,
@@ -107,6 +120,18 @@ impl Bound {
             }
         }
         false
+    }
+
+    /// After a search for room that made none: `None` if a unit was given back meanwhile
+    /// (take it: look again), else why there is no room.
+    pub(crate) fn no_room(&self, max: usize, busy: bool) -> Option<NoRoom> {
+        if self.len() < max {
+            None
+        } else if busy {
+            Some(NoRoom::Busy)
+        } else {
+            Some(NoRoom::Full)
+        }
     }
 
     /// [`take`](Self::take) as a guard that gives the unit back unless kept.

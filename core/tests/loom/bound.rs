@@ -63,3 +63,37 @@ pub fn refund_racing_a_scan_at_the_bound(quota: &'static str) {
         assert!(!kl.snapshot_at(1).unwrap().iter().any(|e| e.0 == refunded));
     });
 }
+
+/// At a bound of one key, a sweep evicts the one (full) bucket, on one shard, while a new key
+/// of the other shard is inserted. Whichever way they interleave (the sweep holding the full
+/// bucket's shard when the new key looks there included), the sweep makes room for the new
+/// key, which is admitted.
+///
+/// `quota` admits 1 unit per second: the old key spends it at 0 and is full again at 1 s.
+pub fn a_new_key_at_the_bound_races_a_sweep_that_makes_room(quota: &'static str) {
+    let old = keys_of(0).next().unwrap();
+    let new = keys_of(1).next().unwrap();
+    loom::model(move || {
+        let kl = Arc::new(
+            KeyedLimiter::<u64, _>::builder(quota.parse().unwrap())
+                .shards(2)
+                .max_keys(1)
+                .on_full(OnFull::RejectNewKeys)
+                .clock(ManualClock::new(0))
+                .build()
+                .unwrap(),
+        );
+        kl.try_acquire_at(&old, 0, 1).unwrap();
+        let sweeper = {
+            let kl = kl.clone();
+            thread::spawn(move || kl.sweep_at(S).unwrap())
+        };
+        let inserted = kl.try_acquire_at(&new, S, 1);
+        sweeper.join().unwrap();
+        assert!(admitted(&inserted), "{inserted:?}");
+        assert_eq!(kl.len(), 1);
+        assert!(!kl.snapshot_at(S).unwrap().iter().any(|e| e.0 == old));
+    });
+}
+
+const S: u64 = 1_000_000_000;

@@ -179,3 +179,10 @@ fn consume_vs_table_rebuild() {
 fn refund_racing_a_scan_at_the_bound() {
     support::refund_racing_a_scan_at_the_bound("2/s");
 }
+
+/// A sweep making room at the bound of one key races a new key of another shard: see
+/// tests/loom/bound.rs.
+#[test]
+fn a_new_key_at_the_bound_races_a_sweep_that_makes_room() {
+    support::a_new_key_at_the_bound_races_a_sweep_that_makes_room("1/s");
+}

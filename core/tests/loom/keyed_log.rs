@@ -70,8 +70,9 @@ fn two_new_keys_race_for_one_evictable_log() {
 }
 
 /// A new key at the bound scans the other shard only if it is free. If it was busy (another
-/// new key being linked there), the new key is refused but records no hint, so the full log it
-/// could not see still makes room for the next new key. (A consume would not do as the busy
+/// new key being linked there), the new key records no hint, lets go of its shard's lock,
+/// waits for each shard in turn, and looks again; the full log it could not see makes room
+/// for one new key, whichever. (A consume would not do as the busy
 /// thread: its critical section has no atomic operation, so loom never preempts inside it.)
 #[test]
 fn a_busy_shard_is_skipped_without_a_hint() {
@@ -129,4 +130,11 @@ fn consume_vs_sweep() {
         assert_eq!(kl.len(), 1);
         assert_eq!(kl.peek_at(&k, S).unwrap().remaining(), 0);
     });
+}
+
+/// A sweep making room at the bound of one key races a new key of another shard: see
+/// tests/loom/bound.rs.
+#[test]
+fn a_new_key_at_the_bound_races_a_sweep_that_makes_room() {
+    support::a_new_key_at_the_bound_races_a_sweep_that_makes_room("1/s; algorithm=sliding_log");
 }

@@ -2,7 +2,7 @@
 //! inserted, swept and migrated to larger tables concurrently; a flood of distinct keys keeps
 //! the key count and the memory flat at the bound. No timing assertions.
 
-use sluicegate::{Clock, Error, KeyedLimiter, ManualClock, OnFull};
+use sluicegate::{Clock, Decision, Error, KeyedLimiter, ManualClock, OnFull};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -203,5 +203,67 @@ fn flood_of_ten_million_keys_at_a_100k_bound() {
     if let (Some(b), Some(a)) = (before, rss_bytes()) {
         eprintln!("RSS +{} KiB over 9.9M new keys", a.saturating_sub(b) >> 10);
         assert!(a.saturating_sub(b) < 32 << 20);
+    }
+}
+
+/// At a bound of one key, one thread sweeps without pause while this one creates a new key a
+/// second (of the limiter's clock) after the last, whose bucket (1/s, its one token spent) is
+/// then full: every new key is admitted, the room made by the sweep or by the new key itself.
+/// `acquire(i, t)` is key `i`'s request of cost 1 at `t`; `sweep(t)` a sweep at `t` (never
+/// after the latest new key's reading, so that the watermark never runs ahead of it). Before
+/// the fix, a new key that met the sweep half done (the shard busy, or the slot emptied and
+/// its unit not yet given back) was refused.
+pub fn new_keys_beside_a_sweeper(
+    base: u64,
+    rounds: u64,
+    acquire: impl Fn(u64, u64) -> Result<Decision, Error>,
+    sweep: impl Fn(u64) + Sync,
+) {
+    let now = AtomicU64::new(base);
+    let done = AtomicBool::new(false);
+    let refused: Vec<_> = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                sweep(now.load(Ordering::Acquire));
+            }
+        });
+        let refused = (0..rounds)
+            .filter_map(|i| {
+                let t = base + i * 1_000_000_000;
+                now.store(t, Ordering::Release);
+                match acquire(i, t) {
+                    Ok(d) if d.allowed() => None,
+                    r => Some((i, r)),
+                }
+            })
+            .collect();
+        done.store(true, Ordering::Relaxed);
+        refused
+    });
+    assert!(
+        refused.is_empty(),
+        "{} of {rounds} new keys refused, the first: {:?}",
+        refused.len(),
+        refused.first()
+    );
+}
+
+#[test]
+fn a_new_key_at_a_bound_of_one_is_admitted_beside_a_sweeper() {
+    for quota in ["1/s", "1/s; algorithm=sliding_log"] {
+        let kl = KeyedLimiter::<u64, _>::builder(quota.parse().unwrap())
+            .max_keys(1)
+            .clock(ManualClock::new(0))
+            .build()
+            .unwrap();
+        new_keys_beside_a_sweeper(
+            0,
+            20_000,
+            |i, t| kl.try_acquire_at(&i, t, 1),
+            |t| {
+                kl.sweep_at(t).unwrap();
+            },
+        );
+        assert_eq!(kl.len(), 1);
     }
 }

@@ -51,7 +51,7 @@
 
 use super::KeyHasher;
 use crate::algorithm::{Log, SlidingLog};
-use crate::store::bound::{Bound, Reservation};
+use crate::store::bound::{Bound, NoRoom, Reservation};
 use crate::store::keyed::Ctx;
 use crate::store::OnFull;
 use crate::store::Store;
@@ -170,9 +170,11 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
         let mut dead = Vec::new();
         let made = {
             let mut t = sync::lock(&self.shards[0]);
-            self.evict_full_somewhere(0, &mut t, now, &mut dead)
+            // (A busy shard is not waited for here: a room-maker holds a lock of its own.)
+            let busy = &mut false;
+            self.evict_full_somewhere(0, &mut t, now, &mut dead, busy)
                 || (self.on_full == OnFull::EvictFullest
-                    && self.evict_fullest_somewhere(0, &mut t, now, &mut dead))
+                    && self.evict_fullest_somewhere(0, &mut t, now, &mut dead, busy))
         };
         drop(dead); // the keys' destructors run outside the lock
         made
@@ -196,11 +198,28 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
         // Logs evicted to make room: dropped after the lock (declared first, so dropped last,
         // on every return): a key's `Drop` is user code and may call back into this limiter.
         let mut dead = Vec::new();
-        let mut t = sync::lock(&self.shards[si]);
-        if let Some(log) = t.log_mut(h, key) {
-            return Ok(log.decide(&self.log, now, cost, true));
-        }
-        let reserved = self.reserve(si, &mut t, now, &mut dead)?;
+        let mut waited = false;
+        let (mut t, reserved) = loop {
+            let mut t = sync::lock(&self.shards[si]);
+            if let Some(log) = t.log_mut(h, key) {
+                return Ok(log.decide(&self.log, now, cost, true));
+            }
+            match self.reserve(si, &mut t, now, &mut dead) {
+                Ok(r) => break (t, r),
+                Err(NoRoom::Busy) if !waited => {
+                    // Another shard was busy: wait for each in turn, holding no other lock,
+                    // sweeping it, then look again (once). See `NoRoom`.
+                    waited = true;
+                    drop(t);
+                    self.sweep_each(now, &mut dead);
+                }
+                Err(_) => {
+                    return Err(Error::KeyStoreFull {
+                        max_keys: self.max_keys,
+                    })
+                }
+            }
+        };
         let key: K = key.to_owned().into();
         // Under the shard's lock: every eviction of this key raised the watermark before.
         let at = now.max(self.b.watermark());
@@ -315,30 +334,40 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
     }
 
     /// Takes one unit of the key bound for a new key of shard `si` (whose lock `own` is),
-    /// making room if needed; evicted entries go to `dead`, for the caller to drop once it
-    /// holds no lock.
+    /// making room if needed (see [`NoRoom`]); evicted entries go to `dead`, for the caller to
+    /// drop once it holds no lock.
     fn reserve(
         &self,
         si: usize,
         own: &mut Table<K>,
         now: u64,
         dead: &mut Vec<Entry<K>>,
-    ) -> Result<Reservation<'_>, Error> {
+    ) -> Result<Reservation<'_>, NoRoom> {
         loop {
             if let Some(r) = self.b.reserve(self.max_keys) {
                 return Ok(r);
             }
-            if self.evict_full_somewhere(si, own, now, dead) {
+            let mut busy = false;
+            if self.evict_full_somewhere(si, own, now, dead, &mut busy) {
                 continue;
             }
             if self.on_full == OnFull::EvictFullest
-                && self.evict_fullest_somewhere(si, own, now, dead)
+                && self.evict_fullest_somewhere(si, own, now, dead, &mut busy)
             {
                 continue;
             }
-            return Err(Error::KeyStoreFull {
-                max_keys: self.max_keys,
-            });
+            if let Some(no_room) = self.b.no_room(self.max_keys, busy) {
+                return Err(no_room);
+            }
+        }
+    }
+
+    /// Evicts the full logs of every shard in turn at `now`, holding one shard's lock at a time
+    /// (the caller holds none): a new key at the bound that found a shard busy waits for it so.
+    fn sweep_each(&self, now: u64, dead: &mut Vec<Entry<K>>) {
+        for shard in self.shards.iter() {
+            let mut t = sync::lock(shard);
+            self.evict_full_in(&mut t, now, dead);
         }
     }
 
@@ -346,13 +375,15 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
     /// busy) that has any. When every shard was scanned and none had a full log, records the
     /// earliest instant one can become full, so that new keys are refused in O(1) until then
     /// (the hint protocol of crate::bound; new logs and refunds are made under their shard's
-    /// lock, so a scan that starts after their `gen` bump sees them).
+    /// lock, so a scan that starts after their `gen` bump sees them); when a shard was busy,
+    /// `busy` is set.
     fn evict_full_somewhere(
         &self,
         si: usize,
         own: &mut Table<K>,
         now: u64,
         dead: &mut Vec<Entry<K>>,
+        busy: &mut bool,
     ) -> bool {
         let Some(scan) = self.b.scan(now) else {
             return false;
@@ -379,6 +410,7 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
         if complete {
             self.b.found_nothing(scan, soonest);
         }
+        *busy |= !complete;
         false
     }
 
@@ -413,6 +445,7 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
         own: &mut Table<K>,
         now: u64,
         dead: &mut Vec<Entry<K>>,
+        busy: &mut bool,
     ) -> bool {
         if self.evict_fullest_in(own, now, dead) {
             return true;
@@ -421,10 +454,12 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
             if i == si {
                 continue;
             }
-            if let Some(mut t) = sync::try_lock(shard) {
-                if self.evict_fullest_in(&mut t, now, dead) {
-                    return true;
-                }
+            let Some(mut t) = sync::try_lock(shard) else {
+                *busy = true;
+                continue;
+            };
+            if self.evict_fullest_in(&mut t, now, dead) {
+                return true;
             }
         }
         false

@@ -253,9 +253,11 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Twin<K> for Core<K, W> {
         let own = &*self.shards[0];
         let made = {
             let mut st = sync::lock(&own.lock);
-            self.evict_full_somewhere(cx, own, &mut st, now, &guard)
+            // (A busy shard is not waited for here: a room-maker holds a lock of its own.)
+            let busy = &mut false;
+            self.evict_full_somewhere(cx, own, &mut st, now, &guard, busy)
                 || (cx.on_full == OnFull::EvictFullest
-                    && self.evict_fullest_somewhere(cx, own, &mut st, now, &guard))
+                    && self.evict_fullest_somewhere(cx, own, &mut st, now, &guard, busy))
         };
         drop(guard);
         self.collect_pending();

@@ -46,7 +46,8 @@
 //!   whose clock reading is older than the eviction's (a preempted thread) never sees more
 //!   tokens than the evicted bucket had.
 //!
-//! At the bound ([`KeyedBuilder::max_keys`]) with no full bucket, [`OnFull`] decides.
+//! At the bound ([`KeyedBuilder::max_keys`]) with no full bucket, [`OnFull`] decides; a new key
+//! whose scan had to skip a busy shard waits for it first, holding no lock (see `NoRoom`).
 
 pub(crate) mod log;
 pub(crate) mod long;
@@ -55,7 +56,7 @@ mod table;
 
 use self::shard::{Shard, ShardState};
 use self::table::{tag, Entry, Table, LIVE, MIN_CAP, MOVED, TOMB};
-use super::bound::{Bound, Reservation};
+use super::bound::{Bound, NoRoom, Reservation};
 use super::keyed::{Ctx, OnFull};
 use super::Store;
 use crate::bucket::cell::{self, Evict, Word};
@@ -326,18 +327,36 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         Q: Hash + Eq + ToOwned + ?Sized,
         Q::Owned: Into<K>,
     {
-        let mut st = sync::lock(&shard.lock);
-        if let Some(t) = shard.table(guard) {
-            if let Some(i) = t.find(h, key) {
-                // Under the lock a linked entry is never DEAD: only lock holders install the
-                // mark, and they unlink the entry before releasing the lock.
-                let word = &t.entry(i).word;
-                if let Some(d) = cell::reserve_live::<W>(word, &cx.codec, now, cost, within) {
-                    return Ok(d);
+        let mut waited = false;
+        let (mut st, reserved) = loop {
+            let mut st = sync::lock(&shard.lock);
+            if let Some(t) = shard.table(guard) {
+                if let Some(i) = t.find(h, key) {
+                    // Under the lock a linked entry is never DEAD: only lock holders install
+                    // the mark, and they unlink the entry before releasing the lock.
+                    let word = &t.entry(i).word;
+                    if let Some(d) = cell::reserve_live::<W>(word, &cx.codec, now, cost, within) {
+                        return Ok(d);
+                    }
                 }
             }
-        }
-        let reserved = self.reserve(cx, shard, &mut st, now, guard)?;
+            match self.reserve(cx, shard, &mut st, now, guard) {
+                Ok(r) => break (st, r),
+                Err(NoRoom::Busy) if !waited => {
+                    // Another shard was busy (a sweep, a removal, another insert there may be
+                    // making room): wait for each shard in turn, holding no other lock (so no
+                    // two waiters wait for each other), sweeping it, then look again. Once.
+                    waited = true;
+                    drop(st);
+                    self.sweep_each(cx, now, guard);
+                }
+                Err(_) => {
+                    return Err(Error::KeyStoreFull {
+                        max_keys: cx.max_keys,
+                    })
+                }
+            }
+        };
         let e = self.link(cx, shard, &mut st, h, key.to_owned().into(), now, guard);
         reserved.kept();
         let d = cell::reserve_live::<W>(&e.word, &cx.codec, now, cost, within);
@@ -385,7 +404,8 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         e
     }
 
-    /// Takes one unit of the key bound for a new key, making room if needed.
+    /// Takes one unit of the key bound for a new key, making room if needed (see
+    /// [`NoRoom`]).
     fn reserve(
         &self,
         cx: &Ctx,
@@ -393,29 +413,39 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         st: &mut ShardState,
         now: u64,
         guard: &rcu::Guard,
-    ) -> Result<Reservation<'_>, Error> {
+    ) -> Result<Reservation<'_>, NoRoom> {
         loop {
             if let Some(r) = self.bound.reserve(cx.max_keys) {
                 return Ok(r);
             }
-            if self.evict_full_somewhere(cx, shard, st, now, guard) {
+            let mut busy = false;
+            if self.evict_full_somewhere(cx, shard, st, now, guard, &mut busy) {
                 continue;
             }
             if cx.on_full == OnFull::EvictFullest
-                && self.evict_fullest_somewhere(cx, shard, st, now, guard)
+                && self.evict_fullest_somewhere(cx, shard, st, now, guard, &mut busy)
             {
                 continue;
             }
-            return Err(Error::KeyStoreFull {
-                max_keys: cx.max_keys,
-            });
+            if let Some(no_room) = self.bound.no_room(cx.max_keys, busy) {
+                return Err(no_room);
+            }
+        }
+    }
+
+    /// Sweeps every shard in turn at `now`, holding one shard's lock at a time (the caller
+    /// holds none): a new key at the bound that found a shard busy waits for it so.
+    fn sweep_each(&self, cx: &Ctx, now: u64, guard: &rcu::Guard) {
+        for shard in self.shards.iter() {
+            let mut st = sync::lock(&shard.lock);
+            self.sweep_locked(cx, shard, &mut st, now, guard);
         }
     }
 
     /// At the bound: evicts the full buckets of this shard, else of the first other shard
     /// (not busy) that has any. When every shard was scanned and none had a full bucket, the
     /// earliest instant one can become full is recorded, so that new keys are refused in O(1)
-    /// until then.
+    /// until then; when a shard was busy, `busy` is set.
     fn evict_full_somewhere(
         &self,
         cx: &Ctx,
@@ -423,6 +453,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         st: &mut ShardState,
         now: u64,
         guard: &rcu::Guard,
+        busy: &mut bool,
     ) -> bool {
         let Some(scan) = self.bound.scan(now) else {
             return false;
@@ -449,6 +480,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         if complete {
             self.bound.found_nothing(scan, soonest);
         }
+        *busy |= !complete;
         false
     }
 
@@ -496,7 +528,8 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
     }
 
     /// [`OnFull::EvictFullest`]: evicts the bucket with the least `reset_after` among up to 32
-    /// live entries of this shard (or of the first other shard, not busy, that has some).
+    /// live entries of this shard (or of the first other shard, not busy, that has some); when
+    /// a shard was busy, `busy` is set.
     fn evict_fullest_somewhere(
         &self,
         cx: &Ctx,
@@ -504,6 +537,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
         st: &mut ShardState,
         now: u64,
         guard: &rcu::Guard,
+        busy: &mut bool,
     ) -> bool {
         if self.evict_fullest_in(cx, own, st, now, guard) {
             return true;
@@ -512,10 +546,12 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Core<K, W> {
             if ptr::eq(&**other, own) {
                 continue;
             }
-            if let Some(mut ost) = sync::try_lock(&other.lock) {
-                if self.evict_fullest_in(cx, other, &mut ost, now, guard) {
-                    return true;
-                }
+            let Some(mut ost) = sync::try_lock(&other.lock) else {
+                *busy = true;
+                continue;
+            };
+            if self.evict_fullest_in(cx, other, &mut ost, now, guard) {
+                return true;
             }
         }
         false

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 /// How long a waiter waits for a live holder before giving up.
 #[cfg(not(sluicegate_loom))]
-const WAIT: Duration = Duration::from_secs(2);
+pub(crate) const WAIT: Duration = Duration::from_secs(2);
 /// How long a waiter waits before it first checks whether the holder is alive.
 #[cfg(not(sluicegate_loom))]
 const CHECK_AFTER: Duration = Duration::from_micros(200);
@@ -81,8 +81,7 @@ impl<'a> Lock<'a> {
     /// Takes the lock for the process whose token is `me`, taking it over from a dead holder.
     #[cfg(not(sluicegate_loom))]
     pub(crate) fn acquire(&self, me: u64) -> Result<Held<'a>, Error> {
-        let mut spins = 0u32;
-        let mut since: Option<Instant> = None;
+        let mut backoff = Backoff::new();
         loop {
             match self
                 .word
@@ -96,18 +95,19 @@ impl<'a> Lock<'a> {
                 }
                 Err(0) => continue, // spurious failure
                 Err(holder) => {
-                    spins += 1;
-                    if spins < 64 {
-                        core::hint::spin_loop();
-                        continue;
-                    }
-                    crate::sync::yield_now();
-                    let started = *since.get_or_insert_with(Instant::now);
-                    let waited = started.elapsed();
-                    if waited < CHECK_AFTER {
-                        continue;
-                    }
-                    if !alive(holder)
+                    let waited = backoff.pause(|_| {
+                        Error::store(
+                            StoreErrorKind::Timeout,
+                            self.name,
+                            format!(
+                                "a new key waited {WAIT:?} for process {} to finish inserting \
+                                 (it is alive but not running: stopped or traced?)",
+                                holder >> 32
+                            ),
+                        )
+                    })?;
+                    if waited >= CHECK_AFTER
+                        && !alive(holder)
                         && self
                             .word
                             .compare_exchange(holder, me, Ordering::AcqRel, Ordering::Acquire)
@@ -118,21 +118,63 @@ impl<'a> Lock<'a> {
                             me,
                         });
                     }
-                    if waited > WAIT {
-                        return Err(Error::store(
-                            StoreErrorKind::Timeout,
-                            self.name,
-                            format!(
-                                "a new key waited {WAIT:?} for process {} to finish inserting \
-                                 (it is alive but not running: stopped or traced?)",
-                                holder >> 32
-                            ),
-                        ));
-                    }
-                    std::thread::sleep(Duration::from_micros(50));
                 }
             }
         }
+    }
+}
+
+/// How a process waits for another to finish a step of a few instructions (release an insert
+/// lock, give a unit of the capacity back): spins, then yields, then short sleeps, and gives
+/// up after [`WAIT`], the other process being alive but not running.
+pub(crate) struct Backoff {
+    #[cfg(not(sluicegate_loom))]
+    spins: u32,
+    #[cfg(not(sluicegate_loom))]
+    since: Option<Instant>,
+}
+
+impl Backoff {
+    pub(crate) fn new() -> Self {
+        Self {
+            #[cfg(not(sluicegate_loom))]
+            spins: 0,
+            #[cfg(not(sluicegate_loom))]
+            since: None,
+        }
+    }
+
+    /// Waits a little; how long it has waited so far (zero while it only spins), or
+    /// `give_up(waited)` once that is more than [`WAIT`].
+    #[cfg(not(sluicegate_loom))]
+    pub(crate) fn pause(
+        &mut self,
+        give_up: impl FnOnce(Duration) -> Error,
+    ) -> Result<Duration, Error> {
+        if self.spins < 64 {
+            self.spins += 1;
+            core::hint::spin_loop();
+            return Ok(Duration::ZERO);
+        }
+        crate::sync::yield_now();
+        let waited = self.since.get_or_insert_with(Instant::now).elapsed();
+        if waited > WAIT {
+            return Err(give_up(waited));
+        }
+        if waited >= CHECK_AFTER {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Ok(waited)
+    }
+
+    /// Under loom, where no process stops, a waiter only yields.
+    #[cfg(sluicegate_loom)]
+    pub(crate) fn pause(
+        &mut self,
+        _give_up: impl FnOnce(core::time::Duration) -> Error,
+    ) -> Result<core::time::Duration, Error> {
+        crate::sync::yield_now();
+        Ok(core::time::Duration::ZERO)
     }
 }
 

@@ -261,13 +261,12 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for ShmStore {
     fn sweep(&self, cx: &Ctx, now: u64) -> Result<usize, Error> {
         let t = self.table();
         let (evicted, _) = t.evict_full(cx, self.rel(now))?;
-        t.recount();
+        t.recount()?;
         Ok(evicted)
     }
 
     fn clear(&self) -> Result<(), Error> {
-        self.table().clear();
-        Ok(())
+        self.table().clear()
     }
 
     fn len(&self) -> usize {

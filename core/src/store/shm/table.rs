@@ -27,6 +27,8 @@
 //!   the eviction's CAS fails) or finds the slot no longer the key's and looks again. Before
 //!   the first eviction at `now`, the region's watermark is raised to `now`: a key re-created by
 //!   a reading older than the eviction's starts as the evicted bucket did, never fuller.
+//!   The slot is emptied through a vacating mark (see `Table::empty_slot`), so that a new key
+//!   at the bound can tell room being made from no room.
 //!
 //! # Fingerprints and states
 //!
@@ -61,6 +63,10 @@ pub(crate) const STATE: Narrow = Narrow {
 /// The state field's claim mark: `CLAIM | token` is a claim in progress by the process of
 /// `token` (no codec state reaches bit 95).
 const CLAIM: u128 = 1 << 95;
+/// With [`CLAIM`], the vacating mark: `CLAIM | VACATE | token` is a slot whose bucket (or dead
+/// claim) the process of `token` has dropped and whose unit of capacity it is giving back;
+/// the slot is emptied right after. See [`Table::empty_slot`].
+const VACATE: u128 = 1 << 94;
 const STATE_MASK: u128 = (1 << 96) - 1;
 
 /// One slot (see the module documentation). `repr(C)` with its alignment: the layout of the
@@ -182,6 +188,16 @@ enum Claimed {
     Undone,
 }
 
+/// What a sweep found.
+struct Swept {
+    /// Buckets evicted and dead claims undone.
+    evicted: usize,
+    /// The earliest instant a kept bucket becomes full (`u64::MAX` if none).
+    soonest: u64,
+    /// Whether it met a live process's vacating mark: a unit of the capacity on its way back.
+    vacating: bool,
+}
+
 /// What the locked path found for a key.
 enum Found {
     At(usize),
@@ -242,6 +258,53 @@ impl Table<'_> {
         let _ = self
             .live
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+
+    /// Empties slot `i` if its word is still `w` (a bucket, or a claim whose process is gone)
+    /// and gives its unit of the capacity back; whether it did. In three steps, so that the
+    /// unit is never in flight unseen: the word goes to this process's vacating mark, the
+    /// unit is given back, the slot is emptied. A new key at the bound that meets the mark
+    /// knows that room is being made and waits for it (see [`reserve`](Self::reserve)) rather
+    /// than being refused; a mark whose process died is emptied by whoever meets it, its unit
+    /// left counted (too high: the safe way, until the next sweep's recount).
+    fn empty_slot(&self, i: usize, w: u128) -> bool {
+        let word = &self.slots[i].word;
+        let mark = pack(
+            unpack(w).0,
+            CLAIM | VACATE | u128::from(super::lock::token()),
+        );
+        if word
+            .compare_exchange(w, mark, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return false;
+        }
+        self.give_back();
+        // Fails only if someone took this process for dead and emptied the slot already.
+        let _ = word.compare_exchange(mark, 0, Ordering::AcqRel, Ordering::Acquire);
+        true
+    }
+
+    /// Takes one unit of the capacity, if one is free.
+    fn take_unit(&self) -> bool {
+        let mut n = self.live.load(Ordering::Acquire);
+        while n < self.capacity {
+            match self
+                .live
+                .compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
+                Err(actual) => n = actual,
+            }
+        }
+        false
+    }
+
+    /// The refusal of a new key at the capacity.
+    fn full(&self) -> Error {
+        Error::KeyStoreFull {
+            max_keys: usize::try_from(self.capacity).unwrap_or(usize::MAX),
+        }
     }
 
     fn corrupt(&self, what: &str) -> Error {
@@ -444,24 +507,34 @@ impl Table<'_> {
         Found::Absent
     }
 
-    /// Undoes slot `i`'s claim if it is one whose process is gone; whether it did.
+    /// Undoes slot `i`'s claim (or vacating mark) if it is one whose process is gone; whether
+    /// it emptied the slot.
     fn undo_dead_claim(&self, i: usize) -> bool {
         let w = self.slots[i].word.load(Ordering::Acquire);
-        let Some(owner) = claim_of(unpack(w).1).filter(|_| unpack(w).0 != 0) else {
+        let (tag, state) = unpack(w);
+        let Some(owner) = claim_of(state).filter(|_| tag != 0) else {
             return false;
         };
         if super::lock::alive(owner) {
             return false;
         }
-        let undone = self.slots[i]
-            .word
-            .compare_exchange(w, 0, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok();
-        if undone {
-            // The dead inserter's unit of capacity.
-            self.give_back();
+        if state & VACATE != 0 {
+            // Its process died emptying the slot, maybe before giving the unit back: empty
+            // it, and leave the count to the next recount (never given back twice).
+            return self.slots[i]
+                .word
+                .compare_exchange(w, 0, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok();
         }
-        undone
+        // The dead inserter's unit of capacity goes back with its slot.
+        self.empty_slot(i, w)
+    }
+
+    /// Whether slot `i` holds a vacating mark of a live process: a unit of the capacity on
+    /// its way back.
+    fn vacating(&self, i: usize) -> bool {
+        let (tag, state) = unpack(self.slots[i].word.load(Ordering::Acquire));
+        tag != 0 && state & (CLAIM | VACATE) == CLAIM | VACATE && super::lock::alive(state as u64)
     }
 
     /// Creates `fp`'s bucket (absent; the key's insert lock held) with the request applied.
@@ -482,13 +555,13 @@ impl Table<'_> {
                 Ok(None)
             }
             Claimed::NoSlot => {
-                // The count said there was room, the slots say otherwise (a crash left it
-                // low, or the region's bytes were overwritten): repair it and refuse.
+                // The count said there was room, the slots say otherwise (the region's bytes
+                // were overwritten): raise it to the slots (never lower: units taken for keys
+                // not claimed yet are in it) and refuse. (A recount would wait for this very
+                // insert lock.)
                 self.give_back();
-                self.recount();
-                Err(Error::KeyStoreFull {
-                    max_keys: usize::try_from(self.capacity).unwrap_or(usize::MAX),
-                })
+                self.live.fetch_max(self.len() as u64, Ordering::AcqRel);
+                Err(self.full())
             }
             // Whoever undid the claim gave its unit back.
             Claimed::Undone => Ok(None),
@@ -499,31 +572,61 @@ impl Table<'_> {
     /// full buckets are evicted (a complete scan that finds none records, in the hint, the
     /// earliest instant one can become full, so that new keys are refused in O(1) until then),
     /// then [`OnFull`] decides.
+    ///
+    /// Room being made by someone else is room: a slot emptied by another process (an
+    /// eviction, a removal, a dead claim undone) gives its unit back a moment after the slot
+    /// is gone, so a new key can find the count full and nothing left to evict. It is not
+    /// refused then: a scan that meets a vacating mark (see [`empty_slot`](Self::empty_slot))
+    /// records no hint and waits for the unit, and the count is read again before a refusal
+    /// (the mark may be gone, the unit with it, by the time the scan passed). The wait is on a
+    /// live process a few instructions from done; one that dies there has its mark emptied by
+    /// the next scan, and the key is then refused (its unit stays counted until a recount),
+    /// and one stopped there ends the wait after [`super::lock::WAIT`] with
+    /// [`StoreErrorKind::Timeout`], as a new key waiting for an insert lock does. (Rounds that
+    /// only found the count with room, each unit taken by another new key first, end in the
+    /// refusal after as long.)
     fn reserve(&self, cx: &Ctx, home: usize, now: u64) -> Result<(), Error> {
+        let mut backoff = super::lock::Backoff::new();
         loop {
-            let mut n = self.live.load(Ordering::Acquire);
-            while n < self.capacity {
-                match self
-                    .live
-                    .compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
-                {
-                    Ok(_) => return Ok(()),
-                    Err(actual) => n = actual,
-                }
+            if self.take_unit() {
+                return Ok(());
             }
+            let mut vacating = false;
             if let Some(scan) = self.hint.scan(now) {
-                let (evicted, soonest) = self.evict_full(cx, now)?;
-                if evicted > 0 {
+                let swept = self.sweep(cx, now)?;
+                if swept.evicted > 0 {
                     continue;
                 }
-                self.hint.found_nothing(scan, soonest);
+                vacating = swept.vacating;
+                if !vacating {
+                    self.hint.found_nothing(scan, swept.soonest);
+                }
             }
-            if cx.on_full == OnFull::EvictFullest && self.evict_fullest(cx, home, now)? {
+            if cx.on_full == OnFull::EvictFullest
+                && self.evict_fullest(cx, home, now, &mut vacating)?
+            {
                 continue;
             }
-            return Err(Error::KeyStoreFull {
-                max_keys: usize::try_from(self.capacity).unwrap_or(usize::MAX),
-            });
+            if vacating || self.live.load(Ordering::Acquire) < self.capacity {
+                // Given up on: a mark that stayed (its process stopped), or units that other
+                // new keys kept taking first (then the region is as full as it gets).
+                backoff.pause(|waited| {
+                    if !vacating {
+                        return self.full();
+                    }
+                    Error::store(
+                        StoreErrorKind::Timeout,
+                        self.name,
+                        format!(
+                            "a new key waited {waited:?} for another process to give back the \
+                             unit of a key it dropped (it is alive but not running: stopped or \
+                             traced?)"
+                        ),
+                    )
+                })?;
+                continue;
+            }
+            return Err(self.full());
         }
     }
 
@@ -592,29 +695,44 @@ impl Table<'_> {
     fn evict(&self, i: usize, w: u128, now: u64) -> bool {
         // Raised before the bucket goes, so that whoever re-creates the key reads it.
         self.hint.raise_watermark(now);
-        let gone = self.slots[i]
-            .word
-            .compare_exchange(w, 0, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok();
-        if gone {
-            self.give_back();
-        }
-        gone
+        self.empty_slot(i, w)
     }
 
-    /// Counts the live keys into `live` (run by every sweep): repairs a count left off by a
-    /// process killed between a claim or an eviction and its update. Exact when nothing else
-    /// changes the region meanwhile.
-    pub(crate) fn recount(&self) -> usize {
+    /// Counts the live keys into `live` (run by every sweep, and by `clear`): repairs a count
+    /// left too high by a process killed between taking a unit and claiming its slot, or
+    /// between emptying a slot and giving its unit back.
+    ///
+    /// It holds every insert lock meanwhile, and so never stores a count below the units in
+    /// use: a new key takes its unit and claims its slot under its home's lock, so no unit is
+    /// taken and not yet visible in a slot while the slots are counted; and a slot being
+    /// emptied is counted while its vacating mark stands, its unit coming back after the store
+    /// (exact) or before it (one too many: refusing, never over-admitting, until the next
+    /// recount). A recount without the locks stored the slots it saw over a new key's unit
+    /// taken meanwhile: a count too low (a key past the capacity) or, over a slot emptied and
+    /// given back meanwhile, too high (a new key refused beside a sweep). New keys wait for the
+    /// scan of the slots; decisions on existing keys never do. A lock held by a stopped process
+    /// ends the recount with [`StoreErrorKind::Timeout`], as it would a new key's insert.
+    pub(crate) fn recount(&self) -> Result<usize, Error> {
+        let me = super::lock::token();
+        let _held = self
+            .locks
+            .iter()
+            .map(|w| Lock::new(w, self.name).acquire(me))
+            .collect::<Result<Vec<_>, _>>()?;
         let n = self.len();
         self.live.store(n as u64, Ordering::Release);
-        n
+        Ok(n)
     }
 
     /// Evicts every bucket full at `now`, and undoes the claims of dead processes; how many
     /// buckets went, and the earliest instant a kept bucket becomes full (`u64::MAX` if none).
     pub(crate) fn evict_full(&self, cx: &Ctx, now: u64) -> Result<(usize, u64), Error> {
-        let (mut evicted, mut soonest) = (0, u64::MAX);
+        self.sweep(cx, now).map(|s| (s.evicted, s.soonest))
+    }
+
+    /// [`evict_full`](Self::evict_full), telling also whether it met a live vacating mark.
+    fn sweep(&self, cx: &Ctx, now: u64) -> Result<Swept, Error> {
+        let (mut evicted, mut soonest, mut vacating) = (0, u64::MAX, false);
         for i in 0..self.slots.len() {
             let mut w = self.slots[i].word.load(Ordering::Acquire);
             loop {
@@ -623,7 +741,11 @@ impl Table<'_> {
                     break;
                 }
                 if claim_of(state).is_some() {
-                    evicted += usize::from(self.undo_dead_claim(i));
+                    if self.undo_dead_claim(i) {
+                        evicted += 1;
+                    } else {
+                        vacating |= self.vacating(i);
+                    }
                     break;
                 }
                 if !cx.codec.valid(state) {
@@ -641,12 +763,23 @@ impl Table<'_> {
                 w = self.slots[i].word.load(Ordering::Acquire);
             }
         }
-        Ok((evicted, soonest))
+        Ok(Swept {
+            evicted,
+            soonest,
+            vacating,
+        })
     }
 
     /// [`OnFull::EvictFullest`]: evicts the bucket closest to full (the least `reset_after`)
-    /// among up to 32 live slots from `home` on. Lossy, as in the in-process store.
-    fn evict_fullest(&self, cx: &Ctx, home: usize, now: u64) -> Result<bool, Error> {
+    /// among up to 32 live slots from `home` on. Lossy, as in the in-process store. Sets
+    /// `vacating` when it meets a live vacating mark.
+    fn evict_fullest(
+        &self,
+        cx: &Ctx,
+        home: usize,
+        now: u64,
+        vacating: &mut bool,
+    ) -> Result<bool, Error> {
         const SAMPLE: usize = 32;
         for _ in 0..4 {
             let mut best: Option<(u64, usize, u128)> = None;
@@ -654,7 +787,11 @@ impl Table<'_> {
                 let i = self.at(home, d);
                 let w = self.slots[i].word.load(Ordering::Acquire);
                 let (tag, state) = unpack(w);
-                if tag == 0 || claim_of(state).is_some() {
+                if tag == 0 {
+                    continue;
+                }
+                if claim_of(state).is_some() {
+                    *vacating |= self.vacating(i);
                     continue;
                 }
                 if !cx.codec.valid(state) {
@@ -756,11 +893,7 @@ impl Table<'_> {
             if tag != fp.tag || claim_of(state).is_some() {
                 continue;
             }
-            if word
-                .compare_exchange(cur, 0, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                self.give_back();
+            if self.empty_slot(i, cur) {
                 return true;
             }
         }
@@ -769,23 +902,17 @@ impl Table<'_> {
 
     /// Forgets every key (claims in progress stay: their inserters finish them, and a dead
     /// process's are undone; reaches stay: they only bound probes), then recounts.
-    pub(crate) fn clear(&self) {
+    pub(crate) fn clear(&self) -> Result<(), Error> {
         for (i, slot) in self.slots.iter().enumerate() {
             if self.undo_dead_claim(i) {
                 continue;
             }
             let w = slot.word.load(Ordering::Acquire);
-            if w != 0
-                && claim_of(unpack(w).1).is_none()
-                && slot
-                    .word
-                    .compare_exchange(w, 0, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-            {
-                self.give_back();
+            if w != 0 && claim_of(unpack(w).1).is_none() {
+                self.empty_slot(i, w);
             }
         }
-        self.recount();
+        self.recount().map(drop)
     }
 
     /// Checks the table's invariants (a scan; exact only while nothing changes it): every live
@@ -1013,6 +1140,55 @@ mod tests {
         assert_eq!(t.audit(&c).stale_claims, 0);
     }
 
+    /// A process killed between dropping a bucket and giving its unit back leaves its vacating
+    /// mark: whoever meets it empties the slot without giving the unit back a second time, so
+    /// the count stays high (a new key is refused, never admitted past the bound) until a
+    /// sweep's recount repairs it.
+    #[test]
+    fn a_vacating_mark_whose_process_died_is_emptied_and_counted_once() {
+        let o = Owned::new(1, 2, 2);
+        let (t, c) = (o.table(), cx("1/s", OnFull::RejectNewKeys));
+        let (gone, new) = (fp(1, 2), fp(2, 2));
+        let dead = 5; // pid 0: no process
+        o.slots[gone.home]
+            .word
+            .store(pack(gone.tag, CLAIM | VACATE | dead), Ordering::Release);
+        o.live.store(1, Ordering::Release);
+        assert_eq!(t.audit(&c).stale_claims, 1);
+        assert!(matches!(
+            t.acquire(&c, &new, req(0, 1), me),
+            Err(Error::KeyStoreFull { max_keys: 1 })
+        ));
+        assert_eq!(t.len(), 0, "the mark is emptied");
+        assert_eq!(
+            o.live.load(Ordering::Acquire),
+            1,
+            "its unit not given back twice"
+        );
+        assert_eq!(t.evict_full(&c, 0).unwrap().0, 0);
+        assert_eq!(t.recount().unwrap(), 0);
+        assert!(t.acquire(&c, &new, req(0, 1), me).unwrap().allowed());
+        assert_eq!((t.len(), o.live.load(Ordering::Acquire)), (1, 1));
+    }
+
+    /// A process alive but stopped between dropping a bucket and giving its unit back keeps a
+    /// new key at the bound waiting, for a bounded time: then a timeout, as for an insert lock.
+    #[test]
+    #[cfg_attr(miri, ignore = "waits two seconds")]
+    fn a_new_key_waits_a_bounded_time_for_a_unit_on_its_way_back() {
+        let o = Owned::new(1, 2, 2);
+        let (t, c) = (o.table(), cx("1/s", OnFull::RejectNewKeys));
+        let (gone, new) = (fp(1, 2), fp(2, 2));
+        o.slots[gone.home].word.store(
+            pack(gone.tag, CLAIM | VACATE | lock_token()),
+            Ordering::Release,
+        );
+        o.live.store(1, Ordering::Release);
+        let e = t.acquire(&c, &new, req(0, 1), me).unwrap_err();
+        assert_eq!(e.code(), "store_timeout", "{e}");
+        assert_eq!(t.len(), 1, "a live process's mark is left alone");
+    }
+
     fn lock_token() -> u128 {
         u128::from(super::super::lock::token())
     }
@@ -1048,7 +1224,7 @@ mod tests {
         o.live.store(9, Ordering::Release); // as a killed process might leave it
         assert_eq!(t.evict_full(&c, 500_000_000).unwrap().0, 0);
         assert_eq!(t.evict_full(&c, 1_000_000_000).unwrap().0, 5);
-        assert_eq!(t.recount(), 0);
+        assert_eq!(t.recount().unwrap(), 0);
         assert_eq!(o.live.load(Ordering::Acquire), 0);
         // An evicted key comes back fresh from the eviction's instant on: a reading older than
         // the eviction sees the bucket as it stood then (empty at 0), never fuller.
@@ -1257,13 +1433,13 @@ mod loom_models {
     /// A consume of a full bucket races a sweep that evicts it and a request of the same key
     /// that re-creates it in the same slot: the consume's CAS, from the word it read before the
     /// eviction, fails on the re-created bucket (same tag, another state), and the consume
-    /// starts over on it. With one token, exactly one of the two requests is admitted. (Room
-    /// for two keys: at a bound of one, an insert can meet the count before the eviction gives
-    /// its unit back, and be refused; not what this model is about.)
+    /// starts over on it. With one token, exactly one of the two requests is admitted. At a
+    /// bound of one key: a re-creation that meets the count before the eviction gives its unit
+    /// back waits for it, and is never refused.
     #[test]
     fn a_consume_racing_its_keys_eviction_and_re_creation_lands_once() {
         loom::model(|| {
-            let o = Arc::new(Owned::new(2, 3, 1));
+            let o = Arc::new(Owned::new(1, 3, 1));
             let c = Arc::new(cx("1/s"));
             let a = fp(1, 0, 3);
             o.table().acquire(&c, &a, req(0, 1), me).unwrap(); // full again at 1 s
@@ -1304,6 +1480,105 @@ mod loom_models {
             assert_eq!(o.live.load(Ordering::Acquire), t.len() as u64);
             assert_eq!(t.len(), 1);
             assert_eq!(t.peek(&c, &k, 0).unwrap().remaining(), 1);
+        });
+    }
+
+    /// What a store's sweep does: evict the full buckets, then recount.
+    fn sweep(t: &Table<'_>, c: &Ctx, now: u64) {
+        t.evict_full(c, now).unwrap();
+        t.recount().unwrap();
+    }
+
+    /// A new key's first request (cost 1 at `now`) at a bound of one key (`o`), racing `other`
+    /// on another thread: it is admitted, whichever way they interleave, and the region ends
+    /// with that one key, counted once.
+    fn admitted_beside(
+        o: Owned,
+        c: Ctx,
+        now: u64,
+        other: impl FnOnce(&Table<'_>, &Ctx) + Send + 'static,
+    ) {
+        let (o, c, new) = (Arc::new(o), Arc::new(c), fp(2, 1, 2));
+        let other = {
+            let (o, c) = (o.clone(), c.clone());
+            thread::spawn(move || other(&o.table(), &c))
+        };
+        let inserted = o.table().acquire(&c, &new, req(now, 1), me);
+        other.join().unwrap();
+        assert!(admitted(&inserted), "{inserted:?}");
+        let t = o.table();
+        assert_eq!(t.len(), 1);
+        assert!(t.find(&new).is_some());
+        assert_eq!(o.live.load(Ordering::Acquire), 1);
+    }
+
+    /// At a bound of one key, a sweep evicts the one (full) bucket and recounts while a new key
+    /// is inserted: whichever way they interleave (the insert meeting the count before the
+    /// eviction gives its unit back, the recount counting the slots around the insert), the
+    /// region has room for the new key, which is admitted, and the count ends right.
+    #[test]
+    fn a_new_key_at_the_bound_races_a_sweep_that_makes_room() {
+        loom::model(|| {
+            let (o, c) = (Owned::new(1, 2, 2), cx("1/s"));
+            o.table().acquire(&c, &fp(1, 0, 2), req(0, 1), me).unwrap(); // full again at 1 s
+            admitted_beside(o, c, S, |t, c| sweep(t, c, S));
+        });
+    }
+
+    /// At a bound of one key held by a dead inserter's claim, a sweep undoes the claim while a
+    /// new key is inserted: the new key is admitted, and the count ends right.
+    #[test]
+    fn a_new_key_at_the_bound_races_a_sweep_undoing_a_dead_claim() {
+        loom::model(|| {
+            let (o, c) = (Owned::new(1, 2, 2), cx("1/s"));
+            // An inserter (pid 0: gone) claimed slot 0 and died.
+            let dead = fp(1, 0, 2);
+            o.slots[0]
+                .word
+                .store(pack(dead.tag, CLAIM | 5), Ordering::Release);
+            o.live.store(1, Ordering::Release);
+            admitted_beside(o, c, 0, |t, c| sweep(t, c, 0));
+        });
+    }
+
+    /// At a bound of one key, with [`OnFull::EvictFullest`] and nothing full (so the new key
+    /// makes room by sampling, once its scan found nothing), the one key is removed while a new
+    /// key is inserted: the new key is admitted, whichever goes first.
+    #[test]
+    fn a_new_key_at_the_bound_races_a_remove_with_evict_fullest() {
+        loom::model(|| {
+            let q: Quota = "2/s".parse().unwrap();
+            let (o, c) = (
+                Owned::new(1, 2, 2),
+                Ctx::for_tests(q, 0, OnFull::EvictFullest),
+            );
+            let old = fp(1, 0, 2);
+            o.table().acquire(&c, &old, req(0, 1), me).unwrap(); // not full
+            admitted_beside(o, c, 0, move |t, _| {
+                t.remove(&old);
+            });
+        });
+    }
+
+    /// A recount racing the inserts of two keys at a bound of one: the second is refused
+    /// whatever the recount saw (a recount that counted the slots around the first key's
+    /// taken but not yet claimed unit, and stored 0 over it, let the second key in).
+    #[test]
+    fn a_recount_racing_an_insert_never_lets_a_key_past_the_capacity() {
+        loom::model(|| {
+            let o = Arc::new(Owned::new(1, 2, 2));
+            let c = Arc::new(cx("2/s"));
+            let (a, b) = (fp(1, 0, 2), fp(2, 1, 2));
+            let recounter = {
+                let o = o.clone();
+                thread::spawn(move || o.table().recount().unwrap())
+            };
+            assert!(o.table().acquire(&c, &a, req(0, 1), me).unwrap().allowed());
+            recounter.join().unwrap();
+            let second = o.table().acquire(&c, &b, req(0, 1), me);
+            assert!(!admitted(&second), "{second:?}");
+            assert_eq!(o.table().len(), 1);
+            assert_eq!(o.live.load(Ordering::Acquire), 1);
         });
     }
 }
