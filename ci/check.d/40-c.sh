@@ -168,7 +168,10 @@ fi
 echo "== C tests, valgrind (definite and indirect leaks fail)"
 if want valgrind valgrind; then
   for t in $tests quickstart prefork; do
-    run "valgrind $t" valgrind --quiet --error-exitcode=1 --leak-check=full \
+    # --fair-sched=yes: valgrind runs one thread at a time, and by default a thread spinning in
+    # a decision loop could keep the main thread (asleep until it sets `stop`) waiting minutes
+    # for its turn (test_stress: 3 s or 350 s from run to run).
+    run "valgrind $t" valgrind --quiet --fair-sched=yes --error-exitcode=1 --leak-check=full \
       --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect \
       "$OUT/plain/$t" $([ "$t" = prefork ] || echo "$VECTORS")
   done
