@@ -138,21 +138,27 @@ fn forwarding_lines(headers: &Bound<'_, PyAny>) -> PyResult<Vec<(Vec<u8>, Vec<u8
     let mut out = Vec::new();
     for pair in headers.try_iter()? {
         let (name, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = pair?.extract()?;
-        let name = bytes_of(&name, "header name")?;
-        if name.eq_ignore_ascii_case(b"x-forwarded-for") || name.eq_ignore_ascii_case(b"forwarded")
-        {
-            out.push((name, bytes_of(&value, "header value")?));
+        // Every line's name is looked at in place; only the forwarding lines are copied.
+        let forwarding = with_bytes(&name, "header name", |n| {
+            n.eq_ignore_ascii_case(b"x-forwarded-for") || n.eq_ignore_ascii_case(b"forwarded")
+        })?;
+        if forwarding {
+            out.push((
+                with_bytes(&name, "header name", <[u8]>::to_vec)?,
+                with_bytes(&value, "header value", <[u8]>::to_vec)?,
+            ));
         }
     }
     Ok(out)
 }
 
-fn bytes_of(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
+/// `f` of the bytes of `obj`, a str (its UTF-8) or bytes; a TypeError naming `what` else.
+fn with_bytes<R>(obj: &Bound<'_, PyAny>, what: &str, f: impl FnOnce(&[u8]) -> R) -> PyResult<R> {
     if let Ok(s) = obj.cast::<PyString>() {
-        return Ok(s.to_str()?.as_bytes().to_vec());
+        return Ok(f(s.to_str()?.as_bytes()));
     }
     if let Ok(b) = obj.cast::<PyBytes>() {
-        return Ok(b.as_bytes().to_vec());
+        return Ok(f(b.as_bytes()));
     }
     let ty = obj.get_type().name()?;
     Err(PyTypeError::new_err(format!(
