@@ -314,7 +314,7 @@ def scoped_key(scope: str, key: Any) -> Any:
     """A per-route (per-view) rule's stored key: the scope, a NUL, the key. A bytes key stays
     bytes, so that it is the bucket of the text with those UTF-8 bytes, as the core's keys are
     (formatted, it would have read "b'...'")."""
-    if isinstance(key, (bytes, bytearray, memoryview)):
+    if type(key) is not str and isinstance(key, (bytes, bytearray, memoryview)):
         return scope.encode() + b"\x00" + bytes(key)
     return f"{scope}\x00{key}"
 
