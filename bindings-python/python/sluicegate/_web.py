@@ -232,6 +232,13 @@ def check(
     waits for the server with the GIL released. An admitted request's tokens from rules with
     a `deduct_when` are added to `taken`, for ``settle`` once the response is known.
     """
+    if len(rules) == 1 and rules[0].deduct_when is None and not rules[0].shadow:
+        # The common case, one rule that counts every admitted request: nothing to refund or
+        # settle, and its decision is the one to report.
+        rule = rules[0]
+        limiter, key, cost = _call(rule, request, default_key, scope, store)
+        decision = limiter.try_acquire(key, cost)
+        return decision, rule, bool(decision)
     tally = _Tally()
     for rule in rules:
         limiter, key, cost = _call(rule, request, default_key, scope, store)

@@ -93,7 +93,6 @@ from sluicegate._web import (
     peek,
     quotas,
     reset,
-    scoped_key,
     settle,
     shared_rules,
     settle_async,
@@ -361,31 +360,13 @@ class RateLimit:
     def __init__(self, limiter: Sluicegate, rules: list[Rule]) -> None:
         self.limiter = limiter
         self.rules = rules
-        # The common case, one rule that counts every admitted request (no `deduct_when`, no
-        # shadow mode, a constant cost): `check`'s bookkeeping over several rules is skipped.
-        one = rules[0] if len(rules) == 1 else None
-        self._one: tuple[Rule, int] | None = None
-        if one is not None and one.deduct_when is None and not one.shadow and not callable(one.cost):
-            self._one = (one, one.cost)
 
     async def __call__(self, request: Request, response: Response) -> Decision | None:
         limiter = self.limiter
         if not limiter.enabled or (limiter.skip is not None and limiter.skip(request)):
             return None
         scope = request.scope
-        rule: Rule | None
-        decision: Decision | None
-        if (one := self._one) is not None and not limiter._remote:
-            rule, cost = one
-            key = (rule.key_func or limiter.key_func)(request)
-            if rule.scoped:
-                key = scoped_key(_route_name(scope), key)
-            keyed = rule._limiters.get(limiter.store)
-            if keyed is None:
-                keyed = rule.limiter(limiter.store)
-            decision = keyed.try_acquire(key, cost)
-            allowed = bool(decision)
-        elif limiter._remote:
+        if limiter._remote:
             decision, rule, allowed = await limiter._check_async(self.rules, request, _route_name(scope))
         else:
             decision, rule, allowed = limiter._check(self.rules, request, _route_name(scope))
