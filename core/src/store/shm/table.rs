@@ -645,7 +645,9 @@ impl Table<'_> {
         step: &impl Fn(u128) -> (Decision, Option<u128>),
     ) -> Claimed {
         let n = self.slots.len();
-        let Some(d) = (0..n).find(|&d| self.vacate(self.at(fp.home, d))) else {
+        let Some((d, empty)) =
+            (0..n).find_map(|d| self.vacate(self.at(fp.home, d)).map(|w| (d, w)))
+        else {
             return Claimed::NoSlot;
         };
         let i = self.at(fp.home, d);
@@ -654,7 +656,7 @@ impl Table<'_> {
         let mark = pack(fp.tag, CLAIM | u128::from(me));
         let word = &self.slots[i].word;
         if word
-            .compare_exchange(0, mark, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(empty, mark, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
             return Claimed::Lost; // another key's inserter took it first
@@ -684,10 +686,19 @@ impl Table<'_> {
         Claimed::Done(decision)
     }
 
-    /// Whether slot `i` is empty, after undoing its claim if that process is gone.
-    fn vacate(&self, i: usize) -> bool {
-        let (tag, state) = unpack(self.slots[i].word.load(Ordering::Acquire));
-        tag == 0 || (claim_of(state).is_some() && self.undo_dead_claim(i))
+    /// Slot `i`'s word if the slot is empty, after undoing its claim if that process is gone.
+    ///
+    /// Empty is tag 0, whatever the state bits: no key's tag is 0, and every reader skips such
+    /// a slot. Bits there were written by someone else (the region's bytes are untrusted), and
+    /// the claim replaces them as loaded: a claim that expected zeroes failed on them, and the
+    /// insert was retried for ever.
+    fn vacate(&self, i: usize) -> Option<u128> {
+        let w = self.slots[i].word.load(Ordering::Acquire);
+        let (tag, state) = unpack(w);
+        if tag == 0 {
+            return Some(w);
+        }
+        (claim_of(state).is_some() && self.undo_dead_claim(i)).then_some(0)
     }
 
     /// Drops slot `i`'s bucket if its word is still `w` (found full at `now`, or chosen by
@@ -1212,6 +1223,21 @@ mod tests {
         assert_eq!(e.code(), "store_corrupt", "{e}");
         assert_eq!(t.peek(&c, &k, 0).unwrap_err().code(), "store_corrupt");
         assert_eq!(t.audit(&c).corrupt, 1);
+    }
+
+    #[test]
+    fn garbage_in_an_empty_slot_is_overwritten_by_a_new_key() {
+        // An empty slot (tag 0) whose state bits another writer set: the first slot from the
+        // key's home on. It is empty (no key has tag 0), and a claim takes it as it is; a
+        // claim that expected all zeroes failed there and was retried for ever.
+        let o = Owned::new(4, 5, 2);
+        let (t, c) = (o.table(), cx("5/s", OnFull::RejectNewKeys));
+        let k = fp(9, 5);
+        o.slots[k.home].word.store(38, Ordering::Release);
+        assert!(t.acquire(&c, &k, req(0, 1), me).unwrap().allowed());
+        assert_eq!(t.find(&k), Some(k.home));
+        let a = t.audit(&c);
+        assert_eq!((a.live, a.corrupt), (1, 0), "{a:?}");
     }
 
     #[test]
