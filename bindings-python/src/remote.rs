@@ -11,9 +11,14 @@
 //!   its Redis thread, which drives every connection of the process, and pyo3's waker takes the
 //!   GIL to call the loop's `call_soon_threadsafe`: on that thread it would stall every
 //!   connection behind whatever Python thread holds the GIL (and deadlock against a thread
-//!   that holds the GIL while it waits for that thread). [`relayed`] hands each wake to one
-//!   thread of this module instead, which takes the GIL once for all the wakes queued
-//!   meanwhile.
+//!   that holds the GIL while it waits for that thread). So [`relayed`] never wakes pyo3's
+//!   waker there. It gives the core a waker of its own that queues pyo3's and writes one byte
+//!   to a socket pair whose other end the awaiting event loop watches (`add_reader`): the
+//!   loop's own thread, woken straight from the Redis thread, wakes the queued wakers under
+//!   the GIL it holds. (A loop that cannot watch a file descriptor, or a call polled outside
+//!   a running loop, gets the wakes through one relay thread of this module instead, which
+//!   takes the GIL once for all the wakes queued meanwhile: one more thread between the
+//!   server's reply and the coroutine, as every call had before.)
 //! * **Forks.** The core's Redis connections and its Redis thread belong to the process that
 //!   opened them: a child made by `fork()` after that has the connections' sockets but no
 //!   thread to drive them. Every call of a Redis limiter made in another process than the one
@@ -22,11 +27,23 @@
 //!   the worker processes, at their first request.
 
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+#[cfg(unix)]
+use pyo3::types::PyWeakrefReference;
+use pyo3::types::{PyCFunction, PyDict, PyTuple};
 use sluicegate::{Error, StoreErrorKind, StoreSpec};
+#[cfg(unix)]
+use std::cell::RefCell;
 use std::future::Future;
+#[cfg(unix)]
+use std::io::{Read, Write};
+#[cfg(unix)]
+use std::os::fd::AsRawFd;
+#[cfg(unix)]
+use std::os::unix::net::UnixStream;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{mpsc, Arc, OnceLock};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 
 /// The process that opened the first Redis store (0: none yet).
@@ -121,7 +138,8 @@ pub(crate) async fn relayed<F: Future>(
     .await)
 }
 
-/// A future whose waker hands its wakes to the relay thread.
+/// A future whose waker hands its wakes to the awaiting loop's own thread (or the relay
+/// thread).
 struct Relayed<F> {
     fut: Pin<Box<F>>,
     /// The waker last given, and the relay waker that wakes it.
@@ -136,7 +154,14 @@ impl<F: Future> Future for Relayed<F> {
         let relay = match &this.waker {
             Some((given, relay)) if given.will_wake(cx.waker()) => relay.clone(),
             _ => {
-                let relay = Waker::from(Arc::new(Relay(cx.waker().clone())));
+                let on = LoopWake::current();
+                if on.is_none() {
+                    Python::attach(RelayState::guard_exit);
+                }
+                let relay = Waker::from(Arc::new(Relay {
+                    waker: cx.waker().clone(),
+                    on,
+                }));
                 this.waker = Some((cx.waker().clone(), relay.clone()));
                 relay
             }
@@ -145,8 +170,12 @@ impl<F: Future> Future for Relayed<F> {
     }
 }
 
-/// Wakes the waker it holds from the relay thread.
-struct Relay(Waker);
+/// Wakes the waker it holds on the loop's thread (or from the relay thread).
+struct Relay {
+    waker: Waker,
+    /// The running loop's wake channel; None: the relay thread.
+    on: Option<Arc<LoopWake>>,
+}
 
 impl Wake for Relay {
     fn wake(self: Arc<Self>) {
@@ -154,16 +183,147 @@ impl Wake for Relay {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
+        if let Some(on) = &self.on {
+            return on.wake(self.waker.clone());
+        }
         match relay_thread() {
             Some(tx) => {
-                if let Err(mpsc::SendError(w)) = tx.send(self.0.clone()) {
+                if let Err(mpsc::SendError(w)) = tx.send(self.waker.clone()) {
                     w.wake();
                 }
             }
             // No relay thread could be started: wake here.
-            None => self.0.wake_by_ref(),
+            None => self.waker.wake_by_ref(),
         }
     }
+}
+
+/// One event loop's wake channel: wakers queued by the threads that complete calls, and a
+/// socket pair whose reading end the loop watches.
+///
+/// A waker queued while no byte is in flight writes one; the loop's reader drains the bytes,
+/// then takes the queue and disarms under its lock. So every queued waker either finds the
+/// channel armed (a byte is in flight, and the reader, which takes the queue after draining
+/// it, takes this waker too) or arms it with a byte of its own: none is left queued with no
+/// byte to come.
+#[cfg(unix)]
+struct LoopWake {
+    tx: UnixStream,
+    rx: UnixStream,
+    queued: Mutex<(Vec<Waker>, bool)>,
+}
+
+#[cfg(unix)]
+impl LoopWake {
+    /// The wake channel of the loop running on this thread (made and watched at its first
+    /// call); None outside a running loop, or if the loop cannot watch a file descriptor.
+    fn current() -> Option<Arc<LoopWake>> {
+        thread_local! {
+            /// The last loop this thread ran calls on (weakly: a loop is never kept alive,
+            /// and a new loop at a freed one's address is not taken for it) and its channel.
+            static LAST: RefCell<Option<(Py<PyWeakrefReference>, Arc<LoopWake>)>> =
+                const { RefCell::new(None) };
+        }
+        Python::attach(|py| {
+            let running = running_loop(py)?;
+            LAST.with_borrow_mut(|last| {
+                if let Some((weak, wake)) = last {
+                    if weak.bind(py).upgrade().is_some_and(|l| l.is(&running)) {
+                        return Some(wake.clone());
+                    }
+                }
+                let wake = LoopWake::watched_by(&running).ok()?;
+                *last = Some((
+                    PyWeakrefReference::new(&running).ok()?.unbind(),
+                    wake.clone(),
+                ));
+                Some(wake)
+            })
+        })
+    }
+
+    /// A new channel, its reading end watched by `event_loop`.
+    fn watched_by(event_loop: &Bound<'_, PyAny>) -> PyResult<Arc<LoopWake>> {
+        let (tx, rx) = UnixStream::pair()?;
+        tx.set_nonblocking(true)?;
+        rx.set_nonblocking(true)?;
+        let fd = rx.as_raw_fd();
+        let wake = Arc::new(LoopWake {
+            tx,
+            rx,
+            queued: Mutex::new((Vec::new(), false)),
+        });
+        let reader = wake.clone();
+        let callback = PyCFunction::new_closure(
+            event_loop.py(),
+            Some(c"sluicegate_wake"),
+            None,
+            move |_: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| reader.drain(),
+        )?;
+        // The loop holds the callback, and so the channel, until it stops watching (closed).
+        event_loop.call_method1("add_reader", (fd, callback))?;
+        Ok(wake)
+    }
+
+    /// Queues `waker` (any thread), writing a byte unless one is in flight.
+    fn wake(&self, waker: Waker) {
+        let arm = {
+            let mut q = lock(&self.queued);
+            q.0.push(waker);
+            !std::mem::replace(&mut q.1, true)
+        };
+        if arm {
+            // WouldBlock: the pair's buffer holds bytes, and so the loop will run the reader.
+            let _ = (&self.tx).write(&[1]);
+        }
+    }
+
+    /// The loop's reader (its thread, the GIL held): wakes every queued waker.
+    fn drain(&self) {
+        let mut buf = [0u8; 64];
+        while matches!((&self.rx).read(&mut buf), Ok(n) if n > 0) {}
+        let wakers = {
+            let mut q = lock(&self.queued);
+            q.1 = false;
+            std::mem::take(&mut q.0)
+        };
+        wakers.into_iter().for_each(Waker::wake);
+    }
+}
+
+/// Where no socket pair exists, every wake goes through the relay thread.
+#[cfg(not(unix))]
+struct LoopWake;
+
+#[cfg(not(unix))]
+impl LoopWake {
+    fn current() -> Option<Arc<LoopWake>> {
+        None
+    }
+
+    fn wake(&self, waker: Waker) {
+        waker.wake();
+    }
+}
+
+/// A lock that a panic elsewhere left poisoned still holds what it held (no invariant here
+/// that a panic can break).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The event loop running on this thread, if any.
+#[cfg(unix)]
+fn running_loop(py: Python<'_>) -> Option<Bound<'_, PyAny>> {
+    static GET: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let get = GET
+        .get_or_try_init(py, || {
+            py.import("asyncio")?
+                .getattr("get_running_loop")
+                .map(Bound::unbind)
+        })
+        .ok()?;
+    get.call0(py).ok().map(|l| l.into_bound(py))
 }
 
 /// The relay thread's queue (started on the first wake; None if it cannot be started).
@@ -177,12 +337,80 @@ fn relay_thread() -> Option<&'static mpsc::Sender<Waker>> {
                 while let Ok(first) = rx.recv() {
                     let mut batch = vec![first];
                     batch.extend(rx.try_iter());
-                    // None: the interpreter is shutting down, and nothing awaits any more.
+                    if !RELAY.begin() {
+                        continue; // the interpreter is exiting: nothing awaits any more
+                    }
+                    // None: the interpreter is gone.
                     let _ = Python::try_attach(|_| batch.drain(..).for_each(Waker::wake));
+                    RELAY.end();
                 }
             })
             .ok()
             .map(|_| tx)
     })
     .as_ref()
+}
+
+/// The relay thread's state, for the interpreter's exit.
+///
+/// A wake calls into Python (the loop's `call_soon_threadsafe`, which writes to a socket with
+/// the GIL released). If the interpreter has begun to finalize when such a thread asks for
+/// the GIL back, CPython ends the thread with `pthread_exit`, whose forced unwind through Rust
+/// frames aborts the process: a program that had awaited calls on Redis died with SIGABRT at
+/// exit, about one run in three. So an `atexit` hook, registered before the relay's first
+/// wake, marks the relay closed and waits (the GIL released) for a batch under way to end;
+/// later batches are dropped unwoken.
+struct RelayState {
+    /// (closed, a batch under way).
+    state: Mutex<(bool, bool)>,
+    ended: std::sync::Condvar,
+}
+
+static RELAY: RelayState = RelayState {
+    state: Mutex::new((false, false)),
+    ended: std::sync::Condvar::new(),
+};
+
+impl RelayState {
+    /// A batch begins; false once closed.
+    fn begin(&self) -> bool {
+        let mut s = lock(&self.state);
+        s.1 = !s.0;
+        s.1
+    }
+
+    fn end(&self) {
+        lock(&self.state).1 = false;
+        self.ended.notify_all();
+    }
+
+    /// The `atexit` hook's work: closed, and no batch under way.
+    fn close(&self) {
+        let mut s = lock(&self.state);
+        s.0 = true;
+        while s.1 {
+            s = self
+                .ended
+                .wait(s)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    /// Registers the `atexit` hook (once; the GIL held). A failure leaves the relay as it
+    /// was before the hook existed.
+    fn guard_exit(py: Python<'_>) {
+        static HOOKED: PyOnceLock<()> = PyOnceLock::new();
+        let _ = HOOKED.get_or_try_init(py, || -> PyResult<()> {
+            let hook = PyCFunction::new_closure(
+                py,
+                Some(c"sluicegate_relay_close"),
+                None,
+                |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| {
+                    args.py().detach(|| RELAY.close())
+                },
+            )?;
+            py.import("atexit")?.call_method1("register", (hook,))?;
+            Ok(())
+        });
+    }
 }

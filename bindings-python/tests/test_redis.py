@@ -419,6 +419,68 @@ def test_asyncio_methods(redis_server: RedisServer) -> None:
     asyncio.run(main())
 
 
+class _NoReaderLoop(asyncio.SelectorEventLoop):
+    """A loop that cannot watch a file descriptor for others (as a proactor loop cannot)."""
+
+    def add_reader(self, fd: Any, callback: Any, *args: Any) -> None:
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "no add_reader"])
+def test_awaited_calls_wake_their_loop_on_every_loop_and_thread(redis_server: RedisServer, loop: str) -> None:
+    """A call's reply wakes the loop that awaits it: its own wake channel, watched by the loop
+    (or, where the loop cannot watch one, the relay thread). Loops one after another in a
+    thread, loops in several threads at once, many calls in flight on each: every call is
+    decided, exactly (each key admits its quota and no more)."""
+    limiter = KeyedLimiter("5/minute", store=url(redis_server, on_error="error"))
+    new_loop = asyncio.new_event_loop if loop == "asyncio" else _NoReaderLoop
+
+    def run(tag: str) -> list[bool]:
+        async def main() -> list[bool]:
+            calls = [limiter.try_acquire_async(f"{tag}-{i % 4}") for i in range(40)]
+            return [bool(d) for d in await asyncio.gather(*calls, return_exceptions=False)]
+
+        admitted: list[bool] = []
+        for _ in range(3):  # a new loop each time, in the same thread
+            with asyncio.Runner(loop_factory=new_loop) as runner:
+                admitted += runner.run(main())
+        return admitted
+
+    results: dict[str, list[bool]] = {}
+    threads = [threading.Thread(target=lambda t=t: results.__setitem__(t, run(t))) for t in "abc"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(results) == ["a", "b", "c"]
+    # 4 keys a thread, 30 calls each over 3 loops: 5 admitted a key.
+    assert all(sum(r) == 20 and len(r) == 120 for r in results.values()), results
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "no add_reader"])
+def test_a_program_that_awaited_calls_exits_cleanly(redis_server: RedisServer, loop: str) -> None:
+    """Waking a coroutine from a thread of ours that calls into Python raced the interpreter's
+    exit: when CPython had begun to finalize as that thread asked for the GIL back, it ended
+    the thread with pthread_exit, and the process died of SIGABRT (several runs in ten). The
+    loop's own thread now does the waking, and the relay thread (for loops that cannot watch
+    a file descriptor) stops before the interpreter finalizes."""
+    program = f"""
+import asyncio, sluicegate
+class NoReader(asyncio.SelectorEventLoop):
+    def add_reader(self, fd, callback, *args):
+        raise NotImplementedError
+limiter = sluicegate.KeyedLimiter("1000000/s", store={url(redis_server, on_error="error")!r})
+async def main():
+    for i in range(300):
+        await limiter.try_acquire_async(f"k{{i % 10}}")
+with asyncio.Runner(loop_factory={"NoReader" if loop != "asyncio" else "asyncio.new_event_loop"}) as r:
+    r.run(main())
+"""
+    for _ in range(12):
+        done = subprocess.run([sys.executable, "-c", program], capture_output=True, timeout=60)
+        assert done.returncode == 0, (done.returncode, done.stderr.decode()[-2000:])
+
+
 def test_a_forked_child_is_refused_instead_of_hanging(redis_server: RedisServer) -> None:
     """The core's Redis connections and thread belong to the process that opened them: a child
     forked afterwards gets a StoreError (unsupported) from the parent's limiters and from new
