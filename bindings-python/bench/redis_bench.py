@@ -210,10 +210,10 @@ def main() -> None:
         f"The server's time per script call (`INFO commandstats`): {float(stats.get('fcall', 0)):.1f} us for "
         f"sluicegate's (FCALL), {float(stats.get('evalsha', 0)):.1f} us for `limits`' (EVALSHA, both strategies). "
         "A blocking call hands its request to the core's Redis thread and waits with the GIL released; an "
-        "asyncio call's reply comes back to the event loop through `call_soon_threadsafe`, so one awaited "
-        "decision wakes three threads (the loop, the core's Redis thread, the binding's wake relay), where "
-        "`limits.aio` reads its socket in the loop; with many callers those hops overlap and the core "
-        "pipelines every caller's calls on one connection.",
+        "asyncio call's reply wakes the event loop's own thread (a byte on a socket pair the loop "
+        "watches), so one awaited decision crosses two threads (the loop and the core's Redis thread), "
+        "where `limits.aio` reads its socket in the loop; with many callers those hops overlap and the "
+        "core pipelines every caller's calls on one connection.",
     ]
     lines += ["", "Reading it (medians of decisions/s):", ""]
     for callers in (1, 50):
