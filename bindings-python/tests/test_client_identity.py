@@ -223,3 +223,32 @@ def test_the_starlette_default_key_keeps_peers_keys_only_where_no_header_counts(
     assert limiter.client(request("10.0.0.9", "203.0.113.8")) == "203.0.113.8"
     # A client's forged header is ignored, before and after its key is kept.
     assert limiter.client(request("198.51.0.1", "203.0.113.7")) == "198.51.0.1"
+
+
+def test_the_starlette_default_key_warns_of_an_untrusted_proxy_behind_kept_keys() -> None:
+    """With nothing trusted, a private peer's key is its own whatever its headers say, so it
+    is kept too; its requests are still looked at for forwarding headers until the resolver
+    has warned, once, that the peer is a proxy every client behind would share."""
+    from starlette.requests import Request
+
+    from sluicegate.starlette import Sluicegate
+
+    limiter = Sluicegate()
+
+    def request(peer: str, *headers: tuple[bytes, bytes]) -> Request:
+        return Request({"type": "http", "client": (peer, 1234), "headers": [(b"host", b"x"), *headers]})
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):  # kept after the first: no warning, the peer's own key
+            assert limiter.client(request("10.1.2.3")) == "10.1.2.3"
+            assert limiter.client(request("192.168.0.7", (b"accept", b"*/*"))) == "192.168.0.7"
+        # X-Real-IP goes to the resolver (which names no proxy by it): the peer's key.
+        assert limiter.client(request("10.1.2.3", (b"X-Real-IP", b"203.0.113.9"))) == "10.1.2.3"
+    # Then X-Forwarded-For from a kept private peer, in any case: warned.
+    with pytest.warns(UserWarning, match=r"\[untrusted_proxy\].*10\.1\.2\.3 carries X-Forwarded-For"):
+        assert limiter.client(request("10.1.2.3", (b"X-Forwarded-For", b"203.0.113.9"))) == "10.1.2.3"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once only, and the keys are still the peers'
+        assert limiter.client(request("10.1.2.3", (b"x-forwarded-for", b"203.0.113.9"))) == "10.1.2.3"
+        assert limiter.client(request("192.168.0.7", (b"forwarded", b"for=203.0.113.9"))) == "192.168.0.7"

@@ -132,30 +132,68 @@ def _client(resolver: ClientResolver, request: Request) -> str:
 _PEERS_KEPT = 4096
 
 
+#: The forwarding headers' names (ASGI sends names in lower case; str names too, for servers
+#: that send those).
+_FORWARDING = frozenset(
+    (b"x-forwarded-for", b"forwarded", b"x-real-ip", "x-forwarded-for", "forwarded", "x-real-ip")
+)
+
+
+def _forwards(headers: Any) -> bool:
+    """Whether any of these header lines is a forwarding header."""
+    if headers:
+        for name, _ in headers:
+            if name.lower() in _FORWARDING:
+                return True
+    return False
+
+
 class _PeerKeys:
     """``_client`` with the keys of peers that are not trusted proxies kept: such a key
     depends on the peer alone (no header is read for it), so a peer seen before skips the
-    native call."""
+    native call.
 
-    __slots__ = ("_keys", "_resolver")
+    A private peer's requests may still show an untrusted proxy (forwarding headers from a
+    private address), which the resolver warns about once: while it has not, and when nothing
+    is trusted (so that no header can change a key), such a peer's key is kept too, and only a
+    request that carries a forwarding header goes to the resolver, whose answer is the same
+    and which then warns."""
+
+    __slots__ = ("_keys", "_resolver", "_untrusting", "_watched")
 
     def __init__(self, resolver: ClientResolver) -> None:
         self._resolver = resolver
         self._keys: dict[str, str] = {}
+        self._watched: dict[str, str] = {}
+        self._untrusting = resolver.trusted_proxies == "none"
 
     def __call__(self, request: Request) -> str:
         scope = request.scope
         client = scope.get("client")
         peer = client[0] if client is not None else None
-        key = self._keys.get(peer) if peer else None
-        if key is None:
-            resolver = self._resolver
-            key = resolver.resolve(peer, scope.get("headers"))
-            if peer and not resolver.wants_headers(peer):
-                if len(self._keys) >= _PEERS_KEPT:
-                    self._keys.clear()
-                self._keys[peer] = key
+        if peer:
+            key = self._keys.get(peer)
+            if key is not None:
+                return key
+            key = self._watched.get(peer)
+            if key is not None and not _forwards(scope.get("headers")):
+                return key
+        resolver = self._resolver
+        key = resolver.resolve(peer, scope.get("headers"))
+        if peer:
+            if not resolver.wants_headers(peer):
+                if self._watched:  # warned: every peer's key stands alone now
+                    self._watched.clear()
+                _keep(self._keys, peer, key)
+            elif self._untrusting:
+                _keep(self._watched, peer, key)
         return key
+
+
+def _keep(keys: dict[str, str], peer: str, key: str) -> None:
+    if len(keys) >= _PEERS_KEPT:
+        keys.clear()
+    keys[peer] = key
 
 
 def header(name: str, fallback: KeyFunc = remote_address) -> KeyFunc:
