@@ -180,8 +180,8 @@ struct Pending {
 /// Requests parsed but not decided yet, decided in the log's order by
 /// [`flush`](Batch::flush).
 ///
-/// A replay of 10^6 keys waits on memory: the interner's slots and the keyed stores' tables
-/// are tens of MiB, and each request's key misses every cache there, twice in a row (its id,
+/// A replay of 10^6 keys waits on memory: the interner's slots and the per-key arrays (counters,
+/// buckets) are tens of MiB, and each request's key misses every cache there, twice in a row (its id,
 /// then its bucket). A batch overlaps those misses: every key's interner slot is prefetched,
 /// then every key is interned (its slot has arrived) and its buckets are prefetched, then
 /// the requests are decided one by one. Nothing but the order of memory accesses changes:
