@@ -139,6 +139,10 @@ impl DenseLimiter {
     /// bucket (with the quota's initial tokens, at `now`) on the index's first request.
     /// Readings earlier than a bucket's latest are clamped, as everywhere. `Err` for a cost
     /// above the capacity, a reading out of range, or a new bucket past `max_keys`.
+    ///
+    /// # Panics
+    /// When the array cannot grow to hold `index` (as a `Vec` of `index + 1` states would):
+    /// indices are meant to be dense, `0` to the number of keys.
     #[inline]
     pub fn try_acquire_at(&mut self, index: usize, now: u64, cost: u64) -> Result<Decision, Error> {
         self.check(now, cost)?;
@@ -236,7 +240,8 @@ fn admit(len: &mut usize, max_keys: usize) -> Result<(), Error> {
 #[inline]
 fn grow<T>(v: &mut Vec<T>, index: usize, empty: impl FnMut() -> T) {
     if index >= v.len() {
-        v.resize_with(index + 1, empty);
+        let n = index.checked_add(1).expect("an index below usize::MAX");
+        v.resize_with(n, empty);
     }
 }
 
