@@ -4,7 +4,7 @@
 //! bound is not met; at the bound it refuses new indices and goes on with the others.
 
 use super::algorithms::{advance, params_of, quota, step, Step};
-use sluicegate_model::Kind;
+use super::reconfigure::any_kind;
 
 use proptest::prelude::*;
 use sluicegate::{DenseLimiter, Error, KeyedLimiter, Limiter, ManualClock, Quota};
@@ -21,18 +21,6 @@ fn op(max_cost: u64) -> impl Strategy<Value = Op> {
         8 => (0u8..5, 0..=max_cost + 1).prop_map(|(k, c)| Op::Acquire(k, c)),
         1 => (0u8..5, 0..=max_cost + 1).prop_map(|(k, c)| Op::Refund(k, c)),
         1 => (0u8..5).prop_map(Op::Peek),
-    ]
-}
-
-fn kind() -> impl Strategy<Value = Kind> {
-    prop_oneof![
-        Just(Kind::TokenBucket),
-        Just(Kind::TokenBucketInterval),
-        Just(Kind::Gcra),
-        Just(Kind::FixedWindow),
-        Just(Kind::SlidingWindow),
-        Just(Kind::SlidingLog),
-        Just(Kind::LeakyQueue),
     ]
 }
 
@@ -75,7 +63,7 @@ proptest! {
 
     #[test]
     fn dense_limiter_decides_as_the_keyed_limiter(
-        p in kind().prop_flat_map(params_of),
+        p in any_kind().prop_flat_map(params_of),
         start in prop_oneof![Just(0u64), 0u64..10_000_000_000],
         steps in prop::collection::vec((step(), op(100)), 1..120),
     ) {
