@@ -7,7 +7,10 @@
 //! core's `ManualClock`, set from each request's timestamp before the decision, which is
 //! taken at that same instant.
 
-use sluicegate::{Algorithm, Decision, Error, KeyedLimiter, Limiter, ManualClock, Quota, Refill};
+use sluicegate::{
+    Algorithm, Clock as _, Decision, DenseLimiter, Error, KeyedLimiter, Limiter, ManualClock,
+    Quota, Refill,
+};
 use std::fmt;
 
 const S: u64 = 1_000_000_000;
@@ -225,6 +228,47 @@ impl KeyedBucket {
     /// `key`'s bucket at `t`, changing nothing.
     pub fn peek(&self, key: u32, t: u64) -> Result<Verdict, Refusal> {
         Ok(Verdict(self.0.peek_at(&key, t)?))
+    }
+
+    /// Keys held now.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// One bucket per key in an array indexed by the key's id (the core's `DenseLimiter`): the
+/// decisions of a [`KeyedBucket`] on the same rate built at the same instant, with no hash
+/// table between the id and its bucket and no locked insert for a new key. It never evicts:
+/// a new key past `max_keys` buckets is refused (`KeyStoreFull`) where a `KeyedBucket` would
+/// first evict full buckets, so a replay that meets its bound starts over on `KeyedBucket`s.
+pub struct DenseBucket(DenseLimiter);
+
+impl DenseBucket {
+    /// Created at the clock's reading, holding at most `max_keys` buckets.
+    pub fn new(rate: &Rate, clock: &Clock, max_keys: usize) -> Result<Self, String> {
+        DenseLimiter::new(rate.0, clock.0.now(), max_keys)
+            .map(DenseBucket)
+            .map_err(|e| e.to_string())
+    }
+
+    /// `cost` from `key`'s bucket at `t`.
+    #[inline]
+    pub fn acquire(&mut self, key: u32, t: u64, cost: u64) -> Result<Verdict, Refusal> {
+        match self.0.try_acquire_at(key as usize, t, cost) {
+            Ok(d) => Ok(Verdict(d)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Asks the cache for `key`'s bucket (a hint, no effect on any decision).
+    #[inline]
+    pub fn prefetch(&self, key: u32) {
+        self.0.prefetch(key as usize);
+    }
+
+    /// `key`'s bucket at `t`, changing nothing.
+    pub fn peek(&self, key: u32, t: u64) -> Result<Verdict, Refusal> {
+        Ok(Verdict(self.0.peek_at(key as usize, t)?))
     }
 
     /// Keys held now.

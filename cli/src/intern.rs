@@ -1,5 +1,5 @@
 //! Keys to dense ids `0, 1, 2, ...` in order of first appearance. The replay's per-key figures
-//! are arrays indexed by id, and the core's keyed limiters are keyed by the id (a `u32`).
+//! are arrays indexed by id, and so are the core's per-key buckets (`DenseLimiter`).
 //!
 //! Open addressing over two `u64` per slot: the id with 32 bits of the hash (so that a probe
 //! compares keys only on a likely match), and keys of up to 7 bytes themselves (an IPv4

@@ -180,8 +180,8 @@ struct Pending {
 /// Requests parsed but not decided yet, decided in the log's order by
 /// [`flush`](Batch::flush).
 ///
-/// A replay of 10^6 keys waits on memory: the interner's slots and the keyed stores' tables
-/// are tens of MiB, and each request's key misses every cache there, twice in a row (its id,
+/// A replay of 10^6 keys waits on memory: the interner's slots and the per-key arrays (counters,
+/// buckets) are tens of MiB, and each request's key misses every cache there, twice in a row (its id,
 /// then its bucket). A batch overlaps those misses: every key's interner slot is prefetched,
 /// then every key is interned (its slot has arrived) and its buckets are prefetched, then
 /// the requests are decided one by one. Nothing but the order of memory accesses changes:
@@ -496,18 +496,31 @@ fn pass(
 /// A replay of `inputs` against `cfg.policies`, and its summary.
 pub fn replay(cfg: &Config, inputs: &Inputs) -> Result<Summary, CliError> {
     let started = Instant::now();
-    let mut r = Replay::new(
-        cfg.policies.clone(),
-        cfg.max_keys,
-        cfg.sustain,
-        Timeline::adaptive(cfg.policies.len(), cfg.max_bins),
-    );
-    let mut meta = Meta {
-        command: "replay".into(),
-        key: cfg.key_description(),
-        ..Default::default()
+    let fresh = || {
+        let r = Replay::new(
+            cfg.policies.clone(),
+            cfg.max_keys,
+            cfg.sustain,
+            Timeline::adaptive(cfg.policies.len(), cfg.max_bins),
+        );
+        let meta = Meta {
+            command: "replay".into(),
+            key: cfg.key_description(),
+            ..Default::default()
+        };
+        (r, meta)
     };
-    pass(cfg, inputs, &mut r, &mut meta)?;
+    let (mut r, mut meta) = fresh();
+    if let Err(e) = pass(cfg, inputs, &mut r, &mut meta) {
+        if !r.bound_met {
+            return Err(e);
+        }
+        // A dense store met --max-keys, where a keyed store evicts full buckets first: the
+        // whole replay again on keyed stores (the inputs are files, or stdin spooled to one).
+        let (r2, meta2) = fresh();
+        (r, meta) = (r2.keyed_stores(), meta2);
+        pass(cfg, inputs, &mut r, &mut meta)?;
+    }
     r.finish();
     if r.requests == 0 {
         let first = meta.bad_examples.first().cloned().unwrap_or_default();

@@ -1040,3 +1040,60 @@ fn simulate_outputs_a_report_too() {
         .unwrap()
         .contains("\"admitted\":79"));
 }
+
+/// A replay keeps per-key buckets in arrays by key id until a policy's `--max-keys` is met;
+/// the keyed store it then starts over on evicts full buckets to make room, as it always did:
+/// a key whose bucket is full again gives way to a new one, and the decisions are those of a
+/// replay with room for every key.
+#[test]
+fn max_keys_evicts_full_buckets_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::new();
+    // Key A twice at 0 s (the second rejected), key B at 10 s (A is full again), B again.
+    for (t, ip) in [(0, 1), (0, 1), (10, 2), (10, 2), (10, 2)] {
+        text += &format!(
+            "{{\"time\": {}, \"ip\": \"192.0.2.{ip}\"}}\n",
+            1714521600 + t
+        );
+    }
+    let log = write(&dir, "evict.jsonl", &text);
+    let run = |max_keys: &str| {
+        let out = bin()
+            .args([
+                "replay",
+                "--policy",
+                "1/s",
+                "--format",
+                "json",
+                "--max-keys",
+                max_keys,
+            ])
+            .args(["--html", &format!("{log}.{max_keys}.html"), &log])
+            .assert()
+            .success();
+        json(&out.get_output().stdout)
+    };
+    let (bounded, roomy) = (run("1"), run("5"));
+    for r in [&bounded, &roomy] {
+        let p = &r["policies"][0];
+        assert_eq!(
+            (p["admitted"].as_u64(), p["rejected"].as_u64()),
+            (Some(2), Some(3)),
+            "{p}"
+        );
+    }
+    assert_eq!(bounded["policies"][0]["keys_held"], 1);
+    assert_eq!(roomy["policies"][0]["keys_held"], 2);
+    let strip = |v: &Value| {
+        let mut v = v["policies"][0].clone();
+        v.as_object_mut().unwrap().remove("keys_held");
+        v
+    };
+    assert_eq!(strip(&bounded), strip(&roomy));
+    // The traced keys' second pass (for --html) runs on the stores the first one ended on.
+    assert!(
+        !bounded["traces"].as_array().unwrap().is_empty(),
+        "{bounded}"
+    );
+    assert_eq!(bounded["traces"], roomy["traces"]);
+}

@@ -72,8 +72,8 @@ pub use store::RedisStats;
 #[doc(hidden)]
 pub use store::StoreAudit;
 pub use store::{
-    IntKey, KeyedBuilder, KeyedLimiter, OnError, OnFull, RedisOptions, StoreSpec, DEFAULT_MAX_KEYS,
-    LONG_KEY_BYTES, REDIS_DEFAULT_CONNECTIONS, REDIS_DEFAULT_TIMEOUT,
+    DenseLimiter, IntKey, KeyedBuilder, KeyedLimiter, OnError, OnFull, RedisOptions, StoreSpec,
+    DEFAULT_MAX_KEYS, LONG_KEY_BYTES, REDIS_DEFAULT_CONNECTIONS, REDIS_DEFAULT_TIMEOUT,
 };
 
 /// The README's Rust snippets, compiled and run as doc tests.

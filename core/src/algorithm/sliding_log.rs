@@ -56,7 +56,7 @@ impl SlidingLog {
 
 /// One bucket's log: the decision, refund and fullness logic, on a log the caller owns and
 /// guards (a single bucket's lock in the cell layer, a shard's lock in the keyed store).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Log {
     /// Admitted units, oldest first: `(timestamp, units)`, timestamps non-decreasing.
     runs: VecDeque<(u64, u64)>,

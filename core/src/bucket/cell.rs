@@ -373,6 +373,25 @@ pub(crate) fn acquire_live<W: Word>(
     }))
 }
 
+/// One decision on a plain word that its caller owns alone (`store::dense`): the step
+/// [`acquire_live`] applies to an atomic word, in the same arithmetic (the default quota's
+/// u64 twin on a narrow word), with no CAS. `word` must be a state of `codec`, never DEAD.
+#[inline(always)]
+pub(crate) fn step_owned<W: Word>(
+    word: W,
+    codec: &Codec,
+    now: u64,
+    cost: u64,
+) -> (Decision, Option<W>) {
+    if let Codec::Continuous(a) = codec {
+        return W::continuous_step(a, word, now, cost);
+    }
+    with_codec!(codec, a => {
+        let (decision, new) = a.acquire(word.widen(), now, cost);
+        (decision, new.map(W::narrow))
+    })
+}
+
 /// [`acquire_live`], but a leaky queue admits only with a wait of at most `within` ns
 /// (`u64::MAX`: its own bound, which is `acquire_live` exactly; callers that pass the constant
 /// get `acquire_live` with no extra branch).

@@ -10,10 +10,13 @@
 //!   decided by server-side scripts (`redis/SCRIPTS.md`).
 //! * [`spec`]: [`StoreSpec`], a store as configured (`"memory"`, `"shm:/api-limits"`,
 //!   `"redis://cache:6379/0"`).
+//! * [`dense`]: [`DenseLimiter`], one bucket per index in arrays its single owner holds (for
+//!   replays that number their keys).
 //! * [`bound`]: the key bound every store enforces (`max_keys`, the hint that spares scans).
 //! * [`key`]: the key rule every language shares (an integer key is its decimal digits).
 
 pub(crate) mod bound;
+mod dense;
 mod key;
 mod keyed;
 mod live;
@@ -26,6 +29,7 @@ pub(crate) mod spec;
 
 #[cfg(all(feature = "redis", not(sluicegate_loom)))]
 pub use self::redis::RedisStats;
+pub use dense::DenseLimiter;
 pub use key::{IntKey, LONG_KEY_BYTES};
 pub use keyed::{KeyedBuilder, KeyedLimiter, OnFull, DEFAULT_MAX_KEYS};
 #[cfg(all(unix, not(sluicegate_loom)))]

@@ -1,7 +1,8 @@
 //! The shared conformance vectors through `KeyedLimiter`: every keyed case of
 //! conformance/vectors.json, and every single-bucket case of both vector files played on one
 //! key of a keyed limiter (each word algorithm through the keyed store's own CAS loops, the
-//! sliding log through the keyed store of logs).
+//! sliding log through the keyed store of logs). Each case is played on a `DenseLimiter` too
+//! (keys numbered in order of first appearance), which must agree with both.
 //!
 //! A keyed bucket is created at its key's first request (SEMANTICS, "Keyed limiters"), a
 //! single bucket at `start_ns`; the two agree when the first step is at `start_ns`, or the
@@ -9,7 +10,8 @@
 //! are skipped here (they run in tests/conformance.rs).
 
 use serde_json::Value;
-use sluicegate::{KeyedLimiter, ManualClock, Quota};
+use sluicegate::{Decision, DenseLimiter, Error, KeyedLimiter, ManualClock, Quota};
+use std::collections::HashMap;
 
 fn load(file: &str) -> Value {
     let path = format!("{}/../conformance/{file}", env!("CARGO_MANIFEST_DIR"));
@@ -35,16 +37,23 @@ fn play(case: &Value) -> Option<usize> {
     let clock = ManualClock::new(start);
     let limiter: KeyedLimiter<Vec<u8>, ManualClock> =
         KeyedLimiter::with_clock(quota, clock.clone()).expect(name);
+    let mut dense = DenseLimiter::new(quota, start, usize::MAX).expect(name);
+    let mut index = HashMap::new();
     for (i, step) in steps.iter().enumerate() {
         let key = step["key"].as_str().unwrap_or("single").as_bytes();
+        let n = index.len();
+        let at = *index.entry(key).or_insert(n);
         let now = u(&step["t_ns"]);
         let cost = u(&step["cost"]);
         clock.set(now);
         match step["op"].as_str().unwrap() {
-            "refund" => limiter.refund(key, cost).unwrap(),
+            "refund" => {
+                limiter.refund(key, cost).unwrap();
+                dense.refund_at(at, now, cost).unwrap();
+            }
             "acquire" => {
                 let want = &step["expect"];
-                match limiter.try_acquire(key, cost) {
+                let check = |r: Result<Decision, Error>, store: &str| match r {
                     Ok(d) => assert_eq!(
                         serde_json::json!({
                             "allowed": d.allowed(), "limit": d.limit(),
@@ -53,10 +62,12 @@ fn play(case: &Value) -> Option<usize> {
                             "reset_after_ns": d.reset_after_nanos(),
                         }),
                         *want,
-                        "{name} step {i}"
+                        "{name} step {i} ({store})"
                     ),
-                    Err(e) => assert_eq!(e.code(), want["error"], "{name} step {i}: {e}"),
-                }
+                    Err(e) => assert_eq!(e.code(), want["error"], "{name} step {i}: {e} ({store})"),
+                };
+                check(limiter.try_acquire(key, cost), "keyed");
+                check(dense.try_acquire_at(at, now, cost), "dense");
             }
             op => panic!("{name}: unknown op {op}"),
         }

@@ -3,6 +3,7 @@
 //! peeks, removes, sweeps and clears, single buckets and keyed ones.
 
 mod algorithms;
+mod dense;
 mod keyed;
 mod keyed_log;
 mod keyed_ops;

@@ -11,7 +11,8 @@ use proptest::prelude::*;
 use sluicegate::{Error, KeyedLimiter, Limiter, ManualClock};
 use std::time::Duration;
 
-fn any_kind() -> impl Strategy<Value = Kind> {
+/// Every algorithm, both token-bucket refills included.
+pub(crate) fn any_kind() -> impl Strategy<Value = Kind> {
     prop_oneof![
         Just(Kind::TokenBucket),
         Just(Kind::TokenBucketInterval),
