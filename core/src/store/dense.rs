@@ -45,6 +45,7 @@ enum Buckets {
 /// assert!(limiter.try_acquire_at(1, 0, 1)?.allowed()); // index 1: a bucket of its own
 /// assert!(limiter.try_acquire_at(0, 1_000_000_000, 1)?.allowed()); // a second later
 /// assert!(matches!(limiter.try_acquire_at(7, 0, 1), Err(Error::KeyStoreFull { max_keys: 2 })));
+/// assert!(matches!(limiter.try_acquire_at(usize::MAX, 0, 1), Err(Error::KeyStoreFull { .. })));
 /// assert_eq!(limiter.len(), 2);
 /// # Ok::<(), sluicegate::Error>(())
 /// ```
@@ -138,14 +139,18 @@ impl DenseLimiter {
     /// Asks for `cost` tokens of bucket `index` at the clock reading `now`, creating the
     /// bucket (with the quota's initial tokens, at `now`) on the index's first request.
     /// Readings earlier than a bucket's latest are clamped, as everywhere. `Err` for a cost
-    /// above the capacity, a reading out of range, or a new bucket past `max_keys`.
-    ///
-    /// # Panics
-    /// When the array cannot grow to hold `index` (as a `Vec` of `index + 1` states would):
-    /// indices are meant to be dense, `0` to the number of keys.
+    /// above the capacity, a reading out of range, or a new bucket past `max_keys`
+    /// ([`Error::KeyStoreFull`]; an index of `max_keys` or more is one: indices are dense, so
+    /// that the arrays, which hold every index up to the largest asked for, stay within
+    /// `max_keys` states).
     #[inline]
     pub fn try_acquire_at(&mut self, index: usize, now: u64, cost: u64) -> Result<Decision, Error> {
         self.check(now, cost)?;
+        if index >= self.max_keys {
+            return Err(Error::KeyStoreFull {
+                max_keys: self.max_keys,
+            });
+        }
         match &mut self.buckets {
             Buckets::Narrow(v) => {
                 let w = word(v, index, &mut self.len, self.max_keys, &self.codec, now)?;
@@ -235,13 +240,13 @@ fn admit(len: &mut usize, max_keys: usize) -> Result<(), Error> {
     Ok(())
 }
 
-/// Makes `v` hold `index` (new elements are `empty()`, written now: a vector of zeroed pages
-/// would fault each page twice, at its first read and again at its first write).
+/// Makes `v` hold `index` (below `max_keys`; new elements are `empty()`, written now: a
+/// vector of zeroed pages would fault each page twice, at its first read and again at its
+/// first write).
 #[inline]
 fn grow<T>(v: &mut Vec<T>, index: usize, empty: impl FnMut() -> T) {
     if index >= v.len() {
-        let n = index.checked_add(1).expect("an index below usize::MAX");
-        v.resize_with(n, empty);
+        v.resize_with(index + 1, empty);
     }
 }
 

@@ -91,14 +91,31 @@ fn at_the_bound_new_indices_are_refused_and_held_ones_go_on() {
         "1/s; algorithm=sliding_log",
         "5/m; algorithm=leaky_queue; max_delay=1s",
     ] {
-        let mut d = DenseLimiter::new(q.parse().unwrap(), 0, 2).unwrap();
-        assert!(d.try_acquire_at(10, 0, 1).unwrap().allowed(), "{q}");
+        let mut d = DenseLimiter::new(q.parse().unwrap(), 0, 4).unwrap();
         assert!(d.try_acquire_at(3, 0, 1).unwrap().allowed(), "{q}");
+        // An index at the bound or past it is refused, whatever is held (the arrays hold
+        // every index up to the largest: they stay within `max_keys` states).
+        for past in [4, 5, usize::MAX] {
+            assert!(
+                matches!(
+                    d.try_acquire_at(past, 0, 1),
+                    Err(Error::KeyStoreFull { max_keys: 4 })
+                ),
+                "{q}"
+            );
+        }
+        assert!(d.try_acquire_at(0, 0, 1).unwrap().allowed(), "{q}");
+        assert!(d.try_acquire_at(2, 0, 1).unwrap().allowed(), "{q}");
+        assert_eq!(d.len(), 3, "{q}");
+        let mut d = DenseLimiter::new(q.parse().unwrap(), 0, 2).unwrap();
+        assert!(d.is_empty(), "{q}");
+        assert!(d.try_acquire_at(1, 0, 1).unwrap().allowed(), "{q}");
+        assert!(d.try_acquire_at(0, 0, 1).unwrap().allowed(), "{q}");
         assert!(!d.is_empty() && d.len() == 2 && d.max_keys() == 2, "{q}");
-        // Index 4 lies between held ones and is absent all the same.
+        // At the bound: a new index is refused.
         assert!(
             matches!(
-                d.try_acquire_at(4, 0, 1),
+                d.try_acquire_at(2, 0, 1),
                 Err(Error::KeyStoreFull { max_keys: 2 })
             ),
             "{q}"
@@ -109,7 +126,7 @@ fn at_the_bound_new_indices_are_refused_and_held_ones_go_on() {
         );
         d.refund_at(4, 0, 1).unwrap();
         assert_eq!(d.len(), 2, "{q}: a refund creates nothing");
-        assert!(d.try_acquire_at(10, 5_000_000_000, 1).is_ok(), "{q}");
+        assert!(d.try_acquire_at(1, 5_000_000_000, 1).is_ok(), "{q}");
         assert!(
             matches!(
                 d.try_acquire_at(0, 0, 1_000),
