@@ -1097,3 +1097,41 @@ fn max_keys_evicts_full_buckets_first() {
     );
     assert_eq!(bounded["traces"], roomy["traces"]);
 }
+
+/// The start-over on keyed stores when a dense store meets `--max-keys` reads the inputs a
+/// second time: stdin too, which is spooled only for `--html`'s trace pass. Without `--html`
+/// the second pass read stdin from where the first one stopped (nothing left here: an error;
+/// in a log larger than the reader's buffer, its tail, summarised as the whole log).
+#[test]
+fn max_keys_start_over_reads_stdin_from_its_start() {
+    let mut text = String::new();
+    // As in `max_keys_evicts_full_buckets_first`: key B at 10 s meets the bound of 1.
+    for (t, ip) in [(0, 1), (0, 1), (10, 2), (10, 2), (10, 2)] {
+        text += &format!(
+            "{{\"time\": {}, \"ip\": \"192.0.2.{ip}\"}}\n",
+            1714521600 + t
+        );
+    }
+    let out = bin()
+        .args([
+            "replay",
+            "--policy",
+            "1/s",
+            "--format",
+            "json",
+            "--max-keys",
+            "1",
+            "-",
+        ])
+        .write_stdin(text)
+        .assert()
+        .success();
+    let r = json(&out.get_output().stdout);
+    assert_eq!(r["requests"], 5, "{r}");
+    let p = &r["policies"][0];
+    assert_eq!(
+        (p["admitted"].as_u64(), p["rejected"].as_u64()),
+        (Some(2), Some(3)),
+        "{p}"
+    );
+}
