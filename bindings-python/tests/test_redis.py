@@ -482,6 +482,14 @@ def test_loops_taking_turns_in_a_thread_keep_one_wake_channel_each(redis_server:
             assert asyncio.run(call())
         # A few descriptors of the loops' own may come and go; two a switch is a leak.
         assert open_fds() - before < 10, (before, open_fds())
+        # One loop run by other threads in turn: still its one channel.
+        before = open_fds()
+        for _ in range(50):
+            t = threading.Thread(target=lambda: first.run_until_complete(call()))
+            t.start()
+            t.join(timeout=30)
+            assert first.run_until_complete(call())
+        assert open_fds() - before < 10, (before, open_fds())
     finally:
         first.close()
         second.close()
