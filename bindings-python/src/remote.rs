@@ -232,14 +232,40 @@ impl LoopWake {
                         return Some(wake.clone());
                     }
                 }
-                let wake = LoopWake::watched_by(&running).ok()?;
-                *last = Some((
-                    PyWeakrefReference::new(&running).ok()?.unbind(),
-                    wake.clone(),
-                ));
+                let weak = PyWeakrefReference::new(&running).ok()?.unbind();
+                let wake = LoopWake::of(&running).ok()?;
+                *last = Some((weak, wake.clone()));
                 Some(wake)
             })
         })
+    }
+
+    /// `event_loop`'s channel, made and watched at its first call. One a loop, whichever
+    /// thread runs it and whatever other loops that thread ran since: the channels are kept
+    /// by loop (weakly), not only the thread's last, so that a thread running loops in turn
+    /// does not make (and leave watched) a channel at every switch.
+    fn of(event_loop: &Bound<'_, PyAny>) -> PyResult<Arc<LoopWake>> {
+        static CHANNELS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let py = event_loop.py();
+        let channels = CHANNELS
+            .get_or_try_init(py, || {
+                py.import("weakref")?
+                    .getattr("WeakKeyDictionary")?
+                    .call0()
+                    .map(Bound::unbind)
+            })?
+            .bind(py);
+        if let Ok(found) = channels.get_item(event_loop) {
+            if let Some(wake) = found.cast::<WakeChannel>()?.get().0.upgrade() {
+                return Ok(wake);
+            }
+        }
+        // Hashable and weakly referable before the loop watches anything: a loop that is
+        // not gets no channel (the relay thread), rather than a new watched one each call.
+        event_loop.hash()?;
+        let wake = LoopWake::watched_by(event_loop)?;
+        channels.set_item(event_loop, WakeChannel(Arc::downgrade(&wake)))?;
+        Ok(wake)
     }
 
     /// A new channel, its reading end watched by `event_loop`.
@@ -290,6 +316,13 @@ impl LoopWake {
         wakers.into_iter().for_each(Waker::wake);
     }
 }
+
+/// A loop's wake channel, as the table of channels by loop holds it: weakly (the loop's
+/// selector holds it until the loop closes, and a closed loop's descriptors are not kept open
+/// for as long as something references the loop).
+#[cfg(unix)]
+#[pyclass(frozen)]
+struct WakeChannel(std::sync::Weak<LoopWake>);
 
 /// Where no socket pair exists, every wake goes through the relay thread.
 #[cfg(not(unix))]

@@ -457,6 +457,44 @@ def test_awaited_calls_wake_their_loop_on_every_loop_and_thread(redis_server: Re
     assert all(sum(r) == 20 and len(r) == 120 for r in results.values()), results
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open descriptors in /proc")
+def test_loops_taking_turns_in_a_thread_keep_one_wake_channel_each(redis_server: RedisServer) -> None:
+    """A thread that runs two loops in turn (a long-lived one and `asyncio.run`'s, or two of
+    its own) gives each one wake channel: switching loops must not leave another socket pair
+    watched by the loop that was switched from, or a long-lived loop gathers two descriptors
+    a switch until the process runs out of them."""
+    limiter = KeyedLimiter("1000000/s", store=url(redis_server, on_error="error"))
+
+    async def call() -> bool:
+        return bool(await limiter.try_acquire_async("k"))
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        first.run_until_complete(call())
+        second.run_until_complete(call())
+        before = open_fds()
+        for _ in range(100):
+            assert first.run_until_complete(call())
+            assert second.run_until_complete(call())
+            assert asyncio.run(call())
+        # A few descriptors of the loops' own may come and go; two a switch is a leak.
+        assert open_fds() - before < 10, (before, open_fds())
+        # One loop run by other threads in turn: still its one channel.
+        before = open_fds()
+        for _ in range(50):
+            t = threading.Thread(target=lambda: first.run_until_complete(call()))
+            t.start()
+            t.join(timeout=30)
+            assert first.run_until_complete(call())
+        assert open_fds() - before < 10, (before, open_fds())
+    finally:
+        first.close()
+        second.close()
+
+
 @pytest.mark.parametrize("loop", ["asyncio", "no add_reader"])
 def test_a_program_that_awaited_calls_exits_cleanly(redis_server: RedisServer, loop: str) -> None:
     """Waking a coroutine from a thread of ours that calls into Python raced the interpreter's

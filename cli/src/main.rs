@@ -365,10 +365,11 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
                 run::Inputs::Files(files.clone())
             };
             let trace = if a.out.html.is_some() { a.trace } else { 0 };
-            // A second pass must read stdin again: keep a copy.
+            // A second pass must read stdin again: keep a copy. Not only for --html's trace
+            // pass: a replay whose dense stores meet --max-keys starts over on keyed ones.
             let mut _spool = None;
             let inputs = match inputs {
-                run::Inputs::Files(f) if trace > 0 && f.iter().any(|x| x == "-") => {
+                run::Inputs::Files(f) if f.iter().any(|x| x == "-") => {
                     let sp = run::spool_stdin()?;
                     let path = sp.0.display().to_string();
                     _spool = Some(sp);

@@ -98,13 +98,20 @@ pub fn spool_stdin() -> Result<Spool, CliError> {
     let path = std::env::temp_dir().join(format!(
         "sluicegate-stdin-{}-{}.log",
         std::process::id(),
-        Instant::now().elapsed().as_nanos()
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
     ));
+    // A new file only: never one (or a link) that another user put at this name.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| CliError::Output {
+            path: path.display().to_string(),
+            source: e,
+        })?;
     let spool = Spool(path.clone());
-    let mut f = std::fs::File::create(&path).map_err(|e| CliError::Output {
-        path: path.display().to_string(),
-        source: e,
-    })?;
     std::io::copy(&mut std::io::stdin().lock(), &mut f).map_err(|e| CliError::Io {
         path: "<stdin>".into(),
         source: e,

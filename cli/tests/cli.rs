@@ -1041,6 +1041,20 @@ fn simulate_outputs_a_report_too() {
         .contains("\"admitted\":79"));
 }
 
+/// Key A twice at 0 s (the second rejected), key B at 10 s (A is full again), B again: with
+/// `--max-keys 1`, B meets the bound.
+fn evict_log() -> String {
+    [(0, 1), (0, 1), (10, 2), (10, 2), (10, 2)]
+        .iter()
+        .map(|(t, ip)| {
+            format!(
+                "{{\"time\": {}, \"ip\": \"192.0.2.{ip}\"}}\n",
+                1714521600 + t
+            )
+        })
+        .collect()
+}
+
 /// A replay keeps per-key buckets in arrays by key id until a policy's `--max-keys` is met;
 /// the keyed store it then starts over on evicts full buckets to make room, as it always did:
 /// a key whose bucket is full again gives way to a new one, and the decisions are those of a
@@ -1048,15 +1062,7 @@ fn simulate_outputs_a_report_too() {
 #[test]
 fn max_keys_evicts_full_buckets_first() {
     let dir = tempfile::tempdir().unwrap();
-    let mut text = String::new();
-    // Key A twice at 0 s (the second rejected), key B at 10 s (A is full again), B again.
-    for (t, ip) in [(0, 1), (0, 1), (10, 2), (10, 2), (10, 2)] {
-        text += &format!(
-            "{{\"time\": {}, \"ip\": \"192.0.2.{ip}\"}}\n",
-            1714521600 + t
-        );
-    }
-    let log = write(&dir, "evict.jsonl", &text);
+    let log = write(&dir, "evict.jsonl", &evict_log());
     let run = |max_keys: &str| {
         let out = bin()
             .args([
@@ -1096,4 +1102,31 @@ fn max_keys_evicts_full_buckets_first() {
         "{bounded}"
     );
     assert_eq!(bounded["traces"], roomy["traces"]);
+}
+
+/// The start-over on keyed stores when a dense store meets `--max-keys` reads the inputs a
+/// second time: stdin too, which is spooled only for `--html`'s trace pass. Without `--html`
+/// the second pass read stdin from where the first one stopped (nothing left here: an error;
+/// in a log larger than the reader's buffer, its tail, summarised as the whole log).
+#[test]
+fn max_keys_start_over_reads_stdin_from_its_start() {
+    let args = [
+        "replay",
+        "-p",
+        "1/s",
+        "--format",
+        "json",
+        "--max-keys",
+        "1",
+        "-",
+    ];
+    let out = bin().args(args).write_stdin(evict_log()).assert().success();
+    let r = json(&out.get_output().stdout);
+    assert_eq!(r["requests"], 5, "{r}");
+    let p = &r["policies"][0];
+    assert_eq!(
+        (p["admitted"].as_u64(), p["rejected"].as_u64()),
+        (Some(2), Some(3)),
+        "{p}"
+    );
 }

@@ -52,7 +52,8 @@ enum Buckets {
 pub struct DenseLimiter {
     quota: Quota,
     codec: Codec,
-    /// `codec.capacity()` and `codec.horizon()`: the checks of every request.
+    /// `codec.capacity()` and `codec.limit()` (the horizon, or a window codec's last window,
+    /// whose full state may be the DEAD word): the checks of every request.
     capacity: u64,
     horizon: u64,
     buckets: Buckets,
@@ -89,7 +90,7 @@ impl DenseLimiter {
         Ok(DenseLimiter {
             quota,
             capacity: codec.capacity(),
-            horizon: codec.horizon(),
+            horizon: codec.limit(),
             codec,
             buckets,
             len: 0,

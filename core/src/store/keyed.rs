@@ -350,7 +350,8 @@ pub(crate) struct Gen<K> {
 /// What every store's operations share: the compiled codec and the key bound's policy.
 pub(crate) struct Ctx {
     pub(crate) codec: Codec,
-    /// `codec.capacity()` and `codec.horizon()`, for the hot path's check.
+    /// `codec.capacity()` and `codec.limit()` (the first reading at which a state could be
+    /// the DEAD mark: the horizon, or a window codec's last window), for the hot path's check.
     capacity: u64,
     horizon: u64,
     pub(crate) max_keys: usize,
@@ -375,7 +376,7 @@ impl Ctx {
             lossless: quota.initial() == quota.burst(),
             sweep_on_grow: true,
             capacity: codec.capacity(),
-            horizon: codec.horizon().saturating_add(base),
+            horizon: codec.limit().saturating_add(base),
             codec,
             max_keys,
             on_full,
@@ -389,7 +390,7 @@ impl Ctx {
         let codec = Codec::new(&quota, origin).unwrap();
         Ctx {
             capacity: codec.capacity(),
-            horizon: codec.horizon(),
+            horizon: codec.limit(),
             codec,
             max_keys: usize::MAX,
             on_full,

@@ -144,3 +144,61 @@ fn at_the_bound_new_indices_are_refused_and_held_ones_go_on() {
     }
     assert!(DenseLimiter::new("1/s".parse().unwrap(), 0, 0).is_err());
 }
+
+/// A fixed window whose count is all ones in its field (2^40 - 1), in a narrow word whose
+/// index field ends inside u64 (a window of 2^39 ns: the horizon is 2^63 - 1, past a century):
+/// its last window's full state is the all-ones word, which both stores take for the mark of
+/// a bucket that is not there. `limit()` keeps readings below that window; the stores' checks
+/// test only `now < horizon`.
+#[test]
+fn the_last_window_never_makes_a_full_bucket_absent() {
+    let q: Quota = "1099511627775/549755813888ns; algorithm=fixed_window"
+        .parse()
+        .unwrap();
+    let mut d = DenseLimiter::new(q, 0, 4).unwrap();
+    let now = (1u64 << 63) - (1 << 39) + 5; // in the last window, below the horizon
+    let cap = (1u64 << 40) - 1;
+    let first = d.try_acquire_at(0, now, cap);
+    let second = d.try_acquire_at(0, now, cap);
+    assert!(
+        !matches!((&first, &second), (Ok(a), Ok(b)) if a.allowed() && b.allowed()),
+        "the window's count admitted twice: {first:?} {second:?}, {} buckets",
+        d.len()
+    );
+}
+
+/// The same last window on a `KeyedLimiter` (whose check also tests only `now < horizon`).
+#[test]
+fn the_last_window_never_makes_a_full_keyed_bucket_absent() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let q: Quota = "1099511627775/549755813888ns; algorithm=fixed_window"
+            .parse()
+            .unwrap();
+        let k: KeyedLimiter<u8, ManualClock> = KeyedLimiter::builder(q)
+            .clock(ManualClock::new(0))
+            .build()
+            .unwrap();
+        let now = (1u64 << 63) - (1 << 39) + 5;
+        let cap = (1u64 << 40) - 1;
+        let first = k.try_acquire_at(&0, now, cap);
+        let second = k.try_acquire_at(&0, now, cap);
+        let _ = tx.send(format!("{first:?} {second:?} len {}", k.len()));
+    });
+    let got = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the keyed limiter did not answer within 20 s");
+    assert!(got.matches("allowed: true").count() < 2, "{got}");
+}
+
+/// `max_keys` bounds the index, and the arrays hold every index up to the largest asked
+/// for: a bound no array can reach (`usize::MAX`, "no bound") must not turn a large index
+/// into a panic ("capacity overflow") or an abort (allocation failure) instead of an error.
+#[test]
+fn an_index_no_array_can_hold_is_an_error_not_a_panic() {
+    let mut d = DenseLimiter::new("1/s".parse().unwrap(), 0, usize::MAX).unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        d.try_acquire_at(usize::MAX / 2, 0, 1).map(|d| d.allowed())
+    }));
+    assert!(matches!(r, Ok(Err(_))), "{r:?}");
+}
