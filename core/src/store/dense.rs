@@ -143,7 +143,7 @@ impl DenseLimiter {
     /// above the capacity, a reading out of range, or a new bucket past `max_keys`
     /// ([`Error::KeyStoreFull`]; an index of `max_keys` or more is one: indices are dense, so
     /// that the arrays, which hold every index up to the largest asked for, stay within
-    /// `max_keys` states).
+    /// `max_keys` states; so is an index whose array cannot be allocated).
     #[inline]
     pub fn try_acquire_at(&mut self, index: usize, now: u64, cost: u64) -> Result<Decision, Error> {
         self.check(now, cost)?;
@@ -166,8 +166,8 @@ impl DenseLimiter {
                     unreachable!("logs are made for the sliding log")
                 };
                 if v.get(index).is_none_or(Option::is_none) {
+                    grow(v, index, self.max_keys, || None)?;
                     admit(&mut self.len, self.max_keys)?;
-                    grow(v, index, || None);
                     v[index] = Some(Log::new(now));
                 }
                 let log = v[index]
@@ -243,12 +243,21 @@ fn admit(len: &mut usize, max_keys: usize) -> Result<(), Error> {
 
 /// Makes `v` hold `index` (below `max_keys`; new elements are `empty()`, written now: a
 /// vector of zeroed pages would fault each page twice, at its first read and again at its
-/// first write).
+/// first write). An array that cannot grow so far (its size past `isize::MAX` bytes, or the
+/// allocation refused) is the store full at `max_keys`: an error, never an abort.
 #[inline]
-fn grow<T>(v: &mut Vec<T>, index: usize, empty: impl FnMut() -> T) {
+fn grow<T>(
+    v: &mut Vec<T>,
+    index: usize,
+    max_keys: usize,
+    empty: impl FnMut() -> T,
+) -> Result<(), Error> {
     if index >= v.len() {
+        v.try_reserve_exact(index + 1 - v.len())
+            .map_err(|_| Error::KeyStoreFull { max_keys })?;
         v.resize_with(index + 1, empty);
     }
+    Ok(())
 }
 
 /// Bucket `index`'s word, created at `now` if absent.
@@ -262,8 +271,8 @@ fn word<'a, W: Word>(
     now: u64,
 ) -> Result<&'a mut W, Error> {
     if v.get(index).is_none_or(|w| *w == W::DEAD) {
+        grow(v, index, max_keys, || W::DEAD)?;
         admit(len, max_keys)?;
-        grow(v, index, || W::DEAD);
         v[index] = W::narrow(codec.fresh(now));
     }
     Ok(&mut v[index])
