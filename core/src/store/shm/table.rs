@@ -919,7 +919,16 @@ impl Table<'_> {
                 continue;
             }
             let w = slot.word.load(Ordering::Acquire);
-            if w != 0 && claim_of(unpack(w).1).is_none() {
+            let (tag, state) = unpack(w);
+            if tag == 0 {
+                // Empty, or stray bits another writer left (no unit was ever taken for them):
+                // zeroed, nothing given back.
+                if w != 0 {
+                    let _ = slot
+                        .word
+                        .compare_exchange(w, 0, Ordering::AcqRel, Ordering::Acquire);
+                }
+            } else if claim_of(state).is_none() {
                 self.empty_slot(i, w);
             }
         }
