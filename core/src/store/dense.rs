@@ -304,14 +304,16 @@ fn refund<W: Word>(w: Option<&mut W>, codec: &Codec, now: u64, cost: u64) {
     }
 }
 
+/// A hint to the cache (as the in-process table's, none under Miri or loom, which model no
+/// cache).
 #[inline]
 fn prefetch<T>(v: Option<&T>) {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(sluicegate_loom), not(miri)))]
     if let Some(v) = v {
         use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         // SAFETY: a prefetch never faults and reads nothing; the address is a live reference.
         unsafe { _mm_prefetch((v as *const T).cast::<i8>(), _MM_HINT_T0) };
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(not(all(target_arch = "x86_64", not(sluicegate_loom), not(miri))))]
     let _ = v;
 }
