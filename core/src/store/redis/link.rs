@@ -304,6 +304,9 @@ pub(crate) struct Link {
     pub(crate) timeout: Duration,
     eval: bool,
     state: Mutex<State>,
+    /// The state's generation while it has a connection, else 0 (the first connection's
+    /// generation is 1); written under the state's lock.
+    live: AtomicU64,
     pub(crate) counters: Counters,
     /// The blocking callers' own connections (one plain server only).
     direct: Option<Mutex<Direct>>,
@@ -432,6 +435,7 @@ impl Link {
                 backoff: BACKOFF_MIN,
                 last_error: "not connected yet".into(),
             }),
+            live: AtomicU64::new(0),
             counters: Counters::default(),
         });
         map.insert(id, Arc::downgrade(&link));
@@ -455,6 +459,7 @@ impl Link {
             Ok(Ok(conn)) => {
                 st.conn = Some(conn);
                 st.generation += 1;
+                self.live.store(st.generation, Relaxed);
                 st.backoff = BACKOFF_MIN;
                 bump(&self.counters.connects);
             }
@@ -483,9 +488,12 @@ impl Link {
     }
 
     /// The link's generation while it has a connection (`current`, without the connection).
+    /// Read without the state's lock (every call asks).
     fn up(&self) -> Option<u64> {
-        let st = self.state();
-        st.conn.as_ref().map(|_| st.generation)
+        match self.live.load(Relaxed) {
+            0 => None,
+            g => Some(g),
+        }
     }
 
     /// Drops connection `generation` after a failure on it (a newer one stays).
@@ -493,13 +501,14 @@ impl Link {
         let mut st = self.state();
         if st.generation == generation && st.conn.is_some() {
             st.conn = None;
+            self.live.store(0, Relaxed);
             st.next_try = Instant::now();
             st.last_error = why;
         }
     }
 
-    /// Makes the scripts' call `req` (SCRIPTS.md, "Calling convention"): one round trip, two when the scripts must be loaded first. Runs on the
-    /// runtime thread.
+    /// Makes the scripts' call `req` (SCRIPTS.md, "Calling convention"): one round trip, two
+    /// when the scripts must be loaded first. Runs on the runtime thread.
     pub(crate) async fn call(self: Arc<Self>, req: Request) -> Result<Value, Fail> {
         let deadline = tokio::time::Instant::now() + self.timeout;
         let r = tokio::time::timeout_at(deadline, self.call_inner(&req)).await;

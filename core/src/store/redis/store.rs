@@ -494,9 +494,11 @@ impl Common {
             Ok(Outcome::Decided(d, each)) => {
                 self.link.counters.decided.fetch_add(1, Relaxed);
                 if op == Op::Acquire {
-                    // The server has created every absent part.
+                    // The server has created every absent part. (Written once: every call
+                    // reads the flag, from every thread.)
                     parts
                         .iter()
+                        .filter(|(c, _)| !c.created.load(Relaxed))
                         .for_each(|(c, _)| c.created.store(true, Relaxed));
                 }
                 if let (Some(cache), [(_, fp)], Op::Acquire, None) =
