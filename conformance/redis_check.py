@@ -1274,9 +1274,12 @@ def check_production(conn: Conn, failures: list, mode: str) -> int:
                 ok(conn.call("GET", key) == m.enc(states[0])[1] and conn.call("PEXPIRETIME", key) == at,
                    f"{algo} {q} cost {cost}: state and expiry")
         # Malformed: the general call's errors (it decides whatever the fast path cannot take),
-        # and no write.
+        # and no write. Each after a valid call with the quota arguments '1 1 1 1', which the
+        # function then knows as checked (fast.lua): what it skips for them, it still checks
+        # of everything else.
         for args in (["x", 1, 1, 1, 1], [1, 0, 1, 1, 1], [1, 1, 1, 1, 2], [1, 1, 1, 1],
-                     [1, 1, 1, 1, 1, "bad clock"], [1.5, 1, 1, 1, 1]):
+                     [1, 1, 1, 1, 1, "bad clock"], [1.5, 1, 1, 1, 1], [-1, 1, 1, 1, 1]):
+            ok(script(["sg:{prod}:good"], [1, 1, 1, 1, 1], suffix="_tb")[0] == 0, "a valid call")
             try:
                 script(["sg:{prod}:bad"], args, suffix="_tb")
                 ok(False, f"_tb {args} was accepted")
@@ -1284,6 +1287,7 @@ def check_production(conn: Conn, failures: list, mode: str) -> int:
                 ok("sluicegate" in str(e), f"_tb {args}: {e}")
         ok(conn.call("EXISTS", "sg:{prod}:bad") == 0, "a malformed one-bucket call wrote")
         try:
+            script(["sg:{prod}:good"], [1, 1, 1, 1, 1], suffix="_tb")
             script(["sg:{prod}:a", "sg:{prod}:b"], [1, 1, 1, 1, 1], suffix="_tb")
             ok(False, "_tb with two keys was accepted")
         except RedisError as e:

@@ -2,7 +2,7 @@
 //! (floats, EVALSHA; written here from that library's idea), on one redis-server this program
 //! starts on a free loopback port (`redis-server` from PATH or `$REDIS_SERVER`) and stops:
 //!
-//!     cargo run --release -p sluicegate --features redis --example redis_bench [SECONDS] [ROUNDS]
+//!     cargo run --release -p sluicegate --features redis --example redis_bench [SECONDS] [ROUNDS] [ONLY]
 //!
 //! Quota `1000000/s` (never rejects: every call writes), keys drawn from 10 000. Subjects:
 //!
@@ -29,7 +29,8 @@
 //! The async rows run on a current_thread runtime; then `1 caller` and `50 callers, pipelined`
 //! again on a multi-thread runtime of 2 workers (the API, its hand-off and the GCRA script).
 //! Then blocking callers (threads): pooled connections against `connections=0`.
-//! Then the negative cache: a rejected key asked again and again.
+//! Then the negative cache: a rejected key asked again and again. `ONLY`: run only the rows
+//! whose name contains it (e.g. `"API, 1 caller"`, for a profiler), and the negative cache.
 
 use redis::aio::MultiplexedConnection;
 use sluicegate::{KeyedLimiter, Quota, StoreSpec};
@@ -170,6 +171,8 @@ struct Bench {
     function: Arc<str>,
     sha: Arc<str>,
     admin: MultiplexedConnection,
+    /// Only the rows whose name contains this.
+    only: String,
 }
 
 impl Bench {
@@ -322,8 +325,12 @@ impl Bench {
             #[allow(clippy::type_complexity)]
             let mut per: Vec<(Vec<f64>, Vec<Duration>, Vec<f64>, Vec<f64>)> =
                 vec![Default::default(); subjects.len()];
+            let name = |s: Subject| format!("{}, {}{label}", s.name(), mode.name());
             for _ in 0..rounds {
                 for (j, s) in subjects.iter().enumerate() {
+                    if !name(*s).contains(&self.only) {
+                        continue;
+                    }
                     let (r, lat, us, cpu) = self.run(*s, mode, secs, apis).await;
                     per[j].0.push(r);
                     per[j].1.extend(lat);
@@ -332,10 +339,13 @@ impl Bench {
                 }
             }
             for (j, (mut r, mut lat, mut us, mut cpu)) in per.into_iter().enumerate() {
+                if r.is_empty() {
+                    continue;
+                }
                 let lo = r.iter().cloned().fold(f64::INFINITY, f64::min);
                 let hi = r.iter().cloned().fold(0.0, f64::max);
                 rows.push((
-                    format!("{}, {}{label}", subjects[j].name(), mode.name()),
+                    name(subjects[j]),
                     median(&mut r),
                     (lo, hi),
                     quantile(&mut lat, 0.5),
@@ -363,6 +373,7 @@ fn main() {
     let mut argv = std::env::args().skip(1);
     let secs: f64 = argv.next().map_or(3.0, |s| s.parse().expect("SECONDS"));
     let rounds: usize = argv.next().map_or(3, |s| s.parse().expect("ROUNDS"));
+    let only = argv.next().unwrap_or_default();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -459,6 +470,7 @@ fn main() {
                 function: format!("{lib}_tb").into(),
                 sha: sha.into(),
                 admin,
+                only: only.clone(),
             };
             (bench, version)
         });
@@ -512,7 +524,14 @@ fn main() {
     // connections of their own) against `connections=0` (every call handed to the runtime
     // thread and pipelined on the multiplexed connection), in alternating rounds.
     for threads in [1u64, 50] {
-        let subjects = [("pooled connections", &api), ("connections=0", &api0)];
+        let name = |s: &str| format!("sluicegate API, {threads} blocking caller(s), {s}");
+        let subjects: Vec<_> = [("pooled connections", &api), ("connections=0", &api0)]
+            .into_iter()
+            .filter(|(s, _)| name(s).contains(&only))
+            .collect();
+        if subjects.is_empty() {
+            continue;
+        }
         let mut per_s = [Vec::new(), Vec::new()];
         let mut lat = [Vec::new(), Vec::new()];
         let mut cpu = [Vec::new(), Vec::new()];
@@ -548,14 +567,14 @@ fn main() {
                 lat[j].extend(done);
             }
         }
-        for (j, (name, _)) in subjects.iter().enumerate() {
+        for (j, (s, _)) in subjects.iter().enumerate() {
             let r = &mut per_s[j];
             let (lo, hi) = (
                 r.iter().copied().fold(f64::INFINITY, f64::min),
                 r.iter().copied().fold(0.0, f64::max),
             );
             rows.push((
-                format!("sluicegate API, {threads} blocking caller(s), {name}"),
+                name(s),
                 median(r),
                 (lo, hi),
                 quantile(&mut lat[j], 0.5),

@@ -1,9 +1,9 @@
 //! [`RedisBucket`], a single limiter's bucket on Redis, and composite limits over such
 //! buckets in one script call.
 
+use super::link::Request;
 use super::link::{slot, RedisStats};
-use super::scripts::Func;
-use super::store::{fingerprint, Ask, Common, Op};
+use super::store::{fingerprint, Ask, Common, Name, Op};
 use crate::error::{Error, StoreErrorKind};
 use crate::store::spec::Topology;
 use crate::store::StoreSpec;
@@ -30,7 +30,7 @@ impl RedisBucket {
         let fp = fingerprint(name.as_str());
         let codec = crate::algorithm::Codec::new(quota, origin)?;
         let b = RedisBucket { c, name, fp, codec };
-        b.c.create(b.name.clone(), b.fp, origin);
+        b.c.create(Name::Made(&b.name), b.fp, origin);
         Ok(b)
     }
 
@@ -59,7 +59,7 @@ impl RedisBucket {
         if ask.op != Op::Refund {
             self.check(ask.now, ask.cost)?;
         }
-        Ok(self.c.request(vec![self.name.clone()], &[self.fp], ask)?.0)
+        self.c.request(Name::Made(&self.name), self.fp, ask)
     }
 
     pub(crate) fn reserve(&self, now: u64, cost: u64, within: u64) -> Result<Decision, Error> {
@@ -81,14 +81,14 @@ impl RedisBucket {
     pub(crate) async fn acquire_async(&self, now: u64, cost: u64) -> Result<Decision, Error> {
         self.check(now, cost)?;
         let ask = Self::ask(Op::Acquire, now, cost, None);
-        let names = vec![self.name.clone()];
-        Ok(self.c.request_async(names, &[self.fp], ask).await?.0)
+        let name = Name::Made(&self.name);
+        self.c.request_async(name, self.fp, ask).await
     }
 
     pub(crate) async fn refund_async(&self, now: u64, cost: u64) -> Result<(), Error> {
         let ask = Self::ask(Op::Refund, now, cost, None);
-        let names = vec![self.name.clone()];
-        self.c.request_async(names, &[self.fp], ask).await.map(drop)
+        let name = Name::Made(&self.name);
+        self.c.request_async(name, self.fp, ask).await.map(drop)
     }
 }
 
@@ -183,7 +183,7 @@ pub(crate) fn composite(
         Err(e) => return Some(Err(e)),
     };
     let c = &parts[0].c;
-    let r = c.link.call_blocking(Func::Run, names, args);
+    let r = c.link.call_blocking(Request::Run { keys: names, args });
     Some(c.finish(r, &fps, ask))
 }
 
@@ -199,6 +199,6 @@ pub(crate) async fn composite_async(
         Err(e) => return Some(Err(e)),
     };
     let c = &parts[0].c;
-    let r = c.link.call_async(Func::Run, names, args).await;
+    let r = c.link.call_async(Request::Run { keys: names, args }).await;
     Some(c.finish(r, &fps, ask))
 }

@@ -38,6 +38,7 @@ use crate::store::StoreSpec;
 use core::future::Future;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, Value};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -71,15 +72,36 @@ pub(crate) fn block<T: Send + 'static>(fut: impl Future<Output = T> + Send + 'st
         .expect("sluicegate: the Redis store's thread stopped")
 }
 
-/// Runs `fut` on the runtime thread; the caller awaits it on any executor. Dropping the
-/// returned future does not cancel the call (a request sent is a request decided).
-pub(crate) async fn run<T: Send + 'static>(fut: impl Future<Output = T> + Send + 'static) -> T {
+/// Runs `fut` on the runtime thread, from now on; the caller awaits it on any executor.
+/// Dropping the returned future does not cancel the call (a request sent is a request
+/// decided). Not an `async fn`: the returned future does not carry `fut` (which the spawned
+/// task holds), so that a caller's future stays small (a large one is copied whenever it
+/// moves).
+pub(crate) fn run<T: Send + 'static>(
+    fut: impl Future<Output = T> + Send + 'static,
+) -> impl Future<Output = T> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     runtime().spawn(async move {
         let _ = tx.send(fut.await);
     });
-    rx.await
-        .expect("sluicegate: the Redis store's thread stopped")
+    async move {
+        rx.await
+            .expect("sluicegate: the Redis store's thread stopped")
+    }
+}
+
+/// A call of the scripts, as a store prepares it.
+pub(crate) enum Request {
+    /// A one-bucket function's call (`FCALL NAME_tb 1 key cost k p b i [test_clock]`),
+    /// built whole by the store: the EVAL form has no such function, so it is never sent
+    /// another way.
+    One(Cmd),
+    /// The general entry `NAME` with its keys and arguments: `FCALL`, or with `scripts=eval`
+    /// `EVALSHA`, then `EVAL` after `NOSCRIPT`.
+    Run {
+        keys: Vec<String>,
+        args: Vec<String>,
+    },
 }
 
 /// Why a call has no answer.
@@ -212,7 +234,7 @@ impl Conn {
     /// One command; an error reply is an `Err` (the client returns it as a value).
     async fn send(&mut self, cmd: &Cmd) -> redis::RedisResult<Value> {
         let v = match self {
-            Conn::Single(c) => c.req_packed_command(cmd).await,
+            Conn::Single(c) => c.send_packed_command(cmd).await,
             Conn::Cluster(c) => c.req_packed_command(cmd).await,
         };
         v?.extract_error()
@@ -282,6 +304,9 @@ pub(crate) struct Link {
     pub(crate) timeout: Duration,
     eval: bool,
     state: Mutex<State>,
+    /// The state's generation while it has a connection, else 0 (the first connection's
+    /// generation is 1); written under the state's lock.
+    live: AtomicU64,
     pub(crate) counters: Counters,
     /// The blocking callers' own connections (one plain server only).
     direct: Option<Mutex<Direct>>,
@@ -410,6 +435,7 @@ impl Link {
                 backoff: BACKOFF_MIN,
                 last_error: "not connected yet".into(),
             }),
+            live: AtomicU64::new(0),
             counters: Counters::default(),
         });
         map.insert(id, Arc::downgrade(&link));
@@ -433,6 +459,7 @@ impl Link {
             Ok(Ok(conn)) => {
                 st.conn = Some(conn);
                 st.generation += 1;
+                self.live.store(st.generation, Relaxed);
                 st.backoff = BACKOFF_MIN;
                 bump(&self.counters.connects);
             }
@@ -461,9 +488,12 @@ impl Link {
     }
 
     /// The link's generation while it has a connection (`current`, without the connection).
+    /// Read without the state's lock (every call asks).
     fn up(&self) -> Option<u64> {
-        let st = self.state();
-        st.conn.as_ref().map(|_| st.generation)
+        match self.live.load(Relaxed) {
+            0 => None,
+            g => Some(g),
+        }
     }
 
     /// Drops connection `generation` after a failure on it (a newer one stays).
@@ -471,22 +501,17 @@ impl Link {
         let mut st = self.state();
         if st.generation == generation && st.conn.is_some() {
             st.conn = None;
+            self.live.store(0, Relaxed);
             st.next_try = Instant::now();
             st.last_error = why;
         }
     }
 
-    /// Calls the scripts' function `func` with `keys` and `args` (SCRIPTS.md, "Calling
-    /// convention"): one round trip, two when the scripts must be loaded first. Runs on the
-    /// runtime thread.
-    pub(crate) async fn call(
-        self: Arc<Self>,
-        func: Func,
-        keys: Vec<String>,
-        args: Vec<String>,
-    ) -> Result<Value, Fail> {
+    /// Makes the scripts' call `req` (SCRIPTS.md, "Calling convention"): one round trip, two
+    /// when the scripts must be loaded first. Runs on the runtime thread.
+    pub(crate) async fn call(self: Arc<Self>, req: Request) -> Result<Value, Fail> {
         let deadline = tokio::time::Instant::now() + self.timeout;
-        let r = tokio::time::timeout_at(deadline, self.call_inner(func, &keys, &args)).await;
+        let r = tokio::time::timeout_at(deadline, self.call_inner(&req)).await;
         let (fail, generation) = match r {
             Ok(Ok(v)) => return Ok(v),
             Ok(Err(f)) => f,
@@ -498,20 +523,15 @@ impl Link {
 
     /// [`call`](Self::call) for a blocking caller: on its own thread, over a pooled direct
     /// connection when the link has them and one is free, else through the runtime thread.
-    pub(crate) fn call_blocking(
-        self: &Arc<Self>,
-        func: Func,
-        keys: Vec<String>,
-        args: Vec<String>,
-    ) -> Result<Value, Fail> {
+    pub(crate) fn call_blocking(self: &Arc<Self>, req: Request) -> Result<Value, Fail> {
         let (Some(direct), Target::Single(client)) = (&self.direct, &self.target) else {
-            return block(self.clone().call(func, keys, args));
+            return block(self.clone().call(req));
         };
         let deadline = Instant::now() + self.timeout;
         // Down (or reconnecting): the runtime's path fails at once and schedules the
         // reconnection, as for every call.
         let Some(generation) = self.up() else {
-            return block(self.clone().call(func, keys, args));
+            return block(self.clone().call(req));
         };
         let pooled = {
             let mut d = direct.lock().unwrap_or_else(|e| e.into_inner());
@@ -526,7 +546,7 @@ impl Link {
                     // Every direct connection is busy: pipelined with the others.
                     None => {
                         drop(d);
-                        return block(self.clone().call(func, keys, args));
+                        return block(self.clone().call(req));
                     }
                 }
             }
@@ -544,7 +564,7 @@ impl Link {
         // it is; after a timeout or an I/O error it is not (its state is unknown).
         let (r, conn) = match conn {
             Err(e) => (Err(classify(&e)), None),
-            Ok(mut conn) => match self.direct_call(&mut conn, func, &keys, &args, deadline) {
+            Ok(mut conn) => match self.direct_call(&mut conn, &req, deadline) {
                 Ok(v) => (Ok(v), Some(conn)),
                 Err(f @ Fail::Server(_)) => (Err(f), Some(conn)),
                 Err(f) => (Err(f), None),
@@ -564,12 +584,7 @@ impl Link {
     /// [`call`](Self::call) for an async caller: on a tokio runtime whose connections it can
     /// drive (one server, not TLS), on a connection of that runtime, with no hand-off to the
     /// runtime thread; else handed to the runtime thread.
-    pub(crate) async fn call_async(
-        self: &Arc<Self>,
-        func: Func,
-        keys: Vec<String>,
-        args: Vec<String>,
-    ) -> Result<Value, Fail> {
+    pub(crate) async fn call_async(self: &Arc<Self>, req: Request) -> Result<Value, Fail> {
         // A timer made without a time driver panics: under `panic=abort` the probe
         // (`has_timers`) cannot run, and every async call is handed off.
         let (rt, client) = match (
@@ -578,7 +593,7 @@ impl Link {
             tokio::runtime::Handle::try_current(),
         ) {
             (Some(_), Target::Single(client), Ok(rt)) if cfg!(panic = "unwind") => (rt, client),
-            _ => return run(self.clone().call(func, keys, args)).await,
+            _ => return run(self.clone().call(req)).await,
         };
         // Down (or reconnecting): fails at once, and schedules the reconnection. Such a call
         // awaits nothing else: it spends a unit of the task's budget, so that a task that
@@ -592,7 +607,7 @@ impl Link {
             }
         };
         let (conn, id) = match self.route(&rt, generation) {
-            Route::HandOff => return run(self.clone().call(func, keys, args)).await,
+            Route::HandOff => return run(self.clone().call(req)).await,
             Route::Use(conn, id) => (Some(conn), Some(id)),
             Route::Open => (None, None),
         };
@@ -604,7 +619,9 @@ impl Link {
             id,
             keep: true,
         };
-        let call = async {
+        // Boxed: the exchange's future is about 2 KB, and the caller's futures (this one's
+        // included) would carry it and copy it at every move.
+        let call = Box::pin(async {
             let conn = match conn {
                 Some(conn) => conn,
                 None => match self.open_own(client, &mut seat, generation).await {
@@ -613,17 +630,14 @@ impl Link {
                     None => return None,
                 },
             };
-            Some(
-                self.exchange(&mut Conn::Single(conn), func, &keys, &args)
-                    .await,
-            )
-        };
+            Some(self.exchange(&mut Conn::Single(conn), &req).await)
+        });
         let r = match tokio::time::timeout_at(deadline, call).await {
             Ok(Some(r)) => r,
             // The runtime has no IO driver: nothing was sent.
             Ok(None) => {
                 drop(seat);
-                return run(self.clone().call(func, keys, args)).await;
+                return run(self.clone().call(req)).await;
             }
             Err(_) => Err(Fail::Timeout),
         };
@@ -748,9 +762,7 @@ impl Link {
     fn direct_call(
         &self,
         conn: &mut redis::Connection,
-        func: Func,
-        keys: &[String],
-        args: &[String],
+        req: &Request,
         deadline: Instant,
     ) -> Result<Value, Fail> {
         let send = |conn: &mut redis::Connection, cmd: &Cmd| -> redis::RedisResult<Value> {
@@ -762,7 +774,7 @@ impl Link {
             conn.set_write_timeout(Some(left))?;
             redis::ConnectionLike::req_command(conn, cmd)?.extract_error()
         };
-        let main = self.script_cmd(func, keys, args);
+        let main = self.script_cmd(req);
         let mut loaded = false;
         loop {
             let e = match send(conn, &main) {
@@ -771,9 +783,10 @@ impl Link {
             };
             match self.next_step(&e, loaded) {
                 Next::Fail => return Err(classify(&e)),
-                Next::Eval => {
-                    return send(conn, &self.eval_cmd(keys, args)).map_err(|e| classify(&e))
-                }
+                Next::Eval => match eval_cmd(req) {
+                    Some(eval) => return send(conn, &eval).map_err(|e| classify(&e)),
+                    None => return Err(classify(&e)),
+                },
                 Next::Load => match send(conn, &load_cmd()) {
                     Err(e) if !e.to_string().contains("already exists") => {
                         return Err(classify(&e))
@@ -824,44 +837,33 @@ impl Link {
         next
     }
 
-    /// The call of the scripts' `func` (EVALSHA of the general entry with `scripts=eval`).
-    fn script_cmd(&self, func: Func, keys: &[String], args: &[String]) -> Cmd {
-        // The EVAL form has only the general entry (the store never asks it for another).
-        debug_assert!(!self.eval || func == Func::Run);
-        let sc = scripts();
-        if self.eval {
-            call_cmd("EVALSHA", &sc.sha, keys, args)
-        } else {
-            call_cmd("FCALL", sc.function(func), keys, args)
+    /// The command of `req` (EVALSHA of the general entry with `scripts=eval`).
+    fn script_cmd<'r>(&self, req: &'r Request) -> Cow<'r, Cmd> {
+        match req {
+            // The EVAL form has only the general entry (the store never builds another).
+            Request::One(cmd) => {
+                debug_assert!(!self.eval);
+                Cow::Borrowed(cmd)
+            }
+            Request::Run { keys, args } if self.eval => {
+                Cow::Owned(call_cmd("EVALSHA", &scripts().sha, keys, args))
+            }
+            Request::Run { keys, args } => {
+                Cow::Owned(call_cmd("FCALL", scripts().function(Func::Run), keys, args))
+            }
         }
     }
 
-    /// The call by EVAL of the scripts' text (after NOSCRIPT).
-    fn eval_cmd(&self, keys: &[String], args: &[String]) -> Cmd {
-        call_cmd("EVAL", super::scripts::EVAL_FORM, keys, args)
-    }
-
-    async fn call_inner(
-        self: &Arc<Self>,
-        func: Func,
-        keys: &[String],
-        args: &[String],
-    ) -> Result<Value, (Fail, u64)> {
+    async fn call_inner(self: &Arc<Self>, req: &Request) -> Result<Value, (Fail, u64)> {
         let (mut conn, generation) = self.current().map_err(|f| (f, 0))?;
-        self.exchange(&mut conn, func, keys, args)
+        self.exchange(&mut conn, req)
             .await
             .map_err(|f| (f, generation))
     }
 
     /// One call on `conn` (the protocol of every async call; the caller applies the deadline).
-    async fn exchange(
-        &self,
-        conn: &mut Conn,
-        func: Func,
-        keys: &[String],
-        args: &[String],
-    ) -> Result<Value, Fail> {
-        let main = self.script_cmd(func, keys, args);
+    async fn exchange(&self, conn: &mut Conn, req: &Request) -> Result<Value, Fail> {
+        let main = self.script_cmd(req);
         let fail = |e: redis::RedisError| classify(&e);
         // A MOVED or ASK reply means that the call did not run: it is sent once more, to the
         // node named (Redis Cluster during a resharding). Sending it again is no replay.
@@ -882,10 +884,10 @@ impl Link {
             }
             match self.next_step(&e, loaded) {
                 Next::Fail => return Err(fail(e)),
-                Next::Eval => {
-                    let eval = self.eval_cmd(keys, args);
-                    return conn.send_to(&eval, to.as_ref()).await.map_err(fail);
-                }
+                Next::Eval => match eval_cmd(req) {
+                    Some(eval) => return conn.send_to(&eval, to.as_ref()).await.map_err(fail),
+                    None => return Err(fail(e)),
+                },
                 Next::Load => match conn.send_to(&load_cmd(), to.as_ref()).await {
                     Err(e) if !e.to_string().contains("already exists") => return Err(fail(e)),
                     _ => loaded = true,
@@ -996,6 +998,16 @@ fn call_cmd(name: &str, what: &str, keys: &[String], args: &[String]) -> Cmd {
     let mut c = redis::cmd(name);
     c.arg(what).arg(keys.len()).arg(keys).arg(args);
     c
+}
+
+/// The call by EVAL of the scripts' text (after NOSCRIPT), for a request of the general entry.
+fn eval_cmd(req: &Request) -> Option<Cmd> {
+    match req {
+        Request::Run { keys, args } => {
+            Some(call_cmd("EVAL", super::scripts::EVAL_FORM, keys, args))
+        }
+        Request::One(_) => None,
+    }
 }
 
 /// FUNCTION LOAD of the scripts' library.

@@ -17,8 +17,8 @@
 //! for bit.
 
 pub(crate) use super::link::RedisStats;
-use super::link::{block, run, Fail, Link};
-use super::scripts::{self, Func, Spec};
+use super::link::{block, run, Fail, Link, Request};
+use super::scripts::{self, Spec};
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{Error, StoreErrorKind};
 use crate::store::keyed::Ctx;
@@ -27,7 +27,7 @@ use crate::store::{KeyedLimiter, OnFull, Store, StoreSpec};
 use crate::{Decision, Quota};
 use core::borrow::Borrow;
 use core::hash::Hash;
-use redis::Value;
+use redis::{Cmd, RedisWrite, Value};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
@@ -39,6 +39,55 @@ pub(crate) fn fingerprint<Q: Hash + ?Sized>(key: &Q) -> u128 {
     let mut h = siphasher::sip128::SipHasher13::new_with_keys(SIP_K0, SIP_K1);
     key.hash(&mut h);
     siphasher::sip128::Hasher128::finish128(&h).as_u128()
+}
+
+/// A bucket's key name: a keyed limiter's `HEAD{FP}` (its store's `PREFIX:QUOTA:` and the
+/// key's fingerprint in 32 hex digits), or a name made already (a single limiter's).
+#[derive(Clone, Copy)]
+pub(super) enum Name<'a> {
+    Keyed(&'a str, u128),
+    Made(&'a str),
+}
+
+impl<'a> Name<'a> {
+    /// The text before a keyed name's `{FP}`, and that tag.
+    fn split(self) -> (&'a str, Option<[u8; 34]>) {
+        match self {
+            Name::Made(n) => (n, None),
+            Name::Keyed(head, fp) => (head, Some(tag(fp))),
+        }
+    }
+
+    pub(super) fn string(self) -> String {
+        let (head, tag) = self.split();
+        let mut s = String::with_capacity(head.len() + 34);
+        s.push_str(head);
+        s.extend(tag.iter().flatten().map(|&b| char::from(b)));
+        s
+    }
+
+    /// The name as `cmd`'s next argument, written in place.
+    fn write_arg(self, cmd: &mut Cmd) {
+        use std::io::Write;
+        let (head, tag) = self.split();
+        let mut w = cmd.writer_for_next_arg();
+        // Writes to the command's own buffer (a `Vec`), which cannot fail.
+        let _ = w.write_all(head.as_bytes());
+        if let Some(t) = tag {
+            let _ = w.write_all(&t);
+        }
+    }
+}
+
+/// `{FP}`: a fingerprint in 32 lowercase hex digits, in braces (a Redis Cluster hash tag).
+fn tag(fp: u128) -> [u8; 34] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut t = [b'{'; 34];
+    for (i, d) in t[1..33].iter_mut().enumerate() {
+        *d = HEX[((fp >> (124 - 4 * i)) & 0xf) as usize];
+    }
+    t[33] = b'}';
+    t
 }
 
 /// `retry_after` of a rejection by `on_error=closed`.
@@ -364,76 +413,92 @@ fn insurance(quota: &Quota, limit: u64, hosts: u64) -> Result<Quota, Error> {
         .or_else(|_| Quota::try_new(count, quota.period_ns(), burst))
 }
 
-/// A request prepared for the server.
-struct Call {
-    func: Func,
-    keys: Vec<String>,
-    args: Vec<String>,
+/// A figure of a reply: an integer, or a decimal string (above 2^53).
+fn figure(x: &Value) -> Option<u128> {
+    match x {
+        Value::Int(i) => u128::try_from(*i).ok(),
+        Value::BulkString(b) => core::str::from_utf8(b).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    }
 }
 
-/// The figures of a reply: integers, or decimal strings above 2^53.
-fn figures(v: &Value) -> Result<Vec<u128>, Fail> {
-    let bad = || Fail::Server(format!("sluicegate: unexpected reply {v:?}"));
-    let Value::Array(items) = v else {
-        return Err(bad());
-    };
-    items
-        .iter()
-        .map(|x| match x {
-            Value::Int(i) => u128::try_from(*i).map_err(|_| bad()),
-            Value::BulkString(b) => core::str::from_utf8(b)
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .ok_or_else(bad),
-            Value::SimpleString(s) => s.parse().map_err(|_| bad()),
-            _ => Err(bad()),
-        })
-        .collect()
-}
-
-/// What one request (on one bucket or several) comes to.
+/// What one request (on one bucket or several) comes to: the decision, and each part's when
+/// there are several parts.
 enum Outcome {
-    Decided(Decision, Vec<Decision>),
+    Decided(Decision, Option<Vec<Decision>>),
     Capacity(u64),
     Refunded,
 }
 
+/// The figures of the longest reply read without a heap allocation (a one-bucket decision's).
+const FEW: usize = 7;
+
 impl Common {
     fn outcome(&self, v: &Value, parts: usize) -> Result<Outcome, Fail> {
-        let f = figures(v)?;
-        match f.as_slice() {
+        let bad = || Fail::Server(format!("sluicegate: unexpected reply {v:?}"));
+        let Value::Array(items) = v else {
+            return Err(bad());
+        };
+        let mut few = [0u128; FEW];
+        let many: Vec<u128>;
+        let f: &[u128] = if items.len() <= FEW {
+            for (x, item) in few.iter_mut().zip(items) {
+                *x = figure(item).ok_or_else(bad)?;
+            }
+            &few[..items.len()]
+        } else {
+            many = items
+                .iter()
+                .map(|x| figure(x).ok_or_else(bad))
+                .collect::<Result<_, _>>()?;
+            &many
+        };
+        match f {
             [1, _, _, cap] => Ok(Outcome::Capacity(u64::try_from(*cap).unwrap_or(u64::MAX))),
             [0, _] => Ok(Outcome::Refunded),
             [0, _, rest @ ..] if rest.len() == 5 || rest.len() == 5 + 5 * parts => {
                 let d = self.decision(&rest[..5]);
-                let each = if parts == 1 {
-                    vec![d]
-                } else {
-                    rest[5..].chunks(5).map(|c| self.decision(c)).collect()
-                };
+                let each =
+                    (parts != 1).then(|| rest[5..].chunks(5).map(|c| self.decision(c)).collect());
                 Ok(Outcome::Decided(d, each))
             }
-            _ => Err(Fail::Server(format!("sluicegate: unexpected reply {v:?}"))),
+            _ => Err(bad()),
         }
     }
 
-    /// The result of a call on the buckets `fps` (their order is the call's).
+    /// The result of a call on the buckets `fps` (their order is the call's): the decision,
+    /// and each part's.
     pub(super) fn finish(
         &self,
         r: Result<Value, Fail>,
         parts: &[(&Common, u128)],
         ask: Ask,
     ) -> Result<(Decision, Vec<Decision>), Error> {
+        let (d, each) = self.settle(r, parts, ask)?;
+        Ok((d, each.unwrap_or_else(|| vec![d])))
+    }
+
+    /// [`finish`](Self::finish) without each part's decision when there is one part.
+    fn settle(
+        &self,
+        r: Result<Value, Fail>,
+        parts: &[(&Common, u128)],
+        ask: Ask,
+    ) -> Result<(Decision, Option<Vec<Decision>>), Error> {
         let n = parts.len();
+        let each = |d: Decision| (n != 1).then(|| vec![d; n]);
         let out = r.and_then(|v| self.outcome(&v, n));
         let (op, cost) = (ask.op, ask.cost);
         match out {
             Ok(Outcome::Decided(d, each)) => {
                 self.link.counters.decided.fetch_add(1, Relaxed);
                 if op == Op::Acquire {
-                    // The server has created every absent part.
+                    // The server has created every absent part. (Written once: every call
+                    // reads the flag, from every thread.)
                     parts
                         .iter()
+                        .filter(|(c, _)| !c.created.load(Relaxed))
                         .for_each(|(c, _)| c.created.store(true, Relaxed));
                 }
                 if let (Some(cache), [(_, fp)], Op::Acquire, None) =
@@ -449,11 +514,11 @@ impl Common {
             Ok(Outcome::Refunded) => {
                 self.link.counters.decided.fetch_add(1, Relaxed);
                 let d = Decision::from_figures(true, self.limit, 0, 0, 0, self.window_s);
-                Ok((d, vec![d; n]))
+                Ok((d, each(d)))
             }
             Err(fail) => {
                 let d = self.failed(&fail, parts, ask)?;
-                Ok((d, vec![d; n]))
+                Ok((d, each(d)))
             }
         }
     }
@@ -461,84 +526,82 @@ impl Common {
     /// Creates bucket `name` (fingerprint `fp`) at `now` if it does not exist: a cost-0
     /// acquisition whose failure is nobody's request (no policy decides it, no counter but
     /// the link's own counts it).
-    pub(super) fn create(&self, name: String, fp: u128, now: u64) {
+    pub(super) fn create(&self, name: Name<'_>, fp: u128, now: u64) {
         let ask = Ask {
             op: Op::Acquire,
             now,
             cost: 0,
             bound: None,
         };
-        if let Ok(call) = self.prepare(vec![name], &[fp], ask) {
-            let r = self.link.call_blocking(call.func, call.keys, call.args);
+        if let Ok(req) = self.prepare(name, fp, ask) {
+            let r = self.link.call_blocking(req);
             if let Ok(Outcome::Decided(..)) = r.and_then(|v| self.outcome(&v, 1)) {
                 self.created.store(true, Relaxed);
             }
         }
     }
 
-    /// A cached rejection, or the call to make.
-    fn prepare(&self, names: Vec<String>, fps: &[u128], ask: Ask) -> Result<Call, Decision> {
+    /// A cached rejection, or the call to make, for a request on one bucket.
+    fn prepare(&self, name: Name<'_>, fp: u128, ask: Ask) -> Result<Request, Decision> {
         let op = ask.op;
-        if let (Some(cache), [fp], Op::Acquire, None) = (&self.cache, fps, op, ask.bound) {
-            if let Some(d) = cache.get(*fp, self.cache_now(ask.now), ask.cost, self.window_s) {
+        if let (Some(cache), Op::Acquire, None) = (&self.cache, op, ask.bound) {
+            if let Some(d) = cache.get(fp, self.cache_now(ask.now), ask.cost, self.window_s) {
                 self.link.counters.cached_rejections.fetch_add(1, Relaxed);
                 return Err(d);
             }
         }
         if op == Op::Refund {
             if let Some(cache) = &self.cache {
-                fps.iter().for_each(|fp| cache.forget(*fp));
+                cache.forget(fp);
             }
         }
         let spec = self.spec();
-        if let (Some((func, quota)), [_], Op::Acquire, None) = (&spec.one, fps, op, ask.bound) {
-            let mut args = Vec::with_capacity(6);
-            args.push(ask.cost.to_string());
-            args.extend(quota.iter().cloned());
+        if let (Some((func, quota)), Op::Acquire, None) = (&spec.one, op, ask.bound) {
+            // FCALL NAME_tb 1 key cost k p b i [test_clock], written into one buffer.
+            let function = scripts::scripts().function(*func);
+            let (head, _) = name.split();
+            let size =
+                64 + function.len() + head.len() + quota.iter().map(String::len).sum::<usize>();
+            let mut cmd = Cmd::with_capacity(10, size);
+            cmd.arg("FCALL").arg(function).arg("1");
+            name.write_arg(&mut cmd);
+            cmd.arg(ask.cost).arg(&quota[..]);
             if self.test_base_ms.is_some() {
-                args.push(self.test_clock(ask.now));
+                cmd.arg(self.test_clock(ask.now));
             }
-            return Ok(Call {
-                func: *func,
-                keys: names,
-                args,
-            });
+            return Ok(Request::One(cmd));
         }
         let mut args = self.args(ask);
-        args.extend((0..names.len()).map(|_| spec.text.clone()));
-        Ok(Call {
-            func: Func::Run,
-            keys: names,
+        args.push(spec.text.clone());
+        Ok(Request::Run {
+            keys: vec![name.string()],
             args,
         })
     }
 
-    pub(super) fn request(
-        &self,
-        names: Vec<String>,
-        fps: &[u128],
-        ask: Ask,
-    ) -> Result<(Decision, Vec<Decision>), Error> {
-        match self.prepare(names, fps, ask) {
-            Err(d) => Ok((d, vec![d])),
-            Ok(call) => {
-                let r = self.link.call_blocking(call.func, call.keys, call.args);
-                self.finish(r, &[(self, fps[0])], ask)
+    /// A request on one bucket.
+    pub(super) fn request(&self, name: Name<'_>, fp: u128, ask: Ask) -> Result<Decision, Error> {
+        match self.prepare(name, fp, ask) {
+            Err(d) => Ok(d),
+            Ok(req) => {
+                let r = self.link.call_blocking(req);
+                Ok(self.settle(r, &[(self, fp)], ask)?.0)
             }
         }
     }
 
+    /// [`request`](Self::request) for async callers.
     pub(super) async fn request_async(
         &self,
-        names: Vec<String>,
-        fps: &[u128],
+        name: Name<'_>,
+        fp: u128,
         ask: Ask,
-    ) -> Result<(Decision, Vec<Decision>), Error> {
-        match self.prepare(names, fps, ask) {
-            Err(d) => Ok((d, vec![d])),
-            Ok(call) => {
-                let r = self.link.call_async(call.func, call.keys, call.args).await;
-                self.finish(r, &[(self, fps[0])], ask)
+    ) -> Result<Decision, Error> {
+        match self.prepare(name, fp, ask) {
+            Err(d) => Ok(d),
+            Ok(req) => {
+                let r = self.link.call_async(req).await;
+                Ok(self.settle(r, &[(self, fp)], ask)?.0)
             }
         }
     }
@@ -569,8 +632,8 @@ impl RedisStore {
         })
     }
 
-    fn name(&self, fp: u128) -> String {
-        format!("{}{{{fp:032x}}}", self.c.head)
+    fn name(&self, fp: u128) -> Name<'_> {
+        Name::Keyed(&self.c.head, fp)
     }
 
     pub(crate) fn stats(&self) -> RedisStats {
@@ -598,7 +661,7 @@ impl RedisStore {
         let fp = fingerprint(key);
         let op = if peek { Op::Peek } else { Op::Acquire };
         let ask = Self::ask(op, now, cost, within);
-        Ok(self.c.request(vec![self.name(fp)], &[fp], ask)?.0)
+        self.c.request(self.name(fp), fp, ask)
     }
 
     /// [`decide`](Self::decide) for async callers, on a key's fingerprint.
@@ -612,20 +675,13 @@ impl RedisStore {
     ) -> Result<Decision, Error> {
         let op = if peek { Op::Peek } else { Op::Acquire };
         let ask = Self::ask(op, now, cost, within);
-        Ok(self
-            .c
-            .request_async(vec![self.name(fp)], &[fp], ask)
-            .await?
-            .0)
+        self.c.request_async(self.name(fp), fp, ask).await
     }
 
     /// A refund for async callers, on a key's fingerprint.
     pub(crate) async fn refund_fp_async(&self, fp: u128, now: u64, cost: u64) -> Result<(), Error> {
         let ask = Self::ask(Op::Refund, now, cost, u64::MAX);
-        self.c
-            .request_async(vec![self.name(fp)], &[fp], ask)
-            .await
-            .map(drop)
+        self.c.request_async(self.name(fp), fp, ask).await.map(drop)
     }
 
     /// A batch's answers known without a round trip (errors, cached rejections), and the
@@ -650,10 +706,9 @@ impl RedisStore {
                 Err(e) => out[i] = Some(Err(e.clone())),
                 Ok((fp, cost)) => {
                     let ask = Self::ask(Op::Acquire, now, *cost, u64::MAX);
-                    match self.c.prepare(vec![self.name(*fp)], &[*fp], ask) {
+                    match self.c.prepare(self.name(*fp), *fp, ask) {
                         Err(d) => out[i] = Some(Ok(d)),
-                        Ok(call) => calls
-                            .push((i, self.c.link.clone().call(call.func, call.keys, call.args))),
+                        Ok(req) => calls.push((i, self.c.link.clone().call(req))),
                     }
                 }
             }
@@ -675,7 +730,7 @@ impl RedisStore {
                 unreachable!("only checked requests are sent")
             };
             let ask = Self::ask(Op::Acquire, now, cost, u64::MAX);
-            out[i] = Some(self.c.finish(r, &[(&self.c, fp)], ask).map(|(d, _)| d));
+            out[i] = Some(self.c.settle(r, &[(&self.c, fp)], ask).map(|(d, _)| d));
         }
         out.into_iter()
             .map(|r| r.expect("every request answered"))
@@ -774,7 +829,7 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for RedisStore {
     {
         let fp = fingerprint(key);
         let ask = Self::ask(Op::Refund, now, cost, u64::MAX);
-        self.c.request(vec![self.name(fp)], &[fp], ask).map(drop)
+        self.c.request(self.name(fp), fp, ask).map(drop)
     }
 
     fn remove<Q>(&self, _cx: &Ctx, key: &Q) -> Result<bool, Error>
@@ -787,7 +842,7 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for RedisStore {
             cache.forget(fp);
         }
         let mut cmd = redis::cmd("DEL");
-        cmd.arg(self.name(fp));
+        cmd.arg(self.name(fp).string());
         let v = block(self.c.link.clone().command(cmd)).map_err(|f| f.error(&self.c.link.name))?;
         Ok(matches!(v, Value::Int(n) if n > 0))
     }
@@ -828,5 +883,30 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for RedisStore {
             self.c.link.name.clone(),
             "a Redis store keeps a fingerprint of each key, not the key: it cannot list them",
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Name;
+
+    #[test]
+    fn key_names() {
+        for fp in [0, 1, 0xfedc_ba98_7654_3210, u128::MAX, 0x0123 << 100] {
+            assert_eq!(
+                Name::Keyed("p:0123456789abcdef:", fp).string(),
+                format!("p:0123456789abcdef:{{{fp:032x}}}")
+            );
+        }
+        assert_eq!(Name::Made("p:q:{t}").string(), "p:q:{t}");
+        let mut cmd = redis::Cmd::new();
+        Name::Keyed("h:", 0xab).write_arg(&mut cmd);
+        Name::Made("m").write_arg(&mut cmd);
+        let args: Vec<_> = cmd.args_iter().collect();
+        assert_eq!(args.len(), 2);
+        assert!(
+            matches!(args[0], redis::Arg::Simple(a) if a == format!("h:{{{:032x}}}", 0xab).as_bytes())
+        );
+        assert!(matches!(args[1], redis::Arg::Simple(b"m")));
     }
 }

@@ -19,15 +19,36 @@ local function general(algo, argv)
              .. ' ' .. (argv[5] or '') }
 end
 
+-- How an integral double below 2^53 is printed: '%d' where Lua's integer format is 64 bits
+-- wide (LUA_INTFRM_T is long: 64-bit Unix builds), which prints it exactly and several times
+-- faster than '%.0f' (glibc prints that through its multi-precision path); else '%.0f'.
+local INT_FORMAT = '%.0f'
+if sformat('%d', 9007199254740991) == '9007199254740991' then INT_FORMAT = '%d' end
+
+-- The quota arguments (k p b i, as strings) last found valid, and their numbers: a limiter
+-- sends the same four strings on every call, and Lua compares strings by identity (they are
+-- interned), so a call with those strings skips their checks. `false` matches no argument.
+local ok_k, ok_p, ok_b, ok_i = false, false, false, false
+local ok_nk, ok_np, ok_nb, ok_ni
+
 local function one(algo, keys, argv)
-  local cost, k, p, b, i = tonumber(argv[1]), tonumber(argv[2]), tonumber(argv[3]),
-    tonumber(argv[4]), tonumber(argv[5])
-  -- Integers (x % 1 == 0 fails for NaN and infinities too) with b * p < 2^51, so that every
-  -- value below stays under 2^53 once the reading passes the guard further down.
-  if not (cost and k and p and b and i and #keys == 1 and #argv <= 6
-      and cost >= 0 and k >= 1 and p >= 1 and b >= 1 and i >= 0 and i <= b
-      and cost % 1 == 0 and k % 1 == 0 and p % 1 == 0 and b % 1 == 0 and i % 1 == 0
-      and b * p < TWO53 / 4) then
+  local cost = tonumber(argv[1])
+  local sk, sp, sb, si = argv[2], argv[3], argv[4], argv[5]
+  local k, p, b, i
+  if sk == ok_k and sp == ok_p and sb == ok_b and si == ok_i then
+    k, p, b, i = ok_nk, ok_np, ok_nb, ok_ni
+  else
+    k, p, b, i = tonumber(sk), tonumber(sp), tonumber(sb), tonumber(si)
+    -- Integers (x % 1 == 0 fails for NaN and infinities too) with b * p < 2^51, so that
+    -- every value below stays under 2^53 once the reading passes the guard further down.
+    if not (k and p and b and i and k >= 1 and p >= 1 and b >= 1 and i >= 0 and i <= b
+        and k % 1 == 0 and p % 1 == 0 and b % 1 == 0 and i % 1 == 0
+        and b * p < TWO53 / 4) then
+      return run(keys, general(algo, argv))
+    end
+    ok_k, ok_p, ok_b, ok_i, ok_nk, ok_np, ok_nb, ok_ni = sk, sp, sb, si, k, p, b, i
+  end
+  if not (cost and #keys == 1 and #argv <= 6 and cost >= 0 and cost % 1 == 0) then
     return run(keys, general(algo, argv))
   end
   local t, tpm, base
@@ -80,7 +101,7 @@ local function one(algo, keys, argv)
     if at < now_ms then at = now_ms end
     at = base + at
     if at >= TWO53 then return run(keys, general(algo, argv)) end
-    redis.call('SET', key, sformat('%.0f', new), 'PXAT', sformat('%.0f', at))
+    redis.call('SET', key, sformat(INT_FORMAT, new), 'PXAT', sformat(INT_FORMAT, at))
   end
   return { 0, t, ok, b, rem, retry, reset }
 end
