@@ -365,11 +365,15 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
                 run::Inputs::Files(files.clone())
             };
             let trace = if a.out.html.is_some() { a.trace } else { 0 };
-            // A second pass must read stdin again: keep a copy. Not only for --html's trace
-            // pass: a replay whose dense stores meet --max-keys starts over on keyed ones.
+            // A second pass must read stdin again: keep a copy (--html's trace pass). Without
+            // one, stdin streams once: its replay takes the keyed stores from the start, since
+            // the dense ones may have to start over (at --max-keys), which needs the input
+            // twice, and a copy of a piped log would take the disk its length.
             let mut _spool = None;
+            let streamed = trace == 0
+                && matches!(&inputs, run::Inputs::Files(f) if f.iter().any(|x| x == "-"));
             let inputs = match inputs {
-                run::Inputs::Files(f) if f.iter().any(|x| x == "-") => {
+                run::Inputs::Files(f) if trace > 0 && f.iter().any(|x| x == "-") => {
                     let sp = run::spool_stdin()?;
                     let path = sp.0.display().to_string();
                     _spool = Some(sp);
@@ -411,6 +415,7 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
                 trace,
                 progress: !a.quiet && std::io::stderr().is_terminal(),
                 max_bins: 1200,
+                dense: !streamed,
             };
             let summary = run::replay(&cfg, &inputs)?;
             render(&summary, &a.out, || summary.to_table())

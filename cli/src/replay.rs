@@ -255,7 +255,7 @@ impl Replay {
     }
 
     /// The same replay on keyed stores (hash tables that evict full buckets at `max_keys`):
-    /// for a replay whose dense stores met the bound.
+    /// for a replay whose dense stores met the bound, or whose input is read only once.
     pub fn keyed_stores(mut self) -> Self {
         self.dense = false;
         self

@@ -39,6 +39,10 @@ pub struct Config {
     pub trace: usize,
     pub progress: bool,
     pub max_bins: usize,
+    /// Per-key rules on dense stores (arrays by key id), which start the replay over on keyed
+    /// stores if they meet `max_keys`: only for inputs that can be read twice. False: keyed
+    /// stores from the start (stdin read once).
+    pub dense: bool,
 }
 
 impl Config {
@@ -510,6 +514,7 @@ pub fn replay(cfg: &Config, inputs: &Inputs) -> Result<Summary, CliError> {
             cfg.sustain,
             Timeline::adaptive(cfg.policies.len(), cfg.max_bins),
         );
+        let r = if cfg.dense { r } else { r.keyed_stores() };
         let meta = Meta {
             command: "replay".into(),
             key: cfg.key_description(),
@@ -523,7 +528,8 @@ pub fn replay(cfg: &Config, inputs: &Inputs) -> Result<Summary, CliError> {
             return Err(e);
         }
         // A dense store met --max-keys, where a keyed store evicts full buckets first: the
-        // whole replay again on keyed stores (the inputs are files, or stdin spooled to one).
+        // whole replay again on keyed stores (the inputs are files, or stdin spooled to one:
+        // stdin read once never takes dense stores).
         let (r2, meta2) = fresh();
         (r, meta) = (r2.keyed_stores(), meta2);
         pass(cfg, inputs, &mut r, &mut meta)?;
