@@ -6,6 +6,34 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 export PROPTEST_CASES="${PROPTEST_CASES:-1024}"
 
+# CI builds everything once, from nothing, on a disk it shares with other jobs (a run once
+# failed there with "No space left on device"). So under CI=true: no incremental state (nothing
+# is rebuilt), line tables only for debug info (backtraces keep their file:line), and each
+# suite's own build directory goes once the suite is done (drop_after below). A developer's
+# run keeps all of it: their incremental caches and full debug info are what make reruns fast.
+ci_lean=false
+if [ "${CI:-}" = true ]; then
+  ci_lean=true
+  export CARGO_INCREMENTAL=0
+  export CARGO_PROFILE_DEV_DEBUG=line-tables-only
+  export CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
+  export CARGO_PROFILE_BENCH_DEBUG=line-tables-only
+fi
+# drop_after STEP: under CI=true, the build directories no later step reads, and the space left.
+drop_after() {
+  "$ci_lean" || return 0
+  local dirs=()
+  case "$1" in
+    loom) dirs=(target/loom) ;;
+    *50-fuzz.sh) dirs=(fuzz/target) ;;
+    *55-miri.sh) dirs=(target/miri) ;;
+    *60-cli.sh) dirs=(target/release target/x86_64-unknown-linux-gnu) ;;
+  esac
+  [ "${#dirs[@]}" -eq 0 ] || rm -rf "${dirs[@]}"
+  printf 'disk: build directories %s; %s free\n' "$(du -shc target fuzz/target 2>/dev/null | tail -1 | cut -f1)" \
+    "$(df -h . | awk 'NR == 2 { print $4 }')"
+}
+
 started=$(date +%s)
 # Each step with the seconds since the start, so a slow suite shows.
 step() { printf '\n==> %s (at %ds)\n' "$*" "$(($(date +%s) - started))"; }
@@ -30,11 +58,13 @@ python3 conformance/generate.py --check
 
 step "loom models (bounded preemptions)"
 bash ci/loom.sh 2>&1 | tee -a "$results"
+drop_after loom
 
 for extra in ci/check.d/*.sh; do
   [ -e "$extra" ] || continue
   step "$extra"
   bash "$extra" 2>&1 | tee -a "$results"
+  drop_after "$extra"
 done
 
 step "cargo test (unit, property, conformance, stress, doc tests)"
