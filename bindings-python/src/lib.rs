@@ -398,8 +398,21 @@ impl PyDecision {
         let style = style.parse::<HeaderStyle>().map_err(to_py)?;
         let out = PyList::empty(py);
         for (name, value) in self.inner.headers(style, policy) {
-            let name = PyBytes::new(py, name.to_ascii_lowercase().as_bytes());
-            out.append((name, PyBytes::new(py, value.as_bytes())))?;
+            // The core's names are short: lower-cased on the stack.
+            let mut buf = [0u8; 32];
+            let owned;
+            let lower: &[u8] = match buf.get_mut(..name.len()) {
+                Some(b) => {
+                    b.copy_from_slice(name.as_bytes());
+                    b.make_ascii_lowercase();
+                    b
+                }
+                None => {
+                    owned = name.to_ascii_lowercase();
+                    owned.as_bytes()
+                }
+            };
+            out.append((PyBytes::new(py, lower), PyBytes::new(py, value.as_bytes())))?;
         }
         Ok(out)
     }

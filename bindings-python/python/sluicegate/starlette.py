@@ -93,6 +93,7 @@ from sluicegate._web import (
     peek,
     quotas,
     reset,
+    scoped_key,
     settle,
     shared_rules,
     settle_async,
@@ -398,14 +399,34 @@ class RateLimit:
     def __init__(self, limiter: Sluicegate, rules: list[Rule]) -> None:
         self.limiter = limiter
         self.rules = rules
+        # The dependency most apps declare: one rule that counts every admitted request at a
+        # fixed cost. ``check`` decides it by its first branch; ``__call__`` inlines that
+        # branch (this runs on every request, and three calls fewer are a fifth of its time).
+        only = rules[0] if len(rules) == 1 else None
+        plain = only is not None and only.deduct_when is None and not only.shadow and not callable(only.cost)
+        self._plain = only if plain else None
 
     async def __call__(self, request: Request, response: Response) -> Decision | None:
         limiter = self.limiter
         if not limiter.enabled or (limiter.skip is not None and limiter.skip(request)):
             return None
         scope = request.scope
+        rule = self._plain
         if limiter._remote:
             decision, rule, allowed = await limiter._check_async(self.rules, request, _route_name(scope))
+        elif rule is not None:  # check's first branch, inlined
+            key = (rule.key_func or limiter.key_func)(request)
+            if rule.scoped:
+                path = getattr(scope.get("route"), "path", None)  # _route_name's, inlined
+                if not isinstance(path, str):
+                    path = _UNMATCHED
+                key = f"{path}\x00{key}" if type(key) is str else scoped_key(path, key)
+            store = limiter.store
+            keyed = rule._limiters.get(store)
+            if keyed is None:
+                keyed = rule.limiter(store)
+            decision = keyed.try_acquire(key, rule.cost)
+            allowed = decision.allowed
         else:
             decision, rule, allowed = limiter._check(self.rules, request, _route_name(scope))
         assert decision is not None
@@ -415,7 +436,8 @@ class RateLimit:
             if response.raw_headers:  # fields set before (another dependency's): replaced
                 response.headers.update(limiter._headers(decision, rule))
             else:  # what headers.update would append, without its scans
-                response.raw_headers.extend(limiter._raw_headers(decision, rule))
+                policy = (rule and rule.policy) or limiter.policy
+                response.raw_headers.extend(decision.header_lines(limiter.style, policy))
         # For the middleware's fields (the fewest tokens left of its limits and these); it
         # puts the list in the scope, and nothing else reads it.
         decisions = scope.get(_DECISIONS)
@@ -621,7 +643,11 @@ def _route_path(route: Any, scope: Scope) -> str:
     bucket per client for every item), or one name for every unmatched path (a client cannot
     make buckets by inventing paths)."""
     path = getattr(route, "path", None)
-    return path if isinstance(path, str) else "<unmatched>"
+    return path if isinstance(path, str) else _UNMATCHED
+
+
+#: The scope of every path no route matches.
+_UNMATCHED = "<unmatched>"
 
 
 def _route_name(scope: Scope) -> str:

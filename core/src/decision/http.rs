@@ -85,6 +85,8 @@ impl Decision {
     /// The response fields for this decision in the given style; `policy` names the policy in
     /// the IETF fields (a Structured-Field string: quotes and backslashes are escaped).
     pub fn headers(&self, style: HeaderStyle, policy: &str) -> Vec<(&'static str, String)> {
+        // Written into buffers sized up front, without `format!`: these fields go on most
+        // responses, and formatting and growing strings was most of their cost.
         let mut out = Vec::with_capacity(4);
         let (limit, remaining, reset, w) = (
             self.limit(),
@@ -94,35 +96,89 @@ impl Decision {
         );
         match style {
             HeaderStyle::Ietf => {
-                let name = sf_string(policy);
-                out.push(("RateLimit-Policy", format!("{name};q={limit};w={w}")));
-                out.push(("RateLimit", format!("{name};r={remaining};t={reset}")));
-            }
-            HeaderStyle::Draft6 => {
-                out.push(("RateLimit-Policy", format!("{limit};w={w}")));
-                out.push(("RateLimit-Limit", limit.to_string()));
-                out.push(("RateLimit-Remaining", remaining.to_string()));
-                out.push(("RateLimit-Reset", reset.to_string()));
-            }
-            HeaderStyle::Draft7 => {
-                out.push(("RateLimit-Policy", format!("{limit};w={w}")));
+                let mut name = String::with_capacity(policy.len() + 2 + 2 * 23);
+                push_sf_string(&mut name, policy);
+                let mut state = String::with_capacity(name.capacity());
+                state.push_str(&name);
+                out.push((
+                    "RateLimit-Policy",
+                    figures(name, &[(";q=", limit), (";w=", w)]),
+                ));
                 out.push((
                     "RateLimit",
-                    format!("limit={limit}, remaining={remaining}, reset={reset}"),
+                    figures(state, &[(";r=", remaining), (";t=", reset)]),
+                ));
+            }
+            HeaderStyle::Draft6 => {
+                out.push((
+                    "RateLimit-Policy",
+                    figures(String::new(), &[("", limit), (";w=", w)]),
+                ));
+                out.push(("RateLimit-Limit", figures(String::new(), &[("", limit)])));
+                out.push((
+                    "RateLimit-Remaining",
+                    figures(String::new(), &[("", remaining)]),
+                ));
+                out.push(("RateLimit-Reset", figures(String::new(), &[("", reset)])));
+            }
+            HeaderStyle::Draft7 => {
+                out.push((
+                    "RateLimit-Policy",
+                    figures(String::new(), &[("", limit), (";w=", w)]),
+                ));
+                out.push((
+                    "RateLimit",
+                    figures(
+                        String::new(),
+                        &[
+                            ("limit=", limit),
+                            (", remaining=", remaining),
+                            (", reset=", reset),
+                        ],
+                    ),
                 ));
             }
             HeaderStyle::Legacy => {
-                out.push(("X-RateLimit-Limit", limit.to_string()));
-                out.push(("X-RateLimit-Remaining", remaining.to_string()));
-                out.push(("X-RateLimit-Reset", reset.to_string()));
+                out.push(("X-RateLimit-Limit", figures(String::new(), &[("", limit)])));
+                out.push((
+                    "X-RateLimit-Remaining",
+                    figures(String::new(), &[("", remaining)]),
+                ));
+                out.push(("X-RateLimit-Reset", figures(String::new(), &[("", reset)])));
             }
             HeaderStyle::None => {}
         }
         if let Some(secs) = self.retry_after_header() {
-            out.push(("Retry-After", secs.to_string()));
+            out.push(("Retry-After", figures(String::new(), &[("", secs)])));
         }
         out
     }
+}
+
+/// `out` followed by each label and its number in decimal, grown once.
+fn figures(mut out: String, items: &[(&str, u64)]) -> String {
+    out.reserve(items.iter().map(|(label, _)| label.len() + 20).sum());
+    for &(label, n) in items {
+        out.push_str(label);
+        push_decimal(&mut out, n);
+    }
+    out
+}
+
+/// Appends `n` in decimal.
+fn push_decimal(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20]; // u64::MAX has 20 digits
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // Every byte from `at` is an ASCII digit.
+    out.extend(digits[at..].iter().map(|&d| char::from(d)));
 }
 
 /// The fields for a composite limit: with [`HeaderStyle::Ietf`], `RateLimit-Policy` and
@@ -178,6 +234,12 @@ pub fn policies_headers(
 /// characters are replaced by `_` so the field always stays valid.
 fn sf_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
+    push_sf_string(&mut out, s);
+    out
+}
+
+/// Appends [`sf_string`]`(s)`.
+fn push_sf_string(out: &mut String, s: &str) {
     out.push('"');
     for ch in s.chars() {
         match ch {
@@ -190,7 +252,6 @@ fn sf_string(s: &str) -> String {
         }
     }
     out.push('"');
-    out
 }
 
 #[cfg(test)]
@@ -278,5 +339,59 @@ mod tests {
             denied.headers(HeaderStyle::None, "api"),
             vec![("Retry-After", "1".to_string())]
         );
+    }
+
+    /// The fields as `format!` writes them: the plain reference `headers` is checked against.
+    fn reference(d: &Decision, style: HeaderStyle, policy: &str) -> Vec<(&'static str, String)> {
+        let (limit, remaining, reset, w) =
+            (d.limit(), d.remaining(), d.reset_secs(), d.window_secs());
+        let name = sf_string(policy);
+        let mut out = match style {
+            HeaderStyle::Ietf => vec![
+                ("RateLimit-Policy", format!("{name};q={limit};w={w}")),
+                ("RateLimit", format!("{name};r={remaining};t={reset}")),
+            ],
+            HeaderStyle::Draft6 => vec![
+                ("RateLimit-Policy", format!("{limit};w={w}")),
+                ("RateLimit-Limit", limit.to_string()),
+                ("RateLimit-Remaining", remaining.to_string()),
+                ("RateLimit-Reset", reset.to_string()),
+            ],
+            HeaderStyle::Draft7 => vec![
+                ("RateLimit-Policy", format!("{limit};w={w}")),
+                (
+                    "RateLimit",
+                    format!("limit={limit}, remaining={remaining}, reset={reset}"),
+                ),
+            ],
+            HeaderStyle::Legacy => vec![
+                ("X-RateLimit-Limit", limit.to_string()),
+                ("X-RateLimit-Remaining", remaining.to_string()),
+                ("X-RateLimit-Reset", reset.to_string()),
+            ],
+            HeaderStyle::None => vec![],
+        };
+        if let Some(secs) = d.retry_after_header() {
+            out.push(("Retry-After", secs.to_string()));
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_style_renders_as_format_would(
+            allowed: bool,
+            limit: u64,
+            remaining in proptest::prop_oneof![0u64..10, proptest::num::u64::ANY],
+            retry: u64,
+            reset: u64,
+            window: u64,
+            policy in "\\PC{0,12}",
+        ) {
+            let d = Decision::from_figures(allowed, limit, remaining.min(limit), retry, reset, window);
+            for (_, style) in HeaderStyle::NAMES {
+                proptest::prop_assert_eq!(d.headers(*style, &policy), reference(&d, *style, &policy));
+            }
+        }
     }
 }
