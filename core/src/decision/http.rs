@@ -11,7 +11,7 @@
 //! assert!(headers.contains(&("RateLimit-Policy", "\"default\";q=2;w=2".to_string())));
 //! ```
 
-use crate::Decision;
+use crate::{Decision, IntKey};
 
 const NS_PER_S: u64 = 1_000_000_000;
 
@@ -160,25 +160,14 @@ fn figures(mut out: String, items: &[(&str, u64)]) -> String {
     out.reserve(items.iter().map(|(label, _)| label.len() + 20).sum());
     for &(label, n) in items {
         out.push_str(label);
-        push_decimal(&mut out, n);
+        out.extend(
+            IntKey::new(n.into())
+                .as_bytes()
+                .iter()
+                .map(|&d| char::from(d)),
+        );
     }
     out
-}
-
-/// Appends `n` in decimal.
-fn push_decimal(out: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20]; // u64::MAX has 20 digits
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    // Every byte from `at` is an ASCII digit.
-    out.extend(digits[at..].iter().map(|&d| char::from(d)));
 }
 
 /// The fields for a composite limit: with [`HeaderStyle::Ietf`], `RateLimit-Policy` and

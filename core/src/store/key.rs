@@ -118,6 +118,13 @@ impl IntKey {
         let mut buf = [0u8; 40];
         let mut i = buf.len();
         let mut m = n.unsigned_abs();
+        // A u128 division is a library call: only the digits above 2^64 take it.
+        while m > u128::from(u64::MAX) {
+            i -= 1;
+            buf[i] = b'0' + (m % 10) as u8;
+            m /= 10;
+        }
+        let mut m = m as u64; // at most u64::MAX, and at least 1 if the loop above ran
         loop {
             i -= 1;
             buf[i] = b'0' + (m % 10) as u8;
@@ -188,6 +195,9 @@ mod tests {
             10,
             -10,
             i64::MIN.into(),
+            u64::MAX.into(),
+            i128::from(u64::MAX) + 1,
+            -i128::from(u64::MAX) - 1,
             i128::MIN,
             i128::MAX,
         ] {
