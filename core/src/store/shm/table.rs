@@ -401,39 +401,61 @@ impl Table<'_> {
         r: Request,
         me: impl FnOnce() -> u64,
     ) -> Result<Decision, Error> {
-        // The common case, straight (no loop for the compiler to keep values across): the
-        // key's slot, a valid state, and one CAS that lands (or a rejection, which writes
-        // nothing). Anything else (absent, moved, a lost or spurious CAS, a corrupt state)
-        // starts over on the general path, which nothing here has written to.
-        if let Some((i, cur)) = self.find_word(fp) {
-            let state = unpack(cur).1;
-            if cx.codec.valid(state) {
-                let (d, new) = Self::request_step(&cx.codec, r)(state);
-                let Some(new) = new else {
-                    return Ok(d);
-                };
-                if self.slots[i]
-                    .word
-                    .compare_exchange_weak(
-                        cur,
-                        pack(fp.tag, new),
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    )
-                    .is_ok()
-                {
-                    return Ok(d);
-                }
-            }
+        match self.acquire_common(cx, fp, r) {
+            Some(d) => Ok(d),
+            None => self.acquire_slow(cx, fp, r, me),
         }
-        self.acquire_slow(cx, fp, r, me)
+    }
+
+    /// [`acquire`](Self::acquire)'s common case, straight (no loop for the compiler to keep
+    /// values across): the key's slot, a valid state, and one CAS that lands (or a rejection,
+    /// which writes nothing). `None` for anything else (absent, moved, a lost CAS, a corrupt
+    /// state), which [`acquire_slow`](Self::acquire_slow) then takes from the start: nothing
+    /// here has written to the region.
+    #[inline(always)]
+    pub(crate) fn acquire_common(&self, cx: &Ctx, fp: &Fingerprint, r: Request) -> Option<Decision> {
+        let (i, cur) = self.find_word(fp)?;
+        let state = unpack(cur).1;
+        // The default algorithm's step apart, with its own CAS: its decision then stays in
+        // registers up to the caller's, where a step shared with the other codecs' (out of
+        // line, through memory) merged every decision through memory, three copies of it.
+        match &cx.codec {
+            Codec::Continuous(a) if a.valid(state) => {
+                self.land(i, cur, fp.tag, a.acquire(state, r.now, r.cost))
+            }
+            Codec::Continuous(_) => None,
+            codec if codec.valid(state) => {
+                self.land(i, cur, fp.tag, codec.decide_within(state, r.now, r.cost, r.within))
+            }
+            _ => None,
+        }
+    }
+
+    /// A step's decision, once its new state (if any) is in slot `i` in place of `cur`;
+    /// `None` when the CAS failed.
+    #[inline(always)]
+    fn land(
+        &self,
+        i: usize,
+        cur: u128,
+        tag: u32,
+        (d, new): (Decision, Option<u128>),
+    ) -> Option<Decision> {
+        let landed = match new {
+            None => true,
+            Some(new) => self.slots[i]
+                .word
+                .compare_exchange_weak(cur, pack(tag, new), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok(),
+        };
+        landed.then_some(d)
     }
 
     /// [`acquire`](Self::acquire) past its common case: the lock-free path's retries, then
     /// the locked path.
     #[cold]
     #[inline(never)]
-    fn acquire_slow(
+    pub(crate) fn acquire_slow(
         &self,
         cx: &Ctx,
         fp: &Fingerprint,
