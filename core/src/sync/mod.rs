@@ -6,10 +6,10 @@
 
 #[cfg(not(sluicegate_loom))]
 mod imp {
+    pub(crate) use super::wide::AtomicU128;
     pub(crate) use core::sync::atomic::{
         fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
     };
-    pub(crate) use super::wide::AtomicU128;
     pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
     pub(crate) use std::thread::yield_now;
 }

@@ -153,7 +153,11 @@ mod x86 {
     /// `dst` valid for reads and writes, 16-byte aligned, accessed only atomically;
     /// cmpxchg16b present.
     #[inline(always)]
-    pub(super) unsafe fn cmpxchg16b(dst: *mut u128, current: u128, new: u128) -> Result<u128, u128> {
+    pub(super) unsafe fn cmpxchg16b(
+        dst: *mut u128,
+        current: u128,
+        new: u128,
+    ) -> Result<u128, u128> {
         let (lo, hi): (u64, u64);
         let ok: u8;
         // SAFETY: the caller's contract. rbx, which the instruction reads (the new word's low
@@ -194,7 +198,14 @@ mod tests {
     #[test]
     fn agrees_with_portable_atomic() {
         let w = AtomicU128::new(0);
-        let vals = [0u128, 1, u128::MAX, 1 << 64, (1 << 64) - 1, 0x0123_4567_89ab_cdef << 32];
+        let vals = [
+            0u128,
+            1,
+            u128::MAX,
+            1 << 64,
+            (1 << 64) - 1,
+            0x0123_4567_89ab_cdef << 32,
+        ];
         for &a in &vals {
             w.store(a, Ordering::Release);
             assert_eq!(w.load(Ordering::Acquire), a);

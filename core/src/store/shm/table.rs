@@ -417,7 +417,12 @@ impl Table<'_> {
     /// state), which [`acquire_slow`](Self::acquire_slow) then takes from the start: nothing
     /// here has written to the region.
     #[inline(always)]
-    pub(crate) fn acquire_common(&self, cx: &Ctx, fp: &Fingerprint, r: Request) -> Option<Decision> {
+    pub(crate) fn acquire_common(
+        &self,
+        cx: &Ctx,
+        fp: &Fingerprint,
+        r: Request,
+    ) -> Option<Decision> {
         let (i, cur) = self.find_word(fp)?;
         let state = unpack(cur).1;
         // The default algorithm's step apart, with its own CAS: its decision then stays in
