@@ -64,17 +64,14 @@ impl AtomicU128 {
         success: Ordering,
         failure: Ordering,
     ) -> Result<u128, u128> {
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
-        if x86::inline() {
-            // SAFETY: as in `load`, the word valid for reads and writes (a shared reference to
-            // an atomic permits writes through its cell).
-            return unsafe { x86::cmpxchg16b(self.0.as_ptr(), current, new) };
+        match self.inline_cas(current, new) {
+            Some(r) => r,
+            None => self.0.compare_exchange(current, new, success, failure),
         }
-        self.0.compare_exchange(current, new, success, failure)
     }
 
-    /// The strong one (a weak one gains nothing on x86_64, and portable-atomic's is strong
-    /// there too).
+    /// Strong where it runs inline (a weak one gains nothing on x86_64, and portable-atomic's
+    /// is strong there too).
     #[inline(always)]
     pub(crate) fn compare_exchange_weak(
         &self,
@@ -83,12 +80,23 @@ impl AtomicU128 {
         success: Ordering,
         failure: Ordering,
     ) -> Result<u128, u128> {
+        match self.inline_cas(current, new) {
+            Some(r) => r,
+            None => self.0.compare_exchange_weak(current, new, success, failure),
+        }
+    }
+
+    /// The compare-exchange inline, where it runs so (else `None`).
+    #[inline(always)]
+    fn inline_cas(&self, current: u128, new: u128) -> Option<Result<u128, u128>> {
         #[cfg(all(target_arch = "x86_64", not(miri)))]
         if x86::inline() {
-            // SAFETY: as in `compare_exchange`.
-            return unsafe { x86::cmpxchg16b(self.0.as_ptr(), current, new) };
+            // SAFETY: as in `load`, the word valid for reads and writes (a shared reference to
+            // an atomic permits writes through its cell).
+            return Some(unsafe { x86::cmpxchg16b(self.0.as_ptr(), current, new) });
         }
-        self.0.compare_exchange_weak(current, new, success, failure)
+        let _ = (current, new);
+        None
     }
 }
 
