@@ -64,10 +64,8 @@ impl AtomicU128 {
         success: Ordering,
         failure: Ordering,
     ) -> Result<u128, u128> {
-        match self.inline_cas(current, new) {
-            Some(r) => r,
-            None => self.0.compare_exchange(current, new, success, failure),
-        }
+        self.inline_cas(current, new)
+            .unwrap_or_else(|| self.0.compare_exchange(current, new, success, failure))
     }
 
     /// Strong where it runs inline (a weak one gains nothing on x86_64, and portable-atomic's
@@ -80,10 +78,8 @@ impl AtomicU128 {
         success: Ordering,
         failure: Ordering,
     ) -> Result<u128, u128> {
-        match self.inline_cas(current, new) {
-            Some(r) => r,
-            None => self.0.compare_exchange_weak(current, new, success, failure),
-        }
+        self.inline_cas(current, new)
+            .unwrap_or_else(|| self.0.compare_exchange_weak(current, new, success, failure))
     }
 
     /// The compare-exchange inline, where it runs so (else `None`).
