@@ -6,10 +6,10 @@
 
 #[cfg(not(sluicegate_loom))]
 mod imp {
+    pub(crate) use super::wide::AtomicU128;
     pub(crate) use core::sync::atomic::{
         fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
     };
-    pub(crate) use portable_atomic::AtomicU128;
     pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
     pub(crate) use std::thread::yield_now;
 }
@@ -96,6 +96,10 @@ pub(crate) fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
         Err(std::sync::TryLockError::WouldBlock) => None,
     }
 }
+
+/// The 128-bit atomic, its load and compare-exchange inline on x86_64.
+#[cfg(not(sluicegate_loom))]
+mod wide;
 
 /// Read sections for the stores' tables (user-space RCU, see the module).
 pub(crate) mod rcu;

@@ -146,7 +146,7 @@ impl ShmStore {
 
     /// A request for `key` (the limiter's checks passed): the keyed limiter's path for a
     /// region, which enters no read section (see `KeyedLimiter::try_acquire_region`).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn acquire_at<Q: Hash + ?Sized>(
         &self,
         cx: &Ctx,
@@ -154,13 +154,32 @@ impl ShmStore {
         now: u64,
         cost: u64,
     ) -> Result<Decision, Error> {
-        let fp = self.fingerprint(key);
+        let hash = self.hash_of(key);
         let r = Request {
             now: self.rel(now),
             cost,
             within: u64::MAX,
         };
-        self.table().acquire(cx, &fp, r, super::lock::token)
+        let fp = Fingerprint::new(hash, self.region.meta.slots as usize);
+        match self.table().acquire_common(cx, &fp, r) {
+            Some(d) => Ok(d),
+            None => self.acquire_slow(cx, hash, r.now, cost),
+        }
+    }
+
+    /// [`acquire_at`](Self::acquire_at) past the table's common case, from the key's hash
+    /// and the reading the codec reads: scalars, so that the common case keeps its table,
+    /// fingerprint and request in registers rather than in memory for this call.
+    #[cold]
+    #[inline(never)]
+    fn acquire_slow(&self, cx: &Ctx, hash: u128, now: u64, cost: u64) -> Result<Decision, Error> {
+        let fp = Fingerprint::new(hash, self.region.meta.slots as usize);
+        let r = Request {
+            now,
+            cost,
+            within: u64::MAX,
+        };
+        self.table().acquire_slow(cx, &fp, r, super::lock::token)
     }
 
     /// The key's keyed 128-bit fingerprint: SipHash-1-3 under the region's secret, over the
@@ -168,12 +187,18 @@ impl ShmStore {
     /// in this process's [`Memo`] first.
     #[inline]
     pub(crate) fn fingerprint<Q: Hash + ?Sized>(&self, key: &Q) -> Fingerprint {
+        Fingerprint::new(self.hash_of(key), self.region.meta.slots as usize)
+    }
+
+    /// The key's 128-bit keyed hash (see [`fingerprint`](Self::fingerprint)).
+    #[inline]
+    fn hash_of<Q: Hash + ?Sized>(&self, key: &Q) -> u128 {
         let stream = if super::memo::looking() {
             Stream::of(key)
         } else {
             None
         };
-        let hash = match stream.as_ref().and_then(|s| self.memo.get(s)) {
+        match stream.as_ref().and_then(|s| self.memo.get(s)) {
             Some(hash) => hash,
             None => {
                 // From the key, as before the memo: SipHash's word-sized writes of a short
@@ -184,8 +209,7 @@ impl ShmStore {
                 }
                 hash
             }
-        };
-        Fingerprint::new(hash, self.region.meta.slots as usize)
+        }
     }
 
     /// The key's SipHash-1-3 under the region's secret.

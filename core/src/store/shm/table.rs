@@ -314,11 +314,7 @@ impl Table<'_> {
     /// Whether slot `i` holds `fp`'s key (a live bucket, not a claim).
     #[inline]
     fn holds(&self, i: usize, fp: &Fingerprint) -> bool {
-        let (tag, state) = unpack(self.slots[i].word.load(Ordering::Acquire));
-        tag == fp.tag
-            && claim_of(state).is_none()
-            && self.slots[i].tag_hi.load(Ordering::Acquire) == fp.tag_hi
-            && (self.slots[i].side.load(Ordering::Acquire) >> 32) as u32 == fp.tag_lo
+        self.word_of(i, fp).is_some()
     }
 
     /// The slot holding `fp`'s key, as of the loads; `None` when absent (or being inserted).
@@ -330,20 +326,28 @@ impl Table<'_> {
     /// [`find`](Self::find), with the slot's word as loaded.
     #[inline(always)]
     fn find_word(&self, fp: &Fingerprint) -> Option<(usize, u128)> {
-        for d in 0..=self.reach(fp.home) {
-            let i = self.at(fp.home, d);
-            let s = &self.slots[i];
-            let w = s.word.load(Ordering::Acquire);
-            let (tag, state) = unpack(w);
-            if tag == fp.tag
-                && claim_of(state).is_none()
-                && s.tag_hi.load(Ordering::Acquire) == fp.tag_hi
-                && (s.side.load(Ordering::Acquire) >> 32) as u32 == fp.tag_lo
-            {
-                return Some((i, w));
-            }
+        let reach = self.reach(fp.home);
+        // The home first, out of the loop (where a key almost always is): no wrap, no count.
+        if let Some(w) = self.word_of(fp.home, fp) {
+            return Some((fp.home, w));
         }
-        None
+        (1..=reach).find_map(|d| {
+            let i = self.at(fp.home, d);
+            self.word_of(i, fp).map(|w| (i, w))
+        })
+    }
+
+    /// Slot `i`'s word as loaded, if the slot holds `fp`'s key (a live bucket, not a claim).
+    #[inline(always)]
+    fn word_of(&self, i: usize, fp: &Fingerprint) -> Option<u128> {
+        let s = &self.slots[i];
+        let w = s.word.load(Ordering::Acquire);
+        let (tag, state) = unpack(w);
+        (tag == fp.tag
+            && claim_of(state).is_none()
+            && s.tag_hi.load(Ordering::Acquire) == fp.tag_hi
+            && (s.side.load(Ordering::Acquire) >> 32) as u32 == fp.tag_lo)
+            .then_some(w)
     }
 
     /// The codec's step on slot `i`'s bucket until its CAS succeeds or nothing is to be
@@ -401,39 +405,67 @@ impl Table<'_> {
         r: Request,
         me: impl FnOnce() -> u64,
     ) -> Result<Decision, Error> {
-        // The common case, straight (no loop for the compiler to keep values across): the
-        // key's slot, a valid state, and one CAS that lands (or a rejection, which writes
-        // nothing). Anything else (absent, moved, a lost or spurious CAS, a corrupt state)
-        // starts over on the general path, which nothing here has written to.
-        if let Some((i, cur)) = self.find_word(fp) {
-            let state = unpack(cur).1;
-            if cx.codec.valid(state) {
-                let (d, new) = Self::request_step(&cx.codec, r)(state);
-                let Some(new) = new else {
-                    return Ok(d);
-                };
-                if self.slots[i]
-                    .word
-                    .compare_exchange_weak(
-                        cur,
-                        pack(fp.tag, new),
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    )
-                    .is_ok()
-                {
-                    return Ok(d);
-                }
-            }
+        match self.acquire_common(cx, fp, r) {
+            Some(d) => Ok(d),
+            None => self.acquire_slow(cx, fp, r, me),
         }
-        self.acquire_slow(cx, fp, r, me)
+    }
+
+    /// [`acquire`](Self::acquire)'s common case, straight (no loop for the compiler to keep
+    /// values across): the key's slot, a valid state, and one CAS that lands (or a rejection,
+    /// which writes nothing). `None` for anything else (absent, moved, a lost CAS, a corrupt
+    /// state), which [`acquire_slow`](Self::acquire_slow) then takes from the start: nothing
+    /// here has written to the region.
+    #[inline(always)]
+    pub(crate) fn acquire_common(
+        &self,
+        cx: &Ctx,
+        fp: &Fingerprint,
+        r: Request,
+    ) -> Option<Decision> {
+        let (i, cur) = self.find_word(fp)?;
+        let state = unpack(cur).1;
+        // The default algorithm's step apart, with its own CAS: its decision then stays in
+        // registers up to the caller's, where a step shared with the other codecs' (out of
+        // line, through memory) merged every decision through memory, three copies of it.
+        if let Codec::Continuous(a) = &cx.codec {
+            return a
+                .valid(state)
+                .then(|| a.acquire(state, r.now, r.cost))
+                .and_then(|step| self.land(i, cur, fp.tag, step));
+        }
+        let codec = &cx.codec;
+        codec
+            .valid(state)
+            .then(|| codec.decide_within(state, r.now, r.cost, r.within))
+            .and_then(|step| self.land(i, cur, fp.tag, step))
+    }
+
+    /// A step's decision, once its new state (if any) is in slot `i` in place of `cur`;
+    /// `None` when the CAS failed.
+    #[inline(always)]
+    fn land(
+        &self,
+        i: usize,
+        cur: u128,
+        tag: u32,
+        (d, new): (Decision, Option<u128>),
+    ) -> Option<Decision> {
+        let landed = match new {
+            None => true,
+            Some(new) => self.slots[i]
+                .word
+                .compare_exchange_weak(cur, pack(tag, new), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok(),
+        };
+        landed.then_some(d)
     }
 
     /// [`acquire`](Self::acquire) past its common case: the lock-free path's retries, then
     /// the locked path.
     #[cold]
     #[inline(never)]
-    fn acquire_slow(
+    pub(crate) fn acquire_slow(
         &self,
         cx: &Ctx,
         fp: &Fingerprint,
