@@ -12,8 +12,9 @@
 //! The two paths agree on one word: when `cmpxchg16b` and AVX are there, portable-atomic uses
 //! the very same instructions (its load is `vmovdqa`, atomic on every CPU with AVX, as Intel
 //! and AMD document; its compare-exchange is `lock cmpxchg16b`), and its other operations
-//! (store, swap) are `cmpxchg16b` loops, so mixing them with the ones here is mixing atomic
-//! instructions on one aligned 16-byte word.
+//! are atomic instructions on the same word too (a store is `vmovdqa`, followed by `mfence`
+//! when sequentially consistent; a swap is a `cmpxchg16b` loop), so mixing them with the ones
+//! here is mixing atomic instructions on one aligned 16-byte word.
 
 use core::sync::atomic::Ordering;
 
