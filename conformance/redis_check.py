@@ -14,7 +14,9 @@ and EVAL, assembled as SCRIPTS.md specifies), stops the server at the end, and:
    of 1 to 80 digits, and on the edges around 2^53 and the limb base;
 2. runs every case of conformance/vectors.json and conformance/algorithms.json (composite
    cases included) with the test clock in nanoseconds, each case on fresh keys, once by FCALL
-   with the fast paths and once by EVALSHA on the exact (limb) path only, and compares every
+   with the fast paths and once by EVALSHA on the exact (limb) path only (the tb and gcra
+   cases' plain acquisitions also through the one-bucket functions and their short replies,
+   on the fast path and on the exact path), and compares every
    decision field with the vector, each part of a composite with the model below, and after
    every step the key's whole Redis value and its expiry (PEXPIRETIME) with the model's state
    encoding and full-at instant; a rejection, a peek and a cost-0 request must leave the key as
@@ -708,6 +710,27 @@ def parse_reply(r) -> tuple:
     return ("dec", combined, parts)
 
 
+def is_figure(x) -> bool:
+    """An integer reply, or a bulk string of decimal digits (a figure at or above 2^53)."""
+    if isinstance(x, int):
+        return x >= 0 and not isinstance(x, bool)
+    return isinstance(x, str) and x.isascii() and x.isdigit()
+
+
+def parse_short(r, limit: int) -> tuple:
+    """A one-bucket function's reply (SCRIPTS.md, "Replies") to a bucket of capacity `limit`,
+    as parse_reply reads the general call's: [capacity], [remaining, reset_after] (admitted),
+    [remaining, retry_after, reset_after] (rejected); anything else fails the check."""
+    assert isinstance(r, list) and 1 <= len(r) <= 3 and all(map(is_figure, r)), f"not a short reply: {r!r}"
+    f = [int(x) for x in r]
+    # An integer reply below 2^53, else a string (SCRIPTS.md, "Replies").
+    assert all((x < 2**53) == isinstance(y, int) for x, y in zip(f, r)), f"a figure in the wrong form: {r!r}"
+    if len(f) == 1:
+        return ("cap", 1, f[0])
+    d = (True, limit, f[0], 0, f[1]) if len(f) == 2 else (False, limit, *f)
+    return ("dec", d, [d])
+
+
 def as_expect(d) -> dict:
     return {"allowed": d[0], "limit": d[1], "remaining": d[2], "retry_after_ns": d[3], "reset_after_ns": d[4]}
 
@@ -728,9 +751,11 @@ class Checker:
     def __init__(self, conn: Conn, mode: str, exact: bool):
         self.conn, self.exact = conn, exact
         # Mode "one": every plain acquisition (one bucket, no bound) goes through the one-bucket
-        # function of its algorithm (fast.lua), everything else through NAME.
-        self.one = mode == "one"
-        if mode in ("function", "one"):
+        # function of its algorithm (fast.lua), everything else through NAME; "one-exact" the
+        # same on the exact path only, so that fast.lua hands every call to run and shortens
+        # run's reply.
+        self.one = mode in ("one", "one-exact")
+        if mode in ("function", "one", "one-exact"):
             self.script = Function(conn)
         else:
             self.script = Script(conn, script_text())
@@ -815,7 +840,8 @@ class Checker:
                 algo, *quota = specs[0].split()
                 if algo in ("tb", "gcra"):
                     self.stats["one_bucket_calls"] += 1
-                    return parse_reply(self.script(keys, [c, *quota, self.clock(t)], suffix="_" + algo))
+                    r = self.script(keys, [c, *quota, self.clock(t)], suffix="_" + algo)
+                    return parse_short(r, models[0].cap())
             return parse_reply(self.script(keys, [o, c, b, self.clock(t), *specs]))
 
         if op == "acquire":
@@ -1254,32 +1280,53 @@ def check_production(conn: Conn, failures: list, mode: str) -> int:
     ok(conn.call("EXISTS", "sg:{prod}:bad") == 0, "a malformed call wrote")
 
     if mode == "function":
-        # The one-bucket functions on the production clock: at the reading each reply names,
-        # the model's decision, state and expiry (as the general call's, checked above).
+        # The one-bucket functions on the production clock. Their replies name no reading, so
+        # each call is sent between two TIMEs in one pipeline: a reading t between them must
+        # give the model's decision, state and expiry (as the general call's, checked above);
+        # the model goes on from the first such t (another would have written the same).
         # Slow refills, so that no key expires between two calls (1000003/hour, beyond 2^53 in
         # scaled units, takes the exact path).
+        def micros(r):
+            return (int(r[0]) - EPOCH_S) * 1_000_000 + int(r[1])
+
+        def short(r, limit):
+            try:
+                return parse_short(r, limit)
+            except AssertionError as e:
+                ok(False, str(e))
+                return ("bad",)
+
         for algo, q, unit in (("tb", "10/m", 1), ("gcra", "10/m; algorithm=gcra", 1), ("tb", "5/h; burst=9", 1),
                               ("tb", "1000003/hour", 100_000), ("gcra", "7/m; burst=3", 1)):
             m = make_model(parse_quota(q), 0, TICK_NS)
             quota = m.spec().split()[1:]
             key, states, wrote = f"sg:{{prod}}:one-{algo}-{q}", [None], 0
             for cost in (3 * unit, 0, 20 * unit, unit, 2 * unit):
-                r = script([key], [cost, *quota], suffix="_" + algo)
-                t = int(r[1])
-                want, written = model_request([m], states, t, cost, "acquire")
-                wrote = t if written else wrote
-                ok(parse_reply(r) == want, f"{algo} {q} cost {cost} at {t}: {r}, the model {want}")
-                num, den = m.full_at(states[0])
-                at = EPOCH_MS + max(cdiv(num, den * 1000), cdiv(wrote, 1000))
-                ok(conn.call("GET", key) == m.enc(states[0])[1] and conn.call("PEXPIRETIME", key) == at,
-                   f"{algo} {q} cost {cost}: state and expiry")
+                call = ["FCALL", script.name + "_" + algo, 1, key, cost, *quota]
+                t0, r, t1, value, expiry = conn.pipeline([["TIME"], call, ["TIME"], ["GET", key], ["PEXPIRETIME", key]])
+                got = short(r, m.cap())
+                for t in range(micros(t0), micros(t1) + 1):
+                    after = list(states)
+                    want, written = model_request([m], after, t, cost, "acquire")
+                    w = t if written else wrote
+                    num, den = m.full_at(after[0])
+                    at = EPOCH_MS + max(cdiv(num, den * 1000), cdiv(w, 1000))
+                    if got == want and value == m.enc(after[0])[1] and expiry == at:
+                        states, wrote = after, w
+                        break
+                else:
+                    ok(False, f"{algo} {q} cost {cost}: {r}, {value}, {expiry}: the model's at no reading "
+                              f"from {micros(t0)} to {micros(t1)}")
+                    break
+                ok(True, f"{algo} {q} cost {cost}")
         # Malformed: the general call's errors (it decides whatever the fast path cannot take),
         # and no write. Each after a valid call with the quota arguments '1 1 1 1', which the
         # function then knows as checked (fast.lua): what it skips for them, it still checks
         # of everything else.
         for args in (["x", 1, 1, 1, 1], [1, 0, 1, 1, 1], [1, 1, 1, 1, 2], [1, 1, 1, 1],
                      [1, 1, 1, 1, 1, "bad clock"], [1.5, 1, 1, 1, 1], [-1, 1, 1, 1, 1]):
-            ok(script(["sg:{prod}:good"], [1, 1, 1, 1, 1], suffix="_tb")[0] == 0, "a valid call")
+            r = script(["sg:{prod}:good"], [1, 1, 1, 1, 1], suffix="_tb")
+            ok(short(r, 1)[0] == "dec", f"a valid call: {r}")
             try:
                 script(["sg:{prod}:bad"], args, suffix="_tb")
                 ok(False, f"_tb {args} was accepted")
@@ -1295,7 +1342,13 @@ def check_production(conn: Conn, failures: list, mode: str) -> int:
         # A stored value beyond 2^53 (or not an integer Lua reads) takes the exact path.
         conn.call("SET", "sg:{prod}:big", str(2**60))
         r = script(["sg:{prod}:big"], [1, 1, 1, 5, 5], suffix="_tb")
-        ok(r[2] == 0 and conn.call("GET", "sg:{prod}:big") == str(2**60), f"a state beyond 2^53: {r}")
+        d = short(r, 5)
+        ok(d[0] == "dec" and not d[1][0] and conn.call("GET", "sg:{prod}:big") == str(2**60), f"a state beyond 2^53: {r}")
+        # A cost above the capacity: the capacity alone, from the fast path and from run (a
+        # quota with b*p >= 2^51), and no write.
+        ok(script(["sg:{prod}:cap"], [6, 1, 1, 5, 5], suffix="_tb") == [5], "the capacity reply")
+        ok(script(["sg:{prod}:cap"], [2**60, 1, 2**52, 5, 5], suffix="_gcra") == [5], "the capacity reply from run")
+        ok(conn.call("EXISTS", "sg:{prod}:cap") == 0, "an insufficient capacity wrote")
         conn.call("SET", "sg:{prod}:big", "12.5")
         try:
             script(["sg:{prod}:big"], [1, 1, 1, 5, 5], suffix="_tb")
@@ -1422,9 +1475,9 @@ def main() -> int:
         print(f"int.lua: {n} random operations against Python integers, {len(failures)} wrong")
         # FCALL with the fast paths (doubles where every value is below 2^53), EVALSHA with
         # the exact path only (test clock ' exact'): every case proves both paths.
-        for mode in ("function", "one", "eval"):
-            chk = Checker(conn, mode, exact=mode == "eval")
-            keep = one_bucket if mode == "one" else (lambda c: True)
+        for mode in ("function", "one", "one-exact", "eval"):
+            chk = Checker(conn, mode, exact=mode in ("eval", "one-exact"))
+            keep = one_bucket if chk.one else (lambda c: True)
             for c in filter(keep, vector_cases):
                 chk.run_case(c)
             s = dict(chk.stats)

@@ -104,6 +104,14 @@ pub(crate) enum Request {
     },
 }
 
+impl Request {
+    /// Whether this is a one-bucket function's call (whose replies are shorter: SCRIPTS.md,
+    /// "Replies").
+    pub(crate) fn is_one(&self) -> bool {
+        matches!(self, Request::One(_))
+    }
+}
+
 /// Why a call has no answer.
 #[derive(Clone, Debug)]
 pub(crate) enum Fail {

@@ -431,15 +431,49 @@ enum Outcome {
     Refunded,
 }
 
-/// The figures of the longest reply read without a heap allocation (a one-bucket decision's).
+/// A one-bucket function's reply, read.
+#[derive(Debug, PartialEq)]
+enum Short {
+    /// A decision's figures: allowed (1 or 0), limit, remaining, retry_after, reset_after.
+    Decided([u128; 5]),
+    /// The cost exceeds the capacity.
+    Capacity,
+}
+
+/// A one-bucket function's reply on a bucket of capacity `limit` (SCRIPTS.md, "Replies"):
+/// `[capacity]`, `[remaining, reset_after]` (admitted) or `[remaining, retry_after,
+/// reset_after]` (rejected). `None` for anything else: another length, a figure that is not a
+/// non-negative integer, a capacity other than `limit`, more remaining than `limit`.
+fn short(items: &[Value], limit: u64) -> Option<Short> {
+    let limit = u128::from(limit);
+    let (allowed, rem, retry, reset) = match items {
+        [cap] => return (figure(cap)? == limit).then_some(Short::Capacity),
+        [rem, reset] => (1, figure(rem)?, 0, figure(reset)?),
+        [rem, retry, reset] => (0, figure(rem)?, figure(retry)?, figure(reset)?),
+        _ => return None,
+    };
+    (rem <= limit).then_some(Short::Decided([allowed, limit, rem, retry, reset]))
+}
+
+/// The figures of the longest reply read without a heap allocation (a one-bucket decision by
+/// the general entry).
 const FEW: usize = 7;
 
 impl Common {
-    fn outcome(&self, v: &Value, parts: usize) -> Result<Outcome, Fail> {
+    /// What reply `v` to a call on `parts` buckets says; `one`: the call was a one-bucket
+    /// function's (SCRIPTS.md, "The one-bucket functions"), whose replies are shorter.
+    fn outcome(&self, v: &Value, parts: usize, one: bool) -> Result<Outcome, Fail> {
         let bad = || Fail::Server(format!("sluicegate: unexpected reply {v:?}"));
         let Value::Array(items) = v else {
             return Err(bad());
         };
+        if one {
+            return match short(items, self.limit) {
+                Some(Short::Decided(f)) => Ok(Outcome::Decided(self.decision(&f), None)),
+                Some(Short::Capacity) => Ok(Outcome::Capacity(self.limit)),
+                None => Err(bad()),
+            };
+        }
         let mut few = [0u128; FEW];
         let many: Vec<u128>;
         let f: &[u128] = if items.len() <= FEW {
@@ -475,20 +509,22 @@ impl Common {
         parts: &[(&Common, u128)],
         ask: Ask,
     ) -> Result<(Decision, Vec<Decision>), Error> {
-        let (d, each) = self.settle(r, parts, ask)?;
+        let (d, each) = self.settle(r, parts, ask, false)?;
         Ok((d, each.unwrap_or_else(|| vec![d])))
     }
 
-    /// [`finish`](Self::finish) without each part's decision when there is one part.
+    /// [`finish`](Self::finish) without each part's decision when there is one part; `one`:
+    /// the call was a one-bucket function's.
     fn settle(
         &self,
         r: Result<Value, Fail>,
         parts: &[(&Common, u128)],
         ask: Ask,
+        one: bool,
     ) -> Result<(Decision, Option<Vec<Decision>>), Error> {
         let n = parts.len();
         let each = |d: Decision| (n != 1).then(|| vec![d; n]);
-        let out = r.and_then(|v| self.outcome(&v, n));
+        let out = r.and_then(|v| self.outcome(&v, n, one));
         let (op, cost) = (ask.op, ask.cost);
         match out {
             Ok(Outcome::Decided(d, each)) => {
@@ -534,8 +570,9 @@ impl Common {
             bound: None,
         };
         if let Ok(req) = self.prepare(name, fp, ask) {
+            let one = req.is_one();
             let r = self.link.call_blocking(req);
-            if let Ok(Outcome::Decided(..)) = r.and_then(|v| self.outcome(&v, 1)) {
+            if let Ok(Outcome::Decided(..)) = r.and_then(|v| self.outcome(&v, 1, one)) {
                 self.created.store(true, Relaxed);
             }
         }
@@ -584,8 +621,9 @@ impl Common {
         match self.prepare(name, fp, ask) {
             Err(d) => Ok(d),
             Ok(req) => {
+                let one = req.is_one();
                 let r = self.link.call_blocking(req);
-                Ok(self.settle(r, &[(self, fp)], ask)?.0)
+                Ok(self.settle(r, &[(self, fp)], ask, one)?.0)
             }
         }
     }
@@ -600,8 +638,9 @@ impl Common {
         match self.prepare(name, fp, ask) {
             Err(d) => Ok(d),
             Ok(req) => {
+                let one = req.is_one();
                 let r = self.link.call_async(req).await;
-                Ok(self.settle(r, &[(self, fp)], ask)?.0)
+                Ok(self.settle(r, &[(self, fp)], ask, one)?.0)
             }
         }
     }
@@ -685,7 +724,8 @@ impl RedisStore {
     }
 
     /// A batch's answers known without a round trip (errors, cached rejections), and the
-    /// calls to make for the others, by index.
+    /// calls to make for the others, by index (with whether the call is a one-bucket
+    /// function's).
     #[allow(clippy::type_complexity)]
     fn batch_calls(
         &self,
@@ -694,7 +734,7 @@ impl RedisStore {
     ) -> (
         Vec<Option<Result<Decision, Error>>>,
         Vec<(
-            usize,
+            (usize, bool),
             impl core::future::Future<Output = Result<Value, Fail>> + Send + 'static,
         )>,
     ) {
@@ -708,7 +748,7 @@ impl RedisStore {
                     let ask = Self::ask(Op::Acquire, now, *cost, u64::MAX);
                     match self.c.prepare(self.name(*fp), *fp, ask) {
                         Err(d) => out[i] = Some(Ok(d)),
-                        Ok(req) => calls.push((i, self.c.link.clone().call(req))),
+                        Ok(req) => calls.push(((i, req.is_one()), self.c.link.clone().call(req))),
                     }
                 }
             }
@@ -722,15 +762,15 @@ impl RedisStore {
         reqs: &Batch,
         now: u64,
         mut out: Vec<Option<Result<Decision, Error>>>,
-        idx: Vec<usize>,
+        idx: Vec<(usize, bool)>,
         replies: Vec<Result<Value, Fail>>,
     ) -> Vec<Result<Decision, Error>> {
-        for (i, r) in idx.into_iter().zip(replies) {
+        for ((i, one), r) in idx.into_iter().zip(replies) {
             let Ok((fp, cost)) = reqs[i] else {
                 unreachable!("only checked requests are sent")
             };
             let ask = Self::ask(Op::Acquire, now, cost, u64::MAX);
-            out[i] = Some(self.c.settle(r, &[(&self.c, fp)], ask).map(|(d, _)| d));
+            out[i] = Some(self.c.settle(r, &[(&self.c, fp)], ask, one).map(|(d, _)| d));
         }
         out.into_iter()
             .map(|r| r.expect("every request answered"))
@@ -741,7 +781,7 @@ impl RedisStore {
     /// read, so that they travel together (one round trip for the batch on one connection).
     pub(crate) async fn many_async(&self, reqs: Batch, now: u64) -> Vec<Result<Decision, Error>> {
         let (out, calls) = self.batch_calls(&reqs, now);
-        let (idx, calls): (Vec<usize>, Vec<_>) = calls.into_iter().unzip();
+        let (idx, calls): (Vec<_>, Vec<_>) = calls.into_iter().unzip();
         let replies = run(futures_util::future::join_all(calls)).await;
         self.batch_finish(&reqs, now, out, idx, replies)
     }
@@ -749,7 +789,7 @@ impl RedisStore {
     /// [`many_async`](Self::many_async), blocking.
     pub(crate) fn many_blocking(&self, reqs: Batch, now: u64) -> Vec<Result<Decision, Error>> {
         let (out, calls) = self.batch_calls(&reqs, now);
-        let (idx, calls): (Vec<usize>, Vec<_>) = calls.into_iter().unzip();
+        let (idx, calls): (Vec<_>, Vec<_>) = calls.into_iter().unzip();
         let replies = block(futures_util::future::join_all(calls));
         self.batch_finish(&reqs, now, out, idx, replies)
     }
@@ -888,7 +928,44 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for RedisStore {
 
 #[cfg(test)]
 mod tests {
-    use super::Name;
+    use super::{short, Name, Short};
+    use redis::Value;
+
+    #[test]
+    fn short_replies() {
+        let int = Value::Int;
+        let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let read = |v: &[Value]| short(v, 10);
+        assert_eq!(read(&[int(10)]), Some(Short::Capacity));
+        assert_eq!(
+            read(&[int(9), int(7)]),
+            Some(Short::Decided([1, 10, 9, 0, 7]))
+        );
+        assert_eq!(
+            read(&[int(0), text("9007199254740993"), int(4)]),
+            Some(Short::Decided([0, 10, 0, 9_007_199_254_740_993, 4]))
+        );
+        assert_eq!(
+            short(&[text("18446744073709551616"), int(0)], u64::MAX),
+            None,
+            "more remaining than the limit"
+        );
+        let bad: [&[Value]; 10] = [
+            &[],
+            &[int(9)],
+            &[int(11), int(0)],
+            &[int(-1), int(0)],
+            &[int(1), Value::Nil],
+            &[int(1), text("1.5")],
+            &[int(1), text("")],
+            &[int(1), Value::Array(vec![int(1)])],
+            &[int(1), int(2), int(3), int(4)],
+            &[int(0), int(1), int(10), int(1), int(1), int(1), int(1)],
+        ];
+        for v in bad {
+            assert_eq!(read(v), None, "{v:?}");
+        }
+    }
 
     #[test]
     fn key_names() {

@@ -6,17 +6,27 @@
 --   FCALL NAME_gcra 1 key cost k p b i [test_clock]
 --
 -- is `FCALL NAME 1 key acquire cost '' test_clock 'tb k p b i'` (resp. 'gcra ...'): the same
--- decision, the same write, the same reply. The spec's numbers come as arguments of their
--- own, so nothing is parsed but them; the arithmetic is the fast path of TB.decide and
--- GC.decide (tb_fast, gc_fast). What that path cannot take (a value that might reach 2^53, an argument
--- or a stored value that is not an integer Lua reads exactly, the test clock's ' exact') goes
--- to run, which decides it exactly or fails as the general call does.
+-- decision, the same write, with a shorter reply (SCRIPTS.md, "Replies"): {remaining,
+-- reset_after} admitted, {remaining, retry_after, reset_after} rejected, {capacity} when the
+-- cost exceeds it. The spec's numbers come as arguments of their own, so nothing is parsed
+-- but them; the arithmetic is the fast path of TB.decide and GC.decide (tb_fast, gc_fast).
+-- What that path cannot take (a value that might reach 2^53, an argument or a stored value
+-- that is not an integer Lua reads exactly, the test clock's ' exact') goes to run, which
+-- decides it exactly or fails as the general call does; its reply is shortened the same way.
 
 -- The argument list of the general call that this one stands for.
 local function general(algo, argv)
   return { 'acquire', argv[1] or '', '', argv[6] or '',
            algo .. ' ' .. (argv[2] or '') .. ' ' .. (argv[3] or '') .. ' ' .. (argv[4] or '')
              .. ' ' .. (argv[5] or '') }
+end
+
+-- The short reply of run's reply r to that call: {0, now, allowed, limit, remaining,
+-- retry_after, reset_after}, or {1, now, 1, capacity} (the cost exceeds the capacity).
+local function short(r)
+  if r[1] == 1 then return { r[4] } end
+  if r[3] == 1 then return { r[5], r[7] } end
+  return { r[5], r[6], r[7] }
 end
 
 -- How an integral double below 2^53 is printed: '%d' where Lua's integer format is 64 bits
@@ -44,12 +54,12 @@ local function one(algo, keys, argv)
     if not (k and p and b and i and k >= 1 and p >= 1 and b >= 1 and i >= 0 and i <= b
         and k % 1 == 0 and p % 1 == 0 and b % 1 == 0 and i % 1 == 0
         and b * p < TWO53 / 4) then
-      return run(keys, general(algo, argv))
+      return short(run(keys, general(algo, argv)))
     end
     ok_k, ok_p, ok_b, ok_i, ok_nk, ok_np, ok_nb, ok_ni = sk, sp, sb, si, k, p, b, i
   end
   if not (cost and #keys == 1 and #argv <= 6 and cost >= 0 and cost % 1 == 0) then
-    return run(keys, general(algo, argv))
+    return short(run(keys, general(algo, argv)))
   end
   local t, tpm, base
   local test = argv[6]
@@ -62,10 +72,10 @@ local function one(algo, keys, argv)
     local a, c, d = test:match('^(%d+) (%d+) (%d+)$')
     t, tpm, base = tonumber(a), tonumber(c), tonumber(d)
     if not (t and t < TWO53 and tpm and tpm >= 1 and base and base < TWO53) then
-      return run(keys, general(algo, argv))
+      return short(run(keys, general(algo, argv)))
     end
   end
-  if cost > b then return { 1, t, 1, b } end   -- insufficient capacity
+  if cost > b then return { b } end   -- insufficient capacity
   local key = keys[1]
   local bp = b * p
   local v = redis.call('GET', key)
@@ -73,7 +83,7 @@ local function one(algo, keys, argv)
   if v then
     f = tonumber(v)
     if not (f and f >= 0 and f < TWO53 and f % 1 == 0) then
-      return run(keys, general(algo, argv))
+      return short(run(keys, general(algo, argv)))
     end
   else
     f = t * k + (b - i) * p
@@ -83,7 +93,7 @@ local function one(algo, keys, argv)
   local top = f
   if tk > top then top = tk end
   if not (tk < TWO53 and top + 2 * bp < TWO53 and k * tpm < TWO53) then
-    return run(keys, general(algo, argv))
+    return short(run(keys, general(algo, argv)))
   end
   local ok, rem, retry, reset, new
   if algo == 'tb' then
@@ -100,8 +110,9 @@ local function one(algo, keys, argv)
     local now_ms = ceil(t / tpm)
     if at < now_ms then at = now_ms end
     at = base + at
-    if at >= TWO53 then return run(keys, general(algo, argv)) end
+    if at >= TWO53 then return short(run(keys, general(algo, argv))) end
     redis.call('SET', key, sformat(INT_FORMAT, new), 'PXAT', sformat(INT_FORMAT, at))
   end
-  return { 0, t, ok, b, rem, retry, reset }
+  if ok == 1 then return { rem, reset } end   -- admitted: retry_after is 0
+  return { rem, retry, reset }
 end
