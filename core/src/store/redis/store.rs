@@ -321,17 +321,8 @@ impl Common {
         ]
     }
 
-    fn decision(&self, f: &[u128]) -> Decision {
-        let t = u128::from(self.tick);
-        let sat = |x: u128| u64::try_from(x).unwrap_or(u64::MAX);
-        Decision::from_figures(
-            f[0] == 1,
-            sat(f[1]),
-            sat(f[2]),
-            sat(f[3] * t),
-            sat(f[4] * t),
-            self.window_s,
-        )
+    fn decision(&self, f: &[u128]) -> Option<Decision> {
+        decision(f, self.tick, self.window_s)
     }
 
     /// The policy's answer to a request on `parts` (each bucket's store and fingerprint; the
@@ -455,6 +446,26 @@ fn short(items: &[Value], limit: u64) -> Option<Short> {
     (rem <= limit).then_some(Short::Decided([allowed, limit, rem, retry, reset]))
 }
 
+/// The decision of a reply's five figures `allowed, limit, remaining, retry_after,
+/// reset_after` (ticks of `tick` ns), or `None` if they cannot be one (a corrupt reply). A wait
+/// past u64 nanoseconds saturates, as the in-process codecs' do ("never", in effect); a count
+/// past u64, more remaining than the limit, or an `allowed` other than 0 or 1 is refused.
+fn decision(f: &[u128], tick: u64, window_s: u64) -> Option<Decision> {
+    let wait = |x: u128| u64::try_from(x.saturating_mul(u128::from(tick))).unwrap_or(u64::MAX);
+    let (limit, remaining) = (u64::try_from(f[1]).ok()?, u64::try_from(f[2]).ok()?);
+    if f[0] > 1 || remaining > limit {
+        return None;
+    }
+    Some(Decision::from_figures(
+        f[0] == 1,
+        limit,
+        remaining,
+        wait(f[3]),
+        wait(f[4]),
+        window_s,
+    ))
+}
+
 /// The figures of the longest reply read without a heap allocation (a one-bucket decision by
 /// the general entry).
 const FEW: usize = 7;
@@ -469,7 +480,9 @@ impl Common {
         };
         if one {
             return match short(items, self.limit) {
-                Some(Short::Decided(f)) => Ok(Outcome::Decided(self.decision(&f), None)),
+                Some(Short::Decided(f)) => {
+                    Ok(Outcome::Decided(self.decision(&f).ok_or_else(bad)?, None))
+                }
                 Some(Short::Capacity) => Ok(Outcome::Capacity(self.limit)),
                 None => Err(bad()),
             };
@@ -489,12 +502,19 @@ impl Common {
             &many
         };
         match f {
-            [1, _, _, cap] => Ok(Outcome::Capacity(u64::try_from(*cap).unwrap_or(u64::MAX))),
+            [1, _, _, cap] => Ok(Outcome::Capacity(u64::try_from(*cap).map_err(|_| bad())?)),
             [0, _] => Ok(Outcome::Refunded),
             [0, _, rest @ ..] if rest.len() == 5 || rest.len() == 5 + 5 * parts => {
-                let d = self.decision(&rest[..5]);
-                let each =
-                    (parts != 1).then(|| rest[5..].chunks(5).map(|c| self.decision(c)).collect());
+                let d = self.decision(&rest[..5]).ok_or_else(bad)?;
+                let each = match parts {
+                    1 => None,
+                    _ => Some(
+                        rest[5..]
+                            .chunks(5)
+                            .map(|c| self.decision(c).ok_or_else(bad))
+                            .collect::<Result<Vec<_>, _>>()?,
+                    ),
+                };
                 Ok(Outcome::Decided(d, each))
             }
             _ => Err(bad()),
@@ -928,8 +948,44 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for RedisStore {
 
 #[cfg(test)]
 mod tests {
-    use super::{short, Name, Short};
+    use super::{decision, short, Name, Short};
     use redis::Value;
+
+    #[test]
+    fn corrupt_figures_are_refused_and_waits_saturate() {
+        let d = decision(&[1, 10, 9, 2, 3], 1000, 60).unwrap();
+        assert_eq!(
+            (
+                d.allowed(),
+                d.limit(),
+                d.remaining(),
+                d.retry_after_nanos(),
+                d.reset_after_nanos()
+            ),
+            (true, 10, 9, 2000, 3000)
+        );
+        let big = u128::from(u64::MAX) + 1;
+        assert!(
+            decision(&[1, big, 0, 0, 0], 1000, 60).is_none(),
+            "a limit past u64"
+        );
+        assert!(
+            decision(&[0, 10, big, 0, 0], 1000, 60).is_none(),
+            "remaining past u64"
+        );
+        assert!(
+            decision(&[0, 10, 11, 0, 0], 1000, 60).is_none(),
+            "more than the limit"
+        );
+        assert!(
+            decision(&[2, 10, 1, 0, 0], 1000, 60).is_none(),
+            "allowed is 0 or 1"
+        );
+        // A wait past u64 ns (or past u128 once in ns) is "never", as in-process.
+        let never = decision(&[0, 10, 0, u128::MAX, big], 1000, 60).unwrap();
+        assert_eq!(never.retry_after_nanos(), u64::MAX);
+        assert_eq!(never.reset_after_nanos(), u64::MAX);
+    }
 
     #[test]
     fn short_replies() {
