@@ -3,7 +3,8 @@
 //!
 //! * nanoseconds per keyed decision, in-process and in a region, at 1, 10^5 and 10^6 keys, on
 //!   the allow and reject paths, the two subjects interleaved in round-robin blocks so that
-//!   their ratio holds up on a machine whose load moves;
+//!   their ratio holds up on a machine whose load moves: decisions back to back, and (on
+//!   x86-64) one at a time, each finished before the next begins;
 //! * two workers on one limit: two threads of one process on an in-process limiter, and two
 //!   processes on one region (each on its own half of the keys, at the same moments);
 //! * what a region costs: creating one for 10^6 keys, opening an existing one, and its bytes
@@ -33,10 +34,45 @@ fn keyed_loop(l: &setup::OursKeyed, n: u64, lo: u64, span: u64, seed: u64) -> u6
     })
 }
 
+/// [`keyed_loop`] one decision at a time: each decision starts once the one before it has
+/// finished (an `lfence` between them), as a server's decisions do, each between its
+/// request's other work. Back to back, the CPU runs the next decision's hashing and its
+/// slot's load while the previous decision waits for memory, so the loop measures how much
+/// of a decision overlaps the next as well as what one costs.
+#[cfg(target_arch = "x86_64")]
+#[inline(never)]
+fn keyed_loop_serial(l: &setup::OursKeyed, n: u64, lo: u64, span: u64, seed: u64) -> u64 {
+    let mut rng = Rng::new(seed);
+    (0..n).fold(0u64, |a, _| {
+        let a = a.wrapping_add(setup::ours_keyed_acquire(l, lo + rng.below(span)));
+        // SAFETY: `lfence` reads and writes no memory, and every x86-64 CPU has it (SSE2).
+        unsafe { core::arch::x86_64::_mm_lfence() };
+        a
+    })
+}
+
+/// How a block runs its decisions.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    BackToBack,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    OneAtATime,
+}
+
 /// Nanoseconds per decision of one block.
 fn block(l: &setup::OursKeyed, lo: u64, span: u64, seed: u64) -> f64 {
+    block_in(Mode::BackToBack, l, lo, span, seed)
+}
+
+fn block_in(mode: Mode, l: &setup::OursKeyed, lo: u64, span: u64, seed: u64) -> f64 {
     let start = Instant::now();
-    black_box(keyed_loop(l, BLOCK, lo, span, seed));
+    match mode {
+        Mode::BackToBack => black_box(keyed_loop(l, BLOCK, lo, span, seed)),
+        #[cfg(target_arch = "x86_64")]
+        Mode::OneAtATime => black_box(keyed_loop_serial(l, BLOCK, lo, span, seed)),
+        #[cfg(not(target_arch = "x86_64"))]
+        Mode::OneAtATime => unreachable!("one at a time is measured on x86-64 only"),
+    };
     start.elapsed().as_nanos() as f64 / BLOCK as f64
 }
 
@@ -203,32 +239,48 @@ fn main() -> ExitCode {
         "Nanoseconds per keyed decision (median of {rounds} blocks of {BLOCK} decisions on \
          random keys), in-process and in a region in `/dev/shm`, interleaved block by block.\n"
     );
-    println!("| keys | path | in-process | region | region / in-process |");
-    println!("|---:|---|---:|---:|---:|");
+    let modes: &[Mode] = if cfg!(target_arch = "x86_64") {
+        &[Mode::BackToBack, Mode::OneAtATime]
+    } else {
+        &[Mode::BackToBack]
+    };
+    println!(
+        "Back to back, the CPU overlaps a decision's wait for memory with the next decision's \
+         work; one at a time (x86-64: an `lfence` after each decision), each decision runs \
+         alone, as a server's do between its requests' other work.\n"
+    );
+    println!(
+        "| keys | path | in-process | region | region / in-process | one at a time: \
+         in-process | region | region / in-process |"
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|");
     for keys in [1u64, 100_000, 1_000_000] {
         for path in [Path::Allow, Path::Reject] {
             let region = Region::new("keyed");
             let mem = setup::ours_keyed(path, keys);
             let shm = setup::ours_keyed_in(path, keys, region.spec());
-            let (mut a, mut b) = (Vec::new(), Vec::new());
-            block(&mem, 0, keys, 1);
-            block(&shm, 0, keys, 1);
-            for r in 0..rounds {
-                let seed = 0x5eed + r;
-                if r % 2 == 0 {
-                    a.push(block(&mem, 0, keys, seed));
-                    b.push(block(&shm, 0, keys, seed));
-                } else {
-                    b.push(block(&shm, 0, keys, seed));
-                    a.push(block(&mem, 0, keys, seed));
+            let mut cells = String::new();
+            for &mode in modes {
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                block_in(mode, &mem, 0, keys, 1);
+                block_in(mode, &shm, 0, keys, 1);
+                for r in 0..rounds {
+                    let seed = 0x5eed + r;
+                    if r % 2 == 0 {
+                        a.push(block_in(mode, &mem, 0, keys, seed));
+                        b.push(block_in(mode, &shm, 0, keys, seed));
+                    } else {
+                        b.push(block_in(mode, &shm, 0, keys, seed));
+                        a.push(block_in(mode, &mem, 0, keys, seed));
+                    }
                 }
+                let (a, b) = (median(a), median(b));
+                cells += &format!(" {a:.1} | {b:.1} | {:.2}x |", b / a);
             }
-            let (a, b) = (median(a), median(b));
-            println!(
-                "| {keys} | {} | {a:.1} | {b:.1} | {:.2}x |",
-                path.name(),
-                b / a
-            );
+            if modes.len() == 1 {
+                cells += " - | - | - |";
+            }
+            println!("| {keys} | {} |{cells}", path.name());
         }
     }
     println!(
