@@ -315,12 +315,22 @@ pub mod setup {
 
     /// [`ours_keyed`] with its buckets in `store` (a shared-memory region, for `shmpath`).
     pub fn ours_keyed_in(path: Path, keys: u64, store: sluicegate::StoreSpec) -> OursKeyed {
+        ours_keyed_sized(path, keys, 2 * keys as usize + 16, store)
+    }
+
+    /// [`ours_keyed_in`] with a key bound of `max_keys` (a region's capacity).
+    pub fn ours_keyed_sized(
+        path: Path,
+        keys: u64,
+        max_keys: usize,
+        store: sluicegate::StoreSpec,
+    ) -> OursKeyed {
         let q = match path {
             Path::Allow => keyed_allow_quota(),
             Path::Reject => quota(path),
         };
         let l = OursKeyed::builder(q)
-            .max_keys(2 * keys as usize + 16)
+            .max_keys(max_keys)
             .store(store)
             .build()
             .expect("keyed limiter");

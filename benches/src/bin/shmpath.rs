@@ -10,6 +10,10 @@
 //! * what a region costs: creating one for 10^6 keys, opening an existing one, and its bytes
 //!   per key (the file's allocated blocks, and the region's own arithmetic).
 //!
+//! With `--tight` the first table's regions are sized for the keys they hold (`max_keys` =
+//! keys + 16, a load of up to 7/8) rather than for twice as many (as the in-process store's
+//! bound is): the region's footprint is then its keys', as the in-process store's is.
+//!
 //! `shmpath --child REGION KEYS LO SPAN ROUNDS PATH` is one of the two processes (internal);
 //! `shmpath --profile KEYS N [region|memory] [allow|reject]` runs N decisions in a region only
 //! (for callgrind or perf), or with `memory` in the in-process store only (the same loop, for
@@ -227,6 +231,10 @@ fn main() -> ExitCode {
         black_box(keyed_loop(&l, decisions, 0, keys, 1));
         return ExitCode::SUCCESS;
     }
+    // `--tight`: regions sized for the keys they hold (`max_keys` = keys + 16) rather than
+    // for twice as many, so that a region's footprint is its keys', as an in-process store's is.
+    let tight = args.iter().any(|a| a == "--tight");
+    let args: Vec<String> = args.into_iter().filter(|a| a != "--tight").collect();
     let rounds: u64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(100);
     let load = || {
         std::fs::read_to_string("/proc/loadavg")
@@ -250,6 +258,14 @@ fn main() -> ExitCode {
          alone, as a server's do between its requests' other work.\n"
     );
     println!(
+        "Each limiter's key bound (a region's capacity, fixed when it is made): {}.\n",
+        if tight {
+            "the keys it holds plus 16 (`--tight`)"
+        } else {
+            "twice the keys it holds plus 16"
+        }
+    );
+    println!(
         "| keys | path | in-process | region | region / in-process | one at a time: \
          in-process | region | region / in-process |"
     );
@@ -258,7 +274,8 @@ fn main() -> ExitCode {
         for path in [Path::Allow, Path::Reject] {
             let region = Region::new("keyed");
             let mem = setup::ours_keyed(path, keys);
-            let shm = setup::ours_keyed_in(path, keys, region.spec());
+            let max_keys = if tight { keys + 16 } else { 2 * keys + 16 };
+            let shm = setup::ours_keyed_sized(path, keys, max_keys as usize, region.spec());
             let mut cells = String::new();
             for &mode in modes {
                 let (mut a, mut b) = (Vec::new(), Vec::new());
