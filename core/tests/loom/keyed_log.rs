@@ -9,7 +9,7 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use sluicegate::{KeyedLimiter, ManualClock, OnFull};
+use sluicegate::{KeyedLimiter, ManualClock};
 use support::{admitted, keys_of};
 
 use super::bound as support;
@@ -18,15 +18,7 @@ const S: u64 = 1_000_000_000;
 
 /// 2 per second, sliding log; two shards.
 fn limiter(max_keys: usize) -> Arc<KeyedLimiter<u64, ManualClock>> {
-    Arc::new(
-        KeyedLimiter::builder("2/s; algorithm=sliding_log".parse().unwrap())
-            .shards(2)
-            .max_keys(max_keys)
-            .on_full(OnFull::RejectNewKeys)
-            .clock(ManualClock::new(0))
-            .build()
-            .unwrap(),
-    )
+    support::two_shards("2/s; algorithm=sliding_log", max_keys)
 }
 
 /// Two new keys of different shards at the bound: the shared counter admits exactly one.
