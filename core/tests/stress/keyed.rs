@@ -272,7 +272,8 @@ fn a_new_key_at_a_bound_of_one_is_admitted_beside_a_sweeper() {
 /// `LONG_KEY_BYTES` (held as digests in a second store sharing the bound): each new key's
 /// room is the previous key's full bucket in the other store, made by the sweep or by the new
 /// key asking that store for room. Before the fix, a key whose ask met the sweep holding the
-/// other store's shard was refused.
+/// other store's shard, or just done evicting there, was refused (8-75 of 10 000 per
+/// configuration).
 #[test]
 fn a_new_long_key_at_a_bound_of_one_is_admitted_beside_a_sweeper() {
     let key = |i: u64| {
