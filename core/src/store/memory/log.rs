@@ -44,12 +44,13 @@
 //! word store; a scan that skipped a busy shard is incomplete and records no hint, and its new
 //! key lets go of its lock, waits for each shard in turn (sweeping it) and looks again, once,
 //! rather than refusing while a full log sits in the busy shard (crate::store::bound's
-//! `NoRoom`). So does a long key's room asked of this store by the store of its digests, or
-//! the reverse (`long.rs`). A complete scan at the bound that finds no full log records the earliest instant one can become full (`hint`), so a flood of new keys
-//! costs O(1) each until then. New logs and refunds can make a log full sooner: they bump
-//! `gen` and lower `hint` after their change (both read-modify-writes), and a scanner drops
-//! the hint it just set when `gen` moved during its scan (crate::bound, shared with the word
-//! store).
+//! `NoRoom`). So does this store when the store sharing its bound (of long keys' digests, or
+//! of the keys beside them: `long.rs`) asks it for room for a new key. A complete scan at the
+//! bound that finds no full log records the earliest instant one can become full (`hint`), so
+//! a flood of new keys costs O(1) each until then. New logs and refunds can make a log full
+//! sooner: they bump `gen` and lower `hint` after their change (both read-modify-writes), and
+//! a scanner drops the hint it just set when `gen` moved during its scan (crate::bound,
+//! shared with the word store).
 
 use super::KeyHasher;
 use crate::algorithm::{Log, SlidingLog};
