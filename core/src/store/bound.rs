@@ -74,6 +74,23 @@ pub(crate) enum NoRoom {
     Busy,
 }
 
+/// After a search for room that made none, for a new key of another store sharing the bound
+/// (`long.rs`), `found` being [`Bound::no_room`]'s answer: whether that key looks again. It
+/// does when a unit was given back meanwhile, and, once (`waited` unset, then set), when a
+/// shard was busy: `wait` then waits for each shard in turn, holding no other lock, and
+/// sweeps it, as the store's own new keys do.
+pub(crate) fn look_again(found: Option<NoRoom>, waited: &mut bool, wait: impl FnOnce()) -> bool {
+    match found {
+        None => true,
+        Some(NoRoom::Busy) if !*waited => {
+            *waited = true;
+            wait();
+            true
+        }
+        Some(_) => false,
+    }
+}
+
 /// A scan at the bound in progress: what [`Bound::found_nothing`] needs.
 pub(crate) struct Scan {
     gen: u64,

@@ -186,3 +186,10 @@ fn refund_racing_a_scan_at_the_bound() {
 fn a_new_key_at_the_bound_races_a_sweep_that_makes_room() {
     support::a_new_key_at_the_bound_races_a_sweep_that_makes_room("1/s");
 }
+
+/// The same across the store of long keys' digests and the main store: see
+/// tests/loom/bound.rs.
+#[test]
+fn a_key_of_the_other_store_races_a_sweep_that_makes_room() {
+    support::a_key_of_the_other_store_races_a_sweep_that_makes_room("1/s");
+}

@@ -9,7 +9,7 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use sluicegate::{KeyedLimiter, ManualClock, OnFull};
+use sluicegate::{KeyedLimiter, ManualClock};
 use support::{admitted, keys_of};
 
 use super::bound as support;
@@ -18,15 +18,7 @@ const S: u64 = 1_000_000_000;
 
 /// 2 per second, sliding log; two shards.
 fn limiter(max_keys: usize) -> Arc<KeyedLimiter<u64, ManualClock>> {
-    Arc::new(
-        KeyedLimiter::builder("2/s; algorithm=sliding_log".parse().unwrap())
-            .shards(2)
-            .max_keys(max_keys)
-            .on_full(OnFull::RejectNewKeys)
-            .clock(ManualClock::new(0))
-            .build()
-            .unwrap(),
-    )
+    support::two_shards("2/s; algorithm=sliding_log", max_keys)
 }
 
 /// Two new keys of different shards at the bound: the shared counter admits exactly one.
@@ -137,4 +129,11 @@ fn consume_vs_sweep() {
 #[test]
 fn a_new_key_at_the_bound_races_a_sweep_that_makes_room() {
     support::a_new_key_at_the_bound_races_a_sweep_that_makes_room("1/s; algorithm=sliding_log");
+}
+
+/// The same across the store of long keys' digests and the main store: see
+/// tests/loom/bound.rs.
+#[test]
+fn a_key_of_the_other_store_races_a_sweep_that_makes_room() {
+    support::a_key_of_the_other_store_races_a_sweep_that_makes_room("1/s; algorithm=sliding_log");
 }

@@ -267,3 +267,39 @@ fn a_new_key_at_a_bound_of_one_is_admitted_beside_a_sweeper() {
         assert_eq!(kl.len(), 1);
     }
 }
+
+/// The same with keys that alternate between short ones and ones longer than
+/// `LONG_KEY_BYTES` (held as digests in a second store sharing the bound): each new key's
+/// room is the previous key's full bucket in the other store, made by the sweep or by the new
+/// key asking that store for room. Before the fix, a key whose ask met the sweep holding the
+/// other store's shard, or just done evicting there, was refused (8-75 of 10 000 per
+/// configuration).
+#[test]
+fn a_new_long_key_at_a_bound_of_one_is_admitted_beside_a_sweeper() {
+    let key = |i: u64| {
+        if i % 2 == 0 {
+            i.to_string()
+        } else {
+            format!("{i:0>width$}", width = sluicegate::LONG_KEY_BYTES + 1)
+        }
+    };
+    for quota in ["1/s", "1/s; algorithm=sliding_log"] {
+        for on_full in [OnFull::RejectNewKeys, OnFull::EvictFullest] {
+            let kl = KeyedLimiter::<String, _>::builder(quota.parse().unwrap())
+                .max_keys(1)
+                .on_full(on_full)
+                .clock(ManualClock::new(0))
+                .build()
+                .unwrap();
+            new_keys_beside_a_sweeper(
+                0,
+                10_000,
+                |i, t| kl.try_acquire_at(key(i).as_str(), t, 1),
+                |t| {
+                    kl.sweep_at(t).unwrap();
+                },
+            );
+            assert_eq!(kl.len(), 1);
+        }
+    }
+}

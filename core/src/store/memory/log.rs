@@ -41,17 +41,20 @@
 //!
 //! `len` is one atomic counter, reserved (CAS) before a key is linked, so the bound is never
 //! exceeded even by new keys of different shards. Other shards are only try-locked, as in the
-//! word store: under contention a new key may be refused while a full log sits in a shard busy
-//! at that moment (the scan is then incomplete and records no hint). A complete scan at the bound that finds no
-//! full log records the earliest instant one can become full (`hint`), so a flood of new keys
-//! costs O(1) each until then. New logs and refunds can make a log full sooner: they bump
-//! `gen` and lower `hint` after their change (both read-modify-writes), and a scanner drops
-//! the hint it just set when `gen` moved during its scan (crate::bound, shared with the word
-//! store).
+//! word store; a scan that skipped a busy shard is incomplete and records no hint, and its new
+//! key lets go of its lock, waits for each shard in turn (sweeping it) and looks again, once,
+//! rather than refusing while a full log sits in the busy shard (crate::store::bound's
+//! `NoRoom`). So does this store when the store sharing its bound (of long keys' digests, or
+//! of the keys beside them: `long.rs`) asks it for room for a new key. A complete scan at the
+//! bound that finds no full log records the earliest instant one can become full (`hint`), so
+//! a flood of new keys costs O(1) each until then. New logs and refunds can make a log full
+//! sooner: they bump `gen` and lower `hint` after their change (both read-modify-writes), and
+//! a scanner drops the hint it just set when `gen` moved during its scan (crate::bound,
+//! shared with the word store).
 
 use super::KeyHasher;
 use crate::algorithm::{Log, SlidingLog};
-use crate::store::bound::{Bound, NoRoom, Reservation};
+use crate::store::bound::{look_again, Bound, NoRoom, Reservation};
 use crate::store::keyed::Ctx;
 use crate::store::OnFull;
 use crate::store::Store;
@@ -165,19 +168,26 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
     }
 
     /// Evicts a full log (or, with [`OnFull::EvictFullest`], the fullest of a sample) for a
-    /// new key of the store that shares this one's bound; whether one was.
-    pub(crate) fn make_room_at(&self, now: u64) -> bool {
+    /// new key of the store that shares this one's bound; whether that key should look again
+    /// (`long.rs`'s `Twin::make_room`: once per key, a busy shard is waited for).
+    pub(crate) fn make_room_at(&self, now: u64, waited: &mut bool) -> bool {
         let mut dead = Vec::new();
-        let made = {
+        let found = {
             let mut t = sync::lock(&self.shards[0]);
-            // (A busy shard is not waited for here: a room-maker holds a lock of its own.)
             let busy = &mut false;
-            self.evict_full_somewhere(0, &mut t, now, &mut dead, busy)
+            let made = self.evict_full_somewhere(0, &mut t, now, &mut dead, busy)
                 || (self.on_full == OnFull::EvictFullest
-                    && self.evict_fullest_somewhere(0, &mut t, now, &mut dead, busy))
+                    && self.evict_fullest_somewhere(0, &mut t, now, &mut dead, busy));
+            if made {
+                None
+            } else {
+                self.b.no_room(self.max_keys, *busy)
+            }
         };
+        // The lock is released: a busy shard is waited for holding none.
+        let again = look_again(found, waited, || self.sweep_each(now, &mut dead));
         drop(dead); // the keys' destructors run outside the lock
-        made
+        again
     }
 
     #[inline]

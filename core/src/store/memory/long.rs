@@ -7,7 +7,12 @@
 //! length alone, so it always meets the same bucket. Both count against one key count (their
 //! bounds share it, crate::store::bound): a new key refused at the bound by one store asks
 //! the other to evict a full bucket (or, with `OnFull::EvictFullest`, its fullest) and tries
-//! again, so that "refused only when nothing is evictable" holds across both.
+//! again, so that "refused only when nothing is evictable" holds across both. The other store
+//! scans as for its own new keys (its shard 0 locked, the others try-locked): when it evicts
+//! nothing but skipped a busy shard (a sweep, a removal, another new key making room there),
+//! it lets go of its lock, waits for each shard in turn, sweeping it, and the new key looks
+//! again, once per request (`Twin::make_room`, crate::store::bound's `look_again`); a unit of
+//! the bound given back meanwhile is looked for too.
 //!
 //! The short keys' path is the main store's, unchanged: the default store's lock-free lookup
 //! runs first (a long key is never found there, as it is never linked there), and only a
@@ -18,7 +23,7 @@ use super::log::LogStore;
 use super::Core;
 use crate::algorithm::SlidingLog;
 use crate::bucket::cell::Word;
-use crate::store::bound::Bound;
+use crate::store::bound::{look_again, Bound};
 use crate::store::key::{content_len, random_secret, Digest, LONG_KEY_BYTES};
 use crate::store::keyed::Ctx;
 use crate::store::{OnFull, Store};
@@ -50,18 +55,23 @@ pub(crate) trait Twin<K>: Store<K> {
     fn twin(&self) -> Self::Long;
 
     /// Evicts a full bucket (or, with `OnFull::EvictFullest`, the fullest of a sample) for a
-    /// new key of the other store; whether one was.
-    fn make_room(&self, cx: &Ctx, now: u64) -> bool;
+    /// new key of the other store; whether that key should look again: a bucket was evicted,
+    /// a unit of the bound was given back meanwhile, or a shard was busy and every shard was
+    /// then waited for, once per new key (`waited`, crate::store::bound::look_again). The
+    /// caller holds no lock.
+    fn make_room(&self, cx: &Ctx, now: u64, waited: &mut bool) -> bool;
 }
 
-/// Runs `op` until it is not refused at the key bound, or `room` makes none.
+/// Runs `op` until it is not refused at the key bound, or `room` makes none (its argument:
+/// whether it waited for a busy shard already, for this key).
 fn with_room<T>(
     mut op: impl FnMut() -> Result<T, Error>,
-    mut room: impl FnMut() -> bool,
+    mut room: impl FnMut(&mut bool) -> bool,
 ) -> Result<T, Error> {
+    let mut waited = false;
     loop {
         match op() {
-            Err(Error::KeyStoreFull { .. }) if room() => continue,
+            Err(Error::KeyStoreFull { .. }) if room(&mut waited) => continue,
             r => return r,
         }
     }
@@ -91,8 +101,10 @@ impl<S, L: Twin<Digest>> Routed<S, L> {
     }
 
     /// Room made in the digests' store, if it exists.
-    fn room_in_long(&self, cx: &Ctx, now: u64) -> bool {
-        self.long.get().is_some_and(|(l, _)| l.make_room(cx, now))
+    fn room_in_long(&self, cx: &Ctx, now: u64, waited: &mut bool) -> bool {
+        self.long
+            .get()
+            .is_some_and(|(l, _)| l.make_room(cx, now, waited))
     }
 
     /// A long key's request (at the bound, the main store makes room).
@@ -109,7 +121,7 @@ impl<S, L: Twin<Digest>> Routed<S, L> {
     {
         with_room(
             || l.reserve(cx, &d, now, cost, within),
-            || self.main.make_room(cx, now),
+            |waited| self.main.make_room(cx, now, waited),
         )
     }
 }
@@ -135,7 +147,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Words<K, W> {
         }
         with_room(
             || self.main.acquire_locked(cx, h, key, now, cost, u64::MAX),
-            || self.room_in_long(cx, now),
+            |waited| self.room_in_long(cx, now, waited),
         )
     }
 }
@@ -171,7 +183,7 @@ where
         }
         with_room(
             || self.main.reserve(cx, key, now, cost, within),
-            || self.room_in_long(cx, now),
+            |waited| self.room_in_long(cx, now, waited),
         )
     }
 
@@ -248,20 +260,26 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Twin<K> for Core<K, W> {
         Core::with_bound(self.shards.len(), self.bound.sharing())
     }
 
-    fn make_room(&self, cx: &Ctx, now: u64) -> bool {
+    fn make_room(&self, cx: &Ctx, now: u64, waited: &mut bool) -> bool {
         let guard = rcu::read();
         let own = &*self.shards[0];
-        let made = {
+        let found = {
             let mut st = sync::lock(&own.lock);
-            // (A busy shard is not waited for here: a room-maker holds a lock of its own.)
             let busy = &mut false;
-            self.evict_full_somewhere(cx, own, &mut st, now, &guard, busy)
+            let made = self.evict_full_somewhere(cx, own, &mut st, now, &guard, busy)
                 || (cx.on_full == OnFull::EvictFullest
-                    && self.evict_fullest_somewhere(cx, own, &mut st, now, &guard, busy))
+                    && self.evict_fullest_somewhere(cx, own, &mut st, now, &guard, busy));
+            if made {
+                None
+            } else {
+                self.bound.no_room(cx.max_keys, *busy)
+            }
         };
+        // The lock is released: a busy shard is waited for holding none.
+        let again = look_again(found, waited, || self.sweep_each(cx, now, &guard));
         drop(guard);
         self.collect_pending();
-        made
+        again
     }
 }
 
@@ -272,8 +290,8 @@ impl<K: Hash + Eq + Send + 'static> Twin<K> for LogStore<K> {
         self.sharing_bound()
     }
 
-    fn make_room(&self, _cx: &Ctx, now: u64) -> bool {
-        self.make_room_at(now)
+    fn make_room(&self, _cx: &Ctx, now: u64, waited: &mut bool) -> bool {
+        self.make_room_at(now, waited)
     }
 }
 
