@@ -9,11 +9,12 @@ use loom::thread;
 use sluicegate::{Decision, Error, KeyedLimiter, ManualClock, OnFull, LONG_KEY_BYTES};
 
 /// Keys of shard `s` of a two-shard limiter. Under loom the limiter hashes with foldhash's
-/// fixed state and picks the shard from bits 40.. of the hash (keyed.rs, keyed_log.rs); should
+/// `fast` fixed state (store/memory's `KeyHasher`) and picks the shard from bits 40.. of the
+/// hash (keyed.rs, keyed_log.rs); should
 /// that change, the models still hold, they only stop spanning two shards.
 pub fn keys_of(s: usize) -> impl Iterator<Item = u64> {
     use core::hash::BuildHasher;
-    let h = foldhash::quality::FixedState::default();
+    let h = foldhash::fast::FixedState::default();
     (0u64..).filter(move |k| (h.hash_one(k) >> 40) as usize & 1 == s)
 }
 
