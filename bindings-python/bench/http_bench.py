@@ -182,37 +182,15 @@ def wsgi_app() -> Any:
 
 
 def asgi_app() -> Any:
-    """uvicorn's factory (``--factory``): the subject's FastAPI app."""
-    from fastapi import Depends, FastAPI, Request
+    """uvicorn's factory (``--factory``): the subject's FastAPI app, ``web_bench.py``'s own."""
+    import web_bench
 
     _, name = _subject()
-    app = FastAPI()
-    if name == "slowapi":
-        from slowapi import Limiter, _rate_limit_exceeded_handler
-        from slowapi.errors import RateLimitExceeded
-        from slowapi.util import get_remote_address
-
-        limiter = Limiter(key_func=get_remote_address)
-        app.state.limiter = limiter
-        app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)
-
-        @app.get("/items/{item}")
-        @limiter.limit(RATE)
-        async def limited(request: Request, item: int) -> dict[str, int]:
-            return {"item": item}
-
-        return app
-    from sluicegate.starlette import RateLimitMiddleware, Sluicegate
-
-    deps = [Depends(Sluicegate().dependency(RATE))] if name == "dependency" else []
-
-    @app.get("/items/{item}", dependencies=deps)
-    async def item(item: int) -> dict[str, int]:
-        return {"item": item}
-
-    if name == "middleware":
-        app.add_middleware(RateLimitMiddleware, limiter=Sluicegate(default_limits=[RATE]))
-    return app
+    labels = {"none": "FastAPI, no limiter", "middleware": "sluicegate.starlette RateLimitMiddleware",
+              "dependency": "sluicegate.starlette dependency (Depends)",
+              "slowapi": "slowapi 0.1.10 (limits, memory storage)"}  # fmt: skip
+    assert web_bench.RATE == RATE
+    return web_bench.fastapi_subjects()[labels[name]]
 
 
 # -- the benchmark's side -----------------------------------------------------------------------
