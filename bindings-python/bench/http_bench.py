@@ -117,27 +117,14 @@ def flask_app(name: str) -> Any:
 
 
 def django_app(fw: str, name: str) -> Any:
-    import django
-    from django.conf import settings
+    import web_bench
 
     middleware = ["sluicegate.django.RateLimitMiddleware"] if (fw, name) == ("django", "sluicegate") else []
-    settings.configure(
-        DEBUG=False,
-        SECRET_KEY="bench",
-        ALLOWED_HOSTS=["*"],
+    web_bench.setup_django(
         ROOT_URLCONF=__name__,
         MIDDLEWARE=middleware,
-        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth"] + (["rest_framework"] if fw == "drf" else []),
-        CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}},
-        REST_FRAMEWORK={
-            "DEFAULT_AUTHENTICATION_CLASSES": [],
-            "DEFAULT_PERMISSION_CLASSES": [],
-            "UNAUTHENTICATED_USER": None,
-            "DEFAULT_THROTTLE_RATES": {"anon": RATE},
-        },
         SLUICEGATE={"STORAGE": "memory", "DEFAULT_LIMITS": [RATE]},
     )
-    django.setup()
     from django.core.wsgi import get_wsgi_application
     from django.http import HttpResponse
     from django.urls import path

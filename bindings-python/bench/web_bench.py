@@ -39,24 +39,27 @@ RATE = "10000/minute"
 CLIENTS = [f"10.{i // 250}.{i % 250}.1" for i in range(1000)]
 
 
-def setup_django() -> None:
+def setup_django(**overrides: Any) -> None:
+    """Configures Django for the benchmarks (`overrides`: settings added or replaced, as
+    ``http_bench.py``'s servers give theirs)."""
     import django
     from django.conf import settings
 
-    settings.configure(
-        DEBUG=False,
-        SECRET_KEY="bench",
-        ALLOWED_HOSTS=["*"],
-        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "rest_framework"],
-        CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}},
-        REST_FRAMEWORK={
+    base: dict[str, Any] = {
+        "DEBUG": False,
+        "SECRET_KEY": "bench",
+        "ALLOWED_HOSTS": ["*"],
+        "INSTALLED_APPS": ["django.contrib.contenttypes", "django.contrib.auth", "rest_framework"],
+        "CACHES": {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}},
+        "REST_FRAMEWORK": {
             "DEFAULT_AUTHENTICATION_CLASSES": [],
             "DEFAULT_PERMISSION_CLASSES": [],
             "UNAUTHENTICATED_USER": None,
             "DEFAULT_THROTTLE_RATES": {"anon": RATE},
         },
-        SLUICEGATE={"STORAGE": "memory"},
-    )
+        "SLUICEGATE": {"STORAGE": "memory"},
+    }
+    settings.configure(**{**base, **overrides})
     django.setup()
 
 
