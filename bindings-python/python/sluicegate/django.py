@@ -166,6 +166,10 @@ class _Config:
         self.defaults = default_rules(raw.get("DEFAULT_LIMITS"), self.max_keys)
         for rule in self.defaults:
             rule.open_early(self.store)
+        #: The middleware's plan for each view it has seen: the default limits that apply to
+        #: it (none when it has its own or is exempt) and its scope (kept with these settings:
+        #: a view's attributes are set when it is decorated, not per request).
+        self.views: dict[Any, tuple[list[Rule], str]] = {}
 
 
 _config: _Config | None = None
@@ -191,7 +195,15 @@ setting_changed.connect(_reset)
 
 def _scope(view: Any) -> str:
     view = getattr(view, "view_class", view)
-    return f"{getattr(view, '__module__', '')}.{getattr(view, '__qualname__', repr(view))}"
+    name = getattr(view, "__qualname__", _NO_NAME)
+    return f"{getattr(view, '__module__', '')}.{repr(view) if name is _NO_NAME else name}"
+
+
+_NO_NAME = object()
+
+#: The most views whose plan a configuration keeps (cleared when full: views are few, but a
+#: URLconf could make callbacks on the fly).
+_VIEWS_KEPT = 4096
 
 
 def _too_many(decision: Decision, rule: Rule | None, config: _Config) -> HttpResponse:
@@ -285,12 +297,14 @@ def ratelimit(
         else:
             rules = view_rules(view, below, parsed, kf, **options)
 
+        scope = _scope(view)
+
         @functools.wraps(view)
         def wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
             config = _get_config()
             if _skipped(request, config):
                 return view(request, *args, **kwargs)
-            rejected = _run(rules, request, config, _scope(view))
+            rejected = _run(rules, request, config, scope)
             if rejected is not None:
                 return rejected
             return _with_headers(view(request, *args, **kwargs), request, config)
@@ -300,7 +314,7 @@ def ratelimit(
             config = _get_config()
             if _skipped(request, config):
                 return await view(request, *args, **kwargs)
-            rejected = await _run_async(rules, request, config, _scope(view))
+            rejected = await _run_async(rules, request, config, scope)
             if rejected is not None:
                 return rejected
             return await _with_headers_async(await view(request, *args, **kwargs), request, config)
@@ -350,7 +364,8 @@ class RateLimitMiddleware:
 
     def __init__(self, get_response: Callable[[Any], Any]) -> None:
         self.get_response = get_response
-        if iscoroutinefunction(get_response):
+        self._async = iscoroutinefunction(get_response)
+        if self._async:
             markcoroutinefunction(self)
             # Django awaits a coroutine function's process_view in the event loop, and runs
             # a plain one in a thread.
@@ -362,31 +377,48 @@ class RateLimitMiddleware:
         _get_config()
 
     def __call__(self, request: Any) -> Any:
-        if iscoroutinefunction(self):
+        if self._async:
             return self.__acall__(request)
         return _with_headers(self.get_response(request), request, _get_config())
 
     async def __acall__(self, request: Any) -> Any:
         return await _with_headers_async(await self.get_response(request), request, _get_config())
 
-    def _defaults(self, view: Any) -> list[Rule]:
-        """The default limits that apply to `view` (none if it has its own or is exempt)."""
-        config = _get_config()
-        if not config.enabled or getattr(view, _EXEMPT, False) or getattr(view, _LIMITS, None):
-            return []
-        return config.defaults
+    @staticmethod
+    def _plan(config: _Config, view: Any) -> tuple[list[Rule], str]:
+        """The default limits that apply to `view` (none if it has its own or is exempt, or
+        the limits are off) and its scope, kept per view with the settings."""
+        try:
+            return config.views[view]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable callback: worked out each time
+            return RateLimitMiddleware._plan_of(config, view)
+        plan = RateLimitMiddleware._plan_of(config, view)
+        if len(config.views) >= _VIEWS_KEPT:
+            config.views.clear()
+        config.views[view] = plan
+        return plan
 
-    def _rules_for(self, request: Any, view: Any) -> list[Rule]:
-        rules = self._defaults(view)
-        return [] if not rules or _skipped(request, _get_config()) else rules
+    @staticmethod
+    def _plan_of(config: _Config, view: Any) -> tuple[list[Rule], str]:
+        if not config.enabled or getattr(view, _EXEMPT, False) or getattr(view, _LIMITS, None):
+            return [], ""
+        return config.defaults, _scope(view)
 
     def process_view(self, request: Any, view: Any, args: Any, kwargs: Any) -> Any:
-        rules = self._rules_for(request, view)
-        return _run(rules, request, _get_config(), _scope(view)) if rules else None
+        config = _get_config()
+        rules, scope = self._plan(config, view)
+        if not rules or _skipped(request, config):
+            return None
+        return _run(rules, request, config, scope)
 
     async def _process_view_async(self, request: Any, view: Any, args: Any, kwargs: Any) -> Any:
-        rules = self._rules_for(request, view)
-        return await _run_async(rules, request, _get_config(), _scope(view)) if rules else None
+        config = _get_config()
+        rules, scope = self._plan(config, view)
+        if not rules or _skipped(request, config):
+            return None
+        return await _run_async(rules, request, config, scope)
 
     def process_exception(self, request: Any, exception: Exception) -> Any:
         if isinstance(exception, RateLimited):
