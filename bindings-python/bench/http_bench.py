@@ -24,7 +24,7 @@ run.
 
 With ``--instructions`` the servers run under callgrind instead, one at a time, and the
 figure is the server's user-space instructions per request (its Python and native code, not
-the kernel's): exact and immune to the machine's load, where CPU time on a shared 2-core
+the kernel's): moved by the machine's load far less than CPU time, which on a shared 2-core
 machine moves by more than a limiter's whole overhead.
 
     pip install -r bindings-python/requirements-bench.txt   # and wrk (and valgrind) on the PATH
@@ -66,6 +66,8 @@ SUBJECTS: dict[str, list[tuple[str, str]]] = {
     "django": [
         ("none", "Django, no limiter"),
         ("sluicegate", "sluicegate.django RateLimitMiddleware (default limit + headers)"),
+        ("sluicegate-nofields", "sluicegate.django RateLimitMiddleware, no fields on allowed responses "
+         "(`HEADERS_ON_ALLOWED: False`: django-ratelimit sends none)"),
         ("django-ratelimit", "django-ratelimit 4 (`@ratelimit(key='ip')`, locmem cache)"),
     ],
     "drf": [
@@ -119,11 +121,12 @@ def flask_app(name: str) -> Any:
 def django_app(fw: str, name: str) -> Any:
     import web_bench
 
-    middleware = ["sluicegate.django.RateLimitMiddleware"] if (fw, name) == ("django", "sluicegate") else []
+    ours = fw == "django" and name.startswith("sluicegate")
+    middleware = ["sluicegate.django.RateLimitMiddleware"] if ours else []
     web_bench.setup_django(
         ROOT_URLCONF=__name__,
         MIDDLEWARE=middleware,
-        SLUICEGATE={"STORAGE": "memory", "DEFAULT_LIMITS": [RATE]},
+        SLUICEGATE={"STORAGE": "memory", "DEFAULT_LIMITS": [RATE], "HEADERS_ON_ALLOWED": name != "sluicegate-nofields"},
     )
     from django.core.wsgi import get_wsgi_application
     from django.http import HttpResponse
@@ -313,8 +316,13 @@ def main() -> None:
     ap.add_argument("--instructions", action="store_true",
                     help="count the servers' instructions per request under callgrind instead "
                     "(valgrind on the PATH; --rounds servers of each subject, --secs of requests each)")
+    ap.add_argument("--only", choices=sorted(SUBJECTS), action="append",
+                    help="only this framework's subjects (repeatable; default: all)")
     ap.add_argument("--out", default=None, help="default: bench/HTTP_RESULTS.md (bench/HTTP_INSTRUCTIONS.md)")
     args = ap.parse_args()
+    if args.only:
+        for fw in [fw for fw in SUBJECTS if fw not in args.only]:
+            del SUBJECTS[fw]
     if args.quick:
         args.rounds, args.secs = 2, 1.0
     if shutil.which("wrk") is None:
@@ -410,7 +418,7 @@ def count_instructions(args: argparse.Namespace) -> None:
         f"{CLIENTS} clients by `X-Forwarded-For`; limits of `{RATE}`) served by uvicorn (its WSGI interface for "
         "Flask, Django and DRF: one process, which callgrind follows) under callgrind, warmed up for 3 s, then "
         f"counted over {args.secs:g} s of `wrk -t1 -c1` requests: the server's user-space instructions (its "
-        "Python and native code; not the kernel's) per request, exact and immune to the machine's load. "
+        "Python and native code; not the kernel's) per request, which the machine's load moves far less than CPU time. "
         f"{args.rounds} servers of each subject; median (range).",
     ]
     for fw, names in SUBJECTS.items():
