@@ -77,7 +77,14 @@ async function injectedUs(framework, variant, n) {
   return run(n)
 }
 
-if (process.send !== undefined && process.argv[2] !== undefined) {
+if (process.argv[3] === 'serve') {
+  // `serve PORT`: the app on 127.0.0.1:PORT, no IPC (bench/web-instructions.mjs runs it under
+  // callgrind).
+  const [framework, variant] = process.argv[2].split(':')
+  const port = Number(process.argv[4])
+  if (framework === 'express') expressApp(variant).listen(port, '127.0.0.1')
+  else await (await fastifyApp(variant)).listen({ port, host: '127.0.0.1' })
+} else if (process.send !== undefined && process.argv[2] !== undefined) {
   const [framework, variant] = process.argv[2].split(':')
   // `inject N`: one measurement in a fresh process (injected requests are retained by the
   // process in Node 20, with or without a limiter: a long loop in one process runs out of heap)
