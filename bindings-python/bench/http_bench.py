@@ -4,7 +4,8 @@ framework with no limiter and to its best-known peer (flask-limiter, django-rate
 cache throttle, slowapi), in one run.
 
 Every subject is a server of its own on 127.0.0.1 (one worker process: gunicorn's ``gthread``
-worker with four threads, which keeps connections alive, or uvicorn), loaded in turn by
+worker with four threads, which keeps connections alive, or uvicorn with httptools and uvloop,
+as ``uvicorn[standard]`` deploys it), loaded in turn by
 ``wrk`` (one thread, 8 keep-alive connections) for ``--secs`` seconds a round, the subjects
 a framework's subjects one after another each round, in rotated orders, so that each subject
 is measured close in time to its framework with no limiter. The figure is the **server's CPU
@@ -38,6 +39,7 @@ factories.
 
 # No `from __future__ import annotations`: FastAPI reads the endpoints' annotations.
 import argparse
+import importlib.util
 import os
 import platform
 import re
@@ -79,6 +81,7 @@ SUBJECTS: dict[str, list[tuple[str, str]]] = {
         ("none", "FastAPI, no limiter"),
         ("middleware", "sluicegate.starlette RateLimitMiddleware"),
         ("dependency", "sluicegate.starlette dependency (Depends)"),
+        ("noop-dependency", "a no-op dependency (Depends), for reference"),
         ("slowapi", "slowapi 0.1 (limits, memory storage)"),
     ],
 }
@@ -178,6 +181,7 @@ def asgi_app() -> Any:
     _, name = _subject()
     labels = {"none": "FastAPI, no limiter", "middleware": "sluicegate.starlette RateLimitMiddleware",
               "dependency": "sluicegate.starlette dependency (Depends)",
+              "noop-dependency": "a no-op dependency (Depends), for reference",
               "slowapi": "slowapi 0.1.10 (limits, memory storage)"}  # fmt: skip
     assert web_bench.RATE == RATE
     return web_bench.fastapi_subjects()[labels[name]]
@@ -363,7 +367,7 @@ def main() -> None:
         "",
         f"Python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} cores, load average "
         f"{load_start[0]:.1f} at the start and {load_end[0]:.1f} at the end; {time.strftime('%Y-%m-%d')}. "
-        f"gunicorn (one `gthread` worker, 4 threads) or uvicorn (one worker) on 127.0.0.1, each loaded by "
+        f"gunicorn (one `gthread` worker, 4 threads) or uvicorn (one worker; {uvicorn_stack()}) on 127.0.0.1, each loaded by "
         f"`wrk -t1 -c8` for {args.secs:g} s a round, {args.rounds} rounds (a framework's subjects one after "
         f"another, in rotated orders), {CLIENTS} clients by `X-Forwarded-For` behind the proxy fix; limits of "
         f"`{RATE}` that admit every request. Server CPU µs per request: median (range over the rounds); "
@@ -393,6 +397,15 @@ def main() -> None:
     print(text)
 
 
+def uvicorn_stack() -> str:
+    """What uvicorn serves with here: httptools and uvloop where installed (``uvicorn[standard]``,
+    how it is deployed; requirements-bench.txt pins them), else its pure-Python h11 and asyncio,
+    whose checks of each response field cost a server several times more."""
+    http = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    return f"{http} and {loop}"
+
+
 def count_instructions(args: argparse.Namespace) -> None:
     """``--instructions``: each subject's server instructions per request, its servers one
     after another (``--rounds`` of them, each counted over ``--secs`` of requests)."""
@@ -415,7 +428,7 @@ def count_instructions(args: argparse.Namespace) -> None:
         "",
         f"Python {platform.python_version()}, {platform.machine()}; {time.strftime('%Y-%m-%d')}. The apps of "
         "the wall-clock table (behind the proxy fix; "
-        f"{CLIENTS} clients by `X-Forwarded-For`; limits of `{RATE}`) served by uvicorn (its WSGI interface for "
+        f"{CLIENTS} clients by `X-Forwarded-For`; limits of `{RATE}`) served by uvicorn ({uvicorn_stack()}; its WSGI interface for "
         "Flask, Django and DRF: one process, which callgrind follows) under callgrind, warmed up for 3 s, then "
         f"counted over {args.secs:g} s of `wrk -t1 -c1` requests: the server's user-space instructions (its "
         "Python and native code; not the kernel's) per request, which the machine's load moves far less than CPU time. "
