@@ -263,23 +263,26 @@ unsafe extern "C" fn render_fields(
         );
         let text = state
             .with_renderer(id, |style, policy| {
-                let mut text = String::with_capacity(128);
-                for (name, value) in d.headers(style, policy) {
+                let mut text = String::with_capacity(128 + policy.len());
+                d.for_each_header(style, policy, |name, value| {
                     if !text.is_empty() {
                         text.push('\n');
                     }
                     text.push_str(name);
                     text.push('\n');
-                    text.push_str(&value);
-                }
+                    text.push_str(value);
+                });
                 text
             })
             .ok_or_else(|| invalid_arg("not a header renderer"))?;
         let mut out = ptr::null_mut();
-        // SAFETY: live env; `text` is valid UTF-8 of the given length; `out` is a valid
-        // out-pointer.
+        // The core's fields are ASCII, which Latin-1 reads as it is (V8 then copies the bytes
+        // without decoding UTF-8).
+        debug_assert!(text.is_ascii());
+        // SAFETY: live env; `text` is `text.len()` bytes of ASCII (valid Latin-1); `out` is a
+        // valid out-pointer.
         unsafe {
-            sys::napi_create_string_utf8(env, text.as_ptr().cast(), text.len() as isize, &mut out)
+            sys::napi_create_string_latin1(env, text.as_ptr().cast(), text.len() as isize, &mut out)
         };
         Ok(out)
     })

@@ -380,10 +380,13 @@ impl PyDecision {
     ) -> PyResult<Bound<'py, PyDict>> {
         let out = PyDict::new(py);
         let style = style.parse::<HeaderStyle>().map_err(to_py)?;
-        for (name, value) in self.inner.headers(style, policy) {
-            out.set_item(name, value)?;
-        }
-        Ok(out)
+        let mut set = Ok(());
+        self.inner.for_each_header(style, policy, |name, value| {
+            if set.is_ok() {
+                set = out.set_item(name, value);
+            }
+        });
+        set.map(|()| out)
     }
 
     /// `headers(style, policy)` as raw header lines, the way ASGI servers take them: a list
@@ -397,7 +400,11 @@ impl PyDecision {
     ) -> PyResult<Bound<'py, PyList>> {
         let style = style.parse::<HeaderStyle>().map_err(to_py)?;
         let out = PyList::empty(py);
-        for (name, value) in self.inner.headers(style, policy) {
+        let mut appended = Ok(());
+        self.inner.for_each_header(style, policy, |name, value| {
+            if appended.is_err() {
+                return;
+            }
             // The core's names are short: lower-cased on the stack.
             let mut buf = [0u8; 32];
             let owned;
@@ -412,9 +419,9 @@ impl PyDecision {
                     owned.as_bytes()
                 }
             };
-            out.append((PyBytes::new(py, lower), PyBytes::new(py, value.as_bytes())))?;
-        }
-        Ok(out)
+            appended = out.append((PyBytes::new(py, lower), PyBytes::new(py, value.as_bytes())));
+        });
+        appended.map(|()| out)
     }
 
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {

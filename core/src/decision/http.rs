@@ -11,7 +11,7 @@
 //! assert!(headers.contains(&("RateLimit-Policy", "\"default\";q=2;w=2".to_string())));
 //! ```
 
-use crate::{Decision, IntKey};
+use crate::Decision;
 
 const NS_PER_S: u64 = 1_000_000_000;
 
@@ -85,89 +85,180 @@ impl Decision {
     /// The response fields for this decision in the given style; `policy` names the policy in
     /// the IETF fields (a Structured-Field string: quotes and backslashes are escaped).
     pub fn headers(&self, style: HeaderStyle, policy: &str) -> Vec<(&'static str, String)> {
-        // Written into buffers sized up front, without `format!`: these fields go on most
-        // responses, and formatting and growing strings was most of their cost.
         let mut out = Vec::with_capacity(4);
+        self.for_each_header(style, policy, |name, value| {
+            out.push((name, value.to_owned()));
+        });
+        out
+    }
+
+    /// [`headers`](Self::headers) without allocating: each field's name and value, in the
+    /// same order, handed to `f` (for an adapter that writes them straight into its
+    /// framework's response). The values are ASCII.
+    ///
+    /// ```
+    /// use sluicegate::{http::HeaderStyle, Limiter, ManualClock};
+    /// let limiter = Limiter::with_clock("10/s".parse()?, ManualClock::new(0))?;
+    /// let d = limiter.try_acquire(1)?;
+    /// let mut text = String::new();
+    /// d.for_each_header(HeaderStyle::Legacy, "default", |name, value| {
+    ///     text += &format!("{name}: {value}\n");
+    /// });
+    /// assert_eq!(text, "X-RateLimit-Limit: 10\nX-RateLimit-Remaining: 9\nX-RateLimit-Reset: 1\n");
+    /// # Ok::<(), sluicegate::Error>(())
+    /// ```
+    pub fn for_each_header(
+        &self,
+        style: HeaderStyle,
+        policy: &str,
+        mut f: impl FnMut(&'static str, &str),
+    ) {
+        // Written on the stack, digits two at a time: these fields go on most responses, and
+        // formatting and allocating strings was most of their cost.
         let (limit, remaining, reset, w) = (
             self.limit(),
             self.remaining(),
             self.reset_secs(),
             self.window_secs(),
         );
+        let mut num = itoa::Buffer::new();
+        let mut v = Value::new();
         match style {
             HeaderStyle::Ietf => {
-                let mut name = String::with_capacity(policy.len() + 2 + 2 * 23);
-                push_sf_string(&mut name, policy);
-                let mut state = String::with_capacity(name.capacity());
-                state.push_str(&name);
-                out.push((
-                    "RateLimit-Policy",
-                    figures(name, &[(";q=", limit), (";w=", w)]),
-                ));
-                out.push((
-                    "RateLimit",
-                    figures(state, &[(";r=", remaining), (";t=", reset)]),
-                ));
+                v.sf_string(policy);
+                let name = v.len();
+                v.push(b";q=");
+                v.num(limit);
+                v.push(b";w=");
+                v.num(w);
+                f("RateLimit-Policy", v.as_str());
+                v.truncate(name);
+                v.push(b";r=");
+                v.num(remaining);
+                v.push(b";t=");
+                v.num(reset);
+                f("RateLimit", v.as_str());
             }
             HeaderStyle::Draft6 => {
-                out.push((
-                    "RateLimit-Policy",
-                    figures(String::new(), &[("", limit), (";w=", w)]),
-                ));
-                out.push(("RateLimit-Limit", figures(String::new(), &[("", limit)])));
-                out.push((
-                    "RateLimit-Remaining",
-                    figures(String::new(), &[("", remaining)]),
-                ));
-                out.push(("RateLimit-Reset", figures(String::new(), &[("", reset)])));
+                v.num(limit);
+                v.push(b";w=");
+                v.num(w);
+                f("RateLimit-Policy", v.as_str());
+                f("RateLimit-Limit", num.format(limit));
+                f("RateLimit-Remaining", num.format(remaining));
+                f("RateLimit-Reset", num.format(reset));
             }
             HeaderStyle::Draft7 => {
-                out.push((
-                    "RateLimit-Policy",
-                    figures(String::new(), &[("", limit), (";w=", w)]),
-                ));
-                out.push((
-                    "RateLimit",
-                    figures(
-                        String::new(),
-                        &[
-                            ("limit=", limit),
-                            (", remaining=", remaining),
-                            (", reset=", reset),
-                        ],
-                    ),
-                ));
+                v.num(limit);
+                v.push(b";w=");
+                v.num(w);
+                f("RateLimit-Policy", v.as_str());
+                v.truncate(0);
+                v.push(b"limit=");
+                v.num(limit);
+                v.push(b", remaining=");
+                v.num(remaining);
+                v.push(b", reset=");
+                v.num(reset);
+                f("RateLimit", v.as_str());
             }
             HeaderStyle::Legacy => {
-                out.push(("X-RateLimit-Limit", figures(String::new(), &[("", limit)])));
-                out.push((
-                    "X-RateLimit-Remaining",
-                    figures(String::new(), &[("", remaining)]),
-                ));
-                out.push(("X-RateLimit-Reset", figures(String::new(), &[("", reset)])));
+                f("X-RateLimit-Limit", num.format(limit));
+                f("X-RateLimit-Remaining", num.format(remaining));
+                f("X-RateLimit-Reset", num.format(reset));
             }
             HeaderStyle::None => {}
         }
         if let Some(secs) = self.retry_after_header() {
-            out.push(("Retry-After", figures(String::new(), &[("", secs)])));
+            f("Retry-After", num.format(secs));
         }
-        out
     }
 }
 
-/// `out` followed by each label and its number in decimal, grown once.
-fn figures(mut out: String, items: &[(&str, u64)]) -> String {
-    out.reserve(items.iter().map(|(label, _)| label.len() + 20).sum());
-    for &(label, n) in items {
-        out.push_str(label);
-        out.extend(
-            IntKey::new(n.into())
-                .as_bytes()
-                .iter()
-                .map(|&d| char::from(d)),
-        );
+/// A field's value being written: ASCII on the stack, moved to the heap only when a policy
+/// name makes it longer than the stack's room.
+struct Value {
+    stack: [u8; 160],
+    len: usize,
+    /// In use (holding the whole value) when not empty.
+    heap: Vec<u8>,
+}
+
+impl Value {
+    fn new() -> Self {
+        Self {
+            stack: [0; 160],
+            len: 0,
+            heap: Vec::new(),
+        }
     }
-    out
+
+    fn len(&self) -> usize {
+        if self.heap.is_empty() {
+            self.len
+        } else {
+            self.heap.len()
+        }
+    }
+
+    fn truncate(&mut self, n: usize) {
+        if self.heap.is_empty() {
+            self.len = self.len.min(n);
+        } else {
+            self.heap.truncate(n);
+            // Back on the stack (empty) if nothing is left.
+            self.len = 0;
+        }
+    }
+
+    fn push(&mut self, s: &[u8]) {
+        if self.heap.is_empty() {
+            if let Some(room) = self.stack.get_mut(self.len..self.len + s.len()) {
+                room.copy_from_slice(s);
+                self.len += s.len();
+                return;
+            }
+            self.heap.extend_from_slice(&self.stack[..self.len]);
+        }
+        self.heap.extend_from_slice(s);
+    }
+
+    fn num(&mut self, n: u64) {
+        self.push(itoa::Buffer::new().format(n).as_bytes());
+    }
+
+    /// Appends [`sf_string`]`(s)`, copying runs of characters that need no change whole.
+    fn sf_string(&mut self, s: &str) {
+        self.push(b"\"");
+        let mut plain = 0; // where the run of characters written as they are starts
+        for (i, ch) in s.char_indices() {
+            match ch {
+                '"' | '\\' => {
+                    self.push(&s.as_bytes()[plain..i]);
+                    self.push(&[b'\\', ch as u8]);
+                    plain = i + 1;
+                }
+                ' '..='~' => {}
+                _ => {
+                    self.push(&s.as_bytes()[plain..i]);
+                    self.push(b"_");
+                    plain = i + ch.len_utf8();
+                }
+            }
+        }
+        self.push(&s.as_bytes()[plain..]);
+        self.push(b"\"");
+    }
+
+    fn as_str(&self) -> &str {
+        let bytes = if self.heap.is_empty() {
+            &self.stack[..self.len]
+        } else {
+            &self.heap
+        };
+        // Only ASCII is ever written.
+        core::str::from_utf8(bytes).unwrap_or_default()
+    }
 }
 
 /// The fields for a composite limit: with [`HeaderStyle::Ietf`], `RateLimit-Policy` and
@@ -222,25 +313,9 @@ pub fn policies_headers(
 /// A Structured-Field string (RFC 8941 3.3.3): printable ASCII, `"` and `\` escaped; other
 /// characters are replaced by `_` so the field always stays valid.
 fn sf_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    push_sf_string(&mut out, s);
-    out
-}
-
-/// Appends [`sf_string`]`(s)`.
-fn push_sf_string(out: &mut String, s: &str) {
-    out.push('"');
-    for ch in s.chars() {
-        match ch {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(ch);
-            }
-            ' '..='~' => out.push(ch),
-            _ => out.push('_'),
-        }
-    }
-    out.push('"');
+    let mut v = Value::new();
+    v.sf_string(s);
+    v.as_str().to_owned()
 }
 
 #[cfg(test)]
@@ -330,11 +405,29 @@ mod tests {
         );
     }
 
+    /// A Structured-Field string written character by character: the reference for
+    /// `Value::sf_string`, which copies runs.
+    fn reference_sf_string(s: &str) -> String {
+        let mut out = String::from('"');
+        for ch in s.chars() {
+            match ch {
+                '"' | '\\' => {
+                    out.push('\\');
+                    out.push(ch);
+                }
+                ' '..='~' => out.push(ch),
+                _ => out.push('_'),
+            }
+        }
+        out.push('"');
+        out
+    }
+
     /// The fields as `format!` writes them: the plain reference `headers` is checked against.
     fn reference(d: &Decision, style: HeaderStyle, policy: &str) -> Vec<(&'static str, String)> {
         let (limit, remaining, reset, w) =
             (d.limit(), d.remaining(), d.reset_secs(), d.window_secs());
-        let name = sf_string(policy);
+        let name = reference_sf_string(policy);
         let mut out = match style {
             HeaderStyle::Ietf => vec![
                 ("RateLimit-Policy", format!("{name};q={limit};w={w}")),
@@ -378,7 +471,8 @@ mod tests {
             retry: u64,
             reset: u64,
             window: u64,
-            policy in "\\PC{0,12}",
+            // Short names, and long ones full of escapes: past the stack's room.
+            policy in "\\PC{0,12}|[a-z\"\\\\\u{e9}]{60,200}",
         ) {
             let d = Decision::from_figures(allowed, limit, remaining.min(limit), retry, reset, window);
             for (_, style) in HeaderStyle::NAMES {
