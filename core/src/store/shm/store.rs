@@ -279,7 +279,7 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for ShmStore {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        Ok(self.table().remove(&self.fingerprint(key)))
+        self.table().remove(&self.fingerprint(key))
     }
 
     fn sweep(&self, cx: &Ctx, now: u64) -> Result<usize, Error> {

@@ -516,6 +516,9 @@ impl Table<'_> {
                     // Evicted meanwhile (full): the key is absent again.
                 }
                 Found::Absent => {
+                    if self.wait_vacated(fp)? {
+                        continue; // gone now: look again
+                    }
                     if let Some(d) = self.insert(cx, fp, r, me, &step)? {
                         return Ok(d);
                     }
@@ -567,6 +570,53 @@ impl Table<'_> {
     fn vacating(&self, i: usize) -> bool {
         let (tag, state) = unpack(self.slots[i].word.load(Ordering::Acquire));
         tag != 0 && state & (CLAIM | VACATE) == CLAIM | VACATE && super::lock::alive(state as u64)
+    }
+
+    /// Whether slot `i` holds a live process's vacating mark of `fp`'s own key: its bucket
+    /// being removed or evicted, the unit of the capacity not back yet.
+    fn vacating_of(&self, i: usize, fp: &Fingerprint) -> bool {
+        let s = &self.slots[i];
+        let (tag, state) = unpack(s.word.load(Ordering::Acquire));
+        // A mark keeps the bucket's tag, and the slot the rest of its fingerprint.
+        tag == fp.tag
+            && state & (CLAIM | VACATE) == CLAIM | VACATE
+            && s.tag_hi.load(Ordering::Acquire) == fp.tag_hi
+            && (s.side.load(Ordering::Acquire) >> 32) as u32 == fp.tag_lo
+            && super::lock::alive(state as u64)
+    }
+
+    /// Waits while `fp`'s key is being emptied out of its slot by a live process (a `remove`,
+    /// an eviction); whether it waited. A key's removal takes effect when its unit of the
+    /// capacity is back, not when its mark goes up: until then the key's own requests, peeks
+    /// and removes wait here rather than take it for gone, so that nothing sees the room
+    /// before the count does (a request of the key that took it for gone was refused as a
+    /// new key at the bound, by a hint recorded before: the refusal of a key the region had
+    /// room for). The process is a few instructions from done; one stopped there ends the
+    /// wait after [`super::lock::WAIT`] with [`StoreErrorKind::Timeout`], and one that died
+    /// there is not waited for (its mark is emptied by whoever meets it).
+    fn wait_vacated(&self, fp: &Fingerprint) -> Result<bool, Error> {
+        let mut backoff = super::lock::Backoff::new();
+        let mut waited = false;
+        'look: loop {
+            for d in 0..=self.reach(fp.home) {
+                if self.vacating_of(self.at(fp.home, d), fp) {
+                    waited = true;
+                    backoff.pause(|waited| {
+                        Error::store(
+                            StoreErrorKind::Timeout,
+                            self.name,
+                            format!(
+                                "a request waited {waited:?} for another process to finish \
+                                 removing its key's bucket (it is alive but not running: \
+                                 stopped or traced?)"
+                            ),
+                        )
+                    })?;
+                    continue 'look;
+                }
+            }
+            return Ok(waited);
+        }
     }
 
     /// Creates `fp`'s bucket (absent; the key's insert lock held) with the request applied.
@@ -870,14 +920,20 @@ impl Table<'_> {
         now: u64,
         cost: u64,
     ) -> Result<Decision, Error> {
-        for _ in 0..4 {
-            let Some(i) = self.find(fp) else { break };
-            let (tag, state) = unpack(self.slots[i].word.load(Ordering::Acquire));
-            if tag == fp.tag && claim_of(state).is_none() {
-                if !cx.codec.valid(state) {
-                    return Err(self.corrupt(BAD_STATE));
+        loop {
+            for _ in 0..4 {
+                let Some(i) = self.find(fp) else { break };
+                let (tag, state) = unpack(self.slots[i].word.load(Ordering::Acquire));
+                if tag == fp.tag && claim_of(state).is_none() {
+                    if !cx.codec.valid(state) {
+                        return Err(self.corrupt(BAD_STATE));
+                    }
+                    return Ok(cx.codec.decide(state, now, cost).0);
                 }
-                return Ok(cx.codec.decide(state, now, cost).0);
+            }
+            // Absent, unless it is being removed: then it is absent once that is done.
+            if !self.wait_vacated(fp)? {
+                break;
             }
         }
         let at = now.max(self.hint.watermark());
@@ -927,20 +983,25 @@ impl Table<'_> {
         Ok(())
     }
 
-    /// Forgets `fp`'s key; whether it was present.
-    pub(crate) fn remove(&self, fp: &Fingerprint) -> bool {
-        while let Some(i) = self.find(fp) {
-            let word = &self.slots[i].word;
-            let cur = word.load(Ordering::Acquire);
-            let (tag, state) = unpack(cur);
-            if tag != fp.tag || claim_of(state).is_some() {
-                continue;
+    /// Forgets `fp`'s key; whether it was present (a removal by another process in progress
+    /// is waited for: the key was present, and that one removed it).
+    pub(crate) fn remove(&self, fp: &Fingerprint) -> Result<bool, Error> {
+        loop {
+            while let Some(i) = self.find(fp) {
+                let word = &self.slots[i].word;
+                let cur = word.load(Ordering::Acquire);
+                let (tag, state) = unpack(cur);
+                if tag != fp.tag || claim_of(state).is_some() {
+                    continue;
+                }
+                if self.empty_slot(i, cur) {
+                    return Ok(true);
+                }
             }
-            if self.empty_slot(i, cur) {
-                return true;
+            if !self.wait_vacated(fp)? {
+                return Ok(false);
             }
         }
-        false
     }
 
     /// Forgets every key (claims in progress stay: their inserters finish them, and a dead
@@ -1097,8 +1158,8 @@ mod tests {
         assert_eq!(t.peek(&c, &k, 0).unwrap().remaining(), 0);
         t.refund(&c, &k, 0, 1).unwrap();
         assert_eq!(t.peek(&c, &k, 0).unwrap().remaining(), 1);
-        assert!(t.remove(&k));
-        assert!(!t.remove(&k));
+        assert!(t.remove(&k).unwrap());
+        assert!(!t.remove(&k).unwrap());
         assert_eq!((t.len(), o.live.load(Ordering::Relaxed)), (0, 0));
     }
 
@@ -1622,8 +1683,62 @@ mod loom_models {
             let old = fp(1, 0, 2);
             o.table().acquire(&c, &old, req(0, 1), me).unwrap(); // not full
             admitted_beside(o, c, 0, move |t, _| {
-                t.remove(&old);
+                t.remove(&old).unwrap();
             });
+        });
+    }
+
+    /// At a bound of one key, with [`OnFull::RejectNewKeys`] and a hint recorded (a new key
+    /// was refused: nothing is full before 1 s), the one key's own request races its
+    /// `remove`: it is admitted, on the old bucket or a new one, never refused for a bound
+    /// that the remove is emptying (the key's request once met the remove's vacating mark,
+    /// took the key for gone, and the hint refused it as a new key, the unit not back yet).
+    #[test]
+    fn a_keys_request_racing_its_remove_at_the_bound_is_admitted() {
+        loom::model(|| {
+            let o = Arc::new(Owned::new(1, 2, 2));
+            let c = Arc::new(cx("2/s"));
+            let (k, other) = (fp(1, 0, 2), fp(2, 1, 2));
+            o.table().acquire(&c, &k, req(0, 1), me).unwrap(); // 1 left, full at 0.5 s
+            let refused = o.table().acquire(&c, &other, req(0, 1), me);
+            assert!(!admitted(&refused), "{refused:?}");
+            let remover = {
+                let o = o.clone();
+                thread::spawn(move || o.table().remove(&k).unwrap())
+            };
+            let d = o.table().acquire(&c, &k, req(0, 1), me);
+            assert!(remover.join().unwrap());
+            assert!(admitted(&d), "{d:?}");
+            let t = o.table();
+            assert_eq!(o.live.load(Ordering::Acquire), t.len() as u64);
+        });
+    }
+
+    /// The same bound and hint: a peek that finds the key gone while it is being removed
+    /// finds its room too (a new key is admitted after it), whichever way they interleave: a
+    /// peek that took the mark for gone, and a new key refused after it, saw the key gone
+    /// and the region full at once.
+    #[test]
+    fn a_peek_that_sees_a_removed_key_gone_sees_its_room() {
+        loom::model(|| {
+            let o = Arc::new(Owned::new(1, 2, 2));
+            let c = Arc::new(cx("2/s"));
+            let (k, other) = (fp(1, 0, 2), fp(2, 1, 2));
+            o.table().acquire(&c, &k, req(0, 1), me).unwrap(); // 1 left
+            let refused = o.table().acquire(&c, &other, req(0, 1), me);
+            assert!(!admitted(&refused), "{refused:?}");
+            let remover = {
+                let o = o.clone();
+                thread::spawn(move || o.table().remove(&k).unwrap())
+            };
+            let seen = o.table().peek(&c, &k, 0).unwrap().remaining();
+            let new = o.table().acquire(&c, &other, req(0, 1), me);
+            assert!(remover.join().unwrap());
+            if seen == 2 {
+                assert!(admitted(&new), "the key was gone, and {new:?}");
+            } else {
+                assert_eq!(seen, 1);
+            }
         });
     }
 
