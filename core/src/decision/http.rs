@@ -127,39 +127,28 @@ impl Decision {
             HeaderStyle::Ietf => {
                 v.sf_string(policy);
                 let name = v.len();
-                v.push(b";q=");
-                v.num(limit);
-                v.push(b";w=");
-                v.num(w);
+                v.figures(&[(b";q=", limit), (b";w=", w)]);
                 f("RateLimit-Policy", v.as_str());
                 v.truncate(name);
-                v.push(b";r=");
-                v.num(remaining);
-                v.push(b";t=");
-                v.num(reset);
+                v.figures(&[(b";r=", remaining), (b";t=", reset)]);
                 f("RateLimit", v.as_str());
             }
             HeaderStyle::Draft6 => {
-                v.num(limit);
-                v.push(b";w=");
-                v.num(w);
+                v.figures(&[(b"", limit), (b";w=", w)]);
                 f("RateLimit-Policy", v.as_str());
                 f("RateLimit-Limit", num.format(limit));
                 f("RateLimit-Remaining", num.format(remaining));
                 f("RateLimit-Reset", num.format(reset));
             }
             HeaderStyle::Draft7 => {
-                v.num(limit);
-                v.push(b";w=");
-                v.num(w);
+                v.figures(&[(b"", limit), (b";w=", w)]);
                 f("RateLimit-Policy", v.as_str());
                 v.truncate(0);
-                v.push(b"limit=");
-                v.num(limit);
-                v.push(b", remaining=");
-                v.num(remaining);
-                v.push(b", reset=");
-                v.num(reset);
+                v.figures(&[
+                    (b"limit=", limit),
+                    (b", remaining=", remaining),
+                    (b", reset=", reset),
+                ]);
                 f("RateLimit", v.as_str());
             }
             HeaderStyle::Legacy => {
@@ -223,8 +212,13 @@ impl Value {
         self.heap.extend_from_slice(s);
     }
 
-    fn num(&mut self, n: u64) {
-        self.push(itoa::Buffer::new().format(n).as_bytes());
+    /// Appends each label and its number in decimal.
+    fn figures(&mut self, items: &[(&[u8], u64)]) {
+        let mut digits = itoa::Buffer::new();
+        for &(label, n) in items {
+            self.push(label);
+            self.push(digits.format(n).as_bytes());
+        }
     }
 
     /// Appends [`sf_string`]`(s)`, copying runs of characters that need no change whole.
