@@ -14,9 +14,11 @@ export const VARIANTS = {
   // The two floors of each framework: a middleware (an onRequest hook) that does nothing, and
   // one that sets the peer's default fields to constants (express-rate-limit's four draft-6
   // fields, @fastify/rate-limit's three). Any limiter that sends those fields pays the second;
-  // the decision and the key are what a limiter adds to it.
+  // the decision and the key are what a limiter adds to it. Fastify's third floor sets the
+  // fields from a hook that an `onRoute` hook adds to each route, as plugins with per-route
+  // options (ours, @fastify/rate-limit) add theirs.
   express: ['none', 'empty middleware', 'middleware + fields', 'sluicegate', 'express-rate-limit'],
-  fastify: ['none', 'empty hook', 'hook + fields', 'sluicegate', '@fastify/rate-limit'],
+  fastify: ['none', 'empty hook', 'hook + fields', 'route hook + fields', 'sluicegate', '@fastify/rate-limit'],
 }
 
 const DRAFT6_FIELDS = Object.freeze({ 'RateLimit-Policy': '1000000000;w=1', 'RateLimit-Limit': '1000000000', 'RateLimit-Remaining': '999999999', 'RateLimit-Reset': '1' })
@@ -45,6 +47,10 @@ export async function fastifyApp(variant) {
   if (variant === '@fastify/rate-limit') await app.register(fastifyRateLimit, { max: 1e9, timeWindow: 1000 })
   if (variant === 'empty hook') app.addHook('onRequest', (_req, _reply, done) => done())
   if (variant === 'hook + fields') app.addHook('onRequest', (_req, reply, done) => { reply.headers(CONSTANT_FIELDS); done() })
+  if (variant === 'route hook + fields') {
+    const hook = (_req, reply, done) => { reply.headers(CONSTANT_FIELDS); done() }
+    app.addHook('onRoute', (route) => { route.onRequest = [...(route.onRequest === undefined ? [] : [route.onRequest].flat()), hook] })
+  }
   app.get('/', async () => 'ok')
   await app.ready()
   return app
