@@ -201,6 +201,8 @@ struct Swept {
 /// What the locked path found for a key.
 enum Found {
     At(usize),
+    /// Its bucket is being emptied by a live process ([`Table::wait_vacated`]).
+    Vacating,
     Absent,
 }
 
@@ -309,12 +311,6 @@ impl Table<'_> {
 
     fn corrupt(&self, what: &str) -> Error {
         Error::store(StoreErrorKind::Corrupt, self.name, what.to_string())
-    }
-
-    /// Whether slot `i` holds `fp`'s key (a live bucket, not a claim).
-    #[inline]
-    fn holds(&self, i: usize, fp: &Fingerprint) -> bool {
-        self.word_of(i, fp).is_some()
     }
 
     /// The slot holding `fp`'s key, as of the loads; `None` when absent (or being inserted).
@@ -515,10 +511,11 @@ impl Table<'_> {
                     }
                     // Evicted meanwhile (full): the key is absent again.
                 }
+                // Being removed: gone once that is done, then looked for again.
+                Found::Vacating => {
+                    self.wait_vacated(fp)?;
+                }
                 Found::Absent => {
-                    if self.wait_vacated(fp)? {
-                        continue; // gone now: look again
-                    }
                     if let Some(d) = self.insert(cx, fp, r, me, &step)? {
                         return Ok(d);
                     }
@@ -530,16 +527,40 @@ impl Table<'_> {
     /// `find`, by the holder of the key's insert lock, which also undoes a claim in the key's
     /// reach whose process died (only holders of this lock claim this key, so such a claim is
     /// this key's insert cut short; a claim of another key with the same 32-bit tag is undone
-    /// only if its process is gone too).
+    /// only if its process is gone too), and finds the key's own live vacating mark (see
+    /// [`wait_vacated`](Self::wait_vacated)). One load of each slot's word: a new key's insert
+    /// scans its whole reach.
     fn find_locked(&self, fp: &Fingerprint) -> Found {
         for d in 0..=self.reach(fp.home) {
             let i = self.at(fp.home, d);
-            if self.holds(i, fp) {
-                return Found::At(i);
+            let (tag, state) = unpack(self.slots[i].word.load(Ordering::Acquire));
+            if tag == 0 {
+                continue;
+            }
+            if claim_of(state).is_none() {
+                if tag == fp.tag && self.rest_is(i, fp) {
+                    return Found::At(i);
+                }
+                continue;
+            }
+            if state & VACATE != 0
+                && tag == fp.tag
+                && self.rest_is(i, fp)
+                && super::lock::alive(state as u64)
+            {
+                return Found::Vacating;
             }
             self.undo_dead_claim(i);
         }
         Found::Absent
+    }
+
+    /// Whether slot `i` holds the rest of `fp` beyond its tag (the word's part, compared by
+    /// the caller).
+    fn rest_is(&self, i: usize, fp: &Fingerprint) -> bool {
+        let s = &self.slots[i];
+        s.tag_hi.load(Ordering::Acquire) == fp.tag_hi
+            && (s.side.load(Ordering::Acquire) >> 32) as u32 == fp.tag_lo
     }
 
     /// Undoes slot `i`'s claim (or vacating mark) if it is one whose process is gone; whether
@@ -575,13 +596,11 @@ impl Table<'_> {
     /// Whether slot `i` holds a live process's vacating mark of `fp`'s own key: its bucket
     /// being removed or evicted, the unit of the capacity not back yet.
     fn vacating_of(&self, i: usize, fp: &Fingerprint) -> bool {
-        let s = &self.slots[i];
-        let (tag, state) = unpack(s.word.load(Ordering::Acquire));
+        let (tag, state) = unpack(self.slots[i].word.load(Ordering::Acquire));
         // A mark keeps the bucket's tag, and the slot the rest of its fingerprint.
         tag == fp.tag
             && state & (CLAIM | VACATE) == CLAIM | VACATE
-            && s.tag_hi.load(Ordering::Acquire) == fp.tag_hi
-            && (s.side.load(Ordering::Acquire) >> 32) as u32 == fp.tag_lo
+            && self.rest_is(i, fp)
             && super::lock::alive(state as u64)
     }
 
