@@ -94,7 +94,8 @@ def remote_address(req: Any = None) -> str:
     they did not add (``SLUICEGATE_TRUSTED_PROXIES``); IPv6 by its /64."""
     found = current_app.extensions.get("sluicegate")
     resolver = found[1].resolver if found is not None else PEER_ONLY
-    return resolver.resolve(request.remote_addr, request.headers.items())
+    req = request if req is None else req
+    return resolver.resolve(req.remote_addr, req.headers.items())
 
 
 def header(name: str, fallback: KeyFunc = remote_address) -> KeyFunc:
@@ -301,17 +302,22 @@ class Sluicegate:
     # -- hooks -------------------------------------------------------------------------------
 
     def _before_request(self) -> Any:
-        _, state = current_app.extensions["sluicegate"]
-        if not state.enabled or request.endpoint is None or (state.skip is not None and state.skip(request)):
+        # The app and the request behind Flask's proxies, looked up once (each use of a proxy
+        # is a context-variable lookup and a few calls).
+        app = current_app._get_current_object()  # type: ignore[attr-defined]
+        req = request._get_current_object()  # type: ignore[attr-defined]
+        _, state = app.extensions["sluicegate"]
+        endpoint = req.endpoint
+        if not state.enabled or endpoint is None or (state.skip is not None and state.skip(req)):
             return None
-        view = current_app.view_functions.get(request.endpoint)
+        view = app.view_functions.get(endpoint)
         if view is None or getattr(view, _EXEMPT, False):
             return None
         rules = getattr(view, _LIMITS, None) or state.defaults
         if not rules:
             return None
         taken: Taken = []
-        decision, rule, allowed = check(rules, request, state.key_func, request.endpoint, state.store, taken)
+        decision, rule, allowed = check(rules, req, state.key_func, endpoint, state.store, taken)
         g._sluicegate = (decision, rule, taken)
         if not allowed:
             return self._rate_limited(RateLimited(decision))  # type: ignore[arg-type]
@@ -343,6 +349,16 @@ class Sluicegate:
 
     @staticmethod
     def _add_headers(response: Any, decision: Decision, policy: str, state: _State, force: bool = False) -> None:
-        for name, value in decision.headers(state.style, policy).items():
-            if force or name not in response.headers:
-                response.headers[name] = value
+        """Sets the decision's fields, keeping those the view set itself (unless `force`)."""
+        headers = response.headers
+        fields = decision.headers(state.style, policy)
+        if force:
+            for name, value in fields.items():
+                headers[name] = value
+            return
+        # The names present, in one pass: werkzeug's `name in headers` raises and catches a
+        # KeyError (an HTTP exception object) for every absent name.
+        present = {name.lower() for name in headers.keys()}
+        for name, value in fields.items():
+            if name.lower() not in present:
+                headers.add(name, value)
