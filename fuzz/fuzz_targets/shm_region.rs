@@ -6,7 +6,10 @@
 //! so neither store evicts). An operation may then overwrite bytes of the region (its slots,
 //! its insert locks, or its header before a reopen), as a buggy or hostile process of the same
 //! user could: from then on only typed errors or decisions may come back, never a panic, a
-//! hang or an out-of-bounds access.
+//! hang or an out-of-bounds access. An input may also give a whole file of its own bytes at
+//! the region's name (any length; its state field set to ready, so that the opener reads the
+//! rest at once instead of waiting out a creator), or resize the region between opens: the
+//! opener answers a region or a typed error.
 #![no_main]
 
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
@@ -22,14 +25,34 @@ const SLOTS_AT: u64 = 4096 + 4096 * 8;
 
 #[derive(Arbitrary, Debug)]
 enum Op {
-    Acquire { key: u8, cost: u8, dt: u32 },
-    Peek { key: u8 },
-    Refund { key: u8, cost: u8 },
-    Remove { key: u8 },
+    Acquire {
+        key: u8,
+        cost: u8,
+        dt: u32,
+    },
+    Peek {
+        key: u8,
+    },
+    Refund {
+        key: u8,
+        cost: u8,
+    },
+    Remove {
+        key: u8,
+    },
     Sweep,
     /// Overwrites bytes at `at` (modulo the slots' or locks' span, or in the header) and
     /// reopens the region.
-    Scribble { area: u8, at: u32, bytes: Vec<u8> },
+    Scribble {
+        area: u8,
+        at: u32,
+        bytes: Vec<u8>,
+    },
+    /// Truncates or extends the region's file (to `len` modulo twice its length) and reopens
+    /// it.
+    Resize {
+        len: u32,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -39,7 +62,38 @@ struct Input {
     burst: u8,
     algorithm: u8,
     interval: bool,
+    /// A file of these bytes (at most 64 KiB) at the region's name before the first open.
+    raw: Option<Vec<u8>>,
     ops: Vec<Op>,
+}
+
+/// `state` (`core/src/store/shm/region.rs`): a u32 at byte 12; 2 is ready.
+const STATE_AT: usize = 12;
+const READY: u32 = 2;
+
+/// Opens a file of `bytes` (a region's private file, mode 0600) as a region: a region or a
+/// typed error, whatever the bytes.
+fn open_raw(path: &std::path::Path, bytes: &[u8], q: Quota, clock: &ManualClock) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut bytes = bytes[..bytes.len().min(1 << 16)].to_vec();
+    // A file shorter than the header is waited for (its creator may still be sizing it): that
+    // wait is the hostile tests' (`core/tests/hostile/shm.rs`), not worth seconds of every
+    // input here. So the bytes are padded with zeros to the header's page.
+    if bytes.len() < 4096 {
+        bytes.resize(4096, 0);
+    }
+    bytes[STATE_AT..STATE_AT + 4].copy_from_slice(&READY.to_ne_bytes());
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap();
+    f.write_all(&bytes).unwrap();
+    drop(f);
+    if let Err(e) = open(path, q, clock) {
+        assert!(typed(&e), "{e}");
+    }
 }
 
 type Keyed = KeyedLimiter<Vec<u8>, ManualClock>;
@@ -112,6 +166,10 @@ fuzz_target!(|input: Input| {
         N.fetch_add(1, Ordering::Relaxed)
     )));
     let clock = ManualClock::new(0);
+    if let Some(raw) = &input.raw {
+        open_raw(&file.0, raw, q, &clock);
+        return;
+    }
     let mut shm = Some(open(&file.0, q, &clock).expect("a fresh region"));
     let mem: Keyed = KeyedLimiter::builder(q)
         .max_keys(512)
@@ -122,6 +180,29 @@ fuzz_target!(|input: Input| {
     let mut damaged = false;
     let mut t = 0u64;
     for op in input.ops.iter().take(256) {
+        if let Op::Resize { len: to } = op {
+            let to = u64::from(*to) % (2 * len);
+            drop(shm.take());
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&file.0)
+                .unwrap();
+            f.set_len(to).unwrap();
+            drop(f);
+            if to == len {
+                shm = Some(open(&file.0, q, &clock).expect("the same length"));
+                continue;
+            }
+            if to < 4096 {
+                // Shorter than the header: waited for as a creator's, see `open_raw`.
+                return;
+            }
+            let e = open(&file.0, q, &clock)
+                .err()
+                .expect("a resized region was opened");
+            assert!(typed(&e), "{e}");
+            return;
+        }
         if let Op::Scribble { area, at, bytes } = op {
             let (start, span) = match area % 3 {
                 0 => (SLOTS_AT, len - SLOTS_AT),
@@ -132,7 +213,10 @@ fuzz_target!(|input: Input| {
             let at = start + u64::from(*at) % span;
             let n = bytes.len().min((len - at) as usize);
             drop(shm.take());
-            let mut f = std::fs::OpenOptions::new().write(true).open(&file.0).unwrap();
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&file.0)
+                .unwrap();
             f.seek(SeekFrom::Start(at)).unwrap();
             f.write_all(&bytes[..n]).unwrap();
             damaged |= n > 0;
@@ -151,7 +235,10 @@ fuzz_target!(|input: Input| {
                 t += u64::from(*dt) * 1000;
                 clock.set(t);
                 let (k, c) = ([*key], u64::from(*cost % 8));
-                (out(l.try_acquire(&k[..], c)), out(mem.try_acquire(&k[..], c)))
+                (
+                    out(l.try_acquire(&k[..], c)),
+                    out(mem.try_acquire(&k[..], c)),
+                )
             }
             Op::Peek { key } => (out(l.peek(&[*key][..])), out(mem.peek(&[*key][..]))),
             Op::Refund { key, cost } => {
@@ -168,7 +255,7 @@ fuzz_target!(|input: Input| {
             // Sweeps evict full buckets: lossless here (these quotas have no `initial`), so
             // the two stores may evict different sets without a decision changing.
             Op::Sweep => (unit(l.sweep().map(drop)), unit(mem.sweep().map(drop))),
-            Op::Scribble { .. } => unreachable!(),
+            Op::Scribble { .. } | Op::Resize { .. } => unreachable!(),
         };
         match (&a, damaged) {
             (Err(e), true) => assert!(

@@ -305,3 +305,126 @@ fn a_region_whose_every_slot_is_garbage_refuses_new_keys_without_hanging() {
         "{outcome:?}"
     );
 }
+
+/// A file at the region's name owned by another user (who could forge its buckets, or watch
+/// ours) is refused before it is read. Making one needs `chown`, which only root may do: run
+/// as another user, this test has nothing to make its file with, and under `CI=true` fails
+/// rather than pass without checking.
+#[test]
+fn a_region_owned_by_another_user_is_refused() {
+    let clock = ManualClock::new(0);
+    let r = made(&clock);
+    // nobody / nogroup
+    if let Err(e) = std::os::unix::fs::chown(&r.0, Some(65534), Some(65534)) {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "cannot give the region to another user ({e}): run the tests as root"
+        );
+        eprintln!("not checked: only root can give a file to another user ({e})");
+        return;
+    }
+    let Err(e) = r.open(&clock) else {
+        panic!("opened a region another user owns")
+    };
+    assert_eq!(kind(&e), Some(StoreErrorKind::Permission), "{e}");
+    assert!(e.to_string().contains("belongs to user 65534"), "{e}");
+}
+
+/// The low 32 bits of a process's start time (`/proc/PID/stat`, field 22): the other half of
+/// a process token, with the pid (`core/src/store/shm/lock.rs`).
+fn start_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 1..];
+    let ticks: u64 = rest.split_whitespace().nth(19).unwrap().parse().unwrap();
+    ticks & 0xffff_ffff
+}
+
+/// A region file as its creator leaves it when it stops after sizing the file (`len` bytes,
+/// zeros) and claiming the initialisation with its process `token` (0: before the claim).
+fn abandoned(len: u64, token: u64) -> Region {
+    use std::os::unix::fs::OpenOptionsExt;
+    let r = Region::new();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&r.0)
+        .unwrap();
+    f.set_len(len).unwrap();
+    drop(f);
+    if token != 0 {
+        r.write_at(UNCHECKED.start + 4, &token.to_ne_bytes());
+    }
+    r
+}
+
+/// A creator that died while initialising (its token names a process that exited, or it
+/// died before its claim) is taken over once an opener has waited for it: the region is
+/// initialised afresh and serves its quota, whoever it was sized for.
+#[test]
+fn a_creator_that_died_before_the_region_was_ready_is_taken_over() {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    for token in [u64::from(pid) << 32, 0] {
+        let r = abandoned(4096, token);
+        let clock = ManualClock::new(0);
+        let started = std::time::Instant::now();
+        let l = r.open(&clock).unwrap();
+        assert!(
+            started.elapsed() >= std::time::Duration::from_secs(3),
+            "taken over before the creator's time was up"
+        );
+        assert_eq!(r.read_at(0, 8), b"SLGTSHM1", "initialised");
+        for _ in 0..5 {
+            assert!(l.try_acquire(b"k".as_slice(), 1).unwrap().allowed());
+        }
+        assert!(!l.try_acquire(b"k".as_slice(), 1).unwrap().allowed());
+        // A second opener sees the same buckets.
+        let again = r.open(&clock).unwrap();
+        assert_eq!(again.peek(b"k".as_slice()).unwrap().remaining(), 0);
+    }
+}
+
+/// A creator that is alive but never finishes (stopped, traced) is waited for a bounded time,
+/// then reported by a typed `Timeout` naming it; the region is not taken from it.
+#[test]
+fn a_live_creator_that_never_finishes_is_a_timeout() {
+    let me = std::process::id();
+    let token = (u64::from(me) << 32) | start_ticks(me);
+    let r = abandoned(4096, token);
+    r.write_at(0, b"SLGTSHM1"); // its first field written, not the rest
+    let Err(e) = r.open(&ManualClock::new(0)) else {
+        panic!("opened a region its live creator has not finished")
+    };
+    assert_eq!(kind(&e), Some(StoreErrorKind::Timeout), "{e}");
+    assert!(e.to_string().contains(&format!("process {me}")), "{e}");
+    assert_eq!(
+        r.read_at(UNCHECKED.start + 4, 8),
+        token.to_ne_bytes(),
+        "still its creator's"
+    );
+}
+
+/// A file its creator never sized (it stopped between creating and sizing it), or a stranger's
+/// file at the region's name, is never resized or overwritten: a typed `Corrupt` that says what
+/// to do, after the bounded wait.
+#[test]
+fn an_unsized_file_or_a_strangers_file_is_corrupt_not_overwritten() {
+    let r = abandoned(0, 0);
+    let Err(e) = r.open(&ManualClock::new(0)) else {
+        panic!("opened an empty file")
+    };
+    assert_eq!(kind(&e), Some(StoreErrorKind::Corrupt), "{e}");
+    assert!(e.to_string().contains("remove the file"), "{e}");
+    assert_eq!(std::fs::metadata(&r.0).unwrap().len(), 0, "left as it was");
+
+    let r = abandoned(4096, 0);
+    r.write_at(0, b"#!/bin/sh\n");
+    let Err(e) = r.open(&ManualClock::new(0)) else {
+        panic!("took a stranger's file over")
+    };
+    assert_eq!(kind(&e), Some(StoreErrorKind::Corrupt), "{e}");
+    assert!(e.to_string().contains("not a sluicegate region"), "{e}");
+    assert_eq!(r.read_at(0, 10), b"#!/bin/sh\n", "left as it was");
+}

@@ -214,6 +214,21 @@ fn child() {
             }
             println!("@admitted {total}");
         }
+        // `at_ns tries`: at CLOCK_MONOTONIC `at_ns` (every racer starts at once), open the
+        // region (creating it if nobody has yet) and ask for one token of one key `tries`
+        // times; print what was admitted.
+        "race" => {
+            let v: Vec<u64> = arg.split(' ').map(|x| x.parse().unwrap()).collect();
+            let (at, tries) = (v[0], v[1]);
+            while monotonic_ns() < at {
+                std::hint::spin_loop();
+            }
+            let l = open(&path, &quota, 8);
+            let admitted = (0..tries)
+                .filter(|_| l.try_acquire(b"k".as_slice(), 1).unwrap().allowed())
+                .count();
+            println!("@admitted {admitted}");
+        }
         // Print the region's clock and CLOCK_MONOTONIC, read together.
         "clock" => {
             let l = attach(&path, &quota);
@@ -226,6 +241,30 @@ fn child() {
             println!("@clock {} {m}", (a + b) / 2);
         }
         other => panic!("unknown role {other}"),
+    }
+}
+
+/// Processes that all make one region at the same instant share it: exactly one creates and
+/// initialises it, the others wait for it to be ready and open it (had any initialised it
+/// again, or made a region of its own, the key would have admitted its burst more than once).
+#[test]
+fn processes_creating_one_region_at_once_share_it() {
+    for round in 0..3 {
+        let r = Region::new(&format!("race{round}"));
+        let quota = "1/hour; burst=5";
+        // Far enough ahead that every child has started and is spinning at the line.
+        let at = monotonic_ns() + 400_000_000;
+        let children: Vec<Child> = (0..6)
+            .map(|_| spawn("race", &r.0, quota, &format!("{at} 3")))
+            .collect();
+        let admitted: u64 = children
+            .into_iter()
+            .map(|c| lines(c, "admitted")[0].parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(admitted, 5, "round {round}: 6 processes x 3 requests");
+        let l = attach(&r.0, quota);
+        let audit = l.audit().unwrap();
+        assert_eq!((audit.live, audit.counted), (1, 1), "{audit:?}");
     }
 }
 
@@ -334,6 +373,8 @@ fn workers_killed_at_random_leave_a_valid_region_and_an_exact_bound() {
     fresh.sweep().unwrap();
     let audit = fresh.audit().unwrap();
     assert_eq!(audit.live as u64, audit.counted, "{audit:?}");
+    // The claims of killed workers are undone: no slot is held by a process that is gone.
+    assert_eq!(audit.stale_claims, 0, "{audit:?}");
     // The bound still holds exactly: from here, every key admits its burst plus its refill.
     let start = parent.clock().now();
     let children: Vec<Child> = (0..2)
