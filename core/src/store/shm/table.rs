@@ -586,22 +586,27 @@ impl Table<'_> {
         self.empty_slot(i, w)
     }
 
+    /// Slot `i`'s vacating mark, if its word is one: the tag of the bucket being emptied and
+    /// the process token of whoever empties it.
+    fn mark(&self, i: usize) -> Option<(u32, u64)> {
+        let (tag, state) = unpack(self.slots[i].word.load(Ordering::Acquire));
+        (state & (CLAIM | VACATE) == CLAIM | VACATE).then_some((tag, state as u64))
+    }
+
     /// Whether slot `i` holds a vacating mark of a live process: a unit of the capacity on
     /// its way back.
     fn vacating(&self, i: usize) -> bool {
-        let (tag, state) = unpack(self.slots[i].word.load(Ordering::Acquire));
-        tag != 0 && state & (CLAIM | VACATE) == CLAIM | VACATE && super::lock::alive(state as u64)
+        self.mark(i)
+            .is_some_and(|(tag, by)| tag != 0 && super::lock::alive(by))
     }
 
     /// Whether slot `i` holds a live process's vacating mark of `fp`'s own key: its bucket
     /// being removed or evicted, the unit of the capacity not back yet.
     fn vacating_of(&self, i: usize, fp: &Fingerprint) -> bool {
-        let (tag, state) = unpack(self.slots[i].word.load(Ordering::Acquire));
-        // A mark keeps the bucket's tag, and the slot the rest of its fingerprint.
-        tag == fp.tag
-            && state & (CLAIM | VACATE) == CLAIM | VACATE
-            && self.rest_is(i, fp)
-            && super::lock::alive(state as u64)
+        // A mark keeps the bucket's tag, and the slot the rest of its fingerprint (compared
+        // before the process is looked up, the dearer check).
+        self.mark(i)
+            .is_some_and(|(tag, by)| tag == fp.tag && self.rest_is(i, fp) && super::lock::alive(by))
     }
 
     /// Waits while `fp`'s key is being emptied out of its slot by a live process (a `remove`,
@@ -620,12 +625,12 @@ impl Table<'_> {
             for d in 0..=self.reach(fp.home) {
                 if self.vacating_of(self.at(fp.home, d), fp) {
                     waited = true;
-                    backoff.pause(|waited| {
+                    backoff.pause(|spent| {
                         Error::store(
                             StoreErrorKind::Timeout,
                             self.name,
                             format!(
-                                "a request waited {waited:?} for another process to finish \
+                                "a request waited {spent:?} for another process to finish \
                                  removing its key's bucket (it is alive but not running: \
                                  stopped or traced?)"
                             ),
