@@ -6,6 +6,7 @@ from typing import Any
 
 from django.urls import path
 from rest_framework.authentication import BaseAuthentication
+from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -56,6 +57,13 @@ class Contacts(Base):
     throttle_scope = "contacts"
 
 
+class ContactsToo(Base):
+    """Another view of the "contacts" scope: it shares the scope's buckets."""
+
+    throttle_classes = [ScopedRateThrottle]
+    throttle_scope = "contacts"
+
+
 class Unscoped(Base):
     throttle_classes = [ScopedRateThrottle]
 
@@ -76,13 +84,60 @@ class Defaults(Base):
     """The throttles of REST_FRAMEWORK["DEFAULT_THROTTLE_CLASSES"]."""
 
 
+def succeeded(response: Any) -> bool:
+    return bool(response.status_code < 400)
+
+
+def failed(response: Any) -> bool:
+    return bool(response.status_code >= 400)
+
+
+class SuccessesCount(ScopedRateThrottle):
+    """Counts the requests that succeed: a failed one gets its token back."""
+
+    deduct_when = staticmethod(succeeded)
+
+
+class FailuresCount(ScopedRateThrottle):
+    """Counts the requests that fail (login attempts, say): a successful one gets its token
+    back. A plain function as the attribute works as the staticmethod does."""
+
+    deduct_when = failed
+
+
+class Answer(Base):
+    """Answers ``?status=``: 404 by raising DRF's NotFound (DRF makes the response), 500 by
+    an uncaught exception (Django makes the 500), any other status as a Response."""
+
+    def get(self, request: Any) -> Response:
+        status = int(request.query_params["status"])
+        if status == 404:
+            raise NotFound()
+        if status == 500:
+            raise RuntimeError("the handler failed")
+        return Response({"status": status}, status=status)
+
+
+class Successes(Answer):
+    throttle_classes = [SuccessesCount]
+    throttle_scope = "successes"
+
+
+class Failures(Answer):
+    throttle_classes = [FailuresCount]
+    throttle_scope = "failures"
+
+
 urlpatterns = [
     path("anon", Anon.as_view()),
     path("user", PerUser.as_view()),
     path("both", Both.as_view()),
     path("uploads", Uploads.as_view()),
     path("contacts", Contacts.as_view()),
+    path("contacts-too", ContactsToo.as_view()),
     path("unscoped", Unscoped.as_view()),
     path("keyed", Keyed.as_view()),
     path("defaults", Defaults.as_view()),
+    path("successes", Successes.as_view()),
+    path("failures", Failures.as_view()),
 ]

@@ -7,6 +7,7 @@ about once."""
 from __future__ import annotations
 
 import ipaddress
+import re
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -252,3 +253,23 @@ def test_the_starlette_default_key_warns_of_an_untrusted_proxy_behind_kept_keys(
         warnings.simplefilter("error")  # once only, and the keys are still the peers'
         assert limiter.client(request("10.1.2.3", (b"x-forwarded-for", b"203.0.113.9"))) == "10.1.2.3"
         assert limiter.client(request("192.168.0.7", (b"forwarded", b"for=203.0.113.9"))) == "192.168.0.7"
+
+
+@pytest.mark.parametrize("peer", ["10.0.0.7", "127.0.0.1"])
+def test_the_flask_default_key_warns_once_of_an_untrusted_proxy(peer: str) -> None:
+    """A Flask app behind a proxy that nobody told it to trust: every request comes from the
+    proxy's (private or loopback) address with the client in X-Forwarded-For, so every client
+    shares the proxy's key. The app's resolver warns of it once, over many requests (Python's
+    own once-per-place filter is off here: the once is the resolver's), and keeps the peer's
+    key."""
+    send = flask_sender()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = [send(peer, f"203.0.113.{i}") for i in range(20)]
+    assert got == [200, 200] + [429] * 18  # one bucket: the proxy's
+    assert len(caught) == 1, [str(w.message) for w in caught]
+    assert caught[0].category is UserWarning
+    assert re.search(rf"\[untrusted_proxy\].*{re.escape(peer)} carries X-Forwarded-For", str(caught[0].message))
+    # A new app is a new resolver, which warns again.
+    with pytest.warns(UserWarning, match=rf"\[untrusted_proxy\].*{re.escape(peer)} carries X-Forwarded-For"):
+        flask_sender()(peer, "203.0.113.99")

@@ -2,31 +2,45 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
-import drf_app  # noqa: F401  (DRF's views read the default throttle classes now: conftest.py's)
+import drf_app  # (imported first: DRF's views read the default throttle classes now, conftest.py's)
 import pytest
 from django.core.exceptions import ImproperlyConfigured
-from django.test import override_settings
+from django.test import AsyncClient, override_settings
 from redis_server import RedisServer
 from rest_framework.test import APIClient
 from test_redis import url
 
 from sluicegate import Quota
 from sluicegate._web import region_suffix
-from sluicegate.drf import AnonRateThrottle, SluicegateThrottle, _rules
+from sluicegate.drf import AnonRateThrottle, ScopedRateThrottle, SluicegateThrottle, UserRateThrottle, _rules, get, reset
 
-RATES = {"anon": "1/minute; burst=2", "user": "1/minute; burst=3", "uploads": "1/h; burst=1", "contacts": "1/h; burst=2"}
+RATES = {
+    "anon": "1/minute; burst=2", "user": "1/minute; burst=3", "uploads": "1/h; burst=1", "contacts": "1/h; burst=2",
+    "successes": "1/h; burst=2", "failures": "1/h; burst=2",
+}  # fmt: skip
+#: The middleware that makes the refunds of throttles with a deduct_when.
+REFUNDS = ["sluicegate.django.RateLimitMiddleware"]
 
 
-def settings(store: str = "memory", **more: object) -> override_settings:
+def settings(
+    store: str = "memory", *, middleware: list[str] | None = None, sluicegate: dict[str, object] | None = None,
+    **more: object,
+) -> override_settings:  # fmt: skip
     return override_settings(
         ROOT_URLCONF="drf_app",
-        MIDDLEWARE=[],
+        MIDDLEWARE=middleware or [],
         REST_FRAMEWORK={"DEFAULT_THROTTLE_RATES": RATES, "UNAUTHENTICATED_USER": None, **more},
-        SLUICEGATE={"STORAGE": store},
+        SLUICEGATE={"STORAGE": store, **(sluicegate or {})},
     )
+
+
+def internal(request: object) -> bool:
+    """The skip hook of the tests: requests that say ``X-Internal: yes``."""
+    return bool(request.headers.get("X-Internal") == "yes")  # type: ignore[attr-defined]
 
 
 @pytest.fixture(autouse=True)
@@ -148,3 +162,106 @@ def test_the_redis_store(redis_server: RedisServer) -> None:
         client = APIClient()
         assert statuses(client, "/anon", 3) == [200, 200, 429]
         assert statuses(client, "/uploads", 2) == [200, 429]
+
+
+def test_the_skip_hook_lets_requests_through_uncounted() -> None:
+    with settings(sluicegate={"SKIP": f"{__name__}.internal"}):
+        client = APIClient()
+        assert statuses(client, "/anon", 5, HTTP_X_INTERNAL="yes") == [200] * 5
+        # The skipped requests took nothing: the client's burst of 2 is whole.
+        assert statuses(client, "/anon", 3) == [200, 200, 429]
+        assert statuses(client, "/anon", 2, HTTP_X_INTERNAL="yes") == [200, 200]
+        assert statuses(client, "/anon", 1, HTTP_X_INTERNAL="no") == [429]
+
+
+def test_views_of_one_scope_share_its_buckets() -> None:
+    with settings():
+        client = APIClient()
+        got = [client.get(p).status_code for p in ("/contacts", "/contacts-too", "/contacts", "/contacts-too")]
+        assert got == [200, 200, 429, 429]
+        # Another scope, and the views without one, are not touched.
+        assert statuses(client, "/uploads", 1) == [200]
+
+
+#: (the status a view answers, the status the client gets) in turn, on a scope of burst 2
+#: that counts only successes: failures, DRF's own (404) or the handler's (500: Django's),
+#: are free; once 2 successes have taken the bucket, every request is rejected before its
+#: view runs.
+SUCCESSES_COUNT = [(500, 500), (404, 404), (200, 200), (400, 400), (500, 500), (201, 201), (200, 429), (500, 429)]
+#: The other way round, on a scope of burst 2 that counts only failures (login attempts).
+FAILURES_COUNT = [(200, 200), (401, 401), (201, 201), (200, 200), (500, 500), (200, 429), (401, 429)]
+
+
+@pytest.mark.parametrize(("path", "answers"), [("/successes", SUCCESSES_COUNT), ("/failures", FAILURES_COUNT)])
+def test_deduct_when_refunds_by_the_response(path: str, answers: list[tuple[int, int]]) -> None:
+    with settings(middleware=REFUNDS):
+        client = APIClient(raise_request_exception=False)
+        got = [client.get(f"{path}?status={answer}").status_code for answer, _ in answers]
+        assert got == [expected for _, expected in answers]
+        assert get("127.0.0.1", path[1:]).remaining == 0  # type: ignore[union-attr]
+        # Each client has its own bucket.
+        assert client.get(f"{path}?status=200", REMOTE_ADDR="10.0.0.2").status_code == 200
+
+
+def test_deduct_when_under_asgi() -> None:
+    """In an async middleware stack (ASGI) the middleware awaits the refunds; DRF's view runs
+    in a thread meanwhile."""
+
+    async def main() -> list[int]:
+        client = AsyncClient(raise_request_exception=False)
+        return [(await client.get(f"/successes?status={answer}")).status_code for answer, _ in SUCCESSES_COUNT]
+
+    with settings(middleware=REFUNDS):
+        assert asyncio.run(main()) == [expected for _, expected in SUCCESSES_COUNT]
+
+
+def test_deduct_when_on_redis(redis_server: RedisServer) -> None:
+    with settings(store=url(redis_server, on_error="error"), middleware=REFUNDS):
+        client = APIClient(raise_request_exception=False)
+        got = [client.get(f"/successes?status={answer}").status_code for answer, _ in SUCCESSES_COUNT]
+        assert got == [expected for _, expected in SUCCESSES_COUNT]
+
+
+def test_deduct_when_without_the_middleware_is_an_error() -> None:
+    """Without the middleware nobody would make the refunds: every request would count. The
+    throttle says so instead of counting, and takes nothing."""
+    with settings():
+        with pytest.raises(ImproperlyConfigured, match="SuccessesCount.*RateLimitMiddleware"):
+            APIClient().get("/successes?status=200")
+        assert get("127.0.0.1", "successes").remaining == 2  # type: ignore[union-attr]
+        # Throttles without a deduct_when need no middleware.
+        assert statuses(APIClient(), "/anon", 1) == [200]
+    with settings(sluicegate={"ENABLED": False}):
+        assert statuses(APIClient(), "/successes?status=200", 3) == [200] * 3
+
+
+def test_get_and_reset_by_scope() -> None:
+    with settings():
+        client = APIClient()
+        assert statuses(client, "/anon", 3) == [200, 200, 429]
+        spent = get("127.0.0.1", "anon")
+        assert spent is not None and spent.limit == 2 and spent.remaining == 0 and spent.reset_after > 0
+        assert get("10.0.0.2", "anon").remaining == 2  # type: ignore[union-attr]  # a peek takes nothing
+        assert get("10.0.0.2", "anon").remaining == 2  # type: ignore[union-attr]
+        assert reset("127.0.0.1", "anon") == 1
+        assert reset("127.0.0.1", "anon") == 0
+        assert get("127.0.0.1", "anon").remaining == 2  # type: ignore[union-attr]
+        assert client.get("/anon").status_code == 200
+        # A user's key, by scope or by throttle class (which reads its rate as DRF does).
+        assert statuses(client, "/user", 1, HTTP_X_USER="ann") == [200]
+        assert get("user:ann", "user").remaining == 2  # type: ignore[union-attr]
+        assert get("user:ann", UserRateThrottle).remaining == 2  # type: ignore[union-attr]
+        # A view's throttle_scope, and a throttle class with a rate of its own.
+        assert statuses(client, "/uploads", 2) == [200, 429]
+        assert reset("127.0.0.1", "uploads") == 1
+        assert client.get("/uploads").status_code == 200
+        assert statuses(client, "/keyed", 3, HTTP_X_API_KEY="k") == [200, 200, 429]
+        assert get("k", drf_app.ByKey).remaining == 0  # type: ignore[union-attr]
+        assert reset("k", drf_app.ByKey) == 1
+        assert client.get("/keyed", HTTP_X_API_KEY="k").status_code == 200
+        with pytest.raises(ImproperlyConfigured, match="'nope'"):
+            get("k", "nope")
+        with pytest.raises(TypeError, match="pass the scope's name"):
+            get("k", ScopedRateThrottle)
+    with settings(), override_settings(REST_FRAMEWORK={"DEFAULT_THROTTLE_RATES": {"off": None}}):
+        assert get("k", "off") is None and reset("k", "off") == 0

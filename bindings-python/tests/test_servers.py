@@ -1,5 +1,5 @@
 """Real pre-forking servers: gunicorn with 4 worker processes on 127.0.0.1, serving the apps of
-gunicorn_flask.py and gunicorn_django.py, 200 requests from plain HTTP clients.
+gunicorn_flask.py, gunicorn_django.py and gunicorn_drf.py, 200 requests from plain HTTP clients.
 
 On the shm store and on the Redis store a ``10/minute`` limit admits exactly 10 of them,
 whichever workers serve them (with and without ``--preload``); on the memory store each worker
@@ -184,6 +184,24 @@ def test_django_on_the_shm_store_admits_exactly_the_limit(regions: Path, preload
     assert sorted(p.name for p in regions.iterdir()) == sorted([
         region(regions, "10/minute", "gunicorn_django.limited#0").name,
         region(regions, "10/minute", "default#0").name,
+    ])
+
+
+@pytest.mark.parametrize("preload", [False, True], ids=["fork-then-import", "preload"])
+def test_drf_on_the_shm_store_admits_exactly_the_limit(regions: Path, preload: bool) -> None:
+    """A DRF throttle's limiter is made at the first request it sees, in each worker, on one
+    region that every worker opens. A throttle whose every admitted request fails, with a
+    ``deduct_when`` that counts only successes, gets every token back (from the middleware,
+    in the worker that served the request): it never rejects."""
+    with gunicorn("gunicorn_drf:application", f"shm:{regions}/limits", *(["--preload"] if preload else [])) as server:
+        statuses, admitted, imported_in, _ = hammer(f"{server.url}/limited")
+        assert statuses == {200: 10, 429: 190}, (statuses, admitted)
+        assert (imported_in == {str(server.master)}) is preload
+        statuses, _, _, _ = hammer(f"{server.url}/failing")
+        assert statuses == {503: REQUESTS}, statuses
+    assert sorted(p.name for p in regions.iterdir()) == sorted([
+        region(regions, "10/minute", "drf:anon").name,
+        region(regions, "10/minute", "drf:failing").name,
     ])
 
 

@@ -5,6 +5,7 @@ its tokens back through the core's refund)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 import flask
@@ -286,6 +287,81 @@ def test_django_shared_limits() -> None:
     factory = RequestFactory()
     with django_settings():
         assert [v(factory.get("/")).status_code for v in (one, two, one)] == [200, 200, 429]
+
+
+@ratelimit("1/minute; burst=3", policy="loose")
+@ratelimit("1/minute; burst=2", policy="tight")
+def stacked(request: Any) -> HttpResponse:
+    return HttpResponse("stacked")
+
+
+urlpatterns.append(path("stacked", stacked))
+
+
+def test_django_two_enforcing_limits_on_one_view() -> None:
+    """Both limits count every admitted request, and the response reports the tighter one;
+    when the tighter one (asked second: the outer decorator's limit is asked first) rejects,
+    the looser one gets back the token it had just taken, so a rejected request costs
+    nothing anywhere (the project's all-or-nothing rule for several limits)."""
+    loose, tight = stacked.__sluicegate_limits__  # type: ignore[attr-defined]
+    assert (loose.policy, tight.policy) == ("loose", "tight")
+
+    def left(rule: Any) -> int:
+        return int(rule.limiter().peek("127.0.0.1").remaining)
+
+    with django_settings():
+        from sluicegate.django import get, reset
+
+        reset("127.0.0.1", stacked)
+        client = Client()
+        first = client.get("/stacked")
+        assert first.status_code == 200 and first["RateLimit"].startswith('"tight";r=1;')
+        assert (left(loose), left(tight)) == (2, 1)
+        assert client.get("/stacked").status_code == 200
+        assert (left(loose), left(tight)) == (1, 0)
+        for _ in range(3):
+            denied = client.get("/stacked")
+            assert denied.status_code == 429 and denied["RateLimit"].startswith('"tight";r=0;')
+            # The loose limit took a token for each and was refunded it.
+            assert (left(loose), left(tight)) == (1, 0)
+        assert get("127.0.0.1", stacked).remaining == 0  # type: ignore[union-attr]
+        assert reset("127.0.0.1", stacked) == 2
+        assert (left(loose), left(tight)) == (3, 2)
+
+
+def tagged(view: Any) -> Any:
+    """An unrelated decorator (its wrapper copies the view's attributes, ours included)."""
+
+    @functools.wraps(view)
+    def wrapper(request: Any, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = view(request, *args, **kwargs)
+        response["X-Tagged"] = "yes"
+        return response
+
+    return wrapper
+
+
+@ratelimit("1/minute; burst=3")
+@tagged
+@ratelimit("1/minute; burst=2")
+def between(request: Any) -> HttpResponse:
+    return HttpResponse("between")
+
+
+urlpatterns.append(path("between", between))
+
+
+def test_django_limits_around_another_decorator() -> None:
+    """A decorator between two ``@ratelimit`` runs between their checks: each limit is then
+    checked on its own (the inner one's rejection comes through the other decorator)."""
+    from sluicegate.django import reset
+
+    with django_settings():
+        reset("127.0.0.1", between)
+        client = Client()
+        got = [client.get("/between") for _ in range(3)]
+        assert [r.status_code for r in got] == [200, 200, 429]
+        assert [r.get("X-Tagged") for r in got] == ["yes"] * 3
 
 
 # -- shadow (dry-run) limits -------------------------------------------------------------------

@@ -1,6 +1,7 @@
-"""What the Flask and Django integrations share: rules, checking several rules at once, 429s.
+"""What the web integrations share: rules, several rules at once, refunds by response, 429s.
 
-Framework-free on purpose; ``sluicegate.flask`` and ``sluicegate.django`` adapt it. Every
+Framework-free on purpose; ``sluicegate.flask``, ``sluicegate.django``, ``sluicegate.drf`` and
+``sluicegate.starlette`` adapt it. Every
 decision comes from the native limiter: this module only picks keys and combines decisions.
 """
 
@@ -211,9 +212,10 @@ def rate_list(rates: Rates | None) -> list[str | Quota]:
 
 
 Outcome = tuple[Union[Decision, None], Union[Rule, None], bool]
-#: What an admitted request took from the rules that count it only by its response:
-#: (limiter, key, cost, rule).
-Taken = list[tuple[KeyedLimiter, Any, int, Rule]]
+#: What an admitted request took from the limits that count it only by its response:
+#: (limiter, key, cost, the limit's `deduct_when`). A rule's, or a DRF throttle's, whose
+#: limiter is shared by throttles that may count by other functions.
+Taken = list[tuple[KeyedLimiter, Any, int, Callable[[Any], bool]]]
 
 
 def check(
@@ -291,7 +293,8 @@ class _Tally:
     __slots__ = ("best", "rule", "took")
 
     def __init__(self) -> None:
-        self.took: Taken = []
+        #: (limiter, key, cost, the rule's deduct_when, None when every admission counts).
+        self.took: list[tuple[KeyedLimiter, Any, int, Callable[[Any], bool] | None]] = []
         self.best: Decision | None = None
         self.rule: Rule | None = None
 
@@ -304,7 +307,7 @@ class _Tally:
         elif not decision:
             return False
         else:
-            self.took.append((limiter, key, cost, rule))
+            self.took.append((limiter, key, cost, rule.deduct_when))
         if self.best is None or decision.remaining < self.best.remaining:
             self.best, self.rule = decision, rule
         return True
@@ -313,7 +316,7 @@ class _Tally:
         """Every rule admitted: the outcome; what the rules with a `deduct_when` took is added
         to `taken` (settled by the response)."""
         if taken is not None:
-            taken.extend([t for t in self.took if t[3].deduct_when is not None])
+            taken.extend([(lim, k, c, when) for lim, k, c, when in self.took if when is not None])
         return self.best, self.rule, True
 
 
@@ -344,12 +347,12 @@ def reset(rules: Sequence[Rule], key: Any, scope: str | None = None, store: str 
 
 
 def _unearned(taken: Taken | None, response: Any) -> list[tuple[KeyedLimiter, Any, int]]:
-    """The tokens of `taken` whose rule does not count this response."""
-    return [(lim, k, c) for lim, k, c, rule in taken or () if not rule.deduct_when(response)]  # type: ignore[misc]
+    """The tokens of `taken` whose limit does not count this response."""
+    return [(lim, k, c) for lim, k, c, when in taken or () if not when(response)]
 
 
 def settle(taken: Taken | None, response: Any) -> None:
-    """Refunds what the rules with a `deduct_when` took, where it returns False for
+    """Refunds what the limits with a `deduct_when` took, where it returns False for
     `response` (on Redis, a round trip with the GIL released)."""
     for lim, k, c in _unearned(taken, response):
         lim.refund(k, c)

@@ -87,6 +87,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 _LIMITS = "__sluicegate_limits__"
 _EXEMPT = "__sluicegate_exempt__"
 _ATTR = "_sluicegate"
+#: On a ``@ratelimit`` wrapper: (the wrapper, the view it runs, the limits it checks), so that
+#: a ``@ratelimit`` put directly on it checks every limit at once (copied by an unrelated
+#: decorator's ``functools.wraps``, it names another wrapper than its holder, and is ignored).
+_STACKED = "__sluicegate_stacked__"
+#: Where the middleware collects what a request's DRF throttles with a ``deduct_when`` took
+#: (``sluicegate.drf``: DRF asks throttles before the view and never shows them the
+#: response), to settle it once the response is known: a list it puts on every request it
+#: serves, so that a throttle that finds none knows that no refund would be made.
+_SETTLE = "_sluicegate_settle"
 
 
 def remote_address(request: Any) -> str:
@@ -248,9 +257,16 @@ def _outcome(outcome: Outcome, taken: Taken, request: Any, config: _Config) -> H
 def _with_headers(response: Any, request: Any, config: _Config) -> Any:
     found = request.__dict__.pop(_ATTR, None)
     if found is not None:
-        settle(found[2], response)
-        if config.headers_on_allowed:
-            _add_headers(response, found[0], found[1], config)
+        _finish(response, found[0], found[1], found[2], config)
+    return response
+
+
+def _finish(response: Any, decision: Decision | None, rule: Rule | None, taken: Taken, config: _Config) -> Any:
+    """An admitted request's response: what `taken` took refunded where the response does not
+    earn it (``deduct_when``), and the decision's fields added."""
+    settle(taken, response)
+    if decision is not None and config.headers_on_allowed:
+        _add_headers(response, decision, rule, config)
     return response
 
 
@@ -276,8 +292,10 @@ def ratelimit(
 ) -> Callable[[F], F]:
     """Limits a view function (replacing the middleware's default limits for it). Each view
     it decorates counts on its own; a limit opens its store at the first request it sees. An
-    async view (``async def``) gets an async wrapper, which awaits the limiters.
-    `deduct_when`, a function of the response, counts only the requests whose response it
+    async view (``async def``) gets an async wrapper, which awaits the limiters. Several
+    rates, and ``@ratelimit`` decorators put directly on one another, must all admit a
+    request: the limits are checked at once, outer decorator first, and when one rejects,
+    the tokens the others took are refunded. `deduct_when`, a function of the response, counts only the requests whose response it
     accepts (``lambda r: r.status_code < 400``); the others get their tokens back. A `name`
     makes it one limit shared by every view that names it. `shadow=True` decides and counts
     but never rejects (a dry run: would-be rejections are logged on the ``sluicegate``
@@ -298,32 +316,44 @@ def ratelimit(
             rules = view_rules(view, below, parsed, kf, **options)
 
         scope = _scope(view)
+        stacked = getattr(view, _STACKED, None)
+        if stacked is not None and stacked[0] is view:
+            # Directly on another @ratelimit: one check of both's limits, all or nothing,
+            # around the view below both.
+            inner, every = stacked[1], [*rules, *stacked[2]]
+        else:
+            inner, every = view, rules
 
         @functools.wraps(view)
         def wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
             config = _get_config()
             if _skipped(request, config):
-                return view(request, *args, **kwargs)
-            rejected = _run(rules, request, config, scope)
-            if rejected is not None:
-                return rejected
-            return _with_headers(view(request, *args, **kwargs), request, config)
+                return inner(request, *args, **kwargs)
+            taken: Taken = []
+            decision, rule, allowed = check(every, request, config.key_func, scope, config.store, taken)
+            if not allowed:
+                return _too_many(decision, rule, config)  # type: ignore[arg-type]
+            return _finish(inner(request, *args, **kwargs), decision, rule, taken, config)
 
         @functools.wraps(view)
         async def async_wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
             config = _get_config()
             if _skipped(request, config):
-                return await view(request, *args, **kwargs)
-            rejected = await _run_async(rules, request, config, scope)
-            if rejected is not None:
-                return rejected
-            return await _with_headers_async(await view(request, *args, **kwargs), request, config)
+                return await inner(request, *args, **kwargs)
+            taken: Taken = []
+            decision, rule, allowed = await check_async(every, request, config.key_func, scope, config.store, taken)
+            if not allowed:
+                return _too_many(decision, rule, config)  # type: ignore[arg-type]
+            response = await inner(request, *args, **kwargs)
+            await settle_async(taken, response)
+            return _finish(response, decision, rule, [], config)
 
         if iscoroutinefunction(view):
             wrapper = async_wrapper  # type: ignore[assignment, unused-ignore]
         # Every rule of the view, this decorator's and those below (a view's rules are
         # numbered from the innermost decorator).
         setattr(wrapper, _LIMITS, [*rules, *below])
+        setattr(wrapper, _STACKED, (wrapper, inner, every))
         return wrapper  # type: ignore[return-value]
 
     return decorate
@@ -357,7 +387,9 @@ class RateLimitMiddleware:
     """Applies ``SLUICEGATE["DEFAULT_LIMITS"]`` to every view that has neither its own
     ``@ratelimit`` nor ``@exempt``, counted per view and client, and turns a
     ``RateLimited`` raised by a view into a 429. Sync and async: in an async stack (ASGI)
-    it awaits the limiters instead of running in a thread."""
+    it awaits the limiters instead of running in a thread. It also makes the refunds of
+    ``sluicegate.drf`` throttles with a ``deduct_when``, by the response it gets (a view's
+    uncaught exception is Django's 500 by then)."""
 
     sync_capable = True
     async_capable = True
@@ -379,10 +411,20 @@ class RateLimitMiddleware:
     def __call__(self, request: Any) -> Any:
         if self._async:
             return self.__acall__(request)
-        return _with_headers(self.get_response(request), request, _get_config())
+        taken: Taken = []
+        request.__dict__[_SETTLE] = taken
+        response = self.get_response(request)
+        if taken:
+            settle(taken, response)
+        return _with_headers(response, request, _get_config())
 
     async def __acall__(self, request: Any) -> Any:
-        return await _with_headers_async(await self.get_response(request), request, _get_config())
+        taken: Taken = []
+        request.__dict__[_SETTLE] = taken
+        response = await self.get_response(request)
+        if taken:
+            await settle_async(taken, response)
+        return await _with_headers_async(response, request, _get_config())
 
     @staticmethod
     def _plan(config: _Config, view: Any) -> tuple[list[Rule], str]:

@@ -23,12 +23,27 @@ the host; on Redis every host), on the store of ``SLUICEGATE["STORAGE"]`` as
 ``SLUICEGATE["SKIP"]`` (a function of the request) lets chosen requests through. The client
 is the peer address (``REMOTE_ADDR``): unlike DRF's ``get_ident``, an ``X-Forwarded-For``
 header sent by a client is never its key. As in DRF, every throttle of a view counts a
-request, including one that another throttle rejects.
+request, including one that another throttle rejects; views that name one scope
+(``throttle_scope``) share its buckets.
+
+Counting by the response: a throttle class with a ``deduct_when`` (a function of the
+response) counts an admitted request only if it returns True for the request's response;
+the others get their tokens back::
+
+    class UploadThrottle(ScopedRateThrottle):
+        deduct_when = staticmethod(lambda response: response.status_code < 400)  # failures are free
+
+DRF asks throttles before the view and never shows them the response, so the refund is made
+by ``sluicegate.django.RateLimitMiddleware``, which must then be in ``MIDDLEWARE`` (it sees
+every response, a view's uncaught exception as Django's 500): a request to such a throttle
+that the middleware does not serve is an ``ImproperlyConfigured`` error, not a request
+silently counted. Admin tools: ``get(key, scope)`` and ``reset(key, scope)``.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -36,10 +51,13 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
 from sluicegate._native import Decision, Quota
-from sluicegate._web import Rule
-from sluicegate.django import _get_config, _skipped, remote_address
+from sluicegate._web import Rule, Taken, peek
+from sluicegate._web import reset as _reset_rules
+from sluicegate.django import _SETTLE, _get_config, _skipped, remote_address
 
-__all__ = ["AnonRateThrottle", "ScopedRateThrottle", "SluicegateThrottle", "UserRateThrottle"]
+__all__ = [
+    "AnonRateThrottle", "ScopedRateThrottle", "SluicegateThrottle", "UserRateThrottle", "get", "reset",
+]  # fmt: skip
 
 #: One rule per (scope, quota), shared by every throttle instance of the process (DRF makes
 #: an instance per request).
@@ -75,6 +93,12 @@ class SluicegateThrottle(BaseThrottle):  # type: ignore[misc]
     THROTTLE_RATES: dict[str, str | None] | None = None
     #: Tokens one request takes.
     cost: int = 1
+    #: None: every admitted request counts. A function of the response (a class attribute,
+    #: plain or a staticmethod): an admitted request counts only if it returns True for the
+    #: request's response (``lambda r: r.status_code < 400``: failures are free), the others
+    #: get their tokens back. Needs ``sluicegate.django.RateLimitMiddleware``, which makes
+    #: the refunds.
+    deduct_when: Callable[[Any], bool] | None = None
 
     def __init__(self) -> None:
         if not getattr(self, "rate", None):
@@ -106,22 +130,74 @@ class SluicegateThrottle(BaseThrottle):  # type: ignore[misc]
         if self.rate is None:
             return True
         config = _get_config()
+        # Read from the class, so that a plain function there is not bound as a method.
+        deduct_when = type(self).deduct_when
+        settling = None if deduct_when is None or not config.enabled else _settling(request, self)
         if _skipped(request, config):
             return True
         key = self.get_cache_key(request, view)
         if key is None:
             return True
-        # A throttle class with a rate and no scope counts on its own.
-        scope = self.scope or f"{type(self).__module__}.{type(self).__qualname__}"
-        limiter = _rule(scope, self.rate).limiter(config.store)
+        limiter = _rule(self._scope_name(), self.rate).limiter(config.store)
         self.decision = decision = limiter.try_acquire(key, self.cost)
+        if settling is not None and decision:
+            settling.append((limiter, key, self.cost, deduct_when))  # type: ignore[arg-type]
         return decision.allowed
+
+    def _scope_name(self) -> str:
+        """The scope whose buckets this throttle counts in: a throttle class with a rate and
+        no scope counts on its own."""
+        return self.scope or f"{type(self).__module__}.{type(self).__qualname__}"
 
     def wait(self) -> float | None:
         """Seconds until the rejected request could be admitted (DRF's ``Retry-After``)."""
         if self.decision is None or self.decision:
             return None
         return self.decision.retry_after
+
+
+def _settling(request: Any, throttle: SluicegateThrottle) -> Taken:
+    """Where ``RateLimitMiddleware`` collects the request's refunds by response (on the
+    HttpRequest a DRF Request wraps); ImproperlyConfigured when it does not serve the
+    request, since no refund would then be made."""
+    found: Taken | None = getattr(request, "_request", request).__dict__.get(_SETTLE)
+    if found is None:
+        raise ImproperlyConfigured(
+            f"'{type(throttle).__name__}' has a deduct_when, whose refunds are made by"
+            ' "sluicegate.django.RateLimitMiddleware": add it to MIDDLEWARE'
+        )
+    return found
+
+
+def get(key: Any, scope: str | type[SluicegateThrottle]) -> Decision | None:
+    """What the throttle of `scope` would say of `key` now, taking nothing; for admin tools.
+    `scope` is a scope's name ("anon", "user", a view's ``throttle_scope``), its rate read from
+    ``DEFAULT_THROTTLE_RATES``, or a throttle class (its own ``rate`` or ``THROTTLE_RATES``);
+    `key` is what its ``get_cache_key`` returns: ``"user:42"`` for a user, the client address
+    for an anonymous request. None when the scope's rate is None (not throttled)."""
+    rule = _admin_rule(scope)
+    return None if rule is None else peek([rule], key, None, _get_config().store)
+
+
+def reset(key: Any, scope: str | type[SluicegateThrottle]) -> int:
+    """Gives `key` a full bucket in the throttle of `scope` (as for ``get``); 1 if the bucket
+    was held, else 0."""
+    rule = _admin_rule(scope)
+    return 0 if rule is None else _reset_rules([rule], key, None, _get_config().store)
+
+
+def _admin_rule(scope: str | type[SluicegateThrottle]) -> Rule | None:
+    """The rule that serves `scope` now (its rate as a request would read it)."""
+    if isinstance(scope, str):
+        rates = api_settings.DEFAULT_THROTTLE_RATES
+        if scope not in rates:
+            raise ImproperlyConfigured(f"No default throttle rate set for '{scope}' scope")
+        rate = rates[scope]
+        return None if rate is None else _rule(scope, rate)
+    throttle = scope()
+    if throttle.rate is None and not throttle.scope:
+        raise TypeError(f"{scope.__name__} takes its scope from the view: pass the scope's name")
+    return None if throttle.rate is None else _rule(throttle._scope_name(), throttle.rate)
 
 
 def _user_key(throttle: SluicegateThrottle, request: Any) -> str:
