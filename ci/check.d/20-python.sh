@@ -36,6 +36,8 @@ MATURIN_PEP517_ARGS="--features redis-test-clock" \
 cd bindings-python
 # Run from the tests' own folder so `import sluicegate` is the installed package, not python/.
 "../$VENV/bin/python" -m mypy.stubtest sluicegate._native sluicegate._aio
+# The package's own sources, strict (pyproject.toml's [tool.mypy]).
+"../$VENV/bin/python" -m mypy
 set +e
 "../$VENV/bin/python" -m pytest -q -p no:cacheprovider tests
 rc=$?

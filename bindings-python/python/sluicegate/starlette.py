@@ -425,7 +425,8 @@ class RateLimit:
             keyed = rule._limiters.get(store)
             if keyed is None:
                 keyed = rule.limiter(store)
-            decision = keyed.try_acquire(key, rule.cost)
+            # `plain` above: a fixed cost, never a function of the request.
+            decision = keyed.try_acquire(key, rule.cost)  # type: ignore[arg-type]
             allowed = decision.allowed
         else:
             decision, rule, allowed = limiter._check(self.rules, request, _route_name(scope))
