@@ -13,6 +13,11 @@ const PEER_KEYS = Symbol('sluicegate.peerKeys')
 // The peers' keys a resolver keeps (`ClientResolver#keyOf`).
 const PEERS_KEPT = 4096
 
+// The core names the resolver's options as Rust and Python spell them; Node's are these.
+const NODE_NAMES = [['trusted_proxies', 'trustedProxies'], ['ipv6_prefix', 'ipv6Subnet'], ['ipv4_prefix', 'ipv4Subnet'], ['proxy_header', 'proxyHeader']]
+/** A core message about the resolver's options, with Node's option names. */
+const nodeNames = (text) => NODE_NAMES.reduce((t, [core, node]) => t.replaceAll(core, node), text)
+
 /** A header value as one line (Node joins repeated lines with `, `; an array is joined so too). */
 const line = (v) => (Array.isArray(v) ? v.join(', ') : v)
 
@@ -54,9 +59,14 @@ class ClientResolver {
     if (options === null || typeof options !== 'object') throw invalidArg('options must be an object')
     const { trustedProxies, proxyHeader, ipv6Subnet, ipv4Subnet } = options
     if (proxyHeader !== undefined && typeof proxyHeader !== 'string') throw invalidArg('proxyHeader must be a string')
-    this.#r = new native.ClientResolver(
-      trustText(trustedProxies), proxyHeader, prefix(ipv6Subnet, 'ipv6Subnet'), prefix(ipv4Subnet, 'ipv4Subnet'),
-    )
+    try {
+      this.#r = new native.ClientResolver(
+        trustText(trustedProxies), proxyHeader, prefix(ipv6Subnet, 'ipv6Subnet'), prefix(ipv4Subnet, 'ipv4Subnet'),
+      )
+    } catch (err) {
+      if (typeof err?.message === 'string') err.message = nodeNames(err.message)
+      throw err
+    }
   }
 
   /**
@@ -67,7 +77,7 @@ class ClientResolver {
     if (peer !== undefined && peer !== null && typeof peer !== 'string') throw invalidArg('peer must be a string')
     const r = this.#r.resolve(peer, line(headers['x-forwarded-for']), line(headers.forwarded), line(headers['x-real-ip']))
     if (typeof r === 'string') return r
-    process.emitWarning(r[2], { type: 'SluicegateWarning', code: `SLUICEGATE_${r[1].toUpperCase()}` })
+    process.emitWarning(nodeNames(r[2]), { type: 'SluicegateWarning', code: `SLUICEGATE_${r[1].toUpperCase()}` })
     return r[0]
   }
 

@@ -10,23 +10,10 @@ import inject from 'light-my-request'
 import rateLimit from '../express.mjs'
 import sluicegate from '../fastify.mjs'
 import { ClientResolver } from '../index.mjs'
+import { warnings } from './fixtures/warnings.mjs'
 
 const INVALID_ARG = (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG'
 const INVALID_OPTION = (e) => e.code === 'ERR_SLUICEGATE_INVALID_OPTION'
-
-/** The warnings `f` makes emit (awaited: process warnings are emitted on the next tick). */
-async function warnings(f) {
-  const seen = []
-  const on = (w) => seen.push(w)
-  process.on('warning', on)
-  try {
-    await f()
-    await new Promise((r) => setImmediate(r))
-  } finally {
-    process.off('warning', on)
-  }
-  return seen
-}
 
 test('ClientResolver: the peer by default, proxies only when trusted, IPv6 by /64, IPv4-mapped as IPv4', () => {
   const direct = new ClientResolver()
@@ -58,6 +45,8 @@ test('ClientResolver: 2^16 addresses of one /64 are one key; the next /64 is ano
 test('ClientResolver: typed errors, and a misconfiguration warned about once', async () => {
   for (const o of [{ trustedProxies: 'everyone' }, { trustedProxies: 65 }, { proxyHeader: 'x-real-ip' }, { ipv6Subnet: 129 }, { ipv6Subnet: 0 }]) {
     assert.throws(() => new ClientResolver(o), INVALID_OPTION, JSON.stringify(o))
+    // The option by its Node name, as it was given (the core's messages use Rust's).
+    assert.throws(() => new ClientResolver(o), (e) => e.message.startsWith(Object.keys(o)[0]) && !e.message.includes('_'), JSON.stringify(o))
   }
   for (const o of [{ trustedProxies: 1.5 }, { trustedProxies: {} }, { ipv6Subnet: '64' }, { ipv6Subnet: 1000 }, { proxyHeader: 1 }]) {
     assert.throws(() => new ClientResolver(o), INVALID_ARG, JSON.stringify(o))
@@ -70,6 +59,7 @@ test('ClientResolver: typed errors, and a misconfiguration warned about once', a
   const untrusted = seen.filter((w) => w.code === 'SLUICEGATE_UNTRUSTED_PROXY')
   assert.deepEqual(untrusted.map((w) => w.name), ['SluicegateWarning'], 'once, for three requests')
   assert.match(untrusted[0].message, /no trusted proxy covers 10\.0\.0\.5/)
+  assert.match(untrusted[0].message, /Set trustedProxies to/, 'the option by its Node name')
 })
 
 /** An Express app with `middleware` on 127.0.0.1 and a free port; `get(headers)` is a status. */

@@ -3,7 +3,8 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { createRequire } from 'node:module'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -57,10 +58,25 @@ test('index.d.ts declares every export, method and accessor of index.js', async 
   }
 })
 
-// The public types compile against a use of every API (TypeScript ships with the dev tools).
+/**
+ * TypeScript's compiler, a direct dev dependency (package.json): missing, the type check would
+ * not run, so it is a failure, never a skip.
+ */
+function typescriptCompiler() {
+  const declared = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')).devDependencies?.typescript
+  assert.ok(declared, 'typescript is a devDependency of package.json')
+  let tsc
+  try {
+    tsc = createRequire(join(dir, 'package.json')).resolve('typescript/bin/tsc')
+  } catch (e) {
+    assert.fail(`typescript ${declared} (a devDependency) cannot be loaded: run \`npm ci\` (${e.message})`)
+  }
+  return tsc
+}
+
+// The public types compile against a use of every API.
 test('index.d.ts type-checks a use of the whole API', (t) => {
-  const tsc = new URL('../node_modules/.bin/tsc', import.meta.url)
-  if (!existsSync(tsc)) return t.skip('typescript is not installed')
+  const tsc = typescriptCompiler()
   const tmp = mkdtempSync(join(tmpdir(), 'sluicegate-dts-'))
   t.after(() => rmSync(tmp, { recursive: true, force: true }))
   writeFileSync(join(tmp, 'use.ts'), `
@@ -129,7 +145,7 @@ console.log(fstate, freset, state, limiters, r, rk, p, h, s, mw, both.parts.leng
     files: ['use.ts'],
   }))
   try {
-    execFileSync(fileURLToPath(tsc), ['-p', join(tmp, 'tsconfig.json')], { encoding: 'utf8' })
+    execFileSync(process.execPath, [tsc, '-p', join(tmp, 'tsconfig.json')], { encoding: 'utf8' })
   } catch (e) {
     assert.fail(`tsc: ${e.stdout}${e.stderr}`)
   }

@@ -9,6 +9,7 @@ import rateLimit from '../express.mjs'
 import express from 'express'
 import { KeyedLimiter, ManualClock, canonicalQuota } from '../index.mjs'
 import { serve } from './fixtures/serve.mjs'
+import { sluicegateWarnings, warnings } from './fixtures/warnings.mjs'
 
 test('429 with Retry-After once over the limit; draft-6 and legacy headers by default', async (t) => {
   const get = await serve(rateLimit({ limit: 2, windowMs: 60_000 }), t)
@@ -72,6 +73,51 @@ test('async keyGenerator and resetKey', async (t) => {
   assert.equal((await get()).status, 429)
   assert.equal(mw.resetKey('same'), true)
   assert.equal((await get()).status, 200)
+})
+
+// The forwarding headers a proxy writes, in turn (and none: a request of the proxy's own).
+const FORWARDED = [
+  (i) => ({ 'x-forwarded-for': `198.51.100.${i}` }),
+  (i) => ({ forwarded: `for=198.51.100.${i}` }),
+  (i) => ({ 'x-real-ip': `198.51.100.${i}` }),
+  () => ({}),
+]
+
+// A proxy in front that is not trusted (the requests come from 127.0.0.1, a loopback peer, with
+// forwarding headers; no trustedProxies): every client shares the proxy's key. The middleware
+// says so once, as express-rate-limit's validations do, however many requests, headers and
+// connections come; the key stays the peer's, not a value a client may write.
+test('an untrusted proxy in front: one SLUICEGATE_UNTRUSTED_PROXY warning for many requests; the key stays the peer\'s', async (t) => {
+  const limiter = new KeyedLimiter('1/h; burst=100', { clock: new ManualClock(0) })
+  const mw = rateLimit({ limiter })
+  const get = await serve(mw, t)
+  const requests = 60
+  const remaining = []
+  const seen = await warnings(async () => {
+    for (let i = 0; i < requests; i++) {
+      // Half on a connection of their own, half on the kept-alive one.
+      const headers = { ...FORWARDED[i % FORWARDED.length](i), ...(i % 2 ? { connection: 'close' } : {}) }
+      const r = await get('/', { headers })
+      assert.equal(r.status, 200)
+      remaining.push((await r.json()).remaining)
+    }
+  })
+  const burst = limiter.peek('127.0.0.1').limit
+  assert.deepEqual(remaining, Array.from({ length: requests }, (_, i) => burst - 1 - i), 'every request counted in one bucket')
+  assert.equal(limiter.size, 1)
+  assert.equal(mw.get('127.0.0.1').remaining, burst - requests, "the peer's key")
+  const sg = sluicegateWarnings(seen)
+  assert.equal(sg.length, 1, `one warning for ${requests} requests: ${JSON.stringify(sg)}`)
+  assert.equal(sg[0][0], 'SLUICEGATE_UNTRUSTED_PROXY')
+  assert.match(sg[0][1], /127\.0\.0\.1/)
+  // A proxy that is trusted is no misconfiguration: no warning, each client its own key.
+  const trusting = rateLimit({ limiter: new KeyedLimiter('1/h; burst=100', { clock: new ManualClock(0) }), trustedProxies: 'loopback' })
+  const viaProxy = await serve(trusting, t)
+  const quiet = await warnings(async () => {
+    for (let i = 0; i < 3; i++) assert.equal((await viaProxy('/', { headers: FORWARDED[0](i) })).status, 200)
+  })
+  assert.deepEqual(sluicegateWarnings(quiet), [])
+  assert.equal(trusting.limiter.size, 3)
 })
 
 test('bad options throw at construction', () => {

@@ -9,6 +9,7 @@ import Fastify from 'fastify'
 import sluicegate from '../fastify.mjs'
 import { KeyedLimiter, ManualClock } from '../index.mjs'
 import { needsRedis, serverPerSuite } from './fixtures/redis.mjs'
+import { sluicegateWarnings, warnings } from './fixtures/warnings.mjs'
 
 const INVALID_ARG = (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG'
 
@@ -173,6 +174,43 @@ test('a real server on 127.0.0.1: the peer\'s bucket, headers on the wire', asyn
   assert.equal(await r[0].text(), 'hello')
   assert.equal(r[2].headers.get('retry-after'), '1')
   assert.equal(r[2].headers.get('content-type'), 'application/json; charset=utf-8')
+})
+
+// A proxy in front that is not trusted (inject's requests come from 127.0.0.1, a loopback peer,
+// here with forwarding headers; no trustedProxies): every client shares the proxy's key. The
+// plugin says so once, as express-rate-limit's validations do, however many requests, headers
+// and routes of the global limit come; the key stays the peer's.
+test('an untrusted proxy in front: one SLUICEGATE_UNTRUSTED_PROXY warning for many requests; the key stays the peer\'s', async (t) => {
+  const limiter = new KeyedLimiter('1/h; burst=100', { clock: new ManualClock(0) })
+  const f = await app(t, { limiter })
+  const forwarded = [
+    (i) => ({ 'x-forwarded-for': `198.51.100.${i}` }),
+    (i) => ({ forwarded: `for=198.51.100.${i}` }),
+    (i) => ({ 'x-real-ip': `198.51.100.${i}` }),
+    () => ({}),
+  ]
+  const requests = 60
+  const seen = await warnings(async () => {
+    for (let i = 0; i < requests; i++) {
+      const r = await f.inject({ url: i % 3 ? '/' : '/other', headers: forwarded[i % forwarded.length](i) })
+      assert.equal(r.statusCode, 200)
+    }
+  })
+  const burst = limiter.peek('127.0.0.1').limit
+  assert.equal(limiter.size, 1, 'one key for every "client"')
+  assert.equal(f.rateLimits.get('127.0.0.1').remaining, burst - requests, "the peer's key, every request counted")
+  const sg = sluicegateWarnings(seen)
+  assert.equal(sg.length, 1, `one warning for ${requests} requests: ${JSON.stringify(sg)}`)
+  assert.equal(sg[0][0], 'SLUICEGATE_UNTRUSTED_PROXY')
+  assert.match(sg[0][1], /127\.0\.0\.1/)
+  // A proxy that is trusted is no misconfiguration: no warning, each client its own key.
+  const trusting = new KeyedLimiter('1/h; burst=100', { clock: new ManualClock(0) })
+  const g = await app(t, { limiter: trusting, trustedProxies: 'loopback' })
+  const quiet = await warnings(async () => {
+    for (let i = 0; i < 3; i++) assert.equal((await g.inject({ url: '/', headers: forwarded[0](i) })).statusCode, 200)
+  })
+  assert.deepEqual(sluicegateWarnings(quiet), [])
+  assert.equal(trusting.size, 3)
 })
 
 test('bad options fail at registration or at the route', async (t) => {

@@ -2,8 +2,10 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { createRequire } from 'node:module'
+import { join } from 'node:path'
 import { Limiter, KeyedLimiter, Composite, ManualClock, Decision, canonicalQuota } from '../index.mjs'
 import sg from '../index.mjs'
+import { fence, misprinted, pkg, runSnippet, snippetRequire } from './fixtures/readme.mjs'
 
 const require = createRequire(import.meta.url)
 
@@ -14,20 +16,30 @@ test('CommonJS and ESM entry points share one module', () => {
   assert.equal(require('../express.js'), require('../express.js').rateLimit)
 })
 
-test('the README example: 10/s with a burst of 2', () => {
+// The README's Quickstart, its own text (fixtures/readme.mjs), on a manual clock: its figures
+// exact, its acquire() admitted once the clock reaches the next token.
+test('the README example: 10/s with a burst of 2', async () => {
+  const code = fence(join(pkg, 'README.md'), "new Limiter('10/s; burst=2')")
   const clock = new ManualClock(0)
-  const l = new Limiter('10/s; burst=2', { clock })
-  assert.equal(l.tryAcquire().allowed, true)
-  assert.equal(l.allow(), true)
-  const d = l.tryAcquire()
+  class OnClock extends Limiter {
+    constructor(quota, options = {}) { super(quota, { clock, ...options }) }
+  }
+  const sluicegate = { ...require('../index.js'), Limiter: OnClock }
+  // acquire() polls on timers; the time it waits for is the manual clock's.
+  const moved = setTimeout(() => clock.advance(100_000_000n), 20)
+  const { printed, locals: { limiter, d, a } } = await runSnippet(code, { require: snippetRequire({ sluicegate }), returns: ['limiter', 'd', 'a'] })
+  clearTimeout(moved)
+  assert.deepEqual(misprinted(code, printed), [])
   assert.ok(d instanceof Decision)
   assert.deepEqual({ ...d }, {
     allowed: false, limit: 2, remaining: 0, retryAfterMs: 100, resetAfterMs: 200,
     retryAfterNs: 100_000_000, resetAfterNs: 200_000_000, windowSeconds: 1, shadowRejected: false,
   })
+  assert.equal(a.allowed, true, 'acquire() took the token the clock brought')
+  assert.equal(limiter.allow(), false, 'and left none')
   clock.advance(100_000_000n)
-  assert.equal(l.allow(), true)
-  assert.equal(l.quota, '10/s; burst=2')
+  assert.equal(limiter.allow(), true)
+  assert.equal(limiter.quota, '10/s; burst=2')
 })
 
 test('options objects mean the same as rate strings', () => {
