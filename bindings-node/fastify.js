@@ -8,6 +8,7 @@
 
 const {
   draftStyle, functions, then, isThenable, known, Limits, isEnabled, allowListOf, responseCounting, refunder, warn, keyGeneratorOf, invalidArg,
+  forEachField,
 } = require('./web.js')
 
 const PLUGIN = new Set([
@@ -77,14 +78,14 @@ function switches(v, what) {
   return out
 }
 
-/** The decision's fields in `style`, less those switched off. */
-function fields(d, style, policy, off) {
-  const h = d.headers(style, policy)
-  if (off === NONE_OFF) return h
-  for (const name of Object.keys(h)) {
-    if (off[name.toLowerCase()] === false) delete h[name]
-  }
-  return h
+/** One field onto a reply, unless `off` switches it off. */
+function replyField(reply, name, value, off) {
+  if (off === NONE_OFF || off[name.toLowerCase()] !== false) reply.header(name, value)
+}
+
+/** The decision's fields in `style` onto the reply, less those switched off. */
+function setReplyFields(reply, d, style, policy, off) {
+  forEachField(d, style, policy, replyField, reply, off)
 }
 
 /** The checked settings of one limit: the plugin's options merged with a route's. */
@@ -146,14 +147,14 @@ function handlerFor(p, limits) {
   function respond(req, reply, next, key, c, d) {
     req.rateLimit = d
     if (d.allowed) {
-      reply.headers(fields(d, p.style, p.policy, p.addHeadersOnExceeding))
+      setReplyFields(reply, d, p.style, p.policy, p.addHeadersOnExceeding)
       if (d.shadowRejected) p.onShadowReject?.(req, key, d)
       // A shadow rejection took nothing: no refund can be owed for it.
       if (p.counting !== null && !d.shadowRejected) (req[PENDING] ??= []).push([p, refunder(p.counting, limits, key, c)])
       p.onExceeding?.(req, key)
       return next()
     }
-    reply.headers(fields(d, p.style, p.policy, p.addHeaders))
+    setReplyFields(reply, d, p.style, p.policy, p.addHeaders)
     p.onExceeded?.(req, key)
     const context = { statusCode: 429, ban: false, max: d.limit, ttl: d.retryAfterMs, after: after(d.retryAfterMs) }
     return next(p.errorResponseBuilder(req, context))

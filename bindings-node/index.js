@@ -82,14 +82,15 @@ function fieldText(d, style, policy) {
 }
 
 /**
- * Sets `d`'s fields on a Node response (`res.setHeader`; Express and plain `http`), without the
- * object `headers()` builds. `style` and `policy` are strings (the adapters check them once).
+ * Calls `set(target, name, value, arg)` for each of `d`'s fields in `style` (strings the
+ * adapters check once), without the object `headers()` builds: the names and values are cut
+ * from the core's one rendered string.
  */
-function setFields(res, d, style, policy) {
+function forEachField(d, style, policy, set, target, arg) {
   const text = fieldText(d, style, policy)
   if (text === null) {
     const h = d.headers(style, policy)
-    for (const name in h) res.setHeader(name, h[name])
+    for (const name in h) set(target, name, h[name], arg)
     return
   }
   let i = 0
@@ -97,9 +98,16 @@ function setFields(res, d, style, policy) {
     const a = text.indexOf('\n', i)
     let b = text.indexOf('\n', a + 1)
     if (b < 0) b = text.length
-    res.setHeader(text.slice(i, a), text.slice(a + 1, b))
+    set(target, text.slice(i, a), text.slice(a + 1, b), arg)
     i = b + 1
   }
+}
+
+const setHeader = (res, name, value) => res.setHeader(name, value)
+
+/** Sets `d`'s fields on a Node response (`res.setHeader`; Express and plain `http`). */
+function setFields(res, d, style, policy) {
+  forEachField(d, style, policy, setHeader, res, undefined)
 }
 
 // `renderFields`' input: the scratch slots from `hot::slot::RENDER_ALLOWED` on.
@@ -909,5 +917,5 @@ module.exports = {
   renderPrometheus,
   ClientResolver: require('./client.js').ClientResolver,
   // internal, for the Express middleware and the benchmarks
-  _internal: { native, toRate, invalidArg, readDecision, STORE_SUFFIX, setFields },
+  _internal: { native, toRate, invalidArg, readDecision, STORE_SUFFIX, setFields, forEachField },
 }

@@ -7,7 +7,7 @@
 const { createHash } = require('node:crypto')
 const { KeyedLimiter, ClientResolver, _internal } = require('./index.js')
 
-const { invalidArg, native, toRate, STORE_SUFFIX, setFields } = _internal
+const { invalidArg, native, toRate, STORE_SUFFIX, setFields, forEachField } = _internal
 
 // express-rate-limit's names for the standard header drafts, as the core's header styles.
 const STYLES = { 'draft-6': 'draft6', 'draft-7': 'draft7', 'draft-8': 'ietf' }
@@ -255,5 +255,5 @@ function keyGeneratorOf(opts, raws = [opts]) {
 
 module.exports = {
   STYLES, draftStyle, isThenable, then, functions, known, Limits, isEnabled, allowListOf,
-  responseCounting, refunder, warn, keyGeneratorOf, CLIENT_OPTIONS, invalidArg, setFields,
+  responseCounting, refunder, warn, keyGeneratorOf, CLIENT_OPTIONS, invalidArg, setFields, forEachField,
 }
