@@ -6,7 +6,7 @@
 // one key prefix, per distinct limit: the name or prefix plus a suffix derived from the quota).
 
 const {
-  draftStyle, functions, then, known, Limits, isEnabled, allowListOf, responseCounting, refunder, warn, keyGeneratorOf, invalidArg, setFields,
+  draftStyle, functions, then, isThenable, known, Limits, isEnabled, allowListOf, responseCounting, refunder, warn, keyGeneratorOf, invalidArg, setFields,
 } = require('./web.js')
 
 const OPTIONS = new Set([
@@ -91,10 +91,21 @@ function rateLimit(options = {}) {
     return then(allowed(req, key), (yes) => (yes ? next() : decide(req, res, next, key)), next)
   }
 
+  // The common case (no skip or allow list, a key and a decision without a Promise) goes
+  // straight through, with no callback made for a value already there.
+  const direct = opts.skip === undefined && allowed === undefined && limits !== null && !limits.remote
   const middleware = limits === null
     ? function sluicegateRateLimit(_req, _res, next) { next() }
     : function sluicegateRateLimit(req, res, next) {
       try {
+        if (direct) {
+          const key = opts.keyGenerator(req, res)
+          if (!isThenable(key)) {
+            const c = costOf(req, res)
+            return respond(req, res, next, key, c, limits.decide(key, c))
+          }
+          return key.then((k) => withKey(req, res, next, k), next)
+        }
         if (opts.skip === undefined) return then(opts.keyGenerator(req, res), (k) => withKey(req, res, next, k), next)
         return then(opts.skip(req, res), (yes) => (yes ? next() : then(opts.keyGenerator(req, res), (k) => withKey(req, res, next, k), next)), next)
       } catch (err) {
