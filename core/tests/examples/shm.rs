@@ -462,3 +462,46 @@ fn a_regions_decisions_are_counted_hooked_and_shadowed() {
     let d = quiet.try_acquire(a, 1).unwrap();
     assert!(d.allowed() && d.shadow_rejected(), "{d:?}");
 }
+
+/// Short keys are compared in full (their bytes are their fingerprint): the 65 536 addresses
+/// of one /16, whose texts share their first bytes, and keys of up to 15 bytes that differ in
+/// one byte, each get a bucket of their own; a long key and every short key are apart too.
+#[test]
+fn every_short_key_has_a_bucket_of_its_own() {
+    let r = Region::new("short");
+    let l = KeyedLimiter::<Box<[u8]>, _>::builder(quota("1/hour"))
+        .store(r.spec())
+        .max_keys(70_000)
+        .clock(ManualClock::new(0))
+        .build()
+        .unwrap();
+    let mut keys: Vec<Vec<u8>> = (0..=255u32)
+        .flat_map(|a| (0..=255u32).map(move |b| format!("10.7.{a}.{b}").into_bytes()))
+        .collect();
+    for n in 0..=15 {
+        for at in 0..n {
+            let mut k = vec![b'x'; n];
+            k[at] = b'y';
+            keys.push(k);
+        }
+        keys.push(vec![b'x'; n]);
+    }
+    keys.push(vec![b'x'; 64]);
+    for k in &keys {
+        assert!(
+            l.try_acquire(&k[..], 1).unwrap().allowed(),
+            "{k:?}: a bucket of its own"
+        );
+    }
+    for k in &keys {
+        assert!(
+            !l.try_acquire(&k[..], 1).unwrap().allowed(),
+            "{k:?}: its own bucket, spent"
+        );
+    }
+    let audit = l.audit().unwrap();
+    assert_eq!(
+        (audit.live, audit.duplicates, audit.unreachable),
+        (keys.len(), 0, 0)
+    );
+}

@@ -59,25 +59,58 @@ impl Entry {
     }
 }
 
-/// A key's stream, as the region's SipHash reads it. Each integer is written as its
-/// little-endian bytes, as `siphasher` absorbs it, so that hashing the stream in one piece
-/// gives the same hash as hashing the key.
-pub(crate) struct Stream {
-    bytes: [u8; STREAM_BYTES],
-    /// `usize::MAX` once the key wrote more than [`STREAM_BYTES`].
+/// A key's stream, as the region's SipHash reads it, if it has at most `N` bytes. Each
+/// integer is written as its little-endian bytes, as `siphasher` absorbs it, so that hashing
+/// the stream in one piece gives the same hash as hashing the key.
+pub(crate) struct KeyStream<const N: usize> {
+    bytes: [u8; N],
+    /// `usize::MAX` once the key wrote more than `N` bytes.
     len: usize,
 }
 
-impl Stream {
-    /// The stream of `key`, or `None` when it is longer than an entry holds.
+/// A stream an entry of the memo holds.
+pub(crate) type Stream = KeyStream<STREAM_BYTES>;
+
+/// The longest stream a region compares in full ([`KeyStream::exact`]): a byte key of up to
+/// 15 bytes (an IPv4 address's text), or any key whose stream has up to 15 bytes.
+pub(crate) const SHORT_BYTES: usize = 23;
+
+/// A stream short enough to be compared in full, if the key's is.
+pub(crate) type ShortStream = KeyStream<SHORT_BYTES>;
+
+impl<const N: usize> KeyStream<N> {
+    /// The stream of `key`, or `None` when it is longer than `N` bytes.
     #[inline]
     pub(crate) fn of<Q: Hash + ?Sized>(key: &Q) -> Option<Self> {
         let mut s = Self {
-            bytes: [0; STREAM_BYTES],
+            bytes: [0; N],
             len: 0,
         };
         key.hash(&mut s);
-        (s.len <= STREAM_BYTES).then_some(s)
+        (s.len <= N).then_some(s)
+    }
+
+    /// The stream as an integer below 2^125, one to one over the streams it is given for:
+    /// those of a byte key of up to 15 bytes (its length as eight bytes, then its bytes: `[u8]`'s
+    /// `Hash`) and any other of up to 15 bytes; `None` for a longer one. The low 5 bits say
+    /// which form and how long (a byte key's length plus 16, or the stream's length), the
+    /// bits above hold the bytes: two streams with one code are one stream.
+    #[inline]
+    pub(crate) fn exact(&self) -> Option<u128> {
+        let n = self.len;
+        let (code, data) = if (8..=SHORT_BYTES).contains(&n)
+            && n <= N
+            && u64::from_le_bytes(self.bytes[..8].try_into().ok()?) == (n - 8) as u64
+        {
+            (16 + n - 8, &self.bytes[8..n])
+        } else if n <= 15 && n <= N {
+            (n, &self.bytes[..n])
+        } else {
+            return None;
+        };
+        let mut d = [0u8; 16];
+        d[..data.len()].copy_from_slice(data);
+        Some(code as u128 | (u128::from_le_bytes(d) << 5))
     }
 
     /// The stream's bytes.
@@ -101,7 +134,7 @@ impl Stream {
     }
 }
 
-impl Hasher for Stream {
+impl<const N: usize> Hasher for KeyStream<N> {
     fn finish(&self) -> u64 {
         0
     }
@@ -109,7 +142,7 @@ impl Hasher for Stream {
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
         let end = self.len.saturating_add(bytes.len());
-        if end <= STREAM_BYTES {
+        if end <= N {
             self.bytes[self.len..end].copy_from_slice(bytes);
             self.len = end;
         } else {
@@ -366,6 +399,58 @@ mod tests {
         assert_eq!(sip_stream(&Stream::of(&()).unwrap()), sip(&()));
         assert!(Stream::of(&vec![0u8; 89].into_boxed_slice()).is_none());
         assert!(Stream::of(&[7u64; 13][..]).is_none());
+    }
+
+    /// `exact` is one to one over the streams it takes: every short stream of many key types
+    /// gets a code of its own, and a longer one gets none.
+    #[test]
+    fn short_streams_have_codes_of_their_own() {
+        let mut seen: std::collections::HashMap<u128, Vec<u8>> = Default::default();
+        let mut take = |s: ShortStream| {
+            let code = s.exact().expect("a short stream");
+            assert!(code < 1 << 125, "{code:x}");
+            let bytes = s.bytes().to_vec();
+            if let Some(other) = seen.insert(code, bytes.clone()) {
+                assert_eq!(other, bytes, "two streams, one code {code:x}");
+            }
+        };
+        for n in 0..=15usize {
+            for fill in [0u8, 1, 0x5a, 0xff] {
+                let key: Box<[u8]> = (0..n).map(|i| fill ^ i as u8).collect();
+                take(ShortStream::of(&key).unwrap());
+                // The same bytes, not as a byte key (no length before them): another stream.
+                take(ShortStream::of(&RawBytes(&key)).unwrap());
+            }
+        }
+        for k in [0u64, 1, 8, 15, 16, u64::MAX, 0x0f00_0000_0000_0000] {
+            take(ShortStream::of(&k).unwrap());
+            take(ShortStream::of(&(k as u32)).unwrap());
+            take(ShortStream::of(&(k as u8, k as u16)).unwrap());
+        }
+        take(ShortStream::of(&()).unwrap());
+        take(ShortStream::of("abc").unwrap());
+        // A byte key of 7 bytes and the same stream written otherwise: one stream, one code.
+        let as_key = ShortStream::of(&b"1234567"[..]).unwrap().exact();
+        let as_raw = ShortStream::of(&RawBytes(&[&7u64.to_le_bytes()[..], b"1234567"].concat()))
+            .unwrap()
+            .exact();
+        assert_eq!(as_key, as_raw);
+        // The longest byte key compared in full has 15 bytes; a stream of 16 bytes or more
+        // that is not a byte key's is hashed.
+        assert!(ShortStream::of(&[0u8; 15][..]).is_some_and(|s| s.exact().is_some()));
+        assert!(ShortStream::of(&[0u8; 16][..]).is_none());
+        assert!(ShortStream::of(&RawBytes(&[0u8; 16])).is_some_and(|s| s.exact().is_none()));
+        assert!(ShortStream::of(&RawBytes(&[9u8; 23])).is_some_and(|s| s.exact().is_none()));
+        assert!(seen.len() > 100, "{}", seen.len());
+    }
+
+    /// Bytes written as they are, without a length.
+    struct RawBytes<'a>(&'a [u8]);
+
+    impl Hash for RawBytes<'_> {
+        fn hash<H: Hasher>(&self, h: &mut H) {
+            h.write(self.0);
+        }
     }
 
     #[test]

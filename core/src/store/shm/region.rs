@@ -1,6 +1,6 @@
 //! A shared-memory region: the file, its mapping, and the header every opener validates.
 //!
-//! # Layout (version 2; the host's byte order, one host's processes share it)
+//! # Layout (version 3; the host's byte order, one host's processes share it)
 //!
 //! ```text
 //! 0      header (HEADER_LEN bytes): every field an atomic, read once at open
@@ -37,7 +37,8 @@ use std::time::{Duration, Instant};
 
 /// "SLGTSHM1".
 const MAGIC: u64 = u64::from_le_bytes(*b"SLGTSHM1");
-const VERSION: u32 = 2;
+/// 3: short keys compared in full (`table::exact_value`); 2 hashed every key.
+const VERSION: u32 = 3;
 /// The header's bytes (a page), before the locks.
 const HEADER_LEN: usize = 4096;
 /// Insert locks: a new key holds the one of its home (modulo this count).

@@ -1,8 +1,8 @@
 //! [`ShmStore`]: the [`Store`] of a shared-memory region.
 
-use super::memo::{Memo, Stream};
+use super::memo::{Memo, ShortStream, Stream};
 use super::region::{Region, Want};
-use super::table::{Fingerprint, Request, Table};
+use super::table::{exact_value, hashed_value, Fingerprint, Request, Table};
 use crate::algorithm::Codec;
 use crate::clock::{Clock, ClockBase, SharedTimeline, Timeline};
 use crate::error::{Error, StoreErrorKind};
@@ -25,8 +25,10 @@ pub(crate) struct ShmStore {
     region: Region,
     codec: Codec,
     base: u64,
-    /// This process's memo of its keys' hashes under the region's secret.
+    /// This process's memo of its long keys' hashes under the region's secret.
     memo: Memo,
+    /// The key of short keys' fingerprints ([`exact_value`]), from the region's secret.
+    exact_key: u128,
 }
 
 impl ShmStore {
@@ -92,11 +94,16 @@ impl ShmStore {
             _ => origin,
         };
         let memo = Memo::new(region.meta.capacity);
+        let [k0, k1] = region.meta.secret;
+        let exact_key = siphasher::sip128::SipHasher13::new_with_keys(k0, k1)
+            .hash(b"sluicegate: short keys")
+            .as_u128();
         Ok(Self {
             region,
             codec,
             base,
             memo,
+            exact_key,
         })
     }
 
@@ -182,17 +189,27 @@ impl ShmStore {
         self.table().acquire_slow(cx, &fp, r, super::lock::token)
     }
 
-    /// The key's keyed 128-bit fingerprint: SipHash-1-3 under the region's secret, over the
-    /// key's `Hash` (so byte keys fingerprint alike in every process and language), looked up
-    /// in this process's [`Memo`] first.
+    /// The key's 128-bit fingerprint, from the bytes its `Hash` writes (so byte keys
+    /// fingerprint alike in every process and language): a short key's own bytes, keyed
+    /// ([`exact_value`]); a longer key's SipHash-1-3 under the region's secret
+    /// ([`hashed_value`]), looked up in this process's [`Memo`] first.
     #[inline]
     pub(crate) fn fingerprint<Q: Hash + ?Sized>(&self, key: &Q) -> Fingerprint {
         Fingerprint::new(self.hash_of(key), self.region.meta.slots as usize)
     }
 
-    /// The key's 128-bit keyed hash (see [`fingerprint`](Self::fingerprint)).
+    /// The key's 128-bit fingerprint value (see [`fingerprint`](Self::fingerprint)).
     #[inline]
     fn hash_of<Q: Hash + ?Sized>(&self, key: &Q) -> u128 {
+        if let Some(code) = ShortStream::of(key).and_then(|s| s.exact()) {
+            return exact_value(code, self.exact_key);
+        }
+        hashed_value(self.long_hash(key))
+    }
+
+    /// A longer key's SipHash (see [`fingerprint`](Self::fingerprint)), through the memo.
+    #[inline]
+    fn long_hash<Q: Hash + ?Sized>(&self, key: &Q) -> u128 {
         let stream = if super::memo::looking() {
             Stream::of(key)
         } else {
@@ -434,9 +451,9 @@ mod tests {
         (s, cx)
     }
 
-    /// A key's fingerprint computed afresh, as before the memo.
+    /// A long key's fingerprint computed afresh, as before the memo.
     fn fresh(s: &ShmStore, key: &[u8]) -> Fingerprint {
-        Fingerprint::new(s.hash(key), s.region.meta.slots as usize)
+        Fingerprint::new(hashed_value(s.hash(key)), s.region.meta.slots as usize)
     }
 
     /// Every key in `s`'s memo (each written over whatever its entry held).
@@ -460,7 +477,10 @@ mod tests {
         let (a, cx) = open(&f1, &q, 4);
         let (b, _) = open(&f1, &q, 4);
         let (mut c, cxc) = open(&f2, &q, 4);
-        let keys: Vec<Vec<u8>> = (0..7u8).map(|k| vec![b'k', k, k]).collect();
+        // Keys too long to be compared in full: fingerprinted by their hash, through the memo.
+        let keys: Vec<Vec<u8>> = (0..7u8)
+            .map(|k| [&b"a long key, hashed: "[..], &[k, k]].concat())
+            .collect();
         let mut rng = 0x2545_f491_4f6c_dd1d_u64;
         let mut now = 0u64;
         let mut hits = 0;

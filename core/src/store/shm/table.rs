@@ -32,12 +32,18 @@
 //!
 //! # Fingerprints and states
 //!
-//! Keys are compared by a keyed 128-bit fingerprint (SipHash-1-3 with a random secret of the
-//! region), split over the slot's three words. Keys of any length fit a fixed slot, so no
-//! allocator lives in shared memory that a crash could leave half done, and two keys share a
-//! bucket only if their 128 bits collide, which a caller who does not know the secret cannot
-//! arrange and chance does about once in 2^64 pairs. Each process memoises its keys' hashes
-//! ([`super::memo`]): the table sees the same fingerprint either way. The tag in the word (32
+//! Keys are compared by a 128-bit fingerprint split over the slot's three words, so keys of
+//! any length fit a fixed slot and no allocator lives in shared memory that a crash could
+//! leave half done. A short key (a byte key of up to 15 bytes, an IPv4 address's text, or a
+//! key whose `Hash` writes up to 15 bytes) is compared in full: its fingerprint is its bytes,
+//! encoded one to one ([`super::memo::KeyStream::exact`]) and put through a bijection keyed
+//! by the region's secret ([`exact_value`]), so two short keys never share a bucket and no
+//! hash is computed for them. A longer key's fingerprint is its SipHash-1-3 under the
+//! region's random secret ([`hashed_value`]): two such keys share a bucket only if their 127
+//! bits collide, which a caller who does not know the secret cannot arrange and chance does
+//! about once in 2^63 pairs; bit 32 (the tag's lowest) tells the two kinds apart. Each
+//! process memoises its long keys' hashes ([`super::memo`]): the table sees the same
+//! fingerprint either way. The tag in the word (32
 //! bits) is what a decision's CAS checks: a consume that read a slot before it was evicted and
 //! given to another key lands only if the new key's tag and state both equal the old ones.
 //!
@@ -103,7 +109,8 @@ pub(crate) struct Fingerprint {
 }
 
 impl Fingerprint {
-    /// The fingerprint of a 128-bit keyed hash in a table of `slots` slots.
+    /// The fingerprint `hash` ([`exact_value`] or [`hashed_value`]) in a table of `slots`
+    /// slots.
     pub(crate) fn new(hash: u128, slots: usize) -> Self {
         let (hi, lo) = ((hash >> 64) as u64, hash as u64);
         Self {
@@ -112,6 +119,38 @@ impl Fingerprint {
             tag_hi: hi,
             tag_lo: lo as u32,
         }
+    }
+}
+
+/// The fingerprint of a short key: `code` (its stream, [`super::memo::KeyStream::exact`]:
+/// below 2^125) through a bijection of 127-bit integers keyed by `key` (a xor, odd
+/// multiplications and xor-shifts, each one to one modulo 2^127), spread over the fingerprint
+/// with bit 32 set. One to one: two short keys' fingerprints are equal only if their streams
+/// are. The bijection spreads structured keys (addresses of one network) over home slots and
+/// tags as a hash would; like the in-process store's hash, it is keyed but not a
+/// cryptographic function.
+#[inline]
+pub(crate) fn exact_value(code: u128, key: u128) -> u128 {
+    const M: u128 = u128::MAX >> 1;
+    const C1: u128 = 0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835; // odd
+    const C2: u128 = 0xd6e8_feb8_6659_fd93_2a3e_c2d8_ef32_6b5b; // odd
+    let mut x = (code ^ key) & M;
+    x = x.wrapping_mul(C1) & M;
+    x ^= x >> 64;
+    x = x.wrapping_mul(C2) & M;
+    x ^= x >> 61;
+    (x & 0xffff_ffff) | (1 << 32) | ((x >> 32) << 33)
+}
+
+/// The fingerprint of a longer key: its 128-bit SipHash with bit 32 clear (so never a short
+/// key's), its tag never 0.
+#[inline]
+pub(crate) fn hashed_value(sip: u128) -> u128 {
+    let v = sip & !(1 << 32);
+    if (v >> 32) as u32 == 0 {
+        v | (1 << 33)
+    } else {
+        v
     }
 }
 
@@ -1139,6 +1178,51 @@ impl Owned {
 #[cfg(all(test, not(sluicegate_loom)))]
 mod tests {
     use super::*;
+
+    /// `exact_value` undone, step by step: it is one to one.
+    fn exact_code(v: u128, key: u128) -> u128 {
+        const M: u128 = u128::MAX >> 1;
+        let inverse = |c: u128| {
+            // Newton's iteration for the inverse modulo 2^128 (hence modulo 2^127).
+            let mut i = c;
+            for _ in 0..7 {
+                i = i.wrapping_mul(2u128.wrapping_sub(c.wrapping_mul(i)));
+            }
+            i
+        };
+        assert_eq!(v >> 32 & 1, 1, "a short key's bit");
+        let mut x = (v & 0xffff_ffff) | ((v >> 33) << 32);
+        let mut y = x;
+        for _ in 0..3 {
+            y = x ^ (y >> 61);
+        }
+        x = y.wrapping_mul(inverse(0xd6e8_feb8_6659_fd93_2a3e_c2d8_ef32_6b5b)) & M;
+        x ^= x >> 64;
+        x = x.wrapping_mul(inverse(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)) & M;
+        (x ^ key) & M
+    }
+
+    #[test]
+    fn short_keys_fingerprints_are_one_to_one_and_apart_from_hashed_ones() {
+        let mut r = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = || {
+            r ^= r << 13;
+            r ^= r >> 7;
+            r ^= r << 17;
+            r
+        };
+        for _ in 0..100_000 {
+            let key = (u128::from(next()) << 64) | u128::from(next());
+            let code = ((u128::from(next()) << 64) | u128::from(next())) >> 3;
+            let v = exact_value(code, key);
+            assert_eq!(exact_code(v, key), code & (u128::MAX >> 1));
+            assert_ne!((v >> 32) as u32, 0, "a tag is never 0");
+            let h = hashed_value((u128::from(next()) << 64) | u128::from(next()));
+            assert_eq!(h >> 32 & 1, 0, "a hashed key's bit");
+            assert_ne!((h >> 32) as u32, 0);
+        }
+        assert_ne!((hashed_value(0) >> 32) as u32, 0);
+    }
     use crate::store::keyed::Ctx;
     use crate::{OnFull, Quota};
 
