@@ -75,8 +75,9 @@ pub(crate) type Stream = KeyStream<STREAM_BYTES>;
 /// 15 bytes (an IPv4 address's text), or any key whose stream has up to 15 bytes.
 pub(crate) const SHORT_BYTES: usize = 23;
 
-/// A stream short enough to be compared in full, if the key's is.
-pub(crate) type ShortStream = KeyStream<SHORT_BYTES>;
+/// A stream short enough to be compared in full, if the key's is (a byte more than
+/// [`SHORT_BYTES`]: `exact` reads whole words).
+pub(crate) type ShortStream = KeyStream<24>;
 
 impl<const N: usize> KeyStream<N> {
     /// The stream of `key`, or `None` when it is longer than `N` bytes.
@@ -98,19 +99,20 @@ impl<const N: usize> KeyStream<N> {
     #[inline]
     pub(crate) fn exact(&self) -> Option<u128> {
         let n = self.len;
-        let (code, data) = if (8..=SHORT_BYTES).contains(&n)
-            && n <= N
-            && u64::from_le_bytes(self.bytes[..8].try_into().ok()?) == (n - 8) as u64
+        // Bytes past the stream's end are zero: 16 bytes from where the key's bytes start are
+        // those bytes, zero-padded.
+        let (code, at) = if (8..=SHORT_BYTES).contains(&n)
+            && N >= 24
+            && self.bytes[..8] == ((n - 8) as u64).to_le_bytes()
         {
-            (16 + n - 8, &self.bytes[8..n])
-        } else if n <= 15 && n <= N {
-            (n, &self.bytes[..n])
+            (16 + n - 8, 8)
+        } else if n <= 15 && N >= 16 {
+            (n, 0)
         } else {
             return None;
         };
-        let mut d = [0u8; 16];
-        d[..data.len()].copy_from_slice(data);
-        Some(code as u128 | (u128::from_le_bytes(d) << 5))
+        let data: [u8; 16] = self.bytes[at..at + 16].try_into().ok()?;
+        Some(code as u128 | (u128::from_le_bytes(data) << 5))
     }
 
     /// The stream's bytes.
@@ -438,7 +440,8 @@ mod tests {
         // The longest byte key compared in full has 15 bytes; a stream of 16 bytes or more
         // that is not a byte key's is hashed.
         assert!(ShortStream::of(&[0u8; 15][..]).is_some_and(|s| s.exact().is_some()));
-        assert!(ShortStream::of(&[0u8; 16][..]).is_none());
+        assert!(ShortStream::of(&[0u8; 16][..]).is_some_and(|s| s.exact().is_none()));
+        assert!(ShortStream::of(&[0u8; 17][..]).is_none());
         assert!(ShortStream::of(&RawBytes(&[0u8; 16])).is_some_and(|s| s.exact().is_none()));
         assert!(ShortStream::of(&RawBytes(&[9u8; 23])).is_some_and(|s| s.exact().is_none()));
         assert!(seen.len() > 100, "{}", seen.len());

@@ -28,7 +28,7 @@ pub(crate) struct ShmStore {
     /// This process's memo of its long keys' hashes under the region's secret.
     memo: Memo,
     /// The key of short keys' fingerprints ([`exact_value`]), from the region's secret.
-    exact_key: u128,
+    exact_key: [u64; 3],
 }
 
 impl ShmStore {
@@ -95,9 +95,12 @@ impl ShmStore {
         };
         let memo = Memo::new(region.meta.capacity);
         let [k0, k1] = region.meta.secret;
-        let exact_key = siphasher::sip128::SipHasher13::new_with_keys(k0, k1)
-            .hash(b"sluicegate: short keys")
-            .as_u128();
+        let sip = siphasher::sip128::SipHasher13::new_with_keys(k0, k1);
+        let (a, b) = (
+            sip.hash(b"sluicegate: short keys, 1").as_u128(),
+            sip.hash(b"sluicegate: short keys, 2").as_u128(),
+        );
+        let exact_key = [a as u64, (a >> 64) as u64, b as u64];
         Ok(Self {
             region,
             codec,

@@ -123,23 +123,26 @@ impl Fingerprint {
 }
 
 /// The fingerprint of a short key: `code` (its stream, [`super::memo::KeyStream::exact`]:
-/// below 2^125) through a bijection of 127-bit integers keyed by `key` (a xor, odd
-/// multiplications and xor-shifts, each one to one modulo 2^127), spread over the fingerprint
-/// with bit 32 set. One to one: two short keys' fingerprints are equal only if their streams
-/// are. The bijection spreads structured keys (addresses of one network) over home slots and
-/// tags as a hash would; like the in-process store's hash, it is keyed but not a
-/// cryptographic function.
+/// below 2^125) through a bijection of 126-bit integers keyed by `key` (three Feistel rounds
+/// over 63-bit halves, each round's function a folded multiplication of the other half under
+/// a word of the key), spread over the fingerprint with bit 32 set and bit 64 clear. One to one: two short
+/// keys' fingerprints are equal only if their streams are. The rounds spread structured keys
+/// (addresses of one network) over home slots and tags as a hash would; like the in-process
+/// store's hash, keyed but not a cryptographic function.
 #[inline]
-pub(crate) fn exact_value(code: u128, key: u128) -> u128 {
-    const M: u128 = u128::MAX >> 1;
-    const C1: u128 = 0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835; // odd
-    const C2: u128 = 0xd6e8_feb8_6659_fd93_2a3e_c2d8_ef32_6b5b; // odd
-    let mut x = (code ^ key) & M;
-    x = x.wrapping_mul(C1) & M;
-    x ^= x >> 64;
-    x = x.wrapping_mul(C2) & M;
-    x ^= x >> 61;
-    (x & 0xffff_ffff) | (1 << 32) | ((x >> 32) << 33)
+pub(crate) fn exact_value(code: u128, key: [u64; 3]) -> u128 {
+    const M: u64 = u64::MAX >> 1;
+    let f = |half: u64, k: u64| {
+        let p = u128::from(half ^ k) * 0x9e37_79b9_7f4a_7c15;
+        ((p as u64) ^ ((p >> 64) as u64)) & M
+    };
+    let (mut a, mut b) = ((code >> 63) as u64 & M, code as u64 & M);
+    a ^= f(b, key[0]);
+    b ^= f(a, key[1]);
+    a ^= f(b, key[2]);
+    // `a` makes the high word (the home slot: its top bits), `b` the tag (with bit 32, the
+    // short keys' mark) and the low word.
+    (u128::from(a) << 65) | (u128::from(b >> 32) << 33) | (1 << 32) | u128::from(b as u32)
 }
 
 /// The fingerprint of a longer key: its 128-bit SipHash with bit 32 clear (so never a short
@@ -1180,26 +1183,22 @@ mod tests {
     use super::*;
 
     /// `exact_value` undone, step by step: it is one to one.
-    fn exact_code(v: u128, key: u128) -> u128 {
-        const M: u128 = u128::MAX >> 1;
-        let inverse = |c: u128| {
-            // Newton's iteration for the inverse modulo 2^128 (hence modulo 2^127).
-            let mut i = c;
-            for _ in 0..7 {
-                i = i.wrapping_mul(2u128.wrapping_sub(c.wrapping_mul(i)));
-            }
-            i
+    fn exact_code(v: u128, key: [u64; 3]) -> u128 {
+        const M: u64 = u64::MAX >> 1;
+        let f = |half: u64, k: u64| {
+            let p = u128::from(half ^ k) * 0x9e37_79b9_7f4a_7c15;
+            ((p as u64) ^ ((p >> 64) as u64)) & M
         };
         assert_eq!(v >> 32 & 1, 1, "a short key's bit");
-        let mut x = (v & 0xffff_ffff) | ((v >> 33) << 32);
-        let mut y = x;
-        for _ in 0..3 {
-            y = x ^ (y >> 61);
-        }
-        x = y.wrapping_mul(inverse(0xd6e8_feb8_6659_fd93_2a3e_c2d8_ef32_6b5b)) & M;
-        x ^= x >> 64;
-        x = x.wrapping_mul(inverse(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)) & M;
-        (x ^ key) & M
+        assert_eq!(v >> 64 & 1, 0, "a spare bit");
+        let (mut a, mut b) = (
+            (v >> 65) as u64,
+            ((v >> 33) as u64 & 0x7fff_ffff) << 32 | v as u32 as u64,
+        );
+        a ^= f(b, key[2]);
+        b ^= f(a, key[1]);
+        a ^= f(b, key[0]);
+        (u128::from(a) << 63) | u128::from(b)
     }
 
     #[test]
@@ -1212,10 +1211,10 @@ mod tests {
             r
         };
         for _ in 0..100_000 {
-            let key = (u128::from(next()) << 64) | u128::from(next());
+            let key = [next(), next(), next()];
             let code = ((u128::from(next()) << 64) | u128::from(next())) >> 3;
             let v = exact_value(code, key);
-            assert_eq!(exact_code(v, key), code & (u128::MAX >> 1));
+            assert_eq!(exact_code(v, key), code);
             assert_ne!((v >> 32) as u32, 0, "a tag is never 0");
             let h = hashed_value((u128::from(next()) << 64) | u128::from(next()));
             assert_eq!(h >> 32 & 1, 0, "a hashed key's bit");
