@@ -140,9 +140,10 @@ pub(crate) fn exact_value(code: u128, key: [u64; 3]) -> u128 {
     a ^= f(b, key[0]);
     b ^= f(a, key[1]);
     a ^= f(b, key[2]);
-    // `a` makes the high word (the home slot: its top bits), `b` the tag (with bit 32, the
-    // short keys' mark) and the low word.
-    (u128::from(a) << 65) | (u128::from(b >> 32) << 33) | (1 << 32) | u128::from(b as u32)
+    // `b`, done a round before `a`, makes the high word (the home slot: its top bits), so that
+    // the slot's load need not wait for the last round; `a` the tag (with bit 32, the short
+    // keys' mark) and the low word.
+    (u128::from(b) << 65) | (u128::from(a >> 32) << 33) | (1 << 32) | u128::from(a as u32)
 }
 
 /// The fingerprint of a longer key: its 128-bit SipHash with bit 32 clear (so never a short
@@ -1191,7 +1192,7 @@ mod tests {
         };
         assert_eq!(v >> 32 & 1, 1, "a short key's bit");
         assert_eq!(v >> 64 & 1, 0, "a spare bit");
-        let (mut a, mut b) = (
+        let (mut b, mut a) = (
             (v >> 65) as u64,
             ((v >> 33) as u64 & 0x7fff_ffff) << 32 | v as u32 as u64,
         );
