@@ -1,10 +1,12 @@
-//! A process's memo of its keys' region hashes: a repeated key skips SipHash.
+//! A process's memo of its keys' region fingerprints: a repeated key skips SipHash (a long
+//! key) or the bijection of a short one (`table::exact_value`).
 //!
-//! A key's fingerprint in a region is SipHash-1-3, under the region's secret, of the bytes its
+//! A key's fingerprint in a region is a function, under the region's secret, of the bytes its
 //! `Hash` writes (its *stream*: for a byte key its length, as eight bytes, then its bytes; for
-//! a `u64` its eight bytes). The secret is read once when the region is opened, so within one
-//! [`ShmStore`](super::ShmStore) the hash is a pure function of the stream. The memo maps
-//! streams to their hashes, compared in full, and holds nothing else: no slot index, nothing
+//! a `u64` its eight bytes): a short stream's keyed bijection, a longer one's SipHash-1-3. The
+//! secret is read once when the region is opened, so within one [`ShmStore`](super::ShmStore)
+//! the fingerprint is a pure function of the stream. The memo maps streams to their
+//! fingerprints (the `hash` of an entry), compared in full, and holds nothing else: no slot index, nothing
 //! that the region's other processes can change. An entry is therefore never stale (an
 //! eviction, a `clear`, a `remove` or a sweep change slots, not hashes), and the table's
 //! protocol runs exactly as it does on a hash computed afresh.
@@ -187,7 +189,7 @@ pub(crate) const FILL_ONE_IN: u32 = 16;
 /// of its own and a copy of the key for nothing.
 pub(crate) const MISS_RUN: u32 = 32;
 /// See [`MISS_RUN`].
-pub(crate) const SKIP: u32 = 1024;
+pub(crate) const SKIP: u32 = 8192;
 
 /// This thread's draws and counts, shared by every memo (every region) it uses.
 struct Local {
