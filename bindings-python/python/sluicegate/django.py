@@ -91,10 +91,11 @@ _ATTR = "_sluicegate"
 #: a ``@ratelimit`` put directly on it checks every limit at once (copied by an unrelated
 #: decorator's ``functools.wraps``, it names another wrapper than its holder, and is ignored).
 _STACKED = "__sluicegate_stacked__"
-#: Where the middleware collects what a request's DRF throttles with a ``deduct_when`` took
-#: (``sluicegate.drf``: DRF asks throttles before the view and never shows them the
-#: response), to settle it once the response is known: a list it puts on every request it
-#: serves, so that a throttle that finds none knows that no refund would be made.
+#: Where the middleware collects what a request's limits with a ``deduct_when`` took (its
+#: default limits', and ``sluicegate.drf`` throttles': DRF asks throttles before the view and
+#: never shows them the response), to settle it once the response is known: a list it puts
+#: on every request it serves, so that a throttle that finds none knows that no refund would
+#: be made.
 _SETTLE = "_sluicegate_settle"
 
 
@@ -233,31 +234,32 @@ def _skipped(request: Any, config: _Config) -> bool:
 
 
 def _run(rules: list[Rule], request: Any, config: _Config, scope: str) -> HttpResponse | None:
-    taken: Taken = []
-    return _outcome(check(rules, request, config.key_func, scope, config.store, taken), taken, request, config)
+    taken = request.__dict__[_SETTLE]
+    return _outcome(check(rules, request, config.key_func, scope, config.store, taken), request, config)
 
 
 async def _run_async(rules: list[Rule], request: Any, config: _Config, scope: str) -> HttpResponse | None:
-    taken: Taken = []
+    taken = request.__dict__[_SETTLE]
     outcome = await check_async(rules, request, config.key_func, scope, config.store, taken)
-    return _outcome(outcome, taken, request, config)
+    return _outcome(outcome, request, config)
 
 
-def _outcome(outcome: Outcome, taken: Taken, request: Any, config: _Config) -> HttpResponse | None:
-    """A 429 for a rejected request; otherwise None, the decision kept for the headers and
-    what it took kept for ``deduct_when``."""
+def _outcome(outcome: Outcome, request: Any, config: _Config) -> HttpResponse | None:
+    """A 429 for a rejected request; otherwise None, the decision kept for the headers (what
+    it took is in the request's refunds by response, which the middleware settles)."""
     decision, rule, allowed = outcome
     if not allowed:
         return _too_many(decision, rule, config)  # type: ignore[arg-type]
     if decision is not None:
-        setattr(request, _ATTR, (decision, rule, taken))
+        setattr(request, _ATTR, (decision, rule))
     return None
 
 
 def _with_headers(response: Any, request: Any, config: _Config) -> Any:
+    """The response with the fields of the decision the middleware's default limits kept."""
     found = request.__dict__.pop(_ATTR, None)
-    if found is not None:
-        _finish(response, found[0], found[1], found[2], config)
+    if found is not None and config.headers_on_allowed:
+        _add_headers(response, found[0], found[1], config)
     return response
 
 
@@ -268,15 +270,6 @@ def _finish(response: Any, decision: Decision | None, rule: Rule | None, taken: 
     if decision is not None and config.headers_on_allowed:
         _add_headers(response, decision, rule, config)
     return response
-
-
-async def _with_headers_async(response: Any, request: Any, config: _Config) -> Any:
-    """``_with_headers`` for async code: the refunds of ``deduct_when`` awaited."""
-    found = request.__dict__.get(_ATTR)
-    if found is not None:
-        await settle_async(found[2], response)
-        found[2].clear()
-    return _with_headers(response, request, config)
 
 
 def ratelimit(
@@ -424,7 +417,7 @@ class RateLimitMiddleware:
         response = await self.get_response(request)
         if taken:
             await settle_async(taken, response)
-        return await _with_headers_async(response, request, _get_config())
+        return _with_headers(response, request, _get_config())
 
     @staticmethod
     def _plan(config: _Config, view: Any) -> tuple[list[Rule], str]:
