@@ -100,6 +100,15 @@ def test_decorated_limit_with_header_key() -> None:
     assert client.get("/limited").status_code == 200
 
 
+def test_header_key_reads_the_request_it_is_handed() -> None:
+    # Key functions get the request itself (the extension passes it); the header key reads
+    # that one, so it also works outside a request context (a key computed for an admin tool).
+    class Req:
+        headers = {"X-Api-Key": "k"}
+
+    assert header("X-Api-Key")(Req()) == "X-Api-Key:k"
+
+
 def test_several_limits_must_all_admit_and_rejections_cost_nothing() -> None:
     app, _ = make_app()
     client = app.test_client()

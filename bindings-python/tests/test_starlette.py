@@ -192,6 +192,60 @@ def test_a_route_replaced_in_place_is_found_again() -> None:
     assert statuses(client, "/a", 6) == [200] * 5 + [429]
 
 
+def test_the_routes_of_a_mounted_app_are_its_own() -> None:
+    """``app.mount`` of a sub-application (and a router in a ``Mount``): the middleware on the
+    outer app applies a mounted endpoint's own limit, counts the default limits per mounted
+    route (its template the mount's and its own), and a mounted dependency counts per route
+    too."""
+    limiter = Sluicegate(default_limits=["2/minute"])
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+    sub = FastAPI()
+
+    @sub.get("/limited")
+    @limiter.limit("1/minute")
+    async def limited() -> str:
+        return "limited"
+
+    @sub.get("/a")
+    async def a() -> str:
+        return "a"
+
+    @sub.get("/items/{item}")
+    async def item(item: int) -> int:
+        return item
+
+    per_route = limiter.dependency("1/minute; burst=3")
+
+    @sub.get("/dep", dependencies=[Depends(per_route)])
+    async def dep() -> str:
+        return "dep"
+
+    @sub.get("/dep2", dependencies=[Depends(per_route)])
+    async def dep2() -> str:
+        return "dep2"
+
+    async def plain(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("plain")
+
+    app.mount("/v1", sub)
+    app.mount("/r", Router(routes=[Route("/x", plain), Route("/y", plain)]))
+    client = TestClient(app)
+    # The endpoint's own limit (1/minute), not the default limits (2/minute).
+    assert statuses(client, "/v1/limited", 2) == [200, 429]
+    # Each mounted route has its own default bucket; a template is one route.
+    assert statuses(client, "/v1/a", 3) == [200, 200, 429]
+    assert [client.get(f"/v1/items/{i}").status_code for i in range(3)] == [200, 200, 429]
+    assert statuses(client, "/r/x", 3) == [200, 200, 429]
+    assert statuses(client, "/r/y", 2) == [200, 200]
+    # A dependency's limit replaces the default limits, per mounted route.
+    assert statuses(client, "/v1/dep", 4) == [200, 200, 200, 429]
+    assert statuses(client, "/v1/dep2", 3) == [200, 200, 200]
+    # Its buckets are named by the whole template, as the admin calls take it.
+    assert per_route.get("testclient", "/v1/dep").remaining == 0  # type: ignore[union-attr]
+    assert per_route.get("testclient", "/v1/dep2").remaining == 0  # type: ignore[union-attr]
+
+
 def test_host_routes_are_matched_by_each_request(monkeypatch: pytest.MonkeyPatch) -> None:
     limiter = Sluicegate()
 

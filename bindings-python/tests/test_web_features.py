@@ -364,6 +364,90 @@ def test_django_limits_around_another_decorator() -> None:
         assert [r.get("X-Tagged") for r in got] == ["yes"] * 3
 
 
+@ratelimit("1/minute; burst=2", deduct_when=succeeded)
+def crashing(request: Any) -> HttpResponse:
+    if "crash" in request.GET:
+        raise RuntimeError("the view failed")
+    return HttpResponse("x")
+
+
+@ratelimit("1/minute; burst=2", deduct_when=succeeded)
+async def acrashing(request: Any) -> HttpResponse:
+    if "crash" in request.GET:
+        raise RuntimeError("the view failed")
+    return HttpResponse("x")
+
+
+urlpatterns += [path("crashing", crashing), path("acrashing", acrashing)]
+
+#: (crash?, expected status): the view's exceptions are Django's 500s, which deduct_when
+#: refuses, so they are free; then the burst of 2 admits two and refuses the third.
+CRASHES_ARE_FREE = [(True, 500), (True, 500), (True, 500), (False, 200), (False, 200), (False, 429), (True, 429)]
+
+
+def test_django_deduct_when_refunds_a_view_that_raises() -> None:
+    """A decorated view that raises: the middleware settles its refunds by the 500 Django
+    makes of the exception (the request is free), and that response carries the fields."""
+    from sluicegate.django import reset
+
+    with django_settings():
+        reset("127.0.0.1", crashing)
+        reset("127.0.0.1", acrashing)
+        client = Client(raise_request_exception=False)
+        got = [client.get("/crashing?crash" if crash else "/crashing") for crash, _ in CRASHES_ARE_FREE]
+        assert [r.status_code for r in got] == [e for _, e in CRASHES_ARE_FREE]
+        assert got[0]["RateLimit"].startswith('"default";r=1;')
+
+        async def main() -> list[int]:
+            aclient = AsyncClient(raise_request_exception=False)
+            return [
+                (await aclient.get("/acrashing?crash" if crash else "/acrashing")).status_code
+                for crash, _ in CRASHES_ARE_FREE
+            ]
+
+        assert asyncio.run(main()) == [e for _, e in CRASHES_ARE_FREE]
+
+
+def test_django_a_later_limit_that_raises_gives_back_what_the_earlier_took() -> None:
+    """All or nothing when a limit raises instead of rejecting (its key function here): the
+    request goes no further, and the outer limit's token goes back."""
+
+    def no_key(request: Any) -> str:
+        raise LookupError("no key for this request")
+
+    @ratelimit("1/minute; burst=2", policy="outer")
+    @ratelimit("1/minute; burst=2", key=no_key, policy="inner")
+    def view(request: Any) -> HttpResponse:
+        return HttpResponse("x")
+
+    outer = view.__sluicegate_limits__[0]  # type: ignore[attr-defined]
+    assert outer.policy == "outer"
+    from django.test import RequestFactory
+
+    request = RequestFactory().get("/")
+    with django_settings():
+        for _ in range(3):
+            with pytest.raises(LookupError):
+                view(request)
+        from sluicegate.django import _scope
+
+        assert outer.limiter().peek(f"{_scope(view)}\x00127.0.0.1").remaining == 2
+
+
+def test_django_process_view_without_the_middlewares_call() -> None:
+    """``process_view`` reached without ``__call__`` (``decorator_from_middleware`` does
+    that) still decides: the default limit admits one and refuses the next."""
+    from django.test import RequestFactory
+    from django.utils.decorators import decorator_from_middleware
+
+    from sluicegate.django import RateLimitMiddleware as DjangoMiddleware
+
+    limited = decorator_from_middleware(DjangoMiddleware)(plain)
+    with django_settings():
+        got = [limited(RequestFactory().get("/")).status_code for _ in range(2)]
+    assert got == [200, 429]
+
+
 # -- shadow (dry-run) limits -------------------------------------------------------------------
 #: A shadow limit of 1/minute with burst 2 beside an enforcing one of 1/minute with burst 4, on
 #: one route: the first two requests pass both, the next two pass only because the shadow

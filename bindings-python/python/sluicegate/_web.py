@@ -7,6 +7,7 @@ decision comes from the native limiter: this module only picks keys and combines
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import threading
@@ -242,13 +243,18 @@ def check(
         decision = limiter.try_acquire(key, cost)
         return decision, rule, bool(decision)
     tally = _Tally()
-    for rule in rules:
-        limiter, key, cost = _call(rule, request, default_key, scope, store)
-        decision = limiter.try_acquire(key, cost)
-        if not tally.admits(rule, limiter, key, cost, decision):
-            for lim, k, c, _ in tally.took:
-                lim.refund(k, c)
-            return decision, rule, False
+    try:
+        for rule in rules:
+            limiter, key, cost = _call(rule, request, default_key, scope, store)
+            decision = limiter.try_acquire(key, cost)
+            if not tally.admits(rule, limiter, key, cost, decision):
+                tally.give_back()
+                return decision, rule, False
+    except BaseException:
+        # A later rule's key or cost function, or its store, raised: the request goes no
+        # further, so what the earlier rules took goes back (all or nothing).
+        tally.give_back()
+        raise
     return tally.outcome(taken)
 
 
@@ -263,13 +269,22 @@ async def check_async(
     """`check` for async views: every call awaited (on Redis without blocking the event
     loop; an in-process store answers at once)."""
     tally = _Tally()
-    for rule in rules:
-        limiter, key, cost = _call(rule, request, default_key, scope, store)
-        decision = await limiter.try_acquire_async(key, cost)
-        if not tally.admits(rule, limiter, key, cost, decision):
-            for lim, k, c, _ in tally.took:
-                await lim.refund_async(k, c)
-            return decision, rule, False
+    try:
+        for rule in rules:
+            if store not in rule._limiters and not opens_early(store):
+                # A Redis store is opened at a worker's first request: connecting blocks, so
+                # off the event loop.
+                await asyncio.to_thread(rule.limiter, store)
+            limiter, key, cost = _call(rule, request, default_key, scope, store)
+            decision = await limiter.try_acquire_async(key, cost)
+            if not tally.admits(rule, limiter, key, cost, decision):
+                await tally.give_back_async()
+                return decision, rule, False
+    except BaseException:
+        # As in `check`. Shielded: a cancelled request (CancelledError) still gives back what
+        # was taken before the cancel, though its own await is cut short.
+        await asyncio.shield(tally.give_back_async())
+        raise
     return tally.outcome(taken)
 
 
@@ -311,6 +326,31 @@ class _Tally:
         if self.best is None or decision.remaining < self.best.remaining:
             self.best, self.rule = decision, rule
         return True
+
+    def give_back(self) -> None:
+        """The request goes no further: what the rules took so far goes back. Every refund is
+        tried; the first that failed (a store under ``on_error="error"``) is raised after."""
+        took, self.took = self.took, []
+        failed: BaseException | None = None
+        for lim, k, c, _ in took:
+            try:
+                lim.refund(k, c)
+            except Exception as err:  # the others still go back
+                failed = failed or err
+        if failed is not None:
+            raise failed
+
+    async def give_back_async(self) -> None:
+        """``give_back``, every refund awaited."""
+        took, self.took = self.took, []
+        failed: BaseException | None = None
+        for lim, k, c, _ in took:
+            try:
+                await lim.refund_async(k, c)
+            except Exception as err:
+                failed = failed or err
+        if failed is not None:
+            raise failed
 
     def outcome(self, taken: Taken | None) -> Outcome:
         """Every rule admitted: the outcome; what the rules with a `deduct_when` took is added

@@ -234,12 +234,12 @@ def _skipped(request: Any, config: _Config) -> bool:
 
 
 def _run(rules: list[Rule], request: Any, config: _Config, scope: str) -> HttpResponse | None:
-    taken = request.__dict__[_SETTLE]
+    taken = _pending(request)
     return _outcome(check(rules, request, config.key_func, scope, config.store, taken), request, config)
 
 
 async def _run_async(rules: list[Rule], request: Any, config: _Config, scope: str) -> HttpResponse | None:
-    taken = request.__dict__[_SETTLE]
+    taken = _pending(request)
     outcome = await check_async(rules, request, config.key_func, scope, config.store, taken)
     return _outcome(outcome, request, config)
 
@@ -253,6 +253,29 @@ def _outcome(outcome: Outcome, request: Any, config: _Config) -> HttpResponse | 
     if decision is not None:
         setattr(request, _ATTR, (decision, rule))
     return None
+
+
+def _pending(request: Any) -> Taken:
+    """The request's refunds by response, which the middleware's ``__call__`` settles once it
+    has the response; a list of its own for a request that came another way (``process_view``
+    called without ``__call__``, as ``decorator_from_middleware`` does)."""
+    found: Taken | None = request.__dict__.get(_SETTLE)
+    if found is None:
+        found = request.__dict__[_SETTLE] = []
+    return found
+
+
+def _defer(request: Any, taken: Taken, decision: Decision | None, rule: Rule | None) -> None:
+    """A decorated view raised: with the middleware installed (it made the request's list of
+    refunds), its refunds and fields go to the response Django makes of the exception (a 500,
+    a 404 for ``Http404``, a 429 for ``RateLimited``), which the middleware gets. Without it
+    there is no response to judge: the tokens stay taken (never more than the policy allows)."""
+    pending: Taken | None = request.__dict__.get(_SETTLE)
+    if pending is None:
+        return
+    pending.extend(taken)
+    if decision is not None:
+        setattr(request, _ATTR, (decision, rule))
 
 
 def _with_headers(response: Any, request: Any, config: _Config) -> Any:
@@ -326,7 +349,12 @@ def ratelimit(
             decision, rule, allowed = check(every, request, config.key_func, scope, config.store, taken)
             if not allowed:
                 return _too_many(decision, rule, config)  # type: ignore[arg-type]
-            return _finish(inner(request, *args, **kwargs), decision, rule, taken, config)
+            try:
+                response = inner(request, *args, **kwargs)
+            except BaseException:
+                _defer(request, taken, decision, rule)
+                raise
+            return _finish(response, decision, rule, taken, config)
 
         @functools.wraps(view)
         async def async_wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
@@ -337,7 +365,11 @@ def ratelimit(
             decision, rule, allowed = await check_async(every, request, config.key_func, scope, config.store, taken)
             if not allowed:
                 return _too_many(decision, rule, config)  # type: ignore[arg-type]
-            response = await inner(request, *args, **kwargs)
+            try:
+                response = await inner(request, *args, **kwargs)
+            except BaseException:
+                _defer(request, taken, decision, rule)
+                raise
             await settle_async(taken, response)
             return _finish(response, decision, rule, [], config)
 

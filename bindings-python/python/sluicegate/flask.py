@@ -102,7 +102,7 @@ def header(name: str, fallback: KeyFunc = remote_address) -> KeyFunc:
     """Keys by a request header (an API key, a tenant id); `fallback` when it is absent."""
 
     def key(req: Any = None) -> Any:
-        value = request.headers.get(name)
+        value = (request if req is None else req).headers.get(name)
         return f"{name}:{value}" if value else fallback(req)
 
     key.__name__ = f"header_{name}"

@@ -420,6 +420,8 @@ class RateLimit:
                 path = getattr(scope.get("route"), "path", None)  # _route_name's, inlined
                 if not isinstance(path, str):
                     path = _UNMATCHED
+                elif "app_root_path" in scope:  # within a mount
+                    path = _mount_prefix(scope) + path
                 key = f"{path}\x00{key}" if type(key) is str else scoped_key(path, key)
             store = limiter.store
             keyed = rule._limiters.get(store)
@@ -530,8 +532,8 @@ class RateLimitMiddleware:
         """The rules the middleware applies to `scope` and the path template its per-route
         limits count by. Found by matching the app's routes (``_find_route``), once per
         method and path when that is what decides the match: every route a plain Starlette
-        or FastAPI one (no ``Host``, no route class with a ``matches`` of its own) and the
-        route list unchanged (the same list holding the same routes: one added, removed or
+        or FastAPI one (no ``Host``, no route class with a ``matches`` of its own, no mounted
+        app with routes of its own) and the route list unchanged (the same list holding the same routes: one added, removed or
         replaced in place clears what was found). Kept for at most ``_RESOLVED`` paths at a
         time."""
         routes = getattr(getattr(scope.get("app"), "router", None), "routes", None)
@@ -541,15 +543,18 @@ class RateLimitMiddleware:
             self._resolved.clear()
             self._routes = routes
             self._snapshot = None if routes is None else list(routes)
-            self._cacheable = routes is not None and all(_plain_route(r) for r in routes)
+            # A mounted app's routes are matched every time (its route list is not watched).
+            self._cacheable = routes is not None and all(
+                _plain_route(r) and not (isinstance(r, Mount) and getattr(r, "routes", None)) for r in routes
+            )
         if not self._cacheable or _ROUTER_STATE in scope:
-            route = _find_route(scope)
-            return self._rules_of(route), _route_path(route, scope)
+            route, template = _find_route(scope)
+            return self._rules_of(route), template
         at = (scope["method"], scope["path"], scope.get("root_path", ""))
         found = self._resolved.get(at)
         if found is None:
-            route = _find_route(scope)
-            found = self._rules_of(route), _route_path(route, scope)
+            route, template = _find_route(scope)
+            found = self._rules_of(route), template
             if len(self._resolved) >= _RESOLVED:
                 self._resolved.clear()
             if len(at[1]) <= _RESOLVED_PATH:
@@ -598,16 +603,37 @@ class _Sent:
         self.headers = headers
 
 
-def _find_route(scope: Scope) -> Any:
-    """The route Starlette's router will pick for `scope`: its first full match (None when
-    nothing matches, or the app has no router)."""
-    app = scope.get("app")
-    router = getattr(app, "router", None)
-    for route in getattr(router, "routes", ()):
-        match, _ = route.matches(scope)
-        if match is Match.FULL:
-            return route
-    return None
+def _find_route(scope: Scope) -> tuple[Any, str]:
+    """The route Starlette's router will pick for `scope` and its whole path template: the
+    first full match, and within a ``Mount`` of an app or router with routes (``app.mount``
+    of a sub-application) the route the mounted router will pick, its template the mounts'
+    and its own (``/v1`` and ``/items/{id}``: ``/v1/items/{id}``). A mount whose app has no
+    routes of its own (static files, a WSGI app), or none that match, is the route itself.
+    (None, the unmatched scope) when nothing matches, or the app has no router."""
+    routes = getattr(getattr(scope.get("app"), "router", None), "routes", ())
+    found: Any = None
+    template = ""
+    for _ in range(_MOUNTS):
+        for route in routes:
+            match, child = route.matches(scope)
+            if match is Match.FULL:
+                break
+        else:
+            break
+        found = route
+        template += getattr(route, "path", "") if isinstance(getattr(route, "path", None), str) else ""
+        inner = getattr(route, "routes", None) if isinstance(route, Mount) else None
+        if not inner:
+            break
+        scope = {**scope, **child}
+        routes = inner
+    if found is None:
+        return None, _UNMATCHED
+    return found, template or _route_path(found, scope)
+
+
+#: How deep mounts within mounts are followed.
+_MOUNTS = 8
 
 
 #: At most this many paths' routes are kept (``RateLimitMiddleware._resolve``), each path at
@@ -652,7 +678,19 @@ _UNMATCHED = "<unmatched>"
 
 
 def _route_name(scope: Scope) -> str:
-    return _route_path(scope.get("route"), scope)
+    """The path template of the route a dependency runs in (``_find_route``'s, mounts
+    included: a mounted app's scope holds its mounts' path in its root path)."""
+    path = _route_path(scope.get("route"), scope)
+    return path if path is _UNMATCHED else _mount_prefix(scope) + path
+
+
+def _mount_prefix(scope: Scope) -> str:
+    """The paths of the mounts a scope went through: what ``Mount`` added to the root path
+    after the application's own (``app_root_path``, which the first mount records). A mount
+    with a path parameter adds the path it matched."""
+    root = scope.get("root_path", "")
+    base = scope.get("app_root_path", root)
+    return root[len(base) :] if root.startswith(base) else ""
 
 
 def _has_rate_limit(dependant: Any) -> bool:
