@@ -8,7 +8,8 @@
 //!   a 128-bit word, so a process killed at any instant leaves no half-written bucket.
 //! * [`lock`]: the one lock (a new key's insert), which a waiter takes over from a holder
 //!   whose process died.
-//! * [`memo`]: this process's memo of its keys' hashes, so that a repeated key skips SipHash.
+//! * [`memo`]: this process's memo of its keys' fingerprints, so that a repeated key skips
+//!   SipHash (a long key) or the bijection (a short one).
 //!
 //! Every process reads time through the clock base the region's creator stored (see
 //! `MonotonicClock`), so that their readings are comparable; a manual clock (tests) is used

@@ -25,7 +25,8 @@ pub(crate) struct ShmStore {
     region: Region,
     codec: Codec,
     base: u64,
-    /// This process's memo of its long keys' hashes under the region's secret.
+    /// This process's memo of its keys' fingerprints under the region's secret (short keys'
+    /// bijection and long keys' SipHash alike).
     memo: Memo,
     /// The key of short keys' fingerprints ([`exact_value`]), from the region's secret.
     exact_key: [u64; 3],

@@ -42,8 +42,8 @@
 //! region's random secret ([`hashed_value`]): two such keys share a bucket only if their 127
 //! bits collide, which a caller who does not know the secret cannot arrange and chance does
 //! about once in 2^63 pairs; bit 32 (the tag's lowest) tells the two kinds apart. Each
-//! process memoises its long keys' hashes ([`super::memo`]): the table sees the same
-//! fingerprint either way. The tag in the word (32
+//! process memoises its keys' fingerprints, short and long ([`super::memo`]): the table sees
+//! the same fingerprint either way. The tag in the word (32
 //! bits) is what a decision's CAS checks: a consume that read a slot before it was evicted and
 //! given to another key lands only if the new key's tag and state both equal the old ones.
 //!
