@@ -235,7 +235,8 @@ fn redis_invalid(value: &str, why: &str) -> Error {
     }
 }
 
-fn valid_name(s: &str) -> bool {
+/// A Redis store's `prefix` or `tag`: they become parts of key names.
+pub(crate) fn valid_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 200
         && s.bytes()

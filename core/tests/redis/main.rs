@@ -13,7 +13,8 @@ use serde_json::{json, Value};
 use server::{Certs, Cluster, Reply, Sentinel, Server};
 use sluicegate::composite::Composite;
 use sluicegate::{
-    Decision, Error, KeyedLimiter, Limiter, ManualClock, OnError, Quota, StoreErrorKind, StoreSpec,
+    Decision, Error, KeyedLimiter, Limiter, ManualClock, OnError, Quota, RedisOptions,
+    StoreErrorKind, StoreSpec,
 };
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -357,6 +358,33 @@ fn rejections_write_nothing_and_the_negative_cache_saves_round_trips() {
     // A refund from this process forgets the cached rejection.
     l.refund("k", 1).unwrap();
     assert!(l.try_acquire("k", 1).unwrap().allowed());
+
+    // So does a composite's refund, for each of its parts.
+    let part = |p: &str| {
+        Limiter::builder("1/h".parse().unwrap())
+            .store(spec(&format!(
+                "{}?prefix={p}&on_error=error&timeout=2s",
+                srv.url()
+            )))
+            .build()
+            .unwrap()
+    };
+    let c = Composite::new(vec![part("neg-a"), part("neg-b")]);
+    assert!(c.try_acquire(1).unwrap().allowed());
+    for p in c.parts() {
+        assert!(!p.try_acquire(1).unwrap().allowed());
+        let s = p.redis_stats().unwrap();
+        assert!(!p.try_acquire(1).unwrap().allowed());
+        let cached = p.redis_stats().unwrap().cached_rejections - s.cached_rejections;
+        assert_eq!(cached, 1, "the part's rejection is cached");
+    }
+    c.refund(1).unwrap();
+    for p in c.parts() {
+        assert!(
+            p.try_acquire(1).unwrap().allowed(),
+            "a stale cached rejection"
+        );
+    }
 }
 
 /// Child side of [`processes_on_one_key_stay_within_the_bound`].
@@ -847,6 +875,65 @@ fn local_insurance_is_the_hosts_share() {
     assert_eq!(admitted, 10, "burst 40 over 4 hosts");
     let s = l.redis_stats().unwrap();
     assert_eq!(s.failed_local, 50);
+    // Quotas whose share a token bucket holds only rounded down (docs/REDIS.md) build, and
+    // their insurance admits the burst's share.
+    for (rate, hosts, burst) in [
+        ("1000003/day; algorithm=fixed_window", 16, 62_500),
+        ("120001/day; algorithm=fixed_window", 1, 120_001),
+        ("3000001/hour; algorithm=sliding_window", 1, 3_000_001),
+    ] {
+        let url = format!("redis://127.0.0.1:{port}?hosts={hosts}&timeout=20ms");
+        let single = Limiter::builder(rate.parse().unwrap())
+            .store(spec(&url))
+            .build()
+            .err();
+        assert!(single.is_none(), "{rate}: {single:?}");
+        let l = KeyedLimiter::<String>::builder(rate.parse().unwrap())
+            .store(spec(&url))
+            .build()
+            .unwrap_or_else(|e| panic!("{rate}: {e}"));
+        assert!(l.try_acquire("k", burst).unwrap().allowed(), "{rate}");
+        assert!(!l.try_acquire("k", 1).unwrap().allowed(), "{rate}");
+    }
+}
+
+/// Options built as a struct get the URL parser's checks when the limiter is built: a typed
+/// error, never a division by zero or a malformed key name.
+#[test]
+fn options_built_as_a_struct_are_checked() {
+    let port = server::free_port();
+    let set = |f: fn(&mut RedisOptions)| {
+        let mut o = RedisOptions::default();
+        f(&mut o);
+        o
+    };
+    let cases = [
+        ("hosts", set(|o| o.hosts = 0)),
+        ("prefix", set(|o| o.prefix = "a{b}".into())),
+        ("prefix", set(|o| o.prefix = String::new())),
+        ("tag", set(|o| o.tag = Some("t t".into()))),
+        ("timeout", set(|o| o.timeout = Duration::ZERO)),
+        ("timeout", set(|o| o.timeout = Duration::MAX)),
+        ("connections", set(|o| o.connections = 65)),
+    ];
+    for (name, options) in cases {
+        let store = StoreSpec::Redis {
+            url: format!("redis://127.0.0.1:{port}"),
+            options,
+        };
+        let q: Quota = "10/m".parse().unwrap();
+        let keyed = KeyedLimiter::<u64>::builder(q)
+            .store(store.clone())
+            .build()
+            .err();
+        let single = Limiter::builder(q).store(store).build().err();
+        for e in [keyed, single] {
+            assert!(
+                matches!(e, Some(Error::InvalidOption { option, .. }) if option == name),
+                "{name}: {e:?}"
+            );
+        }
+    }
 }
 
 /// A three-master cluster: keys spread over the slots, every decision exact; composites
@@ -1213,6 +1300,90 @@ fn batches_async_and_composites_on_one_server() {
             ..
         })
     ));
+}
+
+/// Replaces the scripts' library on the server by one whose every function answers `reply`
+/// (a Lua table): a server, proxy or script that answers what the call did not ask for.
+fn hijack(r: &mut server::Resp, reply: &str) {
+    let libs = r.cmd(&["FUNCTION", "LIST"]).unwrap();
+    let Reply::Array(libs) = libs else {
+        panic!("{libs:?}")
+    };
+    let lib = libs
+        .iter()
+        .find_map(|l| match l {
+            Reply::Array(f) => match (&f[0], &f[1]) {
+                (Reply::Bulk(k), Reply::Bulk(n)) if k == "library_name" => Some(n.clone()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .expect("the scripts are loaded");
+    let mut body = format!("#!lua name={lib}\nlocal function answer() return {reply} end\n");
+    for f in ["", "_tb", "_gcra"] {
+        body += &format!("redis.register_function('{lib}{f}', answer)\n");
+    }
+    body += &format!(
+        "redis.register_function{{function_name = '{lib}_ro', callback = answer, \
+         flags = {{'no-writes'}}}}\n"
+    );
+    let loaded = r.cmd(&["FUNCTION", "LOAD", "REPLACE", &body]).unwrap();
+    assert_eq!(loaded, Reply::Bulk(lib), "{body}");
+}
+
+/// A reply of another shape than the call's (another length for the parts, a refund's reply
+/// to an acquisition) is corrupt: the fail policy decides it, never a panic or an admission.
+#[test]
+fn replies_of_the_wrong_shape_go_to_the_policy() {
+    let srv = Server::start();
+    let mut r = srv.resp();
+    let part = |p: &str, q: &str, policy: &str| {
+        Limiter::builder(q.parse().unwrap())
+            .store(spec(&format!(
+                "{}?prefix={p}&on_error={policy}&timeout=2s&negative_cache=off",
+                srv.url()
+            )))
+            .build()
+            .unwrap()
+    };
+    let q = "5/m; algorithm=fixed_window";
+    let strict = Composite::new(vec![part("wa", q, "error"), part("wb", q, "error")]);
+    let closed = Composite::new(vec![part("wc", q, "closed"), part("wd", q, "closed")]);
+    let single = part("we", q, "error");
+    let keyed = keyed(
+        q,
+        &format!("{}?prefix=wf&on_error=error&timeout=2s", srv.url()),
+    );
+    assert!(strict.try_acquire_each(1).unwrap().0.allowed());
+    fn corrupt<T: std::fmt::Debug>(r: Result<T, Error>) {
+        assert!(
+            matches!(
+                r,
+                Err(Error::Store {
+                    kind: StoreErrorKind::Corrupt,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+    }
+    // One bucket's decision to a call on two.
+    hijack(&mut r, "{0, 1, 1, 5, 4, 0, 0}");
+    corrupt(strict.try_acquire_each(1).map(|(d, _)| d));
+    corrupt(strict.try_acquire(1));
+    let (d, each) = closed.try_acquire_each(1).unwrap();
+    assert!(!d.allowed() && each.len() == 2 && each.iter().all(|d| !d.allowed()));
+    // A refund's reply to a request, a request's to a refund.
+    hijack(&mut r, "{0, 1}");
+    corrupt(strict.try_acquire(1));
+    corrupt(single.try_acquire(1));
+    corrupt(single.peek());
+    corrupt(keyed.try_acquire(&1, 1));
+    assert!(!closed.try_acquire(1).unwrap().allowed());
+    hijack(&mut r, "{0, 1, 1, 5, 4, 0, 0}");
+    corrupt(single.refund(1));
+    corrupt(keyed.refund(&1, 1));
+    corrupt(strict.refund(1));
 }
 
 /// Quotas the store cannot hold in microsecond ticks are refused when the limiter is built,

@@ -151,7 +151,7 @@ fn composite_args(parts: &[&RedisBucket], ask: Ask) -> Vec<String> {
 }
 
 /// The checks before a composite acquisition (a cost above a part's capacity, a reading out
-/// of range), or the call.
+/// of range), or the call; a refund clears the parts' cached rejections first.
 fn composite_prepare<'a>(
     parts: &[&'a RedisBucket],
     ask: Ask,
@@ -164,6 +164,9 @@ fn composite_prepare<'a>(
         if let Some(e) = parts.iter().find_map(|p| p.check(ask.now, ask.cost).err()) {
             return Some(Err(e));
         }
+    } else {
+        // As a refund on one bucket does: the parts' cached rejections may no longer hold.
+        parts.iter().for_each(|p| p.c.forget(p.fp));
     }
     Some(Ok((call, composite_args(parts, ask))))
 }

@@ -85,7 +85,7 @@ pub(crate) fn scripts() -> &'static Scripts {
     })
 }
 
-fn gcd(mut a: u128, mut b: u128) -> u128 {
+pub(super) fn gcd(mut a: u128, mut b: u128) -> u128 {
     while b != 0 {
         (a, b) = (b, a % b);
     }

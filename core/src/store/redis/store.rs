@@ -208,6 +208,8 @@ pub(crate) struct Common {
     limit: u64,
     window_s: u64,
     on_error: OnError,
+    /// The insurance of `on_error=local` ([`insurance`]); `None` under another policy, or
+    /// when no token bucket is slow enough (the policy then rejects every acquisition).
     /// Boxed: a keyed limiter holds a store, which holds this.
     local: Option<Box<KeyedLimiter<u128>>>,
     cache: Option<NegCache>,
@@ -235,6 +237,7 @@ impl Common {
         single: bool,
     ) -> Result<Self, Error> {
         let (url, o) = redis_parts(spec);
+        check_options(o)?;
         if o.test_clock && !cfg!(feature = "redis-test-clock") {
             return Err(Error::store(
                 StoreErrorKind::Unsupported,
@@ -247,15 +250,14 @@ impl Common {
         let qfp = fingerprint(spec_text.as_str()) as u64;
         let link = Link::open(url, o.timeout, o.eval, o.connections)?;
         let limit = crate::algorithm::Codec::new(quota, origin)?.capacity();
-        let local = if o.on_error == OnError::Local {
-            Some(Box::new(
-                KeyedLimiter::<u128>::builder(insurance(quota, limit, o.hosts)?)
+        let local = match insurance(quota, limit, o.hosts) {
+            Some(q) if o.on_error == OnError::Local => Some(Box::new(
+                KeyedLimiter::<u128>::builder(q)
                     .max_keys(100_000)
                     .on_full(OnFull::EvictFullest)
                     .build()?,
-            ))
-        } else {
-            None
+            )),
+            _ => None,
         };
         let test_base_ms = o.test_clock.then(|| {
             let now = std::time::SystemTime::now()
@@ -319,10 +321,6 @@ impl Common {
             bound,
             self.test_clock(ask.now),
         ]
-    }
-
-    fn decision(&self, f: &[u128]) -> Option<Decision> {
-        decision(f, self.tick, self.window_s)
     }
 
     /// The policy's answer to a request on `parts` (each bucket's store and fingerprint; the
@@ -393,15 +391,70 @@ impl Common {
     }
 }
 
-/// The in-process limiter of `on_error=local`: a token bucket of `quota`'s rate and capacity
-/// divided by `hosts` (capacity at least 1).
-fn insurance(quota: &Quota, limit: u64, hosts: u64) -> Result<Quota, Error> {
+/// The in-process limiter of `on_error=local` (docs/REDIS.md, "When Redis is slow or down"):
+/// a token bucket of burst `b = max(1, limit / hosts)` that refills at this host's share of
+/// the quota's rate, `count / (period × hosts)` in lowest terms, when a bucket of `b` tokens
+/// holds that rate exactly (`b × period < 2^63` ns, as [`Quota::validate`] requires); else at
+/// the share rounded down to whole tokens per `d = (2^63 - 1) / b` ns; else, when that is
+/// none, at one token per `⌈period × hosts / count⌉` ns with the burst lowered to fit. Never
+/// faster than the share, never a larger burst than `b`. `None` (every acquisition rejected)
+/// when even one token per `2^63 - 1` ns is faster than the share.
+fn insurance(quota: &Quota, limit: u64, hosts: u64) -> Option<Quota> {
+    const MAX: u128 = (1 << 63) - 1;
     // Every algorithm's long-run rate is count per period (the windows' N per W included).
-    let (count, period) = (quota.count(), quota.period_ns());
-    let burst = (limit / hosts).max(1);
-    let period = period.saturating_mul(hosts);
-    Quota::try_new(count, period, burst)
-        .or_else(|_| Quota::try_new(count, quota.period_ns(), burst))
+    let (k, p) = (
+        u128::from(quota.count()),
+        u128::from(quota.period_ns()) * u128::from(hosts.max(1)),
+    );
+    let g = scripts::gcd(k, p);
+    let (k, p) = (k / g, p / g);
+    let b = u128::from((limit / hosts.max(1)).max(1)).min(MAX);
+    let (count, period, burst) = if b.checked_mul(p).is_some_and(|x| x <= MAX) {
+        (k, p, b)
+    } else if k * (MAX / b) >= p {
+        // Here p > MAX / b: fewer than k tokens a period of MAX / b ns.
+        (k * (MAX / b) / p, MAX / b, b)
+    } else {
+        let d = p.div_ceil(k);
+        if d > MAX {
+            return None;
+        }
+        (1, d, b.min(MAX / d))
+    };
+    let n = |x: u128| u64::try_from(x).ok();
+    Quota::try_new(n(count)?, n(period)?, n(burst)?).ok()
+}
+
+/// The checks the URL parser makes of the options (spec.rs), for options built as a struct:
+/// `InvalidOption` naming the first one out of range.
+fn check_options(o: &RedisOptions) -> Result<(), Error> {
+    let name = crate::store::spec::valid_name;
+    let bad = |option: &'static str, value: String, expected: &str| {
+        Err(Error::InvalidOption {
+            option,
+            value,
+            expected: expected.to_string(),
+        })
+    };
+    const NAME: &str = "1 to 200 letters, digits and _-.:/";
+    if !name(&o.prefix) {
+        return bad("prefix", o.prefix.clone(), NAME);
+    }
+    if let Some(tag) = o.tag.as_ref().filter(|t| !name(t)) {
+        return bad("tag", tag.clone(), NAME);
+    }
+    if o.hosts == 0 {
+        return bad("hosts", "0".into(), "a whole number of hosts, at least 1");
+    }
+    if o.timeout.is_zero() || o.timeout > std::time::Duration::from_secs(3600) {
+        let t = format!("{:?}", o.timeout);
+        return bad("timeout", t, "a duration above 0, at most 1 hour");
+    }
+    if o.connections > 64 {
+        let c = o.connections.to_string();
+        return bad("connections", c, "a whole number from 0 to 64");
+    }
+    Ok(())
 }
 
 /// A figure of a reply: an integer, or a decimal string (above 2^53).
@@ -470,55 +523,76 @@ fn decision(f: &[u128], tick: u64, window_s: u64) -> Option<Decision> {
 /// the general entry).
 const FEW: usize = 7;
 
-impl Common {
-    /// What reply `v` to a call on `parts` buckets says; `one`: the call was a one-bucket
-    /// function's (SCRIPTS.md, "The one-bucket functions"), whose replies are shorter.
-    fn outcome(&self, v: &Value, parts: usize, one: bool) -> Result<Outcome, Fail> {
-        let bad = || Fail::Server(format!("sluicegate: unexpected reply {v:?}"));
-        let Value::Array(items) = v else {
-            return Err(bad());
-        };
-        if one {
-            return match short(items, self.limit) {
-                Some(Short::Decided(f)) => {
-                    Ok(Outcome::Decided(self.decision(&f).ok_or_else(bad)?, None))
-                }
-                Some(Short::Capacity) => Ok(Outcome::Capacity(self.limit)),
-                None => Err(bad()),
-            };
-        }
-        let mut few = [0u128; FEW];
-        let many: Vec<u128>;
-        let f: &[u128] = if items.len() <= FEW {
-            for (x, item) in few.iter_mut().zip(items) {
-                *x = figure(item).ok_or_else(bad)?;
+/// What reply `v` to a call of `op` on `parts` buckets says (SCRIPTS.md, "Replies"): the
+/// shape the call asked for, or a corrupt reply (`Fail::Server`, which the fail policy
+/// decides). `one`: the call was a one-bucket function's (an acquisition), whose replies are
+/// shorter, on a bucket of capacity `limit`; figures in ticks of `tick` ns.
+fn outcome(
+    v: &Value,
+    op: Op,
+    parts: usize,
+    one: bool,
+    limit: u64,
+    tick: u64,
+    window_s: u64,
+) -> Result<Outcome, Fail> {
+    let bad = || Fail::Server(format!("sluicegate: unexpected reply {v:?}"));
+    let decision = |f: &[u128]| decision(f, tick, window_s).ok_or_else(bad);
+    let Value::Array(items) = v else {
+        return Err(bad());
+    };
+    if one {
+        return match short(items, limit) {
+            Some(Short::Decided(f)) if op == Op::Acquire => {
+                Ok(Outcome::Decided(decision(&f)?, None))
             }
-            &few[..items.len()]
-        } else {
-            many = items
-                .iter()
-                .map(|x| figure(x).ok_or_else(bad))
-                .collect::<Result<_, _>>()?;
-            &many
-        };
-        match f {
-            [1, _, _, cap] => Ok(Outcome::Capacity(u64::try_from(*cap).map_err(|_| bad())?)),
-            [0, _] => Ok(Outcome::Refunded),
-            [0, _, rest @ ..] if rest.len() == 5 || rest.len() == 5 + 5 * parts => {
-                let d = self.decision(&rest[..5]).ok_or_else(bad)?;
-                let each = match parts {
-                    1 => None,
-                    _ => Some(
-                        rest[5..]
-                            .chunks(5)
-                            .map(|c| self.decision(c).ok_or_else(bad))
-                            .collect::<Result<Vec<_>, _>>()?,
-                    ),
-                };
-                Ok(Outcome::Decided(d, each))
-            }
+            Some(Short::Capacity) if op == Op::Acquire => Ok(Outcome::Capacity(limit)),
             _ => Err(bad()),
+        };
+    }
+    let mut few = [0u128; FEW];
+    let many: Vec<u128>;
+    let f: &[u128] = if items.len() <= FEW {
+        for (x, item) in few.iter_mut().zip(items) {
+            *x = figure(item).ok_or_else(bad)?;
         }
+        &few[..items.len()]
+    } else {
+        many = items
+            .iter()
+            .map(|x| figure(x).ok_or_else(bad))
+            .collect::<Result<_, _>>()?;
+        &many
+    };
+    // A decision: the combined figures, then each part's when there are several.
+    let figures = if parts == 1 { 5 } else { 5 + 5 * parts };
+    let decides = op != Op::Refund;
+    match f {
+        [1, _, i, cap] if decides && (1..=parts as u128).contains(i) => {
+            Ok(Outcome::Capacity(u64::try_from(*cap).map_err(|_| bad())?))
+        }
+        [0, _] if op == Op::Refund => Ok(Outcome::Refunded),
+        [0, _, rest @ ..] if decides && rest.len() == figures => {
+            let d = decision(&rest[..5])?;
+            let each = match parts {
+                1 => None,
+                _ => Some(
+                    rest[5..]
+                        .chunks(5)
+                        .map(decision)
+                        .collect::<Result<_, _>>()?,
+                ),
+            };
+            Ok(Outcome::Decided(d, each))
+        }
+        _ => Err(bad()),
+    }
+}
+
+impl Common {
+    /// [`outcome`] of reply `v` to a call of `op` on `parts` buckets of this store's.
+    fn outcome(&self, v: &Value, op: Op, parts: usize, one: bool) -> Result<Outcome, Fail> {
+        outcome(v, op, parts, one, self.limit, self.tick, self.window_s)
     }
 
     /// The result of a call on the buckets `fps` (their order is the call's): the decision,
@@ -544,7 +618,7 @@ impl Common {
     ) -> Result<(Decision, Option<Vec<Decision>>), Error> {
         let n = parts.len();
         let each = |d: Decision| (n != 1).then(|| vec![d; n]);
-        let out = r.and_then(|v| self.outcome(&v, n, one));
+        let out = r.and_then(|v| self.outcome(&v, ask.op, n, one));
         let (op, cost) = (ask.op, ask.cost);
         match out {
             Ok(Outcome::Decided(d, each)) => {
@@ -592,7 +666,7 @@ impl Common {
         if let Ok(req) = self.prepare(name, fp, ask) {
             let one = req.is_one();
             let r = self.link.call_blocking(req);
-            if let Ok(Outcome::Decided(..)) = r.and_then(|v| self.outcome(&v, 1, one)) {
+            if let Ok(Outcome::Decided(..)) = r.and_then(|v| self.outcome(&v, ask.op, 1, one)) {
                 self.created.store(true, Relaxed);
             }
         }
@@ -608,9 +682,7 @@ impl Common {
             }
         }
         if op == Op::Refund {
-            if let Some(cache) = &self.cache {
-                cache.forget(fp);
-            }
+            self.forget(fp);
         }
         let spec = self.spec();
         if let (Some((func, quota)), Op::Acquire, None) = (&spec.one, op, ask.bound) {
@@ -634,6 +706,13 @@ impl Common {
             keys: vec![name.string()],
             args,
         })
+    }
+
+    /// Clears bucket `fp`'s cached rejection (a refund is on its way to the bucket).
+    pub(super) fn forget(&self, fp: u128) {
+        if let Some(cache) = &self.cache {
+            cache.forget(fp);
+        }
     }
 
     /// A request on one bucket.
@@ -898,9 +977,7 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for RedisStore {
         Q: Hash + Eq + ?Sized,
     {
         let fp = fingerprint(key);
-        if let Some(cache) = &self.c.cache {
-            cache.forget(fp);
-        }
+        self.c.forget(fp);
         let mut cmd = redis::cmd("DEL");
         cmd.arg(self.name(fp).string());
         let v = block(self.c.link.clone().command(cmd)).map_err(|f| f.error(&self.c.link.name))?;
@@ -948,8 +1025,187 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for RedisStore {
 
 #[cfg(test)]
 mod tests {
-    use super::{decision, short, Name, Short};
+    use super::{decision, insurance, outcome, short, Name, Op, Outcome, Short};
+    use crate::error::{Error, StoreErrorKind};
+    use crate::{Algorithm, KeyedLimiter, Quota};
     use redis::Value;
+
+    /// The insurance of `quota` over `hosts` hosts, checked against the documented bounds
+    /// (docs/REDIS.md): its long-run rate times `hosts` at most the quota's, its burst times
+    /// `hosts` at most the quota's limit (or 1 token); `None` only when no token bucket is
+    /// that slow. Exact integer arithmetic throughout.
+    fn insured(quota: &Quota, hosts: u64) -> Option<Quota> {
+        let limit = crate::algorithm::Codec::new(quota, 0).unwrap().capacity();
+        insured_at(quota, limit, hosts)
+    }
+
+    /// [`insured`] with a limit of `limit`.
+    fn insured_at(quota: &Quota, limit: u64, hosts: u64) -> Option<Quota> {
+        let (k, p) = (u128::from(quota.count()), u128::from(quota.period_ns()));
+        let ph = p * u128::from(hosts);
+        let Some(ins) = insurance(quota, limit, hosts) else {
+            assert!(
+                k * ((1 << 63) - 1) < ph,
+                "{quota} over {hosts}: no insurance"
+            );
+            return None;
+        };
+        let (ki, pi) = (u128::from(ins.count()), u128::from(ins.period_ns()));
+        // ki / pi <= k / (p * hosts), cross-multiplied (an overflow is a failure: the left
+        // side is at most k * pi < 2^127 when the bound holds).
+        assert!(
+            ki.checked_mul(ph).is_some_and(|l| l <= k * pi),
+            "{quota} over {hosts}: {ins} is faster than the share"
+        );
+        let b = u128::from(ins.burst());
+        assert!(
+            b == 1 || b * u128::from(hosts) <= u128::from(limit),
+            "{quota} over {hosts}: {ins} bursts past the share"
+        );
+        assert!(KeyedLimiter::<u128>::builder(ins).build().is_ok(), "{ins}");
+        Some(ins)
+    }
+
+    #[test]
+    fn the_insurance_never_exceeds_the_hosts_share() {
+        // Exact when it can be: 10 per 4 minutes, burst 40 / 4.
+        let q: Quota = "10/m; burst=40".parse().unwrap();
+        let ins = insured(&q, 4).unwrap();
+        assert_eq!(
+            (ins.count(), ins.period_ns(), ins.burst()),
+            (1, 24e9 as u64, 10)
+        );
+        // Were the full rate on each host (16x), or refused when the store accepts them.
+        for (rate, hosts) in [
+            ("1000003/day; algorithm=fixed_window", 16),
+            ("120001/day; algorithm=fixed_window", 1),
+            ("120001/day; algorithm=sliding_window", 1),
+            ("3000001/hour; algorithm=fixed_window", 1),
+            ("3000001/hour; algorithm=sliding_window", 1),
+        ] {
+            let q: Quota = rate.parse().unwrap();
+            assert!(super::scripts::spec(&q, 1000, 0).is_ok(), "{rate}");
+            let ins = insured(&q, hosts).unwrap_or_else(|| panic!("{rate}"));
+            // Rounded down by less than a token a period: (ki + 1) / pi > k / (p * hosts).
+            let (ki, pi) = (u128::from(ins.count()), u128::from(ins.period_ns()));
+            let ph = u128::from(q.period_ns()) * u128::from(hosts);
+            assert!((ki + 1) * ph > u128::from(q.count()) * pi, "{rate}: {ins}");
+            assert!(ki > 100_000, "{rate}: {ins}");
+        }
+        // Many quotas, hosts and algorithms, down to shares slower than any token bucket.
+        let periods = [
+            1,
+            1_000_000_007,
+            3_600e9 as u64,
+            86_400e9 as u64,
+            (1 << 61) + 1,
+            u64::MAX,
+        ];
+        let counts = [1, 7, 1000, 120_001, 1_000_003, (1 << 40) + 1, (1 << 61) - 1];
+        let algorithms = [
+            Algorithm::TokenBucket,
+            Algorithm::Gcra,
+            Algorithm::FixedWindow,
+            Algorithm::SlidingWindow,
+            Algorithm::LeakyQueue,
+            Algorithm::SlidingLog,
+        ];
+        let (mut checked, mut none) = (0, 0);
+        for (&p, &k, &a) in periods
+            .iter()
+            .flat_map(|p| counts.iter().map(move |k| (p, k)))
+            .flat_map(|(p, k)| algorithms.iter().map(move |a| (p, k, a)))
+        {
+            let nz = |x| core::num::NonZeroU64::new(x).unwrap();
+            let q = Quota::new(nz(k), nz(p)).with_algorithm(a);
+            if q.validate().is_err() || crate::algorithm::Codec::new(&q, 0).is_err() {
+                continue;
+            }
+            for hosts in [1, 2, 3, 16, 1000, 1 << 40, u64::MAX] {
+                none += usize::from(insured(&q, hosts).is_none());
+                checked += 1;
+            }
+        }
+        assert!(checked > 300 && none > 0, "{checked} {none}");
+        // A burst that would take over 292 years to refill is lowered: a token a day, 106751
+        // (292 years) of them at most.
+        let q: Quota = "1/day".parse().unwrap();
+        let ins = insured_at(&q, 1_000_000, 1).unwrap();
+        assert_eq!(
+            (ins.count(), ins.period_ns(), ins.burst()),
+            (1, 86_400e9 as u64, 106_751)
+        );
+        // One a day over 2^40 hosts is a token per 3 billion years, slower than any bucket;
+        // over 2^16 hosts, one per 179 years.
+        let q: Quota = "1/day; algorithm=fixed_window".parse().unwrap();
+        assert!(insured(&q, 1 << 40).is_none());
+        assert!(insured(&q, 1 << 16).is_some());
+    }
+
+    #[test]
+    fn replies_have_the_shape_of_the_call() {
+        let arr = |v: &[i64]| Value::Array(v.iter().map(|&x| Value::Int(x)).collect());
+        let read = |v: &[i64], op, parts| outcome(&arr(v), op, parts, false, 10, 1000, 60);
+        let one = [0, 5, 1, 10, 9, 0, 7];
+        let part = [1, 10, 9, 0, 7];
+        let two: Vec<i64> = one.iter().chain(&part).chain(&part).copied().collect();
+        for op in [Op::Acquire, Op::Peek] {
+            assert!(matches!(
+                read(&one, op, 1),
+                Ok(Outcome::Decided(d, None)) if d.allowed() && d.remaining() == 9
+            ));
+            assert!(matches!(
+                read(&two, op, 2),
+                Ok(Outcome::Decided(_, Some(each))) if each.len() == 2
+            ));
+            assert!(matches!(
+                read(&[1, 5, 2, 4], op, 2),
+                Ok(Outcome::Capacity(4))
+            ));
+        }
+        assert!(matches!(
+            read(&[0, 5], Op::Refund, 2),
+            Ok(Outcome::Refunded)
+        ));
+        let three: Vec<i64> = two.iter().chain(&part).copied().collect();
+        let corrupt: [(&[i64], Op, usize); 14] = [
+            // A decision of the wrong length for the parts (one part's figures, or none).
+            (&one, Op::Acquire, 2),
+            (&one, Op::Acquire, 3),
+            (&two[..12], Op::Acquire, 2),
+            (&two, Op::Acquire, 1),
+            (&two, Op::Acquire, 3),
+            (&three, Op::Peek, 2),
+            (&two[..16], Op::Acquire, 2),
+            // A refund's reply to a request, a request's to a refund.
+            (&[0, 123], Op::Acquire, 1),
+            (&[0, 123], Op::Peek, 2),
+            (&one, Op::Refund, 1),
+            (&two, Op::Refund, 2),
+            (&[1, 5, 1, 4], Op::Refund, 1),
+            // Insufficient capacity of a part that is not there.
+            (&[1, 5, 0, 4], Op::Acquire, 1),
+            (&[1, 5, 3, 4], Op::Acquire, 2),
+        ];
+        for (v, op, parts) in corrupt {
+            let fail = read(v, op, parts).err().unwrap_or_else(|| panic!("{v:?}"));
+            assert!(matches!(
+                fail.error("s"),
+                Error::Store {
+                    kind: StoreErrorKind::Corrupt,
+                    ..
+                }
+            ));
+        }
+        // A one-bucket function's reply answers an acquisition only.
+        let short = |v: &[i64], op| outcome(&arr(v), op, 1, true, 10, 1000, 60);
+        assert!(matches!(
+            short(&[9, 7], Op::Acquire),
+            Ok(Outcome::Decided(..))
+        ));
+        assert!(short(&[9, 7], Op::Refund).is_err());
+        assert!(short(&[10], Op::Peek).is_err());
+    }
 
     #[test]
     fn corrupt_figures_are_refused_and_waits_saturate() {
