@@ -62,9 +62,9 @@ pub enum OnError {
     /// Reject the request, `retry_after` one second (`on_error=closed`): the limit first.
     Closed,
     /// Decide with an in-process limiter of this host's share of the quota (`on_error=local`,
-    /// the default): a token bucket of `rate / hosts` and `burst / hosts` (at least 1 token),
-    /// per key, so that `hosts` hosts in the same outage admit at most about the quota
-    /// together. The share is set with `hosts=N` (default 1: each host alone may admit the
+    /// the default): a token bucket of at most `rate / hosts` and `burst / hosts` (at least 1
+    /// token), per key, so that `hosts` hosts in the same outage admit at most about the quota
+    /// together (docs/REDIS.md, "The `local` insurance, exactly"). The share is set with `hosts=N` (default 1: each host alone may admit the
     /// whole quota while Redis is away).
     #[default]
     Local,
