@@ -5,6 +5,7 @@ export interface Request { ip?: string; [key: string]: any }
 export interface Response { status(code: number): Response; send(body?: any): any; set(fields: Record<string, string>): any; [key: string]: any }
 export type NextFunction = (err?: unknown) => void
 
+/** The middleware's options. An option whose value is `undefined` is absent: its default stands. */
 export interface Options {
   /**
    * The quota as a rate string or options object (overrides `limit`/`windowMs`/`burst`), or

@@ -6,7 +6,8 @@
 // one key prefix, per distinct limit: the name or prefix plus a suffix derived from the quota).
 
 const {
-  draftStyle, functions, then, isThenable, known, Limits, isEnabled, allowListOf, responseCounting, refunder, warn, keyGeneratorOf, invalidArg, setFields,
+  draftStyle, functions, then, isThenable, known, defined, Limits, isEnabled, allowListOf, responseCounting, refunder, settleOnEnd, keyGeneratorOf,
+  invalidArg, setFields,
 } = require('./web.js')
 
 const OPTIONS = new Set([
@@ -41,12 +42,12 @@ function rateLimit(options = {}) {
     policy: 'default',
     onFull: 'evict',
     requestPropertyName: 'rateLimit',
-    ...options,
+    // An option given as `undefined` is absent: it keeps its default.
+    ...defined(options),
   }
   const style = opts.standardHeaders === false ? null : draftStyle(opts.standardHeaders, 'standardHeaders')
   const legacy = Boolean(opts.legacyHeaders)
   if (typeof opts.handler !== 'function') throw invalidArg('handler must be a function')
-  if (opts.policy === undefined) opts.policy = 'default'
   if (typeof opts.policy !== 'string') throw invalidArg('policy must be a string')
   opts.keyGenerator = keyGeneratorOf(options)
   functions(opts, ['skip', 'onShadowReject'])
@@ -58,37 +59,67 @@ function rateLimit(options = {}) {
   const { cost, policy, requestPropertyName: prop } = opts
   const costOf = typeof cost === 'function' ? cost : () => cost
 
+  // Every step below ends in `next()`, `next(err)` or the handler's response, also when a
+  // function of the options throws after an asynchronous step: no request is left hanging, no
+  // rejection unobserved (Express 4 does not read the Promise a middleware returns).
+
   function respond(req, res, next, key, c, d) {
     req[prop] = d
-    if (style !== null) setFields(res, d, style, policy)
-    if (legacy) setFields(res, d, 'legacy', policy)
+    // Another middleware may have answered meanwhile: its header fields stand.
+    if (!res.headersSent) {
+      if (style !== null) setFields(res, d, style, policy)
+      if (legacy) setFields(res, d, 'legacy', policy)
+    }
     if (!d.allowed) return opts.handler(req, res, next, opts)
     if (d.shadowRejected) opts.onShadowReject?.(req, key, d)
-    // A shadow rejection took nothing: no refund can be owed for it.
-    if (counting !== null && !d.shadowRejected) {
-      const outcome = refunder(counting, limits, key, c)
-      res.on('finish', () => {
-        try {
-          then(counting.wasSuccessful(req, res), outcome, warn)
-        } catch (err) {
-          warn(err)
-        }
-      })
-      res.on('close', () => res.writableFinished || outcome(false))
-      res.on('error', () => outcome(false))
-    }
+    // A shadow rejection took nothing: no refund can be owed for it. A client gone while the
+    // decision was pending is refunded at once (its 'close' has been).
+    if (counting !== null && !d.shadowRejected) settleOnEnd(res, refunder(counting, limits, key, c), counting, req, res)
     return next()
+  }
+
+  /** `respond`, its throws (the handler's, onShadowReject's) passed to `next`: after an asynchronous step. */
+  function settle(req, res, next, key, c, d) {
+    try {
+      return respond(req, res, next, key, c, d)
+    } catch (err) {
+      return next(err)
+    }
   }
 
   // On a Redis store a decision is a Promise (the event loop never waits for the server).
   function decide(req, res, next, key) {
-    const c = costOf(req, res)
-    return then(limits.decide(key, c), (d) => respond(req, res, next, key, c, d), next)
+    let c
+    let d
+    try {
+      c = costOf(req, res)
+      d = limits.decide(key, c)
+    } catch (err) {
+      return next(err)
+    }
+    if (isThenable(d)) return d.then((v) => settle(req, res, next, key, c, v), next)
+    return settle(req, res, next, key, c, d)
   }
 
   function withKey(req, res, next, key) {
     if (allowed === undefined) return decide(req, res, next, key)
-    return then(allowed(req, key), (yes) => (yes ? next() : decide(req, res, next, key)), next)
+    let yes
+    try {
+      yes = allowed(req, key)
+    } catch (err) {
+      return next(err)
+    }
+    return then(yes, (y) => (y ? next() : decide(req, res, next, key)), next)
+  }
+
+  function keyed(req, res, next) {
+    let key
+    try {
+      key = opts.keyGenerator(req, res)
+    } catch (err) {
+      return next(err)
+    }
+    return then(key, (k) => withKey(req, res, next, k), next)
   }
 
   // The common case (no skip or allow list, a key and a decision without a Promise) goes
@@ -106,8 +137,8 @@ function rateLimit(options = {}) {
           }
           return key.then((k) => withKey(req, res, next, k), next)
         }
-        if (opts.skip === undefined) return then(opts.keyGenerator(req, res), (k) => withKey(req, res, next, k), next)
-        return then(opts.skip(req, res), (yes) => (yes ? next() : then(opts.keyGenerator(req, res), (k) => withKey(req, res, next, k), next)), next)
+        if (opts.skip === undefined) return keyed(req, res, next)
+        return then(opts.skip(req, res), (yes) => (yes ? next() : keyed(req, res, next)), next)
       } catch (err) {
         return next(err)
       }

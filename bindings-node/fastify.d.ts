@@ -17,7 +17,8 @@ export interface ErrorResponseBuilderContext {
 
 /**
  * A hook of one limit, for a route's own hooks (`onRequest: fastify.rateLimit({ max: 5 })`,
- * also `preValidation` or `preHandler`).
+ * also `preValidation` or `preHandler`) or a scope's (`addHook`). With
+ * `skipSuccessfulRequests` / `skipFailedRequests` it settles its refunds by the response's end.
  */
 export type RateLimitHook = onRequestHookHandler & preValidationHookHandler & preHandlerHookHandler & RateLimitHookProps
 
@@ -38,7 +39,13 @@ export interface Admin {
   reset(key: Key): boolean | Promise<boolean>
 }
 
-/** The options of one limit: the plugin's, and a route's `config.rateLimit` (merged over them). */
+/**
+ * The options of one limit: the plugin's, and a route's `config.rateLimit` (merged over them).
+ * An option whose value is `undefined` is absent (its default, or the plugin's, stands). A
+ * route giving any of `quota`, `limiter`, `max`, `timeWindow`, `burst` has a quota of its own:
+ * the plugin's `quota`, `limiter` and `burst` do not apply to it; the plugin's `max` and
+ * `timeWindow` fill in those it leaves out, unless it gives `quota` or `limiter`.
+ */
 export interface RateLimitOptions {
   /** Requests per `timeWindow` (default 1000); the bucket's capacity unless `burst` is given. */
   max?: number
@@ -68,7 +75,11 @@ export interface RateLimitOptions {
   ipv6Subnet?: number
   /** Keys never limited (not counted), or a function saying so (may return a promise). */
   allowList?: Key[] | ((req: FastifyRequest, key: Key) => boolean | Promise<boolean>)
-  /** A limiter or store error lets the request through instead of failing it (default false). */
+  /**
+   * A limiter or store error (the decision failing) lets the request through instead of
+   * failing it (default false). Never a rejected request: a throw of `onExceeded` or
+   * `errorResponseBuilder`, like one of `keyGenerator` or `cost`, is the request's error.
+   */
   skipOnError?: boolean
   /** Runs on each admitted request. */
   onExceeding?: (req: FastifyRequest, key: Key) => void
@@ -96,9 +107,9 @@ export interface RateLimitOptions {
   limiter?: KeyedLimiter
   /** false: no limiter is made and every request passes (default true; `SLUICEGATE_ENABLED=0` in the environment turns every limit made meanwhile off). */
   enabled?: boolean
-  /** Successful responses give their cost back (the core's refund) once sent (default false). */
+  /** Successful responses give their cost back (the core's refund) once sent (default false); also for a `fastify.rateLimit()` hook, on a route's or a scope's hooks. */
   skipSuccessfulRequests?: boolean
-  /** Failed responses (and aborted requests) give their cost back (default false). */
+  /** Failed responses (and aborted requests, also aborted while a Redis decision was pending) give their cost back (default false). */
   skipFailedRequests?: boolean
   /** What a successful response is (default: a status below 400); may return a promise. */
   requestWasSuccessful?: (req: FastifyRequest, reply: FastifyReply) => boolean | Promise<boolean>
@@ -120,7 +131,7 @@ export interface PluginOptions extends RateLimitOptions {
 
 declare module 'fastify' {
   interface FastifyInstance {
-    /** A hook of a limit of its own, for a route's hooks. */
+    /** A hook of a limit of its own, for a route's hooks or a scope's (`addHook`); it settles its own refunds. */
     rateLimit(options?: RouteRateLimitOptions): RateLimitHook
     /** The global limit's admin calls, or a group's (by `groupId`). */
     rateLimits: {

@@ -7,8 +7,8 @@
 // file reads the request, adds the hooks and writes the reply.
 
 const {
-  draftStyle, functions, then, isThenable, known, Limits, isEnabled, allowListOf, responseCounting, refunder, warn, keyGeneratorOf, invalidArg,
-  forEachField,
+  draftStyle, functions, then, isThenable, known, defined, Limits, isEnabled, allowListOf, responseCounting, refunder, warn, gone, settleOnEnd,
+  keyGeneratorOf, invalidArg, forEachField,
 } = require('./web.js')
 
 const PLUGIN = new Set([
@@ -32,6 +32,11 @@ const REFUSED = {
   nameSpace: 'use the `prefix` of a Redis store URL',
 }
 const HOOKS = new Set(['onRequest', 'preParsing', 'preValidation', 'preHandler'])
+// The options that make a limit's quota. A route's config.rateLimit (or fastify.rateLimit()'s
+// options) giving any of them makes its own: the plugin's `quota`, `limiter` and `burst` do
+// not apply to it; the plugin's `max` and `timeWindow` fill in those the route leaves out (as
+// in @fastify/rate-limit), unless the route gives `quota` or `limiter` (a whole limit).
+const QUOTA_SHAPING = ['quota', 'limiter', 'max', 'timeWindow', 'burst']
 const DEFAULTS = {
   global: true,
   max: 1000,
@@ -96,6 +101,7 @@ function settings(o, raws) {
   }
   if (!HOOKS.has(o.hook)) throw invalidArg(`hook must be one of ${[...HOOKS].join(', ')}`)
   if (typeof o.skipOnError !== 'boolean') throw invalidArg('skipOnError must be a boolean')
+  if (typeof o.policy !== 'string') throw invalidArg('policy must be a string')
   if (o.groupId !== undefined && typeof o.groupId !== 'string') throw invalidArg('groupId must be a string')
   let quota = o.quota
   if (quota === undefined) {
@@ -141,23 +147,54 @@ function onRequestAbort(req, done) {
 
 /**
  * The hook deciding for one limit: `(req, reply, next)`, where `next(err?)` goes on. Exposes
- * the limits as properties.
+ * the limits as properties. `ownRefunds`: the refunds of response-dependent counting are
+ * settled by the response's own events (a `fastify.rateLimit()` hook, which may be on any
+ * route's or scope's hooks), else by the response hooks `limitRoute` adds to its routes.
+ *
+ * Every path ends in `next` once, also when a function of the options throws after an
+ * asynchronous step (a Promise of a key, an allow list or a decision): no request hangs, no
+ * rejection goes unobserved. `skipOnError` covers the decision's failures only (a store's, a
+ * limiter's): a throw of keyGenerator, cost or a hook is the request's error, and a rejected
+ * request stays refused.
  */
-function handlerFor(p, limits) {
-  function respond(req, reply, next, key, c, d) {
+function handlerFor(p, limits, ownRefunds) {
+  /** Owes `key` a refund of `c` by the response: queued, or settled by its end. */
+  function owe(req, reply, key, c) {
+    const outcome = refunder(p.counting, limits, key, c)
+    if (ownRefunds) return settleOnEnd(reply.raw, outcome, p.counting, req, reply)
+    // The client went away while the decision was pending: onRequestAbort has been.
+    if (gone(reply.raw)) return outcome(false)
+    ;(req[PENDING] ??= []).push([p, outcome])
+    return undefined
+  }
+
+  /** The decision onto the request and reply; the error to go on with (`undefined`: admitted). */
+  function respond(req, reply, key, c, d) {
     req.rateLimit = d
     if (d.allowed) {
       setReplyFields(reply, d, p.style, p.policy, p.addHeadersOnExceeding)
       if (d.shadowRejected) p.onShadowReject?.(req, key, d)
       // A shadow rejection took nothing: no refund can be owed for it.
-      if (p.counting !== null && !d.shadowRejected) (req[PENDING] ??= []).push([p, refunder(p.counting, limits, key, c)])
+      if (p.counting !== null && !d.shadowRejected) owe(req, reply, key, c)
       p.onExceeding?.(req, key)
-      return next()
+      return undefined
     }
     setReplyFields(reply, d, p.style, p.policy, p.addHeaders)
     p.onExceeded?.(req, key)
     const context = { statusCode: 429, ban: false, max: d.limit, ttl: d.retryAfterMs, after: after(d.retryAfterMs) }
-    return next(p.errorResponseBuilder(req, context))
+    // A builder answering nothing must not admit the request.
+    return p.errorResponseBuilder(req, context) ?? defaultErrorResponse(req, context)
+  }
+
+  /** `respond`, then on: a throw of a hook is the request's error (skipOnError or not). */
+  function settle(req, reply, next, key, c, d) {
+    let err
+    try {
+      err = respond(req, reply, key, c, d)
+    } catch (e) {
+      err = e ?? new Error(`a rate-limit hook threw ${e}`)
+    }
+    return next(err)
   }
 
   const failed = (next, err) => (p.skipOnError ? next() : next(err))
@@ -165,30 +202,43 @@ function handlerFor(p, limits) {
   // On a Redis store a decision is a Promise (the event loop never waits for the server).
   // Synchronous values go on directly: no callback is made for them.
   function decide(req, reply, next, key) {
+    let c
     try {
-      const c = p.costOf(req)
-      const d = limits.decide(key, c)
-      if (isThenable(d)) return d.then((v) => respond(req, reply, next, key, c, v), (err) => failed(next, err))
-      return respond(req, reply, next, key, c, d)
+      c = p.costOf(req)
+    } catch (err) {
+      return next(err)
+    }
+    let d
+    try {
+      d = limits.decide(key, c)
     } catch (err) {
       return failed(next, err)
     }
+    if (isThenable(d)) return d.then((v) => settle(req, reply, next, key, c, v), (err) => failed(next, err))
+    return settle(req, reply, next, key, c, d)
   }
 
   function withKey(req, reply, next, key) {
     const { allowed } = p
     if (allowed === undefined) return decide(req, reply, next, key)
-    return then(allowed(req, key), (yes) => (yes ? next() : decide(req, reply, next, key)), next)
-  }
-
-  function run(req, reply, next) {
+    let yes
     try {
-      const key = p.keyGenerator(req)
-      if (isThenable(key)) return key.then((k) => withKey(req, reply, next, k), next)
-      return withKey(req, reply, next, key)
+      yes = allowed(req, key)
     } catch (err) {
       return next(err)
     }
+    return then(yes, (y) => (y ? next() : decide(req, reply, next, key)), next)
+  }
+
+  function run(req, reply, next) {
+    let key
+    try {
+      key = p.keyGenerator(req)
+    } catch (err) {
+      return next(err)
+    }
+    if (isThenable(key)) return key.then((k) => withKey(req, reply, next, k), next)
+    return withKey(req, reply, next, key)
   }
 
   // Turned off (`enabled: false`, SLUICEGATE_ENABLED=0): every request passes.
@@ -230,28 +280,44 @@ function sluicegateFastify(fastify, options, done) {
 
 function register(fastify, options) {
   known(options, PLUGIN, 'sluicegate/fastify', REFUSED)
-  const base = { ...DEFAULTS, ...options }
+  // An option given as `undefined` is absent: it keeps its default (or the plugin's).
+  const base = { ...DEFAULTS, ...defined(options) }
   if (typeof base.global !== 'boolean') throw invalidArg('global must be a boolean')
-  const groups = new Map() // groupId -> [quota, handler]
+  // groupId -> { canonical, p, limits, hooks: [the plugin's routes', fastify.rateLimit()'s] }
+  const groups = new Map()
 
-  const make = (route) => {
-    const p = settings({ ...base, ...route }, [options, route])
-    if (p.groupId !== undefined) {
-      const canonical = JSON.stringify([p.quota, p.store ?? null])
-      const g = groups.get(p.groupId)
-      if (g !== undefined) {
-        if (g[0] !== canonical) throw invalidArg(`groupId ${JSON.stringify(p.groupId)} is already a group with another quota or store`)
-        return g[1]
-      }
-      const h = build(p)
-      groups.set(p.groupId, [canonical, h])
-      return h
+  /** A route's options over the plugin's (QUOTA_SHAPING: a route's quota is its own). */
+  const merged = (route) => {
+    const own = defined(route)
+    const o = { ...base, ...own }
+    if (!QUOTA_SHAPING.some((k) => k in own)) return o
+    for (const k of ['quota', 'limiter', 'burst']) if (!(k in own)) delete o[k]
+    if ('quota' in own || 'limiter' in own) {
+      o.max = own.max ?? DEFAULTS.max
+      o.timeWindow = own.timeWindow ?? DEFAULTS.timeWindow
     }
-    return build(p)
+    return o
   }
-  const build = (p) => {
-    const limits = isEnabled(p.enabled) ? new Limits(p) : null
-    const h = handlerFor(p, limits)
+  const limitsOf = (p) => (isEnabled(p.enabled) ? new Limits(p) : null)
+  /** The hook of a route's limit; `ownRefunds` for fastify.rateLimit()'s (see handlerFor). */
+  const make = (route, ownRefunds) => {
+    const p = settings(merged(route), [options, route])
+    if (p.groupId === undefined) return build(p, limitsOf(p), ownRefunds)
+    const canonical = JSON.stringify([p.quota, p.store ?? null])
+    let g = groups.get(p.groupId)
+    if (g === undefined) {
+      g = { canonical, p, limits: limitsOf(p), hooks: [undefined, undefined] }
+      groups.set(p.groupId, g)
+    } else if (g.canonical !== canonical) {
+      throw invalidArg(`groupId ${JSON.stringify(p.groupId)} is already a group with another quota or store`)
+    }
+    // One limit for the group; the first options' hook (one of each kind of refunds).
+    const i = ownRefunds ? 1 : 0
+    g.hooks[i] ??= build(g.p, g.limits, ownRefunds)
+    return g.hooks[i]
+  }
+  const build = (p, limits, ownRefunds) => {
+    const h = handlerFor(p, limits, ownRefunds)
     h.limiter = limits === null ? null : limits.limiters[0]
     h.limiters = limits === null ? [] : limits.limiters
     h.store = limits?.store
@@ -264,7 +330,7 @@ function register(fastify, options) {
     return h
   }
   let global // made on the first route that uses it
-  const globalHandler = () => (global ??= make({}))
+  const globalHandler = () => (global ??= make({}, false))
   if (base.global) globalHandler() // bad options throw at registration
 
   // Declared on the request (Fastify's advice: a property added per request changes its shape).
@@ -273,7 +339,8 @@ function register(fastify, options) {
   if (!fastify.hasDecorator('rateLimits')) {
     // Admin: the global limit's (or a group's) state and reset, by key.
     const limitOf = (groupId) => {
-      const h = groupId === undefined ? globalHandler() : groups.get(groupId)?.[1]
+      const g = groups.get(groupId)
+      const h = groupId === undefined ? globalHandler() : g?.hooks[0] ?? g?.hooks[1]
       if (h === undefined) throw invalidArg(`no rate-limit group ${JSON.stringify(groupId)}`)
       return h
     }
@@ -285,7 +352,7 @@ function register(fastify, options) {
   if (!fastify.hasDecorator('rateLimit')) {
     fastify.decorate('rateLimit', (route = {}) => {
       known(route, ROUTE, 'rateLimit', REFUSED)
-      return make(route)
+      return make(route, true)
     })
   }
   fastify.addHook('onRoute', (route) => {
@@ -297,7 +364,7 @@ function register(fastify, options) {
     }
     if (typeof cfg !== 'object') throw invalidArg('config.rateLimit must be an object or false')
     known(cfg, ROUTE, 'config.rateLimit', REFUSED)
-    limitRoute(route, make(cfg))
+    limitRoute(route, make(cfg, false))
   })
 }
 

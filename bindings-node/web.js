@@ -28,6 +28,17 @@ function functions(opts, names) {
   }
 }
 
+/**
+ * `options` less the options whose value is `undefined`: such an option is absent (as in
+ * express-rate-limit), so that `{ onFull: process.env.ON_FULL }` with the variable unset
+ * keeps the adapter's default rather than replacing it with `undefined`.
+ */
+function defined(options) {
+  const out = {}
+  for (const k of Object.keys(options)) if (options[k] !== undefined) out[k] = options[k]
+  return out
+}
+
 /** Throws on an option outside `known`, with `hints[name]` as the reason where one is given. */
 function known(options, allowed, adapter, hints = {}) {
   if (options === null || typeof options !== 'object') throw invalidArg('options must be an object')
@@ -229,6 +240,32 @@ function refunder(counting, limits, key, cost) {
   }
 }
 
+/**
+ * Whether the response `res` (Node's ServerResponse) closed before it finished: the client
+ * went away (its 'close' has been emitted already).
+ */
+const gone = (res) => res.destroyed && !res.writableFinished
+
+/**
+ * Settles an owed refund (`outcome`, a `refunder`) by the end of `res` (Node's ServerResponse):
+ * once it finishes, by `counting.wasSuccessful(req, response)` (`response`: the framework's
+ * object); when it closes unfinished (the client went away), as a failure; at once when that
+ * happened already (while an asynchronous decision was pending).
+ */
+function settleOnEnd(res, outcome, counting, req, response) {
+  if (gone(res)) return outcome(false)
+  res.on('finish', () => {
+    try {
+      then(counting.wasSuccessful(req, response), outcome, warn)
+    } catch (err) {
+      warn(err)
+    }
+  })
+  res.on('close', () => res.writableFinished || outcome(false))
+  res.on('error', () => outcome(false))
+  return undefined
+}
+
 // The options that shape the default key (ClientResolver's).
 const CLIENT_OPTIONS = ['trustedProxies', 'proxyHeader', 'ipv6Subnet']
 
@@ -254,6 +291,6 @@ function keyGeneratorOf(opts, raws = [opts]) {
 }
 
 module.exports = {
-  STYLES, draftStyle, isThenable, then, functions, known, Limits, isEnabled, allowListOf,
-  responseCounting, refunder, warn, keyGeneratorOf, CLIENT_OPTIONS, invalidArg, setFields, forEachField,
+  STYLES, draftStyle, isThenable, then, functions, known, defined, Limits, isEnabled, allowListOf,
+  responseCounting, refunder, warn, gone, settleOnEnd, keyGeneratorOf, CLIENT_OPTIONS, invalidArg, setFields, forEachField,
 }

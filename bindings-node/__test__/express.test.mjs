@@ -3,11 +3,13 @@ import { after, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
 import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import http from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import rateLimit from '../express.mjs'
 import express from 'express'
 import { KeyedLimiter, ManualClock, canonicalQuota } from '../index.mjs'
+import { LaterLimiter, gate, unhandledRejections, until } from './fixtures/later.mjs'
 import { serve } from './fixtures/serve.mjs'
 import { sluicegateWarnings, warnings } from './fixtures/warnings.mjs'
 
@@ -296,4 +298,90 @@ test('the fields the middleware sets are the ones Decision#headers renders, in e
       }
     }
   }
+})
+
+/**
+ * Calls `middleware` as Express 4 does (its returned Promise unread) with a bare request and
+ * response: resolves with what it passed to `next` (`null`: nothing), or rejects after 2 s
+ * when it never calls `next`.
+ */
+function nextOf(middleware, res = {}) {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('next was never called')), 2_000)
+    const response = { headersSent: false, setHeader() {}, on() {}, status() { return this }, send() {}, ...res }
+    middleware({ headers: {}, socket: { remoteAddress: '127.0.0.1' } }, response, (err) => {
+      clearTimeout(timer)
+      resolve(err ?? null)
+    })
+  })
+}
+
+test('a throw after an asynchronous step goes to next(err): no request hangs, no rejection is unhandled (Express 4 too)', { timeout: 10_000 }, async (t) => {
+  const boom = () => { throw Object.assign(new Error('hook'), { code: 'HOOK' }) }
+  const thenable = (v) => ({ then: (ok) => ok(v) })
+  const seen = await unhandledRejections(async () => {
+    // A key that is no key, from an async function, a thenable, after skip or an allow list.
+    for (const o of [
+      { keyGenerator: async () => undefined },
+      { keyGenerator: () => thenable(undefined) },
+      { keyGenerator: async () => undefined, skip: async () => false },
+      { keyGenerator: async () => undefined, allowList: ['ops'] },
+      { keyGenerator: async () => 'k', allowList: boom },
+      { keyGenerator: () => 'k', skip: async () => false, allowList: boom },
+      { keyGenerator: async () => 'k', cost: boom },
+      { keyGenerator: () => thenable('k'), limiter: new LaterLimiter('1/h'), cost: boom },
+    ]) {
+      const err = await nextOf(rateLimit(o))
+      assert.ok(err instanceof Error, JSON.stringify(Object.keys(o)))
+    }
+    // A handler or onShadowReject that throws, on a decision that is a Promise.
+    const handler = rateLimit({ limiter: new LaterLimiter('1/h; burst=1', { clock: new ManualClock(0) }), keyGenerator: () => 'k', handler: boom })
+    assert.equal(await nextOf(handler), null)
+    assert.equal((await nextOf(handler)).code, 'HOOK')
+    const shadow = rateLimit({ quota: '1/h', store: undefined, shadow: true, keyGenerator: async () => 'k', onShadowReject: boom })
+    assert.equal(await nextOf(shadow), null)
+    assert.equal((await nextOf(shadow)).code, 'HOOK')
+    // Over HTTP (Express 5), the error handler answers.
+    const get = await serve(rateLimit({ keyGenerator: async () => undefined }), t)
+    const r = await get()
+    assert.equal(r.status, 500)
+    assert.match((await r.json()).code, /^ERR_SLUICEGATE_/)
+  })
+  assert.deepEqual(seen, [])
+})
+
+test('an option given as undefined keeps its default (onFull: evict); headers already sent are left alone', async (t) => {
+  const mw = rateLimit({ limit: 2, onFull: undefined, maxKeys: 1, policy: undefined, keyGenerator: (req) => req.get('x-user') })
+  const get = await serve(mw, t)
+  assert.equal((await get('/', { headers: { 'x-user': 'a' } })).status, 200)
+  assert.equal((await get('/', { headers: { 'x-user': 'b' } })).status, 200, 'evicted, not ERR_SLUICEGATE_KEY_STORE_FULL')
+  assert.equal(rateLimit({ limit: undefined, windowMs: undefined, requestPropertyName: undefined }).limiter.quota, canonicalQuota({ count: 5, periodMs: 60_000 }))
+  const sent = () => { throw Object.assign(new Error('headers sent'), { code: 'ERR_HTTP_HEADERS_SENT' }) }
+  assert.equal(await nextOf(rateLimit({ keyGenerator: () => 'k' }), { headersSent: true, setHeader: sent }), null)
+})
+
+test('a client gone while the decision is pending is refunded (skipFailedRequests)', { timeout: 10_000 }, async (t) => {
+  const held = gate()
+  let asked
+  const reached = new Promise((r) => { asked = r })
+  const limiter = new LaterLimiter('1/h; burst=3', { clock: new ManualClock(0) }, () => { asked(); return held.wait() })
+  const app = express()
+  app.use(rateLimit({ limiter, skipFailedRequests: true, keyGenerator: () => 'k' }))
+  app.get('/', (req, res) => res.send('x'))
+  const server = await new Promise((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s))
+  })
+  t.after(() => new Promise((r) => server.close(r)))
+  const closed = new Promise((resolve) => server.once('connection', (socket) => socket.once('close', resolve)))
+  const r = http.get({ host: '127.0.0.1', port: server.address().port, path: '/' })
+  r.on('error', () => {})
+  await reached
+  r.destroy()
+  await closed // the server has seen the client go
+  await new Promise((resolve) => setImmediate(resolve))
+  held.open()
+  await until(() => limiter.decided === 1)
+  assert.equal(limiter.decided, 1)
+  await until(() => limiter.peek('k').remaining === 3) // the refund follows the decision
+  assert.equal(limiter.peek('k').remaining, 3)
 })

@@ -3,11 +3,13 @@
 import { after, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { mkdtempSync, rmSync } from 'node:fs'
+import http from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import Fastify from 'fastify'
 import sluicegate from '../fastify.mjs'
 import { KeyedLimiter, ManualClock } from '../index.mjs'
+import { LaterLimiter, gate, unhandledRejections, until } from './fixtures/later.mjs'
 import { needsRedis, serverPerSuite } from './fixtures/redis.mjs'
 import { sluicegateWarnings, warnings } from './fixtures/warnings.mjs'
 
@@ -343,4 +345,160 @@ test('shadow: a dry run on a route lets every request through and reports would-
   assert.deepEqual(seen, ['127.0.0.1', '127.0.0.1'])
   const d = (await f.inject({ url: '/' })).json()
   assert.equal(d.remaining, 0)
+})
+
+/** `limiter`'s remaining for `key` once it is `want`, or what it is after a bounded wait (refunds follow responses). */
+async function settledRemaining(limiter, key, want) {
+  const deadline = Date.now() + 2_000
+  while (limiter.peek(key).remaining !== want && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5))
+  return limiter.peek(key).remaining
+}
+
+test('fastify.rateLimit() hooks with response counting are refunded, on a route\'s hooks or a scope\'s, once', async (t) => {
+  const f = await app(t, { global: false }, (f) => {
+    f.get('/x', { onRequest: f.rateLimit({ max: 2, skipFailedRequests: true }) }, async (req, reply) => reply.code(500).send('no'))
+    f.register(async (child) => {
+      child.addHook('preHandler', f.rateLimit({ max: 2, skipSuccessfulRequests: true, keyGenerator: () => 'scoped' }))
+      child.get('/scoped', async () => 'ok')
+    })
+  })
+  assert.deepEqual(await statuses(f, 4, '/x'), [500, 500, 500, 500], 'failed requests give their token back')
+  assert.deepEqual(await statuses(f, 4, '/scoped'), [200, 200, 200, 200], 'on a scope\'s hooks too')
+
+  // One group, on one route by config.rateLimit and on another (and on the first too) by
+  // fastify.rateLimit(): each admitted request is refunded once, never twice.
+  const limiter = new KeyedLimiter('1/h; burst=3', { clock: new ManualClock(0) })
+  const group = { groupId: 'g', limiter, skipFailedRequests: true, keyGenerator: () => 'k' }
+  const g = await app(t, { global: false }, (f) => {
+    f.get('/ok', { config: { rateLimit: group } }, async () => 'ok')
+    f.get('/both', { config: { rateLimit: group }, preHandler: f.rateLimit(group) }, async (req, reply) => reply.code(500).send('no'))
+    f.get('/own', { onRequest: f.rateLimit(group) }, async (req, reply) => reply.code(500).send('no'))
+  })
+  assert.deepEqual(await statuses(g, 1, '/ok'), [200])
+  assert.equal(limiter.peek('k').remaining, 2)
+  assert.deepEqual(await statuses(g, 1, '/own'), [500])
+  assert.equal(await settledRemaining(limiter, 'k', 2), 2)
+  assert.deepEqual(await statuses(g, 1, '/both'), [500])
+  await new Promise((r) => setTimeout(r, 20))
+  assert.equal(limiter.peek('k').remaining, 2, 'two limits on the route, two refunds: each once')
+})
+
+test('a route\'s max/timeWindow is its own limit: the plugin\'s quota, limiter and burst do not override it', async (t) => {
+  const f = await app(t, { quota: '100/minute' }, (f) => {
+    f.get('/five', { config: { rateLimit: { max: 2 } } }, async () => 'five')
+    f.get('/own', { onRequest: f.rateLimit({ max: 2 }) }, async () => 'own')
+    f.get('/quota', { config: { rateLimit: { quota: '1/minute' } } }, async () => 'quota')
+  })
+  assert.deepEqual(await statuses(f, 3, '/five'), [200, 200, 429])
+  assert.deepEqual(await statuses(f, 3, '/own'), [200, 200, 429])
+  assert.deepEqual(await statuses(f, 2, '/quota'), [200, 429])
+  assert.equal((await f.inject('/')).headers['x-ratelimit-limit'], '100', 'routes without a config: the plugin\'s quota')
+
+  const byLimiter = await app(t, { limiter: new KeyedLimiter('100/minute') }, (f) => {
+    f.get('/two', { config: { rateLimit: { max: 2 } } }, async () => 'two')
+  })
+  assert.deepEqual(await statuses(byLimiter, 3, '/two'), [200, 200, 429])
+  const byBurst = await app(t, { max: 10, burst: 50 }, (f) => {
+    f.get('/two', { config: { rateLimit: { max: 2 } } }, async () => 'two')
+  })
+  assert.deepEqual(await statuses(byBurst, 3, '/two'), [200, 200, 429], 'the plugin\'s burst is the plugin\'s max\'s')
+  // max and timeWindow fill in from the plugin's, as in @fastify/rate-limit, unless the route gives a quota.
+  const hourly = await app(t, { max: 5, timeWindow: '1 hour' }, (f) => {
+    f.get('/two', { config: { rateLimit: { max: 2 } } }, async () => 'two')
+    f.get('/q', { config: { rateLimit: { quota: '2/minute' } } }, async () => 'q')
+  })
+  assert.equal((await hourly.inject('/two')).headers['x-ratelimit-reset'], '1800', '2 per the plugin\'s hour')
+  assert.equal((await hourly.inject('/q')).headers['x-ratelimit-reset'], '30')
+})
+
+test('a throw after an asynchronous step is the request\'s error: no request hangs, no rejection is unhandled', { timeout: 10_000 }, async (t) => {
+  const boom = () => { throw Object.assign(new Error('hook'), { code: 'HOOK' }) }
+  const later = () => new LaterLimiter('1/h; burst=1', { clock: new ManualClock(0) })
+  const seen = await unhandledRejections(async () => {
+    for (const o of [{ onExceeded: boom }, { errorResponseBuilder: boom }, { onExceeded: boom, skipOnError: true }]) {
+      const f = await app(t, { limiter: later(), ...o })
+      assert.deepEqual(await statuses(f, 2), [200, 500], JSON.stringify(Object.keys(o)))
+      assert.equal((await f.inject('/')).json().code, 'HOOK')
+    }
+    const admitted = await app(t, { limiter: later(), onExceeding: boom })
+    assert.equal((await admitted.inject('/')).statusCode, 500)
+    // A key (a thenable, not a Promise) that is no key: the decision's error, or with skipOnError a pass.
+    const thenable = (v) => ({ then: (ok) => ok(v) })
+    const noKey = await app(t, { max: 5, keyGenerator: () => thenable(undefined) })
+    const e = await noKey.inject('/')
+    assert.equal(e.statusCode, 500)
+    assert.match(e.json().code, /^ERR_SLUICEGATE_/)
+    const cost = await app(t, { max: 5, keyGenerator: async () => 'k', cost: boom, skipOnError: true })
+    assert.equal((await cost.inject('/')).json().code, 'HOOK', 'a throw of cost is no store failure')
+    const allow = await app(t, { max: 5, keyGenerator: async () => 'k', allowList: boom })
+    assert.equal((await allow.inject('/')).json().code, 'HOOK')
+  })
+  assert.deepEqual(seen, [])
+})
+
+test('skipOnError never admits a rejected request whose onExceeded or errorResponseBuilder throws', async (t) => {
+  const boom = () => { throw new Error('hook') }
+  for (const o of [{ onExceeded: boom }, { errorResponseBuilder: boom }, { errorResponseBuilder: () => undefined }]) {
+    const f = await app(t, { max: 1, skipOnError: true, ...o })
+    const [first, second] = await statuses(f, 2)
+    assert.equal(first, 200)
+    assert.notEqual(second, 200, JSON.stringify(Object.keys(o)))
+  }
+})
+
+test('an option given as undefined keeps its default; policy is checked', async (t) => {
+  const f = await app(t, {
+    max: 2, policy: undefined, onFull: undefined, hook: undefined, skipOnError: undefined, global: undefined, maxKeys: 1,
+    keyGenerator: (req) => req.headers['x-user'],
+  }, (f) => {
+    f.get('/route', { config: { rateLimit: { max: undefined, quota: undefined } } }, async () => 'route')
+  })
+  const as = (user, url = '/') => f.inject({ url, headers: { 'x-user': user } })
+  assert.equal((await as('a')).statusCode, 200)
+  assert.equal((await as('b')).statusCode, 200, 'onFull: undefined is the default, evict')
+  assert.equal((await as('c', '/route')).headers['x-ratelimit-limit'], '2', 'a route\'s max: undefined is the plugin\'s')
+  const draft8 = await app(t, { enableDraftSpec: 'draft-8', policy: undefined })
+  assert.equal((await draft8.inject('/')).headers.ratelimit, '"default";r=999;t=1')
+  const register = async (o) => {
+    const g = Fastify()
+    t.after(() => g.close())
+    await g.register(sluicegate, o)
+    await g.ready()
+  }
+  await assert.rejects(register({ policy: 5 }), INVALID_ARG)
+  await assert.rejects(register({ policy: null }), INVALID_ARG)
+})
+
+/**
+ * A GET of `path` on `server` that the client abandons once `asked()` resolves (the server
+ * deciding); resolves once the server has seen the connection close.
+ */
+async function abandoned(server, path, asked) {
+  const closed = new Promise((resolve) => server.once('connection', (socket) => socket.once('close', resolve)))
+  const r = http.get({ host: '127.0.0.1', port: server.address().port, path })
+  r.on('error', () => {})
+  await asked()
+  r.destroy()
+  await closed
+  await new Promise((resolve) => setImmediate(resolve))
+}
+
+test('a client gone while the decision is pending is refunded (skipFailedRequests)', { timeout: 10_000 }, async (t) => {
+  for (const own of [false, true]) {
+    const held = gate()
+    let asked
+    const reached = new Promise((r) => { asked = r })
+    const limiter = new LaterLimiter('1/h; burst=3', { clock: new ManualClock(0) }, () => { asked(); return held.wait() })
+    const f = Fastify()
+    t.after(() => f.close())
+    const options = { limiter, skipFailedRequests: true, keyGenerator: () => 'k' }
+    await f.register(sluicegate, own ? { global: false } : options)
+    f.get('/', own ? { onRequest: f.rateLimit(options) } : {}, async () => 'x')
+    await f.listen({ port: 0, host: '127.0.0.1' })
+    await abandoned(f.server, '/', () => reached)
+    held.open()
+    await until(() => limiter.decided === 1)
+    assert.equal(limiter.decided, 1)
+    assert.equal(await settledRemaining(limiter, 'k', 3), 3, own ? 'fastify.rateLimit()' : 'the plugin\'s limit')
+  }
 })
