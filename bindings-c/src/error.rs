@@ -4,7 +4,7 @@
 use core::ffi::{c_char, CStr};
 use core::fmt::{self, Write as _};
 use sluicegate::Error;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 /// What a call did. `SG_OK` is zero; every other value is an error, and values are never
 /// reused: a code that is retired stays reserved.
@@ -154,11 +154,33 @@ impl sg_result {
 
 thread_local! {
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+    /// Set while a text accessor runs ([`keeping_last_error`]): failures record no detail.
+    static KEEP: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs the body of a text accessor (`sg_quota_to_string`) so that, whatever it fails with
+/// (a NULL or foreign handle), the last error's detail stays as it was: the header promises
+/// that the text accessors never change it, so a truncated detail can be read again.
+pub(crate) fn keeping_last_error<T>(body: impl FnOnce() -> T) -> T {
+    /// Clears the flag however the body ends (a panic is caught further out).
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            let _ = KEEP.try_with(|k| k.set(false));
+        }
+    }
+    let _ = KEEP.try_with(|k| k.set(true));
+    let _reset = Reset;
+    body()
 }
 
 /// Records `detail` as this thread's last error and returns `code`: every failing path goes
-/// through here (or [`from_core`]), so the detail always matches the code just returned.
+/// through here (or [`from_core`]), so the detail always matches the code just returned
+/// (except inside [`keeping_last_error`]).
 pub(crate) fn fail(code: sg_result, detail: fmt::Arguments<'_>) -> sg_result {
+    if KEEP.try_with(Cell::get).unwrap_or(false) {
+        return code;
+    }
     // `try_with`: during thread teardown the slot may be gone; the code still gets through.
     let _ = LAST_ERROR.try_with(|slot| {
         if let Ok(mut s) = slot.try_borrow_mut() {

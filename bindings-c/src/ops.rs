@@ -561,8 +561,13 @@ pub unsafe extern "C" fn sg_render_prometheus(
         if series.is_null() && n > 0 {
             return Err(null(F, "series"));
         }
-        let mut labels: Vec<Vec<(&str, &str)>> = Vec::with_capacity(n);
-        let mut snapshots = Vec::with_capacity(n);
+        if n > isize::MAX as usize / core::mem::size_of::<sg_series>() {
+            return Err(too_many(F, "n", n));
+        }
+        // Grown as the series are read, not sized by the counts: a garbage count is an error
+        // or the caller's broken contract, never an allocation that aborts the process.
+        let mut labels: Vec<Vec<(&str, &str)>> = Vec::new();
+        let mut snapshots = Vec::new();
         for i in 0..n {
             // SAFETY: `series` is valid for `n` reads (caller contract) and `i < n`; the
             // fields are read through raw addresses (the snapshot's bools below as bytes).
@@ -577,7 +582,10 @@ pub unsafe extern "C" fn sg_render_prometheus(
             if ls.is_null() && nl > 0 {
                 return Err(null(F, "labels"));
             }
-            let mut set = Vec::with_capacity(nl);
+            if nl > isize::MAX as usize / core::mem::size_of::<sg_label>() {
+                return Err(too_many(F, "n_labels", nl));
+            }
+            let mut set = Vec::new();
             for j in 0..nl {
                 // SAFETY: `labels` is valid for `n_labels` reads (caller contract).
                 let l = unsafe { ls.add(j).read() };
@@ -621,4 +629,14 @@ unsafe fn read_metrics(p: *const sg_metrics) -> sg_metrics {
             shadow: addr_of!((*p).shadow).cast::<u8>().read() != 0,
         }
     }
+}
+
+/// A count no array in memory can have.
+#[cold]
+#[inline(never)]
+fn too_many(func: &str, arg: &str, n: usize) -> sg_result {
+    fail(
+        sg_result::SG_ERR_INVALID_ARGUMENT,
+        format_args!("{func}: `{arg}` is {n}: more elements than fit in memory"),
+    )
 }

@@ -228,11 +228,13 @@ pub unsafe extern "C" fn sg_quota_to_string(
     out_written: *mut usize,
 ) -> sg_result {
     ffi!({
-        // SAFETY: forwarded caller contract.
-        let q = unsafe { handle::borrow::<Quota>(quota, "sg_quota_to_string", "quota")? };
-        let text = q.to_string();
-        // SAFETY: forwarded caller contract.
-        unsafe { write_text(&text, buf, len, out_written) }
+        crate::error::keeping_last_error(|| {
+            // SAFETY: forwarded caller contract.
+            let q = unsafe { handle::borrow::<Quota>(quota, "sg_quota_to_string", "quota")? };
+            let text = q.to_string();
+            // SAFETY: forwarded caller contract.
+            unsafe { write_text(&text, buf, len, out_written) }
+        })
     })
 }
 

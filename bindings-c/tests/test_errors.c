@@ -41,7 +41,10 @@ static void test_null_handles(void) {
   CHECK_RC(sg_manual_clock_advance(NULL, 1), SG_ERR_NULL_ARGUMENT);
   CHECK_RC(sg_manual_clock_now(NULL, &now), SG_ERR_NULL_ARGUMENT);
   CHECK_RC(sg_quota_get_info(NULL, &info), SG_ERR_NULL_ARGUMENT);
+  CHECK_RC(sg_quota_get_info(NULL, &info), SG_ERR_NULL_ARGUMENT);
+  /* A text accessor leaves the last detail alone, even when it fails. */
   CHECK_RC(sg_quota_to_string(NULL, buf, sizeof buf, NULL), SG_ERR_NULL_ARGUMENT);
+  CHECK_DETAIL("sg_quota_get_info: `quota` is NULL");
   CHECK_RC(sg_quota_set_initial(NULL, 1), SG_ERR_NULL_ARGUMENT);
   CHECK_RC(sg_quota_set_refill(NULL, SG_REFILL_INTERVAL), SG_ERR_NULL_ARGUMENT);
   sg_limiter *l = (sg_limiter *)&now; /* must stay as it is */

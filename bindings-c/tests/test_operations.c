@@ -210,6 +210,11 @@ static void test_render_prometheus(void) {
   CHECK_RC(sg_render_prometheus(nulls, 1, buf, sizeof buf, &n), SG_ERR_NULL_ARGUMENT);
   CHECK_RC(sg_render_prometheus(NULL, 1, buf, sizeof buf, &n), SG_ERR_NULL_ARGUMENT);
   CHECK_OK(sg_render_prometheus(NULL, 0, buf, sizeof buf, &n));
+  /* Counts no array can have: an error, never an allocation that aborts (nothing past the
+     first element is read before the count is checked). */
+  CHECK_RC(sg_render_prometheus(series, SIZE_MAX, buf, sizeof buf, &n), SG_ERR_INVALID_ARGUMENT);
+  sg_series huge_labels[] = {{a, SIZE_MAX / 2, api}};
+  CHECK_RC(sg_render_prometheus(huge_labels, 1, buf, sizeof buf, &n), SG_ERR_INVALID_ARGUMENT);
 }
 
 static void test_regions_refuse_set_quota(void) {
