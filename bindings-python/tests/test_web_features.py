@@ -67,6 +67,66 @@ def test_flask_deduct_when() -> None:
     ]
 
 
+def test_flask_a_view_raising_rate_limited_is_settled_by_its_429() -> None:
+    """A view that raises RateLimited itself (an inner limit of its own): its 429 is a
+    response deduct_when refuses, so the view's limit gets its token back."""
+    import sluicegate
+
+    app = flask.Flask(__name__)
+    limiter = FlaskSluicegate(app)
+    spent = sluicegate.Limiter("1/h; burst=1")
+    spent.try_acquire()
+    raising = [True]
+
+    @app.get("/inner")
+    @limiter.limit("1/minute; burst=2", deduct_when=succeeded)
+    def inner() -> str:
+        if raising[0]:
+            raise sluicegate.RateLimited(spent.try_acquire())
+        return "ok"
+
+    client = app.test_client()
+    assert [client.get("/inner").status_code for _ in range(4)] == [429] * 4
+    raising[0] = False
+    assert [client.get("/inner").status_code for _ in range(3)] == [200, 200, 429]
+
+
+def test_a_full_key_store_is_a_429_in_every_adapter() -> None:
+    """A new client at a limit's key bound, every bucket in use (none full to evict): a 429
+    with Retry-After 1, as sluicegate-tower answers, not a 500."""
+    app = flask.Flask(__name__)
+    app.config.update(SLUICEGATE_DEFAULT_LIMITS=["1/minute; burst=5"], SLUICEGATE_MAX_KEYS=1)
+    app.get("/plain")(lambda: "plain")
+    FlaskSluicegate(app)
+    client = app.test_client()
+    assert client.get("/plain", environ_base={"REMOTE_ADDR": "10.0.0.1"}).status_code == 200
+    full = client.get("/plain", environ_base={"REMOTE_ADDR": "10.0.0.2"})
+    assert (full.status_code, full.headers["Retry-After"]) == (429, "1")
+
+    with django_settings(MAX_KEYS=1):
+        assert Client(REMOTE_ADDR="10.0.0.1").get("/plain").status_code == 200
+        full = Client(REMOTE_ADDR="10.0.0.2").get("/plain")
+        assert (full.status_code, full["Retry-After"]) == (429, "1")
+
+    limiter = StarletteSluicegate(default_limits=["1/minute; burst=5"], max_keys=1)
+    sapp = FastAPI()
+    sapp.add_middleware(RateLimitMiddleware, limiter=limiter)
+    per_route = limiter.dependency("1/minute; burst=5", max_keys=1)
+
+    @sapp.get("/plain")
+    async def splain() -> str:
+        return "plain"
+
+    @sapp.get("/dep", dependencies=[Depends(per_route)])
+    async def dep() -> str:
+        return "dep"
+
+    for path in ("/plain", "/dep"):
+        assert TestClient(sapp, client=("10.0.0.1", 1)).get(path).status_code == 200
+        full = TestClient(sapp, client=("10.0.0.2", 1)).get(path)
+        assert (full.status_code, full.headers["Retry-After"]) == (429, "1"), path
+
+
 def test_flask_skip_and_off_switch() -> None:
     client = flask_app(skip=internal).test_client()
     assert [client.get("/plain").status_code for _ in range(2)] == [200, 429]

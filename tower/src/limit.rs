@@ -119,13 +119,15 @@ impl Limit {
         Self::keyed(name, quota, KeyBy::Client)
     }
 
-    /// [`keyed`](Self::keyed) by a header's value ([`KeyBy::Header`]).
-    pub fn by_header(
-        name: impl Into<Arc<str>>,
-        header: &'static str,
-        quota: &str,
-    ) -> Result<Self, Error> {
-        let h = HeaderName::from_static(header);
+    /// [`keyed`](Self::keyed) by a header's value ([`KeyBy::Header`]), the header named in
+    /// any case (`"X-Api-Key"`); a name that is not a valid header name is
+    /// [`Error::InvalidOption`].
+    pub fn by_header(name: impl Into<Arc<str>>, header: &str, quota: &str) -> Result<Self, Error> {
+        let h = HeaderName::from_bytes(header.as_bytes()).map_err(|_| Error::InvalidOption {
+            option: "header",
+            value: header.to_string(),
+            expected: "an HTTP header name (letters, digits and !#$%&'*+-.^_`|~)".to_string(),
+        })?;
         Self::keyed(name, quota, KeyBy::Header(h))
     }
 

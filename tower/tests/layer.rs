@@ -458,3 +458,22 @@ fn app_costly(clock: &ManualClock) -> Router {
         limit("api", "1/s; burst=1", KeyBy::Client, clock).cost(2),
     ))
 }
+
+#[tokio::test]
+async fn a_header_key_is_named_in_any_case_and_a_bad_name_is_an_error() {
+    let per_key = Limit::by_header("key", "X-Api-Key", "1/minute").unwrap();
+    let app = app(RateLimitLayer::new(per_key));
+    let with_key = |k: &str| {
+        let mut r = req(PEER, "/");
+        r.headers_mut().insert("x-api-key", k.parse().unwrap());
+        r
+    };
+    assert_eq!(status(&app, with_key("a")).await, StatusCode::OK);
+    assert_eq!(
+        status(&app, with_key("a")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(status(&app, with_key("b")).await, StatusCode::OK);
+    let err = Limit::by_header("key", "x api key", "1/minute").unwrap_err();
+    assert_eq!(err.code(), "invalid_option", "{err}");
+}

@@ -14,7 +14,15 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Union
 
-from sluicegate._native import ClientResolver, Decision, KeyedLimiter, Quota, _store_kind, _store_with_suffix
+from sluicegate._native import (
+    ClientResolver,
+    Decision,
+    KeyedLimiter,
+    KeyStoreFull,
+    Quota,
+    _store_kind,
+    _store_with_suffix,
+)
 
 #: A key function takes the framework's request (Flask: no argument needed, but the request
 #: is passed anyway) and returns a str, bytes or int key.
@@ -213,6 +221,19 @@ def rate_list(rates: Rates | None) -> list[str | Quota]:
 
 
 Outcome = tuple[Union[Decision, None], Union[Rule, None], bool]
+
+#: How long a client refused for a full key store is told to wait.
+FULL_RETRY_NS = 1_000_000_000
+
+
+def store_full(quota: Quota) -> Decision:
+    """The answer to a new key that a limit's store has no room for (``KeyStoreFull``: every
+    bucket in use at the key bound, none full to evict): a rejection, retry in a second (as
+    sluicegate-tower answers), not an error page. The limiter's metrics count it
+    (``key_store_full``)."""
+    return Decision.from_figures(
+        allowed=False, limit=quota.burst, remaining=0, retry_after_ns=FULL_RETRY_NS, window_secs=quota.window_secs
+    )
 #: What an admitted request took from the limits that count it only by its response:
 #: (limiter, key, cost, the limit's `deduct_when`). A rule's, or a DRF throttle's, whose
 #: limiter is shared by throttles that may count by other functions.
@@ -240,13 +261,19 @@ def check(
         # settle, and its decision is the one to report.
         rule = rules[0]
         limiter, key, cost = _call(rule, request, default_key, scope, store)
-        decision = limiter.try_acquire(key, cost)
+        try:
+            decision = limiter.try_acquire(key, cost)
+        except KeyStoreFull:
+            decision = store_full(rule.quota)
         return decision, rule, bool(decision)
     tally = _Tally()
     try:
         for rule in rules:
             limiter, key, cost = _call(rule, request, default_key, scope, store)
-            decision = limiter.try_acquire(key, cost)
+            try:
+                decision = limiter.try_acquire(key, cost)
+            except KeyStoreFull:
+                decision = store_full(rule.quota)
             if not tally.admits(rule, limiter, key, cost, decision):
                 tally.give_back()
                 return decision, rule, False
@@ -276,7 +303,10 @@ async def check_async(
                 # off the event loop.
                 await asyncio.to_thread(rule.limiter, store)
             limiter, key, cost = _call(rule, request, default_key, scope, store)
-            decision = await limiter.try_acquire_async(key, cost)
+            try:
+                decision = await limiter.try_acquire_async(key, cost)
+            except KeyStoreFull:
+                decision = store_full(rule.quota)
             if not tally.admits(rule, limiter, key, cost, decision):
                 await tally.give_back_async()
                 return decision, rule, False
@@ -328,29 +358,15 @@ class _Tally:
         return True
 
     def give_back(self) -> None:
-        """The request goes no further: what the rules took so far goes back. Every refund is
-        tried; the first that failed (a store under ``on_error="error"``) is raised after."""
+        """The request goes no further: what the rules took so far goes back (every refund
+        tried, the first failure raised after)."""
         took, self.took = self.took, []
-        failed: BaseException | None = None
-        for lim, k, c, _ in took:
-            try:
-                lim.refund(k, c)
-            except Exception as err:  # the others still go back
-                failed = failed or err
-        if failed is not None:
-            raise failed
+        _refund_all((lim, k, c) for lim, k, c, _ in took)
 
     async def give_back_async(self) -> None:
         """``give_back``, every refund awaited."""
         took, self.took = self.took, []
-        failed: BaseException | None = None
-        for lim, k, c, _ in took:
-            try:
-                await lim.refund_async(k, c)
-            except Exception as err:
-                failed = failed or err
-        if failed is not None:
-            raise failed
+        await _refund_all_async((lim, k, c) for lim, k, c, _ in took)
 
     def outcome(self, taken: Taken | None) -> Outcome:
         """Every rule admitted: the outcome; what the rules with a `deduct_when` took is added
@@ -394,14 +410,37 @@ def _unearned(taken: Taken | None, response: Any) -> list[tuple[KeyedLimiter, An
 def settle(taken: Taken | None, response: Any) -> None:
     """Refunds what the limits with a `deduct_when` took, where it returns False for
     `response` (on Redis, a round trip with the GIL released)."""
-    for lim, k, c in _unearned(taken, response):
-        lim.refund(k, c)
+    _refund_all(_unearned(taken, response))
 
 
 async def settle_async(taken: Taken | None, response: Any) -> None:
     """``settle`` for async code: every refund awaited."""
-    for lim, k, c in _unearned(taken, response):
-        await lim.refund_async(k, c)
+    await _refund_all_async(_unearned(taken, response))
+
+
+def _refund_all(refunds: Iterable[tuple[KeyedLimiter, Any, int]]) -> None:
+    """Gives back each (limiter, key, cost). Every refund is tried; the first that failed (a
+    store under ``on_error="error"``) is raised after the others."""
+    failed: BaseException | None = None
+    for lim, k, c in refunds:
+        try:
+            lim.refund(k, c)
+        except Exception as err:
+            failed = failed or err
+    if failed is not None:
+        raise failed
+
+
+async def _refund_all_async(refunds: Iterable[tuple[KeyedLimiter, Any, int]]) -> None:
+    """``_refund_all``, every refund awaited."""
+    failed: BaseException | None = None
+    for lim, k, c in refunds:
+        try:
+            await lim.refund_async(k, c)
+        except Exception as err:
+            failed = failed or err
+    if failed is not None:
+        raise failed
 
 
 def header_style(style: str) -> str:

@@ -343,7 +343,14 @@ class Sluicegate:
                 message(error.decision), status=429, mimetype="text/plain"
             )
         found = g.pop("_sluicegate", None)
-        policy = (found and found[1] and found[1].policy) or state.policy
+        policy = state.policy
+        if found is not None:
+            decision, rule, taken = found
+            # A view that raised RateLimited itself: what its limits with a deduct_when took is
+            # settled by this 429 (a rejection by the limits took nothing).
+            settle(taken, response)
+            if decision is error.decision and rule is not None and rule.policy:
+                policy = rule.policy
         self._add_headers(response, error.decision, policy, state, force=True)
         return response
 

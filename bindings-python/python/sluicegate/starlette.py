@@ -71,7 +71,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Match, Mount, Route, WebSocketRoute
 
-from sluicegate._native import ClientResolver, Decision, RateLimited
+from sluicegate._native import ClientResolver, Decision, KeyStoreFull, RateLimited
 from sluicegate._web import (
     MEMORY,
     PEER_ONLY,
@@ -98,6 +98,7 @@ from sluicegate._web import (
     shared_rules,
     settle_async,
     view_rules,
+    store_full,
 )
 
 __all__ = ["RateLimit", "RateLimitMiddleware", "Sluicegate", "header", "key_func", "remote_address"]
@@ -428,7 +429,10 @@ class RateLimit:
             if keyed is None:
                 keyed = rule.limiter(store)
             # `plain` above: a fixed cost, never a function of the request.
-            decision = keyed.try_acquire(key, rule.cost)  # type: ignore[arg-type]
+            try:
+                decision = keyed.try_acquire(key, rule.cost)  # type: ignore[arg-type]
+            except KeyStoreFull:
+                decision = store_full(rule.quota)
             allowed = decision.allowed
         else:
             decision, rule, allowed = limiter._check(self.rules, request, _route_name(scope))
