@@ -232,12 +232,21 @@ impl Extractor {
                 ex.skip_first = true;
                 let col = |p: &str| header.iter().position(|h| *h == lower(p));
                 ex.resolve(needs, names, |p| col(p).is_some(), &fail)?;
-                // The scanner fills columns; a role's slot is its column.
+                // The scanner fills columns; a role's slot is its column. A named column the
+                // header lacks is an error: reading some other column instead would be silent.
                 let cols: Vec<usize> = ex
                     .json_paths
                     .iter()
-                    .map(|p| col(&String::from_utf8_lossy(&p.join(&b'.'))).unwrap_or(0))
-                    .collect();
+                    .zip(&ex.chosen)
+                    .map(|(p, (role, name))| {
+                        col(&String::from_utf8_lossy(&p.join(&b'.'))).ok_or_else(|| {
+                            fail(format!(
+                                "the CSV header has no column {name:?} for the {role} (columns: {})",
+                                header.join(", ")
+                            ))
+                        })
+                    })
+                    .collect::<Result<_, _>>()?;
                 let remap = |s: &mut usize| *s = cols[*s];
                 remap(&mut ex.time);
                 for s in [&mut ex.ip, &mut ex.path, &mut ex.method, &mut ex.cost]

@@ -348,6 +348,7 @@ fn render(
 fn dispatch(cmd: Cmd) -> Result<(), CliError> {
     match cmd {
         Cmd::Replay(a) => {
+            policy::check_policies(&a.policy)?;
             let mut files = a.files.clone();
             let inputs = if a.sample {
                 run::Inputs::Sample(LogFormat::Jsonl)
@@ -421,6 +422,7 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
             render(&summary, &a.out, || summary.to_table())
         }
         Cmd::Simulate(a) => {
+            policy::check_policies(&a.policy)?;
             let (times, end) = run::traffic(&a.traffic)?;
             let n = times.len();
             let (summary, first_rejects) =

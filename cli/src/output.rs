@@ -121,14 +121,15 @@ impl Summary {
         let n = r.specs.len();
         let span_ns = r.max_t.saturating_sub(r.first_t.unwrap_or(0));
         let window = r.sustain();
-        let per_s = |count: u64, full: bool| {
-            let w = if full || span_ns >= window {
-                window
-            } else {
-                span_ns.max(1)
-            };
-            count as f64 * S / w as f64
+        // One rule for the offered and the admitted peak: over the sustain window, or over
+        // the log's span when it is shorter. A log whose timestamps are all equal has no span
+        // to divide by: its count is taken over the sustain window.
+        let rate_window = if span_ns == 0 || span_ns >= window {
+            window
+        } else {
+            span_ns
         };
+        let per_s = |count: u64| count as f64 * S / rate_window as f64;
         let policies = (0..n)
             .map(|p| {
                 let st = &r.stats[p];
@@ -169,7 +170,7 @@ impl Summary {
                     retry: five(&st.retry),
                     delay: five(&st.delay),
                     retry_ranges: st.retry.ranges(40),
-                    peak_admitted_per_s: pk.map_or(0.0, |pk| per_s(pk.finish(), pk.full_windows)),
+                    peak_admitted_per_s: pk.map_or(0.0, |pk| per_s(pk.finish())),
                     keys_held: st.keys_held,
                 }
             })
@@ -180,8 +181,8 @@ impl Summary {
             first_t: r.first_t.unwrap_or(0),
             last_t: r.max_t,
             backwards: r.backwards,
-            peak_offered_per_s: per_s(r.peak_offered(), span_ns >= window),
-            sustain_ns: window.min(span_ns.max(1)),
+            peak_offered_per_s: per_s(r.peak_offered()),
+            sustain_ns: rate_window,
             policies,
             cross: r.cross.clone(),
             timeline_origin: r.timeline.origin,

@@ -39,6 +39,38 @@ pub struct PolicySpec {
     pub rules: Vec<Rule>,
 }
 
+/// The most `--policy` values one run takes: a request's rejections are a bit per policy
+/// in a `u64` (the disagreement matrix).
+pub const MAX_POLICIES: usize = 64;
+
+/// Checks the `--policy` values as a set: at most [`MAX_POLICIES`], and distinct names
+/// (outputs and the HTML report find a policy by its name).
+pub fn check_policies(specs: &[PolicySpec]) -> Result<(), CliError> {
+    if specs.len() > MAX_POLICIES {
+        return Err(CliError::usage(
+            "--policy",
+            &specs[MAX_POLICIES].name,
+            format!(
+                "at most {MAX_POLICIES} policies can be compared in one run, not {}",
+                specs.len()
+            ),
+        ));
+    }
+    for (i, s) in specs.iter().enumerate() {
+        if specs[..i].iter().any(|o| o.name == s.name) {
+            return Err(CliError::usage(
+                "--policy",
+                &s.name,
+                format!(
+                    "two policies are named {:?}: name each one (NAME=...)",
+                    s.name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl PolicySpec {
     /// Parses one `--policy` value.
     pub fn parse(text: &str) -> Result<PolicySpec, CliError> {
@@ -256,13 +288,20 @@ impl Route {
                 return false;
             }
         }
-        let path = if self.with_query {
+        let path = self.subject(path);
+        caps.clear();
+        match_toks(&self.toks, path, 0, caps)
+    }
+
+    /// The text `matches` matches against, and its captures index: the path with its query
+    /// string when the pattern has a `?`, else the path cut at `?`.
+    #[inline]
+    pub fn subject<'a>(&self, path: &'a [u8]) -> &'a [u8] {
+        if self.with_query {
             path
         } else {
             memchr::memchr(b'?', path).map_or(path, |q| &path[..q])
-        };
-        caps.clear();
-        match_toks(&self.toks, path, 0, caps)
+        }
     }
 }
 

@@ -159,6 +159,9 @@ pub struct PolicyStats {
     pub delayed: u64,
     pub delay: Hist,
     pub retry: Hist,
+    /// Rejections per key id. Per-key counts are `u32` and saturate at `u32::MAX`: four bytes
+    /// per key and policy keep millions of keys cheap, and a count past 4e9 for one key only
+    /// ranks the top keys (the totals above are `u64`).
     pub rejected_by_key: Vec<u32>,
     pub peak_admitted: Option<Peak>,
     /// Keys held by the policy's stores at the end.
@@ -176,6 +179,7 @@ pub struct Trace {
     pub level_end: Vec<Option<u64>>,
     /// Lowest level after a decision in the bin.
     pub level_min: Vec<Option<u64>>,
+    /// Rejections per bin (saturating, as the per-key counts).
     pub rejected: Vec<u32>,
     pub limit: u64,
     rule: Option<usize>,
@@ -191,6 +195,7 @@ pub struct Replay {
     max_keys: usize,
     pub stats: Vec<PolicyStats>,
     pub interner: Interner,
+    /// Requests per key id: `u32`, saturating (see `PolicyStats::rejected_by_key`).
     pub offered_by_key: Vec<u32>,
     pub timeline: Timeline,
     peak_offered: Peak,
@@ -373,7 +378,8 @@ impl Replay {
             self.trace_bins(bin);
         }
         self.peak_offered.add(t);
-        self.offered_by_key[id as usize] += 1;
+        let c = &mut self.offered_by_key[id as usize];
+        *c = c.saturating_add(1);
         let clock = self.clock.as_ref().expect("started");
         let n = self.specs.len();
         let mut rejected_mask = 0u64;
@@ -435,7 +441,8 @@ impl Replay {
                 if by_key.len() <= id as usize {
                     by_key.resize(self.offered_by_key.len().max(id as usize + 1), 0);
                 }
-                by_key[id as usize] += 1;
+                let c = &mut by_key[id as usize];
+                *c = c.saturating_add(1);
             }
             if !self.traces.is_empty() {
                 for tr in self
@@ -452,7 +459,7 @@ impl Replay {
                         *m = Some(m.map_or(lvl, |x| x.min(lvl)));
                     }
                     if rejected {
-                        tr.rejected[bin] += 1;
+                        tr.rejected[bin] = tr.rejected[bin].saturating_add(1);
                     }
                 }
             }
@@ -578,4 +585,33 @@ pub fn push_text(key: &mut Vec<u8>, text: &[u8]) {
     key.push(b's');
     key.extend_from_slice(&(text.len() as u32).to_le_bytes());
     key.extend_from_slice(text);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_key_counts_saturate_instead_of_wrapping() {
+        let spec = PolicySpec::parse("1/h; burst=1").unwrap();
+        let mut r = Replay::new(
+            vec![spec],
+            16,
+            10_000_000_000,
+            Timeline::fixed(1, 0, 1_000_000_000, 4),
+        );
+        let id = r.key_id(b"k");
+        r.offer(0, id, b"GET", Some(b"/"), 1).unwrap();
+        r.offer(1, id, b"GET", Some(b"/"), 1).unwrap();
+        assert_eq!(r.offered_by_key[id as usize], 2);
+        assert_eq!(r.stats[0].rejected_by_key[id as usize], 1);
+        // As after 2^32 - 1 requests (and rejections) for the key.
+        r.offered_by_key[id as usize] = u32::MAX;
+        r.stats[0].rejected_by_key[id as usize] = u32::MAX;
+        r.offer(2, id, b"GET", Some(b"/"), 1).unwrap();
+        assert_eq!(r.offered_by_key[id as usize], u32::MAX);
+        assert_eq!(r.stats[0].rejected_by_key[id as usize], u32::MAX);
+        assert_eq!(r.requests, 3);
+        assert_eq!(r.stats[0].rejected, 2);
+    }
 }

@@ -374,7 +374,8 @@ fn parse_line(
                     if caps.is_empty() {
                         push_text(key, route.text.as_bytes());
                     } else {
-                        let p = memchr::memchr(b'?', p).map_or(p, |q| &p[..q]);
+                        // The captures index the text that was matched.
+                        let p = route.subject(p);
                         let joined: Vec<&[u8]> = caps.iter().map(|&(a, b)| &p[a..b]).collect();
                         push_text(key, &joined.join(&b'/'));
                     }

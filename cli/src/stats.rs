@@ -281,7 +281,6 @@ pub struct Peak {
     /// earlier instant counts in the current step with no division.
     cur_end: u64,
     pub best: u64,
-    pub full_windows: bool,
 }
 
 impl Peak {
@@ -292,7 +291,6 @@ impl Peak {
             cur: None,
             cur_end: 0,
             best: 0,
-            full_windows: false,
         }
     }
 
@@ -333,7 +331,6 @@ impl Peak {
     fn close(&mut self) {
         let sum: u64 = self.ring.iter().sum();
         self.best = self.best.max(sum);
-        self.full_windows = true;
     }
 
     /// The best window so far, counting the one in progress.

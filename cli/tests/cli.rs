@@ -1130,3 +1130,140 @@ fn max_keys_start_over_reads_stdin_from_its_start() {
         "{p}"
     );
 }
+
+#[test]
+fn path_key_captures_after_the_query_mark() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = String::new();
+    for (i, q) in ["abc", "abc", "de"].iter().enumerate() {
+        log += &format!(
+            "192.0.2.1 - - [01/May/2024:00:00:0{i} +0000] \"GET /search?q={q} HTTP/1.1\" 200 5 \"-\" \"t\"\n"
+        );
+    }
+    let f = write(&dir, "q.log", &log);
+    let v = json(
+        &bin()
+            .args([
+                "replay",
+                &f,
+                "--key",
+                "path:/search?q={q}",
+                "--policy",
+                "1/h; burst=1",
+                "--format",
+                "json",
+            ])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
+    assert_eq!(v["keys"], 2);
+    assert_eq!(v["unkeyed"], 0);
+    let p = &v["policies"][0];
+    assert_eq!(p["top_throttled"][0]["key"], "abc");
+    assert_eq!(p["top_throttled"][0]["rejected"], 1);
+}
+
+#[test]
+fn csv_columns_named_but_missing_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(
+        &dir,
+        "a.csv",
+        "time,ip,path\n2024-05-01T00:00:00Z,192.0.2.1,/a\n2024-05-01T00:00:01Z,192.0.2.2,/b\n",
+    );
+    let cases: [(&[&str], &str); 6] = [
+        (&["--time-field", "ts"], "\"ts\""),
+        (&["--ip-field", "client"], "\"client\""),
+        (&["--path-field", "uri", "--key", "path"], "\"uri\""),
+        (&["--cost-field", "weight"], "\"weight\""),
+        (&["--key", "field:tenant"], "\"tenant\""),
+        (&["--key", "header:X-Api-Key"], "x_api_key"),
+    ];
+    for (extra, missing) in cases {
+        let mut a = vec!["replay", f.as_str(), "--policy", "1/s"];
+        a.extend_from_slice(extra);
+        bin().args(&a).assert().code(4).stderr(
+            predicate::str::contains(missing)
+                .and(predicate::str::contains("columns: time, ip, path")),
+        );
+    }
+    // A named column that is there still works.
+    bin()
+        .args(["replay", &f, "--policy", "1/s", "--key", "field:path"])
+        .assert()
+        .success();
+}
+
+#[test]
+fn policies_at_most_64_with_distinct_names() {
+    let names: Vec<String> = (0..65).map(|i| format!("p{i}=1/s")).collect();
+    let mut a = vec!["simulate", "--traffic", "1/s for 1s"];
+    for n in &names[..64] {
+        a.extend(["--policy", n.as_str()]);
+    }
+    bin().args(&a).assert().success();
+    a.extend(["--policy", names[64].as_str()]);
+    bin()
+        .args(&a)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("at most 64 policies"));
+    let mut a = vec!["replay", "--sample"];
+    for n in &names {
+        a.extend(["--policy", n.as_str()]);
+    }
+    bin()
+        .args(&a)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("at most 64 policies"));
+    for args in [
+        ["--policy", "10/s", "--policy", "10/s"],
+        ["--policy", "a=10/s", "--policy", "a=5/s"],
+    ] {
+        let mut a = vec!["replay", "--sample"];
+        a.extend(args);
+        bin()
+            .args(&a)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("two policies are named"));
+    }
+}
+
+#[test]
+fn peaks_of_a_log_shorter_than_the_sustain_window_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let peaks = |name: &str, step_ns: u64| -> (f64, f64, u64) {
+        let mut log = String::new();
+        for j in 0..500u64 {
+            log += &format!("{{\"time\":{},\"ip\":\"192.0.2.1\"}}\n", T0 + j * step_ns);
+        }
+        let f = write(&dir, name, &log);
+        let v = json(
+            &bin()
+                .args(["replay", &f, "--policy", "1000/s", "--format", "json"])
+                .assert()
+                .success()
+                .get_output()
+                .stdout,
+        );
+        let p = policy(&v, "1000/s");
+        assert_eq!(p["admitted"], 500);
+        (
+            v["peak_sustained_offered_per_s"].as_f64().unwrap(),
+            p["peak_sustained_admitted_per_s"].as_f64().unwrap(),
+            v["sustain_window_ns"].as_u64().unwrap(),
+        )
+    };
+    // 5 s at 100/s, all admitted: one peak.
+    let (offered, admitted, w) = peaks("short.jsonl", 10_000_000);
+    assert_eq!(offered, admitted);
+    assert!((offered - 100.0).abs() < 1.0, "{offered}");
+    assert_eq!(w, 4_990_000_000);
+    // Every timestamp equal: the count over the sustain window, not over 1 ns.
+    let (offered, admitted, w) = peaks("same.jsonl", 0);
+    assert_eq!((offered, admitted, w), (50.0, 50.0, 10_000_000_000));
+}
