@@ -10,3 +10,6 @@ export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-2}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom"
 cargo test -p sluicegate --release --test loom
 cargo test -p sluicegate --release --lib loom_models
+# The code that exists only under the loom cfg (its stand-ins, the models) is linted as the
+# rest is.
+cargo clippy -p sluicegate --release --lib --test loom --locked -- -D warnings
