@@ -68,6 +68,16 @@ def test_anon_throttle_with_retry_after() -> None:
         assert client.get("/anon", REMOTE_ADDR="10.0.0.2").status_code == 200
 
 
+def test_a_full_key_store_throttles_with_a_wait_of_a_second() -> None:
+    """A new client at the key bound, every bucket in use: throttled (429, Retry-After 1), not
+    a server error."""
+    with settings(sluicegate={"MAX_KEYS": 1}):
+        client = APIClient()
+        assert client.get("/anon").status_code == 200
+        full = client.get("/anon", REMOTE_ADDR="10.0.0.2")
+        assert (full.status_code, full["Retry-After"]) == (429, "1")
+
+
 def test_a_forged_forwarded_for_does_not_change_the_key() -> None:
     """DRF's own get_ident keys by the whole X-Forwarded-For header when NUM_PROXIES is unset:
     a client picks a fresh key per request. Ours keys by the peer."""
