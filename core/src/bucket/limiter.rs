@@ -288,7 +288,7 @@ impl<C: Clock> Limiter<C> {
     fn on_current<R>(&self, f: impl Fn(&Stage) -> Result<Option<R>, Error>) -> Result<R, Error> {
         match f(&self.inner)? {
             Some(r) => Ok(r),
-            None => self.live.decide(&f),
+            None => self.live.decide(&self.inner, &f),
         }
     }
 

@@ -115,13 +115,16 @@ impl Live {
         f(unsafe { self.current.load(Ordering::Acquire).as_ref() }.map_or(first, |g| g))
     }
 
-    /// `f` on the published generation, inside a read section; again (after a yield) while
-    /// `f` meets a sealed slot or none is published yet: a reconfiguration is handing over.
-    /// For callers whose first generation's slot is sealed.
+    /// `f` on the current generation, inside a read section: the published one, or `first`
+    /// (the inline one) while none is published; again (after a yield) while `f` meets a
+    /// sealed slot: a reconfiguration is handing over. For callers whose first generation's
+    /// slot was sealed. While none is published, `first` is tried again: a first hand-over
+    /// whose carry failed unseals it, and nothing else would ever end the wait.
     #[cold]
     #[inline(never)]
     pub(crate) fn decide<R>(
         &self,
+        first: &Stage,
         f: &impl Fn(&Stage) -> Result<Option<R>, Error>,
     ) -> Result<R, Error> {
         loop {
@@ -132,7 +135,8 @@ impl Live {
                 // read section open then has ended (`retire`); ours is open.
                 match unsafe { p.as_ref() } {
                     Some(g) => f(g)?,
-                    None => None,
+                    // Sealed (a hand-over under way: None) or unsealed again (it failed).
+                    None => f(first)?,
                 }
             };
             if let Some(r) = r {

@@ -294,3 +294,28 @@ fn keyed_insert_races_a_reconfiguration_to_wide_words() {
         &[1, 2],
     );
 }
+
+/// A limiter's first reconfiguration whose carry fails (an instant past the new quota's
+/// horizon) races an acquire: the seal is undone, and the acquire, which may have met it,
+/// decides on the first generation as if nothing had happened. It spun for ever before, on a
+/// generation nobody would publish.
+#[test]
+fn a_failed_first_reconfiguration_lets_a_racing_decision_go_on() {
+    loom::model(|| {
+        let q1: Quota = "1/s; burst=3".parse().unwrap();
+        let l = Arc::new(Limiter::with_clock(q1, ManualClock::new(S)).unwrap());
+        let other = {
+            let l = l.clone();
+            thread::spawn(move || l.try_acquire_at(S, 1).unwrap())
+        };
+        let past_the_horizon = u64::MAX - 1;
+        assert!(l
+            .set_quota_at("2/s; burst=2".parse().unwrap(), past_the_horizon)
+            .is_err());
+        let d = other.join().unwrap();
+        assert!(d.allowed());
+        assert_eq!(d.remaining(), 2);
+        assert_eq!(l.peek().unwrap().remaining(), 2);
+        assert_eq!(l.quota(), q1);
+    });
+}
