@@ -544,9 +544,15 @@ impl ClientResolver {
         warn: &mut WarningSlot<'_>,
     ) -> (ClientKey, Source, Option<Issue>) {
         let at_peer = |issue| (self.peer_key(peer), Source::Peer, issue);
-        if peer == Peer::Missing {
+        let no_peer = |warn: &mut WarningSlot<'_>| {
             warn.offer(Kind::MissingPeer, || Warning::MissingPeer);
-            return at_peer(Some(Issue::NoPeer));
+            (self.peer_key(peer), Source::Peer, Some(Issue::NoPeer))
+        };
+        // A peer the server gives no address for (a proxy on a Unix socket): under a hop
+        // count of trusted proxies it is the nearest of them, and its header is read, as a
+        // proxy's at an address would be; under ranges it is no address they cover.
+        if peer == Peer::Missing && !matches!(self.trust, TrustedProxies::Hops(_)) {
+            return no_peer(warn);
         }
         let peer_ip = peer.ip();
         if !self.trust.trusts(peer_ip) {
@@ -567,14 +573,24 @@ impl ClientResolver {
             ProxyHeader::Forwarded => (&h.forwarded, &h.xff),
         };
         if lines.is_empty() {
-            if !other.is_empty() {
+            let present = if !other.is_empty() {
+                Some(match self.header {
+                    ProxyHeader::XForwardedFor => "Forwarded",
+                    ProxyHeader::Forwarded => "X-Forwarded-For",
+                })
+            } else {
+                // A proxy that writes only X-Real-IP: never read (it holds one address,
+                // which a client in front of another proxy could have written).
+                h.x_real_ip.then_some("X-Real-IP")
+            };
+            if let Some(present) = present {
                 warn.offer(Kind::UnreadHeader, || Warning::UnreadHeader {
                     configured: self.header.header_name(),
-                    present: match self.header {
-                        ProxyHeader::XForwardedFor => "Forwarded",
-                        ProxyHeader::Forwarded => "X-Forwarded-For",
-                    },
+                    present,
                 });
+            }
+            if peer == Peer::Missing {
+                return no_peer(warn);
             }
             return at_peer(Some(Issue::NoHeader));
         }
@@ -593,7 +609,12 @@ impl ClientResolver {
                 (self.key_of(ip), source, issue)
             }
             Walk::Client(Node::Obfuscated(id), issue) => (ClientKey::text(id), source, issue),
-            Walk::Client(Node::Unknown, issue) => at_peer(issue.or(Some(Issue::UnknownHop))),
+            Walk::Client(Node::Unknown, issue) => {
+                warn.offer(Kind::UnknownClient, || Warning::UnknownClient {
+                    header: self.header.header_name(),
+                });
+                at_peer(issue.or(Some(Issue::UnknownHop)))
+            }
             Walk::Client(Node::Invalid, _) | Walk::Malformed => {
                 warn.offer(Kind::MalformedHeader, || Warning::MalformedHeader {
                     header: self.header.header_name(),

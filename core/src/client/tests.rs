@@ -354,3 +354,71 @@ fn headers_are_wanted_only_where_they_count() {
     assert!(!t.wants_headers("203.0.113.7"));
     assert!(resolver("1").wants_headers("203.0.113.7"));
 }
+
+#[test]
+fn a_proxy_on_a_unix_socket_under_a_hop_count_is_read() {
+    // nginx in front over a Unix socket: the server gives no peer address.
+    let r = resolver("1");
+    let res = r.resolve(None::<&str>, &xff("6.6.6.6, 198.51.100.9"));
+    assert_eq!(res.key().as_str(), "198.51.100.9");
+    assert_eq!(res.source(), Source::Header(ProxyHeader::XForwardedFor));
+    assert_eq!(res.warning(), None);
+    // Without its header: keyed `unknown`, as any request without a peer, and warned of.
+    let res = r.resolve(None::<&str>, &ForwardingHeaders::new());
+    assert_eq!(res.key().as_str(), "unknown");
+    assert_eq!(res.issue(), Some(Issue::NoPeer));
+    assert_eq!(res.warning(), Some(&Warning::MissingPeer));
+    // Ranges cover addresses only: no address, no trust.
+    let ranges = resolver("loopback");
+    let res = ranges.resolve(None::<&str>, &xff("198.51.100.9"));
+    assert_eq!(res.key().as_str(), "unknown");
+    assert_eq!(res.issue(), Some(Issue::NoPeer));
+}
+
+#[test]
+fn a_trusted_proxy_that_names_no_client_is_warned_of() {
+    for (h, header) in [
+        (xff("unknown"), "X-Forwarded-For"),
+        (fwd("proto=https;host=example.com"), "Forwarded"),
+    ] {
+        let r = if header == "Forwarded" {
+            ClientResolver::builder()
+                .trusted_proxies("private".parse().unwrap())
+                .header(ProxyHeader::Forwarded)
+                .build()
+                .unwrap()
+        } else {
+            resolver("private")
+        };
+        let res = r.resolve("10.0.0.2", &h);
+        assert_eq!(res.key().as_str(), "10.0.0.2", "{header}");
+        assert_eq!(res.issue(), Some(Issue::UnknownHop), "{header}");
+        assert_eq!(
+            res.warning(),
+            Some(&Warning::UnknownClient { header }),
+            "{header}"
+        );
+        assert_eq!(res.warning().unwrap().code(), "unknown_client");
+        // Once per resolver.
+        assert_eq!(r.resolve("10.0.0.2", &h).warning(), None);
+    }
+}
+
+#[test]
+fn a_trusted_proxy_that_writes_only_x_real_ip_is_warned_of() {
+    let r = resolver("private");
+    let mut h = ForwardingHeaders::new();
+    h.push(b"X-Real-IP", b"198.51.100.9");
+    let res = r.resolve("10.0.0.2", &h);
+    assert_eq!(res.key().as_str(), "10.0.0.2");
+    assert_eq!(res.issue(), Some(Issue::NoHeader));
+    let w = res.warning().unwrap();
+    assert_eq!(
+        w,
+        &Warning::UnreadHeader {
+            configured: "X-Forwarded-For",
+            present: "X-Real-IP"
+        }
+    );
+    assert!(w.to_string().contains("X-Real-IP is never read"), "{w}");
+}

@@ -49,6 +49,13 @@ pub enum Warning {
         /// The range.
         range: Cidr,
     },
+    /// A trusted proxy's forwarding header named no client at the client's hop (`unknown`, or
+    /// a `Forwarded` element without `for=`): the request was keyed by the proxy, with every
+    /// other such request.
+    UnknownClient {
+        /// The header (`Forwarded` or `X-Forwarded-For`).
+        header: &'static str,
+    },
 }
 
 /// The kind of a [`Warning`], one bit each in a resolver's set of reported kinds.
@@ -60,6 +67,7 @@ pub(crate) enum Kind {
     MalformedHeader = 8,
     UnreadHeader = 16,
     PermissiveTrust = 32,
+    UnknownClient = 64,
 }
 
 impl Kind {
@@ -77,11 +85,12 @@ impl Warning {
             Warning::MalformedHeader { .. } => Kind::MalformedHeader,
             Warning::UnreadHeader { .. } => Kind::UnreadHeader,
             Warning::PermissiveTrust { .. } => Kind::PermissiveTrust,
+            Warning::UnknownClient { .. } => Kind::UnknownClient,
         }
     }
 
     /// A stable, machine-readable name: `untrusted_proxy`, `short_chain`, `missing_peer`,
-    /// `malformed_header`, `unread_header`, `permissive_trust` (Node prefixes it,
+    /// `malformed_header`, `unread_header`, `permissive_trust`, `unknown_client` (Node prefixes it,
     /// `SLUICEGATE_UNTRUSTED_PROXY`; Python puts it on the warning).
     pub fn code(&self) -> &'static str {
         match self.kind() {
@@ -91,6 +100,7 @@ impl Warning {
             Kind::MalformedHeader => "malformed_header",
             Kind::UnreadHeader => "unread_header",
             Kind::PermissiveTrust => "permissive_trust",
+            Kind::UnknownClient => "unknown_client",
         }
     }
 }
@@ -126,12 +136,24 @@ impl fmt::Display for Warning {
             } => write!(
                 f,
                 "a trusted proxy sent {present} but the resolver reads {configured}: the \
-                 request was keyed by the proxy (set the proxy header to the one it writes)"
+                 request was keyed by the proxy ({})",
+                if *present == "X-Real-IP" {
+                    "have the proxy write X-Forwarded-For or Forwarded: X-Real-IP is never read"
+                } else {
+                    "set the proxy header to the one it writes"
+                }
             ),
             Warning::PermissiveTrust { range } => write!(
                 f,
                 "trusted_proxies holds {range}, every address: any client can choose its own \
                  key by sending a forwarding header"
+            ),
+            Warning::UnknownClient { header } => write!(
+                f,
+                "a trusted proxy's {header} header named no client at the client's hop \
+                 (`unknown`, or an element without `for=`): the request was keyed by the \
+                 proxy, together with every other such request (have the proxy write the \
+                 client's address)"
             ),
         }
     }
