@@ -109,6 +109,84 @@ def test_header_key_reads_the_request_it_is_handed() -> None:
     assert header("X-Api-Key")(Req()) == "X-Api-Key:k"
 
 
+def test_blueprints_and_class_based_views() -> None:
+    """``limit``/``exempt`` on a blueprint, on a MethodView class and on its handlers: each
+    applies where the view has no limit of its own, counted per view."""
+    from flask.views import MethodView
+
+    from sluicegate._web import view_name
+
+    app = flask.Flask(__name__)
+    app.config["SLUICEGATE_DEFAULT_LIMITS"] = ["1/minute; burst=5"]
+    limiter = Sluicegate(app)
+    api = flask.Blueprint("api", __name__, url_prefix="/api")
+    inner = flask.Blueprint("inner", __name__, url_prefix="/inner")
+    free = flask.Blueprint("free", __name__, url_prefix="/free")
+    limiter.limit("1/minute; burst=2")(api)
+    limiter.exempt(free)
+
+    @api.get("/a")
+    def a() -> str:
+        return "a"
+
+    @api.get("/b")
+    def b() -> str:
+        return "b"
+
+    @api.get("/own")
+    @limiter.limit("1/minute; burst=1")
+    def own() -> str:
+        return "own"
+
+    @inner.get("/c")
+    def c() -> str:
+        return "c"
+
+    @free.get("/d")
+    def d() -> str:
+        return "d"
+
+    @limiter.limit("1/minute; burst=3")
+    class Items(MethodView):
+        def get(self) -> str:
+            return "items"
+
+        @limiter.limit("1/minute; burst=1")
+        def post(self) -> str:
+            return "posted"
+
+    class Listed(MethodView):
+        decorators = [limiter.limit("1/minute; burst=1")]
+
+        def get(self) -> str:
+            return "listed"
+
+    api.register_blueprint(inner)
+    app.register_blueprint(api)
+    app.register_blueprint(free)
+    app.add_url_rule("/items", view_func=Items.as_view("items"))
+    app.add_url_rule("/one", view_func=Listed.as_view("one"))
+    app.add_url_rule("/two", view_func=Listed.as_view("two"))
+    client = app.test_client()
+    # The blueprint's limit, per view; a view's own limit first; nested blueprints inherit.
+    assert [client.get("/api/a").status_code for _ in range(3)] == [200, 200, 429]
+    assert [client.get("/api/b").status_code for _ in range(3)] == [200, 200, 429]
+    assert [client.get("/api/own").status_code for _ in range(2)] == [200, 429]
+    assert [client.get("/api/inner/c").status_code for _ in range(3)] == [200, 200, 429]
+    assert [client.get("/free/d").status_code for _ in range(7)] == [200] * 7
+    # The class's limit for GET (HEAD too), the handler's own for POST.
+    assert [client.get("/items").status_code for _ in range(4)] == [200, 200, 200, 429]
+    assert [client.post("/items").status_code for _ in range(2)] == [200, 429]
+    # `decorators = [...]`: one limit per registration, each with a name of its own.
+    assert [client.get(p).status_code for p in ("/one", "/one", "/two")] == [200, 429, 200]
+    one, two = app.view_functions["one"], app.view_functions["two"]
+    assert view_name(Items.as_view("x")).endswith("Items.as_view")
+    assert one.__sluicegate_limits__[0].scope != two.__sluicegate_limits__[0].scope
+    with app.app_context():
+        assert limiter.get("127.0.0.1", "api.a").remaining == 0  # type: ignore[union-attr]
+        assert limiter.reset("127.0.0.1", "api.a") == 1
+
+
 def test_several_limits_must_all_admit_and_rejections_cost_nothing() -> None:
     app, _ = make_app()
     client = app.test_client()

@@ -177,11 +177,28 @@ def view_rules(
     """The rules of one decorator on `view`, which already has `existing` (the decorators
     below it). A rule's scope is the view's dotted name and the rule's place among the view's
     rules counted from the innermost decorator, which every process computes alike."""
-    name = f"{getattr(view, '__module__', '')}.{getattr(view, '__qualname__', repr(view))}"
     return [
-        Rule(q, key_func, scope=f"{name}#{len(existing) + i}", **options)
+        Rule(q, key_func, scope=f"{view_name(view)}#{len(existing) + i}", **options)
         for i, q in enumerate(quotas)
     ]
+
+
+def view_name(view: Any) -> str:
+    """A view's dotted name, the same in every process. The view function of a class-based
+    view is a closure that ``as_view`` made, the same qualified name for every class: it is
+    named by its class (Django's ``view_class``) or, while Flask's ``as_view`` decorates it
+    (``decorators = [...]``), by the endpoint name it was given. Any other view by its
+    qualified name."""
+    module = getattr(view, "__module__", "")
+    cls = getattr(view, "view_class", None)
+    if cls is not None:
+        return f"{getattr(cls, '__module__', module)}.{getattr(cls, '__qualname__', repr(cls))}.as_view"
+    qualname = getattr(view, "__qualname__", None)
+    if not isinstance(qualname, str):
+        return f"{module}.{view!r}"
+    if qualname.endswith("as_view.<locals>.view"):
+        return f"{module}.{qualname}:{getattr(view, '__name__', '')}"
+    return f"{module}.{qualname}"
 
 
 def shared_rules(

@@ -47,6 +47,10 @@ Configuration (``app.config``, read by ``init_app``; constructor arguments win):
 Views run their checks in ``before_request``, which Flask calls synchronously for async views
 too: on Redis the check waits for the server with the GIL released.
 
+``limit(...)`` and ``exempt`` take a view function, a blueprint (its views without limits of
+their own, and its nested blueprints'), a class-based view (``MethodView``) class or one of its
+handlers.
+
 A rejected request gets ``429 Too Many Requests`` with ``Retry-After`` and the RateLimit
 fields. ``raise sluicegate.RateLimited(decision)`` in a view gets the same response. Flask is
 imported only when this module is.
@@ -57,7 +61,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from flask import Flask, current_app, g, request
+from flask import Blueprint, Flask, current_app, g, request
 
 from sluicegate._native import Decision, RateLimited
 from sluicegate._web import (
@@ -189,6 +193,8 @@ class Sluicegate:
         self._rules: list[Rule] = []
         self._shared: dict[str, list[Rule]] = {}
         self._stores: list[str] = []
+        # Limits and exemptions of blueprints, by the blueprint's name.
+        self._blueprints: dict[str, list[Rule] | None] = {}
         self._default_limits = default_limits
         self._headers = headers
         self._enabled = enabled
@@ -255,10 +261,13 @@ class Sluicegate:
             raise ValueError("limit() needs at least one rate")
 
         def decorate(view: F) -> F:
-            existing = view.__dict__.get(_LIMITS) or []
             options: dict[str, Any] = {
                 "cost": cost, "policy": policy, "max_keys": max_keys, "deduct_when": deduct_when, "shadow": shadow,
             }  # fmt: skip
+            if isinstance(view, Blueprint):
+                self._limit_blueprint(view, name, parsed, kf, options)
+                return view
+            existing = view.__dict__.get(_LIMITS) or []
             if name is not None:
                 rules = shared_rules(self._shared, name, parsed, kf, **options)
             else:
@@ -273,9 +282,63 @@ class Sluicegate:
         return decorate
 
     def exempt(self, view: F) -> F:
-        """No limit applies to this view (not even the default limits)."""
-        setattr(view, _EXEMPT, True)
+        """No limit applies to this view (not even the default limits); on a blueprint, to
+        its views that have no limits of their own."""
+        if isinstance(view, Blueprint):
+            self._blueprints[view.name] = None
+        else:
+            setattr(view, _EXEMPT, True)
         return view
+
+    def _limit_blueprint(
+        self, bp: Blueprint, name: str | None, parsed: list[Any], kf: KeyFunc | None, options: dict[str, Any]
+    ) -> None:
+        """``limit(...)(blueprint)``: the limits of each view of `bp` (and of the blueprints
+        registered in it) that has none of its own, counted per view, or, with a `name`, one
+        limit shared by all of them."""
+        if name is not None:
+            rules = shared_rules(self._shared, name, parsed, kf, **options)
+        else:
+            before = self._blueprints.get(bp.name) or []
+            rules = [
+                Rule(q, kf, scope=f"blueprint:{bp.name}#{len(before) + i}", scoped=True, **options)
+                for i, q in enumerate(parsed)
+            ]
+        for store in self._stores:
+            for rule in rules:
+                rule.open_early(store)
+        self._rules.extend(rules)
+        self._blueprints[bp.name] = [*rules, *(self._blueprints.get(bp.name) or [])]
+
+    def _limits_of(self, view: Any, method: str, endpoint: str, defaults: list[Rule]) -> list[Rule]:
+        """The rules of a request to `view` at `endpoint`: a class-based view's handler's or
+        class's own, the view's own, its blueprints' (innermost first), else `defaults`; none
+        where an exemption comes first."""
+        cls = getattr(view, "view_class", None)
+        if cls is not None:
+            # As MethodView dispatches: the method's handler, HEAD by GET's.
+            handler = getattr(cls, method.lower(), None)
+            if handler is None and method == "HEAD":
+                handler = getattr(cls, "get", None)
+            for target in (handler, cls):
+                if target is not None:
+                    if getattr(target, _EXEMPT, False):
+                        return []
+                    own = getattr(target, _LIMITS, None)
+                    if own:
+                        return own  # type: ignore[no-any-return]
+        if getattr(view, _EXEMPT, False):
+            return []
+        own = getattr(view, _LIMITS, None)
+        if own:
+            return own  # type: ignore[no-any-return]
+        if self._blueprints:
+            blueprint = endpoint.rpartition(".")[0]
+            while blueprint:
+                if blueprint in self._blueprints:
+                    return self._blueprints[blueprint] or []
+                blueprint = blueprint.rpartition(".")[0]
+        return defaults
 
     # -- admin -------------------------------------------------------------------------------
 
@@ -291,13 +354,10 @@ class Sluicegate:
         rules, state = self._admin(endpoint)
         return reset(rules, key, endpoint, state.store)
 
-    @staticmethod
-    def _admin(endpoint: str) -> tuple[list[Rule], _State]:
+    def _admin(self, endpoint: str, method: str = "GET") -> tuple[list[Rule], _State]:
         _, state = current_app.extensions["sluicegate"]
         view = current_app.view_functions[endpoint]
-        if getattr(view, _EXEMPT, False):
-            return [], state
-        return getattr(view, _LIMITS, None) or state.defaults, state
+        return self._limits_of(view, method, endpoint, state.defaults), state
 
     # -- hooks -------------------------------------------------------------------------------
 
@@ -311,9 +371,9 @@ class Sluicegate:
         if not state.enabled or endpoint is None or (state.skip is not None and state.skip(req)):
             return None
         view = app.view_functions.get(endpoint)
-        if view is None or getattr(view, _EXEMPT, False):
+        if view is None:
             return None
-        rules = getattr(view, _LIMITS, None) or state.defaults
+        rules = self._limits_of(view, req.method, endpoint, state.defaults)
         if not rules:
             return None
         taken: Taken = []
