@@ -299,6 +299,13 @@ impl Shared {
         for (i, key) in &taken {
             let l = &self.limits[*i];
             let _ = l.limiter.refund(&key[..], l.cost);
+            // The fields report what the refund left, not what the admission had.
+            if let (Ok(now), Some(part)) = (
+                l.limiter.peek(&key[..]),
+                parts.iter_mut().find(|(j, _)| j == i),
+            ) {
+                part.1 = now;
+            }
         }
         Verdict::Refuse(status, self.refused_fields(status, self.render(&parts)))
     }

@@ -161,6 +161,11 @@ async fn several_limits_are_all_or_nothing() {
     let refused = send(&app, req("198.51.100.2:1", "/")).await;
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert!(header(&refused, "retry-after").is_some());
+    // The per-client limit is reported as its refund left it: full again.
+    assert_eq!(
+        header(&refused, "ratelimit"),
+        Some("\"client\";r=5;t=0, \"global\";r=0;t=1")
+    );
     assert_eq!(per_client.get(b"198.51.100.2").unwrap().remaining(), 5);
     assert_eq!(per_client.get(b"203.0.113.7").unwrap().remaining(), 4);
     // Single-policy styles render the tightest limit.
