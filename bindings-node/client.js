@@ -18,8 +18,15 @@ const NODE_NAMES = [['trusted_proxies', 'trustedProxies'], ['ipv6_prefix', 'ipv6
 /** A core message about the resolver's options, with Node's option names. */
 const nodeNames = (text) => NODE_NAMES.reduce((t, [core, node]) => t.replaceAll(core, node), text)
 
-/** A header value as one line (Node joins repeated lines with `, `; an array is joined so too). */
-const line = (v) => (Array.isArray(v) ? v.join(', ') : v)
+/**
+ * A header value as one line (Node joins repeated lines with `, `; an array is joined so too);
+ * anything but a string or an array of strings is `ERR_SLUICEGATE_INVALID_ARG`.
+ */
+function line(v, name) {
+  if (v === undefined || typeof v === 'string') return v
+  if (Array.isArray(v) && v.every((s) => typeof s === 'string')) return v.join(', ')
+  throw invalidArg(`headers[${JSON.stringify(name)}] must be a string or an array of strings`)
+}
 
 /** `trustedProxies` in the core's text form: a hop count, or addresses, ranges and names. */
 function trustText(v) {
@@ -75,7 +82,10 @@ class ClientResolver {
    */
   resolve(peer, headers = {}) {
     if (peer !== undefined && peer !== null && typeof peer !== 'string') throw invalidArg('peer must be a string')
-    const r = this.#r.resolve(peer, line(headers['x-forwarded-for']), line(headers.forwarded), line(headers['x-real-ip']))
+    if (headers === null || typeof headers !== 'object') throw invalidArg('headers must be an object')
+    const r = this.#r.resolve(
+      peer, line(headers['x-forwarded-for'], 'x-forwarded-for'), line(headers.forwarded, 'forwarded'), line(headers['x-real-ip'], 'x-real-ip'),
+    )
     if (typeof r === 'string') return r
     process.emitWarning(nodeNames(r[2]), { type: 'SluicegateWarning', code: `SLUICEGATE_${r[1].toUpperCase()}` })
     return r[0]

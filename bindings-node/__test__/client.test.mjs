@@ -33,6 +33,16 @@ test('ClientResolver: the peer by default, proxies only when trusted, IPv6 by /6
   assert.equal(fwd.keyOf({ socket: { remoteAddress: '::1' }, headers: { forwarded: 'for=192.0.2.60' } }), '192.0.2.60')
 })
 
+test('ClientResolver: header values that are not text are typed errors', () => {
+  const one = new ClientResolver({ trustedProxies: 1 })
+  for (const headers of [{ 'x-forwarded-for': 5 }, { forwarded: ['for=1.2.3.4', 7] }, { 'x-real-ip': {} }]) {
+    assert.throws(() => one.resolve('10.0.0.2', headers), INVALID_ARG, JSON.stringify(headers))
+  }
+  assert.throws(() => one.resolve('10.0.0.2', null), INVALID_ARG)
+  // A Unix-socket proxy (no peer address) under a hop count: its header is read.
+  assert.equal(one.resolve(undefined, { 'x-forwarded-for': '6.6.6.6, 198.51.100.9' }), '198.51.100.9')
+})
+
 test('ClientResolver: 2^16 addresses of one /64 are one key; the next /64 is another', () => {
   const r = new ClientResolver()
   const keys = new Set()
