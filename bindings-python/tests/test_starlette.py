@@ -5,6 +5,7 @@ servers on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -244,6 +245,26 @@ def test_the_routes_of_a_mounted_app_are_its_own() -> None:
     # Its buckets are named by the whole template, as the admin calls take it.
     assert per_route.get("testclient", "/v1/dep").remaining == 0  # type: ignore[union-attr]
     assert per_route.get("testclient", "/v1/dep2").remaining == 0  # type: ignore[union-attr]
+
+
+def test_an_app_that_starts_no_response_is_settled_as_a_500() -> None:
+    """An ASGI endpoint that returns without starting a response (the server then answers
+    500): its deduct_when limit is settled by that 500, so the request is free."""
+    limiter = Sluicegate()
+
+    class Silent:
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            return None
+
+    silent = limiter.limit("1/minute; burst=2", deduct_when=lambda r: r.status_code < 400)(Silent())
+    app = Starlette(routes=[Route("/silent", silent)])
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+    client = TestClient(app)
+    for _ in range(3):
+        with pytest.raises(AssertionError):  # the test client's "no response"
+            client.get("/silent")
+    rule = silent.__sluicegate_limits__[0]
+    assert rule.limiter().peek("testclient").remaining == 2
 
 
 def test_host_routes_are_matched_by_each_request(monkeypatch: pytest.MonkeyPatch) -> None:

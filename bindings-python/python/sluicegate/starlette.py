@@ -508,12 +508,14 @@ class RateLimitMiddleware:
             nonlocal started
             if msg["type"] == "http.response.start":
                 started = True
+                lines = msg.get("headers", [])
+                if not isinstance(lines, list):  # any iterable of pairs (ASGI): read it once
+                    lines = msg["headers"] = list(lines)
                 if scope.get(_TAKEN):  # rules with a deduct_when took tokens: settle them
-                    await limiter._settle(scope, _Sent(msg["status"], Headers(raw=msg.get("headers", []))))
+                    await limiter._settle(scope, _Sent(msg["status"], Headers(raw=lines)))
                 more = scope.get(_DECISIONS)
                 best = _fewest_remaining(found, more) if more else found
                 if best is not None and limiter.headers_on_allowed:
-                    lines = msg.get("headers", [])
                     present = {name.lower() for name, _ in lines}
                     msg["headers"] = [
                         *lines, *(line for line in limiter._raw_headers(*best) if line[0] not in present)
@@ -531,15 +533,19 @@ class RateLimitMiddleware:
             if not started:
                 await limiter._settle(scope, _Sent(500, Headers()))
             raise
+        else:
+            # An app that returned without starting a response: the server answers 500.
+            if not started:
+                await limiter._settle(scope, _Sent(500, Headers()))
 
     def _resolve(self, scope: Scope) -> tuple[Sequence[Rule], str]:
         """The rules the middleware applies to `scope` and the path template its per-route
         limits count by. Found by matching the app's routes (``_find_route``), once per
         method and path when that is what decides the match: every route a plain Starlette
         or FastAPI one (no ``Host``, no route class with a ``matches`` of its own, no mounted
-        app with routes of its own) and the route list unchanged (the same list holding the same routes: one added, removed or
-        replaced in place clears what was found). Kept for at most ``_RESOLVED`` paths at a
-        time."""
+        app with routes of its own) and the route list unchanged (the same list holding the
+        same routes: one added, removed or replaced in place clears what was found). Kept for
+        at most ``_RESOLVED`` paths at a time."""
         routes = getattr(getattr(scope.get("app"), "router", None), "routes", None)
         # `!=` on two lists compares their items in C, by identity first: a fraction of a
         # microsecond for an app's few dozen routes.
