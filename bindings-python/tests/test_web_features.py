@@ -127,6 +127,26 @@ def test_a_full_key_store_is_a_429_in_every_adapter() -> None:
         assert (full.status_code, full.headers["Retry-After"]) == (429, "1"), path
 
 
+def test_flask_deduct_when_with_exceptions_propagating() -> None:
+    """Testing (or debugging): a view's exception propagates and after_request never runs;
+    the request is settled as the 500 a server would send, so it is free."""
+    app = flask_app()
+    app.config["TESTING"] = True
+
+    @app.get("/boom")
+    def boom() -> str:
+        raise RuntimeError("boom")
+
+    limiter = app.extensions["sluicegate"][0]
+    boom_rules = limiter.limit("1/minute; burst=2", deduct_when=succeeded)
+    app.view_functions["boom"] = boom_rules(boom)
+    client = app.test_client()
+    for _ in range(3):
+        with pytest.raises(RuntimeError):
+            client.get("/boom")
+    assert boom.__sluicegate_limits__[0].limiter().peek("127.0.0.1").remaining == 2  # type: ignore[attr-defined]
+
+
 def test_flask_skip_and_off_switch() -> None:
     client = flask_app(skip=internal).test_client()
     assert [client.get("/plain").status_code for _ in range(2)] == [200, 429]

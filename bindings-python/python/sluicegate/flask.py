@@ -232,6 +232,7 @@ class Sluicegate:
         app.extensions["sluicegate"] = (self, state)
         app.before_request(self._before_request)
         app.after_request(self._after_request)
+        app.teardown_request(self._teardown_request)
         app.register_error_handler(RateLimited, self._rate_limited)
 
     def limit(
@@ -393,6 +394,16 @@ class Sluicegate:
         if decision and state.headers_on_allowed:
             self._add_headers(response, decision, (rule and rule.policy) or state.policy, state)
         return response
+
+    @staticmethod
+    def _teardown_request(error: BaseException | None) -> None:
+        """A request whose response never went through ``after_request``: a view's exception
+        propagated (``PROPAGATE_EXCEPTIONS``, on when testing or debugging), where a server
+        would have answered 500. Its refunds are settled as that 500's, and nothing is left in
+        ``g`` for a later request of the same app context."""
+        found = g.pop("_sluicegate", None)
+        if found is not None and found[2]:
+            settle(found[2], current_app.response_class(status=500))
 
     def _rate_limited(self, error: RateLimited) -> Any:
         _, state = current_app.extensions["sluicegate"]
