@@ -15,7 +15,7 @@ use crate::{quota_arg, stats_dict, PyDecision, PyManualClock, PyQuota};
 use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
-use sluicegate::{AnyClock, Clock, Decision, Error, IntKey, KeyedLimiter, OnFull};
+use sluicegate::{AnyClock, Clock, Decision, Error, IntKey, KeyedLimiter, OnFull, StoreSpec};
 
 /// A key's bytes, borrowed from the Python object for the duration of one call where it has
 /// them (`str`, `bytes`), else rendered (`int`).
@@ -176,6 +176,7 @@ impl PyKeyedLimiter {
         let on_full = on_full.parse::<OnFull>().map_err(to_py)?;
         let spec = convert::store(store)?;
         let remote = Remote::of(&spec).map_err(to_py)?;
+        let shm = matches!(spec, StoreSpec::Shm { .. });
         let mut builder = KeyedLimiter::<Box<[u8]>>::builder(quota)
             .on_full(on_full)
             .store(spec)
@@ -196,7 +197,7 @@ impl PyKeyedLimiter {
         }
         let runtime = AnyClock::new(clock.as_ref().map(|c| &c.get().inner));
         let builder = builder.clock(runtime);
-        let inner = remote::call(py, remote.as_ref(), || builder.build()).map_err(to_py)?;
+        let inner = remote::build(py, remote.as_ref(), shm, || builder.build()).map_err(to_py)?;
         Ok(Self {
             inner: Box::new(inner),
             manual: clock,
@@ -503,9 +504,12 @@ impl PyKeyedLimiter {
         self.inner.set_shadow(on);
     }
 
-    /// A snapshot of the counters, or None when built without `metrics=True`.
-    fn metrics(&self) -> Option<ops::PyMetrics> {
-        self.inner.metrics().map(Into::into)
+    /// A snapshot of the counters, or None when built without `metrics=True`. On Redis it is
+    /// a call like any other (detached from the interpreter, refused in a forked child).
+    fn metrics(&self, py: Python<'_>) -> PyResult<Option<ops::PyMetrics>> {
+        self.call(py, |l| Ok(l.metrics()))
+            .map(|m| m.map(Into::into))
+            .map_err(to_py)
     }
 
     /// The manual clock given at construction, or None for the system clock.

@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString};
 use sluicegate::http::HeaderStyle;
 use sluicegate::{Algorithm, AnyClock, Clock, Limiter, ManualClock, Quota, QuotaOptions, Refill};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 mod acquire;
@@ -480,6 +480,7 @@ impl PyLimiter {
         let runtime = AnyClock::new(clock.as_ref().map(|c| &c.get().inner));
         let spec = convert::store(store)?;
         let remote = Remote::of(&spec).map_err(to_py)?;
+        let shm = matches!(spec, sluicegate::StoreSpec::Shm { .. });
         let mut builder = Limiter::builder(quota)
             .store(spec)
             .clock(runtime)
@@ -488,7 +489,7 @@ impl PyLimiter {
         if let Some(hook) = ops::hook_arg(on_reject, py)? {
             builder = builder.on_reject(ops::single_hook(hook));
         }
-        let inner = remote::call(py, remote.as_ref(), || builder.build()).map_err(to_py)?;
+        let inner = remote::build(py, remote.as_ref(), shm, || builder.build()).map_err(to_py)?;
         Ok(Self {
             inner: Box::new(inner),
             clock,
@@ -773,8 +774,17 @@ pub(crate) struct PyReservation {
     target: Target,
     cost: u64,
     decision: sluicegate::Decision,
-    open: AtomicBool,
+    /// [`OPEN`] (tokens to give back), [`CANCELLING`] (a `cancel` is giving them back) or
+    /// [`CLOSED`].
+    state: AtomicU8,
 }
+
+/// A reservation's tokens are taken, not given back yet.
+const OPEN: u8 = 0;
+/// A `cancel` is giving them back (on Redis, with the GIL released).
+const CANCELLING: u8 = 1;
+/// Nothing to give back: given back, or nothing was taken.
+const CLOSED: u8 = 2;
 
 impl PyReservation {
     pub(crate) fn new(target: Target, cost: u64, decision: sluicegate::Decision) -> Self {
@@ -782,7 +792,11 @@ impl PyReservation {
             target,
             cost,
             decision,
-            open: AtomicBool::new(decision.allowed() && cost > 0),
+            state: AtomicU8::new(if decision.allowed() && cost > 0 {
+                OPEN
+            } else {
+                CLOSED
+            }),
         }
     }
 }
@@ -813,17 +827,30 @@ impl PyReservation {
         }
     }
     /// Gives the reserved tokens back (the core's `cancel`, the same as a refund). True the
-    /// first time on an allowed reservation; False if it took nothing or was already cancelled.
+    /// first time on an allowed reservation; False if it took nothing, was already cancelled,
+    /// or another thread's `cancel` is giving them back now. A give-back that fails (a
+    /// StoreError on Redis) raises and leaves the reservation open: a later `cancel` tries
+    /// again.
     fn cancel(&self, py: Python<'_>) -> PyResult<bool> {
-        if !self.open.swap(false, Ordering::AcqRel) {
+        // Taken for the give-back (not waited for: on Redis it runs detached, and a thread
+        // waiting here with the GIL held would keep it from finishing).
+        if self
+            .state
+            .compare_exchange(OPEN, CANCELLING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
             return Ok(false);
         }
         let cancelled = match &self.target {
             Target::Single(l) => l.get().call(py, |l| l.cancel(self.cost)),
             Target::Keyed(l, key) => l.get().call(py, |l| l.cancel(&key[..], self.cost)),
         };
-        cancelled.map_err(to_py)?;
-        Ok(true)
+        let (state, outcome) = match cancelled {
+            Ok(()) => (CLOSED, Ok(true)),
+            Err(e) => (OPEN, Err(to_py(e))),
+        };
+        self.state.store(state, Ordering::Release);
+        outcome
     }
 
     fn __repr__(&self) -> String {

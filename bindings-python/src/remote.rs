@@ -23,8 +23,14 @@
 //!   opened them: a child made by `fork()` after that has the connections' sockets but no
 //!   thread to drive them. Every call of a Redis limiter made in another process than the one
 //!   where this module first opened a Redis store is refused with a `StoreError`
-//!   (`kind == "unsupported"`) instead of hanging; the web integrations open Redis limiters in
-//!   the worker processes, at their first request.
+//!   (`kind == "unsupported"`) instead of hanging, new limiters included (the core's
+//!   connections to a URL are shared by every limiter of the process, and the child's copies
+//!   are the parent's); the web integrations open Redis limiters in the worker processes, at
+//!   their first request.
+//! * **Shared-memory regions** are opened detached too ([`build`]): an opener may wait for
+//!   another process. Their decisions are not: a detach on every call would cost the hot path
+//!   a hand-over of the GIL, and only a new key's insert can wait (on another process's
+//!   insert lock, at most 2 s).
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -89,8 +95,12 @@ impl Remote {
         Error::Store {
             kind: StoreErrorKind::Unsupported,
             store: self.name.clone(),
-            reason: "this process was forked after the Redis store was opened in its parent; \
-                     open Redis limiters in the process that uses them (after the fork)"
+            reason: "this process was forked after its parent opened a Redis store: the \
+                     Redis connections, and the thread that drives them, belong to the parent, \
+                     so no Redis limiter can be used or opened here (new ones included); open \
+                     Redis limiters only after the fork, in each worker (not in the parent \
+                     before it forks, e.g. at import under gunicorn --preload), or start \
+                     workers with multiprocessing's 'spawn' or 'forkserver'"
                 .to_string(),
         }
     }
@@ -105,6 +115,23 @@ impl Remote {
     ) -> Result<T, Error> {
         self.check()?;
         py.detach(f)
+    }
+}
+
+/// Runs `build` (the core's builder) for a limiter on `remote`, or on a shared-memory region
+/// when `shm`: both detached from the interpreter. Opening a region may wait for another
+/// process (up to 3 s for the creator of a region being initialised), which must not stop
+/// every other thread of this one; a limiter in memory is built as is.
+pub(crate) fn build<T: Send>(
+    py: Python<'_>,
+    remote: Option<&Remote>,
+    shm: bool,
+    build: impl FnOnce() -> Result<T, Error> + Send,
+) -> Result<T, Error> {
+    match remote {
+        Some(r) => r.call(py, build),
+        None if shm => py.detach(build),
+        None => build(),
     }
 }
 

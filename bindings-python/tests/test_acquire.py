@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import sluicegate
-from sluicegate import Composite, Decision, KeyedLimiter, Limiter, ManualClock
+from sluicegate import Composite, Decision, KeyedLimiter, Limiter, ManualClock, _aio
 
 QUEUE = "2/s; algorithm=leaky_queue; max_delay=10s"
 
@@ -183,3 +183,122 @@ def test_no_timeout_and_huge_timeouts_mean_no_deadline(kind: str) -> None:
     t = Target(kind, "1000/s; burst=1")
     for timeout in (None, 2**64 - 1, 1e18):
         assert t.acquire(timeout=timeout) and t.acquire(timeout=timeout)
+
+
+class FakePlan:
+    """An `_Acquire` stand-in for `sluicegate._aio.acquire`: each poll answers the next of
+    `steps` (after `gate` opens, when given, on the executor thread of a `remote` plan);
+    `cancel` records its calls, and raises `cancel_error` when given."""
+
+    def __init__(
+        self,
+        steps: list[tuple[str, Decision]],
+        *,
+        remote: bool,
+        gate: threading.Event | None = None,
+        cancel_error: Exception | None = None,
+    ) -> None:
+        self.steps = steps
+        self.remote = remote
+        self.gate = gate
+        self.cancel_error = cancel_error
+        self.polling = threading.Event()  # a poll began
+        self.polled: list[float] = []  # when each poll ended (time.monotonic)
+        self.admitted = False
+        self.cancels = 0
+
+    def poll(self) -> tuple[str, Decision]:
+        self.polling.set()
+        if self.gate is not None:
+            assert self.gate.wait(10)
+        step = self.steps.pop(0)
+        self.admitted = step[0] == "admit"
+        self.polled.append(time.monotonic())
+        return step
+
+    def cancel(self) -> bool:
+        self.cancels += 1
+        if self.cancel_error is not None:
+            raise self.cancel_error
+        admitted, self.admitted = self.admitted, False
+        return admitted
+
+
+def admitted_now() -> Decision:
+    d = Limiter("1/s").try_acquire()
+    assert d and d.retry_after_ns == 0
+    return d
+
+
+def admitted_with_a_wait() -> Decision:
+    queue = Limiter(QUEUE)
+    assert queue.try_acquire()
+    d = queue.reserve().decision
+    assert d and d.retry_after_ns > 0
+    return d
+
+
+def test_a_task_cancelled_while_its_poll_runs_on_a_thread_gives_the_admission_back() -> None:
+    """On Redis a poll runs on an executor thread, which a cancellation cannot stop: the
+    cancelled task waits for it, and gives back what it admitted (nobody receives it) before
+    the cancellation propagates."""
+    for decision in (admitted_now(), admitted_with_a_wait()):
+        gate = threading.Event()
+        plan = FakePlan([("admit", decision)], remote=True, gate=gate)
+
+        async def cancelled() -> float:
+            task = asyncio.ensure_future(_aio.acquire(plan))  # type: ignore[arg-type]
+            assert await asyncio.get_running_loop().run_in_executor(None, plan.polling.wait, 10)
+            task.cancel()
+            threading.Timer(0.1, gate.set).start()  # the poll admits after the cancellation
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return time.monotonic()
+
+        raised = asyncio.run(cancelled())
+        assert plan.polled and plan.polled[0] <= raised  # the poll was waited for ...
+        assert plan.cancels == 1 and not plan.admitted  # ... and its admission given back
+
+
+def test_a_task_cancelled_while_its_poll_runs_keeps_a_rejection_or_retry_untouched() -> None:
+    rejected = Limiter("1/h; burst=1", clock=ManualClock(0))
+    assert rejected.try_acquire()
+    d = rejected.try_acquire()
+    for step in ("reject", "retry"):
+        gate = threading.Event()
+        plan = FakePlan([(step, d)], remote=True, gate=gate)
+
+        async def cancelled() -> None:
+            task = asyncio.ensure_future(_aio.acquire(plan))  # type: ignore[arg-type]
+            assert await asyncio.get_running_loop().run_in_executor(None, plan.polling.wait, 10)
+            task.cancel()
+            gate.set()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(cancelled())
+        assert len(plan.polled) == 1 and not plan.admitted  # polled once, admitted nothing
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["in-process", "executor"])
+def test_a_give_back_that_fails_keeps_the_cancellation(remote: bool) -> None:
+    """A give-back that fails (a StoreError on Redis) is a RuntimeWarning: the task's
+    cancellation is what propagates, not the give-back's error."""
+    plan = FakePlan(
+        [("admit", admitted_with_a_wait())], remote=remote, cancel_error=ValueError("server gone")
+    )
+
+    async def cancelled() -> None:
+        task = asyncio.ensure_future(_aio.acquire(plan))  # type: ignore[arg-type]
+        for _ in range(200):  # until it sleeps toward its slot
+            await asyncio.sleep(0.005)
+            if plan.polled:
+                break
+        await asyncio.sleep(0.02)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with pytest.warns(RuntimeWarning, match="could not give back.*server gone"):
+        asyncio.run(cancelled())
+    assert plan.cancels == 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -33,6 +34,7 @@ from sluicegate import (
     Limiter,
     StoreError,
     _native,
+    render_prometheus,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -310,8 +312,9 @@ def ticks_during(work: Callable[[], Any]) -> tuple[float, float]:
         took.append(time.monotonic() - start)
 
     worker = threading.Thread(target=run)
-    worker.start()
+    # From before the start: `start()` itself waits for the GIL if the worker keeps it.
     last, gap = time.monotonic(), 0.0
+    worker.start()
     while worker.is_alive():
         time.sleep(0.005)
         now = time.monotonic()
@@ -523,27 +526,100 @@ def test_a_forked_child_is_refused_instead_of_hanging(redis_server: RedisServer)
     """The core's Redis connections and thread belong to the process that opened them: a child
     forked afterwards gets a StoreError (unsupported) from the parent's limiters and from new
     ones, at once; the parent goes on."""
-    limiter = KeyedLimiter("5/minute", store=url(redis_server, on_error="error"))
+    limiter = KeyedLimiter("5/minute", store=url(redis_server, on_error="error"), metrics=True)
     assert limiter.try_acquire("k")
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
+        signal.alarm(30)  # a call that hung would end the child, not the test run
         report = []
-        for make in (lambda: limiter.try_acquire("k"), lambda: KeyedLimiter("1/s", store=url(redis_server))):
+        for make in (
+            lambda: limiter.try_acquire("k"),
+            lambda: KeyedLimiter("1/s", store=url(redis_server)),
+            limiter.metrics,  # counting the keys was a SCAN over the parent's connections
+            lambda: render_prometheus({"keyed": limiter}),
+        ):
             try:
                 make()
                 report.append("ok")
             except StoreError as e:
                 report.append(e.kind)
+                if "after the fork, in each worker" not in str(e):
+                    report.append(f"advice missing: {e}")
         os.write(write, ",".join(report).encode())
         os._exit(0)
     os.close(write)
     try:
         with os.fdopen(read) as pipe:
-            assert pipe.read() == "unsupported,unsupported"
+            assert pipe.read() == ",".join(["unsupported"] * 4)
     finally:
         assert os.waitpid(pid, 0)[1] == 0
     assert limiter.try_acquire("k").remaining == 3
+    metrics = limiter.metrics()
+    assert metrics is not None and metrics.allowed == 2
+
+
+def test_keyed_metrics_wait_for_the_server_with_the_gil_released(own_redis: RedisServer) -> None:
+    """`KeyedLimiter.metrics()` and `render_prometheus` are calls on the store like any other
+    (the core counted the keys with a SCAN, which waits for a paused server)."""
+    limiter = KeyedLimiter("2/minute", store=url(own_redis, on_error="open", timeout="1s"), metrics=True)
+    assert limiter.try_acquire("k")
+    own_redis.pause()
+    try:
+        for work in (limiter.metrics, lambda: render_prometheus({"keyed": limiter})):
+            gap, took = ticks_during(work)
+            assert gap < 0.5, (gap, took)  # this thread kept running meanwhile
+    finally:
+        own_redis.resume()
+    metrics = limiter.metrics()
+    assert metrics is not None and metrics.allowed == 1 and metrics.keys is None
+
+
+def test_a_task_cancelled_while_its_poll_waits_gives_the_slot_back(own_redis: RedisServer) -> None:
+    """acquire_async polls on an executor thread, which a cancellation cannot stop: a task
+    cancelled while its poll waits for the server waits for that poll, and gives back the
+    slots it reserved before the cancellation propagates."""
+    limiter = Limiter("2/s; algorithm=leaky_queue; max_delay=10s", store=url(own_redis, on_error="error"))
+    assert limiter.try_acquire()
+
+    async def cancelled() -> None:
+        own_redis.pause()
+        try:
+            task = asyncio.ensure_future(limiter.acquire_async(4))  # 4 slots: 2 s of queue
+            await asyncio.sleep(0.3)  # its poll waits for the paused server
+            task.cancel()
+            asyncio.get_running_loop().call_later(0.2, own_redis.resume)  # then it reserves
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            own_redis.resume()
+
+    asyncio.run(cancelled())  # (which waits for the executor's threads)
+    r = limiter.reserve()
+    assert r and r.delay <= 0.5, r  # the 4 slots were given back
+    assert r.cancel()
+
+
+def test_a_reservation_whose_give_back_failed_can_cancel_again(own_redis: RedisServer) -> None:
+    limiter = KeyedLimiter("3/minute", store=url(own_redis, on_error="error", timeout="500ms"))
+    r = limiter.reserve("k", 2)
+    assert r and limiter.peek("k").remaining == 1
+    own_redis.pause()
+    try:
+        with pytest.raises(StoreError):
+            r.cancel()
+    finally:
+        own_redis.resume()
+    deadline = time.monotonic() + 10
+    while True:  # the next calls may fail until the client has reconnected
+        try:
+            assert r.cancel()  # still open: the tokens go back now
+            break
+        except StoreError:
+            assert time.monotonic() < deadline, "no reconnection within 10 s"
+            time.sleep(0.05)
+    assert not r.cancel()  # once
+    assert limiter.peek("k").remaining == 3
 
 
 def test_store_suffix_names_a_prefix_per_limit() -> None:

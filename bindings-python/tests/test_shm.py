@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -164,6 +165,40 @@ def test_a_region_mapped_before_fork_serves_every_child(regions: Path) -> None:
         for fd in (go_r, go_w, out_r, out_w):
             if fd >= 0:
                 os.close(fd)
+
+
+@pytest.mark.parametrize("kind", ["keyed", "single"])
+def test_opening_a_region_being_initialised_waits_with_the_gil_released(regions: Path, kind: str) -> None:
+    """An opener waits (up to 3 s) for a region's creator to finish initialising it: other
+    threads of the process keep running meanwhile. The file here is one whose creator
+    stopped before claiming the initialisation (a page of zeros): the opener waits its 3 s,
+    then takes the initialisation over."""
+    path = regions / f"unready-{kind}"
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    try:
+        os.ftruncate(fd, 4096)
+    finally:
+        os.close(fd)
+    made: list[object] = []
+    store = f"shm:{path}"
+
+    def open_it() -> None:
+        made.append(KeyedLimiter("5/s", store=store, max_keys=8) if kind == "keyed" else Limiter("5/s", store=store))
+
+    worker = threading.Thread(target=open_it)
+    # From before the start: `start()` itself waits for the GIL if the worker keeps it.
+    start = last = time.monotonic()
+    gap = 0.0
+    worker.start()
+    while worker.is_alive():
+        time.sleep(0.005)
+        now = time.monotonic()
+        gap, last = max(gap, now - last), now
+    worker.join()
+    took = time.monotonic() - start
+    assert made, "the region was not opened"
+    assert took >= 2.5, took  # the opener waited for the creator ...
+    assert gap < 1.0, (gap, took)  # ... while this thread kept running
 
 
 def wait_all(pids: list[int], timeout: float) -> dict[int, int]:
