@@ -9,6 +9,11 @@
 //! as a peek, part `j` as its rejection, parts after `j` as the decision they would give for
 //! `c` (read, not consumed). See `docs/SEMANTICS.md`, "Composite limits".
 //!
+//! A part's refund can fail (a shared-memory region found corrupt, a Redis part's error):
+//! every part is still given its cost back, and the first error is returned once all were
+//! tried, by the refund of a rejection and by [`Composite::refund`] alike. Only the parts that
+//! failed may keep the cost.
+//!
 //! Between the acquisition from part `i` and its refund another thread may see part `i`
 //! with `c` fewer tokens: a transient, conservative rejection, never an over-admission (each
 //! part is only ever consumed through its own lock-free protocol). The loom model
@@ -194,7 +199,9 @@ impl<C: Clock> Composite<C> {
         next
     }
 
-    /// Gives `cost` back to every part now.
+    /// Gives `cost` back to every part now. A part that fails does not stop the others: each
+    /// is tried, and the first error is returned once all were (the failed part may keep the
+    /// cost; retry it alone, `parts()[i].refund`, since the others were refunded).
     pub fn refund(&self, cost: u64) -> Result<(), Error> {
         self.refund_at(self.parts[0].clock().now(), cost)
     }
@@ -258,9 +265,7 @@ fn all_or_nothing<C: Clock, L: Borrow<Limiter<C>>>(
         let d = match p.acquire_checked(now, cost) {
             Ok(d) => d,
             Err(e) => {
-                for q in parts().take(j) {
-                    let _ = q.refund_checked(now, cost);
-                }
+                let _ = refund_every(parts().take(j), now, cost);
                 return Err(e);
             }
         };
@@ -269,9 +274,9 @@ fn all_or_nothing<C: Clock, L: Borrow<Limiter<C>>>(
             acc.add(d);
             continue;
         }
-        for q in parts().take(j) {
-            q.refund_checked(now, cost)?;
-        }
+        // Every part taken is given its cost back, even after one of them failed to take it
+        // back: the first error is returned once all were tried.
+        refund_every(parts().take(j), now, cost)?;
         let mut acc = Combined::default();
         for (i, q) in parts().enumerate().take(j) {
             let pd = q.peek_checked(now, 0)?;
@@ -290,7 +295,8 @@ fn all_or_nothing<C: Clock, L: Borrow<Limiter<C>>>(
 }
 
 /// Gives `cost` back to every limiter at `now` (limiters owned elsewhere), or to none when
-/// the reading is out of any one's range.
+/// the reading is out of any one's range. A limiter whose refund fails does not stop the
+/// others: the first error is returned once all were tried (see [`Composite::refund`]).
 pub fn refund_all_at<C: Clock>(parts: &[&Limiter<C>], now: u64, cost: u64) -> Result<(), Error> {
     refund_each(parts, now, cost)
 }
@@ -307,10 +313,26 @@ fn refund_each<C: Clock, L: Borrow<Limiter<C>>>(
     for p in parts {
         p.borrow().check_at(now, 0)?;
     }
+    refund_every(parts.iter().map(Borrow::borrow), now, cost)
+}
+
+/// Gives `cost` back to each of `parts` at `now` (their checks passed): every part is tried,
+/// even after one failed (a shared-memory region found corrupt, a Redis part's error), and the
+/// first error is returned once all were. A part that failed may keep the cost; every other
+/// part got it back, so a caller retrying the whole refund would give those parts the cost
+/// twice (retry the failed part alone: `parts()[i].refund`).
+fn refund_every<'a, C: Clock + 'a>(
+    parts: impl Iterator<Item = &'a Limiter<C>>,
+    now: u64,
+    cost: u64,
+) -> Result<(), Error> {
+    let mut first = None;
     for p in parts {
-        p.borrow().refund_checked(now, cost)?;
+        if let Err(e) = p.refund_checked(now, cost) {
+            first.get_or_insert(e);
+        }
     }
-    Ok(())
+    first.map_or(Ok(()), Err)
 }
 
 /// Starts an acquire over limiters owned elsewhere (see [`Composite::start_acquire`]), at the

@@ -248,7 +248,11 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
         let mut cx = Ctx::new(&self.quota, codec, base, max_keys, self.on_full);
         cx.sweep_on_grow = self.sweep_on_grow;
         KeyedLimiter {
-            first: Gen { backend, cx },
+            first: Gen {
+                backend,
+                cx,
+                evicted_before: 0,
+            },
             live: Live::new(self.quota, origin),
             clock: self.clock.into_clock(),
             obs: Observe::new(self.observe),
@@ -345,6 +349,9 @@ pub struct KeyedLimiter<K, C: Clock = DefaultClock> {
 pub(crate) struct Gen<K> {
     pub(super) backend: Backend<K>,
     pub(super) cx: Ctx,
+    /// Evictions counted by the generations this one replaced (metrics): fixed when it is
+    /// made, so that a read section on one generation reads the whole count (`metrics`).
+    pub(super) evicted_before: u64,
 }
 
 /// What every store's operations share: the compiled codec and the key bound's policy.
@@ -1090,15 +1097,22 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
     /// ([`KeyedBuilder::metrics`]).
     pub fn metrics(&self) -> Option<Metrics> {
         let mut m = self.obs.snapshot()?;
+        // One generation, in one read section: its own evictions and those of the generations
+        // it replaced, which it carries (a reconfiguration cannot slip in between two reads).
         let (evicted, keys) = self.with(|g| {
-            let keys = with_store!(&g.backend, s => Store::<K>::len(s)) as u64;
             #[cfg(all(feature = "redis", not(sluicegate_loom)))]
             if let Backend::Redis(_) = g.backend {
-                return (0, None); // keys live on the server
+                // Keys live on the server, where counting them is a SCAN of the keyspace:
+                // none is sent, and Redis stores count no evictions.
+                return (0, None);
             }
-            (super::live::evictions(&g.backend), Some(keys))
+            let keys = with_store!(&g.backend, s => Store::<K>::len(s)) as u64;
+            let evicted = g
+                .evicted_before
+                .wrapping_add(super::live::evictions(&g.backend));
+            (evicted, Some(keys))
         });
-        m.keys_evicted = self.live.evicted_before().wrapping_add(evicted);
+        m.keys_evicted = evicted;
         m.keys = keys;
         Some(m)
     }

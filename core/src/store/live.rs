@@ -20,7 +20,11 @@
 //!    store, converting it, with nothing to race.
 //! 3. It publishes the new generation (Release) and frees the old one if it was a published
 //!    one (no operation can hold it: the grace period passed before it was unpublished, and
-//!    none could start on it since). The first generation is left empty.
+//!    none could start on it since). The first generation is left empty. The new generation
+//!    carries the evictions every generation before it counted (the old one's count is final
+//!    once the grace period passed), so `metrics` reads the total from the one generation its
+//!    read section meets: a count kept beside the generations and added to after the publish
+//!    let a reader racing the switch count the old generation's evictions twice, or miss them.
 //!
 //! Every key is therefore carried at one instant: an operation ran wholly on the old
 //! generation before it or wholly on the new one after it. A carry that fails (the new
@@ -67,8 +71,6 @@ pub(crate) struct Live<K> {
     /// The current generation: null while the first one is, PAUSED during a switch.
     current: AtomicPtr<Gen<K>>,
     writer: Mutex<Writer>,
-    /// Evictions counted by the generations replaced so far (metrics).
-    evicted_before: sync::real::AtomicU64,
     /// Under loom: the grace period (see the module documentation).
     #[cfg(sluicegate_loom)]
     quiesce: loom::sync::RwLock<()>,
@@ -79,7 +81,6 @@ impl<K> Live<K> {
         Self {
             current: AtomicPtr::new(ptr::null_mut()),
             writer: Mutex::new(Writer { quota, origin }),
-            evicted_before: sync::real::AtomicU64::new(0),
             #[cfg(sluicegate_loom)]
             quiesce: loom::sync::RwLock::new(()),
         }
@@ -141,11 +142,6 @@ impl<K> Live<K> {
         sync::lock(&self.writer).quota
     }
 
-    /// Evictions counted by replaced generations.
-    pub(crate) fn evicted_before(&self) -> u64 {
-        self.evicted_before.load(sync::real::Ordering::Relaxed)
-    }
-
     /// Sets `quota` on every key (see the module documentation); `now()` is read once the
     /// operations under way are done.
     pub(crate) fn set_quota(
@@ -196,12 +192,9 @@ impl<K> Live<K> {
                 return Err(e);
             }
         };
-        let evicted = evictions(&cur.backend);
-        // 3. Publish.
+        // 3. Publish (with the evictions of every generation before it: `carried`).
         self.current
             .store(Box::into_raw(Box::new(next)), Ordering::Release);
-        self.evicted_before
-            .fetch_add(evicted, sync::real::Ordering::Relaxed);
         w.quota = quota;
         drop(w);
         if !p.is_null() {
@@ -295,7 +288,16 @@ fn carried<K: Hash + Eq + Send + 'static>(
     };
     let mut cx = Ctx::new(quota, codec, 0, cur.cx.max_keys, cur.cx.on_full);
     cx.sweep_on_grow = cur.cx.sweep_on_grow;
-    Ok(Gen { backend, cx })
+    // The old generation's count is final: no operation can reach it any more (the grace
+    // period passed). The new one starts from it, so that `metrics` reads the whole count
+    // from whichever generation its read section meets, never one generation's evictions
+    // twice or not at all.
+    let evicted_before = cur.evicted_before.wrapping_add(evictions(&cur.backend));
+    Ok(Gen {
+        backend,
+        cx,
+        evicted_before,
+    })
 }
 
 impl<K> Drop for Live<K> {

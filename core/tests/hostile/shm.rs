@@ -428,3 +428,51 @@ fn an_unsized_file_or_a_strangers_file_is_corrupt_not_overwritten() {
     assert!(e.to_string().contains("not a sluicegate region"), "{e}");
     assert_eq!(r.read_at(0, 10), b"#!/bin/sh\n", "left as it was");
 }
+
+/// A composite's refund tries every part: a part whose region is found corrupt between the
+/// acquire and the refund fails its own refund, and the parts after it are still given their
+/// cost back (the first error is returned once all were tried). It stopped at the corrupt
+/// part, leaving the later ones consumed.
+#[test]
+fn a_composite_refund_past_a_corrupt_part_refunds_the_others() {
+    use sluicegate::composite::{self, Composite};
+    use sluicegate::Limiter;
+    let clock = ManualClock::new(0);
+    let q: Quota = "5/s; algorithm=fixed_window".parse().unwrap();
+    let r = Region::new();
+    let shm = Limiter::builder(q)
+        .store(r.spec())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let mem = || Limiter::with_clock(q, clock.clone()).unwrap();
+    let both = Composite::new(vec![shm, mem(), mem()]);
+    assert!(both.try_acquire(2).unwrap().allowed());
+    // The region's one bucket (its word is the only one set): a count past the window's
+    // limit in its state's low bits, its fingerprint's tag kept.
+    let file = std::fs::read(&r.0).unwrap();
+    let slot = file[SLOTS_AT as usize..]
+        .chunks(SLOT as usize)
+        .position(|s| s[..16].iter().any(|&b| b != 0))
+        .expect("the bucket's slot") as u64;
+    r.write_at(SLOTS_AT + slot * SLOT, &[0xff]);
+    let e = both.refund(2).unwrap_err();
+    assert_eq!(kind(&e), Some(StoreErrorKind::Corrupt), "{e}");
+    for p in &both.parts()[1..] {
+        assert_eq!(
+            p.peek().unwrap().remaining(),
+            5,
+            "a part after the corrupt one kept the cost"
+        );
+    }
+    // The free function over limiters owned elsewhere, likewise.
+    let parts: Vec<&Limiter<ManualClock>> = both.parts().iter().collect();
+    for p in &parts[1..] {
+        assert!(p.try_acquire(2).unwrap().allowed());
+    }
+    let e = composite::refund_all_at(&parts, 0, 2).unwrap_err();
+    assert_eq!(kind(&e), Some(StoreErrorKind::Corrupt), "{e}");
+    for p in &parts[1..] {
+        assert_eq!(p.peek().unwrap().remaining(), 5);
+    }
+}

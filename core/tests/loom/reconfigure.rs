@@ -10,7 +10,7 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use sluicegate::{Algorithm, KeyedLimiter, Limiter, ManualClock, Quota, Refill};
+use sluicegate::{Algorithm, KeyedLimiter, Limiter, ManualClock, OnFull, Quota, Refill};
 use sluicegate_model::{out, AnyModel, Kind, Out, Params};
 use std::collections::BTreeMap;
 
@@ -317,5 +317,47 @@ fn a_failed_first_reconfiguration_lets_a_racing_decision_go_on() {
         assert_eq!(d.remaining(), 2);
         assert_eq!(l.peek().unwrap().remaining(), 2);
         assert_eq!(l.quota(), q1);
+    });
+}
+
+/// `keys_evicted` across a reconfiguration: a `metrics()` racing `set_quota` reads every
+/// generation's evictions exactly once, and so does one after an eviction racing it (a new key
+/// at a bound of one evicts the full bucket there, in the old generation or in the new one).
+/// The count kept beside the generations, added to after the new one was published, let a
+/// reader that met the old generation and then the added count read its evictions twice, and
+/// one that met the new generation before the add miss them.
+#[test]
+fn keyed_evictions_are_counted_once_across_a_reconfiguration() {
+    loom::model(|| {
+        let kl = Arc::new(
+            KeyedLimiter::<u64, _>::builder("1/s; burst=2".parse().unwrap())
+                .max_keys(1)
+                .shards(1)
+                .on_full(OnFull::RejectNewKeys)
+                .clock(ManualClock::new(0))
+                .metrics(true)
+                .build()
+                .unwrap(),
+        );
+        // Key 1's bucket is full again a second later, when key 2 evicts it.
+        kl.try_acquire_at(&1, 0, 1).unwrap();
+        kl.try_acquire_at(&2, S, 1).unwrap();
+        assert_eq!(kl.metrics().unwrap().keys_evicted, 1);
+        let other = {
+            let kl = kl.clone();
+            thread::spawn(move || {
+                let seen = kl.metrics().unwrap().keys_evicted;
+                // Key 2's bucket is full at 2 s, in either generation (a carry keeps a full
+                // bucket full): key 3 evicts it.
+                assert!(kl.try_acquire_at(&3, 2 * S, 1).unwrap().allowed());
+                (seen, kl.metrics().unwrap().keys_evicted)
+            })
+        };
+        kl.set_quota_at("2/s; burst=2".parse().unwrap(), 2 * S)
+            .unwrap();
+        let racing = kl.metrics().unwrap().keys_evicted;
+        assert!((1..=2).contains(&racing), "{racing} evictions");
+        assert_eq!(other.join().unwrap(), (1, 2));
+        assert_eq!(kl.metrics().unwrap().keys_evicted, 2);
     });
 }

@@ -1458,3 +1458,98 @@ fn live_reconfiguration_is_refused() {
     assert!(kl.try_acquire(&1, 1).unwrap().allowed());
     assert!(single.try_acquire(1).unwrap().allowed());
 }
+
+/// A composite whose parts are not all on one deployment is decided part by part: when a part
+/// rejects, every part taken before it gets its cost back even after one of those refunds
+/// failed (the first error is returned once all were tried), and so does
+/// `Composite::refund`. Both stopped at the first failed refund, leaving the parts after it
+/// consumed.
+#[test]
+fn a_failed_part_refund_does_not_stop_the_others() {
+    let srv = Server::start();
+    let mut r = srv.resp();
+    let redis = Limiter::builder("5/h".parse().unwrap())
+        .store(spec(&format!(
+            "{}?prefix=rf&on_error=error&timeout=2s&negative_cache=off",
+            srv.url()
+        )))
+        .build()
+        .unwrap();
+    let mem = |q: &str| Limiter::builder(q.parse().unwrap()).build().unwrap();
+    let c = Composite::new(vec![redis, mem("5/h"), mem("1/h")]);
+    assert!(c.parts()[2].try_acquire(1).unwrap().allowed()); // the last part rejects now
+                                                             // Every call on the server answers a one-bucket admission: the Redis part's acquisitions
+                                                             // are admitted, and its refunds get a corrupt reply.
+    hijack(&mut r, "{4, 0}");
+    assert!(c.parts()[0].try_acquire(1).unwrap().allowed());
+    let corrupt = |r: Result<(), Error>| {
+        assert!(
+            matches!(
+                r,
+                Err(Error::Store {
+                    kind: StoreErrorKind::Corrupt,
+                    ..
+                })
+            ),
+            "{r:?}"
+        )
+    };
+    corrupt(c.parts()[0].refund(1));
+    let full = |c: &Composite<_>| c.parts()[1].peek().unwrap().remaining();
+    // Parts 0 and 1 taken, part 2 rejects: part 0's refund fails, part 1's must happen.
+    corrupt(c.try_acquire(1).map(drop));
+    assert_eq!(
+        full(&c),
+        5,
+        "the part after the failed refund kept the cost"
+    );
+    corrupt(c.try_acquire_each(1).map(drop));
+    assert_eq!(full(&c), 5);
+    // A refund of the composite.
+    assert!(c.parts()[1].try_acquire(2).unwrap().allowed());
+    corrupt(c.refund(2));
+    assert_eq!(
+        full(&c),
+        5,
+        "the part after the failed refund was not refunded"
+    );
+}
+
+/// The SCAN commands the server has run so far (INFO commandstats).
+fn scans(r: &mut server::Resp) -> u64 {
+    let Reply::Bulk(info) = r.cmd(&["INFO", "commandstats"]).unwrap() else {
+        panic!("INFO commandstats")
+    };
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_scan:calls="))
+        .map_or(0, |rest| {
+            let n = rest.split(',').next().unwrap();
+            n.parse().unwrap()
+        })
+}
+
+/// `metrics()` of a keyed limiter on Redis counts no keys (`keys` is `None`: they live on the
+/// server) and so sends no SCAN of the keyspace, which it did for every snapshot before
+/// throwing the count away.
+#[test]
+fn keyed_metrics_on_redis_scan_nothing() {
+    let srv = Server::start();
+    let mut r = srv.resp();
+    let kl = KeyedLimiter::<u64>::builder("5/h".parse().unwrap())
+        .store(spec(&format!(
+            "{}?prefix=msc&on_error=error&timeout=2s",
+            srv.url()
+        )))
+        .metrics(true)
+        .build()
+        .unwrap();
+    for k in 0..10 {
+        assert!(kl.try_acquire(&k, 1).unwrap().allowed());
+    }
+    let before = scans(&mut r);
+    for _ in 0..3 {
+        let m = kl.metrics().unwrap();
+        assert_eq!((m.allowed, m.keys, m.keys_evicted), (10, None, 0));
+    }
+    assert_eq!(scans(&mut r), before, "metrics() scanned the keyspace");
+}
