@@ -56,10 +56,7 @@ fuzz_target!(|input: Input| {
         .unwrap();
     let mut models: HashMap<Vec<u8>, Model> = HashMap::new();
     let mut t = 0u64;
-    let full = |m: &mut Model, t: u64| {
-        let o = m.acquire(t, 0).unwrap();
-        o.remaining == o.limit && o.reset_after_ns == 0
-    };
+    let full = |m: &mut Model, t: u64| m.is_full(t);
     let mut acquire = |key: Vec<u8>, cost: u64, t: u64, models: &mut HashMap<Vec<u8>, Model>| {
         let got = keyed.try_acquire(&key[..], cost);
         // A bucket that is full is indistinguishable from an absent key.

@@ -203,6 +203,17 @@ impl Model {
             }
         }
     }
+
+    /// Whether the bucket is full at `t` (docs/SEMANTICS.md, "When a bucket is full"): it
+    /// has `b` tokens and `t` is no earlier than what its state proves (a continuous bucket's
+    /// full instant, an interval bucket's period), so a bucket made at `t` decides alike.
+    pub fn is_full(&self, t: u64) -> bool {
+        let full = self.clone().acquire(t, 0).unwrap().reset_after_ns == 0;
+        match self {
+            Model::Continuous { .. } => full,
+            Model::Interval { origin, n, p, .. } => full && t as i128 >= *origin + *n * *p,
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -319,8 +319,12 @@ impl StateCodec for Interval {
         self.unpack(s).1 <= self.b
     }
 
+    /// Full only at a reading within or past the state's period: a reading before it (a
+    /// stale clock, clamped) is never full, so an eviction cannot take a bucket back to an
+    /// earlier period than it proved (docs/SEMANTICS.md, "When a bucket is full").
     #[inline]
     fn is_full(&self, s: u128, now: u64) -> bool {
-        self.at(s, now).1 == self.b
+        let start = self.boundary(self.unpack(s).0);
+        u128::from(now) >= start && self.at(s, now).1 == self.b
     }
 }

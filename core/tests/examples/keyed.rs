@@ -93,6 +93,25 @@ fn buckets_start_at_first_request_on_the_limiters_interval_grid() {
 }
 
 #[test]
+fn a_stale_sweep_does_not_take_an_interval_bucket_back_a_period() {
+    // Period 1 (1 s to 2 s) used up, then refunded: full within period 1. A sweep at a stale
+    // reading (0.5 s, period 0) must not take it for full: evicted and re-created at 0.5 s,
+    // it would admit once more in period 1.
+    let clock = ManualClock::new(0);
+    let kl = keyed::<u64>("1/s; refill=interval", &clock);
+    assert!(kl.try_acquire_at(&1, 3 * S / 2, 1).unwrap().allowed());
+    kl.refund_at(&1, 3 * S / 2, 1).unwrap();
+    assert_eq!(kl.sweep_at(S / 2).unwrap(), 0, "a reading before its period");
+    assert!(kl.try_acquire_at(&1, S / 2, 1).unwrap().allowed());
+    let d = kl.try_acquire_at(&1, 3 * S / 2, 1).unwrap();
+    assert!(!d.allowed(), "one admission in period 1");
+    assert_eq!(d.retry_after_nanos(), S / 2);
+    // At a reading within its period a full bucket is full.
+    kl.refund_at(&1, 3 * S / 2, 1).unwrap();
+    assert_eq!(kl.sweep_at(3 * S / 2).unwrap(), 1);
+}
+
+#[test]
 fn peek_does_not_create_and_refund_of_absent_key_is_a_no_op() {
     let clock = ManualClock::new(0);
     let kl = keyed::<u64>("1/s; burst=2; initial=0", &clock);

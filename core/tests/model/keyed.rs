@@ -78,7 +78,7 @@ impl Models {
     }
 
     fn is_full(m: &Model, t: u64) -> bool {
-        m.clone().acquire(t, 0).unwrap().reset_after_ns == 0
+        m.is_full(t)
     }
 
     /// Evicts the full buckets as of `t`; returns how many.
