@@ -101,7 +101,11 @@ fn a_stale_sweep_does_not_take_an_interval_bucket_back_a_period() {
     let kl = keyed::<u64>("1/s; refill=interval", &clock);
     assert!(kl.try_acquire_at(&1, 3 * S / 2, 1).unwrap().allowed());
     kl.refund_at(&1, 3 * S / 2, 1).unwrap();
-    assert_eq!(kl.sweep_at(S / 2).unwrap(), 0, "a reading before its period");
+    assert_eq!(
+        kl.sweep_at(S / 2).unwrap(),
+        0,
+        "a reading before its period"
+    );
     assert!(kl.try_acquire_at(&1, S / 2, 1).unwrap().allowed());
     let d = kl.try_acquire_at(&1, 3 * S / 2, 1).unwrap();
     assert!(!d.allowed(), "one admission in period 1");
