@@ -6,10 +6,12 @@ from typing import Any
 
 from django.urls import path
 from rest_framework.authentication import BaseAuthentication
-from rest_framework.exceptions import NotFound
+from rest_framework.decorators import api_view, throttle_classes
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from sluicegate.django import ratelimit
 from sluicegate.drf import AnonRateThrottle, ScopedRateThrottle, SluicegateThrottle, UserRateThrottle
 
 
@@ -128,6 +130,16 @@ class Failures(Answer):
     throttle_scope = "failures"
 
 
+@api_view(["POST"])  # type: ignore[misc]
+@throttle_classes([])  # type: ignore[misc]  # this limit alone
+@ratelimit("1/minute; burst=2", deduct_when=lambda response: response.status_code < 400)
+def validated(request: Any) -> Response:
+    """A function view of DRF's under @ratelimit: DRF's exceptions are its 400s."""
+    if request.data.get("ok") != "yes":
+        raise ValidationError("not ok")
+    return Response({"ok": True})
+
+
 urlpatterns = [
     path("anon", Anon.as_view()),
     path("user", PerUser.as_view()),
@@ -140,4 +152,5 @@ urlpatterns = [
     path("defaults", Defaults.as_view()),
     path("successes", Successes.as_view()),
     path("failures", Failures.as_view()),
+    path("validated", validated),
 ]

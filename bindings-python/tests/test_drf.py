@@ -78,6 +78,17 @@ def test_a_full_key_store_throttles_with_a_wait_of_a_second() -> None:
         assert (full.status_code, full["Retry-After"]) == (429, "1")
 
 
+def test_a_ratelimit_under_api_view_is_refunded_for_drf_exceptions() -> None:
+    """``@api_view`` over ``@ratelimit(deduct_when=...)``: a ValidationError raised in the view
+    is DRF's 400, which deduct_when refuses, so the request is free (the decorator hands its
+    refunds to the middleware through the HttpRequest DRF's Request wraps)."""
+    with settings(middleware=REFUNDS):
+        client = APIClient()
+        bad = [client.post("/validated", {"ok": "no"}).status_code for _ in range(3)]
+        good = [client.post("/validated", {"ok": "yes"}).status_code for _ in range(3)]
+        assert (bad, good) == ([400] * 3, [200, 200, 429])
+
+
 def test_a_forged_forwarded_for_does_not_change_the_key() -> None:
     """DRF's own get_ident keys by the whole X-Forwarded-For header when NUM_PROXIES is unset:
     a client picks a fresh key per request. Ours keys by the peer."""

@@ -13,6 +13,8 @@ import pytest
 from django.http import HttpResponse
 from django.test import AsyncClient, Client, override_settings
 from django.urls import path
+from django.utils.decorators import method_decorator
+from django.views import View
 from fastapi import Depends, FastAPI
 from fastapi.responses import PlainTextResponse
 from redis_server import RedisServer
@@ -512,6 +514,50 @@ def test_django_a_later_limit_that_raises_gives_back_what_the_earlier_took() -> 
         from sluicegate.django import _scope
 
         assert outer.limiter().peek(f"{_scope(view)}\x00127.0.0.1").remaining == 2
+
+
+@method_decorator(ratelimit("1/minute; burst=2"), name="dispatch")
+class Upload(View):
+    def get(self, request: Any) -> HttpResponse:
+        return HttpResponse("up")
+
+
+urlpatterns.append(path("upload", Upload.as_view()))
+
+
+def test_django_method_decorator_on_a_class_based_view() -> None:
+    """``@method_decorator(ratelimit(...), name="dispatch")``: Django decorates a new partial
+    of the method on every request; the limit is still one limit (it was a new one per
+    request, so it never refused)."""
+    with django_settings():
+        assert [Client().get("/upload").status_code for _ in range(3)] == [200, 200, 429]
+
+
+def test_django_views_are_named_alike_in_every_process() -> None:
+    """A partial or a callable object as a view: named by what it calls, never by an address
+    (which differs per process, so workers sharing a store would not share the limit)."""
+    from sluicegate._web import view_name
+    from sluicegate.django import _scope
+
+    part = functools.partial(plain)
+    assert view_name(part) == f"{__name__}.plain(partial)" == _scope(part)
+    assert "0x" not in _scope(Upload())
+
+
+def test_django_admin_of_a_limited_view_over_exempt() -> None:
+    """``@ratelimit`` over ``@exempt``: the limit is enforced, and the admin helpers see it."""
+    from django.test import RequestFactory
+
+    from sluicegate.django import exempt, get
+
+    @ratelimit("1/minute; burst=2")
+    @exempt
+    def both(request: Any) -> HttpResponse:
+        return HttpResponse("both")
+
+    with django_settings():
+        assert both(RequestFactory().get("/")).status_code == 200
+        assert get("127.0.0.1", both).remaining == 1  # type: ignore[union-attr]
 
 
 def test_django_process_view_without_the_middlewares_call() -> None:

@@ -8,6 +8,7 @@ decision comes from the native limiter: this module only picks keys and combines
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import threading
@@ -195,7 +196,11 @@ def view_name(view: Any) -> str:
         return f"{getattr(cls, '__module__', module)}.{getattr(cls, '__qualname__', repr(cls))}.as_view"
     qualname = getattr(view, "__qualname__", None)
     if not isinstance(qualname, str):
-        return f"{module}.{view!r}"
+        # A partial or a callable object: by what it calls (a repr would hold an address,
+        # different in every process).
+        if isinstance(view, functools.partial):
+            return f"{view_name(view.func)}(partial)"
+        return f"{type(view).__module__}.{type(view).__qualname__}()"
     if qualname.endswith("as_view.<locals>.view"):
         return f"{module}.{qualname}:{getattr(view, '__name__', '')}"
     return f"{module}.{qualname}"

@@ -76,6 +76,7 @@ from sluicegate._web import (
     settle,
     settle_async,
     shared_rules,
+    view_name,
     view_rules,
 )
 from sluicegate._web import reset as _reset_rules
@@ -205,11 +206,21 @@ setting_changed.connect(_reset)
 
 def _scope(view: Any) -> str:
     view = getattr(view, "view_class", view)
-    name = getattr(view, "__qualname__", _NO_NAME)
-    return f"{getattr(view, '__module__', '')}.{repr(view) if name is _NO_NAME else name}"
+    name = getattr(view, "__qualname__", None)
+    if isinstance(name, str):
+        return f"{getattr(view, '__module__', '')}.{name}"
+    # A partial or a callable object: named by what it calls, the same in every process
+    # (its repr holds an address).
+    return view_name(view)
 
 
-_NO_NAME = object()
+def _target(view: Any) -> Any:
+    """What a decoration stands for: the view, or, for the partial of a bound method that
+    ``method_decorator`` makes and decorates anew on every call, the method's function."""
+    if isinstance(view, functools.partial):
+        f = view.func
+        return getattr(f, "__func__", f)
+    return view
 
 #: The most views whose plan a configuration keeps (cleared when full: views are few, but a
 #: URLconf could make callbacks on the fly).
@@ -270,6 +281,8 @@ def _defer(request: Any, taken: Taken, decision: Decision | None, rule: Rule | N
     refunds), its refunds and fields go to the response Django makes of the exception (a 500,
     a 404 for ``Http404``, a 429 for ``RateLimited``), which the middleware gets. Without it
     there is no response to judge: the tokens stay taken (never more than the policy allows)."""
+    # A DRF view's decorator gets DRF's Request, which wraps the HttpRequest the middleware saw.
+    request = getattr(request, "_request", request)
     pending: Taken | None = request.__dict__.get(_SETTLE)
     if pending is None:
         return
@@ -321,17 +334,24 @@ def ratelimit(
     if not parsed:
         raise ValueError("ratelimit() needs at least one rate")
 
+    # The rules and scope of each view decorated, made once: `method_decorator` calls this
+    # decorator on every request, with a new partial of the method each time.
+    made: dict[Any, tuple[list[Rule], str]] = {}
+
     def decorate(view: F) -> F:
         below = getattr(view, _LIMITS, None) or []
-        options: dict[str, Any] = {
-            "cost": cost, "policy": policy, "max_keys": max_keys, "deduct_when": deduct_when, "shadow": shadow,
-        }  # fmt: skip
-        if name is not None:
-            rules = shared_rules(_shared, name, parsed, kf, **options)
-        else:
-            rules = view_rules(view, below, parsed, kf, **options)
-
-        scope = _scope(view)
+        target = _target(view)
+        found = made.get(target)
+        if found is None:
+            options: dict[str, Any] = {
+                "cost": cost, "policy": policy, "max_keys": max_keys, "deduct_when": deduct_when, "shadow": shadow,
+            }  # fmt: skip
+            if name is not None:
+                rules = shared_rules(_shared, name, parsed, kf, **options)
+            else:
+                rules = view_rules(view, below, parsed, kf, **options)
+            found = made.setdefault(target, (rules, _scope(view)))
+        rules, scope = found
         stacked = getattr(view, _STACKED, None)
         if stacked is not None and stacked[0] is view:
             # Directly on another @ratelimit: one check of both's limits, all or nothing,
@@ -397,9 +417,12 @@ def reset(key: Any, view: Any) -> int:
 
 
 def _admin_rules(view: Any) -> list[Rule]:
+    own: list[Rule] | None = getattr(view, _LIMITS, None)
+    if own:  # enforced whatever is below (an @exempt under @ratelimit included)
+        return own
     if getattr(view, _EXEMPT, False):
         return []
-    return getattr(view, _LIMITS, None) or _get_config().defaults
+    return _get_config().defaults
 
 
 def exempt(view: F) -> F:
