@@ -1553,3 +1553,25 @@ fn keyed_metrics_on_redis_scan_nothing() {
     }
     assert_eq!(scans(&mut r), before, "metrics() scanned the keyspace");
 }
+
+/// A bucket whose stored value is not decimal digits (a corrupt or foreign key: '1e15',
+/// '0x1F', ' 42 ', '42.0', which Lua's tonumber reads as integers) is refused by the one-bucket
+/// function as by the general call, never decided.
+#[test]
+fn a_stored_value_that_is_not_digits_is_refused_on_the_fast_path() {
+    let srv = Server::start();
+    let url = format!("{}?prefix=digits&on_error=error&timeout=2s", srv.url());
+    let kl = keyed("10/s; burst=5", &url);
+    assert!(kl.try_acquire(&1, 1).unwrap().allowed());
+    let mut r = srv.resp();
+    let key = r
+        .keys()
+        .into_iter()
+        .find(|k| k.starts_with("digits:"))
+        .expect("the bucket's key");
+    for bad in ["1e15", "0x1F", " 42 ", "42.0"] {
+        r.cmd(&["SET", &key, bad]).unwrap();
+        let e = kl.try_acquire(&1, 1).unwrap_err();
+        assert!(matches!(e, Error::Store { .. }), "{bad:?}: {e:?}");
+    }
+}

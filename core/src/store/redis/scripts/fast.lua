@@ -81,7 +81,9 @@ local function one(algo, keys, argv)
   local v = redis.call('GET', key)
   local f
   if v then
-    f = tonumber(v)
+    -- Decimal digits only, as the general path's N() reads them: tonumber would also take
+    -- '1e15', '0x1F', ' 42 ' or '42.0' from a corrupt key, which that path refuses.
+    f = v:find('^%d+$') and tonumber(v)
     if not (f and f >= 0 and f < TWO53 and f % 1 == 0) then
       return short(run(keys, general(algo, argv)))
     end
