@@ -40,12 +40,15 @@ function trustText(v) {
   throw invalidArg('trustedProxies must be a hop count, or addresses and CIDR ranges (an array or a comma-separated string)')
 }
 
-/** A prefix length option (checked by the core), or `undefined`. */
+/** A prefix length option (its range checked by the core), or `undefined`. */
 function prefix(v, what) {
   if (v === undefined) return undefined
-  if (!Number.isInteger(v) || v < 0) throw invalidArg(`${what} must be a prefix length (a whole number of bits)`)
+  // At most 255 here: the addon reads a 32-bit integer, which would wrap 2^32 + 64 to 64.
+  if (!Number.isInteger(v) || v < 0 || v > 255) throw invalidArg(`${what} must be a prefix length (a whole number of bits)`)
   return v
 }
+
+const RESOLVER_OPTIONS = new Set(['trustedProxies', 'proxyHeader', 'ipv6Subnet', 'ipv4Subnet'])
 
 /**
  * Turns a request's peer address and forwarding headers into its client's key: the peer by
@@ -64,6 +67,9 @@ class ClientResolver {
 
   constructor(options = {}) {
     if (options === null || typeof options !== 'object') throw invalidArg('options must be an object')
+    for (const k of Object.keys(options)) {
+      if (!RESOLVER_OPTIONS.has(k)) throw invalidArg(`unknown ClientResolver option ${JSON.stringify(k)} (known: ${[...RESOLVER_OPTIONS].join(', ')})`)
+    }
     const { trustedProxies, proxyHeader, ipv6Subnet, ipv4Subnet } = options
     if (proxyHeader !== undefined && typeof proxyHeader !== 'string') throw invalidArg('proxyHeader must be a string')
     try {

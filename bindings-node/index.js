@@ -210,6 +210,23 @@ function storeOf(options) {
   return optString(options?.store, 'store')
 }
 
+const LIMITER_OPTIONS = new Set(['clock', 'store', 'metrics', 'shadow', 'onReject'])
+const KEYED_OPTIONS = new Set([...LIMITER_OPTIONS, 'maxKeys', 'onFull', 'shards'])
+const ACQUIRE_OPTIONS = new Set(['signal', 'timeoutMs'])
+
+/**
+ * Throws on an option name outside `known` (`what`'s): a misspelt option (`stroe`, `maxkeys`)
+ * would otherwise be ignored, and the limiter built without it (in memory, with the default
+ * bound). Symbol keys (this module's own) are not names.
+ */
+function knownOptions(options, known, what) {
+  if (options === undefined) return
+  if (options === null || typeof options !== 'object') throw invalidArg('options must be an object')
+  for (const k of Object.keys(options)) {
+    if (!known.has(k)) throw invalidArg(`unknown ${what} option ${JSON.stringify(k)} (known: ${[...known].join(', ')})`)
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Operating a limiter (docs/OPERATIONS.md): counters, shadow mode, the rejection hook
 
@@ -326,7 +343,7 @@ function acquireArgs(cost, options) {
   if (cost !== null && typeof cost === 'object' && options === undefined) [cost, options] = [1, cost]
   if (cost === undefined) cost = 1
   if (options === undefined) options = {}
-  if (options === null || typeof options !== 'object') throw invalidArg('options must be an object')
+  knownOptions(options, ACQUIRE_OPTIONS, 'acquire')
   const { signal } = options
   const maxWaitNs = waitNs(options.timeoutMs, 'timeoutMs')
   if (signal !== undefined && !(signal instanceof AbortSignal)) throw invalidArg('signal must be an AbortSignal')
@@ -408,6 +425,7 @@ class Limiter {
    *   `onReject({ key, cost, decision })` is called after each rejection
    */
   constructor(quota, options) {
+    knownOptions(options, LIMITER_OPTIONS, 'Limiter')
     const name = options?.[SHARED]
     if (name !== undefined) {
       this.#h = native.limiterShared(name, toRate(quota))
@@ -574,6 +592,7 @@ class KeyedLimiter {
    *   `onReject` (its `key` a Buffer of the key's bytes) as for `Limiter`
    */
   constructor(quota, options = {}) {
+    knownOptions(options, KEYED_OPTIONS, 'KeyedLimiter')
     const name = options?.[SHARED]
     const clock = name === undefined ? clockOf(options) : undefined
     const store = storeOf(options)

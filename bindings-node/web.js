@@ -286,7 +286,7 @@ function keyGeneratorOf(opts, raws = [opts]) {
   }
   functions(opts, ['keyGenerator'])
   if (opts.keyGenerator !== undefined) return opts.keyGenerator
-  const resolver = new ClientResolver(opts)
+  const resolver = new ClientResolver(Object.fromEntries(CLIENT_OPTIONS.filter((k) => opts[k] !== undefined).map((k) => [k, opts[k]])))
   return (req) => resolver.keyOf(req)
 }
 

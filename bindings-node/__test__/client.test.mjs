@@ -39,6 +39,9 @@ test('ClientResolver: header values that are not text are typed errors', () => {
     assert.throws(() => one.resolve('10.0.0.2', headers), INVALID_ARG, JSON.stringify(headers))
   }
   assert.throws(() => one.resolve('10.0.0.2', null), INVALID_ARG)
+  // Options: a prefix past what the addon's 32-bit integer holds does not wrap; a misspelt name is an error.
+  assert.throws(() => new ClientResolver({ ipv6Subnet: 2 ** 32 + 64 }), INVALID_ARG)
+  assert.throws(() => new ClientResolver({ ipv6Prefix: 48 }), (e) => INVALID_ARG(e) && e.message.includes('"ipv6Prefix"'))
   // A Unix-socket proxy (no peer address) under a hop count: its header is read.
   assert.equal(one.resolve(undefined, { 'x-forwarded-for': '6.6.6.6, 198.51.100.9' }), '198.51.100.9')
 })

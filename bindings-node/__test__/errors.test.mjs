@@ -109,11 +109,17 @@ test('a full key store rejects new keys', () => {
   assert.ok(e.size <= 2)
 })
 
-test('options of the wrong type or value', () => {
+test('options of the wrong type or value', async () => {
   assert.throws(() => new KeyedLimiter('1/s', { maxKeys: 0 }), INVALID_ARG)
   assert.throws(() => new KeyedLimiter('1/s', { maxKeys: 1.5 }), INVALID_ARG)
   assert.throws(() => new KeyedLimiter('1/s', { onFull: 1 }), INVALID_ARG)
   assert.throws(() => new KeyedLimiter('1/s', { shards: 0 }), INVALID_ARG)
+  // A misspelt option is an error, never a limiter built without it (in memory, default bound).
+  assert.throws(() => new Limiter('1/s', { stroe: 'redis://h' }), (e) => INVALID_ARG(e) && e.message.includes('"stroe"'))
+  assert.throws(() => new Limiter('1/s', { maxKeys: 5 }), INVALID_ARG)
+  assert.throws(() => new KeyedLimiter('1/s', { maxkeys: 10 }), (e) => INVALID_ARG(e) && e.message.includes('"maxkeys"'))
+  assert.throws(() => KeyedLimiter.shared('typo-shared', '1/s', { onfull: 'evict' }), INVALID_ARG)
+  await assert.rejects(new Limiter('1/s').acquire({ timeout: 100 }), INVALID_ARG)
   assert.throws(() => Limiter.shared(1, '1/s'), INVALID_ARG)
   assert.throws(() => new ManualClock(-1), INVALID_ARG)
   assert.throws(() => new ManualClock(1.5), INVALID_ARG)
