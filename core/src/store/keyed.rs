@@ -996,8 +996,11 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         self.len() == 0
     }
 
-    /// Every key held and its bucket's state now (a peek), for metrics. Not an atomic
-    /// snapshot: keys inserted or evicted meanwhile may or may not appear.
+    /// Every key held and its bucket's state now (a peek), for metrics, but the long keys
+    /// (over 64 bytes), which are held as digests and cannot be listed (so `snapshot().len()`
+    /// may be below [`len`](Self::len); docs/KEYED.md, "Long keys"). Not an atomic snapshot:
+    /// keys inserted or evicted meanwhile may or may not appear, and a shard rebuilt meanwhile
+    /// (grown, or compacted by a sweep) may leave some of its keys out.
     /// `Err` from a store that cannot list its keys.
     pub fn snapshot(&self) -> Result<Vec<(K, Decision)>, Error>
     where
