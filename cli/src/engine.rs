@@ -3,9 +3,9 @@
 //!
 //! Every decision a replay or a simulation reports comes from the core engine: a
 //! [`KeyedBucket`] (the core's `KeyedLimiter`) per per-key policy, a [`Bucket`] (the core's
-//! `Limiter`) per global policy, and composites through `sluicegate::composite`. Time is the
-//! core's `ManualClock`, set from each request's timestamp before the decision, which is
-//! taken at that same instant.
+//! `Limiter`) per global policy, and composites by the protocol of `sluicegate::composite` on
+//! those same stores (see [`acquire_all`]). Time is the core's `ManualClock`, set from each
+//! request's timestamp before the decision, which is taken at that same instant.
 
 use sluicegate::{
     Algorithm, Clock as _, Decision, DenseLimiter, Error, KeyedLimiter, Limiter, ManualClock,
@@ -116,31 +116,85 @@ impl Clock {
     }
 }
 
-/// One decision (the core's `Decision`); its figures are computed only when read.
+/// One decision (the core's `Decision`, or a composite's, combined as the core combines its
+/// parts'); a single decision's figures are computed only when read.
 #[derive(Clone, Copy, Debug)]
-pub struct Verdict(Decision);
+pub struct Verdict(V);
+
+#[derive(Clone, Copy, Debug)]
+enum V {
+    One(Decision),
+    /// A composite's: admitted by every part or by none; the tightest part's (least
+    /// remaining) limit and level, and the longest wait of any part.
+    All {
+        allowed: bool,
+        limit: u64,
+        remaining: u64,
+        retry: u64,
+    },
+}
 
 impl Verdict {
     /// Admitted.
     #[inline]
     pub fn allowed(&self) -> bool {
-        self.0.allowed()
+        match self.0 {
+            V::One(d) => d.allowed(),
+            V::All { allowed, .. } => allowed,
+        }
     }
     /// Whole tokens left after the decision.
     #[inline]
     pub fn remaining(&self) -> u64 {
-        self.0.remaining()
+        match self.0 {
+            V::One(d) => d.remaining(),
+            V::All { remaining, .. } => remaining,
+        }
     }
     /// The capacity.
     #[inline]
     pub fn limit(&self) -> u64 {
-        self.0.limit()
+        match self.0 {
+            V::One(d) => d.limit(),
+            V::All { limit, .. } => limit,
+        }
     }
     /// Nanoseconds until the same request would be admitted (rejections); the wait before
     /// going ahead (leaky-queue admissions); else 0.
     #[inline]
     pub fn retry_ns(&self) -> u64 {
-        self.0.retry_after_nanos()
+        match self.0 {
+            V::One(d) => d.retry_after_nanos(),
+            V::All { retry, .. } => retry,
+        }
+    }
+}
+
+/// The core's combination of a composite's parts (`sluicegate::composite`): the tightest
+/// part (the first with the least remaining) gives limit and level, the longest wait stands.
+#[derive(Default)]
+struct Combined {
+    tightest: Option<(u64, u64)>,
+    retry: u64,
+}
+
+impl Combined {
+    fn add(&mut self, v: Verdict) {
+        let r = v.remaining();
+        if self.tightest.is_none_or(|(_, t)| r < t) {
+            self.tightest = Some((v.limit(), r));
+        }
+        self.retry = self.retry.max(v.retry_ns());
+    }
+
+    fn finish(self, allowed: bool) -> Verdict {
+        let (limit, remaining) = self.tightest.unwrap_or((0, 0));
+        Verdict(V::All {
+            allowed,
+            limit,
+            remaining,
+            retry: self.retry,
+        })
     }
 }
 
@@ -213,7 +267,7 @@ impl KeyedBucket {
     #[inline]
     pub fn acquire(&self, key: u32, t: u64, cost: u64) -> Result<Verdict, Refusal> {
         match self.0.try_acquire_at(&key, t, cost) {
-            Ok(d) => Ok(Verdict(d)),
+            Ok(d) => Ok(Verdict(V::One(d))),
             Err(e) => Err(e.into()),
         }
     }
@@ -227,7 +281,7 @@ impl KeyedBucket {
 
     /// `key`'s bucket at `t`, changing nothing.
     pub fn peek(&self, key: u32, t: u64) -> Result<Verdict, Refusal> {
-        Ok(Verdict(self.0.peek_at(&key, t)?))
+        Ok(Verdict(V::One(self.0.peek_at(&key, t)?)))
     }
 
     /// Keys held now.
@@ -255,7 +309,7 @@ impl DenseBucket {
     #[inline]
     pub fn acquire(&mut self, key: u32, t: u64, cost: u64) -> Result<Verdict, Refusal> {
         match self.0.try_acquire_at(key as usize, t, cost) {
-            Ok(d) => Ok(Verdict(d)),
+            Ok(d) => Ok(Verdict(V::One(d))),
             Err(e) => Err(e.into()),
         }
     }
@@ -268,7 +322,7 @@ impl DenseBucket {
 
     /// `key`'s bucket at `t`, changing nothing.
     pub fn peek(&self, key: u32, t: u64) -> Result<Verdict, Refusal> {
-        Ok(Verdict(self.0.peek_at(key as usize, t)?))
+        Ok(Verdict(V::One(self.0.peek_at(key as usize, t)?)))
     }
 
     /// Keys held now.
@@ -291,31 +345,161 @@ impl Bucket {
     /// `cost` at `t`.
     #[inline]
     pub fn acquire(&self, t: u64, cost: u64) -> Result<Verdict, Refusal> {
-        Ok(Verdict(self.0.try_acquire_at(t, cost)?))
+        Ok(Verdict(V::One(self.0.try_acquire_at(t, cost)?)))
     }
 
     /// The bucket at `t`, changing nothing.
     pub fn peek(&self, t: u64) -> Result<Verdict, Refusal> {
-        Ok(Verdict(self.0.try_acquire_at(t, 0)?))
+        Ok(Verdict(V::One(self.0.try_acquire_at(t, 0)?)))
     }
 }
 
 /// The most parts a composite policy may have.
 pub const MAX_PARTS: usize = 8;
 
-/// `cost` from every bucket at `t`, or from none: `sluicegate::composite::try_acquire_all_at`.
-/// `parts` holds at least one and at most [`MAX_PARTS`] buckets.
-#[inline]
-pub fn acquire_all(parts: &[&Bucket], t: u64, cost: u64) -> Result<Verdict, Refusal> {
-    let mut refs: [&Limiter<ManualClock>; MAX_PARTS] = [&parts[0].0; MAX_PARTS];
-    for (slot, b) in refs.iter_mut().zip(parts) {
-        *slot = &b.0;
+/// The last reading the quota's exact arithmetic covers for a limiter created at `origin`
+/// (every store of the quota created then covers the same readings): `u64::MAX` if all.
+pub fn last_reading(rate: &Rate, origin: u64) -> u64 {
+    // A probe of its own: a peek changes nothing, and readings past the range are refused
+    // whatever the bucket's state.
+    let Ok(probe) = Limiter::with_clock(rate.0, ManualClock::new(origin)) else {
+        return u64::MAX;
+    };
+    let ok = |t: u64| {
+        probe.clock().set(t);
+        !matches!(probe.peek(), Err(Error::ClockOutOfRange { .. }))
+    };
+    if ok(u64::MAX) {
+        return u64::MAX;
     }
-    let d = sluicegate::composite::try_acquire_all_at(&refs[..parts.len()], t, cost)?;
-    Ok(Verdict(d))
+    // ok(lo), !ok(hi).
+    let (mut lo, mut hi) = (origin, u64::MAX);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if ok(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
 }
 
-/// The composite's state at `t` (a peek of every part, read as the core combines them).
-pub fn peek_all(parts: &[&Bucket], t: u64) -> Result<Verdict, Refusal> {
-    acquire_all(parts, t, 0)
+/// The largest cost the quota ever admits (requests above it are refused, `OverCapacity`).
+pub fn capacity(rate: &Rate, origin: u64) -> u64 {
+    let Ok(probe) = Limiter::with_clock(rate.0, ManualClock::new(origin)) else {
+        return u64::MAX;
+    };
+    match probe.try_acquire_at(origin, u64::MAX) {
+        Err(Error::InsufficientCapacity { capacity, .. }) => capacity,
+        _ => u64::MAX,
+    }
+}
+
+/// One part of a composite: one bucket for every key (a global part), or one per key, in
+/// the same stores as a single per-key rule's, created at the replay's start (so that an
+/// interval refill runs on the same grid as the single rule's).
+pub enum Part {
+    Global(Bucket),
+    Dense(DenseBucket),
+    Keyed(KeyedBucket),
+}
+
+impl Part {
+    #[inline]
+    fn acquire(&mut self, key: u32, t: u64, cost: u64) -> Result<Verdict, Refusal> {
+        match self {
+            Part::Global(b) => b.acquire(t, cost),
+            Part::Dense(d) => d.acquire(key, t, cost),
+            Part::Keyed(k) => k.acquire(key, t, cost),
+        }
+    }
+
+    #[inline]
+    fn refund(&mut self, key: u32, t: u64, cost: u64) -> Result<(), Refusal> {
+        match self {
+            Part::Global(b) => Ok(b.0.refund_at(t, cost)?),
+            Part::Dense(d) => Ok(d.0.refund_at(key as usize, t, cost)?),
+            Part::Keyed(k) => Ok(k.0.refund_at(&key, t, cost)?),
+        }
+    }
+
+    fn peek(&self, key: u32, t: u64) -> Result<Verdict, Refusal> {
+        match self {
+            Part::Global(b) => b.peek(t),
+            Part::Dense(d) => d.peek(key, t),
+            Part::Keyed(k) => k.peek(key, t),
+        }
+    }
+
+    /// Keys held (a global part: none).
+    pub fn len(&self) -> usize {
+        match self {
+            Part::Global(_) => 0,
+            Part::Dense(d) => d.len(),
+            Part::Keyed(k) => k.len(),
+        }
+    }
+}
+
+/// `cost` from every part at `t` for `key`, or from none: the protocol of
+/// `sluicegate::composite::try_acquire_all_at`, on the parts' own stores. Every part's
+/// capacity (`caps`) is checked first, so a request above one is refused (`OverCapacity`)
+/// before any part (or any key's bucket) is touched; the parts are then taken in order, and
+/// on the first rejection the parts taken get their cost back. A rejection's figures are
+/// read as the core reads them: the parts before it at level (cost 0), the parts after it
+/// as `cost` would find them (taken, and given back when admitted). The reading must be in
+/// every part's range (the replay checks it first).
+pub fn acquire_all(
+    parts: &mut [Part],
+    caps: &[u64],
+    key: u32,
+    t: u64,
+    cost: u64,
+) -> Result<Verdict, Refusal> {
+    if let Some(&capacity) = caps.iter().find(|&&c| cost > c) {
+        return Err(Refusal::OverCapacity { cost, capacity });
+    }
+    let mut acc = Combined::default();
+    for j in 0..parts.len() {
+        let v = match parts[j].acquire(key, t, cost) {
+            Ok(v) => v,
+            Err(e) => {
+                for p in parts[..j].iter_mut() {
+                    let _ = p.refund(key, t, cost);
+                }
+                return Err(e);
+            }
+        };
+        if v.allowed() {
+            acc.add(v);
+            continue;
+        }
+        for p in parts[..j].iter_mut() {
+            p.refund(key, t, cost)?;
+        }
+        let mut acc = Combined::default();
+        for p in parts[..j].iter() {
+            acc.add(p.peek(key, t)?);
+        }
+        acc.add(v);
+        for p in parts[j + 1..].iter_mut() {
+            let w = p.acquire(key, t, cost)?;
+            if w.allowed() {
+                p.refund(key, t, cost)?;
+            }
+            acc.add(w);
+        }
+        return Ok(acc.finish(false));
+    }
+    Ok(acc.finish(true))
+}
+
+/// The composite's state at `t` for `key` (every part's level, combined), changing nothing.
+pub fn peek_all(parts: &[Part], key: u32, t: u64) -> Result<Verdict, Refusal> {
+    let mut acc = Combined::default();
+    for p in parts {
+        acc.add(p.peek(key, t)?);
+    }
+    Ok(acc.finish(true))
 }

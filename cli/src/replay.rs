@@ -6,7 +6,8 @@
 //! requests would this policy have rejected", not "what would the clients have done next".
 
 use crate::engine::{
-    acquire_all, peek_all, Bucket, Clock, DenseBucket, KeyedBucket, Refusal, Verdict, MAX_PARTS,
+    acquire_all, capacity, last_reading, peek_all, Bucket, Clock, DenseBucket, KeyedBucket, Part,
+    Refusal, Verdict,
 };
 use crate::error::CliError;
 use crate::intern::Interner;
@@ -21,12 +22,13 @@ enum Limit {
     Dense(Box<DenseBucket>),
     Keyed(Box<KeyedBucket>),
     Global(Box<Bucket>),
+    /// Every part in a store of its own created at the replay's start, as a single rule's
+    /// (a per-key part's in a dense or keyed store bounded by `max_keys`, a global part's in
+    /// one bucket), consumed all-or-nothing ([`acquire_all`]).
     Composite {
-        scopes: Vec<Scope>,
-        rates: Vec<crate::engine::Rate>,
-        globals: Vec<Option<Bucket>>,
-        /// Per key id, its per-key parts (in order), created on the key's first request.
-        per_key: Vec<Option<Box<[Bucket]>>>,
+        parts: Vec<Part>,
+        /// Each part's capacity, checked before any part is touched.
+        caps: Vec<u64>,
     },
 }
 
@@ -34,6 +36,7 @@ impl Limit {
     fn new(
         rule: &crate::policy::Rule,
         clock: &Clock,
+        origin: u64,
         max_keys: usize,
         dense: bool,
     ) -> Result<Limit, String> {
@@ -48,91 +51,51 @@ impl Limit {
                 Scope::Global => Limit::Global(Box::new(Bucket::new(&p.rate, clock)?)),
             });
         }
-        let globals = rule
+        if rule.parts.is_empty() {
+            return Err("a composite without parts".into());
+        }
+        let parts = rule
             .parts
             .iter()
-            .map(|p| match p.scope {
-                Scope::Global => Bucket::new(&p.rate, clock).map(Some),
-                Scope::PerKey => Ok(None),
+            .map(|p| {
+                Ok(match p.scope {
+                    Scope::Global => Part::Global(Bucket::new(&p.rate, clock)?),
+                    Scope::PerKey if dense => {
+                        Part::Dense(DenseBucket::new(&p.rate, clock, max_keys)?)
+                    }
+                    Scope::PerKey => Part::Keyed(KeyedBucket::new(&p.rate, clock, max_keys)?),
+                })
             })
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<_, String>>()?;
         Ok(Limit::Composite {
-            scopes: rule.parts.iter().map(|p| p.scope).collect(),
-            rates: rule.parts.iter().map(|p| p.rate).collect(),
-            globals,
-            per_key: Vec::new(),
+            parts,
+            caps: rule
+                .parts
+                .iter()
+                .map(|p| capacity(&p.rate, origin))
+                .collect(),
         })
     }
 
     /// The decision for `cost` of `key` at `t` (the clock reads `t`).
     #[inline]
-    fn decide(&mut self, key: u32, t: u64, cost: u64, clock: &Clock) -> Result<Verdict, Refusal> {
+    fn decide(&mut self, key: u32, t: u64, cost: u64) -> Result<Verdict, Refusal> {
         match self {
             Limit::Dense(d) => d.acquire(key, t, cost),
             Limit::Keyed(k) => k.acquire(key, t, cost),
             Limit::Global(b) => b.acquire(t, cost),
-            Limit::Composite { .. } => {
-                let (parts, n) = self.parts(key, clock)?;
-                acquire_all(&parts[..n], t, cost)
-            }
+            Limit::Composite { parts, caps } => acquire_all(parts, caps, key, t, cost),
         }
     }
 
     /// The bucket level of `key` at `t`, changing nothing.
-    fn peek(&mut self, key: u32, t: u64, clock: &Clock) -> Result<Verdict, Refusal> {
+    fn peek(&self, key: u32, t: u64) -> Result<Verdict, Refusal> {
         match self {
             Limit::Dense(d) => d.peek(key, t),
             Limit::Keyed(k) => k.peek(key, t),
             Limit::Global(b) => b.peek(t),
-            Limit::Composite { .. } => {
-                let (parts, n) = self.parts(key, clock)?;
-                peek_all(&parts[..n], t)
-            }
+            Limit::Composite { parts, .. } => peek_all(parts, key, t),
         }
-    }
-
-    /// A composite's buckets for `key`, in order (the key's own are created at the clock's
-    /// reading on its first request).
-    fn parts(&mut self, key: u32, clock: &Clock) -> Result<([&Bucket; MAX_PARTS], usize), Refusal> {
-        let Limit::Composite {
-            scopes,
-            rates,
-            globals,
-            per_key,
-        } = self
-        else {
-            unreachable!("parts of a composite only")
-        };
-        let k = key as usize;
-        if per_key.len() <= k {
-            per_key.resize_with(k + 1, || None);
-        }
-        if per_key[k].is_none() {
-            let own: Result<Vec<Bucket>, String> = scopes
-                .iter()
-                .zip(rates.iter())
-                .filter(|(s, _)| **s == Scope::PerKey)
-                .map(|(_, r)| Bucket::new(r, clock))
-                .collect();
-            per_key[k] = Some(own.map_err(Refusal::Other)?.into_boxed_slice());
-        }
-        let own = per_key[k].as_deref().unwrap_or(&[]);
-        let mut out: [&Bucket; MAX_PARTS] = [match (globals[0].as_ref(), own.first()) {
-            (Some(g), _) => g,
-            (None, Some(o)) => o,
-            (None, None) => return Err(Refusal::Other("a composite without parts".into())),
-        }; MAX_PARTS];
-        let mut own_i = 0;
-        for (i, s) in scopes.iter().enumerate() {
-            out[i] = match s {
-                Scope::Global => globals[i].as_ref().expect("global part"),
-                Scope::PerKey => {
-                    own_i += 1;
-                    &own[own_i - 1]
-                }
-            };
-        }
-        Ok((out, scopes.len()))
     }
 
     fn keys(&self) -> usize {
@@ -140,7 +103,7 @@ impl Limit {
             Limit::Dense(d) => d.len(),
             Limit::Keyed(k) => k.len(),
             Limit::Global(_) => 1,
-            Limit::Composite { per_key, .. } => per_key.iter().filter(|p| p.is_some()).count(),
+            Limit::Composite { parts, .. } => parts.iter().map(Part::len).max().unwrap_or(0),
         }
     }
 }
@@ -191,6 +154,9 @@ pub struct Replay {
     pub specs: Vec<PolicySpec>,
     rules: Vec<Vec<Limit>>,
     clock: Option<Clock>,
+    /// The last reading every rule of every policy covers exactly (set at the start): a
+    /// request past it is refused whole ([`offer`](Self::offer)).
+    horizon: u64,
     pub origin: Option<u64>,
     max_keys: usize,
     pub stats: Vec<PolicyStats>,
@@ -230,6 +196,7 @@ impl Replay {
         Replay {
             rules: Vec::new(),
             clock: None,
+            horizon: u64::MAX,
             origin: None,
             max_keys,
             stats: (0..n)
@@ -305,13 +272,21 @@ impl Replay {
             let mut v = Vec::new();
             for r in &s.rules {
                 v.push(
-                    Limit::new(r, &clock, self.max_keys, self.dense)
+                    Limit::new(r, &clock, t, self.max_keys, self.dense)
                         .map_err(|e| CliError::usage("--policy", &s.name, e))?,
                 );
             }
             rules.push(v);
         }
         self.rules = rules;
+        self.horizon = self
+            .specs
+            .iter()
+            .flat_map(|s| s.rules.iter())
+            .flat_map(|r| r.parts.iter())
+            .map(|p| last_reading(&p.rate, t))
+            .min()
+            .unwrap_or(u64::MAX);
         self.clock = Some(clock);
         self.origin = Some(t);
         Ok(())
@@ -351,7 +326,9 @@ impl Replay {
     }
 
     /// Offers one request of `cost` from key `id` at `t` to every policy. `Err` only for the
-    /// key bound (`--max-keys`) or a timestamp past the exact range.
+    /// key bound (`--max-keys`) or a timestamp past the exact range of any rule of any policy
+    /// (`ClockOutOfRange`): such a request is refused before anything is counted or decided,
+    /// so it changes nothing (no policy's buckets, no figure, not the latest time seen).
     #[inline]
     pub fn offer(
         &mut self,
@@ -365,6 +342,9 @@ impl Replay {
             self.start(t).map_err(|e| Refusal::Other(e.to_string()))?;
             self.first_t = Some(t);
             self.max_t = t;
+        }
+        if t > self.horizon {
+            return Err(Refusal::ClockOutOfRange { now: t });
         }
         self.clock.as_ref().expect("started").set(t);
         if t < self.max_t {
@@ -380,7 +360,6 @@ impl Replay {
         self.peak_offered.add(t);
         let c = &mut self.offered_by_key[id as usize];
         *c = c.saturating_add(1);
-        let clock = self.clock.as_ref().expect("started");
         let n = self.specs.len();
         let mut rejected_mask = 0u64;
         for p in 0..n {
@@ -402,7 +381,7 @@ impl Replay {
             } else {
                 0
             };
-            let v = self.rules[p][rule].decide(id, t, cost, clock);
+            let v = self.rules[p][rule].decide(id, t, cost);
             let st = &mut self.stats[p];
             st.offered += 1;
             let rejected = match v {
@@ -487,7 +466,6 @@ impl Replay {
     /// Second pass: when a request lands in a later bin, read every traced key's level at the
     /// end of each bin passed.
     fn trace_bins(&mut self, bin: usize) {
-        let clock = self.clock.as_ref().expect("started");
         for tr in self.traces.iter_mut() {
             // `level_end[b]` is filled once bin b is over.
             let mut b = tr.next_bin;
@@ -495,7 +473,7 @@ impl Replay {
                 if let (true, Some(rule)) = (tr.seen, tr.rule) {
                     // The instant bin b ends (before any request of the next bin is decided).
                     let end = self.timeline.origin + (b as u64 + 1) * self.timeline.width;
-                    if let Ok(v) = self.rules[tr.policy][rule].peek(tr.key, end, clock) {
+                    if let Ok(v) = self.rules[tr.policy][rule].peek(tr.key, end) {
                         tr.level_end[b] = Some(v.remaining());
                     }
                 } else {
@@ -613,5 +591,105 @@ mod tests {
         assert_eq!(r.stats[0].rejected_by_key[id as usize], u32::MAX);
         assert_eq!(r.requests, 3);
         assert_eq!(r.stats[0].rejected, 2);
+    }
+
+    const S: u64 = 1_000_000_000;
+
+    fn replay(policies: &[&str], max_keys: usize) -> Replay {
+        let specs = policies
+            .iter()
+            .map(|p| PolicySpec::parse(p).unwrap())
+            .collect::<Vec<_>>();
+        let n = specs.len();
+        Replay::new(specs, max_keys, 10 * S, Timeline::fixed(n, 0, S, 600))
+    }
+
+    /// A line past one policy's exact range but within another's changes nothing: not the
+    /// counts, not the latest time (later lines are not "backwards"), not any bucket.
+    #[test]
+    fn a_line_out_of_one_policys_range_changes_nothing() {
+        let t0: u64 = 1_714_521_600 * S; // 2024-05-01
+        let wide = "a=1000000000/s; algorithm=sliding_window";
+        let narrow = "b=1000000000/s; algorithm=fixed_window";
+        let bad = 17_500_000_000 * S; // 2524: past b's range, within a's
+        let (ra, rb) = (
+            crate::engine::Rate::parse("1000000000/s; algorithm=sliding_window").unwrap(),
+            crate::engine::Rate::parse("1000000000/s; algorithm=fixed_window").unwrap(),
+        );
+        assert!(last_reading(&ra, t0) >= bad && last_reading(&rb, t0) < bad);
+        let mut r = replay(&[wide, narrow], 16);
+        let id = r.key_id(b"k");
+        r.offer(t0, id, b"GET", None, 1).unwrap();
+        assert!(matches!(
+            r.offer(bad, id, b"GET", None, 1),
+            Err(Refusal::ClockOutOfRange { .. })
+        ));
+        assert_eq!((r.requests, r.max_t, r.last_t), (1, t0, t0));
+        assert_eq!(r.offered_by_key[id as usize], 1);
+        assert_eq!((r.stats[0].offered, r.stats[1].offered), (1, 1));
+        r.offer(t0 + 1, id, b"GET", None, 1).unwrap();
+        assert_eq!((r.requests, r.backwards, r.max_t), (2, 0, t0 + 1));
+        assert_eq!((r.stats[0].admitted, r.stats[1].admitted), (2, 2));
+    }
+
+    /// A composite's per-key interval refill runs on the replay's grid, as the single rule's.
+    #[test]
+    fn composite_interval_refill_on_the_single_rules_grid() {
+        for keyed in [false, true] {
+            let mut r = replay(
+                &[
+                    "plain=10/m; refill=interval",
+                    "both=10/m; refill=interval & global 1000000/s",
+                ],
+                16,
+            );
+            if keyed {
+                r = r.keyed_stores();
+            }
+            let a = r.key_id(b"a");
+            let b = r.key_id(b"b");
+            r.offer(0, a, b"GET", None, 1).unwrap();
+            for i in 0..10 {
+                r.offer(30 * S + i, b, b"GET", None, 1).unwrap();
+            }
+            r.offer(30 * S + 10, b, b"GET", None, 1).unwrap();
+            assert_eq!((r.stats[0].rejected, r.stats[1].rejected), (1, 1));
+            // The replay's period boundary: both refill b.
+            r.offer(61 * S, b, b"GET", None, 1).unwrap();
+            assert_eq!(
+                (r.stats[0].rejected, r.stats[1].rejected),
+                (1, 1),
+                "{keyed}"
+            );
+            assert_eq!(r.stats[0].admitted, r.stats[1].admitted);
+        }
+    }
+
+    /// A composite's per-key buckets are bounded by `max_keys` as a single rule's, and a
+    /// request over the capacity creates none.
+    #[test]
+    fn composite_per_key_buckets_are_bounded_and_over_capacity_creates_none() {
+        let both = "both=10/m & global 1000/s";
+        let mut r = replay(&[both], 2);
+        let ids: Vec<u32> = [b"a", b"b", b"c"].iter().map(|k| r.key_id(*k)).collect();
+        r.offer(0, ids[0], b"GET", None, 11).unwrap();
+        r.finish();
+        assert_eq!((r.stats[0].over_capacity, r.stats[0].keys_held), (1, 0));
+        r.offer(1, ids[0], b"GET", None, 1).unwrap();
+        r.offer(2, ids[1], b"GET", None, 1).unwrap();
+        assert!(matches!(
+            r.offer(3, ids[2], b"GET", None, 1),
+            Err(Refusal::KeyStoreFull { .. })
+        ));
+        assert!(r.bound_met);
+        // On keyed stores, full buckets are evicted at the bound.
+        let mut r = replay(&[both], 2).keyed_stores();
+        for (i, k) in [b"a", b"b", b"c"].iter().enumerate() {
+            let id = r.key_id(*k);
+            r.offer(i as u64 * 60 * S, id, b"GET", None, 1).unwrap();
+        }
+        r.finish();
+        assert!(r.stats[0].keys_held <= 2, "{}", r.stats[0].keys_held);
+        assert_eq!(r.stats[0].admitted, 3);
     }
 }

@@ -468,7 +468,7 @@ fn errors_and_unusable_lines_keep_the_logs_order() {
         .stderr(
             predicate::str::contains("keys.jsonl:2:").and(predicate::str::contains("--max-keys")),
         );
-    // Line 101 is beyond the range the quota covers exactly (found when it is decided), line
+    // Line 101 is beyond the range the quota covers exactly (found before it is counted), line
     // 102 has no usable timestamp, line 103 is fine.
     let mut text = String::new();
     for i in 0..100 {
@@ -494,8 +494,10 @@ fn errors_and_unusable_lines_keep_the_logs_order() {
             .stdout,
     );
     assert_eq!(v["bad_lines"], 2);
-    // The request out of range is counted as offered (as it always was), not decided.
-    assert_eq!(v["requests"], 102);
+    // The request out of range is refused whole: not counted, not decided, and its time is
+    // not the latest seen (line 103 does not go backwards).
+    assert_eq!(v["requests"], 101);
+    assert_eq!(v["timestamps_backwards"], 0);
     let ex = v["bad_line_examples"].as_array().unwrap();
     assert!(
         ex[0]
