@@ -400,9 +400,9 @@ pub fn capacity(rate: &Rate, origin: u64) -> u64 {
 /// the same stores as a single per-key rule's, created at the replay's start (so that an
 /// interval refill runs on the same grid as the single rule's).
 pub enum Part {
-    Global(Bucket),
+    Global(Box<Bucket>),
     Dense(DenseBucket),
-    Keyed(KeyedBucket),
+    Keyed(Box<KeyedBucket>),
 }
 
 impl Part {

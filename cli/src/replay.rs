@@ -59,11 +59,13 @@ impl Limit {
             .iter()
             .map(|p| {
                 Ok(match p.scope {
-                    Scope::Global => Part::Global(Bucket::new(&p.rate, clock)?),
+                    Scope::Global => Part::Global(Box::new(Bucket::new(&p.rate, clock)?)),
                     Scope::PerKey if dense => {
                         Part::Dense(DenseBucket::new(&p.rate, clock, max_keys)?)
                     }
-                    Scope::PerKey => Part::Keyed(KeyedBucket::new(&p.rate, clock, max_keys)?),
+                    Scope::PerKey => {
+                        Part::Keyed(Box::new(KeyedBucket::new(&p.rate, clock, max_keys)?))
+                    }
                 })
             })
             .collect::<Result<_, String>>()?;
