@@ -590,7 +590,9 @@ impl ClientResolver {
                 });
             }
             if peer == Peer::Missing {
-                return no_peer(warn);
+                // Keyed `unknown`, as any request without a peer (warned of); the issue is the
+                // header's absence, as for a trusted peer at an address.
+                warn.offer(Kind::MissingPeer, || Warning::MissingPeer);
             }
             return at_peer(Some(Issue::NoHeader));
         }

@@ -366,7 +366,7 @@ fn a_proxy_on_a_unix_socket_under_a_hop_count_is_read() {
     // Without its header: keyed `unknown`, as any request without a peer, and warned of.
     let res = r.resolve(None::<&str>, &ForwardingHeaders::new());
     assert_eq!(res.key().as_str(), "unknown");
-    assert_eq!(res.issue(), Some(Issue::NoPeer));
+    assert_eq!(res.issue(), Some(Issue::NoHeader));
     assert_eq!(res.warning(), Some(&Warning::MissingPeer));
     // Ranges cover addresses only: no address, no trust.
     let ranges = resolver("loopback");
