@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import sluicegate
 from sluicegate import InvalidOptionError, KeyedLimiter, Limiter, ManualClock, Quota, StoreError
 from sluicegate._web import region_suffix
 from sluicegate.flask import Sluicegate
+from test_redis import ticks_during
 
 
 def test_limiters_on_one_region_share_its_buckets(regions: Path) -> None:
@@ -185,17 +185,7 @@ def test_opening_a_region_being_initialised_waits_with_the_gil_released(regions:
     def open_it() -> None:
         made.append(KeyedLimiter("5/s", store=store, max_keys=8) if kind == "keyed" else Limiter("5/s", store=store))
 
-    worker = threading.Thread(target=open_it)
-    # From before the start: `start()` itself waits for the GIL if the worker keeps it.
-    start = last = time.monotonic()
-    gap = 0.0
-    worker.start()
-    while worker.is_alive():
-        time.sleep(0.005)
-        now = time.monotonic()
-        gap, last = max(gap, now - last), now
-    worker.join()
-    took = time.monotonic() - start
+    gap, took = ticks_during(open_it)
     assert made, "the region was not opened"
     assert took >= 2.5, took  # the opener waited for the creator ...
     assert gap < 1.0, (gap, took)  # ... while this thread kept running
