@@ -533,6 +533,50 @@ def test_django_method_decorator_on_a_class_based_view() -> None:
         assert [Client().get("/upload").status_code for _ in range(3)] == [200, 200, 429]
 
 
+class Page(View):
+    text = ""
+
+    def get(self, request: Any) -> HttpResponse:
+        return HttpResponse(self.text)
+
+
+page_a = Page.as_view(text="a")
+page_c = ratelimit("1/minute; burst=2")(Page.as_view(text="c"))
+urlpatterns += [
+    path("page-a", page_a),
+    path("page-b", Page.as_view(text="b")),
+    path("page-c", page_c),
+    path("page-d", ratelimit("1/minute; burst=2")(Page.as_view(text="d"))),
+]
+
+
+@pytest.mark.parametrize("store", ["memory", "shm", "redis"])
+def test_django_class_based_views_count_per_route(redis_server: RedisServer, tmp_path: Any, store: str) -> None:
+    """Two ``as_view()`` views of one class (``TemplateView.as_view(template_name=...)`` at two
+    routes) are two views: the default limits and a ``@ratelimit`` put on each in the URLconf
+    count each on its own, on every store. (They shared the class's buckets: the default
+    limits everywhere, the decorated ones on shared memory and Redis.)"""
+    from sluicegate.django import get, reset
+
+    storage = {"memory": "memory", "shm": f"shm:{tmp_path}/cbv", "redis": url(redis_server, on_error="error")}[store]
+    with django_settings(STORAGE=storage):
+        client = Client()
+        assert [client.get("/page-a").status_code for _ in range(2)] == [200, 429]
+        assert client.get("/page-b").status_code == 200
+        assert [client.get("/page-c").status_code for _ in range(3)] == [200, 200, 429]
+        assert [client.get("/page-d").status_code for _ in range(3)] == [200, 200, 429]
+        # The admin helpers name the route.
+        assert get("127.0.0.1", page_a, route="page-a").remaining == 0  # type: ignore[union-attr]
+        assert get("127.0.0.1", page_c, route="page-c").remaining == 0  # type: ignore[union-attr]
+        with pytest.raises(ValueError, match="per route"):
+            get("127.0.0.1", page_a)
+        with pytest.raises(ValueError, match="per route"):
+            reset("127.0.0.1", plain, route="plain")
+        assert reset("127.0.0.1", page_c, route="page-c") == 1
+        assert client.get("/page-c").status_code == 200
+        assert client.get("/page-d").status_code == 429
+
+
 def test_django_views_are_named_alike_in_every_process() -> None:
     """A partial or a callable object as a view: named by what it calls, never by an address
     (which differs per process, so workers sharing a store would not share the limit)."""

@@ -178,9 +178,10 @@ class _Config:
         for rule in self.defaults:
             rule.open_early(self.store)
         #: The middleware's plan for each view it has seen: the default limits that apply to
-        #: it (none when it has its own or is exempt) and its scope (kept with these settings:
-        #: a view's attributes are set when it is decorated, not per request).
-        self.views: dict[Any, tuple[list[Rule], str]] = {}
+        #: it (none when it has its own or is exempt), its scope, and whether it is counted
+        #: per route (kept with these settings: a view's attributes are set when it is
+        #: decorated, not per request).
+        self.views: dict[Any, tuple[list[Rule], str, bool]] = {}
 
 
 _config: _Config | None = None
@@ -212,6 +213,38 @@ def _scope(view: Any) -> str:
     # A partial or a callable object: named by what it calls, the same in every process
     # (its repr holds an address).
     return view_name(view)
+
+
+def _per_route(view: Any) -> bool:
+    """Whether `view` is counted per route: the view function an ``as_view()`` call made. Its
+    class does not tell one apart from another (``TemplateView.as_view(template_name=...)``
+    at two routes, ``ListView.as_view(model=Book)`` and ``(model=Author)``), and nothing
+    else about it is the same in every process; its route is."""
+    return getattr(view, "view_class", None) is not None
+
+
+def _routed(scope: str, request: Any) -> str:
+    """A per-route view's scope on `request`: its class's and the route Django matched
+    (``resolver_match.route``, the URL pattern's text), or the class's alone when the request
+    was not resolved (a view called directly)."""
+    route = getattr(getattr(request, "resolver_match", None), "route", None)
+    return f"{scope}@{route}" if isinstance(route, str) else scope
+
+
+def _admin_scope(view: Any, route: str | None) -> str:
+    scope = _scope(view)
+    if route is not None:
+        if not isinstance(route, str):
+            raise TypeError("route must be a string (a request's resolver_match.route)")
+        if not _per_route(view):
+            raise ValueError("only a class-based view's as_view() is counted per route: pass route=None")
+        return f"{scope}@{route}"
+    if _per_route(view):
+        raise ValueError(
+            "a class-based view's as_view() is counted per route: pass route= (the URL pattern's "
+            "text, as request.resolver_match.route gives it)"
+        )
+    return scope
 
 
 def _target(view: Any) -> Any:
@@ -336,7 +369,7 @@ def ratelimit(
 
     # The rules and scope of each view decorated, made once: `method_decorator` calls this
     # decorator on every request, with a new partial of the method each time.
-    made: dict[Any, tuple[list[Rule], str]] = {}
+    made: dict[Any, tuple[list[Rule], str, bool]] = {}
 
     def decorate(view: F) -> F:
         below = getattr(view, _LIMITS, None) or []
@@ -348,10 +381,14 @@ def ratelimit(
             }  # fmt: skip
             if name is not None:
                 rules = shared_rules(_shared, name, parsed, kf, **options)
+            elif _per_route(view):
+                # Every as_view() view of a class has the rules' scope (their region or prefix
+                # on a shared store): the key carries the route.
+                rules = view_rules(view, below, parsed, kf, scoped=True, **options)
             else:
                 rules = view_rules(view, below, parsed, kf, **options)
-            found = made.setdefault(target, (rules, _scope(view)))
-        rules, scope = found
+            found = made.setdefault(target, (rules, _scope(view), _per_route(view)))
+        rules, scope, per_route = found
         stacked = getattr(view, _STACKED, None)
         if stacked is not None and stacked[0] is view:
             # Directly on another @ratelimit: one check of both's limits, all or nothing,
@@ -366,7 +403,8 @@ def ratelimit(
             if _skipped(request, config):
                 return inner(request, *args, **kwargs)
             taken: Taken = []
-            decision, rule, allowed = check(every, request, config.key_func, scope, config.store, taken)
+            here = _routed(scope, request) if per_route else scope
+            decision, rule, allowed = check(every, request, config.key_func, here, config.store, taken)
             if not allowed:
                 return _too_many(decision, rule, config)  # type: ignore[arg-type]
             try:
@@ -382,7 +420,8 @@ def ratelimit(
             if _skipped(request, config):
                 return await inner(request, *args, **kwargs)
             taken: Taken = []
-            decision, rule, allowed = await check_async(every, request, config.key_func, scope, config.store, taken)
+            here = _routed(scope, request) if per_route else scope
+            decision, rule, allowed = await check_async(every, request, config.key_func, here, config.store, taken)
             if not allowed:
                 return _too_many(decision, rule, config)  # type: ignore[arg-type]
             try:
@@ -404,16 +443,19 @@ def ratelimit(
     return decorate
 
 
-def get(key: Any, view: Any) -> Decision | None:
+def get(key: Any, view: Any, route: str | None = None) -> Decision | None:
     """What the limits of `view` (its ``@ratelimit`` ones, or the default limits) would say
     of `key` (what the key function returns: a client address, ``"user:42"``) now, taking
-    nothing. For admin tools."""
-    return peek(_admin_rules(view), key, _scope(view), _get_config().store)
+    nothing. For admin tools. A class-based view's ``as_view()`` is counted per route: name
+    it (``route="articles/<int:pk>/"``, as ``request.resolver_match.route`` gives it), else
+    ValueError."""
+    return peek(_admin_rules(view), key, _admin_scope(view, route), _get_config().store)
 
 
-def reset(key: Any, view: Any) -> int:
-    """Gives `key` full buckets in the limits of `view`; how many held it."""
-    return _reset_rules(_admin_rules(view), key, _scope(view), _get_config().store)
+def reset(key: Any, view: Any, route: str | None = None) -> int:
+    """Gives `key` full buckets in the limits of `view` (at `route`, for a class-based view's
+    ``as_view()``, as in `get`); how many held it."""
+    return _reset_rules(_admin_rules(view), key, _admin_scope(view, route), _get_config().store)
 
 
 def _admin_rules(view: Any) -> list[Rule]:
@@ -434,7 +476,8 @@ def exempt(view: F) -> F:
 class RateLimitMiddleware:
     """Applies ``SLUICEGATE["DEFAULT_LIMITS"]`` to every view that has neither its own
     ``@ratelimit`` nor ``@exempt``, counted per view and client, and turns a
-    ``RateLimited`` raised by a view into a 429. Sync and async: in an async stack (ASGI)
+    ``RateLimited`` raised by a view into a 429. A class-based view's ``as_view()`` is
+    counted per route (its class does not tell two of them apart). Sync and async: in an async stack (ASGI)
     it awaits the limiters instead of running in a thread. It also makes the refunds of
     ``sluicegate.drf`` throttles with a ``deduct_when``, by the response it gets (a view's
     uncaught exception is Django's 500 by then)."""
@@ -475,7 +518,7 @@ class RateLimitMiddleware:
         return _with_headers(response, request, _get_config())
 
     @staticmethod
-    def _plan(config: _Config, view: Any) -> tuple[list[Rule], str]:
+    def _plan(config: _Config, view: Any) -> tuple[list[Rule], str, bool]:
         """The default limits that apply to `view` (none if it has its own or is exempt, or
         the limits are off) and its scope, kept per view with the settings."""
         try:
@@ -491,24 +534,24 @@ class RateLimitMiddleware:
         return plan
 
     @staticmethod
-    def _plan_of(config: _Config, view: Any) -> tuple[list[Rule], str]:
+    def _plan_of(config: _Config, view: Any) -> tuple[list[Rule], str, bool]:
         if not config.enabled or getattr(view, _EXEMPT, False) or getattr(view, _LIMITS, None):
-            return [], ""
-        return config.defaults, _scope(view)
+            return [], "", False
+        return config.defaults, _scope(view), _per_route(view)
 
     def process_view(self, request: Any, view: Any, args: Any, kwargs: Any) -> Any:
         config = _get_config()
-        rules, scope = self._plan(config, view)
+        rules, scope, per_route = self._plan(config, view)
         if not rules or _skipped(request, config):
             return None
-        return _run(rules, request, config, scope)
+        return _run(rules, request, config, _routed(scope, request) if per_route else scope)
 
     async def _process_view_async(self, request: Any, view: Any, args: Any, kwargs: Any) -> Any:
         config = _get_config()
-        rules, scope = self._plan(config, view)
+        rules, scope, per_route = self._plan(config, view)
         if not rules or _skipped(request, config):
             return None
-        return await _run_async(rules, request, config, scope)
+        return await _run_async(rules, request, config, _routed(scope, request) if per_route else scope)
 
     def process_exception(self, request: Any, exception: Exception) -> Any:
         if isinstance(exception, RateLimited):
