@@ -236,16 +236,30 @@ function optBool(v, what) {
 }
 
 /**
- * `[metrics, shadow, hook]` of the options `{ metrics?, shadow?, onReject? }`. The native hook
- * is queued after each rejection (a threadsafe function: it runs on this thread once the
- * decision has returned) with `[key's bytes (null for one bucket), cost, decision's figures]`; `onReject` gets `{ key, cost, decision }`. What it throws is an
- * uncaught exception, as in a timer.
+ * `[[metrics, shadow, hook], held]` of the options `{ metrics?, shadow?, onReject? }`. The
+ * native hook is queued after each rejection (a threadsafe function: it runs on this thread
+ * once the decision has returned) with `[key's bytes (null for one bucket), cost, decision's
+ * figures]`; `onReject` gets `{ key, cost, decision }`. What it throws is an uncaught
+ * exception, as in a timer.
+ *
+ * The threadsafe function is a strong reference the garbage collector cannot see through, so
+ * the hook reaches `onReject` only through a WeakRef to `held`, which the limiter keeps: an
+ * `onReject` that refers to its own limiter (`() => log(limiter.metrics())`) would otherwise
+ * keep the limiter, and its native state, alive for ever. A rejection whose limiter has been
+ * collected before its hook ran calls nothing.
  */
 function observeOf(options) {
   const onReject = options?.onReject
   if (onReject !== undefined && typeof onReject !== 'function') throw invalidArg('onReject must be a function')
-  const hook = onReject && (([key, cost, figures]) => onReject({ key, cost, decision: fromFigures(figures) }))
-  return [optBool(options?.metrics, 'metrics'), optBool(options?.shadow, 'shadow'), hook]
+  const held = onReject && { onReject }
+  const weak = held && new WeakRef(held)
+  const hook =
+    weak &&
+    (([key, cost, figures]) => {
+      const h = weak.deref()
+      if (h !== undefined) h.onReject({ key, cost, decision: fromFigures(figures) })
+    })
+  return [[optBool(options?.metrics, 'metrics'), optBool(options?.shadow, 'shadow'), hook], held]
 }
 
 /** A counters snapshot (src/ops.rs, `metricsOf`) as an object, or `null` when counting is off. */
@@ -409,6 +423,8 @@ let keyedHandle // (keyed limiter) => its handle, for renderPrometheus
 class Limiter {
   #h
   #remote
+  /** What the rejection hook reaches `onReject` through (`observeOf`). */
+  #held
 
   static {
     handleOf = (l) => l.#h
@@ -430,7 +446,9 @@ class Limiter {
     if (name !== undefined) {
       this.#h = native.limiterShared(name, toRate(quota))
     } else {
-      this.#h = native.limiterNew(toRate(quota), clockOf(options), storeOf(options), ...observeOf(options))
+      const [observe, held] = observeOf(options)
+      this.#h = native.limiterNew(toRate(quota), clockOf(options), storeOf(options), ...observe)
+      this.#held = held
     }
     this.#remote = native.isRemote(this.#h)
     release.register(this, this.#h)
@@ -577,6 +595,8 @@ class Limiter {
 class KeyedLimiter {
   #h
   #remote
+  /** What the rejection hook reaches `onReject` through (`observeOf`). */
+  #held
 
   static {
     keyedHandle = (l) => l.#h
@@ -604,9 +624,13 @@ class KeyedLimiter {
     if (shards !== undefined && !(Number.isInteger(shards) && shards >= 1 && shards <= 4096)) {
       throw invalidArg('shards must be an integer between 1 and 4096')
     }
-    this.#h = name === undefined
-      ? native.keyedNew(toRate(quota), clock, maxKeys, onFull, shards, store, options[STORE_SUFFIX], ...observeOf(options))
-      : native.keyedShared(name, toRate(quota), maxKeys, onFull, shards)
+    if (name === undefined) {
+      const [observe, held] = observeOf(options)
+      this.#h = native.keyedNew(toRate(quota), clock, maxKeys, onFull, shards, store, options[STORE_SUFFIX], ...observe)
+      this.#held = held
+    } else {
+      this.#h = native.keyedShared(name, toRate(quota), maxKeys, onFull, shards)
+    }
     this.#remote = native.isRemote(this.#h)
     release.register(this, this.#h)
   }

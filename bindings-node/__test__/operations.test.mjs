@@ -2,6 +2,7 @@
 // rejection hook, the Prometheus text and the prom-client integration. Every figure comes from
 // a known sequence of decisions on a ManualClock.
 import { after, test } from 'node:test'
+import { execFileSync } from 'node:child_process'
 import assert from 'node:assert/strict'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -147,6 +148,35 @@ test('the hook may reconfigure the limiter', async () => {
   assert.equal(limiter.allow(), false)
   await calls(seen, 1)
   assert.equal(limiter.quota, '2/s')
+})
+
+test('a limiter whose hook refers to it is still collected', () => {
+  // The hook's threadsafe function is a strong reference outside the garbage collector's
+  // view: an onReject closing over its own limiter kept the limiter, and its native state,
+  // alive for ever. Run with --expose-gc in a process of its own.
+  const code = `
+    const { KeyedLimiter, Limiter } = require(${JSON.stringify(new URL('../index.js', import.meta.url).pathname)})
+    let collected = 0
+    let hooks = 0
+    const registry = new FinalizationRegistry(() => collected++)
+    function make(i) {
+      const single = new Limiter('1/minute', { onReject: () => { hooks++; single.metrics() } })
+      const keyed = new KeyedLimiter('1/minute', { onReject: () => { hooks++; keyed.size } })
+      registry.register(single, i)
+      registry.register(keyed, i)
+      single.allow(); single.allow()
+      keyed.allow('a'); keyed.allow('a')
+    }
+    const tick = () => new Promise((r) => setTimeout(r, 5))
+    ;(async () => {
+      for (let i = 0; i < 20; i++) make(i)
+      for (let i = 0; i < 50 && hooks < 40; i++) await tick()
+      for (let i = 0; i < 50 && collected < 40; i++) { globalThis.gc(); await tick() }
+      console.log(JSON.stringify({ hooks, collected }))
+    })()
+  `
+  const out = execFileSync(process.execPath, ['--expose-gc', '-e', code], { encoding: 'utf8' })
+  assert.deepEqual(JSON.parse(out), { hooks: 40, collected: 40 })
 })
 
 test('counters are exact on worker threads deciding at once', async () => {
