@@ -15,6 +15,7 @@ use crate::{quota_arg, stats_dict, PyDecision, PyManualClock, PyQuota};
 use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
+use pyo3::{PyTraverseError, PyVisit};
 use sluicegate::{AnyClock, Clock, Decision, Error, IntKey, KeyedLimiter, OnFull, StoreSpec};
 
 /// A key's bytes, borrowed from the Python object for the duration of one call where it has
@@ -125,6 +126,8 @@ pub(crate) struct PyKeyedLimiter {
     manual: Option<Py<PyManualClock>>,
     /// Set for buckets on Redis.
     pub(crate) remote: Option<Remote>,
+    /// The `on_reject` callable, for the cycle collector (`ops::HookSlot`).
+    hook: ops::HookSlot,
 }
 
 impl PyKeyedLimiter {
@@ -182,8 +185,9 @@ impl PyKeyedLimiter {
             .store(spec)
             .metrics(metrics)
             .shadow(shadow);
-        if let Some(hook) = ops::hook_arg(on_reject, py)? {
-            builder = builder.on_reject(ops::hook::<Box<[u8]>>(hook));
+        let hook = ops::hook_arg(on_reject, py)?.unwrap_or_default();
+        if hook.is_set() {
+            builder = builder.on_reject(ops::hook::<Box<[u8]>>(hook.clone()));
         }
         // Given, a region must have this capacity (a new one is made with it); not given, the
         // core's default bound, or an existing region's capacity.
@@ -202,7 +206,16 @@ impl PyKeyedLimiter {
             inner: Box::new(inner),
             manual: clock,
             remote,
+            hook,
         })
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        self.hook.traverse(&visit)
+    }
+
+    fn __clear__(&self) {
+        self.hook.clear();
     }
 
     /// Asks for `cost` tokens of `key`'s bucket now (created on the key's first request).

@@ -7,6 +7,7 @@
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString};
+use pyo3::{PyTraverseError, PyVisit};
 use sluicegate::http::HeaderStyle;
 use sluicegate::{Algorithm, AnyClock, Clock, Limiter, ManualClock, Quota, QuotaOptions, Refill};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -460,6 +461,8 @@ pub(crate) struct PyLimiter {
     clock: Option<Py<PyManualClock>>,
     /// Set for a bucket on Redis.
     remote: Option<Remote>,
+    /// The `on_reject` callable, for the cycle collector (`ops::HookSlot`).
+    hook: ops::HookSlot,
 }
 
 #[pymethods]
@@ -486,15 +489,25 @@ impl PyLimiter {
             .clock(runtime)
             .metrics(metrics)
             .shadow(shadow);
-        if let Some(hook) = ops::hook_arg(on_reject, py)? {
-            builder = builder.on_reject(ops::single_hook(hook));
+        let hook = ops::hook_arg(on_reject, py)?.unwrap_or_default();
+        if hook.is_set() {
+            builder = builder.on_reject(ops::single_hook(hook.clone()));
         }
         let inner = remote::build(py, remote.as_ref(), shm, || builder.build()).map_err(to_py)?;
         Ok(Self {
             inner: Box::new(inner),
             clock,
             remote,
+            hook,
         })
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        self.hook.traverse(&visit)
+    }
+
+    fn __clear__(&self) {
+        self.hook.clear();
     }
 
     /// Asks for `cost` tokens now. A rejection is a falsy Decision; errors mean misuse.

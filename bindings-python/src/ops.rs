@@ -8,7 +8,9 @@ use crate::{PyDecision, PyLimiter};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyMapping, PyString, PyTuple};
+use pyo3::{PyTraverseError, PyVisit};
 use sluicegate::{Decision, Metrics, Rejection};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// A snapshot of a limiter's counters (`Limiter.metrics()`): every decision a caller asked
 /// for is counted once as `allowed`, `rejected` or `shadow_rejected`.
@@ -151,24 +153,76 @@ impl PyRejection {
     }
 }
 
+/// A limiter object's `on_reject` callable, shared by the object and the core's hook. The
+/// object reports it to Python's cycle collector (`__traverse__`) and lets go of it
+/// (`__clear__`); the hook reads it at each rejection. Held by the hook alone, it was a
+/// reference no traversal reports: a hook that refers to its own limiter (`on_reject=lambda r:
+/// log(limiter.metrics())`) kept the limiter, and its native state, alive for ever.
+#[derive(Clone, Default)]
+pub(crate) struct HookSlot(Arc<Mutex<Option<Py<PyAny>>>>);
+
+impl HookSlot {
+    fn new(callable: Py<PyAny>) -> Self {
+        Self(Arc::new(Mutex::new(Some(callable))))
+    }
+
+    /// Whether a callable was given.
+    pub(crate) fn is_set(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    /// The callable, unless cleared. The lock is never held while Python code runs.
+    fn get(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        let held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        held.as_ref().map(|c| c.clone_ref(py))
+    }
+
+    /// Reports the callable to the cycle collector. Never blocks: if another thread reads it
+    /// at this moment, it is not reported, and the collector takes it for referred to from
+    /// outside (kept, for this pass).
+    pub(crate) fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Ok(held) = self.0.try_lock() {
+            if let Some(c) = held.as_ref() {
+                visit.call(c)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Lets go of the callable (the collector breaking a cycle); later rejections call nothing.
+    pub(crate) fn clear(&self) {
+        let taken = self.0.lock().unwrap_or_else(PoisonError::into_inner).take();
+        drop(taken); // after the lock: dropping it may run Python code
+    }
+}
+
 /// The core's hook calling `callable(Rejection)`. It attaches to the interpreter (a decision
 /// on Redis runs detached); an exception the callable raises is reported as unraisable
 /// (`sys.unraisablehook`), never raised into the decision, which was already made.
 pub(crate) fn hook<K: AsRef<[u8]> + ?Sized + 'static>(
-    callable: Py<PyAny>,
+    slot: HookSlot,
 ) -> impl Fn(&Rejection<'_, K>) + Send + Sync + 'static {
     move |r: &Rejection<'_, K>| {
         Python::attach(|py| {
-            let key = Some(PyBytes::new(py, r.key().as_ref()).unbind());
-            call(py, &callable, key, r.cost(), *r.decision());
+            if let Some(callable) = slot.get(py) {
+                let key = Some(PyBytes::new(py, r.key().as_ref()).unbind());
+                call(py, &callable, key, r.cost(), *r.decision());
+            }
         });
     }
 }
 
 /// The hook of a single-bucket limiter (its key is `()`).
-pub(crate) fn single_hook(callable: Py<PyAny>) -> impl Fn(&Rejection<'_>) + Send + Sync + 'static {
+pub(crate) fn single_hook(slot: HookSlot) -> impl Fn(&Rejection<'_>) + Send + Sync + 'static {
     move |r: &Rejection<'_>| {
-        Python::attach(|py| call(py, &callable, None, r.cost(), *r.decision()));
+        Python::attach(|py| {
+            if let Some(callable) = slot.get(py) {
+                call(py, &callable, None, r.cost(), *r.decision());
+            }
+        });
     }
 }
 
@@ -184,8 +238,8 @@ fn call(py: Python<'_>, callable: &Py<PyAny>, key: Option<Py<PyBytes>>, cost: u6
     }
 }
 
-/// Checks an `on_reject=` argument: None or a callable.
-pub(crate) fn hook_arg(obj: Option<Py<PyAny>>, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+/// Checks an `on_reject=` argument: None or a callable, held in a slot of its own.
+pub(crate) fn hook_arg(obj: Option<Py<PyAny>>, py: Python<'_>) -> PyResult<Option<HookSlot>> {
     match obj {
         Some(o) if o.is_none(py) => Ok(None),
         Some(o) if !o.bind(py).is_callable() => {
@@ -194,7 +248,7 @@ pub(crate) fn hook_arg(obj: Option<Py<PyAny>>, py: Python<'_>) -> PyResult<Optio
                 "on_reject must be callable, not {ty}"
             )))
         }
-        other => Ok(other),
+        other => Ok(other.map(HookSlot::new)),
     }
 }
 

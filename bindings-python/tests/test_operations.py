@@ -8,6 +8,7 @@ import gc
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -207,6 +208,37 @@ def test_the_hook_may_call_the_limiter_back() -> None:
     assert limiter[0].quota.burst == 2
     del limiter
     gc.collect()
+
+
+def test_a_limiter_whose_hook_refers_to_it_is_collected() -> None:
+    """A hook that refers to its own limiter is a cycle the collector frees: the hook was
+    held by the native limiter alone, a reference no traversal reported, so such a limiter
+    (one per tenant, made on the fly) and its native state lived for ever."""
+    import weakref
+
+    calls: list[int] = []
+
+    def make(keyed: bool) -> weakref.ref[Any]:
+        if keyed:
+
+            def hook(r: Rejection) -> None:
+                calls.append(len(k))
+
+            k = KeyedLimiter("1/minute", on_reject=hook)
+            assert k.try_acquire("a") and not k.try_acquire("a")
+        else:
+
+            def hook(r: Rejection) -> None:
+                calls.append(int(one.peek().remaining))
+
+            one = Limiter("1/minute", on_reject=hook)
+            assert one.try_acquire() and not one.try_acquire()
+        return weakref.ref(hook)
+
+    hooks = [make(keyed) for keyed in (False, True) for _ in range(5)]
+    assert calls == [0] * 5 + [1] * 5
+    gc.collect()
+    assert [h() for h in hooks] == [None] * 10
 
 
 def parsed(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
