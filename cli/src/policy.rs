@@ -290,7 +290,7 @@ impl Route {
         }
         let path = self.subject(path);
         caps.clear();
-        match_toks(&self.toks, path, 0, caps)
+        match_toks(&self.toks, path, caps)
     }
 
     /// The text `matches` matches against, and its captures index: the path with its query
@@ -305,38 +305,84 @@ impl Route {
     }
 }
 
-fn match_toks(toks: &[Tok], s: &[u8], at: usize, caps: &mut Vec<(usize, usize)>) -> bool {
-    let Some((t, rest)) = toks.split_first() else {
-        return at == s.len();
+/// Whether `toks` match all of `s`, `caps` receiving the captures of the first match in this
+/// order: a `{name}` capture shortest first ("{id}.json" leaves ".json" to the literal), a
+/// `*` from its earliest start. A search that tried every choice anew at every wildcard took
+/// O(len^wildcards) steps on a path the log's writer chose (`/*/*/*/x` against 8 KB of
+/// slashes); this one tries each wildcard at each position at most once (see [`Walk`]).
+fn match_toks(toks: &[Tok], s: &[u8], caps: &mut Vec<(usize, usize)>) -> bool {
+    let mut small = [NEVER_FAILED; 16];
+    let mut large = Vec::new();
+    let failed = if toks.len() <= small.len() {
+        &mut small[..toks.len()]
+    } else {
+        large.resize(toks.len(), NEVER_FAILED);
+        &mut large[..]
     };
-    match t {
-        Tok::Lit(l) => s[at..].starts_with(l) && match_toks(rest, s, at + l.len(), caps),
-        Tok::Seg => {
-            let seg_end = memchr::memchr(b'/', &s[at..]).map_or(s.len(), |k| at + k);
-            let n = caps.len();
-            // Shortest first: "{id}.json" must leave ".json" to the literal.
-            for end in at + 1..=seg_end {
-                caps.truncate(n);
-                caps.push((at, end));
-                if match_toks(rest, s, end, caps) {
+    Walk {
+        toks,
+        s,
+        failed,
+        steps: 0,
+    }
+    .walk(0, 0, caps)
+}
+
+const NEVER_FAILED: (usize, usize) = (usize::MAX, usize::MAX);
+
+/// The match's search. `failed[i] = (from, reach)`: after the wildcard `toks[i]`, nothing
+/// matches from any end in `from..=reach`, `reach` being how far the wildcard may extend (the
+/// end of `s` for a `*`, the end of its path segment for a capture). From a later position
+/// within the same reach its candidate ends are among those, so it fails at once, and from an
+/// earlier one only the ends before `from` are new: every (token, end) is tried at most once,
+/// O(tokens x len) steps. Whether `toks[i..]` match `s[at..]` depends on
+/// `(i, at)` alone, so skipping a candidate known to fail never changes the first match.
+struct Walk<'a> {
+    toks: &'a [Tok],
+    s: &'a [u8],
+    failed: &'a mut [(usize, usize)],
+    /// Positions tried (for the tests' bound).
+    steps: usize,
+}
+
+impl Walk<'_> {
+    fn walk(&mut self, i: usize, at: usize, caps: &mut Vec<(usize, usize)>) -> bool {
+        let s = self.s;
+        let Some(t) = self.toks.get(i) else {
+            return at == s.len();
+        };
+        match t {
+            Tok::Lit(l) => s[at..].starts_with(l) && self.walk(i + 1, at + l.len(), caps),
+            Tok::Seg | Tok::Star => {
+                let star = matches!(t, Tok::Star);
+                if star && i + 1 == self.toks.len() {
                     return true;
                 }
-            }
-            caps.truncate(n);
-            false
-        }
-        Tok::Star => {
-            if rest.is_empty() {
-                return true;
-            }
-            let n = caps.len();
-            for start in at..=s.len() {
-                caps.truncate(n);
-                if match_toks(rest, s, start, caps) {
-                    return true;
+                let reach = if star {
+                    s.len()
+                } else {
+                    memchr::memchr(b'/', &s[at..]).map_or(s.len(), |k| at + k)
+                };
+                // A capture takes at least one byte; a `*` may take none.
+                let first = if star { at } else { at + 1 };
+                // Candidates from `from` on in this reach are known to fail.
+                let (from, known) = self.failed[i];
+                let stop = if known == reach { from } else { reach + 1 };
+                let n = caps.len();
+                for end in first..stop {
+                    self.steps += 1;
+                    caps.truncate(n);
+                    if !star {
+                        caps.push((at, end));
+                    }
+                    if self.walk(i + 1, end, caps) {
+                        return true;
+                    }
                 }
+                caps.truncate(n);
+                self.failed[i] = (first.min(stop), reach);
+                false
             }
-            false
         }
     }
 }
@@ -400,6 +446,114 @@ mod tests {
         let mut caps = Vec::new();
         r.matches(method.as_bytes(), path.as_bytes(), &mut caps)
             .then(|| caps.iter().map(|&(a, b)| path[a..b].to_string()).collect())
+    }
+
+    /// The plain search, every choice tried anew (exponential in the wildcards): the
+    /// reference the matcher must agree with, match and captures.
+    fn plain(toks: &[Tok], s: &[u8], at: usize, caps: &mut Vec<(usize, usize)>) -> bool {
+        let Some((t, rest)) = toks.split_first() else {
+            return at == s.len();
+        };
+        match t {
+            Tok::Lit(l) => s[at..].starts_with(l) && plain(rest, s, at + l.len(), caps),
+            Tok::Seg => {
+                let seg_end = memchr::memchr(b'/', &s[at..]).map_or(s.len(), |k| at + k);
+                let n = caps.len();
+                for end in at + 1..=seg_end {
+                    caps.truncate(n);
+                    caps.push((at, end));
+                    if plain(rest, s, end, caps) {
+                        return true;
+                    }
+                }
+                caps.truncate(n);
+                false
+            }
+            Tok::Star => {
+                let n = caps.len();
+                for start in at..=s.len() {
+                    caps.truncate(n);
+                    if plain(rest, s, start, caps) {
+                        return true;
+                    }
+                }
+                false
+            }
+        }
+    }
+
+    /// The matcher's answer and how many candidate ends it tried.
+    fn walked(toks: &[Tok], s: &[u8]) -> (bool, Vec<(usize, usize)>, usize) {
+        let mut failed = vec![NEVER_FAILED; toks.len()];
+        let mut w = Walk {
+            toks,
+            s,
+            failed: &mut failed,
+            steps: 0,
+        };
+        let mut caps = Vec::new();
+        let ok = w.walk(0, 0, &mut caps);
+        (ok, if ok { caps } else { Vec::new() }, w.steps)
+    }
+
+    #[test]
+    fn the_matcher_agrees_with_the_plain_search() {
+        // Every pattern of up to 6 pieces over {"/", "a", "ab", *, {x}} against random paths
+        // over {'/', 'a', 'b'} (a fixed-seed generator: the same cases every run).
+        let pieces = ["/", "a", "ab", "*", "{x}"];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: u64| {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((seed >> 33) % n) as usize
+        };
+        let (mut cases, mut matched) = (0, 0);
+        for _ in 0..20_000 {
+            let mut pat = String::from("/");
+            for _ in 0..next(6) + 1 {
+                pat.push_str(pieces[next(pieces.len() as u64)]);
+            }
+            let Ok(r) = Route::parse(&pat) else { continue };
+            let path: Vec<u8> = (0..next(12)).map(|_| [b'/', b'a', b'b'][next(3)]).collect();
+            let path = [b"/".as_slice(), &path].concat();
+            let mut want = Vec::new();
+            let ok = plain(&r.toks, &path, 0, &mut want);
+            let (got, caps, _) = walked(&r.toks, &path);
+            assert_eq!(
+                (got, caps),
+                (ok, if ok { want } else { Vec::new() }),
+                "{pat} on {:?}",
+                String::from_utf8_lossy(&path)
+            );
+            cases += 1;
+            matched += usize::from(ok);
+        }
+        assert!(
+            cases > 15_000 && matched > 1_000,
+            "{cases} cases, {matched} matched"
+        );
+    }
+
+    #[test]
+    fn a_hostile_path_costs_tokens_times_length() {
+        // Each of these took O(len^wildcards) steps in the plain search (at 8 KB: beyond any
+        // log's patience); the matcher tries each wildcard's ends at most once.
+        let slashes = "/".repeat(8192);
+        let a = format!("/{}", "a".repeat(8191));
+        let cases = [
+            ("/*/*/*/*/x", slashes.as_str()),
+            ("/*a*a*a*a*b", a.as_str()),
+            ("*{x}a{y}a{z}b", a.as_str()),
+            ("/{a}*{b}*{c}*x", a.as_str()),
+        ];
+        for (pat, path) in cases {
+            let r = Route::parse(pat).unwrap();
+            let (ok, _, steps) = walked(&r.toks, path.as_bytes());
+            assert!(!ok, "{pat}");
+            let bound = r.toks.len() * (path.len() + 1);
+            assert!(steps <= bound, "{pat}: {steps} steps, more than {bound}");
+        }
     }
 
     #[test]
