@@ -299,6 +299,53 @@ fn evict_fullest_makes_room_for_new_keys() {
     assert_eq!(keys, [1, 3, 4]);
 }
 
+/// `EvictFullest` evicts a bucket that is not full only when no bucket is full: a full bucket
+/// of a long key (held by its digest, in a store of its own) goes before the fullest short
+/// key's, and the other way round. Before, a new key evicted its own store's fullest bucket
+/// (lossy: the key came back with a fresh bucket) while the other store held a full one.
+#[test]
+fn evict_fullest_takes_a_full_bucket_of_either_key_length_first() {
+    let long = |c: char| c.to_string().repeat(100);
+    // (quota, the reading at which the first key's bucket is full and the second's not yet)
+    for (quota, at) in [
+        ("1/s; burst=10", 1_000_000_000),
+        ("1/s; burst=10; algorithm=gcra", 1_000_000_000),
+        ("10/10s; algorithm=sliding_log", 10_500_000_000),
+    ] {
+        for long_first in [true, false] {
+            let clock = ManualClock::new(0);
+            let kl = KeyedLimiter::<String, _>::builder(quota.parse().unwrap())
+                .max_keys(2)
+                .shards(1)
+                .on_full(OnFull::EvictFullest)
+                .metrics(true)
+                .clock(clock.clone())
+                .build()
+                .unwrap();
+            // `full` will be full at `at`; `used` keeps 9 units taken half-way there.
+            let (full, used, new) = if long_first {
+                (long('f'), "used".to_string(), "new".to_string())
+            } else {
+                ("full".to_string(), long('u'), long('n'))
+            };
+            assert!(kl.try_acquire(full.as_str(), 1).unwrap().allowed());
+            clock.set(at / 2);
+            assert!(kl.try_acquire(used.as_str(), 9).unwrap().allowed());
+            clock.set(at);
+            let before = kl.peek(used.as_str()).unwrap().remaining();
+            assert!(before < 10, "{quota}: {before}");
+            assert!(kl.try_acquire(new.as_str(), 1).unwrap().allowed());
+            assert_eq!(
+                kl.peek(used.as_str()).unwrap().remaining(),
+                before,
+                "{quota}, long key full: {long_first}: the bucket in use was evicted"
+            );
+            assert_eq!(kl.len(), 2);
+            assert_eq!(kl.metrics().unwrap().keys_evicted, 1);
+        }
+    }
+}
+
 #[test]
 fn builder_validates() {
     let q: Quota = "1/s".parse().unwrap();

@@ -190,6 +190,20 @@ impl<K: Hash + Eq + Send + 'static> LogStore<K> {
         again
     }
 
+    /// Evicts full logs (lossless) if the key bound is reached and the hint says one may be
+    /// full: `long.rs`'s `Twin::evict_full_first`. The caller holds no lock.
+    pub(crate) fn evict_full_first_at(&self, now: u64) {
+        if self.b.len() < self.max_keys || self.b.scan(now).is_none() {
+            return;
+        }
+        let mut dead = Vec::new();
+        {
+            let mut t = sync::lock(&self.shards[0]);
+            self.evict_full_somewhere(0, &mut t, now, &mut dead, &mut false);
+        }
+        drop(dead); // the keys' destructors run outside the lock
+    }
+
     #[inline]
     fn shard_of(&self, h: u64) -> usize {
         (h >> 40) as usize & self.mask

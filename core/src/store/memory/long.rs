@@ -12,7 +12,9 @@
 //! nothing but skipped a busy shard (a sweep, a removal, another new key making room there),
 //! it lets go of its lock, waits for each shard in turn, sweeping it, and the new key looks
 //! again, once per request (`Twin::make_room`, crate::store::bound's `look_again`); a unit of
-//! the bound given back meanwhile is looked for too.
+//! the bound given back meanwhile is looked for too. With `OnFull::EvictFullest` a key that
+//! may be new first has the other store evict its full buckets (`Twin::evict_full_first`),
+//! so that a bucket that is not full is evicted only when neither store holds a full one.
 //!
 //! The short keys' path is the main store's, unchanged: the default store's lock-free lookup
 //! runs first (a long key is never found there, as it is never linked there), and only a
@@ -60,6 +62,11 @@ pub(crate) trait Twin<K>: Store<K> {
     /// then waited for, once per new key (`waited`, crate::store::bound::look_again). The
     /// caller holds no lock.
     fn make_room(&self, cx: &Ctx, now: u64, waited: &mut bool) -> bool;
+
+    /// Under `OnFull::EvictFullest`, before a new key of the other store may evict a bucket
+    /// that is not full there: evicts this store's full buckets (lossless), if the key bound
+    /// is reached and one may be full now (the bound's hint). The caller holds no lock.
+    fn evict_full_first(&self, cx: &Ctx, now: u64);
 }
 
 /// Runs `op` until it is not refused at the key bound, or `room` makes none (its argument:
@@ -100,6 +107,18 @@ impl<S, L: Twin<Digest>> Routed<S, L> {
         Some((l, Digest::of(*secret, key)))
     }
 
+    /// `OnFull::EvictFullest` loses a bucket that is not full only when neither store holds a
+    /// full one: a key of the main store that may be new first has the digests' store evict
+    /// its full buckets, as the main store evicts its own before its fullest (the digests'
+    /// store, for its new keys, asks the main store the same in `acquire_long`).
+    fn full_first_in_long(&self, cx: &Ctx, now: u64) {
+        if cx.on_full == OnFull::EvictFullest {
+            if let Some((l, _)) = self.long.get() {
+                l.evict_full_first(cx, now);
+            }
+        }
+    }
+
     /// Room made in the digests' store, if it exists.
     fn room_in_long(&self, cx: &Ctx, now: u64, waited: &mut bool) -> bool {
         self.long
@@ -119,6 +138,9 @@ impl<S, L: Twin<Digest>> Routed<S, L> {
     where
         S: Twin<K, Long = L>,
     {
+        if cx.on_full == OnFull::EvictFullest {
+            self.main.evict_full_first(cx, now);
+        }
         with_room(
             || l.reserve(cx, &d, now, cost, within),
             |waited| self.main.make_room(cx, now, waited),
@@ -145,6 +167,7 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Words<K, W> {
         if let Some(long) = self.long_key(key) {
             return self.acquire_long(cx, long, now, cost, u64::MAX);
         }
+        self.full_first_in_long(cx, now);
         with_room(
             || self.main.acquire_locked(cx, h, key, now, cost, u64::MAX),
             |waited| self.room_in_long(cx, now, waited),
@@ -181,6 +204,7 @@ where
         if let Some(long) = self.long_key(key) {
             return self.acquire_long(cx, long, now, cost, within);
         }
+        self.full_first_in_long(cx, now);
         with_room(
             || self.main.reserve(cx, key, now, cost, within),
             |waited| self.room_in_long(cx, now, waited),
@@ -281,6 +305,20 @@ impl<K: Hash + Eq + Send + 'static, W: Word> Twin<K> for Core<K, W> {
         self.collect_pending();
         again
     }
+
+    fn evict_full_first(&self, cx: &Ctx, now: u64) {
+        if self.bound.len() < cx.max_keys || self.bound.scan(now).is_none() {
+            return;
+        }
+        let guard = rcu::read();
+        let own = &*self.shards[0];
+        {
+            let mut st = sync::lock(&own.lock);
+            self.evict_full_somewhere(cx, own, &mut st, now, &guard, &mut false);
+        }
+        drop(guard);
+        self.collect_pending();
+    }
 }
 
 impl<K: Hash + Eq + Send + 'static> Twin<K> for LogStore<K> {
@@ -292,6 +330,10 @@ impl<K: Hash + Eq + Send + 'static> Twin<K> for LogStore<K> {
 
     fn make_room(&self, _cx: &Ctx, now: u64, waited: &mut bool) -> bool {
         self.make_room_at(now, waited)
+    }
+
+    fn evict_full_first(&self, _cx: &Ctx, now: u64) {
+        self.evict_full_first_at(now);
     }
 }
 
