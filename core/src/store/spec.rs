@@ -358,6 +358,9 @@ impl StoreSpec {
     }
 }
 
+/// The most keys a shared-memory region holds (its slots, `capacity * 8 / 7`, at most 2^29).
+pub(crate) const SHM_MAX_CAPACITY: u64 = (1 << 29) / 8 * 7;
+
 fn invalid(value: &str, why: &str) -> Error {
     Error::InvalidOption {
         option: "store",
@@ -391,9 +394,21 @@ impl FromStr for StoreSpec {
         for pair in query.into_iter().flat_map(|q| q.split('&')) {
             match pair.split_once('=') {
                 Some(("capacity", v)) if capacity.is_none() => {
-                    let n: u64 = v.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
-                        invalid(s, "capacity is a whole number of keys, at least 1")
-                    })?;
+                    let n: u64 = v
+                        .bytes()
+                        .all(|b| b.is_ascii_digit())
+                        .then(|| v.parse().ok())
+                        .flatten()
+                        .filter(|n| (1..=SHM_MAX_CAPACITY).contains(n))
+                        .ok_or_else(|| {
+                            invalid(
+                                s,
+                                &format!(
+                                    "capacity is a whole number of keys, from 1 to \
+                                     {SHM_MAX_CAPACITY}"
+                                ),
+                            )
+                        })?;
                     capacity = Some(n);
                 }
                 _ => return Err(invalid(s, "the only option is capacity=N, given once")),

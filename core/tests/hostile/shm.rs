@@ -476,3 +476,58 @@ fn a_composite_refund_past_a_corrupt_part_refunds_the_others() {
         assert_eq!(p.peek().unwrap().remaining(), 5);
     }
 }
+
+/// A capacity no region can have is refused before any file is made: it left an empty file
+/// at the name, which every later opener, whatever its capacity, waited 3 s for and then
+/// refused as a creator that stopped.
+#[test]
+fn a_capacity_too_large_leaves_no_file_behind() {
+    for spelled in ["999999999999", "469762049", "+10", "0", "1e3"] {
+        let spec = format!("shm:/x?capacity={spelled}");
+        assert!(
+            matches!(
+                spec.parse::<StoreSpec>(),
+                Err(Error::InvalidOption {
+                    option: "store",
+                    ..
+                })
+            ),
+            "{spec}"
+        );
+    }
+    assert!("shm:/x?capacity=469762048".parse::<StoreSpec>().is_ok());
+    let r = Region::new();
+    let huge = KeyedLimiter::<Box<[u8]>, _>::builder(quota())
+        .store(r.spec())
+        .max_keys(usize::MAX)
+        .clock(ManualClock::new(0))
+        .build();
+    assert!(
+        matches!(huge, Err(Error::InvalidQuota { .. })),
+        "{:?}",
+        huge.err()
+    );
+    assert!(!r.0.exists(), "a file was left at the name");
+    let started = std::time::Instant::now();
+    r.open(&ManualClock::new(0)).unwrap();
+    // (The opener no longer waits for a creator: nothing to wait for. Not a timing
+    // assertion, a report.)
+    eprintln!("opened in {:?}", started.elapsed());
+}
+
+/// An opener waiting for a creator to size its file starts again when the file is removed (a
+/// creator that failed removes its file): it made a region at once, where it waited 3 s
+/// for a file no longer there and refused it as corrupt.
+#[test]
+fn an_opener_waiting_on_a_removed_file_starts_again() {
+    let r = abandoned(0, 0);
+    let path = r.0.clone();
+    let remover = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::fs::remove_file(&path).unwrap();
+    });
+    let opened = r.open(&ManualClock::new(0));
+    remover.join().unwrap();
+    let l = opened.unwrap();
+    assert!(l.try_acquire(b"k".as_slice(), 1).unwrap().allowed());
+}

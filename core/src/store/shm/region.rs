@@ -205,20 +205,26 @@ impl Region {
                 "this CPU has no 128-bit compare-and-swap, which a region's slots need",
             ));
         }
+        // A capacity no region can have is refused before any file is made (an existing
+        // region is still opened, at its own capacity, when none was asked for).
+        let capacity = want.capacity.unwrap_or(want.default_capacity);
+        let creatable = check_capacity(capacity);
         let mut waited = Instant::now();
         loop {
-            match create_new(path) {
-                Ok(file) => {
-                    let capacity = want.capacity.unwrap_or(want.default_capacity);
-                    return Self::initialise(file, path, want, capacity, false);
+            if creatable.is_ok() {
+                match create_new(path) {
+                    Ok(file) => return Self::create(file, path, want, capacity),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(io_error(path, "create", &e)),
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(io_error(path, "create", &e)),
             }
             let file = match open_existing(path) {
                 Ok(f) => f,
                 // Removed between our two opens: try to create it again.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    creatable.clone()?;
+                    continue;
+                }
                 Err(e) => return Err(io_error(path, "open", &e)),
             };
             check_owner(&file, path)?;
@@ -227,6 +233,30 @@ impl Region {
                 None => continue,
             }
         }
+    }
+
+    /// Initialises the file this process just created. If that fails (no room left to size
+    /// it, no memory to map it), the file is removed, so that the name is not left to a
+    /// short file that every later opener would take for a creator that stopped (openers
+    /// waiting on it meanwhile see it gone, and start again).
+    fn create(
+        file: std::fs::File,
+        path: &Path,
+        want: &Want<'_>,
+        capacity: u64,
+    ) -> Result<Self, Error> {
+        use std::os::unix::fs::MetadataExt;
+        let made = file.metadata().map(|m| (m.dev(), m.ino())).ok();
+        let r = Self::initialise(file, path, want, capacity, false);
+        if r.is_err() {
+            let still_ours = std::fs::symlink_metadata(path)
+                .ok()
+                .is_some_and(|m| Some((m.dev(), m.ino())) == made);
+            if still_ours {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        r
     }
 
     /// Maps an existing region and waits for it to be ready; `None` when it should be opened
@@ -292,6 +322,9 @@ impl Region {
                         ),
                     ));
                 }
+            } else if replaced(&file, path) {
+                // Its creator failed and removed it (or someone replaced it): start again.
+                return Ok(None);
             } else if waited.elapsed() > INIT_WAIT {
                 // Empty or short for that long: its creator died in the microseconds between
                 // making the file and sizing it. Two processes resizing it at once could split
@@ -318,18 +351,8 @@ impl Region {
         capacity: u64,
         taken_over: bool,
     ) -> Result<Self, Error> {
-        if capacity == 0 {
-            return Err(Error::invalid(
-                "a shared-memory region needs a capacity of at least 1 key",
-            ));
-        }
+        check_capacity(capacity)?;
         let slots = slots_for(capacity);
-        if slots > MAX_SLOTS {
-            return Err(Error::invalid(format!(
-                "a shared-memory region holds at most {} keys, not {capacity}",
-                MAX_SLOTS * 7 / 8
-            )));
-        }
         let locks_offset = HEADER_LEN as u64;
         let slots_offset = locks_offset + (LOCKS * 8) as u64;
         let file_len = slots_offset + slots * SLOT_BYTES as u64;
@@ -464,6 +487,38 @@ fn io_error(path: &Path, what: &str, e: &std::io::Error) -> Error {
         _ => StoreErrorKind::Unavailable,
     };
     err(kind, path, format!("cannot {what} the region: {e}"))
+}
+
+/// The keys a region may hold: `capacity * 8 / 7` slots, at most [`MAX_SLOTS`].
+const MAX_CAPACITY: u64 = crate::store::spec::SHM_MAX_CAPACITY;
+const _: () = assert!(MAX_CAPACITY == MAX_SLOTS / 8 * 7);
+
+/// Whether a region can be made for `capacity` keys.
+fn check_capacity(capacity: u64) -> Result<(), Error> {
+    if capacity == 0 {
+        return Err(Error::invalid(
+            "a shared-memory region needs a capacity of at least 1 key",
+        ));
+    }
+    if capacity > MAX_CAPACITY {
+        return Err(Error::invalid(format!(
+            "a shared-memory region holds at most {MAX_CAPACITY} keys, not {capacity}"
+        )));
+    }
+    debug_assert!(slots_for(capacity) <= MAX_SLOTS);
+    Ok(())
+}
+
+/// Whether `path` no longer names the file `file` was opened from (removed, or replaced).
+fn replaced(file: &std::fs::File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(ours) = file.metadata() else {
+        return false;
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(m) => (m.dev(), m.ino()) != (ours.dev(), ours.ino()),
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    }
 }
 
 fn create_new(path: &Path) -> std::io::Result<std::fs::File> {
