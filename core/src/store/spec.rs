@@ -208,23 +208,26 @@ impl StoreSpec {
 
 /// The URL with its password replaced by `***` (for messages and `Display`).
 pub(crate) fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_string();
-    };
-    let rest = &url[scheme_end + 3..];
-    let auth_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    match rest[..auth_end].rfind('@') {
-        Some(at) => match rest[..at].find(':') {
-            Some(colon) => format!(
-                "{}{}:***{}",
-                &url[..scheme_end + 3],
-                &rest[..colon],
-                &rest[at..]
-            ),
-            None => url.to_string(),
-        },
+    match secret(url) {
+        Some(r) => format!("{}***{}", &url[..r.start], &url[r.end..]),
         None => url.to_string(),
     }
+}
+
+/// Where the password of a URL's `user:password@` is: from the first `:` after `scheme://` to
+/// the last `@`, so that a password holding `/`, `?` or `#` (which a URL must percent-encode,
+/// and which would otherwise be taken for the path or query) is still all of it.
+fn secret(url: &str) -> Option<core::ops::Range<usize>> {
+    let info = userinfo(url)?;
+    let colon = info.start + url[info.clone()].find(':')?;
+    Some(colon + 1..info.end)
+}
+
+/// A URL's `user:password` (before the last `@`), when it has a password.
+fn userinfo(url: &str) -> Option<core::ops::Range<usize>> {
+    let start = url.find("://")? + 3;
+    let at = start + url[start..].rfind('@')?;
+    url[start..at].contains(':').then_some(start..at)
 }
 
 fn redis_invalid(value: &str, why: &str) -> Error {
@@ -256,6 +259,15 @@ fn parse_timeout(v: &str) -> Option<Duration> {
 }
 
 fn parse_redis(s: &str, t: &str) -> Result<StoreSpec, Error> {
+    if let Some(info) = userinfo(t) {
+        if t[info].contains(['/', '?', '#']) {
+            return Err(redis_invalid(
+                s,
+                "the user name or password holds '/', '?' or '#': percent-encode them (%2F, %3F, \
+                 %23)",
+            ));
+        }
+    }
     let (base, query) = match t.split_once('?') {
         Some((b, q)) => (b, Some(q)),
         None => (t, None),
@@ -548,5 +560,30 @@ mod tests {
             .parse::<StoreSpec>()
             .unwrap_err();
         assert!(!e.to_string().contains("secret"), "{e}");
+        // A password holding '/', '?' or '#' (a URL must percent-encode them) was cut at the
+        // first of them: the rest was shown, as a path, a query or an unknown option's name.
+        for url in [
+            "redis://admin:s3cr/t@127.0.0.1:1/0?prefx=a",
+            "redis://admin:s3cr/t@127.0.0.1:1/0",
+            "redis://admin:s3cr?t@127.0.0.1:1/0",
+            "redis://admin:s3cr#t@127.0.0.1:1/0",
+            "redis://:s3cr/t?x@h/0?timeout=1s",
+        ] {
+            let e = url.parse::<StoreSpec>().unwrap_err();
+            let text = format!("{e} {e:?}");
+            assert!(!text.contains("s3cr") && !text.contains("t@"), "{text}");
+            assert!(text.contains("percent-encode"), "{text}");
+        }
+        assert_eq!(
+            redact("redis://u:a/b?c@h/0?prefix=p"),
+            "redis://u:***@h/0?prefix=p"
+        );
+        assert_eq!(
+            redact("redis+unix:///run/a@b.sock"),
+            "redis+unix:///run/a@b.sock"
+        );
+        // Encoded, it is a password.
+        let s: StoreSpec = "redis://u:s3cr%2Ft@h/0".parse().unwrap();
+        assert_eq!(s.to_string(), "redis://u:***@h/0");
     }
 }
