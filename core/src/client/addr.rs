@@ -25,21 +25,34 @@ pub(crate) enum Node<'a> {
 
 /// Parses one hop: `203.0.113.7`, `203.0.113.7:8080`, `2001:db8::1`, `[2001:db8::1]`,
 /// `[2001:db8::1]:443`, `fe80::1%eth0`, a port that is obfuscated (`:_p1`), an obfuscated
-/// identifier (`_hidden`) or `unknown`; surrounding spaces and tabs are ignored.
+/// identifier (`_hidden`) or `unknown`, these two with a port or not (`_hidden:_p1`,
+/// `unknown:8080`); surrounding spaces and tabs are ignored.
 pub(crate) fn parse_node(text: &[u8]) -> Node<'_> {
     let t = trim(text);
     if t.is_empty() || t.len() > MAX_NODE {
         return Node::Invalid;
     }
-    if t.eq_ignore_ascii_case(b"unknown") {
+    // `unknown` and an obfuscated name, each with a port or not (RFC 7239's node:
+    // `nodename [":" node-port]`); the port is not part of who the client is.
+    let colon = t.iter().position(|&c| c == b':');
+    let name = match colon {
+        Some(i) if t[0] == b'_' || t[..i].eq_ignore_ascii_case(b"unknown") => {
+            if !core::str::from_utf8(&t[i + 1..]).is_ok_and(valid_port) {
+                return Node::Invalid;
+            }
+            &t[..i]
+        }
+        _ => t,
+    };
+    if name.eq_ignore_ascii_case(b"unknown") {
         return Node::Unknown;
     }
-    if t[0] == b'_' {
-        let ok = t[1..]
+    if name[0] == b'_' {
+        let ok = name[1..]
             .iter()
             .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'));
-        return match core::str::from_utf8(t) {
-            Ok(s) if ok && t.len() > 1 => Node::Obfuscated(s),
+        return match core::str::from_utf8(name) {
+            Ok(s) if ok && name.len() > 1 => Node::Obfuscated(s),
             _ => Node::Invalid,
         };
     }
@@ -197,10 +210,16 @@ impl Cidr {
         self.prefix
     }
 
-    /// Whether `ip` (IPv4-mapped IPv6 taken as IPv4) is in the range.
+    /// Whether `ip` (IPv4-mapped IPv6 taken as IPv4) is in the range. An IPv6 range holds the
+    /// IPv4 addresses whose mapped form it holds (`::/0` every address, `::ffff:0:0/95`
+    /// every IPv4 address).
     pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = canonical(ip);
-        ip.is_ipv4() == self.addr.is_ipv4() && mask(ip, self.prefix) == self.addr
+        match (canonical(ip), self.addr) {
+            (IpAddr::V4(v4), IpAddr::V6(_)) => {
+                mask(IpAddr::V6(v4.to_ipv6_mapped()), self.prefix) == self.addr
+            }
+            (ip, _) => ip.is_ipv4() == self.addr.is_ipv4() && mask(ip, self.prefix) == self.addr,
+        }
     }
 
     /// Whether the range holds every address of its family (`0.0.0.0/0`, `::/0`).
@@ -219,7 +238,9 @@ impl core::str::FromStr for Cidr {
     type Err = Error;
 
     /// `ADDRESS[/PREFIX]`, IPv4 or IPv6, else [`Error::InvalidOption`] (option
-    /// `trusted_proxies`).
+    /// `trusted_proxies`). The address must be the range's first (`10.0.0.0/8`): one with
+    /// bits set past the prefix (`10.0.0.1/8`, often a mistyped `/32`) is refused, where
+    /// [`Cidr::new`] clears them.
     fn from_str(s: &str) -> Result<Self, Error> {
         let bad = || Error::InvalidOption {
             option: "trusted_proxies",
@@ -241,7 +262,19 @@ impl core::str::FromStr for Cidr {
             }
             Some(_) => return Err(bad()),
         };
-        Cidr::new(addr, prefix).ok_or_else(bad)
+        let range = Cidr::new(addr, prefix).ok_or_else(bad)?;
+        if mask(addr, prefix) != addr {
+            return Err(Error::InvalidOption {
+                option: "trusted_proxies",
+                value: s.to_string(),
+                expected: format!(
+                    "a range written from its first address: {} (the bits past /{prefix} of \
+                     {a} are set; for that address alone, write it without a prefix)",
+                    range
+                ),
+            });
+        }
+        Ok(range)
     }
 }
 
@@ -481,6 +514,11 @@ mod tests {
             ("UNKNOWN", Node::Unknown),
             ("_hidden", Node::Obfuscated("_hidden")),
             ("_a.b-c_d", Node::Obfuscated("_a.b-c_d")),
+            // RFC 7239 nodes with a port: the port is not part of the client.
+            ("_hidden:_p1", Node::Obfuscated("_hidden")),
+            ("_hidden:8080", Node::Obfuscated("_hidden")),
+            ("unknown:8080", Node::Unknown),
+            ("Unknown:_p", Node::Unknown),
         ] {
             assert_eq!(parse_node(text.as_bytes()), want, "{text:?}");
         }
@@ -488,6 +526,13 @@ mod tests {
             "",
             "   ",
             "_",
+            "_:80",
+            "_hidden:",
+            "_hidden:99999",
+            "_hidden:_",
+            "unknown:",
+            "unknown:x",
+            "unknownx:80",
             "_a b",
             "_a/b",
             "01.2.3.4",
@@ -543,12 +588,30 @@ mod tests {
         assert!(one.contains(ip("::ffff:192.0.2.1")));
         let mapped: Cidr = "::ffff:10.0.0.0/104".parse().unwrap();
         assert_eq!(mapped.to_string(), "10.0.0.0/8");
+        // Bits past the prefix are refused in text (a mistyped /32 trusted 16M addresses):
+        // Cidr::new clears them.
+        let e = "10.9.9.9/8".parse::<Cidr>().unwrap_err();
+        assert!(e.to_string().contains("10.0.0.0/8"), "{e}");
         assert_eq!(
-            "10.9.9.9/8".parse::<Cidr>().unwrap().to_string(),
+            Cidr::new(ip("10.9.9.9"), 8).unwrap().to_string(),
             "10.0.0.0/8"
         );
         assert!("0.0.0.0/0".parse::<Cidr>().unwrap().is_everything());
+        // An IPv6 range holds the IPv4 addresses whose mapped form it holds.
+        let all: Cidr = "::/0".parse().unwrap();
+        assert!(all.contains(ip("10.0.0.1")) && all.contains(ip("2001:db8::1")));
+        let v4: Cidr = "::ffff:0.0.0.0/96".parse().unwrap();
+        assert_eq!(v4.to_string(), "0.0.0.0/0");
+        let wide: Cidr = "::fffe:0:0/95".parse().unwrap();
+        assert!(wide.contains(ip("10.0.0.1")) && wide.contains(ip("::fffe:0:1")));
+        assert!(!"2001:db8::/32"
+            .parse::<Cidr>()
+            .unwrap()
+            .contains(ip("32.1.13.184")));
         for bad in [
+            "10.9.9.9/8",
+            "::ffff:10.0.0.0/95",
+            "2001:db8::1/32",
             "",
             "10.0.0.0/33",
             "::/129",

@@ -143,6 +143,11 @@ fn forwarded_header() {
         "2001:db8:cafe::/64"
     );
     assert_eq!(k("for=\"_gazonk\""), "_gazonk");
+    // RFC 7239 nodes with a port (they were malformed: the proxy's key for every client).
+    assert_eq!(k("for=\"_gazonk:_p1\""), "_gazonk");
+    assert_eq!(k("for=\"_gazonk:8080\""), "_gazonk");
+    let res = r.resolve("10.0.0.2", &fwd("for=\"unknown:8080\""));
+    assert_eq!(res.issue(), Some(Issue::UnknownHop));
     assert_eq!(k("for=192.0.2.43:47011"), "192.0.2.43");
     // A client's junk to the left of its proxy's element is never read.
     assert_eq!(k("for=\"oops, for=198.51.100.9"), "198.51.100.9");
