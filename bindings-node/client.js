@@ -36,7 +36,17 @@ function trustText(v) {
     return String(v)
   }
   if (typeof v === 'string') return v
-  if (Array.isArray(v) && v.every((s) => typeof s === 'string')) return v.length === 0 ? 'none' : v.join(',')
+  if (Array.isArray(v) && v.every((s) => typeof s === 'string')) {
+    // Each item is one address, range or name, as the core's list of ranges reads it: joined
+    // into the text form, `['2']` would be a hop count, `['none']` no proxy, and an item with
+    // a comma several ranges.
+    for (const s of v) {
+      if (s.includes(',') || /^\s*(\d*|none)\s*$/i.test(s)) {
+        throw invalidArg(`trustedProxies: ${JSON.stringify(s)} is not an address, a CIDR range or one of loopback, private, linklocal (an array holds one per item; a hop count is a number)`)
+      }
+    }
+    return v.length === 0 ? 'none' : v.join(',')
+  }
   throw invalidArg('trustedProxies must be a hop count, or addresses and CIDR ranges (an array or a comma-separated string)')
 }
 

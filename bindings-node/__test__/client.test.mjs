@@ -61,7 +61,10 @@ test('ClientResolver: typed errors, and a misconfiguration warned about once', a
     // The option by its Node name, as it was given (the core's messages use Rust's).
     assert.throws(() => new ClientResolver(o), (e) => e.message.startsWith(Object.keys(o)[0]) && !e.message.includes('_'), JSON.stringify(o))
   }
-  for (const o of [{ trustedProxies: 1.5 }, { trustedProxies: {} }, { ipv6Subnet: '64' }, { ipv6Subnet: 1000 }, { proxyHeader: 1 }]) {
+  // An array holds one address, range or name per item: ['2'] was a hop count, ['none'] or
+  // [''] no proxy, and an item with a comma several ranges (as the text form reads them).
+  for (const o of [{ trustedProxies: 1.5 }, { trustedProxies: {} }, { ipv6Subnet: '64' }, { ipv6Subnet: 1000 }, { proxyHeader: 1 },
+    { trustedProxies: ['2'] }, { trustedProxies: ['none'] }, { trustedProxies: [''] }, { trustedProxies: ['10.0.0.0/8, 11.0.0.0/8'] }]) {
     assert.throws(() => new ClientResolver(o), INVALID_ARG, JSON.stringify(o))
   }
   assert.throws(() => new ClientResolver().resolve(42), INVALID_ARG)
