@@ -134,13 +134,17 @@ fn trust(value: Option<&Bound<'_, PyAny>>) -> PyResult<TrustedProxies> {
 }
 
 /// The forwarding header lines of `headers` (copied: the core's walk borrows them).
+/// `X-Real-IP` is among them: never read, but the core's checks of the setup look for it (a
+/// proxy that writes only it, a peer no trusted proxy covers that sends it).
 fn forwarding_lines(headers: &Bound<'_, PyAny>) -> PyResult<Vec<(Vec<u8>, Vec<u8>)>> {
     let mut out = Vec::new();
     for pair in headers.try_iter()? {
         let (name, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = pair?.extract()?;
         // Every line's name is looked at in place; only the forwarding lines are copied.
         let forwarding = with_bytes(&name, "header name", |n| {
-            n.eq_ignore_ascii_case(b"x-forwarded-for") || n.eq_ignore_ascii_case(b"forwarded")
+            n.eq_ignore_ascii_case(b"x-forwarded-for")
+                || n.eq_ignore_ascii_case(b"forwarded")
+                || n.eq_ignore_ascii_case(b"x-real-ip")
         })?;
         if forwarding {
             out.push((

@@ -244,8 +244,14 @@ def test_the_starlette_default_key_warns_of_an_untrusted_proxy_behind_kept_keys(
         for _ in range(3):  # kept after the first: no warning, the peer's own key
             assert limiter.client(request("10.1.2.3")) == "10.1.2.3"
             assert limiter.client(request("192.168.0.7", (b"accept", b"*/*"))) == "192.168.0.7"
-        # X-Real-IP goes to the resolver (which names no proxy by it): the peer's key.
+    # Then X-Real-IP from a kept private peer (never read, but looked for): warned, and the
+    # peer's key.
+    with pytest.warns(UserWarning, match=r"\[untrusted_proxy\].*10\.1\.2\.3 carries X-Real-IP"):
         assert limiter.client(request("10.1.2.3", (b"X-Real-IP", b"203.0.113.9"))) == "10.1.2.3"
+    limiter = Sluicegate()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert limiter.client(request("10.1.2.3")) == "10.1.2.3"  # kept
     # Then X-Forwarded-For from a kept private peer, in any case: warned.
     with pytest.warns(UserWarning, match=r"\[untrusted_proxy\].*10\.1\.2\.3 carries X-Forwarded-For"):
         assert limiter.client(request("10.1.2.3", (b"X-Forwarded-For", b"203.0.113.9"))) == "10.1.2.3"
@@ -253,6 +259,23 @@ def test_the_starlette_default_key_warns_of_an_untrusted_proxy_behind_kept_keys(
         warnings.simplefilter("error")  # once only, and the keys are still the peers'
         assert limiter.client(request("10.1.2.3", (b"x-forwarded-for", b"203.0.113.9"))) == "10.1.2.3"
         assert limiter.client(request("192.168.0.7", (b"forwarded", b"for=203.0.113.9"))) == "192.168.0.7"
+
+
+def test_a_trusted_proxy_that_writes_only_x_real_ip_is_warned_of() -> None:
+    """X-Real-IP is never read (it holds one address, which a client may have written), but
+    a trusted proxy that writes only it keys every client by the proxy: the resolver warns,
+    through the resolver and Django's key alike (the lines did not reach it)."""
+    from django.test import RequestFactory
+
+    from sluicegate.django import remote_address
+
+    resolver = ClientResolver(trusted_proxies="private")
+    with pytest.warns(UserWarning, match=r"\[unread_header\].*X-Real-IP is never read"):
+        assert resolver.resolve("10.0.0.1", [("X-Real-IP", "203.0.113.9")]) == "10.0.0.1"
+    with override_settings(SLUICEGATE={"TRUSTED_PROXIES": "private"}):
+        request = RequestFactory().get("/", REMOTE_ADDR="10.0.0.1", HTTP_X_REAL_IP="203.0.113.9")
+        with pytest.warns(UserWarning, match=r"\[unread_header\]"):
+            assert remote_address(request) == "10.0.0.1"
 
 
 @pytest.mark.parametrize("peer", ["10.0.0.7", "127.0.0.1"])

@@ -114,7 +114,12 @@ def remote_address(request: Any) -> str:
     return resolver.resolve(peer, lines)
 
 
-_FORWARDING = (("x-forwarded-for", "HTTP_X_FORWARDED_FOR"), ("forwarded", "HTTP_FORWARDED"))
+#: X-Real-IP is never read, but the resolver's checks of the setup look for it.
+_FORWARDING = (
+    ("x-forwarded-for", "HTTP_X_FORWARDED_FOR"),
+    ("forwarded", "HTTP_FORWARDED"),
+    ("x-real-ip", "HTTP_X_REAL_IP"),
+)
 
 
 def header(name: str, fallback: KeyFunc = remote_address) -> KeyFunc:
