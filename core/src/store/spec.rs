@@ -246,6 +246,14 @@ pub(crate) fn valid_name(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"_-.:/".contains(&b))
 }
 
+/// A whole number written in digits alone (`str::parse` also takes a leading `+`).
+fn digits<T: FromStr>(v: &str) -> Option<T> {
+    v.bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| v.parse().ok())
+        .flatten()
+}
+
 fn parse_timeout(v: &str) -> Option<Duration> {
     let digits = v.bytes().take_while(u8::is_ascii_digit).count();
     let n: u64 = v[..digits].parse().ok()?;
@@ -302,9 +310,7 @@ fn parse_redis(s: &str, t: &str) -> Result<StoreSpec, Error> {
             }
             "on_error" => o.on_error = v.parse()?,
             "hosts" => {
-                o.hosts = v
-                    .parse()
-                    .ok()
+                o.hosts = digits(v)
                     .filter(|&n| n >= 1)
                     .ok_or_else(|| bad("a whole number of hosts, at least 1"))?;
             }
@@ -323,9 +329,7 @@ fn parse_redis(s: &str, t: &str) -> Result<StoreSpec, Error> {
                 }
             }
             "connections" => {
-                o.connections = v
-                    .parse()
-                    .ok()
+                o.connections = digits(v)
                     .filter(|&n| n <= 64)
                     .ok_or_else(|| bad("a whole number from 0 to 64"))?;
             }
@@ -406,11 +410,7 @@ impl FromStr for StoreSpec {
         for pair in query.into_iter().flat_map(|q| q.split('&')) {
             match pair.split_once('=') {
                 Some(("capacity", v)) if capacity.is_none() => {
-                    let n: u64 = v
-                        .bytes()
-                        .all(|b| b.is_ascii_digit())
-                        .then(|| v.parse().ok())
-                        .flatten()
+                    let n: u64 = digits(v)
                         .filter(|n| (1..=SHM_MAX_CAPACITY).contains(n))
                         .ok_or_else(|| {
                             invalid(
@@ -547,6 +547,9 @@ mod tests {
             "redis://h?hosts=0",
             "redis://h?bogus=1",
             "redis://h?prefix=a&prefix=b",
+            "redis://h?hosts=+3",
+            "redis://h?connections=+3",
+            "shm:/x?capacity=+10",
         ] {
             assert!(bad.parse::<StoreSpec>().is_err(), "{bad}");
         }
