@@ -213,7 +213,7 @@ impl Region {
         loop {
             if creatable.is_ok() {
                 match create_new(path) {
-                    Ok(file) => return Self::create(file, path, want, capacity),
+                    Ok(file) => return Self::initialise(file, path, want, capacity, false),
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                     Err(e) => return Err(io_error(path, "create", &e)),
                 }
@@ -233,30 +233,6 @@ impl Region {
                 None => continue,
             }
         }
-    }
-
-    /// Initialises the file this process just created. If that fails (no room left to size
-    /// it, no memory to map it), the file is removed, so that the name is not left to a
-    /// short file that every later opener would take for a creator that stopped (openers
-    /// waiting on it meanwhile see it gone, and start again).
-    fn create(
-        file: std::fs::File,
-        path: &Path,
-        want: &Want<'_>,
-        capacity: u64,
-    ) -> Result<Self, Error> {
-        use std::os::unix::fs::MetadataExt;
-        let made = file.metadata().map(|m| (m.dev(), m.ino())).ok();
-        let r = Self::initialise(file, path, want, capacity, false);
-        if r.is_err() {
-            let still_ours = std::fs::symlink_metadata(path)
-                .ok()
-                .is_some_and(|m| Some((m.dev(), m.ino())) == made);
-            if still_ours {
-                let _ = std::fs::remove_file(path);
-            }
-        }
-        r
     }
 
     /// Maps an existing region and waits for it to be ready; `None` when it should be opened
@@ -296,6 +272,11 @@ impl Region {
                             "the file is not a sluicegate region (its first bytes are not the \
                              region's magic number); choose another name, or remove the file",
                         ));
+                    }
+                    if replaced(&file, path) {
+                        // Removed or replaced meanwhile: never take over a file no longer at
+                        // the name (its region would be this process's alone).
+                        return Ok(None);
                     }
                     if holder == 0 || !super::lock::alive(holder) {
                         // Its creator died before it was ready: nobody can have used it.
@@ -356,8 +337,17 @@ impl Region {
         let locks_offset = HEADER_LEN as u64;
         let slots_offset = locks_offset + (LOCKS * 8) as u64;
         let file_len = slots_offset + slots * SLOT_BYTES as u64;
-        file.set_len(file_len)
-            .map_err(|e| io_error(path, "size", &e))?;
+        if let Err(e) = file.set_len(file_len) {
+            if !taken_over && !replaced(&file, path) {
+                // The file this process made, still empty: nobody else sizes or takes over
+                // an empty file, so removing it harms no one, and spares the name a short
+                // file that every later opener would refuse as a creator that stopped (an
+                // opener waiting on it meanwhile sees it gone, and starts again). A sized file
+                // is left: an opener may have taken it over; one that finds it unclaimed does.
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(io_error(path, "size", &e));
+        }
         let map = map(&file, path)?;
         // SAFETY: as in `attach`: the mapping is `file_len` bytes, page-aligned, and the
         // header is atomics only.
