@@ -535,6 +535,7 @@ def test_django_method_decorator_on_a_class_based_view() -> None:
 
 class Page(View):
     text = ""
+    extra_context: Any = None
 
     def get(self, request: Any) -> HttpResponse:
         return HttpResponse(self.text)
@@ -544,6 +545,7 @@ page_a = Page.as_view(text="a")
 page_c = ratelimit("1/minute; burst=2")(Page.as_view(text="c"))
 urlpatterns += [
     path("page-a", page_a),
+    path("page-a.json", page_a),  # one view at two routes (as format suffixes make)
     path("page-b", Page.as_view(text="b")),
     path("page-c", page_c),
     path("page-d", ratelimit("1/minute; burst=2")(Page.as_view(text="d"))),
@@ -551,30 +553,82 @@ urlpatterns += [
 
 
 @pytest.mark.parametrize("store", ["memory", "shm", "redis"])
-def test_django_class_based_views_count_per_route(redis_server: RedisServer, tmp_path: Any, store: str) -> None:
+def test_django_class_based_views_count_each_on_its_own(redis_server: RedisServer, tmp_path: Any, store: str) -> None:
     """Two ``as_view()`` views of one class (``TemplateView.as_view(template_name=...)`` at two
     routes) are two views: the default limits and a ``@ratelimit`` put on each in the URLconf
     count each on its own, on every store. (They shared the class's buckets: the default
-    limits everywhere, the decorated ones on shared memory and Redis.)"""
-    from sluicegate.django import get, reset
+    limits everywhere, the decorated ones on shared memory and Redis.) One such view at two
+    routes is one view."""
+    from sluicegate.django import _scope, get, reset
 
     storage = {"memory": "memory", "shm": f"shm:{tmp_path}/cbv", "redis": url(redis_server, on_error="error")}[store]
     with django_settings(STORAGE=storage):
         client = Client()
         assert [client.get("/page-a").status_code for _ in range(2)] == [200, 429]
+        assert client.get("/page-a.json").status_code == 429
         assert client.get("/page-b").status_code == 200
         assert [client.get("/page-c").status_code for _ in range(3)] == [200, 200, 429]
         assert [client.get("/page-d").status_code for _ in range(3)] == [200, 200, 429]
-        # The admin helpers name the route.
-        assert get("127.0.0.1", page_a, route="page-a").remaining == 0  # type: ignore[union-attr]
-        assert get("127.0.0.1", page_c, route="page-c").remaining == 0  # type: ignore[union-attr]
-        with pytest.raises(ValueError, match="per route"):
-            get("127.0.0.1", page_a)
-        with pytest.raises(ValueError, match="per route"):
-            reset("127.0.0.1", plain, route="plain")
-        assert reset("127.0.0.1", page_c, route="page-c") == 1
+        assert get("127.0.0.1", page_a).remaining == 0  # type: ignore[union-attr]
+        assert get("127.0.0.1", page_c).remaining == 0  # type: ignore[union-attr]
+        assert reset("127.0.0.1", page_c) == 1
         assert client.get("/page-c").status_code == 200
         assert client.get("/page-d").status_code == 429
+    assert _scope(page_a) == f"{__name__}.Page(text='a')"
+    assert _scope(Page.as_view()) == f"{__name__}.Page"
+
+
+def test_django_view_names_run_no_code_of_the_arguments() -> None:
+    """``as_view``'s arguments name a view by what every process writes alike, and running
+    none of their code: a QuerySet by its model (evaluating it would query the database), a
+    class or function by its qualified name, anything else by its type; long ones hashed."""
+    from sluicegate.django import _scope, _stable
+
+    class Model:
+        pass
+
+    class QuerySet:
+        def __init__(self) -> None:
+            self.model = Model
+
+        def __repr__(self) -> str:
+            raise AssertionError("evaluated")
+
+    class Opaque:
+        def __repr__(self) -> str:
+            raise AssertionError("repr ran")
+
+    given = {"qs": QuerySet(), "f": plain, "o": Opaque()}
+    text = _stable(given)
+    assert "QuerySet(" in text and "Model)" in text and f"{__name__}.plain" in text, text
+    assert "Opaque" in text and "0x" not in text, text
+    assert _scope(Page.as_view(extra_context=given)) == _scope(Page.as_view(extra_context=given))
+    long = _scope(Page.as_view(text="x" * 500))
+    assert len(long) < 100 and long == _scope(Page.as_view(text="x" * 500))
+    assert long != _scope(Page.as_view(text="x" * 499))
+
+
+def test_a_drf_viewsets_list_and_detail_views_are_two_views() -> None:
+    """A ViewSet's router makes one view function per set of actions (DRF sets ``cls`` and
+    ``actions``, not ``view_class``): list and detail were one view, sharing the default
+    limits' buckets."""
+    from rest_framework import viewsets
+    from rest_framework.response import Response
+
+    from sluicegate.django import _scope
+
+    class Books(viewsets.ViewSet):
+        def list(self, request: Any) -> Response:
+            return Response([])
+
+        def retrieve(self, request: Any, pk: Any = None) -> Response:
+            return Response({})
+
+    listed = Books.as_view({"get": "list"}, basename="book", detail=False)
+    one = Books.as_view({"get": "retrieve"}, basename="book", detail=True)
+    assert _scope(listed) != _scope(one)
+    assert _scope(listed) == _scope(Books.as_view({"get": "list"}, basename="book", detail=False))
+    assert _scope(listed).startswith(f"{__name__}.")
 
 
 def test_django_views_are_named_alike_in_every_process() -> None:

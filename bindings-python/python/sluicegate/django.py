@@ -46,6 +46,8 @@ methods (on Redis, without blocking the event loop).
 from __future__ import annotations
 
 import functools
+import hashlib
+import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -183,10 +185,9 @@ class _Config:
         for rule in self.defaults:
             rule.open_early(self.store)
         #: The middleware's plan for each view it has seen: the default limits that apply to
-        #: it (none when it has its own or is exempt), its scope, and whether it is counted
-        #: per route (kept with these settings: a view's attributes are set when it is
-        #: decorated, not per request).
-        self.views: dict[Any, tuple[list[Rule], str, bool]] = {}
+        #: it (none when it has its own or is exempt) and its scope (kept with these settings:
+        #: a view's attributes are set when it is decorated, not per request).
+        self.views: dict[Any, tuple[list[Rule], str]] = {}
 
 
 _config: _Config | None = None
@@ -211,45 +212,66 @@ setting_changed.connect(_reset)
 
 
 def _scope(view: Any) -> str:
-    view = getattr(view, "view_class", view)
-    name = getattr(view, "__qualname__", None)
-    if isinstance(name, str):
-        return f"{getattr(view, '__module__', '')}.{name}"
+    """A view's name among the app's views, the same in every process. A class-based view's
+    ``as_view()`` function is named by its class and what ``as_view`` was given
+    (``TemplateView.as_view(template_name="about.html")`` and ``(template_name="terms.html")``
+    are two views, ``ListView.as_view(model=Book)`` and ``(model=Author)`` too; a DRF
+    ViewSet's list and detail views by their actions); one such function at several routes
+    (format suffixes, language prefixes) is one view. Any other view by its qualified name."""
+    cls = _view_class(view)
+    if cls is not None:
+        name = f"{getattr(cls, '__module__', '')}.{getattr(cls, '__qualname__', '')}"
+        given: list[tuple[str, Any]] = []
+        actions = getattr(view, "actions", None)
+        if actions:
+            given.append(("actions", actions))
+        kwargs = getattr(view, "view_initkwargs", None) or getattr(view, "initkwargs", None)
+        if isinstance(kwargs, dict):
+            given.extend(sorted(kwargs.items(), key=lambda kv: str(kv[0])))
+        if not given:
+            return name
+        text = ",".join(f"{k}={_stable(v)}" for k, v in given)
+        if len(text) > 120:
+            text = "#" + hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:24]
+        return f"{name}({text})"
+    qualname = getattr(view, "__qualname__", None)
+    if isinstance(qualname, str):
+        return f"{getattr(view, '__module__', '')}.{qualname}"
     # A partial or a callable object: named by what it calls, the same in every process
     # (its repr holds an address).
     return view_name(view)
 
 
-def _per_route(view: Any) -> bool:
-    """Whether `view` is counted per route: the view function an ``as_view()`` call made. Its
-    class does not tell one apart from another (``TemplateView.as_view(template_name=...)``
-    at two routes, ``ListView.as_view(model=Book)`` and ``(model=Author)``), and nothing
-    else about it is the same in every process; its route is."""
-    return getattr(view, "view_class", None) is not None
+def _view_class(view: Any) -> type | None:
+    """The class of a view function that ``as_view()`` made (Django's ``view_class``, a DRF
+    ViewSet's ``cls``), else None."""
+    for attr in ("view_class", "cls"):
+        cls = getattr(view, attr, None)
+        if isinstance(cls, type):
+            return cls
+    return None
 
 
-def _routed(scope: str, request: Any) -> str:
-    """A per-route view's scope on `request`: its class's and the route Django matched
-    (``resolver_match.route``, the URL pattern's text), or the class's alone when the request
-    was not resolved (a view called directly)."""
-    route = getattr(getattr(request, "resolver_match", None), "route", None)
-    return f"{scope}@{route}" if isinstance(route, str) else scope
-
-
-def _admin_scope(view: Any, route: str | None) -> str:
-    scope = _scope(view)
-    if route is not None:
-        if not isinstance(route, str):
-            raise TypeError("route must be a string (a request's resolver_match.route)")
-        if not _per_route(view):
-            raise ValueError("only a class-based view's as_view() is counted per route: pass route=None")
-        return f"{scope}@{route}"
-    if _per_route(view):
-        raise ValueError(
-            "a class-based view's as_view() is counted per route: pass route= (the URL pattern's "
-            "text, as request.resolver_match.route gives it)"
-        )
-    return scope
+def _stable(value: Any, depth: int = 0) -> str:
+    """`value` as text that every process writes alike, without running code of the value's
+    own: plain values by their repr, classes and functions by their qualified names, a
+    QuerySet or Manager by its model (never evaluated), anything else by its type."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return repr(value)
+    if depth < 3:
+        if isinstance(value, (list, tuple)):
+            return "[" + ",".join(_stable(v, depth + 1) for v in value) + "]"
+        if isinstance(value, dict):
+            items = sorted(((_stable(k, depth + 1), _stable(v, depth + 1)) for k, v in value.items()))
+            return "{" + ",".join(f"{k}:{v}" for k, v in items) + "}"
+        if isinstance(value, (set, frozenset)):
+            return "{" + ",".join(sorted(_stable(v, depth + 1) for v in value)) + "}"
+    if isinstance(value, type) or inspect.isroutine(value):
+        return f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', '')}"
+    model = inspect.getattr_static(value, "model", None)  # no property of the value's runs
+    if isinstance(model, type):
+        return f"{type(value).__qualname__}({model.__module__}.{model.__qualname__})"
+    return f"<{type(value).__module__}.{type(value).__qualname__}>"
 
 
 def _target(view: Any) -> Any:
@@ -374,7 +396,7 @@ def ratelimit(
 
     # The rules and scope of each view decorated, made once: `method_decorator` calls this
     # decorator on every request, with a new partial of the method each time.
-    made: dict[Any, tuple[list[Rule], str, bool]] = {}
+    made: dict[Any, tuple[list[Rule], str]] = {}
 
     def decorate(view: F) -> F:
         below = getattr(view, _LIMITS, None) or []
@@ -386,14 +408,14 @@ def ratelimit(
             }  # fmt: skip
             if name is not None:
                 rules = shared_rules(_shared, name, parsed, kf, **options)
-            elif _per_route(view):
+            elif _view_class(view) is not None:
                 # Every as_view() view of a class has the rules' scope (their region or prefix
-                # on a shared store): the key carries the route.
+                # on a shared store): the key carries the view's.
                 rules = view_rules(view, below, parsed, kf, scoped=True, **options)
             else:
                 rules = view_rules(view, below, parsed, kf, **options)
-            found = made.setdefault(target, (rules, _scope(view), _per_route(view)))
-        rules, scope, per_route = found
+            found = made.setdefault(target, (rules, _scope(view)))
+        rules, scope = found
         stacked = getattr(view, _STACKED, None)
         if stacked is not None and stacked[0] is view:
             # Directly on another @ratelimit: one check of both's limits, all or nothing,
@@ -408,8 +430,7 @@ def ratelimit(
             if _skipped(request, config):
                 return inner(request, *args, **kwargs)
             taken: Taken = []
-            here = _routed(scope, request) if per_route else scope
-            decision, rule, allowed = check(every, request, config.key_func, here, config.store, taken)
+            decision, rule, allowed = check(every, request, config.key_func, scope, config.store, taken)
             if not allowed:
                 return _too_many(decision, rule, config)  # type: ignore[arg-type]
             try:
@@ -425,8 +446,7 @@ def ratelimit(
             if _skipped(request, config):
                 return await inner(request, *args, **kwargs)
             taken: Taken = []
-            here = _routed(scope, request) if per_route else scope
-            decision, rule, allowed = await check_async(every, request, config.key_func, here, config.store, taken)
+            decision, rule, allowed = await check_async(every, request, config.key_func, scope, config.store, taken)
             if not allowed:
                 return _too_many(decision, rule, config)  # type: ignore[arg-type]
             try:
@@ -448,19 +468,16 @@ def ratelimit(
     return decorate
 
 
-def get(key: Any, view: Any, route: str | None = None) -> Decision | None:
+def get(key: Any, view: Any) -> Decision | None:
     """What the limits of `view` (its ``@ratelimit`` ones, or the default limits) would say
     of `key` (what the key function returns: a client address, ``"user:42"``) now, taking
-    nothing. For admin tools. A class-based view's ``as_view()`` is counted per route: name
-    it (``route="articles/<int:pk>/"``, as ``request.resolver_match.route`` gives it), else
-    ValueError."""
-    return peek(_admin_rules(view), key, _admin_scope(view, route), _get_config().store)
+    nothing. For admin tools."""
+    return peek(_admin_rules(view), key, _scope(view), _get_config().store)
 
 
-def reset(key: Any, view: Any, route: str | None = None) -> int:
-    """Gives `key` full buckets in the limits of `view` (at `route`, for a class-based view's
-    ``as_view()``, as in `get`); how many held it."""
-    return _reset_rules(_admin_rules(view), key, _admin_scope(view, route), _get_config().store)
+def reset(key: Any, view: Any) -> int:
+    """Gives `key` full buckets in the limits of `view`; how many held it."""
+    return _reset_rules(_admin_rules(view), key, _scope(view), _get_config().store)
 
 
 def _admin_rules(view: Any) -> list[Rule]:
@@ -481,8 +498,8 @@ def exempt(view: F) -> F:
 class RateLimitMiddleware:
     """Applies ``SLUICEGATE["DEFAULT_LIMITS"]`` to every view that has neither its own
     ``@ratelimit`` nor ``@exempt``, counted per view and client, and turns a
-    ``RateLimited`` raised by a view into a 429. A class-based view's ``as_view()`` is
-    counted per route (its class does not tell two of them apart). Sync and async: in an async stack (ASGI)
+    ``RateLimited`` raised by a view into a 429. A class-based view's ``as_view()`` function
+    counts on its own, named by its class and ``as_view``'s arguments (see ``_scope``). Sync and async: in an async stack (ASGI)
     it awaits the limiters instead of running in a thread. It also makes the refunds of
     ``sluicegate.drf`` throttles with a ``deduct_when``, by the response it gets (a view's
     uncaught exception is Django's 500 by then)."""
@@ -523,7 +540,7 @@ class RateLimitMiddleware:
         return _with_headers(response, request, _get_config())
 
     @staticmethod
-    def _plan(config: _Config, view: Any) -> tuple[list[Rule], str, bool]:
+    def _plan(config: _Config, view: Any) -> tuple[list[Rule], str]:
         """The default limits that apply to `view` (none if it has its own or is exempt, or
         the limits are off) and its scope, kept per view with the settings."""
         try:
@@ -539,24 +556,24 @@ class RateLimitMiddleware:
         return plan
 
     @staticmethod
-    def _plan_of(config: _Config, view: Any) -> tuple[list[Rule], str, bool]:
+    def _plan_of(config: _Config, view: Any) -> tuple[list[Rule], str]:
         if not config.enabled or getattr(view, _EXEMPT, False) or getattr(view, _LIMITS, None):
-            return [], "", False
-        return config.defaults, _scope(view), _per_route(view)
+            return [], ""
+        return config.defaults, _scope(view)
 
     def process_view(self, request: Any, view: Any, args: Any, kwargs: Any) -> Any:
         config = _get_config()
-        rules, scope, per_route = self._plan(config, view)
+        rules, scope = self._plan(config, view)
         if not rules or _skipped(request, config):
             return None
-        return _run(rules, request, config, _routed(scope, request) if per_route else scope)
+        return _run(rules, request, config, scope)
 
     async def _process_view_async(self, request: Any, view: Any, args: Any, kwargs: Any) -> Any:
         config = _get_config()
-        rules, scope, per_route = self._plan(config, view)
+        rules, scope = self._plan(config, view)
         if not rules or _skipped(request, config):
             return None
-        return await _run_async(rules, request, config, _routed(scope, request) if per_route else scope)
+        return await _run_async(rules, request, config, scope)
 
     def process_exception(self, request: Any, exception: Exception) -> Any:
         if isinstance(exception, RateLimited):
