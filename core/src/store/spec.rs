@@ -206,12 +206,24 @@ impl StoreSpec {
     }
 }
 
-/// The URL with its password replaced by `***` (for messages and `Display`).
+/// The URL with its password replaced by `***` (for messages and `Display`): the one of
+/// `user:password@` and a unix socket's `pass=`.
 pub(crate) fn redact(url: &str) -> String {
-    match secret(url) {
+    let mut out = match secret(url) {
         Some(r) => format!("{}***{}", &url[..r.start], &url[r.end..]),
         None => url.to_string(),
+    };
+    if let Some(q) = out.find('?') {
+        let query: Vec<String> = out[q + 1..]
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) if name == "pass" => format!("{name}=***"),
+                _ => pair.to_string(),
+            })
+            .collect();
+        out = format!("{}?{}", &out[..q], query.join("&"));
     }
+    out
 }
 
 /// Where the password of a URL's `user:password@` is: from the first `:` after `scheme://` to
@@ -337,6 +349,15 @@ fn parse_redis(s: &str, t: &str) -> Result<StoreSpec, Error> {
             "clock" => return Err(bad("only clock=test (tests) exists")),
             // The client's own options stay in its URL.
             "db" | "protocol" => passed.push(pair),
+            // A unix socket's credentials (a TCP URL has them before the host).
+            "user" | "pass" if base.starts_with("redis+unix://") || base.starts_with("unix://") => {
+                passed.push(pair);
+            }
+            "user" | "pass" => {
+                return Err(bad(
+                    "only a unix socket's URL takes them; write redis://user:password@host",
+                ))
+            }
             _ => return Err(redis_invalid(s, &format!("unknown option {name:?}"))),
         }
     }
@@ -585,6 +606,21 @@ mod tests {
             redact("redis+unix:///run/a@b.sock"),
             "redis+unix:///run/a@b.sock"
         );
+        // A unix socket's credentials are the client's own options, and never shown.
+        let s: StoreSpec = "redis+unix:///run/redis.sock?db=0&user=u&pass=hunter2&prefix=p"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            s.to_string(),
+            "redis+unix:///run/redis.sock?db=0&user=u&pass=***&prefix=p"
+        );
+        for url in [
+            "redis+unix:///run/redis.sock?db=0&pass=hunter2&bogus=1",
+            "redis://h/0?pass=hunter2",
+        ] {
+            let e = url.parse::<StoreSpec>().unwrap_err();
+            assert!(!format!("{e} {e:?}").contains("hunter2"), "{e}");
+        }
         // Encoded, it is a password.
         let s: StoreSpec = "redis://u:s3cr%2Ft@h/0".parse().unwrap();
         assert_eq!(s.to_string(), "redis://u:***@h/0");
