@@ -211,7 +211,7 @@ impl Cidr {
     }
 
     /// Whether `ip` (IPv4-mapped IPv6 taken as IPv4) is in the range. An IPv6 range holds the
-    /// IPv4 addresses whose mapped form it holds (`::/0` every address, `::ffff:0:0/95`
+    /// IPv4 addresses whose mapped form it holds (`::/0` every address, `::fffe:0:0/95`
     /// every IPv4 address).
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (canonical(ip), self.addr) {
