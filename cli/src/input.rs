@@ -114,29 +114,101 @@ impl Source {
     }
 }
 
+/// The longest line read, in bytes before its `\n` (a `\r` there counts): 16 MiB. A longer
+/// line is never held in memory whole: it is read through to its `\n` and reported as a
+/// [`LongLine`] (an unusable line), so that one line without a newline (a truncated or
+/// hostile log, a decompression bomb) costs at most this much memory and linear time.
+pub const MAX_LINE: usize = 16 << 20;
+
+// A line's field offsets are `u32` (`Span`): every line read fits.
+const _: () = assert!(MAX_LINE < u32::MAX as usize);
+
+/// The bytes of a [`LongLine`] kept for messages.
+const LONG_HEAD: usize = 256;
+
+/// A line longer than [`MAX_LINE`], skipped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LongLine {
+    /// Its length in bytes, its `\n` excluded.
+    pub len: u64,
+    /// Its first bytes (up to 256), for messages.
+    pub head: Vec<u8>,
+}
+
+/// What [`LineReader::next_block`] returns.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Chunk<'a> {
+    /// Complete lines, each ending with `\n` (but for an input's last line, which may lack
+    /// it).
+    Lines(&'a [u8]),
+    /// One line longer than [`MAX_LINE`], skipped.
+    Long(LongLine),
+}
+
+/// Lines [`LineReader::peek_lines`] read through before the first usable line: reported
+/// first, in order.
+enum Front {
+    /// This many blank lines.
+    Blank(usize),
+    Long(LongLine),
+}
+
+/// Blank lines, as [`Chunk::Lines`] returns those that [`LineReader::peek_lines`] read
+/// through.
+static NEWLINES: [u8; 1024] = [b'\n'; 1024];
+
 /// Lines of a source, from blocks of 1 MiB: a line is a slice of the block (no copy), its
-/// `\n` and a `\r` before it removed. A line longer than a block grows the block.
+/// `\n` and a `\r` before it removed. A line longer than a block grows the block, up to
+/// [`MAX_LINE`]; a longer one is skipped ([`Chunk::Long`]).
+///
+/// Every byte is searched for `\n` once (a partial line is not searched again after each
+/// read) and moved at most once (a partial line to the block's front).
 pub struct LineReader {
     src: Source,
     buf: Vec<u8>,
     start: usize,
     end: usize,
+    /// `buf[start..scanned]` holds no `\n`: the search for the end of the partial line
+    /// resumes at `scanned`.
+    scanned: usize,
     eof: bool,
-    /// Lines returned so far (1-based number of the last one).
-    pub line_no: u64,
+    /// Lines peek_lines read through (blank ones and long ones), before `buf[start..]`.
+    front: std::collections::VecDeque<Front>,
+    /// [`MAX_LINE`] (smaller in tests); the block never grows past it plus one byte.
+    max_line: usize,
+    /// Bytes searched for `\n` so far (tests: each once).
+    #[cfg(test)]
+    searched: usize,
 }
 
 const BLOCK: usize = 1 << 20;
 
+/// What [`LineReader::refill`] did.
+enum Fill {
+    Read,
+    Eof,
+    /// The block is at its largest and full.
+    Full,
+}
+
 impl LineReader {
     pub fn new(src: Source) -> Self {
+        Self::with_max_line(src, MAX_LINE)
+    }
+
+    /// A reader whose lines are at most `max_line` bytes (tests).
+    fn with_max_line(src: Source, max_line: usize) -> Self {
         LineReader {
             src,
-            buf: vec![0; BLOCK],
+            buf: vec![0; BLOCK.min(max_line + 1)],
             start: 0,
             end: 0,
+            scanned: 0,
             eof: false,
-            line_no: 0,
+            front: std::collections::VecDeque::new(),
+            max_line,
+            #[cfg(test)]
+            searched: 0,
         }
     }
 
@@ -147,104 +219,195 @@ impl LineReader {
         }
     }
 
-    /// Reads more: moves the partial line to the front and fills the rest of the block.
-    fn refill(&mut self) -> Result<bool, CliError> {
-        if self.eof {
-            return Ok(false);
-        }
-        if self.start > 0 {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        if self.end == self.buf.len() {
-            self.buf.resize(self.buf.len() * 2, 0);
-        }
+    /// Reads into `buf[at..]`: the bytes read, 0 at the end.
+    fn read_at(&mut self, at: usize) -> Result<usize, CliError> {
         loop {
-            match self.src.reader.read(&mut self.buf[self.end..]) {
-                Ok(0) => {
-                    self.eof = true;
-                    return Ok(false);
-                }
-                Ok(n) => {
-                    self.end += n;
-                    return Ok(true);
-                }
+            match self.src.reader.read(&mut self.buf[at..]) {
+                Ok(n) => return Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(self.io_err(e)),
             }
         }
     }
 
-    /// The next line, or `None` at the end.
-    #[inline]
-    pub fn next_line(&mut self) -> Result<Option<&[u8]>, CliError> {
-        loop {
-            if let Some(i) = memchr::memchr(b'\n', &self.buf[self.start..self.end]) {
-                let s = self.start;
-                self.start += i + 1;
-                self.line_no += 1;
-                let mut line = &self.buf[s..s + i];
-                if let [rest @ .., b'\r'] = line {
-                    line = rest;
-                }
-                return Ok(Some(line));
+    /// Reads more: moves the partial line to the front and fills the rest of the block,
+    /// growing it (doubling, up to `max_line + 1` bytes) if the partial line fills it.
+    fn refill(&mut self) -> Result<Fill, CliError> {
+        if self.eof {
+            return Ok(Fill::Eof);
+        }
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.scanned -= self.start;
+            self.start = 0;
+        }
+        if self.end == self.buf.len() {
+            if self.buf.len() > self.max_line {
+                return Ok(Fill::Full);
             }
-            if !self.refill()? {
-                if self.start < self.end {
-                    let s = self.start;
-                    self.start = self.end;
-                    self.line_no += 1;
-                    let mut line = &self.buf[s..self.end];
-                    if let [rest @ .., b'\r'] = line {
-                        line = rest;
-                    }
-                    return Ok(Some(line));
-                }
-                return Ok(None);
+            let n = (self.buf.len() * 2).min(self.max_line + 1);
+            self.buf.resize(n, 0);
+        }
+        let n = self.read_at(self.end)?;
+        if n == 0 {
+            self.eof = true;
+            return Ok(Fill::Eof);
+        }
+        self.end += n;
+        Ok(Fill::Read)
+    }
+
+    /// Reads through the line starting at `start`, which holds no `\n` in the block: only
+    /// its first bytes are kept; the block then holds what follows its `\n`.
+    fn skip_long(&mut self) -> Result<LongLine, CliError> {
+        let head = self.buf[self.start..self.end.min(self.start + LONG_HEAD)].to_vec();
+        let mut len = (self.end - self.start) as u64;
+        (self.start, self.end) = (0, 0);
+        while !self.eof {
+            let n = self.read_at(0)?;
+            #[cfg(test)]
+            {
+                self.searched += n;
+            }
+            if n == 0 {
+                self.eof = true;
+            } else if let Some(i) = memchr::memchr(b'\n', &self.buf[..n]) {
+                len += i as u64;
+                (self.start, self.end) = (i + 1, n);
+                break;
+            } else {
+                len += n as u64;
             }
         }
+        self.scanned = self.start;
+        Ok(LongLine { len, head })
     }
 
     /// Every complete line the buffer holds, as one slice (each line ending with `\n`, but
-    /// for an input's last line, which may lack it), consumed; `None` at the end. It reads
-    /// more only when the buffer holds no complete line, so a block is up to 1 MiB of lines
-    /// (a longer line grows the buffer). [`BlockLines`] splits it as `next_line` does;
-    /// `line_no` does not count the lines of a block.
-    pub fn next_block(&mut self) -> Result<Option<&[u8]>, CliError> {
-        loop {
-            if let Some(i) = memchr::memrchr(b'\n', &self.buf[self.start..self.end]) {
-                let s = self.start;
-                self.start += i + 1;
-                return Ok(Some(&self.buf[s..self.start]));
-            }
-            if !self.refill()? {
-                if self.start < self.end {
-                    let s = self.start;
-                    self.start = self.end;
-                    return Ok(Some(&self.buf[s..self.end]));
+    /// for an input's last line, which may lack it), consumed; or a line longer than
+    /// [`MAX_LINE`], skipped; `None` at the end. It reads more only when the buffer holds
+    /// no complete line, so a block is up to 1 MiB of lines (a longer line grows the
+    /// buffer). [`BlockLines`] splits it.
+    pub fn next_block(&mut self) -> Result<Option<Chunk<'_>>, CliError> {
+        match self.front.pop_front() {
+            Some(Front::Long(l)) => return Ok(Some(Chunk::Long(l))),
+            Some(Front::Blank(k)) => {
+                let n = k.min(NEWLINES.len());
+                if k > n {
+                    self.front.push_front(Front::Blank(k - n));
                 }
-                return Ok(None);
+                return Ok(Some(Chunk::Lines(&NEWLINES[..n])));
+            }
+            None => {}
+        }
+        loop {
+            // Only the bytes not searched yet.
+            #[cfg(test)]
+            {
+                self.searched += self.end - self.scanned;
+            }
+            if let Some(i) = memchr::memrchr(b'\n', &self.buf[self.scanned..self.end]) {
+                let s = self.start;
+                self.start = self.scanned + i + 1;
+                self.scanned = self.end;
+                return Ok(Some(Chunk::Lines(&self.buf[s..self.start])));
+            }
+            self.scanned = self.end;
+            if self.end - self.start > self.max_line {
+                return Ok(Some(Chunk::Long(self.skip_long()?)));
+            }
+            match self.refill()? {
+                Fill::Read => {}
+                Fill::Full => return Ok(Some(Chunk::Long(self.skip_long()?))),
+                Fill::Eof => {
+                    if self.start < self.end {
+                        let s = self.start;
+                        self.start = self.end;
+                        return Ok(Some(Chunk::Lines(&self.buf[s..self.end])));
+                    }
+                    return Ok(None);
+                }
             }
         }
     }
 
-    /// Up to `n` of the next lines, without consuming them (format and field detection):
-    /// only what the first block holds.
+    /// Up to `n` of the next non-blank lines, without consuming them (format and field
+    /// detection): whole lines, from the first block and what completes its first line
+    /// (up to [`MAX_LINE`]). Blank lines and lines longer than [`MAX_LINE`] before the
+    /// first usable one are read through (each long one in full), and
+    /// [`next_block`](Self::next_block) returns them first. Empty only for an input
+    /// without a usable line.
     pub fn peek_lines(&mut self, n: usize) -> Result<Vec<Vec<u8>>, CliError> {
-        while !self.eof && self.end - self.start < BLOCK / 2 {
-            if !self.refill()? {
+        // Complete lines in buf[start..start + checked], `lines` of them not blank; no `\n`
+        // in buf[start + checked..start + clean] (searched already).
+        let (mut checked, mut clean) = (0, 0);
+        let mut lines = 0;
+        loop {
+            while lines < n {
+                let from = self.start + clean;
+                #[cfg(test)]
+                {
+                    self.searched += self.end - from;
+                }
+                let Some(i) = memchr::memchr(b'\n', &self.buf[from..self.end]) else {
+                    clean = self.end - self.start;
+                    break;
+                };
+                let line = self.start + checked..from + i;
+                (checked, clean) = (from + i + 1 - self.start, from + i + 1 - self.start);
+                if !is_blank(&self.buf[line]) {
+                    lines += 1;
+                } else if lines == 0 {
+                    // A blank line before the first usable one: read through.
+                    match self.front.back_mut() {
+                        Some(Front::Blank(k)) => *k += 1,
+                        _ => self.front.push_back(Front::Blank(1)),
+                    }
+                    self.start += checked;
+                    (checked, clean) = (0, 0);
+                }
+            }
+            self.scanned = self.start;
+            if lines == 0 && self.end - self.start > self.max_line {
+                let long = self.skip_long()?;
+                self.front.push_back(Front::Long(long));
+                (checked, clean) = (0, 0);
+                continue;
+            }
+            if lines >= n || self.eof || (lines > 0 && self.end - self.start >= BLOCK / 2) {
                 break;
             }
+            match self.refill()? {
+                Fill::Read | Fill::Eof => {}
+                Fill::Full if lines == 0 => {
+                    let long = self.skip_long()?;
+                    self.front.push_back(Front::Long(long));
+                    (checked, clean) = (0, 0);
+                }
+                Fill::Full => break,
+            }
         }
-        Ok(self.buf[self.start..self.end]
+        // The last line counts without its `\n` at the end of the input.
+        let upto = if self.eof {
+            self.end
+        } else {
+            self.start + checked
+        };
+        Ok(self.buf[self.start..upto]
             .split(|&b| b == b'\n')
             .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
-            .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+            .filter(|l| !is_blank(l))
             .take(n)
             .map(<[u8]>::to_vec)
             .collect())
     }
+}
+
+/// Whether a line is empty or ASCII whitespace only.
+#[inline]
+pub fn is_blank(line: &[u8]) -> bool {
+    line.iter().all(u8::is_ascii_whitespace)
 }
 
 /// The lines of a block from [`LineReader::next_block`], each with its offset in the block,
@@ -302,6 +465,8 @@ pub struct Span {
 }
 
 impl Span {
+    /// Offsets in a line of at most [`MAX_LINE`] bytes (which the scanners check), so
+    /// lossless (`MAX_LINE < u32::MAX`, checked when compiling).
     #[inline(always)]
     fn new(start: usize, end: usize, escaped: bool) -> Span {
         Span {
@@ -351,15 +516,12 @@ pub fn combined_field(name: &str) -> Option<usize> {
 #[inline]
 #[allow(clippy::needless_range_loop)] // indices are the format's field positions
 pub fn scan_combined(line: &[u8], last: usize, out: &mut [Option<Span>; 12]) -> bool {
+    if line.len() > MAX_LINE {
+        return false; // (its offsets would not fit a Span)
+    }
     let mut i = 0usize;
     let n = line.len();
-    let span = |s: usize, e: usize, esc: bool| {
-        Some(Span {
-            start: s as u32,
-            end: e as u32,
-            escaped: esc,
-        })
-    };
+    let span = |s: usize, e: usize, esc: bool| Some(Span::new(s, e, esc));
     // ip, ident, user: space-separated tokens
     for f in 0..3 {
         let s = i;
@@ -476,6 +638,9 @@ pub type JsonPath = Vec<Vec<u8>>;
 pub fn scan_json(line: &[u8], paths: &[JsonPath], out: &mut [Option<Span>]) -> bool {
     for o in out.iter_mut() {
         *o = None;
+    }
+    if line.len() > MAX_LINE {
+        return false; // (its offsets would not fit a Span)
     }
     if paths.len() <= 64 && paths.iter().all(|p| p.len() == 1) {
         return scan_flat(line, paths, out);
@@ -622,14 +787,7 @@ fn scan_object(
         let (vend, span) = match c {
             b'"' => {
                 let (e, esc) = quoted_end(l, i + 1)?;
-                (
-                    e + 1,
-                    Some(Span {
-                        start: (i + 1) as u32,
-                        end: e as u32,
-                        escaped: esc,
-                    }),
-                )
+                (e + 1, Some(Span::new(i + 1, e, esc)))
             }
             b'{' if nested => {
                 let e = scan_object(l, i, paths, depth + 1, out, left)?;
@@ -645,21 +803,13 @@ fn scan_object(
                     return None;
                 }
                 let lit = &l[i..e];
-                let span = (lit != b"null").then_some(Span {
-                    start: i as u32,
-                    end: e as u32,
-                    escaped: false,
-                });
+                let span = (lit != b"null").then_some(Span::new(i, e, false));
                 (e, span)
             }
         };
         if let Some(pi) = leaf {
             out[pi] = span.or(if matches!(c, b'{' | b'[') {
-                Some(Span {
-                    start: vstart as u32,
-                    end: vend as u32,
-                    escaped: false,
-                })
+                Some(Span::new(vstart, vend, false))
             } else {
                 None
             });
@@ -789,6 +939,9 @@ pub fn unescape_clf(s: &[u8], out: &mut Vec<u8>) {
 #[inline]
 pub fn scan_csv(line: &[u8], delim: u8, out: &mut [Option<Span>]) -> bool {
     let n = line.len();
+    if n > MAX_LINE {
+        return false; // (its offsets would not fit a Span)
+    }
     // The start of the next field, or None once the record has ended.
     let mut pos = Some(0usize);
     for slot in out.iter_mut() {
@@ -812,11 +965,7 @@ pub fn scan_csv(line: &[u8], delim: u8, out: &mut [Option<Span>]) -> bool {
                 }
                 break;
             }
-            *slot = Some(Span {
-                start: s as u32,
-                end: j as u32,
-                escaped: esc,
-            });
+            *slot = Some(Span::new(s, j, esc));
             pos = match line.get(j + 1) {
                 None => None,
                 Some(&d) if d == delim => Some(j + 2),
@@ -825,11 +974,7 @@ pub fn scan_csv(line: &[u8], delim: u8, out: &mut [Option<Span>]) -> bool {
         } else {
             let k = crate::scan::find(delim, &line[i..]);
             let e = k.map_or(n, |k| i + k);
-            *slot = Some(Span {
-                start: i as u32,
-                end: e as u32,
-                escaped: false,
-            });
+            *slot = Some(Span::new(i, e, false));
             pos = k.map(|_| e + 1);
         }
     }
@@ -996,6 +1141,41 @@ mod tests {
         assert_eq!(get(b"a,", out[1]), Some(&b""[..]));
     }
 
+    /// Every line a reader returns, a long one as `LONG <len> <head>`.
+    fn all_lines(r: &mut LineReader) -> Vec<Vec<u8>> {
+        let mut got = Vec::new();
+        while let Some(c) = r.next_block().unwrap() {
+            match c {
+                Chunk::Lines(b) => {
+                    for (at, l) in BlockLines::new(b) {
+                        assert_eq!(&b[at..at + l.len()], l);
+                        got.push(l.to_vec());
+                    }
+                }
+                Chunk::Long(l) => {
+                    let mut v = format!("LONG {} ", l.len).into_bytes();
+                    v.extend_from_slice(&l.head);
+                    got.push(v);
+                }
+            }
+        }
+        got
+    }
+
+    /// A source that returns at most `step` bytes per read (as a pipe does).
+    struct Trickle(io::Cursor<Vec<u8>>, usize);
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = buf.len().min(self.1);
+            self.0.read(&mut buf[..n])
+        }
+    }
+
+    fn trickle(text: Vec<u8>, step: usize) -> Source {
+        Source::from_reader("t", Box::new(Trickle(io::Cursor::new(text), step)))
+    }
+
     #[test]
     fn lines_across_blocks() {
         let mut text = Vec::new();
@@ -1008,17 +1188,15 @@ mod tests {
             r.peek_lines(2).unwrap(),
             vec![b"line 0".to_vec(), b"line 1".to_vec()]
         );
-        let mut n = 0;
-        while let Some(l) = r.next_line().unwrap() {
+        let got = all_lines(&mut r);
+        assert_eq!(got.len(), 300_001);
+        for (n, l) in got.iter().enumerate() {
             if n < 300_000 {
                 assert_eq!(l, format!("line {n}").as_bytes());
             } else {
                 assert_eq!(l, b"no newline at the end");
             }
-            n += 1;
         }
-        assert_eq!(n, 300_001);
-        assert_eq!(r.line_no, 300_001);
     }
 
     #[test]
@@ -1029,25 +1207,137 @@ mod tests {
             text.extend_from_slice(format!("line {i}{end}").as_bytes());
         }
         text.extend_from_slice(b"\n\r\nno newline at the end\r");
-        let mut want = Vec::new();
-        let mut r = LineReader::new(Source::from_bytes("t", text.clone()));
-        while let Some(l) = r.next_line().unwrap() {
-            want.push(l.to_vec());
-        }
-        let mut r = LineReader::new(Source::from_bytes("t", text));
-        assert_eq!(r.next_line().unwrap(), Some(&b"line 0"[..]));
-        let mut got = vec![b"line 0".to_vec()];
-        let mut blocks = 0;
-        while let Some(b) = r.next_block().unwrap() {
-            blocks += 1;
-            for (at, l) in BlockLines::new(b) {
-                assert_eq!(&b[at..at + l.len()], l);
-                got.push(l.to_vec());
+        let want: Vec<Vec<u8>> = text
+            .split(|&b| b == b'\n')
+            .map(|l| l.strip_suffix(b"\r").unwrap_or(l).to_vec())
+            .collect();
+        for step in [usize::MAX, 4096, 7] {
+            let mut r = LineReader::new(trickle(text.clone(), step));
+            let mut blocks = 0;
+            let mut got = Vec::new();
+            while let Some(c) = r.next_block().unwrap() {
+                let Chunk::Lines(b) = c else { panic!() };
+                blocks += 1;
+                got.extend(BlockLines::new(b).map(|(_, l)| l.to_vec()));
             }
+            assert!(blocks > 1, "{blocks} blocks");
+            assert_eq!(got.len(), 300_003);
+            assert_eq!(got, want);
         }
-        assert!(blocks > 1, "{blocks} blocks");
-        assert_eq!(got.len(), 300_003);
-        assert_eq!(got, want);
+    }
+
+    /// A line longer than the limit is read through, not held: the reader's block never
+    /// grows past the limit, and the lines around it are read as usual, however the reads
+    /// split them.
+    #[test]
+    fn lines_over_the_limit_are_skipped() {
+        let max = 1000;
+        let long = |c: u8, n: usize| vec![c; n];
+        let mut text = Vec::new();
+        for l in [
+            b"first".to_vec(),
+            long(b'a', max),     // at the limit: read
+            long(b'b', max + 1), // one over
+            b"".to_vec(),
+            long(b'c', 50 * max + 7),
+            b"after".to_vec(),
+        ] {
+            text.extend_from_slice(&l);
+            text.push(b'\n');
+        }
+        text.extend_from_slice(&long(b'd', 3 * max)); // the last line, without a newline
+        for step in [usize::MAX, 4096, 999, 1000, 1001, 13, 1] {
+            let mut r = LineReader::with_max_line(trickle(text.clone(), step), max);
+            // (The second line does not fit in the block beside the first.)
+            assert_eq!(r.peek_lines(2).unwrap(), vec![b"first".to_vec()]);
+            let got = all_lines(&mut r);
+            let head = |c: u8, n: usize| {
+                let mut v = format!("LONG {n} ").into_bytes();
+                v.extend_from_slice(&vec![c; LONG_HEAD]);
+                v
+            };
+            assert_eq!(
+                got,
+                vec![
+                    b"first".to_vec(),
+                    long(b'a', max),
+                    head(b'b', max + 1),
+                    b"".to_vec(),
+                    head(b'c', 50 * max + 7),
+                    b"after".to_vec(),
+                    head(b'd', 3 * max),
+                ],
+                "step {step}"
+            );
+            assert!(r.buf.len() <= max + 1, "{}", r.buf.len());
+        }
+    }
+
+    /// A long line arriving in small reads (a pipe gives 64 KiB at most) is searched for
+    /// its end once, not again after every read.
+    #[test]
+    fn each_byte_is_searched_once() {
+        let mut text = Vec::new();
+        for n in [2 << 20, 1, 4 << 20, 10, 3 << 20, 5] {
+            text.extend_from_slice(&vec![b'x'; n]);
+            text.push(b'\n');
+        }
+        // The last one over a limit of 1 MiB, read through.
+        text.extend_from_slice(&vec![b'y'; 3 << 20]);
+        let total = text.len();
+        for max in [MAX_LINE, 1 << 20] {
+            let mut r = LineReader::with_max_line(trickle(text.clone(), 4096), max);
+            // The first line (or, over the limit, the next).
+            let peeked: Vec<usize> = r.peek_lines(1).unwrap().iter().map(Vec::len).collect();
+            assert_eq!(peeked, [if max == MAX_LINE { 2 << 20 } else { 1 }]);
+            let got: Vec<usize> = all_lines(&mut r).iter().map(Vec::len).collect();
+            assert_eq!(got.len(), 7);
+            // Once, and what peek_lines read again (the first line, a little more).
+            assert!(
+                r.searched <= total + (2 << 20) + BLOCK,
+                "{} bytes searched of {total}",
+                r.searched
+            );
+        }
+    }
+
+    /// Format and field detection see whole lines, however long (up to the limit); blank
+    /// and overlong lines before the first usable one are read through and returned first.
+    #[test]
+    fn peeked_lines_are_whole() {
+        let big = vec![b'x'; 3 * BLOCK];
+        let mut text = b"\n \r\n".to_vec();
+        text.extend_from_slice(&big);
+        text.extend_from_slice(b"\nsecond\n");
+        for step in [usize::MAX, 65536] {
+            let mut r = LineReader::new(trickle(text.clone(), step));
+            assert_eq!(
+                r.peek_lines(5).unwrap(),
+                vec![big.clone(), b"second".to_vec()]
+            );
+            let got = all_lines(&mut r);
+            assert_eq!(
+                got,
+                vec![b"".to_vec(), b"".to_vec(), big.clone(), b"second".to_vec()]
+            );
+        }
+        // Blank and long lines first, in order; nothing usable at all.
+        let max = 100;
+        let mut text = b"\n".to_vec();
+        text.extend_from_slice(&[b'L'; 300]);
+        text.extend_from_slice(b"\n\n\n");
+        text.extend_from_slice(&[b'M'; 101]);
+        text.extend_from_slice(b"\nok\n");
+        let mut r = LineReader::with_max_line(trickle(text.clone(), 7), max);
+        assert_eq!(r.peek_lines(5).unwrap(), vec![b"ok".to_vec()]);
+        let got: Vec<String> = all_lines(&mut r)
+            .iter()
+            .map(|l| String::from_utf8_lossy(&l[..l.len().min(8)]).into_owned())
+            .collect();
+        assert_eq!(got, ["", "LONG 300", "", "", "LONG 101", "ok"]);
+        let mut r = LineReader::with_max_line(trickle(text[..text.len() - 4].to_vec(), 7), max);
+        assert!(r.peek_lines(5).unwrap().is_empty());
+        assert_eq!(all_lines(&mut r).len(), 5);
     }
 
     #[test]

@@ -84,6 +84,10 @@ Policies (--policy, repeatable; each is replayed on the same traffic):
 Keys (--key, repeatable: the key is all of them; default ip):
   ip  header:NAME  field:NAME  path  path:/tenants/{tenant}/*  method  all
 
+Unusable lines are counted and skipped (the first five quoted; --strict stops at the first):
+lines not in the log's format, without a timestamp or a client address, and lines over
+16 MiB (read through, never held in memory).
+
 Examples:
   sluicegate replay --sample --policy 'lenient=20/s; burst=100' --policy 'strict=5/s; burst=20'
   sluicegate replay access.log access.log.1.gz --policy '10/s; burst=50' --html report.html

@@ -4,7 +4,7 @@
 use crate::engine::Refusal;
 use crate::error::CliError;
 use crate::fields::{Extractor, Names, Needs};
-use crate::input::{BlockLines, LineReader, LogFormat, Source};
+use crate::input::{is_blank, BlockLines, Chunk, LineReader, LogFormat, LongLine, Source};
 use crate::netkey::Prefixes;
 use crate::output::{InputMeta, Meta, Summary};
 use crate::policy::{KeyPart, PolicySpec};
@@ -302,6 +302,23 @@ fn record_bad(
     Ok(())
 }
 
+/// Counts a line longer than [`MAX_LINE`](crate::input::MAX_LINE), read through without
+/// being parsed (or fails on it with `--strict`).
+fn record_long(
+    cfg: &Config,
+    meta: &mut Meta,
+    name: &str,
+    line_no: u64,
+    long: &LongLine,
+) -> Result<(), CliError> {
+    let reason = format!(
+        "line of {} bytes, over the {} MiB limit (skipped)",
+        long.len,
+        crate::input::MAX_LINE >> 20
+    );
+    record_bad(cfg, meta, name, line_no, &long.head, reason)
+}
+
 /// What a line holds.
 enum Parsed {
     /// A request (its key, method and path kept in the batch's bytes).
@@ -443,12 +460,34 @@ fn pass(
         let counter = src.read_bytes.clone();
         let mut lr = LineReader::new(src);
         let head = lr.peek_lines(200)?;
+        let mut line_no = 0u64;
         if head.is_empty() {
-            meta.inputs.push(InputMeta {
-                name,
+            // Blank lines only, or lines too long to read: the latter are unusable.
+            let mut im = InputMeta {
+                name: name.clone(),
                 format: "empty".into(),
                 ..Default::default()
-            });
+            };
+            while let Some(chunk) = lr.next_block()? {
+                match chunk {
+                    Chunk::Lines(b) => {
+                        let n = BlockLines::new(b).count() as u64;
+                        line_no += n;
+                        im.lines += n;
+                    }
+                    Chunk::Long(long) => {
+                        line_no += 1;
+                        im.lines += 1;
+                        im.format = "unknown".into();
+                        record_long(cfg, meta, &name, line_no, &long)?;
+                    }
+                }
+            }
+            if im.format == "empty" {
+                im.lines = 0;
+            }
+            meta.lines += im.lines;
+            meta.inputs.push(im);
             continue;
         }
         let mut ex = Extractor::new(cfg.format, &head, &needs, &cfg.names, &name)?;
@@ -458,12 +497,20 @@ fn pass(
             fields: ex.chosen.clone(),
             lines: 0,
         };
-        if ex.skip_first {
-            lr.next_line()?;
-        }
-        let mut line_no = lr.line_no;
+        // The header: the first line that is neither blank nor too long (`head[0]`).
+        let mut header = ex.skip_first;
         let mut since = 0u32;
-        while let Some(block) = lr.next_block()? {
+        while let Some(chunk) = lr.next_block()? {
+            let block = match chunk {
+                Chunk::Lines(b) => b,
+                Chunk::Long(long) => {
+                    // (The batch is empty between blocks.)
+                    line_no += 1;
+                    im.lines += 1;
+                    record_long(cfg, meta, &name, line_no, &long)?;
+                    continue;
+                }
+            };
             let cx = Decide {
                 block,
                 name: &name,
@@ -477,7 +524,12 @@ fn pass(
                     since = 0;
                     prog.bar.set_position(prog.done_bytes + counter.get());
                 }
-                if line.is_empty() || line.iter().all(u8::is_ascii_whitespace) {
+                if is_blank(line) {
+                    continue;
+                }
+                if header {
+                    header = false;
+                    im.lines -= 1;
                     continue;
                 }
                 let parsed = parse_line(

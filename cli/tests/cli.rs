@@ -1269,3 +1269,111 @@ fn peaks_of_a_log_shorter_than_the_sustain_window_agree() {
     let (offered, admitted, w) = peaks("same.jsonl", 0);
     assert_eq!((offered, admitted, w), (50.0, 50.0, 10_000_000_000));
 }
+
+/// A line over 16 MiB is read through without being held, counted as unusable with its
+/// number and length, and the lines around it are replayed; a long first line that fits is
+/// seen whole by the field detection; a first line over the limit is skipped by it.
+#[test]
+fn lines_over_16_mib_are_skipped_and_long_first_lines_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = |t: u64| format!("{{\"ts\":{t},\"ip\":\"192.0.2.1\"}}\n");
+    let long = |pad: usize| {
+        format!(
+            "{{\"pad\":\"{}\",\"ts\":1714521601,\"ip\":\"192.0.2.1\"}}\n",
+            "a".repeat(pad)
+        )
+    };
+    let over = 17 << 20;
+    let replay = |name: &str, text: String, stdin: bool| -> Value {
+        let f = write(&dir, name, &text);
+        let mut cmd = bin();
+        cmd.args(["replay", "--policy", "100/s", "--format", "json"]);
+        if stdin {
+            cmd.arg("-").write_stdin(text);
+        } else {
+            cmd.arg(&f);
+        }
+        json(&cmd.assert().success().get_output().stdout)
+    };
+    for stdin in [false, true] {
+        // Over the limit in the middle, and as the last line without a newline.
+        let text = line(1714521600) + &long(over) + &line(1714521602) + long(over).trim_end();
+        let v = replay("mid.jsonl", text, stdin);
+        assert_eq!(
+            (v["requests"].as_u64(), v["bad_lines"].as_u64()),
+            (Some(2), Some(2))
+        );
+        assert_eq!(v["lines"], 4);
+        let ex = v["bad_line_examples"][0].as_str().unwrap();
+        let len = long(over).len() - 1;
+        assert!(
+            ex.contains(&format!(":2: line of {len} bytes, over the 16 MiB limit")),
+            "{ex}"
+        );
+        assert!(v["bad_line_examples"][1]
+            .as_str()
+            .unwrap()
+            .contains(":4: line of"));
+        // A first line of 3 MiB: detection reads it whole.
+        let v = replay("first.jsonl", long(3 << 20) + &line(1714521602), stdin);
+        assert_eq!(
+            (v["requests"].as_u64(), v["bad_lines"].as_u64()),
+            (Some(2), Some(0))
+        );
+        assert_eq!(v["inputs"][0]["fields"]["time"], "ts");
+        // A first line over the limit: detection reads the next ones.
+        let v = replay(
+            "firstover.jsonl",
+            "\n".to_string() + &long(over) + &line(1714521602),
+            stdin,
+        );
+        assert_eq!(
+            (v["requests"].as_u64(), v["bad_lines"].as_u64()),
+            (Some(1), Some(1))
+        );
+        assert!(v["bad_line_examples"][0]
+            .as_str()
+            .unwrap()
+            .contains(":2: line of"));
+        assert_eq!(v["lines"], 3);
+    }
+    // Only lines over the limit: no usable request (exit 4), each counted.
+    let f = write(&dir, "allover.jsonl", &(long(over) + &long(over)));
+    bin()
+        .args(["replay", "--policy", "100/s", &f])
+        .assert()
+        .code(4)
+        .stderr(predicate::str::contains(
+            "no usable request in 2 lines (2 unusable",
+        ));
+    // --strict stops at it.
+    let f = write(&dir, "strict.jsonl", &(line(1714521600) + &long(over)));
+    bin()
+        .args(["replay", "--policy", "100/s", "--strict", &f])
+        .assert()
+        .code(4)
+        .stderr(predicate::str::contains(":2: line of"));
+}
+
+/// A CSV header after blank lines is the header (not a blank line skipped in its place).
+#[test]
+fn csv_header_after_blank_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(
+        &dir,
+        "h.csv",
+        "\n\ntime,ip\n2024-05-01T00:00:00Z,192.0.2.1\n2024-05-01T00:00:01Z,192.0.2.1\n",
+    );
+    let v = json(
+        &bin()
+            .args(["replay", "--policy", "100/s", "--format", "json", &f])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
+    assert_eq!(
+        (v["requests"].as_u64(), v["bad_lines"].as_u64()),
+        (Some(2), Some(0))
+    );
+}
