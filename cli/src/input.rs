@@ -838,13 +838,24 @@ fn scan_object(
     }
 }
 
-/// The index after the object or array starting at `i`.
+/// The index after the object or array starting at `i`. Linear in its length: the next
+/// `"`, `{` or `}` and the next `[` or `]` are each searched for once and kept until the scan
+/// passes them (a string is skipped whole, escapes included).
 fn skip_nested(l: &[u8], mut i: usize) -> Option<usize> {
+    let search = |i: usize, three: bool| {
+        let found = if three {
+            memchr::memchr3(b'"', b'{', b'}', &l[i..])
+        } else {
+            memchr::memchr2(b'[', b']', &l[i..])
+        };
+        count_searched(found.map_or(l.len() - i, |k| k + 1));
+        found.map(|k| i + k)
+    };
+    // The next `"`, `{` or `}`, and the next `[` or `]`, at or after `i` (`None`: none left).
+    let (mut quote_or_brace, mut bracket) = (search(i, true), search(i, false));
     let mut depth = 0usize;
     loop {
-        let k = memchr::memchr3(b'"', b'{', b'}', &l[i..]).map(|k| i + k);
-        let k2 = memchr::memchr2(b'[', b']', &l[i..]).map(|k| i + k);
-        let j = match (k, k2) {
+        let j = match (quote_or_brace, bracket) {
             (Some(a), Some(b)) => a.min(b),
             (a, b) => a.or(b)?,
         };
@@ -862,7 +873,26 @@ fn skip_nested(l: &[u8], mut i: usize) -> Option<usize> {
                 }
             }
         }
+        if quote_or_brace.is_some_and(|p| p < i) {
+            quote_or_brace = search(i, true);
+        }
+        if bracket.is_some_and(|p| p < i) {
+            bracket = search(i, false);
+        }
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Bytes [`skip_nested`] searched (tests: each at most twice, once per kind).
+    pub static SEARCHED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts bytes searched (tests), nothing otherwise.
+#[inline(always)]
+fn count_searched(_n: usize) {
+    #[cfg(test)]
+    SEARCHED.with(|c| c.set(c.get() + _n));
 }
 
 /// Decodes a JSON string's escapes into `out`.
@@ -1116,6 +1146,41 @@ mod tests {
         assert!(scan_json(l, &p, &mut out));
         assert_eq!(get(l, out[0]), Some(&b"5"[..]));
         assert_eq!(get(l, out[1]), None);
+    }
+
+    /// Skipping a nested value searches each byte at most once per delimiter kind, whatever
+    /// the nesting: `["a","a",...]` searched the rest of the line for `]` at every string.
+    #[test]
+    fn nested_values_are_skipped_in_linear_time() {
+        let n = 100_000;
+        let values: [Vec<u8>; 4] = [
+            [&b"["[..], &vec![&b"\"a\""[..]; n].join(&b","[..]), b"]"].concat(),
+            [
+                &b"{"[..],
+                &vec![&b"\"a\":\"a\""[..]; n].join(&b","[..]),
+                b"}",
+            ]
+            .concat(),
+            [vec![b'['; n], vec![b']'; n]].concat(),
+            [b"{\"a\":".repeat(n), b"1".to_vec(), vec![b'}'; n]].concat(),
+        ];
+        for v in values {
+            let l = [&b"{\"x\":"[..], &v, br#","ts":17,"ip":"192.0.2.1"}"#].concat();
+            for names in [&["ts", "ip"][..], &["h.k", "ts", "ip"]] {
+                let p = paths(names);
+                let mut out = vec![None; p.len()];
+                SEARCHED.with(|c| c.set(0));
+                assert!(scan_json(&l, &p, &mut out));
+                let searched = SEARCHED.with(std::cell::Cell::get);
+                assert!(
+                    searched <= 2 * l.len(),
+                    "{searched} bytes searched of {}",
+                    l.len()
+                );
+                assert_eq!(get(&l, out[p.len() - 2]), Some(&b"17"[..]));
+                assert_eq!(get(&l, out[p.len() - 1]), Some(&b"192.0.2.1"[..]));
+            }
+        }
     }
 
     #[test]
