@@ -197,12 +197,37 @@ impl Extractor {
                 }
             }
             LogFormat::Jsonl => {
+                // Every name detection may look for, looked for in one scan of each first
+                // line (a line may be up to 16 MiB: not one scan per name).
+                let mut cands: Vec<String> = [TIME, IP, PATH, METHOD]
+                    .iter()
+                    .flat_map(|c| c.iter().map(|s| s.to_string()))
+                    .collect();
+                for (header, name) in &needs.key_fields {
+                    if *header {
+                        cands.extend(header_candidates(name));
+                    }
+                }
+                cands.sort_unstable();
+                cands.dedup();
+                let paths: Vec<JsonPath> = cands
+                    .iter()
+                    .map(|p| p.split('.').map(|s| s.as_bytes().to_vec()).collect())
+                    .collect();
+                let mut found = vec![false; paths.len()];
+                let mut out = vec![None; paths.len()];
+                for l in head {
+                    // A value found before a line turns out malformed counts, as it did when
+                    // each name was looked for alone (the scan stopped there).
+                    scan_json(l, &paths, &mut out);
+                    for (f, o) in found.iter_mut().zip(&out) {
+                        *f |= o.is_some();
+                    }
+                }
                 let present = |p: &str| -> bool {
-                    let path: JsonPath = p.split('.').map(|s| s.as_bytes().to_vec()).collect();
-                    let mut out = [None];
-                    head.iter().any(|l| {
-                        scan_json(l, std::slice::from_ref(&path), &mut out) && out[0].is_some()
-                    })
+                    cands
+                        .binary_search_by(|c| c.as_str().cmp(p))
+                        .is_ok_and(|i| found[i])
                 };
                 ex.resolve(needs, names, present, &fail)?;
             }
@@ -437,5 +462,45 @@ impl Extractor {
             }
         }
         (method.unwrap_or(b""), Some(path))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Detection scans each first line once for every name it may look for, not once per
+    /// name: a line of 100 000 array items is searched about once.
+    #[test]
+    fn detection_scans_each_line_once() {
+        let items = vec![&b"\"a\""[..]; 100_000].join(&b","[..]);
+        let line = [&br#"{"x":["#[..], &items, br#"],"ts":17,"ip":"192.0.2.1"}"#].concat();
+        let needs = Needs {
+            ip: true,
+            path: false,
+            method: true,
+            key_fields: vec![(true, "User-Agent".into())],
+        };
+        let names = Names {
+            delimiter: b',',
+            ..Default::default()
+        };
+        crate::input::SEARCHED.with(|c| c.set(0));
+        let ex = Extractor::new(
+            LogFormat::Jsonl,
+            std::slice::from_ref(&line),
+            &needs,
+            &names,
+            "t",
+        )
+        .unwrap();
+        let searched = crate::input::SEARCHED.with(std::cell::Cell::get);
+        assert!(
+            searched <= 3 * line.len(),
+            "{searched} bytes searched of {}",
+            line.len()
+        );
+        let chosen: Vec<String> = ex.chosen.iter().map(|(r, n)| format!("{r}={n}")).collect();
+        assert_eq!(chosen, ["time=ts", "ip=ip", "key=http_user_agent"]);
     }
 }
