@@ -4,8 +4,8 @@
 
 use crate::error::CliError;
 use crate::input::{
-    combined_field, scan_combined, scan_csv, scan_json, sniff, unescape_clf, unescape_csv,
-    unescape_json, JsonPath, LogFormat, Span, COMBINED_FIELDS,
+    combined_field, csv_open_after, scan_combined, scan_csv, scan_json, sniff, unescape_clf,
+    unescape_csv, unescape_json, CsvLine, JsonPath, LogFormat, Span, COMBINED_FIELDS,
 };
 
 /// What a replay needs from each line.
@@ -87,6 +87,9 @@ pub struct Extractor {
     delimiter: u8,
     /// CSV: the header line is skipped.
     pub skip_first: bool,
+    /// CSV: the last line scanned ends inside a quoted field (its record goes on over the
+    /// next lines: see [`continues_record`](Self::continues_record)).
+    pub csv_open: bool,
     combined_last: usize,
     spans: Vec<Option<Span>>,
     combined: [Option<Span>; 12],
@@ -136,6 +139,7 @@ impl Extractor {
             json_paths: Vec::new(),
             delimiter: names.delimiter,
             skip_first: false,
+            csv_open: false,
             combined_last: 0,
             spans: Vec::new(),
             combined: [None; 12],
@@ -234,7 +238,7 @@ impl Extractor {
             LogFormat::Csv => {
                 let header: Vec<String> = {
                     let mut out = vec![None; 4096];
-                    if !scan_csv(first, names.delimiter, &mut out) {
+                    if scan_csv(first, names.delimiter, &mut out) != CsvLine::Record {
                         return Err(fail("the CSV header line does not parse".into()));
                     }
                     out.iter()
@@ -381,7 +385,11 @@ impl Extractor {
     pub fn scan(&mut self, line: &[u8]) -> bool {
         let ok = match self.format {
             LogFormat::Jsonl => scan_json(line, &self.json_paths, &mut self.spans),
-            LogFormat::Csv => scan_csv(line, self.delimiter, &mut self.spans),
+            LogFormat::Csv => {
+                let r = scan_csv(line, self.delimiter, &mut self.spans);
+                self.csv_open = r == CsvLine::Open;
+                r == CsvLine::Record
+            }
             _ => {
                 self.combined = [None; 12];
                 scan_combined(line, self.combined_last, &mut self.combined)
@@ -414,6 +422,12 @@ impl Extractor {
             }
         }
         true
+    }
+
+    /// CSV: whether a line that continues a record open on the lines before it (in a quoted
+    /// field) leaves it open at its end.
+    pub fn continues_record(&self, line: &[u8]) -> bool {
+        csv_open_after(line, 0, self.delimiter, true)
     }
 
     #[inline]

@@ -133,6 +133,9 @@ pub struct LongLine {
     pub len: u64,
     /// Its first bytes (up to 256), for messages.
     pub head: Vec<u8>,
+    /// The `"` it holds: whether it ends a CSV record open on the lines before, or opens
+    /// one that goes on, is told by their parity (exact for RFC 4180 text).
+    pub quotes: u64,
 }
 
 /// What [`LineReader::next_block`] returns.
@@ -263,6 +266,8 @@ impl LineReader {
     fn skip_long(&mut self) -> Result<LongLine, CliError> {
         let head = self.buf[self.start..self.end.min(self.start + LONG_HEAD)].to_vec();
         let mut len = (self.end - self.start) as u64;
+        let quotes = |b: &[u8]| memchr::memchr_iter(b'"', b).count() as u64;
+        let mut q = quotes(&self.buf[self.start..self.end]);
         (self.start, self.end) = (0, 0);
         while !self.eof {
             let n = self.read_at(0)?;
@@ -274,14 +279,20 @@ impl LineReader {
                 self.eof = true;
             } else if let Some(i) = memchr::memchr(b'\n', &self.buf[..n]) {
                 len += i as u64;
+                q += quotes(&self.buf[..i]);
                 (self.start, self.end) = (i + 1, n);
                 break;
             } else {
                 len += n as u64;
+                q += quotes(&self.buf[..n]);
             }
         }
         self.scanned = self.start;
-        Ok(LongLine { len, head })
+        Ok(LongLine {
+            len,
+            head,
+            quotes: q,
+        })
     }
 
     /// Every complete line the buffer holds, as one slice (each line ending with `\n`, but
@@ -964,13 +975,27 @@ pub fn unescape_clf(s: &[u8], out: &mut Vec<u8>) {
     }
 }
 
+/// What [`scan_csv`] found in a line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CsvLine {
+    /// A record: the columns wanted are filled.
+    Record,
+    /// Not a record: a quoted field followed by something else than the delimiter.
+    Malformed,
+    /// A quoted field goes on past the end of the line: RFC 4180 allows line breaks in
+    /// quoted fields, and the record goes on over the next lines (read as its continuation,
+    /// never as records: see [`csv_open_after`]).
+    Open,
+}
+
 /// Splits one CSV record, filling `out[c]` for every column `c < out.len()`. Quoted fields
-/// (RFC 4180, `""` for a quote) are handled; a record must fit on one line.
+/// (RFC 4180, `""` for a quote) are handled; a record must fit on one line: one whose quoted
+/// field goes on past the end of the line, in any column, is [`CsvLine::Open`].
 #[inline]
-pub fn scan_csv(line: &[u8], delim: u8, out: &mut [Option<Span>]) -> bool {
+pub fn scan_csv(line: &[u8], delim: u8, out: &mut [Option<Span>]) -> CsvLine {
     let n = line.len();
     if n > MAX_LINE {
-        return false; // (its offsets would not fit a Span)
+        return CsvLine::Malformed; // (its offsets would not fit a Span)
     }
     // The start of the next field, or None once the record has ended.
     let mut pos = Some(0usize);
@@ -985,7 +1010,7 @@ pub fn scan_csv(line: &[u8], delim: u8, out: &mut [Option<Span>]) -> bool {
             let mut esc = false;
             loop {
                 let Some(k) = crate::scan::find(b'"', &line[j..]) else {
-                    return false;
+                    return CsvLine::Open;
                 };
                 j += k;
                 if line.get(j + 1) == Some(&b'"') {
@@ -999,7 +1024,7 @@ pub fn scan_csv(line: &[u8], delim: u8, out: &mut [Option<Span>]) -> bool {
             pos = match line.get(j + 1) {
                 None => None,
                 Some(&d) if d == delim => Some(j + 2),
-                Some(_) => return false,
+                Some(_) => return CsvLine::Malformed,
             };
         } else {
             let k = crate::scan::find(delim, &line[i..]);
@@ -1008,7 +1033,53 @@ pub fn scan_csv(line: &[u8], delim: u8, out: &mut [Option<Span>]) -> bool {
             pos = k.map(|_| e + 1);
         }
     }
-    true
+    // The columns after those wanted: does one open a quoted field that the line does not
+    // close? (Its next line would be read as a record: text a client chose.)
+    match pos {
+        Some(i) if csv_open_after(line, i, delim, false) => CsvLine::Open,
+        _ => CsvLine::Record,
+    }
+}
+
+/// Whether a CSV line ends inside a quoted field, read from `i`: the start of a field, or a
+/// point inside a quoted field if `quoted` (a line that continues a record). One search per
+/// quote: only quotes matter (a quote opens a field only at its start; inside an unquoted
+/// field it is text). A quoted field followed by something else than the delimiter ends
+/// the record there (it is malformed).
+pub fn csv_open_after(line: &[u8], mut i: usize, delim: u8, mut quoted: bool) -> bool {
+    loop {
+        if quoted {
+            // To the quote that closes the field (`""` is a quote in it).
+            loop {
+                let Some(k) = crate::scan::find(b'"', &line[i..]) else {
+                    return true;
+                };
+                i += k + 1;
+                if line.get(i) != Some(&b'"') {
+                    break;
+                }
+                i += 1;
+            }
+            match line.get(i) {
+                Some(&d) if d == delim => i += 1,
+                _ => return false,
+            }
+        }
+        // `i` is a field's start, and no quote lies between it and the next quote, so every
+        // delimiter before that quote separates fields.
+        let field = i;
+        loop {
+            let Some(k) = crate::scan::find(b'"', &line[i..]) else {
+                return false;
+            };
+            let q = i + k;
+            i = q + 1;
+            if q == field || line[q - 1] == delim {
+                quoted = true;
+                break;
+            }
+        }
+    }
 }
 
 /// Decodes a quoted CSV field's doubled quotes into `out`.
@@ -1183,11 +1254,39 @@ mod tests {
         }
     }
 
+    /// A quoted field that goes on past its line, in any column, is told; so is where the
+    /// record it opened ends, in the lines after.
+    #[test]
+    fn csv_records_over_several_lines_are_told() {
+        let mut out = [None; 2];
+        let mut scan = |l: &[u8]| scan_csv(l, b',', &mut out);
+        // Beyond the columns wanted, too.
+        assert_eq!(scan(br#"t,1.2.3.4,"/x"#), CsvLine::Open);
+        assert_eq!(scan(br#"t,1.2.3.4,"a,""b"#), CsvLine::Open);
+        assert_eq!(scan(br#"t,1.2.3.4,"/x""y",z"#), CsvLine::Record);
+        assert_eq!(scan(br#"t,1.2.3.4,"",z"#), CsvLine::Record);
+        // A quote inside an unquoted field is text.
+        assert_eq!(scan(br#"t,1.2.3.4,/a"b,z"#), CsvLine::Record);
+        assert_eq!(scan(br#"t,1.2.3.4,/a"b,"z"#), CsvLine::Open);
+        // Lines continuing a record start inside a quoted field.
+        let cont = |l: &[u8]| csv_open_after(l, 0, b',', true);
+        assert!(!cont(br#"2024-05-01T12:00:10Z,6.6.6.6,/admin""#));
+        assert!(cont(b"2024-05-01T12:00:10Z,6.6.6.6,/admin"));
+        assert!(cont(b""));
+        assert!(cont(br#"a""b"#));
+        assert!(!cont(br#"a""b",c"#));
+        assert!(!cont(b"\""));
+        assert!(cont(br#"a",c,"d"#));
+        assert!(!cont(br#"a",c,"d""e""#));
+        // Malformed: the record ends there.
+        assert!(!cont(br#"a"x,"d"#));
+    }
+
     #[test]
     fn csv_fields() {
         let l = br#"2024-05-01T12:00:00Z,192.0.2.1,"GET ""x"", y",,last"#;
         let mut out = [None; 6];
-        assert!(scan_csv(l, b',', &mut out));
+        assert_eq!(scan_csv(l, b',', &mut out), CsvLine::Record);
         assert_eq!(get(l, out[0]), Some(&b"2024-05-01T12:00:00Z"[..]));
         assert_eq!(get(l, out[1]), Some(&b"192.0.2.1"[..]));
         assert_eq!(get(l, out[2]), Some(&br#"GET ""x"", y"#[..]));
@@ -1199,10 +1298,11 @@ mod tests {
         unescape_csv(br#"GET ""x"", y"#, &mut v);
         assert_eq!(v, br#"GET "x", y"#);
         let mut out = [None; 3];
-        assert!(scan_csv(b"a\tb", b'\t', &mut out));
+        assert_eq!(scan_csv(b"a\tb", b'\t', &mut out), CsvLine::Record);
         assert_eq!(get(b"a\tb", out[1]), Some(&b"b"[..]));
-        assert!(!scan_csv(br#""open,b"#, b',', &mut out));
-        assert!(scan_csv(b"a,", b',', &mut out));
+        assert_eq!(scan_csv(br#""open,b"#, b',', &mut out), CsvLine::Open);
+        assert_eq!(scan_csv(br#""a"b,c"#, b',', &mut out), CsvLine::Malformed);
+        assert_eq!(scan_csv(b"a,", b',', &mut out), CsvLine::Record);
         assert_eq!(get(b"a,", out[1]), Some(&b""[..]));
     }
 

@@ -85,8 +85,9 @@ Keys (--key, repeatable: the key is all of them; default ip):
   ip  header:NAME  field:NAME  path  path:/tenants/{tenant}/*  method  all
 
 Unusable lines are counted and skipped (the first five quoted; --strict stops at the first):
-lines not in the log's format, without a timestamp or a client address, and lines over
-16 MiB (read through, never held in memory).
+lines not in the log's format, without a timestamp or a client address, lines over 16 MiB
+(read through, never held in memory), and CSV records over several lines (a quoted field
+with a line break): the line it starts on and every line that continues it.
 
 Examples:
   sluicegate replay --sample --policy 'lenient=20/s; burst=100' --policy 'strict=5/s; burst=20'

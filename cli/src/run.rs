@@ -319,6 +319,24 @@ fn record_long(
     record_bad(cfg, meta, name, line_no, &long.head, reason)
 }
 
+/// Why a CSV line whose quoted field goes on past its end is unusable.
+const OPEN_RECORD: &str =
+    "a quoted field goes on past the end of the line (CSV records over several lines are not read)";
+
+/// Counts a line that continues a CSV record begun on line `from` (in a quoted field): text
+/// inside a field, never a record of its own.
+fn record_continuation(
+    cfg: &Config,
+    meta: &mut Meta,
+    name: &str,
+    line_no: u64,
+    line: &[u8],
+    from: u64,
+) -> Result<(), CliError> {
+    let reason = format!("continues the CSV record of line {from} (inside a quoted field)");
+    record_bad(cfg, meta, name, line_no, line, reason)
+}
+
 /// What a line holds.
 enum Parsed {
     /// A request (its key, method and path kept in the batch's bytes).
@@ -343,6 +361,9 @@ fn parse_line(
     line_no: u64,
 ) -> Parsed {
     if !ex.scan(line) {
+        if ex.csv_open {
+            return Parsed::Bad(OPEN_RECORD.into());
+        }
         return Parsed::Bad(format!("not a {:?} line", ex.format).to_lowercase());
     }
     let Some(ts) = ex.time(line) else {
@@ -499,6 +520,11 @@ fn pass(
         };
         // The header: the first line that is neither blank nor too long (`head[0]`).
         let mut header = ex.skip_first;
+        // CSV: the line where a record began whose quoted field goes on past its line
+        // (RFC 4180 allows line breaks there), while it lasts. It and the lines that continue
+        // it are unusable: never records (their text is the field's, which a client may
+        // have chosen).
+        let mut open_record: Option<u64> = None;
         let mut since = 0u32;
         while let Some(chunk) = lr.next_block()? {
             let block = match chunk {
@@ -507,7 +533,23 @@ fn pass(
                     // (The batch is empty between blocks.)
                     line_no += 1;
                     im.lines += 1;
-                    record_long(cfg, meta, &name, line_no, &long)?;
+                    // Not held: its quotes' parity tells whether it ends an open record, or
+                    // opens one.
+                    let odd = ex.format == LogFormat::Csv && long.quotes % 2 == 1;
+                    match open_record {
+                        Some(from) => {
+                            if odd {
+                                open_record = None;
+                            }
+                            record_continuation(cfg, meta, &name, line_no, &long.head, from)?;
+                        }
+                        None => {
+                            if odd {
+                                open_record = Some(line_no);
+                            }
+                            record_long(cfg, meta, &name, line_no, &long)?;
+                        }
+                    }
                     continue;
                 }
             };
@@ -523,6 +565,14 @@ fn pass(
                 if since == 1 << 16 {
                     since = 0;
                     prog.bar.set_position(prog.done_bytes + counter.get());
+                }
+                if let Some(from) = open_record {
+                    if !ex.continues_record(line) {
+                        open_record = None;
+                    }
+                    // (No request was parsed since the line that opened it.)
+                    record_continuation(cfg, meta, &name, line_no, line, from)?;
+                    continue;
                 }
                 if is_blank(line) {
                     continue;
@@ -542,6 +592,9 @@ fn pass(
                         // The requests before it are decided first: their errors come first,
                         // and unusable lines are recorded in the log's order.
                         batch.flush(replay, &cx, meta)?;
+                        if ex.csv_open {
+                            open_record = Some(line_no);
+                        }
                         record_bad(cfg, meta, &name, line_no, line, reason)?;
                     }
                 }

@@ -1377,3 +1377,74 @@ fn csv_header_after_blank_lines() {
         (Some(2), Some(0))
     );
 }
+
+/// A CSV record whose quoted field holds a line break (RFC 4180; Python's csv module writes
+/// them) is unusable, and so are the lines that continue it: text inside a field never
+/// becomes a request, in whatever column, however many lines it takes.
+#[test]
+fn csv_records_over_several_lines_are_never_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, text: &str| -> Value {
+        let f = write(&dir, name, text);
+        json(
+            &bin()
+                .args(["replay", "--policy", "100/s", "--format", "json", &f])
+                .assert()
+                .success()
+                .get_output()
+                .stdout,
+        )
+    };
+    let ok = |s: u32| format!("2024-05-01T12:00:{s:02}Z,192.0.2.1,/ok,ua\n");
+    // The path field, then a field after those read (the user agent), over 2 and 3 lines.
+    let text = "time,ip,path,ua\n".to_string()
+        + &ok(0)
+        + "2024-05-01T12:00:09Z,192.0.2.1,\"/x\n2024-05-01T12:00:10Z,6.6.6.6,/admin\",ua\n"
+        + &ok(11)
+        + "2024-05-01T12:00:12Z,192.0.2.1,/p,\"Mozilla \"\"5\"\"\n\n2024-05-01T12:00:13Z,6.6.6.7,/admin,\"\n"
+        + &ok(14);
+    let v = run("nl.csv", &text);
+    assert_eq!(v["requests"], 3);
+    assert_eq!(v["keys"], 1, "{}", v["bad_line_examples"]);
+    assert_eq!(v["bad_lines"], 5);
+    let ex: Vec<&str> = v["bad_line_examples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert!(
+        ex[0].contains(":3: a quoted field goes on past the end of the line"),
+        "{ex:?}"
+    );
+    assert!(
+        ex[1].contains(":4: continues the CSV record of line 3"),
+        "{ex:?}"
+    );
+    assert!(ex[2].contains(":6: a quoted field goes on"), "{ex:?}");
+    assert!(
+        ex[3].contains(":7: continues the CSV record of line 6"),
+        "{ex:?}"
+    );
+    assert!(
+        ex[4].contains(":8: continues the CSV record of line 6"),
+        "{ex:?}"
+    );
+    // A line over 16 MiB inside the record: its quotes tell whether it closes the field.
+    let long = |quotes: &str| "a".repeat(17 << 20) + quotes + "\n";
+    let text = "time,ip,path\n".to_string()
+        + &ok(0)
+        + "2024-05-01T12:00:09Z,192.0.2.1,\"/x\n"
+        + &long("\"\"")
+        + "2024-05-01T12:00:10Z,6.6.6.6,/admin\"\n"
+        + &ok(11)
+        + "2024-05-01T12:00:12Z,192.0.2.1,\"/x\n"
+        + &long("\"")
+        + &ok(13);
+    let v = run("long.csv", &text);
+    assert_eq!(
+        (v["requests"].as_u64(), v["bad_lines"].as_u64()),
+        (Some(3), Some(5))
+    );
+    assert_eq!(v["keys"], 1);
+}
