@@ -8,7 +8,8 @@
 //! | 3 | input: a file cannot be opened, read or decompressed |
 //! | 4 | data: no line could be used, a line is malformed under `--strict`, the fields cannot be found, or the key bound is reached |
 
-use std::fmt;
+use std::borrow::Cow;
+use std::fmt::{self, Write as _};
 use std::io;
 
 /// Exit codes.
@@ -69,7 +70,34 @@ impl CliError {
     }
 }
 
-/// A line quoted in an error: at most 200 characters, lossy UTF-8.
+/// Text for a terminal: control characters (C0, DEL, C1) written as escapes (`\t`, `\n`,
+/// `\r`, `\x1b`, `\u{9b}`), others as they are. Logs hold text that clients chose (paths,
+/// headers): printed raw, an escape sequence in it could retitle the terminal, clear the
+/// screen or rewrite what was printed before. (JSON output escapes on its own.)
+pub fn printable(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        match c {
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c if c < ' ' || c == '\x7f' => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// A line quoted in an error: at most 200 characters, lossy UTF-8 (raw: see [`printable`]
+/// for a terminal).
 pub fn clip(text: &[u8]) -> String {
     let s = String::from_utf8_lossy(text);
     match s.char_indices().nth(200) {
@@ -78,30 +106,63 @@ pub fn clip(text: &[u8]) -> String {
     }
 }
 
+/// Messages go to a terminal: what they quote from the logs and the command line is
+/// [`printable`].
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = |s: &str| printable(s).into_owned();
         match self {
             CliError::Usage {
                 what,
                 input,
                 reason,
-            } => write!(f, "invalid {what} {input:?}: {reason}"),
-            CliError::Io { path, source } => write!(f, "cannot read {path}: {source}"),
+            } => write!(f, "invalid {what} {input:?}: {}", p(reason)),
+            CliError::Io { path, source } => write!(f, "cannot read {}: {source}", p(path)),
             CliError::Data {
                 path,
                 line,
                 text,
                 reason,
             } => {
+                let (path, reason) = (p(path), p(reason));
                 if *line == 0 {
                     write!(f, "{path}: {reason}")
                 } else {
-                    write!(f, "{path}:{line}: {reason}\n  line: {text}")
+                    write!(f, "{path}:{line}: {reason}\n  line: {}", p(text))
                 }
             }
-            CliError::Output { path, source } => write!(f, "cannot write {path}: {source}"),
+            CliError::Output { path, source } => {
+                write!(f, "cannot write {}: {source}", p(path))
+            }
         }
     }
 }
 
 impl std::error::Error for CliError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped_for_terminals() {
+        assert!(matches!(
+            printable("Mozilla/5.0 (X11) é ü"),
+            Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            printable("\x1b]0;pwned\x07\x1b[2J\t\r\n\x7f\u{9b}2J\u{85}\u{a0}ok"),
+            "\\x1b]0;pwned\\x07\\x1b[2J\\t\\r\\n\\x7f\\u{9b}2J\\u{85}\u{a0}ok"
+        );
+        let e = CliError::data(
+            "a.log",
+            3,
+            b"\x1b[2Jtext",
+            "timestamp \"\x1b\" not understood",
+        );
+        assert_eq!(
+            e.to_string(),
+            "a.log:3: timestamp \"\\x1b\" not understood\n  line: \\x1b[2Jtext"
+        );
+    }
+}

@@ -1,9 +1,11 @@
 //! The answer, once: a [`Summary`] built from a finished replay, rendered as a table, JSON or
 //! CSV, and embedded in the HTML report.
 
+use crate::error::printable;
 use crate::json::Jv;
 use crate::replay::Replay;
 use crate::timefmt::format_rfc3339;
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 const S: f64 = 1e9;
@@ -362,7 +364,7 @@ impl Summary {
                     let _ = writeln!(
                         out,
                         "{},{},{},{},{:.6},{},{},{},{},{},{},{},{},{},{:.3}",
-                        csv(&p.name),
+                        csv(&printable(&p.name)),
                         p.offered,
                         p.admitted,
                         p.rejected,
@@ -387,9 +389,9 @@ impl Summary {
                         let _ = writeln!(
                             out,
                             "{},{},{},{},{},{:.6}",
-                            csv(&p.name),
+                            csv(&printable(&p.name)),
                             i + 1,
-                            csv(&k.key),
+                            csv(&printable(&k.key)),
                             k.offered,
                             k.rejected,
                             share(k.rejected, k.offered)
@@ -400,7 +402,7 @@ impl Summary {
             Table::Timeline => {
                 out.push_str("start,start_ns,width_ns,offered");
                 for p in &self.policies {
-                    let _ = write!(out, ",{}", csv(&format!("admitted {}", p.name)));
+                    let _ = write!(out, ",{}", csv(&format!("admitted {}", printable(&p.name))));
                 }
                 out.push('\n');
                 for (b, o) in self.offered.iter().enumerate() {
@@ -420,8 +422,8 @@ impl Summary {
                             let _ = writeln!(
                                 out,
                                 "{},{},{}",
-                                csv(&self.policies[a].name),
-                                csv(&self.policies[b].name),
+                                csv(&printable(&self.policies[a].name)),
+                                csv(&printable(&self.policies[b].name)),
                                 self.cross[a * n + b]
                             );
                         }
@@ -432,6 +434,8 @@ impl Summary {
         out
     }
 
+    /// The text for people. Every text that comes from the logs (keys, quoted lines) or the
+    /// command line (names) is [`printable`]: no control character reaches the terminal.
     pub fn to_table(&self) -> String {
         let mut out = String::new();
         let m = &self.meta;
@@ -440,10 +444,10 @@ impl Summary {
             let _ = writeln!(
                 out,
                 "input    {} ({}, {} lines; {})",
-                i.name,
+                printable(&i.name),
                 i.format,
                 group(i.lines),
-                fields.join(" ")
+                printable(&fields.join(" "))
             );
         }
         let _ = writeln!(
@@ -451,7 +455,7 @@ impl Summary {
             "traffic  {} requests from {} keys ({}) over {}, {} to {}; peak {:.1}/s over {}",
             group(self.requests),
             group(self.keys as u64),
-            m.key,
+            printable(&m.key),
             dur(self.last_t.saturating_sub(self.first_t)),
             format_rfc3339(self.first_t),
             format_rfc3339(self.last_t),
@@ -467,14 +471,18 @@ impl Summary {
                 group(self.backwards)
             );
             for e in &m.bad_examples {
-                let _ = writeln!(out, "         {e}");
+                let _ = writeln!(out, "         {}", printable(e));
             }
         }
         out.push('\n');
-        let name_w = self
+        let names: Vec<String> = self
             .policies
             .iter()
-            .map(|p| p.name.chars().count())
+            .map(|p| printable(&p.name).into_owned())
+            .collect();
+        let name_w = names
+            .iter()
+            .map(|n| n.chars().count())
             .max()
             .unwrap_or(6)
             .clamp(6, 40);
@@ -493,12 +501,12 @@ impl Summary {
             "retrymax",
             "peak adm/s"
         );
-        for p in &self.policies {
+        for (p, name) in self.policies.iter().zip(&names) {
             let r = |i: usize| p.retry.map_or("-".to_string(), |v| dur(v[i]));
             let _ = writeln!(
                 out,
                 "{:<name_w$}  {:>10} {:>10} {:>10} {:>6.2}% {:>9}  {:>8} {:>8} {:>8} {:>8}  {:>10.2}",
-                clip(&p.name, name_w),
+                clip(name, name_w),
                 group(p.offered),
                 group(p.admitted),
                 group(p.rejected),
@@ -511,10 +519,10 @@ impl Summary {
                 p.peak_admitted_per_s
             );
         }
-        for p in &self.policies {
-            let _ = writeln!(out, "\n{}", p.name);
+        for (p, name) in self.policies.iter().zip(&names) {
+            let _ = writeln!(out, "\n{name}");
             for r in &p.rules {
-                let _ = writeln!(out, "  {r}");
+                let _ = writeln!(out, "  {}", printable(r));
             }
             let mut notes = Vec::new();
             if p.over_capacity > 0 {
@@ -554,10 +562,10 @@ impl Summary {
                 let _ = writeln!(out, "  {note}");
             }
             if !p.top.is_empty() {
-                let kw = p
-                    .top
+                let keys: Vec<Cow<str>> = p.top.iter().map(|k| printable(&k.key)).collect();
+                let kw = keys
                     .iter()
-                    .map(|k| k.key.chars().count())
+                    .map(|k| k.chars().count())
                     .max()
                     .unwrap_or(3)
                     .clamp(3, 48);
@@ -566,11 +574,11 @@ impl Summary {
                     "  {:<kw$}  {:>10} {:>10} {:>7}",
                     "top throttled", "offered", "rejected", "share"
                 );
-                for k in &p.top {
+                for (k, key) in p.top.iter().zip(&keys) {
                     let _ = writeln!(
                         out,
                         "  {:<kw$}  {:>10} {:>10} {:>6.2}%",
-                        clip(&k.key, kw),
+                        clip(key, kw),
                         group(k.offered),
                         group(k.rejected),
                         100.0 * share(k.rejected, k.offered)
@@ -591,11 +599,11 @@ impl Summary {
                 let _ = write!(out, " {:>w$}", format!("[{}]", i + 1));
             }
             out.push('\n');
-            for a in 0..n {
+            for (a, name) in names.iter().enumerate() {
                 let _ = write!(
                     out,
                     "{:<name_w$}",
-                    clip(&format!("[{}] {}", a + 1, self.policies[a].name), name_w)
+                    clip(&format!("[{}] {name}", a + 1), name_w)
                 );
                 for b in 0..n {
                     if a == b {

@@ -1448,3 +1448,77 @@ fn csv_records_over_several_lines_are_never_requests() {
     );
     assert_eq!(v["keys"], 1);
 }
+
+/// Text from the logs reaches a terminal with its control characters escaped (C0, DEL,
+/// C1): a User-Agent cannot retitle the terminal or clear the screen through the table, the
+/// CSV or an error. JSON keeps the text exact (escaped as JSON).
+#[test]
+fn control_characters_from_logs_are_escaped_in_text_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let ua = "\u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}31m\u{7f}FAKE";
+    let mut log = String::new();
+    for s in 0..5 {
+        log += &format!(
+            "198.51.100.7 - - [01/May/2024:12:00:0{s} +0000] \"GET / HTTP/1.1\" 200 5 \"-\" \"{ua}\"\n"
+        );
+    }
+    log += "\u{1b}[2J\u{1b}]0;bad line\u{7}\n";
+    let f = write(&dir, "esc.log", &log);
+    let clean = |out: &[u8]| {
+        let s = String::from_utf8(out.to_vec()).unwrap();
+        assert!(!s.chars().any(|c| c.is_control() && c != '\n'), "{s:?}");
+        s
+    };
+    let args = [
+        "replay",
+        &f,
+        "-p",
+        "1/m; burst=1",
+        "--key",
+        "header:User-Agent",
+    ];
+    let table = bin()
+        .args(args)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let table = clean(&table);
+    assert!(
+        table.contains(r"\x1b]0;pwned\x07\x1b[2J\u{9b}31m\x7fFAKE"),
+        "{table}"
+    );
+    assert!(
+        table.contains(r":6: not a combined line: \x1b[2J\x1b]0;bad line\x07"),
+        "{table}"
+    );
+    let csv = bin()
+        .args(args)
+        .args(["--format", "csv", "--table", "top-keys"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    assert!(clean(&csv).contains(r"\x1b]0;pwned\x07"));
+    let err = bin()
+        .args(args)
+        .arg("--strict")
+        .assert()
+        .code(4)
+        .get_output()
+        .stderr
+        .clone();
+    assert!(clean(&err).contains(r"line: \x1b[2J\x1b]0;bad line\x07"));
+    let v = json(
+        &bin()
+            .args(args)
+            .args(["--format", "json"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
+    assert_eq!(v["policies"][0]["top_throttled"][0]["key"], ua);
+}
