@@ -106,6 +106,9 @@ pub struct Summary {
     pub offered: Vec<u64>,
     pub admitted: Vec<Vec<u64>>,
     pub traces: Vec<TraceRow>,
+    /// Requests counted in the timeline's first or last bin, not their own (see
+    /// `Timeline::clamped`).
+    pub timeline_clamped: u64,
 }
 
 fn five(h: &crate::stats::Hist) -> Option<[u64; 5]> {
@@ -192,8 +195,26 @@ impl Summary {
             offered: r.timeline.offered.clone(),
             admitted: r.timeline.admitted.clone(),
             traces: Vec::new(),
+            timeline_clamped: r.timeline.clamped,
             meta,
         }
+    }
+
+    /// A warning for stderr when the timeline and the peaks do not show the traffic as it
+    /// was: requests counted in a bin not their own, which one timestamp far from the
+    /// others (a first line in 1970 or 2200) causes.
+    pub fn timeline_warning(&self) -> Option<String> {
+        (self.timeline_clamped > 0).then(|| {
+            format!(
+                "warning: {} of {} requests are counted in the timeline's first or last bin, \
+                 not their own: they lie before the first request ({}) or over 32 years after \
+                 it. The timeline and the peak rates are distorted: is a timestamp far from \
+                 the others?",
+                group(self.timeline_clamped),
+                group(self.requests),
+                format_rfc3339(self.first_t),
+            )
+        })
     }
 
     pub fn top_keys_to_trace(&self, r: &Replay, per_policy: usize) -> Vec<(usize, u32)> {

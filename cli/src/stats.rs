@@ -146,6 +146,10 @@ pub struct Timeline {
     cur: usize,
     cur_lo: u64,
     cur_hi: u64,
+    /// Requests counted in a bin not their own: earlier than the origin (the first request's
+    /// bin) in bin 0, or past the last bin the timeline may have (the widest bins cover 32
+    /// years) in that bin. One timestamp far from the others puts the rest there.
+    pub clamped: u64,
 }
 
 impl Timeline {
@@ -161,6 +165,7 @@ impl Timeline {
             cur: 0,
             cur_lo: 1,
             cur_hi: 0,
+            clamped: 0,
         }
     }
 
@@ -176,6 +181,7 @@ impl Timeline {
             cur: 0,
             cur_lo: 1,
             cur_hi: 0,
+            clamped: 0,
         }
     }
 
@@ -220,6 +226,9 @@ impl Timeline {
             while idx as usize >= self.max && self.coarsen() {
                 idx = t.saturating_sub(self.origin) / self.width;
             }
+        }
+        if t < self.origin || idx >= self.max.max(1) as u64 {
+            self.clamped += 1;
         }
         let idx = (idx as usize).min(self.max.max(1) - 1);
         if idx >= self.offered.len() {

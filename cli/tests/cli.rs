@@ -1522,3 +1522,36 @@ fn control_characters_from_logs_are_escaped_in_text_output() {
     );
     assert_eq!(v["policies"][0]["top_throttled"][0]["key"], ua);
 }
+
+/// A timestamp far from the others (a first line in 2200, or 1970) puts the rest in the
+/// timeline's first or last bin: a warning on stderr says so; a sound log has none.
+#[test]
+fn far_off_timestamps_warn_that_the_timeline_is_distorted() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = |first: &str| {
+        let mut log = format!("{{\"ts\":\"{first}\",\"ip\":\"203.0.113.66\"}}\n");
+        for s in 0..50 {
+            log += &format!("{{\"ts\":{},\"ip\":\"192.0.2.1\"}}\n", 1714564800 + s);
+        }
+        log
+    };
+    for (name, first) in [
+        ("future.jsonl", "2200-01-01T00:00:00Z"),
+        ("past.jsonl", "1970-01-01T00:00:01Z"),
+    ] {
+        let f = write(&dir, name, &lines(first));
+        bin()
+            .args(["replay", &f, "-p", "10/s", "--format", "json"])
+            .assert()
+            .success()
+            .stderr(predicate::str::contains(
+                "warning: 50 of 51 requests are counted in the timeline's first or last bin",
+            ));
+    }
+    let f = write(&dir, "sound.jsonl", &lines("2024-05-01T11:59:59Z"));
+    bin()
+        .args(["replay", &f, "-p", "10/s"])
+        .assert()
+        .success()
+        .stderr(predicate::str::is_empty());
+}
