@@ -57,7 +57,9 @@ def test_memory_is_the_default_and_can_be_named() -> None:
     ("store", "why"),
     [
         ("shm:", "a region needs a name or path"),
-        ("shm:/x?capacity=0", "capacity is a whole number of keys, at least 1"),
+        ("shm:/x?capacity=0", "capacity is a whole number of keys, from 1 to 469762048"),
+        ("shm:/x?capacity=469762049", "capacity is a whole number of keys, from 1 to 469762048"),
+        ("shm:/x?capacity=+10", "capacity is a whole number of keys, from 1 to 469762048"),
         ("shm:/x?size=3", "the only option is capacity=N, given once"),
         ("", "an unknown store"),
     ],
