@@ -71,11 +71,14 @@ impl CliError {
 }
 
 /// Text for a terminal: control characters (C0, DEL, C1) written as escapes (`\t`, `\n`,
-/// `\r`, `\x1b`, `\u{9b}`), others as they are. Logs hold text that clients chose (paths,
+/// `\r`, `\x1b`, `\u{9b}`), and so are the bidirectional overrides and isolates (U+202A to
+/// U+202E, U+2066 to U+2069), others as they are. Logs hold text that clients chose (paths,
 /// headers): printed raw, an escape sequence in it could retitle the terminal, clear the
-/// screen or rewrite what was printed before. (JSON output escapes on its own.)
+/// screen or rewrite what was printed before, and a bidi override could make one key read as
+/// another. (JSON output escapes on its own.)
 pub fn printable(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(char::is_control) {
+    let hostile = |c: char| c.is_control() || is_bidi_control(c);
+    if !s.chars().any(hostile) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 16);
@@ -87,13 +90,18 @@ pub fn printable(s: &str) -> Cow<'_, str> {
             c if c < ' ' || c == '\x7f' => {
                 let _ = write!(out, "\\x{:02x}", c as u32);
             }
-            c if c.is_control() => {
+            c if c.is_control() || is_bidi_control(c) => {
                 let _ = write!(out, "\\u{{{:x}}}", c as u32);
             }
             c => out.push(c),
         }
     }
     Cow::Owned(out)
+}
+
+/// The bidirectional embeddings, overrides and isolates (U+202A to U+202E, U+2066 to U+2069).
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// A line quoted in an error: at most 200 characters, lossy UTF-8 (raw: see [`printable`]
@@ -153,6 +161,11 @@ mod tests {
         assert_eq!(
             printable("\x1b]0;pwned\x07\x1b[2J\t\r\n\x7f\u{9b}2J\u{85}\u{a0}ok"),
             "\\x1b]0;pwned\\x07\\x1b[2J\\t\\r\\n\\x7f\\u{9b}2J\\u{85}\u{a0}ok"
+        );
+        // A bidi override would show "/admin\u{202e}nimda/" reversed on a terminal.
+        assert_eq!(
+            printable("user\u{202e}nimda\u{2066}x\u{2069}"),
+            "user\\u{202e}nimda\\u{2066}x\\u{2069}"
         );
         let e = CliError::data(
             "a.log",
