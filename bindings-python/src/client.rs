@@ -4,7 +4,7 @@
 //! core reports (once per kind and resolver) becomes a Python `warnings.warn`.
 
 use crate::errors::to_py;
-use pyo3::exceptions::{PyTypeError, PyUserWarning};
+use pyo3::exceptions::{PyTypeError, PyUserWarning, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyInt, PyString};
 use sluicegate::client::{
@@ -139,7 +139,26 @@ fn trust(value: Option<&Bound<'_, PyAny>>) -> PyResult<TrustedProxies> {
 fn forwarding_lines(headers: &Bound<'_, PyAny>) -> PyResult<Vec<(Vec<u8>, Vec<u8>)>> {
     let mut out = Vec::new();
     for pair in headers.try_iter()? {
-        let (name, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = pair?.extract()?;
+        let pair = pair?;
+        // A (name, value) tuple, or any two-item iterable (ASGI allows lists: some servers
+        // and adapters send them).
+        let (name, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = match pair.extract() {
+            Ok(t) => t,
+            Err(_) => {
+                let items = pair
+                    .try_iter()?
+                    .take(3)
+                    .collect::<PyResult<Vec<Bound<'_, PyAny>>>>()?;
+                match <[Bound<'_, PyAny>; 2]>::try_from(items) {
+                    Ok([n, v]) => (n, v),
+                    Err(_) => {
+                        return Err(PyValueError::new_err(
+                            "a header line must be a (name, value) pair",
+                        ))
+                    }
+                }
+            }
+        };
         // Every line's name is looked at in place; only the forwarding lines are copied.
         let forwarding = with_bytes(&name, "header name", |n| {
             n.eq_ignore_ascii_case(b"x-forwarded-for")

@@ -438,3 +438,94 @@ def test_a_bytes_key_is_the_bucket_of_its_text_in_per_route_limits() -> None:
         assert dependency.get(b"abc", route=path).remaining == 1  # type: ignore[union-attr]
         assert dependency.reset("abc", route=path) >= 1
         assert statuses(client, path, 3) == [200, 200, 429]
+
+
+def test_routers_included_by_fastapi_keep_their_limits_and_templates() -> None:
+    """``app.include_router``: FastAPI matches an included router as one route of its own,
+    behind which the middleware saw no endpoint: a route's ``@limit`` and ``exempt`` were
+    ignored, every included route shared one default bucket, and a dependency counted by
+    the route's path without the router's prefix (two routers' ``/items/{i}`` were one)."""
+    from fastapi import APIRouter
+
+    lim = Sluicegate(default_limits="2/minute")
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=lim)
+    users, items = APIRouter(), APIRouter()
+
+    @users.get("/items/{i}")
+    @lim.limit("3/minute")
+    async def own(i: int) -> int:
+        return i
+
+    @users.get("/plain")
+    async def plain() -> str:
+        return "p"
+
+    @items.get("/items/{i}", dependencies=[Depends(lim.dependency("1/minute"))])
+    async def dep(i: int) -> int:
+        return i
+
+    app.include_router(users, prefix="/users")
+    app.include_router(items, prefix="/stock")
+    with TestClient(app) as client:
+        assert statuses(client, "/users/items/1", 4) == [200, 200, 200, 429]
+        assert statuses(client, "/users/plain", 3) == [200, 200, 429]
+        assert statuses(client, "/stock/items/1", 2) == [200, 429]
+        assert statuses(client, "/stock/items/2", 1) == [429]  # one template, one bucket
+
+
+def test_a_dependency_in_a_mount_with_a_parameter_counts_by_the_template() -> None:
+    """A dependency within ``Mount("/{tenant}", ...)`` counted by the path the mount matched:
+    a client had a new bucket for every value it wrote there."""
+    lim = Sluicegate()
+    sub = FastAPI()
+
+    @sub.get("/items", dependencies=[Depends(lim.dependency("2/minute"))])
+    async def listed() -> str:
+        return "x"
+
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=lim)
+    app.mount("/{tenant}", sub)
+    with TestClient(app) as client:
+        got = [client.get(f"/t{i}/items").status_code for i in range(4)]
+    assert got == [200, 200, 429, 429]
+
+
+def test_header_keys_fall_back_to_the_limiters_own_client() -> None:
+    """``header(...)``'s fallback and ``key="remote_address"`` believe the limiter's trusted
+    proxies: behind one, every client without the header had the proxy's key."""
+    lim = Sluicegate(trusted_proxies="loopback")
+    app = Starlette()
+    app.add_middleware(RateLimitMiddleware, limiter=lim)
+
+    @lim.limit("2/minute", key=header("X-Api-Key"))
+    async def keyed(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("k")
+
+    @lim.limit("2/minute", key="remote_address")
+    async def named(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("n")
+
+    app.add_route("/keyed", keyed)
+    app.add_route("/named", named)
+    with TestClient(app, client=("127.0.0.1", 5000)) as client:
+        for path in ("/keyed", "/named"):
+            got = [
+                client.get(path, headers={"X-Forwarded-For": f"198.51.100.{n}"}).status_code
+                for n in (1, 1, 2, 3)
+            ]
+            assert got == [200, 200, 200, 200], path
+    assert remote_address(Request({"type": "http", "client": ("127.0.0.1", 1), "headers": []})) == "127.0.0.1"
+
+
+def test_header_lines_as_lists_from_a_proxy_peer() -> None:
+    """ASGI lets header lines be any two-item iterables (lists, from some servers and
+    adapters): from a private or loopback peer, whose forwarding headers are looked at, that
+    was a 500 on every request."""
+    lim = Sluicegate(trusted_proxies="loopback")
+    request = Request(
+        {"type": "http", "client": ("127.0.0.1", 1), "headers": [[b"host", b"x"], [b"x-forwarded-for", b"198.51.100.7"]]}
+    )
+    assert lim.client(request) == "198.51.100.7"
+    assert Sluicegate().client(Request({"type": "http", "client": ("10.0.0.7", 1), "headers": [[b"host", b"x"]]})) == "10.0.0.7"

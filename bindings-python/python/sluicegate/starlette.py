@@ -115,12 +115,22 @@ _EXEMPT = "__sluicegate_exempt__"
 _DECISIONS = "sluicegate.decisions"
 #: The scope entry where checks leave what rules with a `deduct_when` took.
 _TAKEN = "sluicegate.taken"
+#: The path template the middleware matched (mounts and included routers' prefixes in it),
+#: which the app's dependencies count by too.
+_TEMPLATE = "sluicegate.template"
+#: The ``Sluicegate`` whose middleware or dependency is deciding: ``remote_address`` (and
+#: ``header``'s fallback) then believe its trusted proxies.
+_LIMITER = "sluicegate.limiter"
 
 
 def remote_address(request: Request) -> str:
-    """The peer address (IPv6 by its /64), whatever forwarding headers say: the key function
-    for use outside a ``Sluicegate``, whose own default (``Sluicegate.client``) also believes
-    its trusted proxies."""
+    """The client's address (IPv6 by its /64). Within a ``Sluicegate``'s limits (its
+    middleware or its dependency) that is ``Sluicegate.client``: behind its trusted proxies,
+    the right-most hop they did not add. Elsewhere the peer address, whatever forwarding
+    headers say."""
+    limiter = request.scope.get(_LIMITER)
+    if limiter is not None:
+        return limiter.client(request)  # type: ignore[no-any-return]
     return _client(PEER_ONLY, request)
 
 
@@ -412,17 +422,16 @@ class RateLimit:
         if not limiter.enabled or (limiter.skip is not None and limiter.skip(request)):
             return None
         scope = request.scope
+        scope[_LIMITER] = limiter
         rule = self._plain
         if limiter._remote:
             decision, rule, allowed = await limiter._check_async(self.rules, request, _route_name(scope))
         elif rule is not None:  # check's first branch, inlined
             key = (rule.key_func or limiter.key_func)(request)
             if rule.scoped:
-                path = getattr(scope.get("route"), "path", None)  # _route_name's, inlined
-                if not isinstance(path, str):
-                    path = _UNMATCHED
-                elif "app_root_path" in scope:  # within a mount
-                    path = _mount_prefix(scope) + path
+                path = scope.get(_TEMPLATE)  # _route_name's, inlined
+                if path is None:
+                    path = _route_name(scope)
                 key = f"{path}\x00{key}" if type(key) is str else scoped_key(path, key)
             store = limiter.store
             keyed = rule._limiters.get(store)
@@ -490,6 +499,8 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         rules, template = self._resolve(scope)
+        scope[_TEMPLATE] = template
+        scope[_LIMITER] = limiter
         found: tuple[Decision, Rule | None] | None = None
         scope[_DECISIONS] = []  # what the app's `Depends` limits decide (RateLimit.__call__)
         if rules:
@@ -630,6 +641,9 @@ def _find_route(scope: Scope) -> tuple[Any, str]:
                 break
         else:
             break
+        included = _included(route, scope)
+        if included is not None:
+            return included[0], template + included[1]
         found = route
         template += getattr(route, "path", "") if isinstance(getattr(route, "path", None), str) else ""
         inner = getattr(route, "routes", None) if isinstance(route, Mount) else None
@@ -640,6 +654,28 @@ def _find_route(scope: Scope) -> tuple[Any, str]:
     if found is None:
         return None, _UNMATCHED
     return found, template or _route_path(found, scope)
+
+
+def _included(route: Any, scope: Scope) -> tuple[Any, str] | None:
+    """For a router FastAPI included (``app.include_router``, which FastAPI matches as one
+    route of its own): the route it will pick and that route's whole template (the include
+    prefixes and its path, which the route object alone does not hold). None for any other
+    route, or when nothing in it matches fully."""
+    for _ in range(_MOUNTS):
+        pick = getattr(route, "_match", None)
+        if not callable(pick) or not hasattr(route, "original_router"):
+            return None
+        match, _child, inner, context = pick(dict(scope))
+        if match is not Match.FULL or inner is None:
+            return None
+        if hasattr(inner, "original_router"):  # a router included in an included router
+            route = inner
+            continue
+        path = getattr(context, "path", None)
+        if not isinstance(path, str) or not path:
+            path = _route_path(inner, scope)
+        return inner, path
+    return None
 
 
 #: How deep mounts within mounts are followed.
@@ -688,10 +724,27 @@ _UNMATCHED = "<unmatched>"
 
 
 def _route_name(scope: Scope) -> str:
-    """The path template of the route a dependency runs in (``_find_route``'s, mounts
-    included: a mounted app's scope holds its mounts' path in its root path)."""
-    path = _route_path(scope.get("route"), scope)
+    """The path template of the route a dependency runs in: the one the middleware matched
+    (``_find_route``'s: mounts' and included routers' templates in it). Without the
+    middleware, the route's own, with an included router's prefix and the path of the mounts
+    it went through (a mount with a path parameter adds the path it matched: put the
+    middleware in front to count by the template)."""
+    found = scope.get(_TEMPLATE)
+    if isinstance(found, str):
+        return found
+    path = _effective_path(scope)
+    if path is None:
+        path = _route_path(scope.get("route"), scope)
     return path if path is _UNMATCHED else _mount_prefix(scope) + path
+
+
+def _effective_path(scope: Scope) -> str | None:
+    """The whole template of a route FastAPI matched within an included router (its prefix
+    and the route's path), which the route object alone does not hold."""
+    state = scope.get(_ROUTER_STATE)
+    context = state.get("effective_route_context") if isinstance(state, dict) else None
+    path = getattr(context, "path", None)
+    return path if isinstance(path, str) and path else None
 
 
 def _mount_prefix(scope: Scope) -> str:
