@@ -69,6 +69,9 @@ function rateLimit(options = {}) {
     if (!res.headersSent) {
       if (style !== null) setFields(res, d, style, policy)
       if (legacy) setFields(res, d, 'legacy', policy)
+      // Both styles off: a 429 still says when to come back (the core's 'none' style is
+      // Retry-After alone).
+      if (style === null && !legacy && !d.allowed) setFields(res, d, 'none', policy)
     }
     if (!d.allowed) return opts.handler(req, res, next, opts)
     if (d.shadowRejected) opts.onShadowReject?.(req, key, d)

@@ -355,6 +355,7 @@ function register(fastify, options) {
       return make(route, true)
     })
   }
+  const routeHandlers = new WeakMap()
   fastify.addHook('onRoute', (route) => {
     const cfg = route.config?.rateLimit
     if (cfg === false) return
@@ -364,7 +365,20 @@ function register(fastify, options) {
     }
     if (typeof cfg !== 'object') throw invalidArg('config.rateLimit must be an object or false')
     known(cfg, ROUTE, 'config.rateLimit', REFUSED)
-    limitRoute(route, make(cfg, false))
+    // One limit per route config and path: the HEAD route Fastify adds for a GET route comes
+    // with the same config and path, and runs the same handler (a limit of its own doubled
+    // the route's). Two routes given one config object still count apart.
+    let byPath = routeHandlers.get(cfg)
+    if (byPath === undefined) {
+      byPath = new Map()
+      routeHandlers.set(cfg, byPath)
+    }
+    let handler = byPath.get(route.url)
+    if (handler === undefined) {
+      handler = make(cfg, false)
+      byPath.set(route.url, handler)
+    }
+    limitRoute(route, handler)
   })
 }
 

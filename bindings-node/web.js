@@ -262,7 +262,8 @@ function settleOnEnd(res, outcome, counting, req, response) {
     }
   })
   res.on('close', () => res.writableFinished || outcome(false))
-  res.on('error', () => outcome(false))
+  // An error after the response finished (a second `res.end`) is not a failed request.
+  res.on('error', () => res.writableFinished || outcome(false))
   return undefined
 }
 

@@ -39,8 +39,13 @@ test('standardHeaders draft-7 and draft-8, legacyHeaders off', async (t) => {
   const r8 = await get8()
   assert.equal(r8.headers.get('ratelimit-policy'), '"api";q=5;w=1')
   assert.equal(r8.headers.get('ratelimit'), '"api";r=4;t=1')
-  const none = await serve(rateLimit({ standardHeaders: false, legacyHeaders: false }), t)
+  const none = await serve(rateLimit({ limit: 1, standardHeaders: false, legacyHeaders: false }), t)
   assert.equal((await none()).headers.get('ratelimit-limit'), null)
+  // No fields at all, but a 429 still says when to come back.
+  const denied = await none()
+  assert.equal(denied.status, 429)
+  assert.equal(denied.headers.get('retry-after'), '60')
+  assert.equal(denied.headers.get('ratelimit-limit'), null)
 })
 
 test('keyGenerator, skip, cost and handler', async (t) => {
@@ -186,6 +191,12 @@ async function routes(t, middleware) {
   app.get('/ok', middleware, (req, res) => res.send('ok'))
   app.get('/fail', middleware, (req, res) => res.status(500).send('no'))
   app.get('/also', middleware, (req, res) => res.send('also'))
+  // A second end after the response finished: an 'error' on the response, not a failure.
+  app.get('/twice', middleware, (req, res) => {
+    res.on('error', () => {})
+    res.end('a')
+    res.end('b')
+  })
   const server = await new Promise((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s))
   })
@@ -223,6 +234,10 @@ test('skipFailedRequests, skipSuccessfulRequests, requestWasSuccessful: the core
   const get = await routes(t, failed)
   assert.deepEqual(await get('/fail', 4), [500, 500, 500, 500], 'failed responses give their token back')
   assert.deepEqual(await get('/ok', 3), [200, 200, 429])
+  // A response that finished, then emitted 'error' (a second end), was refunded as failed.
+  const twice = rateLimit({ limit: 2, skipFailedRequests: true })
+  const getTwice = await routes(t, twice)
+  assert.deepEqual(await getTwice('/twice', 3), [200, 200, 429])
   const ok = rateLimit({ limit: 2, skipSuccessfulRequests: true })
   const get2 = await routes(t, ok)
   assert.deepEqual(await get2('/ok', 4), [200, 200, 200, 200])

@@ -76,6 +76,25 @@ test('timeWindow as text, quota, enableDraftSpec and addHeaders', async (t) => {
   assert.equal(no.headers['x-ratelimit-remaining'], '0')
 })
 
+test('a route\'s own limit is one for GET and the HEAD route Fastify adds', async (t) => {
+  const f = Fastify()
+  t.after(() => f.close())
+  await f.register(sluicegate, { max: 100, timeWindow: 60_000 })
+  let work = 0
+  const cfg = { rateLimit: { max: 2, timeWindow: 60_000 } }
+  f.get('/r', { config: cfg }, async () => {
+    work++
+    return 'ok'
+  })
+  f.get('/other', { config: cfg }, async () => 'other')
+  const codes = []
+  for (const method of ['GET', 'HEAD', 'GET', 'HEAD']) codes.push((await f.inject({ method, url: '/r' })).statusCode)
+  assert.deepEqual(codes, [200, 200, 429, 429])
+  assert.equal(work, 2)
+  // Another route given the same config object counts apart.
+  assert.equal((await f.inject({ method: 'GET', url: '/other' })).statusCode, 200)
+})
+
 test('per-route config.rateLimit, config.rateLimit: false, global: false and groupId', async (t) => {
   const f = await app(t, { max: 1 }, (f) => {
     f.get('/loose', { config: { rateLimit: { max: 3 } } }, async () => 'loose')
