@@ -113,6 +113,15 @@ class Limits {
     if (quotas.length === 0) throw invalidArg('quota must not be an empty array')
     this.parts = quotas.map((quota) => limiterFor({ ...opts, quota }))
     this.limiters = this.parts.map((p) => p.limiter)
+    for (const l of this.limiters) {
+      // A leaky queue admits with a wait the caller must let pass first (a shaper): a
+      // middleware that went on at once would serve a burst the queue spreads out.
+      if (/algorithm=leaky_queue/.test(l.quota)) {
+        throw invalidArg(
+          `a web limit cannot use ${JSON.stringify(l.quota)}: a leaky queue delays what it admits, which a middleware does not; use algorithm=gcra for the same rate and burst refused at once, or Limiter#acquire to shape`,
+        )
+      }
+    }
     this.remote = this.parts.some((p) => p.remote)
     this.store = this.parts[0].store // each quota's namespace: the same store, its own suffix
   }

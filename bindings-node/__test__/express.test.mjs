@@ -73,6 +73,14 @@ test('keyGenerator, skip, cost and handler', async (t) => {
   assert.equal((await as('a')).status, 200)
 })
 
+test('a leaky queue is refused: a middleware does not wait out what it admits', () => {
+  for (const quota of ['1/s; algorithm=leaky_queue; max_delay=5s', ['10/m', '1/s; algorithm=shaper']]) {
+    assert.throws(() => rateLimit({ quota }), (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG' && /leaky queue/.test(e.message))
+  }
+  assert.throws(() => rateLimit({ limiter: new KeyedLimiter('1/s; algorithm=leaky_queue') }), { code: 'ERR_SLUICEGATE_INVALID_ARG' })
+  rateLimit({ quota: '1/s; algorithm=gcra' })
+})
+
 test('async keyGenerator and resetKey', async (t) => {
   const mw = rateLimit({ limit: 1, keyGenerator: async () => 'same' })
   const get = await serve(mw, t)

@@ -95,6 +95,19 @@ test('a route\'s own limit is one for GET and the HEAD route Fastify adds', asyn
   assert.equal((await f.inject({ method: 'GET', url: '/other' })).statusCode, 200)
 })
 
+test('a leaky queue is refused, globally and per route', async (t) => {
+  const f = Fastify()
+  t.after(() => f.close())
+  await assert.rejects(f.register(sluicegate, { quota: '1/s; algorithm=leaky_queue' }).ready(), { code: 'ERR_SLUICEGATE_INVALID_ARG' })
+  const g = Fastify()
+  t.after(() => g.close())
+  await g.register(sluicegate, { global: false })
+  assert.throws(
+    () => g.get('/q', { config: { rateLimit: { quota: '1/s; algorithm=leaky_queue' } } }, async () => 'q'),
+    { code: 'ERR_SLUICEGATE_INVALID_ARG' },
+  )
+})
+
 test('per-route config.rateLimit, config.rateLimit: false, global: false and groupId', async (t) => {
   const f = await app(t, { max: 1 }, (f) => {
     f.get('/loose', { config: { rateLimit: { max: 3 } } }, async () => 'loose')

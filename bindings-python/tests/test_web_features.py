@@ -742,3 +742,33 @@ def test_starlette_shadow_limit(caplog: pytest.LogCaptureFixture) -> None:
     assert [client.get("/dep").status_code for _ in range(5)] == [200] * 5
     # /tried as in Flask (3), and the dependency's requests 3 to 5.
     assert len(shadow_records(caplog)) == 3 + 3
+
+
+def test_web_limits_refuse_a_leaky_queue() -> None:
+    """A leaky queue admits with a wait the caller must let pass first; the adapters went on
+    at once (a 1/s queue with max_delay=5s served 6 requests in a few milliseconds). A web
+    limit refuses it, typed, where it is made."""
+    from sluicegate import InvalidOptionError
+
+    q = "1/s; algorithm=leaky_queue; max_delay=5s"
+    limiter = FlaskSluicegate(flask.Flask(__name__))
+    with pytest.raises(InvalidOptionError, match="leaky queue") as info:
+        limiter.limit(q)(lambda: "x")
+    assert info.value.option == "algorithm"
+
+    def view(request: Any) -> HttpResponse:
+        return HttpResponse("x")
+
+    with pytest.raises(InvalidOptionError, match="leaky queue"):
+        ratelimit(q)(view)
+
+    async def endpoint(request: Any) -> PlainTextResponse:
+        return PlainTextResponse("x")
+
+    with pytest.raises(InvalidOptionError, match="leaky queue"):
+        StarletteSluicegate().limit(q)(endpoint)
+    with pytest.raises(InvalidOptionError, match="leaky queue"):
+        StarletteSluicegate(default_limits=[q])
+    # Every other algorithm is a web limit.
+    StarletteSluicegate(default_limits=["1/s; algorithm=gcra", "1/s; algorithm=sliding_log"])
+

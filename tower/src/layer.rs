@@ -272,6 +272,13 @@ impl Shared {
             let key = key.as_bytes();
             match l.limiter.try_acquire(key, l.cost) {
                 Ok(d) => {
+                    if let Some(wait) = queued(&d) {
+                        // A queue slot with a wait: given back, and the request refused.
+                        let _ = l.limiter.refund(key, l.cost);
+                        parts.push((i, wait));
+                        refused = Some(StatusCode::TOO_MANY_REQUESTS);
+                        break;
+                    }
                     parts.push((i, d));
                     if !d.allowed() {
                         refused = Some(StatusCode::TOO_MANY_REQUESTS);
@@ -323,6 +330,13 @@ impl Shared {
         self.warn(req);
         let mut fields = Fields::default();
         match decided {
+            Ok(d) if queued(&d).is_some() => {
+                // A queue slot with a wait: given back, and the request refused.
+                let _ = l.limiter.refund(key, l.cost);
+                let wait = queued(&d).unwrap_or(d);
+                fields::write(&wait, self.style, &l.name, &self.fixed[0], &mut fields);
+                Verdict::Refuse(StatusCode::TOO_MANY_REQUESTS, fields)
+            }
             Ok(d) => {
                 fields::write(&d, self.style, &l.name, &self.fixed[0], &mut fields);
                 if !d.allowed() {
@@ -493,4 +507,21 @@ where
             }
         }
     }
+}
+
+/// A leaky queue's admission with a wait, as the refusal this layer answers instead. The
+/// queue admits a request for later (the caller waits first, as `acquire` does); a layer has
+/// no timer to wait with, so it gives the slot back and answers 429 with `Retry-After` the
+/// wait. Every other admission carries no wait (a shadow rejection's is not one).
+fn queued(d: &Decision) -> Option<Decision> {
+    (d.allowed() && !d.shadow_rejected() && d.retry_after_nanos() > 0).then(|| {
+        Decision::from_figures(
+            false,
+            d.limit(),
+            d.remaining(),
+            d.retry_after_nanos(),
+            d.reset_after_nanos(),
+            d.window_secs(),
+        )
+    })
 }

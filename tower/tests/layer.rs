@@ -482,3 +482,51 @@ async fn a_header_key_is_named_in_any_case_and_a_bad_name_is_an_error() {
     let err = Limit::by_header("key", "x api key", "1/minute").unwrap_err();
     assert_eq!(err.code(), "invalid_option", "{err}");
 }
+
+/// A leaky queue admits a request for later, with a wait the caller lets pass first; the
+/// layer, which has no timer to wait with, went on at once (a `1/s` queue with
+/// `max_delay=5s` served six requests at once). It now gives the slot back and answers 429
+/// with the wait as `Retry-After`; a request the queue takes now passes.
+#[tokio::test]
+async fn a_leaky_queue_slot_with_a_wait_is_refused_and_given_back() {
+    let clock = ManualClock::new(0);
+    let app = app(RateLimitLayer::new(limit(
+        "q",
+        "1/s; algorithm=leaky_queue; max_delay=5s",
+        KeyBy::Client,
+        &clock,
+    )));
+    assert_eq!(status(&app, req(PEER, "/")).await, StatusCode::OK);
+    for _ in 0..3 {
+        let refused = send(&app, req(PEER, "/")).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        // The same wait each time: the slots were given back.
+        assert_eq!(header(&refused, "retry-after"), Some("1"));
+    }
+    clock.advance_nanos(1_000_000_000);
+    assert_eq!(status(&app, req(PEER, "/")).await, StatusCode::OK);
+    // Two limits: the queue's refusal gives back what the first limit took.
+    let two = app_two(&clock);
+    assert_eq!(status(&two, req(PEER, "/")).await, StatusCode::OK);
+    assert_eq!(
+        status(&two, req(PEER, "/")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    clock.advance_nanos(1_000_000_000);
+    assert_eq!(status(&two, req(PEER, "/")).await, StatusCode::OK);
+    assert_eq!(
+        status(&two, req(PEER, "/")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+fn app_two(clock: &ManualClock) -> Router {
+    app(
+        RateLimitLayer::new(limit("plain", "10/h; burst=3", KeyBy::Client, clock)).limit(limit(
+            "q",
+            "1/s; algorithm=leaky_queue; max_delay=5s",
+            KeyBy::Client,
+            clock,
+        )),
+    )
+}

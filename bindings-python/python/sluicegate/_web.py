@@ -18,6 +18,7 @@ from typing import Any, Union
 from sluicegate._native import (
     ClientResolver,
     Decision,
+    InvalidOptionError,
     KeyedLimiter,
     KeyStoreFull,
     Quota,
@@ -134,6 +135,17 @@ class Rule:
         shadow: bool = False,
     ) -> None:
         self.quota = rate if isinstance(rate, Quota) else Quota(rate)
+        if self.quota.algorithm == "leaky_queue":
+            # A leaky queue admits with a wait the caller must let pass first (a shaper): a
+            # web limit that went on at once would serve a burst the queue spreads out.
+            expected = "a web limit's algorithm: any but leaky_queue (gcra refuses at once where it delays)"
+            error = InvalidOptionError(
+                f"a web limit cannot use {str(self.quota)!r}: a leaky queue delays what it admits, "
+                "which a web limit does not; use algorithm=gcra for the same rate and burst refused "
+                "at once, or Limiter.acquire to shape"
+            )
+            error.option, error.value, error.expected = "algorithm", "leaky_queue", expected
+            raise error
         self.deduct_when = deduct_when
         self.shadow = shadow
         self.key_func = key_func
