@@ -631,6 +631,28 @@ def test_a_drf_viewsets_list_and_detail_views_are_two_views() -> None:
     assert _scope(listed).startswith(f"{__name__}.")
 
 
+@method_decorator(ratelimit("1/minute; burst=3"), name="get")
+class OwnGet(View):
+    def get(self, request: Any) -> HttpResponse:
+        return HttpResponse("get")
+
+    def post(self, request: Any) -> HttpResponse:
+        return HttpResponse("post")
+
+
+urlpatterns.append(path("own-get", OwnGet.as_view()))
+
+
+def test_django_a_handlers_own_limit_replaces_the_defaults() -> None:
+    """``@method_decorator(ratelimit(...), name="get")``: the handler's limit replaces the
+    default limits for GET, as on ``dispatch`` (both counted, the default limit refused
+    first); other methods keep the default limits."""
+    with django_settings():  # the default limit: 1/minute, burst 1
+        client = Client()
+        assert [client.get("/own-get").status_code for _ in range(4)] == [200, 200, 200, 429]
+        assert [client.post("/own-get").status_code for _ in range(2)] == [200, 429]
+
+
 def test_django_views_are_named_alike_in_every_process() -> None:
     """A partial or a callable object as a view: named by what it calls, never by an address
     (which differs per process, so workers sharing a store would not share the limit)."""

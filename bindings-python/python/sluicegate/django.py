@@ -242,6 +242,19 @@ def _scope(view: Any) -> str:
     return view_name(view)
 
 
+def _own_handler_limits(view: Any, request: Any) -> bool:
+    """Whether the handler a class-based view runs for this request's method has limits of
+    its own (``@method_decorator(ratelimit(...), name="get")``), which replace the default
+    limits for it as a decorated view's do. (On ``dispatch`` they are on the view function,
+    which ``as_view`` gives ``dispatch``'s attributes.)"""
+    cls = getattr(view, "view_class", None)
+    if cls is None:
+        return False
+    method = getattr(request, "method", None)
+    handler = getattr(cls, method.lower(), None) if isinstance(method, str) else None
+    return bool(getattr(handler, _LIMITS, None))
+
+
 def _view_class(view: Any) -> type | None:
     """The class of a view function that ``as_view()`` made (Django's ``view_class``, a DRF
     ViewSet's ``cls``), else None."""
@@ -564,14 +577,14 @@ class RateLimitMiddleware:
     def process_view(self, request: Any, view: Any, args: Any, kwargs: Any) -> Any:
         config = _get_config()
         rules, scope = self._plan(config, view)
-        if not rules or _skipped(request, config):
+        if not rules or _skipped(request, config) or _own_handler_limits(view, request):
             return None
         return _run(rules, request, config, scope)
 
     async def _process_view_async(self, request: Any, view: Any, args: Any, kwargs: Any) -> Any:
         config = _get_config()
         rules, scope = self._plan(config, view)
-        if not rules or _skipped(request, config):
+        if not rules or _skipped(request, config) or _own_handler_limits(view, request):
             return None
         return await _run_async(rules, request, config, scope)
 
