@@ -529,3 +529,23 @@ def test_header_lines_as_lists_from_a_proxy_peer() -> None:
     )
     assert lim.client(request) == "198.51.100.7"
     assert Sluicegate().client(Request({"type": "http", "client": ("10.0.0.7", 1), "headers": [[b"host", b"x"]]})) == "10.0.0.7"
+
+
+def test_the_middleware_wrapped_around_the_app_from_outside() -> None:
+    """``RateLimitMiddleware(app, limiter=...)`` in front of the app (not added to it): the
+    scope has no app until the request reaches it, so every route's limits were ignored and
+    every path shared one default bucket."""
+    lim = Sluicegate(default_limits="2/minute")
+
+    @lim.limit("1/minute")
+    async def strict(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("s")
+
+    async def plain(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("p")
+
+    inner = Starlette(routes=[Route("/strict", strict), Route("/a", plain), Route("/b", plain)])
+    with TestClient(RateLimitMiddleware(inner, limiter=lim)) as client:
+        assert statuses(client, "/strict", 2) == [200, 429]
+        assert statuses(client, "/a", 3) == [200, 200, 429]
+        assert statuses(client, "/b", 3) == [200, 200, 429]

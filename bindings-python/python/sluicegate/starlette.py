@@ -557,6 +557,12 @@ class RateLimitMiddleware:
         app with routes of its own) and the route list unchanged (the same list holding the
         same routes: one added, removed or replaced in place clears what was found). Kept for
         at most ``_RESOLVED`` paths at a time."""
+        if getattr(scope.get("app"), "router", None) is None:
+            # In front of the app (``RateLimitMiddleware(app, limiter=...)``): Starlette sets
+            # the scope's app once the request reaches it, so it is found here, behind this.
+            app = self._inner_app()
+            if app is not None:
+                scope = {**scope, "app": app}
         routes = getattr(getattr(scope.get("app"), "router", None), "routes", None)
         # `!=` on two lists compares their items in C, by identity first: a fraction of a
         # microsecond for an app's few dozen routes.
@@ -581,6 +587,18 @@ class RateLimitMiddleware:
             if len(at[1]) <= _RESOLVED_PATH:
                 self._resolved[at] = found
         return found
+
+    def _inner_app(self) -> Any:
+        """The Starlette or FastAPI app this middleware is in front of (following the
+        ``app`` of the middleware between), or None."""
+        app: Any = self.app
+        for _ in range(_MOUNTS * 4):
+            if getattr(app, "router", None) is not None:
+                return app
+            app = getattr(app, "app", None)
+            if app is None:
+                return None
+        return None
 
     def _rules_of(self, route: Any) -> Sequence[Rule]:
         """The rules the middleware applies to `route` (None: no route matched)."""
