@@ -549,3 +549,31 @@ def test_the_middleware_wrapped_around_the_app_from_outside() -> None:
         assert statuses(client, "/strict", 2) == [200, 429]
         assert statuses(client, "/a", 3) == [200, 200, 429]
         assert statuses(client, "/b", 3) == [200, 200, 429]
+
+
+def test_an_http_endpoints_handlers_keep_their_limits() -> None:
+    """``@limit`` and ``exempt`` on an ``HTTPEndpoint``'s handlers: the route's endpoint is
+    the class, which has neither, so they were ignored (the default limits applied)."""
+    from starlette.endpoints import HTTPEndpoint
+
+    lim = Sluicegate(default_limits="1/minute")
+
+    class Items(HTTPEndpoint):
+        @lim.limit("3/minute")
+        async def get(self, request: Request) -> PlainTextResponse:
+            return PlainTextResponse("g")
+
+        @lim.exempt
+        async def post(self, request: Request) -> PlainTextResponse:
+            return PlainTextResponse("p")
+
+        async def put(self, request: Request) -> PlainTextResponse:
+            return PlainTextResponse("u")
+
+    app = Starlette(routes=[Route("/items", Items)])
+    app.add_middleware(RateLimitMiddleware, limiter=lim)
+    with TestClient(app) as client:
+        assert statuses(client, "/items", 4) == [200, 200, 200, 429]
+        assert [client.head("/items").status_code] == [429]  # HEAD runs `get`: its limit
+        assert [client.post("/items").status_code for _ in range(3)] == [200, 200, 200]
+        assert [client.put("/items").status_code for _ in range(2)] == [200, 429]

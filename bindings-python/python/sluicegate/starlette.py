@@ -576,12 +576,12 @@ class RateLimitMiddleware:
             )
         if not self._cacheable or _ROUTER_STATE in scope:
             route, template = _find_route(scope)
-            return self._rules_of(route), template
+            return self._rules_of(route, scope), template
         at = (scope["method"], scope["path"], scope.get("root_path", ""))
         found = self._resolved.get(at)
         if found is None:
             route, template = _find_route(scope)
-            found = self._rules_of(route), template
+            found = self._rules_of(route, scope), template
             if len(self._resolved) >= _RESOLVED:
                 self._resolved.clear()
             if len(at[1]) <= _RESOLVED_PATH:
@@ -600,9 +600,21 @@ class RateLimitMiddleware:
                 return None
         return None
 
-    def _rules_of(self, route: Any) -> Sequence[Rule]:
-        """The rules the middleware applies to `route` (None: no route matched)."""
+    def _rules_of(self, route: Any, scope: Scope) -> Sequence[Rule]:
+        """The rules the middleware applies to `route` (None: no route matched) for the
+        scope's method: an ``HTTPEndpoint``'s handler of that method may have its own."""
         endpoint = getattr(route, "endpoint", None)
+        if isinstance(endpoint, type):
+            # An HTTPEndpoint: the handler it will call (HEAD runs `get` when it has no `head`).
+            method = str(scope.get("method", "")).lower()
+            if method == "head" and not hasattr(endpoint, "head"):
+                method = "get"
+            handler = getattr(endpoint, method, None)
+            own = getattr(handler, _LIMITS, None)
+            if own:
+                return own  # type: ignore[no-any-return]
+            if getattr(handler, _EXEMPT, False):
+                return ()
         own = getattr(endpoint, _LIMITS, None)
         if own:
             return own  # type: ignore[no-any-return]
