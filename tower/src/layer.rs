@@ -215,6 +215,10 @@ impl<S> core::fmt::Debug for RateLimit<S> {
 pub struct Admitted {
     headers: Fields,
     refund: Option<Box<Refund>>,
+    /// The IETF fields are lists, one item per policy: another layer's items stand beside
+    /// these. Every other style's fields (and `Retry-After`) hold one value: a field another
+    /// layer (one nearer the handler) already wrote stands alone.
+    lists: bool,
 }
 
 /// The costs to give back if the response says so.
@@ -301,7 +305,11 @@ impl Shared {
                     taken,
                 })
             });
-            return Verdict::Pass(Some(Admitted { headers, refund }));
+            return Verdict::Pass(Some(Admitted {
+                headers,
+                refund,
+                lists: self.style == HeaderStyle::Ietf,
+            }));
         };
         for (i, key) in &taken {
             let l = &self.limits[*i];
@@ -354,6 +362,7 @@ impl Shared {
                 Verdict::Pass(Some(Admitted {
                     headers: fields,
                     refund,
+                    lists: self.style == HeaderStyle::Ietf,
                 }))
             }
             Err(e) => {
@@ -499,7 +508,11 @@ where
                     if let Ok(resp) = &mut out {
                         let h = resp.headers_mut();
                         for (n, v) in after.headers {
-                            h.append(n, v);
+                            if after.lists && n != RETRY_AFTER {
+                                h.append(n, v);
+                            } else if !h.contains_key(&n) {
+                                h.insert(n, v);
+                            }
                         }
                     }
                 }

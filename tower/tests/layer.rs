@@ -530,3 +530,58 @@ fn app_two(clock: &ManualClock) -> Router {
         )),
     )
 }
+
+/// A layer on a route inside a router with a layer of its own: in the styles whose fields hold
+/// one value (draft-6, draft-7, legacy) each layer appended its own, so a client read
+/// `ratelimit-limit: 1, 10`; the layer nearer the handler's fields now stand alone. The IETF
+/// fields are lists, one item per policy: both layers' items stand.
+#[tokio::test]
+async fn stacked_layers_keep_single_valued_fields_single() {
+    let clock = ManualClock::new(0);
+    for (style, single) in [
+        (HeaderStyle::Draft6, "ratelimit-limit"),
+        (HeaderStyle::Legacy, "x-ratelimit-limit"),
+        (HeaderStyle::Draft7, "ratelimit"),
+    ] {
+        let route = RateLimitLayer::new(limit("route", "1/s; burst=1", KeyBy::Client, &clock))
+            .headers(style);
+        let global = RateLimitLayer::new(limit("global", "10/s; burst=10", KeyBy::Client, &clock))
+            .headers(style);
+        let app = Router::new()
+            .route("/", get(|| async { "hello" }).layer(route))
+            .layer(global);
+        let r = send(&app, req(PEER, "/")).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers().get_all(single).iter().count(), 1, "{style:?}");
+        let refused = send(&app, req(PEER, "/")).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            refused.headers().get_all("retry-after").iter().count(),
+            1,
+            "{style:?}"
+        );
+        assert_eq!(
+            refused.headers().get_all(single).iter().count(),
+            1,
+            "{style:?}"
+        );
+    }
+    let both = Router::new()
+        .route(
+            "/",
+            get(|| async { "hello" }).layer(RateLimitLayer::new(limit(
+                "route",
+                "1/s; burst=1",
+                KeyBy::Client,
+                &clock,
+            ))),
+        )
+        .layer(RateLimitLayer::new(limit(
+            "global",
+            "10/s; burst=10",
+            KeyBy::Client,
+            &clock,
+        )));
+    let r = send(&both, req("198.51.100.9:1", "/")).await;
+    assert_eq!(r.headers().get_all("ratelimit").iter().count(), 2);
+}
