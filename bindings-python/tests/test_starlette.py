@@ -577,3 +577,37 @@ def test_an_http_endpoints_handlers_keep_their_limits() -> None:
         assert [client.head("/items").status_code] == [429]  # HEAD runs `get`: its limit
         assert [client.post("/items").status_code for _ in range(3)] == [200, 200, 200]
         assert [client.put("/items").status_code for _ in range(2)] == [200, 429]
+
+
+def test_a_websocket_routes_own_limit_refuses_the_handshake() -> None:
+    """``@limit`` on a WebSocket endpoint: the middleware passed every WebSocket through, so
+    the limit did nothing. A refused connection is closed before it is accepted (1008)."""
+    from starlette.routing import WebSocketRoute
+    from starlette.testclient import WebSocketDenialResponse
+    from starlette.websockets import WebSocket, WebSocketDisconnect
+
+    lim = Sluicegate(default_limits="1/minute")
+
+    @lim.limit("2/minute")
+    async def chat(ws: WebSocket) -> None:
+        await ws.accept()
+        await ws.send_text("hi")
+        await ws.close()
+
+    async def free(ws: WebSocket) -> None:
+        await ws.accept()
+        await ws.close()
+
+    app = Starlette(routes=[WebSocketRoute("/chat", chat), WebSocketRoute("/free", free)])
+    app.add_middleware(RateLimitMiddleware, limiter=lim)
+    with TestClient(app) as client:
+        for _ in range(2):
+            with client.websocket_connect("/chat") as ws:
+                assert ws.receive_text() == "hi"
+        with pytest.raises((WebSocketDisconnect, WebSocketDenialResponse)) as refused:
+            with client.websocket_connect("/chat") as ws:
+                ws.receive_text()
+        assert getattr(refused.value, "code", 1008) == 1008
+        for _ in range(3):  # the default limits count HTTP requests only
+            with client.websocket_connect("/free"):
+                pass

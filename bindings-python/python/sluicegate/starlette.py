@@ -67,7 +67,7 @@ from typing import Any, TypeVar
 
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Match, Mount, Route, WebSocketRoute
 
@@ -491,6 +491,9 @@ class RateLimitMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         limiter = self.limiter
+        if scope["type"] == "websocket" and limiter.enabled:
+            await self._websocket(scope, receive, send)
+            return
         if scope["type"] != "http" or not limiter.enabled:
             await self.app(scope, receive, send)
             return
@@ -587,6 +590,35 @@ class RateLimitMiddleware:
             if len(at[1]) <= _RESOLVED_PATH:
                 self._resolved[at] = found
         return found
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A WebSocket route's own limits (``@limit`` on its endpoint), decided when the client
+        connects: a refused connection is closed before it is accepted (code 1008, policy
+        violation; the client sees its handshake refused). The default limits count HTTP
+        requests only."""
+        limiter = self.limiter
+        connection = HTTPConnection(scope, receive)
+        found = scope
+        if getattr(scope.get("app"), "router", None) is None:
+            app = self._inner_app()
+            if app is not None:
+                found = {**scope, "app": app}
+        route, template = _find_route(found)
+        rules = getattr(getattr(route, "endpoint", None), _LIMITS, None)
+        if not rules or (limiter.skip is not None and limiter.skip(connection)):  # type: ignore[arg-type]
+            await self.app(scope, receive, send)
+            return
+        scope[_LIMITER] = limiter
+        if limiter._remote:
+            _, _, allowed = await limiter._check_async(rules, connection, template)  # type: ignore[arg-type]
+        else:
+            _, _, allowed = limiter._check(rules, connection, template)  # type: ignore[arg-type]
+        if allowed:
+            await self.app(scope, receive, send)
+            return
+        message = await receive()
+        if message.get("type") == "websocket.connect":
+            await send({"type": "websocket.close", "code": 1008, "reason": "rate limited"})
 
     def _inner_app(self) -> Any:
         """The Starlette or FastAPI app this middleware is in front of (following the
