@@ -338,14 +338,13 @@ impl Shared {
         self.warn(req);
         let mut fields = Fields::default();
         match decided {
-            Ok(d) if queued(&d).is_some() => {
-                // A queue slot with a wait: given back, and the request refused.
-                let _ = l.limiter.refund(key, l.cost);
-                let wait = queued(&d).unwrap_or(d);
-                fields::write(&wait, self.style, &l.name, &self.fixed[0], &mut fields);
-                Verdict::Refuse(StatusCode::TOO_MANY_REQUESTS, fields)
-            }
             Ok(d) => {
+                if let Some(wait) = queued(&d) {
+                    // A queue slot with a wait: given back, and the request refused.
+                    let _ = l.limiter.refund(key, l.cost);
+                    fields::write(&wait, self.style, &l.name, &self.fixed[0], &mut fields);
+                    return Verdict::Refuse(StatusCode::TOO_MANY_REQUESTS, fields);
+                }
                 fields::write(&d, self.style, &l.name, &self.fixed[0], &mut fields);
                 if !d.allowed() {
                     return Verdict::Refuse(StatusCode::TOO_MANY_REQUESTS, fields);
