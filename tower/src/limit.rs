@@ -76,7 +76,7 @@ impl KeyBy {
 /// ```
 /// use sluicegate_tower::Limit;
 /// let per_client = Limit::per_client("api", "10/s; burst=20")?;
-/// let per_key = Limit::by_header("key", "x-api-key", "1000/hour")?.cost(2);
+/// let per_key = Limit::by_header("key", "x-api-key", "1000/hour")?.cost(2)?;
 /// assert_eq!(per_key.name(), "key");
 /// assert!(per_client.get(b"203.0.113.7")?.allowed());
 /// # Ok::<(), sluicegate::Error>(())
@@ -144,10 +144,16 @@ impl Limit {
         Self::keyed(name, quota, KeyBy::Custom(Arc::new(f)))
     }
 
-    /// The same limit (the same buckets) at `cost` per request.
-    pub fn cost(mut self, cost: u64) -> Self {
+    /// The same limit (the same buckets) at `cost` per request. A cost above what the quota
+    /// can ever admit (its [`max_cost`](sluicegate::Quota::max_cost): the burst) is
+    /// `Error::InsufficientCapacity` here, where it would otherwise refuse every request.
+    pub fn cost(mut self, cost: u64) -> Result<Self, Error> {
+        let capacity = self.limiter.quota().max_cost()?;
+        if cost > capacity {
+            return Err(Error::InsufficientCapacity { cost, capacity });
+        }
         self.cost = cost;
-        self
+        Ok(self)
     }
 
     /// The policy name.

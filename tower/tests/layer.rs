@@ -9,7 +9,7 @@ use axum::Router;
 use http_body_util::BodyExt;
 use sluicegate::client::{ClientResolver, Warning};
 use sluicegate::http::HeaderStyle;
-use sluicegate::{AnyClock, KeyedLimiter, ManualClock};
+use sluicegate::{AnyClock, Error, KeyedLimiter, ManualClock};
 use sluicegate_tower::{KeyBy, Limit, RateLimitLayer};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -439,7 +439,7 @@ async fn misconfigurations_are_warned_about_once() {
 }
 
 #[tokio::test]
-async fn a_full_key_store_refuses_new_clients_and_a_bad_cost_is_an_error() {
+async fn a_full_key_store_refuses_new_clients_and_a_cost_above_the_burst_is_an_error() {
     let clock = ManualClock::new(0);
     let l = KeyedLimiter::builder("1/s; burst=5".parse().unwrap())
         .max_keys(1)
@@ -451,17 +451,30 @@ async fn a_full_key_store_refuses_new_clients_and_a_bad_cost_is_an_error() {
     let r = send(&app, req("198.51.100.1:1", "/")).await;
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(header(&r, "retry-after"), Some("1"));
-    let costly = app_costly(&clock);
+    // A cost no bucket of the quota holds would refuse every request: refused where it is set.
+    assert!(matches!(
+        limit("api", "1/s; burst=1", KeyBy::Client, &clock).cost(2),
+        Err(Error::InsufficientCapacity {
+            cost: 2,
+            capacity: 1
+        })
+    ));
+    // A quota changed live below a fixed cost: every request is the core's error, a 500.
+    let costly = limit("api", "1/s; burst=2", KeyBy::Client, &clock)
+        .cost(2)
+        .unwrap();
+    costly
+        .limiter()
+        .set_quota("1/s; burst=1".parse().unwrap())
+        .unwrap();
     assert_eq!(
-        status(&costly, req(PEER, "/")).await,
+        status(&app_of(costly), req(PEER, "/")).await,
         StatusCode::INTERNAL_SERVER_ERROR
     );
 }
 
-fn app_costly(clock: &ManualClock) -> Router {
-    app(RateLimitLayer::new(
-        limit("api", "1/s; burst=1", KeyBy::Client, clock).cost(2),
-    ))
+fn app_of(limit: Limit) -> Router {
+    app(RateLimitLayer::new(limit))
 }
 
 #[tokio::test]

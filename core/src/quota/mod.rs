@@ -361,6 +361,22 @@ impl Quota {
         }
     }
 
+    /// The most one request may cost: a request above it is `InsufficientCapacity`, which no
+    /// wait admits. The burst; for the leaky queue, the requests its queue bound holds
+    /// (`1 + max_delay * count / period`, whole requests). Errors as
+    /// [`validate`](Self::validate) for an invalid quota.
+    ///
+    /// ```
+    /// let q: sluicegate::Quota = "10/s; burst=50".parse()?;
+    /// assert_eq!(q.max_cost()?, 50);
+    /// let queue: sluicegate::Quota = "10/s; algorithm=leaky_queue; max_delay=2s".parse()?;
+    /// assert_eq!(queue.max_cost()?, 21);
+    /// # Ok::<(), sluicegate::Error>(())
+    /// ```
+    pub fn max_cost(&self) -> Result<u64, Error> {
+        Ok(crate::algorithm::Codec::new(self, 0)?.capacity())
+    }
+
     /// The policy window for the HTTP `RateLimit-Policy` field: the whole seconds an empty
     /// bucket takes to fill, `max(1, ceil(burst / rate))`.
     pub fn window_secs(&self) -> u64 {
