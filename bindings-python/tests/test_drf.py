@@ -11,7 +11,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import AsyncClient, override_settings
 from redis_server import RedisServer
-from rest_framework.test import APIClient
+from rest_framework.request import Request
+from rest_framework.test import APIClient, APIRequestFactory
 from test_redis import url
 
 from sluicegate import Quota
@@ -76,6 +77,21 @@ def test_a_full_key_store_throttles_with_a_wait_of_a_second() -> None:
         assert client.get("/anon").status_code == 200
         full = client.get("/anon", REMOTE_ADDR="10.0.0.2")
         assert (full.status_code, full["Retry-After"]) == (429, "1")
+
+
+def test_a_cost_beyond_the_burst_throttles_without_taking_anything() -> None:
+    """A request that costs more than the rate's burst can never be admitted: throttled, with
+    a wait of the time the bucket takes to fill (not a server error), and nothing taken."""
+
+    class Costly(drf_app.ByKey):
+        cost = 3
+
+    with settings():
+        request = APIRequestFactory().get("/keyed", HTTP_X_API_KEY="k")
+        costly = Costly()
+        assert costly.allow_request(Request(request), None) is False
+        assert costly.wait() == 120.0
+        assert [drf_app.ByKey().allow_request(Request(request), None) for _ in range(3)] == [True, True, False]
 
 
 def test_a_ratelimit_under_api_view_is_refunded_for_drf_exceptions() -> None:

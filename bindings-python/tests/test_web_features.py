@@ -21,6 +21,7 @@ from redis_server import RedisServer
 from starlette.testclient import TestClient
 from test_redis import url
 
+from sluicegate import InvalidOptionError
 from sluicegate.django import ratelimit
 from sluicegate.flask import Sluicegate as FlaskSluicegate
 from sluicegate.starlette import RateLimitMiddleware
@@ -129,6 +130,88 @@ def test_a_full_key_store_is_a_429_in_every_adapter() -> None:
         assert (full.status_code, full.headers["Retry-After"]) == (429, "1"), path
 
 
+def test_a_cost_beyond_the_burst_is_refused_when_declared_and_429_when_computed() -> None:
+    """A fixed cost more than the burst would refuse every request: an InvalidOptionError when
+    the limit is declared. A cost computed from the request (a batch's size) beyond the burst
+    is the client's doing: a 429 that says when the bucket is full again, as the peers answer,
+    not a 500 a client could fill the error log with (the core's InsufficientCapacity)."""
+    for declare in (
+        lambda: FlaskSluicegate().limit("5/minute", cost=6),
+        lambda: ratelimit("5/minute", cost=6),
+        lambda: StarletteSluicegate().limit("5/minute", cost=6),
+        lambda: StarletteSluicegate().dependency("5/minute", cost=6),
+        lambda: StarletteSluicegate().limit("5/minute", cost=-1),
+        lambda: FlaskSluicegate().limit("5/minute", cost=True),
+        lambda: FlaskSluicegate().limit("5/minute", cost=1.5),
+    ):
+        with pytest.raises(InvalidOptionError) as info:
+            declare()
+        assert info.value.option == "cost"
+    # At the burst is fine: a full bucket admits it.
+    FlaskSluicegate().limit("5/minute", cost=5)
+
+    def n(request: Any) -> int:
+        for name in ("args", "GET", "query_params"):  # Flask, Django, Starlette
+            if hasattr(request, name):
+                return int(getattr(request, name).get("n", "1"))
+        raise AssertionError(request)
+
+    app = flask.Flask(__name__)
+    limiter = FlaskSluicegate(app)
+    app.get("/batch")(limiter.limit("5/minute", cost=n)(lambda: "batch"))
+    client = app.test_client()
+    over = client.get("/batch?n=6")
+    assert (over.status_code, over.headers["Retry-After"]) == (429, "60")
+    assert over.headers["RateLimit"] == '"default";r=0;t=60'
+    # Refused, it took nothing: the whole burst is still there.
+    assert [client.get("/batch?n=5").status_code, client.get("/batch").status_code] == [200, 429]
+
+    with django_settings(DEFAULT_LIMITS=[]):
+        django = Client()
+        assert (django.get("/batch?n=6").status_code, django.get("/batch?n=6")["Retry-After"]) == (429, "60")
+        assert [django.get("/batch?n=5").status_code, django.get("/batch").status_code] == [200, 429]
+
+    slimiter = StarletteSluicegate()
+    sapp = FastAPI()
+    sapp.add_middleware(RateLimitMiddleware, limiter=slimiter)
+
+    @sapp.get("/batch")
+    @slimiter.limit("5/minute", cost=n)
+    async def sbatch() -> str:
+        return "batch"
+
+    @sapp.get("/dep", dependencies=[Depends(slimiter.dependency("5/minute", cost=n))])
+    async def dep() -> str:
+        return "dep"
+
+    sclient = TestClient(sapp)
+    for where in ("/batch", "/dep"):
+        over = sclient.get(f"{where}?n=6")
+        assert (over.status_code, over.headers["Retry-After"]) == (429, "60"), where
+        assert [sclient.get(f"{where}?n=5").status_code, sclient.get(where).status_code] == [200, 429], where
+
+
+def test_a_shadow_limit_the_store_refuses_lets_the_request_through(caplog: pytest.LogCaptureFixture) -> None:
+    """A shadow limit never refuses, also where its store does (a new key at the key bound, a
+    cost beyond its burst): the request goes on and the refusal is logged."""
+    caplog.set_level("INFO", logger="sluicegate")
+    app = flask.Flask(__name__)
+    limiter = FlaskSluicegate(app)
+
+    @app.get("/tried")
+    @limiter.limit("1/minute; burst=2", shadow=True, max_keys=1, cost=lambda request: int(request.args["n"]))
+    @limiter.limit("1/minute; burst=9")
+    def tried() -> str:
+        return "tried"
+
+    client = app.test_client()
+    assert client.get("/tried?n=1", environ_base={"REMOTE_ADDR": "10.0.0.1"}).status_code == 200
+    assert client.get("/tried?n=1", environ_base={"REMOTE_ADDR": "10.0.0.2"}).status_code == 200
+    assert client.get("/tried?n=3", environ_base={"REMOTE_ADDR": "10.0.0.1"}).status_code == 200
+    records = shadow_records(caplog)
+    assert len(records) == 2 and "key store full" in records[0] and "exceeds the capacity 2" in records[1]
+
+
 def test_flask_deduct_when_with_exceptions_propagating() -> None:
     """Testing (or debugging): a view's exception propagates and after_request never runs;
     the request is settled as the 500 a server would send, so it is free."""
@@ -177,7 +260,12 @@ def plain(request: Any) -> HttpResponse:
     return HttpResponse("plain")
 
 
-urlpatterns = [path("counted", counted), path("acounted", acounted), path("plain", plain)]
+@ratelimit("5/minute", cost=lambda request: int(request.GET.get("n", "1")))
+def batch(request: Any) -> HttpResponse:
+    return HttpResponse("batch")
+
+
+urlpatterns = [path("counted", counted), path("acounted", acounted), path("plain", plain), path("batch", batch)]
 
 
 def django_settings(**sluicegate: Any) -> override_settings:

@@ -18,6 +18,7 @@ from typing import Any, Union
 from sluicegate._native import (
     ClientResolver,
     Decision,
+    InsufficientCapacity,
     InvalidOptionError,
     KeyedLimiter,
     KeyStoreFull,
@@ -146,6 +147,8 @@ class Rule:
             )
             error.option, error.value, error.expected = "algorithm", "leaky_queue", expected
             raise error
+        if not callable(cost):
+            _check_cost(cost, self.quota)
         self.deduct_when = deduct_when
         self.shadow = shadow
         self.key_func = key_func
@@ -240,9 +243,14 @@ def default_rules(rates: Rates | None, max_keys: int | None) -> list[Rule]:
     ]
 
 
-def quotas(rates: Rates) -> list[Quota]:
-    """The quotas of a decorator's rates, parsed when the decorator is (errors at import)."""
-    return [r if isinstance(r, Quota) else Quota(r) for r in rate_list(rates)]
+def quotas(rates: Rates, cost: int | Callable[[Any], int] = 1) -> list[Quota]:
+    """The quotas of a decorator's rates, parsed when the decorator is (errors at import),
+    and its `cost` checked against each when it is fixed."""
+    parsed = [r if isinstance(r, Quota) else Quota(r) for r in rate_list(rates)]
+    if not callable(cost):
+        for quota in parsed:
+            _check_cost(cost, quota)
+    return parsed
 
 
 def rate_list(rates: Rates | None) -> list[str | Quota]:
@@ -268,6 +276,57 @@ def store_full(quota: Quota) -> Decision:
     return Decision.from_figures(
         allowed=False, limit=quota.burst, remaining=0, retry_after_ns=FULL_RETRY_NS, window_secs=quota.window_secs
     )
+def over_capacity(quota: Quota) -> Decision:
+    """The answer to a request whose cost (a function of the request: a batch's size) is more
+    than the limit's burst (``InsufficientCapacity``), which no wait would admit: a rejection,
+    as the peers answer (limits, rate-limiter-flexible), not an error page a client could fill
+    the error log with. It tells the client to come back after the time an empty bucket takes
+    to fill (the policy's window), though only a smaller request will be admitted then; the
+    ``sluicegate`` logger says so (info)."""
+    return Decision.from_figures(
+        allowed=False,
+        limit=quota.burst,
+        remaining=0,
+        retry_after_ns=quota.window_secs * 1_000_000_000,
+        window_secs=quota.window_secs,
+    )
+
+
+def refusal(rule: Rule, error: KeyStoreFull | InsufficientCapacity, cost: int) -> Decision:
+    """``store_full`` or ``over_capacity``, by `error`."""
+    if isinstance(error, KeyStoreFull):
+        return store_full(rule.quota)
+    _log.info("a request of cost %d is more than limit %s can ever admit: refused", cost, rule)
+    return over_capacity(rule.quota)
+
+
+def shadow_pass(rule: Rule, key: Any, error: KeyStoreFull | InsufficientCapacity) -> Decision:
+    """A shadow rule's answer where the store refused (``refusal``): the request goes on, and
+    the refusal is logged as a shadow rejection is."""
+    _log.info("shadow limit %s would have rejected key %r: %s", rule, key, error)
+    return Decision.from_figures(
+        allowed=True, limit=rule.quota.burst, remaining=0, window_secs=rule.quota.window_secs
+    )
+
+
+def _check_cost(cost: Any, quota: Quota) -> None:
+    """A fixed cost: a whole number of tokens, at most the burst (else every request would be
+    refused), checked when the limit is declared."""
+    if type(cost) is bool or not isinstance(cost, int) or cost < 0:
+        expected = "a whole number of tokens, 0 or more, or a function of the request"
+        error = InvalidOptionError(f"cost must be {expected}, not {cost!r}")
+        error.option, error.value, error.expected = "cost", str(cost), expected
+        raise error
+    if cost > quota.burst:
+        expected = f"at most the burst, {quota.burst}"
+        error = InvalidOptionError(
+            f"cost {cost} is more than {str(quota)!r} can ever admit (its burst is {quota.burst}): "
+            "every request would be refused"
+        )
+        error.option, error.value, error.expected = "cost", str(cost), expected
+        raise error
+
+
 #: What an admitted request took from the limits that count it only by its response:
 #: (limiter, key, cost, the limit's `deduct_when`). A rule's, or a DRF throttle's, whose
 #: limiter is shared by throttles that may count by other functions.
@@ -297,8 +356,8 @@ def check(
         limiter, key, cost = _call(rule, request, default_key, scope, store)
         try:
             decision = limiter.try_acquire(key, cost)
-        except KeyStoreFull:
-            decision = store_full(rule.quota)
+        except (KeyStoreFull, InsufficientCapacity) as error:
+            decision = refusal(rule, error, cost)
         return decision, rule, bool(decision)
     tally = _Tally()
     try:
@@ -306,8 +365,11 @@ def check(
             limiter, key, cost = _call(rule, request, default_key, scope, store)
             try:
                 decision = limiter.try_acquire(key, cost)
-            except KeyStoreFull:
-                decision = store_full(rule.quota)
+            except (KeyStoreFull, InsufficientCapacity) as error:
+                if rule.shadow:  # a shadow limit never refuses: what it would have done is logged
+                    tally.seen(rule, shadow_pass(rule, key, error))
+                    continue
+                decision = refusal(rule, error, cost)
             if not tally.admits(rule, limiter, key, cost, decision):
                 tally.give_back()
                 return decision, rule, False
@@ -339,8 +401,11 @@ async def check_async(
             limiter, key, cost = _call(rule, request, default_key, scope, store)
             try:
                 decision = await limiter.try_acquire_async(key, cost)
-            except KeyStoreFull:
-                decision = store_full(rule.quota)
+            except (KeyStoreFull, InsufficientCapacity) as error:
+                if rule.shadow:  # a shadow limit never refuses: what it would have done is logged
+                    tally.seen(rule, shadow_pass(rule, key, error))
+                    continue
+                decision = refusal(rule, error, cost)
             if not tally.admits(rule, limiter, key, cost, decision):
                 await tally.give_back_async()
                 return decision, rule, False
@@ -387,9 +452,13 @@ class _Tally:
             return False
         else:
             self.took.append((limiter, key, cost, rule.deduct_when))
+        self.seen(rule, decision)
+        return True
+
+    def seen(self, rule: Rule, decision: Decision) -> None:
+        """Keeps `decision` as the one to report if it has the fewest tokens left."""
         if self.best is None or decision.remaining < self.best.remaining:
             self.best, self.rule = decision, rule
-        return True
 
     def give_back(self) -> None:
         """The request goes no further: what the rules took so far goes back (every refund

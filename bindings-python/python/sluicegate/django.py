@@ -403,7 +403,7 @@ def ratelimit(
     but never rejects (a dry run: would-be rejections are logged on the ``sluicegate``
     logger)."""
     kf = None if key is None else key_func(key)
-    parsed = quotas(rates)
+    parsed = quotas(rates, cost)
     if not parsed:
         raise ValueError("ratelimit() needs at least one rate")
 

@@ -50,8 +50,8 @@ from django.core.exceptions import ImproperlyConfigured
 from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
-from sluicegate._native import Decision, KeyStoreFull, Quota
-from sluicegate._web import Rule, Taken, peek, store_full
+from sluicegate._native import Decision, InsufficientCapacity, KeyStoreFull, Quota
+from sluicegate._web import Rule, Taken, peek, refusal
 from sluicegate._web import reset as _reset_rules
 from sluicegate.django import _SETTLE, _get_config, _skipped, remote_address
 
@@ -142,8 +142,8 @@ class SluicegateThrottle(BaseThrottle):  # type: ignore[misc]
         limiter = rule.limiter(config.store)
         try:
             decision = limiter.try_acquire(key, self.cost)
-        except KeyStoreFull:
-            decision = store_full(rule.quota)
+        except (KeyStoreFull, InsufficientCapacity) as error:
+            decision = refusal(rule, error, self.cost)
         self.decision = decision
         if settling is not None and decision:
             settling.append((limiter, key, self.cost, deduct_when))  # type: ignore[arg-type]

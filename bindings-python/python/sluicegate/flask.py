@@ -257,7 +257,7 @@ class Sluicegate:
         would-be rejections are logged on the ``sluicegate`` logger).
         """
         kf = None if key is None else key_func(key)
-        parsed = quotas(rates)
+        parsed = quotas(rates, cost)
         if not parsed:
             raise ValueError("limit() needs at least one rate")
 

@@ -71,7 +71,7 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Match, Mount, Route, WebSocketRoute
 
-from sluicegate._native import ClientResolver, Decision, KeyStoreFull, RateLimited
+from sluicegate._native import ClientResolver, Decision, InsufficientCapacity, KeyStoreFull, RateLimited
 from sluicegate._web import (
     MEMORY,
     PEER_ONLY,
@@ -98,7 +98,7 @@ from sluicegate._web import (
     shared_rules,
     settle_async,
     view_rules,
-    store_full,
+    refusal,
 )
 
 __all__ = ["RateLimit", "RateLimitMiddleware", "Sluicegate", "header", "key_func", "remote_address"]
@@ -326,7 +326,7 @@ class Sluicegate:
         """The rules of one `limit` or `dependency`, given the endpoint (None: a dependency,
         counted per route) and the rules it has already."""
         kf = None if key is None else key_func(key)
-        parsed = quotas(rates)
+        parsed = quotas(rates, cost)
         if not parsed:
             raise ValueError("a limit needs at least one rate")
         options: dict[str, Any] = {
@@ -440,8 +440,8 @@ class RateLimit:
             # `plain` above: a fixed cost, never a function of the request.
             try:
                 decision = keyed.try_acquire(key, rule.cost)  # type: ignore[arg-type]
-            except KeyStoreFull:
-                decision = store_full(rule.quota)
+            except (KeyStoreFull, InsufficientCapacity) as error:  # a fixed cost, a burst since changed
+                decision = refusal(rule, error, rule.cost)  # type: ignore[arg-type]
             allowed = decision.allowed
         else:
             decision, rule, allowed = limiter._check(self.rules, request, _route_name(scope))
