@@ -18,6 +18,9 @@ const SHARED = Symbol('sluicegate.shared')
 // A suffix for the store's region name or Redis prefix (the Express middleware's per-limit
 // namespace): applied natively, so a Redis URL's password never goes through a printed form.
 const STORE_SUFFIX = Symbol('sluicegate.storeSuffix')
+// The web adapters' answers where a keyed limiter's store refused a request (web.js).
+const OVER_CAPACITY = Symbol('sluicegate.overCapacity')
+const STORE_FULL = Symbol('sluicegate.storeFull')
 
 function sgError(code, message, Base = Error) {
   const err = new Base(message)
@@ -650,6 +653,21 @@ class KeyedLimiter {
     return new KeyedLimiter(quota, { ...options, [SHARED]: name })
   }
 
+  /**
+   * For a web limit: `null` when the burst holds `cost`, else the refusal a web adapter
+   * answers such a request with, which no wait would admit (throws for a cost that is not a
+   * whole number of tokens, as `tryAcquire`).
+   */
+  [OVER_CAPACITY](cost) {
+    const v = native.overCapacity(this.#h, cost)
+    return v === null ? null : fromFigures(v)
+  }
+
+  /** For a web limit: the refusal of a new key its store has no room for. */
+  [STORE_FULL]() {
+    return fromFigures(native.storeFullRefusal(this.#h))
+  }
+
   /** Admits `cost` tokens of `key`'s bucket now? The fast path: a boolean. */
   allow(key, cost = 1) {
     return keyedAllow(this.#h, key, cost)
@@ -960,5 +978,5 @@ module.exports = {
   renderPrometheus,
   ClientResolver: require('./client.js').ClientResolver,
   // internal, for the Express middleware and the benchmarks
-  _internal: { native, toRate, invalidArg, readDecision, STORE_SUFFIX, setFields, forEachField },
+  _internal: { native, toRate, invalidArg, readDecision, STORE_SUFFIX, OVER_CAPACITY, STORE_FULL, setFields, forEachField },
 }

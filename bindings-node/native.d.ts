@@ -202,6 +202,14 @@ export declare function metricsOf(handle: number): Array<number | bigint | boole
 export declare function noopNapiAllow(handle: number, cost: number): boolean
 
 /**
+ * For a web limit's `cost`: `null` when the limiter's burst holds it, else the figures of the
+ * answer a web adapter gives a request no wait would admit (a refusal that says to come back
+ * after the policy's window, the time an empty bucket takes to fill; not a server error).
+ * Throws as `tryAcquire` does for a cost that is not a whole number of tokens.
+ */
+export declare function overCapacity(handle: number, cost: number | bigint): Array<boolean | number | bigint> | null
+
+/**
  * The canonical rate string of a quota given by its parts (`index.js`'s options object):
  * the core's `Quota::try_new` and builders, `refill` and `algorithm` by the core's names.
  */
@@ -296,6 +304,14 @@ export declare function setQuotaAt(handle: number, quota: string, nowNs: bigint 
 
 /** Turns shadow (dry-run) mode on or off. */
 export declare function setShadow(handle: number, on: boolean): void
+
+/**
+ * The figures of a web adapter's answer to a new key its store has no room for
+ * (`ERR_SLUICEGATE_KEY_STORE_FULL`: every bucket in use at the key bound, none full to
+ * evict): a refusal, retry in a second (as sluicegate-tower and the Python adapters answer),
+ * not a server error.
+ */
+export declare function storeFullRefusal(handle: number): Array<boolean | number | bigint>
 
 /**
  * `store` (parsed and printed by the core, a Redis password redacted) with `suffix` appended

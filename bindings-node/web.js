@@ -5,9 +5,9 @@
 // decides and renders the fields.
 
 const { createHash } = require('node:crypto')
-const { KeyedLimiter, ClientResolver, _internal } = require('./index.js')
+const { KeyedLimiter, ClientResolver, Decision, _internal } = require('./index.js')
 
-const { invalidArg, native, toRate, STORE_SUFFIX, setFields, forEachField } = _internal
+const { invalidArg, native, toRate, STORE_SUFFIX, OVER_CAPACITY, STORE_FULL, setFields, forEachField } = _internal
 
 // express-rate-limit's names for the standard header drafts, as the core's header styles.
 const STYLES = { 'draft-6': 'draft6', 'draft-7': 'draft7', 'draft-8': 'ietf' }
@@ -85,6 +85,22 @@ function limiterFor({ limiter, quota, store, maxKeys, onFull, shadow }) {
   return { limiter, store: printed, remote: limiter.redisStats() !== null }
 }
 
+/**
+ * What a limit answers where its store refused to decide (`err`): a request of a cost beyond
+ * the burst, which no wait would admit, and a new key its store has no room for (every
+ * bucket in use, none full to evict) are refusals (429s: the client's doing, or a wait of a
+ * second), not server errors; a shadow limit lets them through, marked as would-be
+ * rejections. Any other error is thrown on.
+ */
+function refusal(limiter, cost, err) {
+  let d
+  if (err?.code === 'ERR_SLUICEGATE_INSUFFICIENT_CAPACITY') d = limiter[OVER_CAPACITY](cost)
+  else if (err?.code === 'ERR_SLUICEGATE_KEY_STORE_FULL') d = limiter[STORE_FULL]()
+  if (d === undefined || d === null) throw err
+  if (!limiter.shadow) return d
+  return new Decision(true, d.limit, d.remaining, d.retryAfterMs, d.resetAfterMs, d.retryAfterNs, d.resetAfterNs, d.windowSeconds, true)
+}
+
 /** `f(v)` now, or once `v` settles when it is a Promise (its rejection, `err`'s). */
 const then = (v, f, err) => (isThenable(v) ? v.then(f, err) : f(v))
 
@@ -122,6 +138,18 @@ class Limits {
         )
       }
     }
+    if (opts.cost !== undefined && typeof opts.cost !== 'function') {
+      // A fixed cost above a burst would refuse every request: an error where the limit is
+      // made, not a 429 for each.
+      for (const l of this.limiters) {
+        const over = l[OVER_CAPACITY](opts.cost)
+        if (over !== null) {
+          throw invalidArg(
+            `cost ${opts.cost} is more than ${JSON.stringify(l.quota)} can ever admit (its burst is ${over.limit}): every request would be refused`,
+          )
+        }
+      }
+    }
     this.remote = this.parts.some((p) => p.remote)
     this.store = this.parts[0].store // each quota's namespace: the same store, its own suffix
   }
@@ -130,15 +158,25 @@ class Limits {
   decide(key, cost) {
     const ls = this.limiters
     if (this.remote) return this.#decideAsync(key, cost)
-    if (ls.length === 1) return ls[0].tryAcquire(key, cost)
+    if (ls.length === 1) {
+      try {
+        return ls[0].tryAcquire(key, cost)
+      } catch (err) {
+        return refusal(ls[0], cost, err)
+      }
+    }
     let best
     for (let i = 0; i < ls.length; i++) {
       let d
       try {
         d = ls[i].tryAcquire(key, cost)
       } catch (err) {
-        this.#giveBack(i, key, cost)
-        throw err
+        try {
+          d = refusal(ls[i], cost, err)
+        } catch (thrown) {
+          this.#giveBack(i, key, cost)
+          throw thrown
+        }
       }
       if (!d.allowed || d.shadowRejected) {
         this.#giveBack(i, key, cost)
@@ -157,8 +195,12 @@ class Limits {
       try {
         d = await ls[i].tryAcquireAsync(key, cost)
       } catch (err) {
-        await this.#giveBackAsync(i, key, cost)
-        throw err
+        try {
+          d = refusal(ls[i], cost, err)
+        } catch (thrown) {
+          await this.#giveBackAsync(i, key, cost)
+          throw thrown
+        }
       }
       if (!d.allowed || d.shadowRejected) {
         await this.#giveBackAsync(i, key, cost)

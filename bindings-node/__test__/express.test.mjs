@@ -68,9 +68,52 @@ test('keyGenerator, skip, cost and handler', async (t) => {
   assert.deepEqual(await denied.json(), { retry: 3_600_000 })
   assert.equal((await as('b')).status, 200, 'another key has its own bucket')
   assert.equal((await get('/health', { headers: { 'x-user': 'a' } })).status, 404, 'skipped: not counted, falls through')
-  assert.equal((await as('c', 4)).status, 500, 'cost above the burst is an error passed to next()')
+  // A cost above the burst, which no wait would admit: refused (the handler, told to come back
+  // once the bucket is full), not an error, and nothing taken.
+  const over = await as('c', 4)
+  assert.equal(over.status, 503)
+  assert.deepEqual(await over.json(), { retry: 10_800_000 })
+  assert.equal((await as('c', 3)).status, 200)
   clock.advance(3_600_000_000_000n)
   assert.equal((await as('a')).status, 200)
+})
+
+test('a fixed cost above the burst is refused when the middleware is made', () => {
+  for (const cost of [3, 2n ** 64n - 1n]) {
+    assert.throws(
+      () => rateLimit({ quota: ['1/h; burst=2', '10/s'], cost }),
+      (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG' && /cost \d+ is more than "1\/h; burst=2" can ever admit \(its burst is 2\)/.test(e.message),
+    )
+  }
+  for (const cost of [-1, 1.5, 'x', 2n ** 64n]) {
+    assert.throws(() => rateLimit({ limit: 2, cost }), (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG', String(cost))
+  }
+  assert.equal(typeof rateLimit({ quota: '1/h; burst=2', cost: 2 }), 'function')
+})
+
+test('a computed cost above the burst and a full key store are 429s, not server errors', async (t) => {
+  const cost = (req) => Number(req.get('x-cost') ?? 1)
+  const keyGenerator = (req) => req.get('x-user')
+  const get = await serve(rateLimit({ quota: ['10/s', '1/minute; burst=2'], cost, keyGenerator, maxKeys: 1, onFull: 'reject' }), t)
+  const as = (user, c = 1) => get('/', { headers: { 'x-user': user, 'x-cost': String(c) } })
+  const over = await as('a', 3)
+  assert.equal(over.status, 429)
+  assert.equal(over.headers.get('retry-after'), '120')
+  assert.equal(over.headers.get('ratelimit-remaining'), '0')
+  // The first limit's tokens went back: the whole of both bursts is there.
+  assert.equal((await as('a', 2)).status, 200)
+  const full = await as('b')
+  assert.equal(full.status, 429, 'a new key at the key bound, nothing to evict')
+  assert.equal(full.headers.get('retry-after'), '1')
+  // A shadow limit lets both through, marked as would-be rejections.
+  const seen = []
+  const shadow = await serve(
+    rateLimit({ quota: '1/minute; burst=2', cost, keyGenerator, maxKeys: 1, onFull: 'reject', shadow: true, onShadowReject: (req, key, d) => seen.push([key, d.retryAfterMs]) }),
+    t,
+  )
+  const sh = (user, c = 1) => shadow('/', { headers: { 'x-user': user, 'x-cost': String(c) } })
+  assert.deepEqual([(await sh('a', 3)).status, (await sh('a')).status, (await sh('b')).status], [200, 200, 200])
+  assert.deepEqual(seen, [['a', 120_000], ['b', 1_000]])
 })
 
 test('a leaky queue is refused: a middleware does not wait out what it admits', () => {

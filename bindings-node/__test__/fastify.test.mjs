@@ -161,6 +161,29 @@ test('keyGenerator (async), allowList (array and function), cost, onExceeding an
   assert.deepEqual(await statuses(byFn, 2), [200, 429])
 })
 
+test('a cost above the burst: an error when fixed, a 429 when computed; a full key store is a 429', async (t) => {
+  await assert.rejects(
+    app(t, { max: 2, timeWindow: 60_000, cost: 3 }),
+    (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG' && /cost 3 is more than "2\/m" can ever admit/.test(e.message),
+  )
+  const f = await app(t, {
+    max: 2,
+    timeWindow: 60_000,
+    keyGenerator: (req) => req.headers['x-user'],
+    cost: (req) => Number(req.headers['x-cost'] ?? 1),
+    maxKeys: 1,
+    onFull: 'reject',
+  })
+  const as = (user, cost = 1) => f.inject({ url: '/', headers: { 'x-user': user, 'x-cost': String(cost) } })
+  const over = await as('a', 3)
+  assert.equal(over.statusCode, 429)
+  assert.equal(over.headers['retry-after'], '60')
+  assert.equal((await as('a', 2)).statusCode, 200, 'the refusal took nothing')
+  const full = await as('b')
+  assert.equal(full.statusCode, 429)
+  assert.equal(full.headers['retry-after'], '1')
+})
+
 test('errorResponseBuilder, hooks and fastify.rateLimit() on a route\'s own hooks', async (t) => {
   const f = await app(t, {
     global: false,
@@ -185,15 +208,23 @@ test('errorResponseBuilder, hooks and fastify.rateLimit() on a route\'s own hook
 })
 
 test('skipOnError: a limiter error is a 500, or lets the request through', async (t) => {
-  const full = () => new KeyedLimiter('1/h', { maxKeys: 1, onFull: 'reject' })
-  const strict = await app(t, { limiter: full(), keyGenerator: (req) => req.headers['x-user'] })
-  assert.equal((await strict.inject({ url: '/', headers: { 'x-user': 'a' } })).statusCode, 200)
-  const err = await strict.inject({ url: '/', headers: { 'x-user': 'b' } })
+  // A clock read past the limiter's horizon: an error of the limiter, not a refusal.
+  const broken = () => {
+    const clock = new ManualClock(0)
+    const limiter = new KeyedLimiter('1/h', { clock })
+    return { limiter, spoil: () => clock.advance(2n ** 64n - 2n) }
+  }
+  const s = broken()
+  const strict = await app(t, { limiter: s.limiter })
+  assert.equal((await strict.inject('/')).statusCode, 200)
+  s.spoil()
+  const err = await strict.inject('/')
   assert.equal(err.statusCode, 500)
-  assert.equal(err.json().code, 'ERR_SLUICEGATE_KEY_STORE_FULL')
-  const lenient = await app(t, { limiter: full(), skipOnError: true, keyGenerator: (req) => req.headers['x-user'] })
-  assert.equal((await lenient.inject({ url: '/', headers: { 'x-user': 'a' } })).statusCode, 200)
-  assert.equal((await lenient.inject({ url: '/', headers: { 'x-user': 'b' } })).statusCode, 200)
+  assert.equal(err.json().code, 'ERR_SLUICEGATE_CLOCK_OUT_OF_RANGE')
+  const l = broken()
+  const lenient = await app(t, { limiter: l.limiter, skipOnError: true })
+  l.spoil()
+  assert.deepEqual(await statuses(lenient, 2), [200, 200])
 })
 
 test('a real server on 127.0.0.1: the peer\'s bucket, headers on the wire', async (t) => {

@@ -364,6 +364,57 @@ pub fn quota_of(env: Env, handle: u32) -> std::result::Result<String, JsErr> {
     env_state(&env)?.with(handle, |e| Ok(e.quota()?.to_string()))?
 }
 
+/// For a web limit's `cost`: `null` when the limiter's burst holds it, else the figures of the
+/// answer a web adapter gives a request no wait would admit (a refusal that says to come back
+/// after the policy's window, the time an empty bucket takes to fill; not a server error).
+/// Throws as `tryAcquire` does for a cost that is not a whole number of tokens.
+#[napi(
+    ts_args_type = "handle: number, cost: number | bigint",
+    ts_return_type = "Array<boolean | number | bigint> | null"
+)]
+pub fn over_capacity(
+    env: Env,
+    handle: u32,
+    cost: Unknown,
+) -> std::result::Result<Option<Vec<crate::remote::Figure>>, JsErr> {
+    let cost = u64_of(&cost, "cost")?;
+    let quota = env_state(&env)?.with(handle, |e| e.quota())??;
+    if cost <= quota.max_cost().map_err(from_core)? {
+        return Ok(None);
+    }
+    let window = quota.window_secs();
+    let refusal = sluicegate::Decision::from_figures(
+        false,
+        quota.burst(),
+        0,
+        window.saturating_mul(1_000_000_000),
+        0,
+        window,
+    );
+    Ok(Some(crate::remote::figures(&refusal)))
+}
+
+/// The figures of a web adapter's answer to a new key its store has no room for
+/// (`ERR_SLUICEGATE_KEY_STORE_FULL`: every bucket in use at the key bound, none full to
+/// evict): a refusal, retry in a second (as sluicegate-tower and the Python adapters answer),
+/// not a server error.
+#[napi(ts_return_type = "Array<boolean | number | bigint>")]
+pub fn store_full_refusal(
+    env: Env,
+    handle: u32,
+) -> std::result::Result<Vec<crate::remote::Figure>, JsErr> {
+    let quota = env_state(&env)?.with(handle, |e| e.quota())??;
+    let refusal = sluicegate::Decision::from_figures(
+        false,
+        quota.burst(),
+        0,
+        1_000_000_000,
+        0,
+        quota.window_secs(),
+    );
+    Ok(crate::remote::figures(&refusal))
+}
+
 /// Whether the limiter's bucket is full now.
 #[napi]
 pub fn is_full(env: Env, handle: u32) -> std::result::Result<bool, JsErr> {
