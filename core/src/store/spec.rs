@@ -17,7 +17,7 @@ use std::time::Duration;
 /// assert_eq!("memory".parse::<StoreSpec>()?, StoreSpec::Memory);
 /// # Ok::<(), sluicegate::Error>(())
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreSpec {
     /// In this process (the default): `"memory"`.
@@ -50,6 +50,26 @@ pub enum StoreSpec {
         /// The store's options.
         options: RedisOptions,
     },
+}
+
+/// As derived, but a Redis URL's password is `***`, as in `Display`: a builder's or a
+/// limiter's `{:?}` is what ends up in logs and panic messages.
+impl fmt::Debug for StoreSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreSpec::Memory => f.write_str("Memory"),
+            StoreSpec::Shm { name, capacity } => f
+                .debug_struct("Shm")
+                .field("name", name)
+                .field("capacity", capacity)
+                .finish(),
+            StoreSpec::Redis { url, options } => f
+                .debug_struct("Redis")
+                .field("url", &redact(url))
+                .field("options", options)
+                .finish(),
+        }
+    }
 }
 
 /// What a Redis store does when the server is slow or down (a timeout, a lost connection,
@@ -624,5 +644,30 @@ mod tests {
         // Encoded, it is a password.
         let s: StoreSpec = "redis://u:s3cr%2Ft@h/0".parse().unwrap();
         assert_eq!(s.to_string(), "redis://u:***@h/0");
+    }
+
+    #[test]
+    fn debug_redacts_redis_passwords_as_display_does() {
+        // A builder's or a limiter's `{:?}` printed the URL as given.
+        for url in [
+            "redis://user:hunter2@127.0.0.1:1/0",
+            "redis+unix:///tmp/x.sock?pass=hunter2",
+            "redis+cluster://:hunter2@h1:7000,h2:7001",
+            "redis+sentinel://:hunter2@h:26379/m",
+        ] {
+            let s: StoreSpec = url.parse().unwrap();
+            let debug = format!("{s:?} {s:#?}");
+            assert!(!debug.contains("hunter2"), "{debug}");
+            assert!(debug.contains("***") && debug.contains("Redis"), "{debug}");
+        }
+        let shm: StoreSpec = "shm:/api?capacity=9".parse().unwrap();
+        assert_eq!(
+            format!("{shm:?}"),
+            r#"Shm { name: "/api", capacity: Some(9) }"#
+        );
+        assert_eq!(format!("{:?}", StoreSpec::Memory), "Memory");
+        let b = crate::KeyedLimiter::<String>::builder("1/s".parse().unwrap())
+            .store("redis://u:hunter2@h/0".parse().unwrap());
+        assert!(!format!("{b:?}").contains("hunter2"));
     }
 }
