@@ -986,9 +986,17 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         self.with(|g| with_store!(&g.backend, s => Store::<K>::clear(s)))
     }
 
-    /// The number of keys held (evicted and removed keys are not counted).
+    /// The number of keys held (evicted and removed keys are not counted). On Redis, a SCAN
+    /// of the limiter's keys, and 0 when the server cannot be asked: see
+    /// [`try_len`](Self::try_len).
     pub fn len(&self) -> usize {
         self.with(|g| with_store!(&g.backend, s => Store::<K>::len(s)))
+    }
+
+    /// [`len`](Self::len), or the store's error where a store outside the process could not
+    /// count (a Redis server down, or a Redis Cluster, whose keys one SCAN does not list).
+    pub fn try_len(&self) -> Result<usize, Error> {
+        self.with(|g| with_store!(&g.backend, s => Store::<K>::try_len(s)))
     }
 
     /// Whether no key is held.
@@ -1276,10 +1284,16 @@ impl<K: Hash + Eq + Send + 'static> Gen<K> {
 
 impl<K: Hash + Eq + Send + 'static, C: Clock> core::fmt::Debug for KeyedLimiter<K, C> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("KeyedLimiter")
-            .field("quota", &self.quota().to_string())
-            .field("len", &self.len())
-            .field("max_keys", &self.first.cx.max_keys)
+        let mut d = f.debug_struct("KeyedLimiter");
+        d.field("quota", &self.quota().to_string());
+        // On Redis a count is a SCAN of the server's keys, no business of a `{:?}` (and 0
+        // when the server is down): the store is shown instead.
+        match &self.first.backend {
+            #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+            Backend::Redis(s) => d.field("store", &s.printed()),
+            _ => d.field("len", &self.len()),
+        };
+        d.field("max_keys", &self.first.cx.max_keys)
             .field("on_full", &self.first.cx.on_full)
             .finish_non_exhaustive()
     }

@@ -107,6 +107,12 @@ pub(crate) trait Store<K> {
     /// Keys held.
     fn len(&self) -> usize;
 
+    /// Keys held, or why a store outside the process could not count them (`len` is 0
+    /// then).
+    fn try_len(&self) -> Result<usize, Error> {
+        Ok(self.len())
+    }
+
     /// Slots allocated (diagnostics).
     fn capacity(&self) -> usize;
 

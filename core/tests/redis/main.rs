@@ -1552,6 +1552,29 @@ fn keyed_metrics_on_redis_scan_nothing() {
         assert_eq!((m.allowed, m.keys, m.keys_evicted), (10, None, 0));
     }
     assert_eq!(scans(&mut r), before, "metrics() scanned the keyspace");
+    // Nor does `{:?}`; it names the store (its password ***).
+    let shown = format!("{kl:?}");
+    assert_eq!(scans(&mut r), before, "Debug scanned the keyspace: {shown}");
+    assert!(
+        shown.contains("store: \"redis://") && !shown.contains("len"),
+        "{shown}"
+    );
+    assert_eq!(kl.try_len().unwrap(), 10);
+}
+
+/// A count the server cannot give is an error from `try_len` (`len` says 0, as documented).
+#[test]
+fn try_len_reports_a_server_that_is_down() {
+    let srv = Server::start();
+    let kl = keyed(
+        "5/h",
+        &format!("{}?prefix=tl&on_error=error&timeout=200ms", srv.url()),
+    );
+    assert!(kl.try_acquire(&1, 1).unwrap().allowed());
+    assert_eq!((kl.len(), kl.try_len().unwrap()), (1, 1));
+    drop(srv);
+    assert!(matches!(kl.try_len(), Err(Error::Store { .. })));
+    assert_eq!(kl.len(), 0);
 }
 
 /// A bucket whose stored value is not decimal digits (a corrupt or foreign key: '1e15',

@@ -763,6 +763,11 @@ pub(crate) struct RedisStore {
 type Batch = Vec<Result<(u128, u64), Error>>;
 
 impl RedisStore {
+    /// The store as printed (its password `***`).
+    pub(crate) fn printed(&self) -> &str {
+        &self.c.link.name
+    }
+
     /// The store `spec` names, for `quota`, on a limiter whose clock reads `origin` now.
     pub(crate) fn open(spec: &StoreSpec, quota: &Quota, origin: u64) -> Result<Self, Error> {
         Ok(RedisStore {
@@ -1005,6 +1010,10 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for RedisStore {
 
     fn len(&self) -> usize {
         self.scan().map_or(0, |k| k.len())
+    }
+
+    fn try_len(&self) -> Result<usize, Error> {
+        self.scan().map(|k| k.len())
     }
 
     fn capacity(&self) -> usize {
