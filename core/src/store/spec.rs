@@ -39,7 +39,9 @@ pub enum StoreSpec {
     /// * `redis://[user:password@]host[:port][/db]`, `rediss://...` (TLS, feature `redis-tls`),
     /// * `redis+unix:///path/to/redis.sock[?db=N]` (also `unix:///path`),
     /// * `redis+cluster://host:port[,host:port...]` (Redis Cluster, seed nodes),
-    /// * `redis+sentinel://host:port[,host:port...]/MASTER[/db]` (the master Sentinel names),
+    /// * `redis+sentinel://[user:password@]host:port[,host:port...]/MASTER[/db]` (the master
+    ///   Sentinel names; the credentials are the master's, the sentinels' own are
+    ///   `sentinel_user` and `sentinel_pass` in the query),
     ///
     /// with the store's options in the query ([`RedisOptions`]):
     /// `redis://cache:6379/0?prefix=api&timeout=50ms&on_error=local`.
@@ -237,7 +239,9 @@ pub(crate) fn redact(url: &str) -> String {
         let query: Vec<String> = out[q + 1..]
             .split('&')
             .map(|pair| match pair.split_once('=') {
-                Some((name, _)) if name == "pass" => format!("{name}=***"),
+                Some((name, _)) if name == "pass" || name == "sentinel_pass" => {
+                    format!("{name}=***")
+                }
                 _ => pair.to_string(),
             })
             .collect();
@@ -373,6 +377,13 @@ fn parse_redis(s: &str, t: &str) -> Result<StoreSpec, Error> {
             "user" | "pass" if base.starts_with("redis+unix://") || base.starts_with("unix://") => {
                 passed.push(pair);
             }
+            // The sentinels' own credentials (the URL's `user:password@` are the master's).
+            "sentinel_user" | "sentinel_pass" if base.starts_with("redis+sentinel://") => {
+                passed.push(pair);
+            }
+            "sentinel_user" | "sentinel_pass" => {
+                return Err(bad("only a redis+sentinel:// URL takes them"))
+            }
             "user" | "pass" => {
                 return Err(bad(
                     "only a unix socket's URL takes them; write redis://user:password@host",
@@ -380,6 +391,27 @@ fn parse_redis(s: &str, t: &str) -> Result<StoreSpec, Error> {
             }
             _ => return Err(redis_invalid(s, &format!("unknown option {name:?}"))),
         }
+    }
+    let given = |option: &str| passed.iter().any(|p| p.split('=').next() == Some(option));
+    let path_db = match StoreSpec::redis_topology(base) {
+        // `host[,host...]/MASTER/DB`
+        Topology::Sentinel => base[scheme_len..].splitn(3, '/').nth(2),
+        _ if base.starts_with("redis://") || base.starts_with("rediss://") => {
+            base[scheme_len..].split_once('/').map(|(_, db)| db)
+        }
+        _ => None,
+    };
+    if given("db") && path_db.is_some_and(|db| !db.is_empty()) {
+        return Err(redis_invalid(
+            s,
+            "db given twice, in the path and in the query",
+        ));
+    }
+    if StoreSpec::redis_topology(base) == Topology::Cluster && (given("db") || given("protocol")) {
+        return Err(redis_invalid(
+            s,
+            "a cluster URL takes neither db (Redis Cluster has one database) nor protocol",
+        ));
     }
     let mut url = base.to_string();
     if !passed.is_empty() {

@@ -1147,6 +1147,62 @@ fn sentinel_finds_the_master_and_follows_a_failover() {
     assert_eq!(replica.resp().keys().len(), 1, "decided on the new master");
 }
 
+/// A master asking for a password, behind a sentinel asking for one of its own: the URL's
+/// `user:password@` reach the master, `sentinel_pass` the sentinel, and `db` (in the query or
+/// the path) chooses the master's database. The query's `db` was dropped, and no password
+/// could reach the master.
+#[test]
+fn sentinel_with_passwords_and_a_database() {
+    let master = Server::start_with(&["--requirepass", "m4ster"]);
+    let sentinel = Sentinel::start_with_auth(master.port, Some("m4ster"), Some("s3ntinel"));
+    let on = |auth: &str, path: &str, query: &str| {
+        let url = format!(
+            "redis+sentinel://{auth}127.0.0.1:{}/mymaster{path}?on_error=error&timeout=2s{query}",
+            sentinel.port
+        );
+        KeyedLimiter::<u64>::builder("5/h".parse().unwrap())
+            .store(spec(&url))
+            .build()
+            .unwrap()
+            .try_acquire(&1, 1)
+    };
+    let keys_in = |db: &str| {
+        let mut r = master.resp();
+        r.cmd(&["AUTH", "m4ster"]).unwrap();
+        r.cmd(&["SELECT", db]).unwrap();
+        r.keys()
+    };
+    let d = on(":m4ster@", "", "&db=3&sentinel_pass=s3ntinel&prefix=q").unwrap();
+    assert_eq!(d.remaining(), 4);
+    assert!(
+        keys_in("3").iter().any(|k| k.starts_with("q:")),
+        "{:?}",
+        keys_in("3")
+    );
+    assert!(keys_in("0").is_empty(), "{:?}", keys_in("0"));
+    on(":m4ster@", "/5", "&sentinel_pass=s3ntinel&prefix=p").unwrap();
+    assert!(keys_in("5").iter().any(|k| k.starts_with("p:")));
+    // Without the master's password, or the sentinel's: errors, never a decision.
+    for (auth, query) in [("", "&sentinel_pass=s3ntinel"), (":m4ster@", "")] {
+        let e = on(auth, "", query).unwrap_err();
+        assert!(matches!(e, Error::Store { .. }), "{e}");
+        assert!(
+            !e.to_string().contains("m4ster") && !e.to_string().contains("s3ntinel"),
+            "{e}"
+        );
+    }
+    // The sentinel's password is a secret too.
+    let printed = spec(&format!(
+        "redis+sentinel://u:m4ster@127.0.0.1:{}/mymaster?sentinel_user=s&sentinel_pass=s3ntinel",
+        sentinel.port
+    ))
+    .to_string();
+    assert!(
+        !printed.contains("m4ster") && !printed.contains("s3ntinel"),
+        "{printed}"
+    );
+}
+
 /// Child side of [`rediss_urls`]: one limiter on `$SG_TLS_URL`, with the certificate
 /// authorities of `$SSL_CERT_FILE` (the variable rustls-native-certs reads).
 #[test]

@@ -177,12 +177,31 @@ pub struct Sentinel {
     pub port: u16,
     child: Child,
     dir: PathBuf,
+    /// The sentinel's own password (`requirepass`), if it has one.
+    password: Option<String>,
 }
 
 impl Sentinel {
     pub fn start(master_port: u16) -> Sentinel {
+        Sentinel::start_with_auth(master_port, None, None)
+    }
+
+    /// A sentinel of a master whose password is `master_password`, itself asking clients for
+    /// `password`.
+    pub fn start_with_auth(
+        master_port: u16,
+        master_password: Option<&str>,
+        password: Option<&str>,
+    ) -> Sentinel {
         let (port, dir) = (free_port(), dir());
         let conf = dir.join("sentinel.conf");
+        let mut auth = String::new();
+        if let Some(p) = master_password {
+            auth.push_str(&format!("sentinel auth-pass mymaster {p}\n"));
+        }
+        if let Some(p) = password {
+            auth.push_str(&format!("requirepass {p}\n"));
+        }
         std::fs::write(
             &conf,
             format!(
@@ -190,7 +209,7 @@ impl Sentinel {
                  pidfile {}\ndir {}\n\
                  sentinel monitor mymaster 127.0.0.1 {master_port} 1\n\
                  sentinel down-after-milliseconds mymaster 1000\n\
-                 sentinel failover-timeout mymaster 5000\n",
+                 sentinel failover-timeout mymaster 5000\n{auth}",
                 dir.join(format!("sentinel-{port}.pid")).display(),
                 dir.display()
             ),
@@ -203,7 +222,12 @@ impl Sentinel {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server --sentinel");
-        let s = Sentinel { port, child, dir };
+        let s = Sentinel {
+            port,
+            child,
+            dir,
+            password: password.map(str::to_string),
+        };
         let deadline = Instant::now() + Duration::from_secs(10);
         while s.master_port() != Some(master_port) {
             assert!(Instant::now() < deadline, "the sentinel did not start");
@@ -215,6 +239,9 @@ impl Sentinel {
     /// The port of the master the sentinel names now.
     pub fn master_port(&self) -> Option<u16> {
         let mut c = Resp::connect(self.port).ok()?;
+        if let Some(p) = &self.password {
+            c.cmd(&["AUTH", p]).ok()?;
+        }
         match c
             .cmd(&["SENTINEL", "get-master-addr-by-name", "mymaster"])
             .ok()?

@@ -1047,6 +1047,20 @@ fn classify(e: &redis::RedisError) -> Fail {
     }
 }
 
+/// A URL query's value as a URL's user name or password: what a user name or password may
+/// not hold unencoded, percent-encoded (an encoded `%XX` stays as it is).
+fn userinfo_part(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// The client for `url` (nothing is connected yet).
 fn target(url: &str, timeout: Duration) -> Result<Target, Error> {
     let bad = |why: String| Error::store(StoreErrorKind::Unsupported, redact(url), why);
@@ -1086,21 +1100,53 @@ fn target(url: &str, timeout: Duration) -> Result<Target, Error> {
         }
         Topology::Sentinel => {
             let rest = url.trim_start_matches("redis+sentinel://");
-            let rest = rest.split('?').next().unwrap_or("");
+            let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
             let mut parts = rest.splitn(3, '/');
-            let nodes: Vec<String> = hosts(parts.next().unwrap_or(""))
+            // `user:password@` before the hosts are the master's (and its replicas'); the
+            // sentinels' own, if they ask for any, are `sentinel_user` and `sentinel_pass`.
+            let authority = parts.next().unwrap_or("");
+            let (credentials, authority) = match authority.rfind('@') {
+                Some(at) => (&authority[..=at], &authority[at + 1..]),
+                None => ("", authority),
+            };
+            let option = |name: &str| {
+                query
+                    .split('&')
+                    .find_map(|p| p.strip_prefix(name)?.strip_prefix('='))
+            };
+            let sentinel_credentials = match (option("sentinel_user"), option("sentinel_pass")) {
+                (None, None) => String::new(),
+                (user, pass) => format!(
+                    "{}:{}@",
+                    userinfo_part(user.unwrap_or("")),
+                    userinfo_part(pass.unwrap_or(""))
+                ),
+            };
+            let nodes: Vec<String> = hosts(authority)
                 .into_iter()
-                .map(|h| format!("redis://{h}"))
+                .map(|h| format!("redis://{sentinel_credentials}{h}"))
                 .collect();
             let master = parts.next().filter(|m| !m.is_empty()).ok_or_else(|| {
-                bad("a sentinel URL is redis+sentinel://HOST:PORT[,...]/MASTER[/DB]".into())
+                bad("a sentinel URL is redis+sentinel://[USER:PASSWORD@]HOST:PORT[,...]/MASTER[/DB]".into())
             })?;
-            let db: i64 = match parts.next().filter(|d| !d.is_empty()) {
+            let db = parts.next().filter(|d| !d.is_empty()).or(option("db"));
+            let db: i64 = match db {
                 Some(d) => d.parse().map_err(|_| bad(format!("bad database {d:?}")))?,
                 None => 0,
             };
+            // The master's handshake as the client reads it from a URL of its own (the user
+            // name and password percent-decoded, `protocol`), for the host Sentinel names.
+            let protocol = option("protocol").map_or(String::new(), |p| format!("?protocol={p}"));
+            let first = nodes
+                .first()
+                .map_or("", |n| n.rsplit('@').next().unwrap_or(n));
+            let first = first.trim_start_matches("redis://");
+            let handshake = redis::IntoConnectionInfo::into_connection_info(format!(
+                "redis://{credentials}{first}/{db}{protocol}"
+            ))
+            .map_err(|e| bad(e.to_string()))?;
             let info = redis::sentinel::SentinelNodeConnectionInfo::default()
-                .set_redis_connection_info(redis::RedisConnectionInfo::default().set_db(db));
+                .set_redis_connection_info(handshake.redis_settings().clone());
             redis::sentinel::SentinelClient::build(
                 nodes,
                 String::from(master), // `String` without TLS, `impl AsRef<str>` with it
