@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -252,6 +253,37 @@ static void offline(void) {
   sg_quota_free(q);
 }
 
+/* A child made by fork() after its parent opened a Redis store: every call of an inherited
+ * limiter, and every new Redis limiter, is SG_ERR_STORE_UNSUPPORTED at once, whatever the fail
+ * policy. It hung (waiting for the parent's Redis thread, which the child does not have), and
+ * an inherited pooled connection read the parent's replies: a rejection taken for an
+ * admission. The parent's limiter goes on deciding. */
+static void forked_child(const char *base) {
+  sg_keyed_limiter *k = keyed("1/minute", at(base, "on_error=local&connections=1"));
+  CHECK(acquire(k, "P", 1).allowed);
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(10); /* a hang is a failure, not a stuck suite */
+    sg_decision d = {0};
+    int bad = sg_keyed_limiter_try_acquire(k, (const uint8_t *)"C", 1, 1, &d) != SG_ERR_STORE_UNSUPPORTED;
+    char detail[1024];
+    size_t n = 0;
+    bad |= sg_last_error_message(detail, sizeof detail, &n) != SG_OK || strstr(detail, "forked") == NULL;
+    sg_quota *q = NULL;
+    sg_keyed_limiter *fresh = NULL;
+    bad |= sg_quota_parse("1/minute", &q) != SG_OK;
+    bad |= sg_keyed_limiter_new_in_store(q, at(base, "on_error=open"), 0, SG_ON_FULL_REJECT_NEW_KEYS, NULL,
+                                         &fresh) != SG_ERR_STORE_UNSUPPORTED;
+    _exit(bad);
+  }
+  CHECK(pid > 0);
+  int status = 0;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(!acquire(k, "P", 1).allowed);
+  sg_keyed_limiter_free(k);
+}
+
 int main(void) {
   const char *base = getenv("SG_REDIS_URL");
   const char *pid = getenv("SG_REDIS_PID");
@@ -263,6 +295,7 @@ int main(void) {
     composite(base);
     threads(base);
     fail_policies();
+    forked_child(base);
     if (pid != NULL && *pid != '\0') paused(base, (pid_t)atol(pid));
   }
   TEST_MAIN_END("test_redis");

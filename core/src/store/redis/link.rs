@@ -40,14 +40,43 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, Value};
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
+
+/// Set in a child made by `fork()` once this process has started the runtime thread.
+static IN_FORKED_CHILD: AtomicBool = AtomicBool::new(false);
+
+/// Why a forked child cannot use (or open) a Redis store.
+const FORKED: &str = "this process was forked after a Redis store was opened in its parent: \
+    the Redis connections, and the thread that drives them, belong to the parent (a child \
+    using them would read the parent's replies), so no Redis limiter can be used or opened \
+    here, new ones included; open Redis limiters after the fork, in each worker";
+
+/// Whether this process is a child forked after the runtime thread started: one relaxed
+/// load (a `pthread_atfork` handler sets it in the child).
+#[inline]
+pub(crate) fn forked() -> bool {
+    IN_FORKED_CHILD.load(Relaxed)
+}
+
+#[cfg(unix)]
+extern "C" fn mark_forked_child() {
+    // Async-signal-safe: one atomic store.
+    IN_FORKED_CHILD.store(true, Relaxed);
+}
 
 /// The runtime thread's handle (started on first use).
 fn runtime() -> &'static tokio::runtime::Handle {
     static RT: OnceLock<tokio::runtime::Handle> = OnceLock::new();
     RT.get_or_init(|| {
+        #[cfg(unix)]
+        // SAFETY: registers a handler that only stores to an atomic, which is
+        // async-signal-safe as a child's handler must be; it is registered once (this
+        // OnceLock's initialiser) and never unregistered (the function is 'static).
+        unsafe {
+            libc::pthread_atfork(None, None, Some(mark_forked_child));
+        }
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -64,6 +93,14 @@ fn runtime() -> &'static tokio::runtime::Handle {
 /// Runs `fut` on the runtime thread and blocks this thread until it is done. Every future
 /// given here ends by itself (each has a timeout).
 pub(crate) fn block<T: Send + 'static>(fut: impl Future<Output = T> + Send + 'static) -> T {
+    if forked() {
+        // The runtime thread is the parent's: the link's calls answer `Fail::Forked` at once,
+        // driven here.
+        return tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("sluicegate: cannot start a runtime")
+            .block_on(fut);
+    }
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     runtime().spawn(async move {
         let _ = tx.send(fut.await);
@@ -81,13 +118,17 @@ pub(crate) fn run<T: Send + 'static>(
     fut: impl Future<Output = T> + Send + 'static,
 ) -> impl Future<Output = T> {
     let (tx, rx) = tokio::sync::oneshot::channel();
+    if forked() {
+        // As in `block`: answered at once, on the caller's executor.
+        return futures_util::future::Either::Left(fut);
+    }
     runtime().spawn(async move {
         let _ = tx.send(fut.await);
     });
-    async move {
+    futures_util::future::Either::Right(async move {
         rx.await
             .expect("sluicegate: the Redis store's thread stopped")
-    }
+    })
 }
 
 /// A call of the scripts, as a store prepares it.
@@ -123,6 +164,9 @@ pub(crate) enum Fail {
     Io(String),
     /// The server answered with an error.
     Server(String),
+    /// This process was forked after the link was opened (see [`forked`]): the connections
+    /// and the runtime thread are the parent's. An error whatever the fail policy.
+    Forked,
 }
 
 impl Fail {
@@ -148,6 +192,7 @@ impl Fail {
                 };
                 (kind, format!("the server answered: {why}"))
             }
+            Fail::Forked => (StoreErrorKind::Unsupported, FORKED.to_string()),
         };
         Error::store(kind, store, reason)
     }
@@ -405,6 +450,9 @@ impl Link {
         eval: bool,
         connections: usize,
     ) -> Result<Arc<Link>, Error> {
+        if forked() {
+            return Err(Fail::Forked.error(&redact(url)));
+        }
         static LINKS: OnceLock<Mutex<HashMap<String, Weak<Link>>>> = OnceLock::new();
         let id = format!("{url}\n{}\n{eval}\n{connections}", timeout.as_nanos());
         let links = LINKS.get_or_init(Default::default);
@@ -518,6 +566,9 @@ impl Link {
     /// Makes the scripts' call `req` (SCRIPTS.md, "Calling convention"): one round trip, two
     /// when the scripts must be loaded first. Runs on the runtime thread.
     pub(crate) async fn call(self: Arc<Self>, req: Request) -> Result<Value, Fail> {
+        if forked() {
+            return Err(Fail::Forked);
+        }
         let deadline = tokio::time::Instant::now() + self.timeout;
         let r = tokio::time::timeout_at(deadline, self.call_inner(&req)).await;
         let (fail, generation) = match r {
@@ -532,6 +583,9 @@ impl Link {
     /// [`call`](Self::call) for a blocking caller: on its own thread, over a pooled direct
     /// connection when the link has them and one is free, else through the runtime thread.
     pub(crate) fn call_blocking(self: &Arc<Self>, req: Request) -> Result<Value, Fail> {
+        if forked() {
+            return Err(Fail::Forked);
+        }
         let (Some(direct), Target::Single(client)) = (&self.direct, &self.target) else {
             return block(self.clone().call(req));
         };
@@ -593,6 +647,9 @@ impl Link {
     /// drive (one server, not TLS), on a connection of that runtime, with no hand-off to the
     /// runtime thread; else handed to the runtime thread.
     pub(crate) async fn call_async(self: &Arc<Self>, req: Request) -> Result<Value, Fail> {
+        if forked() {
+            return Err(Fail::Forked);
+        }
         // A timer made without a time driver panics: under `panic=abort` the probe
         // (`has_timers`) cannot run, and every async call is handed off.
         let (rt, client) = match (
@@ -816,7 +873,7 @@ impl Link {
                 bump(&self.counters.unavailable);
                 self.broken(generation, why.clone());
             }
-            Fail::Down(_) => bump(&self.counters.unavailable),
+            Fail::Down(_) | Fail::Forked => bump(&self.counters.unavailable),
             Fail::Server(why) => {
                 bump(&self.counters.server_errors);
                 // A replica promoted away from (READONLY) or a master gone (MASTERDOWN):
@@ -906,6 +963,9 @@ impl Link {
 
     /// A command other than the scripts (DEL, SCAN), with the same timeout and failures.
     pub(crate) async fn command(self: Arc<Self>, cmd: Cmd) -> Result<Value, Fail> {
+        if forked() {
+            return Err(Fail::Forked);
+        }
         let (mut conn, generation) = self.current()?;
         match tokio::time::timeout(self.timeout, conn.send(&cmd)).await {
             Ok(Ok(v)) => Ok(v),

@@ -332,6 +332,10 @@ impl Common {
             let retry = if allowed { 0 } else { CLOSED_RETRY_NS };
             Decision::from_figures(allowed, self.limit, 0, retry, 0, self.window_s)
         };
+        if matches!(fail, Fail::Forked) {
+            // Not an outage a policy rides out: this process can never reach the server.
+            return Err(fail.error(&self.link.name));
+        }
         match self.on_error {
             OnError::Open => {
                 c.failed_open.fetch_add(1, Relaxed);
