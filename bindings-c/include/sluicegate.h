@@ -354,7 +354,9 @@ void sg_manual_clock_free(struct sg_manual_clock *clock);
 // callers may see a transient, conservative rejection; never an over-admission.
 //
 // Every part must read the same kind of clock: all the default clock, or all manual
-// clocks (whose readings are then taken from the first part's clock).
+// clocks (whose readings are then taken from the first part's clock). A part whose default
+// clock counts from another origin than the first part's (a shared-memory region's, or this
+// process's beside a region) is decided at its own reading, taken at the same moment.
 //
 // Errors: `SG_ERR_NULL_ARGUMENT` (`limiters`, an element or `out` NULL),
 // `SG_ERR_WRONG_HANDLE` (an element is no `sg_limiter`), `SG_ERR_INVALID_ARGUMENT`

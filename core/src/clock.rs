@@ -35,6 +35,20 @@ pub trait Clock: Send + Sync {
     fn adopt(&mut self, shared: &SharedTimeline) {
         let _ = shared;
     }
+
+    /// Whether a reading of this clock and one of `other` are on one timeline (the parts of
+    /// a composite limit, which reads one clock for all). `true` unless the clocks know
+    /// otherwise: two default clocks through different shared regions' bases, or one through
+    /// a region's and one through the process's; a default and a manual clock (manual clocks
+    /// are the caller's: the first part's reading is taken for all).
+    #[doc(hidden)]
+    fn same_timeline(&self, other: &Self) -> bool
+    where
+        Self: Sized,
+    {
+        let _ = other;
+        true
+    }
 }
 
 /// What a clock's readings mean to other processes (see [`Clock::timeline`]).
@@ -313,6 +327,10 @@ impl Clock for MonotonicClock {
     fn adopt(&mut self, shared: &SharedTimeline) {
         self.base = shared.0;
     }
+
+    fn same_timeline(&self, other: &Self) -> bool {
+        self.base == other.base
+    }
 }
 
 fn std_origin() -> Instant {
@@ -522,6 +540,15 @@ impl Clock for AnyClock {
     fn adopt(&mut self, shared: &SharedTimeline) {
         if let AnyClock::Monotonic(c) = self {
             c.adopt(shared);
+        }
+    }
+
+    fn same_timeline(&self, other: &Self) -> bool {
+        match (self, other) {
+            (AnyClock::Monotonic(a), AnyClock::Monotonic(b)) => a.same_timeline(b),
+            // Readings the caller sets: a composite takes the first part's for all.
+            (AnyClock::Manual(_), AnyClock::Manual(_)) => true,
+            _ => false,
         }
     }
 }

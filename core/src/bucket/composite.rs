@@ -27,7 +27,9 @@ use core::borrow::Borrow;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Several limiters consumed all-or-nothing, reading one clock (the first limiter's).
+/// Several limiters consumed all-or-nothing, reading one clock (the first limiter's; a part
+/// whose default clock counts from another origin, a shared-memory region's or this
+/// process's beside a region, is decided at its own reading, taken at the same moment).
 ///
 /// ```
 /// use sluicegate::{composite::Composite, Limiter, ManualClock};
@@ -136,21 +138,20 @@ impl<C: Clock> Composite<C> {
 
     /// Acquires `cost` from every part now, or from none.
     pub fn try_acquire(&self, cost: u64) -> Result<Decision, Error> {
-        let now = self.parts[0].clock().now();
-        self.try_acquire_at(now, cost)
+        let r = all_or_nothing(&self.parts, &Readings::read(&self.parts), cost, |_, _| {});
+        self.observed(r, cost)
     }
 
     /// [`try_acquire`](Self::try_acquire) at an explicit clock reading.
     pub fn try_acquire_at(&self, now: u64, cost: u64) -> Result<Decision, Error> {
-        let r = all_or_nothing(&self.parts, now, cost, |_, _| {});
+        let r = all_or_nothing(&self.parts, &Readings::One(now), cost, |_, _| {});
         self.observed(r, cost)
     }
 
     /// [`try_acquire`](Self::try_acquire), also returning each part's decision (in order), e.g.
     /// to list every policy in the HTTP fields with [`crate::http::policies_headers`].
     pub fn try_acquire_each(&self, cost: u64) -> Result<(Decision, Vec<Decision>), Error> {
-        let now = self.parts[0].clock().now();
-        self.try_acquire_each_at(now, cost)
+        self.each_at(&Readings::read(&self.parts), cost)
     }
 
     /// [`try_acquire_each`](Self::try_acquire_each) at an explicit clock reading.
@@ -159,6 +160,10 @@ impl<C: Clock> Composite<C> {
         now: u64,
         cost: u64,
     ) -> Result<(Decision, Vec<Decision>), Error> {
+        self.each_at(&Readings::One(now), cost)
+    }
+
+    fn each_at(&self, now: &Readings, cost: u64) -> Result<(Decision, Vec<Decision>), Error> {
         let mut each: Vec<Option<Decision>> = vec![None; self.parts.len()];
         let r = all_or_nothing(&self.parts, now, cost, |i, d| each[i] = Some(d));
         let d = self.observed(r, cost)?;
@@ -188,7 +193,8 @@ impl<C: Clock> Composite<C> {
         let cost = plan.cost();
         let now = self.parts[0].clock().now();
         let next = plan.poll(now, |now, _left| {
-            let d = all_or_nothing(&self.parts, now, cost, |_, _| {})?;
+            let now = Readings::of(&self.parts, now);
+            let d = all_or_nothing(&self.parts, &now, cost, |_, _| {})?;
             Ok(self.obs.shadowed(d))
         });
         match next {
@@ -203,12 +209,62 @@ impl<C: Clock> Composite<C> {
     /// is tried, and the first error is returned once all were (the failed part may keep the
     /// cost; retry it alone, `parts()[i].refund`, since the others were refunded).
     pub fn refund(&self, cost: u64) -> Result<(), Error> {
-        self.refund_at(self.parts[0].clock().now(), cost)
+        refund_each(&self.parts, &Readings::read(&self.parts), cost)
     }
 
     /// [`refund`](Self::refund) at an explicit clock reading.
     pub fn refund_at(&self, now: u64, cost: u64) -> Result<(), Error> {
-        refund_each(&self.parts, now, cost)
+        refund_each(&self.parts, &Readings::One(now), cost)
+    }
+}
+
+/// The clock reading each part is decided at: one for all (the first part's, or the caller's
+/// `now` in the `_at` functions), or, where some parts' default clocks count from other
+/// origins than the first part's ([`Clock::same_timeline`]: two shared-memory regions, or a
+/// region and this process), each such part's own, read at the same moment. The first part's
+/// reading would be seconds off for such a part, which it would then over-admit or refuse.
+enum Readings {
+    One(u64),
+    Each(Vec<u64>),
+}
+
+impl Readings {
+    /// The readings, the first part's being `first`.
+    fn of<C: Clock, L: Borrow<Limiter<C>>>(parts: &[L], first: u64) -> Self {
+        let clock = parts[0].borrow().clock();
+        if parts[1..]
+            .iter()
+            .all(|p| p.borrow().clock().same_timeline(clock))
+        {
+            return Readings::One(first);
+        }
+        Readings::Each(
+            parts
+                .iter()
+                .map(|p| {
+                    let own = p.borrow().clock();
+                    if own.same_timeline(clock) {
+                        first
+                    } else {
+                        own.now()
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    /// The readings now.
+    fn read<C: Clock, L: Borrow<Limiter<C>>>(parts: &[L]) -> Self {
+        Self::of(parts, parts[0].borrow().clock().now())
+    }
+
+    /// Part `i`'s reading.
+    #[inline]
+    fn at(&self, i: usize) -> u64 {
+        match self {
+            Readings::One(now) => *now,
+            Readings::Each(each) => each[i],
+        }
     }
 }
 
@@ -233,14 +289,14 @@ pub fn try_acquire_all_at<C: Clock>(
     now: u64,
     cost: u64,
 ) -> Result<Decision, Error> {
-    all_or_nothing(parts, now, cost, |_, _| {})
+    all_or_nothing(parts, &Readings::One(now), cost, |_, _| {})
 }
 
 /// The protocol. `each(i, d)` receives part `i`'s decision as the combined one reads it (a
 /// part may be reported twice; the last report stands).
 fn all_or_nothing<C: Clock, L: Borrow<Limiter<C>>>(
     parts: &[L],
-    now: u64,
+    now: &Readings,
     cost: u64,
     mut each: impl FnMut(usize, Decision),
 ) -> Result<Decision, Error> {
@@ -249,20 +305,20 @@ fn all_or_nothing<C: Clock, L: Borrow<Limiter<C>>>(
         "a composite limit needs at least one part"
     );
     #[cfg(all(feature = "redis", not(sluicegate_loom)))]
-    if let Some(r) = on_redis(parts, now, cost, false) {
+    if let Some(r) = on_redis(parts, now.at(0), cost, false) {
         let (d, ds) = r?;
         ds.into_iter().enumerate().for_each(|(i, d)| each(i, d));
         return Ok(d);
     }
     let parts = || parts.iter().map(Borrow::borrow);
-    for p in parts() {
-        p.check_at(now, cost)?;
+    for (i, p) in parts().enumerate() {
+        p.check_at(now.at(i), cost)?;
     }
     let mut acc = Combined::default();
     for (j, p) in parts().enumerate() {
         // A part in a shared-memory region can fail (a corrupt region, a stalled insert): the
         // parts already taken are given back, and the error returned.
-        let d = match p.acquire_checked(now, cost) {
+        let d = match p.acquire_checked(now.at(j), cost) {
             Ok(d) => d,
             Err(e) => {
                 let _ = refund_every(parts().take(j), now, cost);
@@ -279,13 +335,13 @@ fn all_or_nothing<C: Clock, L: Borrow<Limiter<C>>>(
         refund_every(parts().take(j), now, cost)?;
         let mut acc = Combined::default();
         for (i, q) in parts().enumerate().take(j) {
-            let pd = q.peek_checked(now, 0)?;
+            let pd = q.peek_checked(now.at(i), 0)?;
             each(i, pd);
             acc.add(pd);
         }
         acc.add(d);
         for (i, q) in parts().enumerate().skip(j + 1) {
-            let pd = q.peek_checked(now, cost)?;
+            let pd = q.peek_checked(now.at(i), cost)?;
             each(i, pd);
             acc.add(pd);
         }
@@ -298,20 +354,20 @@ fn all_or_nothing<C: Clock, L: Borrow<Limiter<C>>>(
 /// the reading is out of any one's range. A limiter whose refund fails does not stop the
 /// others: the first error is returned once all were tried (see [`Composite::refund`]).
 pub fn refund_all_at<C: Clock>(parts: &[&Limiter<C>], now: u64, cost: u64) -> Result<(), Error> {
-    refund_each(parts, now, cost)
+    refund_each(parts, &Readings::One(now), cost)
 }
 
 fn refund_each<C: Clock, L: Borrow<Limiter<C>>>(
     parts: &[L],
-    now: u64,
+    now: &Readings,
     cost: u64,
 ) -> Result<(), Error> {
     #[cfg(all(feature = "redis", not(sluicegate_loom)))]
-    if let Some(r) = on_redis(parts, now, cost, true) {
+    if let Some(r) = on_redis(parts, now.at(0), cost, true) {
         return r.map(drop);
     }
-    for p in parts {
-        p.borrow().check_at(now, 0)?;
+    for (i, p) in parts.iter().enumerate() {
+        p.borrow().check_at(now.at(i), 0)?;
     }
     refund_every(parts.iter().map(Borrow::borrow), now, cost)
 }
@@ -323,12 +379,12 @@ fn refund_each<C: Clock, L: Borrow<Limiter<C>>>(
 /// twice (retry the failed part alone: `parts()[i].refund`).
 fn refund_every<'a, C: Clock + 'a>(
     parts: impl Iterator<Item = &'a Limiter<C>>,
-    now: u64,
+    now: &Readings,
     cost: u64,
 ) -> Result<(), Error> {
     let mut first = None;
-    for p in parts {
-        if let Err(e) = p.refund_checked(now, cost) {
+    for (i, p) in parts.enumerate() {
+        if let Err(e) = p.refund_checked(now.at(i), cost) {
             first.get_or_insert(e);
         }
     }
@@ -368,7 +424,7 @@ pub fn poll_acquire_all<C: Clock>(
     let cost = plan.cost();
     let now = parts[0].clock().now();
     plan.poll(now, |now, _left| {
-        all_or_nothing(parts, now, cost, |_, _| {})
+        all_or_nothing(parts, &Readings::of(parts, now), cost, |_, _| {})
     })
 }
 
@@ -378,7 +434,7 @@ pub fn try_acquire_all<C: Clock>(parts: &[&Limiter<C>], cost: u64) -> Result<Dec
         !parts.is_empty(),
         "a composite limit needs at least one part"
     );
-    try_acquire_all_at(parts, parts[0].clock().now(), cost)
+    all_or_nothing(parts, &Readings::read(parts), cost, |_, _| {})
 }
 
 /// The parts' Redis buckets, when every part is on Redis.
@@ -416,9 +472,9 @@ impl<C: Clock> Composite<C> {
         &self,
         cost: u64,
     ) -> Result<(Decision, Vec<Decision>), Error> {
-        let now = self.parts[0].clock().now();
+        let now = Readings::read(&self.parts);
         if let Some(parts) = redis_parts(&self.parts) {
-            if let Some(r) = crate::store::redis::composite_async(&parts, now, cost).await {
+            if let Some(r) = crate::store::redis::composite_async(&parts, now.at(0), cost).await {
                 let (d, each) = match r {
                     Ok(r) => r,
                     Err(e) => {
@@ -429,7 +485,7 @@ impl<C: Clock> Composite<C> {
                 return Ok((self.obs.decided(d, no_key, cost), each));
             }
         }
-        self.try_acquire_each_at(now, cost)
+        self.each_at(&now, cost)
     }
 }
 

@@ -173,6 +173,38 @@ fn links_other_users_files_and_loose_permissions_are_refused() {
     assert_eq!(store_kind(&e), Some(StoreErrorKind::Unavailable), "{e}");
 }
 
+/// A composite limit over parts whose default clocks count from different origins (two
+/// regions made a second apart, and this process's clock): each part is decided at its own
+/// reading. It was decided at the first part's, a second ahead of the second region's, which
+/// refilled its bucket: a limit of 1 per 2 s admitted twice within milliseconds.
+#[test]
+fn a_composite_over_regions_reads_each_regions_clock() {
+    use sluicegate::composite::{try_acquire_all, Composite};
+    let (global, tenant) = (
+        Region::new("composite-global"),
+        Region::new("composite-tenant"),
+    );
+    let single = |q: &str, r: &Region| Limiter::builder(quota(q)).store(r.spec()).build().unwrap();
+    let global = single("1000/s", &global);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let tenant = single("1/2s", &tenant);
+    let local = Limiter::new(quota("1000/s"));
+    assert!(tenant.try_acquire(1).unwrap().allowed());
+    assert!(!try_acquire_all(&[&global, &tenant], 1).unwrap().allowed());
+    assert!(!try_acquire_all(&[&local, &tenant], 1).unwrap().allowed());
+    assert!(!try_acquire_all(&[&tenant, &global], 1).unwrap().allowed());
+    let parts = Composite::new(vec![global, tenant, local]);
+    let (d, each) = parts.try_acquire_each(1).unwrap();
+    assert!(
+        !d.allowed() && each[1].retry_after().as_millis() > 1000,
+        "{each:?}"
+    );
+    // The refused request left the other parts as they were.
+    assert_eq!(parts.parts()[0].peek().unwrap().remaining(), 1000);
+    parts.refund(1).unwrap();
+    assert!(parts.try_acquire(1).unwrap().allowed());
+}
+
 #[test]
 fn a_single_limiter_shares_its_one_bucket() {
     let r = Region::new("single");
