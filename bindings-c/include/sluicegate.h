@@ -611,7 +611,8 @@ sg_result sg_keyed_limiter_sweep(const struct sg_keyed_limiter *limiter, uint64_
 // `limiter` is NULL or a live handle.
 sg_result sg_keyed_limiter_clear(const struct sg_keyed_limiter *limiter);
 
-// Writes the number of keys held to `*out_len`.
+// Writes the number of keys held to `*out_len`. On Redis a SCAN of the limiter's keys:
+// `SG_ERR_STORE_*` when the server cannot be asked (nothing is written then).
 //
 // # Safety
 // `limiter` is NULL or a live handle; `out_len` is NULL or valid for one write.

@@ -270,6 +270,34 @@ pub(crate) unsafe fn write_text(
     Ok(())
 }
 
+/// [`write_text`] for a function whose failures set the last-error detail (every one but the
+/// text accessors): a NULL `buf` or a buffer too small for `text` names the function and the
+/// size needed.
+///
+/// # Safety
+/// As [`write_text`].
+pub(crate) unsafe fn write_output(
+    func: &str,
+    text: &str,
+    buf: *mut c_char,
+    len: usize,
+    out_written: *mut usize,
+) -> Result<(), sg_result> {
+    // SAFETY: forwarded caller contract.
+    match unsafe { write_text(text, buf, len, out_written) } {
+        Err(SG_ERR_NULL_ARGUMENT) => Err(null(func, "buf")),
+        Err(SG_ERR_BUFFER_TOO_SMALL) => Err(fail(
+            SG_ERR_BUFFER_TOO_SMALL,
+            format_args!(
+                "{func}: the text is {} bytes: `len` must be at least {} (the NUL included)",
+                text.len(),
+                text.len() + 1
+            ),
+        )),
+        r => r,
+    }
+}
+
 /// Writes the message of `code` into `buf` (at most `len` bytes, NUL included) and the
 /// number of bytes written (NUL excluded) into `*out_written`.
 ///

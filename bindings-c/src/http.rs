@@ -1,7 +1,7 @@
 //! HTTP response fields rendered from an `sg_decision` (the core's `Decision::headers`).
 
 use crate::decision::sg_decision;
-use crate::error::{fail, from_core, null, sg_result, write_text};
+use crate::error::{fail, from_core, null, sg_result, write_output};
 use crate::options;
 use core::ffi::c_char;
 
@@ -73,7 +73,7 @@ pub unsafe extern "C" fn sg_decision_headers(
             text.push_str("\r\n");
         }
         // SAFETY: forwarded caller contract.
-        unsafe { write_text(&text, buf, len, out_written) }
+        unsafe { write_output(F, &text, buf, len, out_written) }
     })
 }
 

@@ -447,7 +447,8 @@ pub unsafe extern "C" fn sg_keyed_limiter_clear(limiter: *const sg_keyed_limiter
     })
 }
 
-/// Writes the number of keys held to `*out_len`.
+/// Writes the number of keys held to `*out_len`. On Redis a SCAN of the limiter's keys:
+/// `SG_ERR_STORE_*` when the server cannot be asked (nothing is written then).
 ///
 /// # Safety
 /// `limiter` is NULL or a live handle; `out_len` is NULL or valid for one write.
@@ -463,8 +464,9 @@ pub unsafe extern "C" fn sg_keyed_limiter_len(
         if out_len.is_null() {
             return Err(null(F, "out_len"));
         }
+        let n = l.try_len().map_err(from_core)?;
         // SAFETY: non-NULL and valid for one write (caller contract).
-        unsafe { out_len.write(l.len() as u64) };
+        unsafe { out_len.write(n as u64) };
         Ok(())
     })
 }

@@ -3,7 +3,7 @@
 //! `render_prometheus`. Conversion only.
 
 use crate::decision::sg_decision;
-use crate::error::{fail, from_core, null, sg_result, write_text};
+use crate::error::{fail, from_core, null, sg_result, write_output};
 use crate::handle::{self, Handle};
 use crate::keyed::KeyedLimiter;
 use crate::limiter::{new, Limiter};
@@ -604,7 +604,7 @@ pub unsafe extern "C" fn sg_render_prometheus(
             .collect();
         let text = sluicegate::render_prometheus(&input).map_err(from_core)?;
         // SAFETY: forwarded caller contract.
-        unsafe { write_text(&text, buf, len, out_written) }
+        unsafe { write_output(F, &text, buf, len, out_written) }
     })
 }
 

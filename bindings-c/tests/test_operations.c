@@ -200,6 +200,9 @@ static void test_render_prometheus(void) {
   CHECK(strstr(buf, "sluicegate_shadow_mode{limiter=\"api\"} 1\n") != NULL);
   char small[64];
   CHECK_RC(sg_render_prometheus(series, 2, small, sizeof small, &n), SG_ERR_BUFFER_TOO_SMALL);
+  CHECK_DETAIL("sg_render_prometheus: the text is"); /* not a previous call's detail */
+  CHECK_RC(sg_render_prometheus(series, 2, NULL, 100, &n), SG_ERR_NULL_ARGUMENT);
+  CHECK_DETAIL("sg_render_prometheus");
   sg_label bad[] = {{"outcome", "x"}};
   sg_series wrong[] = {{bad, 1, api}};
   CHECK_RC(sg_render_prometheus(wrong, 1, buf, sizeof buf, &n), SG_ERR_INVALID_OPTION);

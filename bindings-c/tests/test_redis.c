@@ -176,6 +176,10 @@ static void fail_policies(void) {
   CHECK_RC(sg_keyed_limiter_try_acquire(error, (const uint8_t *)"a", 1, 1, &d),
            SG_ERR_STORE_UNAVAILABLE);
   CHECK_DETAIL("redis://127.0.0.1:1/0");
+  /* The count of a store that cannot be asked is an error, not 0 keys. */
+  uint64_t len = 7;
+  CHECK_RC(sg_keyed_limiter_len(error, &len), SG_ERR_STORE_UNAVAILABLE);
+  CHECK_U64(len, 7);
   sg_keyed_limiter *open = keyed("2/minute", at(dead, "on_error=open&timeout=20ms"));
   for (int i = 0; i < 3; i++) CHECK(acquire(open, "a", 1).allowed);
   sg_keyed_limiter *closed = keyed("2/minute", at(dead, "on_error=closed&timeout=20ms"));

@@ -179,6 +179,7 @@ static void test_headers(void) {
   CHECK_RC(sg_decision_headers(&d, 0, NULL, 3, buf, sizeof buf, &n), SG_ERR_NULL_ARGUMENT);
   CHECK_RC(sg_decision_headers(&d, 0, NULL, 0, NULL, 10, &n), SG_ERR_NULL_ARGUMENT);
   CHECK_RC(sg_decision_headers(&d, 0, NULL, 0, buf, 10, &n), SG_ERR_BUFFER_TOO_SMALL);
+  CHECK_DETAIL("sg_decision_headers: the text is");
   CHECK_U64(n, 9);
   CHECK_U64(strlen(buf), 9);
   /* A hand-made decision whose `allowed` byte is neither 0 nor 1 is read as true. */

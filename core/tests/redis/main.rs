@@ -1454,6 +1454,27 @@ fn refused_quotas_and_options() {
     assert!(format!("{}?nonsense=1", srv.url())
         .parse::<StoreSpec>()
         .is_err());
+    // A URL the client cannot read is a wrong store string, as the core's own checks say,
+    // not an unsupported store.
+    for url in [
+        "redis://127.0.0.1:99999/0",
+        "redis://:@",
+        "redis+sentinel://127.0.0.1:1/",
+    ] {
+        let r = KeyedLimiter::<u64>::builder("3/s".parse().unwrap())
+            .store(spec(url))
+            .build();
+        assert!(
+            matches!(
+                r,
+                Err(Error::InvalidOption {
+                    option: "store",
+                    ..
+                })
+            ),
+            "{url}: {r:?}"
+        );
+    }
     // The server's clock: a reading given by the limiter's clock is not what decides.
     let clock = ManualClock::new(0);
     let l = Limiter::builder("1/h".parse().unwrap())

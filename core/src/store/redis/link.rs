@@ -1124,6 +1124,12 @@ fn userinfo_part(v: &str) -> String {
 /// The client for `url` (nothing is connected yet).
 fn target(url: &str, timeout: Duration) -> Result<Target, Error> {
     let bad = |why: String| Error::store(StoreErrorKind::Unsupported, redact(url), why);
+    // A URL the client cannot read: the store string is wrong, as for the core's own checks.
+    let invalid = |why: String| Error::InvalidOption {
+        option: "store",
+        value: redact(url),
+        expected: format!("a Redis URL the client reads ({why})"),
+    };
     if url.starts_with("rediss") && !cfg!(feature = "redis-tls") {
         return Err(bad(
             "rediss:// needs sluicegate built with the cargo feature redis-tls".into(),
@@ -1138,7 +1144,7 @@ fn target(url: &str, timeout: Duration) -> Result<Target, Error> {
     match StoreSpec::redis_topology(url) {
         Topology::Single => redis::Client::open(url)
             .map(Target::Single)
-            .map_err(|e| bad(e.to_string())),
+            .map_err(|e| invalid(e.to_string())),
         Topology::Cluster => {
             let (scheme, rest) = url.split_once("+cluster://").unwrap_or(("redis", url));
             let rest = rest.split(['/', '?']).next().unwrap_or("");
@@ -1147,7 +1153,7 @@ fn target(url: &str, timeout: Duration) -> Result<Target, Error> {
                 .map(|h| format!("{scheme}://{h}"))
                 .collect();
             if nodes.is_empty() {
-                return Err(bad("a cluster URL names at least one node".into()));
+                return Err(invalid("a cluster URL names at least one node".into()));
             }
             redis::cluster::ClusterClient::builder(nodes)
                 .connection_timeout(timeout.max(Duration::from_secs(1)))
@@ -1156,7 +1162,7 @@ fn target(url: &str, timeout: Duration) -> Result<Target, Error> {
                 .retries(0)
                 .build()
                 .map(Target::Cluster)
-                .map_err(|e| bad(e.to_string()))
+                .map_err(|e| invalid(e.to_string()))
         }
         Topology::Sentinel => {
             let rest = url.trim_start_matches("redis+sentinel://");
@@ -1187,11 +1193,13 @@ fn target(url: &str, timeout: Duration) -> Result<Target, Error> {
                 .map(|h| format!("redis://{sentinel_credentials}{h}"))
                 .collect();
             let master = parts.next().filter(|m| !m.is_empty()).ok_or_else(|| {
-                bad("a sentinel URL is redis+sentinel://[USER:PASSWORD@]HOST:PORT[,...]/MASTER[/DB]".into())
+                invalid("a sentinel URL is redis+sentinel://[USER:PASSWORD@]HOST:PORT[,...]/MASTER[/DB]".into())
             })?;
             let db = parts.next().filter(|d| !d.is_empty()).or(option("db"));
             let db: i64 = match db {
-                Some(d) => d.parse().map_err(|_| bad(format!("bad database {d:?}")))?,
+                Some(d) => d
+                    .parse()
+                    .map_err(|_| invalid(format!("bad database {d:?}")))?,
                 None => 0,
             };
             // The master's handshake as the client reads it from a URL of its own (the user
@@ -1204,7 +1212,7 @@ fn target(url: &str, timeout: Duration) -> Result<Target, Error> {
             let handshake = redis::IntoConnectionInfo::into_connection_info(format!(
                 "redis://{credentials}{first}/{db}{protocol}"
             ))
-            .map_err(|e| bad(e.to_string()))?;
+            .map_err(|e| invalid(e.to_string()))?;
             let info = redis::sentinel::SentinelNodeConnectionInfo::default()
                 .set_redis_connection_info(handshake.redis_settings().clone());
             redis::sentinel::SentinelClient::build(
@@ -1214,7 +1222,7 @@ fn target(url: &str, timeout: Duration) -> Result<Target, Error> {
                 redis::sentinel::SentinelServerType::Master,
             )
             .map(|c| Target::Sentinel(tokio::sync::Mutex::new(c)))
-            .map_err(|e| bad(e.to_string()))
+            .map_err(|e| invalid(e.to_string()))
         }
     }
 }
