@@ -103,12 +103,29 @@ end
 local Keyed = {}
 Keyed.__index = Keyed
 
+-- The key bound when none is given (as the other bindings' default).
+local DEFAULT_MAX_KEYS = 1048576
+
+-- Whether `n` is a Lua number holding a whole number exactly (below 2^53 in magnitude): a
+-- fraction or a huge number given to a uint64_t argument would be truncated by the FFI (a cost
+-- of 0.9 would be 0, a peek that admits everything).
+local function whole(n)
+  return type(n) == "number" and n == math.floor(n) and math.abs(n) < 2^53
+end
+
 -- A keyed limiter: one bucket per key (any Lua string, binary included).
 -- Returns nil, "parse_error: invalid rate ..." for a bad rate string.
 -- `clock`: a manual clock, or nil for the default clock. `store`: nil or "memory" (this
 -- process), or "shm:NAME" (a shared-memory region: every worker of the host that opens
 -- NAME shares its buckets; errors such as "store_mismatch: ..." when it holds another quota).
 function M.keyed(rate, max_keys, clock, store)
+  if type(rate) ~= "string" then
+    return nil, "invalid_argument: the rate must be a string such as \"10/s; burst=20\""
+  end
+  max_keys = max_keys or DEFAULT_MAX_KEYS
+  if not whole(max_keys) or max_keys < 1 then
+    return nil, "invalid_argument: max_keys must be a whole number, 1 or more, not " .. tostring(max_keys)
+  end
   local q = ffi.new("sg_quota *[1]")
   local rc = lib.sg_quota_parse(rate, q)
   if rc ~= C.SG_OK then return nil, last_error(rc) end
@@ -129,10 +146,16 @@ end
 -- A key's bytes: a string as it is; an integer as its decimal digits, the key rule of
 -- every binding (42 here, 42 and "42" in Python or Node name one bucket).
 local function key_bytes(key)
-  if type(key) == "number" and key == math.floor(key) and math.abs(key) < 2^53 then
-    return string.format("%d", key)
-  end
-  return key
+  if type(key) == "string" then return key end
+  if whole(key) then return string.format("%d", key) end
+  return nil
+end
+
+-- `cost` (nil: 1) as the library takes it, or nil when it is not a whole number of tokens.
+local function cost_of(cost)
+  if cost == nil then return 1 end
+  if whole(cost) and cost >= 0 then return cost end
+  return nil
 end
 
 -- The decision for `cost` tokens of `key` (a string or an integer): a table {allowed,
@@ -140,8 +163,15 @@ end
 -- string.
 function Keyed:acquire(key, cost)
   local d = self.d
-  key = key_bytes(key)
-  local rc = lib.sg_keyed_limiter_try_acquire(self.handle, key, #key, cost or 1, d)
+  local bytes = key_bytes(key)
+  if bytes == nil then
+    return nil, "invalid_argument: a key is a string or a whole number below 2^53, not " .. tostring(key)
+  end
+  local c = cost_of(cost)
+  if c == nil then
+    return nil, "invalid_argument: cost must be a whole number of tokens, 0 or more, not " .. tostring(cost)
+  end
+  local rc = lib.sg_keyed_limiter_try_acquire(self.handle, bytes, #bytes, c, d)
   if rc ~= C.SG_OK then return nil, last_error(rc) end
   return {
     allowed = d.allowed,
@@ -156,6 +186,10 @@ end
 -- {name = value}: the IETF RateLimit-Policy / RateLimit fields naming `policy`, and
 -- Retry-After on a denial, rendered by the library (sg_decision_headers).
 function Keyed:headers(policy)
+  policy = policy or "default"
+  if type(policy) ~= "string" then
+    return nil, "invalid_argument: the policy name must be a string, not " .. tostring(policy)
+  end
   local cap = 4 * #policy + 256
   local buf, n = ffi.new("char[?]", cap), ffi.new("size_t[1]")
   local rc = lib.sg_decision_headers(self.d, C.SG_HEADERS_IETF, policy, #policy, buf, cap, n)
@@ -167,9 +201,11 @@ function Keyed:headers(policy)
   return fields
 end
 
+-- The number of keys held, or nil and an error string.
 function Keyed:len()
   local n = ffi.new("uint64_t[1]")
-  lib.sg_keyed_limiter_len(self.handle, n)
+  local rc = lib.sg_keyed_limiter_len(self.handle, n)
+  if rc ~= C.SG_OK then return nil, last_error(rc) end
   return tonumber(n[0])
 end
 

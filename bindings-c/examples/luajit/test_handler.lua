@@ -97,6 +97,26 @@ check(ids:acquire(42, 1).allowed and ids:acquire("42", 1).allowed, "42 and \"42\
 check(not ids:acquire(42, 1).allowed, "the shared bucket is empty")
 check(ids:len() == 1, "42 and \"42\" are one key")
 
+-- Arguments the FFI would convert silently are refused: a fractional cost was truncated to 0
+-- (a peek, so an exhausted bucket admitted every request), and a key that is neither a string
+-- nor a whole number, a missing key bound or policy name raised a Lua error.
+local spent = assert(sg.keyed("1/minute; burst=1", 10, clock))
+check(spent:acquire("c", 1).allowed and not spent:acquire("c", 1).allowed, "one token, spent")
+for _, cost in ipairs({0.9, 1.5, -1, 2^53, 0/0, "1"}) do
+  local d5, e5 = spent:acquire("c", cost)
+  check(d5 == nil and tostring(e5):find("^invalid_argument: cost") ~= nil, "cost " .. tostring(cost) .. " refused: " .. tostring(e5))
+end
+for _, key in ipairs({1.5, 2^53, true, {}}) do
+  local d6, e6 = spent:acquire(key, 1)
+  check(d6 == nil and tostring(e6):find("^invalid_argument: a key") ~= nil, "key " .. tostring(key) .. " refused")
+end
+local d7 = spent:acquire(nil, 1)
+check(d7 == nil, "a nil key refused")
+local defaults = assert(sg.keyed("5/s"))
+check(defaults:acquire("k").allowed, "the key bound has a default")
+check(defaults:headers()["RateLimit-Policy"] ~= nil, "the policy name has a default")
+check(sg.keyed(nil) == nil and sg.keyed("5/s", 0) == nil and sg.keyed("5/s", 1.5) == nil, "a bad rate or key bound is an error value")
+
 -- The default clock works as well.
 local live = assert(sg.keyed("1000/s", 10))
 check(live:acquire("k", 1).allowed, "default clock admits")
