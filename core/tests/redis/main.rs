@@ -1186,6 +1186,17 @@ fn sentinel_with_passwords_and_a_database() {
     for (auth, query) in [("", "&sentinel_pass=s3ntinel"), (":m4ster@", "")] {
         let e = on(auth, "", query).unwrap_err();
         assert!(matches!(e, Error::Store { .. }), "{e}");
+        // A login refused is a misconfiguration to fix, not an outage to ride out.
+        assert!(
+            matches!(
+                e,
+                Error::Store {
+                    kind: StoreErrorKind::Permission,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
         assert!(
             !e.to_string().contains("m4ster") && !e.to_string().contains("s3ntinel"),
             "{e}"

@@ -173,6 +173,10 @@ impl Fail {
     /// The error [`OnError::Error`](crate::OnError::Error) returns.
     pub(crate) fn error(&self, store: &str) -> Error {
         let (kind, reason) = match self {
+            // A password the server refuses is a misconfiguration, not an outage.
+            Fail::Down(why) if refused_login(why) => {
+                (StoreErrorKind::Permission, format!("not connected: {why}"))
+            }
             Fail::Down(why) => (StoreErrorKind::Unavailable, format!("not connected: {why}")),
             Fail::Timeout => (
                 StoreErrorKind::Timeout,
@@ -196,6 +200,19 @@ impl Fail {
         };
         Error::store(kind, store, reason)
     }
+}
+
+/// Whether a connection's failure is the server refusing its login (no password given, or a
+/// wrong one), as the client words it.
+fn refused_login(why: &str) -> bool {
+    [
+        "NOAUTH",
+        "WRONGPASS",
+        "Password authentication failed",
+        "AuthenticationFailed",
+    ]
+    .iter()
+    .any(|w| why.contains(w))
 }
 
 /// What a store's calls came to, counted since the store was built (all limiters on one
