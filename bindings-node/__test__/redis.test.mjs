@@ -173,7 +173,8 @@ describe('bad URLs', () => {
     ['redis://127.0.0.1:6379/0?timeout=soon', 'ERR_SLUICEGATE_INVALID_OPTION'],
     ['redis://127.0.0.1:6379/0?prefix=a%20b', 'ERR_SLUICEGATE_INVALID_OPTION'],
     ['redis://', 'ERR_SLUICEGATE_INVALID_OPTION'],
-    ['redis+sentinel://127.0.0.1:1', 'ERR_SLUICEGATE_STORE_UNSUPPORTED'],
+    ['redis+sentinel://127.0.0.1:1', 'ERR_SLUICEGATE_INVALID_OPTION'],
+    ['redis://127.0.0.1:99999/0', 'ERR_SLUICEGATE_INVALID_OPTION'],
     ['postgres://127.0.0.1/0', 'ERR_SLUICEGATE_INVALID_OPTION'],
   ]) {
     test(`${store}: ${code}`, () => {

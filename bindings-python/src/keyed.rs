@@ -462,9 +462,10 @@ impl PyKeyedLimiter {
         self.call(py, KeyedLimiter::clear).map_err(to_py)
     }
 
-    /// The number of keys with a bucket (on Redis: this limiter's keys, counted by a SCAN).
+    /// The number of keys with a bucket (on Redis: this limiter's keys, counted by a SCAN;
+    /// a `StoreError` when the server cannot be asked).
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
-        self.call(py, |l| Ok(l.len())).map_err(to_py)
+        self.call(py, KeyedLimiter::try_len).map_err(to_py)
     }
 
     /// The key bound.

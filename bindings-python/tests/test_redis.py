@@ -221,9 +221,14 @@ def test_url_errors_never_show_the_password() -> None:
     with pytest.raises(StoreError) as bad:
         KeyedLimiter("1/s", store="redis://user:hunter2@127.0.0.1:1/0?on_error=error").try_acquire("k")
     assert bad.value.kind == "unavailable" and "hunter2" not in str(bad.value) + bad.value.store
-    with pytest.raises(StoreError) as sentinel:
+    # A count the server cannot give is an error, not 0 keys.
+    with pytest.raises(StoreError):
+        len(KeyedLimiter("1/s", store="redis://127.0.0.1:1/0?timeout=100ms"))
+    with pytest.raises(InvalidOptionError) as sentinel:  # a store string the client cannot read
         KeyedLimiter("1/s", store="redis+sentinel://127.0.0.1:1")  # no master named
-    assert sentinel.value.kind == "unsupported"
+    assert sentinel.value.option == "store" and "MASTER" in str(sentinel.value)
+    with pytest.raises(InvalidOptionError):
+        KeyedLimiter("1/s", store="redis://127.0.0.1:99999/0")
 
 
 def test_the_released_build_sends_no_client_time() -> None:
