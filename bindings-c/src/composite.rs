@@ -6,7 +6,7 @@ use crate::error::{fail, from_core, null, sg_result};
 use crate::handle;
 use crate::limiter::{sg_limiter, Limiter};
 use sluicegate::composite::{self, try_acquire_all, try_acquire_all_at};
-use sluicegate::{Clock, Decision, Error};
+use sluicegate::{Decision, Error};
 
 /// Parts up to this many are gathered on the stack; more take one allocation per call.
 const INLINE: usize = 8;
@@ -198,7 +198,7 @@ pub unsafe extern "C" fn sg_composite_refund(
         // SAFETY: forwarded caller contract.
         let r = unsafe {
             with_parts(limiters, n, "sg_composite_refund", |p| {
-                composite::refund_all_at(p, p[0].clock().now(), cost)
+                composite::refund_all(p, cost)
             })?
         };
         r.map_err(from_core)

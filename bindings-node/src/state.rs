@@ -9,7 +9,7 @@
 
 use crate::errors::{from_core, invalid_arg, JsErr};
 use sluicegate::http::HeaderStyle;
-use sluicegate::{composite, AnyClock, Clock, Decision, KeyedLimiter, Limiter, Quota};
+use sluicegate::{composite, AnyClock, Decision, KeyedLimiter, Limiter, Quota};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -137,15 +137,13 @@ impl Entry {
         }
     }
 
-    /// Gives `cost` back: to a single limiter, or to every part of a composite at one reading
-    /// of the first part's clock (each part is checked first, so an error refunds nothing).
+    /// Gives `cost` back: to a single limiter, or to every part of a composite at its reading
+    /// (the core's `refund_all`).
     pub fn refund(&self, cost: u64) -> Result<(), JsErr> {
         match self {
             Entry::Single(l) => l.refund(cost).map_err(from_core),
             Entry::Composite(parts) => {
-                let parts = Self::parts(parts);
-                let now = parts[0].clock().now();
-                composite::refund_all_at(&parts, now, cost).map_err(from_core)
+                composite::refund_all(&Self::parts(parts), cost).map_err(from_core)
             }
             other => Err(other.wrong("a Limiter or Composite")),
         }

@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyTuple;
 use sluicegate::composite::{self, try_acquire_all, try_acquire_all_at};
-use sluicegate::{AcquirePlan, AnyClock, Clock, Error, Limiter, Next};
+use sluicegate::{AcquirePlan, AnyClock, Error, Limiter, Next};
 
 /// Limiters (per user, per tenant, global, any algorithms) consumed all-or-nothing: a request
 /// is taken from every part, or from none. The decision reports the tightest part's `limit`
@@ -230,14 +230,9 @@ impl PyComposite {
 }
 
 impl PyComposite {
-    /// The first part's clock reading (the parts read one clock).
-    fn now(&self) -> u64 {
-        self.parts[0].get().inner.clock().now()
-    }
-
-    /// Refunds every part now (the core's `refund_all_at`); a blocking call on Redis.
+    /// Refunds every part now (the core's `refund_all`); a blocking call on Redis.
     pub(crate) fn refund_cost(&self, cost: u64) -> Result<(), Error> {
-        composite::refund_all_at(&self.cores(), self.now(), cost)
+        composite::refund_all(&self.cores(), cost)
     }
 
     /// The parts' core limiters.

@@ -274,7 +274,7 @@ impl Shared {
                 continue;
             };
             let key = key.as_bytes();
-            match l.limiter.try_acquire(key, l.cost) {
+            match over_capacity(l, l.limiter.try_acquire(key, l.cost)) {
                 Ok(d) => {
                     if let Some(wait) = queued(&d) {
                         // A queue slot with a wait: given back, and the request refused.
@@ -334,7 +334,7 @@ impl Shared {
             return Verdict::Pass(None);
         };
         let key = key.as_bytes();
-        let decided = l.limiter.try_acquire(key, l.cost);
+        let decided = over_capacity(l, l.limiter.try_acquire(key, l.cost));
         self.warn(req);
         let mut fields = Fields::default();
         match decided {
@@ -415,6 +415,26 @@ impl Shared {
 
 /// The status of a request the limiter could not decide: a key store at its bound refuses
 /// new keys (429, retry in a second); anything else is a misconfigured limit (500).
+/// A request whose cost no bucket of `l`'s quota holds (its quota lowered live below the
+/// limit's fixed cost, which [`Limit::cost`] checked when it was set): a refusal that says to
+/// come back after the policy's window, as the other adapters answer, not a server error.
+fn over_capacity(l: &Limit, r: Result<Decision, Error>) -> Result<Decision, Error> {
+    match r {
+        Err(Error::InsufficientCapacity { capacity, .. }) => {
+            let window = l.limiter.quota().window_secs();
+            Ok(Decision::from_figures(
+                false,
+                capacity,
+                0,
+                window.saturating_mul(1_000_000_000),
+                0,
+                window,
+            ))
+        }
+        r => r,
+    }
+}
+
 fn status_of(e: &Error) -> StatusCode {
     match e {
         Error::KeyStoreFull { .. } => StatusCode::TOO_MANY_REQUESTS,

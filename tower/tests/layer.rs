@@ -459,18 +459,18 @@ async fn a_full_key_store_refuses_new_clients_and_a_cost_above_the_burst_is_an_e
             capacity: 1
         })
     ));
-    // A quota changed live below a fixed cost: every request is the core's error, a 500.
-    let costly = limit("api", "1/s; burst=2", KeyBy::Client, &clock)
+    // A quota changed live below a fixed cost: refused, told to come back after the
+    // policy's window (it was a 500), as the other adapters answer.
+    let costly = limit("api", "1/10s; burst=2", KeyBy::Client, &clock)
         .cost(2)
         .unwrap();
     costly
         .limiter()
-        .set_quota("1/s; burst=1".parse().unwrap())
+        .set_quota("1/10s; burst=1".parse().unwrap())
         .unwrap();
-    assert_eq!(
-        status(&app_of(costly), req(PEER, "/")).await,
-        StatusCode::INTERNAL_SERVER_ERROR
-    );
+    let r = send(&app_of(costly), req(PEER, "/")).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&r, "retry-after"), Some("10"));
 }
 
 fn app_of(limit: Limit) -> Router {

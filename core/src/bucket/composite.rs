@@ -350,6 +350,19 @@ fn all_or_nothing<C: Clock, L: Borrow<Limiter<C>>>(
     Ok(acc.finish(true))
 }
 
+/// [`refund_all_at`] reading the clocks as [`try_acquire_all`] does (each part whose default
+/// clock counts from another origin than the first part's at its own reading).
+///
+/// # Panics
+/// If `parts` is empty.
+pub fn refund_all<C: Clock>(parts: &[&Limiter<C>], cost: u64) -> Result<(), Error> {
+    assert!(
+        !parts.is_empty(),
+        "a composite limit needs at least one part"
+    );
+    refund_each(parts, &Readings::read(parts), cost)
+}
+
 /// Gives `cost` back to every limiter at `now` (limiters owned elsewhere), or to none when
 /// the reading is out of any one's range. A limiter whose refund fails does not stop the
 /// others: the first error is returned once all were tried (see [`Composite::refund`]).

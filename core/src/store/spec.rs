@@ -414,6 +414,20 @@ fn parse_redis(s: &str, t: &str) -> Result<StoreSpec, Error> {
         ));
     }
     let mut url = base.to_string();
+    let tcp = base.starts_with("redis://") || base.starts_with("rediss://");
+    if tcp && given("db") {
+        // The client reads a TCP URL's database from its path only (a `?db=` was dropped,
+        // the buckets landing in database 0): moved there.
+        let db = passed
+            .iter()
+            .find_map(|p| p.strip_prefix("db="))
+            .unwrap_or("");
+        if digits::<i64>(db).is_none() {
+            return Err(redis_invalid(s, "db: a database number"));
+        }
+        url = format!("{}/{db}", url.trim_end_matches('/'));
+        passed.retain(|p| p.split('=').next() != Some("db"));
+    }
     if !passed.is_empty() {
         url.push('?');
         url.push_str(&passed.join("&"));
@@ -588,6 +602,23 @@ mod tests {
             "redis+sentinel://s1:26379,s2:26379/mymaster/0",
         ] {
             assert!(matches!(ok.parse(), Ok(StoreSpec::Redis { .. })), "{ok}");
+        }
+        // A TCP URL's client reads the database from the path alone: `?db=` is moved there.
+        for (given, url) in [
+            ("redis://h?db=7&prefix=p", "redis://h/7"),
+            ("redis://h:6379/?db=5", "redis://h:6379/5"),
+            (
+                "rediss://u:pw@h?db=3&protocol=resp3",
+                "rediss://u:pw@h/3?protocol=resp3",
+            ),
+        ] {
+            let Ok(StoreSpec::Redis { url: got, .. }) = given.parse::<StoreSpec>() else {
+                panic!("{given}")
+            };
+            assert_eq!(got, url, "{given}");
+        }
+        for bad in ["redis://h/0?db=7", "redis://h?db=x", "redis://h?db=-1"] {
+            assert!(bad.parse::<StoreSpec>().is_err(), "{bad}");
         }
         let p: StoreSpec = "redis+unix:///run/redis.sock?db=2&hosts=4".parse().unwrap();
         let StoreSpec::Redis { url, options } = p else {

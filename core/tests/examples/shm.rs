@@ -179,7 +179,7 @@ fn links_other_users_files_and_loose_permissions_are_refused() {
 /// refilled its bucket: a limit of 1 per 2 s admitted twice within milliseconds.
 #[test]
 fn a_composite_over_regions_reads_each_regions_clock() {
-    use sluicegate::composite::{try_acquire_all, Composite};
+    use sluicegate::composite::{refund_all, try_acquire_all, Composite};
     let (global, tenant) = (
         Region::new("composite-global"),
         Region::new("composite-tenant"),
@@ -203,6 +203,12 @@ fn a_composite_over_regions_reads_each_regions_clock() {
     assert_eq!(parts.parts()[0].peek().unwrap().remaining(), 1000);
     parts.refund(1).unwrap();
     assert!(parts.try_acquire(1).unwrap().allowed());
+    // The bindings' refund over limiters owned elsewhere: the tenant's token comes back (at
+    // the first part's reading it was lost, the bucket's state being ahead of it).
+    let refs: Vec<&Limiter> = parts.parts().iter().collect();
+    assert!(!try_acquire_all(&refs, 1).unwrap().allowed());
+    refund_all(&refs, 1).unwrap();
+    assert!(try_acquire_all(&refs, 1).unwrap().allowed());
 }
 
 #[test]

@@ -1486,6 +1486,19 @@ fn refused_quotas_and_options() {
             "{url}: {r:?}"
         );
     }
+    // `?db=` on a TCP URL chooses the database (the client read only the path's: db 0).
+    let l = KeyedLimiter::<u64>::builder("3/s".parse().unwrap())
+        .store(spec(&format!(
+            "redis://127.0.0.1:{}?db=7&prefix=qdb&on_error=error&timeout=2s",
+            srv.port
+        )))
+        .build()
+        .unwrap();
+    assert!(l.try_acquire(&1, 1).unwrap().allowed());
+    let mut in7 = srv.resp();
+    in7.cmd(&["SELECT", "7"]).unwrap();
+    assert!(in7.keys().iter().any(|k| k.starts_with("qdb:")));
+    assert!(!srv.resp().keys().iter().any(|k| k.starts_with("qdb:")));
     // The server's clock: a reading given by the limiter's clock is not what decides.
     let clock = ManualClock::new(0);
     let l = Limiter::builder("1/h".parse().unwrap())
