@@ -182,6 +182,9 @@ function toRate(quota) {
     if (!QUOTA_KEYS.has(k)) throw invalidArg(`unknown quota option ${JSON.stringify(k)}`)
   }
   if (quota.count === undefined) throw invalidArg('quota needs `count`')
+  // Both spellings of one figure would be a million-fold apart if taken one for the other.
+  if (quota.periodNs !== undefined && quota.periodMs !== undefined) throw invalidArg('give periodMs or periodNs, not both')
+  if (quota.maxDelayNs !== undefined && quota.maxDelayMs !== undefined) throw invalidArg('give maxDelayMs or maxDelayNs, not both')
   let periodNs
   if (quota.periodNs !== undefined) periodNs = uint(quota.periodNs, 'periodNs')
   else if (quota.periodMs !== undefined) periodNs = msToNs(quota.periodMs, 'periodMs')
@@ -401,7 +404,10 @@ function drive(plan, signal) {
       } catch (e) {
         return settle(reject, e)
       }
-      if (kind === REJECT || (kind === ADMIT && d.retryAfterNs === 0)) return settle(resolve, d)
+      // An admission goes ahead at once unless it carries a wait (a leaky queue's slot); one
+      // that shadow mode let through carries the rejection's figures, took nothing, and never
+      // waits (the core's `Next::wait`).
+      if (kind === REJECT || (kind === ADMIT && (d.retryAfterNs === 0 || d.shadowRejected))) return settle(resolve, d)
       admitted = kind === ADMIT
       sleep(d.retryAfterMs, admitted ? () => settle(resolve, d) : step)
     }

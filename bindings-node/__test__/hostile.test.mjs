@@ -38,6 +38,9 @@ test('zero, negative, NaN, infinite and huge rates', () => {
   assert.throws(() => new Limiter({ count: 1, periodMs: 18446744073710n }), INVALID_ARG, 'beyond 2^64-1 ns')
   assert.throws(() => new Limiter({ count: 2n ** 64n, periodMs: 1 }), INVALID_ARG)
   assert.throws(() => new Limiter({ count: 1, periodNs: 2n ** 64n }), INVALID_ARG)
+  // Both spellings of one figure: refused (one was taken silently, a million-fold apart).
+  assert.throws(() => new Limiter({ count: 1, periodMs: 1000, periodNs: 5 }), INVALID_ARG)
+  assert.throws(() => new Limiter({ count: 1, periodMs: 1000, algorithm: 'leaky_queue', maxDelayMs: 1, maxDelayNs: 5n }), INVALID_ARG)
   // Every algorithm refuses a zero rate the same way.
   for (const a of ALGORITHMS) assert.throws(() => new Limiter(`0/s; algorithm=${a}`), INVALID_QUOTA, a)
 })
@@ -287,4 +290,29 @@ test('integer edges: 2**53, 2n**64n, -1', () => {
   const wide = new Limiter('1/ns; burst=9223372036854775807', { clock: new ManualClock(0) })
   assert.equal(wide.peek().limit, 9223372036854775807n)
   assert.throws(() => wide.tryAcquire(2n ** 64n - 1n), code('ERR_SLUICEGATE_INSUFFICIENT_CAPACITY'))
+})
+
+test('a Composite refuses a manual clock beside the system clock', () => {
+  const manual = new Limiter('100/s', { clock: new ManualClock(10n ** 18n) })
+  assert.throws(() => new Composite([manual, new Limiter('2/s')]), INVALID_ARG)
+  assert.throws(() => new Composite([new Limiter('2/s'), manual]), INVALID_ARG)
+  const clock = new ManualClock(0)
+  assert.ok(new Composite([manual, new Limiter('2/s', { clock })]).tryAcquire().allowed)
+})
+
+test('shadow mode: acquire goes ahead at once, and an abort gives back nothing it did not take', async () => {
+  const l = new Limiter('1/10s', { shadow: true })
+  assert.ok(l.tryAcquire().allowed)
+  const t0 = Date.now()
+  const d = await l.acquire(1, { timeoutMs: 20_000 })
+  assert.ok(d.allowed && d.shadowRejected)
+  assert.ok(Date.now() - t0 < 2_000, `waited ${Date.now() - t0} ms`)
+  const two = new Limiter('2/10s', { shadow: true })
+  assert.ok(two.tryAcquire(2).allowed)
+  const ac = new AbortController()
+  const pending = two.acquire(2, { signal: ac.signal })
+  ac.abort()
+  await pending.catch(() => {})
+  two.shadow = false
+  assert.equal(two.tryAcquire(2).allowed, false, 'the aborted shadow acquire gave back tokens it never took')
 })

@@ -290,11 +290,20 @@ pub fn composite_new(env: Env, handles: Vec<u32>) -> std::result::Result<u32, Js
     }
     let state = env_state(&env)?;
     let mut parts = Vec::with_capacity(handles.len());
+    let mut manual = None;
     for h in handles {
         let part = state.get(h)?;
-        match &*part {
-            Entry::Remote(inner) => inner.single().map(drop)?,
-            other => other.single().map(drop)?,
+        let is_manual = match &*part {
+            Entry::Remote(inner) => inner.single()?.clock().manual().is_some(),
+            other => other.single()?.clock().manual().is_some(),
+        };
+        // The first part's reading decides every part whose clock shares its timeline: a
+        // manual clock's readings beside the system clock's would leave a part's bucket
+        // clamped at the other's time (as the Python binding refuses too).
+        if *manual.get_or_insert(is_manual) != is_manual {
+            return Err(invalid_arg(
+                "the parts of a Composite must read one kind of clock: all the system clock, or all manual clocks",
+            ));
         }
         parts.push(part);
     }

@@ -18,6 +18,7 @@ use crate::{PyDecision, PyLimiter};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
+use pyo3::{PyTraverseError, PyVisit};
 use sluicegate::{AcquirePlan, Error, Next};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -75,9 +76,13 @@ impl Acquire {
     /// or the rejection. A signal (Ctrl-C) during an admitted wait gives the cost back.
     pub(crate) fn block(mut self, py: Python<'_>) -> PyResult<PyDecision> {
         loop {
-            match self.poll(py).map_err(to_py)? {
+            let next = self.poll(py).map_err(to_py)?;
+            // The core's wait: a leaky queue's slot; none for a request that shadow mode let
+            // through (it carries the rejection's figures and took nothing to give back).
+            let wait = next.wait();
+            match next {
                 Next::Admit(d) => {
-                    if let Err(interrupted) = sleep_interruptibly(py, d.retry_after()) {
+                    if let Err(interrupted) = sleep_interruptibly(py, wait) {
                         self.cancel(py).map_err(to_py)?;
                         return Err(interrupted);
                     }
@@ -140,12 +145,27 @@ impl PyAcquire {
 
 #[pymethods]
 impl PyAcquire {
+    /// Reports the limiter (or composite) the acquire runs on (see `Composite.__traverse__`).
+    /// A step in progress holds the lock, and the references are then not reported: the
+    /// collector must not wait.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        let Ok(inner) = self.inner.try_lock() else {
+            return Ok(());
+        };
+        match &inner.0 {
+            Acquire::Single(l, _) => visit.call(l),
+            Acquire::Keyed(l, _, _) => visit.call(l),
+            Acquire::Composite(c, _) => visit.call(c),
+        }
+    }
+
     /// The core's next step: `("admit", d)` (wait `d.retry_after`, then go ahead),
     /// `("reject", d)` (the outcome) or `("retry", d)` (wait `d.retry_after`, poll again).
     fn poll(&self, py: Python<'_>) -> PyResult<(&'static str, PyDecision)> {
         let mut inner = self.lock()?;
         let next = inner.0.poll(py).map_err(to_py)?;
-        inner.1 = matches!(next, Next::Admit(_));
+        // A shadow mode's admission took nothing: there is nothing to give back.
+        inner.1 = matches!(next, Next::Admit(d) if !d.shadow_rejected());
         Ok(match next {
             Next::Admit(d) => ("admit", d.into()),
             Next::Reject(d) => ("reject", d.into()),

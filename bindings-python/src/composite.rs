@@ -15,6 +15,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyTuple;
+use pyo3::{PyTraverseError, PyVisit};
 use sluicegate::composite::{self, try_acquire_all, try_acquire_all_at};
 use sluicegate::{AcquirePlan, AnyClock, Error, Limiter, Next};
 
@@ -65,6 +66,13 @@ impl PyComposite {
 
 #[pymethods]
 impl PyComposite {
+    /// Reports the parts to the cycle collector: a cycle through a composite (a service
+    /// object holding a limiter whose hook is its own method, and a composite of it) is
+    /// collected; its references went unreported, and the cycle was kept for ever.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        self.parts.iter().try_for_each(|p| visit.call(p))
+    }
+
     #[new]
     fn new(parts: &Bound<'_, PyAny>) -> PyResult<Self> {
         let mut out: Vec<Py<PyLimiter>> = Vec::new();

@@ -79,6 +79,11 @@ class RateLimited(Error):
             message = f"rate limited: retry after {decision.retry_after:.3f} s"
         super().__init__(message)
 
+    def __reduce__(self):
+        # copy and pickle rebuild it from its arguments (the default passes only `args`, the
+        # message, which was taken for the decision).
+        return (type(self), (self.decision, str(self)), self.__dict__)
+
     @property
     def retry_after(self):
         return self.decision.retry_after

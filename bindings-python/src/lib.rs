@@ -229,6 +229,12 @@ impl PyQuota {
     fn __repr__(&self) -> String {
         format!("Quota({:?})", self.inner.to_string())
     }
+
+    /// Pickled (and copied) as its canonical rate string, which parses back to an equal
+    /// quota: a quota crosses to `multiprocessing` workers.
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        Ok((slf.get_type().into_any(), (slf.get().inner.to_string(),)))
+    }
 }
 
 /// Whether the quota runs the leaky queue (the one algorithm whose admissions may wait).
@@ -594,9 +600,9 @@ impl PyLimiter {
             .map_err(to_py)
     }
 
-    /// `peek` for asyncio (a request of cost 0).
+    /// `peek` for asyncio (not counted, as `peek`).
     async fn peek_async(&self) -> PyResult<PyDecision> {
-        remote::relayed(self.remote.as_ref(), self.inner.try_acquire_async(0))
+        remote::relayed(self.remote.as_ref(), self.inner.peek_async())
             .await
             .and_then(|r| r)
             .map(Into::into)
@@ -805,17 +811,28 @@ impl PyReservation {
             target,
             cost,
             decision,
-            state: AtomicU8::new(if decision.allowed() && cost > 0 {
-                OPEN
-            } else {
-                CLOSED
-            }),
+            // A request shadow mode let through took nothing: nothing to give back.
+            state: AtomicU8::new(
+                if decision.allowed() && !decision.shadow_rejected() && cost > 0 {
+                    OPEN
+                } else {
+                    CLOSED
+                },
+            ),
         }
     }
 }
 
 #[pymethods]
 impl PyReservation {
+    /// Reports the limiter the tokens go back to (see `Composite.__traverse__`).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        match &self.target {
+            Target::Single(l) => visit.call(l),
+            Target::Keyed(l, _) => visit.call(l),
+        }
+    }
+
     fn __bool__(&self) -> bool {
         self.decision.allowed()
     }
@@ -830,10 +847,11 @@ impl PyReservation {
         self.cost
     }
     /// Seconds to wait before going ahead: a leaky queue's delay until the reserved slot
-    /// (0.0 for every other algorithm, and for a rejection).
+    /// (0.0 for every other algorithm, for a rejection, and for a request shadow mode let
+    /// through, whose decision carries the rejection's figures).
     #[getter]
     fn delay(&self) -> f64 {
-        if self.decision.allowed() {
+        if self.decision.allowed() && !self.decision.shadow_rejected() {
             self.decision.retry_after_nanos() as f64 / NS_PER_S
         } else {
             0.0

@@ -302,8 +302,17 @@ fn labels(obj: &Bound<'_, PyAny>) -> PyResult<Vec<(String, String)>> {
 #[pyfunction]
 pub(crate) fn render_prometheus(series: &Bound<'_, PyAny>) -> PyResult<String> {
     let mut rows: Vec<(Vec<(String, String)>, Metrics)> = Vec::new();
-    if let Ok(map) = series.cast::<PyDict>() {
-        for (name, limiter) in map.iter() {
+    // Any mapping (a dict, `MappingProxyType`, a `UserDict`), as the stub's `Mapping` says.
+    let items = match series.cast::<PyDict>() {
+        Ok(map) => Some(map.items().into_any()),
+        Err(_) => match series.cast::<PyMapping>() {
+            Ok(map) => Some(map.items()?.into_any()),
+            Err(_) => None,
+        },
+    };
+    if let Some(items) = items {
+        for item in items.try_iter()? {
+            let (name, limiter): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item?.extract()?;
             let Ok(name) = name.cast::<PyString>() else {
                 return Err(PyTypeError::new_err("limiter names must be str"));
             };

@@ -247,6 +247,20 @@ def test_rate_limited_carries_the_decision() -> None:
     assert str(RateLimited(denied, "slow down")) == "slow down"
     with pytest.raises(Error):
         raise err
+    # copy rebuilds it from the decision and the message (the message was taken for the
+    # decision: AttributeError 'str' object has no attribute 'retry_after').
+    import copy
+
+    again = copy.copy(err)
+    assert again.decision is denied and str(again) == str(err)
+
+
+def test_a_quota_pickles_as_its_canonical_rate() -> None:
+    import pickle
+
+    for rate in ("10/s; burst=50", "3/minute; algorithm=sliding_window", "7/250ms; refill=interval"):
+        q = Quota(rate)
+        assert pickle.loads(pickle.dumps(q)) == q
 
 
 def test_nothing_is_picklable_by_accident_or_mutable() -> None:

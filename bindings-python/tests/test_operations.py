@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import sluicegate
 from sluicegate import (
+    Composite,
     InvalidOptionError,
     KeyedLimiter,
     Limiter,
@@ -241,6 +242,45 @@ def test_a_limiter_whose_hook_refers_to_it_is_collected() -> None:
     assert [h() for h in hooks] == [None] * 10
 
 
+def test_cycles_through_a_composite_a_reservation_or_an_acquire_are_collected() -> None:
+    """A service object holding a limiter whose hook is its own method, and a Composite of
+    it (or a reservation, or an acquire not awaited): the composite's, the reservation's and
+    the acquire's references to the limiter went unreported to the collector, so the cycle
+    and the limiter's native state were kept for ever."""
+    import weakref
+
+    class Service:
+        def __init__(self, hold: str) -> None:
+            self.per_user = Limiter("10/s", on_reject=self.log)
+            self.held: Any = None
+            if hold == "composite":
+                self.held = Composite([self.per_user, Limiter("100/s")])
+            elif hold == "reservation":
+                self.held = self.per_user.reserve(1)
+            elif hold == "acquire":
+                self.held = self.per_user.acquire_async(1)
+                self.held.close()  # never awaited; the coroutine still refers to the plan
+
+        def log(self, r: Rejection) -> None:
+            pass
+
+    refs = []
+    for hold in ("composite", "reservation", "acquire"):
+        refs.append((hold, weakref.ref(Service(hold))))
+    gc.collect()
+    assert [(hold, r() is None) for hold, r in refs] == [(hold, True) for hold, _ in refs]
+
+
+def test_peek_async_is_not_counted() -> None:
+    """`peek_async` counted a decision of cost 0 as allowed (its twin `peek` counts nothing)."""
+    import asyncio
+
+    limiter = Limiter("5/s", metrics=True)
+    limiter.peek()
+    asyncio.run(limiter.peek_async())
+    assert limiter.metrics().allowed == 0
+
+
 def parsed(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     out = {}
     for family in text_string_to_metric_families(text):
@@ -263,6 +303,12 @@ def scenario() -> tuple[Limiter, KeyedLimiter]:
 def test_render_prometheus_parses_with_prometheus_client() -> None:
     api, users = scenario()
     text = render_prometheus({"api": api, "users": users})
+    # Any mapping, as the stub says (only a dict was taken).
+    from collections import UserDict
+    from types import MappingProxyType
+
+    assert render_prometheus(MappingProxyType({"api": api, "users": users})) == text
+    assert render_prometheus(UserDict({"api": api, "users": users})) == text
     samples = parsed(text)
     assert samples[("sluicegate_decisions_total", (("limiter", "api"), ("outcome", "shadow_rejected")))] == 3
     assert samples[("sluicegate_decisions_total", (("limiter", "api"), ("outcome", "allowed")))] == 2

@@ -221,3 +221,38 @@ def test_allow_is_try_acquire_as_a_bool() -> None:
     assert both.parts[0].peek().remaining == 1  # the rejection was refunded
     with pytest.raises(ValueError, match="cost"):
         both.allow(-1)
+
+
+def test_shadow_mode_never_waits_and_gives_back_nothing_it_did_not_take() -> None:
+    """A request shadow mode lets through took nothing and goes ahead at once: `acquire` (and
+    `acquire_async`) slept the rejection's wait, a cancel during it, or of a reservation,
+    gave back tokens never taken, and a reservation's `delay` was the rejection's wait."""
+    clock = ManualClock(0)
+    res = Limiter("2/s", clock=clock, shadow=True)
+    assert res.try_acquire() and res.try_acquire()
+    r = res.reserve(1)
+    assert r and r.decision.shadow_rejected and r.delay == 0.0
+    assert not r.cancel()
+    res.shadow = False
+    assert not res.try_acquire(), "the shadow reservation's cancel gave back a token"
+
+    slow = Limiter("1/10s", shadow=True)
+    assert slow.try_acquire()
+    t0 = time.monotonic()
+    d = slow.acquire(timeout=20)
+    assert d.allowed and d.shadow_rejected and time.monotonic() - t0 < 2
+
+    async def cancelled() -> None:
+        two = Limiter("2/10s", shadow=True)
+        assert two.try_acquire(2)
+        t0 = time.monotonic()
+        d = await two.acquire_async(2)
+        assert d.shadow_rejected and time.monotonic() - t0 < 2
+        task = asyncio.ensure_future(two.acquire_async(2))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        two.shadow = False
+        assert not two.try_acquire(2), "the cancelled shadow acquire gave back tokens"
+
+    asyncio.run(cancelled())

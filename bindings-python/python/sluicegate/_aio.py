@@ -41,7 +41,9 @@ async def acquire(plan: _Acquire) -> Decision:
         if step == "retry":
             await asyncio.sleep(decision.retry_after)
             continue
-        if step == "admit" and decision.retry_after_ns:
+        # An admission that shadow mode let through carries the rejection's figures and
+        # took nothing: it never waits (the core's Next::wait).
+        if step == "admit" and decision.retry_after_ns and not decision.shadow_rejected:
             try:
                 await asyncio.sleep(decision.retry_after)
             except BaseException:

@@ -537,6 +537,16 @@ impl<C: Clock> Limiter<C> {
         }
     }
 
+    /// [`peek`](Self::peek) for async code (cargo feature `redis`): not counted, as `peek`.
+    #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+    pub async fn peek_async(&self) -> Result<Decision, Error> {
+        let now = self.clock.now();
+        match self.inner.redis() {
+            Some(b) => b.peek_async(now).await,
+            None => self.decide(now, 0, u64::MAX),
+        }
+    }
+
     /// [`refund`](Self::refund) for async code (cargo feature `redis`).
     #[cfg(all(feature = "redis", not(sluicegate_loom)))]
     pub async fn refund_async(&self, cost: u64) -> Result<(), Error> {

@@ -85,6 +85,13 @@ impl RedisBucket {
         self.c.request_async(name, self.fp, ask).await
     }
 
+    pub(crate) async fn peek_async(&self, now: u64) -> Result<Decision, Error> {
+        self.check(now, 0)?;
+        let ask = Self::ask(Op::Peek, now, 0, None);
+        let name = Name::Made(&self.name);
+        self.c.request_async(name, self.fp, ask).await
+    }
+
     pub(crate) async fn refund_async(&self, now: u64, cost: u64) -> Result<(), Error> {
         let ask = Self::ask(Op::Refund, now, cost, None);
         let name = Name::Made(&self.name);
