@@ -64,7 +64,7 @@ export interface Options {
   policy?: string
   /** The most clients held at once (default 2^20). */
   maxKeys?: number
-  /** At the bound: `'evict'` the client nearest to full (default) or `'reject'` new clients (an error to `next`). */
+  /** At the bound: `'evict'` the client nearest to full (default) or `'reject'` new clients (a 429, `Retry-After: 1`). */
   onFull?: OnFull
   /** Use this limiter (e.g. one shared between routes) instead of creating one (not with `store`). */
   limiter?: KeyedLimiter

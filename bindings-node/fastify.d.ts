@@ -99,7 +99,7 @@ export interface RateLimitOptions {
   cost?: number | ((req: FastifyRequest) => number)
   /** The most clients held at once (default 2^20). */
   maxKeys?: number
-  /** At the bound: `'evict'` (default) or `'reject'` (an error, or a pass with `skipOnError`). */
+  /** At the bound: `'evict'` (default) or `'reject'` new clients (a 429, `Retry-After: 1`). */
   onFull?: OnFull
   /** `'memory'` (default), `'shm:NAME'` (every process of the host) or `'redis://...'` (every host), as in `sluicegate/express`. */
   store?: string
