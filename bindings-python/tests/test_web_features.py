@@ -385,6 +385,35 @@ def test_django_get_and_reset() -> None:
         assert get("127.0.0.1", counted).remaining == 1
 
 
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_starlette_limits_of_one_request_are_all_or_nothing(redis_server: RedisServer, store: str) -> None:
+    """The middleware's default limits, an app-wide dependency and a route's dependency decide
+    one request: when a later one rejects it, what the earlier ones took goes back. A
+    rejected request took the app-wide limit's token for nothing, and the next requests of
+    the client were refused by a limit they were within."""
+    storage = "memory" if store == "memory" else url(redis_server, on_error="error")
+    limiter = StarletteSluicegate(default_limits=["5/minute"], storage=storage)
+    app_wide = limiter.dependency("3/minute", name="app")
+    app = FastAPI(dependencies=[Depends(app_wide)])
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+    tight = limiter.dependency("1/minute", deduct_when=succeeded)
+
+    @app.get("/tight", dependencies=[Depends(tight)])
+    async def tight_route() -> str:
+        return "tight"
+
+    @app.get("/other")
+    async def other() -> str:
+        return "other"
+
+    client = TestClient(app)
+    assert [client.get("/tight").status_code for _ in range(3)] == [200, 429, 429]
+    # The two refused requests gave the app-wide and the default limits their tokens back:
+    # the app-wide limit (3) has 2 left, and /other's default limit (its own route) is whole.
+    assert [client.get("/other").status_code for _ in range(3)] == [200, 200, 429]
+    assert app_wide.get("testclient").remaining == 0
+
+
 def test_starlette_get_and_reset() -> None:
     limiter = StarletteSluicegate(default_limits=["1/minute; burst=1"])
     shared = limiter.dependency("1/minute; burst=2", name="search")

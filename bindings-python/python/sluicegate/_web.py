@@ -333,6 +333,10 @@ def _check_cost(cost: Any, quota: Quota) -> None:
 Taken = list[tuple[KeyedLimiter, Any, int, Callable[[Any], bool]]]
 
 
+#: What an admitted request took from every limit that counts it: (limiter, key, cost).
+Held = list[tuple[KeyedLimiter, Any, int]]
+
+
 def check(
     rules: Sequence[Rule],
     request: Any,
@@ -340,6 +344,7 @@ def check(
     scope: str | None = None,
     store: str = MEMORY,
     taken: Taken | None = None,
+    held: Held | None = None,
 ) -> Outcome:
     """Asks every rule, on `store`; returns (decision to report, its rule, allowed).
 
@@ -347,7 +352,9 @@ def check(
     refunded, so a rejected request costs nothing anywhere. The decision reported when all
     admit is the one with the fewest tokens left (the binding policy). On Redis each call
     waits for the server with the GIL released. An admitted request's tokens from rules with
-    a `deduct_when` are added to `taken`, for ``settle`` once the response is known.
+    a `deduct_when` are added to `taken`, for ``settle`` once the response is known, and
+    every rule's to `held` (for a later check of the same request that rejects it, which
+    gives them back).
     """
     if len(rules) == 1 and rules[0].deduct_when is None and not rules[0].shadow:
         # The common case, one rule that counts every admitted request: nothing to refund or
@@ -358,6 +365,8 @@ def check(
             decision = limiter.try_acquire(key, cost)
         except (KeyStoreFull, InsufficientCapacity) as error:
             decision = refusal(rule, error, cost)
+        if held is not None and decision:
+            held.append((limiter, key, cost))
         return decision, rule, bool(decision)
     tally = _Tally()
     try:
@@ -378,7 +387,7 @@ def check(
         # further, so what the earlier rules took goes back (all or nothing).
         tally.give_back()
         raise
-    return tally.outcome(taken)
+    return tally.outcome(taken, held)
 
 
 async def check_async(
@@ -388,6 +397,7 @@ async def check_async(
     scope: str | None = None,
     store: str = MEMORY,
     taken: Taken | None = None,
+    held: Held | None = None,
 ) -> Outcome:
     """`check` for async views: every call awaited (on Redis without blocking the event
     loop; an in-process store answers at once)."""
@@ -414,7 +424,7 @@ async def check_async(
         # was taken before the cancel, though its own await is cut short.
         await asyncio.shield(tally.give_back_async())
         raise
-    return tally.outcome(taken)
+    return tally.outcome(taken, held)
 
 
 def _call(
@@ -471,11 +481,13 @@ class _Tally:
         took, self.took = self.took, []
         await _refund_all_async((lim, k, c) for lim, k, c, _ in took)
 
-    def outcome(self, taken: Taken | None) -> Outcome:
+    def outcome(self, taken: Taken | None, held: Held | None = None) -> Outcome:
         """Every rule admitted: the outcome; what the rules with a `deduct_when` took is added
-        to `taken` (settled by the response)."""
+        to `taken` (settled by the response), what every rule took to `held`."""
         if taken is not None:
             taken.extend([(lim, k, c, when) for lim, k, c, when in self.took if when is not None])
+        if held is not None:
+            held.extend([(lim, k, c) for lim, k, c, _ in self.took])
         return self.best, self.rule, True
 
 
@@ -519,6 +531,30 @@ def settle(taken: Taken | None, response: Any) -> None:
 async def settle_async(taken: Taken | None, response: Any) -> None:
     """``settle`` for async code: every refund awaited."""
     await _refund_all_async(_unearned(taken, response))
+
+
+def unsettled(taken: Taken, given_back: Held) -> Taken:
+    """`taken` without what `given_back` gave back already (a request rejected by a later
+    check of its own): its response must not refund those a second time."""
+    gone = [(id(lim), k, c) for lim, k, c in given_back]
+    out: Taken = []
+    for entry in taken:
+        mark = (id(entry[0]), entry[1], entry[2])
+        if mark in gone:
+            gone.remove(mark)
+        else:
+            out.append(entry)
+    return out
+
+
+def give_back(held: Held) -> None:
+    """Gives back what `held` took (`_refund_all`)."""
+    _refund_all(held)
+
+
+async def give_back_async(held: Held) -> None:
+    """``give_back``, every refund awaited."""
+    await _refund_all_async(held)
 
 
 def _refund_all(refunds: Iterable[tuple[KeyedLimiter, Any, int]]) -> None:

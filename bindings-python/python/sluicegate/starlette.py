@@ -99,6 +99,9 @@ from sluicegate._web import (
     settle_async,
     view_rules,
     refusal,
+    unsettled,
+    give_back,
+    give_back_async,
 )
 
 __all__ = ["RateLimit", "RateLimitMiddleware", "Sluicegate", "header", "key_func", "remote_address"]
@@ -115,6 +118,10 @@ _EXEMPT = "__sluicegate_exempt__"
 _DECISIONS = "sluicegate.decisions"
 #: The scope entry where checks leave what rules with a `deduct_when` took.
 _TAKEN = "sluicegate.taken"
+#: The scope entry where checks leave what every admitting rule took: a later check of the
+#: same request that rejects it (a route's dependency after the middleware's default limits,
+#: or after an app-wide dependency) gives it back, all or nothing over the request.
+_HELD = "sluicegate.held"
 #: The path template the middleware matched (mounts and included routers' prefixes in it),
 #: which the app's dependencies count by too.
 _TEMPLATE = "sluicegate.template"
@@ -374,7 +381,8 @@ class Sluicegate:
         ``_check_async``). What rules with a `deduct_when` took is left in the scope for the
         middleware."""
         taken: Taken = []
-        outcome = check(rules, request, self.key_func, scope, self.store, taken)
+        held = request.scope.setdefault(_HELD, [])
+        outcome = check(rules, request, self.key_func, scope, self.store, taken, held)
         if taken:
             request.scope.setdefault(_TAKEN, []).extend(taken)
         return outcome
@@ -382,7 +390,8 @@ class Sluicegate:
     async def _check_async(self, rules: Sequence[Rule], request: Request, scope: str) -> Outcome:
         """``_check`` awaited (Redis: the round trips happen off the loop)."""
         taken: Taken = []
-        outcome = await check_async(rules, request, self.key_func, scope, self.store, taken)
+        held = request.scope.setdefault(_HELD, [])
+        outcome = await check_async(rules, request, self.key_func, scope, self.store, taken, held)
         if taken:
             request.scope.setdefault(_TAKEN, []).extend(taken)
         return outcome
@@ -394,6 +403,20 @@ class Sluicegate:
                 await settle_async(taken, response)
             else:
                 settle(taken, response)
+
+    async def _give_back_held(self, scope: Scope) -> None:
+        """A check rejected the request: what earlier checks of it took goes back (and is
+        no longer settled by the response)."""
+        held = scope.pop(_HELD, None)
+        if not held:
+            return
+        taken = scope.get(_TAKEN)
+        if taken:
+            scope[_TAKEN] = unsettled(taken, held)
+        if self._remote:
+            await give_back_async(held)
+        else:
+            give_back(held)
 
     def _headers(self, decision: Decision, rule: Rule | None) -> dict[str, str]:
         return decision.headers(self.style, (rule and rule.policy) or self.policy)
@@ -443,10 +466,17 @@ class RateLimit:
             except (KeyStoreFull, InsufficientCapacity) as error:  # a fixed cost, a burst since changed
                 decision = refusal(rule, error, rule.cost)  # type: ignore[arg-type]
             allowed = decision.allowed
+            if allowed:
+                held = scope.get(_HELD)
+                if held is None:
+                    scope[_HELD] = [(keyed, key, rule.cost)]
+                else:
+                    held.append((keyed, key, rule.cost))
         else:
             decision, rule, allowed = limiter._check(self.rules, request, _route_name(scope))
         assert decision is not None
         if not allowed:
+            await limiter._give_back_held(scope)
             raise HTTPException(429, message(decision).strip(), headers=limiter._headers(decision, rule))
         if limiter.headers_on_allowed:
             if response.raw_headers:  # fields set before (another dependency's): replaced
