@@ -6,7 +6,7 @@
 // one key prefix, per distinct limit: the name or prefix plus a suffix derived from the quota).
 
 const {
-  draftStyle, functions, then, isThenable, known, defined, Limits, isEnabled, allowListOf, responseCounting, refunder, settleOnEnd, keyGeneratorOf,
+  draftStyle, functions, then, isThenable, known, defined, Limits, isEnabled, allowListOf, responseCounting, refunder, holding, hold, giveBackHeld, settleOnEnd, keyGeneratorOf,
   invalidArg, setFields,
 } = require('./web.js')
 
@@ -73,11 +73,20 @@ function rateLimit(options = {}) {
       // Retry-After alone).
       if (style === null && !legacy && !d.allowed) setFields(res, d, 'none', policy)
     }
-    if (!d.allowed) return opts.handler(req, res, next, opts)
-    if (d.shadowRejected) opts.onShadowReject?.(req, key, d)
-    // A shadow rejection took nothing: no refund can be owed for it. A client gone while the
-    // decision was pending is refunded at once (its 'close' has been).
-    if (counting !== null && !d.shadowRejected) settleOnEnd(res, refunder(counting, limits, key, c), counting, req, res)
+    if (!d.allowed) {
+      // All or nothing over the request: the sluicegate middlewares before this one (an
+      // app-wide limit before a route's) give back what they took.
+      giveBackHeld(req)
+      return opts.handler(req, res, next, opts)
+    }
+    if (d.shadowRejected) {
+      opts.onShadowReject?.(req, key, d)
+      return next() // a shadow rejection took nothing: nothing to give back or refund
+    }
+    const held = holding(limits, key, c)
+    hold(req, held)
+    // A client gone while the decision was pending is refunded at once (its 'close' has been).
+    if (counting !== null) settleOnEnd(res, refunder(counting, limits, key, c, held), counting, req, res)
     return next()
   }
 

@@ -7,7 +7,7 @@
 // file reads the request, adds the hooks and writes the reply.
 
 const {
-  draftStyle, functions, then, isThenable, known, defined, Limits, isEnabled, allowListOf, responseCounting, refunder, warn, gone, settleOnEnd,
+  draftStyle, functions, then, isThenable, known, defined, Limits, isEnabled, allowListOf, responseCounting, refunder, holding, hold, giveBackHeld, warn, gone, settleOnEnd,
   keyGeneratorOf, invalidArg, forEachField,
 } = require('./web.js')
 
@@ -159,8 +159,8 @@ function onRequestAbort(req, done) {
  */
 function handlerFor(p, limits, ownRefunds) {
   /** Owes `key` a refund of `c` by the response: queued, or settled by its end. */
-  function owe(req, reply, key, c) {
-    const outcome = refunder(p.counting, limits, key, c)
+  function owe(req, reply, key, c, held) {
+    const outcome = refunder(p.counting, limits, key, c, held)
     if (ownRefunds) return settleOnEnd(reply.raw, outcome, p.counting, req, reply)
     // The client went away while the decision was pending: onRequestAbort has been.
     if (gone(reply.raw)) return outcome(false)
@@ -173,12 +173,20 @@ function handlerFor(p, limits, ownRefunds) {
     req.rateLimit = d
     if (d.allowed) {
       setReplyFields(reply, d, p.style, p.policy, p.addHeadersOnExceeding)
-      if (d.shadowRejected) p.onShadowReject?.(req, key, d)
-      // A shadow rejection took nothing: no refund can be owed for it.
-      if (p.counting !== null && !d.shadowRejected) owe(req, reply, key, c)
+      if (d.shadowRejected) {
+        p.onShadowReject?.(req, key, d)
+      } else {
+        // A shadow rejection took nothing: nothing to give back or refund for it.
+        const held = holding(limits, key, c)
+        hold(req.raw, held)
+        if (p.counting !== null) owe(req, reply, key, c, held)
+      }
       p.onExceeding?.(req, key)
       return undefined
     }
+    // All or nothing over the request: the rate-limit hooks before this one (the plugin's,
+    // a `fastify.rateLimit()` hook of a scope) give back what they took.
+    giveBackHeld(req.raw)
     setReplyFields(reply, d, p.style, p.policy, p.addHeaders)
     p.onExceeded?.(req, key)
     const context = { statusCode: 429, ban: false, max: d.limit, ttl: d.retryAfterMs, after: after(d.retryAfterMs) }

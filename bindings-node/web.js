@@ -275,20 +275,50 @@ const warn = (err) => process.emitWarning(err instanceof Error ? err : new Error
 
 /**
  * What to do when an admitted request's response ends: `outcome(success)` gives the cost
- * back when `counting` says such a response does not count (once, however often called).
+ * back when `counting` says such a response does not count (once, however often called, and
+ * not after `held`'s give-back).
  */
-function refunder(counting, limits, key, cost) {
-  let done = false
+function refunder(counting, limits, key, cost, held) {
   return (success) => {
-    if (done || !(success ? counting.ok : counting.failed)) return
-    done = true
-    try {
-      const r = limits.refund(key, cost)
-      if (isThenable(r)) r.catch(warn)
-    } catch (err) {
-      warn(err)
-    }
+    if (success ? counting.ok : counting.failed) held.giveBack()
   }
+}
+
+/** What one middleware took for a request, to give back once: by a later middleware that
+ * rejects the request, or by the response (`refunder`). */
+function holding(limits, key, cost) {
+  let done = false
+  return {
+    giveBack() {
+      if (done) return
+      done = true
+      try {
+        const r = limits.refund(key, cost)
+        if (isThenable(r)) r.catch(warn)
+      } catch (err) {
+        warn(err)
+      }
+    },
+  }
+}
+
+// What the sluicegate middlewares that admitted a request took for it (on the request).
+const HELD = Symbol('sluicegate.held')
+
+/** Records what a middleware took for `req`. */
+function hold(req, held) {
+  const all = req[HELD]
+  if (all === undefined) req[HELD] = [held]
+  else all.push(held)
+}
+
+/** A middleware rejects `req`: what the ones before it took goes back (all or nothing over
+ * the request's limits, as over one middleware's several quotas). */
+function giveBackHeld(req) {
+  const all = req[HELD]
+  if (all === undefined) return
+  req[HELD] = undefined
+  for (const h of all) h.giveBack()
 }
 
 /**
@@ -344,5 +374,5 @@ function keyGeneratorOf(opts, raws = [opts]) {
 
 module.exports = {
   STYLES, draftStyle, isThenable, then, functions, known, defined, Limits, isEnabled, allowListOf,
-  responseCounting, refunder, warn, gone, settleOnEnd, keyGeneratorOf, CLIENT_OPTIONS, invalidArg, setFields, forEachField,
+  responseCounting, refunder, holding, hold, giveBackHeld, warn, gone, settleOnEnd, keyGeneratorOf, CLIENT_OPTIONS, invalidArg, setFields, forEachField,
 }

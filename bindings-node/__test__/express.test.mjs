@@ -78,6 +78,24 @@ test('keyGenerator, skip, cost and handler', async (t) => {
   assert.equal((await as('a')).status, 200)
 })
 
+test('stacked middlewares are all or nothing over a request: a rejection gives back what the earlier ones took', async (t) => {
+  const appWide = rateLimit({ quota: '3/minute', legacyHeaders: false })
+  const tight = rateLimit({ quota: '1/minute', legacyHeaders: false, skipFailedRequests: true })
+  const app = express()
+  app.use(appWide)
+  app.get('/tight', tight, (req, res) => res.send('tight'))
+  app.get('/other', (req, res) => res.send('other'))
+  const server = await new Promise((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s))
+  })
+  t.after(() => new Promise((r) => server.close(r)))
+  const get = (path) => fetch(`http://127.0.0.1:${server.address().port}${path}`).then((r) => r.status)
+  assert.deepEqual([await get('/tight'), await get('/tight'), await get('/tight')], [200, 429, 429])
+  // The refused requests gave the app-wide limit its tokens back (it spent one on each before).
+  assert.deepEqual([await get('/other'), await get('/other'), await get('/other')], [200, 200, 429])
+  assert.equal(appWide.get('127.0.0.1').remaining, 0)
+})
+
 test('a fixed cost above the burst is refused when the middleware is made', () => {
   for (const cost of [3, 2n ** 64n - 1n]) {
     assert.throws(

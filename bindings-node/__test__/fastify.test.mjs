@@ -161,6 +161,18 @@ test('keyGenerator (async), allowList (array and function), cost, onExceeding an
   assert.deepEqual(await statuses(byFn, 2), [200, 429])
 })
 
+test('the plugin\'s limit and a route\'s own rateLimit() hook are all or nothing over a request', async (t) => {
+  // The plugin's limit per user, the route's own hook one bucket for everyone.
+  const perUser = (req) => req.headers['x-user']
+  const f = await app(t, { max: 1, timeWindow: 60_000, keyGenerator: perUser }, (f) => {
+    f.get('/tight', { onRequest: f.rateLimit({ max: 3, timeWindow: 60_000, keyGenerator: () => 'everyone' }) }, async () => 'tight')
+  })
+  const as = async (user) => (await f.inject({ url: '/tight', headers: { 'x-user': user } })).statusCode
+  assert.deepEqual([await as('a'), await as('a'), await as('a')], [200, 429, 429])
+  // The refused requests gave the route hook's limit its tokens back: two left for b and c.
+  assert.deepEqual([await as('b'), await as('c'), await as('d')], [200, 200, 429])
+})
+
 test('a cost above the burst: an error when fixed, a 429 when computed; a full key store is a 429', async (t) => {
   await assert.rejects(
     app(t, { max: 2, timeWindow: 60_000, cost: 3 }),
