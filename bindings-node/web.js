@@ -56,13 +56,16 @@ function known(options, allowed, adapter, hints = {}) {
  * the SHA-256 of the canonical quota (`canonicalQuota`). `'memory'` has none. Returns the
  * suffix and the store as printed with it (a Redis password redacted).
  */
-function storeFor(store, rate) {
+function storeFor(store, rate, maxKeys) {
   if (typeof store !== 'string') {
     throw invalidArg(
       'store must be a sluicegate store string ("memory", "shm:NAME" or "redis://..."); the Store objects of other rate-limit packages are not used here (pass `limiter` to share one limiter between routes)',
     )
   }
-  const suffix = `-${createHash('sha256').update(native.canonicalQuota(rate)).digest('hex').slice(0, 12)}`
+  // The key bound names the region too: a region keeps the capacity it was made with, so a
+  // redeploy with another `maxKeys` must not open the old one (a mismatch in every worker).
+  const named = maxKeys === undefined ? native.canonicalQuota(rate) : `${native.canonicalQuota(rate)}\n${maxKeys}`
+  const suffix = `-${createHash('sha256').update(named).digest('hex').slice(0, 12)}`
   return { suffix, printed: native.storeSuffixed(store, suffix) }
 }
 
@@ -76,7 +79,7 @@ function limiterFor({ limiter, quota, store, maxKeys, onFull, shadow }) {
   let printed
   if (limiter === undefined) {
     const rate = toRate(quota)
-    const ns = store === undefined ? { printed: 'memory' } : storeFor(store, rate)
+    const ns = store === undefined ? { printed: 'memory' } : storeFor(store, rate, maxKeys)
     printed = ns.printed
     limiter = new KeyedLimiter(rate, { maxKeys, onFull, store, shadow: shadow === true, [STORE_SUFFIX]: ns.suffix })
   } else if (!(limiter instanceof KeyedLimiter)) {

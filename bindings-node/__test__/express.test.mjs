@@ -237,6 +237,11 @@ test('store: one region per distinct limit, named from the store and the quota',
   assert.equal(cap.store, `shm:${join(dir, 'cap')}-${limitSuffix('2/minute')}?capacity=8`)
   assert.equal(cap.limiter.maxKeys, 8)
   assert.equal(rateLimit({ quota: '2/minute', store: `shm:${join(dir, 'mk')}`, maxKeys: 5 }).limiter.maxKeys, 5)
+  // Another maxKeys, another region: a redeploy with a new bound opens no region made with
+  // the old one (which refused it, a mismatch in every worker).
+  const six = rateLimit({ quota: '2/minute', store: `shm:${join(dir, 'mk')}`, maxKeys: 6 })
+  assert.equal(six.limiter.maxKeys, 6)
+  assert.notEqual(six.store, rateLimit({ quota: '2/minute', store: `shm:${join(dir, 'mk')}`, maxKeys: 5 }).store)
   assert.equal(rateLimit({ quota: '2/minute' }).store, 'memory')
   assert.equal(rateLimit({ quota: '2/minute', store: 'memory' }).store, 'memory')
   assert.equal(rateLimit({ limiter: new KeyedLimiter('1/s') }).store, undefined)

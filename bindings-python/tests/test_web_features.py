@@ -21,7 +21,7 @@ from redis_server import RedisServer
 from starlette.testclient import TestClient
 from test_redis import url
 
-from sluicegate import InvalidOptionError
+from sluicegate import InvalidOptionError, Quota
 from sluicegate.django import ratelimit
 from sluicegate.flask import Sluicegate as FlaskSluicegate
 from sluicegate.starlette import RateLimitMiddleware
@@ -128,6 +128,33 @@ def test_a_full_key_store_is_a_429_in_every_adapter() -> None:
         assert TestClient(sapp, client=("10.0.0.1", 1)).get(path).status_code == 200
         full = TestClient(sapp, client=("10.0.0.2", 1)).get(path)
         assert (full.status_code, full.headers["Retry-After"]) == (429, "1"), path
+
+
+def test_the_settings_key_bound_applies_to_decorated_limits(tmp_path: Any) -> None:
+    """``SLUICEGATE_MAX_KEYS`` (Flask) and ``SLUICEGATE["MAX_KEYS"]`` (Django) bound every
+    limit that sets none of its own: the decorated ones had the core's default (2^20 keys, a
+    38 MB region on a shared-memory store). And a new bound opens a new region: the old one
+    keeps its capacity, and every worker of a redeploy failed to boot on the mismatch."""
+    from sluicegate._web import region_suffix
+
+    def flask_statuses(max_keys: int) -> list[int]:
+        app = flask.Flask(__name__)
+        app.config.update(SLUICEGATE_MAX_KEYS=max_keys, SLUICEGATE_STORAGE=f"shm:{tmp_path}/flask")
+        limiter = FlaskSluicegate(app)
+        app.get("/limited")(limiter.limit("5/minute")(lambda: "limited"))
+        client = app.test_client()
+        return [client.get("/limited", environ_base={"REMOTE_ADDR": f"10.0.0.{i}"}).status_code for i in range(4)]
+
+    assert flask_statuses(2) == [200, 200, 429, 429]
+    assert flask_statuses(3) == [200, 200, 200, 429]  # a new region, not a mismatch
+    regions = sorted(p.name for p in tmp_path.iterdir())
+    assert len(regions) == 2, regions
+
+    with django_settings(MAX_KEYS=2, DEFAULT_LIMITS=[]):
+        statuses = [Client(REMOTE_ADDR=f"10.0.1.{i}").get("/batch").status_code for i in range(4)]
+        assert statuses == [200, 200, 429, 429]
+    assert region_suffix(Quota("5/minute"), "v#0") != region_suffix(Quota("5/minute"), "v#0", 2)
+    assert region_suffix(Quota("5/minute"), "v#0") == region_suffix(Quota("5/minute"), "v#0", None)
 
 
 def test_a_cost_beyond_the_burst_is_refused_when_declared_and_429_when_computed() -> None:

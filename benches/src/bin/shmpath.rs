@@ -356,7 +356,7 @@ fn main() -> ExitCode {
     println!("|---|---:|");
     println!("| file length | {:.1} MiB |", meta.len() as f64 / 1048576.0);
     println!(
-        "| allocated when created (sparse) | {:.1} MiB |",
+        "| allocated when created (posix_fallocate: the whole file) | {:.1} MiB |",
         empty_blocks as f64 / 1048576.0
     );
     println!(

@@ -37,12 +37,15 @@ Rates = Union[str, Quota, Iterable[Union[str, Quota]]]
 MEMORY = "memory"
 
 
-def region_suffix(quota: Quota, scope: str) -> str:
+def region_suffix(quota: Quota, scope: str, max_keys: int | None = None) -> str:
     """The stable suffix that names one limit's store: 16 hex digits of the SHA-256 of the
-    quota's canonical text and the rule's scope. Every process (and host) of a deployment
-    computes the same one, and another rate or another view gives another region (shm) or
-    key prefix (Redis)."""
-    return hashlib.sha256(f"{quota}\n{scope}".encode()).hexdigest()[:16]
+    quota's canonical text, the rule's scope and its key bound when one is set. Every process
+    (and host) of a deployment computes the same one, and another rate, another view or
+    another key bound gives another region (shm) or key prefix (Redis): a region keeps the
+    capacity it was made with, so a redeploy with a new ``MAX_KEYS`` must not open the old
+    one (every worker failed to boot on its mismatch)."""
+    text = f"{quota}\n{scope}" if max_keys is None else f"{quota}\n{scope}\n{max_keys}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def checked_store(store: str) -> str:
@@ -118,8 +121,8 @@ class Rule:
     would have rejected is logged on the ``sluicegate`` logger."""
 
     __slots__ = (
-        "_limiters", "_lock", "cost", "deduct_when", "key_func", "max_keys", "policy", "quota", "scope", "scoped",
-        "shadow",
+        "_limiters", "_lock", "cost", "deduct_when", "fallback_max_keys", "key_func", "max_keys", "policy", "quota",
+        "scope", "scoped", "shadow",
     )  # fmt: skip
 
     def __init__(
@@ -157,6 +160,9 @@ class Rule:
         self.policy = policy
         self.scoped = scoped
         self.max_keys = max_keys
+        #: The integration's key bound (``SLUICEGATE_MAX_KEYS``, ``MAX_KEYS``), for a rule that
+        #: sets none of its own: ``use_max_keys``.
+        self.fallback_max_keys: int | None = None
         self._limiters: dict[str, KeyedLimiter] = {}
         self._lock = threading.Lock()
 
@@ -166,6 +172,15 @@ class Rule:
         if opens_early(store):
             self.limiter(store)
 
+    def use_max_keys(self, max_keys: int | None) -> None:
+        """The integration's key bound, for this rule when it sets none of its own (its
+        limiters made before are made again, with it)."""
+        if max_keys != self.fallback_max_keys:
+            with self._lock:
+                self.fallback_max_keys = max_keys
+                if self.max_keys is None:
+                    self._limiters = {}
+
     def limiter(self, store: str = MEMORY) -> KeyedLimiter:
         """This limit's keyed limiter on `store`, made on first use (once per process and
         store; on "memory", a limiter of this rule's own)."""
@@ -174,8 +189,9 @@ class Rule:
             with self._lock:
                 found = self._limiters.get(store)
                 if found is None:
-                    region = _store_with_suffix(store, region_suffix(self.quota, self.scope))
-                    found = KeyedLimiter(self.quota, max_keys=self.max_keys, store=region, shadow=self.shadow)
+                    bound = self.max_keys if self.max_keys is not None else self.fallback_max_keys
+                    region = _store_with_suffix(store, region_suffix(self.quota, self.scope, bound))
+                    found = KeyedLimiter(self.quota, max_keys=bound, store=region, shadow=self.shadow)
                     self._limiters[store] = found
         return found
 

@@ -195,6 +195,13 @@ _config: _Config | None = None
 _shared: dict[str, list[Rule]] = {}
 
 
+def _use_max_keys(rules: list[Rule], config: _Config) -> None:
+    """``SLUICEGATE["MAX_KEYS"]`` as the key bound of the view's limits that set none of
+    their own (a decorator runs before the settings are read)."""
+    for rule in rules:
+        rule.use_max_keys(config.max_keys)
+
+
 def _get_config() -> _Config:
     global _config
     if _config is None:
@@ -442,6 +449,8 @@ def ratelimit(
             config = _get_config()
             if _skipped(request, config):
                 return inner(request, *args, **kwargs)
+            if every[0].fallback_max_keys != config.max_keys:
+                _use_max_keys(every, config)
             taken: Taken = []
             decision, rule, allowed = check(every, request, config.key_func, scope, config.store, taken)
             if not allowed:
@@ -458,6 +467,8 @@ def ratelimit(
             config = _get_config()
             if _skipped(request, config):
                 return await inner(request, *args, **kwargs)
+            if every[0].fallback_max_keys != config.max_keys:
+                _use_max_keys(every, config)
             taken: Taken = []
             decision, rule, allowed = await check_async(every, request, config.key_func, scope, config.store, taken)
             if not allowed:

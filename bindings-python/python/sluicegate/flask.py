@@ -193,6 +193,9 @@ class Sluicegate:
         self._rules: list[Rule] = []
         self._shared: dict[str, list[Rule]] = {}
         self._stores: list[str] = []
+        # ``SLUICEGATE_MAX_KEYS`` of the app served: the key bound of decorated limits that set
+        # none of their own.
+        self._max_keys: int | None = None
         # Limits and exemptions of blueprints, by the blueprint's name.
         self._blueprints: dict[str, list[Rule] | None] = {}
         self._default_limits = default_limits
@@ -225,6 +228,9 @@ class Sluicegate:
         state.defaults = default_rules(
             pick(self._default_limits, "SLUICEGATE_DEFAULT_LIMITS", None), state.max_keys
         )
+        self._max_keys = state.max_keys
+        for rule in self._rules:
+            rule.use_max_keys(state.max_keys)
         for rule in [*state.defaults, *self._rules]:
             rule.open_early(state.store)
         if state.store not in self._stores:
@@ -273,6 +279,8 @@ class Sluicegate:
                 rules = shared_rules(self._shared, name, parsed, kf, **options)
             else:
                 rules = view_rules(view, existing, parsed, kf, **options)
+            for rule in rules:
+                rule.use_max_keys(self._max_keys)
             for store in self._stores:
                 for rule in rules:
                     rule.open_early(store)
@@ -305,6 +313,8 @@ class Sluicegate:
                 Rule(q, kf, scope=f"blueprint:{bp.name}#{len(before) + i}", scoped=True, **options)
                 for i, q in enumerate(parsed)
             ]
+        for rule in rules:
+            rule.use_max_keys(self._max_keys)
         for store in self._stores:
             for rule in rules:
                 rule.open_early(store)

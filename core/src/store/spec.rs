@@ -24,9 +24,10 @@ pub enum StoreSpec {
     #[default]
     Memory,
     /// A shared-memory region every process of the host that opens it shares:
-    /// `"shm:NAME"`. A name with no `/` after its leading one (`/api-limits`, as `shm_open`
-    /// spells them) is a file in `/dev/shm`; anything else is a path. `?capacity=N` sets the
-    /// keys a new region holds (default: the limiter's `max_keys`).
+    /// `"shm:NAME"`. A name with no `/` after an optional leading one (`/api-limits` or
+    /// `api-limits`, as `shm_open` spells them) is a file in `/dev/shm`; anything else is a
+    /// path (`/run/app/limits`, `./limits`); `shm://` is refused. `?capacity=N` sets the keys
+    /// a new region holds (default: the limiter's `max_keys`).
     Shm {
         /// The name or path, as given.
         name: String,
@@ -444,16 +445,17 @@ impl StoreSpec {
         }
     }
 
-    /// The region's file, for a [`StoreSpec::Shm`].
+    /// The region's file, for a [`StoreSpec::Shm`]: a name of one component (`/api-limits`,
+    /// or `api-limits`, as `shm_open` names them) is a file in `/dev/shm`; a path with a `/`
+    /// in it past its start (`/run/app/limits`, `./limits`) is that path.
     pub fn shm_path(&self) -> Option<PathBuf> {
         match self {
             StoreSpec::Shm { name, .. } => {
-                let rest = name
-                    .strip_prefix('/')
-                    .filter(|r| !r.is_empty() && !r.contains('/'));
-                Some(match rest {
-                    Some(file) => PathBuf::from("/dev/shm").join(file),
-                    None => PathBuf::from(name),
+                let file = name.strip_prefix('/').unwrap_or(name);
+                Some(if file.contains('/') {
+                    PathBuf::from(name)
+                } else {
+                    PathBuf::from("/dev/shm").join(file)
                 })
             }
             _ => None,
@@ -490,8 +492,16 @@ impl FromStr for StoreSpec {
             Some((n, q)) => (n, Some(q)),
             None => (rest, None),
         };
-        if name.is_empty() || name.contains('\0') {
+        if name.is_empty() || name.contains('\0') || name == "/" {
             return Err(invalid(s, "a region needs a name or path"));
+        }
+        if name.starts_with("//") {
+            // `shm://NAME` read as a path is a file at the root of the disk's file system.
+            return Err(invalid(
+                s,
+                "write shm:NAME or shm:/NAME for a file in /dev/shm, shm:/path/to/file or \
+                 shm:./file for a path, not shm://",
+            ));
         }
         let mut capacity = None;
         for pair in query.into_iter().flat_map(|q| q.split('&')) {
@@ -707,6 +717,24 @@ mod tests {
         // Encoded, it is a password.
         let s: StoreSpec = "redis://u:s3cr%2Ft@h/0".parse().unwrap();
         assert_eq!(s.to_string(), "redis://u:***@h/0");
+    }
+
+    #[test]
+    fn region_names_and_paths() {
+        let path = |s: &str| s.parse::<StoreSpec>().unwrap().shm_path().unwrap();
+        assert_eq!(path("shm:/api"), PathBuf::from("/dev/shm/api"));
+        // A bare name was a file in the working directory, on its (disk) file system.
+        assert_eq!(path("shm:api"), PathBuf::from("/dev/shm/api"));
+        assert_eq!(path("shm:./api"), PathBuf::from("./api"));
+        assert_eq!(path("shm:run/api"), PathBuf::from("run/api"));
+        assert_eq!(
+            path("shm:/run/app/api?capacity=9"),
+            PathBuf::from("/run/app/api")
+        );
+        // `shm://api` was the file /api, at the root of the disk.
+        for bad in ["shm://api", "shm:/", "shm:", "shm:?capacity=3"] {
+            assert!(bad.parse::<StoreSpec>().is_err(), "{bad}");
+        }
     }
 
     #[test]

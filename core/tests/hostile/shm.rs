@@ -531,3 +531,126 @@ fn an_opener_waiting_on_a_removed_file_starts_again() {
     let l = opened.unwrap();
     assert!(l.try_acquire(b"k".as_slice(), 1).unwrap().allowed());
 }
+
+/// A small tmpfs for one test: mounted by root (and unmounted when dropped), or, for another
+/// user, by the test run again in a user and mount namespace of its own (`unshare -rm`),
+/// where the mount is the child's alone.
+enum SmallTmpfs {
+    Mounted(PathBuf),
+    /// The child of `unshare`: the directory its shell mounted.
+    Child(PathBuf),
+}
+
+impl SmallTmpfs {
+    fn dir(&self) -> &PathBuf {
+        match self {
+            SmallTmpfs::Mounted(d) | SmallTmpfs::Child(d) => d,
+        }
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        if let SmallTmpfs::Mounted(dir) = self {
+            let _ = std::process::Command::new("umount").arg(&*dir).status();
+            let _ = std::fs::remove_dir(&*dir);
+        }
+    }
+}
+
+/// A 1 MiB tmpfs for `test` (its name), or `None` when this run is the parent of a child run
+/// in a namespace (`Err` if that child failed) or no way to mount one exists.
+fn small_tmpfs(test: &str) -> Option<SmallTmpfs> {
+    if let Ok(dir) = std::env::var("SG_SMALL_TMPFS") {
+        return Some(SmallTmpfs::Child(PathBuf::from(dir)));
+    }
+    let dir = std::env::temp_dir().join(format!("sluicegate-small-tmpfs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+            .arg(&dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Some(SmallTmpfs::Mounted(dir));
+        }
+    }
+    let exe = std::env::current_exe().unwrap();
+    let child = std::process::Command::new("unshare")
+        .args(["-r", "-m", "sh", "-c"])
+        .arg("mount -t tmpfs -o size=1m tmpfs \"$0\" && exec \"$1\" --exact \"$2\" --nocapture")
+        .arg(&dir)
+        .arg(&exe)
+        .arg(test)
+        .env("SG_SMALL_TMPFS", &dir)
+        .status();
+    let _ = std::fs::remove_dir(&dir);
+    match child {
+        Ok(s) if s.success() => None,
+        Ok(s) if s.code() == Some(101) => panic!("the test failed in its namespace: {s}"),
+        r => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "{test} needs root or unprivileged user namespaces (unshare -rm): {r:?}"
+            );
+            eprintln!("{test} did not run: no way to mount a tmpfs here ({r:?})");
+            None
+        }
+    }
+}
+
+/// A region that does not fit its file system (a container's small /dev/shm) is an error
+/// when it is made or opened, never SIGBUS at a later page's first touch, which killed the
+/// process (a sparse file's pages were allocated as keys landed in them).
+#[test]
+fn a_file_system_without_room_for_the_region_is_an_error_not_a_crash() {
+    let Some(fs) =
+        small_tmpfs("shm::a_file_system_without_room_for_the_region_is_an_error_not_a_crash")
+    else {
+        return;
+    };
+    let dir = fs.dir().clone();
+    let at = |name: &str, max_keys: usize| {
+        KeyedLimiter::<Box<[u8]>>::builder("10/minute".parse().unwrap())
+            .store(StoreSpec::shm(dir.join(name).to_str().unwrap()))
+            .max_keys(max_keys)
+            .build()
+    };
+    // 100 000 keys: 3.7 MB, on a 1 MB file system.
+    let e = at("big", 100_000).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Store {
+                kind: StoreErrorKind::Unavailable,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("no room"), "{e}");
+    assert!(!dir.join("big").exists(), "the half-made file is removed");
+    // A small one fits, and decides.
+    let small = at("small", 1_000).unwrap();
+    for k in 0..1_000u32 {
+        assert!(small
+            .try_acquire(&k.to_be_bytes()[..], 1)
+            .unwrap()
+            .allowed());
+    }
+    // A sparse file of a region's length (as an older version made them) on the full file
+    // system: opening it is an error, not SIGBUS at the header's first read.
+    let sparse = dir.join("sparse");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&sparse)
+        .unwrap();
+    std::fs::set_permissions(&sparse, std::fs::Permissions::from_mode(0o600)).unwrap();
+    f.set_len(8 << 20).unwrap();
+    drop(f);
+    let e = at("sparse", 100_000).unwrap_err();
+    assert!(matches!(e, Error::Store { .. }), "{e:?}");
+}

@@ -249,6 +249,9 @@ impl Region {
                 .map_err(|e| io_error(path, "stat", &e))?
                 .len();
             if len >= HEADER_LEN as u64 {
+                // A region made sparse (by an older version, or a creator still sizing it):
+                // its pages allocated before any is touched.
+                reserve(&file, len, path)?;
                 let map = map(&file, path)?;
                 // SAFETY: the mapping is at least HEADER_LEN bytes, page-aligned, and `Header`
                 // is made of atomics only, which any bit pattern is a valid value of.
@@ -348,6 +351,13 @@ impl Region {
             }
             return Err(io_error(path, "size", &e));
         }
+        if let Err(e) = reserve(&file, file_len, path) {
+            if !taken_over && !replaced(&file, path) {
+                // As for a failed sizing: this process's file, never initialised.
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(e);
+        }
         let map = map(&file, path)?;
         // SAFETY: as in `attach`: the mapping is `file_len` bytes, page-aligned, and the
         // header is atomics only.
@@ -413,7 +423,9 @@ impl Region {
                 StoreErrorKind::Mismatch,
                 want.path,
                 format!(
-                    "the region enforces {:?}, this limiter {:?}",
+                    "the region enforces {:?}, this limiter {:?} (a region keeps the limit it \
+                     was made with: give this one another name, or remove the file once no \
+                     process has it open)",
                     self.meta.quota.to_string(),
                     want.quota.to_string()
                 ),
@@ -425,7 +437,9 @@ impl Region {
                     StoreErrorKind::Mismatch,
                     want.path,
                     format!(
-                        "the region holds {} keys, this limiter asked for {c}",
+                        "the region holds {} keys, this limiter asked for {c} (a region keeps \
+                         the capacity it was made with: give this one another name, or remove \
+                         the file once no process has it open)",
                         self.meta.capacity
                     ),
                 ));
@@ -564,6 +578,56 @@ fn check_owner(file: &std::fs::File, path: &Path) -> Result<(), Error> {
     Ok(())
 }
 
+/// Allocates the file's first `len` bytes on its file system (`posix_fallocate`), before it is
+/// mapped. A sparse file on a tmpfs with no room left (a container's 64 MB `/dev/shm`) raises
+/// SIGBUS at the first touch of a page with no block behind it, which kills the process, on a
+/// decision or on opening the region; allocated here, the file system's `ENOSPC` is an error
+/// instead. The region's memory is then committed when it is made (its file length), not as
+/// keys touch its pages.
+fn reserve(file: &std::fs::File, len: u64, path: &Path) -> Result<(), Error> {
+    #[cfg(all(target_os = "linux", not(miri)))]
+    {
+        use std::os::fd::AsRawFd;
+        let Ok(n) = libc::off_t::try_from(len) else {
+            return Err(err(
+                StoreErrorKind::Unavailable,
+                path,
+                format!("a region of {len} bytes"),
+            ));
+        };
+        // SAFETY: `file` is open (its descriptor lives as long as the borrow); the call reads
+        // and writes no memory of ours.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, n) };
+        match rc {
+            0 => {}
+            // A file system that cannot allocate ahead: the region stays sparse, as before.
+            libc::EOPNOTSUPP | libc::EINVAL => {}
+            libc::ENOSPC | libc::EFBIG => {
+                return Err(err(
+                    StoreErrorKind::Unavailable,
+                    path,
+                    format!(
+                        "no room for the region's {len} bytes on its file system ({}): enlarge \
+                         it (a container's /dev/shm: docker run --shm-size, Kubernetes: an \
+                         emptyDir of medium Memory), or lower max_keys (about 37 bytes a key)",
+                        std::io::Error::from_raw_os_error(rc)
+                    ),
+                ))
+            }
+            _ => {
+                return Err(io_error(
+                    path,
+                    "allocate",
+                    &std::io::Error::from_raw_os_error(rc),
+                ))
+            }
+        }
+    }
+    #[cfg(not(all(target_os = "linux", not(miri))))]
+    let _ = (file, len, path);
+    Ok(())
+}
+
 fn map(file: &std::fs::File, path: &Path) -> Result<memmap2::MmapRaw, Error> {
     memmap2::MmapRaw::map_raw(file).map_err(|e| io_error(path, "map", &e))
 }
@@ -656,7 +720,10 @@ fn read_meta(h: &Header, len: u64, path: &Path) -> Result<Meta, Error> {
         return Err(err(
             StoreErrorKind::Mismatch,
             path,
-            format!("the region has layout version {version}, this library reads {VERSION}"),
+            format!(
+                "the region has layout version {version}, this library reads {VERSION} (remove \
+                 the file once no process of the older version has it open)"
+            ),
         ));
     }
     if h.checksum.load(r) != checksum(h) {
