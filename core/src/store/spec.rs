@@ -142,8 +142,9 @@ pub struct RedisOptions {
     pub timeout: Duration,
     /// `on_error=local|open|closed|error` (default `local`): see [`OnError`].
     pub on_error: OnError,
-    /// `hosts=N` (default 1): how many hosts share the limit, which sizes the `local`
-    /// policy's in-process limiter (the quota divided by `N`).
+    /// `hosts=N` (default 1): how many processes share the limit (hosts × workers: each
+    /// process keeps its own), which sizes the `local` policy's in-process limiter (the quota
+    /// divided by `N`).
     pub hosts: u64,
     /// `negative_cache=on|off` (default on): a request rejected until an instant is rejected
     /// again in this process until then without a round trip (never an extra admission).
