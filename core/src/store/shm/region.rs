@@ -588,6 +588,15 @@ fn reserve(file: &std::fs::File, len: u64, path: &Path) -> Result<(), Error> {
     #[cfg(all(target_os = "linux", not(miri)))]
     {
         use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        // Allocated already (a region made by this version): one `fstat`, not a walk over its
+        // pages (which took an open of a 35 MB region from about 20 to 700 microseconds).
+        if file
+            .metadata()
+            .is_ok_and(|m| m.blocks().saturating_mul(512) >= len)
+        {
+            return Ok(());
+        }
         let Ok(n) = libc::off_t::try_from(len) else {
             return Err(err(
                 StoreErrorKind::Unavailable,
