@@ -85,7 +85,29 @@ function limiterFor({ limiter, quota, store, maxKeys, onFull, shadow }) {
   } else if (!(limiter instanceof KeyedLimiter)) {
     throw invalidArg('limiter must be a sluicegate KeyedLimiter')
   }
-  return { limiter, store: printed, remote: limiter.redisStats() !== null }
+  const stats = limiter.redisStats()
+  if (stats !== null && stats.connects === 0) unreachable(printed ?? 'a Redis store')
+  return { limiter, store: printed, remote: stats !== null }
+}
+
+// The Redis stores this process has warned about (once each).
+const warned = new Set()
+
+/**
+ * A Redis store whose first connection failed (a wrong host or port, a server down): its
+ * limits are decided by the URL's `on_error` policy in this process until it connects
+ * (`local`, the default: each process alone), which nothing else would say. A
+ * `SluicegateWarning` once per store and process; `redisStats()` counts the policy's
+ * decisions afterwards.
+ */
+function unreachable(printed) {
+  const base = printed.replace(/-[0-9a-f]{12}(?=[?&]|$)/, '') // one warning for every limit of the store
+  if (warned.has(base)) return
+  warned.add(base)
+  process.emitWarning(
+    `cannot reach the Redis store ${printed}: its limits are decided by its on_error policy in this process (on_error=local, the default: by each process alone) until it connects`,
+    { type: 'SluicegateWarning', code: 'SLUICEGATE_STORE_UNREACHABLE' },
+  )
 }
 
 /**

@@ -16,6 +16,7 @@ import { Composite, KeyedLimiter, Limiter, canonicalQuota } from '../index.mjs'
 import { command, needsRedis, serverPerSuite, startRedis } from './fixtures/redis.mjs'
 import { within } from './fixtures/within.mjs'
 import { serve } from './fixtures/serve.mjs'
+import { sluicegateWarnings, warnings } from './fixtures/warnings.mjs'
 
 const pkg = join(dirname(fileURLToPath(import.meta.url)), '..')
 const UNSUPPORTED = 'ERR_SLUICEGATE_STORE_UNSUPPORTED'
@@ -164,6 +165,16 @@ describe('on a running server', needsRedis(), () => {
     const all = await Promise.all(Array.from({ length: 200 }, () => k.tryAcquireAsync('hot')))
     assert.equal(all.filter((d) => d.allowed).length, 50)
   })
+})
+
+test('an unreachable Redis store is a SluicegateWarning, once per store, the password not shown', async () => {
+  const seen = await warnings(() => {
+    rateLimit({ quota: '5/s', store: 'redis://u:s3cret@127.0.0.1:1/0?timeout=100ms&prefix=unreach' })
+    rateLimit({ quota: '6/s', store: 'redis://u:s3cret@127.0.0.1:1/0?timeout=100ms&prefix=unreach' })
+  })
+  const got = sluicegateWarnings(seen).filter(([code]) => code === 'SLUICEGATE_STORE_UNREACHABLE')
+  assert.equal(got.length, 1, JSON.stringify(got))
+  assert.ok(/127\.0\.0\.1:1/.test(got[0][1]) && !got[0][1].includes('s3cret'), got[0][1])
 })
 
 describe('bad URLs', () => {

@@ -130,6 +130,23 @@ def test_a_full_key_store_is_a_429_in_every_adapter() -> None:
         assert (full.status_code, full.headers["Retry-After"]) == (429, "1"), path
 
 
+def test_an_unreachable_redis_store_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A Redis host that cannot be reached (a typo, a server down) at a worker's first
+    request: the limits go to the URL's on_error policy (local: each process alone) with a
+    warning, once per store, the password not shown. It was silent: a misspelt host turned a
+    shared limit into one per worker, and nothing said so."""
+    caplog.set_level("WARNING", logger="sluicegate")
+    app = flask.Flask(__name__)
+    app.config.update(SLUICEGATE_STORAGE="redis://user:s3cret@127.0.0.1:1/0?timeout=100ms")
+    limiter = FlaskSluicegate(app)
+    app.get("/a", endpoint="a")(limiter.limit("5/minute")(lambda: "a"))
+    app.get("/b", endpoint="b")(limiter.limit("5/minute")(lambda: "b"))
+    client = app.test_client()
+    assert [client.get(p).status_code for p in ("/a", "/a", "/b")] == [200, 200, 200]
+    warned = [r.getMessage() for r in caplog.records if r.name == "sluicegate" and "cannot reach" in r.getMessage()]
+    assert len(warned) == 1 and "127.0.0.1:1" in warned[0] and "s3cret" not in warned[0], warned
+
+
 def test_the_settings_key_bound_applies_to_decorated_limits(tmp_path: Any) -> None:
     """``SLUICEGATE_MAX_KEYS`` (Flask) and ``SLUICEGATE["MAX_KEYS"]`` (Django) bound every
     limit that sets none of its own: the decorated ones had the core's default (2^20 keys, a

@@ -11,6 +11,7 @@ import asyncio
 import functools
 import hashlib
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Union
@@ -193,10 +194,34 @@ class Rule:
                     region = _store_with_suffix(store, region_suffix(self.quota, self.scope, bound))
                     found = KeyedLimiter(self.quota, max_keys=bound, store=region, shadow=self.shadow)
                     self._limiters[store] = found
+                    _warn_unreachable(found, store)
         return found
 
     def __repr__(self) -> str:
         return f"Rule({str(self.quota)!r}, scope={self.scope!r}, policy={self.policy!r})"
+
+
+#: The Redis stores this process has warned about (once each).
+_WARNED: set[str] = set()
+
+
+def _warn_unreachable(limiter: KeyedLimiter, store: str) -> None:
+    """A Redis store whose first connection failed (a wrong host or port, a server down): its
+    limits are decided by the URL's ``on_error`` policy in this process until it connects
+    (``local``, the default: each process alone), which nothing else would say. Logged once
+    per store and process on the ``sluicegate`` logger; ``redis_stats()`` counts the
+    policy's decisions afterwards."""
+    stats = limiter.redis_stats()
+    if stats is None or stats.get("connects", 1) > 0 or store in _WARNED:
+        return
+    _WARNED.add(store)
+    # The URL as the core prints it: the password never shown.
+    shown = re.sub(r"([?&](?:sentinel_)?pass=)[^&]*", r"\1***", re.sub(r"(://[^/?#:]*:)[^/?#]*@", r"\1***@", store))
+    _log.warning(
+        "cannot reach the Redis store %s: its limits are decided by its on_error policy in this "
+        "process (on_error=local, the default: by each process alone) until it connects",
+        shown,
+    )
 
 
 def view_rules(
