@@ -956,6 +956,13 @@ fn _store_with_suffix(spec: &str, suffix: &str) -> PyResult<String> {
     Ok(named)
 }
 
+/// `spec` as the core prints it (`StoreSpec`'s `Display`: a Redis URL's password `***`), for
+/// messages.
+#[pyfunction]
+fn _store_shown(spec: &str) -> PyResult<String> {
+    Ok(convert::store(Some(spec))?.to_string())
+}
+
 /// What kind of store `spec` names: `"memory"`, `"shm"` or `"redis"` (the core parses it).
 #[pyfunction]
 fn _store_kind(spec: &str) -> PyResult<&'static str> {
@@ -983,6 +990,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_noop, m)?)?;
     m.add_function(wrap_pyfunction!(_store_with_suffix, m)?)?;
     m.add_function(wrap_pyfunction!(_store_kind, m)?)?;
+    m.add_function(wrap_pyfunction!(_store_shown, m)?)?;
     // Whether `?clock=test` works on Redis URLs: the test build only (tests/test_redis*.py).
     m.add("_REDIS_TEST_CLOCK", cfg!(feature = "redis-test-clock"))?;
     m.add("CENTURY_NS", sluicegate::CENTURY_NS)?;

@@ -30,6 +30,7 @@ __all__ = [
     "_REDIS_TEST_CLOCK",
     "_noop",
     "_store_kind",
+    "_store_shown",
     "_store_with_suffix",
     "render_prometheus",
 ]
@@ -253,6 +254,7 @@ class ClientResolver:
 def _noop() -> None: ...
 def _store_with_suffix(spec: str, suffix: str) -> str: ...
 def _store_kind(spec: str) -> Literal["memory", "shm", "redis"]: ...
+def _store_shown(spec: str) -> str: ...
 
 @final
 class KeyedLimiter:

@@ -11,7 +11,6 @@ import asyncio
 import functools
 import hashlib
 import logging
-import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Union
@@ -25,6 +24,7 @@ from sluicegate._native import (
     KeyStoreFull,
     Quota,
     _store_kind,
+    _store_shown,
     _store_with_suffix,
 )
 
@@ -151,8 +151,6 @@ class Rule:
             )
             error.option, error.value, error.expected = "algorithm", "leaky_queue", expected
             raise error
-        if not callable(cost):
-            _check_cost(cost, self.quota)
         self.deduct_when = deduct_when
         self.shadow = shadow
         self.key_func = key_func
@@ -215,12 +213,10 @@ def _warn_unreachable(limiter: KeyedLimiter, store: str) -> None:
     if stats is None or stats.get("connects", 1) > 0 or store in _WARNED:
         return
     _WARNED.add(store)
-    # The URL as the core prints it: the password never shown.
-    shown = re.sub(r"([?&](?:sentinel_)?pass=)[^&]*", r"\1***", re.sub(r"(://[^/?#:]*:)[^/?#]*@", r"\1***@", store))
     _log.warning(
         "cannot reach the Redis store %s: its limits are decided by its on_error policy in this "
         "process (on_error=local, the default: by each process alone) until it connects",
-        shown,
+        _store_shown(store),  # as the core prints it: the password never shown
     )
 
 
@@ -515,12 +511,12 @@ class _Tally:
         """The request goes no further: what the rules took so far goes back (every refund
         tried, the first failure raised after)."""
         took, self.took = self.took, []
-        _refund_all((lim, k, c) for lim, k, c, _ in took)
+        refund_all((lim, k, c) for lim, k, c, _ in took)
 
     async def give_back_async(self) -> None:
         """``give_back``, every refund awaited."""
         took, self.took = self.took, []
-        await _refund_all_async((lim, k, c) for lim, k, c, _ in took)
+        await refund_all_async((lim, k, c) for lim, k, c, _ in took)
 
     def outcome(self, taken: Taken | None, held: Held | None = None) -> Outcome:
         """Every rule admitted: the outcome; what the rules with a `deduct_when` took is added
@@ -566,12 +562,12 @@ def _unearned(taken: Taken | None, response: Any) -> list[tuple[KeyedLimiter, An
 def settle(taken: Taken | None, response: Any) -> None:
     """Refunds what the limits with a `deduct_when` took, where it returns False for
     `response` (on Redis, a round trip with the GIL released)."""
-    _refund_all(_unearned(taken, response))
+    refund_all(_unearned(taken, response))
 
 
 async def settle_async(taken: Taken | None, response: Any) -> None:
     """``settle`` for async code: every refund awaited."""
-    await _refund_all_async(_unearned(taken, response))
+    await refund_all_async(_unearned(taken, response))
 
 
 def unsettled(taken: Taken, given_back: Held) -> Taken:
@@ -588,17 +584,7 @@ def unsettled(taken: Taken, given_back: Held) -> Taken:
     return out
 
 
-def give_back(held: Held) -> None:
-    """Gives back what `held` took (`_refund_all`)."""
-    _refund_all(held)
-
-
-async def give_back_async(held: Held) -> None:
-    """``give_back``, every refund awaited."""
-    await _refund_all_async(held)
-
-
-def _refund_all(refunds: Iterable[tuple[KeyedLimiter, Any, int]]) -> None:
+def refund_all(refunds: Iterable[tuple[KeyedLimiter, Any, int]]) -> None:
     """Gives back each (limiter, key, cost). Every refund is tried; the first that failed (a
     store under ``on_error="error"``) is raised after the others."""
     failed: BaseException | None = None
@@ -611,8 +597,8 @@ def _refund_all(refunds: Iterable[tuple[KeyedLimiter, Any, int]]) -> None:
         raise failed
 
 
-async def _refund_all_async(refunds: Iterable[tuple[KeyedLimiter, Any, int]]) -> None:
-    """``_refund_all``, every refund awaited."""
+async def refund_all_async(refunds: Iterable[tuple[KeyedLimiter, Any, int]]) -> None:
+    """``refund_all``, every refund awaited."""
     failed: BaseException | None = None
     for lim, k, c in refunds:
         try:

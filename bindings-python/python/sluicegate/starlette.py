@@ -100,8 +100,8 @@ from sluicegate._web import (
     view_rules,
     refusal,
     unsettled,
-    give_back,
-    give_back_async,
+    refund_all,
+    refund_all_async,
 )
 
 __all__ = ["RateLimit", "RateLimitMiddleware", "Sluicegate", "header", "key_func", "remote_address"]
@@ -414,9 +414,9 @@ class Sluicegate:
         if taken:
             scope[_TAKEN] = unsettled(taken, held)
         if self._remote:
-            await give_back_async(held)
+            await refund_all_async(held)
         else:
-            give_back(held)
+            refund_all(held)
 
     def _headers(self, decision: Decision, rule: Rule | None) -> dict[str, str]:
         return decision.headers(self.style, (rule and rule.policy) or self.policy)
