@@ -876,12 +876,26 @@ fn local_insurance_is_the_hosts_share() {
     let s = l.redis_stats().unwrap();
     assert_eq!(s.failed_local, 50);
     // Quotas whose share a token bucket holds only rounded down (docs/REDIS.md) build, and
-    // their insurance admits the burst's share.
+    // their insurance admits the burst's share. Each share refills a token in a minute or
+    // more, so that the rejection after the burst holds however slow the machine (a share of
+    // a token each 1.2 ms made this test flaky).
     for (rate, hosts, burst) in [
-        ("1000003/day; algorithm=fixed_window", 16, 62_500),
-        ("120001/day; algorithm=fixed_window", 1, 120_001),
-        ("3000001/hour; algorithm=sliding_window", 1, 3_000_001),
+        ("1000003/day; algorithm=fixed_window", 1600, 625),
+        ("13001/10d; algorithm=fixed_window", 1, 13_001),
+        ("13001/10d; algorithm=sliding_window", 1, 13_001),
+        ("3000001/hour; algorithm=sliding_window", 100_000, 30),
     ] {
+        let q: Quota = rate.parse().unwrap();
+        let ns_a_token = u128::from(q.period_ns()) * hosts / u128::from(q.count());
+        assert!(
+            ns_a_token >= 60_000_000_000,
+            "{rate}: a share refilled too fast"
+        );
+        let share_ns = u128::from(q.period_ns()) * hosts;
+        assert!(
+            u128::from(burst) * share_ns > (1 << 63),
+            "{rate}: not rounded down"
+        );
         let url = format!("redis://127.0.0.1:{port}?hosts={hosts}&timeout=20ms");
         let single = Limiter::builder(rate.parse().unwrap())
             .store(spec(&url))
