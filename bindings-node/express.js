@@ -86,7 +86,7 @@ function rateLimit(options = {}) {
     const held = holding(limits, key, c)
     hold(req, held)
     // A client gone while the decision was pending is refunded at once (its 'close' has been).
-    if (counting !== null) settleOnEnd(res, refunder(counting, limits, key, c, held), counting, req, res)
+    if (counting !== null) settleOnEnd(res, refunder(counting, held), counting, req, res)
     return next()
   }
 

@@ -158,9 +158,9 @@ function onRequestAbort(req, done) {
  * request stays refused.
  */
 function handlerFor(p, limits, ownRefunds) {
-  /** Owes `key` a refund of `c` by the response: queued, or settled by its end. */
-  function owe(req, reply, key, c, held) {
-    const outcome = refunder(p.counting, limits, key, c, held)
+  /** Owes what `held` holds back by the response (if it does not count): queued, or settled by its end. */
+  function owe(req, reply, held) {
+    const outcome = refunder(p.counting, held)
     if (ownRefunds) return settleOnEnd(reply.raw, outcome, p.counting, req, reply)
     // The client went away while the decision was pending: onRequestAbort has been.
     if (gone(reply.raw)) return outcome(false)
@@ -179,7 +179,7 @@ function handlerFor(p, limits, ownRefunds) {
         // A shadow rejection took nothing: nothing to give back or refund for it.
         const held = holding(limits, key, c)
         hold(req.raw, held)
-        if (p.counting !== null) owe(req, reply, key, c, held)
+        if (p.counting !== null) owe(req, reply, held)
       }
       p.onExceeding?.(req, key)
       return undefined

@@ -299,11 +299,11 @@ function responseCounting(opts) {
 const warn = (err) => process.emitWarning(err instanceof Error ? err : new Error(String(err)))
 
 /**
- * What to do when an admitted request's response ends: `outcome(success)` gives the cost
- * back when `counting` says such a response does not count (once, however often called, and
- * not after `held`'s give-back).
+ * What to do when an admitted request's response ends: `outcome(success)` gives back what
+ * `held` holds when `counting` says such a response does not count (once, however often
+ * called, and not after `held`'s give-back to a later middleware's rejection).
  */
-function refunder(counting, limits, key, cost, held) {
+function refunder(counting, held) {
   return (success) => {
     if (success ? counting.ok : counting.failed) held.giveBack()
   }
