@@ -4,7 +4,8 @@
 //! `gil_used = false`: every class is `frozen` and `Sync`, its state lives in the core's atomics,
 //! and the threaded pytest (tests/test_threads.py) checks that no bound is exceeded.
 
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString};
 use pyo3::{PyTraverseError, PyVisit};
@@ -348,9 +349,11 @@ impl PyDecision {
     }
 
     /// A decision from its figures (e.g. ones stored elsewhere), so that `headers()` renders
-    /// them exactly as the core renders its own decisions.
+    /// them exactly as the core renders its own decisions. `shadow_rejected=True` is a shadow
+    /// limiter's rejection let through (`allowed` must then be True; the other figures are
+    /// the rejection's).
     #[staticmethod]
-    #[pyo3(signature = (*, allowed, limit, remaining, retry_after_ns=None, reset_after_ns=None, window_secs=None))]
+    #[pyo3(signature = (*, allowed, limit, remaining, retry_after_ns=None, reset_after_ns=None, window_secs=None, shadow_rejected=None))]
     fn from_figures(
         allowed: &Bound<'_, PyAny>,
         limit: &Bound<'_, PyAny>,
@@ -358,22 +361,86 @@ impl PyDecision {
         retry_after_ns: Option<&Bound<'_, PyAny>>,
         reset_after_ns: Option<&Bound<'_, PyAny>>,
         window_secs: Option<&Bound<'_, PyAny>>,
+        shadow_rejected: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let Ok(allowed) = allowed.cast::<PyBool>() else {
-            let ty = allowed.get_type().name()?;
-            return Err(PyTypeError::new_err(format!(
-                "allowed must be a bool, not {ty}"
-            )));
+        let flag = |v: &Bound<'_, PyAny>, name: &str| match v.cast::<PyBool>() {
+            Ok(b) => Ok(b.is_true()),
+            Err(_) => {
+                let ty = v.get_type().name()?;
+                Err(PyTypeError::new_err(format!(
+                    "{name} must be a bool, not {ty}"
+                )))
+            }
         };
-        Ok(sluicegate::Decision::from_figures(
-            allowed.is_true(),
+        let allowed = flag(allowed, "allowed")?;
+        let shadow = match shadow_rejected {
+            Some(v) => flag(v, "shadow_rejected")?,
+            None => false,
+        };
+        if shadow && !allowed {
+            return Err(PyValueError::new_err(
+                "shadow_rejected=True is a rejection let through: allowed must be True",
+            ));
+        }
+        let d = sluicegate::Decision::from_figures(
+            allowed && !shadow,
             uint(limit, "limit")?,
             uint(remaining, "remaining")?,
             opt_uint(retry_after_ns, "retry_after_ns")?.unwrap_or(0),
             opt_uint(reset_after_ns, "reset_after_ns")?.unwrap_or(0),
             opt_uint(window_secs, "window_secs")?.unwrap_or(1),
-        )
-        .into())
+        );
+        Ok(if shadow { d.shadowed() } else { d }.into())
+    }
+
+    /// Pickled (and copied) as its figures, which `from_figures` makes back into an equal
+    /// decision with the same fields: a decision crosses to `multiprocessing` workers and
+    /// into caches.
+    #[allow(clippy::type_complexity)]
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, (bool, u64, u64, u64, u64, u64, bool))> {
+        let d = &slf.get().inner;
+        let rebuild = slf.get_type().getattr(intern!(slf.py(), "_from_pickle"))?;
+        Ok((
+            rebuild,
+            (
+                d.allowed(),
+                d.limit(),
+                d.remaining(),
+                d.retry_after_nanos(),
+                d.reset_after_nanos(),
+                d.window_secs(),
+                d.shadow_rejected(),
+            ),
+        ))
+    }
+
+    /// `__reduce__`'s rebuilder: the figures in its order.
+    #[staticmethod]
+    fn _from_pickle(
+        allowed: bool,
+        limit: u64,
+        remaining: u64,
+        retry_after_ns: u64,
+        reset_after_ns: u64,
+        window_secs: u64,
+        shadow_rejected: bool,
+    ) -> PyResult<Self> {
+        if shadow_rejected && !allowed {
+            return Err(PyValueError::new_err(
+                "shadow_rejected=True is a rejection let through: allowed must be True",
+            ));
+        }
+        let d = sluicegate::Decision::from_figures(
+            allowed && !shadow_rejected,
+            limit,
+            remaining,
+            retry_after_ns,
+            reset_after_ns,
+            window_secs,
+        );
+        Ok(if shadow_rejected { d.shadowed() } else { d }.into())
     }
 
     /// The HTTP response fields for this decision, in order: `style` is "ietf", "draft6",

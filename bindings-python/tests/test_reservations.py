@@ -141,6 +141,40 @@ def test_decision_from_figures_renders_headers_in_the_core() -> None:
         Decision.from_figures(allowed=True, limit=2**64, remaining=0)
 
 
+def test_decisions_pickle_and_copy_with_every_figure() -> None:
+    import copy
+    import pickle
+
+    clock = ManualClock(0)
+    limiter = Limiter("3/minute", clock=clock)
+    shadow = Limiter("1/minute", clock=clock, shadow=True)
+    shadow.try_acquire()
+    decisions = [limiter.try_acquire(2), limiter.try_acquire(2), shadow.try_acquire()]
+    assert [d.allowed for d in decisions] == [True, False, True]
+    assert decisions[2].shadow_rejected
+    for d in decisions:
+        for back in (pickle.loads(pickle.dumps(d)), copy.copy(d), copy.deepcopy(d)):
+            assert type(back) is Decision and back == d and repr(back) == repr(d)
+            assert back.window_secs == d.window_secs == 60
+            assert back.shadow_rejected == d.shadow_rejected
+            for style in ("ietf", "draft6", "legacy", "none"):
+                assert back.headers(style) == d.headers(style)
+    # The figures a shadow rejection crossed a boundary with make it again.
+    d = decisions[2]
+    again = Decision.from_figures(
+        allowed=True, limit=d.limit, remaining=d.remaining, retry_after_ns=d.retry_after_ns,
+        reset_after_ns=d.reset_after_ns, window_secs=60, shadow_rejected=True,
+    )
+    assert again == d and again.allowed and again.shadow_rejected
+    with pytest.raises(ValueError, match="allowed must be True"):
+        Decision.from_figures(allowed=False, limit=1, remaining=0, shadow_rejected=True)
+    with pytest.raises(TypeError, match="shadow_rejected must be a bool"):
+        Decision.from_figures(allowed=True, limit=1, remaining=0, shadow_rejected=1)  # type: ignore[arg-type]
+    # A hostile pickle stream gets the same checks.
+    with pytest.raises(ValueError, match="allowed must be True"):
+        Decision._from_pickle(False, 1, 0, 0, 0, 1, True)  # type: ignore[attr-defined]
+
+
 def test_quota_algorithm_keywords() -> None:
     q = Quota(count=10, period=1, algorithm="shaper", max_delay=timedelta(milliseconds=250))
     assert q == Quota(QUEUE) and q.algorithm == "leaky_queue" and q.max_delay_ns == 250_000_000

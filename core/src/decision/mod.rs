@@ -109,6 +109,23 @@ impl Decision {
         self.shadow_if(true)
     }
 
+    /// This decision as a shadow limiter returns a rejection: allowed, flagged
+    /// [`shadow_rejected`](Self::shadow_rejected), its figures unchanged. With
+    /// [`from_figures`](Self::from_figures), rebuilds a shadow decision whose figures crossed a
+    /// language boundary.
+    ///
+    /// ```
+    /// use sluicegate::Decision;
+    ///
+    /// let d = Decision::from_figures(false, 10, 0, 1_000, 5_000, 60).shadowed();
+    /// assert!(d.allowed() && d.shadow_rejected() && d.retry_after_nanos() == 1_000);
+    /// ```
+    #[inline]
+    #[must_use]
+    pub const fn shadowed(self) -> Self {
+        self.shadow_if(true)
+    }
+
     /// This rejection as shadow mode returns it when `on` (branch-free), else unchanged.
     #[inline(always)]
     pub(crate) const fn shadow_if(mut self, on: bool) -> Self {
