@@ -594,17 +594,55 @@ def between(request: Any) -> HttpResponse:
 urlpatterns.append(path("between", between))
 
 
+def atagged(view: Any) -> Any:
+    """`tagged` for async views."""
+
+    @functools.wraps(view)
+    async def wrapper(request: Any, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = await view(request, *args, **kwargs)
+        response["X-Tagged"] = "yes"
+        return response
+
+    return wrapper
+
+
+@ratelimit("1/minute; burst=3")
+@atagged
+@ratelimit("1/minute; burst=2")
+async def abetween(request: Any) -> HttpResponse:
+    return HttpResponse("between")
+
+
+urlpatterns.append(path("abetween", abetween))
+
+
 def test_django_limits_around_another_decorator() -> None:
-    """A decorator between two ``@ratelimit`` runs between their checks: each limit is then
-    checked on its own (the inner one's rejection comes through the other decorator)."""
+    """A decorator between two ``@ratelimit`` runs between their checks: the inner limit is
+    checked when the call reaches it, and its rejection (through the other decorator) gives
+    the outer limit back its token: all or nothing, as for decorators directly stacked."""
     from sluicegate.django import reset
+
+    def outer_left(view: Any) -> int:
+        outer = next(r for r in view.__sluicegate_limits__ if r.quota.burst == 3)
+        return int(outer.limiter().peek("127.0.0.1").remaining)
 
     with django_settings():
         reset("127.0.0.1", between)
         client = Client()
-        got = [client.get("/between") for _ in range(3)]
-        assert [r.status_code for r in got] == [200, 200, 429]
-        assert [r.get("X-Tagged") for r in got] == ["yes"] * 3
+        got = [client.get("/between") for _ in range(4)]
+        assert [r.status_code for r in got] == [200, 200, 429, 429]
+        assert [r.get("X-Tagged") for r in got] == ["yes"] * 4
+        assert got[2]["RateLimit"].startswith('"default";r=0;')
+        assert outer_left(between) == 1  # 2 admitted; the two refused took nothing
+
+        reset("127.0.0.1", abetween)
+
+        async def main() -> list[int]:
+            aclient = AsyncClient()
+            return [(await aclient.get("/abetween")).status_code for _ in range(4)]
+
+        assert asyncio.run(main()) == [200, 200, 429, 429]
+        assert outer_left(abetween) == 1
 
 
 @ratelimit("1/minute; burst=2", deduct_when=succeeded)

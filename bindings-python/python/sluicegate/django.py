@@ -60,6 +60,7 @@ from django.utils.module_loading import import_string
 from sluicegate._native import Decision, RateLimited
 from sluicegate._web import (
     MEMORY,
+    Held,
     KeyFunc,
     Outcome,
     Rates,
@@ -75,6 +76,8 @@ from sluicegate._web import (
     message,
     peek,
     quotas,
+    refund_all,
+    refund_all_async,
     settle,
     settle_async,
     shared_rules,
@@ -307,10 +310,23 @@ def _target(view: Any) -> Any:
 _VIEWS_KEPT = 4096
 
 
+#: Marks the 429 of a limit's rejection: a ``@ratelimit`` further out, with another decorator
+#: between them (which ``@ratelimit`` directly on ``@ratelimit`` checks together), gives back
+#: what it took for a request that such a response answers (all or nothing over the
+#: request's limits).
+_REFUSED = "_sluicegate_refused"
+
+
 def _too_many(decision: Decision, rule: Rule | None, config: _Config) -> HttpResponse:
     response = HttpResponse(message(decision), status=429, content_type="text/plain")
     _add_headers(response, decision, rule, config, force=True)
+    setattr(response, _REFUSED, True)
     return response
+
+
+def _refused(response: Any) -> bool:
+    """Whether `response` is a limit's 429 (an inner ``@ratelimit`` refused the request)."""
+    return getattr(response, _REFUSED, False) is True
 
 
 def _add_headers(response: Any, decision: Decision, rule: Rule | None, config: _Config, force: bool = False) -> None:
@@ -404,7 +420,9 @@ def ratelimit(
     async view (``async def``) gets an async wrapper, which awaits the limiters. Several
     rates, and ``@ratelimit`` decorators put directly on one another, must all admit a
     request: the limits are checked at once, outer decorator first, and when one rejects,
-    the tokens the others took are refunded. `deduct_when`, a function of the response, counts only the requests whose response it
+    the tokens the others took are refunded (with another decorator between two, the inner
+    one is checked when the call reaches it, and its 429 refunds the outer one's tokens).
+    `deduct_when`, a function of the response, counts only the requests whose response it
     accepts (``lambda r: r.status_code < 400``); the others get their tokens back. A `name`
     makes it one limit shared by every view that names it. `shadow=True` decides and counts
     but never rejects (a dry run: would-be rejections are logged on the ``sluicegate``
@@ -452,7 +470,8 @@ def ratelimit(
             if every[0].fallback_max_keys != config.max_keys:
                 _use_max_keys(every, config)
             taken: Taken = []
-            decision, rule, allowed = check(every, request, config.key_func, scope, config.store, taken)
+            held: Held = []
+            decision, rule, allowed = check(every, request, config.key_func, scope, config.store, taken, held)
             if not allowed:
                 return _too_many(decision, rule, config)  # type: ignore[arg-type]
             try:
@@ -460,6 +479,10 @@ def ratelimit(
             except BaseException:
                 _defer(request, taken, decision, rule)
                 raise
+            if _refused(response):
+                # A limit further in (another decorator between) refused the request.
+                refund_all(held)
+                return response
             return _finish(response, decision, rule, taken, config)
 
         @functools.wraps(view)
@@ -470,7 +493,10 @@ def ratelimit(
             if every[0].fallback_max_keys != config.max_keys:
                 _use_max_keys(every, config)
             taken: Taken = []
-            decision, rule, allowed = await check_async(every, request, config.key_func, scope, config.store, taken)
+            held: Held = []
+            decision, rule, allowed = await check_async(
+                every, request, config.key_func, scope, config.store, taken, held
+            )
             if not allowed:
                 return _too_many(decision, rule, config)  # type: ignore[arg-type]
             try:
@@ -478,6 +504,9 @@ def ratelimit(
             except BaseException:
                 _defer(request, taken, decision, rule)
                 raise
+            if _refused(response):
+                await refund_all_async(held)
+                return response
             await settle_async(taken, response)
             return _finish(response, decision, rule, [], config)
 
