@@ -9,8 +9,10 @@ use std::time::Duration;
 async fn waits_for_a_token_then_admits() {
     let clock = MonotonicClock::new();
     let l = Limiter::with_clock("20/s; burst=1".parse::<Quota>().unwrap(), clock.clone()).unwrap();
-    assert!(l.try_acquire(1).unwrap().allowed());
+    // Read before the first admission: the next token is 50 ms after it, so at least 50 ms
+    // after t0 however long the machine stalls in between.
     let t0 = clock.now();
+    assert!(l.try_acquire(1).unwrap().allowed());
     let d = l.acquire_async(1, Duration::from_secs(1)).await.unwrap();
     assert!(d.allowed(), "admitted once the 50 ms token arrived");
     // The wait was the limiter's own retry_after (with slack for the timer's granularity).
@@ -31,9 +33,9 @@ async fn a_leaky_queue_slot_is_waited_for() {
     let clock = MonotonicClock::new();
     let q: Quota = "10/s; algorithm=leaky_queue; max_delay=1s".parse().unwrap();
     let l = Limiter::with_clock(q, clock.clone()).unwrap();
+    let t0 = clock.now(); // before the first slot: the second is 100 ms after it
     let first = l.acquire_async(1, Duration::from_secs(1)).await.unwrap();
     assert!(first.allowed());
-    let t0 = clock.now();
     let second = l.acquire_async(1, Duration::from_secs(1)).await.unwrap();
     assert!(second.allowed());
     assert!(

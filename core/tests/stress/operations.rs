@@ -128,19 +128,27 @@ fn hammer_while_reconfiguring<F, R>(
             })
         })
         .collect();
+    let switched = Arc::new(AtomicU64::new(0));
     let switcher = {
-        let stop = stop.clone();
+        let (stop, switched) = (stop.clone(), switched.clone());
         std::thread::spawn(move || {
             let mut n = 0;
             while !stop.load(Ordering::Relaxed) {
                 reconfigure(n);
                 n += 1;
+                switched.store(n as u64, Ordering::Relaxed);
                 std::thread::sleep(Duration::from_micros(700));
             }
             n
         })
     };
+    // 300 ms of decisions, and on until the switcher has reconfigured more than 10 times (a
+    // loaded machine may have kept it off the CPU; 30 s at most).
     std::thread::sleep(Duration::from_millis(300));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while switched.load(Ordering::Relaxed) <= 10 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     stop.store(true, Ordering::Relaxed);
     workers.into_iter().for_each(|w| w.join().unwrap());
     let switches = switcher.join().unwrap();

@@ -116,8 +116,9 @@ fn interval_refill_never_over_admits() {
         .parse()
         .unwrap();
     let clock = MonotonicClock::new();
-    let limiter = Arc::new(Limiter::with_clock(quota, clock.clone()).unwrap());
+    // Read before the limiter exists: its tokens accrue from its creation, not after it.
     let t0 = clock.now();
+    let limiter = Arc::new(Limiter::with_clock(quota, clock.clone()).unwrap());
     let admitted = AtomicU64::new(0);
     std::thread::scope(|s| {
         for _ in 0..3 {
