@@ -76,7 +76,8 @@ static void decisions(const char *base) {
   }
   sg_decision d = acquire(k, "alice", 1);
   CHECK(!d.allowed);
-  CHECK(d.retry_after_ns > 19000000000ULL && d.retry_after_ns <= 20000000000ULL);
+  /* About 20 s (a token of 3/minute), less the time the calls took (slow under valgrind). */
+  CHECK(d.retry_after_ns > 15000000000ULL && d.retry_after_ns <= 20000000000ULL);
   CHECK_U64(acquire(k, "bob", 1).remaining, 2); /* a bucket per key */
   CHECK_U64(acquire(k, "bob", 1).remaining, 1);
   CHECK_RC(sg_keyed_limiter_try_acquire(k, (const uint8_t *)"bob", 3, 4, &d),
