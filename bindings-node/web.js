@@ -310,30 +310,39 @@ function refunder(counting, held) {
 }
 
 /** What one middleware took for a request, to give back once: by a later middleware that
- * rejects the request, or by the response (`refunder`). */
-function holding(limits, key, cost) {
-  let done = false
-  return {
-    giveBack() {
-      if (done) return
-      done = true
-      try {
-        const r = limits.refund(key, cost)
-        if (isThenable(r)) r.catch(warn)
-      } catch (err) {
-        warn(err)
-      }
-    },
+ * rejects the request, or by the response (`refunder`). One object a request (a class: no
+ * closure's context and function besides). */
+class Held {
+  constructor(limits, key, cost) {
+    this.limits = limits
+    this.key = key
+    this.cost = cost
+    this.done = false
+  }
+
+  giveBack() {
+    if (this.done) return
+    this.done = true
+    try {
+      const r = this.limits.refund(this.key, this.cost)
+      if (isThenable(r)) r.catch(warn)
+    } catch (err) {
+      warn(err)
+    }
   }
 }
 
-// What the sluicegate middlewares that admitted a request took for it (on the request).
+const holding = (limits, key, cost) => new Held(limits, key, cost)
+
+// What the sluicegate middlewares that admitted a request took for it (on the request): one
+// Held, or an array of them where several middlewares admitted it.
 const HELD = Symbol('sluicegate.held')
 
 /** Records what a middleware took for `req`. */
 function hold(req, held) {
   const all = req[HELD]
-  if (all === undefined) req[HELD] = [held]
+  if (all === undefined) req[HELD] = held
+  else if (all instanceof Held) req[HELD] = [all, held]
   else all.push(held)
 }
 
@@ -343,7 +352,9 @@ function giveBackHeld(req) {
   const all = req[HELD]
   if (all === undefined) return
   req[HELD] = undefined
+  if (all instanceof Held) return all.giveBack()
   for (const h of all) h.giveBack()
+  return undefined
 }
 
 /**

@@ -96,6 +96,23 @@ test('stacked middlewares are all or nothing over a request: a rejection gives b
   assert.equal(appWide.get('127.0.0.1').remaining, 0)
 })
 
+test('three stacked middlewares: the last one\'s rejection gives back what both earlier ones took', async (t) => {
+  const first = rateLimit({ quota: '5/minute', legacyHeaders: false })
+  const second = rateLimit({ quota: '4/minute', legacyHeaders: false })
+  const third = rateLimit({ quota: '1/minute', legacyHeaders: false })
+  const app = express()
+  app.use(first, second)
+  app.get('/', third, (req, res) => res.send('ok'))
+  const server = await new Promise((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s))
+  })
+  t.after(() => new Promise((r) => server.close(r)))
+  const get = () => fetch(`http://127.0.0.1:${server.address().port}/`).then((r) => r.status)
+  assert.deepEqual([await get(), await get(), await get()], [200, 429, 429])
+  assert.equal(first.get('127.0.0.1').remaining, 4)
+  assert.equal(second.get('127.0.0.1').remaining, 3)
+})
+
 test('a fixed cost above the burst is refused when the middleware is made', () => {
   for (const cost of [3, 2n ** 64n - 1n]) {
     assert.throws(
