@@ -132,8 +132,11 @@ test('headers: beyond the native renderers held, and with any policy, the fields
 })
 
 test('acquire waits on timers and resolves when admitted', async () => {
-  const l = new Limiter('20/s; burst=1')
-  // Timed from before the first token is taken: the next is 50 ms after that.
+  // One a second: the second acquire must find no token and wait on a timer however long a
+  // loaded machine stalls between the two (up to the second); at 20/s a 50 ms stall would
+  // admit it at once, with no timer for the ticker to beat.
+  const l = new Limiter('1/s; burst=1')
+  // Timed from before the first token is taken: the next is 1 s after that.
   const t0 = performance.now()
   assert.equal((await l.acquire()).allowed, true)
   let ticks = 0
@@ -142,8 +145,8 @@ test('acquire waits on timers and resolves when admitted', async () => {
   clearInterval(iv)
   const waited = performance.now() - t0
   assert.equal(d.allowed, true)
-  assert.ok(waited >= 40, `waited ${waited} ms`)
-  assert.ok(ticks >= 1, 'the event loop kept running (its 5 ms timer fired before the 50 ms wait ended)')
+  assert.ok(waited >= 900, `waited ${waited} ms`)
+  assert.ok(ticks >= 1, 'the event loop kept running (its 5 ms timer fired before the 1 s wait ended)')
 })
 
 test('acquire with a manual clock resolves after the clock moves', async () => {
@@ -169,9 +172,12 @@ test('acquire: when time runs out, the outcome is the rejection Decision, not an
   const f = new Limiter('20/s; burst=1')
   f.allow()
   assert.equal((await f.acquire({ timeoutMs: 200 })).allowed, true)
-  f.allow()
-  const r = await f.acquire({ timeoutMs: 10 })
-  assert.equal(r.allowed, false, '50 ms away does not fit 10 ms')
+  // A wait that does not fit is the rejection, on a limiter a second from its next token: at
+  // 20/s a stall of 40 ms after the take would bring the token within the 10 ms.
+  const s = new Limiter('1/s; burst=1')
+  s.allow()
+  const r = await s.acquire({ timeoutMs: 10 })
+  assert.equal(r.allowed, false, '1 s away does not fit 10 ms')
   // Keyed and composite alike.
   const k = new KeyedLimiter('1/h; burst=1')
   k.allow('a')
@@ -270,7 +276,9 @@ test('reserve and cancel on a leaky queue (the core doc example)', () => {
 })
 
 test('acquire on a leaky queue waits for its slot on a timer', async () => {
-  const q = new Limiter('20/s; algorithm=leaky_queue; max_delay=1s')
+  // Slots a third of a second apart: the last is 1 s after the first, so a stall while the
+  // four are queued cannot leave them all due at once, with no timer for the ticker to beat.
+  const q = new Limiter('3/s; algorithm=leaky_queue; max_delay=2s')
   const t0 = performance.now()
   let ticks = 0
   const iv = setInterval(() => ticks++, 5)
@@ -278,7 +286,7 @@ test('acquire on a leaky queue waits for its slot on a timer', async () => {
   clearInterval(iv)
   const elapsed = performance.now() - t0
   assert.ok(waits.every((d) => d.allowed))
-  assert.ok(elapsed >= 140, `four slots 50 ms apart took ${elapsed} ms`)
+  assert.ok(elapsed >= 900, `four slots 1/3 s apart took ${elapsed} ms`)
   assert.ok(ticks >= 1, 'the event loop kept running')
 })
 
@@ -297,18 +305,22 @@ test('acquire on a leaky queue: a slot beyond the timeout is not reserved', asyn
 })
 
 test('acquire on a leaky queue: a slot within the timeout is admitted with its wait', async () => {
-  const q = new Limiter('20/s; algorithm=leaky_queue; max_delay=1s')
+  // Slots 1 s apart: the second still has a wait after any stall of under a second between
+  // the two acquires (at 20/s, one of 50 ms made it due at once).
+  const q = new Limiter('1/s; algorithm=leaky_queue; max_delay=2s')
   assert.equal((await q.acquire()).retryAfterMs, 0)
   const t0 = performance.now()
-  const d = await q.acquire(1, { timeoutMs: 500 })
+  const d = await q.acquire(1, { timeoutMs: 2000 })
   const waited = performance.now() - t0
   assert.equal(d.allowed, true)
-  assert.ok(d.retryAfterMs > 0 && d.retryAfterMs <= 50, `the slot's wait: ${d.retryAfterMs} ms`)
+  assert.ok(d.retryAfterMs > 0 && d.retryAfterMs <= 1000, `the slot's wait: ${d.retryAfterMs} ms`)
   assert.ok(waited >= d.retryAfterMs - 2, `resolved at the slot, after ${waited} ms`)
-  const k = new KeyedLimiter('20/s; algorithm=leaky_queue; max_delay=1s')
+  // The key rule, on a manual clock (not about real time): the second slot is exactly 50 ms on.
+  const k = new KeyedLimiter('20/s; algorithm=leaky_queue; max_delay=1s', { clock: new ManualClock(0) })
   await k.acquire(7)
   const kd = await k.acquire('7', 1, { timeoutMs: 500 })
-  assert.ok(kd.allowed && kd.retryAfterMs > 0, '7 and "7" queue in one bucket')
+  assert.ok(kd.allowed, 'admitted with its wait')
+  assert.equal(kd.retryAfterMs, 50, '7 and "7" queue in one bucket')
 })
 
 test('acquire with a clock that does not move gives the rejection after one wait', async () => {
@@ -352,7 +364,9 @@ test('an abort while waiting for a queue slot cancels the reservation', async ()
 
 test('composite acquire waits for every part', async () => {
   const a = new Limiter('20/s; burst=1')
-  const b = new Limiter('10/s')
+  // Per minute (a token every 6 s): no refill between the admissions and the peek below,
+  // however long the wait for the first part's timer takes on a loaded machine.
+  const b = new Limiter('10/minute')
   const c = new Composite([a, b])
   const t0 = performance.now() // before the first admission: the first part refills 50 ms after it
   assert.equal((await c.acquire()).allowed, true)
