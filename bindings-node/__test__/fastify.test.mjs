@@ -242,14 +242,16 @@ test('skipOnError: a limiter error is a 500, or lets the request through', async
 test('a real server on 127.0.0.1: the peer\'s bucket, headers on the wire', async (t) => {
   const f = Fastify()
   t.after(() => f.close())
-  await f.register(sluicegate, { max: 2, timeWindow: '1 second' })
+  // A token every 30 s: the three fetches need not fit the 500 ms of '1 second' (a loaded
+  // machine's stalls let the third be admitted); Retry-After is '30' while they take under 1 s.
+  await f.register(sluicegate, { max: 2, timeWindow: '1 minute' })
   f.get('/', async () => 'hello')
   const base = await f.listen({ port: 0, host: '127.0.0.1' })
   const r = []
   for (let i = 0; i < 3; i++) r.push(await fetch(base))
   assert.deepEqual(r.map((x) => x.status), [200, 200, 429])
   assert.equal(await r[0].text(), 'hello')
-  assert.equal(r[2].headers.get('retry-after'), '1')
+  assert.equal(r[2].headers.get('retry-after'), '30')
   assert.equal(r[2].headers.get('content-type'), 'application/json; charset=utf-8')
 })
 
