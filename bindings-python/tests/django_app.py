@@ -29,7 +29,7 @@ def other(request):
     return HttpResponse("other")
 
 
-@ratelimit("1/s; burst=3", key="header:X-Api-Key", policy="api")
+@ratelimit("1/minute; burst=3", key="header:X-Api-Key", policy="api")
 def limited(request):
     return HttpResponse("limited")
 

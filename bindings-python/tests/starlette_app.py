@@ -22,7 +22,7 @@ def make_fastapi(**options: Any) -> tuple[FastAPI, Sluicegate]:
     limiter = Sluicegate(**options)
     app = FastAPI()
     app.add_middleware(RateLimitMiddleware, limiter=limiter)
-    by_key = limiter.dependency("1/s; burst=2", key=header("X-Api-Key"))
+    by_key = limiter.dependency("1/minute; burst=2", key=header("X-Api-Key"))
     shared = limiter.dependency("1/minute; burst=3", name="search")
 
     @app.get("/default")

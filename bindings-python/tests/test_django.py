@@ -36,9 +36,9 @@ def test_decorator_replaces_the_defaults() -> None:
     client = Client()
     for _ in range(3):
         r = client.get("/limited", HTTP_X_API_KEY="k1")
-        assert r.status_code == 200 and r["RateLimit-Policy"] == '"api";q=3;w=3'
+        assert r.status_code == 200 and r["RateLimit-Policy"] == '"api";q=3;w=180'
     r = client.get("/limited", HTTP_X_API_KEY="k1")
-    assert r.status_code == 429 and r["Retry-After"] == "1"
+    assert r.status_code == 429 and r["Retry-After"] == "60"
     assert client.get("/limited", HTTP_X_API_KEY="k2").status_code == 200
 
 

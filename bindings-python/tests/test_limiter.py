@@ -144,9 +144,12 @@ def test_reserve_and_cancel() -> None:
 
 
 def test_acquire_waits_with_the_gil_released() -> None:
-    limiter = Limiter("20/s; burst=1")
+    # A 1 s wait: a stall of a loaded machine cannot use it all up, and the ticker, if the GIL
+    # is free meanwhile, ticks far more often than the few times it could around a wait that
+    # kept the GIL.
+    limiter = Limiter("1/s; burst=1")
+    start = time.monotonic()  # before the first acquire: the second is 1 s after it
     assert limiter.acquire()
-    start = time.monotonic()
     ticks = []
     stop = threading.Event()
 
@@ -157,13 +160,13 @@ def test_acquire_waits_with_the_gil_released() -> None:
 
     t = threading.Thread(target=ticker)
     t.start()
-    d = limiter.acquire(timeout=1.0)
+    d = limiter.acquire(timeout=5.0)
     stop.set()
     t.join()
     assert d
     elapsed = time.monotonic() - start
-    assert 0.03 <= elapsed < 3, elapsed
-    assert len(ticks) >= 2
+    assert 0.95 <= elapsed < 4, elapsed
+    assert len(ticks) >= 10, len(ticks)
 
 
 def test_acquire_async() -> None:

@@ -41,7 +41,7 @@ def test_flask_on_redis_gives_each_limit_its_own_prefix(redis_server: RedisServe
     assert client.get("/limited", headers={"X-Api-Key": "a"}).status_code == 429
     # The default limit (one prefix; its keys carry the view) and /limited's (another).
     default = f"{prefix}:{region_suffix(Quota('2/minute'), 'default#0')}"
-    limited = f"{prefix}:{region_suffix(Quota('1/s; burst=2'), 'test_flask.make_app.<locals>.limited#0')}"
+    limited = f"{prefix}:{region_suffix(Quota('1/minute; burst=2'), 'test_flask.make_app.<locals>.limited#0')}"
     assert prefixes(redis_server, prefix) == {default: 2, limited: 1}
 
 
@@ -54,7 +54,7 @@ def test_django_on_redis_gives_each_limit_its_own_prefix(redis_server: RedisServ
         assert client.get("/other").status_code == 200
         assert [client.get("/limited", HTTP_X_API_KEY="k").status_code for _ in range(4)] == [200] * 3 + [429]
     default = f"{prefix}:{region_suffix(Quota('2/minute'), 'default#0')}"
-    limited = f"{prefix}:{region_suffix(Quota('1/s; burst=3'), 'django_app.limited#0')}"
+    limited = f"{prefix}:{region_suffix(Quota('1/minute; burst=3'), 'django_app.limited#0')}"
     assert prefixes(redis_server, prefix) == {default: 2, limited: 1}
 
 
@@ -123,7 +123,7 @@ def test_django_async_views_and_middleware(redis_server: RedisServer, store: str
 def test_django_async_requests_do_not_block_the_loop(own_redis: RedisServer) -> None:
     """20 requests in flight through the async middleware against a SIGSTOPped server until
     the store's timeout: a ticker on the same loop keeps ticking (on_error=open admits them)."""
-    store = url(own_redis, on_error="open", timeout="1s")
+    store = url(own_redis, on_error="open", timeout="2s")
     with override_settings(MIDDLEWARE=[MIDDLEWARE], SLUICEGATE={"DEFAULT_LIMITS": ["100/minute"], "STORAGE": store}):
         client = AsyncClient()
         assert asyncio.run(client.get("/aplain")).status_code == 200  # connected
@@ -138,8 +138,8 @@ def test_django_async_requests_do_not_block_the_loop(own_redis: RedisServer) -> 
         finally:
             own_redis.resume()
     assert [r.status_code for r in responses] == [200] * 20
-    assert took >= 0.9, took
-    assert gap < 0.5, (gap, took)
+    assert took >= 1.9, took
+    assert gap < 1, (gap, took)  # under half the wait (test_redis.while_ticking)
     # They were in flight together: each timed out on its own (one at a time, the first's
     # timeout would have dropped the connection and the others failed at once, unsent).
     stats = django_limiter(store).redis_stats()

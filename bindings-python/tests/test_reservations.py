@@ -77,12 +77,15 @@ def test_acquire_on_a_queue_sleeps_until_its_slot() -> None:
 
 
 def test_acquire_on_a_queue_with_a_short_timeout_returns_at_once() -> None:
-    limiter = Limiter("1/s; algorithm=leaky_queue; max_delay=10s")
+    # Slots 5 s apart: the checks below hold unless this thread stalls for seconds.
+    limiter = Limiter("1/5s; algorithm=leaky_queue; max_delay=20s")
     assert limiter.acquire()
     start = time.monotonic()
-    d = limiter.acquire(timeout=0.05)  # its slot is ~1 s away
-    assert not d and time.monotonic() - start < 0.5
-    assert limiter.reserve().delay > 0.9  # nothing was left behind: the next slot is still 1 s away
+    d = limiter.acquire(timeout=0.05)  # its slot is ~5 s away
+    assert not d and time.monotonic() - start < 2.5
+    # Nothing was left behind (a slot kept by the rejected acquire would put the next one
+    # ~10 s away) and nothing more given back: the next slot is still ~5 s away.
+    assert 2.5 < limiter.reserve().delay <= 5
 
 
 def test_acquire_async_on_a_queue() -> None:

@@ -308,7 +308,7 @@ def test_django_storage_setting(regions: Path) -> None:
         names = sorted(p.name for p in regions.iterdir())
         assert names == sorted([
             f"dj.{region_suffix(Quota('2/minute'), 'default#0')}",
-            f"dj.{region_suffix(Quota('1/s; burst=3'), 'django_app.limited#0')}",
+            f"dj.{region_suffix(Quota('1/minute; burst=3'), 'django_app.limited#0')}",
         ])
     with override_settings(SLUICEGATE={"STORAGE": "shm:/x?capacity=none"}):
         with pytest.raises(InvalidOptionError):

@@ -68,9 +68,9 @@ def test_a_dependency_limits_its_route_by_its_key() -> None:
     assert statuses(client, "/dep", 2, headers={"X-Api-Key": "a"}) == [200, 200]
     rejected = client.get("/dep", headers={"X-Api-Key": "a"})
     assert rejected.status_code == 429
-    assert rejected.json() == {"detail": "Too Many Requests: retry after 1 s"}
-    assert rejected.headers["Retry-After"] == "1"
-    assert rejected.headers["RateLimit"] == '"default";r=0;t=1'
+    assert rejected.json() == {"detail": "Too Many Requests: retry after 60 s"}
+    assert rejected.headers["Retry-After"] == "60"
+    assert rejected.headers["RateLimit"] == '"default";r=0;t=60'
     # Another key, its own bucket; the route's own limit replaces the default limits (2/minute).
     assert statuses(client, "/dep", 2, headers={"X-Api-Key": "b"}) == [200, 200]
 
@@ -366,7 +366,7 @@ def test_the_redis_store(redis_server: RedisServer) -> None:
 def test_redis_requests_do_not_block_the_loop(own_redis: RedisServer) -> None:
     """20 requests in flight, on the test's own loop, against a SIGSTOPped server until the
     store's timeout: a ticker on the same loop keeps ticking (on_error=open admits them)."""
-    app, _ = make_fastapi(storage=url(own_redis, on_error="open", timeout="1s"), default_limits=["100/minute"])
+    app, _ = make_fastapi(storage=url(own_redis, on_error="open", timeout="2s"), default_limits=["100/minute"])
 
     async def main() -> tuple[list[httpx2.Response], float, float]:
         transport = httpx2.ASGITransport(app=app)
@@ -382,8 +382,8 @@ def test_redis_requests_do_not_block_the_loop(own_redis: RedisServer) -> None:
 
     responses, gap, took = asyncio.run(main())
     assert [r.status_code for r in responses] == [200] * 20
-    assert took >= 0.9, took
-    assert gap < 0.5, (gap, took)
+    assert took >= 1.9, took
+    assert gap < 1, (gap, took)  # under half the wait (test_redis.while_ticking)
 
 
 @contextmanager
@@ -410,7 +410,7 @@ def test_a_real_uvicorn_server_admits_exactly_the_limit(regions: Path, redis_ser
     with uvicorn(spec, workers=2 if store == "shm" else 1) as server:
         assert hammer(f"{server.url}/default") == Counter({200: 10, 429: 50})
         status, fields = get(f"{server.url}/dep")
-        assert status == 200 and fields.get("ratelimit") == '"default";r=1;t=1'
+        assert status == 200 and fields.get("ratelimit") == '"default";r=1;t=60'
 
 
 def test_a_bytes_key_is_the_bucket_of_its_text_in_per_route_limits() -> None:
