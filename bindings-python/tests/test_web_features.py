@@ -616,6 +616,40 @@ async def abetween(request: Any) -> HttpResponse:
 urlpatterns.append(path("abetween", abetween))
 
 
+@ratelimit("1/minute; burst=3")
+@tagged
+def raising(request: Any) -> HttpResponse:
+    """Refuses by raising, as a view's own check does (the middleware answers the 429)."""
+    if "refuse" in request.GET:
+        from sluicegate import Decision, RateLimited
+
+        raise RateLimited(Decision.from_figures(allowed=False, limit=1, remaining=0, retry_after_ns=10**9))
+    return HttpResponse("raising")
+
+
+def served_anyway(view: Any) -> Any:
+    """Serves a page of its own where the view it wraps was refused (a 429 made a 200)."""
+
+    @functools.wraps(view)
+    def wrapper(request: Any, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = view(request, *args, **kwargs)
+        if response.status_code == 429:
+            response.status_code = 200
+        return response
+
+    return wrapper
+
+
+@ratelimit("1/minute; burst=3")
+@served_anyway
+@ratelimit("1/minute; burst=1")
+def fallback(request: Any) -> HttpResponse:
+    return HttpResponse("fallback")
+
+
+urlpatterns += [path("raising", raising), path("fallback", fallback)]
+
+
 def test_django_limits_around_another_decorator() -> None:
     """A decorator between two ``@ratelimit`` runs between their checks: the inner limit is
     checked when the call reaches it, and its rejection (through the other decorator) gives
@@ -643,6 +677,15 @@ def test_django_limits_around_another_decorator() -> None:
 
         assert asyncio.run(main()) == [200, 200, 429, 429]
         assert outer_left(abetween) == 1
+
+        # RateLimited raised further in: the same.
+        reset("127.0.0.1", raising)
+        assert [client.get("/raising?refuse").status_code for _ in range(4)] == [429] * 4
+        assert outer_left(raising) == 3
+        # A 429 a decorator between served as another status: the request was served, and the
+        # outer limit keeps what it took.
+        reset("127.0.0.1", fallback)
+        assert [client.get("/fallback").status_code for _ in range(4)] == [200] * 3 + [429]
 
 
 @ratelimit("1/minute; burst=2", deduct_when=succeeded)

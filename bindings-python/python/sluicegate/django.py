@@ -45,6 +45,7 @@ methods (on Redis, without blocking the event loop).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import inspect
@@ -325,8 +326,10 @@ def _too_many(decision: Decision, rule: Rule | None, config: _Config) -> HttpRes
 
 
 def _refused(response: Any) -> bool:
-    """Whether `response` is a limit's 429 (an inner ``@ratelimit`` refused the request)."""
-    return getattr(response, _REFUSED, False) is True
+    """Whether `response` is a limit's 429 (an inner ``@ratelimit`` refused the request), as
+    it left that limit (a decorator between that turned it into another status served the
+    request some other way)."""
+    return getattr(response, _REFUSED, False) is True and getattr(response, "status_code", None) == 429
 
 
 def _add_headers(response: Any, decision: Decision, rule: Rule | None, config: _Config, force: bool = False) -> None:
@@ -421,7 +424,8 @@ def ratelimit(
     rates, and ``@ratelimit`` decorators put directly on one another, must all admit a
     request: the limits are checked at once, outer decorator first, and when one rejects,
     the tokens the others took are refunded (with another decorator between two, the inner
-    one is checked when the call reaches it, and its 429 refunds the outer one's tokens).
+    one is checked when the call reaches it, and its 429, or a ``RateLimited`` raised further
+    in, refunds the outer one's tokens).
     `deduct_when`, a function of the response, counts only the requests whose response it
     accepts (``lambda r: r.status_code < 400``); the others get their tokens back. A `name`
     makes it one limit shared by every view that names it. `shadow=True` decides and counts
@@ -476,6 +480,11 @@ def ratelimit(
                 return _too_many(decision, rule, config)  # type: ignore[arg-type]
             try:
                 response = inner(request, *args, **kwargs)
+            except RateLimited:
+                # A limit further in refused the request by raising (the middleware answers
+                # the 429): all or nothing, as for its 429.
+                refund_all(held)
+                raise
             except BaseException:
                 _defer(request, taken, decision, rule)
                 raise
@@ -501,11 +510,15 @@ def ratelimit(
                 return _too_many(decision, rule, config)  # type: ignore[arg-type]
             try:
                 response = await inner(request, *args, **kwargs)
+            except RateLimited:
+                await asyncio.shield(refund_all_async(held))
+                raise
             except BaseException:
                 _defer(request, taken, decision, rule)
                 raise
             if _refused(response):
-                await refund_all_async(held)
+                # Shielded, as check_async's give-back: a cancelled request still gives back.
+                await asyncio.shield(refund_all_async(held))
                 return response
             await settle_async(taken, response)
             return _finish(response, decision, rule, [], config)
