@@ -111,8 +111,9 @@ impl Decision {
 
     /// This decision as a shadow limiter returns a rejection: allowed, flagged
     /// [`shadow_rejected`](Self::shadow_rejected), its figures unchanged. With
-    /// [`from_figures`](Self::from_figures), rebuilds a shadow decision whose figures crossed a
-    /// language boundary.
+    /// [`from_figures`](Self::from_figures) of a rejection, rebuilds a shadow decision whose
+    /// figures crossed a language boundary. (Of an admission it makes a decision no limiter
+    /// returns: one flagged as a would-be rejection with an admission's figures.)
     ///
     /// ```
     /// use sluicegate::Decision;
