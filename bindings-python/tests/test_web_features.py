@@ -572,16 +572,33 @@ def test_django_two_enforcing_limits_on_one_view() -> None:
         assert (left(loose), left(tight)) == (3, 2)
 
 
-def tagged(view: Any) -> Any:
-    """An unrelated decorator (its wrapper copies the view's attributes, ours included)."""
+def editing(edit: Any) -> Any:
+    """An unrelated decorator that edits the view's response (its wrapper copies the view's
+    attributes, ours included)."""
 
-    @functools.wraps(view)
-    def wrapper(request: Any, *args: Any, **kwargs: Any) -> HttpResponse:
-        response = view(request, *args, **kwargs)
-        response["X-Tagged"] = "yes"
-        return response
+    def decorate(view: Any) -> Any:
+        @functools.wraps(view)
+        def wrapper(request: Any, *args: Any, **kwargs: Any) -> HttpResponse:
+            response = view(request, *args, **kwargs)
+            edit(response)
+            return response
 
-    return wrapper
+        return wrapper
+
+    return decorate
+
+
+def tag(response: Any) -> None:
+    response["X-Tagged"] = "yes"
+
+
+def serve_anyway(response: Any) -> None:
+    """Serves a refused request's page anyway (a 429 made a 200)."""
+    if response.status_code == 429:
+        response.status_code = 200
+
+
+tagged = editing(tag)
 
 
 @ratelimit("1/minute; burst=3")
@@ -600,7 +617,7 @@ def atagged(view: Any) -> Any:
     @functools.wraps(view)
     async def wrapper(request: Any, *args: Any, **kwargs: Any) -> HttpResponse:
         response = await view(request, *args, **kwargs)
-        response["X-Tagged"] = "yes"
+        tag(response)
         return response
 
     return wrapper
@@ -627,21 +644,8 @@ def raising(request: Any) -> HttpResponse:
     return HttpResponse("raising")
 
 
-def served_anyway(view: Any) -> Any:
-    """Serves a page of its own where the view it wraps was refused (a 429 made a 200)."""
-
-    @functools.wraps(view)
-    def wrapper(request: Any, *args: Any, **kwargs: Any) -> HttpResponse:
-        response = view(request, *args, **kwargs)
-        if response.status_code == 429:
-            response.status_code = 200
-        return response
-
-    return wrapper
-
-
 @ratelimit("1/minute; burst=3")
-@served_anyway
+@editing(serve_anyway)
 @ratelimit("1/minute; burst=1")
 def fallback(request: Any) -> HttpResponse:
     return HttpResponse("fallback")
