@@ -86,28 +86,85 @@ function limiterFor({ limiter, quota, store, maxKeys, onFull, shadow }) {
     throw invalidArg('limiter must be a sluicegate KeyedLimiter')
   }
   const stats = limiter.redisStats()
-  if (stats !== null && stats.connects === 0) unreachable(printed ?? 'a Redis store')
-  return { limiter, store: printed, remote: stats !== null }
+  const watch = stats === null ? null : watchOf(limiter, printed, stats)
+  return { limiter, store: printed, remote: stats !== null, watch }
 }
 
-// The Redis stores this process has warned about (once each).
-const warned = new Set()
+// The Redis stores this process's limits use, each watched for outages (one watch a store:
+// every limit of a store shares its connection and counters).
+const watches = new Map()
+
+/** How often a store's counters are looked at (ms), by the requests of its limits. */
+const WATCH = { everyMs: 1000 }
 
 /**
- * A Redis store whose first connection failed (a wrong host or port, a server down): its
+ * The watch of `limiter`'s Redis store (made once per store and process). A store whose
+ * first connection failed (a wrong host or port, a server down) is reported at once: its
  * limits are decided by the URL's `on_error` policy in this process until it connects
- * (`local`, the default: each process alone), which nothing else would say. A
- * `SluicegateWarning` once per store and process; `redisStats()` counts the policy's
- * decisions afterwards.
+ * (`local`, the default: each process alone), which nothing else would say; later outages
+ * when they begin (`Watch`).
  */
-function unreachable(printed) {
-  const base = printed.replace(/-[0-9a-f]{12}(?=[?&]|$)/, '') // one warning for every limit of the store
-  if (warned.has(base)) return
-  warned.add(base)
-  process.emitWarning(
-    `cannot reach the Redis store ${printed}: its limits are decided by its on_error policy in this process (on_error=local, the default: by each process alone) until it connects`,
-    { type: 'SluicegateWarning', code: 'SLUICEGATE_STORE_UNREACHABLE' },
-  )
+function watchOf(limiter, printed, stats) {
+  // One watch for every limit of a store (a limiter passed in: its own, its store unnamed).
+  const base = printed === undefined ? limiter : printed.replace(/-[0-9a-f]{12}(?=[?&]|$)/, '')
+  printed ??= 'a Redis store'
+  let watch = watches.get(base)
+  if (watch !== undefined) return watch
+  const down = stats.connects === 0
+  watch = new Watch(limiter, printed, stats, down)
+  watches.set(base, watch)
+  if (down) {
+    process.emitWarning(
+      `cannot reach the Redis store ${printed}: its limits are decided by its on_error policy in this process (on_error=local, the default: by each process alone) until it connects`,
+      { type: 'SluicegateWarning', code: 'SLUICEGATE_STORE_UNREACHABLE' },
+    )
+  }
+  return watch
+}
+
+/** The calls a Redis store did not decide: each decided by its `on_error` policy (or thrown, under `error`). */
+const failures = (s) => s.failedOpen + s.failedClosed + s.failedLocal + s.failedError
+
+/**
+ * Reports a Redis store's outages, once each, as `SluicegateWarning`s: `SLUICEGATE_STORE_FAILING`
+ * when its calls begin to fail (each then decided by the URL's `on_error` policy, or thrown
+ * under `on_error=error`), `SLUICEGATE_STORE_RECOVERED` when the server decides again. The
+ * store's counters (`redisStats()`) are read at most every `WATCH.everyMs`, by a request of
+ * one of its limits (a clock reading a request the rest of the time).
+ */
+class Watch {
+  constructor(limiter, printed, stats, failing) {
+    this.limiter = limiter
+    this.printed = printed
+    this.failed = failures(stats)
+    this.decided = stats.decided
+    this.failing = failing
+    this.next = performance.now() + WATCH.everyMs
+  }
+
+  tick() {
+    const now = performance.now()
+    if (now < this.next) return
+    this.next = now + WATCH.everyMs
+    const s = this.limiter.redisStats()
+    if (s === null) return
+    const [failed, decided] = [failures(s), s.decided]
+    if (failed > this.failed && !this.failing) {
+      this.failing = true
+      process.emitWarning(
+        `the Redis store ${this.printed} is failing (${failed - this.failed} calls not decided by it since the last look; in all ${s.timeouts} timeouts, ${s.unavailable} unavailable, ${s.serverErrors} server errors): its limits are decided by its on_error policy in this process until it answers again`,
+        { type: 'SluicegateWarning', code: 'SLUICEGATE_STORE_FAILING' },
+      )
+    } else if (this.failing && decided > this.decided && failed === this.failed) {
+      this.failing = false
+      process.emitWarning(`the Redis store ${this.printed} answers again: its limits are decided by it`, {
+        type: 'SluicegateWarning',
+        code: 'SLUICEGATE_STORE_RECOVERED',
+      })
+    }
+    this.failed = failed
+    this.decided = decided
+  }
 }
 
 /**
@@ -177,6 +234,7 @@ class Limits {
     }
     this.remote = this.parts.some((p) => p.remote)
     this.store = this.parts[0].store // each quota's namespace: the same store, its own suffix
+    this.watches = [...new Set(this.parts.map((p) => p.watch).filter((w) => w !== null))]
   }
 
   /** Asks every limit for `cost` of `key`'s bucket: a Decision (a Promise on Redis). */
@@ -213,6 +271,7 @@ class Limits {
   }
 
   async #decideAsync(key, cost) {
+    for (const w of this.watches) w.tick()
     const ls = this.limiters
     let best
     for (let i = 0; i < ls.length; i++) {
@@ -409,6 +468,6 @@ function keyGeneratorOf(opts, raws = [opts]) {
 }
 
 module.exports = {
-  STYLES, draftStyle, isThenable, then, functions, known, defined, Limits, isEnabled, allowListOf,
+  STYLES, WATCH, draftStyle, isThenable, then, functions, known, defined, Limits, isEnabled, allowListOf,
   responseCounting, refunder, holding, hold, giveBackHeld, warn, gone, settleOnEnd, keyGeneratorOf, CLIENT_OPTIONS, invalidArg, setFields, forEachField,
 }

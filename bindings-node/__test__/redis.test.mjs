@@ -179,6 +179,44 @@ test('an unreachable Redis store is a SluicegateWarning, once per store, the pas
   assert.ok(/127\.0\.0\.1:1/.test(got[0][1]) && !got[0][1].includes('s3cret'), got[0][1])
 })
 
+test('an outage after the first connection is a SluicegateWarning when it begins, and another when it ends', needsRedis(), async (t) => {
+  const { WATCH } = createRequire(import.meta.url)('../web.js')
+  const every = WATCH.everyMs
+  WATCH.everyMs = 0 // the counters looked at every request
+  const srv = await startRedis()
+  t.after(async () => {
+    WATCH.everyMs = every
+    await srv.stop()
+  })
+  const seen = []
+  const on = (w) => seen.push(w)
+  process.on('warning', on)
+  t.after(() => process.off('warning', on))
+  const codes = () => sluicegateWarnings(seen).map(([code]) => code)
+  const get = await serve(rateLimit({ quota: '100/minute', store: `${srv.url}?prefix=watch&timeout=1s` }), t)
+  const statuses = async (n) => {
+    const out = []
+    for (let i = 0; i < n; i++) out.push((await get('/')).status)
+    return out
+  }
+  assert.deepEqual(await statuses(3), [200, 200, 200])
+  await new Promise((r) => setImmediate(r))
+  assert.deepEqual(codes(), [], 'nothing while the server answers')
+  await srv.kill()
+  assert.deepEqual(await statuses(3), [200, 200, 200], 'on_error=local decides')
+  await new Promise((r) => setImmediate(r))
+  assert.deepEqual(codes(), ['SLUICEGATE_STORE_FAILING'])
+  assert.ok(/on_error policy/.test(sluicegateWarnings(seen)[0][1]))
+  await srv.restart()
+  const deadline = Date.now() + 20_000 // the reconnection backs off up to a second
+  while (!codes().includes('SLUICEGATE_STORE_RECOVERED')) {
+    assert.ok(Date.now() < deadline, JSON.stringify(codes()))
+    assert.equal((await get('/')).status, 200)
+    await new Promise((r) => setTimeout(r, 50))
+  }
+  assert.deepEqual(codes(), ['SLUICEGATE_STORE_FAILING', 'SLUICEGATE_STORE_RECOVERED'])
+})
+
 describe('bad URLs', () => {
   for (const [store, code] of [
     ['redis://127.0.0.1:6379/0?bogus=1', 'ERR_SLUICEGATE_INVALID_OPTION'],

@@ -83,6 +83,37 @@ def test_flask_with_a_killed_server(own_redis: RedisServer, policy: str) -> None
         assert statuses == STATUSES[policy]
 
 
+def test_an_outage_after_the_first_connection_is_logged_when_it_begins_and_ends(
+    own_redis: RedisServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker whose Redis store goes down after it connected says so once on the
+    ``sluicegate`` logger (its limits are then each process's own), and once more when the
+    server decides again; nothing is logged while it answers."""
+    import time
+
+    from sluicegate import _web
+
+    monkeypatch.setattr(_web, "WATCH_EVERY", 0.0)  # the counters looked at every request
+    store = url(own_redis, on_error="local")
+    app, _ = test_flask.make_app(SLUICEGATE_STORAGE=store, SLUICEGATE_DEFAULT_LIMITS=["100/minute"])
+    client = app.test_client()
+    with caplog.at_level("INFO", logger="sluicegate"):
+        assert [client.get("/default").status_code for _ in range(3)] == [200] * 3
+        assert not caplog.records
+        own_redis.kill()
+        assert [client.get("/default").status_code for _ in range(3)] == [200] * 3  # local
+        failing = [r for r in caplog.records if "is failing" in r.getMessage()]
+        assert len(failing) == 1 and failing[0].levelname == "WARNING", caplog.records
+        assert "on_error policy" in failing[0].getMessage()
+        own_redis.start()
+        deadline = time.monotonic() + 20  # the reconnection backs off up to a second
+        while not any("answers again" in r.getMessage() for r in caplog.records):
+            assert time.monotonic() < deadline, caplog.records
+            assert client.get("/default").status_code == 200
+            time.sleep(0.05)
+        assert len([r for r in caplog.records if "is failing" in r.getMessage()]) == 1
+
+
 @pytest.mark.parametrize("policy", ["open", "closed", "local", "error"])
 def test_django_with_a_killed_server(own_redis: RedisServer, policy: str) -> None:
     store = url(own_redis, on_error=policy)

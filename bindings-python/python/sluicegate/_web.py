@@ -12,6 +12,7 @@ import functools
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Union
 
@@ -199,25 +200,80 @@ class Rule:
         return f"Rule({str(self.quota)!r}, scope={self.scope!r}, policy={self.policy!r})"
 
 
-#: The Redis stores this process has warned about (once each).
-_WARNED: set[str] = set()
+#: The Redis stores this process's web limits use, each watched for outages (one watch a
+#: store: every limit of a store shares its connection and counters).
+_WATCHES: dict[str, _Watch] = {}
+
+#: How often a store's counters are looked at (seconds), by the requests of its limits.
+WATCH_EVERY = 1.0
 
 
 def _warn_unreachable(limiter: KeyedLimiter, store: str) -> None:
-    """A Redis store whose first connection failed (a wrong host or port, a server down): its
-    limits are decided by the URL's ``on_error`` policy in this process until it connects
-    (``local``, the default: each process alone), which nothing else would say. Logged once
-    per store and process on the ``sluicegate`` logger; ``redis_stats()`` counts the
-    policy's decisions afterwards."""
+    """Watches a Redis store (once per store and process): a store whose first connection
+    failed (a wrong host or port, a server down) is reported at once, as nothing else would
+    say that its limits are decided by the URL's ``on_error`` policy in this process until it
+    connects (``local``, the default: each process alone); later outages when they begin."""
     stats = limiter.redis_stats()
-    if stats is None or stats.get("connects", 1) > 0 or store in _WARNED:
+    if stats is None or store in _WATCHES:
         return
-    _WARNED.add(store)
-    _log.warning(
-        "cannot reach the Redis store %s: its limits are decided by its on_error policy in this "
-        "process (on_error=local, the default: by each process alone) until it connects",
-        _store_shown(store),  # as the core prints it: the password never shown
-    )
+    down = stats.get("connects", 1) == 0
+    _WATCHES[store] = _Watch(limiter, store, stats, down)
+    if down:
+        _log.warning(
+            "cannot reach the Redis store %s: its limits are decided by its on_error policy in this "
+            "process (on_error=local, the default: by each process alone) until it connects",
+            _store_shown(store),  # as the core prints it: the password never shown
+        )
+
+
+def _failures(stats: dict[str, int]) -> int:
+    """The calls a Redis store did not decide: each decided by its ``on_error`` policy (or
+    raised, under ``error``)."""
+    return stats["failed_open"] + stats["failed_closed"] + stats["failed_local"] + stats["failed_error"]
+
+
+class _Watch:
+    """Reports a Redis store's outages on the ``sluicegate`` logger, once each: a warning when
+    its calls begin to fail (each then decided by the URL's ``on_error`` policy, or raised
+    under ``on_error=error``), an info line when the server decides again. The store's
+    counters (``redis_stats()``) are read at most every `WATCH_EVERY` seconds, by a request of
+    one of its limits (a clock reading a request the rest of the time)."""
+
+    __slots__ = ("_decided", "_failed", "_failing", "_limiter", "_lock", "_next", "_shown")
+
+    def __init__(self, limiter: KeyedLimiter, store: str, stats: dict[str, int], failing: bool) -> None:
+        self._limiter = limiter
+        self._shown = _store_shown(store)
+        self._failed, self._decided = _failures(stats), stats["decided"]
+        self._failing = failing
+        self._next = time.monotonic() + WATCH_EVERY
+        self._lock = threading.Lock()
+
+    def tick(self) -> None:
+        """Looks at the counters if it is time (one thread at a time; the others go on)."""
+        if time.monotonic() < self._next or not self._lock.acquire(blocking=False):
+            return
+        try:
+            self._next = time.monotonic() + WATCH_EVERY
+            stats = self._limiter.redis_stats()
+            if stats is None:
+                return
+            failed, decided = _failures(stats), stats["decided"]
+            if failed > self._failed and not self._failing:
+                self._failing = True
+                _log.warning(
+                    "the Redis store %s is failing (%d calls not decided by it since the last look; "
+                    "in all %d timeouts, %d unavailable, %d server errors): its limits are decided by "
+                    "its on_error policy in this process until it answers again",
+                    self._shown, failed - self._failed, stats["timeouts"], stats["unavailable"],
+                    stats["server_errors"],
+                )  # fmt: skip
+            elif self._failing and decided > self._decided and failed == self._failed:
+                self._failing = False
+                _log.info("the Redis store %s answers again: its limits are decided by it", self._shown)
+            self._failed, self._decided = failed, decided
+        finally:
+            self._lock.release()
 
 
 def view_rules(
@@ -473,6 +529,10 @@ def _call(
         key = scoped_key(scope, key)
     cost = rule.cost(request) if callable(rule.cost) else rule.cost
     limiter = rule._limiters.get(store)
+    if store != MEMORY:
+        watch = _WATCHES.get(store)
+        if watch is not None:
+            watch.tick()
     return rule.limiter(store) if limiter is None else limiter, key, cost
 
 
