@@ -529,11 +529,17 @@ def _call(
         key = scoped_key(scope, key)
     cost = rule.cost(request) if callable(rule.cost) else rule.cost
     limiter = rule._limiters.get(store)
-    if store != MEMORY:
-        watch = _WATCHES.get(store)
-        if watch is not None:
-            watch.tick()
+    watch(store)
     return rule.limiter(store) if limiter is None else limiter, key, cost
+
+
+def watch(store: str) -> None:
+    """A request of a limit on `store` is about to be decided: a Redis store's watch looks at
+    its counters if it is time (``_Watch``)."""
+    if store != MEMORY:
+        found = _WATCHES.get(store)
+        if found is not None:
+            found.tick()
 
 
 class _Tally:

@@ -51,7 +51,7 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
 from sluicegate._native import Decision, InsufficientCapacity, KeyStoreFull, Quota
-from sluicegate._web import Rule, Taken, peek, refusal
+from sluicegate._web import Rule, Taken, peek, refusal, watch
 from sluicegate._web import reset as _reset_rules
 from sluicegate.django import _SETTLE, _get_config, _skipped, remote_address
 
@@ -140,6 +140,7 @@ class SluicegateThrottle(BaseThrottle):  # type: ignore[misc]
             return True
         rule = _rule(self._scope_name(), self.rate)
         limiter = rule.limiter(config.store)
+        watch(config.store)
         try:
             decision = limiter.try_acquire(key, self.cost)
         except (KeyStoreFull, InsufficientCapacity) as error:
