@@ -90,8 +90,10 @@ function limiterFor({ limiter, quota, store, maxKeys, onFull, shadow }) {
   return { limiter, store: printed, remote: stats !== null, watch }
 }
 
-// The Redis stores this process's limits use, each watched for outages (one watch a store:
-// every limit of a store shares its connection and counters).
+// The Redis stores this process's limits use, each watched for outages (one watch per
+// configured store: every limit of a store shares its connection and counters; two store
+// strings for one server, with another prefix or on_error, share the counters too, and each
+// watch reports what it sees of them).
 const watches = new Map()
 
 /** How often a store's counters are looked at (ms), by the requests of its limits. */

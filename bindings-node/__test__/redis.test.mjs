@@ -215,6 +215,11 @@ test('an outage after the first connection is a SluicegateWarning when it begins
     await new Promise((r) => setTimeout(r, 50))
   }
   assert.deepEqual(codes(), ['SLUICEGATE_STORE_FAILING', 'SLUICEGATE_STORE_RECOVERED'])
+  // The next outage is reported again.
+  await srv.kill()
+  assert.deepEqual(await statuses(3), [200, 200, 200])
+  await new Promise((r) => setImmediate(r))
+  assert.deepEqual(codes(), ['SLUICEGATE_STORE_FAILING', 'SLUICEGATE_STORE_RECOVERED', 'SLUICEGATE_STORE_FAILING'])
 })
 
 describe('bad URLs', () => {

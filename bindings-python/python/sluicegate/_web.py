@@ -200,8 +200,10 @@ class Rule:
         return f"Rule({str(self.quota)!r}, scope={self.scope!r}, policy={self.policy!r})"
 
 
-#: The Redis stores this process's web limits use, each watched for outages (one watch a
-#: store: every limit of a store shares its connection and counters).
+#: The Redis stores this process's web limits use, each watched for outages (one watch per
+#: configured store: every limit of a store shares its connection and counters; two store
+#: strings for one server, with another prefix or on_error, share the counters too, and each
+#: watch reports what it sees of them).
 _WATCHES: dict[str, _Watch] = {}
 
 #: How often a store's counters are looked at (seconds), by the requests of its limits.
@@ -254,7 +256,10 @@ class _Watch:
         if time.monotonic() < self._next or not self._lock.acquire(blocking=False):
             return
         try:
-            self._next = time.monotonic() + WATCH_EVERY
+            now = time.monotonic()
+            if now < self._next:  # another thread looked while this one came to the lock
+                return
+            self._next = now + WATCH_EVERY
             stats = self._limiter.redis_stats()
             if stats is None:
                 return
@@ -529,7 +534,8 @@ def _call(
         key = scoped_key(scope, key)
     cost = rule.cost(request) if callable(rule.cost) else rule.cost
     limiter = rule._limiters.get(store)
-    watch(store)
+    if store != MEMORY:  # (inline: the memory store pays a comparison, not a call)
+        watch(store)
     return rule.limiter(store) if limiter is None else limiter, key, cost
 
 
