@@ -6,7 +6,7 @@
 // one key prefix, per distinct limit: the name or prefix plus a suffix derived from the quota).
 
 const {
-  draftStyle, functions, then, isThenable, known, defined, Limits, isEnabled, allowListOf, responseCounting, refunder, holding, hold, giveBackHeld, settleOnEnd, keyGeneratorOf,
+  draftStyle, functions, then, isThenable, known, defined, Limits, isEnabled, allowListOf, responseCounting, refunder, Held, hold, giveBackHeld, settleOnEnd, keyGeneratorOf,
   invalidArg, setFields,
 } = require('./web.js')
 
@@ -83,7 +83,7 @@ function rateLimit(options = {}) {
       opts.onShadowReject?.(req, key, d)
       return next() // a shadow rejection took nothing: nothing to give back or refund
     }
-    const held = holding(limits, key, c)
+    const held = new Held(limits, key, c)
     hold(req, held)
     // A client gone while the decision was pending is refunded at once (its 'close' has been).
     if (counting !== null) settleOnEnd(res, refunder(counting, held), counting, req, res)

@@ -7,7 +7,7 @@
 // file reads the request, adds the hooks and writes the reply.
 
 const {
-  draftStyle, functions, then, isThenable, known, defined, Limits, isEnabled, allowListOf, responseCounting, refunder, holding, hold, giveBackHeld, warn, gone, settleOnEnd,
+  draftStyle, functions, then, isThenable, known, defined, Limits, isEnabled, allowListOf, responseCounting, refunder, Held, hold, giveBackHeld, warn, gone, settleOnEnd,
   keyGeneratorOf, invalidArg, forEachField,
 } = require('./web.js')
 
@@ -177,7 +177,7 @@ function handlerFor(p, limits, ownRefunds) {
         p.onShadowReject?.(req, key, d)
       } else {
         // A shadow rejection took nothing: nothing to give back or refund for it.
-        const held = holding(limits, key, c)
+        const held = new Held(limits, key, c)
         hold(req.raw, held)
         if (p.counting !== null) owe(req, reply, held)
       }

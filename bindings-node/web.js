@@ -86,8 +86,9 @@ function limiterFor({ limiter, quota, store, maxKeys, onFull, shadow }) {
     throw invalidArg('limiter must be a sluicegate KeyedLimiter')
   }
   const stats = limiter.redisStats()
+  // A Redis store's (`remote`: every decision a Promise) watch; null for other stores.
   const watch = stats === null ? null : watchOf(limiter, printed, stats)
-  return { limiter, store: printed, remote: stats !== null, watch }
+  return { limiter, store: printed, watch }
 }
 
 // The Redis stores this process's limits use, each watched for outages (one watch per
@@ -234,9 +235,10 @@ class Limits {
         }
       }
     }
-    this.remote = this.parts.some((p) => p.remote)
+    // Every quota is on the one store (`limiter` passed in: one quota), so one watch.
+    this.watch = this.parts[0].watch
+    this.remote = this.watch !== null
     this.store = this.parts[0].store // each quota's namespace: the same store, its own suffix
-    this.watches = [...new Set(this.parts.map((p) => p.watch).filter((w) => w !== null))]
   }
 
   /** Asks every limit for `cost` of `key`'s bucket: a Decision (a Promise on Redis). */
@@ -273,7 +275,7 @@ class Limits {
   }
 
   async #decideAsync(key, cost) {
-    for (const w of this.watches) w.tick()
+    this.watch.tick()
     const ls = this.limiters
     let best
     for (let i = 0; i < ls.length; i++) {
@@ -393,8 +395,6 @@ class Held {
   }
 }
 
-const holding = (limits, key, cost) => new Held(limits, key, cost)
-
 // What the sluicegate middlewares that admitted a request took for it (on the request): one
 // Held, or an array of them where several middlewares admitted it.
 const HELD = Symbol('sluicegate.held')
@@ -471,5 +471,5 @@ function keyGeneratorOf(opts, raws = [opts]) {
 
 module.exports = {
   STYLES, WATCH, draftStyle, isThenable, then, functions, known, defined, Limits, isEnabled, allowListOf,
-  responseCounting, refunder, holding, hold, giveBackHeld, warn, gone, settleOnEnd, keyGeneratorOf, CLIENT_OPTIONS, invalidArg, setFields, forEachField,
+  responseCounting, refunder, Held, hold, giveBackHeld, warn, gone, settleOnEnd, keyGeneratorOf, CLIENT_OPTIONS, invalidArg, setFields, forEachField,
 }

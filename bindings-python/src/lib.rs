@@ -377,20 +377,15 @@ impl PyDecision {
             Some(v) => flag(v, "shadow_rejected")?,
             None => false,
         };
-        if shadow && !allowed {
-            return Err(PyValueError::new_err(
-                "shadow_rejected=True is a rejection let through: allowed must be True",
-            ));
-        }
-        let d = sluicegate::Decision::from_figures(
-            allowed && !shadow,
+        Self::_from_pickle(
+            allowed,
             uint(limit, "limit")?,
             uint(remaining, "remaining")?,
             opt_uint(retry_after_ns, "retry_after_ns")?.unwrap_or(0),
             opt_uint(reset_after_ns, "reset_after_ns")?.unwrap_or(0),
             opt_uint(window_secs, "window_secs")?.unwrap_or(1),
-        );
-        Ok(if shadow { d.shadowed() } else { d }.into())
+            shadow,
+        )
     }
 
     /// Pickled (and copied) as its figures, which `from_figures` makes back into an equal
@@ -416,7 +411,8 @@ impl PyDecision {
         ))
     }
 
-    /// `__reduce__`'s rebuilder: the figures in its order.
+    /// `__reduce__`'s rebuilder, and `from_figures` once its arguments are checked: the
+    /// figures in `__reduce__`'s order.
     #[staticmethod]
     fn _from_pickle(
         allowed: bool,

@@ -193,7 +193,7 @@ class Rule:
                     region = _store_with_suffix(store, region_suffix(self.quota, self.scope, bound))
                     found = KeyedLimiter(self.quota, max_keys=bound, store=region, shadow=self.shadow)
                     self._limiters[store] = found
-                    _warn_unreachable(found, store)
+                    _watch_store(found, store)
         return found
 
     def __repr__(self) -> str:
@@ -210,7 +210,7 @@ _WATCHES: dict[str, _Watch] = {}
 WATCH_EVERY = 1.0
 
 
-def _warn_unreachable(limiter: KeyedLimiter, store: str) -> None:
+def _watch_store(limiter: KeyedLimiter, store: str) -> None:
     """Watches a Redis store (once per store and process): a store whose first connection
     failed (a wrong host or port, a server down) is reported at once, as nothing else would
     say that its limits are decided by the URL's ``on_error`` policy in this process until it
@@ -541,11 +541,10 @@ def _call(
 
 def watch(store: str) -> None:
     """A request of a limit on `store` is about to be decided: a Redis store's watch looks at
-    its counters if it is time (``_Watch``)."""
-    if store != MEMORY:
-        found = _WATCHES.get(store)
-        if found is not None:
-            found.tick()
+    its counters if it is time (``_Watch``; other stores have none)."""
+    found = _WATCHES.get(store)
+    if found is not None:
+        found.tick()
 
 
 class _Tally:
