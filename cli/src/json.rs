@@ -84,7 +84,13 @@ fn escape(s: &str, out: &mut String) {
             '<' => out.push_str("\\u003c"),
             '>' => out.push_str("\\u003e"),
             '&' => out.push_str("\\u0026"),
-            c if (c as u32) < 0x20 || c == '\u{2028}' || c == '\u{2029}' => {
+            // Control characters (C0, DEL, C1), the line separators JavaScript reads as line
+            // ends, and the bidirectional overrides and isolates: escaped, so that a log's
+            // bytes shown raw by a viewer of the JSON cannot drive a terminal or make one key
+            // read as another.
+            c if c.is_control()
+                || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') =>
+            {
                 let _ = write!(out, "\\u{:04x}", c as u32);
             }
             c => out.push(c),
@@ -153,6 +159,15 @@ mod tests {
         assert_eq!(
             v.to_string_compact(),
             r#"{"a":1,"s":"x\"\u003c\n\u0001","n":null,"l":[1.5,null]}"#
+        );
+    }
+
+    #[test]
+    fn escapes_what_a_terminal_or_a_reader_would_act_on() {
+        let v = Jv::from("a\u{7f}b\u{9b}c\u{202e}d\u{2066}e\u{2028}é");
+        assert_eq!(
+            v.to_string_compact(),
+            r#""a\u007fb\u009bc\u202ed\u2066e\u2028é""#
         );
     }
 }
