@@ -795,6 +795,9 @@ urlpatterns += [
     path("page-b", Page.as_view(text="b")),
     path("page-c", page_c),
     path("page-d", ratelimit("1/minute; burst=2")(Page.as_view(text="d"))),
+    # One view (one class, the same arguments) under two decorators, at two routes.
+    path("page-e", ratelimit("1/minute; burst=2")(Page.as_view(text="e"))),
+    path("page-e2", ratelimit("1/minute; burst=2")(Page.as_view(text="e"))),
 ]
 
 
@@ -804,7 +807,8 @@ def test_django_class_based_views_count_each_on_its_own(redis_server: RedisServe
     routes) are two views: the default limits and a ``@ratelimit`` put on each in the URLconf
     count each on its own, on every store. (They shared the class's buckets: the default
     limits everywhere, the decorated ones on shared memory and Redis.) One such view at two
-    routes is one view."""
+    routes is one view, and so are two made alike (one class, the same arguments), each under
+    a ``@ratelimit`` of the same rate."""
     from sluicegate.django import _scope, get, reset
 
     storage = {"memory": "memory", "shm": f"shm:{tmp_path}/cbv", "redis": url(redis_server, on_error="error")}[store]
@@ -820,6 +824,10 @@ def test_django_class_based_views_count_each_on_its_own(redis_server: RedisServe
         assert reset("127.0.0.1", page_c) == 1
         assert client.get("/page-c").status_code == 200
         assert client.get("/page-d").status_code == 429
+        # Two decorators on one view share its buckets on every store (they did on shared
+        # memory and Redis, not in memory).
+        assert [client.get("/page-e").status_code, client.get("/page-e2").status_code] == [200, 200]
+        assert [client.get("/page-e").status_code, client.get("/page-e2").status_code] == [429, 429]
     assert _scope(page_a) == f"{__name__}.Page(text='a')"
     assert _scope(Page.as_view()) == f"{__name__}.Page"
 

@@ -120,11 +120,13 @@ class Rule:
     admitted request counts: when it returns False the request's tokens are refunded (the
     core's refund) once the response is known. A `shadow` rule decides and counts as an
     enforcing one but lets every request through (the core's shadow mode): a request it
-    would have rejected is logged on the ``sluicegate`` logger."""
+    would have rejected is logged on the ``sluicegate`` logger. Rules given one `memory_pool`
+    share their in-memory limiter where a shared store would share their buckets (the same
+    region or prefix): the memory store then counts as the others do."""
 
     __slots__ = (
-        "_limiters", "_lock", "cost", "deduct_when", "fallback_max_keys", "key_func", "max_keys", "policy", "quota",
-        "scope", "scoped", "shadow",
+        "_limiters", "_lock", "cost", "deduct_when", "fallback_max_keys", "key_func", "max_keys", "memory_pool",
+        "policy", "quota", "scope", "scoped", "shadow",
     )  # fmt: skip
 
     def __init__(
@@ -139,6 +141,7 @@ class Rule:
         max_keys: int | None = None,
         deduct_when: Callable[[Any], bool] | None = None,
         shadow: bool = False,
+        memory_pool: dict[tuple[str, bool], KeyedLimiter] | None = None,
     ) -> None:
         self.quota = rate if isinstance(rate, Quota) else Quota(rate)
         if self.quota.algorithm == "leaky_queue":
@@ -160,6 +163,7 @@ class Rule:
         self.policy = policy
         self.scoped = scoped
         self.max_keys = max_keys
+        self.memory_pool = memory_pool
         #: The integration's key bound (``SLUICEGATE_MAX_KEYS``, ``MAX_KEYS``), for a rule that
         #: sets none of its own: ``use_max_keys``.
         self.fallback_max_keys: int | None = None
@@ -190,8 +194,17 @@ class Rule:
                 found = self._limiters.get(store)
                 if found is None:
                     bound = self.max_keys if self.max_keys is not None else self.fallback_max_keys
-                    region = _store_with_suffix(store, region_suffix(self.quota, self.scope, bound))
-                    found = KeyedLimiter(self.quota, max_keys=bound, store=region, shadow=self.shadow)
+                    suffix = region_suffix(self.quota, self.scope, bound)
+                    pool = self.memory_pool if store == MEMORY else None
+                    if pool is not None:
+                        with _POOL_LOCK:
+                            found = pool.get((suffix, self.shadow))
+                            if found is None:
+                                found = KeyedLimiter(self.quota, max_keys=bound, shadow=self.shadow)
+                                pool[(suffix, self.shadow)] = found
+                    else:
+                        region = _store_with_suffix(store, suffix)
+                        found = KeyedLimiter(self.quota, max_keys=bound, store=region, shadow=self.shadow)
                     self._limiters[store] = found
                     _watch_store(found, store)
         return found
@@ -199,6 +212,9 @@ class Rule:
     def __repr__(self) -> str:
         return f"Rule({str(self.quota)!r}, scope={self.scope!r}, policy={self.policy!r})"
 
+
+#: Guards every rule's `memory_pool`.
+_POOL_LOCK = threading.Lock()
 
 #: The Redis stores this process's web limits use, each watched for outages (one watch per
 #: configured store: every limit of a store shares its connection and counters; two store

@@ -222,6 +222,10 @@ def _reset(setting: str = "", **_: Any) -> None:
 setting_changed.connect(_reset)
 
 
+#: The in-memory limiters of ``@ratelimit`` on ``as_view()`` views, by region (see ``decorate``).
+_AS_VIEWS: dict[tuple[str, bool], Any] = {}
+
+
 def _scope(view: Any) -> str:
     """A view's name among the app's views, the same in every process. A class-based view's
     ``as_view()`` function is named by its class and what ``as_view`` was given
@@ -452,8 +456,10 @@ def ratelimit(
                 rules = shared_rules(_shared, name, parsed, kf, **options)
             elif _view_class(view) is not None:
                 # Every as_view() view of a class has the rules' scope (their region or prefix
-                # on a shared store): the key carries the view's.
-                rules = view_rules(view, below, parsed, kf, scoped=True, **options)
+                # on a shared store): the key carries the view's. Two decorators on views of
+                # one class made with the same arguments are on one view (as one such view at
+                # two routes is), so they share buckets on a shared store: in memory too.
+                rules = view_rules(view, below, parsed, kf, scoped=True, memory_pool=_AS_VIEWS, **options)
             else:
                 rules = view_rules(view, below, parsed, kf, **options)
             found = made.setdefault(target, (rules, _scope(view)))
