@@ -1,7 +1,7 @@
 //! The layer, its service and the service's response future.
 
 use crate::fields::{self, Fields, FixedCell};
-use crate::limit::Limit;
+use crate::limit::{Key, Limit};
 use crate::request::RequestRef;
 use bytes::Bytes;
 use core::future::Future;
@@ -9,7 +9,7 @@ use core::pin::Pin;
 use core::task::{ready, Context, Poll};
 use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Request, Response, StatusCode};
-use sluicegate::client::{Cidr, ClientResolver, Warning};
+use sluicegate::client::{Cidr, ClientKey, ClientResolver, Warning};
 use sluicegate::http::{policies_headers, HeaderStyle};
 use sluicegate::{Decision, Error};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,7 +67,8 @@ impl Switch {
 /// A request takes `cost` from every limit in order, all or nothing: the first limit that
 /// refuses it refunds those before and answers `429 Too Many Requests` with `Retry-After`
 /// and the rate-limit fields of [`HeaderStyle`]; an admitted request's response carries the
-/// same fields.
+/// same fields. Stacked layers are all or nothing too: a layer gives back what it took when
+/// the response carries [`Refused`], which every 429 of a layer within carries.
 #[derive(Clone)]
 pub struct RateLimitLayer {
     shared: Arc<Shared>,
@@ -211,31 +212,85 @@ impl<S> core::fmt::Debug for RateLimit<S> {
     }
 }
 
-/// What an admitted request leaves for its response.
+/// The marker in the extensions of every `429` a [`RateLimit`] service answers. A layer
+/// around it (a router's layer around a route's) that sees it on the response gives back
+/// what it took for the request: stacked layers are all or nothing, as one layer's limits
+/// are. A handler may put it on a response of its own to the same end (the layers around it
+/// then count the request as never served); a plain `429` without it counts, unless
+/// [`RateLimitLayer::refund_when`] says otherwise.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Refused;
+
+/// What an admitted request leaves for its response: its fields, and what it took (given
+/// back when a layer within refuses the request, or when `refund_when` says so).
 pub struct Admitted {
     headers: Fields,
-    refund: Option<Box<Refund>>,
+    shared: Arc<Shared>,
+    taken: Taken,
     /// The IETF fields are lists, one item per policy: another layer's items stand beside
     /// these. Every other style's fields (and `Retry-After`) hold one value: a field another
     /// layer (one nearer the handler) already wrote stands alone.
     lists: bool,
 }
 
-/// The costs to give back if the response says so.
-struct Refund {
-    shared: Arc<Shared>,
-    taken: Vec<(usize, Box<[u8]>)>,
+/// A request's key for one limit, kept for a refund once the response is known (a client's
+/// key is kept as it is: an address's is inline, no allocation).
+enum HeldKey {
+    Client(ClientKey),
+    Bytes(Box<[u8]>),
 }
 
-impl Refund {
-    fn run(self, status: StatusCode) {
-        let Some(when) = &self.shared.refund_when else {
+impl HeldKey {
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            HeldKey::Client(c) => c.as_bytes(),
+            HeldKey::Bytes(b) => b,
+        }
+    }
+}
+
+impl From<Key<'_>> for HeldKey {
+    fn from(k: Key<'_>) -> Self {
+        match k {
+            Key::Client(c) => HeldKey::Client(c.clone()),
+            Key::Bytes(b) => HeldKey::Bytes(b.into()),
+            Key::Owned(v) => HeldKey::Bytes(v.into_boxed_slice()),
+        }
+    }
+}
+
+/// The limits a request took from, each with its key (the first limit's alone without a
+/// list: the common case of a layer of one limit).
+enum Taken {
+    One(HeldKey),
+    Many(Vec<(usize, HeldKey)>),
+}
+
+impl Taken {
+    fn for_each(&self, mut f: impl FnMut(usize, &HeldKey)) {
+        match self {
+            Taken::One(k) => f(0, k),
+            Taken::Many(v) => v.iter().for_each(|(i, k)| f(*i, k)),
+        }
+    }
+}
+
+impl Admitted {
+    /// Gives back what the request took when a layer within refused it (`refused`: its
+    /// response carries [`Refused`]) or `refund_when` says so of `status`; after a refusal
+    /// within, this layer's fields show what the refund left.
+    fn settle(&mut self, status: StatusCode, refused: bool) {
+        let shared = &self.shared;
+        if !refused && !shared.refund_when.as_ref().is_some_and(|f| f(status)) {
             return;
-        };
-        if when(status) {
-            for (i, key) in &self.taken {
-                let l = &self.shared.limits[*i];
-                let _ = l.limiter.refund(&key[..], l.cost);
+        }
+        self.taken.for_each(|i, key| {
+            let l = &shared.limits[i];
+            let _ = l.limiter.refund(key.as_bytes(), l.cost);
+        });
+        if refused && !self.headers.is_empty() {
+            if let Some(fields) = shared.fields_now(&self.taken) {
+                self.headers = fields;
             }
         }
     }
@@ -267,18 +322,18 @@ impl Shared {
         // Keys are kept (copied) for the refunds: a later limit's refusal, or the response's
         // status.
         let mut parts: Vec<(usize, Decision)> = Vec::with_capacity(self.limits.len());
-        let mut taken: Vec<(usize, Box<[u8]>)> = Vec::new();
+        let mut taken: Vec<(usize, HeldKey)> = Vec::new();
         let mut refused = None;
         for (i, l) in self.limits.iter().enumerate() {
             let Some(key) = l.key.key(req) else {
                 continue;
             };
-            let key = key.as_bytes();
-            match over_capacity(l, l.limiter.try_acquire(key, l.cost)) {
+            let bytes = key.as_bytes();
+            match over_capacity(l, l.limiter.try_acquire(bytes, l.cost)) {
                 Ok(d) => {
                     if let Some(wait) = queued(&d) {
                         // A queue slot with a wait: given back, and the request refused.
-                        let _ = l.limiter.refund(key, l.cost);
+                        let _ = l.limiter.refund(bytes, l.cost);
                         parts.push((i, wait));
                         refused = Some(StatusCode::TOO_MANY_REQUESTS);
                         break;
@@ -298,25 +353,23 @@ impl Shared {
         }
         self.warn(req);
         let Some(status) = refused else {
-            let headers = self.render(&parts);
-            let refund = self.refund_when.is_some().then(|| {
-                Box::new(Refund {
-                    shared: self.clone(),
-                    taken,
-                })
-            });
+            if taken.is_empty() {
+                // No limit had a key for the request: nothing taken, no fields.
+                return Verdict::Pass(None);
+            }
             return Verdict::Pass(Some(Admitted {
-                headers,
-                refund,
+                headers: self.render(&parts),
+                shared: self.clone(),
+                taken: Taken::Many(taken),
                 lists: self.style == HeaderStyle::Ietf,
             }));
         };
         for (i, key) in &taken {
             let l = &self.limits[*i];
-            let _ = l.limiter.refund(&key[..], l.cost);
+            let _ = l.limiter.refund(key.as_bytes(), l.cost);
             // The fields report what the refund left, not what the admission had.
             if let (Ok(now), Some(part)) = (
-                l.limiter.peek(&key[..]),
+                l.limiter.peek(key.as_bytes()),
                 parts.iter_mut().find(|(j, _)| j == i),
             ) {
                 part.1 = now;
@@ -333,15 +386,15 @@ impl Shared {
             self.warn(req);
             return Verdict::Pass(None);
         };
-        let key = key.as_bytes();
-        let decided = over_capacity(l, l.limiter.try_acquire(key, l.cost));
+        let bytes = key.as_bytes();
+        let decided = over_capacity(l, l.limiter.try_acquire(bytes, l.cost));
         self.warn(req);
         let mut fields = Fields::default();
         match decided {
             Ok(d) => {
                 if let Some(wait) = queued(&d) {
                     // A queue slot with a wait: given back, and the request refused.
-                    let _ = l.limiter.refund(key, l.cost);
+                    let _ = l.limiter.refund(bytes, l.cost);
                     fields::write(&wait, self.style, &l.name, &self.fixed[0], &mut fields);
                     return Verdict::Refuse(StatusCode::TOO_MANY_REQUESTS, fields);
                 }
@@ -349,18 +402,10 @@ impl Shared {
                 if !d.allowed() {
                     return Verdict::Refuse(StatusCode::TOO_MANY_REQUESTS, fields);
                 }
-                if fields.is_empty() && self.refund_when.is_none() {
-                    return Verdict::Pass(None);
-                }
-                let refund = self.refund_when.is_some().then(|| {
-                    Box::new(Refund {
-                        shared: self.clone(),
-                        taken: vec![(0, key.into())],
-                    })
-                });
                 Verdict::Pass(Some(Admitted {
                     headers: fields,
-                    refund,
+                    shared: self.clone(),
+                    taken: Taken::One(key.into()),
                     lists: self.style == HeaderStyle::Ietf,
                 }))
             }
@@ -378,6 +423,27 @@ impl Shared {
             h.push(RETRY_AFTER, HeaderValue::from_static("1"));
         }
         h
+    }
+
+    /// The fields of the limits a request took from, as they stand now (after a refund);
+    /// None if a store cannot say.
+    fn fields_now(&self, taken: &Taken) -> Option<Fields> {
+        match taken {
+            Taken::One(key) => {
+                let l = &self.limits[0];
+                let d = l.limiter.peek(key.as_bytes()).ok()?;
+                let mut fields = Fields::default();
+                fields::write(&d, self.style, &l.name, &self.fixed[0], &mut fields);
+                Some(fields)
+            }
+            Taken::Many(v) => {
+                let mut parts = Vec::with_capacity(v.len());
+                for (i, key) in v {
+                    parts.push((*i, self.limits[*i].limiter.peek(key.as_bytes()).ok()?));
+                }
+                Some(self.render(&parts))
+            }
+        }
     }
 
     /// The rate-limit fields of several limits' decisions (the core's rendering: every
@@ -473,6 +539,9 @@ where
             Verdict::Refuse(status, headers) => {
                 let mut resp = Response::new(ResB::from(self.shared.message.clone()));
                 *resp.status_mut() = status;
+                if status == StatusCode::TOO_MANY_REQUESTS {
+                    resp.extensions_mut().insert(Refused);
+                }
                 let h = resp.headers_mut();
                 for (n, v) in headers {
                     h.append(n, v);
@@ -516,14 +585,12 @@ where
             }
             FutProj::Passed { inner, after } => {
                 let mut out = ready!(inner.poll(cx));
-                if let Some(after) = after.take() {
-                    let status = match &out {
-                        Ok(r) => r.status(),
-                        Err(_) => StatusCode::INTERNAL_SERVER_ERROR,
+                if let Some(mut after) = after.take() {
+                    let (status, refused) = match &out {
+                        Ok(r) => (r.status(), r.extensions().get::<Refused>().is_some()),
+                        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, false),
                     };
-                    if let Some(r) = after.refund {
-                        r.run(status);
-                    }
+                    after.settle(status, refused);
                     if let Ok(resp) = &mut out {
                         let h = resp.headers_mut();
                         for (n, v) in after.headers {

@@ -598,3 +598,76 @@ async fn stacked_layers_keep_single_valued_fields_single() {
     let r = send(&both, req("198.51.100.9:1", "/")).await;
     assert_eq!(r.headers().get_all("ratelimit").iter().count(), 2);
 }
+
+/// A route's layer inside a router's: a request the route's layer refuses gives the router's
+/// layer back what it took (it kept it: a client over the route's limit used up the router's
+/// too), and the router's field shows what the refund left. A handler's own 429 counts,
+/// unless it carries `Refused`; with `refund_when` of 429 too, the cost comes back once.
+#[tokio::test]
+async fn stacked_layers_are_all_or_nothing() {
+    let clock = ManualClock::new(0);
+    for by_status in [false, true] {
+        let global = limit("global", "1/h; burst=3", KeyBy::Client, &clock);
+        let per_route = limit("route", "1/h; burst=1", KeyBy::Client, &clock);
+        let mut outer = RateLimitLayer::new(global.clone());
+        if by_status {
+            outer = outer.refund_when(|s| s == StatusCode::TOO_MANY_REQUESTS);
+        }
+        let app = Router::new()
+            .route(
+                "/",
+                get(|| async { "hello" }).layer(RateLimitLayer::new(per_route.clone())),
+            )
+            .route(
+                "/own-429",
+                get(|| async { (StatusCode::TOO_MANY_REQUESTS, "busy") }),
+            )
+            .route(
+                "/marked-429",
+                get(|| async {
+                    let mut r = Response::new(Body::from("busy"));
+                    *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                    r.extensions_mut().insert(sluicegate_tower::Refused);
+                    r
+                }),
+            )
+            .layer(outer);
+        let peer = if by_status { "198.51.100.4:1" } else { PEER };
+        let key = peer.split(':').next().unwrap().as_bytes();
+        assert_eq!(status(&app, req(peer, "/")).await, StatusCode::OK);
+        for _ in 0..5 {
+            let refused = send(&app, req(peer, "/")).await;
+            assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+            assert!(refused
+                .extensions()
+                .get::<sluicegate_tower::Refused>()
+                .is_some());
+            let items: Vec<&str> = refused
+                .headers()
+                .get_all("ratelimit")
+                .iter()
+                .map(|v| v.to_str().unwrap())
+                .collect();
+            assert_eq!(
+                items,
+                ["\"route\";r=0;t=3600", "\"global\";r=2;t=3600"],
+                "{by_status}"
+            );
+        }
+        assert_eq!(global.get(key).unwrap().remaining(), 2, "{by_status}");
+        assert_eq!(per_route.get(key).unwrap().remaining(), 0);
+        // A handler's 429 with the marker is given back; a plain one counts (unless the
+        // outer layer's refund_when says so).
+        assert_eq!(
+            status(&app, req(peer, "/marked-429")).await,
+            StatusCode::TOO_MANY_REQUESTS
+        );
+        assert_eq!(global.get(key).unwrap().remaining(), 2, "{by_status}");
+        assert_eq!(
+            status(&app, req(peer, "/own-429")).await,
+            StatusCode::TOO_MANY_REQUESTS
+        );
+        let left = if by_status { 2 } else { 1 };
+        assert_eq!(global.get(key).unwrap().remaining(), left, "{by_status}");
+    }
+}
