@@ -264,10 +264,9 @@ fn micros_up(ns: u64) -> Duration {
 }
 
 /// The answer to a request. Truthy when allowed.
-///
-/// `freelist`: decisions are made and dropped at the call rate, and reusing their memory
-/// saves ~5 ns of the ~75 ns `try_acquire` (measured interleaved; the rest of the object's
-/// cost is CPython's allocation and reference protocol, which `Limiter.allow` skips).
+// `freelist`: decisions are made and dropped at the call rate, and reusing their memory saves
+// a part of `try_acquire`'s cost (BENCHMARKS.md, "Python bindings"; the rest of the object's
+// cost is CPython's allocation and reference protocol, which `Limiter.allow` skips).
 #[pyclass(module = "sluicegate", name = "Decision", frozen, freelist = 64)]
 pub(crate) struct PyDecision {
     inner: sluicegate::Decision,
