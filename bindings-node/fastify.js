@@ -8,7 +8,7 @@
 
 const {
   draftStyle, functions, then, isThenable, known, defined, Limits, isEnabled, allowListOf, responseCounting, refunder, Held, hold, giveBackHeld, warn, gone, settleOnEnd,
-  keyGeneratorOf, invalidArg, forEachField,
+  keyGeneratorOf, invalidArg, forEachField, SCOPE,
 } = require('./web.js')
 
 const PLUGIN = new Set([
@@ -306,15 +306,18 @@ function register(fastify, options) {
     }
     return o
   }
-  const limitsOf = (p) => (isEnabled(p.enabled) ? new Limits(p) : null)
+  // `scope` names a limit on a shared store as the memory store tells it apart (a route's
+  // config, a group): limits of one quota on one store share a region or key prefix only
+  // when they are one limit here. The global limit and `fastify.rateLimit()` hooks have none.
+  const limitsOf = (p, scope) => (isEnabled(p.enabled) ? new Limits({ ...p, [SCOPE]: scope }) : null)
   /** The hook of a route's limit; `ownRefunds` for fastify.rateLimit()'s (see handlerFor). */
-  const make = (route, ownRefunds) => {
+  const make = (route, ownRefunds, scope) => {
     const p = settings(merged(route), [options, route])
-    if (p.groupId === undefined) return build(p, limitsOf(p), ownRefunds)
+    if (p.groupId === undefined) return build(p, limitsOf(p, scope), ownRefunds)
     const canonical = JSON.stringify([p.quota, p.store ?? null])
     let g = groups.get(p.groupId)
     if (g === undefined) {
-      g = { canonical, p, limits: limitsOf(p), hooks: [undefined, undefined] }
+      g = { canonical, p, limits: limitsOf(p, `group:${p.groupId}`), hooks: [undefined, undefined] }
       groups.set(p.groupId, g)
     } else if (g.canonical !== canonical) {
       throw invalidArg(`groupId ${JSON.stringify(p.groupId)} is already a group with another quota or store`)
@@ -383,7 +386,7 @@ function register(fastify, options) {
     }
     let handler = byPath.get(route.url)
     if (handler === undefined) {
-      handler = make(cfg, false)
+      handler = make(cfg, false, `route:${[route.method].flat().join(',')} ${route.url}`)
       byPath.set(route.url, handler)
     }
     limitRoute(route, handler)

@@ -53,10 +53,12 @@ function known(options, allowed, adapter, hints = {}) {
  * the core appends to a region's name or a Redis store's key prefix, so that middlewares with
  * different limits on one configured store get namespaces of their own (a region holds one
  * quota) and every process and host derives the same one: `-` and the first 12 hex digits of
- * the SHA-256 of the canonical quota (`canonicalQuota`). `'memory'` has none. Returns the
- * suffix and the store as printed with it (a Redis password redacted).
+ * the SHA-256 of the canonical quota (`canonicalQuota`), then the key bound and the limit's
+ * scope when given (a Fastify route's or group's: limits the memory store keeps apart are kept
+ * apart on every store). `'memory'` has none. Returns the suffix and the store as printed
+ * with it (a Redis password redacted).
  */
-function storeFor(store, rate, maxKeys) {
+function storeFor(store, rate, maxKeys, scope) {
   if (typeof store !== 'string') {
     throw invalidArg(
       'store must be a sluicegate store string ("memory", "shm:NAME" or "redis://..."); the Store objects of other rate-limit packages are not used here (pass `limiter` to share one limiter between routes)',
@@ -64,10 +66,14 @@ function storeFor(store, rate, maxKeys) {
   }
   // The key bound names the region too: a region keeps the capacity it was made with, so a
   // redeploy with another `maxKeys` must not open the old one (a mismatch in every worker).
-  const named = maxKeys === undefined ? native.canonicalQuota(rate) : `${native.canonicalQuota(rate)}\n${maxKeys}`
+  let named = maxKeys === undefined ? native.canonicalQuota(rate) : `${native.canonicalQuota(rate)}\n${maxKeys}`
+  if (scope !== undefined) named += `\nscope=${scope}`
   const suffix = `-${createHash('sha256').update(named).digest('hex').slice(0, 12)}`
   return { suffix, printed: native.storeSuffixed(store, suffix) }
 }
+
+/** The option (internal) naming a limit among an app's limits on a shared store (see `storeFor`). */
+const SCOPE = Symbol('sluicegate.scope')
 
 /**
  * The keyed limiter of one limit: `limiter` as given, or a new one of `quota` (a rate string
@@ -75,11 +81,11 @@ function storeFor(store, rate, maxKeys) {
  * printed (`undefined` for a limiter passed in), and whether it is remote (Redis: every
  * decision a Promise, so that the event loop never waits for the server).
  */
-function limiterFor({ limiter, quota, store, maxKeys, onFull, shadow }) {
+function limiterFor({ limiter, quota, store, maxKeys, onFull, shadow, [SCOPE]: scope }) {
   let printed
   if (limiter === undefined) {
     const rate = toRate(quota)
-    const ns = store === undefined ? { printed: 'memory' } : storeFor(store, rate, maxKeys)
+    const ns = store === undefined ? { printed: 'memory' } : storeFor(store, rate, maxKeys, scope)
     printed = ns.printed
     limiter = new KeyedLimiter(rate, { maxKeys, onFull, store, shadow: shadow === true, [STORE_SUFFIX]: ns.suffix })
   } else if (!(limiter instanceof KeyedLimiter)) {
@@ -110,19 +116,40 @@ const WATCH = { everyMs: 1000 }
 function watchOf(limiter, printed, stats) {
   // One watch for every limit of a store (a limiter passed in: its own, its store unnamed).
   const base = printed === undefined ? limiter : printed.replace(/-[0-9a-f]{12}(?=[?&]|$)/, '')
+  const policy = printed === undefined ? '' : ` (${policySaid(printed)})`
   printed ??= 'a Redis store'
   let watch = watches.get(base)
   if (watch !== undefined) return watch
   const down = stats.connects === 0
-  watch = new Watch(limiter, printed, stats, down)
+  watch = new Watch(limiter, printed, stats, down, policy)
   watches.set(base, watch)
   if (down) {
     process.emitWarning(
-      `cannot reach the Redis store ${printed}: its limits are decided by its on_error policy in this process (on_error=local, the default: by each process alone) until it connects`,
+      `cannot reach the Redis store ${printed}: its limits are decided by its on_error policy in this process${policy} until it connects`,
       { type: 'SluicegateWarning', code: 'SLUICEGATE_STORE_UNREACHABLE' },
     )
   }
   return watch
+}
+
+// What each `on_error` policy does to a request while the server does not answer.
+const POLICIES = {
+  local: 'by each process alone, with its share of the quota',
+  open: 'every request admitted',
+  closed: 'every request refused',
+  error: 'every request an error',
+}
+
+/** The `on_error` policy of a Redis store string and what it does (`local` when the URL names none). */
+function policySaid(store) {
+  let policy = 'local'
+  let given = false
+  const q = store.indexOf('?')
+  for (const pair of q < 0 ? [] : store.slice(q + 1).split('&')) {
+    const eq = pair.indexOf('=')
+    if (eq >= 0 && pair.slice(0, eq) === 'on_error') [policy, given] = [pair.slice(eq + 1), true]
+  }
+  return `on_error=${policy}${given ? '' : ', the default'}: ${Object.hasOwn(POLICIES, policy) ? POLICIES[policy] : 'as the URL says'}`
 }
 
 /** The calls a Redis store did not decide: each decided by its `on_error` policy (or thrown, under `error`). */
@@ -136,9 +163,10 @@ const failures = (s) => s.failedOpen + s.failedClosed + s.failedLocal + s.failed
  * one of its limits (a clock reading a request the rest of the time).
  */
 class Watch {
-  constructor(limiter, printed, stats, failing) {
+  constructor(limiter, printed, stats, failing, policy) {
     this.limiter = limiter
     this.printed = printed
+    this.policy = policy
     this.failed = failures(stats)
     this.decided = stats.decided
     this.failing = failing
@@ -155,7 +183,7 @@ class Watch {
     if (failed > this.failed && !this.failing) {
       this.failing = true
       process.emitWarning(
-        `the Redis store ${this.printed} is failing (${failed - this.failed} calls not decided by it since the last look; in all ${s.timeouts} timeouts, ${s.unavailable} unavailable, ${s.serverErrors} server errors): its limits are decided by its on_error policy in this process until it answers again`,
+        `the Redis store ${this.printed} is failing (${failed - this.failed} calls not decided by it since the last look; in all ${s.timeouts} timeouts, ${s.unavailable} unavailable, ${s.serverErrors} server errors): its limits are decided by its on_error policy in this process${this.policy} until it answers again`,
         { type: 'SluicegateWarning', code: 'SLUICEGATE_STORE_FAILING' },
       )
     } else if (this.failing && decided > this.decided && failed === this.failed) {
@@ -472,4 +500,5 @@ function keyGeneratorOf(opts, raws = [opts]) {
 module.exports = {
   STYLES, WATCH, draftStyle, isThenable, then, functions, known, defined, Limits, isEnabled, allowListOf,
   responseCounting, refunder, Held, hold, giveBackHeld, warn, gone, settleOnEnd, keyGeneratorOf, CLIENT_OPTIONS, invalidArg, setFields, forEachField,
+  SCOPE,
 }

@@ -380,6 +380,32 @@ test('store shm: two apps (as two processes would) share the clients\' buckets',
   assert.deepEqual([...await statuses(one, 2), ...await statuses(two, 2)], [200, 200, 200, 429])
 })
 
+test('store shm: routes and groups of one quota count apart, as in memory; one route in two apps shares', async (t) => {
+  for (const store of [undefined, `shm:${join(dir, 'scoped')}`]) {
+    const limited = (f) => {
+      for (const [url, groupId] of [['/a', undefined], ['/b', undefined], ['/s1', 'search'], ['/s2', 'search'], ['/u', 'upload']]) {
+        f.get(url, { config: { rateLimit: { max: 2, timeWindow: 60_000, ...(groupId === undefined ? {} : { groupId }) } } }, async () => 'ok')
+      }
+    }
+    // Two apps of one process stand for two worker processes: a route is one limit in both.
+    const one = await app(t, { global: false, store }, limited)
+    const two = await app(t, { global: false, store }, limited)
+    const seen = {}
+    for (const url of ['/a', '/b', '/s1', '/s2', '/u']) seen[url] = await statuses(one, 3, url)
+    assert.deepEqual(seen, {
+      '/a': [200, 200, 429],
+      '/b': [200, 200, 429],
+      '/s1': [200, 200, 429],
+      '/s2': [429, 429, 429], // the group's two requests went to /s1
+      '/u': [200, 200, 429],
+    }, String(store))
+    // The other app: its own buckets in memory, the first app's on the shared store.
+    const shared = store !== undefined
+    assert.deepEqual(await statuses(two, 1, '/a'), [shared ? 429 : 200], String(store))
+    assert.deepEqual(await statuses(two, 1, '/u'), [shared ? 429 : 200], String(store))
+  }
+})
+
 describe('store redis', needsRedis(), () => {
   const redis = serverPerSuite()
 

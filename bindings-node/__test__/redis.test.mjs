@@ -177,6 +177,14 @@ test('an unreachable Redis store is a SluicegateWarning, once per store, the pas
   const got = sluicegateWarnings(seen).filter(([code]) => code === 'SLUICEGATE_STORE_UNREACHABLE')
   assert.equal(got.length, 1, JSON.stringify(got))
   assert.ok(/127\.0\.0\.1:1/.test(got[0][1]) && !got[0][1].includes('s3cret'), got[0][1])
+  assert.ok(got[0][1].includes('(on_error=local, the default: by each process alone'), got[0][1])
+  // The warning names the URL's own policy (it said local whatever the URL said).
+  const closed = await warnings(() => {
+    rateLimit({ quota: '5/s', store: 'redis://127.0.0.1:1/0?timeout=100ms&prefix=unreach-closed&on_error=closed' })
+  })
+  const said = sluicegateWarnings(closed).filter(([code]) => code === 'SLUICEGATE_STORE_UNREACHABLE')
+  assert.equal(said.length, 1, JSON.stringify(said))
+  assert.ok(said[0][1].includes('(on_error=closed: every request refused)'), said[0][1])
 })
 
 test('an outage after the first connection is a SluicegateWarning when it begins, and another when it ends', needsRedis(), async (t) => {
@@ -206,7 +214,7 @@ test('an outage after the first connection is a SluicegateWarning when it begins
   assert.deepEqual(await statuses(3), [200, 200, 200], 'on_error=local decides')
   await new Promise((r) => setImmediate(r))
   assert.deepEqual(codes(), ['SLUICEGATE_STORE_FAILING'])
-  assert.ok(/on_error policy/.test(sluicegateWarnings(seen)[0][1]))
+  assert.ok(sluicegateWarnings(seen)[0][1].includes('on_error policy in this process (on_error=local, the default: by each process alone'))
   await srv.restart()
   const deadline = Date.now() + 20_000 // the reconnection backs off up to a second
   while (!codes().includes('SLUICEGATE_STORE_RECOVERED')) {

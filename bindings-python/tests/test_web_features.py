@@ -145,6 +145,16 @@ def test_an_unreachable_redis_store_is_logged_once(caplog: pytest.LogCaptureFixt
     assert [client.get(p).status_code for p in ("/a", "/a", "/b")] == [200, 200, 200]
     warned = [r.getMessage() for r in caplog.records if r.name == "sluicegate" and "cannot reach" in r.getMessage()]
     assert len(warned) == 1 and "127.0.0.1:1" in warned[0] and "s3cret" not in warned[0], warned
+    assert "(on_error=local, the default: by each process alone" in warned[0], warned
+    # The warning names the URL's own policy (it said local whatever the URL said).
+    caplog.clear()
+    app = flask.Flask(__name__)
+    app.config.update(SLUICEGATE_STORAGE="redis://127.0.0.1:1/0?timeout=100ms&on_error=closed")
+    limiter = FlaskSluicegate(app)
+    app.get("/c", endpoint="c")(limiter.limit("5/minute")(lambda: "c"))
+    assert app.test_client().get("/c").status_code == 429
+    warned = [r.getMessage() for r in caplog.records if r.name == "sluicegate" and "cannot reach" in r.getMessage()]
+    assert len(warned) == 1 and "(on_error=closed: every request refused)" in warned[0], warned
 
 
 def test_the_settings_key_bound_applies_to_decorated_limits(tmp_path: Any) -> None:

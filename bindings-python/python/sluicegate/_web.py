@@ -239,9 +239,30 @@ def _watch_store(limiter: KeyedLimiter, store: str) -> None:
     if down:
         _log.warning(
             "cannot reach the Redis store %s: its limits are decided by its on_error policy in this "
-            "process (on_error=local, the default: by each process alone) until it connects",
+            "process (%s) until it connects",
             _store_shown(store),  # as the core prints it: the password never shown
+            _policy_said(store),
         )
+
+
+#: What each ``on_error`` policy does to a request while the server does not answer.
+_POLICIES = {
+    "local": "by each process alone, with its share of the quota",
+    "open": "every request admitted",
+    "closed": "every request refused",
+    "error": "every request an error",
+}
+
+
+def _policy_said(store: str) -> str:
+    """The `on_error` policy of a Redis store string, and what it does (``local`` when the
+    URL names none)."""
+    policy, given = "local", False
+    for pair in store.partition("?")[2].split("&"):
+        name, _, value = pair.partition("=")
+        if name == "on_error":
+            policy, given = value, True
+    return f"on_error={policy}{'' if given else ', the default'}: {_POLICIES.get(policy, 'as the URL says')}"
 
 
 def _failures(stats: dict[str, int]) -> int:
@@ -253,15 +274,16 @@ def _failures(stats: dict[str, int]) -> int:
 class _Watch:
     """Reports a Redis store's outages on the ``sluicegate`` logger, once each: a warning when
     its calls begin to fail (each then decided by the URL's ``on_error`` policy, or raised
-    under ``on_error=error``), an info line when the server decides again. The store's
+    under ``on_error=error``), another when the server decides again. The store's
     counters (``redis_stats()``) are read at most every `WATCH_EVERY` seconds, by a request of
     one of its limits (a clock reading a request the rest of the time)."""
 
-    __slots__ = ("_decided", "_failed", "_failing", "_limiter", "_lock", "_next", "_shown")
+    __slots__ = ("_decided", "_failed", "_failing", "_limiter", "_lock", "_next", "_policy", "_shown")
 
     def __init__(self, limiter: KeyedLimiter, store: str, stats: dict[str, int], failing: bool) -> None:
         self._limiter = limiter
         self._shown = _store_shown(store)
+        self._policy = _policy_said(store)
         self._failed, self._decided = _failures(stats), stats["decided"]
         self._failing = failing
         self._next = time.monotonic() + WATCH_EVERY
@@ -285,13 +307,14 @@ class _Watch:
                 _log.warning(
                     "the Redis store %s is failing (%d calls not decided by it since the last look; "
                     "in all %d timeouts, %d unavailable, %d server errors): its limits are decided by "
-                    "its on_error policy in this process until it answers again",
+                    "its on_error policy in this process (%s) until it answers again",
                     self._shown, failed - self._failed, stats["timeouts"], stats["unavailable"],
-                    stats["server_errors"],
+                    stats["server_errors"], self._policy,
                 )  # fmt: skip
             elif self._failing and decided > self._decided and failed == self._failed:
                 self._failing = False
-                _log.info("the Redis store %s answers again: its limits are decided by it", self._shown)
+                # A warning as the outage's start was: a log that shows one shows the other.
+                _log.warning("the Redis store %s answers again: its limits are decided by it", self._shown)
             self._failed, self._decided = failed, decided
         finally:
             self._lock.release()
