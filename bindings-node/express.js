@@ -11,7 +11,7 @@ const {
 } = require('./web.js')
 
 const OPTIONS = new Set([
-  'quota', 'limit', 'windowMs', 'burst', 'keyGenerator', 'skip', 'handler', 'standardHeaders',
+  'quota', 'limit', 'max', 'windowMs', 'burst', 'keyGenerator', 'skip', 'handler', 'standardHeaders',
   'legacyHeaders', 'cost', 'statusCode', 'message', 'policy', 'maxKeys', 'onFull', 'limiter',
   'requestPropertyName', 'store', 'allowList', 'enabled', 'skipSuccessfulRequests', 'skipFailedRequests',
   'requestWasSuccessful', 'trustedProxies', 'proxyHeader', 'ipv6Subnet', 'shadow', 'onShadowReject',
@@ -30,6 +30,11 @@ function defaultHandler(req, res, _next, options) {
  */
 function rateLimit(options = {}) {
   known(options, OPTIONS, 'rateLimit')
+  if (options.max !== undefined) {
+    // express-rate-limit's older name for `limit`, which it still takes.
+    if (options.limit !== undefined) throw invalidArg('give limit or max (its older name), not both')
+    options = { ...options, limit: options.max }
+  }
   const opts = {
     limit: 5,
     windowMs: 60_000,

@@ -30,6 +30,13 @@ test('429 with Retry-After once over the limit; draft-6 and legacy headers by de
   assert.equal(await c.text(), 'Too many requests, please try again later.')
 })
 
+test('max, express-rate-limit\'s older name for limit, is limit', async (t) => {
+  const get = await serve(rateLimit({ max: 2, windowMs: 60_000 }), t)
+  const statuses = []
+  for (let i = 0; i < 3; i++) statuses.push((await get()).status)
+  assert.deepEqual(statuses, [200, 200, 429])
+})
+
 test('standardHeaders draft-7 and draft-8, legacyHeaders off', async (t) => {
   const get7 = await serve(rateLimit({ quota: '10/s; burst=5', standardHeaders: 'draft-7', legacyHeaders: false }), t)
   const r7 = await get7()
@@ -218,7 +225,7 @@ test('bad options throw at construction', () => {
   bad({ standardHeaders: 'draft-9' })
   bad({ keyGenerator: 'ip' })
   bad({ skip: true })
-  bad({ max: 5 })
+  bad({ max: 5, limit: 5 }) // max is limit's older name (express-rate-limit's): one or the other
   bad({ policy: 5 })
   assert.equal(typeof rateLimit({ policy: undefined }), 'function')
   bad(null)

@@ -468,7 +468,8 @@ impl PyKeyedLimiter {
         self.call(py, KeyedLimiter::try_len).map_err(to_py)
     }
 
-    /// The key bound.
+    /// The key bound (on a Redis store, which has none, the largest `usize`: the server's
+    /// memory bounds the keys, and a `max_keys` given is not used).
     #[getter]
     fn max_keys(&self) -> usize {
         self.inner.max_keys()
@@ -533,10 +534,11 @@ impl PyKeyedLimiter {
     }
 
     fn __repr__(&self) -> String {
-        format!(
-            "KeyedLimiter({:?}, max_keys={})",
-            self.inner.quota().to_string(),
-            self.inner.max_keys()
-        )
+        let quota = self.inner.quota().to_string();
+        match self.inner.max_keys() {
+            // A Redis store: no bound of its own (the server's memory bounds the keys).
+            usize::MAX => format!("KeyedLimiter({quota:?})"),
+            n => format!("KeyedLimiter({quota:?}, max_keys={n})"),
+        }
     }
 }

@@ -67,6 +67,9 @@ def test_a_keyed_limiter_on_redis_decides_on_the_server(redis_server: RedisServe
     assert not limiter.try_acquire(b"42")
     # Another limiter on the same URL and quota (another process, another host) shares them.
     assert not KeyedLimiter("5/minute", store=store).try_acquire("alice")
+    # No key bound of its own (the server's memory bounds the keys): none in its repr, which
+    # showed 2^64 - 1.
+    assert repr(KeyedLimiter("5/minute", store=store, max_keys=10)) == 'KeyedLimiter("5/m")'
     # A peek creates nothing; each bucket is one key, under the prefix.
     assert limiter.peek("nobody").remaining == 5
     assert len(redis_server.keys(f"{prefix_of(store)}:*")) == 2 == len(limiter)

@@ -213,6 +213,15 @@ impl FromStr for Quota {
                 return Err(c.error(at, len, "unexpected text; options follow \";\""));
             }
             let (kat, key) = c.take_token();
+            if key.bytes().next().is_some_and(|b| b.is_ascii_digit()) {
+                // "10/minute;100/hour", as flask-limiter writes several limits.
+                return Err(c.error(
+                    kat,
+                    c.rest().len() + key.len(),
+                    "a second rate: a quota is one rate, with options after \";\"; give \
+                     several limits as a list of rates",
+                ));
+            }
             let (eat, eq) = c.take_token();
             if eq != "=" {
                 let len = eq.len();
@@ -310,5 +319,12 @@ mod tests {
         assert!(e.to_string().contains("whole number"), "{e}");
         let e = "1/d; burst=1000000000".parse::<Quota>().unwrap_err();
         assert!(e.to_string().contains("too large"), "{e}");
+        // Several limits in one string, as flask-limiter takes them: a list is asked for.
+        for several in ["10/minute;100/hour", "10 per minute, 100 per hour"] {
+            let e = several.parse::<Quota>().unwrap_err();
+            assert_eq!(e.code(), "parse_error");
+            assert!(e.to_string().contains("a list of rates"), "{e}");
+            assert!(e.to_string().contains("\"100"), "{e}");
+        }
     }
 }

@@ -330,6 +330,29 @@ fn a_region_owned_by_another_user_is_refused() {
     assert!(e.to_string().contains("belongs to user 65534"), "{e}");
 }
 
+/// A region in a directory that does not exist: the error says so (it said "No such file or
+/// directory", which reads as the region missing), and nothing is made.
+#[test]
+fn a_region_in_a_missing_directory_names_the_directory() {
+    let dir = std::env::temp_dir().join(format!("sluicegate-no-such-dir-{}", std::process::id()));
+    let path = dir.join("limits");
+    let Err(e) = KeyedLimiter::<Box<[u8]>>::builder(quota())
+        .store(StoreSpec::shm(path.to_str().unwrap()))
+        .max_keys(64)
+        .clock(ManualClock::new(0))
+        .build()
+    else {
+        panic!("made a region in a missing directory")
+    };
+    assert_eq!(kind(&e), Some(StoreErrorKind::Unavailable), "{e}");
+    let said = e.to_string();
+    assert!(
+        said.contains(&format!("its directory {} does not exist", dir.display())),
+        "{said}"
+    );
+    assert!(!dir.exists());
+}
+
 /// The low 32 bits of a process's start time (`/proc/PID/stat`, field 22): the other half of
 /// a process token, with the pid (`core/src/store/shm/lock.rs`).
 fn start_ticks(pid: u32) -> u64 {

@@ -181,8 +181,8 @@ pub(crate) fn check_quota(path: &Path, quota: &Quota) -> Result<Codec, Error> {
             StoreErrorKind::Unsupported,
             path,
             format!(
-                "{quota}: a shared-memory region keeps one 64-bit word per key, and a sliding \
-                 log keeps up to `count` timestamps; use algorithm=sliding_window (the exact \
+                "{quota}: a shared-memory region keeps one word per key (a 95-bit state), and a \
+                 sliding log keeps up to `count` timestamps; use algorithm=sliding_window (the exact \
                  rational counter) for a window in shared memory"
             ),
         ));
@@ -479,8 +479,43 @@ impl Region {
 }
 
 fn io_error(path: &Path, what: &str, e: &std::io::Error) -> Error {
+    use std::os::unix::fs::MetadataExt;
     let kind = match e.kind() {
-        std::io::ErrorKind::PermissionDenied => StoreErrorKind::Permission,
+        std::io::ErrorKind::PermissionDenied => {
+            // A region another user made (0600): say whose, which the bare error does not.
+            if let Ok(m) = std::fs::symlink_metadata(path) {
+                // SAFETY: geteuid has no preconditions and cannot fail.
+                let me = unsafe { libc::geteuid() };
+                if m.uid() != me {
+                    return err(
+                        StoreErrorKind::Permission,
+                        path,
+                        format!(
+                            "cannot {what} the region: it belongs to user {}, not to this \
+                             process's user {me} (the processes sharing a region run as one user)",
+                            m.uid()
+                        ),
+                    );
+                }
+            }
+            StoreErrorKind::Permission
+        }
+        std::io::ErrorKind::NotFound => {
+            // A region's directory is not made for it (`/dev/shm`, or the path's own).
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+            if let Some(dir) = dir.filter(|d| !d.is_dir()) {
+                return err(
+                    StoreErrorKind::Unavailable,
+                    path,
+                    format!(
+                        "cannot {what} the region: its directory {} does not exist (a region's \
+                         directory is not made for it)",
+                        dir.display()
+                    ),
+                );
+            }
+            StoreErrorKind::Unavailable
+        }
         _ if e.raw_os_error() == Some(libc::ELOOP) => {
             return err(
                 StoreErrorKind::Permission,
