@@ -1,108 +1,122 @@
-import type { Decision, Key, KeyedLimiter, OnFull, Quota } from './index'
+import type { Decision as Decision_, Key as Key_, KeyedLimiter, OnFull, Quota } from './index'
 
-/** The request, response and next function of Express (structural, so `express` is not a dependency). */
-export interface Request { ip?: string; [key: string]: any }
-export interface Response { status(code: number): Response; send(body?: any): any; set(fields: Record<string, string>): any; [key: string]: any }
-export type NextFunction = (err?: unknown) => void
+// The CommonJS entry point (express.js): `module.exports` is the function, with `rateLimit`
+// and `default` naming it too. The ESM entry point's types are express.d.mts.
 
-/** The middleware's options. An option whose value is `undefined` is absent: its default stands. */
-export interface Options {
-  /**
-   * The quota as a rate string or options object (overrides `limit`/`windowMs`/`burst`), or
-   * several (`['10/second', '1000/hour']`): a request is admitted by all or by none (the
-   * limits that admitted get the cost back when a later one rejects).
-   */
-  quota?: Quota | Quota[]
-  /** Requests per window (default 5). */
-  limit?: number
-  /** The window in milliseconds (default 60 000). */
-  windowMs?: number
-  /** The bucket's capacity (default `limit`). */
-  burst?: number
-  /** The client's key (default: the peer address by the core's rules, shaped by `trustedProxies` and `ipv6Subnet`); may return a promise. */
-  keyGenerator?: (req: Request, res: Response) => Key | Promise<Key>
-  /** Requests for which it returns true are not counted; may return a promise. */
-  skip?: (req: Request, res: Response) => boolean | Promise<boolean>
-  /**
-   * The default key's trusted proxies, whose forwarding header is read (not with
-   * `keyGenerator`): a hop count, or addresses, CIDR ranges and `'loopback'`, `'private'`,
-   * `'linklocal'`. Default none: the peer address. The framework's own proxy setting (and
-   * `req.ip`) is not read.
-   */
-  trustedProxies?: number | string | string[]
-  /** The header those proxies write: `'x-forwarded-for'` (default) or `'forwarded'`. */
-  proxyHeader?: string
-  /** The default key's IPv6 prefix length (default 64: one key per /64). */
-  ipv6Subnet?: number
-  /** Keys never limited (not counted), or a function saying so (may return a promise). */
-  allowList?: Key[] | ((req: Request, key: Key) => boolean | Promise<boolean>)
-  /** false: no limiter is made and every request passes (default true; `SLUICEGATE_ENABLED=0` in the environment turns every middleware made meanwhile off). */
-  enabled?: boolean
-  /** Successful responses give their cost back (the core's refund) once sent (default false). */
-  skipSuccessfulRequests?: boolean
-  /** Failed responses (and requests whose client went away first) give their cost back (default false). */
-  skipFailedRequests?: boolean
-  /** What a successful response is (default: a status below 400); may return a promise. */
-  requestWasSuccessful?: (req: Request, res: Response) => boolean | Promise<boolean>
-  /** A dry run (the core's shadow mode): every request passes, the limits decide and count as enforcement would (default false). */
-  shadow?: boolean
-  /** Called for each request a shadow limit would have rejected (`decision.shadowRejected`). */
-  onShadowReject?: (req: Request, key: Key, decision: Decision) => void
-  /** Runs when a request is over the quota (default: `statusCode` and `message`). */
-  handler?: (req: Request, res: Response, next: NextFunction, options: Options) => unknown
-  /** `RateLimit*` fields, by express-rate-limit's names: `'draft-6'` (default, also `true`), `'draft-7'`, `'draft-8'` (the core's `ietf`), or `false`. */
-  standardHeaders?: boolean | 'draft-6' | 'draft-7' | 'draft-8'
-  /** `X-RateLimit-*` fields (default true). */
-  legacyHeaders?: boolean
-  /** Tokens a request costs (default 1), or a function of the request. */
-  cost?: number | ((req: Request, res: Response) => number)
-  /** Status of a rejected request (default 429). */
-  statusCode?: number
-  /** Body of a rejected request. */
-  message?: unknown
-  /** The policy name in draft-8 (IETF) fields (default `"default"`). */
-  policy?: string
-  /** The most clients held at once (default 2^20). */
-  maxKeys?: number
-  /** At the bound: `'evict'` the client nearest to full (default) or `'reject'` new clients (a 429, `Retry-After: 1`). */
-  onFull?: OnFull
-  /** Use this limiter (e.g. one shared between routes) instead of creating one (not with `store`). */
-  limiter?: KeyedLimiter
-  /**
-   * Where the clients' buckets live: a sluicegate store string, `'memory'` (the default, this
-   * process), `'shm:NAME[?capacity=N]'`, a shared-memory region every worker process of the
-   * host shares (node:cluster, pm2), so that a limit holds host-wide, or a Redis URL
-   * (`'redis://HOST:PORT/DB?prefix=api&on_error=local'`), which every host shares: the
-   * middleware then awaits each decision, and the URL's `on_error` says what a slow or
-   * unreachable server means (`error` passes the error to `next`). Each distinct limit gets
-   * its own Redis key prefix, the configured one plus the suffix below. Not express-rate-limit's
-   * `store` (a `Store` object): that is refused. The region is NAME plus `-` and the first 12
-   * hex digits of the SHA-256 of the canonical quota, so that each distinct limit has its own
-   * (the middleware's `store` names it); `maxKeys` is its capacity.
-   */
-  store?: string
-  /** The request property the decision is stored in (default `"rateLimit"`). */
-  requestPropertyName?: string
+type RateLimit = typeof rateLimit
+
+/** A rate-limiting middleware: 429 with `Retry-After` when a client is over its quota. */
+declare function rateLimit(options?: rateLimit.Options): rateLimit.RateLimitMiddleware
+
+declare namespace rateLimit {
+  /** The request, response and next function of Express (structural, so `express` is not a dependency). */
+  export interface Request { ip?: string; [key: string]: any }
+  export interface Response { status(code: number): Response; send(body?: any): any; set(fields: Record<string, string>): any; [key: string]: any }
+  export type NextFunction = (err?: unknown) => void
+
+  /** The middleware's options. An option whose value is `undefined` is absent: its default stands. */
+  export interface Options {
+    /**
+     * The quota as a rate string or options object (overrides `limit`/`windowMs`/`burst`), or
+     * several (`['10/second', '1000/hour']`): a request is admitted by all or by none (the
+     * limits that admitted get the cost back when a later one rejects).
+     */
+    quota?: Quota | Quota[]
+    /** Requests per window (default 5). */
+    limit?: number
+    /** The window in milliseconds (default 60 000). */
+    windowMs?: number
+    /** The bucket's capacity (default `limit`). */
+    burst?: number
+    /** The client's key (default: the peer address by the core's rules, shaped by `trustedProxies` and `ipv6Subnet`); may return a promise. */
+    keyGenerator?: (req: Request, res: Response) => Key | Promise<Key>
+    /** Requests for which it returns true are not counted; may return a promise. */
+    skip?: (req: Request, res: Response) => boolean | Promise<boolean>
+    /**
+     * The default key's trusted proxies, whose forwarding header is read (not with
+     * `keyGenerator`): a hop count, or addresses, CIDR ranges and `'loopback'`, `'private'`,
+     * `'linklocal'`. Default none: the peer address. The framework's own proxy setting (and
+     * `req.ip`) is not read.
+     */
+    trustedProxies?: number | string | string[]
+    /** The header those proxies write: `'x-forwarded-for'` (default) or `'forwarded'`. */
+    proxyHeader?: string
+    /** The default key's IPv6 prefix length (default 64: one key per /64). */
+    ipv6Subnet?: number
+    /** Keys never limited (not counted), or a function saying so (may return a promise). */
+    allowList?: Key[] | ((req: Request, key: Key) => boolean | Promise<boolean>)
+    /** false: no limiter is made and every request passes (default true; `SLUICEGATE_ENABLED=0` in the environment turns every middleware made meanwhile off). */
+    enabled?: boolean
+    /** Successful responses give their cost back (the core's refund) once sent (default false). */
+    skipSuccessfulRequests?: boolean
+    /** Failed responses (and requests whose client went away first) give their cost back (default false). */
+    skipFailedRequests?: boolean
+    /** What a successful response is (default: a status below 400); may return a promise. */
+    requestWasSuccessful?: (req: Request, res: Response) => boolean | Promise<boolean>
+    /** A dry run (the core's shadow mode): every request passes, the limits decide and count as enforcement would (default false). */
+    shadow?: boolean
+    /** Called for each request a shadow limit would have rejected (`decision.shadowRejected`). */
+    onShadowReject?: (req: Request, key: Key, decision: Decision) => void
+    /** Runs when a request is over the quota (default: `statusCode` and `message`). */
+    handler?: (req: Request, res: Response, next: NextFunction, options: Options) => unknown
+    /** `RateLimit*` fields, by express-rate-limit's names: `'draft-6'` (default, also `true`), `'draft-7'`, `'draft-8'` (the core's `ietf`), or `false`. */
+    standardHeaders?: boolean | 'draft-6' | 'draft-7' | 'draft-8'
+    /** `X-RateLimit-*` fields (default true). */
+    legacyHeaders?: boolean
+    /** Tokens a request costs (default 1), or a function of the request. */
+    cost?: number | ((req: Request, res: Response) => number)
+    /** Status of a rejected request (default 429). */
+    statusCode?: number
+    /** Body of a rejected request. */
+    message?: unknown
+    /** The policy name in draft-8 (IETF) fields (default `"default"`). */
+    policy?: string
+    /** The most clients held at once (default 2^20). */
+    maxKeys?: number
+    /** At the bound: `'evict'` the client nearest to full (default) or `'reject'` new clients (a 429, `Retry-After: 1`). */
+    onFull?: OnFull
+    /** Use this limiter (e.g. one shared between routes) instead of creating one (not with `store`). */
+    limiter?: KeyedLimiter
+    /**
+     * Where the clients' buckets live: a sluicegate store string, `'memory'` (the default, this
+     * process), `'shm:NAME[?capacity=N]'`, a shared-memory region every worker process of the
+     * host shares (node:cluster, pm2), so that a limit holds host-wide, or a Redis URL
+     * (`'redis://HOST:PORT/DB?prefix=api&on_error=local'`), which every host shares: the
+     * middleware then awaits each decision, and the URL's `on_error` says what a slow or
+     * unreachable server means (`error` passes the error to `next`). Each distinct limit gets
+     * its own Redis key prefix, the configured one plus the suffix below. Not express-rate-limit's
+     * `store` (a `Store` object): that is refused. The region is NAME plus `-` and the first 12
+     * hex digits of the SHA-256 of the canonical quota, so that each distinct limit has its own
+     * (the middleware's `store` names it); `maxKeys` is its capacity.
+     */
+    store?: string
+    /** The request property the decision is stored in (default `"rateLimit"`). */
+    requestPropertyName?: string
+  }
+
+  export interface RateLimitMiddleware {
+    (req: Request, res: Response, next: NextFunction): void
+    /** The limiter holding every client's bucket (the first quota's; `null` when turned off). */
+    readonly limiter: KeyedLimiter | null
+    /** One limiter per quota, in order (none when turned off). */
+    readonly limiters: KeyedLimiter[]
+    /** The store of that limiter, with its region's full name (`undefined` when `limiter` was given or turned off; with several quotas, the first's). */
+    readonly store: string | undefined
+    /** A client's state, changing nothing: the limit with the least remaining (a Promise on a Redis store; `null` when turned off). */
+    get(key: Key): Decision | Promise<Decision> | null
+    /** Forgets a client's buckets; whether one existed (a Promise on a Redis store). */
+    reset(key: Key): boolean | Promise<boolean>
+    /** express-rate-limit's name for `get`. */
+    getKey(key: Key): Decision | Promise<Decision> | null
+    /** express-rate-limit's name for `reset`. */
+    resetKey(key: Key): boolean | Promise<boolean>
+  }
+
+  export type Decision = Decision_
+  export type Key = Key_
+  /** The same function. */
+  export const rateLimit: RateLimit
+  export { rateLimit as default }
 }
 
-export interface RateLimitMiddleware {
-  (req: Request, res: Response, next: NextFunction): void
-  /** The limiter holding every client's bucket (the first quota's; `null` when turned off). */
-  readonly limiter: KeyedLimiter | null
-  /** One limiter per quota, in order (none when turned off). */
-  readonly limiters: KeyedLimiter[]
-  /** The store of that limiter, with its region's full name (`undefined` when `limiter` was given or turned off; with several quotas, the first's). */
-  readonly store: string | undefined
-  /** A client's state, changing nothing: the limit with the least remaining (a Promise on a Redis store; `null` when turned off). */
-  get(key: Key): Decision | Promise<Decision> | null
-  /** Forgets a client's buckets; whether one existed (a Promise on a Redis store). */
-  reset(key: Key): boolean | Promise<boolean>
-  /** express-rate-limit's name for `get`. */
-  getKey(key: Key): Decision | Promise<Decision> | null
-  /** express-rate-limit's name for `reset`. */
-  resetKey(key: Key): boolean | Promise<boolean>
-}
-
-export declare function rateLimit(options?: Options): RateLimitMiddleware
-export default rateLimit
-export type { Decision, Key }
+export = rateLimit

@@ -3,7 +3,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -149,4 +149,97 @@ console.log(fstate, freset, state, limiters, r, rk, p, h, s, mw, both.parts.leng
   } catch (e) {
     assert.fail(`tsc: ${e.stdout}${e.stderr}`)
   }
+})
+
+/**
+ * A project in a temporary folder that depends on this package as a user's would
+ * (node_modules/sluicegate a link to it, so its package.json "exports" pick the declarations),
+ * compiled with `compilerOptions` and `files` written there; `run.ts`, compiled, is then run,
+ * so that what the types say is there is there. `files` may hold `@ts-expect-error` lines:
+ * an error that does not come is tsc's error.
+ */
+function userProject(t, { type, compilerOptions, files }) {
+  const tsc = typescriptCompiler()
+  const tmp = mkdtempSync(join(tmpdir(), 'sluicegate-dts-'))
+  t.after(() => rmSync(tmp, { recursive: true, force: true }))
+  mkdirSync(join(tmp, 'node_modules', '@types'), { recursive: true })
+  symlinkSync(dir, join(tmp, 'node_modules', 'sluicegate'), 'dir')
+  symlinkSync(join(dir, 'node_modules', 'fastify'), join(tmp, 'node_modules', 'fastify'), 'dir')
+  symlinkSync(join(dir, 'node_modules', '@types', 'node'), join(tmp, 'node_modules', '@types', 'node'), 'dir')
+  writeFileSync(join(tmp, 'package.json'), JSON.stringify({ name: 'user', private: true, ...(type && { type }) }))
+  for (const [name, text] of Object.entries(files)) writeFileSync(join(tmp, name), text)
+  writeFileSync(join(tmp, 'tsconfig.json'), JSON.stringify({
+    compilerOptions: { strict: true, target: 'es2022', types: ['node'], outDir: 'out', ...compilerOptions },
+    files: Object.keys(files),
+  }))
+  try {
+    execFileSync(process.execPath, [tsc, '-p', join(tmp, 'tsconfig.json')], { cwd: tmp, encoding: 'utf8' })
+  } catch (e) {
+    assert.fail(`tsc (${JSON.stringify(compilerOptions)}): ${e.stdout}${e.stderr}`)
+  }
+  const out = execFileSync(process.execPath, [join(tmp, 'out', 'run.js')], { cwd: tmp, encoding: 'utf8' })
+  assert.equal(out.trim(), 'ok')
+}
+
+const NODENEXT = { module: 'nodenext', moduleResolution: 'nodenext' }
+
+// An ES module's imports (express.mjs and fastify.mjs: their .d.mts types),
+// as the README's Fastify example writes them.
+const ESM_RUN = `
+import Fastify from 'fastify'
+import sluicegate, { sluicegateFastify, type PluginOptions, type RateLimitHook } from 'sluicegate/fastify'
+import rateLimit, { rateLimit as named, type Options, type RateLimitMiddleware } from 'sluicegate/express'
+import { registerLimiters } from 'sluicegate/prometheus'
+import sg, { KeyedLimiter } from 'sluicegate'
+
+const fastify = Fastify()
+const options: PluginOptions = { max: 5, timeWindow: '1 minute' }
+await fastify.register(sluicegate, options)
+const hook: RateLimitHook = fastify.rateLimit({ max: 1 })
+const o: Options = { limit: 5 }
+const mw: RateLimitMiddleware = rateLimit(o)
+const mw2 = named({ limiter: new sg.KeyedLimiter('1/s') })
+await fastify.ready()
+if (sluicegateFastify !== sluicegate || named !== rateLimit || typeof registerLimiters !== 'function') throw new Error('exports')
+if (!(mw2.limiter instanceof KeyedLimiter) || typeof hook.get !== 'function' || mw.limiters.length !== 1) throw new Error('values')
+console.log('ok')
+`
+
+test('the ESM entry points type-check as they run: nodenext, "type": "module"', (t) => {
+  userProject(t, { type: 'module', compilerOptions: NODENEXT, files: { 'run.ts': ESM_RUN } })
+})
+
+test('the ESM entry points type-check as they run: moduleResolution bundler', (t) => {
+  userProject(t, { type: 'module', compilerOptions: { module: 'esnext', moduleResolution: 'bundler' }, files: { 'run.ts': ESM_RUN } })
+})
+
+// A CommonJS module's: express.js and fastify.js export the function itself (module.exports),
+// also as `.default` and by name.
+test('the CommonJS entry points type-check as they run: nodenext, require', (t) => {
+  userProject(t, {
+    compilerOptions: NODENEXT,
+    files: {
+      'run.ts': `
+import Fastify = require('fastify')
+import rateLimit = require('sluicegate/express')
+import sluicegate = require('sluicegate/fastify')
+import prometheus = require('sluicegate/prometheus')
+import sg = require('sluicegate')
+import rateLimitDefault from 'sluicegate/express'
+import type { Options } from 'sluicegate/express'
+import type { PluginOptions } from 'sluicegate/fastify'
+
+const fastify = Fastify()
+const options: PluginOptions = { max: 5 }
+fastify.register(sluicegate, options)
+const o: Options = { limit: 5 }
+const mw: rateLimit.RateLimitMiddleware = rateLimit(o)
+const mw2 = rateLimitDefault({ limiter: new sg.KeyedLimiter('1/s') })
+if (rateLimit.rateLimit !== rateLimit || rateLimit.default !== rateLimit || rateLimitDefault !== rateLimit) throw new Error('express')
+if (sluicegate.sluicegateFastify !== sluicegate || sluicegate.default !== sluicegate) throw new Error('fastify')
+if (typeof prometheus.registerLimiters !== 'function' || mw.limiters.length !== 1 || mw2.limiter === null) throw new Error('values')
+fastify.ready().then(() => console.log('ok'))
+`,
+    },
+  })
 })
