@@ -183,12 +183,13 @@ function userProject(t, { type, compilerOptions, files }) {
 
 const NODENEXT = { module: 'nodenext', moduleResolution: 'nodenext' }
 
-// An ES module's imports (express.mjs and fastify.mjs: their .d.mts types),
+// An ES module's imports (express.mjs, fastify.mjs and prometheus.mjs: their .d.mts types),
 // as the README's Fastify example writes them.
 const ESM_RUN = `
 import Fastify from 'fastify'
 import sluicegate, { sluicegateFastify, type PluginOptions, type RateLimitHook } from 'sluicegate/fastify'
 import rateLimit, { rateLimit as named, type Options, type RateLimitMiddleware } from 'sluicegate/express'
+import * as prometheus from 'sluicegate/prometheus'
 import { registerLimiters } from 'sluicegate/prometheus'
 import sg, { KeyedLimiter } from 'sluicegate'
 
@@ -199,9 +200,11 @@ const hook: RateLimitHook = fastify.rateLimit({ max: 1 })
 const o: Options = { limit: 5 }
 const mw: RateLimitMiddleware = rateLimit(o)
 const mw2 = named({ limiter: new sg.KeyedLimiter('1/s') })
+// @ts-expect-error prometheus.mjs has no default export
+const none: unknown = prometheus.default
 await fastify.ready()
 if (sluicegateFastify !== sluicegate || named !== rateLimit || typeof registerLimiters !== 'function') throw new Error('exports')
-if (!(mw2.limiter instanceof KeyedLimiter) || typeof hook.get !== 'function' || mw.limiters.length !== 1) throw new Error('values')
+if (none !== undefined || !(mw2.limiter instanceof KeyedLimiter) || typeof hook.get !== 'function' || mw.limiters.length !== 1) throw new Error('values')
 console.log('ok')
 `
 
