@@ -228,8 +228,11 @@ export type OnFull = 'reject' | 'evict'
 /** One bucket per key, bounded, lock-free on lookups. */
 export declare class KeyedLimiter {
   constructor(quota: Quota, options?: KeyedLimiterOptions)
-  /** The keyed limiter named `name` in this process: the same table in every worker thread. */
-  static shared(name: string, quota: Quota, options?: Omit<KeyedLimiterOptions, 'clock' | 'store'>): KeyedLimiter
+  /**
+   * The keyed limiter named `name` in this process: the same table in every worker thread.
+   * Its options are the table's bound (no `metrics`, `shadow` or `onReject`: those throw).
+   */
+  static shared(name: string, quota: Quota, options?: Pick<KeyedLimiterOptions, 'maxKeys' | 'onFull' | 'shards'>): KeyedLimiter
   /** The fast path: admitted or not, no figures. */
   allow(key: Key, cost?: Int): boolean
   tryAcquire(key: Key, cost?: Int): Decision

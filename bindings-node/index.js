@@ -218,6 +218,8 @@ function storeOf(options) {
 
 const LIMITER_OPTIONS = new Set(['clock', 'store', 'metrics', 'shadow', 'onReject'])
 const KEYED_OPTIONS = new Set([...LIMITER_OPTIONS, 'maxKeys', 'onFull', 'shards'])
+// `KeyedLimiter.shared`'s: the table's bound (the registry keeps no counters or hook).
+const SHARED_KEYED_OPTIONS = new Set(['maxKeys', 'onFull', 'shards'])
 const ACQUIRE_OPTIONS = new Set(['signal', 'timeoutMs'])
 
 /**
@@ -647,7 +649,8 @@ class KeyedLimiter {
   /**
    * The keyed limiter named `name` in this process, created with `quota` and `options`
    * (`{ maxKeys?, onFull?, shards? }`, system clock) on first use. Every worker thread gets the
-   * same table; asking again with another quota or other options throws.
+   * same table; asking again with another quota or other options throws. `metrics`, `shadow`
+   * and `onReject` are refused (options of `new KeyedLimiter` only).
    */
   static shared(name, quota, options = {}) {
     if (typeof name !== 'string') throw invalidArg('name must be a string')
@@ -655,6 +658,15 @@ class KeyedLimiter {
     if (options.clock !== undefined) throw invalidArg('a shared KeyedLimiter reads the system clock')
     if (options.store !== undefined) {
       throw invalidArg('shared() keeps its table in this process: for a store every process shares, use new KeyedLimiter(quota, { store })')
+    }
+    // An option of `new KeyedLimiter` given as `undefined` is absent.
+    for (const k of Object.keys(options)) {
+      if (SHARED_KEYED_OPTIONS.has(k) || (KEYED_OPTIONS.has(k) && options[k] === undefined)) continue
+      throw invalidArg(
+        KEYED_OPTIONS.has(k)
+          ? `a shared KeyedLimiter takes no ${k} option (new KeyedLimiter does)`
+          : `unknown KeyedLimiter.shared option ${JSON.stringify(k)} (known: ${[...SHARED_KEYED_OPTIONS].join(', ')})`,
+      )
     }
     return new KeyedLimiter(quota, { ...options, [SHARED]: name })
   }

@@ -208,8 +208,19 @@ if (none !== undefined || !(mw2.limiter instanceof KeyedLimiter) || typeof hook.
 console.log('ok')
 `
 
+// What must not compile, each line where the runtime throws or answers otherwise (compiled,
+// never run).
+const REFUSED = `
+import { KeyedLimiter } from 'sluicegate'
+
+// @ts-expect-error the in-process registry keeps no counters (it throws)
+KeyedLimiter.shared('n', '1/s', { metrics: true })
+// @ts-expect-error nor a hook
+KeyedLimiter.shared('n', '1/s', { maxKeys: 5, onReject: () => {} })
+`
+
 test('the ESM entry points type-check as they run: nodenext, "type": "module"', (t) => {
-  userProject(t, { type: 'module', compilerOptions: NODENEXT, files: { 'run.ts': ESM_RUN } })
+  userProject(t, { type: 'module', compilerOptions: NODENEXT, files: { 'run.ts': ESM_RUN, 'refused.ts': REFUSED } })
 })
 
 test('the ESM entry points type-check as they run: moduleResolution bundler', (t) => {

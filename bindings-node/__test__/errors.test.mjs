@@ -119,6 +119,11 @@ test('options of the wrong type or value', async () => {
   assert.throws(() => new Limiter('1/s', { maxKeys: 5 }), INVALID_ARG)
   assert.throws(() => new KeyedLimiter('1/s', { maxkeys: 10 }), (e) => INVALID_ARG(e) && e.message.includes('"maxkeys"'))
   assert.throws(() => KeyedLimiter.shared('typo-shared', '1/s', { onfull: 'evict' }), INVALID_ARG)
+  // The in-process registry keeps a table's bound only: no counters, shadow mode or hook.
+  for (const [k, v] of [['metrics', true], ['shadow', false], ['onReject', () => {}]]) {
+    assert.throws(() => KeyedLimiter.shared(`shared-${k}`, '1/s', { [k]: v }), (e) => INVALID_ARG(e) && e.message.includes(k), k)
+  }
+  assert.equal(KeyedLimiter.shared('shared-undefined', '1/s', { metrics: undefined, maxKeys: 8 }).maxKeys, 8)
   await assert.rejects(new Limiter('1/s').acquire({ timeout: 100 }), INVALID_ARG)
   assert.throws(() => Limiter.shared(1, '1/s'), INVALID_ARG)
   assert.throws(() => new ManualClock(-1), INVALID_ARG)
