@@ -3,7 +3,8 @@
 import { sluicegateFastify } from './fastify.js'
 
 export type {
-  Admin, Decision, ErrorResponseBuilderContext, Key, PluginOptions, RateLimitHook, RateLimitHookProps, RateLimitOptions, RouteRateLimitOptions,
+  Admin, Decision, ErrorResponseBuilderContext, Key, PluginOptions, RateLimitHook, RateLimitHookProps,
+  RateLimitOptions, RateLimitPreParsingHook, RouteRateLimitOptions,
 } from './fastify.js'
 export { sluicegateFastify }
 export default sluicegateFastify

@@ -1,4 +1,7 @@
-import type { FastifyPluginCallback, FastifyReply, FastifyRequest, onRequestHookHandler, preHandlerHookHandler, preValidationHookHandler } from 'fastify'
+import type {
+  FastifyPluginCallback, FastifyReply, FastifyRequest,
+  onRequestHookHandler, preHandlerHookHandler, preParsingHookHandler, preValidationHookHandler,
+} from 'fastify'
 import type { Decision as Decision_, Key as Key_, KeyedLimiter, OnFull, Quota } from './index'
 
 // The CommonJS entry point (fastify.js): `module.exports` is the plugin, with
@@ -31,6 +34,12 @@ declare namespace sluicegateFastify {
    * `skipSuccessfulRequests` / `skipFailedRequests` it settles its refunds by the response's end.
    */
   export type RateLimitHook = onRequestHookHandler & preValidationHookHandler & preHandlerHookHandler & RateLimitHookProps
+
+  /**
+   * A hook of one limit made with `hook: 'preParsing'`, for `preParsing` hooks: Fastify's form
+   * with the payload, which it hands on.
+   */
+  export type RateLimitPreParsingHook = preParsingHookHandler & RateLimitHookProps
 
   export interface RateLimitHookProps extends Admin {
     /** The limiter holding every client's bucket of this limit (the first quota's; `null` when turned off). */
@@ -148,8 +157,13 @@ declare namespace sluicegateFastify {
 
 declare module 'fastify' {
   interface FastifyInstance {
-    /** A hook of a limit of its own, for a route's hooks or a scope's (`addHook`); it settles its own refunds. */
-    rateLimit(options?: sluicegateFastify.RouteRateLimitOptions): sluicegateFastify.RateLimitHook
+    /**
+     * A hook of a limit of its own, for a route's hooks or a scope's (`addHook`); it settles its
+     * own refunds. With `hook: 'preParsing'`, a `preParsing` hook (it takes the payload).
+     */
+    rateLimit(options: sluicegateFastify.RouteRateLimitOptions & { hook: 'preParsing' }): sluicegateFastify.RateLimitPreParsingHook
+    rateLimit(options?: sluicegateFastify.RouteRateLimitOptions & { hook?: 'onRequest' | 'preValidation' | 'preHandler' }): sluicegateFastify.RateLimitHook
+    rateLimit(options?: sluicegateFastify.RouteRateLimitOptions): sluicegateFastify.RateLimitHook | sluicegateFastify.RateLimitPreParsingHook
     /** The global limit's admin calls, or a group's (by `groupId`). */
     rateLimits: {
       get(key: Key_, groupId?: string): Decision_ | Promise<Decision_> | null

@@ -197,6 +197,7 @@ const fastify = Fastify()
 const options: PluginOptions = { max: 5, timeWindow: '1 minute' }
 await fastify.register(sluicegate, options)
 const hook: RateLimitHook = fastify.rateLimit({ max: 1 })
+const pre = fastify.rateLimit({ hook: 'preParsing' })
 const o: Options = { limit: 5 }
 const mw: RateLimitMiddleware = rateLimit(o)
 const mw2 = named({ limiter: new sg.KeyedLimiter('1/s') })
@@ -204,14 +205,27 @@ const mw2 = named({ limiter: new sg.KeyedLimiter('1/s') })
 const none: unknown = prometheus.default
 await fastify.ready()
 if (sluicegateFastify !== sluicegate || named !== rateLimit || typeof registerLimiters !== 'function') throw new Error('exports')
-if (none !== undefined || !(mw2.limiter instanceof KeyedLimiter) || typeof hook.get !== 'function' || mw.limiters.length !== 1) throw new Error('values')
+if (none !== undefined || !(mw2.limiter instanceof KeyedLimiter) || typeof hook.get !== 'function' || pre.length !== 4 || hook.length !== 3 || mw.limiters.length !== 1) throw new Error('values')
 console.log('ok')
 `
 
-// What must not compile, each line where the runtime throws or answers otherwise (compiled,
-// never run).
-const REFUSED = `
+// Types the runtime's answers (compiled, never run); what must not compile is marked
+// \`@ts-expect-error\`: each where the runtime throws or answers otherwise.
+const TYPES = `
+import Fastify, { type onRequestHookHandler, type preParsingHookHandler } from 'fastify'
+import type { RateLimitPreParsingHook } from 'sluicegate/fastify'
 import { KeyedLimiter } from 'sluicegate'
+
+const app = Fastify()
+// hook: 'preParsing' makes Fastify's preParsing hook, with the payload
+const pre: preParsingHookHandler = app.rateLimit({ hook: 'preParsing', max: 5 })
+const own: RateLimitPreParsingHook = app.rateLimit({ hook: 'preParsing' })
+app.addHook('preParsing', own)
+app.get('/p', { preParsing: app.rateLimit({ hook: 'preParsing' }) }, async () => own.limiters.length)
+// @ts-expect-error not an onRequest hook
+const early: onRequestHookHandler = app.rateLimit({ hook: 'preParsing' })
+app.addHook('onRequest', app.rateLimit({ hook: 'onRequest' }))
+console.log(pre, early)
 
 // @ts-expect-error the in-process registry keeps no counters (it throws)
 KeyedLimiter.shared('n', '1/s', { metrics: true })
@@ -220,7 +234,7 @@ KeyedLimiter.shared('n', '1/s', { maxKeys: 5, onReject: () => {} })
 `
 
 test('the ESM entry points type-check as they run: nodenext, "type": "module"', (t) => {
-  userProject(t, { type: 'module', compilerOptions: NODENEXT, files: { 'run.ts': ESM_RUN, 'refused.ts': REFUSED } })
+  userProject(t, { type: 'module', compilerOptions: NODENEXT, files: { 'run.ts': ESM_RUN, 'types.ts': TYPES } })
 })
 
 test('the ESM entry points type-check as they run: moduleResolution bundler', (t) => {
