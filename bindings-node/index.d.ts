@@ -174,7 +174,7 @@ export declare class Limiter {
   /**
    * Waits on timers (never blocks the event loop) until admitted, a leaky queue's slot
    * included: resolves with the admitting `Decision`, or with the rejection once `timeoutMs`
-   * cannot be met.
+   * cannot be met. On a Redis store it rejects with `ERR_SLUICEGATE_STORE_UNSUPPORTED`.
    */
   acquire(options?: AcquireOptions): Promise<Decision>
   acquire(cost?: Int, options?: AcquireOptions): Promise<Decision>
@@ -243,7 +243,7 @@ export declare class KeyedLimiter {
   reserve(key: Key, cost?: Int): Decision
   /** Gives a reservation back (the same as `refund`). */
   cancel(key: Key, cost?: Int): void
-  /** As `Limiter#acquire`, for `key`. */
+  /** As `Limiter#acquire`, for `key` (on a Redis store it rejects with `ERR_SLUICEGATE_STORE_UNSUPPORTED`). */
   acquire(key: Key, options?: AcquireOptions): Promise<Decision>
   acquire(key: Key, cost?: Int, options?: AcquireOptions): Promise<Decision>
   /** As `Limiter#tryAcquireAsync`, for `key`. */
@@ -266,8 +266,9 @@ export declare class KeyedLimiter {
   /** Evicts every bucket that is full now; how many. */
   sweep(): number
   clear(): void
-  /** Keys held now (as a `Map`'s `size`). */
+  /** Keys held now (as a `Map`'s `size`); on a Redis store it throws `ERR_SLUICEGATE_STORE_UNSUPPORTED`. */
   readonly size: number
+  /** The bound on keys held at once; on a Redis store it throws `ERR_SLUICEGATE_STORE_UNSUPPORTED`. */
   readonly maxKeys: number
   readonly quota: string
   /**
@@ -291,6 +292,7 @@ export declare class Composite {
   peek(): Decision
   /** Gives `cost` back to every part. */
   refund(cost?: Int): void
+  /** As `Limiter#acquire`, all-or-nothing over the parts (on a Redis store it rejects with `ERR_SLUICEGATE_STORE_UNSUPPORTED`). */
   acquire(options?: AcquireOptions): Promise<Decision>
   acquire(cost?: Int, options?: AcquireOptions): Promise<Decision>
   /** All-or-nothing as a Promise; parts on one Redis server are decided in one script call. */
