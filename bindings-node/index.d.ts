@@ -11,13 +11,15 @@ export type { RedisStats }
 export type Int = number | bigint
 
 /**
- * A quota as an options object: `count` tokens per `periodMs` (or `periodNs`). The core checks
+ * A quota as an options object: `count` tokens per `periodMs` or `periodNs` (one of them), a
+ * leaky queue's wait bound as `maxDelayMs` or `maxDelayNs` (at most one). The core checks
  * every value; a `refill` or `algorithm` outside its names is `ERR_SLUICEGATE_INVALID_OPTION`.
  */
-export interface QuotaOptions {
+export type QuotaOptions = QuotaFigures & QuotaPeriod & QuotaMaxDelay
+
+/** The options of a quota but its period and wait bound. */
+export interface QuotaFigures {
   count: Int
-  periodMs?: Int
-  periodNs?: Int
   /** The bucket's capacity (default: the count). */
   burst?: Int
   /** Tokens at creation (default: the burst). */
@@ -25,10 +27,13 @@ export interface QuotaOptions {
   refill?: Refill
   /** The algorithm (default `token_bucket`); see docs/SEMANTICS.md. */
   algorithm?: Algorithm
-  /** A leaky queue's bound on a reservation's wait (default: one period). */
-  maxDelayMs?: Int
-  maxDelayNs?: Int
 }
+
+/** The period: in milliseconds or in nanoseconds. */
+export type QuotaPeriod = { periodMs: Int; periodNs?: never } | { periodNs: Int; periodMs?: never }
+
+/** A leaky queue's bound on a reservation's wait (default: one period): in milliseconds or in nanoseconds. */
+export type QuotaMaxDelay = { maxDelayMs?: Int; maxDelayNs?: never } | { maxDelayNs?: Int; maxDelayMs?: never }
 
 export type Algorithm = 'token_bucket' | 'gcra' | 'fixed_window' | 'sliding_window' | 'sliding_log' | 'leaky_queue'
 

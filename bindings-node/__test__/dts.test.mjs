@@ -214,7 +214,18 @@ console.log('ok')
 const TYPES = `
 import Fastify, { type onRequestHookHandler, type preParsingHookHandler } from 'fastify'
 import type { RateLimitPreParsingHook } from 'sluicegate/fastify'
-import { KeyedLimiter } from 'sluicegate'
+import { KeyedLimiter, Limiter, canonicalQuota, type QuotaOptions } from 'sluicegate'
+
+// A quota's period is one of periodMs and periodNs; its wait bound at most one of maxDelayMs and maxDelayNs.
+const q: QuotaOptions = { count: 5, periodMs: 1000, maxDelayNs: 10n, algorithm: 'leaky_queue' }
+new Limiter({ count: 5n, periodNs: 1_000_000n, burst: 2 })
+canonicalQuota({ count: 1, periodNs: 1, maxDelayMs: undefined })
+// @ts-expect-error no period
+new Limiter({ count: 5 })
+// @ts-expect-error two periods
+const periods: QuotaOptions = { count: 5, periodMs: 1000, periodNs: 1000 }
+// @ts-expect-error two wait bounds
+new KeyedLimiter({ count: 5, periodMs: 1000, maxDelayMs: 1, maxDelayNs: 1 })
 
 const app = Fastify()
 // hook: 'preParsing' makes Fastify's preParsing hook, with the payload
@@ -225,7 +236,7 @@ app.get('/p', { preParsing: app.rateLimit({ hook: 'preParsing' }) }, async () =>
 // @ts-expect-error not an onRequest hook
 const early: onRequestHookHandler = app.rateLimit({ hook: 'preParsing' })
 app.addHook('onRequest', app.rateLimit({ hook: 'onRequest' }))
-console.log(pre, early)
+console.log(q, periods, pre, early)
 
 // @ts-expect-error the in-process registry keeps no counters (it throws)
 KeyedLimiter.shared('n', '1/s', { metrics: true })
