@@ -45,8 +45,12 @@ export type Quota = string | QuotaOptions
 /** The core's header styles: `ietf` (draft-08 and later), `draft6`, `draft7`, `legacy` (`X-RateLimit-*`), `none` (only `Retry-After`). */
 export type HeaderStyle = 'ietf' | 'draft6' | 'draft7' | 'legacy' | 'none'
 
-/** The outcome of a request. A rejection is `allowed: false`, never an error. */
+/**
+ * The outcome of a request. A rejection is `allowed: false`, never an error. Made by the
+ * limiters only (its constructor takes the native layer's figures).
+ */
 export declare class Decision {
+  private constructor()
   readonly allowed: boolean
   /** The bucket's capacity. */
   readonly limit: Int

@@ -214,7 +214,15 @@ console.log('ok')
 const TYPES = `
 import Fastify, { type onRequestHookHandler, type preParsingHookHandler } from 'fastify'
 import type { RateLimitPreParsingHook } from 'sluicegate/fastify'
-import { KeyedLimiter, Limiter, canonicalQuota, type QuotaOptions } from 'sluicegate'
+import { Decision, KeyedLimiter, Limiter, canonicalQuota, type QuotaOptions } from 'sluicegate'
+
+// A Decision is the limiters' (its constructor takes the native layer's figures).
+const made: Decision = new Limiter('1/s').tryAcquire()
+const isOne: boolean = made instanceof Decision
+// @ts-expect-error no public constructor
+new Decision()
+// @ts-expect-error nor a subclass
+class Mine extends Decision {}
 
 // A quota's period is one of periodMs and periodNs; its wait bound at most one of maxDelayMs and maxDelayNs.
 const q: QuotaOptions = { count: 5, periodMs: 1000, maxDelayNs: 10n, algorithm: 'leaky_queue' }
@@ -236,7 +244,7 @@ app.get('/p', { preParsing: app.rateLimit({ hook: 'preParsing' }) }, async () =>
 // @ts-expect-error not an onRequest hook
 const early: onRequestHookHandler = app.rateLimit({ hook: 'preParsing' })
 app.addHook('onRequest', app.rateLimit({ hook: 'onRequest' }))
-console.log(q, periods, pre, early)
+console.log(isOne, Mine, q, periods, pre, early)
 
 // @ts-expect-error the in-process registry keeps no counters (it throws)
 KeyedLimiter.shared('n', '1/s', { metrics: true })
