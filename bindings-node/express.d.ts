@@ -1,4 +1,4 @@
-import type { Decision as Decision_, Key as Key_, KeyedLimiter, OnFull, Quota } from './index'
+import type { Decision as Decision_, Int, Key as Key_, KeyedLimiter, OnFull, Quota } from './index'
 
 // The CommonJS entry point (express.js): `module.exports` is the function, with `rateLimit`
 // and `default` naming it too. The ESM entry point's types are express.d.mts.
@@ -23,11 +23,11 @@ declare namespace rateLimit {
      */
     quota?: Quota | Quota[]
     /** Requests per window (default 5). */
-    limit?: number
+    limit?: Int
     /** The window in milliseconds (default 60 000). */
-    windowMs?: number
+    windowMs?: Int
     /** The bucket's capacity (default `limit`). */
-    burst?: number
+    burst?: Int
     /** The client's key (default: the peer address by the core's rules, shaped by `trustedProxies` and `ipv6Subnet`); may return a promise. */
     keyGenerator?: (req: Request, res: Response) => Key | Promise<Key>
     /** Requests for which it returns true are not counted; may return a promise. */
@@ -64,7 +64,7 @@ declare namespace rateLimit {
     /** `X-RateLimit-*` fields (default true). */
     legacyHeaders?: boolean
     /** Tokens a request costs (default 1), or a function of the request. */
-    cost?: number | ((req: Request, res: Response) => number)
+    cost?: Int | ((req: Request, res: Response) => Int)
     /** Status of a rejected request (default 429). */
     statusCode?: number
     /** Body of a rejected request. */

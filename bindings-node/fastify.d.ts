@@ -2,7 +2,7 @@ import type {
   FastifyPluginCallback, FastifyReply, FastifyRequest,
   onRequestHookHandler, preHandlerHookHandler, preParsingHookHandler, preValidationHookHandler,
 } from 'fastify'
-import type { Decision as Decision_, Key as Key_, KeyedLimiter, OnFull, Quota } from './index'
+import type { Decision as Decision_, Int, Key as Key_, KeyedLimiter, OnFull, Quota } from './index'
 
 // The CommonJS entry point (fastify.js): `module.exports` is the plugin, with
 // `sluicegateFastify` and `default` naming it too. The ESM entry point's types are
@@ -22,8 +22,8 @@ declare namespace sluicegateFastify {
     ban: boolean
     /** The wait in words, `'30 seconds'`, `'1 minute'`. */
     after: string
-    /** The limit (the bucket's capacity). */
-    max: number
+    /** The limit (the bucket's capacity; a bigint past 2^53). */
+    max: Int
     /** The wait in milliseconds (rounded up). */
     ttl: number
   }
@@ -67,16 +67,16 @@ declare namespace sluicegateFastify {
    */
   export interface RateLimitOptions {
     /** Requests per `timeWindow` (default 1000); the bucket's capacity unless `burst` is given. */
-    max?: number
+    max?: Int
     /** The window: milliseconds (default 60 000), or a duration the core parses (`'1 minute'`, `'10s'`). */
-    timeWindow?: number | string
+    timeWindow?: Int | string
     /**
      * The quota as a rate string or options object (instead of `max`/`timeWindow`/`burst`), or
      * several (`['10/second', '1000/hour']`): a request is admitted by all or by none.
      */
     quota?: Quota | Quota[]
     /** The bucket's capacity (default `max`). */
-    burst?: number
+    burst?: Int
     /** The hook that decides (default `'onRequest'`). */
     hook?: 'onRequest' | 'preParsing' | 'preValidation' | 'preHandler'
     /** The client's key (default: the peer address by the core's rules, shaped by `trustedProxies` and `ipv6Subnet`); may return a promise. */
@@ -115,7 +115,7 @@ declare namespace sluicegateFastify {
     /** The policy name in draft-8 fields (default `"default"`). */
     policy?: string
     /** Tokens a request costs (default 1), or a function of the request. */
-    cost?: number | ((req: FastifyRequest) => number)
+    cost?: Int | ((req: FastifyRequest) => Int)
     /** The most clients held at once (default 2^20). */
     maxKeys?: number
     /** At the bound: `'evict'` (default) or `'reject'` new clients (a 429, `Retry-After: 1`). */

@@ -213,7 +213,8 @@ console.log('ok')
 // \`@ts-expect-error\`: each where the runtime throws or answers otherwise.
 const TYPES = `
 import Fastify, { type onRequestHookHandler, type preParsingHookHandler } from 'fastify'
-import type { RateLimitPreParsingHook } from 'sluicegate/fastify'
+import sluicegate, { type RateLimitPreParsingHook } from 'sluicegate/fastify'
+import rateLimit from 'sluicegate/express'
 import { Decision, KeyedLimiter, Limiter, canonicalQuota, type QuotaOptions } from 'sluicegate'
 
 // A Decision is the limiters' (its constructor takes the native layer's figures).
@@ -244,6 +245,17 @@ app.get('/p', { preParsing: app.rateLimit({ hook: 'preParsing' }) }, async () =>
 // @ts-expect-error not an onRequest hook
 const early: onRequestHookHandler = app.rateLimit({ hook: 'preParsing' })
 app.addHook('onRequest', app.rateLimit({ hook: 'onRequest' }))
+
+// The web adapters' figures are numbers or bigints, as the core's.
+rateLimit({ limit: 5n, windowMs: 60_000n, burst: 10n, cost: () => 2n })
+app.register(sluicegate, {
+  max: 5n, timeWindow: 1000n, burst: 7n, cost: 1n,
+  errorResponseBuilder: (_req, { max }) => {
+    // @ts-expect-error a limit past 2^53 is a bigint
+    const limit: number = max
+    return { statusCode: 429, limit }
+  },
+})
 console.log(isOne, Mine, q, periods, pre, early)
 
 // @ts-expect-error the in-process registry keeps no counters (it throws)
