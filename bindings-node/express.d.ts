@@ -34,13 +34,13 @@ declare namespace rateLimit {
     skip?: (req: Request, res: Response) => boolean | Promise<boolean>
     /**
      * The default key's trusted proxies, whose forwarding header is read (not with
-     * `keyGenerator`): a hop count, or addresses, CIDR ranges and `'loopback'`, `'private'`,
-     * `'linklocal'`. Default none: the peer address. The framework's own proxy setting (and
-     * `req.ip`) is not read.
+     * `keyGenerator`): a hop count (1 to 64), or addresses, CIDR ranges and `'loopback'`,
+     * `'private'`, `'linklocal'`. Default none: the peer address (`0` and `false` say none
+     * too). The framework's own proxy setting (and `req.ip`) is not read.
      */
-    trustedProxies?: number | string | string[]
+    trustedProxies?: number | false | string | string[]
     /** The header those proxies write: `'x-forwarded-for'` (default) or `'forwarded'`. */
-    proxyHeader?: string
+    proxyHeader?: 'x-forwarded-for' | 'forwarded'
     /** The default key's IPv6 prefix length (default 64: one key per /64). */
     ipv6Subnet?: number
     /** Keys never limited (not counted), or a function saying so (may return a promise). */

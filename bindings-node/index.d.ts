@@ -314,10 +314,14 @@ export declare class Composite {
 /** The canonical rate string of a quota (throws as `new Limiter` would). */
 /** Options of a `ClientResolver` (and of the web adapters' default key). */
 export interface ClientResolverOptions {
-  /** Proxies whose forwarding headers are believed: a hop count (1 to 64), or addresses, CIDR ranges and `'loopback'`, `'private'`, `'linklocal'` (an array, or one comma-separated string). Default: none (the peer address). */
-  trustedProxies?: number | string | string[]
+  /**
+   * Proxies whose forwarding headers are believed: a hop count (1 to 64), or addresses, CIDR
+   * ranges and `'loopback'`, `'private'`, `'linklocal'` (an array, or one comma-separated
+   * string). Default: none (the peer address); `0`, `false`, `'none'` and `[]` say none too.
+   */
+  trustedProxies?: number | false | string | string[]
   /** The header the trusted proxies write: `'x-forwarded-for'` (default) or `'forwarded'` (RFC 7239). */
-  proxyHeader?: string
+  proxyHeader?: 'x-forwarded-for' | 'forwarded'
   /** Bits of an IPv6 address that make its key (1 to 128, default 64). */
   ipv6Subnet?: number
   /** Bits of an IPv4 address that make its key (1 to 32, default 32). */

@@ -215,7 +215,7 @@ const TYPES = `
 import Fastify, { type onRequestHookHandler, type preParsingHookHandler } from 'fastify'
 import sluicegate, { type RateLimitPreParsingHook } from 'sluicegate/fastify'
 import rateLimit from 'sluicegate/express'
-import { Decision, KeyedLimiter, Limiter, canonicalQuota, type QuotaOptions } from 'sluicegate'
+import { ClientResolver, Decision, KeyedLimiter, Limiter, canonicalQuota, type QuotaOptions } from 'sluicegate'
 
 // A Decision is the limiters' (its constructor takes the native layer's figures).
 const made: Decision = new Limiter('1/s').tryAcquire()
@@ -245,6 +245,12 @@ app.get('/p', { preParsing: app.rateLimit({ hook: 'preParsing' }) }, async () =>
 // @ts-expect-error not an onRequest hook
 const early: onRequestHookHandler = app.rateLimit({ hook: 'preParsing' })
 app.addHook('onRequest', app.rateLimit({ hook: 'onRequest' }))
+
+// No trusted proxy (0, false) and the two forwarding headers.
+rateLimit({ trustedProxies: false, proxyHeader: 'forwarded' })
+new ClientResolver({ trustedProxies: 0, proxyHeader: 'x-forwarded-for' })
+// @ts-expect-error the core reads these two headers only
+app.register(sluicegate, { trustedProxies: 1, proxyHeader: 'x-real-ip' })
 
 // The web adapters' figures are numbers or bigints, as the core's.
 rateLimit({ limit: 5n, windowMs: 60_000n, burst: 10n, cost: () => 2n })
