@@ -311,7 +311,6 @@ export declare class Composite {
   readonly parts: readonly Limiter[]
 }
 
-/** The canonical rate string of a quota (throws as `new Limiter` would). */
 /** Options of a `ClientResolver` (and of the web adapters' default key). */
 export interface ClientResolverOptions {
   /**
@@ -346,6 +345,7 @@ export declare class ClientResolver {
   readonly ipv6Subnet: number
 }
 
+/** The canonical rate string of a quota (throws as `new Limiter` would). */
 export declare function canonicalQuota(quota: Quota): string
 
 /**
