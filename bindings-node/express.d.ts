@@ -67,7 +67,10 @@ declare namespace rateLimit {
     cost?: Int | ((req: Request, res: Response) => Int)
     /** Status of a rejected request (default 429). */
     statusCode?: number
-    /** Body of a rejected request. */
+    /**
+     * Body of a rejected request (default `'Too many requests, please try again later.'`), or a
+     * function called with `(req, res)` whose result is the body (by the default `handler`).
+     */
     message?: unknown
     /** The policy name in draft-8 (IETF) fields (default `"default"`). */
     policy?: string
@@ -86,7 +89,8 @@ declare namespace rateLimit {
      * unreachable server means (`error` passes the error to `next`). Each distinct limit gets
      * its own Redis key prefix, the configured one plus the suffix below. Not express-rate-limit's
      * `store` (a `Store` object): that is refused. The region is NAME plus `-` and the first 12
-     * hex digits of the SHA-256 of the canonical quota, so that each distinct limit has its own
+     * hex digits of the SHA-256 of the canonical quota (then `"\n"` and `maxKeys`, when given:
+     * a region keeps the capacity it was made with), so that each distinct limit has its own
      * (the middleware's `store` names it); `maxKeys` is its capacity.
      */
     store?: string

@@ -120,7 +120,12 @@ declare namespace sluicegateFastify {
     maxKeys?: number
     /** At the bound: `'evict'` (default) or `'reject'` new clients (a 429, `Retry-After: 1`). */
     onFull?: OnFull
-    /** `'memory'` (default), `'shm:NAME'` (every process of the host) or `'redis://...'` (every host), as in `sluicegate/express`. */
+    /**
+     * `'memory'` (default), `'shm:NAME'` (every process of the host) or `'redis://...'` (every
+     * host), as in `sluicegate/express`; the suffix of a route's `config.rateLimit` limit
+     * hashes its methods and path too, and a group's its `groupId`, so that limits of one quota
+     * count apart as they do in memory.
+     */
     store?: string
     /** Use this limiter instead of creating one (not with `store`). */
     limiter?: KeyedLimiter
