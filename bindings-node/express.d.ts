@@ -24,6 +24,8 @@ declare namespace rateLimit {
     quota?: Quota | Quota[]
     /** Requests per window (default 5). */
     limit?: Int
+    /** `limit`'s older name, as express-rate-limit still takes it (give one or the other). */
+    max?: Int
     /** The window in milliseconds (default 60 000). */
     windowMs?: Int
     /** The bucket's capacity (default `limit`). */

@@ -17,11 +17,12 @@ const OPTIONS = new Set([
   'requestWasSuccessful', 'trustedProxies', 'proxyHeader', 'ipv6Subnet', 'shadow', 'onShadowReject',
 ])
 
-function defaultHandler(req, res, _next, options) {
+function defaultHandler(req, res, next, options) {
   const { message, statusCode } = options
   res.status(statusCode)
-  if (typeof message === 'function') return res.send(message(req, res))
-  return res.send(message)
+  if (typeof message !== 'function') return res.send(message)
+  // A function's body may come as a Promise (as express-rate-limit awaits it).
+  return then(message(req, res), (body) => res.send(body), next)
 }
 
 /**
@@ -53,6 +54,9 @@ function rateLimit(options = {}) {
   const style = opts.standardHeaders === false ? null : draftStyle(opts.standardHeaders, 'standardHeaders')
   const legacy = Boolean(opts.legacyHeaders)
   if (typeof opts.handler !== 'function') throw invalidArg('handler must be a function')
+  if (!Number.isInteger(opts.statusCode) || opts.statusCode < 100 || opts.statusCode > 599) {
+    throw invalidArg('statusCode must be an HTTP status, an integer from 100 to 599')
+  }
   if (typeof opts.policy !== 'string') throw invalidArg('policy must be a string')
   opts.keyGenerator = keyGeneratorOf(options)
   functions(opts, ['skip', 'onShadowReject'])

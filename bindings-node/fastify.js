@@ -291,7 +291,7 @@ function register(fastify, options) {
   // An option given as `undefined` is absent: it keeps its default (or the plugin's).
   const base = { ...DEFAULTS, ...defined(options) }
   if (typeof base.global !== 'boolean') throw invalidArg('global must be a boolean')
-  // groupId -> { canonical, p, limits, hooks: [the plugin's routes', fastify.rateLimit()'s] }
+  // groupId -> { canonical, p, limits, hooks: Map(kind of refunds and hook -> the hook) }
   const groups = new Map()
 
   /** A route's options over the plugin's (QUOTA_SHAPING: a route's quota is its own). */
@@ -317,15 +317,20 @@ function register(fastify, options) {
     const canonical = JSON.stringify([p.quota, p.store ?? null])
     let g = groups.get(p.groupId)
     if (g === undefined) {
-      g = { canonical, p, limits: limitsOf(p, `group:${p.groupId}`), hooks: [undefined, undefined] }
+      g = { canonical, p, limits: limitsOf(p, `group:${p.groupId}`), hooks: new Map() }
       groups.set(p.groupId, g)
     } else if (g.canonical !== canonical) {
       throw invalidArg(`groupId ${JSON.stringify(p.groupId)} is already a group with another quota or store`)
     }
-    // One limit for the group; the first options' hook (one of each kind of refunds).
-    const i = ownRefunds ? 1 : 0
-    g.hooks[i] ??= build(g.p, g.limits, ownRefunds)
-    return g.hooks[i]
+    // One limit for the group, with the first options' settings; a hook of each kind of
+    // refunds and each hook point asked for (a preParsing hook takes the payload).
+    const kind = `${ownRefunds}:${p.hook}`
+    let h = g.hooks.get(kind)
+    if (h === undefined) {
+      h = build({ ...g.p, hook: p.hook }, g.limits, ownRefunds)
+      g.hooks.set(kind, h)
+    }
+    return h
   }
   const build = (p, limits, ownRefunds) => {
     const h = handlerFor(p, limits, ownRefunds)
@@ -351,7 +356,7 @@ function register(fastify, options) {
     // Admin: the global limit's (or a group's) state and reset, by key.
     const limitOf = (groupId) => {
       const g = groups.get(groupId)
-      const h = groupId === undefined ? globalHandler() : g?.hooks[0] ?? g?.hooks[1]
+      const h = groupId === undefined ? globalHandler() : g?.hooks.values().next().value
       if (h === undefined) throw invalidArg(`no rate-limit group ${JSON.stringify(groupId)}`)
       return h
     }

@@ -37,6 +37,14 @@ test('max, express-rate-limit\'s older name for limit, is limit', async (t) => {
   assert.deepEqual(statuses, [200, 200, 429])
 })
 
+test('a message function may answer a Promise of the body (express-rate-limit awaits it)', async (t) => {
+  const get = await serve(rateLimit({ limit: 1, message: async (req) => `slow down, ${req.method}` }), t)
+  assert.equal((await get()).status, 200)
+  const refused = await get()
+  assert.equal(refused.status, 429)
+  assert.equal(await refused.text(), 'slow down, GET')
+})
+
 test('standardHeaders draft-7 and draft-8, legacyHeaders off', async (t) => {
   const get7 = await serve(rateLimit({ quota: '10/s; burst=5', standardHeaders: 'draft-7', legacyHeaders: false }), t)
   const r7 = await get7()
@@ -226,6 +234,11 @@ test('bad options throw at construction', () => {
   bad({ keyGenerator: 'ip' })
   bad({ skip: true })
   bad({ max: 5, limit: 5 }) // max is limit's older name (express-rate-limit's): one or the other
+  // A status res.status cannot send failed on every rejected request, not here.
+  bad({ statusCode: 429n })
+  bad({ statusCode: 99 })
+  bad({ statusCode: 600 })
+  bad({ statusCode: '429' })
   bad({ policy: 5 })
   assert.equal(typeof rateLimit({ policy: undefined }), 'function')
   bad(null)

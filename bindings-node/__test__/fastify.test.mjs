@@ -219,6 +219,22 @@ test('errorResponseBuilder, hooks and fastify.rateLimit() on a route\'s own hook
   assert.deepEqual(await statuses(f, 3, '/own'), [200, 200, 429])
 })
 
+test('a group\'s hooks are each of the hook point asked for: one limit, a preParsing hook takes the payload', async (t) => {
+  const f = await app(t, { global: false }, (f) => {
+    f.get('/q', { config: { rateLimit: { max: 3, groupId: 'g' } } }, async () => 'q')
+    // The group's first options made an onRequest hook; this one is asked as preParsing.
+    f.post('/p', { preParsing: f.rateLimit({ max: 3, groupId: 'g', hook: 'preParsing' }) }, async (req) => req.body)
+  })
+  assert.equal((await f.inject('/q')).statusCode, 200)
+  const post = () => f.inject({ method: 'POST', url: '/p', payload: { a: 1 } })
+  const p = await post()
+  assert.equal(p.statusCode, 200)
+  assert.deepEqual(p.json(), { a: 1 })
+  assert.equal((await post()).statusCode, 200)
+  assert.equal((await post()).statusCode, 429, 'one limit: the group\'s three requests')
+  assert.equal((await f.inject('/q')).statusCode, 429)
+})
+
 test('skipOnError: a limiter error is a 500, or lets the request through', async (t) => {
   // A clock read past the limiter's horizon: an error of the limiter, not a refusal.
   const broken = () => {
