@@ -158,7 +158,13 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
     // Exhaustive, no wildcard arm: a variant added to the core does not compile until it is
     // mapped here; tests/test_errors.py pins every variant to its class.
     let ty = match err {
-        Error::InvalidQuota { .. } => &e.invalid_quota,
+        Error::InvalidQuota { .. } => {
+            // A quota that parsed but is not valid: no place in the text to point at.
+            for name in ["input", "offset", "fragment"] {
+                attrs.push((name, py.None()));
+            }
+            &e.invalid_quota
+        }
         Error::Parse {
             input,
             offset,

@@ -82,6 +82,8 @@ def test_quota_errors_quote_the_text(text: str, code: str, fragment: str | None)
     assert text in str(err)
     if code == "parse_error":
         assert err.input == text and err.fragment == fragment and isinstance(err.offset, int)
+    else:  # as the stubs say: present, and None
+        assert (err.input, err.offset, err.fragment) == (None, None, None)
     # A Limiter given the string refuses it the same way.
     with pytest.raises(InvalidQuotaError):
         Limiter(text)

@@ -842,6 +842,13 @@ def test_django_class_based_views_count_each_on_its_own(redis_server: RedisServe
     assert _scope(Page.as_view()) == f"{__name__}.Page"
 
 
+def test_django_ratelimit_on_a_class_is_a_type_error_naming_what_to_decorate() -> None:
+    """``@ratelimit`` on a class-based view's class replaced the class with a function: the
+    URLconf's ``C.as_view()`` then failed with an AttributeError far from the mistake."""
+    with pytest.raises(TypeError, match=r"not the class .*as_view\(\).*method_decorator"):
+        ratelimit("1/minute")(Page)
+
+
 def test_django_view_names_run_no_code_of_the_arguments() -> None:
     """``as_view``'s arguments name a view by what every process writes alike, and running
     none of their code: a QuerySet by its model (evaluating it would query the database), a

@@ -2,7 +2,7 @@
 
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from datetime import timedelta
-from typing import Any, Final, Literal, final
+from typing import Any, ClassVar, Final, Literal, final
 
 __all__ = [
     "CENTURY_NS",
@@ -50,7 +50,8 @@ _Requests = Iterable[_Key | tuple[_Key, int]]
 # `redis_stats()`: the Redis store's counters of each outcome.
 _RedisStats = dict[str, int]
 # The core's names (an unknown one is an InvalidOptionError).
-_HeaderStyle = Literal["ietf", "draft6", "draft7", "legacy", "none"]
+# The names, in any case (a style read from a configuration is a str).
+_HeaderStyle = Literal["ietf", "draft6", "draft7", "legacy", "none"] | str
 _Algorithm = Literal["token_bucket", "gcra", "fixed_window", "sliding_window", "sliding_log", "leaky_queue"]
 # What `algorithm=` accepts: the names above and their aliases, in any case.
 _AlgorithmName = str
@@ -60,16 +61,28 @@ class Error(Exception):
 
     code: str
 
-class InvalidQuotaError(Error, ValueError): ...
+class InvalidQuotaError(Error, ValueError):
+    # A rate string that could not be read: the text, and where (None for a quota that was
+    # read but is not valid, `code` "invalid_quota").
+    input: str | None
+    offset: int | None
+    fragment: str | None
 
 class InvalidOptionError(Error, ValueError):
     option: str
     value: str
     expected: str
 
-class InsufficientCapacity(Error): ...
-class KeyStoreFull(Error): ...
-class ClockOutOfRange(Error): ...
+class InsufficientCapacity(Error):
+    cost: int
+    capacity: int
+
+class KeyStoreFull(Error):
+    max_keys: int
+
+class ClockOutOfRange(Error):
+    now_ns: int
+    horizon_ns: int
 
 class StoreError(Error):
     kind: Literal["unavailable", "mismatch", "corrupt", "permission", "unsupported", "timeout"]
@@ -102,7 +115,7 @@ class Quota:
         period_ns: int | None = None,
         burst: int | None = None,
         initial: int | None = None,
-        refill: Literal["continuous", "interval"] | None = None,
+        refill: Literal["continuous", "interval"] | str | None = None,
         algorithm: _AlgorithmName | None = None,
         max_delay: _Seconds | None = None,
     ) -> Quota: ...
@@ -168,6 +181,7 @@ class Decision:
     def headers(self, style: _HeaderStyle = "ietf", policy: str = "default") -> dict[str, str]: ...
     def header_lines(self, style: _HeaderStyle = "ietf", policy: str = "default") -> list[tuple[bytes, bytes]]: ...
     def __eq__(self, value: object, /) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
 
 @final
 class Reservation:
@@ -265,7 +279,7 @@ class KeyedLimiter:
         *,
         clock: ManualClock | None = None,
         max_keys: int | None = None,
-        on_full: Literal["reject", "evict"] = "reject",
+        on_full: Literal["reject", "evict"] | str = "reject",
         shards: int | None = None,
         store: str | None = None,
         metrics: bool = False,
@@ -350,6 +364,7 @@ class Metrics:
     def shadow(self) -> bool: ...
     def _asdict(self) -> dict[str, int | bool | None]: ...
     def __eq__(self, value: object, /) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
 
 @final
 class Rejection:

@@ -722,7 +722,7 @@ async def refund_all_async(refunds: Iterable[tuple[KeyedLimiter, Any, int]]) -> 
 def header_style(style: str) -> str:
     """`style`, checked when the app is configured rather than at its first request: the
     core knows the names (an unknown one raises InvalidOptionError, a ValueError)."""
-    _PROBE.headers(style)  # type: ignore[arg-type]  # checked by the core, which knows the names
+    _PROBE.headers(style)  # checked by the core, which knows the names
     return style
 
 

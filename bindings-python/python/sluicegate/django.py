@@ -49,8 +49,8 @@ import asyncio
 import functools
 import hashlib
 import inspect
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
@@ -90,6 +90,20 @@ from sluicegate._web import reset as _reset_rules
 __all__ = ["RateLimitMiddleware", "exempt", "get", "header", "key_func", "ratelimit", "remote_address", "reset", "user"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class ViewDecorator(Protocol):
+    """What ``ratelimit(...)`` returns: a decorator of a view function, sync or async, whose
+    wrapper takes the view's arguments and answers its response, or a 429 ``HttpResponse``."""
+
+    @overload
+    def __call__(
+        self, view: Callable[P, Coroutine[Any, Any, R]], /
+    ) -> Callable[P, Coroutine[Any, Any, R | HttpResponse]]: ...
+    @overload
+    def __call__(self, view: Callable[P, R], /) -> Callable[P, R | HttpResponse]: ...
 
 _LIMITS = "__sluicegate_limits__"
 _EXEMPT = "__sluicegate_exempt__"
@@ -421,7 +435,7 @@ def ratelimit(
     deduct_when: Callable[[Any], bool] | None = None,
     name: str | None = None,
     shadow: bool = False,
-) -> Callable[[F], F]:
+) -> ViewDecorator:
     """Limits a view function (replacing the middleware's default limits for it). Each view
     it decorates counts on its own; a limit opens its store at the first request it sees. An
     async view (``async def``) gets an async wrapper, which awaits the limiters. Several
@@ -444,7 +458,14 @@ def ratelimit(
     # decorator on every request, with a new partial of the method each time.
     made: dict[Any, tuple[list[Rule], str]] = {}
 
-    def decorate(view: F) -> F:
+    def decorate(view: Callable[..., Any]) -> Callable[..., Any]:
+        if isinstance(view, type):
+            # The wrapper would replace the class (`C.as_view()` then fails far from here).
+            raise TypeError(
+                f"@ratelimit decorates view functions, not the class {view.__qualname__}: "
+                "decorate its as_view() (ratelimit(...)(View.as_view())) or, with "
+                "method_decorator, its dispatch or handlers"
+            )
         below = getattr(view, _LIMITS, None) or []
         target = _target(view)
         found = made.get(target)
@@ -535,9 +556,9 @@ def ratelimit(
         # numbered from the innermost decorator).
         setattr(wrapper, _LIMITS, [*rules, *below])
         setattr(wrapper, _STACKED, (wrapper, inner, every))
-        return wrapper  # type: ignore[return-value]
+        return wrapper
 
-    return decorate
+    return cast(ViewDecorator, decorate)
 
 
 def get(key: Any, view: Any) -> Decision | None:

@@ -58,7 +58,7 @@ imported only when this module is.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from flask import Blueprint, Flask, current_app, g, request
@@ -87,7 +87,8 @@ from sluicegate._web import (
 
 __all__ = ["Sluicegate", "header", "key_func", "remote_address", "user"]
 
-F = TypeVar("F", bound=Callable[..., Any])
+#: What `limit` and `exempt` decorate: a view (function, `MethodView` class) or a blueprint.
+F = TypeVar("F", bound=Callable[..., Any] | Blueprint)
 
 _LIMITS = "__sluicegate_limits__"
 _EXEMPT = "__sluicegate_exempt__"
@@ -178,7 +179,7 @@ class Sluicegate:
         policy: str | None = None,
         on_breach: Callable[[RateLimited], Any] | None = None,
         storage: str | None = None,
-        trusted_proxies: int | str | list[str] | None = None,
+        trusted_proxies: int | str | Iterable[str] | None = None,
         ipv6_prefix: int | None = None,
         skip: Callable[[Any], bool] | None = None,
     ) -> None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Union
 from sluicegate._native import KeyedLimiter, Limiter, Metrics
 
 if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
     from prometheus_client.registry import CollectorRegistry
 
 _Source = Union[Limiter, KeyedLimiter]
@@ -90,7 +91,7 @@ class SluicegateCollector:
             out.append(([labels[n] for n in self._names], m))
         return out
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         snapshots = self._snapshots()

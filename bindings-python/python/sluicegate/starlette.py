@@ -42,7 +42,8 @@ Configuration (constructor arguments):
   ``headers_on_allowed`` (True): the RateLimit fields on allowed responses too.
 * ``policy`` ("default"): the policy name in the IETF fields.
 * ``enabled`` (True): turn every check off, e.g. in tests.
-* ``skip`` (None): a function of the Request; True lets it through unlimited (an allowlist,
+* ``skip`` (None): a function of the connection (the ``Request``; for a WebSocket route, its
+  ``HTTPConnection``, which has no ``method``); True lets it through unlimited (an allowlist,
   health checks).
 
 ``deduct_when=`` on ``limit`` and ``dependency`` (a function of the response: its
@@ -62,7 +63,7 @@ Starlette is imported only when this module is.
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from typing import Any, TypeVar
 
 from starlette.datastructures import Headers
@@ -243,9 +244,9 @@ class Sluicegate:
         max_keys: int | None = None,
         storage: str = MEMORY,
         on_breach: Callable[[Request, RateLimited], Response] | None = None,
-        trusted_proxies: int | str | list[str] | None = None,
+        trusted_proxies: int | str | Iterable[str] | None = None,
         ipv6_prefix: int = 64,
-        skip: Callable[[Request], bool] | None = None,
+        skip: Callable[[HTTPConnection], bool] | None = None,
     ) -> None:
         self.enabled = enabled
         self.skip = skip
@@ -635,7 +636,7 @@ class RateLimitMiddleware:
                 found = {**scope, "app": app}
         route, template = _find_route(found)
         rules = getattr(getattr(route, "endpoint", None), _LIMITS, None)
-        if not rules or (limiter.skip is not None and limiter.skip(connection)):  # type: ignore[arg-type]
+        if not rules or (limiter.skip is not None and limiter.skip(connection)):
             await self.app(scope, receive, send)
             return
         scope[_LIMITER] = limiter
