@@ -295,7 +295,45 @@ impl Extractor {
         let n = ex.spans.len().max(12);
         ex.scratch = vec![Vec::new(); n];
         ex.decoded = vec![false; n];
+        if needs.method && ex.method.is_none() && ex.format != LogFormat::Combined {
+            ex.method_from_request_line(head, path)?;
+        }
         Ok(ex)
+    }
+
+    /// JSON and CSV without a method field, when a route or a key needs the method: it must
+    /// come from a path field holding request lines (`GET /x HTTP/1.1`), seen in the first
+    /// lines. Else every request would have an empty method, and a route naming one would
+    /// silently match nothing.
+    fn method_from_request_line(&mut self, head: &[Vec<u8>], path: &str) -> Result<(), CliError> {
+        let lines = head.iter().skip(usize::from(self.skip_first));
+        let mut found = false;
+        for l in lines {
+            if self.scan(l) && !self.request(l).0.is_empty() {
+                found = true;
+                break;
+            }
+        }
+        if found {
+            return Ok(());
+        }
+        let from_path = match self.chosen.iter().find(|(r, _)| r == "path") {
+            Some((_, p)) => {
+                format!(", and the path field {p:?} holds no request line (\"GET /x HTTP/1.1\")")
+            }
+            None => String::new(),
+        };
+        Err(CliError::Data {
+            path: path.into(),
+            line: 0,
+            text: String::new(),
+            reason: format!(
+                "no method field found in the first lines (looked for {}){from_path}; a route \
+                 with a method or --key method needs it: name it with --method-field (nested \
+                 JSON fields with dots, e.g. req.method)",
+                METHOD.join(", ")
+            ),
+        })
     }
 
     fn chosen_combined(&self) -> Vec<(String, String)> {
@@ -356,6 +394,15 @@ impl Extractor {
                 .or_else(|| METHOD.iter().find(|c| present(c)).map(|s| s.to_string()));
             if let Some(m) = m {
                 self.method = Some(add(self, "method", &Some(m), vec![])?);
+            } else if self.path.is_none() {
+                // (`--key method` alone: the request line is the method's only source.)
+                let p = names
+                    .path
+                    .clone()
+                    .or_else(|| PATH.iter().find(|c| present(c)).map(|s| s.to_string()));
+                if let Some(p) = p {
+                    self.path = Some(add(self, "path", &Some(p), vec![])?);
+                }
             }
         }
         if let Some(c) = &names.cost {
@@ -488,7 +535,12 @@ mod tests {
     #[test]
     fn detection_scans_each_line_once() {
         let items = vec![&b"\"a\""[..]; 100_000].join(&b","[..]);
-        let line = [&br#"{"x":["#[..], &items, br#"],"ts":17,"ip":"192.0.2.1"}"#].concat();
+        let line = [
+            &br#"{"x":["#[..],
+            &items,
+            br#"],"ts":17,"ip":"192.0.2.1","verb":"GET"}"#,
+        ]
+        .concat();
         let needs = Needs {
             ip: true,
             path: false,
@@ -515,6 +567,68 @@ mod tests {
             line.len()
         );
         let chosen: Vec<String> = ex.chosen.iter().map(|(r, n)| format!("{r}={n}")).collect();
-        assert_eq!(chosen, ["time=ts", "ip=ip", "key=http_user_agent"]);
+        assert_eq!(
+            chosen,
+            ["time=ts", "ip=ip", "method=verb", "key=http_user_agent"]
+        );
+    }
+
+    fn names() -> Names {
+        Names {
+            delimiter: b',',
+            ..Default::default()
+        }
+    }
+
+    fn lines(text: &str) -> Vec<Vec<u8>> {
+        text.lines().map(|l| l.as_bytes().to_vec()).collect()
+    }
+
+    /// A route or key that needs the method, on a log without a method field the CLI can
+    /// find (pino's nested `req.method`, a CSV without the column): an error naming
+    /// --method-field, not an empty method that matches no route. A path field holding
+    /// request lines gives the method.
+    #[test]
+    fn a_method_needed_but_not_found_is_an_error() {
+        let needs = Needs {
+            ip: true,
+            path: true,
+            method: true,
+            key_fields: vec![],
+        };
+        let mut n = names();
+        n.ip = Some("req.remoteAddress".into());
+        n.path = Some("req.url".into());
+        let pino = lines(
+            r#"{"time":1714521600000,"req":{"method":"POST","url":"/login","remoteAddress":"192.0.2.1"}}"#,
+        );
+        let e = Extractor::new(LogFormat::Jsonl, &pino, &needs, &n, "p.jsonl")
+            .err()
+            .expect("an error");
+        let e = e.to_string();
+        assert!(e.contains("--method-field") && e.contains("req.url"), "{e}");
+        n.method = Some("req.method".into());
+        let mut ex = Extractor::new(LogFormat::Jsonl, &pino, &needs, &n, "p.jsonl").unwrap();
+        assert!(ex.scan(&pino[0]));
+        assert_eq!(ex.request(&pino[0]), (&b"POST"[..], Some(&b"/login"[..])));
+        // CSV: no method column.
+        let csv = lines("time,ip,path\n2024-05-01T00:00:00Z,192.0.2.1,/login\n");
+        let e = Extractor::new(LogFormat::Csv, &csv, &needs, &names(), "a.csv")
+            .err()
+            .expect("an error")
+            .to_string();
+        assert!(e.contains("--method-field"), "{e}");
+        // A request line in the path column gives it.
+        let csv = lines("time,ip,request\n2024-05-01T00:00:00Z,192.0.2.1,POST /login HTTP/1.1\n");
+        let mut ex = Extractor::new(LogFormat::Csv, &csv, &needs, &names(), "a.csv").unwrap();
+        assert!(ex.scan(&csv[1]));
+        assert_eq!(ex.request(&csv[1]), (&b"POST"[..], Some(&b"/login"[..])));
+        // Not needed: no error.
+        let needs = Needs {
+            method: false,
+            ..needs
+        };
+        let csv = lines("time,ip,path\n2024-05-01T00:00:00Z,192.0.2.1,/login\n");
+        assert!(Extractor::new(LogFormat::Csv, &csv, &needs, &names(), "a.csv").is_ok());
     }
 }
