@@ -424,6 +424,9 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
                 dense: !streamed,
             };
             let summary = run::replay(&cfg, &inputs)?;
+            if let Some(w) = &summary.meta.overlap {
+                eprintln!("{w}");
+            }
             if let Some(w) = summary.timeline_warning() {
                 eprintln!("{w}");
             }

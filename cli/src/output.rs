@@ -43,6 +43,8 @@ pub struct Meta {
     pub unkeyed: u64,
     pub key: String,
     pub elapsed_s: f64,
+    /// A warning: an input starts before the inputs replayed before it end.
+    pub overlap: Option<String>,
 }
 
 #[derive(Clone, Debug, Default)]

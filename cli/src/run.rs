@@ -136,6 +136,80 @@ fn open_all(inputs: &Inputs) -> Result<Vec<Source>, CliError> {
     }
 }
 
+/// The timestamp of the first usable line of the file `path` (its format and fields
+/// detected as the replay detects them), `None` if it has none. Read as the replay reads it,
+/// block by block: it holds no more than the replay does, and stops at that line.
+fn first_time(cfg: &Config, needs: &Needs, path: &str) -> Result<Option<u64>, CliError> {
+    let src = Source::open(path)?;
+    let name = src.name.clone();
+    let mut lr = LineReader::new(src);
+    let head = lr.peek_lines(200)?;
+    if head.is_empty() {
+        return Ok(None);
+    }
+    let mut ex = Extractor::new(cfg.format, &head, needs, &cfg.names, &name)?;
+    let mut tp = TimeParser::new(cfg.unit);
+    let mut header = ex.skip_first;
+    while let Some(chunk) = lr.next_block()? {
+        let Chunk::Lines(block) = chunk else {
+            continue;
+        };
+        for (_, line) in BlockLines::new(block) {
+            if is_blank(line) {
+                continue;
+            }
+            if header {
+                header = false;
+                continue;
+            }
+            if !ex.scan(line) {
+                continue;
+            }
+            if let Some(t) = ex.time(line).and_then(|ts| tp.parse(ts)) {
+                return Ok(Some(t));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// The files in the order of their first timestamps (a shell glob lists `access.log` before
+/// the older `access.log.1`): each file's first usable line is read before the replay. Stdin
+/// (`-`, or `stdin`, its copy) cannot be read ahead: it keeps its place, the files are ordered
+/// around it. Files without a timestamp in any line keep their place among the others, after
+/// those with one. Ties keep the order given.
+pub fn order_inputs(
+    cfg: &Config,
+    inputs: &Inputs,
+    stdin: Option<&str>,
+) -> Result<Inputs, CliError> {
+    let Inputs::Files(files) = inputs else {
+        return Ok(inputs.clone());
+    };
+    if files.len() < 2 {
+        return Ok(inputs.clone());
+    }
+    let needs = cfg.needs();
+    let is_stdin = |f: &str| f == "-" || Some(f) == stdin;
+    let mut timed = Vec::new();
+    for f in files.iter().filter(|f| !is_stdin(f)) {
+        timed.push((first_time(cfg, &needs, f)?, f.clone()));
+    }
+    timed.sort_by_key(|(t, _)| (t.is_none(), *t));
+    let mut sorted = timed.into_iter().map(|(_, f)| f);
+    let ordered: Vec<String> = files
+        .iter()
+        .map(|f| {
+            if is_stdin(f) {
+                f.clone()
+            } else {
+                sorted.next().expect("as many files")
+            }
+        })
+        .collect();
+    Ok(Inputs::Files(ordered))
+}
+
 struct Progress {
     bar: indicatif::ProgressBar,
     done_bytes: u64,
@@ -526,6 +600,9 @@ fn pass(
         // have chosen).
         let mut open_record: Option<u64> = None;
         let mut since = 0u32;
+        // The latest time of the inputs before this one (the batch is empty here): this
+        // input's first request before it means that they overlap.
+        let mut before = (replay.requests > 0).then_some(replay.max_t);
         while let Some(chunk) = lr.next_block()? {
             let block = match chunk {
                 Chunk::Lines(b) => b,
@@ -586,7 +663,23 @@ fn pass(
                     cfg, &mut ex, &mut tp, &mut caps, &mut batch, line, at, line_no,
                 );
                 match parsed {
-                    Parsed::Request(req) => batch.push(req, replay, &cx, meta)?,
+                    Parsed::Request(req) => {
+                        if let Some(latest) = before.take() {
+                            if req.t < latest && meta.overlap.is_none() {
+                                meta.overlap = Some(format!(
+                                    "warning: {} overlaps the inputs before it in time (it starts at {}, \
+                                     they end at {}): inputs are replayed one after the other, not \
+                                     merged, so its requests until then go back in time and the \
+                                     figures are not those of the merged traffic; merge the logs by \
+                                     time first (e.g. logs of several servers)",
+                                    crate::error::printable(&name),
+                                    crate::timefmt::format_rfc3339(req.t),
+                                    crate::timefmt::format_rfc3339(latest)
+                                ));
+                            }
+                        }
+                        batch.push(req, replay, &cx, meta)?
+                    }
                     Parsed::Unkeyed => meta.unkeyed += 1,
                     Parsed::Bad(reason) => {
                         // The requests before it are decided first: their errors come first,
@@ -613,6 +706,17 @@ fn pass(
 /// A replay of `inputs` against `cfg.policies`, and its summary.
 pub fn replay(cfg: &Config, inputs: &Inputs) -> Result<Summary, CliError> {
     let started = Instant::now();
+    let ordered = order_inputs(cfg, inputs, None)?;
+    if let (Inputs::Files(given), Inputs::Files(now)) = (inputs, &ordered) {
+        if given != now {
+            let names: Vec<_> = now.iter().map(|f| crate::error::printable(f)).collect();
+            eprintln!(
+                "note: inputs replayed in the order of their first timestamps: {}",
+                names.join(", ")
+            );
+        }
+    }
+    let inputs = &ordered;
     let fresh = || {
         let r = Replay::new(
             cfg.policies.clone(),

@@ -1555,3 +1555,63 @@ fn far_off_timestamps_warn_that_the_timeline_is_distorted() {
         .success()
         .stderr(predicate::str::is_empty());
 }
+
+/// Files given out of time order (a shell glob lists `access.log` before the older
+/// `access.log.1`) are replayed in the order of their first timestamps, as one log; inputs
+/// that overlap in time are replayed one after the other, with a warning.
+#[test]
+fn inputs_are_replayed_in_the_order_of_their_first_timestamps() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = |s: u64| {
+        format!(
+            "192.0.2.1 - - [01/May/2024:00:{:02}:{:02} +0000] \"GET / HTTP/1.1\" 200 5 \"-\" \"t\"\n",
+            s / 60,
+            s % 60
+        )
+    };
+    let log = |secs: &[u64]| secs.iter().map(|&s| line(s)).collect::<String>();
+    // One request a second for 40 s; a policy of 1/s with a burst of 1 admits them all, as
+    // long as time never goes back.
+    let all: Vec<u64> = (0..40).collect();
+    let cur = write(&dir, "access.log", &log(&all[20..]));
+    let old = write(&dir, "access.log.1", &log(&all[..20]));
+    let run = |files: &[&str]| {
+        let mut a = vec!["replay", "--policy", "1/s; burst=1", "--format", "json"];
+        a.extend_from_slice(files);
+        let out = bin().args(&a).assert().success().get_output().clone();
+        (
+            json(&out.stdout),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (v, err) = run(&[&cur, &old]);
+    assert_eq!(v["policies"][0]["rejected"], 0, "{v}");
+    assert_eq!(v["timestamps_backwards"], 0);
+    assert_eq!(v["inputs"][0]["name"], old.as_str());
+    assert!(err.contains("order of their first timestamps"), "{err}");
+    assert!(!err.contains("overlap"), "{err}");
+    // In order already: nothing said.
+    let (v, err) = run(&[&old, &cur]);
+    assert_eq!(v["policies"][0]["rejected"], 0);
+    assert!(err.is_empty(), "{err}");
+    // Two servers' logs, interleaved in time: replayed one after the other, said once.
+    let even: Vec<u64> = (0..40).step_by(2).collect();
+    let odd: Vec<u64> = (1..40).step_by(2).collect();
+    let a = write(&dir, "a.log", &log(&even));
+    let b = write(&dir, "b.log", &log(&odd));
+    let (_, err) = run(&[&b, &a]);
+    assert_eq!(err.matches("overlaps").count(), 1, "{err}");
+    assert!(err.contains("b.log overlaps"), "{err}");
+    // Stdin keeps its place; the files are ordered around it.
+    let out = bin()
+        .args(["replay", "--policy", "1/s; burst=1", "--format", "json"])
+        .args([&cur, "-"])
+        .write_stdin(log(&all[..20]))
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let v = json(&out.stdout);
+    assert_eq!(v["inputs"][1]["name"], "<stdin>");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("overlaps"));
+}
