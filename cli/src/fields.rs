@@ -4,7 +4,7 @@
 
 use crate::error::CliError;
 use crate::input::{
-    combined_field, csv_open_after, scan_combined, scan_csv, scan_json, sniff, unescape_clf,
+    combined_field, csv_open_after, detect, scan_combined, scan_csv, scan_json, unescape_clf,
     unescape_csv, unescape_json, CsvLine, JsonPath, LogFormat, Span, COMBINED_FIELDS,
 };
 
@@ -119,7 +119,7 @@ impl Extractor {
             reason: "the input is empty".into(),
         })?;
         let format = match format {
-            LogFormat::Auto => sniff(first),
+            LogFormat::Auto => detect(head),
             f => f,
         };
         let fail = |reason: String| CliError::Data {

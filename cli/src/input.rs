@@ -11,8 +11,9 @@ use std::rc::Rc;
 /// The line format of a log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
-    /// Detected from the first line: `{` is JSON lines, `IP - USER [TIME] "REQUEST"` the
-    /// combined format, anything else CSV with a header line.
+    /// Detected from the first lines (most of the first 20 non-blank ones): `{` is JSON
+    /// lines, `IP - USER [TIME] "REQUEST"` the combined format, anything else CSV with a
+    /// header line.
     Auto,
     /// nginx/Apache combined (or common) log format.
     Combined,
@@ -453,7 +454,25 @@ impl<'a> Iterator for BlockLines<'a> {
     }
 }
 
-/// The format of a first line.
+/// Lines [`detect`] looks at.
+pub const DETECT_LINES: usize = 20;
+
+/// The format of a log from its first non-blank lines: the format most of the first
+/// [`DETECT_LINES`] look like ([`sniff`]), ties going to the earliest line's, so that one
+/// malformed first line (a truncated line of a rotated log) does not decide alone.
+pub fn detect(head: &[Vec<u8>]) -> LogFormat {
+    let formats: Vec<LogFormat> = head.iter().take(DETECT_LINES).map(|l| sniff(l)).collect();
+    let count = |f: LogFormat| formats.iter().filter(|&&g| g == f).count();
+    let mut best = formats.first().copied().unwrap_or(LogFormat::Csv);
+    for &f in &formats {
+        if count(f) > count(best) {
+            best = f;
+        }
+    }
+    best
+}
+
+/// The format of one line.
 pub fn sniff(line: &[u8]) -> LogFormat {
     let t = line.trim_ascii_start();
     if t.starts_with(b"{") {
@@ -1513,5 +1532,26 @@ mod tests {
             LogFormat::Combined
         );
         assert_eq!(sniff(b"time,ip,path"), LogFormat::Csv);
+    }
+
+    /// One malformed first line does not decide the format: most of the first lines do.
+    #[test]
+    fn detection_goes_by_most_of_the_first_lines() {
+        let clf = br#"1.2.3.4 - - [10/Oct/2000:13:55:36 -0700] "GET / HTTP/1.0" 200 1"#.to_vec();
+        let mut head = vec![br#"GET / HTTP/1.1" 200 12 "-" "curl""#.to_vec()];
+        head.extend(std::iter::repeat_n(clf.clone(), 5));
+        assert_eq!(detect(&head), LogFormat::Combined);
+        let mut head = vec![b"garbage".to_vec()];
+        head.extend(std::iter::repeat_n(br#"{"a":1}"#.to_vec(), 3));
+        assert_eq!(detect(&head), LogFormat::Jsonl);
+        // A CSV: its header and records all look like CSV.
+        let csv = vec![
+            b"time,ip".to_vec(),
+            b"2024-05-01T00:00:00Z,1.2.3.4".to_vec(),
+        ];
+        assert_eq!(detect(&csv), LogFormat::Csv);
+        // A tie goes to the first line's format.
+        assert_eq!(detect(&[clf.clone(), b"x".to_vec()]), LogFormat::Combined);
+        assert_eq!(detect(&[b"x".to_vec(), clf]), LogFormat::Csv);
     }
 }
