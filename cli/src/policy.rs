@@ -9,7 +9,9 @@
 //! ```
 //!
 //! Patterns match the whole path (its query string is ignored unless the pattern has a `?`):
-//! `*` matches any text, `/` included; `{name}` matches one path segment (no `/`).
+//! `*` matches any text, `/` included; `{name}` matches one path segment (no `/`). After a
+//! `?`, each `name=VALUE` matches the request's first parameter of that name, wherever it is
+//! in the query string (`{name}` there takes the value, up to the next `&`).
 
 use crate::engine::{Rate, MAX_PARTS};
 use crate::error::CliError;
@@ -207,7 +209,22 @@ fn split_name(text: &str) -> (Option<&str>, &str) {
 enum Tok {
     Lit(Vec<u8>),
     Star,
+    /// `{name}` in the path: one path segment (no `/`).
     Seg,
+    /// `{name}` in a query parameter: any text of the parameter's value (no `&`: the value is
+    /// matched alone).
+    Val,
+}
+
+/// One `&`-separated piece of a pattern's query string.
+#[derive(Clone, Debug)]
+enum Param {
+    /// `name=VALUE`: the request's first parameter of that name, wherever it is in the query,
+    /// its value matched by VALUE's tokens.
+    Named(Vec<u8>, Vec<Tok>),
+    /// Any other piece (`*`, a name alone, a name with a wildcard): some parameter of the
+    /// request matched whole.
+    Whole(Vec<Tok>),
 }
 
 /// A route: an optional method and a path pattern.
@@ -215,8 +232,53 @@ enum Tok {
 pub struct Route {
     pub text: String,
     pub method: Option<Vec<u8>>,
+    /// The pattern's path (before its `?`).
     toks: Vec<Tok>,
-    with_query: bool,
+    /// The pattern's query parameters, if it has a `?`.
+    query: Option<Vec<Param>>,
+}
+
+/// The tokens of a pattern's text; `capture` is what a `{name}` becomes.
+fn tokens(t: &str, pat: &[u8], capture: &Tok) -> Result<Vec<Tok>, String> {
+    let mut toks = Vec::new();
+    let mut lit = Vec::new();
+    let mut rest = pat;
+    while let Some((&c, tail)) = rest.split_first() {
+        match c {
+            b'*' => {
+                if !lit.is_empty() {
+                    toks.push(Tok::Lit(std::mem::take(&mut lit)));
+                }
+                if toks.last() != Some(&Tok::Star) {
+                    toks.push(Tok::Star);
+                }
+                rest = tail;
+            }
+            b'{' => {
+                let end = tail
+                    .iter()
+                    .position(|&b| b == b'}')
+                    .ok_or_else(|| format!("route {t:?}: '{{' without '}}'"))?;
+                let name = &tail[..end];
+                if name.is_empty() || name.contains(&b'/') {
+                    return Err(format!("route {t:?}: a capture needs a name, e.g. {{id}}"));
+                }
+                if !lit.is_empty() {
+                    toks.push(Tok::Lit(std::mem::take(&mut lit)));
+                }
+                toks.push(capture.clone());
+                rest = &tail[end + 1..];
+            }
+            _ => {
+                lit.push(c);
+                rest = tail;
+            }
+        }
+    }
+    if !lit.is_empty() {
+        toks.push(Tok::Lit(lit));
+    }
+    Ok(toks)
 }
 
 impl Route {
@@ -233,54 +295,44 @@ impl Route {
                 "route {t:?}: a path pattern starts with '/' or '*' (e.g. \"/api/*\", \"POST /login\")"
             ));
         }
-        let mut toks = Vec::new();
-        let mut lit = Vec::new();
-        let mut rest = pat.as_bytes();
-        while let Some((&c, tail)) = rest.split_first() {
-            match c {
-                b'*' => {
-                    if !lit.is_empty() {
-                        toks.push(Tok::Lit(std::mem::take(&mut lit)));
-                    }
-                    if toks.last() != Some(&Tok::Star) {
-                        toks.push(Tok::Star);
-                    }
-                    rest = tail;
+        let (path_pat, query_pat) = match pat.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (pat, None),
+        };
+        let toks = tokens(t, path_pat.as_bytes(), &Tok::Seg)?;
+        let query = match query_pat {
+            None => None,
+            Some(q) => {
+                let mut params = Vec::new();
+                for piece in q.split('&').filter(|p| !p.is_empty()) {
+                    params.push(match piece.split_once('=') {
+                        Some((name, value)) if !name.is_empty() && !name.contains(['*', '{']) => {
+                            let value = tokens(t, value.as_bytes(), &Tok::Val)?;
+                            Param::Named(name.as_bytes().to_vec(), value)
+                        }
+                        _ => Param::Whole(tokens(t, piece.as_bytes(), &Tok::Val)?),
+                    });
                 }
-                b'{' => {
-                    let end = tail
-                        .iter()
-                        .position(|&b| b == b'}')
-                        .ok_or_else(|| format!("route {t:?}: '{{' without '}}'"))?;
-                    let name = &tail[..end];
-                    if name.is_empty() || name.contains(&b'/') {
-                        return Err(format!("route {t:?}: a capture needs a name, e.g. {{id}}"));
-                    }
-                    if !lit.is_empty() {
-                        toks.push(Tok::Lit(std::mem::take(&mut lit)));
-                    }
-                    toks.push(Tok::Seg);
-                    rest = &tail[end + 1..];
-                }
-                _ => {
-                    lit.push(c);
-                    rest = tail;
-                }
+                Some(params)
             }
-        }
-        if !lit.is_empty() {
-            toks.push(Tok::Lit(lit));
-        }
+        };
         Ok(Route {
             text: t.to_string(),
             method,
-            with_query: pat.contains('?'),
             toks,
+            query,
         })
     }
 
     /// Whether the request matches; `caps` receives the `{name}` captures' byte ranges in
-    /// `path`.
+    /// `path`: the path's first, then the query parameters' in the pattern's order.
+    ///
+    /// A pattern without a `?` matches the path cut at its `?`. With one, the path before
+    /// the `?` is matched as usual, and each of the pattern's `name=VALUE` parameters
+    /// matches the request's first parameter of that name, wherever it is in the query
+    /// string (`/search?q={q}` matches `/search?page=2&q=abc`, `{q}` capturing `abc`: a
+    /// capture in a parameter takes its value, up to the next `&`); the request's other
+    /// parameters are ignored.
     #[inline]
     pub fn matches(&self, method: &[u8], path: &[u8], caps: &mut Vec<(usize, usize)>) -> bool {
         if let Some(m) = &self.method {
@@ -288,20 +340,59 @@ impl Route {
                 return false;
             }
         }
-        let path = self.subject(path);
         caps.clear();
-        match_toks(&self.toks, path, caps)
+        let (p, query) = match memchr::memchr(b'?', path) {
+            Some(q) => (&path[..q], Some(q + 1)),
+            None => (path, None),
+        };
+        if !match_toks(&self.toks, p, caps) {
+            return false;
+        }
+        let Some(params) = &self.query else {
+            return true;
+        };
+        // The request's parameters: their ranges in `path`.
+        let q = query.unwrap_or(path.len());
+        let mut args = Vec::new();
+        let mut at = q;
+        for piece in path[q..].split(|&b| b == b'&') {
+            if !piece.is_empty() {
+                args.push((at, at + piece.len()));
+            }
+            at += piece.len() + 1;
+        }
+        let mut more = Vec::new();
+        for param in params {
+            let found = match param {
+                Param::Named(name, value) => args.iter().find_map(|&(s, e)| {
+                    let arg = &path[s..e];
+                    let (n, v) = match memchr::memchr(b'=', arg) {
+                        Some(k) => (&arg[..k], s + k + 1),
+                        None => (arg, e),
+                    };
+                    (n == name.as_slice()).then_some((v, e, value))
+                }),
+                Param::Whole(toks) => args.iter().find_map(|&(s, e)| {
+                    more.clear();
+                    match_toks(toks, &path[s..e], &mut more).then_some((s, e, toks))
+                }),
+            };
+            let Some((s, e, toks)) = found else {
+                return false;
+            };
+            more.clear();
+            if !match_toks(toks, &path[s..e], &mut more) {
+                return false;
+            }
+            caps.extend(more.iter().map(|&(a, b)| (s + a, s + b)));
+        }
+        true
     }
 
-    /// The text `matches` matches against, and its captures index: the path with its query
-    /// string when the pattern has a `?`, else the path cut at `?`.
+    /// The text `matches`' captures index: the whole path (its query string included).
     #[inline]
     pub fn subject<'a>(&self, path: &'a [u8]) -> &'a [u8] {
-        if self.with_query {
-            path
-        } else {
-            memchr::memchr(b'?', path).map_or(path, |q| &path[..q])
-        }
+        path
     }
 }
 
@@ -353,15 +444,15 @@ impl Walk<'_> {
         };
         match t {
             Tok::Lit(l) => s[at..].starts_with(l) && self.walk(i + 1, at + l.len(), caps),
-            Tok::Seg | Tok::Star => {
+            Tok::Seg | Tok::Star | Tok::Val => {
                 let star = matches!(t, Tok::Star);
                 if star && i + 1 == self.toks.len() {
                     return true;
                 }
-                let reach = if star {
-                    s.len()
-                } else {
+                let reach = if matches!(t, Tok::Seg) {
                     memchr::memchr(b'/', &s[at..]).map_or(s.len(), |k| at + k)
+                } else {
+                    s.len()
                 };
                 // A capture takes at least one byte; a `*` may take none.
                 let first = if star { at } else { at + 1 };
@@ -456,8 +547,11 @@ mod tests {
         };
         match t {
             Tok::Lit(l) => s[at..].starts_with(l) && plain(rest, s, at + l.len(), caps),
-            Tok::Seg => {
-                let seg_end = memchr::memchr(b'/', &s[at..]).map_or(s.len(), |k| at + k);
+            Tok::Seg | Tok::Val => {
+                let seg_end = match t {
+                    Tok::Seg => memchr::memchr(b'/', &s[at..]).map_or(s.len(), |k| at + k),
+                    _ => s.len(),
+                };
                 let n = caps.len();
                 for end in at + 1..=seg_end {
                     caps.truncate(n);
@@ -576,6 +670,41 @@ mod tests {
         );
         assert_eq!(m("/*/{t}/x", "GET", "/a/b/c/x"), Some(vec!["c".into()]));
         assert_eq!(m("/s?q=*", "GET", "/s?q=1"), Some(vec![]));
+        assert_eq!(m("/s?q=*", "GET", "/s"), None);
+        assert_eq!(m("/s?q=*", "GET", "/s?p=1"), None);
+    }
+
+    /// A capture in a query parameter takes that parameter's value, up to the next `&`,
+    /// wherever the parameter is in the query string.
+    #[test]
+    fn query_parameters_match_by_name() {
+        let q = "/search?q={q}";
+        assert_eq!(m(q, "GET", "/search?q=abc"), Some(vec!["abc".into()]));
+        assert_eq!(
+            m(q, "GET", "/search?q=abc&page=2"),
+            Some(vec!["abc".into()])
+        );
+        assert_eq!(
+            m(q, "GET", "/search?page=2&q=abc"),
+            Some(vec!["abc".into()])
+        );
+        assert_eq!(m(q, "GET", "/search?q=a/b"), Some(vec!["a/b".into()]));
+        assert_eq!(m(q, "GET", "/search?query=abc"), None);
+        assert_eq!(m(q, "GET", "/search?q="), None);
+        assert_eq!(m(q, "GET", "/search"), None);
+        assert_eq!(m(q, "GET", "/searchx?q=abc"), None);
+        // The first parameter of the name; several parameters, in the pattern's order.
+        assert_eq!(m(q, "GET", "/search?q=a&q=b"), Some(vec!["a".into()]));
+        assert_eq!(
+            m("/t/{t}/s?b={b}&a={a}", "GET", "/t/x/s?a=1&c=3&b=2"),
+            Some(vec!["x".into(), "2".into(), "1".into()])
+        );
+        assert_eq!(m("/s?v=1", "GET", "/s?x=0&v=1"), Some(vec![]));
+        assert_eq!(m("/s?v=1", "GET", "/s?v=12"), None);
+        assert_eq!(
+            m("/s?id={id}.json", "GET", "/s?id=7.json"),
+            Some(vec!["7".into()])
+        );
         assert!(Route::parse("api").is_err());
         assert!(Route::parse("/a/{").is_err());
     }
