@@ -92,6 +92,7 @@ impl TimeParser {
             civil_secs(y, mo, d, h, mi, s)
         })?;
         let (frac, rest) = fraction(&t[19..])?;
+        let frac = if &t[17..19] == b"60" { LEAP_FRAC } else { frac };
         let off = match rest {
             [] | [b'Z'] | [b'z'] => 0,
             [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2]
@@ -113,6 +114,7 @@ impl TimeParser {
             civil_secs(y, mo, d, h, mi, s)
         })?;
         let (frac, rest) = fraction(&t[20..])?;
+        let frac = if &t[18..20] == b"60" { LEAP_FRAC } else { frac };
         let rest = trim(rest);
         let off = match rest {
             [] => 0,
@@ -231,11 +233,26 @@ fn month(m: &[u8]) -> Option<i64> {
         .map(|i| i as i64 + 1)
 }
 
-/// Seconds since the epoch of a UTC civil time (Howard Hinnant's days_from_civil).
+/// The days in month `m` of year `y`.
+fn month_days(y: i64, m: i64) -> i64 {
+    match m {
+        2 if y % 4 == 0 && (y % 100 != 0 || y % 400 == 0) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Seconds since the epoch of a UTC civil time (Howard Hinnant's days_from_civil); `None`
+/// for a day the month does not have (31 February is no date, not 2 March). A leap second
+/// (`:60`) is read as `:59` (the callers add the fraction that makes it the last instant of
+/// that second: [`LEAP_FRAC`]).
 fn civil_secs(y: i64, m: i64, d: i64, h: i64, mi: i64, s: i64) -> Option<i64> {
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
+    if !(1..=12).contains(&m) || !(1..=month_days(y, m)).contains(&d) || h > 23 || mi > 59 || s > 60
+    {
         return None;
     }
+    let s = s.min(59);
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;
@@ -245,6 +262,10 @@ fn civil_secs(y: i64, m: i64, d: i64, h: i64, mi: i64, s: i64) -> Option<i64> {
     let days = era * 146_097 + doe - 719_468;
     Some(days * 86_400 + h * 3600 + mi * 60 + s)
 }
+
+/// A leap second's (`:60`) time past `:59`, whatever fraction it is written with: the
+/// last nanosecond of `:59`, so that it stays between `:59` and the next minute.
+const LEAP_FRAC: i64 = NS - 1;
 
 fn to_ns(secs: i64, frac: i64) -> Option<u64> {
     u64::try_from(secs.checked_mul(NS)?.checked_add(frac)?).ok()
@@ -362,6 +383,38 @@ mod tests {
         ] {
             assert_eq!(p(bad), None, "{bad}");
         }
+    }
+
+    /// A day the month does not have is no date (it was rolled over into the next month);
+    /// a leap second is the last instant of the second before.
+    #[test]
+    fn impossible_days_are_refused_and_leap_seconds_kept_in_order() {
+        for bad in [
+            "31/Feb/2024:00:00:00 +0000",
+            "30/Feb/2024:00:00:00 +0000",
+            "29/Feb/2023:00:00:00 +0000",
+            "2024-04-31T23:59:60Z",
+            "2024-02-31T00:00:00Z",
+            "1900-02-29T00:00:00Z",
+            "2024-06-31T00:00:00Z",
+            "2024-05-00T00:00:00Z",
+        ] {
+            assert_eq!(p(bad), None, "{bad}");
+        }
+        assert!(p("2024-02-29T00:00:00Z").is_some());
+        assert!(p("29/Feb/2000:00:00:00 +0000").is_some());
+        assert!(p("2024-04-30T00:00:00Z").is_some());
+        let end = T - 12 * 3600 * 1_000_000_000 - 1_000_000_000; // 2024-04-30T23:59:59Z
+        assert_eq!(p("2024-04-30T23:59:59Z"), Some(end));
+        assert_eq!(p("2024-04-30T23:59:60Z"), Some(end + 999_999_999));
+        assert_eq!(p("2024-04-30T23:59:60.5Z"), Some(end + 999_999_999));
+        assert_eq!(p("30/Apr/2024:23:59:60 +0000"), Some(end + 999_999_999));
+        assert_eq!(p("2024-05-01T00:00:00Z"), Some(end + 1_000_000_000));
+        // Through the cache: a :60 after its :59.
+        let mut tp = TimeParser::new(EpochUnit::Auto);
+        assert_eq!(tp.parse(b"2024-04-30T23:59:59Z"), Some(end));
+        assert_eq!(tp.parse(b"2024-04-30T23:59:60Z"), Some(end + 999_999_999));
+        assert_eq!(tp.parse(b"2024-04-30T23:59:60Z"), Some(end + 999_999_999));
     }
 
     #[test]
