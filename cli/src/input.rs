@@ -37,6 +37,58 @@ impl<R: Read> Read for Counting<R> {
     }
 }
 
+/// The UTF-8 byte order mark.
+const BOM: [u8; 3] = [0xef, 0xbb, 0xbf];
+
+/// A reader that drops a UTF-8 byte order mark at the start of its input (a spreadsheet's
+/// CSV export begins with one: it became part of the first column's name).
+struct SkipBom<R> {
+    inner: R,
+    /// The first bytes (up to 3), read to look for the mark: `head[at..len]` are still to be
+    /// returned (none if they were the mark).
+    head: [u8; 3],
+    len: usize,
+    at: usize,
+    checked: bool,
+}
+
+impl<R: Read> SkipBom<R> {
+    fn new(inner: R) -> Self {
+        SkipBom {
+            inner,
+            head: [0; 3],
+            len: 0,
+            at: 0,
+            checked: false,
+        }
+    }
+}
+
+impl<R: Read> Read for SkipBom<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if !self.checked {
+            while self.len < 3 {
+                let n = self.inner.read(&mut self.head[self.len..])?;
+                if n == 0 {
+                    break;
+                }
+                self.len += n;
+            }
+            self.checked = true;
+            if self.head[..self.len] == BOM {
+                self.len = 0;
+            }
+        }
+        if self.at < self.len {
+            let n = (self.len - self.at).min(buf.len());
+            buf[..n].copy_from_slice(&self.head[self.at..self.at + n]);
+            self.at += n;
+            return Ok(n);
+        }
+        self.inner.read(buf)
+    }
+}
+
 /// One input: a file, a gzip file, stdin, or an in-memory text (the embedded sample).
 pub struct Source {
     pub name: String,
@@ -69,9 +121,9 @@ impl Source {
         );
         let head = io::BufRead::fill_buf(&mut raw).map_err(io_err)?;
         let reader: Box<dyn Read> = if head.starts_with(&[0x1f, 0x8b]) {
-            Box::new(flate2::bufread::MultiGzDecoder::new(raw))
+            Box::new(SkipBom::new(flate2::bufread::MultiGzDecoder::new(raw)))
         } else {
-            Box::new(raw)
+            Box::new(SkipBom::new(raw))
         };
         Ok(Source {
             name: if path == "-" {
@@ -1532,6 +1584,27 @@ mod tests {
             LogFormat::Combined
         );
         assert_eq!(sniff(b"time,ip,path"), LogFormat::Csv);
+    }
+
+    /// A UTF-8 byte order mark at the start is dropped, however the reads split it; one
+    /// elsewhere, or a text shorter than it, is kept.
+    #[test]
+    fn a_byte_order_mark_at_the_start_is_dropped() {
+        let read = |text: &[u8], step: usize| {
+            let mut r = SkipBom::new(Trickle(io::Cursor::new(text.to_vec()), step));
+            let mut out = Vec::new();
+            r.read_to_end(&mut out).unwrap();
+            out
+        };
+        for step in [1, 2, 3, 4, 1 << 16] {
+            assert_eq!(read(b"\xef\xbb\xbftime,ip\n", step), b"time,ip\n");
+            assert_eq!(read(b"time,ip\n", step), b"time,ip\n");
+            assert_eq!(read(b"a\xef\xbb\xbf", step), b"a\xef\xbb\xbf");
+            assert_eq!(read(b"\xef\xbb\xbf", step), b"");
+            assert_eq!(read(b"\xef\xbb", step), b"\xef\xbb");
+            assert_eq!(read(b"ab", step), b"ab");
+            assert_eq!(read(b"", step), b"");
+        }
     }
 
     /// One malformed first line does not decide the format: most of the first lines do.

@@ -1615,3 +1615,46 @@ fn inputs_are_replayed_in_the_order_of_their_first_timestamps() {
     assert_eq!(v["inputs"][1]["name"], "<stdin>");
     assert!(String::from_utf8_lossy(&out.stderr).contains("overlaps"));
 }
+
+/// A UTF-8 byte order mark at the start of an input (a spreadsheet's CSV export) is not part
+/// of the first field: plain, gzip or stdin.
+#[test]
+fn a_byte_order_mark_at_the_start_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = "\u{feff}timestamp,client_ip,path\n2024-05-01T00:00:00Z,192.0.2.1,/a\n";
+    let f = write(&dir, "bom.csv", csv);
+    let gz = dir.path().join("bom.csv.gz");
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(csv.as_bytes()).unwrap();
+    std::fs::write(&gz, e.finish().unwrap()).unwrap();
+    let gz = gz.display().to_string();
+    let json_log = write(
+        &dir,
+        "bom.jsonl",
+        "\u{feff}{\"time\": 1714521600, \"ip\": \"192.0.2.1\"}\n",
+    );
+    for input in [&f, &gz, &json_log] {
+        let v = json(
+            &bin()
+                .args(["replay", input, "--policy", "1/s", "--format", "json"])
+                .assert()
+                .success()
+                .get_output()
+                .stdout,
+        );
+        assert_eq!(v["requests"], 1, "{input}");
+        assert_eq!(v["bad_lines"], 0, "{input}");
+    }
+    bin()
+        .args([
+            "replay",
+            "-",
+            "--policy",
+            "1/s",
+            "--time-field",
+            "timestamp",
+        ])
+        .write_stdin(csv)
+        .assert()
+        .success();
+}
