@@ -29,14 +29,17 @@ pub struct Names {
     pub delimiter: u8,
 }
 
+/// Time field names, in order of preference. nginx's `msec` (seconds with milliseconds)
+/// comes before its `time_iso8601` and `time_local` (whole seconds), which a log may hold
+/// beside it: the finer one is taken.
 const TIME: &[&str] = &[
     "time",
     "timestamp",
     "ts",
     "@timestamp",
+    "msec",
     "time_iso8601",
     "time_local",
-    "msec",
     "date",
     "datetime",
 ];
@@ -582,6 +585,21 @@ mod tests {
 
     fn lines(text: &str) -> Vec<Vec<u8>> {
         text.lines().map(|l| l.as_bytes().to_vec()).collect()
+    }
+
+    /// nginx's `msec` (milliseconds) is preferred to its whole-second `time_iso8601` and
+    /// `time_local`, in whatever order the line holds them.
+    #[test]
+    fn the_finer_nginx_timestamp_is_preferred() {
+        let needs = Needs::default();
+        let json = lines(
+            r#"{"time_iso8601":"2024-05-01T00:00:00+00:00","time_local":"01/May/2024:00:00:00 +0000","msec":"1714521600.123"}"#,
+        );
+        let ex = Extractor::new(LogFormat::Jsonl, &json, &needs, &names(), "n.jsonl").unwrap();
+        assert_eq!(ex.chosen[0], ("time".to_string(), "msec".to_string()));
+        let csv = lines("time_local,msec,ip\n01/May/2024:00:00:00 +0000,1714521600.123,1.2.3.4\n");
+        let ex = Extractor::new(LogFormat::Csv, &csv, &needs, &names(), "n.csv").unwrap();
+        assert_eq!(ex.chosen[0], ("time".to_string(), "msec".to_string()));
     }
 
     /// A route or key that needs the method, on a log without a method field the CLI can

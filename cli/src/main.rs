@@ -138,7 +138,7 @@ struct ReplayArgs {
     #[arg(long, value_enum, default_value_t = LogFormat::Auto)]
     log_format: LogFormat,
     /// The timestamp field (JSON lines, CSV; default: detected among time, timestamp, ts,
-    /// @timestamp, time_iso8601, time_local, msec, ...).
+    /// @timestamp, msec, time_iso8601, time_local, ...).
     #[arg(long, value_name = "NAME")]
     time_field: Option<String>,
     /// The client address field (default: detected among ip, client_ip, remote_addr, ...).
