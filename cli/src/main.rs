@@ -376,6 +376,7 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
             // the dense ones may have to start over (at --max-keys), which needs the input
             // twice, and a copy of a piped log would take the disk its length.
             let mut _spool = None;
+            let mut stdin_copy = None;
             let streamed = trace == 0
                 && matches!(&inputs, run::Inputs::Files(f) if f.iter().any(|x| x == "-"));
             let inputs = match inputs {
@@ -383,6 +384,7 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
                     let sp = run::spool_stdin()?;
                     let path = sp.0.display().to_string();
                     _spool = Some(sp);
+                    stdin_copy = Some(path.clone());
                     run::Inputs::Files(
                         f.into_iter()
                             .map(|x| if x == "-" { path.clone() } else { x })
@@ -422,6 +424,7 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
                 progress: !a.quiet && std::io::stderr().is_terminal(),
                 max_bins: 1200,
                 dense: !streamed,
+                stdin_copy,
             };
             let summary = run::replay(&cfg, &inputs)?;
             if let Some(w) = &summary.meta.overlap {

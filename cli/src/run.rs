@@ -43,6 +43,9 @@ pub struct Config {
     /// stores if they meet `max_keys`: only for inputs that can be read twice. False: keyed
     /// stores from the start (stdin read once).
     pub dense: bool,
+    /// The temporary file holding a copy of stdin (for `--html`'s second pass), if any: the
+    /// input named `<stdin>` in the outputs, which keeps its place among the inputs.
+    pub stdin_copy: Option<String>,
 }
 
 impl Config {
@@ -123,9 +126,20 @@ pub fn spool_stdin() -> Result<Spool, CliError> {
     Ok(spool)
 }
 
-fn open_all(inputs: &Inputs) -> Result<Vec<Source>, CliError> {
+fn open_all(cfg: &Config, inputs: &Inputs) -> Result<Vec<Source>, CliError> {
     match inputs {
-        Inputs::Files(files) => files.iter().map(|f| Source::open(f)).collect(),
+        Inputs::Files(files) => files
+            .iter()
+            .map(|f| {
+                let mut src = Source::open(f)?;
+                if cfg.stdin_copy.as_deref() == Some(f.as_str()) {
+                    // The copy of stdin is a temporary file, gone after the run: the input
+                    // is stdin, in every output.
+                    src.name = "<stdin>".into();
+                }
+                Ok(src)
+            })
+            .collect(),
         Inputs::Sample(format) => {
             let r: Box<dyn Read> = Box::new(SampleReader::new(Generator::day(1), *format));
             Ok(vec![Source::from_reader(
@@ -544,7 +558,7 @@ fn pass(
     meta: &mut Meta,
 ) -> Result<(), CliError> {
     let needs = cfg.needs();
-    let sources = open_all(inputs)?;
+    let sources = open_all(cfg, inputs)?;
     let total: Option<u64> = sources.iter().map(|s| s.size).sum();
     let mut prog = Progress::new(cfg.progress, total);
     let mut tp = TimeParser::new(cfg.unit);
@@ -706,10 +720,16 @@ fn pass(
 /// A replay of `inputs` against `cfg.policies`, and its summary.
 pub fn replay(cfg: &Config, inputs: &Inputs) -> Result<Summary, CliError> {
     let started = Instant::now();
-    let ordered = order_inputs(cfg, inputs, None)?;
+    let ordered = order_inputs(cfg, inputs, cfg.stdin_copy.as_deref())?;
     if let (Inputs::Files(given), Inputs::Files(now)) = (inputs, &ordered) {
         if given != now {
-            let names: Vec<_> = now.iter().map(|f| crate::error::printable(f)).collect();
+            let names: Vec<_> = now
+                .iter()
+                .map(|f| match cfg.stdin_copy.as_deref() {
+                    Some(c) if c == f => "<stdin>".into(),
+                    _ => crate::error::printable(f),
+                })
+                .collect();
             eprintln!(
                 "note: inputs replayed in the order of their first timestamps: {}",
                 names.join(", ")

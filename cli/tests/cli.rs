@@ -1658,3 +1658,40 @@ fn a_byte_order_mark_at_the_start_is_ignored() {
         .assert()
         .success();
 }
+
+/// Stdin read with `--html` (copied to a temporary file for the second pass) is named
+/// `<stdin>` in every output, as without `--html`, never by its temporary copy.
+#[test]
+fn stdin_is_named_stdin_with_html_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("s.html");
+    let html = html.to_str().unwrap();
+    let log = "{\"time\": 1714521600, \"ip\": \"192.0.2.1\"}\n{\"time\": 1714521600, \"ip\": \"192.0.2.1\"}\n";
+    for format in ["json", "table"] {
+        let out = bin()
+            .args(["replay", "-", "--policy", "1/s; burst=1", "--html", html])
+            .args(["--format", format])
+            .write_stdin(log)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let text = String::from_utf8_lossy(&out);
+        assert!(!text.contains("sluicegate-stdin"), "{text}");
+        if format == "json" {
+            assert_eq!(json(&out)["inputs"][0]["name"], "<stdin>");
+        } else {
+            assert!(text.contains("input    <stdin> ("), "{text}");
+        }
+        let page = std::fs::read_to_string(html).unwrap();
+        let start = page
+            .find("<script id=\"data\" type=\"application/json\">")
+            .unwrap();
+        let rest = &page[start..];
+        let data = &rest[rest.find('>').unwrap() + 1..rest.find("</script>").unwrap()];
+        let v: Value = serde_json::from_str(data).unwrap();
+        assert_eq!(v["inputs"][0]["name"], "<stdin>");
+        assert!(!page.contains("sluicegate-stdin"));
+    }
+}
