@@ -251,8 +251,12 @@ fn parse_key(s: &str) -> Result<policy::KeyPart, String> {
 fn parse_rate(s: &str) -> Result<engine::Rate, String> {
     engine::Rate::parse(s)
 }
+/// A duration longer than zero (a window, a row: zero has no rate to divide by).
 fn parse_duration(s: &str) -> Result<u64, String> {
-    duration(s)
+    match duration(s)? {
+        0 => Err(format!("duration {s:?} must be longer than zero")),
+        d => Ok(d),
+    }
 }
 fn parse_delim(s: &str) -> Result<u8, String> {
     match s {

@@ -129,6 +129,20 @@ fn usage_errors_quote_the_input_and_exit_2() {
         .code(2)
         .stderr(predicate::str::contains("burst"));
     bin().arg("frobnicate").assert().code(2);
+    // A zero window or row has no rate to divide by.
+    for zero in ["0s", "0ms", "0ns"] {
+        bin()
+            .args(["replay", "--sample", "--policy", "1/s", "--sustain", zero])
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("--sustain").and(predicate::str::contains(zero)));
+        bin()
+            .args(["simulate", "--policy", "1/s", "--traffic", "1/s for 2s"])
+            .args(["--step", zero])
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("--step"));
+    }
 }
 
 #[test]
