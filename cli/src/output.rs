@@ -123,6 +123,14 @@ fn five(h: &crate::stats::Hist) -> Option<[u64; 5]> {
     ])
 }
 
+/// The heading of the top keys' column: the column is at least as wide.
+const TOP_HEAD: &str = "top throttled";
+
+/// `n` and its noun, singular for 1 (`1 key`, `2 keys`), `n` grouped by thousands.
+fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", group(n), if n == 1 { one } else { many })
+}
+
 impl Summary {
     pub fn new(r: &Replay, meta: Meta, top: usize) -> Summary {
         let n = r.specs.len();
@@ -475,9 +483,9 @@ impl Summary {
         }
         let _ = writeln!(
             out,
-            "traffic  {} requests from {} keys ({}) over {}, {} to {}; peak {:.1}/s over {}",
-            group(self.requests),
-            group(self.keys as u64),
+            "traffic  {} from {} ({}) over {}, {} to {}; peak {:.1}/s over {}",
+            counted(self.requests, "request", "requests"),
+            counted(self.keys as u64, "key", "keys"),
             printable(&m.key),
             dur(self.last_t.saturating_sub(self.first_t)),
             format_rfc3339(self.first_t),
@@ -576,9 +584,9 @@ impl Summary {
                 ));
             }
             notes.push(format!(
-                "{} of {} clients throttled ({:.2}%)",
+                "{} of {} throttled ({:.2}%)",
                 group(p.clients_affected),
-                group(self.keys as u64),
+                counted(self.keys as u64, "client", "clients"),
                 100.0 * share(p.clients_affected, self.keys as u64)
             ));
             for note in notes {
@@ -590,12 +598,12 @@ impl Summary {
                     .iter()
                     .map(|k| k.chars().count())
                     .max()
-                    .unwrap_or(3)
-                    .clamp(3, 48);
+                    .unwrap_or(0)
+                    .clamp(TOP_HEAD.len(), 48);
                 let _ = writeln!(
                     out,
                     "  {:<kw$}  {:>10} {:>10} {:>7}",
-                    "top throttled", "offered", "rejected", "share"
+                    TOP_HEAD, "offered", "rejected", "share"
                 );
                 for (k, key) in p.top.iter().zip(&keys) {
                     let _ = writeln!(

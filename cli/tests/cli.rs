@@ -1709,3 +1709,37 @@ fn stdin_is_named_stdin_with_html_too() {
         assert!(!page.contains("sluicegate-stdin"));
     }
 }
+
+/// The table's words agree with their counts (`1 key`, `1 client`), and the top throttled
+/// keys' columns line up under their headings however short the keys are.
+#[test]
+fn table_counts_are_singular_for_one_and_top_keys_line_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = (0..3)
+        .map(|i| format!("{{\"time\": {}, \"ip\": \"1.2.3.4\"}}\n", 1_714_521_600 + i))
+        .collect::<String>();
+    let f = write(&dir, "one.jsonl", &log);
+    let out = bin()
+        .args(["replay", &f, "--policy", "1/h; burst=1"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("3 requests from 1 key ("), "{text}");
+    assert!(text.contains("1 of 1 client throttled"), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    let head = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with("top throttled"))
+        .unwrap();
+    let (h, row) = (lines[head], lines[head + 1]);
+    assert!(row.trim_start().starts_with("1.2.3.4"), "{row}");
+    // Each heading ends where its column's figures end.
+    for (heading, figure) in [("offered", " 3 "), ("rejected", " 2 "), ("share", "%")] {
+        let end = h.find(heading).unwrap() + heading.len();
+        let fig_end = row.find(figure).unwrap() + figure.trim_end().len();
+        assert_eq!(end, fig_end, "{heading}:\n{h}\n{row}");
+    }
+}
