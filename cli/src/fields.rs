@@ -210,6 +210,8 @@ impl Extractor {
                     .iter()
                     .flat_map(|c| c.iter().map(|s| s.to_string()))
                     .collect();
+                // A method field named: looked for too (see `resolve`).
+                cands.extend(names.method.iter().cloned());
                 for (header, name) in &needs.key_fields {
                     if *header {
                         cands.extend(header_candidates(name));
@@ -390,6 +392,14 @@ impl Extractor {
             self.path = Some(add(self, "path", &names.path, v(PATH))?);
         }
         if needs.method {
+            if let Some(m) = names.method.as_ref().filter(|m| !present(m)) {
+                // Every request's method would be empty: a route naming one matches nothing.
+                return Err(fail(format!(
+                    "the method field {m:?} (--method-field) is in none of the first lines; a \
+                     route with a method or --key method needs it (nested JSON fields with \
+                     dots, e.g. req.method)"
+                )));
+            }
             // A missing method field is fine when the path field holds the request line.
             let m = names
                 .method
@@ -625,6 +635,13 @@ mod tests {
             .expect("an error");
         let e = e.to_string();
         assert!(e.contains("--method-field") && e.contains("req.url"), "{e}");
+        // A method field named but in no line: an error too (every method was empty).
+        n.method = Some("req.verb".into());
+        let e = Extractor::new(LogFormat::Jsonl, &pino, &needs, &n, "p.jsonl")
+            .err()
+            .expect("an error")
+            .to_string();
+        assert!(e.contains("\"req.verb\" (--method-field)"), "{e}");
         n.method = Some("req.method".into());
         let mut ex = Extractor::new(LogFormat::Jsonl, &pino, &needs, &n, "p.jsonl").unwrap();
         assert!(ex.scan(&pino[0]));
