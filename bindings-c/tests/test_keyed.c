@@ -147,7 +147,7 @@ static void test_keyed_errors(void) {
   sg_limiter *l = NULL;
   CHECK_OK(sg_quota_parse("5/s", &q));
   CHECK_OK(sg_manual_clock_new(0, &c));
-  CHECK_RC(sg_keyed_limiter_new(q, 0, SG_ON_FULL_REJECT_NEW_KEYS, &k), SG_ERR_INVALID_QUOTA);
+  CHECK_RC(sg_keyed_limiter_new(q, 0, SG_ON_FULL_REJECT_NEW_KEYS, &k), SG_ERR_INVALID_OPTION);
   CHECK_DETAIL("max_keys must be at least 1");
   CHECK_RC(sg_keyed_limiter_new(q, 10, 2, &k), SG_ERR_INVALID_OPTION);
   CHECK_DETAIL("on_full must be");

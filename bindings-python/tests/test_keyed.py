@@ -148,8 +148,9 @@ def test_bad_keys(key: object, exc: type) -> None:
 
 
 def test_bad_constructor_arguments() -> None:
-    with pytest.raises(sluicegate.InvalidQuotaError):
+    with pytest.raises(sluicegate.InvalidOptionError) as bound:
         KeyedLimiter("1/s", max_keys=0)
+    assert (bound.value.option, bound.value.value) == ("max_keys", "0")
     with pytest.raises(sluicegate.InvalidOptionError) as info:
         KeyedLimiter("1/s", on_full="drop")
     assert (info.value.option, info.value.value) == ("on_full", "drop")

@@ -103,7 +103,15 @@ pub fn render_prometheus(series: &[(&[(&str, &str)], Metrics)]) -> Result<String
         if seen.contains(&set) {
             return Err(Error::InvalidOption {
                 option: "labels",
-                value: format!("{labels:?}"),
+                // As the series shows them: `{limiter="api"}` (not Rust's tuple syntax).
+                value: format!(
+                    "{{{}}}",
+                    labels
+                        .iter()
+                        .map(|(n, v)| format!("{n}=\"{}\"", escape_value(v)))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
                 expected: "a distinct label set for each snapshot (one series each)".into(),
             });
         }

@@ -78,7 +78,11 @@ impl DenseLimiter {
     /// `Err` for an invalid quota, an `origin` past its range, or `max_keys == 0`.
     pub fn new(quota: Quota, origin: u64, max_keys: usize) -> Result<Self, Error> {
         if max_keys == 0 {
-            return Err(Error::invalid("max_keys must be at least 1"));
+            return Err(Error::InvalidOption {
+                option: "max_keys",
+                value: "0".into(),
+                expected: "at least 1".into(),
+            });
         }
         let codec = Codec::new(&quota, origin)?;
         codec.check(origin, 0)?;

@@ -208,7 +208,11 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
         K: Hash + Eq + Send + 'static,
     {
         if self.max_keys == 0 {
-            return Err(Error::invalid("max_keys must be at least 1"));
+            return Err(Error::InvalidOption {
+                option: "max_keys",
+                value: "0".into(),
+                expected: "at least 1".into(),
+            });
         }
         match self.store {
             StoreSpec::Shm { .. } => return self.build_shm(),
@@ -267,6 +271,25 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
         K: Hash + Eq + Send + 'static,
     {
         let asked = self.max_keys_given.then_some(self.max_keys as u64);
+        if let (
+            StoreSpec::Shm {
+                capacity: Some(c), ..
+            },
+            Some(k),
+        ) = (&self.store, asked)
+        {
+            if *c != k {
+                // Two sizes for one region: neither is taken silently.
+                return Err(Error::InvalidOption {
+                    option: "max_keys",
+                    value: k.to_string(),
+                    expected: format!(
+                        "the store string's capacity ({c}), or no max_keys: the two give the \
+                         region two sizes"
+                    ),
+                });
+            }
+        }
         let default = self.max_keys as u64;
         let store = ShmStore::open_for(&self.store, self.quota, asked, default, self.clock.get())?;
         let codec = store.codec().clone();

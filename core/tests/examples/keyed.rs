@@ -351,7 +351,10 @@ fn builder_validates() {
     let q: Quota = "1/s".parse().unwrap();
     assert!(matches!(
         KeyedLimiter::<u64>::builder(q).max_keys(0).build(),
-        Err(Error::InvalidQuota { .. })
+        Err(Error::InvalidOption {
+            option: "max_keys",
+            ..
+        })
     ));
     let kl = KeyedLimiter::<u64>::new(q);
     assert_eq!(kl.max_keys(), sluicegate::DEFAULT_MAX_KEYS);

@@ -462,6 +462,8 @@ fn prometheus_label_errors_are_typed() {
         ),
         "{e:?}"
     );
+    // The labels as a series shows them (Rust's tuple syntax leaked into C and Node).
+    assert!(e.to_string().contains(r#"not "{b=\"2\",a=\"1\"}""#), "{e}");
 }
 
 // ---------------------------------------------------------------------------------------------

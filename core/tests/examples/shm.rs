@@ -320,6 +320,38 @@ fn sweep_clear_and_what_a_region_cannot_do() {
     assert_eq!((audit.live, audit.duplicates, audit.unreachable), (0, 0, 0));
 }
 
+/// A capacity in the store string and a different `max_keys`: two sizes for one region, an
+/// error (the string's capacity won silently, and a reopening with the same `max_keys` was a
+/// mismatch). The same figure twice, or either alone, is fine.
+#[test]
+fn a_capacity_and_another_max_keys_are_an_error() {
+    let r = Region::new("two-sizes");
+    let with = |spec: &str, max_keys: Option<usize>| {
+        let b = KeyedLimiter::<u64>::builder(quota("2/s")).store(spec.parse().unwrap());
+        match max_keys {
+            Some(n) => b.max_keys(n),
+            None => b,
+        }
+        .build()
+    };
+    let at = |cap: u32| format!("shm:{}?capacity={cap}", r.0.display());
+    let e = with(&at(5), Some(7)).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            sluicegate::Error::InvalidOption {
+                option: "max_keys",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("capacity (5)"), "{e}");
+    assert!(!r.0.exists(), "no region made");
+    assert_eq!(with(&at(5), Some(5)).unwrap().max_keys(), 5);
+    assert_eq!(with(&at(5), None).unwrap().max_keys(), 5);
+}
+
 #[test]
 fn store_specs_parse_and_print() {
     let s: StoreSpec = "shm:/api-limits?capacity=5000".parse().unwrap();

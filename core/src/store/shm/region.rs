@@ -317,8 +317,9 @@ impl Region {
                     StoreErrorKind::Corrupt,
                     path,
                     format!(
-                        "the region file has {len} bytes: its creator stopped before sizing it; \
-                         remove the file (no process can have used it)"
+                        "the file has {len} bytes, too few for a region's header: a region whose \
+                         creator stopped before sizing it (remove the file: no process can have \
+                         used it), or another program's file (give the region another name)"
                     ),
                 ));
             }
@@ -437,10 +438,16 @@ impl Region {
                     StoreErrorKind::Mismatch,
                     want.path,
                     format!(
-                        "the region holds {} keys, this limiter asked for {c} (a region keeps \
+                        "the region holds {} keys, this limiter asked for {c}{} (a region keeps \
                          the capacity it was made with: give this one another name, or remove \
                          the file once no process has it open)",
-                        self.meta.capacity
+                        self.meta.capacity,
+                        if c == 1 {
+                            ", as a single-bucket limiter does (a keyed limiter's region is \
+                             opened by a keyed limiter)"
+                        } else {
+                            ""
+                        }
                     ),
                 ));
             }
