@@ -112,8 +112,8 @@ fn memory() -> Result<StoreSpec, sg_result> {
 /// that are full are evicted first, and `on_full` (an `sg_on_full` value) says what happens
 /// when none is.
 ///
-/// Errors: `SG_ERR_INVALID_QUOTA` (`max_keys == 0`), `SG_ERR_INVALID_OPTION` (`on_full` is
-/// not an `sg_on_full` value).
+/// Errors: `SG_ERR_INVALID_OPTION` (`max_keys == 0`, or `on_full` not an `sg_on_full`
+/// value).
 ///
 /// # Safety
 /// `quota` is NULL or a live handle; `out` is NULL or valid for one write.
@@ -171,7 +171,8 @@ pub unsafe extern "C" fn sg_keyed_limiter_new_with_clock(
 /// `max_keys`: the keys held at once; 0 takes the region's own capacity when it exists
 /// (else the store's `capacity=N`, else `SG_KEYED_DEFAULT_MAX_KEYS`; for `"memory"`,
 /// `SG_KEYED_DEFAULT_MAX_KEYS`). Any other value must equal an existing region's capacity
-/// (`SG_ERR_STORE_MISMATCH` otherwise). `on_full` is an `sg_on_full` value, as in
+/// (`SG_ERR_STORE_MISMATCH` otherwise) and the store's `capacity=N` when it gives one
+/// (`SG_ERR_INVALID_OPTION` otherwise). `on_full` is an `sg_on_full` value, as in
 /// `sg_keyed_limiter_new`. `clock` NULL: the default clock (the region's timeline).
 ///
 /// On a region, every call of `sg_keyed_limiter_*` works as in memory. `store` may also be a
