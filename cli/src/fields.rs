@@ -5,8 +5,9 @@
 use crate::error::CliError;
 use crate::input::{
     combined_field, csv_open_after, detect, scan_combined, scan_csv, scan_json, unescape_clf,
-    unescape_csv, unescape_json, CsvLine, JsonPath, LogFormat, Span, COMBINED_FIELDS,
+    unescape_csv, unescape_json, CsvLine, JsonPath, LogFormat, Span, COMBINED_FIELDS, COMBINED_LEN,
 };
+use sluicegate::client::ProxyHeader;
 
 /// What a replay needs from each line.
 #[derive(Clone, Debug, Default)]
@@ -16,6 +17,9 @@ pub struct Needs {
     pub method: bool,
     /// `header:NAME` and `field:NAME` key parts, in order: (is_header, name).
     pub key_fields: Vec<(bool, String)>,
+    /// The forwarding header's field (`--trusted-proxies` with the `ip` key): read on each
+    /// line, and an error when the first lines have none.
+    pub forwarded: bool,
 }
 
 /// Field names given on the command line (`None`: detected).
@@ -26,6 +30,10 @@ pub struct Names {
     pub path: Option<String>,
     pub method: Option<String>,
     pub cost: Option<String>,
+    /// The field holding the forwarding header (`--forwarded-field`).
+    pub forwarded: Option<String>,
+    /// Which header that field holds (`--forwarded-header`): its detected names follow it.
+    pub forwarded_header: ProxyHeader,
     pub delimiter: u8,
 }
 
@@ -75,6 +83,34 @@ fn header_candidates(name: &str) -> Vec<String> {
     ]
 }
 
+/// The names a forwarding header's field is looked for by: the given one, or the header's
+/// (`http_x_forwarded_for`, `x-forwarded-for`, `x_forwarded_for`, `headers.x-forwarded-for`,
+/// ...).
+fn forwarded_candidates(names: &Names) -> Vec<String> {
+    match &names.forwarded {
+        Some(n) => vec![n.clone()],
+        None => header_candidates(names.forwarded_header.header_name()),
+    }
+}
+
+/// Combined lines: whether a first line has field `i` at all, and whether one has a value
+/// there (not `-`).
+fn combined_forwarded(head: &[Vec<u8>], i: usize) -> (bool, bool) {
+    let mut out = [None; COMBINED_LEN];
+    let (mut present, mut seen) = (false, false);
+    for l in head {
+        out[i] = None;
+        if !scan_combined(l, i, &mut out) {
+            continue;
+        }
+        if let Some(s) = out[i] {
+            present = true;
+            seen |= !matches!(&l[s.start as usize..s.end as usize], b"" | b"-");
+        }
+    }
+    (present, seen)
+}
+
 /// A role's place in the scanner's output.
 type Slot = Option<usize>;
 
@@ -85,6 +121,8 @@ pub struct Extractor {
     path: Slot,
     method: Slot,
     cost: Slot,
+    /// The forwarding header (only when [`Needs::forwarded`]).
+    fwd: Slot,
     keys: Vec<usize>,
     json_paths: Vec<JsonPath>,
     delimiter: u8,
@@ -95,11 +133,15 @@ pub struct Extractor {
     pub csv_open: bool,
     combined_last: usize,
     spans: Vec<Option<Span>>,
-    combined: [Option<Span>; 12],
+    combined: [Option<Span>; COMBINED_LEN],
     scratch: Vec<Vec<u8>>,
     decoded: Vec<bool>,
     /// What was chosen, for the report ("time <- time_iso8601").
     pub chosen: Vec<(String, String)>,
+    /// The forwarding header's field, when the client address is needed and a first line
+    /// holds a value in it (JSON, combined) or the CSV header names it: whether or not it is
+    /// read on each line, for the hint that suggests `--trusted-proxies`.
+    pub forwarded_seen: Option<String>,
 }
 
 fn lower(s: &str) -> String {
@@ -138,6 +180,7 @@ impl Extractor {
             path: None,
             method: None,
             cost: None,
+            fwd: None,
             keys: Vec::new(),
             json_paths: Vec::new(),
             delimiter: names.delimiter,
@@ -145,10 +188,11 @@ impl Extractor {
             csv_open: false,
             combined_last: 0,
             spans: Vec::new(),
-            combined: [None; 12],
+            combined: [None; COMBINED_LEN],
             scratch: Vec::new(),
             decoded: Vec::new(),
             chosen: Vec::new(),
+            forwarded_seen: None,
         };
         match format {
             LogFormat::Combined | LogFormat::Auto => {
@@ -174,11 +218,37 @@ impl Extractor {
                 if let Some(c) = &names.cost {
                     ex.cost = Some(pick("cost", &Some(c.clone()), "")?);
                 }
+                if needs.ip || needs.forwarded {
+                    let i = pick("forwarding header", &names.forwarded, "x_forwarded_for")?;
+                    let (present, seen) = combined_forwarded(head, i);
+                    if seen {
+                        ex.forwarded_seen = Some(COMBINED_FIELDS[i].to_string());
+                    }
+                    if needs.forwarded {
+                        if !present && names.forwarded.is_none() {
+                            return Err(fail(format!(
+                                "--trusted-proxies needs the {} header, and no first line has it \
+                                 (nginx's `main` format logs it as a quoted field after the \
+                                 User-Agent: \"$http_x_forwarded_for\"); name its field with \
+                                 --forwarded-field",
+                                names.forwarded_header.header_name()
+                            )));
+                        }
+                        ex.fwd = Some(i);
+                    }
+                }
                 for (header, name) in &needs.key_fields {
                     let i = if *header {
                         match lower(name).as_str() {
                             "user-agent" | "user_agent" => 11,
                             "referer" | "referrer" => 10,
+                            "x-forwarded-for" | "x_forwarded_for" | "forwarded" => {
+                                return Err(fail(format!(
+                                    "the combined format logs no header {name:?} as a key, only \
+                                     Referer and User-Agent; to key requests by the client that \
+                                     proxies name in it, use --trusted-proxies (with --key ip)"
+                                )))
+                            }
                             _ => {
                                 return Err(fail(format!(
                                     "the combined format logs no header {name:?}, only Referer and User-Agent"
@@ -190,7 +260,7 @@ impl Extractor {
                     };
                     ex.keys.push(i);
                 }
-                let all = [Some(ex.time), ex.ip, ex.path, ex.method, ex.cost];
+                let all = [Some(ex.time), ex.ip, ex.path, ex.method, ex.cost, ex.fwd];
                 ex.combined_last = all
                     .iter()
                     .flatten()
@@ -212,6 +282,10 @@ impl Extractor {
                     .collect();
                 // A method field named: looked for too (see `resolve`).
                 cands.extend(names.method.iter().cloned());
+                let fwd = forwarded_candidates(names);
+                if needs.ip || needs.forwarded {
+                    cands.extend(fwd.iter().cloned());
+                }
                 for (header, name) in &needs.key_fields {
                     if *header {
                         cands.extend(header_candidates(name));
@@ -224,21 +298,29 @@ impl Extractor {
                     .map(|p| p.split('.').map(|s| s.as_bytes().to_vec()).collect())
                     .collect();
                 let mut found = vec![false; paths.len()];
+                // Found with a value (not empty, not `-`).
+                let mut valued = vec![false; paths.len()];
                 let mut out = vec![None; paths.len()];
                 for l in head {
                     // A value found before a line turns out malformed counts, as it did when
                     // each name was looked for alone (the scan stopped there).
                     scan_json(l, &paths, &mut out);
-                    for (f, o) in found.iter_mut().zip(&out) {
+                    for ((f, v), o) in found.iter_mut().zip(valued.iter_mut()).zip(&out) {
                         *f |= o.is_some();
+                        *v |= o.is_some_and(|s| {
+                            !matches!(&l[s.start as usize..s.end as usize], b"" | b"-")
+                        });
                     }
                 }
-                let present = |p: &str| -> bool {
-                    cands
-                        .binary_search_by(|c| c.as_str().cmp(p))
-                        .is_ok_and(|i| found[i])
-                };
+                let at = |p: &str| cands.binary_search_by(|c| c.as_str().cmp(p)).ok();
+                let present = |p: &str| -> bool { at(p).is_some_and(|i| found[i]) };
                 ex.resolve(needs, names, present, &fail)?;
+                if needs.ip || needs.forwarded {
+                    ex.forwarded_seen = fwd
+                        .iter()
+                        .find(|c| at(c).is_some_and(|i| valued[i]))
+                        .cloned();
+                }
             }
             LogFormat::Csv => {
                 let header: Vec<String> = {
@@ -266,6 +348,11 @@ impl Extractor {
                 ex.skip_first = true;
                 let col = |p: &str| header.iter().position(|h| *h == lower(p));
                 ex.resolve(needs, names, |p| col(p).is_some(), &fail)?;
+                if needs.ip || needs.forwarded {
+                    ex.forwarded_seen = forwarded_candidates(names)
+                        .into_iter()
+                        .find(|c| col(c).is_some());
+                }
                 // The scanner fills columns; a role's slot is its column. A named column the
                 // header lacks is an error: reading some other column instead would be silent.
                 let cols: Vec<usize> = ex
@@ -283,9 +370,15 @@ impl Extractor {
                     .collect::<Result<_, _>>()?;
                 let remap = |s: &mut usize| *s = cols[*s];
                 remap(&mut ex.time);
-                for s in [&mut ex.ip, &mut ex.path, &mut ex.method, &mut ex.cost]
-                    .into_iter()
-                    .flatten()
+                for s in [
+                    &mut ex.ip,
+                    &mut ex.path,
+                    &mut ex.method,
+                    &mut ex.cost,
+                    &mut ex.fwd,
+                ]
+                .into_iter()
+                .flatten()
                 {
                     remap(s);
                 }
@@ -297,7 +390,7 @@ impl Extractor {
                 ex.json_paths.clear();
             }
         }
-        let n = ex.spans.len().max(12);
+        let n = ex.spans.len().max(COMBINED_LEN);
         ex.scratch = vec![Vec::new(); n];
         ex.decoded = vec![false; n];
         if needs.method && ex.method.is_none() && ex.format != LogFormat::Combined {
@@ -348,6 +441,7 @@ impl Extractor {
             ("path", self.path),
             ("method", self.method),
             ("cost", self.cost),
+            ("forwarded", self.fwd),
         ] {
             if let Some(s) = s {
                 v.push((role.into(), COMBINED_FIELDS[s].into()));
@@ -421,6 +515,10 @@ impl Extractor {
         if let Some(c) = &names.cost {
             self.cost = Some(add(self, "cost", &Some(c.clone()), vec![])?);
         }
+        if needs.forwarded {
+            let cands = forwarded_candidates(names);
+            self.fwd = Some(add(self, "forwarded", &names.forwarded, cands)?);
+        }
         for (header, name) in &needs.key_fields {
             let cands = if *header {
                 header_candidates(name)
@@ -451,7 +549,7 @@ impl Extractor {
                 r == CsvLine::Record
             }
             _ => {
-                self.combined = [None; 12];
+                self.combined = [None; COMBINED_LEN];
                 scan_combined(line, self.combined_last, &mut self.combined)
             }
         };
@@ -515,6 +613,13 @@ impl Extractor {
     pub fn cost<'a>(&'a self, line: &'a [u8]) -> Option<&'a [u8]> {
         self.get(line, self.cost?)
     }
+    /// The forwarding header's value, `None` when the line has none (absent, empty, or
+    /// nginx's `-` for a header that did not come).
+    #[inline]
+    pub fn forwarded<'a>(&'a self, line: &'a [u8]) -> Option<&'a [u8]> {
+        self.get(line, self.fwd?)
+            .filter(|v| !matches!(v.trim_ascii(), b"" | b"-"))
+    }
     #[inline]
     pub fn key_field<'a>(&'a self, line: &'a [u8], i: usize) -> Option<&'a [u8]> {
         self.get(line, self.keys[i])
@@ -559,6 +664,7 @@ mod tests {
             path: false,
             method: true,
             key_fields: vec![(true, "User-Agent".into())],
+            forwarded: false,
         };
         let names = Names {
             delimiter: b',',
@@ -623,6 +729,7 @@ mod tests {
             path: true,
             method: true,
             key_fields: vec![],
+            forwarded: false,
         };
         let mut n = names();
         n.ip = Some("req.remoteAddress".into());
@@ -665,5 +772,107 @@ mod tests {
         };
         let csv = lines("time,ip,path\n2024-05-01T00:00:00Z,192.0.2.1,/login\n");
         assert!(Extractor::new(LogFormat::Csv, &csv, &needs, &names(), "a.csv").is_ok());
+    }
+
+    /// The forwarding header's field: nginx `main`'s last quoted field in combined lines,
+    /// detected names in JSON and CSV, or named; read only with --trusted-proxies, seen (for
+    /// the hint) whenever the client address is needed.
+    #[test]
+    fn the_forwarding_header_field() {
+        let fwd = Needs {
+            ip: true,
+            forwarded: true,
+            ..Default::default()
+        };
+        let ip_only = Needs {
+            ip: true,
+            ..Default::default()
+        };
+        let main = lines(concat!(
+            r#"10.0.0.5 - - [01/May/2024:00:00:00 +0000] "GET /a HTTP/1.1" 200 5 "-" "curl" "192.0.2.3, 10.0.0.9""#,
+            "\n",
+            r#"10.0.0.5 - - [01/May/2024:00:00:01 +0000] "GET /a HTTP/1.1" 200 5 "-" "curl" "-""#,
+        ));
+        let mut ex = Extractor::new(LogFormat::Auto, &main, &fwd, &names(), "m.log").unwrap();
+        assert_eq!(ex.format, LogFormat::Combined);
+        assert!(ex
+            .chosen
+            .contains(&("forwarded".into(), "x_forwarded_for".into())));
+        assert!(ex.scan(&main[0]));
+        assert_eq!(ex.ip(&main[0]), Some(&b"10.0.0.5"[..]));
+        assert_eq!(ex.forwarded(&main[0]), Some(&b"192.0.2.3, 10.0.0.9"[..]));
+        assert!(ex.scan(&main[1]));
+        assert_eq!(ex.forwarded(&main[1]), None); // nginx's "-": no header
+        assert_eq!(ex.forwarded_seen.as_deref(), Some("x_forwarded_for"));
+        // Not read without --trusted-proxies, but seen.
+        let mut ex = Extractor::new(LogFormat::Auto, &main, &ip_only, &names(), "m.log").unwrap();
+        assert!(ex.scan(&main[0]));
+        assert_eq!(ex.forwarded(&main[0]), None);
+        assert_eq!(ex.forwarded_seen.as_deref(), Some("x_forwarded_for"));
+        // Plain combined: an error with --trusted-proxies, nothing seen without.
+        let plain = lines(
+            r#"10.0.0.5 - - [01/May/2024:00:00:00 +0000] "GET /a HTTP/1.1" 200 5 "-" "curl""#,
+        );
+        let e = Extractor::new(LogFormat::Auto, &plain, &fwd, &names(), "c.log")
+            .err()
+            .expect("an error")
+            .to_string();
+        assert!(e.contains("--forwarded-field"), "{e}");
+        let ex = Extractor::new(LogFormat::Auto, &plain, &ip_only, &names(), "c.log").unwrap();
+        assert_eq!(ex.forwarded_seen, None);
+        // JSON: nginx's name, a nested header, or a named field; empty values are none.
+        for (line, name) in [
+            (
+                r#"{"ts":1,"remote_addr":"10.0.0.5","http_x_forwarded_for":"192.0.2.3"}"#,
+                "http_x_forwarded_for",
+            ),
+            (
+                r#"{"ts":1,"ip":"10.0.0.5","headers":{"x-forwarded-for":"192.0.2.3"}}"#,
+                "headers.x-forwarded-for",
+            ),
+        ] {
+            let l = lines(line);
+            let mut ex = Extractor::new(LogFormat::Auto, &l, &fwd, &names(), "j").unwrap();
+            assert!(
+                ex.chosen.contains(&("forwarded".into(), name.into())),
+                "{name}"
+            );
+            assert!(ex.scan(&l[0]));
+            assert_eq!(ex.forwarded(&l[0]), Some(&b"192.0.2.3"[..]));
+            assert_eq!(ex.forwarded_seen.as_deref(), Some(name));
+        }
+        let l = lines(r#"{"ts":1,"ip":"10.0.0.5","http_x_forwarded_for":"","xf":"192.0.2.3"}"#);
+        let mut ex = Extractor::new(LogFormat::Auto, &l, &fwd, &names(), "j").unwrap();
+        assert!(ex.scan(&l[0]));
+        assert_eq!(ex.forwarded(&l[0]), None);
+        assert_eq!(ex.forwarded_seen, None);
+        let mut n = names();
+        n.forwarded = Some("xf".into());
+        let mut ex = Extractor::new(LogFormat::Auto, &l, &fwd, &n, "j").unwrap();
+        assert!(ex.scan(&l[0]));
+        assert_eq!(ex.forwarded(&l[0]), Some(&b"192.0.2.3"[..]));
+        let l = lines(r#"{"ts":1,"ip":"10.0.0.5"}"#);
+        let e = Extractor::new(LogFormat::Auto, &l, &fwd, &names(), "j")
+            .err()
+            .expect("an error")
+            .to_string();
+        assert!(
+            e.contains("http_x_forwarded_for") && e.contains("--forwarded-field"),
+            "{e}"
+        );
+        // CSV: a column.
+        let csv = lines(
+            "time,ip,X-Forwarded-For\n2024-05-01T00:00:00Z,10.0.0.5,\"192.0.2.3, 10.0.0.9\"\n",
+        );
+        let mut ex = Extractor::new(LogFormat::Csv, &csv, &fwd, &names(), "a.csv").unwrap();
+        assert!(ex.scan(&csv[1]));
+        assert_eq!(ex.forwarded(&csv[1]), Some(&b"192.0.2.3, 10.0.0.9"[..]));
+        // RFC 7239 Forwarded: its own names.
+        let mut n = names();
+        n.forwarded_header = "forwarded".parse().unwrap();
+        let l = lines(r#"{"ts":1,"ip":"10.0.0.5","http_forwarded":"for=192.0.2.3"}"#);
+        let mut ex = Extractor::new(LogFormat::Auto, &l, &fwd, &n, "j").unwrap();
+        assert!(ex.scan(&l[0]));
+        assert_eq!(ex.forwarded(&l[0]), Some(&b"for=192.0.2.3"[..]));
     }
 }

@@ -559,8 +559,10 @@ impl Span {
     }
 }
 
-/// The combined format's fields, by name (nginx variable names are aliases).
-pub const COMBINED_FIELDS: [&str; 12] = [
+/// The combined format's fields, by name (nginx variable names are aliases). The last,
+/// `x_forwarded_for`, is the quoted field nginx's stock `main` format writes after the
+/// User-Agent (`"$http_x_forwarded_for"`); a line without it is a combined line all the same.
+pub const COMBINED_FIELDS: [&str; COMBINED_LEN] = [
     "ip",
     "ident",
     "user",
@@ -573,7 +575,14 @@ pub const COMBINED_FIELDS: [&str; 12] = [
     "bytes",
     "referer",
     "user_agent",
+    "x_forwarded_for",
 ];
+
+/// The number of combined-format fields.
+pub const COMBINED_LEN: usize = 13;
+
+/// The index of the combined format's `x_forwarded_for` field.
+pub const COMBINED_XFF: usize = 12;
 
 /// The index of a combined-format field name.
 pub fn combined_field(name: &str) -> Option<usize> {
@@ -588,6 +597,9 @@ pub fn combined_field(name: &str) -> Option<usize> {
         "body_bytes_sent" | "size" => "bytes",
         "http_referer" | "referrer" => "referer",
         "http_user_agent" | "agent" | "ua" => "user_agent",
+        "http_x_forwarded_for" | "xff" | "forwarded_for" | "forwarded" | "http_forwarded" => {
+            "x_forwarded_for"
+        }
         other => other,
     };
     COMBINED_FIELDS.iter().position(|f| *f == n)
@@ -597,7 +609,7 @@ pub fn combined_field(name: &str) -> Option<usize> {
 /// up to `last` (the largest index wanted). `false` if the line is not in the format.
 #[inline]
 #[allow(clippy::needless_range_loop)] // indices are the format's field positions
-pub fn scan_combined(line: &[u8], last: usize, out: &mut [Option<Span>; 12]) -> bool {
+pub fn scan_combined(line: &[u8], last: usize, out: &mut [Option<Span>; COMBINED_LEN]) -> bool {
     if line.len() > MAX_LINE {
         return false; // (its offsets would not fit a Span)
     }
@@ -676,8 +688,9 @@ pub fn scan_combined(line: &[u8], last: usize, out: &mut [Option<Span>; 12]) -> 
             return true;
         }
     }
-    // "referer" "user agent" (absent in the common format)
-    for f in 10..12 {
+    // "referer" "user agent" (absent in the common format), and nginx `main`'s
+    // "x-forwarded-for" when it is wanted (else whatever follows the agent is not read)
+    for f in 10..=last.clamp(11, COMBINED_XFF) {
         out[f] = None;
         if line.get(i) != Some(&b' ') || line.get(i + 1) != Some(&b'"') {
             return true;
@@ -1178,7 +1191,7 @@ mod tests {
     #[test]
     fn combined_lines() {
         let l = br#"203.0.113.9 - frank [10/Oct/2000:13:55:36 -0700] "GET /apache_pb.gif?x=1 HTTP/1.0" 200 2326 "http://example.com/" "Mozilla/4.08 [en] (Win98; I ;Nav)""#;
-        let mut out = [None; 12];
+        let mut out = [None; COMBINED_LEN];
         assert!(scan_combined(l, 11, &mut out));
         let f = |i: usize| {
             std::str::from_utf8(get(l, out[i]).unwrap())
@@ -1206,6 +1219,43 @@ mod tests {
         let mut v = Vec::new();
         unescape_clf(br#"/a\"b\x41"#, &mut v);
         assert_eq!(v, br#"/a"bA"#);
+    }
+
+    /// nginx's stock `main` format: combined, then `"$http_x_forwarded_for"`. The line is a
+    /// combined line whether the field is read or not, and the field is there when wanted.
+    #[test]
+    fn nginx_main_lines() {
+        let l = br#"10.0.0.5 - - [01/May/2024:00:00:00 +0000] "GET /a HTTP/1.1" 200 512 "-" "curl/8" "192.0.2.3, 10.0.0.9""#;
+        let mut out = [None; COMBINED_LEN];
+        for last in [3, 7, 11] {
+            assert!(scan_combined(l, last, &mut out), "{last}");
+        }
+        assert_eq!(get(l, out[11]), Some(&b"curl/8"[..]));
+        out = [None; COMBINED_LEN];
+        assert!(scan_combined(l, COMBINED_XFF, &mut out));
+        assert_eq!(get(l, out[0]), Some(&b"10.0.0.5"[..]));
+        assert_eq!(get(l, out[COMBINED_XFF]), Some(&b"192.0.2.3, 10.0.0.9"[..]));
+        // nginx writes "-" for no header; a combined line without the field has none.
+        let l = br#"10.0.0.5 - - [01/May/2024:00:00:00 +0000] "GET /a HTTP/1.1" 200 512 "-" "curl/8" "-""#;
+        assert!(scan_combined(l, COMBINED_XFF, &mut out));
+        assert_eq!(get(l, out[COMBINED_XFF]), Some(&b"-"[..]));
+        let l =
+            br#"10.0.0.5 - - [01/May/2024:00:00:00 +0000] "GET /a HTTP/1.1" 200 512 "-" "curl/8""#;
+        assert!(scan_combined(l, COMBINED_XFF, &mut out));
+        assert_eq!(out[COMBINED_XFF], None);
+        let l = br#"10.0.0.5 - - [01/May/2024:00:00:00 +0000] "GET /a HTTP/1.1" 200 512"#;
+        assert!(scan_combined(l, COMBINED_XFF, &mut out));
+        assert_eq!(out[COMBINED_XFF], None);
+        // An unterminated third field is not a line of the format (as for the first two).
+        let l = br#"10.0.0.5 - - [01/May/2024:00:00:00 +0000] "GET /a HTTP/1.1" 200 512 "-" "curl/8" "1.2.3.4"#;
+        assert!(!scan_combined(l, COMBINED_XFF, &mut out));
+        for (name, i) in [
+            ("http_x_forwarded_for", 12),
+            ("X-Forwarded-For", 12),
+            ("xff", 12),
+        ] {
+            assert_eq!(combined_field(name), Some(i), "{name}");
+        }
     }
 
     fn paths(p: &[&str]) -> Vec<JsonPath> {

@@ -29,6 +29,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 use error::{exit, CliError};
 use input::LogFormat;
 use output::{Format, Table};
+use sluicegate::client::{ProxyHeader, TrustedProxies};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
@@ -58,7 +59,7 @@ struct Cli {
 enum Cmd {
     /// Replay access logs against one or several policies, side by side.
     #[command(after_long_help = REPLAY_HELP)]
-    Replay(ReplayArgs),
+    Replay(Box<ReplayArgs>),
     /// Play policies against synthetic traffic segments on a simulated clock.
     Simulate(SimulateArgs),
     /// Explain a rate string: rate, burst, refill, algorithm, state word.
@@ -83,6 +84,11 @@ Policies (--policy, repeatable; each is replayed on the same traffic):
 
 Keys (--key, repeatable: the key is all of them; default ip):
   ip  header:NAME  field:NAME  path  path:/tenants/{tenant}/*  method  all
+
+Behind proxies (a load balancer logged as every request's address): --trusted-proxies 1
+(hops), or 10.0.0.0/8 or private (ranges), keys ip by the right-most address the trusted
+proxies did not write in X-Forwarded-For (nginx main's last quoted field; JSON/CSV
+http_x_forwarded_for, x_forwarded_for, headers.x-forwarded-for; or --forwarded-field).
 
 Unusable lines are counted and skipped (the first five quoted; --strict stops at the first):
 lines not in the log's format, without a timestamp or a client address, lines over 16 MiB
@@ -134,6 +140,19 @@ struct ReplayArgs {
     /// Leading bits of an IPv6 address that make a key (IPv4-mapped addresses are IPv4).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u8).range(0..=128))]
     ipv6_prefix: u8,
+    /// Proxies whose forwarding header names the client: a hop count (1 to 64), or
+    /// comma-separated addresses, CIDR ranges and names (private, loopback, linklocal). The
+    /// ip key is then the right-most hop they did not write (default none: the logged address).
+    #[arg(long, value_name = "SPEC", value_parser = parse_trusted)]
+    trusted_proxies: Option<TrustedProxies>,
+    /// The field holding the forwarding header (default: detected among
+    /// http_x_forwarded_for, x-forwarded-for, x_forwarded_for, headers.x-forwarded-for, ...;
+    /// combined: the quoted field after the User-Agent, as nginx's main format logs it).
+    #[arg(long, value_name = "NAME")]
+    forwarded_field: Option<String>,
+    /// The forwarding header the proxies write: x-forwarded-for, or forwarded (RFC 7239).
+    #[arg(long, value_name = "HEADER", default_value = "x-forwarded-for", value_parser = parse_proxy_header)]
+    forwarded_header: ProxyHeader,
     /// The log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Auto)]
     log_format: LogFormat,
@@ -247,6 +266,12 @@ fn parse_policy(s: &str) -> Result<policy::PolicySpec, String> {
 }
 fn parse_key(s: &str) -> Result<policy::KeyPart, String> {
     policy::KeyPart::parse(s).map_err(|e| e.to_string())
+}
+fn parse_trusted(s: &str) -> Result<TrustedProxies, String> {
+    s.parse().map_err(|e: sluicegate::Error| e.to_string())
+}
+fn parse_proxy_header(s: &str) -> Result<ProxyHeader, String> {
+    s.parse().map_err(|e: sluicegate::Error| e.to_string())
 }
 fn parse_rate(s: &str) -> Result<engine::Rate, String> {
     engine::Rate::parse(s)
@@ -409,12 +434,15 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
                     v4: a.ipv4_prefix,
                     v6: a.ipv6_prefix,
                 },
+                trusted: a.trusted_proxies.clone().unwrap_or_default(),
                 names: fields::Names {
                     time: a.time_field.clone(),
                     ip: a.ip_field.clone(),
                     path: a.path_field.clone(),
                     method: a.method_field.clone(),
                     cost: a.cost_field.clone(),
+                    forwarded: a.forwarded_field.clone(),
+                    forwarded_header: a.forwarded_header,
                     delimiter: a.csv_delimiter,
                 },
                 format: a.log_format,
@@ -433,6 +461,9 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
             let summary = run::replay(&cfg, &inputs)?;
             if let Some(w) = &summary.meta.overlap {
                 eprintln!("{w}");
+            }
+            for n in &summary.meta.client_notes {
+                eprintln!("{n}");
             }
             if let Some(w) = summary.timeline_warning() {
                 eprintln!("{w}");

@@ -51,6 +51,7 @@ impl Prefixes {
 
     /// The key of an address written as text (`1.2.3.4`, `2001:db8::1`, `[2001:db8::1]`,
     /// `2001:db8::1%eth0`, `1.2.3.4:5678`); `None` if it is not an address.
+    #[cfg(test)]
     pub fn key_of_text(&self, text: &[u8]) -> Option<NetKey> {
         parse_ip(text).map(|ip| self.key(ip))
     }

@@ -45,6 +45,9 @@ pub struct Meta {
     pub elapsed_s: f64,
     /// A warning: an input starts before the inputs replayed before it end.
     pub overlap: Option<String>,
+    /// Client identity behind proxies: the resolver's warnings (each kind once), or the hint
+    /// that suggests `--trusted-proxies`; for stderr.
+    pub client_notes: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default)]

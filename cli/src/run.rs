@@ -5,13 +5,16 @@ use crate::engine::Refusal;
 use crate::error::CliError;
 use crate::fields::{Extractor, Names, Needs};
 use crate::input::{is_blank, BlockLines, Chunk, LineReader, LogFormat, LongLine, Source};
-use crate::netkey::Prefixes;
+use crate::netkey::{parse_ip, NetKey, Prefixes};
 use crate::output::{InputMeta, Meta, Summary};
 use crate::policy::{KeyPart, PolicySpec};
 use crate::replay::{push_text, Replay};
 use crate::sample::{Generator, SampleReader};
 use crate::stats::Timeline;
 use crate::timefmt::{EpochUnit, TimeParser};
+use sluicegate::client::{
+    Cidr, ClientResolver, ForwardingHeaders, Peer, ProxyHeader, TrustedProxies,
+};
 use std::io::Read;
 use std::time::Instant;
 
@@ -27,6 +30,9 @@ pub struct Config {
     pub policies: Vec<PolicySpec>,
     pub key: Vec<KeyPart>,
     pub prefixes: Prefixes,
+    /// `--trusted-proxies`: the proxies whose forwarding header names the client of the `ip`
+    /// key (none: the peer is the client).
+    pub trusted: TrustedProxies,
     pub names: Names,
     pub format: LogFormat,
     pub unit: EpochUnit,
@@ -53,7 +59,10 @@ impl Config {
         let mut n = Needs::default();
         for k in &self.key {
             match k {
-                KeyPart::Ip => n.ip = true,
+                KeyPart::Ip => {
+                    n.ip = true;
+                    n.forwarded = self.trusted != TrustedProxies::None;
+                }
                 KeyPart::Header(h) => n.key_fields.push((true, h.clone())),
                 KeyPart::Field(f) => n.key_fields.push((false, f.clone())),
                 KeyPart::Path | KeyPart::PathPattern(_) => n.path = true,
@@ -75,6 +84,17 @@ impl Config {
             .key
             .iter()
             .map(|k| match k {
+                KeyPart::Ip if self.trusted != TrustedProxies::None => format!(
+                    "ip (the client {} names behind {}; IPv4 /{}, IPv6 /{})",
+                    self.names.forwarded_header.header_name(),
+                    match &self.trusted {
+                        TrustedProxies::Hops(1) => "1 trusted proxy".to_string(),
+                        TrustedProxies::Hops(n) => format!("{n} trusted proxies"),
+                        t => format!("trusted proxies {t}"),
+                    },
+                    self.prefixes.v4,
+                    self.prefixes.v6
+                ),
                 KeyPart::Ip => format!(
                     "ip (IPv4 /{}, IPv6 /{})",
                     self.prefixes.v4, self.prefixes.v6
@@ -425,6 +445,141 @@ fn record_continuation(
     record_bad(cfg, meta, name, line_no, line, reason)
 }
 
+/// The most distinct peers the hint that suggests `--trusted-proxies` allows: a log whose
+/// every request came from so few private addresses, and that holds a forwarding header,
+/// looks like a log written behind proxies.
+const FEW_PEERS: usize = 4;
+
+/// The client of the `ip` key: the peer (the address the line logs), or with
+/// `--trusted-proxies` the client that the trusted proxies' forwarding header names, as the
+/// core's [`ClientResolver`] (every adapter's) finds it. Either address is keyed by the one
+/// rule of [`Prefixes`]. One per pass (the resolver reports each kind of warning once).
+struct Clients {
+    resolver: Option<ClientResolver>,
+    header: ProxyHeader,
+    /// The resolver's warnings, for stderr.
+    notes: Vec<String>,
+    /// Without `--trusted-proxies`: the distinct peers so far while they are few and private
+    /// (`None` once one is not), for the hint.
+    peers: Option<Vec<NetKey>>,
+    /// The ranges that count as private for the hint (the core's `private, loopback,
+    /// linklocal`).
+    internal: Vec<Cidr>,
+    /// A forwarding header's field seen with values in some input's first lines.
+    forwarded_seen: Option<String>,
+}
+
+impl Clients {
+    fn new(cfg: &Config) -> Result<Clients, CliError> {
+        let resolver = match &cfg.trusted {
+            TrustedProxies::None => None,
+            t => Some(
+                // Whole addresses: the prefixes are applied after, as to a peer.
+                ClientResolver::builder()
+                    .trusted_proxies(t.clone())
+                    .header(cfg.names.forwarded_header)
+                    .ipv4_prefix(32)
+                    .ipv6_prefix(128)
+                    .build()
+                    .map_err(|e| {
+                        CliError::usage("--trusted-proxies", &t.to_string(), e.to_string())
+                    })?,
+            ),
+        };
+        let internal = match "private, loopback, linklocal".parse::<TrustedProxies>() {
+            Ok(TrustedProxies::Ranges(r)) => r,
+            _ => Vec::new(),
+        };
+        Ok(Clients {
+            peers: resolver.is_none().then(Vec::new),
+            resolver,
+            header: cfg.names.forwarded_header,
+            notes: Vec::new(),
+            internal,
+            forwarded_seen: None,
+        })
+    }
+
+    /// Writes the key of a request from `peer` (the logged address) whose forwarding header
+    /// is `fwd`; `false` if `peer` is not an IP address.
+    #[inline]
+    fn write_key(
+        &mut self,
+        prefixes: &Prefixes,
+        peer: &[u8],
+        fwd: Option<&[u8]>,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let Some(ip) = parse_ip(peer) else {
+            return false;
+        };
+        let Some(r) = &self.resolver else {
+            let k = prefixes.key(ip);
+            self.watch(k, ip);
+            k.write_bytes(out);
+            return true;
+        };
+        let mut h = ForwardingHeaders::new();
+        if let Some(v) = fwd {
+            match self.header {
+                ProxyHeader::Forwarded => h.forwarded(v),
+                _ => h.x_forwarded_for(v),
+            };
+        }
+        let res = r.resolve(Peer::Ip(ip), &h);
+        if let Some(w) = res.warning() {
+            self.notes
+                .push(format!("warning: --trusted-proxies: {w} [{}]", w.code()));
+        }
+        match res.key().network() {
+            Some((client, _)) => prefixes.key(client).write_bytes(out),
+            // An RFC 7239 obfuscated identifier from a trusted proxy (`_hidden`).
+            None => push_text(out, res.key().as_bytes()),
+        }
+        true
+    }
+
+    /// Notes the peer of a request for the hint: cheap while it is one already seen.
+    #[inline]
+    fn watch(&mut self, k: NetKey, ip: std::net::IpAddr) {
+        let Some(peers) = &mut self.peers else {
+            return;
+        };
+        if peers.last() == Some(&k) || peers.contains(&k) {
+            return;
+        }
+        if peers.len() < FEW_PEERS && self.internal.iter().any(|c| c.contains(ip)) {
+            peers.push(k);
+        } else {
+            self.peers = None;
+        }
+    }
+
+    /// The notes for stderr: the resolver's warnings, or the hint.
+    fn finish(self) -> Vec<String> {
+        let mut notes = self.notes;
+        if let (Some(peers), Some(field)) = (&self.peers, &self.forwarded_seen) {
+            if !peers.is_empty() {
+                let list: Vec<String> = peers.iter().map(NetKey::to_string).collect();
+                notes.push(format!(
+                    "hint: every request came from {} ({}), and the log names clients in a \
+                     forwarding header ({field}): behind a proxy or load balancer, every client \
+                     shares its key. --trusted-proxies {} (or `private`, or a hop count) keys \
+                     each request by the client the proxies name",
+                    if peers.len() == 1 {
+                        "one private address".to_string()
+                    } else {
+                        format!("{} private addresses", peers.len())
+                    },
+                    list.join(", "),
+                    list.join(",")
+                ));
+            }
+        }
+        notes
+    }
+}
+
 /// What a line holds.
 enum Parsed {
     /// A request (its key, method and path kept in the batch's bytes).
@@ -440,6 +595,7 @@ enum Parsed {
 #[inline(always)] // one caller: the line loop, whose registers it shares
 fn parse_line(
     cfg: &Config,
+    cl: &mut Clients,
     ex: &mut Extractor,
     tp: &mut TimeParser,
     caps: &mut Vec<(usize, usize)>,
@@ -473,15 +629,20 @@ fn parse_line(
     for part in &cfg.key {
         match part {
             KeyPart::Ip => match ex.ip(line) {
-                Some(ip) => match cfg.prefixes.key_of_text(ip) {
-                    Some(k) => k.write_bytes(key),
-                    None => {
+                Some(ip) => {
+                    if !cl.write_key(&cfg.prefixes, ip, ex.forwarded(line), key) {
+                        let list = if ip.contains(&b',') {
+                            " (a list of forwarding hops? name the peer's field and pick \
+                             the client with --trusted-proxies)"
+                        } else {
+                            ""
+                        };
                         bad_reason = Some(format!(
-                            "client address {:?} is not an IP address",
+                            "client address {:?} is not an IP address{list}",
                             String::from_utf8_lossy(ip)
                         ));
                     }
-                },
+                }
                 None => bad_reason = Some("no client address".into()),
             },
             KeyPart::Header(_) | KeyPart::Field(_) => {
@@ -564,6 +725,7 @@ fn pass(
     let mut tp = TimeParser::new(cfg.unit);
     let mut caps = Vec::new();
     let mut batch = Batch::new();
+    let mut clients = Clients::new(cfg)?;
     for src in sources {
         let name = src.name.clone();
         let counter = src.read_bytes.clone();
@@ -600,6 +762,9 @@ fn pass(
             continue;
         }
         let mut ex = Extractor::new(cfg.format, &head, &needs, &cfg.names, &name)?;
+        if clients.forwarded_seen.is_none() {
+            clients.forwarded_seen = ex.forwarded_seen.clone();
+        }
         let mut im = InputMeta {
             name: name.clone(),
             format: format!("{:?}", ex.format).to_lowercase(),
@@ -674,7 +839,15 @@ fn pass(
                     continue;
                 }
                 let parsed = parse_line(
-                    cfg, &mut ex, &mut tp, &mut caps, &mut batch, line, at, line_no,
+                    cfg,
+                    &mut clients,
+                    &mut ex,
+                    &mut tp,
+                    &mut caps,
+                    &mut batch,
+                    line,
+                    at,
+                    line_no,
                 );
                 match parsed {
                     Parsed::Request(req) => {
@@ -714,6 +887,7 @@ fn pass(
         meta.inputs.push(im);
     }
     prog.bar.finish_and_clear();
+    meta.client_notes = clients.finish();
     Ok(())
 }
 
@@ -925,4 +1099,176 @@ pub fn simulate(
     summary.last_t = end;
     summary.meta.elapsed_s = started.elapsed().as_secs_f64();
     Ok((summary, first_rejects))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::key_text;
+    use sluicegate::client::ClientKey;
+
+    fn config(trusted: &str, header: &str, v4: u8, v6: u8) -> Config {
+        Config {
+            policies: Vec::new(),
+            key: vec![KeyPart::Ip],
+            prefixes: Prefixes { v4, v6 },
+            trusted: trusted.parse().unwrap(),
+            names: Names {
+                forwarded_header: header.parse().unwrap(),
+                delimiter: b',',
+                ..Default::default()
+            },
+            format: LogFormat::Auto,
+            unit: EpochUnit::Auto,
+            cost: 1,
+            max_keys: 1 << 20,
+            strict: false,
+            top: 10,
+            sustain: 10,
+            trace: 0,
+            progress: false,
+            max_bins: 100,
+            dense: true,
+            stdin_copy: None,
+        }
+    }
+
+    /// The key text of a request from `peer` with the forwarding header `fwd`.
+    fn key(cl: &mut Clients, cfg: &Config, peer: &str, fwd: Option<&str>) -> Option<String> {
+        let mut out = Vec::new();
+        cl.write_key(
+            &cfg.prefixes,
+            peer.as_bytes(),
+            fwd.map(str::as_bytes),
+            &mut out,
+        )
+        .then(|| key_text(&out))
+    }
+
+    #[test]
+    fn the_client_behind_trusted_proxies() {
+        let balancer = "10.0.0.5";
+        // No trusted proxy: the peer, whatever the header says (as before).
+        let cfg = config("none", "xff", 32, 64);
+        let mut cl = Clients::new(&cfg).unwrap();
+        assert!(cl.resolver.is_none());
+        let k = key(&mut cl, &cfg, balancer, Some("192.0.2.3, 10.0.0.9"));
+        assert_eq!(k.as_deref(), Some("10.0.0.5"));
+        assert_eq!(key(&mut cl, &cfg, "not an address", None), None);
+        // Private ranges: the right-most hop outside them; a forged left-most hop changes
+        // nothing; a line without the header (or nginx's `-`, read as none) is the peer's.
+        let cfg = config("private", "xff", 32, 64);
+        let mut cl = Clients::new(&cfg).unwrap();
+        for (fwd, want) in [
+            (Some("192.0.2.3, 10.0.0.9"), "192.0.2.3"),
+            (Some("6.6.6.6, 192.0.2.3, 10.0.0.9"), "192.0.2.3"),
+            (Some("192.0.2.3"), "192.0.2.3"),
+            (None, "10.0.0.5"),
+        ] {
+            assert_eq!(key(&mut cl, &cfg, balancer, fwd).as_deref(), Some(want));
+        }
+        // A public peer is not a proxy: its own header is not believed.
+        let k = key(&mut cl, &cfg, "198.51.100.1", Some("192.0.2.3"));
+        assert_eq!(k.as_deref(), Some("198.51.100.1"));
+        assert!(cl.notes.is_empty(), "{:?}", cl.notes);
+        // A hop count: the n-th hop from the right; fewer hops warn once (the core's warning).
+        let cfg = config("2", "xff", 32, 64);
+        let mut cl = Clients::new(&cfg).unwrap();
+        let k = key(
+            &mut cl,
+            &cfg,
+            balancer,
+            Some("6.6.6.6, 192.0.2.3, 10.0.0.9"),
+        );
+        assert_eq!(k.as_deref(), Some("192.0.2.3"));
+        let k = key(&mut cl, &cfg, balancer, Some("10.0.0.9"));
+        assert_eq!(k.as_deref(), Some("10.0.0.9"));
+        let k = key(&mut cl, &cfg, balancer, Some("10.0.0.8"));
+        assert_eq!(k.as_deref(), Some("10.0.0.8"));
+        assert_eq!(cl.notes.len(), 1, "{:?}", cl.notes);
+        assert!(cl.notes[0].contains("short_chain"), "{:?}", cl.notes);
+        // A malformed hop where the client should be: the peer's key, warned once.
+        let cfg = config("1", "xff", 32, 64);
+        let mut cl = Clients::new(&cfg).unwrap();
+        let k = key(&mut cl, &cfg, balancer, Some("1.2.3.4, not-an-ip"));
+        assert_eq!(k.as_deref(), Some("10.0.0.5"));
+        assert!(cl.notes[0].contains("malformed_header"), "{:?}", cl.notes);
+        // RFC 7239 Forwarded, when named; an obfuscated identifier keys as written.
+        let cfg = config("1", "forwarded", 32, 64);
+        let mut cl = Clients::new(&cfg).unwrap();
+        let k = key(
+            &mut cl,
+            &cfg,
+            balancer,
+            Some(r#"for=6.6.6.6, for="[2001:db8::1]:443""#),
+        );
+        assert_eq!(k.as_deref(), Some("2001:db8::/64"));
+        let k = key(&mut cl, &cfg, balancer, Some("for=_hidden"));
+        assert_eq!(k.as_deref(), Some("_hidden"));
+    }
+
+    /// The prefixes key a resolved client as they key a peer: one rule (the CLI's), which is
+    /// the core's `ClientKey` for every prefix the core takes, IPv4-mapped IPv6 as IPv4.
+    #[test]
+    fn prefixes_apply_to_the_resolved_client_as_to_a_peer() {
+        let cfg = config("private", "xff", 24, 48);
+        let mut cl = Clients::new(&cfg).unwrap();
+        let fwd = Some("2001:db8:1:2::7, 10.0.0.9");
+        let k = key(&mut cl, &cfg, "10.0.0.5", fwd);
+        assert_eq!(k.as_deref(), Some("2001:db8:1::/48"));
+        let k = key(&mut cl, &cfg, "10.0.0.5", Some("::ffff:192.0.2.3"));
+        assert_eq!(k.as_deref(), Some("192.0.2.0/24"));
+        // As a peer.
+        let k = key(&mut cl, &cfg, "2001:db8:1:2::7", None);
+        assert_eq!(k.as_deref(), Some("2001:db8:1::/48"));
+        for ip in [
+            "192.0.2.7",
+            "2001:db8:1:2:3:4:5:6",
+            "::ffff:198.51.100.9",
+            "::1",
+        ] {
+            let ip: std::net::IpAddr = ip.parse().unwrap();
+            for (v4, v6) in [(32, 64), (24, 48), (1, 1), (32, 128), (8, 127)] {
+                let p = Prefixes { v4, v6 };
+                assert_eq!(
+                    p.key(ip).to_string(),
+                    ClientKey::from_ip(ip, v4, v6).as_str(),
+                    "{ip} /{v4} /{v6}"
+                );
+            }
+        }
+        // Prefix 0 (one key for all), which the CLI takes and the core does not.
+        let cfg = config("private", "xff", 0, 0);
+        let mut cl = Clients::new(&cfg).unwrap();
+        let k = key(&mut cl, &cfg, "10.0.0.5", Some("192.0.2.3"));
+        assert_eq!(k.as_deref(), Some("0.0.0.0/0"));
+    }
+
+    /// Without --trusted-proxies: a hint when every peer is one of a few private addresses
+    /// and a forwarding header was seen; none otherwise.
+    #[test]
+    fn the_hint_suggests_trusted_proxies() {
+        let cfg = config("none", "xff", 32, 64);
+        let run = |peers: &[&str], seen: bool| {
+            let mut cl = Clients::new(&cfg).unwrap();
+            cl.forwarded_seen = seen.then(|| "http_x_forwarded_for".to_string());
+            for p in peers {
+                key(&mut cl, &cfg, p, None).unwrap();
+            }
+            cl.finish()
+        };
+        let notes = run(&["10.0.0.5", "10.0.0.5", "10.0.0.6", "10.0.0.5"], true);
+        assert_eq!(notes.len(), 1);
+        assert!(
+            notes[0].contains("2 private addresses (10.0.0.5, 10.0.0.6)")
+                && notes[0].contains("--trusted-proxies 10.0.0.5,10.0.0.6"),
+            "{}",
+            notes[0]
+        );
+        assert!(run(&["10.0.0.5", "10.0.0.5"], false).is_empty());
+        assert!(run(&["10.0.0.5", "192.0.2.1"], true).is_empty());
+        let many = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5"];
+        assert!(run(&many, true).is_empty());
+        assert_eq!(run(&many[..4], true).len(), 1);
+    }
 }

@@ -1743,3 +1743,190 @@ fn table_counts_are_singular_for_one_and_top_keys_line_up() {
         assert_eq!(end, fig_end, "{heading}:\n{h}\n{row}");
     }
 }
+
+/// Behind a load balancer (10.0.0.5, every request's logged address): `--trusted-proxies`
+/// keys each request by the client its X-Forwarded-For names, through the core's resolver;
+/// without it nothing changes. Policy 1/m, burst 2, over 10 s: each key is admitted twice.
+#[test]
+fn clients_behind_trusted_proxies() {
+    let dir = tempfile::tempdir().unwrap();
+    // (peer, X-Forwarded-For): a client, the same client with forged left-most hops, a client
+    // behind a second (internal) proxy, two addresses of one IPv6 /64, no header, and a
+    // direct client that sends a header of its own.
+    let reqs = [
+        ("10.0.0.5", "192.0.2.1"),
+        ("10.0.0.5", "6.6.6.6, 192.0.2.1"),
+        ("10.0.0.5", "7.7.7.7, 192.0.2.1"),
+        ("10.0.0.5", "192.0.2.2, 10.0.0.9"),
+        ("10.0.0.5", "192.0.2.2, 10.0.0.9"),
+        ("10.0.0.5", "192.0.2.2, 10.0.0.9"),
+        ("10.0.0.5", "2001:db8:1:2::1"),
+        ("10.0.0.5", "2001:db8:1:2::2"),
+        ("10.0.0.5", "-"),
+        ("203.0.113.7", "1.1.1.1"),
+    ];
+    // nginx's stock `main` format: combined, then "$http_x_forwarded_for".
+    let mut log = String::new();
+    for (i, (peer, xff)) in reqs.iter().enumerate() {
+        log += &format!(
+            "{peer} - - [01/May/2024:00:00:0{i} +0000] \"GET /x HTTP/1.1\" 200 5 \"-\" \"curl/8\" \"{xff}\"\n"
+        );
+    }
+    let f = write(&dir, "main.log", &log);
+    let run = |f: &str, extra: &[&str]| -> (Value, String) {
+        let mut a = vec!["replay", f, "--policy", "1/m; burst=2", "--format", "json"];
+        a.extend_from_slice(extra);
+        let out = bin().args(&a).assert().success().get_output().clone();
+        (json(&out.stdout), String::from_utf8(out.stderr).unwrap())
+    };
+    let counts = |v: &Value| {
+        let p = &v["policies"][0];
+        // (Ties in any order.)
+        let mut top: Vec<(String, u64)> = p["top_throttled"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                (
+                    t["key"].as_str().unwrap().to_string(),
+                    t["rejected"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        (
+            v["keys"].as_u64().unwrap(),
+            p["admitted"].as_u64().unwrap(),
+            p["rejected"].as_u64().unwrap(),
+            top,
+        )
+    };
+    let s = |k: &str, n: u64| (k.to_string(), n);
+    // As before: every proxied request is the balancer's (2 of 9 admitted), plus the direct one.
+    let (v, err) = run(&f, &[]);
+    assert_eq!(v["bad_lines"], 0); // the trailing field is nginx's main format, not junk
+    assert_eq!(counts(&v), (2, 3, 7, vec![s("10.0.0.5", 7)]));
+    assert!(!err.contains("hint"), "{err}"); // one peer is public
+                                             // Only the balancer trusted: the hop it appended. Forged hops change nothing; behind the
+                                             // second proxy, the client is that proxy (10.0.0.9).
+    let (v, err) = run(&f, &["--trusted-proxies", "10.0.0.5"]);
+    assert_eq!(v["bad_lines"], 0);
+    assert_eq!(
+        counts(&v),
+        (5, 8, 2, vec![s("10.0.0.9", 1), s("192.0.2.1", 1)])
+    );
+    assert_eq!(v["inputs"][0]["fields"]["forwarded"], "x_forwarded_for");
+    assert!(err.is_empty(), "{err}");
+    // Every private address a proxy: the client behind both.
+    let (v, _) = run(&f, &["--trusted-proxies", "private"]);
+    assert_eq!(
+        counts(&v),
+        (5, 8, 2, vec![s("192.0.2.1", 1), s("192.0.2.2", 1)])
+    );
+    // The prefixes apply to the resolved client as to a peer.
+    let (v, _) = run(
+        &f,
+        &["--trusted-proxies", "private", "--ipv6-prefix", "128"],
+    );
+    assert_eq!(counts(&v).0, 6);
+    let (v, _) = run(&f, &["--trusted-proxies", "private", "--ipv4-prefix", "16"]);
+    // 192.0.2.0/16 holds both clients: 6 requests, 2 admitted.
+    assert_eq!(counts(&v), (4, 6, 4, vec![s("192.0.0.0/16", 4)]));
+    // A hop count of 2 on this log: short chains are warned of (the core's warning).
+    let (_, err) = run(&f, &["--trusted-proxies", "2"]);
+    assert!(err.contains("short_chain"), "{err}");
+
+    // JSON lines (nginx's names), every request through the balancer.
+    let mut log = String::new();
+    for (i, (_, xff)) in reqs.iter().enumerate() {
+        let xff = match (i, *xff) {
+            (9, _) => "198.51.100.4, 10.0.0.9",
+            (_, "-") => "",
+            (_, x) => x,
+        };
+        log += &format!(
+            "{{\"msec\":\"{}.000\",\"remote_addr\":\"10.0.0.5\",\"request\":\"GET /x HTTP/1.1\",\"http_x_forwarded_for\":\"{xff}\"}}\n",
+            1_714_521_600 + i
+        );
+    }
+    let j = write(&dir, "lb.jsonl", &log);
+    // Without --trusted-proxies: one key, and a hint.
+    let (v, err) = run(&j, &[]);
+    assert_eq!(counts(&v), (1, 2, 8, vec![s("10.0.0.5", 8)]));
+    assert!(
+        err.contains("hint: every request came from one private address (10.0.0.5)")
+            && err.contains("--trusted-proxies 10.0.0.5"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let (v, err) = run(&j, &["--trusted-proxies", "10.0.0.5"]);
+    assert_eq!(
+        counts(&v),
+        (4, 7, 3, vec![s("10.0.0.9", 2), s("192.0.2.1", 1)])
+    );
+    assert_eq!(
+        v["inputs"][0]["fields"]["forwarded"],
+        "http_x_forwarded_for"
+    );
+    assert!(err.is_empty(), "{err}");
+    let (v, _) = run(&j, &["--trusted-proxies", "private"]);
+    assert_eq!(
+        counts(&v),
+        (5, 8, 2, vec![s("192.0.2.1", 1), s("192.0.2.2", 1)])
+    );
+    // Named: the same field.
+    let (v, _) = run(
+        &j,
+        &[
+            "--trusted-proxies",
+            "private",
+            "--forwarded-field",
+            "http_x_forwarded_for",
+        ],
+    );
+    assert_eq!(counts(&v).1, 8);
+
+    // Errors: a spec that does not parse (exit 2, quoted), a log without the header (exit 4).
+    bin()
+        .args([
+            "replay",
+            &f,
+            "--policy",
+            "1/s",
+            "--trusted-proxies",
+            "10.0.0.1/8",
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("'10.0.0.1/8'"));
+    let plain = write(
+        &dir,
+        "plain.log",
+        "10.0.0.5 - - [01/May/2024:00:00:00 +0000] \"GET /x HTTP/1.1\" 200 5 \"-\" \"curl/8\"\n",
+    );
+    bin()
+        .args([
+            "replay",
+            &plain,
+            "--policy",
+            "1/s",
+            "--trusted-proxies",
+            "1",
+        ])
+        .assert()
+        .code(4)
+        .stderr(predicate::str::contains("--forwarded-field"));
+    // Keying by the raw header on combined lines points at --trusted-proxies.
+    bin()
+        .args([
+            "replay",
+            &f,
+            "--policy",
+            "1/s",
+            "--key",
+            "header:X-Forwarded-For",
+        ])
+        .assert()
+        .code(4)
+        .stderr(predicate::str::contains("--trusted-proxies"));
+}
