@@ -218,20 +218,31 @@ impl Extractor {
                 if let Some(c) = &names.cost {
                     ex.cost = Some(pick("cost", &Some(c.clone()), "")?);
                 }
-                if needs.ip || needs.forwarded {
-                    let i = pick("forwarding header", &names.forwarded, "x_forwarded_for")?;
+                // The field is used with --trusted-proxies (and must then be there), else only
+                // looked at for the hint (a field named in vain is then no error).
+                let picked = pick("forwarding header", &names.forwarded, "x_forwarded_for");
+                let picked = if needs.forwarded {
+                    Some(picked?)
+                } else {
+                    picked.ok().filter(|_| needs.ip)
+                };
+                if let Some(i) = picked {
                     let (present, seen) = combined_forwarded(head, i);
                     if seen {
                         ex.forwarded_seen = Some(COMBINED_FIELDS[i].to_string());
                     }
                     if needs.forwarded {
-                        if !present && names.forwarded.is_none() {
+                        if !present {
                             return Err(fail(format!(
                                 "--trusted-proxies needs the {} header, and no first line has it \
                                  (nginx's `main` format logs it as a quoted field after the \
-                                 User-Agent: \"$http_x_forwarded_for\"); name its field with \
-                                 --forwarded-field",
-                                names.forwarded_header.header_name()
+                                 User-Agent: \"$http_x_forwarded_for\"){}",
+                                names.forwarded_header.header_name(),
+                                if names.forwarded.is_some() {
+                                    ""
+                                } else {
+                                    "; name its field with --forwarded-field"
+                                }
                             )));
                         }
                         ex.fwd = Some(i);
@@ -516,6 +527,14 @@ impl Extractor {
             self.cost = Some(add(self, "cost", &Some(c.clone()), vec![])?);
         }
         if needs.forwarded {
+            if let Some(f) = names.forwarded.as_ref().filter(|f| !present(f)) {
+                // Every line would have no header, and be keyed by its proxy: silently.
+                return Err(fail(format!(
+                    "the forwarding header's field {f:?} (--forwarded-field) is in none of the \
+                     first lines; --trusted-proxies needs it (nested JSON fields with dots, e.g. \
+                     req.headers.x-forwarded-for)"
+                )));
+            }
             let cands = forwarded_candidates(names);
             self.fwd = Some(add(self, "forwarded", &names.forwarded, cands)?);
         }

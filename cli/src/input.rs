@@ -511,8 +511,16 @@ pub const DETECT_LINES: usize = 20;
 
 /// The format of a log from its first non-blank lines: the format most of the first
 /// [`DETECT_LINES`] look like ([`sniff`]), ties going to the earliest line's, so that one
-/// malformed first line (a truncated line of a rotated log) does not decide alone.
+/// malformed first line (a truncated line of a rotated log) does not decide alone. A first
+/// line that reads as a CSV header (column names) decides alone: the records under it may
+/// hold anything, a combined log line in a `message` column included.
 pub fn detect(head: &[Vec<u8>]) -> LogFormat {
+    if head
+        .first()
+        .is_some_and(|l| sniff(l) == LogFormat::Csv && csv_header_like(l))
+    {
+        return LogFormat::Csv;
+    }
     let formats: Vec<LogFormat> = head.iter().take(DETECT_LINES).map(|l| sniff(l)).collect();
     let count = |f: LogFormat| formats.iter().filter(|&&g| g == f).count();
     let mut best = formats.first().copied().unwrap_or(LogFormat::Csv);
@@ -522,6 +530,26 @@ pub fn detect(head: &[Vec<u8>]) -> LogFormat {
         }
     }
     best
+}
+
+/// Whether `line` reads as a CSV header: two or more fields (split at `,`, `;` or a tab), each
+/// a column name (letters, digits, `_ - .` and spaces, a letter among them, optionally
+/// quoted). A log line (a truncated combined line, a record) has a `/`, `[`, `:` or a bare
+/// number somewhere.
+fn csv_header_like(line: &[u8]) -> bool {
+    let fields: Vec<&[u8]> = line.split(|&b| matches!(b, b',' | b';' | b'\t')).collect();
+    fields.len() >= 2
+        && fields.iter().all(|f| {
+            let f = f.trim_ascii();
+            let f = f
+                .strip_prefix(b"\"")
+                .and_then(|f| f.strip_suffix(b"\""))
+                .unwrap_or(f);
+            (1..=64).contains(&f.len())
+                && f.iter().any(u8::is_ascii_alphabetic)
+                && f.iter()
+                    .all(|&b| b.is_ascii_alphanumeric() || b"_-. ".contains(&b))
+        })
 }
 
 /// The format of one line.
@@ -1675,6 +1703,19 @@ mod tests {
         assert_eq!(detect(&csv), LogFormat::Csv);
         // A tie goes to the first line's format.
         assert_eq!(detect(&[clf.clone(), b"x".to_vec()]), LogFormat::Combined);
-        assert_eq!(detect(&[b"x".to_vec(), clf]), LogFormat::Csv);
+        assert_eq!(detect(&[b"x".to_vec(), clf.clone()]), LogFormat::Csv);
+        // A CSV header decides alone: its records may hold combined lines (a message column).
+        let quoted = br#"2024-05-01T00:00:00Z,1.2.3.4,/a,"1.2.3.4 - - [01/May/2024:00:00:00 +0000] ""GET /a HTTP/1.1"" 200 1""#;
+        let mut head = vec![b"time,ip,path,message".to_vec()];
+        head.extend(std::iter::repeat_n(quoted.to_vec(), 3));
+        assert_eq!(detect(&head), LogFormat::Csv);
+        assert_eq!(
+            detect(&[b"\"time\";\"client ip\"".to_vec(), clf.clone(), clf.clone()]),
+            LogFormat::Csv
+        );
+        // A truncated log line is no header.
+        let mut head = vec![br#"0/Oct/2000:13:55:36 -0700] "GET / HTTP/1.0" 200 1, x"#.to_vec()];
+        head.extend(std::iter::repeat_n(clf, 3));
+        assert_eq!(detect(&head), LogFormat::Combined);
     }
 }

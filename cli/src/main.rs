@@ -427,6 +427,20 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
             } else {
                 a.key.clone()
             };
+            if let Some(t) = a
+                .trusted_proxies
+                .as_ref()
+                .filter(|t| **t != TrustedProxies::None)
+            {
+                if !key.iter().any(|k| matches!(k, policy::KeyPart::Ip)) {
+                    // It changes the ip key alone: given with another key, it does nothing.
+                    return Err(CliError::usage(
+                        "--trusted-proxies",
+                        &t.to_string(),
+                        "it finds the client for the ip key, and --key has no ip part",
+                    ));
+                }
+            }
             let cfg = run::Config {
                 policies: a.policy.clone(),
                 key,

@@ -372,10 +372,15 @@ impl Route {
                     };
                     (n == name.as_slice()).then_some((v, e, value))
                 }),
-                Param::Whole(toks) => args.iter().find_map(|&(s, e)| {
-                    more.clear();
-                    match_toks(toks, &path[s..e], &mut more).then_some((s, e, toks))
-                }),
+                Param::Whole(toks) => args
+                    .iter()
+                    .find_map(|&(s, e)| {
+                        more.clear();
+                        match_toks(toks, &path[s..e], &mut more).then_some((s, e, toks))
+                    })
+                    // An empty query string (`/search?`): `*` matches it, as it did when
+                    // the query was matched as text.
+                    .or_else(|| (query.is_some() && args.is_empty()).then_some((q, q, toks))),
             };
             let Some((s, e, toks)) = found else {
                 return false;
@@ -705,6 +710,11 @@ mod tests {
             m("/s?id={id}.json", "GET", "/s?id=7.json"),
             Some(vec!["7".into()])
         );
+        // `?*`: any query, an empty one included (it matched as text before), but a `?`.
+        assert_eq!(m("/search?*", "GET", "/search?"), Some(vec![]));
+        assert_eq!(m("/search?*", "GET", "/search?a=1"), Some(vec![]));
+        assert_eq!(m("/search?*", "GET", "/search"), None);
+        assert_eq!(m("/search?x", "GET", "/search?"), None);
         assert!(Route::parse("api").is_err());
         assert!(Route::parse("/a/{").is_err());
     }

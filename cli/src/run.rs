@@ -209,8 +209,9 @@ fn first_time(cfg: &Config, needs: &Needs, path: &str) -> Result<Option<u64>, Cl
 
 /// The files in the order of their first timestamps (a shell glob lists `access.log` before
 /// the older `access.log.1`): each file's first usable line is read before the replay. Stdin
-/// (`-`, or `stdin`, its copy) cannot be read ahead: it keeps its place, the files are ordered
-/// around it. Files without a timestamp in any line keep their place among the others, after
+/// (`-`, or `stdin`, its copy) and anything else that is not a regular file (a named pipe,
+/// `<(zcat ...)`) cannot be read ahead, which would use up what it holds: each keeps its
+/// place, the files are ordered around them. Files without a timestamp in any line keep their place among the others, after
 /// those with one. Ties keep the order given.
 pub fn order_inputs(
     cfg: &Config,
@@ -224,7 +225,8 @@ pub fn order_inputs(
         return Ok(inputs.clone());
     }
     let needs = cfg.needs();
-    let is_stdin = |f: &str| f == "-" || Some(f) == stdin;
+    let is_stdin =
+        |f: &str| f == "-" || Some(f) == stdin || !std::fs::metadata(f).is_ok_and(|m| m.is_file());
     let mut timed = Vec::new();
     for f in files.iter().filter(|f| !is_stdin(f)) {
         timed.push((first_time(cfg, &needs, f)?, f.clone()));

@@ -1628,6 +1628,22 @@ fn inputs_are_replayed_in_the_order_of_their_first_timestamps() {
     let v = json(&out.stdout);
     assert_eq!(v["inputs"][1]["name"], "<stdin>");
     assert!(String::from_utf8_lossy(&out.stderr).contains("overlaps"));
+    // A named pipe (as `<(zcat access.log.2.gz)` gives) is not read ahead either: a read
+    // ahead used up its first lines, lost to the replay.
+    let fifo = dir.path().join("pipe");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let writer = {
+        let (fifo, text) = (fifo.clone(), log(&all[..20]));
+        std::thread::spawn(move || std::fs::write(fifo, text).unwrap())
+    };
+    let (v, _) = run(&[&cur, fifo.to_str().unwrap()]);
+    writer.join().unwrap();
+    assert_eq!(v["requests"], 40, "{v}");
+    assert_eq!(v["inputs"][1]["name"], fifo.to_str().unwrap());
 }
 
 /// A UTF-8 byte order mark at the start of an input (a spreadsheet's CSV export) is not part
@@ -1916,6 +1932,33 @@ fn clients_behind_trusted_proxies() {
         .assert()
         .code(4)
         .stderr(predicate::str::contains("--forwarded-field"));
+    // A --forwarded-field in none of the first lines: exit 4 on JSON as on combined lines (it
+    // keyed every request by the balancer, silently).
+    for log in [&j, &f] {
+        bin()
+            .args([
+                "replay",
+                log,
+                "--policy",
+                "1/s",
+                "--trusted-proxies",
+                "private",
+            ])
+            .args(["--forwarded-field", "http_x_forwarded_fro"])
+            .assert()
+            .code(predicate::in_iter([2, 4]))
+            .stderr(predicate::str::contains("http_x_forwarded_fro"));
+    }
+    // Named but not used (no --trusted-proxies): no error.
+    let (v, _) = run(&f, &["--forwarded-field", "bogus"]);
+    assert_eq!(counts(&v).0, 2);
+    // --trusted-proxies finds the client of the ip key: with no ip key it would do nothing.
+    bin()
+        .args(["replay", &f, "--policy", "1/s", "--key", "path"])
+        .args(["--trusted-proxies", "private"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no ip part"));
     // Keying by the raw header on combined lines points at --trusted-proxies.
     bin()
         .args([
