@@ -42,7 +42,7 @@ declare namespace rateLimit {
      */
     trustedProxies?: number | false | string | string[]
     /** The header those proxies write: `'x-forwarded-for'` (default) or `'forwarded'`. */
-    proxyHeader?: 'x-forwarded-for' | 'forwarded'
+    proxyHeader?: 'x-forwarded-for' | 'forwarded' | (string & {})
     /** The default key's IPv6 prefix length (default 64: one key per /64). */
     ipv6Subnet?: number
     /** Keys never limited (not counted), or a function saying so (may return a promise). */

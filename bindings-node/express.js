@@ -21,8 +21,11 @@ function defaultHandler(req, res, next, options) {
   const { message, statusCode } = options
   res.status(statusCode)
   if (typeof message !== 'function') return res.send(message)
-  // A function's body may come as a Promise (as express-rate-limit awaits it).
-  return then(message(req, res), (body) => res.send(body), next)
+  // A function's body may come as a Promise (as express-rate-limit awaits it); a throw of
+  // res.send after it (an answer sent meanwhile) goes to next too, not an unhandled rejection.
+  const body = message(req, res)
+  if (!isThenable(body)) return res.send(body)
+  return body.then((b) => res.send(b)).catch(next)
 }
 
 /**
@@ -54,8 +57,10 @@ function rateLimit(options = {}) {
   const style = opts.standardHeaders === false ? null : draftStyle(opts.standardHeaders, 'standardHeaders')
   const legacy = Boolean(opts.legacyHeaders)
   if (typeof opts.handler !== 'function') throw invalidArg('handler must be a function')
-  if (!Number.isInteger(opts.statusCode) || opts.statusCode < 100 || opts.statusCode > 599) {
-    throw invalidArg('statusCode must be an HTTP status, an integer from 100 to 599')
+  // The default handler sends it: a status Node cannot send failed on every rejected request.
+  const status = typeof opts.statusCode === 'string' && /^\d+$/.test(opts.statusCode) ? Number(opts.statusCode) : opts.statusCode
+  if (opts.handler === defaultHandler && !(Number.isInteger(status) && status >= 100 && status <= 999)) {
+    throw invalidArg('statusCode must be an HTTP status, an integer from 100 to 999')
   }
   if (typeof opts.policy !== 'string') throw invalidArg('policy must be a string')
   opts.keyGenerator = keyGeneratorOf(options)

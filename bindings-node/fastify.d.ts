@@ -89,7 +89,7 @@ declare namespace sluicegateFastify {
      */
     trustedProxies?: number | false | string | string[]
     /** The header those proxies write: `'x-forwarded-for'` (default) or `'forwarded'`. */
-    proxyHeader?: 'x-forwarded-for' | 'forwarded'
+    proxyHeader?: 'x-forwarded-for' | 'forwarded' | (string & {})
     /** The default key's IPv6 prefix length (default 64: one key per /64). */
     ipv6Subnet?: number
     /** Keys never limited (not counted), or a function saying so (may return a promise). */
@@ -168,7 +168,9 @@ declare module 'fastify' {
      */
     rateLimit(options: sluicegateFastify.RouteRateLimitOptions & { hook: 'preParsing' }): sluicegateFastify.RateLimitPreParsingHook
     rateLimit(options?: sluicegateFastify.RouteRateLimitOptions & { hook?: 'onRequest' | 'preValidation' | 'preHandler' }): sluicegateFastify.RateLimitHook
-    rateLimit(options?: sluicegateFastify.RouteRateLimitOptions): sluicegateFastify.RateLimitHook | sluicegateFastify.RateLimitPreParsingHook
+    // Options typed as the general RouteRateLimitOptions (hook unknown to the compiler): typed
+    // as the common case, as before the preParsing overload.
+    rateLimit(options?: sluicegateFastify.RouteRateLimitOptions): sluicegateFastify.RateLimitHook
     /** The global limit's admin calls, or a group's (by `groupId`). */
     rateLimits: {
       get(key: Key_, groupId?: string): Decision_ | Promise<Decision_> | null

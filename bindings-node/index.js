@@ -661,7 +661,8 @@ class KeyedLimiter {
     }
     // An option of `new KeyedLimiter` given as `undefined` is absent.
     for (const k of Object.keys(options)) {
-      if (SHARED_KEYED_OPTIONS.has(k) || (KEYED_OPTIONS.has(k) && options[k] === undefined)) continue
+      // (`metrics: false`, `shadow: false`, `onReject: null`: asked for nothing it lacks.)
+      if (SHARED_KEYED_OPTIONS.has(k) || (KEYED_OPTIONS.has(k) && !options[k])) continue
       throw invalidArg(
         KEYED_OPTIONS.has(k)
           ? `a shared KeyedLimiter takes no ${k} option (new KeyedLimiter does)`

@@ -267,7 +267,7 @@ static void test_store_errors(void) {
            SG_ERR_STORE_MISMATCH);
   CHECK(k == sentinel);
   CHECK_RC(sg_limiter_new_in_store(q10, store, NULL, &l), SG_ERR_STORE_MISMATCH);
-  CHECK_DETAIL("as a single-bucket limiter does");
+  CHECK_DETAIL("what a single-bucket limiter asks for");
   CHECK(l == NULL);
   CHECK(strcmp(sg_result_name(SG_ERR_STORE_MISMATCH), "store_mismatch") == 0);
 

@@ -213,7 +213,7 @@ console.log('ok')
 // \`@ts-expect-error\`: each where the runtime throws or answers otherwise.
 const TYPES = `
 import Fastify, { type onRequestHookHandler, type preParsingHookHandler } from 'fastify'
-import sluicegate, { type RateLimitPreParsingHook } from 'sluicegate/fastify'
+import sluicegate, { type RateLimitPreParsingHook, type RouteRateLimitOptions } from 'sluicegate/fastify'
 import rateLimit from 'sluicegate/express'
 import { ClientResolver, Decision, KeyedLimiter, Limiter, canonicalQuota, type QuotaOptions } from 'sluicegate'
 
@@ -245,12 +245,17 @@ app.get('/p', { preParsing: app.rateLimit({ hook: 'preParsing' }) }, async () =>
 // @ts-expect-error not an onRequest hook
 const early: onRequestHookHandler = app.rateLimit({ hook: 'preParsing' })
 app.addHook('onRequest', app.rateLimit({ hook: 'onRequest' }))
+// Options typed as the general RouteRateLimitOptions: the common (onRequest-style) hook.
+const general: RouteRateLimitOptions = { max: 5 }
+app.addHook('onRequest', app.rateLimit(general))
 
 // No trusted proxy (0, false) and the two forwarding headers.
 rateLimit({ trustedProxies: false, proxyHeader: 'forwarded' })
 new ClientResolver({ trustedProxies: 0, proxyHeader: 'x-forwarded-for' })
-// @ts-expect-error the core reads these two headers only
-app.register(sluicegate, { trustedProxies: 1, proxyHeader: 'x-real-ip' })
+// Any spelling the core takes (its names in any case, 'xff'), or a string from a
+// configuration: the core checks it.
+const fromConfig: string = 'X-Forwarded-For'
+app.register(sluicegate, { trustedProxies: 1, proxyHeader: fromConfig })
 
 // The web adapters' figures are numbers or bigints, as the core's.
 rateLimit({ limit: 5n, windowMs: 60_000n, burst: 10n, cost: () => 2n })

@@ -120,10 +120,12 @@ test('options of the wrong type or value', async () => {
   assert.throws(() => new KeyedLimiter('1/s', { maxkeys: 10 }), (e) => INVALID_ARG(e) && e.message.includes('"maxkeys"'))
   assert.throws(() => KeyedLimiter.shared('typo-shared', '1/s', { onfull: 'evict' }), INVALID_ARG)
   // The in-process registry keeps a table's bound only: no counters, shadow mode or hook.
-  for (const [k, v] of [['metrics', true], ['shadow', false], ['onReject', () => {}]]) {
+  for (const [k, v] of [['metrics', true], ['shadow', true], ['onReject', () => {}]]) {
     assert.throws(() => KeyedLimiter.shared(`shared-${k}`, '1/s', { [k]: v }), (e) => INVALID_ARG(e) && e.message.includes(k), k)
   }
   assert.equal(KeyedLimiter.shared('shared-undefined', '1/s', { metrics: undefined, maxKeys: 8 }).maxKeys, 8)
+  // Asking for none of them is fine.
+  assert.equal(KeyedLimiter.shared('shared-off', '1/s', { metrics: false, shadow: false, onReject: null }).maxKeys, 1048576)
   await assert.rejects(new Limiter('1/s').acquire({ timeout: 100 }), INVALID_ARG)
   assert.throws(() => Limiter.shared(1, '1/s'), INVALID_ARG)
   assert.throws(() => new ManualClock(-1), INVALID_ARG)

@@ -237,8 +237,10 @@ test('bad options throw at construction', () => {
   // A status res.status cannot send failed on every rejected request, not here.
   bad({ statusCode: 429n })
   bad({ statusCode: 99 })
-  bad({ statusCode: 600 })
-  bad({ statusCode: '429' })
+  bad({ statusCode: 1000 })
+  bad({ statusCode: 'too many' })
+  assert.equal(typeof rateLimit({ statusCode: '429' }), 'function') // Express 4 sends it
+  assert.equal(typeof rateLimit({ statusCode: 429n, handler: (req, res) => res.sendStatus(503) }), 'function')
   bad({ policy: 5 })
   assert.equal(typeof rateLimit({ policy: undefined }), 'function')
   bad(null)

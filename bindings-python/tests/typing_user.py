@@ -10,7 +10,7 @@ from typing import Any, assert_type
 from django.http import HttpRequest, HttpResponse
 from flask import Blueprint, Flask
 from prometheus_client.metrics_core import Metric
-from starlette.requests import HTTPConnection
+from starlette.requests import HTTPConnection, Request
 
 import sluicegate
 from sluicegate.django import ratelimit
@@ -54,7 +54,12 @@ def skip(conn: HTTPConnection) -> bool:
     return conn.url.path == "/health"
 
 
+def skip_requests(request: Request) -> bool:
+    return request.method == "OPTIONS"
+
+
 starlette_limiter = StarletteSluicegate(trusted_proxies={"10.0.0.0/8"}, skip=skip)
+http_only_limiter = StarletteSluicegate(skip=skip_requests)
 
 
 class Page:

@@ -118,10 +118,13 @@ end
 -- `clock`: a manual clock, or nil for the default clock. `store`: nil or "memory" (this
 -- process), or "shm:NAME" (a shared-memory region: every worker of the host that opens
 -- NAME shares its buckets; errors such as "store_mismatch: ..." when it holds another quota).
+-- `max_keys` nil with a store: the region's own capacity (or the store string's
+-- `?capacity=N`, or the default for a new region).
 function M.keyed(rate, max_keys, clock, store)
   if type(rate) ~= "string" then
     return nil, "invalid_argument: the rate must be a string such as \"10/s; burst=20\""
   end
+  local given = max_keys
   max_keys = max_keys or DEFAULT_MAX_KEYS
   if not whole(max_keys) or max_keys < 1 then
     return nil, "invalid_argument: max_keys must be a whole number, 1 or more, not " .. tostring(max_keys)
@@ -131,7 +134,7 @@ function M.keyed(rate, max_keys, clock, store)
   if rc ~= C.SG_OK then return nil, last_error(rc) end
   local out = ffi.new("sg_keyed_limiter *[1]")
   if store then
-    rc = lib.sg_keyed_limiter_new_in_store(q[0], store, max_keys, C.SG_ON_FULL_EVICT_FULLEST, clock, out)
+    rc = lib.sg_keyed_limiter_new_in_store(q[0], store, given or 0, C.SG_ON_FULL_EVICT_FULLEST, clock, out)
   elseif clock then
     rc = lib.sg_keyed_limiter_new_with_clock(q[0], max_keys, C.SG_ON_FULL_EVICT_FULLEST, clock, out)
   else

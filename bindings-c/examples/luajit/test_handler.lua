@@ -91,6 +91,18 @@ check(err3 and err3:match("^invalid_option: ") ~= nil, "bad store reported: " ..
 local _, err4 = sg.keyed("10/s", 10, nil, "shm:/nonexistent-directory-of-sluicegate/region")
 check(err4 and err4:match("^store_unavailable: ") ~= nil, "missing directory: " .. tostring(err4))
 
+-- No max_keys with a store: the store string's capacity, or the region's own (the default
+-- was sent as max_keys, which a ?capacity=N or an existing region of another size refused).
+local region = os.tmpname()
+os.remove(region) -- a name no file has: the region is made there
+local sized, err5 = sg.keyed("10/s", nil, nil, "shm:" .. region .. "?capacity=8")
+check(sized ~= nil, "a capacity in the store string: " .. tostring(err5))
+local again, err6 = sg.keyed("10/s", nil, nil, "shm:" .. region)
+check(again ~= nil, "the region's own capacity: " .. tostring(err6))
+sized, again = nil, nil
+collectgarbage()
+os.remove(region)
+
 -- An integer key is its decimal digits: 42 and "42" are one bucket, one key.
 local ids = assert(sg.keyed("1/h; burst=2", 10, clock))
 check(ids:acquire(42, 1).allowed and ids:acquire("42", 1).allowed, "42 and \"42\" admitted")

@@ -443,8 +443,8 @@ impl Region {
                          the file once no process has it open)",
                         self.meta.capacity,
                         if c == 1 {
-                            ", as a single-bucket limiter does (a keyed limiter's region is \
-                             opened by a keyed limiter)"
+                            ", what a single-bucket limiter asks for (a keyed limiter's region \
+                             is opened by a keyed limiter)"
                         } else {
                             ""
                         }
