@@ -488,7 +488,7 @@ fn keyed_handles() {
         k = null_mut();
         expect(
             sg_keyed_limiter_new(q, 0, 0, &mut k),
-            sg_result::SG_ERR_INVALID_QUOTA,
+            sg_result::SG_ERR_INVALID_OPTION,
             "max_keys",
         );
         expect(
