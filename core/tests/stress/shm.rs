@@ -414,8 +414,9 @@ fn processes_started_seconds_apart_read_one_clock() {
     let (ds, dm) = ((s2 - s1) as i128, (m2 - m1) as i128);
     assert!(dm >= 2_500_000_000, "{dm}");
     // The region's clock runs with CLOCK_MONOTONIC: the two processes, 2.5 s apart, agree
-    // within 1 ms plus a thousandth (the TSC's calibration).
-    let slack = 1_000_000 + dm / 1000;
+    // within 1 ms plus a hundredth (the TSC's calibration, quanta's: a CI run on a busy 2-core
+    // VM saw it 1.9 thousandths off). A clock of each process's own would be 2.5 s off.
+    let slack = 1_000_000 + dm / 100;
     assert!(
         (ds - dm).abs() <= slack,
         "region clock moved {ds} ns, CLOCK_MONOTONIC {dm} ns"
