@@ -624,6 +624,69 @@ fn a_runtime_dropped_with_pooled_connections_breaks_nothing() {
     drop(idle);
 }
 
+/// An I/O error on a connection of a runtime's own (here the server closed it: CLIENT KILL)
+/// fails that call and closes that connection only: the link's connection stays up, so a
+/// blocking caller's next call and the runtime's next (on a new connection of its own) are
+/// decided. (A runtime that ends fails its calls in flight so; before, one such error took
+/// the link down, and the next calls of every caller failed until it reconnected.)
+#[test]
+fn a_lost_connection_of_a_runtime_takes_only_itself() {
+    let srv = Server::start();
+    let url = format!(
+        "{}?prefix=lost&negative_cache=off&on_error=error&timeout=2s",
+        srv.url()
+    );
+    let l = keyed("1000000/s", &url);
+    let mut r = srv.resp();
+    let ids = |r: &mut server::Resp| -> Vec<u64> {
+        let Reply::Bulk(list) = r.cmd(&["CLIENT", "LIST"]).unwrap() else {
+            panic!("CLIENT LIST")
+        };
+        list.lines()
+            .filter_map(|line| line.strip_prefix("id="))
+            .map(|rest| rest.split(' ').next().unwrap().parse().unwrap())
+            .collect()
+    };
+    let before = ids(&mut r);
+    let rt = runtime("current");
+    assert!(rt.block_on(l.try_acquire_async(&1, 1)).unwrap().allowed());
+    // The connection the runtime opened: the one id not there before.
+    let own: Vec<u64> = ids(&mut r)
+        .into_iter()
+        .filter(|id| !before.contains(id))
+        .collect();
+    assert_eq!(own.len(), 1, "one connection of the runtime's own: {own:?}");
+    assert_eq!(
+        r.int(&["CLIENT", "KILL", "ID", &own[0].to_string()]),
+        1,
+        "CLIENT KILL"
+    );
+    let s0 = l.redis_stats().unwrap();
+    match rt.block_on(l.try_acquire_async(&2, 1)) {
+        Err(Error::Store {
+            kind: StoreErrorKind::Unavailable,
+            ..
+        }) => {}
+        other => panic!("a call on the closed connection: {other:?}"),
+    }
+    assert!(
+        l.try_acquire(&3, 1).unwrap().allowed(),
+        "a blocking caller after the runtime's connection was lost"
+    );
+    for i in 0..5 {
+        assert!(rt
+            .block_on(l.try_acquire_async(&(10 + i), 1))
+            .unwrap()
+            .allowed());
+    }
+    let s1 = l.redis_stats().unwrap();
+    assert_eq!(
+        (s1.unavailable - s0.unavailable, s1.timeouts - s0.timeouts),
+        (1, 0),
+        "{s0:?} then {s1:?}"
+    );
+}
+
 #[test]
 fn stress_child() {
     let Ok(url) = std::env::var("SG_STRESS_URL") else {

@@ -20,9 +20,12 @@
 //!   servers as above, unless `connections=0`): each runtime (by `runtime::Id`) has a
 //!   multiplexed connection of its own, opened and driven there (a stream is registered with
 //!   one runtime's IO driver, so it is never used from another), on which its concurrent
-//!   callers are pipelined ([`RUNTIME_CONNECTIONS`]). The deadline is a timer of that runtime. A runtime without a time or an IO driver, another executor and
-//!   a `panic=abort` build (where the driver probe cannot run) hand off. When a runtime ends,
-//!   a task of ours on it is dropped with the others, and its entry with it.
+//!   callers are pipelined ([`RUNTIME_CONNECTIONS`]). The deadline is a timer of that
+//!   runtime. A runtime without a time or an IO driver, another executor and a `panic=abort`
+//!   build (where the driver probe cannot run) hand off. When a runtime ends, a task of ours
+//!   on it is dropped with the others, and its entry with it. An I/O error on such a
+//!   connection closes it alone (a runtime that ends fails its calls in flight so); a
+//!   connection that cannot be opened marks the link down, as below.
 //! * **A short timeout per call** (`timeout`, default 50 ms), FUNCTION LOAD (or EVAL) and
 //!   the retry included.
 //! * **No replay.** A call whose outcome is unknown (a timeout, a lost connection) is never
@@ -703,30 +706,40 @@ impl Link {
         };
         // Boxed: the exchange's future is about 2 KB, and the caller's futures (this one's
         // included) would carry it and copy it at every move.
+        // With whether the call got as far as a connection of the runtime's own.
         let call = Box::pin(async {
             let conn = match conn {
                 Some(conn) => conn,
                 None => match self.open_own(client, &mut seat, generation).await {
                     Some(Ok(conn)) => conn,
-                    Some(Err(fail)) => return Some(Err(fail)),
+                    Some(Err(fail)) => return Some((Err(fail), false)),
                     None => return None,
                 },
             };
-            Some(self.exchange(&mut Conn::Single(conn), &req).await)
+            Some((self.exchange(&mut Conn::Single(conn), &req).await, true))
         });
-        let r = match tokio::time::timeout_at(deadline, call).await {
+        let (r, on_own) = match tokio::time::timeout_at(deadline, call).await {
             Ok(Some(r)) => r,
             // The runtime has no IO driver: nothing was sent.
             Ok(None) => {
                 drop(seat);
                 return run(self.clone().call(req)).await;
             }
-            Err(_) => Err(Fail::Timeout),
+            Err(_) => (Err(Fail::Timeout), false),
         };
         // After a timeout or an I/O error the connection's state is unknown: closed.
         seat.keep = matches!(r, Ok(_) | Err(Fail::Server(_)));
         drop(seat);
-        r.inspect_err(|fail| self.failed(fail, generation))
+        r.inspect_err(|fail| match fail {
+            // An I/O error on a connection of the runtime's own closes that connection only
+            // (above): the link's connection stands. Such an error is also what a runtime
+            // that ends makes of its calls in flight (the task that drove the connection
+            // dropped first), and one runtime's end must not take the link down for every
+            // other caller. A server that is gone fails the next call's connection, which
+            // marks the link down.
+            Fail::Io(_) if on_own => bump(&self.counters.unavailable),
+            _ => self.failed(fail, generation),
+        })
     }
 
     /// Where an async call on runtime `rt` goes (the link is up, at `generation`).
