@@ -188,7 +188,7 @@ struct ReplayArgs {
     #[arg(long)]
     strict: bool,
     /// The window of the peak sustained rates.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = parse_sustain)]
     sustain: u64,
     /// Keys per policy whose bucket levels the HTML report charts (a second pass).
     #[arg(long, default_value_t = 3)]
@@ -280,6 +280,16 @@ fn parse_rate(s: &str) -> Result<engine::Rate, String> {
 fn parse_duration(s: &str) -> Result<u64, String> {
     match duration(s)? {
         0 => Err(format!("duration {s:?} must be longer than zero")),
+        d => Ok(d),
+    }
+}
+/// The sustain window: counted in ten equal steps, so a whole number of ten nanoseconds
+/// (15ns would be counted over 10ns and reported as 15ns).
+fn parse_sustain(s: &str) -> Result<u64, String> {
+    match parse_duration(s)? {
+        d if d % 10 != 0 => Err(format!(
+            "the window {s:?} is counted in ten equal steps: give a multiple of 10ns"
+        )),
         d => Ok(d),
     }
 }
@@ -465,7 +475,7 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
                 max_keys: a.max_keys.max(1),
                 strict: a.strict,
                 top: a.out.top,
-                sustain: a.sustain.max(10),
+                sustain: a.sustain,
                 trace,
                 progress: !a.quiet && std::io::stderr().is_terminal(),
                 max_bins: 1200,

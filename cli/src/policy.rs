@@ -351,53 +351,56 @@ impl Route {
         let Some(params) = &self.query else {
             return true;
         };
-        // The request's parameters: their ranges in `path`.
+        // The request's parameters: their ranges in `path` (no allocation: this runs for
+        // every line of a log).
         let q = query.unwrap_or(path.len());
-        let mut args = Vec::new();
-        let mut at = q;
-        for piece in path[q..].split(|&b| b == b'&') {
-            if !piece.is_empty() {
-                args.push((at, at + piece.len()));
+        let args = || {
+            path[q..]
+                .split(|&b| b == b'&')
+                .scan(q, |at, piece| {
+                    let s = *at;
+                    *at += piece.len() + 1;
+                    Some((s, s + piece.len()))
+                })
+                .filter(|&(s, e)| s < e)
+        };
+        // `toks` against `path[s..e]`, its captures appended to `caps` as ranges in `path`
+        // (`caps` as it was when they do not match).
+        let at = |toks: &[Tok], s: usize, e: usize, caps: &mut Vec<(usize, usize)>| {
+            let n = caps.len();
+            if !match_toks(toks, &path[s..e], caps) {
+                caps.truncate(n);
+                return false;
             }
-            at += piece.len() + 1;
-        }
-        let mut more = Vec::new();
+            for c in &mut caps[n..] {
+                *c = (c.0 + s, c.1 + s);
+            }
+            true
+        };
         for param in params {
-            let found = match param {
-                Param::Named(name, value) => args.iter().find_map(|&(s, e)| {
-                    let arg = &path[s..e];
-                    let (n, v) = match memchr::memchr(b'=', arg) {
-                        Some(k) => (&arg[..k], s + k + 1),
-                        None => (arg, e),
-                    };
-                    (n == name.as_slice()).then_some((v, e, value))
-                }),
-                Param::Whole(toks) => args
-                    .iter()
-                    .find_map(|&(s, e)| {
-                        more.clear();
-                        match_toks(toks, &path[s..e], &mut more).then_some((s, e, toks))
+            let ok = match param {
+                Param::Named(name, value) => args()
+                    .find_map(|(s, e)| {
+                        let arg = &path[s..e];
+                        let (n, v) = match memchr::memchr(b'=', arg) {
+                            Some(k) => (&arg[..k], s + k + 1),
+                            None => (arg, e),
+                        };
+                        (n == name.as_slice()).then_some((v, e))
                     })
-                    // An empty query string (`/search?`): `*` matches it, as it did when
-                    // the query was matched as text.
-                    .or_else(|| (query.is_some() && args.is_empty()).then_some((q, q, toks))),
+                    .is_some_and(|(v, e)| at(value, v, e, caps)),
+                Param::Whole(toks) => {
+                    args().any(|(s, e)| at(toks, s, e, caps))
+                        // An empty query string (`/search?`): `*` matches it, as it did
+                        // when the query was matched as text.
+                        || (query.is_some() && args().next().is_none() && at(toks, q, q, caps))
+                }
             };
-            let Some((s, e, toks)) = found else {
-                return false;
-            };
-            more.clear();
-            if !match_toks(toks, &path[s..e], &mut more) {
+            if !ok {
                 return false;
             }
-            caps.extend(more.iter().map(|&(a, b)| (s + a, s + b)));
         }
         true
-    }
-
-    /// The text `matches`' captures index: the whole path (its query string included).
-    #[inline]
-    pub fn subject<'a>(&self, path: &'a [u8]) -> &'a [u8] {
-        path
     }
 }
 

@@ -663,8 +663,7 @@ fn parse_line(
                     if caps.is_empty() {
                         push_text(key, route.text.as_bytes());
                     } else {
-                        // The captures index the text that was matched.
-                        let p = route.subject(p);
+                        // The captures index `p`, its query string included.
                         let joined: Vec<&[u8]> = caps.iter().map(|&(a, b)| &p[a..b]).collect();
                         push_text(key, &joined.join(&b'/'));
                     }

@@ -143,6 +143,12 @@ fn usage_errors_quote_the_input_and_exit_2() {
             .code(2)
             .stderr(predicate::str::contains("--step"));
     }
+    // The sustain window is counted in ten equal steps.
+    bin()
+        .args(["replay", "--sample", "--policy", "1/s", "--sustain", "15ns"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("multiple of 10ns"));
 }
 
 #[test]
