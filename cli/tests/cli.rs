@@ -10,6 +10,14 @@ fn bin() -> Command {
     Command::cargo_bin("sluicegate").unwrap()
 }
 
+/// `sluicegate replay LOG --policy POLICY EXTRA...`, run and asserted on.
+fn replay(log: &str, policy: &str, extra: &[&str]) -> assert_cmd::assert::Assert {
+    bin()
+        .args(["replay", log, "--policy", policy])
+        .args(extra)
+        .assert()
+}
+
 fn json(out: &[u8]) -> Value {
     serde_json::from_slice(out).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(out)))
 }
@@ -101,26 +109,13 @@ fn usage_errors_quote_the_input_and_exit_2() {
         .assert()
         .code(2)
         .stderr(predicate::str::contains("--traffic"));
-    bin()
-        .args(["replay", "--sample", "--policy", "/a => 1/s | 2/s"])
-        .assert()
+    replay("--sample", "/a => 1/s | 2/s", &[])
         .code(2)
         .stderr(predicate::str::contains("every rule needs a route"));
-    bin()
-        .args(["replay", "--sample", "--policy", "1/s", "--key", "cookie"])
-        .assert()
+    replay("--sample", "1/s", &["--key", "cookie"])
         .code(2)
         .stderr(predicate::str::contains("\"cookie\""));
-    bin()
-        .args([
-            "replay",
-            "--sample",
-            "--policy",
-            "1/s",
-            "--ipv6-prefix",
-            "129",
-        ])
-        .assert()
+    replay("--sample", "1/s", &["--ipv6-prefix", "129"])
         .code(2)
         .stderr(predicate::str::contains("129"));
     bin()
@@ -131,9 +126,7 @@ fn usage_errors_quote_the_input_and_exit_2() {
     bin().arg("frobnicate").assert().code(2);
     // A zero window or row has no rate to divide by.
     for zero in ["0s", "0ms", "0ns"] {
-        bin()
-            .args(["replay", "--sample", "--policy", "1/s", "--sustain", zero])
-            .assert()
+        replay("--sample", "1/s", &["--sustain", zero])
             .code(2)
             .stderr(predicate::str::contains("--sustain").and(predicate::str::contains(zero)));
         bin()
@@ -144,9 +137,7 @@ fn usage_errors_quote_the_input_and_exit_2() {
             .stderr(predicate::str::contains("--step"));
     }
     // The sustain window is counted in ten equal steps.
-    bin()
-        .args(["replay", "--sample", "--policy", "1/s", "--sustain", "15ns"])
-        .assert()
+    replay("--sample", "1/s", &["--sustain", "15ns"])
         .code(2)
         .stderr(predicate::str::contains("multiple of 10ns"));
 }
@@ -659,21 +650,14 @@ fn timestamps_going_backwards_are_replayed_as_logged() {
     }
     let f = write(&dir, "back.csv", &format!("time,ip\n{log}"));
     let v = json(
-        &bin()
-            .args([
-                "replay",
-                &f,
-                "--policy",
-                "5/s; burst=8",
-                "--format",
-                "json",
-                "--time-unit",
-                "s",
-            ])
-            .assert()
-            .success()
-            .get_output()
-            .stdout,
+        &replay(
+            &f,
+            "5/s; burst=8",
+            &["--format", "json", "--time-unit", "s"],
+        )
+        .success()
+        .get_output()
+        .stdout,
     );
     assert_eq!(v["timestamps_backwards"].as_u64(), Some(back));
     assert_eq!(
@@ -714,21 +698,14 @@ fn keys_ipv6_prefixes_headers_and_paths() {
     assert_eq!(keys(&["--key", "path"]), 5);
     assert_eq!(keys(&["--key", "ip", "--key", "method"]), 3);
     let v = json(
-        &bin()
-            .args([
-                "replay",
-                &f,
-                "--policy",
-                "1/h",
-                "--format",
-                "json",
-                "--key",
-                "path:/t/{tenant}/*",
-            ])
-            .assert()
-            .success()
-            .get_output()
-            .stdout,
+        &replay(
+            &f,
+            "1/h",
+            &["--format", "json", "--key", "path:/t/{tenant}/*"],
+        )
+        .success()
+        .get_output()
+        .stdout,
     );
     assert_eq!(v["unkeyed"], 1);
     let p = &v["policies"][0];
@@ -1212,10 +1189,7 @@ fn csv_columns_named_but_missing_are_errors() {
         );
     }
     // A named column that is there still works.
-    bin()
-        .args(["replay", &f, "--policy", "1/s", "--key", "field:path"])
-        .assert()
-        .success();
+    replay(&f, "1/s", &["--key", "field:path"]).success();
 }
 
 #[test]
@@ -1265,9 +1239,7 @@ fn peaks_of_a_log_shorter_than_the_sustain_window_agree() {
         }
         let f = write(&dir, name, &log);
         let v = json(
-            &bin()
-                .args(["replay", &f, "--policy", "1000/s", "--format", "json"])
-                .assert()
+            &replay(&f, "1000/s", &["--format", "json"])
                 .success()
                 .get_output()
                 .stdout,
@@ -1671,9 +1643,7 @@ fn a_byte_order_mark_at_the_start_is_ignored() {
     );
     for input in [&f, &gz, &json_log] {
         let v = json(
-            &bin()
-                .args(["replay", input, "--policy", "1/s", "--format", "json"])
-                .assert()
+            &replay(input, "1/s", &["--format", "json"])
                 .success()
                 .get_output()
                 .stdout,
@@ -1741,9 +1711,7 @@ fn table_counts_are_singular_for_one_and_top_keys_line_up() {
         .map(|i| format!("{{\"time\": {}, \"ip\": \"1.2.3.4\"}}\n", 1_714_521_600 + i))
         .collect::<String>();
     let f = write(&dir, "one.jsonl", &log);
-    let out = bin()
-        .args(["replay", &f, "--policy", "1/h; burst=1"])
-        .assert()
+    let out = replay(&f, "1/h; burst=1", &[])
         .success()
         .get_output()
         .stdout
@@ -1828,9 +1796,10 @@ fn clients_behind_trusted_proxies() {
     let (v, err) = run(&f, &[]);
     assert_eq!(v["bad_lines"], 0); // the trailing field is nginx's main format, not junk
     assert_eq!(counts(&v), (2, 3, 7, vec![s("10.0.0.5", 7)]));
-    assert!(!err.contains("hint"), "{err}"); // one peer is public
-                                             // Only the balancer trusted: the hop it appended. Forged hops change nothing; behind the
-                                             // second proxy, the client is that proxy (10.0.0.9).
+    // One peer is public: no hint.
+    assert!(!err.contains("hint"), "{err}");
+    // Only the balancer trusted: the hop it appended. Forged hops change nothing; behind the
+    // second proxy, the client is that proxy (10.0.0.9).
     let (v, err) = run(&f, &["--trusted-proxies", "10.0.0.5"]);
     assert_eq!(v["bad_lines"], 0);
     assert_eq!(
@@ -1909,16 +1878,7 @@ fn clients_behind_trusted_proxies() {
     assert_eq!(counts(&v).1, 8);
 
     // Errors: a spec that does not parse (exit 2, quoted), a log without the header (exit 4).
-    bin()
-        .args([
-            "replay",
-            &f,
-            "--policy",
-            "1/s",
-            "--trusted-proxies",
-            "10.0.0.1/8",
-        ])
-        .assert()
+    replay(&f, "1/s", &["--trusted-proxies", "10.0.0.1/8"])
         .code(2)
         .stderr(predicate::str::contains("'10.0.0.1/8'"));
     let plain = write(
@@ -1926,32 +1886,19 @@ fn clients_behind_trusted_proxies() {
         "plain.log",
         "10.0.0.5 - - [01/May/2024:00:00:00 +0000] \"GET /x HTTP/1.1\" 200 5 \"-\" \"curl/8\"\n",
     );
-    bin()
-        .args([
-            "replay",
-            &plain,
-            "--policy",
-            "1/s",
-            "--trusted-proxies",
-            "1",
-        ])
-        .assert()
+    replay(&plain, "1/s", &["--trusted-proxies", "1"])
         .code(4)
         .stderr(predicate::str::contains("--forwarded-field"));
     // A --forwarded-field in none of the first lines: exit 4 on JSON as on combined lines (it
     // keyed every request by the balancer, silently).
     for log in [&j, &f] {
-        bin()
-            .args([
-                "replay",
-                log,
-                "--policy",
-                "1/s",
-                "--trusted-proxies",
-                "private",
-            ])
-            .args(["--forwarded-field", "http_x_forwarded_fro"])
-            .assert()
+        let args = [
+            "--trusted-proxies",
+            "private",
+            "--forwarded-field",
+            "http_x_forwarded_fro",
+        ];
+        replay(log, "1/s", &args)
             .code(predicate::in_iter([2, 4]))
             .stderr(predicate::str::contains("http_x_forwarded_fro"));
     }
@@ -1959,23 +1906,15 @@ fn clients_behind_trusted_proxies() {
     let (v, _) = run(&f, &["--forwarded-field", "bogus"]);
     assert_eq!(counts(&v).0, 2);
     // --trusted-proxies finds the client of the ip key: with no ip key it would do nothing.
-    bin()
-        .args(["replay", &f, "--policy", "1/s", "--key", "path"])
-        .args(["--trusted-proxies", "private"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("no ip part"));
+    replay(
+        &f,
+        "1/s",
+        &["--key", "path", "--trusted-proxies", "private"],
+    )
+    .code(2)
+    .stderr(predicate::str::contains("no ip part"));
     // Keying by the raw header on combined lines points at --trusted-proxies.
-    bin()
-        .args([
-            "replay",
-            &f,
-            "--policy",
-            "1/s",
-            "--key",
-            "header:X-Forwarded-For",
-        ])
-        .assert()
+    replay(&f, "1/s", &["--key", "header:X-Forwarded-For"])
         .code(4)
         .stderr(predicate::str::contains("--trusted-proxies"));
 }
