@@ -687,6 +687,73 @@ fn a_lost_connection_of_a_runtime_takes_only_itself() {
     );
 }
 
+/// A server whose idle `timeout` closes quiet connections (redis.conf's `timeout`; a proxy or
+/// a load balancer does the same): after a quiet spell longer than that, every caller's next
+/// calls are decided, none failed. The store's own connection is kept alive (a PING when it
+/// had no call for half a second), and opened again as soon as it is found closed all the
+/// same; a pooled connection (a blocking caller's, a runtime's) idle for a second is checked
+/// (PING) before a call is sent on it, and replaced if it was closed. Before, the first calls
+/// after the spell failed (`connection lost: unexpected end of file`, then `not connected`)
+/// and went to the fail policy.
+#[test]
+fn connections_an_idle_server_closed_fail_no_call() {
+    let srv = Server::start_with(&["--timeout", "1"]);
+    // Default: blocking callers on pooled connections, async ones on the runtime's own;
+    // `connections=0`: every call on the store's own connection.
+    for (n, opt) in ["", "&connections=0"].into_iter().enumerate() {
+        let url = format!(
+            "{}?prefix=idle{n}&negative_cache=off&on_error=error&timeout=2s{opt}",
+            srv.url()
+        );
+        let l = keyed("1000000/s", &url);
+        let rt = runtime("current");
+        let calls = |round: u64| {
+            for i in 0..3 {
+                let key = round * 10 + i;
+                let d = l.try_acquire(&key, 1);
+                assert!(
+                    d.as_ref().is_ok_and(Decision::allowed),
+                    "{opt:?}, round {round}: {d:?}"
+                );
+                let d = rt.block_on(l.try_acquire_async(&(key + 100), 1));
+                assert!(
+                    d.as_ref().is_ok_and(Decision::allowed),
+                    "{opt:?}, round {round}: {d:?}"
+                );
+            }
+        };
+        calls(0);
+        let before = l.redis_stats().unwrap();
+        std::thread::sleep(Duration::from_millis(2600));
+        calls(1);
+        calls(2);
+        let quiet = l.redis_stats().unwrap();
+        if opt.is_empty() {
+            // The server closed the pooled connection and the runtime's: both replaced.
+            assert!(
+                quiet.connects >= before.connects + 2,
+                "{before:?} then {quiet:?}"
+            );
+        }
+        // The store's own connection killed while quiet (as a proxy's restart would): found
+        // closed and replaced before the next call.
+        // (A connection of the test's own: the server closes a quiet one.)
+        srv.resp()
+            .cmd(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"])
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1600));
+        calls(3);
+        let s = l.redis_stats().unwrap();
+        assert!(s.connects > quiet.connects, "{opt:?}: {quiet:?} then {s:?}");
+        assert_eq!(s.decided, 24, "{opt:?}: {s:?}");
+        assert_eq!(
+            (s.unavailable, s.timeouts, s.failed_error),
+            (0, 0, 0),
+            "{opt:?}: {s:?}"
+        );
+    }
+}
+
 #[test]
 fn stress_child() {
     let Ok(url) = std::env::var("SG_STRESS_URL") else {

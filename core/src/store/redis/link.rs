@@ -30,9 +30,12 @@
 //!   the retry included.
 //! * **No replay.** A call whose outcome is unknown (a timeout, a lost connection) is never
 //!   sent again: it is reported as failed and the fail policy decides it. A timeout or an I/O
-//!   error drops the connection; a new one is opened in the background, one attempt at a time with a
-//!   backoff of 10 ms doubling to 1 s, and while there is none every call fails at once
-//!   without a round trip (nothing queues up behind a dead or paused server).
+//!   error drops the connection; a new one is opened in the background, one attempt at a
+//!   time with a backoff of 10 ms doubling to 1 s, and while there is none every call fails
+//!   at once without a round trip (nothing queues up behind a dead or paused server).
+//! * **No call on a connection that may have idled out** (a server's idle `timeout`, a
+//!   proxy's): the link's connection is PINGed after [`KEEPALIVE`] without a call, a pooled
+//!   one is checked after [`IDLE_CHECK`] idle before a call is sent on it.
 
 use super::scripts::{scripts, Func};
 use crate::error::{Error, StoreErrorKind};
@@ -380,6 +383,8 @@ pub(crate) struct Link {
     /// The state's generation while it has a connection, else 0 (the first connection's
     /// generation is 1); written under the state's lock.
     live: AtomicU64,
+    /// Calls on the link's connection so far (the keepalive PINGs it only when it was quiet).
+    calls: AtomicU64,
     pub(crate) counters: Counters,
     /// The blocking callers' own connections (one plain server only).
     direct: Option<Mutex<Direct>>,
@@ -390,15 +395,25 @@ pub(crate) struct Link {
 
 /// Connections blocking callers drive themselves, each used by one caller at a time.
 struct Direct {
-    /// Idle connections, with the link's generation when each was opened: one of an older
-    /// generation (the link has lost its connection since) is dropped, not used.
-    idle: Vec<(redis::Connection, u64)>,
+    /// Idle connections, with the link's generation when each was opened (one of an older
+    /// generation, the link has lost its connection since, is dropped, not used) and when
+    /// each was last used (one idle for [`IDLE_CHECK`] is checked before use).
+    idle: Vec<(redis::Connection, u64, Instant)>,
     /// Connections open (idle or in use).
     open: usize,
     /// At most this many (`connections=N`); more concurrent callers are pipelined on the
     /// multiplexed connection.
     max: usize,
 }
+
+/// A pooled connection (a blocking caller's, a runtime's) idle this long is checked (PING)
+/// before a call is sent on it: a server's idle `timeout` (or a proxy's) may have closed it,
+/// and a call written to a closed connection fails with its outcome unknown (it is not sent
+/// again). A connection used within the last second is taken as it is, as connection pools
+/// do (HikariCP skips its check within half a second). A server's idle timeout is a whole
+/// number of seconds, one at least. (The link's own connection is kept alive instead:
+/// [`KEEPALIVE`].)
+const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 /// Connections async callers drive on their own tokio runtime, by runtime: a stream is
 /// registered with one runtime's IO driver and is used from that runtime only.
@@ -430,6 +445,8 @@ struct Pooled {
     /// Calls on it now: a caller takes an idle one, opens one while the runtime has fewer
     /// than [`RUNTIME_CONNECTIONS`], else shares the least busy (its calls are pipelined).
     in_flight: usize,
+    /// When its last call ended (one idle for [`IDLE_CHECK`] is checked before use).
+    used: Instant,
 }
 
 /// Connections of its own a runtime opens at most. One: its callers pipeline on it, as on the
@@ -442,8 +459,9 @@ const RUNTIME_CONNECTIONS: usize = 1;
 enum Route {
     /// Through the runtime thread (the caller's runtime cannot drive a connection).
     HandOff,
-    /// On connection `id` of the caller's runtime.
-    Use(redis::aio::MultiplexedConnection, u64),
+    /// On connection `id` of the caller's runtime, checked first if `true` (it was idle for
+    /// [`IDLE_CHECK`]).
+    Use(redis::aio::MultiplexedConnection, u64, bool),
     /// On a new connection, which the caller opens.
     Open,
 }
@@ -457,6 +475,10 @@ enum Next {
     /// The function is not loaded: FUNCTION LOAD, then the call once more.
     Load,
 }
+
+/// How often the link's connection is PINGed when it had no call meanwhile: under a second,
+/// the shortest idle `timeout` a Redis server takes.
+const KEEPALIVE: Duration = Duration::from_millis(500);
 
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -512,12 +534,31 @@ impl Link {
                 last_error: "not connected yet".into(),
             }),
             live: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
             counters: Counters::default(),
         });
         map.insert(id, Arc::downgrade(&link));
         drop(map);
         let l = link.clone();
         block(async move { l.connect().await });
+        // The keepalive, on the runtime thread while the link lives.
+        let weak = Arc::downgrade(&link);
+        runtime().spawn(async move {
+            let mut tick = tokio::time::interval(KEEPALIVE);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut seen = u64::MAX;
+            loop {
+                tick.tick().await;
+                let Some(link) = weak.upgrade() else {
+                    return;
+                };
+                let calls = link.calls.load(Relaxed);
+                if calls == seen {
+                    link.keepalive().await;
+                }
+                seen = calls;
+            }
+        });
         Ok(link)
     }
 
@@ -583,6 +624,45 @@ impl Link {
         }
     }
 
+    /// The link's connection after [`KEEPALIVE`] without a call on it: a PING. It keeps the
+    /// connection from idling out (a server's idle `timeout`, a proxy's or a load balancer's,
+    /// closes a quiet connection, and the next call written to it would fail with its
+    /// outcome unknown). A connection that was closed all the same (its driving task read
+    /// the end of its stream, or the PING's write or read failed) is dropped and a new one
+    /// opened, before a call needs it; a server that is gone fails that attempt, and the
+    /// backoff applies as after any failure. A PING without a reply within the timeout
+    /// changes nothing (calls time out, and decide, as they would have).
+    async fn keepalive(self: &Arc<Self>) {
+        let (mut conn, generation) = {
+            let st = self.state();
+            match &st.conn {
+                Some(Conn::Single(c)) => (c.clone(), st.generation),
+                // A cluster's client keeps its nodes' connections itself.
+                _ => return,
+            }
+        };
+        let ping = redis::cmd("PING");
+        let limit = self.timeout.max(Duration::from_secs(1));
+        let Ok(Err(e)) = tokio::time::timeout(limit, conn.send_packed_command(&ping)).await else {
+            return;
+        };
+        if !matches!(classify(&e), Fail::Io(_)) {
+            return;
+        }
+        let mut st = self.state();
+        if st.generation != generation || st.conn.is_none() {
+            return;
+        }
+        st.conn = None;
+        self.live.store(0, Relaxed);
+        st.last_error = format!("the server closed the connection ({e})");
+        if !st.connecting {
+            st.connecting = true;
+            st.next_try = Instant::now();
+            runtime().spawn(self.clone().connect());
+        }
+    }
+
     /// Makes the scripts' call `req` (SCRIPTS.md, "Calling convention"): one round trip, two
     /// when the scripts must be loaded first. Runs on the runtime thread.
     pub(crate) async fn call(self: Arc<Self>, req: Request) -> Result<Value, Fail> {
@@ -619,7 +699,7 @@ impl Link {
             let mut d = direct.lock().unwrap_or_else(|e| e.into_inner());
             loop {
                 match d.idle.pop() {
-                    Some((c, g)) if g == generation => break Some(c),
+                    Some((c, g, used)) if g == generation => break Some((c, used)),
                     Some(_) => d.open -= 1, // of a lost generation: dropped
                     None if d.open < d.max => {
                         d.open += 1;
@@ -636,6 +716,12 @@ impl Link {
         // From here this caller holds one unit of `open`, given back when the connection is
         // dropped (`lease`), or kept with the connection when it goes back to the pool.
         let lease = Lease(direct);
+        // A connection idle for a second is checked first; if the server closed it, nothing
+        // of this call was sent on it, and a new one is opened.
+        let pooled = pooled.and_then(|(mut c, used)| {
+            let idle = used.elapsed() >= IDLE_CHECK;
+            (!idle || self.alive(&mut c, deadline)).then_some(c)
+        });
         let conn = match pooled {
             Some(c) => Ok(c),
             None => client
@@ -655,7 +741,7 @@ impl Link {
         // A usable connection goes back to the pool with its unit of `open`.
         if let Some(conn) = conn {
             let mut d = direct.lock().unwrap_or_else(|e| e.into_inner());
-            d.idle.push((conn, generation));
+            d.idle.push((conn, generation, Instant::now()));
             core::mem::forget(lease);
         } else {
             drop(lease);
@@ -691,10 +777,10 @@ impl Link {
                 return Err(fail);
             }
         };
-        let (conn, id) = match self.route(&rt, generation) {
+        let (conn, id, check) = match self.route(&rt, generation) {
             Route::HandOff => return run(self.clone().call(req)).await,
-            Route::Use(conn, id) => (Some(conn), Some(id)),
-            Route::Open => (None, None),
+            Route::Use(conn, id, check) => (Some(conn), Some(id), check),
+            Route::Open => (None, None, false),
         };
         // The runtime's timer (`route` checked that it has one).
         let deadline = tokio::time::Instant::now() + self.timeout;
@@ -705,9 +791,19 @@ impl Link {
             keep: true,
         };
         // Boxed: the exchange's future is about 2 KB, and the caller's futures (this one's
-        // included) would carry it and copy it at every move.
-        // With whether the call got as far as a connection of the runtime's own.
+        // included) would carry it and copy it at every move. With whether the call got as
+        // far as a connection of the runtime's own.
         let call = Box::pin(async {
+            let conn = match conn {
+                // Idle for a second: checked first. Closed meanwhile (nothing of this call
+                // was sent on it), it is replaced by a new one.
+                Some(conn) if !check || answers(&conn).await => Some(conn),
+                Some(_) => {
+                    self.reopen_own(&mut seat);
+                    None
+                }
+                None => None,
+            };
             let conn = match conn {
                 Some(conn) => conn,
                 None => match self.open_own(client, &mut seat, generation).await {
@@ -775,8 +871,9 @@ impl Link {
             _ if !p.usable => Route::HandOff,
             Some(i) if p.conns[i].in_flight == 0 || !room => {
                 let c = &mut p.conns[i];
+                let check = c.in_flight == 0 && c.used.elapsed() >= IDLE_CHECK;
                 c.in_flight += 1;
-                Route::Use(c.conn.clone(), c.id)
+                Route::Use(c.conn.clone(), c.id, check)
             }
             _ if room => {
                 p.opening += 1;
@@ -801,6 +898,23 @@ impl Link {
             }));
         }
         route
+    }
+
+    /// `seat`'s connection failed its check: closed and out of the runtime's pool, `seat`
+    /// holding a unit of the runtime's `opening` instead (to open another).
+    fn reopen_own(&self, seat: &mut Seat<'_>) {
+        let Some(own) = &self.own else {
+            return;
+        };
+        let mut o = own.lock().unwrap_or_else(|e| e.into_inner());
+        let closed = o.by_rt.get_mut(&seat.rt).and_then(|p| {
+            p.opening += 1;
+            let i = p.conns.iter().position(|c| Some(c.id) == seat.id)?;
+            Some(p.conns.swap_remove(i))
+        });
+        seat.id = None;
+        drop(o);
+        drop(closed);
     }
 
     /// Opens a connection on the caller's runtime for `seat`'s call (which holds a unit of
@@ -843,6 +957,7 @@ impl Link {
                         generation,
                         id,
                         in_flight: 1,
+                        used: Instant::now(),
                     });
                     o.next_id += 1;
                     seat.id = Some(id);
@@ -850,6 +965,15 @@ impl Link {
                 Some(Ok(conn))
             }
         }
+    }
+
+    /// Whether direct connection `conn` answers a PING within `deadline`.
+    fn alive(&self, conn: &mut redis::Connection, deadline: Instant) -> bool {
+        let left = deadline.saturating_duration_since(Instant::now());
+        !left.is_zero()
+            && conn.set_read_timeout(Some(left)).is_ok()
+            && conn.set_write_timeout(Some(left)).is_ok()
+            && redis::cmd("PING").query::<String>(conn).is_ok()
     }
 
     /// One call on a direct connection, within `deadline` (the protocol of
@@ -950,6 +1074,7 @@ impl Link {
     }
 
     async fn call_inner(self: &Arc<Self>, req: &Request) -> Result<Value, (Fail, u64)> {
+        self.calls.fetch_add(1, Relaxed);
         let (mut conn, generation) = self.current().map_err(|f| (f, 0))?;
         self.exchange(&mut conn, req)
             .await
@@ -997,6 +1122,7 @@ impl Link {
             return Err(Fail::Forked);
         }
         let (mut conn, generation) = self.current()?;
+        self.calls.fetch_add(1, Relaxed);
         match tokio::time::timeout(self.timeout, conn.send(&cmd)).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
@@ -1051,6 +1177,7 @@ impl Drop for Seat<'_> {
         let closed = match p.conns.iter().position(|c| c.id == id) {
             Some(i) if self.keep => {
                 p.conns[i].in_flight -= 1;
+                p.conns[i].used = Instant::now();
                 None
             }
             Some(i) => Some(p.conns.swap_remove(i)),
@@ -1083,6 +1210,12 @@ impl Drop for RtGone {
             .remove(&self.rt);
         drop(gone);
     }
+}
+
+/// Whether a runtime's connection answers a PING (any reply: it is open).
+async fn answers(conn: &redis::aio::MultiplexedConnection) -> bool {
+    let ping = redis::cmd("PING");
+    conn.clone().send_packed_command(&ping).await.is_ok()
 }
 
 /// Whether the current tokio runtime has its time driver on (tokio has no query for it: a
