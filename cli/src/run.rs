@@ -663,9 +663,19 @@ fn parse_line(
                     if caps.is_empty() {
                         push_text(key, route.text.as_bytes());
                     } else {
-                        // The captures index `p`, its query string included.
-                        let joined: Vec<&[u8]> = caps.iter().map(|&(a, b)| &p[a..b]).collect();
-                        push_text(key, &joined.join(&b'/'));
+                        // The captures index `p`, its query string included: values as
+                        // the application reads them (percent-decoded, and a query's `+` a
+                        // space), so that `%62ob` and `bob` are one key, as they are one
+                        // user to the application.
+                        let q = memchr::memchr(b'?', p).unwrap_or(p.len());
+                        let mut text = Vec::with_capacity(p.len());
+                        for (i, &(a, b)) in caps.iter().enumerate() {
+                            if i > 0 {
+                                text.push(b'/');
+                            }
+                            percent_decode(&p[a..b], a > q, &mut text);
+                        }
+                        push_text(key, &text);
                     }
                 }
                 _ => keyed = false,
@@ -1100,6 +1110,31 @@ pub fn simulate(
     summary.last_t = end;
     summary.meta.elapsed_s = started.elapsed().as_secs_f64();
     Ok((summary, first_rejects))
+}
+
+/// `s` percent-decoded onto `out` (`%XX` a byte; a `%` without two hex digits after it is
+/// kept as it is), with `+` a space in a query string (`query`), as form-encoded values are.
+fn percent_decode(s: &[u8], query: bool, out: &mut Vec<u8>) {
+    let hex = |b: u8| (b as char).to_digit(16);
+    let mut i = 0;
+    while i < s.len() {
+        let byte = match s[i] {
+            b'%' => match (
+                s.get(i + 1).and_then(|&b| hex(b)),
+                s.get(i + 2).and_then(|&b| hex(b)),
+            ) {
+                (Some(h), Some(l)) => {
+                    i += 2;
+                    (h * 16 + l) as u8
+                }
+                _ => b'%',
+            },
+            b'+' if query => b' ',
+            b => b,
+        };
+        out.push(byte);
+        i += 1;
+    }
 }
 
 #[cfg(test)]

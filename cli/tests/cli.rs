@@ -3,7 +3,7 @@
 
 use assert_cmd::Command;
 use predicates::prelude::*;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::io::Write;
 
 fn bin() -> Command {
@@ -1134,9 +1134,18 @@ fn max_keys_start_over_reads_stdin_from_its_start() {
 fn path_key_captures_after_the_query_mark() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = String::new();
-    for (i, q) in ["abc", "abc", "de"].iter().enumerate() {
+    // Values as the application reads them: `%61bc` is `abc`, `a+b` and `a%20b` are `a b`; a
+    // `%` without two hex digits stays.
+    let qs = ["abc", "abc", "de", "%61bc", "a+b", "a%20b", "100%", "%zz"];
+    for (i, q) in qs.iter().enumerate() {
         log += &format!(
             "192.0.2.1 - - [01/May/2024:00:00:0{i} +0000] \"GET /search?q={q} HTTP/1.1\" 200 5 \"-\" \"t\"\n"
+        );
+    }
+    // In a path, `+` is itself.
+    for (i, u) in ["bob", "%62ob", "a+b"].iter().enumerate() {
+        log += &format!(
+            "192.0.2.1 - - [01/May/2024:00:00:1{i} +0000] \"GET /users/{u} HTTP/1.1\" 200 5 \"-\" \"t\"\n"
         );
     }
     let f = write(&dir, "q.log", &log);
@@ -1157,11 +1166,35 @@ fn path_key_captures_after_the_query_mark() {
             .get_output()
             .stdout,
     );
-    assert_eq!(v["keys"], 2);
-    assert_eq!(v["unkeyed"], 0);
+    assert_eq!(v["keys"], 5);
+    assert_eq!(v["unkeyed"], 3);
     let p = &v["policies"][0];
-    assert_eq!(p["top_throttled"][0]["key"], "abc");
-    assert_eq!(p["top_throttled"][0]["rejected"], 1);
+    let top = |p: &Value| -> Vec<(String, u64)> {
+        p["top_throttled"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                (
+                    t["key"].as_str().unwrap().into(),
+                    t["rejected"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(top(p), vec![("abc".into(), 2), ("a b".into(), 1)]);
+    let v = json(
+        &replay(
+            &f,
+            "1/h; burst=1",
+            &["--key", "path:/users/{u}", "--format", "json"],
+        )
+        .success()
+        .get_output()
+        .stdout,
+    );
+    assert_eq!((&v["keys"], &v["unkeyed"]), (&json!(2), &json!(8)));
+    assert_eq!(top(&v["policies"][0]), vec![("bob".into(), 1)]);
 }
 
 #[test]
