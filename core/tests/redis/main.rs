@@ -754,6 +754,46 @@ fn connections_an_idle_server_closed_fail_no_call() {
     }
 }
 
+/// A Redis Cluster whose nodes close quiet connections (`timeout 1`): after a quiet spell,
+/// calls on keys of every node are decided, none failed. (The cluster's client reopens a
+/// node's connection only when told of its close, which it is with RESP3 alone; the store's
+/// keepalive PINGs every master.)
+#[test]
+fn a_cluster_that_closes_quiet_connections_fails_no_call() {
+    let cluster = Cluster::start();
+    let url = format!(
+        "{}?prefix=clidle&on_error=error&timeout=2s&negative_cache=off",
+        cluster.url()
+    );
+    let l = keyed("1000000/s", &url);
+    for n in &cluster.nodes {
+        assert_eq!(
+            n.resp().cmd(&["CONFIG", "SET", "timeout", "1"]).unwrap(),
+            Reply::Status("OK".into())
+        );
+    }
+    let calls = |round: u64| {
+        // 30 keys: some on each node.
+        for k in 0..30 {
+            let d = l.try_acquire(&(round * 100 + k), 1);
+            assert!(
+                d.as_ref().is_ok_and(Decision::allowed),
+                "round {round}, key {k}: {d:?}"
+            );
+        }
+    };
+    calls(0);
+    std::thread::sleep(Duration::from_millis(2600));
+    calls(1);
+    let s = l.redis_stats().unwrap();
+    assert_eq!(s.decided, 60, "{s:?}");
+    assert_eq!(
+        (s.unavailable, s.timeouts, s.failed_error),
+        (0, 0, 0),
+        "{s:?}"
+    );
+}
+
 #[test]
 fn stress_child() {
     let Ok(url) = std::env::var("SG_STRESS_URL") else {

@@ -383,8 +383,10 @@ pub(crate) struct Link {
     /// The state's generation while it has a connection, else 0 (the first connection's
     /// generation is 1); written under the state's lock.
     live: AtomicU64,
-    /// Calls on the link's connection so far (the keepalive PINGs it only when it was quiet).
-    calls: AtomicU64,
+    /// When the link's connection was last written to (a call or the keepalive's PING), in
+    /// milliseconds since `born`: the keepalive PINGs it once that is [`KEEPALIVE`] ago.
+    written: AtomicU64,
+    born: Instant,
     pub(crate) counters: Counters,
     /// The blocking callers' own connections (one plain server only).
     direct: Option<Mutex<Direct>>,
@@ -445,7 +447,8 @@ struct Pooled {
     /// Calls on it now: a caller takes an idle one, opens one while the runtime has fewer
     /// than [`RUNTIME_CONNECTIONS`], else shares the least busy (its calls are pipelined).
     in_flight: usize,
-    /// When its last call ended (one idle for [`IDLE_CHECK`] is checked before use).
+    /// When a call on it last completed, or a check found it open (one idle for
+    /// [`IDLE_CHECK`] is checked before use).
     used: Instant,
 }
 
@@ -476,8 +479,10 @@ enum Next {
     Load,
 }
 
-/// How often the link's connection is PINGed when it had no call meanwhile: under a second,
-/// the shortest idle `timeout` a Redis server takes.
+/// The link's connection is PINGed once it has been quiet this long: its quiet spells stay
+/// under a second (at most one and a half of this), and a Redis server's idle `timeout` is one
+/// second at least. (Redis reads it in whole seconds: a connection last used at 10.999 s may
+/// be closed at 12.0 s under `timeout 1`.)
 const KEEPALIVE: Duration = Duration::from_millis(500);
 
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
@@ -534,29 +539,30 @@ impl Link {
                 last_error: "not connected yet".into(),
             }),
             live: AtomicU64::new(0),
-            calls: AtomicU64::new(0),
+            written: AtomicU64::new(0),
+            born: Instant::now(),
             counters: Counters::default(),
         });
         map.insert(id, Arc::downgrade(&link));
         drop(map);
         let l = link.clone();
         block(async move { l.connect().await });
-        // The keepalive, on the runtime thread while the link lives.
+        // The keepalive, on the runtime thread while the link lives (a tick of half of
+        // KEEPALIVE: the connection is quiet for at most one and a half).
         let weak = Arc::downgrade(&link);
         runtime().spawn(async move {
-            let mut tick = tokio::time::interval(KEEPALIVE);
+            let mut tick = tokio::time::interval(KEEPALIVE / 2);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut seen = u64::MAX;
             loop {
                 tick.tick().await;
                 let Some(link) = weak.upgrade() else {
                     return;
                 };
-                let calls = link.calls.load(Relaxed);
-                if calls == seen {
+                let quiet = link.now_ms().saturating_sub(link.written.load(Relaxed));
+                if quiet >= KEEPALIVE.as_millis() as u64 {
+                    link.wrote();
                     link.keepalive().await;
                 }
-                seen = calls;
             }
         });
         Ok(link)
@@ -624,6 +630,16 @@ impl Link {
         }
     }
 
+    /// Milliseconds since the link was made.
+    fn now_ms(&self) -> u64 {
+        self.born.elapsed().as_millis() as u64
+    }
+
+    /// Notes a write on the link's connection (for the keepalive).
+    fn wrote(&self) {
+        self.written.store(self.now_ms(), Relaxed);
+    }
+
     /// The link's connection after [`KEEPALIVE`] without a call on it: a PING. It keeps the
     /// connection from idling out (a server's idle `timeout`, a proxy's or a load balancer's,
     /// closes a quiet connection, and the next call written to it would fail with its
@@ -633,17 +649,33 @@ impl Link {
     /// backoff applies as after any failure. A PING without a reply within the timeout
     /// changes nothing (calls time out, and decide, as they would have).
     async fn keepalive(self: &Arc<Self>) {
-        let (mut conn, generation) = {
+        let (conn, generation) = {
             let st = self.state();
             match &st.conn {
-                Some(Conn::Single(c)) => (c.clone(), st.generation),
-                // A cluster's client keeps its nodes' connections itself.
-                _ => return,
+                Some(c) => (c.clone(), st.generation),
+                None => return,
             }
         };
         let ping = redis::cmd("PING");
+        let sent = async {
+            match conn {
+                Conn::Single(mut c) => c.send_packed_command(&ping).await,
+                // Every master: a cluster's client reopens a node's connection only when told
+                // of its close, which it is with RESP3 alone.
+                Conn::Cluster(mut c) => {
+                    use redis::cluster_routing::{
+                        MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo,
+                    };
+                    let all = RoutingInfo::MultiNode((
+                        MultipleNodeRoutingInfo::AllMasters,
+                        Some(ResponsePolicy::AllSucceeded),
+                    ));
+                    c.route_command(ping.clone(), all).await
+                }
+            }
+        };
         let limit = self.timeout.max(Duration::from_secs(1));
-        let Ok(Err(e)) = tokio::time::timeout(limit, conn.send_packed_command(&ping)).await else {
+        let Ok(Err(e)) = tokio::time::timeout(limit, sent).await else {
             return;
         };
         if !matches!(classify(&e), Fail::Io(_)) {
@@ -717,16 +749,33 @@ impl Link {
         // dropped (`lease`), or kept with the connection when it goes back to the pool.
         let lease = Lease(direct);
         // A connection idle for a second is checked first; if the server closed it, nothing
-        // of this call was sent on it, and a new one is opened.
-        let pooled = pooled.and_then(|(mut c, used)| {
-            let idle = used.elapsed() >= IDLE_CHECK;
-            (!idle || self.alive(&mut c, deadline)).then_some(c)
-        });
+        // of this call was sent on it, and a new one is opened, within the call's deadline.
+        let pooled = match pooled {
+            Some((mut c, used)) if used.elapsed() >= IDLE_CHECK => {
+                match self.alive(&mut c, deadline) {
+                    Ok(()) => Some(c),
+                    Err(Fail::Io(_)) => None,
+                    // No answer within the deadline: nothing of the call was sent either.
+                    Err(fail) => {
+                        drop((c, lease));
+                        self.failed(&fail, generation);
+                        return Err(fail);
+                    }
+                }
+            }
+            Some((c, _)) => Some(c),
+            None => None,
+        };
         let conn = match pooled {
             Some(c) => Ok(c),
-            None => client
-                .get_connection_with_timeout(self.timeout)
-                .inspect(|_| bump(&self.counters.connects)),
+            None => match deadline.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => client
+                    .get_connection_with_timeout(left)
+                    .inspect(|_| bump(&self.counters.connects)),
+                _ => Err(redis::RedisError::from(std::io::Error::from(
+                    std::io::ErrorKind::TimedOut,
+                ))),
+            },
         };
         // The call's result, and the connection if it is still usable: after an error reply
         // it is; after a timeout or an I/O error it is not (its state is unknown).
@@ -789,6 +838,7 @@ impl Link {
             rt: rt.id(),
             id,
             keep: true,
+            done: false,
         };
         // Boxed: the exchange's future is about 2 KB, and the caller's futures (this one's
         // included) would carry it and copy it at every move. With whether the call got as
@@ -797,11 +847,15 @@ impl Link {
             let conn = match conn {
                 // Idle for a second: checked first. Closed meanwhile (nothing of this call
                 // was sent on it), it is replaced by a new one.
-                Some(conn) if !check || answers(&conn).await => Some(conn),
-                Some(_) => {
-                    self.reopen_own(&mut seat);
-                    None
+                Some(conn) if !check => Some(conn),
+                Some(conn) if answers(&conn).await => {
+                    self.own_used(&seat);
+                    Some(conn)
                 }
+                // Closed: this caller opens another, unless a caller that came with it is
+                // opening one already (this call is then handed off).
+                Some(_) if self.reopen_own(&mut seat) => None,
+                Some(_) => return None,
                 None => None,
             };
             let conn = match conn {
@@ -817,6 +871,8 @@ impl Link {
         let (r, on_own) = match tokio::time::timeout_at(deadline, call).await {
             Ok(Some(r)) => r,
             // The runtime has no IO driver: nothing was sent.
+            // The runtime has no IO driver (nothing was sent), or a caller that came with
+            // this one replaces the closed connection.
             Ok(None) => {
                 drop(seat);
                 return run(self.clone().call(req)).await;
@@ -825,6 +881,7 @@ impl Link {
         };
         // After a timeout or an I/O error the connection's state is unknown: closed.
         seat.keep = matches!(r, Ok(_) | Err(Fail::Server(_)));
+        seat.done = seat.keep;
         drop(seat);
         r.inspect_err(|fail| match fail {
             // An I/O error on a connection of the runtime's own closes that connection only
@@ -871,7 +928,10 @@ impl Link {
             _ if !p.usable => Route::HandOff,
             Some(i) if p.conns[i].in_flight == 0 || !room => {
                 let c = &mut p.conns[i];
-                let check = c.in_flight == 0 && c.used.elapsed() >= IDLE_CHECK;
+                // Every caller checks it until one finds it open (callers that come together
+                // after a quiet spell each send a PING, pipelined: none sends its call on a
+                // connection that may be closed).
+                let check = c.used.elapsed() >= IDLE_CHECK;
                 c.in_flight += 1;
                 Route::Use(c.conn.clone(), c.id, check)
             }
@@ -900,11 +960,27 @@ impl Link {
         route
     }
 
-    /// `seat`'s connection failed its check: closed and out of the runtime's pool, `seat`
-    /// holding a unit of the runtime's `opening` instead (to open another).
-    fn reopen_own(&self, seat: &mut Seat<'_>) {
+    /// `seat`'s connection answered its check: marked used now.
+    fn own_used(&self, seat: &Seat<'_>) {
         let Some(own) = &self.own else {
             return;
+        };
+        let mut o = own.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = o
+            .by_rt
+            .get_mut(&seat.rt)
+            .and_then(|p| p.conns.iter_mut().find(|c| Some(c.id) == seat.id))
+        {
+            c.used = Instant::now();
+        }
+    }
+
+    /// `seat`'s connection failed its check: closed and out of the runtime's pool, `seat`
+    /// holding a unit of the runtime's `opening` instead. Whether this caller took it out
+    /// (and opens another): `false` when a caller that checked it too did.
+    fn reopen_own(&self, seat: &mut Seat<'_>) -> bool {
+        let Some(own) = &self.own else {
+            return false;
         };
         let mut o = own.lock().unwrap_or_else(|e| e.into_inner());
         let closed = o.by_rt.get_mut(&seat.rt).and_then(|p| {
@@ -914,7 +990,9 @@ impl Link {
         });
         seat.id = None;
         drop(o);
+        let took = closed.is_some();
         drop(closed);
+        took
     }
 
     /// Opens a connection on the caller's runtime for `seat`'s call (which holds a unit of
@@ -967,13 +1045,27 @@ impl Link {
         }
     }
 
-    /// Whether direct connection `conn` answers a PING within `deadline`.
-    fn alive(&self, conn: &mut redis::Connection, deadline: Instant) -> bool {
+    /// Whether direct connection `conn` answers a PING within `deadline` (any reply: it is
+    /// open): else why not (`Fail::Io`: it is closed; `Fail::Timeout`: no answer in time).
+    fn alive(&self, conn: &mut redis::Connection, deadline: Instant) -> Result<(), Fail> {
         let left = deadline.saturating_duration_since(Instant::now());
-        !left.is_zero()
-            && conn.set_read_timeout(Some(left)).is_ok()
-            && conn.set_write_timeout(Some(left)).is_ok()
-            && redis::cmd("PING").query::<String>(conn).is_ok()
+        if left.is_zero() {
+            return Err(Fail::Timeout);
+        }
+        let mut ping = || -> redis::RedisResult<Value> {
+            conn.set_read_timeout(Some(left))?;
+            conn.set_write_timeout(Some(left))?;
+            redis::ConnectionLike::req_command(conn, &redis::cmd("PING"))
+        };
+        match ping() {
+            Ok(_) => Ok(()),
+            Err(e) => match classify(&e) {
+                Fail::Timeout => Err(Fail::Timeout),
+                // A reply that is an error still says the connection is open.
+                Fail::Server(_) => Ok(()),
+                _ => Err(Fail::Io(e.to_string())),
+            },
+        }
     }
 
     /// One call on a direct connection, within `deadline` (the protocol of
@@ -1074,7 +1166,7 @@ impl Link {
     }
 
     async fn call_inner(self: &Arc<Self>, req: &Request) -> Result<Value, (Fail, u64)> {
-        self.calls.fetch_add(1, Relaxed);
+        self.wrote();
         let (mut conn, generation) = self.current().map_err(|f| (f, 0))?;
         self.exchange(&mut conn, req)
             .await
@@ -1122,7 +1214,7 @@ impl Link {
             return Err(Fail::Forked);
         }
         let (mut conn, generation) = self.current()?;
-        self.calls.fetch_add(1, Relaxed);
+        self.wrote();
         match tokio::time::timeout(self.timeout, conn.send(&cmd)).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
@@ -1158,6 +1250,9 @@ struct Seat<'a> {
     rt: tokio::runtime::Id,
     id: Option<u64>,
     keep: bool,
+    /// The call completed (a reply read): the connection is marked used now. A call dropped
+    /// before (its caller's future dropped) says nothing of the connection.
+    done: bool,
 }
 
 impl Drop for Seat<'_> {
@@ -1177,7 +1272,9 @@ impl Drop for Seat<'_> {
         let closed = match p.conns.iter().position(|c| c.id == id) {
             Some(i) if self.keep => {
                 p.conns[i].in_flight -= 1;
-                p.conns[i].used = Instant::now();
+                if self.done {
+                    p.conns[i].used = Instant::now();
+                }
                 None
             }
             Some(i) => Some(p.conns.swap_remove(i)),
