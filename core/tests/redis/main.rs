@@ -687,6 +687,34 @@ fn a_lost_connection_of_a_runtime_takes_only_itself() {
     );
 }
 
+/// A call that fails on a lost connection starts the next connection at once: a call that
+/// comes once it is open is decided (before, the next call failed, `not connected`, and only
+/// then started one).
+#[test]
+fn a_lost_connection_is_replaced_before_the_next_call() {
+    let srv = Server::start();
+    let url = format!(
+        "{}?prefix=lost1&negative_cache=off&on_error=error&timeout=2s&connections=0",
+        srv.url()
+    );
+    let l = keyed("1000000/s", &url);
+    assert!(l.try_acquire(&1, 1).unwrap().allowed());
+    let before = l.redis_stats().unwrap();
+    srv.resp()
+        .cmd(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"])
+        .unwrap();
+    // On the killed connection: fails (unless the keepalive found it closed first).
+    let first = l.try_acquire(&2, 1);
+    std::thread::sleep(Duration::from_millis(200));
+    let next = l.try_acquire(&3, 1);
+    assert!(
+        next.as_ref().is_ok_and(Decision::allowed),
+        "after {first:?}: {next:?}"
+    );
+    let s = l.redis_stats().unwrap();
+    assert_eq!(s.connects, before.connects + 1, "{s:?}");
+}
+
 /// A server whose idle `timeout` closes quiet connections (redis.conf's `timeout`; a proxy or
 /// a load balancer does the same): after a quiet spell longer than that, every caller's next
 /// calls are decided, none failed. The store's own connection is kept alive (a PING when it

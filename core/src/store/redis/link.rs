@@ -30,9 +30,10 @@
 //!   the retry included.
 //! * **No replay.** A call whose outcome is unknown (a timeout, a lost connection) is never
 //!   sent again: it is reported as failed and the fail policy decides it. A timeout or an I/O
-//!   error drops the connection; a new one is opened in the background, one attempt at a
-//!   time with a backoff of 10 ms doubling to 1 s, and while there is none every call fails
-//!   at once without a round trip (nothing queues up behind a dead or paused server).
+//!   error drops the connection; a new one is opened in the background (the first attempt
+//!   at once), one attempt at a time with a backoff of 10 ms doubling to 1 s, and while
+//!   there is none every call fails at once without a round trip (nothing queues up behind
+//!   a dead or paused server).
 //! * **No call on a connection that may have idled out** (a server's idle `timeout`, a
 //!   proxy's): the link's connection is PINGed after [`KEEPALIVE`] without a call, a pooled
 //!   one is checked after [`IDLE_CHECK`] idle before a call is sent on it.
@@ -619,14 +620,21 @@ impl Link {
         }
     }
 
-    /// Drops connection `generation` after a failure on it (a newer one stays).
-    fn broken(&self, generation: u64, why: String) {
+    /// Drops connection `generation` after a failure on it (a newer one stays), and starts
+    /// opening another at once: a call that comes once it is open is decided, instead of
+    /// failing and starting it. A server that is gone fails that attempt, and the backoff
+    /// applies as after any failure.
+    fn broken(self: &Arc<Self>, generation: u64, why: String) {
         let mut st = self.state();
         if st.generation == generation && st.conn.is_some() {
             st.conn = None;
             self.live.store(0, Relaxed);
             st.next_try = Instant::now();
             st.last_error = why;
+            if !st.connecting {
+                st.connecting = true;
+                runtime().spawn(self.clone().connect());
+            }
         }
     }
 
@@ -678,20 +686,11 @@ impl Link {
         let Ok(Err(e)) = tokio::time::timeout(limit, sent).await else {
             return;
         };
-        if !matches!(classify(&e), Fail::Io(_)) {
-            return;
-        }
-        let mut st = self.state();
-        if st.generation != generation || st.conn.is_none() {
-            return;
-        }
-        st.conn = None;
-        self.live.store(0, Relaxed);
-        st.last_error = format!("the server closed the connection ({e})");
-        if !st.connecting {
-            st.connecting = true;
-            st.next_try = Instant::now();
-            runtime().spawn(self.clone().connect());
+        if matches!(classify(&e), Fail::Io(_)) {
+            self.broken(
+                generation,
+                format!("the server closed the connection ({e})"),
+            );
         }
     }
 
@@ -1109,7 +1108,7 @@ impl Link {
     }
 
     /// The counters and the link's state after a call on connection `generation` failed.
-    fn failed(&self, fail: &Fail, generation: u64) {
+    fn failed(self: &Arc<Self>, fail: &Fail, generation: u64) {
         match fail {
             Fail::Timeout => {
                 bump(&self.counters.timeouts);
