@@ -665,25 +665,21 @@ impl Link {
             }
         };
         let ping = redis::cmd("PING");
-        let sent = async {
-            match conn {
-                Conn::Single(mut c) => c.send_packed_command(&ping).await,
-                // Every master: a cluster's client reopens a node's connection only when told
-                // of its close, which it is with RESP3 alone.
-                Conn::Cluster(mut c) => {
-                    use redis::cluster_routing::{
-                        MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo,
-                    };
-                    let all = RoutingInfo::MultiNode((
-                        MultipleNodeRoutingInfo::AllMasters,
-                        Some(ResponsePolicy::AllSucceeded),
-                    ));
-                    c.route_command(ping.clone(), all).await
-                }
+        let limit = self.timeout.max(Duration::from_secs(1));
+        let mut c = match conn {
+            Conn::Single(c) => c,
+            // Every master, to keep its connection open: a cluster's client reopens a node's
+            // connection only when told of its close, which it is with RESP3 alone. Its
+            // failure marks nothing down: a master that is down (its slots' calls fail) must
+            // not take the others' calls with it.
+            Conn::Cluster(mut c) => {
+                use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+                let all = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                let _ = tokio::time::timeout(limit, c.route_command(ping, all)).await;
+                return;
             }
         };
-        let limit = self.timeout.max(Duration::from_secs(1));
-        let Ok(Err(e)) = tokio::time::timeout(limit, sent).await else {
+        let Ok(Err(e)) = tokio::time::timeout(limit, c.send_packed_command(&ping)).await else {
             return;
         };
         if matches!(classify(&e), Fail::Io(_)) {
