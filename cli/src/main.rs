@@ -187,7 +187,7 @@ struct ReplayArgs {
     /// Fail (exit 4) on the first unusable line instead of counting and skipping it.
     #[arg(long)]
     strict: bool,
-    /// The window of the peak sustained rates.
+    /// The window of the peak sustained rates (a multiple of 10ns).
     #[arg(long, default_value = "10s", value_parser = parse_sustain)]
     sustain: u64,
     /// Keys per policy whose bucket levels the HTML report charts (a second pass).

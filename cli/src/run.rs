@@ -1114,6 +1114,8 @@ pub fn simulate(
 
 /// `s` percent-decoded onto `out` (`%XX` a byte; a `%` without two hex digits after it is
 /// kept as it is), with `+` a space in a query string (`query`), as form-encoded values are.
+/// `%2F` stays as it is: the captures are joined with `/`, and a decoded one would make
+/// `/t/x%2Fy/z` and `/t/x/y%2Fz` one key under `/t/{a}/{b}`.
 fn percent_decode(s: &[u8], query: bool, out: &mut Vec<u8>) {
     let hex = |b: u8| (b as char).to_digit(16);
     let mut i = 0;
@@ -1123,6 +1125,7 @@ fn percent_decode(s: &[u8], query: bool, out: &mut Vec<u8>) {
                 s.get(i + 1).and_then(|&b| hex(b)),
                 s.get(i + 2).and_then(|&b| hex(b)),
             ) {
+                (Some(2), Some(15)) => b'%',
                 (Some(h), Some(l)) => {
                     i += 2;
                     (h * 16 + l) as u8

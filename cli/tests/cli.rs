@@ -1142,8 +1142,11 @@ fn path_key_captures_after_the_query_mark() {
             "192.0.2.1 - - [01/May/2024:00:00:0{i} +0000] \"GET /search?q={q} HTTP/1.1\" 200 5 \"-\" \"t\"\n"
         );
     }
-    // In a path, `+` is itself.
-    for (i, u) in ["bob", "%62ob", "a+b"].iter().enumerate() {
+    // In a path, `+` is itself; `%2F` stays encoded (the captures are joined with `/`).
+    for (i, u) in ["bob", "%62ob", "a+b", "x%2Fy/z", "x/y%2fz"]
+        .iter()
+        .enumerate()
+    {
         log += &format!(
             "192.0.2.1 - - [01/May/2024:00:00:1{i} +0000] \"GET /users/{u} HTTP/1.1\" 200 5 \"-\" \"t\"\n"
         );
@@ -1167,7 +1170,7 @@ fn path_key_captures_after_the_query_mark() {
             .stdout,
     );
     assert_eq!(v["keys"], 5);
-    assert_eq!(v["unkeyed"], 3);
+    assert_eq!(v["unkeyed"], 5);
     let p = &v["policies"][0];
     let top = |p: &Value| -> Vec<(String, u64)> {
         p["top_throttled"]
@@ -1193,8 +1196,20 @@ fn path_key_captures_after_the_query_mark() {
         .get_output()
         .stdout,
     );
-    assert_eq!((&v["keys"], &v["unkeyed"]), (&json!(2), &json!(8)));
+    assert_eq!((&v["keys"], &v["unkeyed"]), (&json!(2), &json!(10)));
     assert_eq!(top(&v["policies"][0]), vec![("bob".into(), 1)]);
+    let v = json(
+        &replay(
+            &f,
+            "1/h; burst=1",
+            &["--key", "path:/users/{a}/{b}", "--format", "json"],
+        )
+        .success()
+        .get_output()
+        .stdout,
+    );
+    assert_eq!((&v["keys"], &v["unkeyed"]), (&json!(2), &json!(11)));
+    assert_eq!(v["policies"][0]["rejected"], 0);
 }
 
 #[test]
