@@ -35,8 +35,9 @@
 //!   there is none every call fails at once without a round trip (nothing queues up behind
 //!   a dead or paused server).
 //! * **No call on a connection that may have idled out** (a server's idle `timeout`, a
-//!   proxy's): the link's connection is PINGed after [`KEEPALIVE`] without a call, a pooled
-//!   one is checked after [`IDLE_CHECK`] idle before a call is sent on it.
+//!   proxy's): the link's connection, and the blocking callers' pooled ones, are PINGed
+//!   after [`KEEPALIVE`] without a call; a pooled one (a runtime's too) is checked after
+//!   [`IDLE_CHECK`] idle before a call is sent on it.
 
 use super::scripts::{scripts, Func};
 use crate::error::{Error, StoreErrorKind};
@@ -564,6 +565,7 @@ impl Link {
                     link.wrote();
                     link.keepalive().await;
                 }
+                link.keep_direct().await;
             }
         });
         Ok(link)
@@ -688,6 +690,56 @@ impl Link {
                 format!("the server closed the connection ({e})"),
             );
         }
+    }
+
+    /// The blocking callers' pooled connections quiet for [`KEEPALIVE`]: PINGed, on tokio's
+    /// blocking pool (off the runtime thread), and put back, so that the server does not
+    /// close them and a caller seldom finds one idle for [`IDLE_CHECK`] (which it checks
+    /// first, a round trip); one that does not answer within the timeout is closed. Each
+    /// keeps its unit of `open` meanwhile (a caller that finds the pool empty opens another
+    /// if it may, as when every connection is in use).
+    async fn keep_direct(self: &Arc<Self>) {
+        let Some(direct) = &self.direct else {
+            return;
+        };
+        let quiet: Vec<(redis::Connection, u64)> = {
+            let mut d = direct.lock().unwrap_or_else(|e| e.into_inner());
+            let mut quiet = Vec::new();
+            let mut i = 0;
+            while i < d.idle.len() {
+                if d.idle[i].2.elapsed() >= KEEPALIVE {
+                    let (c, g, _) = d.idle.swap_remove(i);
+                    quiet.push((c, g));
+                } else {
+                    i += 1;
+                }
+            }
+            quiet
+        };
+        if quiet.is_empty() {
+            return;
+        }
+        let link = self.clone();
+        // The pool is updated by the blocking task itself: it runs to its end even if this
+        // task is dropped.
+        let done = tokio::task::spawn_blocking(move || {
+            let deadline = Instant::now() + link.timeout;
+            let mut back = Vec::new();
+            let mut closed = 0;
+            for (mut c, g) in quiet {
+                if link.alive(&mut c, deadline).is_ok() {
+                    back.push((c, g, Instant::now()));
+                } else {
+                    closed += 1;
+                }
+            }
+            if let Some(direct) = &link.direct {
+                let mut d = direct.lock().unwrap_or_else(|e| e.into_inner());
+                d.open -= closed;
+                d.idle.extend(back);
+            }
+        });
+        let _ = done.await;
     }
 
     /// Makes the scripts' call `req` (SCRIPTS.md, "Calling convention"): one round trip, two
