@@ -1186,28 +1186,20 @@ fn path_key_captures_after_the_query_mark() {
             .collect()
     };
     assert_eq!(top(p), vec![("abc".into(), 2), ("a b".into(), 1)]);
-    let v = json(
-        &replay(
-            &f,
-            "1/h; burst=1",
-            &["--key", "path:/users/{u}", "--format", "json"],
+    let keyed_by = |pattern: &str| {
+        let key = format!("path:{pattern}");
+        let args = ["--key", key.as_str(), "--format", "json"];
+        json(
+            &replay(&f, "1/h; burst=1", &args)
+                .success()
+                .get_output()
+                .stdout,
         )
-        .success()
-        .get_output()
-        .stdout,
-    );
+    };
+    let v = keyed_by("/users/{u}");
     assert_eq!((&v["keys"], &v["unkeyed"]), (&json!(2), &json!(10)));
     assert_eq!(top(&v["policies"][0]), vec![("bob".into(), 1)]);
-    let v = json(
-        &replay(
-            &f,
-            "1/h; burst=1",
-            &["--key", "path:/users/{a}/{b}", "--format", "json"],
-        )
-        .success()
-        .get_output()
-        .stdout,
-    );
+    let v = keyed_by("/users/{a}/{b}");
     assert_eq!((&v["keys"], &v["unkeyed"]), (&json!(2), &json!(11)));
     assert_eq!(v["policies"][0]["rejected"], 0);
 }

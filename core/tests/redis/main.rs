@@ -715,6 +715,15 @@ fn a_lost_connection_is_replaced_before_the_next_call() {
     assert_eq!(s.connects, before.connects + 1, "{s:?}");
 }
 
+/// No call of `s` failed: none unavailable, timed out or left to `on_error` (`what`: the case).
+fn none_failed(s: &sluicegate::RedisStats, what: &str) {
+    assert_eq!(
+        (s.unavailable, s.timeouts, s.failed_error),
+        (0, 0, 0),
+        "{what:?}: {s:?}"
+    );
+}
+
 /// A server whose idle `timeout` closes quiet connections (redis.conf's `timeout`; a proxy or
 /// a load balancer does the same): after a quiet spell longer than that, every caller's next
 /// calls are decided, none failed. The store's own connection is kept alive (a PING when it
@@ -796,11 +805,7 @@ fn connections_an_idle_server_closed_fail_no_call() {
         let s = l.redis_stats().unwrap();
         assert!(s.connects > quiet.connects, "{opt:?}: {quiet:?} then {s:?}");
         assert_eq!(s.decided, 32, "{opt:?}: {s:?}");
-        assert_eq!(
-            (s.unavailable, s.timeouts, s.failed_error),
-            (0, 0, 0),
-            "{opt:?}: {s:?}"
-        );
+        none_failed(&s, opt);
     }
 }
 
@@ -821,7 +826,7 @@ fn quiet_pooled_connections_are_kept_open() {
     assert!(l.try_acquire(&2, 1).unwrap().allowed());
     let s = l.redis_stats().unwrap();
     assert_eq!(s.connects, before.connects, "{before:?} then {s:?}");
-    assert_eq!((s.unavailable, s.timeouts), (0, 0), "{s:?}");
+    none_failed(&s, "");
 }
 
 /// A Redis Cluster whose nodes close quiet connections (`timeout 1`): after a quiet spell,
@@ -857,11 +862,7 @@ fn a_cluster_that_closes_quiet_connections_fails_no_call() {
     calls(1);
     let s = l.redis_stats().unwrap();
     assert_eq!(s.decided, 60, "{s:?}");
-    assert_eq!(
-        (s.unavailable, s.timeouts, s.failed_error),
-        (0, 0, 0),
-        "{s:?}"
-    );
+    none_failed(&s, "");
 }
 
 #[test]
