@@ -17,7 +17,9 @@ from test_redis import url
 
 from sluicegate import Quota
 from sluicegate._web import region_suffix
-from sluicegate.drf import AnonRateThrottle, ScopedRateThrottle, SluicegateThrottle, UserRateThrottle, _rules, get, reset
+from sluicegate.drf import (
+    AnonRateThrottle, ScopedRateThrottle, SluicegateThrottle, UserRateThrottle, _rules, get, limiters, reset,
+)  # fmt: skip
 
 RATES = {
     "anon": "1/minute; burst=2", "user": "1/minute; burst=3", "uploads": "1/h; burst=1", "contacts": "1/h; burst=2",
@@ -302,3 +304,30 @@ def test_get_and_reset_by_scope() -> None:
             get("k", ScopedRateThrottle)
     with settings(), override_settings(REST_FRAMEWORK={"DEFAULT_THROTTLE_RATES": {"off": None}}):
         assert get("k", "off") is None and reset("k", "off") == 0
+
+
+@pytest.mark.parametrize("store", ["memory", "shm", "redis"])
+def test_limiters_count_each_throttle_for_prometheus(regions: Path, redis_server: RedisServer, store: str) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from sluicegate import render_prometheus
+    from sluicegate.prometheus import SluicegateCollector
+
+    stores = {"memory": "memory", "shm": f"shm:{regions}/drf-metrics", "redis": url(redis_server, on_error="error")}
+    with settings(store=stores[store]):
+        assert limiters() == []  # no throttle used yet
+        registry = CollectorRegistry()
+        SluicegateCollector(limiters, registry=registry)  # read again at each scrape
+        client = APIClient()
+        assert statuses(client, "/anon", 3) == [200, 200, 429]
+        assert statuses(client, "/uploads", 2) == [200, 429]
+        series = limiters()
+        assert [labels for labels, _ in series] == [
+            {"limit": "drf:anon", "quota": str(Quota(RATES["anon"]))},
+            {"limit": "drf:uploads", "quota": str(Quota(RATES["uploads"]))},
+        ]
+        anon = series[0][1].metrics()
+        assert anon is not None and (anon.allowed, anon.rejected) == (2, 1)
+        text = generate_latest(registry).decode()
+        assert 'limit="drf:anon",quota="1/m; burst=2",outcome="allowed"} 2' in render_prometheus(limiters())
+        assert 'sluicegate_decisions_total{limit="drf:uploads",outcome="rejected",quota="1/h"} 1.0' in text

@@ -1065,3 +1065,113 @@ def test_web_limits_refuse_a_leaky_queue() -> None:
     # Every other algorithm is a web limit.
     StarletteSluicegate(default_limits=["1/s; algorithm=gcra", "1/s; algorithm=sliding_log"])
 
+
+
+# -- counters: every adapter's limiters() for Prometheus ---------------------------------------
+
+
+def decisions(series: list[tuple[dict[str, str], Any]], limit: str) -> tuple[int, int, int]:
+    """(allowed, rejected, shadow_rejected) of the limiter labelled `limit` in `series`."""
+    found = [limiter for labels, limiter in series if labels["limit"] == limit]
+    assert len(found) == 1, (limit, [labels for labels, _ in series])
+    m = found[0].metrics()
+    return m.allowed, m.rejected, m.shadow_rejected
+
+
+@pytest.mark.parametrize("store", ["memory", "shm", "redis"])
+def test_flask_limiters_count_every_limit(redis_server: RedisServer, tmp_path: Any, store: str) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from sluicegate import render_prometheus
+    from sluicegate.prometheus import SluicegateCollector
+
+    storage = {"memory": "memory", "shm": f"shm:{tmp_path}/m", "redis": url(redis_server, on_error="error")}[store]
+    app = flask.Flask(__name__)
+    app.config.update(SLUICEGATE_DEFAULT_LIMITS=["1/minute; burst=1"], SLUICEGATE_STORAGE=storage)
+    limiter = FlaskSluicegate(app)
+
+    @app.get("/own")
+    @limiter.limit("1/minute; burst=2")
+    @limiter.limit("1/minute; burst=5", shadow=True)
+    def own() -> str:
+        return "own"
+
+    @app.get("/plain")
+    def plain() -> str:
+        return "plain"
+
+    registry = CollectorRegistry()
+    SluicegateCollector(limiter.limiters, registry=registry)  # the method: read at each scrape
+    client = app.test_client()
+    assert [client.get("/own").status_code for _ in range(3)] == [200, 200, 429]
+    assert [client.get("/plain").status_code for _ in range(2)] == [200, 429]
+    series = limiter.limiters()  # outside a request: the one app this extension serves
+    own_name = f"{__name__}.test_flask_limiters_count_every_limit.<locals>.own"
+    assert sorted(labels["limit"] for labels, _ in series) == ["default#0", f"{own_name}#0", f"{own_name}#1"]
+    # The outer (enforcing) limit rejects the third; the shadow limit decided only two.
+    assert decisions(series, f"{own_name}#1") == (2, 1, 0)
+    assert decisions(series, f"{own_name}#0") == (2, 0, 0)
+    assert decisions(series, "default#0") == (1, 1, 0)
+    with app.app_context():
+        assert limiter.limiters() == series
+    text = generate_latest(registry).decode()
+    assert 'sluicegate_decisions_total{limit="default#0",outcome="rejected",quota="1/m"} 1.0' in text
+    assert 'sluicegate_shadow_mode{limit="' + own_name + '#0",quota="1/m; burst=5"} 1.0' in text
+    assert render_prometheus(series).count("sluicegate_decisions_total{") == 9
+    # Another app: the one to read must be named outside its context.
+    other = flask.Flask("other")
+    limiter.init_app(other)
+    with pytest.raises(RuntimeError, match="2 apps"):
+        limiter.limiters()
+    assert limiter.limiters(app) == series
+    with pytest.raises(RuntimeError, match="does not serve"):
+        limiter.limiters(flask.Flask("third"))
+
+
+def test_django_limiters_count_every_limit() -> None:
+    from sluicegate.django import limiters
+
+    with django_settings():
+        client = Client()
+        client.get("/batch?n=1")  # a limit is made at its first request (other tests may have)
+        before = decisions(limiters(), f"{__name__}.batch#0")
+        client.get("/batch?n=4")
+        client.get("/batch?n=2")
+        after = decisions(limiters(), f"{__name__}.batch#0")
+        assert after[0] + after[1] == before[0] + before[1] + 2
+        assert [client.get("/plain").status_code for _ in range(2)] == [200, 429]
+        assert decisions(limiters(), "default#0")[1] >= 1
+        client.get("/stacked")
+        labels = [labels for labels, _ in limiters()]
+        # Places count from the innermost decorator, as the regions' names do.
+        assert {"limit": f"{__name__}.stacked#0", "quota": "1/m; burst=2"} in labels
+        assert {"limit": f"{__name__}.stacked#1", "quota": "1/m; burst=3"} in labels
+        assert len({(x["limit"], x["quota"]) for x in labels}) == len(labels)
+
+
+def test_starlette_limiters_count_middleware_and_dependency_limits(redis_server: RedisServer) -> None:
+    from sluicegate import render_prometheus
+
+    for storage in ("memory", url(redis_server, on_error="error")):
+        limiter = StarletteSluicegate(default_limits=["1/minute; burst=1"], storage=storage)
+        dep = limiter.dependency("1/minute; burst=2")
+        app = FastAPI()
+        app.add_middleware(RateLimitMiddleware, limiter=limiter)
+
+        @app.get("/dep", dependencies=[Depends(dep)])
+        async def with_dependency() -> str:
+            return "d"
+
+        @app.get("/plain")
+        async def plain() -> str:
+            return "plain"
+
+        # On Redis a limit is made at its first request in the process.
+        assert len(limiter.limiters()) == (2 if storage == "memory" else 0)
+        client = TestClient(app)
+        assert [client.get("/dep").status_code for _ in range(3)] == [200, 200, 429]
+        assert [client.get("/plain").status_code for _ in range(2)] == [200, 429]
+        series = limiter.limiters()
+        assert decisions(series, "route#0") == (2, 1, 0)
+        assert decisions(series, "default#0") == (1, 1, 0)
+        assert 'limit="route#0",quota="1/m; burst=2",outcome="rejected"} 1' in render_prometheus(series)

@@ -87,3 +87,22 @@ def django_views(request: HttpRequest) -> None:
 
 def metrics(collector: SluicegateCollector) -> Iterator[Metric]:
     return collector.collect()
+
+
+def web_metrics(app: Flask) -> None:
+    """Every integration's limiters, for Prometheus: as a scrape-time source or rendered."""
+    import sluicegate.django
+    import sluicegate.drf
+
+    ext = FlaskSluicegate(app)
+    SluicegateCollector(ext.limiters)
+    SluicegateCollector(starlette_limiter.limiters)
+    SluicegateCollector(sluicegate.django.limiters)
+    SluicegateCollector(sluicegate.drf.limiters)
+    text: str = sluicegate.render_prometheus(ext.limiters(app))
+    for labels, limiter in starlette_limiter.limiters():
+        assert_type(labels["limit"], str)
+        assert_type(limiter, sluicegate.KeyedLimiter)
+    SluicegateCollector(ext.limiters())
+    SluicegateCollector(lambda: 3)  # type: ignore[arg-type,return-value]
+    del text

@@ -200,17 +200,54 @@ class Rule:
                         with _POOL_LOCK:
                             found = pool.get((suffix, self.shadow))
                             if found is None:
-                                found = KeyedLimiter(self.quota, max_keys=bound, shadow=self.shadow)
+                                found = KeyedLimiter(self.quota, max_keys=bound, shadow=self.shadow, metrics=True)
                                 pool[(suffix, self.shadow)] = found
                     else:
                         region = _store_with_suffix(store, suffix)
-                        found = KeyedLimiter(self.quota, max_keys=bound, store=region, shadow=self.shadow)
+                        found = KeyedLimiter(
+                            self.quota, max_keys=bound, store=region, shadow=self.shadow, metrics=True
+                        )
                     self._limiters[store] = found
                     _watch_store(found, store)
         return found
 
+    def made(self, store: str) -> KeyedLimiter | None:
+        """This limit's limiter on `store` if this process has made it (None before)."""
+        with self._lock:
+            return self._limiters.get(store)
+
     def __repr__(self) -> str:
         return f"Rule({str(self.quota)!r}, scope={self.scope!r}, policy={self.policy!r})"
+
+
+#: What an integration's ``limiters()`` returns: ``(labels, limiter)`` pairs, the form
+#: ``render_prometheus`` and ``SluicegateCollector`` take.
+Series = list[tuple[dict[str, str], KeyedLimiter]]
+
+
+def limiter_series(rules: Iterable[Rule], store: str) -> Series:
+    """The limiters that `rules` made on `store` in this process, each once, labelled by the
+    limit's scope (``limit``: a view's dotted name and the limit's place there, ``default#0``,
+    ``shared:NAME#0``, ...) and its canonical quota (``quota``). Every web limiter counts its
+    decisions (``metrics=True``); a limit appears once it has a limiter (a Redis store's at its
+    first request in the process). Two limits of one scope and quota that keep apart buckets
+    (a shadow and an enforcing one) are told apart by a `` (2)`` after the scope."""
+    out: Series = []
+    seen: set[int] = set()
+    labels_seen: set[tuple[str, str]] = set()
+    for rule in rules:
+        limiter = rule.made(store)
+        if limiter is None or id(limiter) in seen:
+            continue
+        seen.add(id(limiter))
+        quota = str(rule.quota)
+        limit, n = rule.scope, 1
+        while (limit, quota) in labels_seen:
+            n += 1
+            limit = f"{rule.scope} ({n})"
+        labels_seen.add((limit, quota))
+        out.append(({"limit": limit, "quota": quota}, limiter))
+    return out
 
 
 #: Guards every rule's `memory_pool`.

@@ -41,6 +41,10 @@ limit under a key prefix of its own (``PREFIX:<the same hash>``, ``PREFIX`` the 
 Async views (``async def``) and an async middleware stack are served without a thread: the
 decorator on an async view and the middleware under ASGI await the limiters' ``*_async``
 methods (on Redis, without blocking the event loop).
+
+Every limit counts its decisions in each process: ``sluicegate.django.limiters()`` gives them
+to ``render_prometheus`` or, as ``SluicegateCollector(sluicegate.django.limiters)``, to
+``prometheus_client`` (docs/OPERATIONS.md, "Metrics").
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ import asyncio
 import functools
 import hashlib
 import inspect
+import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
 
@@ -66,6 +71,7 @@ from sluicegate._web import (
     Outcome,
     Rates,
     Rule,
+    Series,
     Taken,
     check,
     check_async,
@@ -74,6 +80,7 @@ from sluicegate._web import (
     default_rules,
     header_key,
     header_style,
+    limiter_series,
     message,
     peek,
     quotas,
@@ -87,7 +94,10 @@ from sluicegate._web import (
 )
 from sluicegate._web import reset as _reset_rules
 
-__all__ = ["RateLimitMiddleware", "exempt", "get", "header", "key_func", "ratelimit", "remote_address", "reset", "user"]
+__all__ = [
+    "RateLimitMiddleware", "exempt", "get", "header", "key_func", "limiters", "ratelimit", "remote_address", "reset",
+    "user",
+]  # fmt: skip
 
 F = TypeVar("F", bound=Callable[..., Any])
 P = ParamSpec("P")
@@ -211,6 +221,9 @@ class _Config:
 _config: _Config | None = None
 #: The shared limits of ``ratelimit(..., name=)``, by name.
 _shared: dict[str, list[Rule]] = {}
+#: Every ``@ratelimit`` rule made in this process (for ``limiters()``), each once.
+_made: dict[int, Rule] = {}
+_made_lock = threading.Lock()
 
 
 def _use_max_keys(rules: list[Rule], config: _Config) -> None:
@@ -484,6 +497,9 @@ def ratelimit(
             else:
                 rules = view_rules(view, below, parsed, kf, **options)
             found = made.setdefault(target, (rules, _scope(view)))
+            with _made_lock:
+                for rule in found[0]:
+                    _made.setdefault(id(rule), rule)
         rules, scope = found
         stacked = getattr(view, _STACKED, None)
         if stacked is not None and stacked[0] is view:
@@ -571,6 +587,19 @@ def get(key: Any, view: Any) -> Decision | None:
 def reset(key: Any, view: Any) -> int:
     """Gives `key` full buckets in the limits of `view`; how many held it."""
     return _reset_rules(_admin_rules(view), key, _scope(view), _get_config().store)
+
+
+def limiters() -> Series:
+    """The limiters of the default limits and of every ``@ratelimit`` this process has made,
+    as ``(labels, limiter)`` pairs for ``render_prometheus``, or
+    ``SluicegateCollector(sluicegate.django.limiters)`` (each scrape reads the limits made
+    since): labels ``limit`` (the view's dotted name and the limit's place, ``default#0``,
+    ``shared:NAME#0``) and ``quota``. Each counts its decisions in this process; a limit on
+    Redis appears at its first request. ``sluicegate.drf.limiters()`` gives the throttles'."""
+    config = _get_config()
+    with _made_lock:
+        rules = list(_made.values())
+    return limiter_series([*config.defaults, *rules], config.store)
 
 
 def _admin_rules(view: Any) -> list[Rule]:

@@ -37,7 +37,9 @@ DRF asks throttles before the view and never shows them the response, so the ref
 by ``sluicegate.django.RateLimitMiddleware``, which must then be in ``MIDDLEWARE`` (it sees
 every response, a view's uncaught exception as Django's 500): a request to such a throttle
 that the middleware does not serve is an ``ImproperlyConfigured`` error, not a request
-silently counted. Admin tools: ``get(key, scope)`` and ``reset(key, scope)``.
+silently counted. Admin tools: ``get(key, scope)`` and ``reset(key, scope)``. Every
+throttle's limiter counts its decisions in each process: ``limiters()`` gives them, labelled
+``limit="drf:SCOPE"`` and ``quota``, to ``render_prometheus`` or ``SluicegateCollector``.
 """
 
 from __future__ import annotations
@@ -51,12 +53,12 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
 from sluicegate._native import Decision, InsufficientCapacity, KeyStoreFull, Quota
-from sluicegate._web import Rule, Taken, peek, refusal, watch
+from sluicegate._web import Rule, Series, Taken, limiter_series, peek, refusal, watch
 from sluicegate._web import reset as _reset_rules
 from sluicegate.django import _SETTLE, _get_config, _skipped, remote_address
 
 __all__ = [
-    "AnonRateThrottle", "ScopedRateThrottle", "SluicegateThrottle", "UserRateThrottle", "get", "reset",
+    "AnonRateThrottle", "ScopedRateThrottle", "SluicegateThrottle", "UserRateThrottle", "get", "limiters", "reset",
 ]  # fmt: skip
 
 #: One rule per (scope, quota), shared by every throttle instance of the process (DRF makes
@@ -190,6 +192,16 @@ def reset(key: Any, scope: str | type[SluicegateThrottle]) -> int:
     was held, else 0."""
     rule = _admin_rule(scope)
     return 0 if rule is None else _reset_rules([rule], key, None, _get_config().store)
+
+
+def limiters() -> Series:
+    """The limiters of the throttles this process has used, as ``(labels, limiter)`` pairs
+    for ``render_prometheus``, or ``SluicegateCollector(sluicegate.drf.limiters)`` (each scrape
+    reads the throttles used since): labels ``limit`` (``drf:anon``, ``drf:SCOPE``) and
+    ``quota``."""
+    with _lock:
+        rules = list(_rules.values())
+    return limiter_series(rules, _get_config().store)
 
 
 def _admin_rule(scope: str | type[SluicegateThrottle]) -> Rule | None:

@@ -54,6 +54,10 @@ handlers.
 A rejected request gets ``429 Too Many Requests`` with ``Retry-After`` and the RateLimit
 fields. ``raise sluicegate.RateLimited(decision)`` in a view gets the same response. Flask is
 imported only when this module is.
+
+Every limit counts its decisions in each process: ``limiter.limiters()`` gives them to
+``render_prometheus`` or, as ``SluicegateCollector(limiter.limiters)``, to
+``prometheus_client`` (docs/OPERATIONS.md, "Metrics").
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from flask import Blueprint, Flask, current_app, g, request
+from flask import Blueprint, Flask, current_app, g, has_app_context, request
 
 from sluicegate._native import Decision, RateLimited
 from sluicegate._web import (
@@ -70,12 +74,14 @@ from sluicegate._web import (
     KeyFunc,
     Rates,
     Rule,
+    Series,
     Taken,
     check,
     checked_store,
     client_resolver,
     default_rules,
     header_style,
+    limiter_series,
     message,
     peek,
     quotas,
@@ -194,6 +200,8 @@ class Sluicegate:
         self._rules: list[Rule] = []
         self._shared: dict[str, list[Rule]] = {}
         self._stores: list[str] = []
+        # The configuration of each app served, for ``limiters()`` outside a request.
+        self._states: dict[int, _State] = {}
         # ``SLUICEGATE_MAX_KEYS`` of the app served: the key bound of decorated limits that set
         # none of their own.
         self._max_keys: int | None = None
@@ -237,6 +245,7 @@ class Sluicegate:
         if state.store not in self._stores:
             self._stores.append(state.store)
         app.extensions["sluicegate"] = (self, state)
+        self._states[id(app)] = state
         app.before_request(self._before_request)
         app.after_request(self._after_request)
         app.teardown_request(self._teardown_request)
@@ -365,6 +374,29 @@ class Sluicegate:
         """Gives `key` full buckets in the limits of `endpoint`; how many held it."""
         rules, state = self._admin(endpoint)
         return reset(rules, key, endpoint, state.store)
+
+    def limiters(self, app: Flask | None = None) -> Series:
+        """The limiters of `app`'s limits (default: the current app's, or the one app this
+        extension serves), as ``(labels, limiter)`` pairs for ``render_prometheus`` or a
+        ``SluicegateCollector`` (pass the method itself, ``ext.limiters``, and each scrape
+        reads the limits made since). Each counts its decisions in this process; labels:
+        ``limit`` (the view's dotted name and the limit's place, ``default#0``,
+        ``blueprint:NAME#0``, ``shared:NAME#0``) and ``quota``."""
+        if app is None and has_app_context():
+            app = current_app._get_current_object()  # type: ignore[attr-defined]
+        if app is not None:
+            found = app.extensions.get("sluicegate")
+            if found is None or found[0] is not self:
+                raise RuntimeError(f"this Sluicegate extension does not serve the app {app.name!r}")
+            state: _State = found[1]
+        elif len(self._states) == 1:
+            state = next(iter(self._states.values()))
+        else:
+            raise RuntimeError(
+                "limiters() outside an app context needs the app: this extension serves "
+                f"{len(self._states)} apps"
+            )
+        return limiter_series([*state.defaults, *self._rules], state.store)
 
     def _admin(self, endpoint: str, method: str = "GET") -> tuple[list[Rule], _State]:
         _, state = current_app.extensions["sluicegate"]

@@ -19,7 +19,7 @@ are the core's (``sluicegate_decisions_total{outcome=...}``, ``sluicegate_keys``
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Union
 
 from sluicegate._native import KeyedLimiter, Limiter, Metrics
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
 _Source = Union[Limiter, KeyedLimiter]
+_Sources = Union[Mapping[str, _Source], Iterable[tuple[Mapping[str, str], _Source]]]
 
 # (name without _total, help, field): the counters, as the core names them.
 _COUNTERS = (
@@ -50,18 +51,27 @@ _DECISIONS_HELP = (
 class SluicegateCollector:
     """Collects the counters of limiters built with ``metrics=True``.
 
-    ``limiters`` is a dict ``{name: limiter}`` (label ``limiter="name"``) or an iterable of
-    ``(labels, limiter)`` pairs, ``labels`` a dict of str; every label set must have the same
-    names. With ``registry``, the collector registers itself there.
+    ``limiters`` is a dict ``{name: limiter}`` (label ``limiter="name"``), an iterable of
+    ``(labels, limiter)`` pairs, ``labels`` a dict of str, or a function returning either,
+    called at each scrape: a web integration's ``limiters`` method (``ext.limiters``), whose
+    limits appear as they are made. Every label set must have the same names. With
+    ``registry``, the collector registers itself there.
     """
 
     def __init__(
         self,
-        limiters: Mapping[str, _Source] | Iterable[tuple[Mapping[str, str], _Source]],
+        limiters: _Sources | Callable[[], _Sources],
         registry: CollectorRegistry | None = None,
     ) -> None:
         import prometheus_client.core  # noqa: F401  (fails here, not at the first scrape)
 
+        self._source = limiters
+        self._series()  # a mistake fails here, not at the first scrape
+        if registry is not None:
+            registry.register(self)
+
+    def _series(self) -> tuple[list[str], list[tuple[dict[str, str], _Source]]]:
+        limiters = self._source() if callable(self._source) else self._source
         if isinstance(limiters, Mapping):
             series = [({"limiter": name}, limiter) for name, limiter in limiters.items()]
         else:
@@ -78,40 +88,41 @@ class SluicegateCollector:
                 raise ValueError(f"every label set must have the names {names}, not {list(labels)}")
             if "outcome" in labels:
                 raise ValueError("the label name 'outcome' is the decisions family's own")
-        self._series = series
-        self._names = names or []
-        if registry is not None:
-            registry.register(self)
+        if not callable(self._source):
+            # A fixed set: kept as checked (an iterator is read once).
+            self._source = series
+        return names or [], series
 
-    def _snapshots(self) -> list[tuple[list[str], Metrics]]:
+    def _snapshots(self) -> tuple[list[str], list[tuple[list[str], Metrics]]]:
+        names, series = self._series()
         out = []
-        for labels, limiter in self._series:
+        for labels, limiter in series:
             m = limiter.metrics()
-            assert m is not None  # checked at construction; counting cannot be turned off
-            out.append(([labels[n] for n in self._names], m))
-        return out
+            assert m is not None  # checked above; counting cannot be turned off
+            out.append(([labels[n] for n in names], m))
+        return names, out
 
     def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        snapshots = self._snapshots()
-        decisions = CounterMetricFamily("sluicegate_decisions", _DECISIONS_HELP, labels=[*self._names, "outcome"])
+        names, snapshots = self._snapshots()
+        decisions = CounterMetricFamily("sluicegate_decisions", _DECISIONS_HELP, labels=[*names, "outcome"])
         for values, m in snapshots:
             for outcome in ("allowed", "rejected", "shadow_rejected"):
                 decisions.add_metric([*values, outcome], getattr(m, outcome))
         yield decisions
         for name, help_text, field in _COUNTERS:
-            family = CounterMetricFamily(name, help_text, labels=self._names)
+            family = CounterMetricFamily(name, help_text, labels=names)
             for values, m in snapshots:
                 family.add_metric(values, getattr(m, field))
             yield family
-        keys = GaugeMetricFamily("sluicegate_keys", "Keys held by a keyed rate limiter.", labels=self._names)
+        keys = GaugeMetricFamily("sluicegate_keys", "Keys held by a keyed rate limiter.", labels=names)
         for values, m in snapshots:
             if m.keys is not None:
                 keys.add_metric(values, m.keys)
         yield keys
         shadow = GaugeMetricFamily(
-            "sluicegate_shadow_mode", "1 while a rate limiter is in shadow (dry-run) mode, else 0.", labels=self._names
+            "sluicegate_shadow_mode", "1 while a rate limiter is in shadow (dry-run) mode, else 0.", labels=names
         )
         for values, m in snapshots:
             shadow.add_metric(values, 1 if m.shadow else 0)

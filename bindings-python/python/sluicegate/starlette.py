@@ -57,12 +57,17 @@ the response starts (a dependency's, when ``RateLimitMiddleware`` is installed).
   takes well under a microsecond and is made directly on the event loop; a Redis decision is
   awaited (the round trip happens off the loop, so the loop never waits for the server).
 
+Every limit counts its decisions in each process: ``limiter.limiters()`` gives them to
+``render_prometheus`` or, as ``SluicegateCollector(limiter.limiters)``, to
+``prometheus_client`` (docs/OPERATIONS.md, "Metrics").
+
 Starlette is imported only when this module is.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from typing import Any, TypeVar
 
@@ -80,6 +85,7 @@ from sluicegate._web import (
     Outcome,
     Rates,
     Rule,
+    Series,
     Taken,
     check,
     check_async,
@@ -88,6 +94,7 @@ from sluicegate._web import (
     default_rules,
     header_key,
     header_style,
+    limiter_series,
     message,
     named_key,
     opens_early,
@@ -262,6 +269,9 @@ class Sluicegate:
         self.on_breach = on_breach
         self.defaults = default_rules(default_limits, max_keys)
         self._shared: dict[str, list[Rule]] = {}
+        # Every rule of a `limit` or `dependency` made, each once (for `limiters`).
+        self._made: dict[int, Rule] = {}
+        self._made_lock = threading.Lock()
         self._remote = not opens_early(self.store)
         for rule in self.defaults:
             rule.open_early(self.store)
@@ -349,11 +359,25 @@ class Sluicegate:
                 rules = [Rule(q, kf, scope=f"route#{i}", scoped=True, **options) for i, q in enumerate(parsed)]
             else:
                 rules = view_rules(endpoint, existing, parsed, kf, **options)
+            with self._made_lock:
+                for rule in rules:
+                    self._made.setdefault(id(rule), rule)
             for rule in rules:
                 rule.open_early(self.store)
             return rules
 
         return make
+
+    def limiters(self) -> Series:
+        """The limiters of the default limits and of every ``limit`` and ``dependency`` made,
+        as ``(labels, limiter)`` pairs for ``render_prometheus``, or
+        ``SluicegateCollector(limiter.limiters)`` (each scrape reads the limits made since):
+        labels ``limit`` (an endpoint's dotted name and the limit's place, ``default#0``,
+        ``route#0`` for a dependency's, ``shared:NAME#0``) and ``quota``. Each counts its
+        decisions in this process; a limit on Redis appears at its first request."""
+        with self._made_lock:
+            rules = list(self._made.values())
+        return limiter_series([*self.defaults, *rules], self.store)
 
     def get(self, key: Any, *, route: str | None = None, name: str | None = None, endpoint: Any = None) -> Decision | None:
         """What limits would say of `key` (what the key function returns: a client address,
