@@ -175,6 +175,12 @@ declare module 'fastify' {
     rateLimits: {
       get(key: Key_, groupId?: string): Decision_ | Promise<Decision_> | null
       reset(key: Key_, groupId?: string): boolean | Promise<boolean>
+      /**
+       * Every limit the plugin has made, as `[labels, limiter]` pairs for `registerLimiters`
+       * or `renderPrometheus`: `limit` (`global`, `route:GET /a`, `group:NAME`, `hook#1`) and
+       * `quota`. Each counts its decisions in this process.
+       */
+      limiters(): Array<[{ limit: string; quota: string }, KeyedLimiter]>
     }
   }
   interface FastifyContextConfig {

@@ -309,11 +309,18 @@ function register(fastify, options) {
   // `scope` names a limit on a shared store as the memory store tells it apart (a route's
   // config, a group): limits of one quota on one store share a region or key prefix only
   // when they are one limit here. The global limit and `fastify.rateLimit()` hooks have none.
-  const limitsOf = (p, scope) => (isEnabled(p.enabled) ? new Limits({ ...p, [SCOPE]: scope }) : null)
+  // Every limit made, with the name `rateLimits.limiters()` labels it by.
+  const made = []
+  const limitsOf = (p, scope, label = scope) => {
+    if (!isEnabled(p.enabled)) return null
+    const limits = new Limits({ ...p, [SCOPE]: scope })
+    made.push([label, limits])
+    return limits
+  }
   /** The hook of a route's limit; `ownRefunds` for fastify.rateLimit()'s (see handlerFor). */
-  const make = (route, ownRefunds, scope) => {
+  const make = (route, ownRefunds, scope, label) => {
     const p = settings(merged(route), [options, route])
-    if (p.groupId === undefined) return build(p, limitsOf(p, scope), ownRefunds)
+    if (p.groupId === undefined) return build(p, limitsOf(p, scope, label), ownRefunds)
     const canonical = JSON.stringify([p.quota, p.store ?? null])
     let g = groups.get(p.groupId)
     if (g === undefined) {
@@ -346,7 +353,7 @@ function register(fastify, options) {
     return h
   }
   let global // made on the first route that uses it
-  const globalHandler = () => (global ??= make({}, false))
+  const globalHandler = () => (global ??= make({}, false, undefined, 'global'))
   if (base.global) globalHandler() // bad options throw at registration
 
   // Declared on the request (Fastify's advice: a property added per request changes its shape).
@@ -363,12 +370,15 @@ function register(fastify, options) {
     fastify.decorate('rateLimits', {
       get: (key, groupId) => limitOf(groupId).get(key),
       reset: (key, groupId) => limitOf(groupId).reset(key),
+      limiters: () => series(made),
     })
   }
+  let hooks = 0 // fastify.rateLimit() hooks made, for their labels
   if (!fastify.hasDecorator('rateLimit')) {
     fastify.decorate('rateLimit', (route = {}) => {
       known(route, ROUTE, 'rateLimit', REFUSED)
-      return make(route, true)
+      hooks += 1
+      return make(route, true, undefined, `hook#${hooks}`)
     })
   }
   const routeHandlers = new WeakMap()
@@ -396,6 +406,29 @@ function register(fastify, options) {
     }
     limitRoute(route, handler)
   })
+}
+
+/**
+ * `[labels, limiter]` pairs of the limits `made` (`[label, Limits]`), for `registerLimiters`
+ * and `renderPrometheus`: `limit` (`global`, `route:GET /a`, `group:NAME`, `hook#1` for the
+ * first `fastify.rateLimit()` hook) and `quota` (canonical), each limiter once; a label pair
+ * that comes again (two quotas alike in one limit) gets ` (2)`, ` (3)`, ... after its name.
+ */
+function series(made) {
+  const out = []
+  const seen = new Set()
+  const labels = new Set()
+  for (const [label, limits] of made) {
+    for (const limiter of limits.limiters) {
+      if (seen.has(limiter)) continue
+      seen.add(limiter)
+      let limit = label
+      for (let n = 2; labels.has(`${limit}\n${limiter.quota}`); n++) limit = `${label} (${n})`
+      labels.add(`${limit}\n${limiter.quota}`)
+      out.push([{ limit, quota: limiter.quota }, limiter])
+    }
+  }
+  return out
 }
 
 // What fastify-plugin sets: the hooks and decorators reach the registering scope.

@@ -87,7 +87,11 @@ function limiterFor({ limiter, quota, store, maxKeys, onFull, shadow, [SCOPE]: s
     const rate = toRate(quota)
     const ns = store === undefined ? { printed: 'memory' } : storeFor(store, rate, maxKeys, scope)
     printed = ns.printed
-    limiter = new KeyedLimiter(rate, { maxKeys, onFull, store, shadow: shadow === true, [STORE_SUFFIX]: ns.suffix })
+    // Every limit an adapter makes counts its decisions (`metrics`: a thread's own slot, a
+    // load and a store a decision), for `registerLimiters` / `renderPrometheus`.
+    limiter = new KeyedLimiter(rate, {
+      maxKeys, onFull, store, shadow: shadow === true, metrics: true, [STORE_SUFFIX]: ns.suffix,
+    })
   } else if (!(limiter instanceof KeyedLimiter)) {
     throw invalidArg('limiter must be a sluicegate KeyedLimiter')
   }

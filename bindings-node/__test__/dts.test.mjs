@@ -80,7 +80,7 @@ test('index.d.ts type-checks a use of the whole API', (t) => {
   const tmp = mkdtempSync(join(tmpdir(), 'sluicegate-dts-'))
   t.after(() => rmSync(tmp, { recursive: true, force: true }))
   writeFileSync(join(tmp, 'use.ts'), `
-import { Limiter, KeyedLimiter, Composite, ManualClock, Decision, canonicalQuota } from 'sluicegate'
+import { Limiter, KeyedLimiter, Composite, ManualClock, Decision, canonicalQuota, renderPrometheus } from 'sluicegate'
 import type { BatchError, ErrorCode, QuotaOptions, RedisStats } from 'sluicegate'
 import rateLimit from 'sluicegate/express'
 import Fastify from 'fastify'
@@ -91,6 +91,8 @@ fastify.get('/a', { config: { rateLimit: { max: 2, groupId: 'g', store: 'shm:/ap
 fastify.get('/b', { config: { rateLimit: false }, onRequest: fastify.rateLimit({ quota: '1/s', keyGenerator: (req) => req.ip }) }, async () => 'b')
 fastify.get('/c', { config: { rateLimit: { quota: ['1/s', '100/h'], skipFailedRequests: true, requestWasSuccessful: (req, reply) => reply.statusCode < 500 } } }, async () => 'c')
 const fstate: Decision | Promise<Decision> | null = fastify.rateLimits.get('k', 'g')
+const fseries: Array<[{ limit: string; quota: string }, KeyedLimiter]> = fastify.rateLimits.limiters()
+const ftext: string = renderPrometheus(fastify.rateLimits.limiters())
 const freset: boolean | Promise<boolean> = fastify.rateLimit({ enabled: false }).reset('k')
 const clock = new ManualClock(0n)
 clock.advance(5)
@@ -128,7 +130,7 @@ const reset: boolean | Promise<boolean> = redisMw.resetKey('k')
 const several = rateLimit({ quota: ['10/s', { count: 100, periodMs: 3_600_000 }], allowList: ['ops'], enabled: true, skipSuccessfulRequests: true })
 const state: Decision | Promise<Decision> | null = several.get('k')
 const limiters: KeyedLimiter[] = several.limiters
-console.log(fstate, freset, state, limiters, r, rk, p, h, s, mw, both.parts.length, k.size, ok, opts, code, w, region, one, named, storeCode, ra, gone, stats, back, cd, reset)
+console.log(fstate, fseries, ftext, freset, state, limiters, r, rk, p, h, s, mw, both.parts.length, k.size, ok, opts, code, w, region, one, named, storeCode, ra, gone, stats, back, cd, reset)
 `)
   writeFileSync(join(tmp, 'tsconfig.json'), JSON.stringify({
     compilerOptions: {

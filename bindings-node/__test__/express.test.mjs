@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import rateLimit from '../express.mjs'
 import express from 'express'
-import { KeyedLimiter, ManualClock, canonicalQuota } from '../index.mjs'
+import { KeyedLimiter, ManualClock, canonicalQuota, renderPrometheus } from '../index.mjs'
 import { LaterLimiter, gate, unhandledRejections, until } from './fixtures/later.mjs'
 import { serve } from './fixtures/serve.mjs'
 import { sluicegateWarnings, warnings } from './fixtures/warnings.mjs'
@@ -380,6 +380,18 @@ test('several limits on one route (all or nothing), one limit shared by routes, 
   assert.deepEqual(last, [200, 429], 'the hourly limit rejects now; the minute limit got its token back')
   assert.equal(mw.limiters[0].peek('k').remaining, 2)
   assert.throws(() => rateLimit({ quota: [] }), (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG')
+})
+
+test('every limit counts its decisions, for registerLimiters and renderPrometheus', async (t) => {
+  const mw = rateLimit({ quota: ['2/minute', '5/hour'], keyGenerator: () => 'k' })
+  const get = await routes(t, mw)
+  assert.deepEqual(await get('/ok', 3), [200, 200, 429])
+  const [minute, hour] = mw.limiters.map((l) => l.metrics())
+  assert.deepEqual([minute.allowed, minute.rejected, minute.keys], [2, 1, 1])
+  assert.deepEqual([hour.allowed, hour.rejected], [2, 0], 'not asked once the minute refused')
+  const text = renderPrometheus([[{ limit: 'api' }, mw.limiter], [{ limit: 'api-hourly' }, mw.limiters[1]]])
+  assert.match(text, /sluicegate_decisions_total\{limit="api",outcome="rejected"\} 1\n/)
+  assert.match(text, /sluicegate_keys\{limit="api-hourly"\} 1\n/)
 })
 
 test('shadow: a dry run decides and counts, never rejects; would-be rejections reach onShadowReject', async (t) => {

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import Fastify from 'fastify'
 import sluicegate from '../fastify.mjs'
-import { KeyedLimiter, ManualClock } from '../index.mjs'
+import { KeyedLimiter, ManualClock, renderPrometheus } from '../index.mjs'
 import { LaterLimiter, gate, unhandledRejections, until } from './fixtures/later.mjs'
 import { needsRedis, serverPerSuite } from './fixtures/redis.mjs'
 import { sluicegateWarnings, warnings } from './fixtures/warnings.mjs'
@@ -383,6 +383,32 @@ test('several limits on a route (all or nothing); rateLimits.get/reset for the g
   const hook = f.rateLimit({ quota: ['1/minute', '5/hour'] })
   assert.equal(hook.limiters.length, 2)
   assert.equal(hook.get('k').remaining, 1)
+})
+
+test('rateLimits.limiters(): every limit the plugin made, labelled, counting for Prometheus', async (t) => {
+  const f = await app(t, { max: 2, keyGenerator: () => 'k' }, (f) => {
+    f.get('/two', { config: { rateLimit: { quota: ['2/minute', '3/hour'] } } }, async () => 'two')
+    f.get('/a', { config: { rateLimit: { max: 1, groupId: 'ab' } } }, async () => 'a')
+    f.get('/b', { config: { rateLimit: { max: 1, groupId: 'ab' } } }, async () => 'b')
+    f.get('/free', { config: { rateLimit: false } }, async () => 'free')
+  })
+  const hook = f.rateLimit({ quota: '1/minute' })
+  assert.deepEqual(await statuses(f, 3, '/two'), [200, 200, 429])
+  assert.deepEqual([...await statuses(f, 1, '/a'), ...await statuses(f, 1, '/b')], [200, 429])
+  assert.deepEqual(await statuses(f, 3), [200, 200, 429])
+  const series = f.rateLimits.limiters()
+  const byLabel = Object.fromEntries(series.map(([labels, l]) => [`${labels.limit} ${labels.quota}`, l.metrics()]))
+  assert.deepEqual(Object.keys(byLabel), [
+    'global 2/m', 'route:GET /two 2/m', 'route:GET /two 3/h', 'group:ab 1/m', 'hook#1 1/m',
+  ])
+  const counts = (k) => [byLabel[k].allowed, byLabel[k].rejected]
+  assert.deepEqual(counts('global 2/m'), [2, 1], '/ and the HEAD route Fastify adds: one limit')
+  // The minute's limit refused the third request first: the hour's was not asked.
+  assert.deepEqual(counts('route:GET /two 2/m'), [2, 1])
+  assert.deepEqual(counts('route:GET /two 3/h'), [2, 0])
+  assert.deepEqual(counts('group:ab 1/m'), [1, 1], 'one group, one limiter')
+  assert.equal(series.at(-1)[1], hook.limiter)
+  assert.match(renderPrometheus(series), /sluicegate_decisions_total\{limit="group:ab",quota="1\/m",outcome="rejected"\} 1/)
 })
 
 // The shared-memory store: regions in a temporary folder, removed afterwards.
