@@ -4,7 +4,7 @@
 use crate::RequestRef;
 use http::HeaderName;
 use sluicegate::client::ClientKey;
-use sluicegate::{AnyClock, Decision, Error, KeyedLimiter, Quota};
+use sluicegate::{AnyClock, Decision, Error, KeyedLimiter, Metrics, Quota};
 use std::sync::Arc;
 
 /// The keyed limiter a [`Limit`] runs: byte-string keys (the same key rule as every binding),
@@ -102,13 +102,14 @@ impl Limit {
     }
 
     /// A limit of `quota` (a rate string, `"10/s; burst=20"`) keyed by `key`, on the default
-    /// clock with the default key bound.
+    /// clock with the default key bound, counting its decisions ([`metrics`](Self::metrics)).
     pub fn keyed(name: impl Into<Arc<str>>, quota: &str, key: KeyBy) -> Result<Self, Error> {
         let q: Quota = quota.parse()?;
         Ok(Self::new(
             name,
             KeyedLimiter::builder(q)
                 .clock(AnyClock::default())
+                .metrics(true)
                 .build()?,
             key,
         ))
@@ -164,6 +165,26 @@ impl Limit {
     /// The keyed limiter (shared by every clone of this limit).
     pub fn limiter(&self) -> &Limiter {
         &self.limiter
+    }
+
+    /// The limit's counters in this process, labelled by its name, for
+    /// [`render_prometheus`](sluicegate::render_prometheus): `None` for a limiter given to
+    /// [`new`](Self::new) without `.metrics(true)`; the constructors from a quota count.
+    ///
+    /// ```
+    /// use sluicegate_tower::Limit;
+    /// let api = Limit::per_client("api", "10/s")?;
+    /// api.limiter().try_acquire(&b"203.0.113.7"[..], 1)?;
+    /// let (labels, counts) = api.metrics().expect("counted");
+    /// assert_eq!((labels[0], counts.allowed), (("limit", "api"), 1));
+    /// let text = sluicegate::render_prometheus(&[(labels.as_slice(), counts)])?;
+    /// assert!(text.contains(r#"sluicegate_decisions_total{limit="api",outcome="allowed"} 1"#));
+    /// # Ok::<(), sluicegate::Error>(())
+    /// ```
+    pub fn metrics(&self) -> Option<([(&'static str, &str); 1], Metrics)> {
+        self.limiter
+            .metrics()
+            .map(|m| ([("limit", &*self.name)], m))
     }
 
     /// The state of `key`'s bucket, changing nothing (for admin tools).
