@@ -1175,3 +1175,27 @@ def test_starlette_limiters_count_middleware_and_dependency_limits(redis_server:
         assert decisions(series, "route#0") == (2, 1, 0)
         assert decisions(series, "default#0") == (1, 1, 0)
         assert 'limit="route#0",quota="1/m; burst=2",outcome="rejected"} 1' in render_prometheus(series)
+
+
+@pytest.mark.parametrize("store", ["memory", "shm", "redis"])
+def test_starlette_two_dependencies_of_one_rate_are_two_limits_on_every_store(
+    redis_server: RedisServer, tmp_path: Any, store: str
+) -> None:
+    """An app-wide and a router's dependency of one rate, both on one route: each counts the
+    request once, as in memory. On shm and Redis both had the scope ``route#0``, one region
+    or prefix: one bucket charged twice a request (3 of 6 admitted)."""
+    from fastapi import APIRouter
+
+    storage = {"memory": "memory", "shm": f"shm:{tmp_path}/deps", "redis": url(redis_server, on_error="error")}[store]
+    limiter = StarletteSluicegate(storage=storage)
+    app = FastAPI(dependencies=[Depends(limiter.dependency("6/minute"))])
+    router = APIRouter(dependencies=[Depends(limiter.dependency("6/minute"))])
+
+    @router.get("/z")
+    async def z() -> str:
+        return "z"
+
+    app.include_router(router)
+    client = TestClient(app)
+    assert [client.get("/z").status_code for _ in range(7)] == [200] * 6 + [429]
+    assert sorted(labels["limit"] for labels, _ in limiter.limiters()) == ["dependency2:route#0", "route#0"]

@@ -22,9 +22,11 @@ Two ways to limit a route, which may be combined:
   and adds the RateLimit fields to allowed responses.
 * ``limiter.dependency(...)`` is a FastAPI dependency (a callable object: FastAPI reads its
   ``__call__(request, response)``, never the endpoint's parameters). It counts each route
-  separately unless it has a ``name``; the same ``name`` on several routes (or the same
-  object in several ``Depends``) is one shared limit. A rejection raises ``HTTPException(429)``
-  with ``Retry-After`` and the RateLimit fields; the dependency's value is the Decision.
+  (path template) separately, also when one object is in the ``Depends`` of several routes,
+  unless it has a ``name``: the same ``name`` on several routes is one shared limit. Two
+  dependencies made apart are two limits, on every store. A rejection raises
+  ``HTTPException(429)`` with ``Retry-After`` and the RateLimit fields; the dependency's value
+  is the Decision.
 
 Configuration (constructor arguments):
 
@@ -272,6 +274,8 @@ class Sluicegate:
         # Every rule of a `limit` or `dependency` made, each once (for `limiters`).
         self._made: dict[int, Rule] = {}
         self._made_lock = threading.Lock()
+        # Unnamed dependencies made (each names its limit's store by its place).
+        self._dependencies = 0
         self._remote = not opens_early(self.store)
         for rule in self.defaults:
             rule.open_early(self.store)
@@ -356,7 +360,14 @@ class Sluicegate:
             if name is not None:
                 rules = shared_rules(self._shared, name, parsed, kf, **options)
             elif endpoint is None:
-                rules = [Rule(q, kf, scope=f"route#{i}", scoped=True, **options) for i, q in enumerate(parsed)]
+                # Each dependency is a limit of its own on every store: its scope (the name of
+                # its region or key prefix) counts the unnamed dependencies made before it,
+                # which every process makes in the same order (the first keeps "route#i").
+                with self._made_lock:
+                    self._dependencies += 1
+                    nth = self._dependencies
+                own = "" if nth == 1 else f"dependency{nth}:"
+                rules = [Rule(q, kf, scope=f"{own}route#{i}", scoped=True, **options) for i, q in enumerate(parsed)]
             else:
                 rules = view_rules(endpoint, existing, parsed, kf, **options)
             with self._made_lock:
