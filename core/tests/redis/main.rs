@@ -715,6 +715,41 @@ fn a_lost_connection_is_replaced_before_the_next_call() {
     assert_eq!(s.connects, before.connects + 1, "{s:?}");
 }
 
+/// A server that comes back after an outage is connected to in the background: the first call
+/// after it has been back for a while is decided by it. Before, reconnection was started by a
+/// call only, so after an outage with no call due at its backoff, the first calls (a burst's,
+/// with `on_error=local`: each process's own buckets, more than the limit across them) failed
+/// to the fail policy while they started it.
+#[test]
+fn a_server_back_after_an_outage_is_reconnected_without_a_call() {
+    let mut srv = Server::start();
+    let url = format!(
+        "{}?prefix=back1&negative_cache=off&on_error=error&timeout=200ms&connections=0",
+        srv.url()
+    );
+    let l = keyed("1000000/s", &url);
+    assert!(l.try_acquire(&1, 1).unwrap().allowed());
+    srv.kill();
+    // Calls during the outage fail, and each failed attempt backs off further (up to 1 s).
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        assert!(l.try_acquire(&2, 1).is_err());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = l.redis_stats().unwrap();
+    srv.restart();
+    // Back for longer than the longest backoff and a keepalive tick; no call meanwhile.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while l.redis_stats().unwrap().connects == before.connects && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let d = l.try_acquire(&3, 1);
+    assert!(d.as_ref().is_ok_and(Decision::allowed), "{d:?}");
+    let s = l.redis_stats().unwrap();
+    assert_eq!(s.connects, before.connects + 1, "{s:?}");
+    assert_eq!(s.unavailable, before.unavailable, "{s:?}");
+}
+
 /// No call of `s` failed: none unavailable, timed out or left to `on_error` (`what`: the case).
 fn none_failed(s: &sluicegate::RedisStats, what: &str) {
     assert_eq!(

@@ -560,6 +560,7 @@ impl Link {
                 let Some(link) = weak.upgrade() else {
                     return;
                 };
+                link.redial();
                 let quiet = link.now_ms().saturating_sub(link.written.load(Relaxed));
                 if quiet >= KEEPALIVE.as_millis() as u64 {
                     link.wrote();
@@ -611,6 +612,18 @@ impl Link {
             runtime().spawn(self.clone().connect());
         }
         Err(Fail::Down(st.last_error.clone()))
+    }
+
+    /// Starts opening a connection when the link has none, none is being opened and the
+    /// backoff has passed (the keepalive's tick): a server that comes back is connected to
+    /// in the background, so that the first calls after an outage are decided by it, not
+    /// failed to the fail policy while they start the reconnection.
+    fn redial(self: &Arc<Self>) {
+        let mut st = self.state();
+        if st.conn.is_none() && !st.connecting && Instant::now() >= st.next_try {
+            st.connecting = true;
+            runtime().spawn(self.clone().connect());
+        }
     }
 
     /// The link's generation while it has a connection (`current`, without the connection).
