@@ -91,7 +91,10 @@ function rateLimit(options = {}) {
       // All or nothing over the request: the sluicegate middlewares before this one (an
       // app-wide limit before a route's) give back what they took.
       giveBackHeld(req)
-      return opts.handler(req, res, next, opts)
+      // An async handler's rejection goes to next as a throw does (Express 4 does not
+      // catch a middleware's Promise; express-rate-limit awaits its handler).
+      const r = opts.handler(req, res, next, opts)
+      return isThenable(r) ? r.then(undefined, next) : r
     }
     if (d.shadowRejected) {
       opts.onShadowReject?.(req, key, d)

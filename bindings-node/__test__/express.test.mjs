@@ -478,6 +478,14 @@ test('a throw after an asynchronous step goes to next(err): no request hangs, no
     const handler = rateLimit({ limiter: new LaterLimiter('1/h; burst=1', { clock: new ManualClock(0) }), keyGenerator: () => 'k', handler: boom })
     assert.equal(await nextOf(handler), null)
     assert.equal((await nextOf(handler)).code, 'HOOK')
+    // An async handler that rejects, on a decision made at once and on a Promise (Express 4
+    // does not catch a middleware's Promise: the request hung, the rejection unhandled).
+    const rejecting = async () => boom()
+    for (const o of [{ limit: 1 }, { limiter: new LaterLimiter('1/h; burst=1', { clock: new ManualClock(0) }) }]) {
+      const asyncHandler = rateLimit({ ...o, keyGenerator: () => 'k', handler: rejecting })
+      assert.equal(await nextOf(asyncHandler), null)
+      assert.equal((await nextOf(asyncHandler)).code, 'HOOK', JSON.stringify(Object.keys(o)))
+    }
     const shadow = rateLimit({ quota: '1/h', store: undefined, shadow: true, keyGenerator: async () => 'k', onShadowReject: boom })
     assert.equal(await nextOf(shadow), null)
     assert.equal((await nextOf(shadow)).code, 'HOOK')
