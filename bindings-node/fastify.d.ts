@@ -178,7 +178,8 @@ declare module 'fastify' {
       /**
        * Every limit the plugin has made, as `[labels, limiter]` pairs for `registerLimiters`
        * or `renderPrometheus`: `limit` (`global`, `route:GET /a`, `group:NAME`, `hook#1`) and
-       * `quota`. Each counts its decisions in this process.
+       * `quota`. Each counts its decisions in this process (a `limiter` passed in counts when
+       * built with `metrics: true`, and is left out otherwise).
        */
       limiters(): Array<[{ limit: string; quota: string }, KeyedLimiter]>
     }

@@ -309,8 +309,10 @@ function register(fastify, options) {
   // `scope` names a limit on a shared store as the memory store tells it apart (a route's
   // config, a group): limits of one quota on one store share a region or key prefix only
   // when they are one limit here. The global limit and `fastify.rateLimit()` hooks have none.
-  // Every limit made, with the name `rateLimits.limiters()` labels it by.
-  const made = []
+  // Every limit made, with the name `rateLimits.limiters()` labels it by: one list for a
+  // root instance and the plugins that register this plugin again within it (they inherit
+  // its `rateLimits`).
+  const made = fastify.hasDecorator('rateLimits') ? fastify.rateLimits[MADE] ?? [] : []
   const limitsOf = (p, scope, label = scope) => {
     if (!isEnabled(p.enabled)) return null
     const limits = new Limits({ ...p, [SCOPE]: scope })
@@ -371,6 +373,7 @@ function register(fastify, options) {
       get: (key, groupId) => limitOf(groupId).get(key),
       reset: (key, groupId) => limitOf(groupId).reset(key),
       limiters: () => series(made),
+      [MADE]: made,
     })
   }
   let hooks = 0 // fastify.rateLimit() hooks made, for their labels
@@ -408,6 +411,9 @@ function register(fastify, options) {
   })
 }
 
+// Where `rateLimits` keeps the limits made (for `limiters()`).
+const MADE = Symbol('sluicegate.made')
+
 /**
  * `[labels, limiter]` pairs of the limits `made` (`[label, Limits]`), for `registerLimiters`
  * and `renderPrometheus`: `limit` (`global`, `route:GET /a`, `group:NAME`, `hook#1` for the
@@ -420,7 +426,8 @@ function series(made) {
   const labels = new Set()
   for (const [label, limits] of made) {
     for (const limiter of limits.limiters) {
-      if (seen.has(limiter)) continue
+      // A limiter passed in (`limiter`) built without `metrics: true` counts nothing.
+      if (seen.has(limiter) || limiter.metrics() === null) continue
       seen.add(limiter)
       let limit = label
       for (let n = 2; labels.has(`${limit}\n${limiter.quota}`); n++) limit = `${label} (${n})`

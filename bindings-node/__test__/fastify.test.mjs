@@ -411,6 +411,25 @@ test('rateLimits.limiters(): every limit the plugin made, labelled, counting for
   assert.match(renderPrometheus(series), /sluicegate_decisions_total\{limit="group:ab",quota="1\/m",outcome="rejected"\} 1/)
 })
 
+test('rateLimits.limiters() lists a plugin registered again within, and leaves out a limiter that counts nothing', async (t) => {
+  const f = Fastify()
+  t.after(() => f.close())
+  await f.register(sluicegate, { max: 5, keyGenerator: () => 'k' })
+  f.get('/', async () => 'root')
+  await f.register(async (child) => {
+    await child.register(sluicegate, { max: 1, keyGenerator: () => 'k' })
+    child.get('/child', async () => 'child')
+  })
+  await f.ready()
+  assert.deepEqual(await statuses(f, 2, '/child'), [200, 429])
+  const labels = f.rateLimits.limiters().map(([l, limiter]) => [l.limit, l.quota, limiter.metrics().allowed])
+  // The root's limit decided both requests (it got its token back from the child's 429).
+  assert.deepEqual(labels, [['global', '5/m', 2], ['global', '1/m', 1]], 'the root\'s global limit and the child\'s')
+  const g = await app(t, { limiter: new KeyedLimiter('10/s') })
+  assert.deepEqual(g.rateLimits.limiters(), [])
+  assert.doesNotMatch(renderPrometheus(g.rateLimits.limiters()), /\{/, 'the families, no series')
+})
+
 // The shared-memory store: regions in a temporary folder, removed afterwards.
 const dir = mkdtempSync(join(tmpdir(), 'sluicegate-fastify-'))
 after(() => rmSync(dir, { recursive: true, force: true }))

@@ -842,6 +842,34 @@ def test_django_class_based_views_count_each_on_its_own(redis_server: RedisServe
     assert _scope(Page.as_view()) == f"{__name__}.Page"
 
 
+@pytest.mark.parametrize("store", ["memory", "shm"])
+def test_django_class_based_views_of_one_limit_are_one_series_whichever_came_first(tmp_path: Any, store: str) -> None:
+    """Views of one class under ``@ratelimit`` of one rate (one region on a shared store) are
+    one limiter on every store, so one series, labelled alike at every scrape whichever view
+    was requested first. On shm each had a limiter of its own, and the second made got a
+    `` (2)`` label that moved to the other view's counts once the first was requested."""
+    from sluicegate.django import limiters
+
+    storage = {"memory": "memory", "shm": f"shm:{tmp_path}/cbv-series"}[store]
+    name = f"{__name__}.Page.as_view#0"
+    with django_settings(STORAGE=storage):
+        client = Client(REMOTE_ADDR=f"10.9.9.{1 + (store == 'shm')}")  # a client of its own
+
+        def series() -> list[tuple[dict[str, str], Any]]:
+            return [(labels, lim) for labels, lim in limiters() if labels["limit"].startswith(name)]
+
+        before = [x.metrics().allowed for _, x in series()]  # other tests' counts (memory)
+        assert client.get("/page-d").status_code == 200
+        first = series()
+        assert [labels for labels, _ in first] == [{"limit": name, "quota": "1/m; burst=2"}]
+        assert client.get("/page-c").status_code == 200
+        assert client.get("/page-e").status_code == 200
+        again = series()
+        assert [labels for labels, _ in again] == [labels for labels, _ in first]
+        assert again[0][1] is first[0][1]
+        assert again[0][1].metrics().allowed == sum(before) + 3
+
+
 def test_django_ratelimit_on_a_class_is_a_type_error_naming_what_to_decorate() -> None:
     """``@ratelimit`` on a class-based view's class replaced the class with a function: the
     URLconf's ``C.as_view()`` then failed with an AttributeError far from the mistake."""
@@ -1199,3 +1227,58 @@ def test_starlette_two_dependencies_of_one_rate_are_two_limits_on_every_store(
     client = TestClient(app)
     assert [client.get("/z").status_code for _ in range(7)] == [200] * 6 + [429]
     assert sorted(labels["limit"] for labels, _ in limiter.limiters()) == ["dependency2:route#0", "route#0"]
+
+
+def test_flask_limiters_with_an_app_factory() -> None:
+    """The extension made before its apps (``init_app`` in a factory): a collector made first
+    is fine, apps gone are forgotten, and a scrape in another app's context reads the app
+    this extension serves."""
+    import gc
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from sluicegate.prometheus import SluicegateCollector
+
+    limiter = FlaskSluicegate()
+    registry = CollectorRegistry()
+    SluicegateCollector(limiter.limiters, registry=registry)  # no app yet: read at scrapes only
+
+    def create_app() -> flask.Flask:
+        app = flask.Flask(__name__)
+        app.config["SLUICEGATE_DEFAULT_LIMITS"] = ["1/minute; burst=1"]
+        limiter.init_app(app)
+
+        @app.get("/x")
+        def x() -> str:
+            return "x"
+
+        return app
+
+    create_app()  # a test's app, dropped
+    gc.collect()
+    app = create_app()
+    assert [app.test_client().get("/x").status_code for _ in range(2)] == [200, 429]
+    assert decisions(limiter.limiters(), "default#0") == (1, 1, 0)
+    with flask.Flask("admin").app_context():
+        assert decisions(limiter.limiters(), "default#0") == (1, 1, 0)
+    assert 'limit="default#0",outcome="rejected",quota="1/m"} 1.0' in generate_latest(registry).decode()
+
+
+def test_a_collector_whose_function_fails_logs_and_leaves_the_other_metrics(caplog: pytest.LogCaptureFixture) -> None:
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    from sluicegate.prometheus import SluicegateCollector
+
+    registry = CollectorRegistry()
+    Counter("other_total", "another metric of the app", registry=registry).inc()
+    calls: list[int] = []
+
+    def failing() -> list[tuple[dict[str, str], Any]]:
+        calls.append(1)
+        raise RuntimeError("no app")
+
+    SluicegateCollector(failing, registry=registry)
+    assert calls == []  # called at scrapes, not when made
+    text = generate_latest(registry).decode()
+    assert "other_total 1.0" in text and "sluicegate_" not in text
+    assert "no app" in caplog.text

@@ -121,8 +121,8 @@ class Rule:
     core's refund) once the response is known. A `shadow` rule decides and counts as an
     enforcing one but lets every request through (the core's shadow mode): a request it
     would have rejected is logged on the ``sluicegate`` logger. Rules given one `memory_pool`
-    share their in-memory limiter where a shared store would share their buckets (the same
-    region or prefix): the memory store then counts as the others do."""
+    share their limiter where a shared store would share their buckets (the same region or
+    prefix), on every store: the memory store then counts as the others do."""
 
     __slots__ = (
         "_limiters", "_lock", "cost", "deduct_when", "fallback_max_keys", "key_func", "max_keys", "memory_pool",
@@ -141,7 +141,7 @@ class Rule:
         max_keys: int | None = None,
         deduct_when: Callable[[Any], bool] | None = None,
         shadow: bool = False,
-        memory_pool: dict[tuple[str, bool], KeyedLimiter] | None = None,
+        memory_pool: dict[tuple[str, str, bool], KeyedLimiter] | None = None,
     ) -> None:
         self.quota = rate if isinstance(rate, Quota) else Quota(rate)
         if self.quota.algorithm == "leaky_queue":
@@ -195,13 +195,18 @@ class Rule:
                 if found is None:
                     bound = self.max_keys if self.max_keys is not None else self.fallback_max_keys
                     suffix = region_suffix(self.quota, self.scope, bound)
-                    pool = self.memory_pool if store == MEMORY else None
+                    pool = self.memory_pool
                     if pool is not None:
+                        # One limiter for the pool's rules of one region (in memory, what a
+                        # shared store shares; on a shared store, one opener and one count).
                         with _POOL_LOCK:
-                            found = pool.get((suffix, self.shadow))
+                            found = pool.get((store, suffix, self.shadow))
                             if found is None:
-                                found = KeyedLimiter(self.quota, max_keys=bound, shadow=self.shadow, metrics=True)
-                                pool[(suffix, self.shadow)] = found
+                                region = None if store == MEMORY else _store_with_suffix(store, suffix)
+                                found = KeyedLimiter(
+                                    self.quota, max_keys=bound, store=region, shadow=self.shadow, metrics=True
+                                )
+                                pool[(store, suffix, self.shadow)] = found
                     else:
                         region = _store_with_suffix(store, suffix)
                         found = KeyedLimiter(
@@ -212,9 +217,14 @@ class Rule:
         return found
 
     def made(self, store: str) -> KeyedLimiter | None:
-        """This limit's limiter on `store` if this process has made it (None before)."""
-        with self._lock:
-            return self._limiters.get(store)
+        """This limit's limiter on `store` if this process has made it (None before); never
+        waits for one being made (a Redis store's first connection)."""
+        found = self._limiters.get(store)
+        if found is None and self.memory_pool is not None:
+            # Another rule of the pool may have made the one this rule would use.
+            bound = self.max_keys if self.max_keys is not None else self.fallback_max_keys
+            found = self.memory_pool.get((store, region_suffix(self.quota, self.scope, bound), self.shadow))
+        return found
 
     def __repr__(self) -> str:
         return f"Rule({str(self.quota)!r}, scope={self.scope!r}, policy={self.policy!r})"
@@ -230,22 +240,24 @@ def limiter_series(rules: Iterable[Rule], store: str) -> Series:
     limit's scope (``limit``: a view's dotted name and the limit's place there, ``default#0``,
     ``shared:NAME#0``, ...) and its canonical quota (``quota``). Every web limiter counts its
     decisions (``metrics=True``); a limit appears once it has a limiter (a Redis store's at its
-    first request in the process). Two limits of one scope and quota that keep apart buckets
-    (a shadow and an enforcing one) are told apart by a `` (2)`` after the scope."""
+    first request in the process). Two rules of one scope and quota with limiters of their
+    own (a shadow and an enforcing one) are told apart by a `` (2)`` after the scope of the
+    later one, numbered over every rule given, made or not, so that a limit keeps its labels
+    from scrape to scrape."""
     out: Series = []
     seen: set[int] = set()
-    labels_seen: set[tuple[str, str]] = set()
+    places: dict[tuple[str, str], int] = {}
     for rule in rules:
+        quota = str(rule.quota)
         limiter = rule.made(store)
-        if limiter is None or id(limiter) in seen:
+        if limiter is not None and id(limiter) in seen:
+            continue  # a pooled limiter, listed with the first rule that has it
+        n = places.get((rule.scope, quota), 0) + 1
+        places[(rule.scope, quota)] = n
+        if limiter is None:
             continue
         seen.add(id(limiter))
-        quota = str(rule.quota)
-        limit, n = rule.scope, 1
-        while (limit, quota) in labels_seen:
-            n += 1
-            limit = f"{rule.scope} ({n})"
-        labels_seen.add((limit, quota))
+        limit = rule.scope if n == 1 else f"{rule.scope} ({n})"
         out.append(({"limit": limit, "quota": quota}, limiter))
     return out
 

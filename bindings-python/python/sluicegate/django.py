@@ -249,8 +249,8 @@ def _reset(setting: str = "", **_: Any) -> None:
 setting_changed.connect(_reset)
 
 
-#: The in-memory limiters of ``@ratelimit`` on ``as_view()`` views, by region (see ``decorate``).
-_AS_VIEWS: dict[tuple[str, bool], Any] = {}
+#: The limiters of ``@ratelimit`` on ``as_view()`` views, by store and region (see ``decorate``).
+_AS_VIEWS: dict[tuple[str, str, bool], Any] = {}
 
 
 def _scope(view: Any) -> str:

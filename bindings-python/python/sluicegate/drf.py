@@ -39,7 +39,9 @@ every response, a view's uncaught exception as Django's 500): a request to such 
 that the middleware does not serve is an ``ImproperlyConfigured`` error, not a request
 silently counted. Admin tools: ``get(key, scope)`` and ``reset(key, scope)``. Every
 throttle's limiter counts its decisions in each process: ``limiters()`` gives them, labelled
-``limit="drf:SCOPE"`` and ``quota``, to ``render_prometheus`` or ``SluicegateCollector``.
+``limit="drf:SCOPE"`` and ``quota``, to ``render_prometheus`` or ``SluicegateCollector`` (with
+``sluicegate.django``'s limits, one collector of both lists: two would register the same
+families twice).
 """
 
 from __future__ import annotations
@@ -197,7 +199,8 @@ def reset(key: Any, scope: str | type[SluicegateThrottle]) -> int:
 def limiters() -> Series:
     """The limiters of the throttles this process has used, as ``(labels, limiter)`` pairs
     for ``render_prometheus``, or ``SluicegateCollector(sluicegate.drf.limiters)`` (each scrape
-    reads the throttles used since): labels ``limit`` (``drf:anon``, ``drf:SCOPE``) and
+    reads the throttles used since): labels ``limit`` (``drf:anon``, ``drf:SCOPE``; ``drf:module.Class`` for a throttle
+    class with a rate and no scope) and
     ``quota``."""
     with _lock:
         rules = list(_rules.values())

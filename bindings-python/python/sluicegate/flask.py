@@ -62,6 +62,7 @@ Every limit counts its decisions in each process: ``limiter.limiters()`` gives t
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -200,8 +201,8 @@ class Sluicegate:
         self._rules: list[Rule] = []
         self._shared: dict[str, list[Rule]] = {}
         self._stores: list[str] = []
-        # The configuration of each app served, for ``limiters()`` outside a request.
-        self._states: dict[int, _State] = {}
+        # The configuration of each app served (while it lives), for ``limiters()``.
+        self._states: weakref.WeakKeyDictionary[Flask, _State] = weakref.WeakKeyDictionary()
         # ``SLUICEGATE_MAX_KEYS`` of the app served: the key bound of decorated limits that set
         # none of their own.
         self._max_keys: int | None = None
@@ -245,7 +246,7 @@ class Sluicegate:
         if state.store not in self._stores:
             self._stores.append(state.store)
         app.extensions["sluicegate"] = (self, state)
-        self._states[id(app)] = state
+        self._states[app] = state
         app.before_request(self._before_request)
         app.after_request(self._after_request)
         app.teardown_request(self._teardown_request)
@@ -376,26 +377,29 @@ class Sluicegate:
         return reset(rules, key, endpoint, state.store)
 
     def limiters(self, app: Flask | None = None) -> Series:
-        """The limiters of `app`'s limits (default: the current app's, or the one app this
-        extension serves), as ``(labels, limiter)`` pairs for ``render_prometheus`` or a
-        ``SluicegateCollector`` (pass the method itself, ``ext.limiters``, and each scrape
-        reads the limits made since). Each counts its decisions in this process; labels:
-        ``limit`` (the view's dotted name and the limit's place, ``default#0``,
-        ``blueprint:NAME#0``, ``shared:NAME#0``) and ``quota``."""
+        """The limiters of `app`'s limits (default: the current app's when this extension
+        serves it, else the one app it serves), as ``(labels, limiter)`` pairs for
+        ``render_prometheus`` or a ``SluicegateCollector`` (pass the method itself,
+        ``ext.limiters``, or ``functools.partial(ext.limiters, app)``, and each scrape reads
+        the limits made since). Each counts its decisions in this process; labels: ``limit``
+        (the view's dotted name and the limit's place, ``default#0``, ``blueprint:NAME#0``,
+        ``shared:NAME#0``) and ``quota``."""
         if app is None and has_app_context():
-            app = current_app._get_current_object()  # type: ignore[attr-defined]
+            current = current_app._get_current_object()  # type: ignore[attr-defined]
+            if current in self._states:
+                app = current
         if app is not None:
-            found = app.extensions.get("sluicegate")
-            if found is None or found[0] is not self:
+            state = self._states.get(app)
+            if state is None:
                 raise RuntimeError(f"this Sluicegate extension does not serve the app {app.name!r}")
-            state: _State = found[1]
-        elif len(self._states) == 1:
-            state = next(iter(self._states.values()))
         else:
-            raise RuntimeError(
-                "limiters() outside an app context needs the app: this extension serves "
-                f"{len(self._states)} apps"
-            )
+            states = list(self._states.values())
+            if len(states) != 1:
+                raise RuntimeError(
+                    f"limiters() needs the app: this extension serves {len(states)} apps "
+                    "(functools.partial(ext.limiters, app) names one)"
+                )
+            state = states[0]
         return limiter_series([*state.defaults, *self._rules], state.store)
 
     def _admin(self, endpoint: str, method: str = "GET") -> tuple[list[Rule], _State]:

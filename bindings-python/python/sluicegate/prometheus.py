@@ -19,6 +19,7 @@ are the core's (``sluicegate_decisions_total{outcome=...}``, ``sluicegate_keys``
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Union
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
 _Source = Union[Limiter, KeyedLimiter]
+_log = logging.getLogger("sluicegate")
 _Sources = Union[Mapping[str, _Source], Iterable[tuple[Mapping[str, str], _Source]]]
 
 # (name without _total, help, field): the counters, as the core names them.
@@ -48,13 +50,37 @@ _DECISIONS_HELP = (
 )
 
 
+def _checked(limiters: _Sources) -> tuple[list[str], list[tuple[dict[str, str], _Source]]]:
+    """The label names and ``(labels, limiter)`` pairs of `limiters`, checked."""
+    if isinstance(limiters, Mapping):
+        series = [({"limiter": name}, limiter) for name, limiter in limiters.items()]
+    else:
+        series = [(dict(labels), limiter) for labels, limiter in limiters]
+    names: list[str] | None = None
+    for labels, limiter in series:
+        if not isinstance(limiter, (Limiter, KeyedLimiter)):
+            raise TypeError(f"SluicegateCollector takes Limiter or KeyedLimiter objects, not {type(limiter).__name__}")
+        if limiter.metrics() is None:
+            raise ValueError(f"{limiter!r} counts nothing: build it with metrics=True")
+        if names is None:
+            names = list(labels)
+        elif list(labels) != names:
+            raise ValueError(f"every label set must have the names {names}, not {list(labels)}")
+        if "outcome" in labels:
+            raise ValueError("the label name 'outcome' is the decisions family's own")
+    return names or [], series
+
+
 class SluicegateCollector:
     """Collects the counters of limiters built with ``metrics=True``.
 
     ``limiters`` is a dict ``{name: limiter}`` (label ``limiter="name"``), an iterable of
     ``(labels, limiter)`` pairs, ``labels`` a dict of str, or a function returning either,
-    called at each scrape: a web integration's ``limiters`` method (``ext.limiters``), whose
-    limits appear as they are made. Every label set must have the same names. With
+    called at each scrape (not before): a web integration's ``limiters`` (``ext.limiters``),
+    whose limits appear as they are made. Every label set must have the same names. A fixed
+    set is checked here; a function's answer at each scrape, and when it fails (raises, or
+    gives what this refuses) the scrape gets none of these families and the error is logged
+    on the ``sluicegate`` logger, so that the registry's other metrics are still served. With
     ``registry``, the collector registers itself there.
     """
 
@@ -65,47 +91,40 @@ class SluicegateCollector:
     ) -> None:
         import prometheus_client.core  # noqa: F401  (fails here, not at the first scrape)
 
-        self._source = limiters
-        self._series()  # a mistake fails here, not at the first scrape
+        self._source: Callable[[], _Sources] | None = None
+        self._fixed: tuple[list[str], list[tuple[dict[str, str], _Source]]] | None = None
+        if callable(limiters):
+            self._source = limiters
+        else:
+            self._fixed = _checked(limiters)  # a mistake fails here, not at a scrape
         if registry is not None:
             registry.register(self)
 
-    def _series(self) -> tuple[list[str], list[tuple[dict[str, str], _Source]]]:
-        limiters = self._source() if callable(self._source) else self._source
-        if isinstance(limiters, Mapping):
-            series = [({"limiter": name}, limiter) for name, limiter in limiters.items()]
+    def _snapshots(self) -> tuple[list[str], list[tuple[list[str], Metrics]]] | None:
+        if self._source is None:
+            assert self._fixed is not None
+            names, series = self._fixed
         else:
-            series = [(dict(labels), limiter) for labels, limiter in limiters]
-        names: list[str] | None = None
-        for labels, limiter in series:
-            if not isinstance(limiter, (Limiter, KeyedLimiter)):
-                raise TypeError(f"SluicegateCollector takes Limiter or KeyedLimiter objects, not {type(limiter).__name__}")
-            if limiter.metrics() is None:
-                raise ValueError(f"{limiter!r} counts nothing: build it with metrics=True")
-            if names is None:
-                names = list(labels)
-            elif list(labels) != names:
-                raise ValueError(f"every label set must have the names {names}, not {list(labels)}")
-            if "outcome" in labels:
-                raise ValueError("the label name 'outcome' is the decisions family's own")
-        if not callable(self._source):
-            # A fixed set: kept as checked (an iterator is read once).
-            self._source = series
-        return names or [], series
-
-    def _snapshots(self) -> tuple[list[str], list[tuple[list[str], Metrics]]]:
-        names, series = self._series()
+            try:
+                names, series = _checked(self._source())
+            except Exception:
+                _log.exception("SluicegateCollector: the limiters' function failed; no sluicegate series this scrape")
+                return None
         out = []
         for labels, limiter in series:
             m = limiter.metrics()
-            assert m is not None  # checked above; counting cannot be turned off
+            if m is None:  # a function's limiter checked above: counting cannot be turned off
+                continue
             out.append(([labels[n] for n in names], m))
         return names, out
 
     def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        names, snapshots = self._snapshots()
+        got = self._snapshots()
+        if got is None:
+            return
+        names, snapshots = got
         decisions = CounterMetricFamily("sluicegate_decisions", _DECISIONS_HELP, labels=[*names, "outcome"])
         for values, m in snapshots:
             for outcome in ("allowed", "rejected", "shadow_rejected"):

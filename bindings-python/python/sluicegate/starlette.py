@@ -384,7 +384,8 @@ class Sluicegate:
         as ``(labels, limiter)`` pairs for ``render_prometheus``, or
         ``SluicegateCollector(limiter.limiters)`` (each scrape reads the limits made since):
         labels ``limit`` (an endpoint's dotted name and the limit's place, ``default#0``,
-        ``route#0`` for a dependency's, ``shared:NAME#0``) and ``quota``. Each counts its
+        ``route#0`` for the first unnamed dependency's, ``dependency2:route#0`` for the
+        second's, ``shared:NAME#0``) and ``quota``. Each counts its
         decisions in this process; a limit on Redis appears at its first request."""
         with self._made_lock:
             rules = list(self._made.values())
