@@ -65,7 +65,7 @@ function rateLimit(options = {}) {
   if (typeof opts.policy !== 'string') throw invalidArg('policy must be a string')
   opts.keyGenerator = keyGeneratorOf(options)
   functions(opts, ['skip', 'onShadowReject'])
-  const allowed = allowListOf(opts.allowList)
+  const allowed = allowListOf(opts.allowList, opts.keyGenerator)
   const counting = responseCounting(opts)
   const quota = opts.quota ?? { count: opts.limit, periodMs: opts.windowMs, ...(opts.burst === undefined ? {} : { burst: opts.burst }) }
   // Turned off (`enabled: false`, SLUICEGATE_ENABLED=0): no limiter is made, every request passes.

@@ -109,6 +109,7 @@ function settings(o, raws) {
     quota = typeof w === 'string' ? `${count}/${w}${burst === undefined ? '' : `; burst=${burst}`}` : { count, periodMs: w, burst }
     if (typeof w !== 'string' && burst === undefined) delete quota.burst
   }
+  const keyGenerator = keyGeneratorOf(o, raws)
   return {
     ...o,
     quota,
@@ -116,8 +117,8 @@ function settings(o, raws) {
     addHeaders: switches(o.addHeaders, 'addHeaders'),
     // Fields on an admitted request; Retry-After is the core's on rejections only.
     addHeadersOnExceeding: switches(o.addHeadersOnExceeding, 'addHeadersOnExceeding'),
-    keyGenerator: keyGeneratorOf(o, raws),
-    allowed: allowListOf(o.allowList),
+    keyGenerator,
+    allowed: allowListOf(o.allowList, keyGenerator),
     counting: responseCounting(o),
     errorResponseBuilder: o.errorResponseBuilder ?? defaultErrorResponse,
     costOf: typeof o.cost === 'function' ? o.cost : () => o.cost,
@@ -364,6 +365,9 @@ function register(fastify, options) {
   if (!fastify.hasDecorator('rateLimits')) {
     // Admin: the global limit's (or a group's) state and reset, by key.
     const limitOf = (groupId) => {
+      if (groupId === undefined && !base.global) {
+        throw invalidArg('no global limit (global: false): pass a groupId, or ask a route hook (fastify.rateLimit()) itself')
+      }
       const g = groups.get(groupId)
       const h = groupId === undefined ? globalHandler() : g?.hooks.values().next().value
       if (h === undefined) throw invalidArg(`no rate-limit group ${JSON.stringify(groupId)}`)

@@ -16,6 +16,27 @@ const COUNTERS = {
 }
 const OUTCOMES = { allowed: 'allowed', rejected: 'rejected', shadow_rejected: 'shadowRejected' }
 
+/**
+ * The app's prom-client: from this package's place, else from the app's (the current folder's
+ * and the main module's). `npm install ./bindings-node` links the folder, whose own lookup
+ * does not reach the app's node_modules.
+ */
+function promClient() {
+  try {
+    return require('prom-client')
+  } catch (err) {
+    if (err?.code !== 'MODULE_NOT_FOUND') throw err
+    const from = [process.cwd(), ...(require.main?.paths ?? [])]
+    let found
+    try {
+      found = require.resolve('prom-client', { paths: from })
+    } catch {
+      throw err
+    }
+    return require(found)
+  }
+}
+
 /** `[labels, limiter]` pairs of `{ name: limiter }` or of an array of pairs. */
 function seriesOf(limiters) {
   if (Array.isArray(limiters)) return limiters.map((p) => (Array.isArray(p) && p.length === 2 ? [p[0], p[1]] : null))
@@ -60,7 +81,7 @@ function registerLimiters(limiters, options = {}) {
       throw invalidArg(`every label set must have the names ${names.join(', ')}`)
     }
   }
-  const client = options.client ?? require('prom-client')
+  const client = options.client ?? promClient()
   const registers = [options.registry ?? client.register]
   const snapshots = () => series.map(([labels, limiter]) => [labels, limiter.metrics()])
   const made = []

@@ -5,6 +5,7 @@
 // decides and renders the fields.
 
 const { createHash } = require('node:crypto')
+const { isIP } = require('node:net')
 const { KeyedLimiter, ClientResolver, Decision, _internal } = require('./index.js')
 
 const { invalidArg, native, toRate, STORE_SUFFIX, OVER_CAPACITY, STORE_FULL, setFields, forEachField } = _internal
@@ -97,7 +98,7 @@ function limiterFor({ limiter, quota, store, maxKeys, onFull, shadow, [SCOPE]: s
   }
   const stats = limiter.redisStats()
   // A Redis store's (`remote`: every decision a Promise) watch; null for other stores.
-  const watch = stats === null ? null : watchOf(limiter, printed, stats)
+  const watch = stats === null ? null : watchOf(limiter, printed, stats, store)
   return { limiter, store: printed, watch }
 }
 
@@ -111,16 +112,18 @@ const watches = new Map()
 const WATCH = { everyMs: 1000 }
 
 /**
- * The watch of `limiter`'s Redis store (made once per store and process). A store whose
+ * The watch of `limiter`'s Redis store (made once per store and process; `given`, the store
+ * string as configured). A store whose
  * first connection failed (a wrong host or port, a server down) is reported at once: its
  * limits are decided by the URL's `on_error` policy in this process until it connects
  * (`local`, the default: each process alone), which nothing else would say; later outages
  * when they begin (`Watch`).
  */
-function watchOf(limiter, printed, stats) {
+function watchOf(limiter, printed, stats, given) {
   // One watch for every limit of a store (a limiter passed in: its own, its store unnamed).
   const base = printed === undefined ? limiter : printed.replace(/-[0-9a-f]{12}(?=[?&]|$)/, '')
-  const policy = printed === undefined ? '' : ` (${policySaid(printed)})`
+  // The policy as the store string given says it (the printed one leaves out defaults).
+  const policy = printed === undefined ? '' : ` (${policySaid(given)})`
   printed ??= 'a Redis store'
   let watch = watches.get(base)
   if (watch !== undefined) return watch
@@ -373,10 +376,17 @@ function isEnabled(enabled) {
 }
 
 /** `allowList` (keys, or a function `(req, key) => boolean`) as a predicate, or `undefined`. */
-function allowListOf(list) {
+function allowListOf(list, keyGenerator) {
   if (list === undefined || typeof list === 'function') return list
   if (!Array.isArray(list)) throw invalidArg('allowList must be an array of keys or a function (req, key) => boolean')
   const keys = new Set(list.map(String))
+  // With the default key, an address is listed as that key keys it: an IPv6 address by its
+  // prefix (`::1` is the key `::/64`), an IPv4-mapped one as IPv4 (a literal '::1' never
+  // matched a key).
+  const resolver = keyGenerator?.[RESOLVER]
+  if (resolver !== undefined) {
+    for (const entry of list) if (typeof entry === 'string' && isIP(entry) !== 0) keys.add(resolver.resolve(entry))
+  }
   return (_req, key) => keys.has(String(key))
 }
 
@@ -498,8 +508,13 @@ function keyGeneratorOf(opts, raws = [opts]) {
   functions(opts, ['keyGenerator'])
   if (opts.keyGenerator !== undefined) return opts.keyGenerator
   const resolver = new ClientResolver(Object.fromEntries(CLIENT_OPTIONS.filter((k) => opts[k] !== undefined).map((k) => [k, opts[k]])))
-  return (req) => resolver.keyOf(req)
+  const keyOf = (req) => resolver.keyOf(req)
+  keyOf[RESOLVER] = resolver
+  return keyOf
 }
+
+// On the default key generator: its resolver (for `allowListOf`).
+const RESOLVER = Symbol('sluicegate.resolver')
 
 module.exports = {
   STYLES, WATCH, draftStyle, isThenable, then, functions, known, defined, Limits, isEnabled, allowListOf,

@@ -347,6 +347,22 @@ test('allowList by function, enabled: false and SLUICEGATE_ENABLED=0 turn limits
   assert.deepEqual(await statuses(await app(t, { max: 1 }), 2), [200, 429])
 })
 
+test('allowList addresses match as the default key keys them: IPv6 by its prefix, IPv4-mapped as IPv4', async (t) => {
+  const f = await app(t, { max: 1, allowList: ['::1', '::ffff:10.0.0.9', '2001:db8:1::5'] })
+  const from = async (remoteAddress, n) => {
+    const out = []
+    for (let i = 0; i < n; i++) out.push((await f.inject({ url: '/', remoteAddress })).statusCode)
+    return out
+  }
+  assert.deepEqual(await from('::1', 3), [200, 200, 200], 'a literal ::1 never matched the key ::/64')
+  assert.deepEqual(await from('10.0.0.9', 3), [200, 200, 200])
+  assert.deepEqual(await from('2001:db8:1::77', 2), [200, 200], 'the listed address\'s /64 is one client')
+  assert.deepEqual(await from('2001:db8:2::5', 2), [200, 429])
+  // With a keyGenerator of one's own, entries are keys as given.
+  const own = await app(t, { max: 1, keyGenerator: (req) => req.ip, allowList: ['::1'] })
+  assert.deepEqual((await Promise.all([1, 2].map(() => own.inject({ url: '/', remoteAddress: '::1' })))).map((r) => r.statusCode), [200, 200])
+})
+
 test('skipFailedRequests and skipSuccessfulRequests: the response decides whether the request counts', async (t) => {
   const routes = (f) => {
     f.get('/fail', async (req, reply) => reply.code(500).send('no'))
@@ -380,6 +396,10 @@ test('several limits on a route (all or nothing); rateLimits.get/reset for the g
   assert.equal(f.rateLimits.reset('k', 'g'), true)
   assert.deepEqual(await statuses(f, 1, '/g'), [200])
   assert.throws(() => f.rateLimits.get('k', 'nope'), INVALID_ARG)
+  // No global limit to read (it made one, unused, and answered a full bucket).
+  const off = await app(t, { global: false, max: 2 })
+  assert.throws(() => off.rateLimits.get('k'), INVALID_ARG)
+  assert.deepEqual(off.rateLimits.limiters(), [])
   const hook = f.rateLimit({ quota: ['1/minute', '5/hour'] })
   assert.equal(hook.limiters.length, 2)
   assert.equal(hook.get('k').remaining, 1)

@@ -185,6 +185,12 @@ test('an unreachable Redis store is a SluicegateWarning, once per store, the pas
   const said = sluicegateWarnings(closed).filter(([code]) => code === 'SLUICEGATE_STORE_UNREACHABLE')
   assert.equal(said.length, 1, JSON.stringify(said))
   assert.ok(said[0][1].includes('(on_error=closed: every request refused)'), said[0][1])
+  // `on_error=local` given: not "the default" (the printed URL leaves out defaults).
+  const local = await warnings(() => {
+    rateLimit({ quota: '5/s', store: 'redis://127.0.0.1:1/0?timeout=100ms&prefix=unreach-local&on_error=local' })
+  })
+  const named = sluicegateWarnings(local).filter(([code]) => code === 'SLUICEGATE_STORE_UNREACHABLE')
+  assert.ok(named[0][1].includes('(on_error=local: by each process alone'), named[0][1])
 })
 
 test('an outage after the first connection is a SluicegateWarning when it begins, and another when it ends', needsRedis(), async (t) => {
