@@ -93,6 +93,30 @@ function setReplyFields(reply, d, style, policy, off) {
   forEachField(d, style, policy, replyField, reply, off)
 }
 
+// A duration as @fastify/rate-limit reads `timeWindow` (the `ms` grammar: a number, possibly
+// fractional, then an optional unit; a bare number is milliseconds).
+const DURATION = /^(\d*\.?\d+) *(milliseconds?|msecs?|ms|seconds?|secs?|s|minutes?|mins?|m|hours?|hrs?|h|days?|d|weeks?|w|years?|yrs?|y)?$/i
+const UNIT_MS = { ms: 1, s: 1e3, m: 60e3, h: 3600e3, d: 86400e3, w: 604800e3, y: 31557600e3 }
+
+/**
+ * `timeWindow` in milliseconds when it is a string of that grammar (`'1 minute'`, `'1.5
+ * minutes'`, `'10 secs'`, `'1w'`, `'90000'`), else as given (a number, or a string the core's
+ * rate syntax reads). A duration that is no whole number of milliseconds is refused, naming
+ * what was given.
+ */
+function windowMs(w) {
+  if (typeof w !== 'string') return w
+  const m = DURATION.exec(w.trim())
+  if (m === null) return w
+  const unit = (m[2] ?? 'ms').toLowerCase()
+  const key = /^(ms|msecs?|milliseconds?)$/.test(unit) ? 'ms' : unit[0]
+  const ms = Number(m[1]) * UNIT_MS[key]
+  if (!Number.isSafeInteger(ms) || ms <= 0) {
+    throw invalidArg(`timeWindow ${JSON.stringify(w)} must be a whole number of milliseconds above 0`)
+  }
+  return ms
+}
+
 /** The checked settings of one limit: the plugin's options merged with a route's. */
 function settings(o, raws) {
   functions(o, ['onExceeding', 'onExceeded', 'errorResponseBuilder', 'onShadowReject'])
@@ -105,7 +129,8 @@ function settings(o, raws) {
   if (o.groupId !== undefined && typeof o.groupId !== 'string') throw invalidArg('groupId must be a string')
   let quota = o.quota
   if (quota === undefined) {
-    const { max: count, timeWindow: w, burst } = o
+    const { max: count, timeWindow: given, burst } = o
+    const w = windowMs(given)
     quota = typeof w === 'string' ? `${count}/${w}${burst === undefined ? '' : `; burst=${burst}`}` : { count, periodMs: w, burst }
     if (typeof w !== 'string' && burst === undefined) delete quota.burst
   }

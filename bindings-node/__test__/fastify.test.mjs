@@ -54,6 +54,12 @@ test('429 once over `max`, with x-ratelimit-* and Retry-After, and @fastify/rate
 test('timeWindow as text, quota, enableDraftSpec and addHeaders', async (t) => {
   const text = await app(t, { max: 3, timeWindow: '1 minute' })
   assert.equal(text.inject ? (await text.inject('/')).headers['x-ratelimit-limit'] : null, '3')
+  // @fastify/rate-limit's durations (its `ms` grammar): fractions, short units, bare milliseconds.
+  for (const [w, quota] of [['1.5 minutes', '2/90s'], ['10 secs', '2/10s'], ['1w', '2/7d'], ['90000', '2/90s']]) {
+    const f = await app(t, { max: 2, timeWindow: w })
+    assert.equal(f.rateLimits.limiters()[0][0].quota, quota, w)
+  }
+  await assert.rejects(app(t, { max: 2, timeWindow: '1.5ms' }), (e) => INVALID_ARG(e) && e.message.includes('"1.5ms"'))
   const draft6 = await app(t, { quota: '10/s; burst=5', enableDraftSpec: true })
   const r6 = await draft6.inject('/')
   assert.equal(r6.headers['ratelimit-limit'], '5')
