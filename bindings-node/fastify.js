@@ -349,22 +349,22 @@ function register(fastify, options) {
   const make = (route, ownRefunds, scope, label) => {
     const p = settings(merged(route), [options, route])
     if (p.groupId === undefined) return build(p, limitsOf(p, scope, label), ownRefunds)
-    const canonical = JSON.stringify([p.quota, p.store ?? null])
+    // What makes the group's limit (its limiter): the same for every route of the group.
+    const canonical = JSON.stringify([p.quota, p.store ?? null, p.shadow ?? false, p.maxKeys ?? null, p.onFull ?? null])
     let g = groups.get(p.groupId)
     if (g === undefined) {
-      g = { canonical, p, limits: limitsOf(p, `group:${p.groupId}`), hooks: new Map() }
+      g = { canonical, p, limiter: p.limiter, limits: limitsOf(p, `group:${p.groupId}`), hooks: new Map() }
       groups.set(p.groupId, g)
-    } else if (g.canonical !== canonical) {
-      throw invalidArg(`groupId ${JSON.stringify(p.groupId)} is already a group with another quota or store`)
+    } else if (g.canonical !== canonical || g.limiter !== p.limiter) {
+      throw invalidArg(
+        `groupId ${JSON.stringify(p.groupId)} is already a group with another quota, store, limiter, shadow, maxKeys or onFull`,
+      )
     }
-    // One limit for the group, with the first options' settings; a hook of each kind of
-    // refunds and each hook point asked for (a preParsing hook takes the payload).
-    const kind = `${ownRefunds}:${p.hook}`
-    let h = g.hooks.get(kind)
-    if (h === undefined) {
-      h = build({ ...g.p, hook: p.hook }, g.limits, ownRefunds)
-      g.hooks.set(kind, h)
-    }
+    // One limit for the group; each route's hook with the route's own settings (its hook
+    // point, error response, fields, counting by the response), as @fastify/rate-limit's
+    // routes of one group share only the counter.
+    const h = build(p, g.limits, ownRefunds)
+    if (!g.hooks.has(ownRefunds)) g.hooks.set(ownRefunds, h) // for rateLimits.get/reset
     return h
   }
   const build = (p, limits, ownRefunds) => {

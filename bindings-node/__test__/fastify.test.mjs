@@ -241,6 +241,36 @@ test('a group\'s hooks are each of the hook point asked for: one limit, a prePar
   assert.equal((await f.inject('/q')).statusCode, 429)
 })
 
+test('the routes of a group share its limit, each with its own error response, fields and counting', async (t) => {
+  const f = await app(t, { global: false, keyGenerator: () => 'k' }, (f) => {
+    f.get('/a', { config: { rateLimit: { max: 2, groupId: 'g', errorResponseBuilder: () => ({ statusCode: 429, who: 'a' }) } } }, async () => 'a')
+    f.get('/b', {
+      config: {
+        rateLimit: {
+          max: 2, groupId: 'g', enableDraftSpec: 'draft-7', skipFailedRequests: true,
+          errorResponseBuilder: () => ({ statusCode: 429, who: 'b' }),
+        },
+      },
+    }, async (req, reply) => reply.code(500).send('no'))
+  })
+  const b = await f.inject('/b')
+  assert.equal(b.statusCode, 500)
+  assert.equal(b.headers['ratelimit-limit'], undefined, 'draft-7: one RateLimit field')
+  assert.match(b.headers.ratelimit, /limit=2/)
+  assert.equal(b.headers['x-ratelimit-limit'], undefined)
+  // /b's failure was given back: the group still has both tokens.
+  assert.deepEqual(await statuses(f, 2, '/a'), [200, 200])
+  assert.equal((await f.inject('/a')).json().who, 'a')
+  assert.equal((await f.inject('/b')).json().who, 'b', 'the route\'s own error response (it answered /a\'s)')
+  await assert.rejects(
+    app(t, { global: false }, (f) => {
+      f.get('/x', { config: { rateLimit: { groupId: 'h', max: 2 } } }, async () => 'x')
+      f.get('/y', { config: { rateLimit: { groupId: 'h', max: 2, shadow: true } } }, async () => 'y')
+    }),
+    INVALID_ARG,
+  )
+})
+
 test('skipOnError: a limiter error is a 500, or lets the request through', async (t) => {
   // A clock read past the limiter's horizon: an error of the limiter, not a refusal.
   const broken = () => {
