@@ -103,12 +103,12 @@ def test_65536_addresses_of_one_64_share_one_bucket() -> None:
 Send = Callable[[str, "str | None"], int]
 
 
-def flask_sender(**config: Any) -> Send:
+def flask_sender(header: str = "X-Forwarded-For", **config: Any) -> Send:
     app, _ = make_app(SLUICEGATE_DEFAULT_LIMITS=["2/minute"], **config)
     client = app.test_client()
 
     def send(peer: str, xff: str | None) -> int:
-        headers = {"X-Forwarded-For": xff} if xff else {}
+        headers = {header: xff} if xff else {}
         return client.get("/default", headers=headers, environ_base={"REMOTE_ADDR": peer}).status_code
 
     return send
@@ -131,27 +131,28 @@ def override(**settings: Any) -> None:
     _overrides[-1].enable()
 
 
-def django_sender(**config: Any) -> Send:
+def django_sender(header: str = "X-Forwarded-For", **config: Any) -> Send:
     override(SLUICEGATE={"DEFAULT_LIMITS": ["2/minute"], **config})
+    meta = "HTTP_" + header.upper().replace("-", "_")
 
     def send(peer: str, xff: str | None) -> int:
-        extra = {"HTTP_X_FORWARDED_FOR": xff} if xff else {}
+        extra = {meta: xff} if xff else {}
         return Client().get("/plain", REMOTE_ADDR=peer, **extra).status_code
 
     return send
 
 
-def starlette_sender(**config: Any) -> Send:
+def starlette_sender(header: str = "X-Forwarded-For", **config: Any) -> Send:
     app, _ = make_fastapi(**config)
 
     def send(peer: str, xff: str | None) -> int:
-        headers = {"X-Forwarded-For": xff} if xff else {}
+        headers = {header: xff} if xff else {}
         return TestClient(app, client=(peer, 4000)).get("/default", headers=headers).status_code
 
     return send
 
 
-def drf_sender(**config: Any) -> Send:
+def drf_sender(header: str = "X-Forwarded-For", **config: Any) -> Send:
     _rules.clear()
     override(
         ROOT_URLCONF="drf_app",
@@ -160,8 +161,10 @@ def drf_sender(**config: Any) -> Send:
         SLUICEGATE=config,
     )
 
+    meta = "HTTP_" + header.upper().replace("-", "_")
+
     def send(peer: str, xff: str | None) -> int:
-        extra = {"HTTP_X_FORWARDED_FOR": xff} if xff else {}
+        extra = {meta: xff} if xff else {}
         return APIClient().get("/anon", REMOTE_ADDR=peer, **extra).status_code
 
     return send
@@ -191,6 +194,54 @@ def test_behind_a_trusted_proxy_the_right_hop_is_the_key(make: Callable[[Any], S
     assert send(PROXY, "6.6.6.6, 1.2.3.5") == 200
     # A request that reaches the app past the proxy is keyed by its own address.
     assert [send(PUBLIC, "1.2.3.5") for _ in range(3)] == [200, 200, 429]
+
+
+def forwarded_senders() -> list[Any]:
+    """Senders of a ``Forwarded`` header (RFC 7239), behind 10.0.0.0/8 trusted, with the
+    integration told (``proxy`` True) or not that the proxies write it."""
+    trusted = ["10.0.0.0/8"]
+
+    def told(proxy: bool, name: str) -> dict[str, Any]:
+        return {name: "forwarded"} if proxy else {}
+
+    return [
+        pytest.param(
+            lambda proxy: flask_sender(
+                "Forwarded", SLUICEGATE_TRUSTED_PROXIES=trusted, **told(proxy, "SLUICEGATE_PROXY_HEADER")
+            ),
+            id="flask",
+        ),
+        pytest.param(
+            lambda proxy: django_sender("Forwarded", TRUSTED_PROXIES=trusted, **told(proxy, "PROXY_HEADER")), id="django"
+        ),
+        pytest.param(
+            lambda proxy: starlette_sender("Forwarded", trusted_proxies=trusted, **told(proxy, "proxy_header")),
+            id="starlette",
+        ),
+        pytest.param(
+            lambda proxy: drf_sender("Forwarded", TRUSTED_PROXIES=trusted, **told(proxy, "PROXY_HEADER")), id="drf"
+        ),
+    ]
+
+
+@pytest.mark.parametrize("make", forwarded_senders())
+def test_a_proxy_writing_forwarded_is_read_when_the_integration_is_told(make: Callable[[bool], Send]) -> None:
+    """``PROXY_HEADER`` / ``proxy_header="forwarded"``: the right-most hop of ``Forwarded`` the
+    trusted proxies did not add is the client. No integration could be told (the resolver
+    took the option, the integrations never passed it), so behind such a proxy every client
+    had the proxy's key."""
+    send = make(True)
+    assert [send(PROXY, f'for=6.6.6.{i}, for="1.2.3.4"') for i in range(3)] == [200, 200, 429]
+    assert send(PROXY, "for=1.2.3.5") == 200
+
+
+@pytest.mark.parametrize("make", forwarded_senders())
+def test_a_forwarded_header_is_not_read_unless_the_integration_is_told(
+    make: Callable[[bool], Send], recwarn: pytest.WarningsRecorder
+) -> None:
+    send = make(False)
+    # Without it every client behind the proxy has the proxy's key (and a warning says so).
+    assert [send(PROXY, f"for=1.2.3.{i}") for i in range(3)] == [200, 200, 429]
 
 
 @pytest.mark.parametrize("make", senders())

@@ -71,12 +71,19 @@ def opens_early(store: str) -> bool:
 PEER_ONLY = ClientResolver()
 
 
-def client_resolver(trusted_proxies: Any = None, ipv6_prefix: int | None = None) -> ClientResolver:
+def client_resolver(
+    trusted_proxies: Any = None, ipv6_prefix: int | None = None, proxy_header: str | None = None
+) -> ClientResolver:
     """The core's resolver of an app's configuration (checked at once: a bad value raises
     InvalidOptionError or TypeError): `trusted_proxies` None (the peer is the client), a hop
     count, or addresses / CIDR ranges / "loopback", "private", "linklocal"; `ipv6_prefix`
-    the bits an IPv6 client is keyed by (64)."""
-    return ClientResolver(trusted_proxies=trusted_proxies, ipv6_prefix=64 if ipv6_prefix is None else ipv6_prefix)
+    the bits an IPv6 client is keyed by (64); `proxy_header` the header the trusted proxies
+    write, "x-forwarded-for" (the default) or "forwarded" (RFC 7239)."""
+    return ClientResolver(
+        trusted_proxies=trusted_proxies,
+        ipv6_prefix=64 if ipv6_prefix is None else ipv6_prefix,
+        header="x-forwarded-for" if proxy_header is None else proxy_header,
+    )
 
 
 def header_key(name: str, fallback: KeyFunc) -> KeyFunc:

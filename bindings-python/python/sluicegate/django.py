@@ -12,6 +12,7 @@
         "MAX_KEYS": None,
         "STORAGE": "memory",                # or "shm:NAME" (one host), "redis://HOST:6379/0" (every host)
         "TRUSTED_PROXIES": None,            # or a hop count, or ["10.0.0.0/8", "loopback", ...]
+        "PROXY_HEADER": "x-forwarded-for",  # or "forwarded" (RFC 7239): what the trusted proxies write
         "IPV6_PREFIX": 64,
         "SKIP": None,                       # a function of the request (or its dotted path): True = unlimited
     }
@@ -132,8 +133,8 @@ _SETTLE = "_sluicegate_settle"
 
 def remote_address(request: Any) -> str:
     """The client: ``REMOTE_ADDR``, or behind the trusted proxies of
-    ``SLUICEGATE["TRUSTED_PROXIES"]`` the right-most hop of ``X-Forwarded-For`` (or
-    ``Forwarded``) they did not add; IPv6 by its /64 (``IPV6_PREFIX``). A client-sent
+    ``SLUICEGATE["TRUSTED_PROXIES"]`` the right-most hop they did not add of
+    ``X-Forwarded-For`` (or ``Forwarded`` with ``"PROXY_HEADER": "forwarded"``); IPv6 by its /64 (``IPV6_PREFIX``). A client-sent
     ``X-Forwarded-For`` without a trusted proxy changes nothing."""
     meta = request.META
     peer = meta.get("REMOTE_ADDR")
@@ -194,7 +195,7 @@ class _Config:
         raw = dict(getattr(settings, "SLUICEGATE", {}))
         known = {
             "DEFAULT_LIMITS", "KEY", "HEADERS", "HEADERS_ON_ALLOWED", "POLICY", "ENABLED", "MAX_KEYS", "STORAGE",
-            "TRUSTED_PROXIES", "IPV6_PREFIX", "SKIP",
+            "TRUSTED_PROXIES", "PROXY_HEADER", "IPV6_PREFIX", "SKIP",
         }  # fmt: skip
         unknown = set(raw) - known
         if unknown:
@@ -208,7 +209,7 @@ class _Config:
         self.policy = raw.get("POLICY", "default")
         self.store = checked_store(raw.get("STORAGE", MEMORY))
         self.max_keys = raw.get("MAX_KEYS")
-        self.resolver = client_resolver(raw.get("TRUSTED_PROXIES"), raw.get("IPV6_PREFIX"))
+        self.resolver = client_resolver(raw.get("TRUSTED_PROXIES"), raw.get("IPV6_PREFIX"), raw.get("PROXY_HEADER"))
         self.defaults = default_rules(raw.get("DEFAULT_LIMITS"), self.max_keys)
         for rule in self.defaults:
             rule.open_early(self.store)

@@ -28,8 +28,9 @@ Configuration (``app.config``, read by ``init_app``; constructor arguments win):
   believes: None (the peer address is the client: a client-sent ``X-Forwarded-For`` changes
   nothing), a hop count, or a list of addresses, CIDR ranges and "loopback", "private",
   "linklocal"; the client is then the right-most untrusted hop (docs/CLIENT-IDENTITY.md).
-  ``SLUICEGATE_IPV6_PREFIX`` (64): an IPv6 client is keyed by its /64. Constructor:
-  ``trusted_proxies=``, ``ipv6_prefix=``.
+  ``SLUICEGATE_PROXY_HEADER`` ("x-forwarded-for"): the header they write, or "forwarded"
+  (RFC 7239). ``SLUICEGATE_IPV6_PREFIX`` (64): an IPv6 client is keyed by its /64.
+  Constructor: ``trusted_proxies=``, ``proxy_header=``, ``ipv6_prefix=``.
 * ``SLUICEGATE_STORAGE`` ("memory"): where the limits' buckets live. "memory" is each
   process's own; ``"shm:NAME"`` is a shared-memory region per limit that every worker process
   of the host shares (``gunicorn -w 4`` then enforces one ``10/minute``, not four): the limit
@@ -189,11 +190,13 @@ class Sluicegate:
         trusted_proxies: int | str | Iterable[str] | None = None,
         ipv6_prefix: int | None = None,
         skip: Callable[[Any], bool] | None = None,
+        proxy_header: str | None = None,
     ) -> None:
         self._key_func = key_func
         self._skip = skip
         self._trusted_proxies = trusted_proxies
         self._ipv6_prefix = ipv6_prefix
+        self._proxy_header = proxy_header
         self._storage = storage
         # The decorated limits, and the stores of the apps this extension serves: a limit
         # opens its store when both are known (at import, so that a server that forks after
@@ -233,6 +236,7 @@ class Sluicegate:
         state.resolver = client_resolver(
             pick(self._trusted_proxies, "SLUICEGATE_TRUSTED_PROXIES", None),
             pick(self._ipv6_prefix, "SLUICEGATE_IPV6_PREFIX", None),
+            pick(self._proxy_header, "SLUICEGATE_PROXY_HEADER", None),
         )
         state.store = checked_store(pick(self._storage, "SLUICEGATE_STORAGE", MEMORY))
         state.defaults = default_rules(

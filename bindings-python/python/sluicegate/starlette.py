@@ -37,9 +37,13 @@ Configuration (constructor arguments):
 * ``trusted_proxies`` (None): whose forwarding headers the client identity believes: None
   (the peer address is the client: a client-sent ``X-Forwarded-For`` changes nothing), a hop
   count, or a list of addresses, CIDR ranges and "loopback", "private", "linklocal"; the client
-  is then the right-most untrusted hop (docs/CLIENT-IDENTITY.md). ``ipv6_prefix`` (64): an
-  IPv6 client is keyed by its /64. (Do not also run uvicorn's ``--proxy-headers`` with
-  ``--forwarded-allow-ips='*'``: it rewrites the peer from the header before this sees it.)
+  is then the right-most untrusted hop (docs/CLIENT-IDENTITY.md) of ``proxy_header``
+  ("x-forwarded-for", or "forwarded": RFC 7239). ``ipv6_prefix`` (64): an IPv6 client is
+  keyed by its /64. The peer is the server's: uvicorn's ``--proxy-headers``, on by default,
+  rewrites it from ``X-Forwarded-For`` for connections from ``--forwarded-allow-ips``
+  (``127.0.0.1`` by default) before this sees it. With ``trusted_proxies`` set, run uvicorn
+  with ``--no-proxy-headers``; never with ``--forwarded-allow-ips='*'``, which lets any client
+  name its own address.
 * ``headers`` ("ietf"): "ietf", "draft6", "draft7", "legacy" or "none";
   ``headers_on_allowed`` (True): the RateLimit fields on allowed responses too.
 * ``policy`` ("default"): the policy name in the IETF fields.
@@ -256,10 +260,11 @@ class Sluicegate:
         trusted_proxies: int | str | Iterable[str] | None = None,
         ipv6_prefix: int = 64,
         skip: Callable[[Request], bool] | Callable[[HTTPConnection], bool] | None = None,
+        proxy_header: str = "x-forwarded-for",
     ) -> None:
         self.enabled = enabled
         self.skip = skip
-        self.resolver = client_resolver(trusted_proxies, ipv6_prefix)
+        self.resolver = client_resolver(trusted_proxies, ipv6_prefix, proxy_header)
         self._peer_keys = _PeerKeys(self.resolver)
         # The default: what ``client`` answers, one call less.
         self.key_func = self._peer_keys if key_func == "remote_address" else _key_of(key_func)
