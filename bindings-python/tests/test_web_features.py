@@ -1282,3 +1282,25 @@ def test_a_collector_whose_function_fails_logs_and_leaves_the_other_metrics(capl
     text = generate_latest(registry).decode()
     assert "other_total 1.0" in text and "sluicegate_" not in text
     assert "no app" in caplog.text
+
+
+def test_starlette_a_dependency_with_deduct_when_needs_the_middleware() -> None:
+    """Without ``RateLimitMiddleware`` nothing refunds by the response: failures counted
+    silently (``[400, 400, 400, 429]`` on a burst of 3 that should have let failures through).
+    It is an error now, as for DRF's throttles; without ``deduct_when`` a dependency needs no
+    middleware."""
+    limiter = StarletteSluicegate()
+    app = FastAPI()
+
+    @app.get("/counted", dependencies=[Depends(limiter.dependency("1/minute; burst=3", deduct_when=succeeded))])
+    async def counted() -> PlainTextResponse:
+        return PlainTextResponse("x", status_code=400)
+
+    @app.get("/plain", dependencies=[Depends(limiter.dependency("1/minute; burst=1"))])
+    async def plain() -> str:
+        return "plain"
+
+    client = TestClient(app)
+    with pytest.raises(RuntimeError, match="RateLimitMiddleware"):
+        client.get("/counted")
+    assert [client.get("/plain").status_code for _ in range(2)] == [200, 429]

@@ -55,7 +55,8 @@ Configuration (constructor arguments):
 ``deduct_when=`` on ``limit`` and ``dependency`` (a function of the response: its
 ``status_code`` and ``headers``) counts only the requests whose response it accepts
 (``lambda r: r.status_code < 400``: failures are free); the others get their tokens back once
-the response starts (a dependency's, when ``RateLimitMiddleware`` is installed).
+the response starts. A dependency's are refunded by ``RateLimitMiddleware``: without it, a
+dependency with ``deduct_when`` raises ``RuntimeError`` (it counted every response).
 * ``max_keys``: the key bound of each limit (the core's default).
 * ``storage`` ("memory"): "memory" (each process's own), ``"shm:NAME"`` (a shared-memory
   region per limit, shared by every worker process of the host) or a Redis URL (every
@@ -481,12 +482,21 @@ class RateLimit:
         only = rules[0] if len(rules) == 1 else None
         plain = only is not None and only.deduct_when is None and not only.shadow and not callable(only.cost)
         self._plain = only if plain else None
+        # A limit that counts by the response is settled by the middleware, which sees it.
+        self._settled = any(rule.deduct_when is not None for rule in rules)
 
     async def __call__(self, request: Request, response: Response) -> Decision | None:
         limiter = self.limiter
         if not limiter.enabled or (limiter.skip is not None and limiter.skip(request)):
             return None
         scope = request.scope
+        if self._settled and _DECISIONS not in scope:
+            # Without the middleware nothing would give the tokens back: every response
+            # would count, whatever deduct_when says (DRF's throttles refuse the same).
+            raise RuntimeError(
+                "a dependency with deduct_when needs RateLimitMiddleware, which refunds by the "
+                "response: app.add_middleware(RateLimitMiddleware, limiter=limiter)"
+            )
         scope[_LIMITER] = limiter
         rule = self._plain
         if limiter._remote:
