@@ -1304,3 +1304,40 @@ def test_starlette_a_dependency_with_deduct_when_needs_the_middleware() -> None:
     with pytest.raises(RuntimeError, match="RateLimitMiddleware"):
         client.get("/counted")
     assert [client.get("/plain").status_code for _ in range(2)] == [200, 429]
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_starlette_async_admin_calls(redis_server: RedisServer, store: str) -> None:
+    """``get_async`` / ``reset_async`` for async admin endpoints: on Redis the sync ones wait
+    for the server on the event loop."""
+    storage = "memory" if store == "memory" else url(redis_server, on_error="error")
+    limiter = StarletteSluicegate(default_limits=["1/minute; burst=1"], storage=storage)
+    dep = limiter.dependency("1/minute; burst=2")
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+
+    @app.get("/items/{item}")
+    async def items(item: int) -> int:
+        return item
+
+    @app.get("/own", dependencies=[Depends(dep)])
+    async def own() -> str:
+        return "o"
+
+    @app.get("/admin")
+    async def admin() -> dict[str, Any]:
+        before = await limiter.get_async("testclient", route="/items/{item}")
+        dep_before = await dep.get_async("testclient", "/own")
+        assert before is not None and dep_before is not None
+        return {
+            "remaining": before.remaining,
+            "reset": await limiter.reset_async("testclient", route="/items/{item}"),
+            "dep": dep_before.remaining,
+            "dep_reset": await dep.reset_async("testclient", "/own"),
+        }
+
+    client = TestClient(app)
+    assert [client.get("/items/1").status_code for _ in range(2)] == [200, 429]
+    assert client.get("/own").status_code == 200
+    assert client.get("/admin").json() == {"remaining": 0, "reset": 1, "dep": 1, "dep_reset": 1}
+    assert client.get("/items/2").status_code == 200

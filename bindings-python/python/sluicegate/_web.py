@@ -720,6 +720,24 @@ def reset(rules: Sequence[Rule], key: Any, scope: str | None = None, store: str 
     return sum(bool(rule.limiter(store).remove(_stored_key(rule, key, scope))) for rule in rules)
 
 
+async def peek_async(rules: Sequence[Rule], key: Any, scope: str | None = None, store: str = MEMORY) -> Decision | None:
+    """``peek`` for async code: on Redis the round trips are awaited, never waited for on the
+    event loop (a limit not made yet in this process is made off the loop: its first
+    connection)."""
+    found = []
+    for rule in rules:
+        limiter = rule.made(store)
+        if limiter is None:
+            limiter = await asyncio.to_thread(rule.limiter, store)
+        found.append(await limiter.peek_async(_stored_key(rule, key, scope)))
+    return min(found, key=lambda d: (d.allowed, d.remaining), default=None)
+
+
+async def reset_async(rules: Sequence[Rule], key: Any, scope: str | None = None, store: str = MEMORY) -> int:
+    """``reset`` for async code, off the event loop."""
+    return await asyncio.to_thread(reset, rules, key, scope, store)
+
+
 def _unearned(taken: Taken | None, response: Any) -> list[tuple[KeyedLimiter, Any, int]]:
     """The tokens of `taken` whose limit does not count this response."""
     return [(lim, k, c) for lim, k, c, when in taken or () if not when(response)]

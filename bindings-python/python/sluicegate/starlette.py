@@ -118,6 +118,8 @@ from sluicegate._web import (
     refund_all,
     refund_all_async,
 )
+from sluicegate._web import peek_async as _peek_async
+from sluicegate._web import reset_async as _reset_async
 
 __all__ = ["RateLimit", "RateLimitMiddleware", "Sluicegate", "header", "key_func", "remote_address"]
 
@@ -410,6 +412,21 @@ class Sluicegate:
         rules, scope = self._admin(route, name, endpoint)
         return reset(rules, key, scope, self.store)
 
+    async def get_async(
+        self, key: Any, *, route: str | None = None, name: str | None = None, endpoint: Any = None
+    ) -> Decision | None:
+        """``get`` for an async admin endpoint: on Redis the event loop never waits for the
+        server."""
+        rules, scope = self._admin(route, name, endpoint)
+        return await _peek_async(rules, key, scope, self.store)
+
+    async def reset_async(
+        self, key: Any, *, route: str | None = None, name: str | None = None, endpoint: Any = None
+    ) -> int:
+        """``reset`` for an async admin endpoint (run off the event loop)."""
+        rules, scope = self._admin(route, name, endpoint)
+        return await _reset_async(rules, key, scope, self.store)
+
     def _admin(self, route: str | None, name: str | None, endpoint: Any) -> tuple[Sequence[Rule], str | None]:
         if sum(x is not None for x in (route, name, endpoint)) != 1:
             raise TypeError("give one of route=, name= or endpoint=")
@@ -551,6 +568,14 @@ class RateLimit:
     def reset(self, key: Any, route: str | None = None) -> int:
         """Gives `key` full buckets in this dependency's limits on `route`."""
         return reset(self.rules, key, route, self.limiter.store)
+
+    async def get_async(self, key: Any, route: str | None = None) -> Decision | None:
+        """``get`` for an async admin endpoint: on Redis the event loop never waits."""
+        return await _peek_async(self.rules, key, route, self.limiter.store)
+
+    async def reset_async(self, key: Any, route: str | None = None) -> int:
+        """``reset`` for an async admin endpoint (run off the event loop)."""
+        return await _reset_async(self.rules, key, route, self.limiter.store)
 
     def __repr__(self) -> str:
         return f"RateLimit({self.rules!r})"
