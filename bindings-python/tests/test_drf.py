@@ -331,3 +331,13 @@ def test_limiters_count_each_throttle_for_prometheus(regions: Path, redis_server
         text = generate_latest(registry).decode()
         assert 'limit="drf:anon",quota="1/m; burst=2",outcome="allowed"} 2' in render_prometheus(limiters())
         assert 'sluicegate_decisions_total{limit="drf:uploads",outcome="rejected",quota="1/h"} 1.0' in text
+
+
+def test_drf_num_proxies_without_trusted_proxies_is_warned_of_once() -> None:
+    with settings(NUM_PROXIES=1), pytest.warns(UserWarning, match="NUM_PROXIES"):
+        assert statuses(APIClient(), "/anon", 3) == [200, 200, 429]
+    import warnings
+
+    with settings(NUM_PROXIES=1, sluicegate={"TRUSTED_PROXIES": 1}), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert statuses(APIClient(), "/anon", 1, HTTP_X_FORWARDED_FOR="6.6.6.6") == [200]

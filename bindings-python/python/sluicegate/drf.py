@@ -22,7 +22,9 @@ the host; on Redis every host), on the store of ``SLUICEGATE["STORAGE"]`` as
 ``sluicegate.django`` reads it; ``SLUICEGATE["ENABLED"] = False`` turns them off, and
 ``SLUICEGATE["SKIP"]`` (a function of the request) lets chosen requests through. The client
 is the peer address (``REMOTE_ADDR``): unlike DRF's ``get_ident``, an ``X-Forwarded-For``
-header sent by a client is never its key. As in DRF, every throttle of a view counts a
+header sent by a client is never its key. DRF's ``NUM_PROXIES`` is not read (a warning says
+so when it is set): behind proxies set ``SLUICEGATE["TRUSTED_PROXIES"]``, a hop count or the
+proxies' addresses. As in DRF, every throttle of a view counts a
 request, including one that another throttle rejects; views that name one scope
 (``throttle_scope``) share its buckets.
 
@@ -47,6 +49,7 @@ families twice).
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -126,7 +129,10 @@ class SluicegateThrottle(BaseThrottle):  # type: ignore[misc]
         raise NotImplementedError(".get_cache_key() must be overridden")
 
     def ident(self, request: Any) -> str:
-        """The client: the peer address."""
+        """The client: the peer address, or behind ``SLUICEGATE["TRUSTED_PROXIES"]`` the
+        right-most hop they did not add (DRF's ``NUM_PROXIES`` is not read: a warning says so
+        once, when it is set and no trusted proxies are)."""
+        _check_num_proxies()
         # The HttpRequest a DRF Request wraps: its META without the Request's __getattr__.
         return remote_address(getattr(request, "_request", request))
 
@@ -164,6 +170,29 @@ class SluicegateThrottle(BaseThrottle):  # type: ignore[misc]
         if self.decision is None or self.decision:
             return None
         return self.decision.retry_after
+
+
+#: The configuration whose NUM_PROXIES was looked at (once per settings).
+_num_proxies_checked: list[object] = [None]
+
+
+def _check_num_proxies() -> None:
+    """Warns once per settings when DRF's ``NUM_PROXIES`` is set and sluicegate trusts no
+    proxy: a project moving from DRF's throttles would otherwise key every client behind its
+    proxies by the proxy's address, silently."""
+    config = _get_config()
+    if _num_proxies_checked[0] is config:
+        return
+    _num_proxies_checked[0] = config
+    num = api_settings.NUM_PROXIES
+    if num is not None and config.resolver.trusted_proxies == "none":
+        warnings.warn(
+            f"REST_FRAMEWORK['NUM_PROXIES'] = {num!r} is not read by sluicegate's throttles: set "
+            f"SLUICEGATE['TRUSTED_PROXIES'] = {num!r} (a hop count) or the proxies' addresses, "
+            "or every client behind the proxies is keyed by the proxy's address",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 def _settling(request: Any, throttle: SluicegateThrottle) -> Taken:
