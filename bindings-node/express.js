@@ -67,6 +67,15 @@ function rateLimit(options = {}) {
   functions(opts, ['skip', 'onShadowReject'])
   const allowed = allowListOf(opts.allowList, opts.keyGenerator)
   const counting = responseCounting(opts)
+  if (opts.quota === undefined) {
+    // Checked under express-rate-limit's names (the core's would say count and periodMs).
+    const whole = (v) => (typeof v === 'bigint' ? v >= 1n : Number.isSafeInteger(v) && v >= 1)
+    if (typeof opts.limit === 'function') {
+      throw invalidArg('limit must be a number: a limit computed per request is not supported (give such routes a middleware of their own)')
+    }
+    if (!whole(opts.limit)) throw invalidArg(`limit must be a whole number of requests, at least 1, got ${String(opts.limit)}`)
+    if (!whole(opts.windowMs)) throw invalidArg(`windowMs must be a whole number of milliseconds, at least 1, got ${String(opts.windowMs)}`)
+  }
   const quota = opts.quota ?? { count: opts.limit, periodMs: opts.windowMs, ...(opts.burst === undefined ? {} : { burst: opts.burst }) }
   // Turned off (`enabled: false`, SLUICEGATE_ENABLED=0): no limiter is made, every request passes.
   const limits = isEnabled(opts.enabled) ? new Limits({ ...opts, quota }) : null

@@ -244,7 +244,14 @@ test('bad options throw at construction', () => {
   bad({ policy: 5 })
   assert.equal(typeof rateLimit({ policy: undefined }), 'function')
   bad(null)
-  assert.throws(() => rateLimit({ limit: 0 }), (e) => e.code === 'ERR_SLUICEGATE_INVALID_QUOTA')
+  // Named as express-rate-limit names them (the core's messages said count and periodMs).
+  const named = (o, re) => assert.throws(() => rateLimit(o), (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG' && re.test(e.message))
+  named({ limit: 0 }, /^limit must be a whole number of requests, at least 1, got 0$/)
+  named({ limit: 2.5 }, /^limit .* got 2\.5$/)
+  named({ max: -1 }, /^limit .* got -1$/)
+  named({ limit: () => 5 }, /^limit must be a number: a limit computed per request/)
+  named({ windowMs: 1.5 }, /^windowMs must be a whole number of milliseconds/)
+  assert.equal(typeof rateLimit({ limit: 5n, windowMs: 1000n }), 'function')
 })
 
 // The store option: regions in a temporary folder, removed afterwards.
