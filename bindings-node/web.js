@@ -73,6 +73,27 @@ function storeFor(store, rate, maxKeys, scope) {
   return { suffix, printed: native.storeSuffixed(store, suffix) }
 }
 
+// The regions and prefixes of this process's unnamed limits (Express middlewares, Fastify's
+// global limit and `fastify.rateLimit()` hooks), by enforcing or shadow: a second limit on one
+// is warned of, once.
+const unnamed = new Map()
+
+/**
+ * Warns once when a second limit of one store and quota is made in this process without a
+ * scope: on a shared store the two count in one set of buckets, where in memory each counts
+ * on its own (a user trial: one route's middleware used up another's).
+ */
+function sharedOnce(printed, shadow) {
+  const key = `${shadow}\n${printed}`
+  const seen = unnamed.get(key) ?? 0
+  unnamed.set(key, seen + 1)
+  if (seen !== 1) return
+  process.emitWarning(
+    `two limits of one quota share the buckets of ${printed} on this shared store (in memory each would count on its own): give one a store name of its own (another shm: name or Redis prefix) if they must count apart, or use one middleware (or \`limiter\`) on both routes to share without this warning`,
+    { type: 'SluicegateWarning', code: 'SLUICEGATE_SHARED_LIMIT' },
+  )
+}
+
 /** The option (internal) naming a limit among an app's limits on a shared store (see `storeFor`). */
 const SCOPE = Symbol('sluicegate.scope')
 
@@ -88,6 +109,7 @@ function limiterFor({ limiter, quota, store, maxKeys, onFull, shadow, [SCOPE]: s
     const rate = toRate(quota)
     const ns = store === undefined ? { printed: 'memory' } : storeFor(store, rate, maxKeys, scope)
     printed = ns.printed
+    if (scope === undefined && printed !== 'memory') sharedOnce(printed, shadow === true)
     // Every limit an adapter makes counts its decisions (`metrics`: a thread's own slot, a
     // load and a store a decision), for `registerLimiters` / `renderPrometheus`.
     limiter = new KeyedLimiter(rate, {

@@ -293,6 +293,20 @@ test('store: one region per distinct limit, named from the store and the quota',
   assert.equal(rateLimit({ limiter: new KeyedLimiter('1/s') }).store, undefined)
 })
 
+test('two middlewares of one quota on one shared store: a warning, once, that they share buckets', async () => {
+  const store = `shm:${join(dir, 'shared-warned')}`
+  const seen = await warnings(() => {
+    rateLimit({ quota: '7/minute', store })
+    rateLimit({ quota: '8/minute', store }) // another quota: another region
+    rateLimit({ quota: '7/minute' }) // in memory: each counts on its own
+    rateLimit({ quota: '7/minute', store })
+    rateLimit({ quota: '7/minute', store })
+  })
+  const got = sluicegateWarnings(seen).filter(([code]) => code === 'SLUICEGATE_SHARED_LIMIT')
+  assert.equal(got.length, 1, JSON.stringify(got))
+  assert.ok(got[0][1].includes(`${store}-${limitSuffix('7/minute')}`), got[0][1])
+})
+
 test('store: bad values throw at construction', () => {
   const INVALID_ARG = (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG'
   // express-rate-limit's `store` is a Store object: not this option.
