@@ -95,7 +95,7 @@ function setReplyFields(reply, d, style, policy, off) {
 
 // A duration as @fastify/rate-limit reads `timeWindow` (the `ms` grammar: a number, possibly
 // fractional, then an optional unit; a bare number is milliseconds).
-const DURATION = /^(\d*\.?\d+) *(milliseconds?|msecs?|ms|seconds?|secs?|s|minutes?|mins?|m|hours?|hrs?|h|days?|d|weeks?|w|years?|yrs?|y)?$/i
+const DURATION = /^(\d*\.?\d+) *(milliseconds?|msecs?|ms|seconds?|secs?|s|minutes?|mins?|m|hours?|hrs?|h|days?|d|weeks?|wks?|w|years?|yrs?|y)?$/i
 const UNIT_MS = { ms: 1, s: 1e3, m: 60e3, h: 3600e3, d: 86400e3, w: 604800e3, y: 31557600e3 }
 
 /**
@@ -110,8 +110,11 @@ function windowMs(w) {
   if (m === null) return w
   const unit = (m[2] ?? 'ms').toLowerCase()
   const key = /^(ms|msecs?|milliseconds?)$/.test(unit) ? 'ms' : unit[0]
-  const ms = Number(m[1]) * UNIT_MS[key]
-  if (!Number.isSafeInteger(ms) || ms <= 0) {
+  // '4.1 minutes' is 245999.99999999997 in binary floating point: a whole number within a
+  // millionth of a millisecond is that number.
+  const exact = Number(m[1]) * UNIT_MS[key]
+  const ms = Math.round(exact)
+  if (Math.abs(exact - ms) > 1e-6 || !Number.isSafeInteger(ms) || ms <= 0) {
     throw invalidArg(`timeWindow ${JSON.stringify(w)} must be a whole number of milliseconds above 0`)
   }
   return ms

@@ -74,8 +74,8 @@ function storeFor(store, rate, maxKeys, scope) {
 }
 
 // The regions and prefixes of this process's unnamed limits (Express middlewares, Fastify's
-// global limit and `fastify.rateLimit()` hooks), by enforcing or shadow: a second limit on one
-// is warned of, once.
+// global limit and `fastify.rateLimit()` hooks), enforcing or shadow alike (a shadow limit's
+// region is an enforcing one's): a second limit on one is warned of, once.
 const unnamed = new Map()
 
 /**
@@ -83,10 +83,9 @@ const unnamed = new Map()
  * scope: on a shared store the two count in one set of buckets, where in memory each counts
  * on its own (a user trial: one route's middleware used up another's).
  */
-function sharedOnce(printed, shadow) {
-  const key = `${shadow}\n${printed}`
-  const seen = unnamed.get(key) ?? 0
-  unnamed.set(key, seen + 1)
+function sharedOnce(printed) {
+  const seen = unnamed.get(printed) ?? 0
+  unnamed.set(printed, seen + 1)
   if (seen !== 1) return
   process.emitWarning(
     `two limits of one quota share the buckets of ${printed} on this shared store (in memory each would count on its own): give one a store name of its own (another shm: name or Redis prefix) if they must count apart, or use one middleware (or \`limiter\`) on both routes to share without this warning`,
@@ -109,7 +108,7 @@ function limiterFor({ limiter, quota, store, maxKeys, onFull, shadow, [SCOPE]: s
     const rate = toRate(quota)
     const ns = store === undefined ? { printed: 'memory' } : storeFor(store, rate, maxKeys, scope)
     printed = ns.printed
-    if (scope === undefined && printed !== 'memory') sharedOnce(printed, shadow === true)
+    if (scope === undefined && printed !== 'memory') sharedOnce(printed)
     // Every limit an adapter makes counts its decisions (`metrics`: a thread's own slot, a
     // load and a store a decision), for `registerLimiters` / `renderPrometheus`.
     limiter = new KeyedLimiter(rate, {

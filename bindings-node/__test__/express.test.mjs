@@ -302,6 +302,13 @@ test('two middlewares of one quota on one shared store: a warning, once, that th
     rateLimit({ quota: '7/minute', store })
     rateLimit({ quota: '7/minute', store })
   })
+  // A shadow limit shares an enforcing one's region too.
+  const shadowStore = `shm:${join(dir, 'shared-shadow')}`
+  const shadowSeen = await warnings(() => {
+    rateLimit({ quota: '7/minute', store: shadowStore })
+    rateLimit({ quota: '7/minute', store: shadowStore, shadow: true })
+  })
+  assert.equal(sluicegateWarnings(shadowSeen).filter(([code]) => code === 'SLUICEGATE_SHARED_LIMIT').length, 1)
   const got = sluicegateWarnings(seen).filter(([code]) => code === 'SLUICEGATE_SHARED_LIMIT')
   assert.equal(got.length, 1, JSON.stringify(got))
   assert.ok(got[0][1].includes(`${store}-${limitSuffix('7/minute')}`), got[0][1])

@@ -55,7 +55,11 @@ test('timeWindow as text, quota, enableDraftSpec and addHeaders', async (t) => {
   const text = await app(t, { max: 3, timeWindow: '1 minute' })
   assert.equal(text.inject ? (await text.inject('/')).headers['x-ratelimit-limit'] : null, '3')
   // @fastify/rate-limit's durations (its `ms` grammar): fractions, short units, bare milliseconds.
-  for (const [w, quota] of [['1.5 minutes', '2/90s'], ['10 secs', '2/10s'], ['1w', '2/7d'], ['90000', '2/90s']]) {
+  const durations = [
+    ['1.5 minutes', '2/90s'], ['10 secs', '2/10s'], ['1w', '2/7d'], ['2 wks', '2/14d'], ['90000', '2/90s'],
+    ['4.1 minutes', '2/246s'], ['1.1 hours', '2/66m'], // not whole in binary floating point
+  ]
+  for (const [w, quota] of durations) {
     const f = await app(t, { max: 2, timeWindow: w })
     assert.equal(f.rateLimits.limiters()[0][0].quota, quota, w)
   }

@@ -269,7 +269,7 @@ def test_deduct_when_without_the_middleware_is_an_error() -> None:
             APIClient().get("/successes?status=200")
         assert get("127.0.0.1", "successes").remaining == 2  # type: ignore[union-attr]
         # Throttles without a deduct_when need no middleware.
-        assert statuses(APIClient(), "/anon", 1) == [200]
+        assert statuses(APIClient(), "/anon", 1, REMOTE_ADDR="10.0.0.7") == [200]
     with settings(sluicegate={"ENABLED": False}):
         assert statuses(APIClient(), "/successes?status=200", 3) == [200] * 3
 
@@ -338,6 +338,9 @@ def test_drf_num_proxies_without_trusted_proxies_is_warned_of_once() -> None:
         assert statuses(APIClient(), "/anon", 3) == [200, 200, 429]
     import warnings
 
+    with settings(NUM_PROXIES=0), warnings.catch_warnings():  # DRF's REMOTE_ADDR, as here
+        warnings.simplefilter("error")
+        assert statuses(APIClient(), "/anon", 1, REMOTE_ADDR="10.0.0.7") == [200]
     with settings(NUM_PROXIES=1, sluicegate={"TRUSTED_PROXIES": 1}), warnings.catch_warnings():
         warnings.simplefilter("error")
         assert statuses(APIClient(), "/anon", 1, HTTP_X_FORWARDED_FOR="6.6.6.6") == [200]

@@ -185,7 +185,7 @@ def _check_num_proxies() -> None:
         return
     _num_proxies_checked[0] = config
     num = api_settings.NUM_PROXIES
-    if num is not None and config.resolver.trusted_proxies == "none":
+    if num and config.resolver.trusted_proxies == "none":  # 0 and None: REMOTE_ADDR, as here
         warnings.warn(
             f"REST_FRAMEWORK['NUM_PROXIES'] = {num!r} is not read by sluicegate's throttles: set "
             f"SLUICEGATE['TRUSTED_PROXIES'] = {num!r} (a hop count) or the proxies' addresses, "

@@ -335,7 +335,12 @@ class Sluicegate:
         (the route's path template) unless `name` makes it one limit shared by the routes
         that name it."""
         rules = self._rules(rates, key, cost, policy, max_keys, name, deduct_when, shadow)(None, [])
-        return RateLimit(self, rules)
+        nth = 1
+        if name is None:
+            with self._made_lock:
+                self._dependencies += 1
+                nth = self._dependencies
+        return RateLimit(self, rules, "" if nth == 1 else f"\x00dependency{nth}")
 
     def exempt(self, endpoint: F) -> F:
         """No default limit applies to this endpoint."""
@@ -368,14 +373,7 @@ class Sluicegate:
             if name is not None:
                 rules = shared_rules(self._shared, name, parsed, kf, **options)
             elif endpoint is None:
-                # Each dependency is a limit of its own on every store: its scope (the name of
-                # its region or key prefix) counts the unnamed dependencies made before it,
-                # which every process makes in the same order (the first keeps "route#i").
-                with self._made_lock:
-                    self._dependencies += 1
-                    nth = self._dependencies
-                own = "" if nth == 1 else f"dependency{nth}:"
-                rules = [Rule(q, kf, scope=f"{own}route#{i}", scoped=True, **options) for i, q in enumerate(parsed)]
+                rules = [Rule(q, kf, scope=f"route#{i}", scoped=True, **options) for i, q in enumerate(parsed)]
             else:
                 rules = view_rules(endpoint, existing, parsed, kf, **options)
             with self._made_lock:
@@ -392,8 +390,8 @@ class Sluicegate:
         as ``(labels, limiter)`` pairs for ``render_prometheus``, or
         ``SluicegateCollector(limiter.limiters)`` (each scrape reads the limits made since):
         labels ``limit`` (an endpoint's dotted name and the limit's place, ``default#0``,
-        ``route#0`` for the first unnamed dependency's, ``dependency2:route#0`` for the
-        second's, ``shared:NAME#0``) and ``quota``. Each counts its
+        ``route#0`` for a dependency's, ``route#0 (2)`` for a second one of that rate,
+        ``shared:NAME#0``) and ``quota``. Each counts its
         decisions in this process; a limit on Redis appears at its first request."""
         with self._made_lock:
             rules = list(self._made.values())
@@ -490,9 +488,14 @@ class RateLimit:
     """A FastAPI dependency made by ``Sluicegate.dependency``: awaits its limits for the
     request, and raises ``HTTPException(429)`` when one rejects it."""
 
-    def __init__(self, limiter: Sluicegate, rules: list[Rule]) -> None:
+    def __init__(self, limiter: Sluicegate, rules: list[Rule], tag: str = "") -> None:
         self.limiter = limiter
         self.rules = rules
+        # After the route in this dependency's keys: each unnamed dependency is a limit of its
+        # own (two of one rate on a route were one bucket charged twice on shm and Redis,
+        # where their region is one), told apart by its place among them, which every process
+        # makes alike; the first has none, as before.
+        self._tag = tag
         # The dependency most apps declare: one rule that counts every admitted request at a
         # fixed cost. ``check`` decides it by its first branch; ``__call__`` inlines that
         # branch (this runs on every request, and three calls fewer are a fifth of its time).
@@ -517,13 +520,14 @@ class RateLimit:
         scope[_LIMITER] = limiter
         rule = self._plain
         if limiter._remote:
-            decision, rule, allowed = await limiter._check_async(self.rules, request, _route_name(scope))
+            decision, rule, allowed = await limiter._check_async(self.rules, request, _route_name(scope) + self._tag)
         elif rule is not None:  # check's first branch, inlined
             key = (rule.key_func or limiter.key_func)(request)
             if rule.scoped:
                 path = scope.get(_TEMPLATE)  # _route_name's, inlined
                 if path is None:
                     path = _route_name(scope)
+                path += self._tag
                 key = f"{path}\x00{key}" if type(key) is str else scoped_key(path, key)
             store = limiter.store
             keyed = rule._limiters.get(store)
@@ -542,7 +546,7 @@ class RateLimit:
                 else:
                     held.append((keyed, key, rule.cost))
         else:
-            decision, rule, allowed = limiter._check(self.rules, request, _route_name(scope))
+            decision, rule, allowed = limiter._check(self.rules, request, _route_name(scope) + self._tag)
         assert decision is not None
         if not allowed:
             await limiter._give_back_held(scope)
@@ -563,19 +567,22 @@ class RateLimit:
     def get(self, key: Any, route: str | None = None) -> Decision | None:
         """What this dependency would say of `key` on the route with path template `route`
         (None for a named, shared one) now, taking nothing."""
-        return peek(self.rules, key, route, self.limiter.store)
+        return peek(self.rules, key, self._route(route), self.limiter.store)
 
     def reset(self, key: Any, route: str | None = None) -> int:
         """Gives `key` full buckets in this dependency's limits on `route`."""
-        return reset(self.rules, key, route, self.limiter.store)
+        return reset(self.rules, key, self._route(route), self.limiter.store)
 
     async def get_async(self, key: Any, route: str | None = None) -> Decision | None:
         """``get`` for an async admin endpoint: on Redis the event loop never waits."""
-        return await _peek_async(self.rules, key, route, self.limiter.store)
+        return await _peek_async(self.rules, key, self._route(route), self.limiter.store)
 
     async def reset_async(self, key: Any, route: str | None = None) -> int:
         """``reset`` for an async admin endpoint (run off the event loop)."""
-        return await _reset_async(self.rules, key, route, self.limiter.store)
+        return await _reset_async(self.rules, key, self._route(route), self.limiter.store)
+
+    def _route(self, route: str | None) -> str | None:
+        return None if route is None else route + self._tag
 
     def __repr__(self) -> str:
         return f"RateLimit({self.rules!r})"
