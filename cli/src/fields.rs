@@ -37,15 +37,17 @@ pub struct Names {
     pub delimiter: u8,
 }
 
-/// Time field names, in order of preference. nginx's `msec` (seconds with milliseconds)
-/// comes before its `time_iso8601` and `time_local` (whole seconds), which a log may hold
-/// beside it: the finer one is taken.
+/// Time field names, in order of preference. nginx's `msec` (seconds with milliseconds) and
+/// Traefik's `StartUTC` (nanoseconds) come first: a log holding one often holds a field of
+/// whole seconds beside it (`time_iso8601`, `time_local`, an ELK shipper's `@timestamp`,
+/// Traefik's `time`), and the finer one is taken.
 const TIME: &[&str] = &[
+    "msec",
+    "StartUTC",
     "time",
     "timestamp",
     "ts",
     "@timestamp",
-    "msec",
     "time_iso8601",
     "time_local",
     "date",
@@ -74,13 +76,30 @@ const METHOD: &[&str] = &["method", "request_method", "verb", "cs-method"];
 fn header_candidates(name: &str) -> Vec<String> {
     let lower = name.to_ascii_lowercase();
     let snake = lower.replace('-', "_");
-    vec![
+    let mut v = vec![
         format!("http_{snake}"),
         lower.clone(),
         snake,
         format!("headers.{lower}"),
         format!("request.headers.{lower}"),
-    ]
+    ];
+    // JSON names are compared exactly: the name as given too (`X-Api-Key`, as Caddy and Go's
+    // servers write headers), after the lower-case ones.
+    if name != lower {
+        v.extend([
+            name.to_string(),
+            format!("headers.{name}"),
+            format!("request.headers.{name}"),
+        ]);
+    }
+    v
+}
+
+/// Whether a detected field of this name must hold a single value (a time, an address, a
+/// path, a method): an object or an array there is another field of that name (Caddy's
+/// `request` is an object holding `uri`).
+fn scalar_role(name: &str) -> bool {
+    [TIME, IP, PATH, METHOD].iter().any(|c| c.contains(&name))
 }
 
 /// The names a forwarding header's field is looked for by: the given one, or the header's
@@ -291,8 +310,10 @@ impl Extractor {
                     .iter()
                     .flat_map(|c| c.iter().map(|s| s.to_string()))
                     .collect();
-                // A method field named: looked for too (see `resolve`).
+                // The method, path and cost fields named: looked for too (see `resolve`).
                 cands.extend(names.method.iter().cloned());
+                cands.extend(names.path.iter().cloned());
+                cands.extend(names.cost.iter().cloned());
                 let fwd = forwarded_candidates(names);
                 if needs.ip || needs.forwarded {
                     cands.extend(fwd.iter().cloned());
@@ -311,20 +332,28 @@ impl Extractor {
                 let mut found = vec![false; paths.len()];
                 // Found with a value (not empty, not `-`).
                 let mut valued = vec![false; paths.len()];
+                // Found as a string, number or boolean (not an object or array).
+                let mut scalar = vec![false; paths.len()];
                 let mut out = vec![None; paths.len()];
                 for l in head {
                     // A value found before a line turns out malformed counts, as it did when
                     // each name was looked for alone (the scan stopped there).
                     scan_json(l, &paths, &mut out);
-                    for ((f, v), o) in found.iter_mut().zip(valued.iter_mut()).zip(&out) {
-                        *f |= o.is_some();
-                        *v |= o.is_some_and(|s| {
-                            !matches!(&l[s.start as usize..s.end as usize], b"" | b"-")
-                        });
+                    for (i, o) in out.iter().enumerate() {
+                        let Some(s) = o else { continue };
+                        let (a, b) = (s.start as usize, s.end as usize);
+                        found[i] = true;
+                        valued[i] |= !matches!(&l[a..b], b"" | b"-");
+                        // A string's span starts after its quote; an object's at its brace.
+                        let composite =
+                            matches!(l.get(a), Some(b'{' | b'[')) && (a == 0 || l[a - 1] != b'"');
+                        scalar[i] |= !composite;
                     }
                 }
                 let at = |p: &str| cands.binary_search_by(|c| c.as_str().cmp(p)).ok();
-                let present = |p: &str| -> bool { at(p).is_some_and(|i| found[i]) };
+                let present = |p: &str| -> bool {
+                    at(p).is_some_and(|i| if scalar_role(p) { scalar[i] } else { found[i] })
+                };
                 ex.resolve(needs, names, present, &fail)?;
                 if needs.ip || needs.forwarded {
                     ex.forwarded_seen = fwd
@@ -334,7 +363,8 @@ impl Extractor {
                 }
             }
             LogFormat::Csv => {
-                let header: Vec<String> = {
+                // The header's names as written (for messages), and compared in lower case.
+                let written: Vec<String> = {
                     let mut out = vec![None; 4096];
                     if scan_csv(first, names.delimiter, &mut out) != CsvLine::Record {
                         return Err(fail("the CSV header line does not parse".into()));
@@ -345,17 +375,18 @@ impl Extractor {
                             let raw = &first[s.start as usize..s.end as usize];
                             let mut v = Vec::new();
                             unescape_csv(raw, &mut v);
-                            lower(String::from_utf8_lossy(&v).trim())
+                            String::from_utf8_lossy(&v).trim().to_string()
                         })
                         .collect()
                 };
-                if header.len() < 2 {
+                if written.len() < 2 {
                     return Err(fail(format!(
                         "the CSV header has one column ({:?}): is the delimiter {:?} right? (--csv-delimiter)",
-                        header.first().map(String::as_str).unwrap_or(""),
+                        written.first().map(String::as_str).unwrap_or(""),
                         names.delimiter as char
                     )));
                 }
+                let header: Vec<String> = written.iter().map(|h| lower(h)).collect();
                 ex.skip_first = true;
                 let col = |p: &str| header.iter().position(|h| *h == lower(p));
                 ex.resolve(needs, names, |p| col(p).is_some(), &fail)?;
@@ -494,6 +525,16 @@ impl Extractor {
             self.ip = Some(add(self, "ip", &names.ip, v(IP))?);
         }
         if needs.path {
+            // (A CSV column named but missing is refused below, naming the columns.)
+            let json = matches!(self.format, LogFormat::Jsonl);
+            if let Some(p) = names.path.as_ref().filter(|p| json && !present(p)) {
+                // Every request's path would be empty: it matches no route, and the policy
+                // looks harmless.
+                return Err(fail(format!(
+                    "the path field {p:?} (--path-field) is in none of the first lines; routes \
+                     and path: keys need it (nested JSON fields with dots, e.g. request.uri)"
+                )));
+            }
             self.path = Some(add(self, "path", &names.path, v(PATH))?);
         }
         if needs.method {
@@ -524,6 +565,13 @@ impl Extractor {
             }
         }
         if let Some(c) = &names.cost {
+            if matches!(self.format, LogFormat::Jsonl) && !present(c) {
+                // Every request would cost 1, silently.
+                return Err(fail(format!(
+                    "the cost field {c:?} (--cost-field) is in none of the first lines \
+                     (nested JSON fields with dots, e.g. req.weight)"
+                )));
+            }
             self.cost = Some(add(self, "cost", &Some(c.clone()), vec![])?);
         }
         if needs.forwarded {

@@ -97,6 +97,29 @@ pub struct Source {
     reader: Box<dyn Read>,
 }
 
+/// What an input starting with `head` is, when it is a compression or a text encoding that
+/// is not read (gzip and UTF-8 are).
+fn unread_encoding(head: &[u8]) -> Option<&'static str> {
+    const KNOWN: &[(&[u8], &str)] = &[
+        (b"BZh", "compressed with bzip2"),
+        (&[0xfd, b'7', b'z', b'X', b'Z', 0x00], "compressed with xz"),
+        (&[0x28, 0xb5, 0x2f, 0xfd], "compressed with zstd"),
+        (&[0x04, 0x22, 0x4d, 0x18], "compressed with lz4"),
+        (b"PK\x03\x04", "a zip archive"),
+        (&[0xff, 0xfe], "UTF-16 text (little-endian)"),
+        (&[0xfe, 0xff], "UTF-16 text (big-endian)"),
+    ];
+    KNOWN
+        .iter()
+        .find(|(magic, _)| head.starts_with(magic))
+        .map(|(_, what)| *what)
+        // bzip2's magic goes on with a block size digit: "BZh" alone is text.
+        .filter(|what| {
+            *what != "compressed with bzip2"
+                || head.get(3).is_some_and(|d| (b'1'..=b'9').contains(d))
+        })
+}
+
 impl Source {
     /// Opens `path` (`-` is stdin). Gzip is recognised by its magic bytes, whatever the name.
     pub fn open(path: &str) -> Result<Source, CliError> {
@@ -120,6 +143,14 @@ impl Source {
             },
         );
         let head = io::BufRead::fill_buf(&mut raw).map_err(io_err)?;
+        if let Some(what) = unread_encoding(head) {
+            // Read as text, it failed far from the cause ("the CSV header has one column",
+            // "no time field found").
+            return Err(io_err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{what}: only plain text and gzip are read (decompress or convert it first, e.g. `xzcat FILE | sluicegate replay -`)"),
+            )));
+        }
         let reader: Box<dyn Read> = if head.starts_with(&[0x1f, 0x8b]) {
             Box::new(SkipBom::new(flate2::bufread::MultiGzDecoder::new(raw)))
         } else {

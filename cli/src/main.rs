@@ -181,7 +181,8 @@ struct ReplayArgs {
     /// Tokens per request.
     #[arg(long, default_value_t = 1)]
     cost: u64,
-    /// The most distinct keys held per policy (full buckets are evicted losslessly first).
+    /// The most distinct keys held per policy: full buckets are evicted first, losslessly when
+    /// each quota's initial tokens equal its burst (an evicted key comes back with `initial`).
     #[arg(long, default_value_t = 1 << 24)]
     max_keys: usize,
     /// Fail (exit 4) on the first unusable line instead of counting and skipping it.

@@ -1958,3 +1958,134 @@ fn clients_behind_trusted_proxies() {
         .code(4)
         .stderr(predicate::str::contains("--trusted-proxies"));
 }
+
+/// From a user trial: field names that were accepted though absent, detection that took an
+/// object or a whole-second time, header names compared in lower case only, and compressed
+/// inputs reported as bad text.
+#[test]
+fn json_fields_as_a_user_names_and_logs_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = write(
+        &dir,
+        "api.jsonl",
+        &(0..6)
+            .map(|i| {
+                format!(
+                    "{{\"ts\":{},\"ip\":\"1.1.1.1\",\"path\":\"/v1/x\"}}\n",
+                    1714564800 + i
+                )
+            })
+            .collect::<String>(),
+    );
+    // A --path-field or --cost-field in none of the lines: an error, not a harmless policy.
+    replay(&api, "/v1/* => 1/s", &["--path-field", "nope"])
+        .code(4)
+        .stderr(predicate::str::contains("--path-field"));
+    replay(&api, "1/s", &["--cost-field", "weight"])
+        .code(4)
+        .stderr(predicate::str::contains("--cost-field"));
+
+    // Caddy: `request` is an object (holding `uri`), headers keep their case.
+    let caddy = write(
+        &dir,
+        "caddy.jsonl",
+        &(0..6)
+            .map(|i| {
+                format!(
+                    "{{\"ts\":{}.5,\"request\":{{\"client_ip\":\"203.0.113.{}\",\"uri\":\"/api\",\"headers\":{{\"X-Api-Key\":\"k{}\"}}}},\"status\":200}}\n",
+                    1714564800 + i,
+                    i % 2,
+                    i % 3
+                )
+            })
+            .collect::<String>(),
+    );
+    let out = replay(
+        &caddy,
+        "x=/api => 1/m; burst=1",
+        &["--ip-field", "request.client_ip", "--format", "json"],
+    )
+    .code(4)
+    .get_output()
+    .stderr
+    .clone();
+    // The object is not taken for the path: the error asks for the path field instead.
+    assert!(
+        String::from_utf8_lossy(&out).contains("no path field"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+    let out = replay(
+        &caddy,
+        "x=/api => 1/m; burst=1",
+        &[
+            "--ip-field",
+            "request.client_ip",
+            "--path-field",
+            "request.uri",
+            "--format",
+            "json",
+        ],
+    )
+    .success()
+    .get_output()
+    .stdout
+    .clone();
+    assert_eq!(
+        policy(&json(&out), "x")["admitted"],
+        2,
+        "two clients, one request each"
+    );
+    let out = replay(
+        &caddy,
+        "1/m; burst=1",
+        &["--key", "header:X-Api-Key", "--format", "json"],
+    )
+    .success()
+    .get_output()
+    .stdout
+    .clone();
+    assert_eq!(
+        policy(&json(&out), "1/m")["admitted"],
+        3,
+        "three keys, as written"
+    );
+
+    // nginx's msec beside an ELK shipper's whole-second @timestamp: msec decides.
+    let ngx = write(
+        &dir,
+        "ngx.jsonl",
+        &(0..10)
+            .map(|i| {
+                format!(
+                    "{{\"@timestamp\":\"2024-05-01T12:00:00+00:00\",\"remote_addr\":\"1.2.3.4\",\"msec\":\"1714564800.{}00\"}}\n",
+                    i
+                )
+            })
+            .collect::<String>(),
+    );
+    let out = replay(&ngx, "2/s; burst=2", &["--format", "json"])
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    assert_eq!(
+        policy(&json(&out), "2/s")["admitted"],
+        3,
+        "two, and one refilled in 0.9 s"
+    );
+
+    // Compressions that are not read: exit 3, named.
+    for (name, head, what) in [
+        ("a.log.bz2", &b"BZh91AY&SY"[..], "bzip2"),
+        ("a.log.xz", &[0xfd, b'7', b'z', b'X', b'Z', 0, 0][..], "xz"),
+        ("a.log.zst", &[0x28, 0xb5, 0x2f, 0xfd, 0][..], "zstd"),
+        ("a.csv", &[0xff, 0xfe, b't', 0][..], "UTF-16"),
+    ] {
+        let p = dir.path().join(name);
+        std::fs::write(&p, head).unwrap();
+        replay(&p.display().to_string(), "1/s", &[])
+            .code(3)
+            .stderr(predicate::str::contains(what));
+    }
+}
