@@ -56,7 +56,14 @@ impl Rate {
     pub fn describe(&self) -> String {
         let q = &self.0;
         let algo = q.algorithm();
-        let mut s = format!("{q}: {:.3} tokens/s", self.per_second());
+        // Three significant figures at least: 1/h is 0.000278 tokens/s, not 0.000.
+        let r = self.per_second();
+        let places = if r >= 1.0 || r == 0.0 {
+            3
+        } else {
+            (2 - r.log10().floor() as i32).clamp(3, 12) as usize
+        };
+        let mut s = format!("{q}: {r:.places$} tokens/s");
         match algo {
             Algorithm::TokenBucket | Algorithm::Gcra => {
                 s += &format!(

@@ -178,12 +178,12 @@ struct ReplayArgs {
     /// The CSV delimiter (one byte; `tab` for a tab).
     #[arg(long, default_value = ",", value_parser = parse_delim)]
     csv_delimiter: u8,
-    /// Tokens per request.
-    #[arg(long, default_value_t = 1)]
+    /// Tokens per request (at least 1: a cost of 0 takes nothing and admits everything).
+    #[arg(long, default_value_t = 1, value_parser = parse_cost)]
     cost: u64,
     /// The most distinct keys held per policy: full buckets are evicted first, losslessly when
     /// each quota's initial tokens equal its burst (an evicted key comes back with `initial`).
-    #[arg(long, default_value_t = 1 << 24)]
+    #[arg(long, default_value_t = 1 << 24, value_parser = parse_max_keys)]
     max_keys: usize,
     /// Fail (exit 4) on the first unusable line instead of counting and skipping it.
     #[arg(long)]
@@ -210,8 +210,8 @@ struct SimulateArgs {
     /// spaced requests, e.g. "60/s for 3s"), "idle DURATION", "burst N" (N at one instant).
     #[arg(long, short = 't', value_name = "TRAFFIC")]
     traffic: String,
-    /// Tokens per request.
-    #[arg(long, default_value_t = 1)]
+    /// Tokens per request (at least 1: a cost of 0 takes nothing and admits everything).
+    #[arg(long, default_value_t = 1, value_parser = parse_cost)]
     cost: u64,
     /// Timeline row width (default: about 30 rows), e.g. 100ms.
     #[arg(long, value_parser = parse_duration)]
@@ -292,6 +292,22 @@ fn parse_sustain(s: &str) -> Result<u64, String> {
             "the window {s:?} is counted in ten equal steps: give a multiple of 10ns"
         )),
         d => Ok(d),
+    }
+}
+fn parse_cost(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) => Err(
+            "a cost of 0 takes nothing: every request would be admitted; give at least 1".into(),
+        ),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+fn parse_max_keys(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("a key bound of 0 holds no key: give at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
     }
 }
 fn parse_delim(s: &str) -> Result<u8, String> {

@@ -130,7 +130,7 @@ fn five(h: &crate::stats::Hist) -> Option<[u64; 5]> {
 const TOP_HEAD: &str = "top throttled";
 
 /// `n` and its noun, singular for 1 (`1 key`, `2 keys`), `n` grouped by thousands.
-fn counted(n: u64, one: &str, many: &str) -> String {
+pub(crate) fn counted(n: u64, one: &str, many: &str) -> String {
     format!("{} {}", group(n), if n == 1 { one } else { many })
 }
 
@@ -475,13 +475,17 @@ impl Summary {
         let m = &self.meta;
         for i in &m.inputs {
             let fields: Vec<String> = i.fields.iter().map(|(r, f)| format!("{r}={f}")).collect();
+            let fields = if fields.is_empty() {
+                String::new()
+            } else {
+                format!("; {}", printable(&fields.join(" ")))
+            };
             let _ = writeln!(
                 out,
-                "input    {} ({}, {} lines; {})",
+                "input    {} ({}, {}{fields})",
                 printable(&i.name),
                 i.format,
-                group(i.lines),
-                printable(&fields.join(" "))
+                counted(i.lines, "line", "lines"),
             );
         }
         let _ = writeln!(
@@ -586,11 +590,17 @@ impl Summary {
                     group(p.only_rejected)
                 ));
             }
+            let pct = 100.0 * share(p.clients_affected, self.keys as u64);
             notes.push(format!(
-                "{} of {} throttled ({:.2}%)",
+                "{} of {} throttled ({})",
                 group(p.clients_affected),
                 counted(self.keys as u64, "client", "clients"),
-                100.0 * share(p.clients_affected, self.keys as u64)
+                // Some clients, however few, are never "0.00%".
+                if p.clients_affected > 0 && pct < 0.01 {
+                    "under 0.01%".to_string()
+                } else {
+                    format!("{pct:.2}%")
+                }
             ));
             for note in notes {
                 let _ = writeln!(out, "  {note}");
@@ -706,11 +716,18 @@ fn clip(s: &str, w: usize) -> String {
     }
 }
 
-/// A CSV field, quoted when it must be.
+/// A CSV text field, quoted when it must be. A text a spreadsheet would run as a formula
+/// (starting with `=`, `+`, `-`, `@`, a tab or a carriage return: a key from a User-Agent or a
+/// path can be `=cmd|' /C calc'!A0`) starts with `'` (OWASP's advice for CSV injection).
 pub fn csv(s: &str) -> String {
+    let s: Cow<str> = if s.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        Cow::Owned(format!("'{s}"))
+    } else {
+        Cow::Borrowed(s)
+    };
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
-        s.to_string()
+        s.into_owned()
     }
 }

@@ -960,8 +960,8 @@ pub fn replay(cfg: &Config, inputs: &Inputs) -> Result<Summary, CliError> {
             line: 0,
             text: String::new(),
             reason: format!(
-                "no usable request in {} lines ({} unusable, {} without a key){}",
-                meta.lines,
+                "no usable request in {} ({} unusable, {} without a key){}",
+                crate::output::counted(meta.lines, "line", "lines"),
                 meta.bad_lines,
                 meta.unkeyed,
                 if first.is_empty() {

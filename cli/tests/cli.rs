@@ -140,6 +140,25 @@ fn usage_errors_quote_the_input_and_exit_2() {
     replay("--sample", "1/s", &["--sustain", "15ns"])
         .code(2)
         .stderr(predicate::str::contains("multiple of 10ns"));
+    // A cost of 0 admits everything; a key bound of 0 holds nothing (it acted as 1).
+    replay("--sample", "1/s", &["--cost", "0"])
+        .code(2)
+        .stderr(predicate::str::contains("--cost"));
+    bin()
+        .args([
+            "simulate",
+            "--policy",
+            "1/s",
+            "--traffic",
+            "1/s for 2s",
+            "--cost",
+            "0",
+        ])
+        .assert()
+        .code(2);
+    replay("--sample", "1/s", &["--max-keys", "0"])
+        .code(2)
+        .stderr(predicate::str::contains("--max-keys"));
 }
 
 #[test]
@@ -2050,6 +2069,27 @@ fn json_fields_as_a_user_names_and_logs_them() {
         3,
         "three keys, as written"
     );
+
+    // A key a spreadsheet would run as a formula is written to CSV as text.
+    let evil = write(
+        &dir,
+        "evil.jsonl",
+        "{\"ts\":1714564800,\"ip\":\"1.1.1.1\",\"ua\":\"=cmd|' /C calc'!A0\"}\n\
+         {\"ts\":1714564800,\"ip\":\"1.1.1.1\",\"ua\":\"=cmd|' /C calc'!A0\"}\n",
+    );
+    let out = replay(
+        &evil,
+        "1/m; burst=1",
+        &[
+            "--key", "field:ua", "--format", "csv", "--table", "top-keys",
+        ],
+    )
+    .success()
+    .get_output()
+    .stdout
+    .clone();
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.contains(",'=cmd|' /C calc'!A0,"), "{text}");
 
     // nginx's msec beside an ELK shipper's whole-second @timestamp: msec decides.
     let ngx = write(
