@@ -789,6 +789,45 @@ def test_django_method_decorator_on_a_class_based_view() -> None:
         assert [Client().get("/upload").status_code for _ in range(3)] == [200, 200, 429]
 
 
+#: One decorator on two classes' inherited `dispatch` (a `decorators = [...]` list shared by
+#: views does the same).
+_shared_decorator = method_decorator(ratelimit("1/minute; burst=2"), name="dispatch")
+
+
+@_shared_decorator
+class Orders(View):
+    def get(self, request: Any) -> HttpResponse:
+        return HttpResponse("orders")
+
+
+@_shared_decorator
+class Invoices(View):
+    def get(self, request: Any) -> HttpResponse:
+        return HttpResponse("invoices")
+
+
+@method_decorator(ratelimit("1/minute; burst=2"), name="dispatch")
+class Receipts(View):
+    def get(self, request: Any) -> HttpResponse:
+        return HttpResponse("receipts")
+
+
+urlpatterns += [path("orders", Orders.as_view()), path("invoices", Invoices.as_view()), path("receipts", Receipts.as_view())]
+
+
+@pytest.mark.parametrize("store", ["memory", "shm", "redis"])
+def test_django_method_decorator_on_two_classes_is_two_limits(redis_server: RedisServer, tmp_path: Any, store: str) -> None:
+    """Two classes whose inherited ``View.dispatch`` is decorated (by one decorator or two of
+    one rate) are two views on every store. Both were named by ``View.dispatch``: one region
+    or prefix on shm and Redis (``/invoices`` refused after ``/orders``' two), and one limit
+    even in memory for one decorator on both."""
+    storage = {"memory": "memory", "shm": f"shm:{tmp_path}/cbv-dispatch", "redis": url(redis_server, on_error="error")}[store]
+    with django_settings(STORAGE=storage):
+        client = Client(REMOTE_ADDR=f"10.8.0.{['memory', 'shm', 'redis'].index(store) + 1}")
+        for route in ("orders", "invoices", "receipts"):
+            assert [client.get(f"/{route}").status_code for _ in range(3)] == [200, 200, 429], route
+
+
 class Page(View):
     text = ""
     extra_context: Any = None
@@ -950,6 +989,12 @@ def test_django_a_handlers_own_limit_replaces_the_defaults() -> None:
         client = Client()
         assert [client.get("/own-get").status_code for _ in range(4)] == [200, 200, 200, 429]
         assert [client.post("/own-get").status_code for _ in range(2)] == [200, 429]
+    # HEAD runs `get` (the class has no `head`): its limit alone, not the default one too
+    # (which HEAD requests spent, refusing the next POST).
+    with django_settings():
+        client = Client(REMOTE_ADDR="10.7.0.1")
+        assert [client.head("/own-get").status_code for _ in range(2)] == [200, 200]
+        assert client.post("/own-get").status_code == 200
 
 
 def test_django_views_are_named_alike_in_every_process() -> None:
@@ -1343,3 +1388,80 @@ def test_starlette_async_admin_calls(redis_server: RedisServer, store: str) -> N
     assert client.get("/own").status_code == 200
     assert client.get("/admin").json() == {"remaining": 0, "reset": 1, "dep": 1, "dep_reset": 1}
     assert client.get("/items/2").status_code == 200
+
+
+class LazyAuthMiddleware:
+    """Django's AuthenticationMiddleware without a database: ``request.user`` a lazy object
+    whose evaluation Django refuses on the event loop (it queries the session there), and
+    ``request.auser()`` for async code."""
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> Any:
+        from django.utils.asyncio import async_unsafe
+        from django.utils.functional import SimpleLazyObject
+
+        name = request.headers.get("X-User")
+        user = type("U", (), {"is_authenticated": bool(name), "pk": name})()
+
+        @async_unsafe
+        def load() -> Any:
+            return user
+
+        async def auser() -> Any:
+            return user
+
+        request.user = SimpleLazyObject(load)
+        request.auser = auser
+        return self.get_response(request)
+
+
+@ratelimit("1/minute; burst=2", key="user")
+async def auser_view(request: Any) -> HttpResponse:
+    return HttpResponse("me")
+
+
+urlpatterns.append(path("auser", auser_view))
+
+
+def test_django_the_user_key_in_async_code_awaits_auser() -> None:
+    """``key="user"`` on an async view, and as the middleware's KEY under ASGI, read
+    ``request.user`` on the event loop: Django's lazy user refuses that
+    (``SynchronousOnlyOperation``, a 500 for every logged-in user)."""
+    from django.test import AsyncClient
+
+    async def statuses(client: Any, path: str, n: int, user: str) -> list[int]:
+        return [(await client.get(path, headers={"X-User": user})).status_code for _ in range(n)]
+
+    with override_settings(
+        ROOT_URLCONF=__name__,
+        MIDDLEWARE=[f"{__name__}.LazyAuthMiddleware", "sluicegate.django.RateLimitMiddleware"],
+        SLUICEGATE={"DEFAULT_LIMITS": ["1/minute; burst=1"], "KEY": "user"},
+    ):
+        client = AsyncClient()
+        assert asyncio.run(statuses(client, "/auser", 3, "ann")) == [200, 200, 429]
+        assert asyncio.run(statuses(client, "/auser", 1, "bob")) == [200]
+        # The middleware's default limits, keyed by the user, on a sync view under ASGI.
+        assert asyncio.run(statuses(client, "/plain", 2, "cat")) == [200, 429]
+        assert asyncio.run(statuses(client, "/plain", 1, "dan")) == [200]
+        # Sync code reads request.user as before.
+        assert [Client().get("/auser", HTTP_X_USER="eve").status_code for _ in range(3)] == [200, 200, 429]
+
+
+def test_on_off_settings_read_from_the_environment() -> None:
+    """``ENABLED`` from an environment variable is a string: ``bool("false")`` was True, so
+    limiting could not be turned off that way; an unclear value is an error naming it."""
+    with django_settings(ENABLED="false"):
+        assert [Client().get("/plain").status_code for _ in range(3)] == [200] * 3
+    with django_settings(ENABLED="no way"), pytest.raises(ValueError, match="ENABLED"):
+        Client().get("/plain")
+    off = flask.Flask(__name__)
+    off.config.update(SLUICEGATE_DEFAULT_LIMITS=["1/minute; burst=1"], SLUICEGATE_ENABLED="off")
+    FlaskSluicegate(off)
+
+    @off.get("/x")
+    def x() -> str:
+        return "x"
+
+    assert [off.test_client().get("/x").status_code for _ in range(3)] == [200] * 3

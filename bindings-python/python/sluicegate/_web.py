@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import inspect
 import logging
 import threading
 import time
@@ -48,6 +49,24 @@ def region_suffix(quota: Quota, scope: str, max_keys: int | None = None) -> str:
     one (every worker failed to boot on its mismatch)."""
     text = f"{quota}\n{scope}" if max_keys is None else f"{quota}\n{scope}\n{max_keys}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def setting_flag(value: Any, name: str) -> bool:
+    """A boolean setting as a configuration gives it: a bool or 0/1, or a string from the
+    environment (``"false"``, ``"0"``, ``"off"``, ``"no"`` are False: ``bool("false")`` was
+    True, so ``ENABLED=os.environ[...]`` could never turn limiting off). Anything else is a
+    ValueError naming the setting."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in ("1", "true", "yes", "on"):
+            return True
+        if word in ("0", "false", "no", "off", ""):
+            return False
+    raise ValueError(f"{name} must be True or False (or 1/0, \"true\"/\"false\", \"on\"/\"off\"), not {value!r}")
 
 
 def checked_store(store: str) -> str:
@@ -398,6 +417,15 @@ def view_name(view: Any) -> str:
     named by its class (Django's ``view_class``) or, while Flask's ``as_view`` decorates it
     (``decorators = [...]``), by the endpoint name it was given. Any other view by its
     qualified name."""
+    if isinstance(view, functools.partial):
+        # Django's method_decorator decorates a partial of the bound method, made like the
+        # method (its qualified name is the defining class's, `View.dispatch`): named by the
+        # instance's class, so that two views inheriting one method are two views.
+        bound = view.func
+        owner, func = getattr(bound, "__self__", None), getattr(bound, "__func__", None)
+        if owner is not None and func is not None and not isinstance(owner, type):
+            kind = type(owner)
+            return f"{kind.__module__}.{kind.__qualname__}.{getattr(func, '__name__', '')}"
     module = getattr(view, "__module__", "")
     cls = getattr(view, "view_class", None)
     if cls is not None:
@@ -601,7 +629,16 @@ async def check_async(
                 # A Redis store is opened at a worker's first request: connecting blocks, so
                 # off the event loop.
                 await asyncio.to_thread(rule.limiter, store)
-            limiter, key, cost = _call(rule, request, default_key, scope, store)
+            kf = rule.key_func or default_key
+            aio = getattr(kf, "aio", None)
+            if aio is not None:
+                # The key function's own async form (Django's "user": request.auser()).
+                key = await aio(request)
+            else:
+                key = kf(request)
+                if inspect.isawaitable(key):  # an async key function
+                    key = await key
+            limiter, key, cost = _call(rule, request, default_key, scope, store, key)
             try:
                 decision = await limiter.try_acquire_async(key, cost)
             except (KeyStoreFull, InsufficientCapacity) as error:
@@ -620,11 +657,17 @@ async def check_async(
     return tally.outcome(taken, held)
 
 
+#: `_call`'s key not given: the key function is called.
+_NO_KEY: Any = object()
+
+
 def _call(
-    rule: Rule, request: Any, default_key: KeyFunc, scope: str | None, store: str
+    rule: Rule, request: Any, default_key: KeyFunc, scope: str | None, store: str, key: Any = _NO_KEY
 ) -> tuple[KeyedLimiter, Any, int]:
-    """The limiter, stored key and cost of `request` under `rule`."""
-    key = (rule.key_func or default_key)(request)
+    """The limiter, stored key and cost of `request` under `rule` (`key`: the key function's
+    answer, when the caller has it)."""
+    if key is _NO_KEY:
+        key = (rule.key_func or default_key)(request)
     if rule.scoped and scope is not None:
         key = scoped_key(scope, key)
     cost = rule.cost(request) if callable(rule.cost) else rule.cost

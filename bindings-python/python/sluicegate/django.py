@@ -88,6 +88,7 @@ from sluicegate._web import (
     refund_all,
     refund_all_async,
     settle,
+    setting_flag,
     settle_async,
     shared_rules,
     view_name,
@@ -159,7 +160,9 @@ def header(name: str, fallback: KeyFunc = remote_address) -> KeyFunc:
 
 
 def user(fallback: KeyFunc = remote_address) -> KeyFunc:
-    """Keys by ``request.user.pk`` when authenticated; anonymous requests use `fallback`."""
+    """Keys by ``request.user.pk`` when authenticated; anonymous requests use `fallback`.
+    Async views and an ASGI middleware stack get the user with ``request.auser()`` (reading
+    ``request.user`` there queries the session on the event loop, which Django refuses)."""
 
     def key(request: Any) -> Any:
         who = getattr(request, "user", None)
@@ -167,6 +170,18 @@ def user(fallback: KeyFunc = remote_address) -> KeyFunc:
             return f"user:{who.pk}"
         return fallback(request)
 
+    async def aio(request: Any) -> Any:
+        auser = getattr(request, "auser", None)
+        if auser is not None:
+            who = await auser()
+        else:  # no AuthenticationMiddleware: no user, as in `key`
+            who = getattr(request, "user", None)
+        if who is not None and who.is_authenticated:
+            return f"user:{who.pk}"
+        fall = getattr(fallback, "aio", None)
+        return await fall(request) if fall is not None else fallback(request)
+
+    key.aio = aio  # type: ignore[attr-defined]  # check_async's form of it
     return key
 
 
@@ -200,12 +215,12 @@ class _Config:
         unknown = set(raw) - known
         if unknown:
             raise ValueError(f"unknown SLUICEGATE settings: {sorted(unknown)}")
-        self.enabled = bool(raw.get("ENABLED", True))
+        self.enabled = setting_flag(raw.get("ENABLED", True), 'SLUICEGATE["ENABLED"]')
         skip = raw.get("SKIP")
         self.skip: Callable[[Any], bool] | None = import_string(skip) if isinstance(skip, str) else skip
         self.key_func = key_func(raw.get("KEY", "remote_address"))
         self.style = header_style(raw.get("HEADERS", "ietf"))
-        self.headers_on_allowed = bool(raw.get("HEADERS_ON_ALLOWED", True))
+        self.headers_on_allowed = setting_flag(raw.get("HEADERS_ON_ALLOWED", True), 'SLUICEGATE["HEADERS_ON_ALLOWED"]')
         self.policy = raw.get("POLICY", "default")
         self.store = checked_store(raw.get("STORAGE", MEMORY))
         self.max_keys = raw.get("MAX_KEYS")
@@ -278,10 +293,11 @@ def _scope(view: Any) -> str:
             text = "#" + hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:24]
         return f"{name}({text})"
     qualname = getattr(view, "__qualname__", None)
-    if isinstance(qualname, str):
+    if isinstance(qualname, str) and not isinstance(view, functools.partial):
         return f"{getattr(view, '__module__', '')}.{qualname}"
-    # A partial or a callable object: named by what it calls, the same in every process
-    # (its repr holds an address).
+    # A partial (method_decorator's, of a bound method: named by the instance's class) or a
+    # callable object: named by what it calls, the same in every process (its repr holds an
+    # address).
     return view_name(view)
 
 
@@ -295,6 +311,9 @@ def _own_handler_limits(view: Any, request: Any) -> bool:
         return False
     method = getattr(request, "method", None)
     handler = getattr(cls, method.lower(), None) if isinstance(method, str) else None
+    if handler is None and method == "HEAD":
+        # Django's View answers HEAD with `get` when the class has no `head`.
+        handler = getattr(cls, "get", None)
     return bool(getattr(handler, _LIMITS, None))
 
 
@@ -335,7 +354,11 @@ def _target(view: Any) -> Any:
     ``method_decorator`` makes and decorates anew on every call, the method's function."""
     if isinstance(view, functools.partial):
         f = view.func
-        return getattr(f, "__func__", f)
+        owner = getattr(f, "__self__", None)
+        func = getattr(f, "__func__", f)
+        # By the instance's class too: two views inheriting one decorated method (a base
+        # class's `dispatch`) are two views.
+        return (type(owner), func) if owner is not None and not isinstance(owner, type) else func
     return view
 
 #: The most views whose plan a configuration keeps (cleared when full: views are few, but a

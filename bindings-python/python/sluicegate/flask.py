@@ -88,6 +88,7 @@ from sluicegate._web import (
     peek,
     quotas,
     reset,
+    setting_flag,
     settle,
     shared_rules,
     view_rules,
@@ -226,12 +227,14 @@ class Sluicegate:
         def pick(arg: Any, name: str, default: Any) -> Any:
             return arg if arg is not None else cfg.get(name, default)
 
-        state.enabled = bool(pick(self._enabled, "SLUICEGATE_ENABLED", True))
+        state.enabled = setting_flag(pick(self._enabled, "SLUICEGATE_ENABLED", True), "SLUICEGATE_ENABLED")
         state.skip = pick(self._skip, "SLUICEGATE_SKIP", None)
         state.key_func = key_func(pick(self._key_func, "SLUICEGATE_KEY_FUNC", "remote_address"))
         state.style = header_style(pick(self._headers, "SLUICEGATE_HEADERS", "ietf"))
         state.policy = pick(self._policy, "SLUICEGATE_POLICY", "default")
-        state.headers_on_allowed = bool(cfg.get("SLUICEGATE_HEADERS_ON_ALLOWED", True))
+        state.headers_on_allowed = setting_flag(
+            cfg.get("SLUICEGATE_HEADERS_ON_ALLOWED", True), "SLUICEGATE_HEADERS_ON_ALLOWED"
+        )
         state.max_keys = cfg.get("SLUICEGATE_MAX_KEYS")
         state.resolver = client_resolver(
             pick(self._trusted_proxies, "SLUICEGATE_TRUSTED_PROXIES", None),
