@@ -524,6 +524,12 @@ def test_flask_shared_and_stacked_limits() -> None:
     assert [client.get(p).status_code for p in ("/a", "/b", "/b", "/a", "/a")] == [200, 200, 429, 200, 429]
     with pytest.raises(ValueError, match="other rates"):
         limiter.limit("5/minute", name="search")(lambda: "c")
+    # Other options under one name were silently the first declaration's.
+    with pytest.raises(ValueError, match="shadow=True"):
+        limiter.limit("1/minute; burst=3", name="search", shadow=True)(lambda: "d")
+    with pytest.raises(ValueError, match="cost=2"):
+        limiter.limit("1/minute; burst=3", name="search", cost=2)(lambda: "e")
+    limiter.limit("1/minute; burst=3", name="search")(lambda: "f")  # the same options: fine
 
 
 def test_django_shared_limits() -> None:

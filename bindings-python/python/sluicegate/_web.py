@@ -453,6 +453,24 @@ def shared_rules(
         registry[name] = rules
     elif [r.quota for r in rules] != list(quotas):
         raise ValueError(f"the shared limit {name!r} already has other rates")
+    else:
+        # The first declaration's options serve every view that names it: one that says
+        # otherwise would be silently ignored (a dry run enforced, another cost charged).
+        first = rules[0]
+        cost = options.get("cost", 1)
+        said = {
+            "shadow": (first.shadow, options.get("shadow", False)),
+            "policy": (first.policy, options.get("policy")),
+            "max_keys": (first.max_keys, options.get("max_keys")),
+            "cost": (first.cost, cost) if not callable(cost) and not callable(first.cost) else (0, 0),
+        }
+        differ = [f"{k}={b!r} (first {a!r})" for k, (a, b) in said.items() if a != b]
+        if differ:
+            raise ValueError(
+                f"the shared limit {name!r} was declared with other options: {', '.join(differ)}; "
+                "give every view that names it the same ones (the key function and deduct_when "
+                "are the first declaration's)"
+            )
     return rules
 
 
