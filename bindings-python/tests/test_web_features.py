@@ -1497,3 +1497,20 @@ def test_on_off_settings_read_from_the_environment() -> None:
         return "x"
 
     assert [off.test_client().get("/x").status_code for _ in range(3)] == [200] * 3
+
+
+def test_a_key_function_returning_none_is_an_error_naming_it() -> None:
+    app = flask.Flask(__name__)
+    limiter = FlaskSluicegate(app)
+
+    def no_key(request: Any) -> Any:
+        return None
+
+    @app.get("/k")
+    @limiter.limit("1/minute", key=no_key)
+    def k() -> str:
+        return "k"
+
+    app.config["PROPAGATE_EXCEPTIONS"] = True
+    with pytest.raises(TypeError, match="no_key.*returned None"):
+        app.test_client().get("/k")

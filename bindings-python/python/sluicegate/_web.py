@@ -686,6 +686,14 @@ def _call(
     answer, when the caller has it)."""
     if key is _NO_KEY:
         key = (rule.key_func or default_key)(request)
+    if key is None:
+        # (The core's TypeError named neither the function nor the limit.)
+        kf = rule.key_func or default_key
+        raise TypeError(
+            f"the key function {getattr(kf, '__qualname__', repr(kf))} of the limit {rule.scope!r} returned "
+            "None for this request: return a str, bytes or int (for example the client's address when "
+            "the request has no key of its own)"
+        )
     if rule.scoped and scope is not None:
         key = scoped_key(scope, key)
     cost = rule.cost(request) if callable(rule.cost) else rule.cost
