@@ -821,32 +821,6 @@ class Receipts(View):
 urlpatterns += [path("orders", Orders.as_view()), path("invoices", Invoices.as_view()), path("receipts", Receipts.as_view())]
 
 
-def test_django_admin_of_method_decorator_views_reads_the_limits_their_calls_use() -> None:
-    """``get``/``reset`` on a view limited through ``method_decorator`` (on ``dispatch`` or a
-    handler) read the limits its requests spend. They read a stand-in function's limits
-    (``..._update_method_wrapper.<locals>.dummy#0``, a region of its own on shm, listed in
-    ``limiters()``), or, for a handler's, the default limits."""
-    from django.urls import resolve
-
-    from sluicegate.django import get, limiters, reset
-
-    with django_settings():
-        client = Client(REMOTE_ADDR="10.6.0.1")
-        assert [client.get("/receipts").status_code for _ in range(3)] == [200, 200, 429]
-        view = resolve("/receipts").func
-        assert get("10.6.0.1", view).remaining == 0  # type: ignore[union-attr]
-        assert reset("10.6.0.1", view) == 1
-        assert client.get("/receipts").status_code == 200
-        # A handler's own limit (OwnGet.get: burst 3).
-        assert [client.get("/own-get").status_code for _ in range(4)] == [200, 200, 200, 429]
-        own_get = resolve("/own-get").func
-        assert get("10.6.0.1", own_get).remaining == 0  # type: ignore[union-attr]
-        assert get("10.6.0.1", own_get).limit == 3  # type: ignore[union-attr]
-        assert reset("10.6.0.1", own_get) == 1
-        assert client.get("/own-get").status_code == 200
-        assert not [labels for labels, _ in limiters() if "dummy" in labels["limit"]]
-
-
 @pytest.mark.parametrize("store", ["memory", "shm", "redis"])
 def test_django_method_decorator_on_two_classes_is_two_limits(redis_server: RedisServer, tmp_path: Any, store: str) -> None:
     """Two classes whose inherited ``View.dispatch`` is decorated (by one decorator or two of

@@ -132,29 +132,6 @@ _STACKED = "__sluicegate_stacked__"
 _SETTLE = "_sluicegate_settle"
 
 
-class _ByMethod(list):  # type: ignore[type-arg]
-    """What ``method_decorator(ratelimit(...))`` leaves on the method it replaces (Django runs
-    the decorator once on a stand-in function to copy its attributes, and again on the bound
-    method at every call): no rules of the stand-in's, but the way to the rules the calls use,
-    by the view's class and the method (``rules(cls, method)``). True, so that the view has
-    limits of its own (the default limits do not apply), and empty as a list of rules."""
-
-    def __init__(self, rules: Callable[[type, Any], list[Rule]]) -> None:
-        super().__init__()
-        self.rules = rules
-
-    def __bool__(self) -> bool:
-        return True
-
-
-def _is_method_stand_in(view: Any) -> bool:
-    """Whether `view` is the function ``method_decorator`` decorates to copy a decorator's
-    attributes (``django.utils.decorators._update_method_wrapper``'s ``dummy``)."""
-    return getattr(view, "__module__", None) == "django.utils.decorators" and str(
-        getattr(view, "__qualname__", "")
-    ).endswith("<locals>.dummy")
-
-
 def remote_address(request: Any) -> str:
     """The client: ``REMOTE_ADDR``, or behind the trusted proxies of
     ``SLUICEGATE["TRUSTED_PROXIES"]`` the right-most hop they did not add of
@@ -517,30 +494,6 @@ def ratelimit(
     # The rules and scope of each view decorated, made once: `method_decorator` calls this
     # decorator on every request, with a new partial of the method each time.
     made: dict[Any, tuple[list[Rule], str]] = {}
-    options: dict[str, Any] = {
-        "cost": cost, "policy": policy, "max_keys": max_keys, "deduct_when": deduct_when, "shadow": shadow,
-    }  # fmt: skip
-
-    def remember(target: Any, rules: list[Rule], scope: str) -> tuple[list[Rule], str]:
-        found = made.setdefault(target, (rules, scope))
-        with _made_lock:
-            for rule in found[0]:
-                _made.setdefault(id(rule), rule)
-        return found
-
-    def method_rules(cls: type, method: Any) -> list[Rule]:
-        """The rules of `method` (the function ``method_decorator`` decorated) on views of
-        `cls`: what its calls use, for admin tools too."""
-        target = (cls, getattr(method, "__func__", method))
-        found = made.get(target)
-        if found is None:
-            label = f"{cls.__module__}.{cls.__qualname__}.{getattr(target[1], '__name__', '')}"
-            if name is not None:
-                rules = shared_rules(_shared, name, parsed, kf, **options)
-            else:
-                rules = [Rule(q, kf, scope=f"{label}#{i}", **options) for i, q in enumerate(parsed)]
-            found = remember(target, rules, label)
-        return found[0]
 
     def decorate(view: Callable[..., Any]) -> Callable[..., Any]:
         if isinstance(view, type):
@@ -550,21 +503,13 @@ def ratelimit(
                 "decorate its as_view() (ratelimit(...)(View.as_view())) or, with "
                 "method_decorator, its dispatch or handlers"
             )
-        if _is_method_stand_in(view):
-            # No rules of its own: the method's calls make them, by their class.
-            @functools.wraps(view)
-            def stand_in(*args: Any, **kwargs: Any) -> Any:
-                return view(*args, **kwargs)
-
-            setattr(stand_in, _LIMITS, _ByMethod(method_rules))
-            return stand_in
         below = getattr(view, _LIMITS, None) or []
         target = _target(view)
         found = made.get(target)
-        if found is None and isinstance(target, tuple) and not below:
-            rules = method_rules(*target)
-            found = made[target]
         if found is None:
+            options: dict[str, Any] = {
+                "cost": cost, "policy": policy, "max_keys": max_keys, "deduct_when": deduct_when, "shadow": shadow,
+            }  # fmt: skip
             if name is not None:
                 rules = shared_rules(_shared, name, parsed, kf, **options)
             elif _view_class(view) is not None:
@@ -575,7 +520,10 @@ def ratelimit(
                 rules = view_rules(view, below, parsed, kf, scoped=True, memory_pool=_AS_VIEWS, **options)
             else:
                 rules = view_rules(view, below, parsed, kf, **options)
-            found = remember(target, rules, _scope(view))
+            found = made.setdefault(target, (rules, _scope(view)))
+            with _made_lock:
+                for rule in found[0]:
+                    _made.setdefault(id(rule), rule)
         rules, scope = found
         stacked = getattr(view, _STACKED, None)
         if stacked is not None and stacked[0] is view:
@@ -678,17 +626,8 @@ def limiters() -> Series:
     return limiter_series([*config.defaults, *rules], config.store)
 
 
-def _admin_rules(view: Any, method: str = "GET") -> list[Rule]:
+def _admin_rules(view: Any) -> list[Rule]:
     own: list[Rule] | None = getattr(view, _LIMITS, None)
-    cls = _view_class(view)
-    if cls is not None:
-        # method_decorator's: on dispatch (the view carries its attributes), else on the
-        # handler of `method` (HEAD's is get's, as Django runs it).
-        handler = getattr(cls, method.lower(), None) or (getattr(cls, "get", None) if method == "HEAD" else None)
-        for where in (view, handler):
-            marker = getattr(where, _LIMITS, None)
-            if isinstance(marker, _ByMethod):
-                return marker.rules(cls, getattr(where, "__wrapped__", where))
     if own:  # enforced whatever is below (an @exempt under @ratelimit included)
         return own
     if getattr(view, _EXEMPT, False):
