@@ -15,6 +15,7 @@ from django.test import AsyncClient, Client, override_settings
 from django.urls import path
 from django.utils.decorators import method_decorator
 from django.views import View
+from django.views.decorators.cache import never_cache
 from fastapi import Depends, FastAPI
 from fastapi.responses import PlainTextResponse
 from redis_server import RedisServer
@@ -821,6 +822,44 @@ class Receipts(View):
 urlpatterns += [path("orders", Orders.as_view()), path("invoices", Invoices.as_view()), path("receipts", Receipts.as_view())]
 
 
+@method_decorator(ratelimit("1/minute; burst=2"), name="post")
+@method_decorator(ratelimit("1/minute; burst=2"), name="post")
+class TwoOnPost(View):
+    def post(self, request: Any) -> HttpResponse:
+        return HttpResponse("posted")
+
+
+@method_decorator([ratelimit("1/minute; burst=2"), never_cache], name="dispatch")
+class WithNeverCache(View):
+    def get(self, request: Any) -> HttpResponse:
+        return HttpResponse("fresh")
+
+
+urlpatterns += [path("two-on-post", TwoOnPost.as_view()), path("with-never-cache", WithNeverCache.as_view())]
+
+
+@pytest.mark.parametrize("store", ["memory", "shm"])
+def test_django_method_decorator_forms_keep_their_limits_apart_and_stable(tmp_path: Any, store: str) -> None:
+    """Two limits of one rate on one method are two (a region each on shm: each request
+    takes one token from each), and a limit under another method decorator is one limit
+    across requests (made anew per request, it never refused)."""
+    from sluicegate.django import limiters
+
+    storage = {"memory": "memory", "shm": f"shm:{tmp_path}/md-forms"}[store]
+    with django_settings(STORAGE=storage):
+        client = Client(REMOTE_ADDR=f"10.5.0.{1 + (store == 'shm')}")
+        assert [client.post("/two-on-post").status_code for _ in range(3)] == [200, 200, 429]
+        before = len(limiters())
+        assert [client.get("/with-never-cache").status_code for _ in range(3)] == [200, 200, 429]
+        assert len(limiters()) <= before + 1
+        names = [labels["limit"] for labels, _ in limiters()]
+        assert f"{__name__}.TwoOnPost.post#0" in names and f"{__name__}.TwoOnPost.post#1" in names
+        assert f"{__name__}.WithNeverCache.dispatch#0" in names
+    if store == "shm":
+        regions = sorted(p.name for p in tmp_path.iterdir())
+        assert len(regions) == len(set(regions)) >= 3, regions
+
+
 @pytest.mark.parametrize("store", ["memory", "shm", "redis"])
 def test_django_method_decorator_on_two_classes_is_two_limits(redis_server: RedisServer, tmp_path: Any, store: str) -> None:
     """Two classes whose inherited ``View.dispatch`` is decorated (by one decorator or two of
@@ -1429,6 +1468,38 @@ async def auser_view(request: Any) -> HttpResponse:
 
 
 urlpatterns.append(path("auser", auser_view))
+
+
+class LazyAuthWithoutAuserMiddleware(LazyAuthMiddleware):
+    """As Django before 5.0: the lazy ``request.user`` and no ``request.auser()``."""
+
+    def __call__(self, request: Any) -> Any:
+        response_of = self.get_response
+
+        def strip(req: Any) -> Any:
+            del req.auser
+            return response_of(req)
+
+        self.get_response = strip
+        try:
+            return super().__call__(request)
+        finally:
+            self.get_response = response_of
+
+
+def test_django_the_user_key_in_async_code_without_auser_reads_the_user_in_a_thread() -> None:
+    from django.test import AsyncClient
+
+    async def statuses(n: int, user: str) -> list[int]:
+        client = AsyncClient()
+        return [(await client.get("/auser", headers={"X-User": user})).status_code for _ in range(n)]
+
+    with override_settings(
+        ROOT_URLCONF=__name__,
+        MIDDLEWARE=[f"{__name__}.LazyAuthWithoutAuserMiddleware", "sluicegate.django.RateLimitMiddleware"],
+    ):
+        assert asyncio.run(statuses(3, "fay")) == [200, 200, 429]
+        assert asyncio.run(statuses(1, "gus")) == [200]
 
 
 def test_django_the_user_key_in_async_code_awaits_auser() -> None:

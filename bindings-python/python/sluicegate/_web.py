@@ -400,15 +400,15 @@ def view_rules(
     existing: Sequence[Rule],
     quotas: Sequence[Quota],
     key_func: KeyFunc | None,
+    label: str | None = None,
     **options: Any,
 ) -> list[Rule]:
     """The rules of one decorator on `view`, which already has `existing` (the decorators
-    below it). A rule's scope is the view's dotted name and the rule's place among the view's
-    rules counted from the innermost decorator, which every process computes alike."""
-    return [
-        Rule(q, key_func, scope=f"{view_name(view)}#{len(existing) + i}", **options)
-        for i, q in enumerate(quotas)
-    ]
+    below it). A rule's scope is the view's dotted name (`label` when the integration names
+    it) and the rule's place among the view's rules counted from the innermost decorator,
+    which every process computes alike."""
+    name = view_name(view) if label is None else label
+    return [Rule(q, key_func, scope=f"{name}#{len(existing) + i}", **options) for i, q in enumerate(quotas)]
 
 
 def view_name(view: Any) -> str:
@@ -417,15 +417,6 @@ def view_name(view: Any) -> str:
     named by its class (Django's ``view_class``) or, while Flask's ``as_view`` decorates it
     (``decorators = [...]``), by the endpoint name it was given. Any other view by its
     qualified name."""
-    if isinstance(view, functools.partial):
-        # Django's method_decorator decorates a partial of the bound method, made like the
-        # method (its qualified name is the defining class's, `View.dispatch`): named by the
-        # instance's class, so that two views inheriting one method are two views.
-        bound = view.func
-        owner, func = getattr(bound, "__self__", None), getattr(bound, "__func__", None)
-        if owner is not None and func is not None and not isinstance(owner, type):
-            kind = type(owner)
-            return f"{kind.__module__}.{kind.__qualname__}.{getattr(func, '__name__', '')}"
     module = getattr(view, "__module__", "")
     cls = getattr(view, "view_class", None)
     if cls is not None:

@@ -58,7 +58,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.http import HttpResponse
@@ -172,14 +172,18 @@ def user(fallback: KeyFunc = remote_address) -> KeyFunc:
 
     async def aio(request: Any) -> Any:
         auser = getattr(request, "auser", None)
-        if auser is not None:
-            who = await auser()
-        else:  # no AuthenticationMiddleware: no user, as in `key`
-            who = getattr(request, "user", None)
+        if auser is None:
+            # Django before 5.0 (no auser()), or no AuthenticationMiddleware: the lazy user,
+            # if any, is read in a thread.
+            return await sync_to_async(key)(request)
+        who = await auser()
         if who is not None and who.is_authenticated:
             return f"user:{who.pk}"
         fall = getattr(fallback, "aio", None)
-        return await fall(request) if fall is not None else fallback(request)
+        if fall is not None:
+            return await fall(request)
+        found = fallback(request)
+        return await found if inspect.isawaitable(found) else found
 
     key.aio = aio  # type: ignore[attr-defined]  # check_async's form of it
     return key
@@ -292,13 +296,41 @@ def _scope(view: Any) -> str:
         if len(text) > 120:
             text = "#" + hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:24]
         return f"{name}({text})"
+    method = _method_of(view)
+    if method is not None:
+        return _method_label(*method)
     qualname = getattr(view, "__qualname__", None)
-    if isinstance(qualname, str) and not isinstance(view, functools.partial):
+    if isinstance(qualname, str):
         return f"{getattr(view, '__module__', '')}.{qualname}"
-    # A partial (method_decorator's, of a bound method: named by the instance's class) or a
-    # callable object: named by what it calls, the same in every process (its repr holds an
-    # address).
+    # A partial or a callable object: named by what it calls, the same in every process
+    # (its repr holds an address).
     return view_name(view)
+
+
+def _method_of(view: Any) -> tuple[type, Any] | None:
+    """The class and method function of the bound method ``method_decorator`` decorates on
+    each call (a partial made like the method: its name is the defining class's,
+    ``View.dispatch``), found under `view` itself or under the wrappers of decorators applied
+    before this one (their ``__wrapped__``); None for any other view."""
+    for _ in range(16):
+        if isinstance(view, functools.partial):
+            bound = view.func
+            owner, func = getattr(bound, "__self__", None), getattr(bound, "__func__", None)
+            if owner is None or func is None or isinstance(owner, type):
+                return None
+            if getattr(view, "__wrapped__", None) is not func:
+                return None  # a partial of the app's own, not method_decorator's
+            return type(owner), func
+        view = getattr(view, "__wrapped__", None)
+        if view is None:
+            return None
+    return None
+
+
+def _method_label(cls: type, func: Any) -> str:
+    """A method_decorator limit's name: the instance's class and the method's name, so that
+    two classes inheriting one decorated method (``View.dispatch``) are two views."""
+    return f"{cls.__module__}.{cls.__qualname__}.{getattr(func, '__name__', '')}"
 
 
 def _own_handler_limits(view: Any, request: Any) -> bool:
@@ -350,15 +382,16 @@ def _stable(value: Any, depth: int = 0) -> str:
 
 
 def _target(view: Any) -> Any:
-    """What a decoration stands for: the view, or, for the partial of a bound method that
-    ``method_decorator`` makes and decorates anew on every call, the method's function."""
+    """What a decoration stands for: the view, or, for the bound method that
+    ``method_decorator`` makes and decorates anew on every call (under the wrappers of the
+    decorators before this one), its class and function: two classes inheriting one decorated
+    method are two views."""
+    method = _method_of(view)
+    if method is not None:
+        return method
     if isinstance(view, functools.partial):
         f = view.func
-        owner = getattr(f, "__self__", None)
-        func = getattr(f, "__func__", f)
-        # By the instance's class too: two views inheriting one decorated method (a base
-        # class's `dispatch`) are two views.
-        return (type(owner), func) if owner is not None and not isinstance(owner, type) else func
+        return getattr(f, "__func__", f)
     return view
 
 #: The most views whose plan a configuration keeps (cleared when full: views are few, but a
@@ -519,7 +552,9 @@ def ratelimit(
                 # two routes is), so they share buckets on a shared store: in memory too.
                 rules = view_rules(view, below, parsed, kf, scoped=True, memory_pool=_AS_VIEWS, **options)
             else:
-                rules = view_rules(view, below, parsed, kf, **options)
+                method = _method_of(view)
+                label = None if method is None else _method_label(*method)
+                rules = view_rules(view, below, parsed, kf, label=label, **options)
             found = made.setdefault(target, (rules, _scope(view)))
             with _made_lock:
                 for rule in found[0]:
