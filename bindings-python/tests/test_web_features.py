@@ -838,6 +838,31 @@ class WithNeverCache(View):
 urlpatterns += [path("two-on-post", TwoOnPost.as_view()), path("with-never-cache", WithNeverCache.as_view())]
 
 
+def test_django_admin_of_method_decorator_views_reads_the_limits_their_requests_spent() -> None:
+    """``get``/``reset`` on a view limited through ``method_decorator`` (on ``dispatch`` or
+    on ``get``), once this process has served it, read the limits its requests spend. They
+    read those of the stand-in function Django decorates to copy the decorator's attributes
+    (``..._update_method_wrapper.<locals>.dummy#0``), or, for ``get``'s, the default limits."""
+    from django.urls import resolve
+
+    from sluicegate.django import get, reset
+
+    with django_settings():
+        client = Client(REMOTE_ADDR="10.6.0.1")
+        assert [client.get("/receipts").status_code for _ in range(3)] == [200, 200, 429]
+        view = resolve("/receipts").func
+        assert get("10.6.0.1", view).remaining == 0  # type: ignore[union-attr]
+        assert reset("10.6.0.1", view) == 1
+        assert client.get("/receipts").status_code == 200
+        # get's own limit (OwnGet: burst 3).
+        assert [client.get("/own-get").status_code for _ in range(4)] == [200, 200, 200, 429]
+        own_get = resolve("/own-get").func
+        found = get("10.6.0.1", own_get)
+        assert found is not None and (found.limit, found.remaining) == (3, 0)
+        assert reset("10.6.0.1", own_get) == 1
+        assert client.get("/own-get").status_code == 200
+
+
 @pytest.mark.parametrize("store", ["memory", "shm"])
 def test_django_method_decorator_forms_keep_their_limits_apart_and_stable(tmp_path: Any, store: str) -> None:
     """Two limits of one rate on one method are two (a region each on shm: each request

@@ -244,6 +244,10 @@ _shared: dict[str, list[Rule]] = {}
 #: Every ``@ratelimit`` rule made in this process (for ``limiters()``), each once.
 _made: dict[int, Rule] = {}
 _made_lock = threading.Lock()
+#: The rules method_decorator limits spend, by the view's class and the method's name, in
+#: the order made (for admin tools: the view function carries the rules of the stand-in
+#: function Django decorates to copy the decorator's attributes, not these).
+_by_method: dict[tuple[type, str], dict[int, Rule]] = {}
 
 
 def _use_max_keys(rules: list[Rule], config: _Config) -> None:
@@ -559,6 +563,10 @@ def ratelimit(
             with _made_lock:
                 for rule in found[0]:
                     _made.setdefault(id(rule), rule)
+                if isinstance(target, tuple):  # method_decorator's (class, function)
+                    spent = _by_method.setdefault((target[0], getattr(target[1], "__name__", "")), {})
+                    for rule in found[0]:
+                        spent.setdefault(id(rule), rule)
         rules, scope = found
         stacked = getattr(view, _STACKED, None)
         if stacked is not None and stacked[0] is view:
@@ -639,7 +647,9 @@ def ratelimit(
 def get(key: Any, view: Any) -> Decision | None:
     """What the limits of `view` (its ``@ratelimit`` ones, or the default limits) would say
     of `key` (what the key function returns: a client address, ``"user:42"``) now, taking
-    nothing. For admin tools."""
+    nothing. For admin tools. A class-based view limited through ``method_decorator`` (on
+    ``dispatch`` or ``get``) is read by the limits its requests spent once this process has
+    served it (Django decorates a stand-in function first, whose limits the view carries)."""
     return peek(_admin_rules(view), key, _scope(view), _get_config().store)
 
 
@@ -662,6 +672,15 @@ def limiters() -> Series:
 
 
 def _admin_rules(view: Any) -> list[Rule]:
+    cls = _view_class(view)
+    if cls is not None:
+        # method_decorator's limits, once this process has served the view: on dispatch,
+        # else on get (what an admin tool asks of a page).
+        with _made_lock:
+            for method in ("dispatch", "get"):
+                spent = _by_method.get((cls, method))
+                if spent:
+                    return list(spent.values())
     own: list[Rule] | None = getattr(view, _LIMITS, None)
     if own:  # enforced whatever is below (an @exempt under @ratelimit included)
         return own
