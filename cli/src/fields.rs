@@ -4,8 +4,9 @@
 
 use crate::error::CliError;
 use crate::input::{
-    combined_field, csv_open_after, detect, scan_combined, scan_csv, scan_json, unescape_clf,
-    unescape_csv, unescape_json, CsvLine, JsonPath, LogFormat, Span, COMBINED_FIELDS, COMBINED_LEN,
+    combined_field, csv_open_after, detect, join_json_array, scan_combined, scan_csv, scan_json,
+    unescape_clf, unescape_csv, unescape_json, CsvLine, JsonPath, LogFormat, Span, COMBINED_FIELDS,
+    COMBINED_LEN,
 };
 use sluicegate::client::ProxyHeader;
 
@@ -62,6 +63,9 @@ const IP: &[&str] = &[
     "client",
     "src_ip",
     "c-ip",
+    // Caddy's access log: the client (behind Caddy's own trusted proxies) and the peer.
+    "request.client_ip",
+    "request.remote_ip",
 ];
 const PATH: &[&str] = &[
     "path",
@@ -70,8 +74,15 @@ const PATH: &[&str] = &[
     "url",
     "cs-uri-stem",
     "request",
+    "request.uri",
 ];
-const METHOD: &[&str] = &["method", "request_method", "verb", "cs-method"];
+const METHOD: &[&str] = &[
+    "method",
+    "request_method",
+    "verb",
+    "cs-method",
+    "request.method",
+];
 
 fn header_candidates(name: &str) -> Vec<String> {
     let lower = name.to_ascii_lowercase();
@@ -627,9 +638,18 @@ impl Extractor {
             LogFormat::Jsonl | LogFormat::Csv => &self.spans,
             _ => &self.combined,
         };
+        let json = self.format == LogFormat::Jsonl;
         for (i, s) in spans.iter().enumerate() {
             self.decoded[i] = false;
             if let Some(s) = s {
+                let (a, b) = (s.start as usize, s.end as usize);
+                // An array (a string's span starts after its quote): a header logged as the
+                // list of its lines, taken as their values joined (an array of anything else
+                // stays its text).
+                if json && line.get(a) == Some(&b'[') && (a == 0 || line[a - 1] != b'"') {
+                    self.decoded[i] = join_json_array(&line[a..b], &mut self.scratch[i]);
+                    continue;
+                }
                 if s.escaped {
                     let raw = &line[s.start as usize..s.end as usize];
                     let out = &mut self.scratch[i];

@@ -1094,6 +1094,63 @@ pub fn unescape_json(s: &[u8], out: &mut Vec<u8>) -> bool {
     true
 }
 
+/// A JSON array of strings (and numbers or literals) as one value: its items joined by `, `,
+/// as HTTP joins the lines of a repeated field (RFC 9110, 5.3). Caddy and Go servers log each
+/// header as such an array (`"X-Forwarded-For":["203.0.113.7"]`): the header's value is
+/// `203.0.113.7`, not the array's text. `false` (and `out` unspecified) for anything else: an
+/// array holding an object or an array, or one that does not parse.
+pub fn join_json_array(s: &[u8], out: &mut Vec<u8>) -> bool {
+    out.clear();
+    if s.first() != Some(&b'[') {
+        return false;
+    }
+    let mut i = skip_ws(s, 1);
+    if s.get(i) == Some(&b']') {
+        return skip_ws(s, i + 1) == s.len();
+    }
+    let mut item = Vec::new();
+    let mut first = true;
+    loop {
+        if !first {
+            out.extend_from_slice(b", ");
+        }
+        first = false;
+        match s.get(i) {
+            Some(b'"') => {
+                let Some((e, esc)) = quoted_end(s, i + 1) else {
+                    return false;
+                };
+                if esc {
+                    if !unescape_json(&s[i + 1..e], &mut item) {
+                        return false;
+                    }
+                    out.extend_from_slice(&item);
+                } else {
+                    out.extend_from_slice(&s[i + 1..e]);
+                }
+                i = e + 1;
+            }
+            Some(b'{' | b'[') | None => return false,
+            Some(_) => {
+                let e = literal_end(s, i);
+                if e == i {
+                    return false;
+                }
+                if &s[i..e] != b"null" {
+                    out.extend_from_slice(&s[i..e]);
+                }
+                i = e;
+            }
+        }
+        i = skip_ws(s, i);
+        match s.get(i) {
+            Some(b',') => i = skip_ws(s, i + 1),
+            Some(b']') => return skip_ws(s, i + 1) == s.len(),
+            _ => return false,
+        }
+    }
+}
+
 /// Decodes a combined-log string's backslash escapes (`\"`, `\\`, nginx's `\xHH`) into `out`.
 pub fn unescape_clf(s: &[u8], out: &mut Vec<u8>) {
     out.clear();
@@ -1245,6 +1302,33 @@ mod tests {
 
     fn get(line: &[u8], s: Option<Span>) -> Option<&[u8]> {
         s.map(|s| &line[s.start as usize..s.end as usize])
+    }
+
+    #[test]
+    fn json_arrays_join_as_repeated_fields() {
+        let join = |s: &str| {
+            let mut out = Vec::new();
+            join_json_array(s.as_bytes(), &mut out).then(|| String::from_utf8(out).unwrap())
+        };
+        assert_eq!(join(r#"["203.0.113.7"]"#).as_deref(), Some("203.0.113.7"));
+        assert_eq!(
+            join(r#"[ "198.51.100.9, 10.0.0.1" , "203.0.113.7" ]"#).as_deref(),
+            Some("198.51.100.9, 10.0.0.1, 203.0.113.7")
+        );
+        assert_eq!(join(r#"["a\"b\u00e9"]"#).as_deref(), Some("a\"bé"));
+        assert_eq!(join("[1, true, null]").as_deref(), Some("1, true, "));
+        assert_eq!(join("[]").as_deref(), Some(""));
+        for bad in [
+            r#"[{"a":1}]"#,
+            "[[1]]",
+            r#"["a""#,
+            r#"["a" "b"]"#,
+            "[1,]",
+            "x",
+            r#"["a"] x"#,
+        ] {
+            assert_eq!(join(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -2004,71 +2004,57 @@ fn json_fields_as_a_user_names_and_logs_them() {
         .code(4)
         .stderr(predicate::str::contains("--cost-field"));
 
-    // Caddy: `request` is an object (holding `uri`), headers keep their case.
+    // Caddy: `request` is an object (holding `client_ip`, `uri`, `method`), headers keep their
+    // case and are logged as arrays of their lines.
     let caddy = write(
         &dir,
         "caddy.jsonl",
         &(0..6)
             .map(|i| {
                 format!(
-                    "{{\"ts\":{}.5,\"request\":{{\"client_ip\":\"203.0.113.{}\",\"uri\":\"/api\",\"headers\":{{\"X-Api-Key\":\"k{}\"}}}},\"status\":200}}\n",
+                    "{{\"ts\":{}.5,\"request\":{{\"remote_ip\":\"10.0.0.5\",\"client_ip\":\"10.0.0.5\",\"method\":\"GET\",\"uri\":\"/api\",\"headers\":{{\"X-Api-Key\":[\"k{}\"],\"X-Forwarded-For\":[\"198.51.100.9, 203.0.113.{}\"]}}}},\"status\":200}}\n",
                     1714564800 + i,
-                    i % 2,
-                    i % 3
+                    i % 3,
+                    i % 2
                 )
             })
             .collect::<String>(),
     );
-    let out = replay(
-        &caddy,
-        "x=/api => 1/m; burst=1",
-        &["--ip-field", "request.client_ip", "--format", "json"],
-    )
-    .code(4)
-    .get_output()
-    .stderr
-    .clone();
-    // The object is not taken for the path: the error asks for the path field instead.
-    assert!(
-        String::from_utf8_lossy(&out).contains("no path field"),
-        "{}",
-        String::from_utf8_lossy(&out)
-    );
-    let out = replay(
-        &caddy,
-        "x=/api => 1/m; burst=1",
-        &[
-            "--ip-field",
-            "request.client_ip",
-            "--path-field",
-            "request.uri",
-            "--format",
-            "json",
-        ],
-    )
-    .success()
-    .get_output()
-    .stdout
-    .clone();
-    assert_eq!(
-        policy(&json(&out), "x")["admitted"],
-        2,
-        "two clients, one request each"
-    );
+    // The nested fields are found: one client (the proxy's address), limited on its path.
+    let out = replay(&caddy, "x=GET /api => 1/m; burst=1", &["--format", "json"])
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let j = json(&out);
+    assert_eq!(policy(&j, "x")["admitted"], 1, "{j}");
+    let input = j["inputs"][0]["fields"].to_string();
+    for f in ["request.client_ip", "request.uri", "request.method"] {
+        assert!(input.contains(f), "{f} in {input}");
+    }
+    // Behind the proxy, the array's last hop is the client: two clients.
     let out = replay(
         &caddy,
         "1/m; burst=1",
-        &["--key", "header:X-Api-Key", "--format", "json"],
+        &["--trusted-proxies", "private", "--format", "json"],
     )
     .success()
     .get_output()
     .stdout
     .clone();
-    assert_eq!(
-        policy(&json(&out), "1/m")["admitted"],
-        3,
-        "three keys, as written"
+    assert_eq!(policy(&json(&out), "1/m")["admitted"], 2, "two clients");
+    // A header's array is its value: the keys are k0, k1 and k2.
+    let out = replay(&caddy, "1/m; burst=1", &["--key", "header:X-Api-Key"])
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8_lossy(&out);
+    assert!(
+        text.contains("\nk0 ") || text.contains("  k0 "),
+        "keys shown as their values: {text}"
     );
+    assert!(!text.contains("[\"k"), "no array text in the keys: {text}");
 
     // A key a spreadsheet would run as a formula is written to CSV as text.
     let evil = write(
