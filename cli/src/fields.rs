@@ -4,9 +4,10 @@
 
 use crate::error::CliError;
 use crate::input::{
-    combined_field, csv_open_after, detect, join_json_array, scan_combined, scan_csv, scan_json,
-    unescape_clf, unescape_csv, unescape_json, CsvLine, JsonPath, LogFormat, Span, COMBINED_FIELDS,
-    COMBINED_LEN,
+    alb_field, combined_field, csv_open_after, detect, join_json_array, scan_alb, scan_combined,
+    scan_csv, scan_json, strip_port, unescape_clf, unescape_csv, unescape_json, CsvLine, JsonPath,
+    LogFormat, Span, ALB_CLIENT, ALB_CREATED, ALB_FIELDS, ALB_LEN, ALB_REQUEST, ALB_TARGET,
+    ALB_TIME, ALB_USER_AGENT, COMBINED_FIELDS, COMBINED_LEN,
 };
 use sluicegate::client::ProxyHeader;
 
@@ -314,6 +315,7 @@ impl Extractor {
                     ex.chosen.push(c);
                 }
             }
+            LogFormat::Alb => ex.resolve_alb(head, needs, names, &fail)?,
             LogFormat::Jsonl => {
                 // Every name detection may look for, looked for in one scan of each first
                 // line (a line may be up to 16 MiB: not one scan per name).
@@ -503,6 +505,108 @@ impl Extractor {
         v
     }
 
+    /// An ALB log: each role's field by its place. The time is when the request came
+    /// (`request_creation_time`, what a limiter before the application sees), or the response
+    /// went (`time`) in a log without it; the client the address that connected to the load
+    /// balancer; the method and path the request line's (its URL's path).
+    fn resolve_alb(
+        &mut self,
+        head: &[Vec<u8>],
+        needs: &Needs,
+        names: &Names,
+        fail: &dyn Fn(String) -> CliError,
+    ) -> Result<(), CliError> {
+        let pick = |role: &str, name: &str| {
+            alb_field(name).ok_or_else(|| {
+                fail(format!(
+                    "the ALB format has no field {name:?} for the {role} (fields: {})",
+                    ALB_FIELDS.join(", ")
+                ))
+            })
+        };
+        self.time = match &names.time {
+            Some(n) => pick("timestamp", n)?,
+            None => {
+                let mut spans = vec![None; ALB_LEN];
+                let created = head.iter().any(|l| {
+                    scan_alb(l, ALB_CREATED, &mut spans)
+                        && spans[ALB_CREATED].is_some_and(|s: Span| {
+                            l.get(s.start as usize).is_some_and(u8::is_ascii_digit)
+                        })
+                });
+                if created {
+                    ALB_CREATED
+                } else {
+                    ALB_TIME
+                }
+            }
+        };
+        if needs.ip {
+            self.ip = Some(match &names.ip {
+                Some(n) => pick("client address", n)?,
+                None => ALB_CLIENT,
+            });
+        }
+        if needs.path || needs.method {
+            self.path = Some(match &names.path {
+                Some(n) => pick("path", n)?,
+                None => ALB_REQUEST,
+            });
+        }
+        if let Some(m) = &names.method {
+            self.method = Some(pick("method", m)?);
+        }
+        if let Some(c) = &names.cost {
+            self.cost = Some(pick("cost", c)?);
+        }
+        if needs.forwarded {
+            return Err(fail(
+                "an ALB log holds no X-Forwarded-For or Forwarded header: its client field is \
+                 the address that connected to the load balancer, the client itself unless a \
+                 proxy or CDN stands before it (whose forwarding header the ALB does not log); \
+                 drop --trusted-proxies"
+                    .into(),
+            ));
+        }
+        for (header, name) in &needs.key_fields {
+            let i = if *header {
+                match lower(name).as_str() {
+                    "user-agent" | "user_agent" => ALB_USER_AGENT,
+                    _ => {
+                        return Err(fail(format!(
+                            "an ALB log holds no header {name:?}, only User-Agent (its other \
+                             fields: --key field:NAME, one of {})",
+                            ALB_FIELDS.join(", ")
+                        )))
+                    }
+                }
+            } else {
+                pick("key", name)?
+            };
+            self.keys.push(i);
+        }
+        for (role, slot) in [
+            ("time", Some(self.time)),
+            ("ip", self.ip),
+            ("path", self.path),
+            ("method", self.method),
+            ("cost", self.cost),
+        ] {
+            if let Some(i) = slot {
+                self.chosen.push((role.into(), ALB_FIELDS[i].into()));
+            }
+        }
+        self.combined_last = [Some(self.time), self.ip, self.path, self.method, self.cost]
+            .iter()
+            .flatten()
+            .chain(self.keys.iter())
+            .copied()
+            .max()
+            .unwrap_or(ALB_TIME);
+        self.spans = vec![None; ALB_LEN];
+        Ok(())
+    }
+
     /// JSON and CSV: picks each role's field by name, given or detected.
     fn resolve(
         &mut self,
@@ -626,6 +730,7 @@ impl Extractor {
                 self.csv_open = r == CsvLine::Open;
                 r == CsvLine::Record
             }
+            LogFormat::Alb => scan_alb(line, self.combined_last, &mut self.spans),
             _ => {
                 self.combined = [None; COMBINED_LEN];
                 scan_combined(line, self.combined_last, &mut self.combined)
@@ -635,7 +740,7 @@ impl Extractor {
             return false;
         }
         let spans: &[Option<Span>] = match self.format {
-            LogFormat::Jsonl | LogFormat::Csv => &self.spans,
+            LogFormat::Jsonl | LogFormat::Csv | LogFormat::Alb => &self.spans,
             _ => &self.combined,
         };
         let json = self.format == LogFormat::Jsonl;
@@ -678,7 +783,7 @@ impl Extractor {
     #[inline]
     fn get<'a>(&'a self, line: &'a [u8], slot: usize) -> Option<&'a [u8]> {
         let spans: &[Option<Span>] = match self.format {
-            LogFormat::Jsonl | LogFormat::Csv => &self.spans,
+            LogFormat::Jsonl | LogFormat::Csv | LogFormat::Alb => &self.spans,
             _ => &self.combined,
         };
         let s = spans.get(slot).copied().flatten()?;
@@ -690,11 +795,21 @@ impl Extractor {
 
     #[inline]
     pub fn time<'a>(&'a self, line: &'a [u8]) -> Option<&'a [u8]> {
-        self.get(line, self.time)
+        let t = self.get(line, self.time);
+        // An ALB line without the request's arrival (`-`): the response's time.
+        if self.format == LogFormat::Alb && self.time == ALB_CREATED && t == Some(b"-") {
+            return self.get(line, ALB_TIME);
+        }
+        t
     }
     #[inline]
     pub fn ip<'a>(&'a self, line: &'a [u8]) -> Option<&'a [u8]> {
-        self.get(line, self.ip?)
+        let slot = self.ip?;
+        let v = self.get(line, slot)?;
+        if self.format == LogFormat::Alb && matches!(slot, ALB_CLIENT | ALB_TARGET) {
+            return Some(strip_port(v));
+        }
+        Some(v)
     }
     #[inline]
     pub fn cost<'a>(&'a self, line: &'a [u8]) -> Option<&'a [u8]> {
@@ -724,10 +839,37 @@ impl Extractor {
             if let Some(sp) = memchr::memchr(b' ', path) {
                 let rest = &path[sp + 1..];
                 let end = memchr::memchr(b' ', rest).unwrap_or(rest.len());
-                return (method.unwrap_or(&path[..sp]), Some(&rest[..end]));
+                return (
+                    method.unwrap_or(&path[..sp]),
+                    Some(origin_form(&rest[..end])),
+                );
             }
         }
-        (method.unwrap_or(b""), Some(path))
+        (method.unwrap_or(b""), Some(origin_form(path)))
+    }
+}
+
+/// A request target's path and query: an absolute URL's (`https://api.example.com:443/v1?x`,
+/// as a load balancer or a forward proxy logs it) without its scheme and host, `/` for a URL
+/// of a host alone; any other target as it is.
+#[inline]
+fn origin_form(t: &[u8]) -> &[u8] {
+    let Some(after) = t
+        .get(..8)
+        .filter(|p| p.eq_ignore_ascii_case(b"https://"))
+        .map(|_| &t[8..])
+        .or_else(|| {
+            t.get(..7)
+                .filter(|p| p.eq_ignore_ascii_case(b"http://"))
+                .map(|_| &t[7..])
+        })
+    else {
+        return t;
+    };
+    match memchr::memchr2(b'/', b'?', after) {
+        Some(i) if after[i] == b'/' => &after[i..],
+        // `http://host?x`: the path is `/`, the query stays (a `path:/?q={q}` pattern reads it).
+        Some(_) | None => b"/",
     }
 }
 

@@ -21,6 +21,9 @@ pub enum LogFormat {
     Jsonl,
     /// Comma- (or --csv-delimiter-) separated values with a header line.
     Csv,
+    /// An AWS Application Load Balancer's access log (`http 2024-05-01T12:00:00.123456Z
+    /// app/... 203.0.113.7:52100 ...`).
+    Alb,
 }
 
 /// Counts the bytes read from the underlying file (compressed bytes for gzip), for progress.
@@ -589,6 +592,9 @@ pub fn sniff(line: &[u8]) -> LogFormat {
     if t.starts_with(b"{") {
         return LogFormat::Jsonl;
     }
+    if alb_like(t) {
+        return LogFormat::Alb;
+    }
     let has = |pat: &[u8]| memchr::memmem::find(t, pat).is_some();
     if has(b" [") && has(b"] \"") {
         return LogFormat::Combined;
@@ -615,6 +621,136 @@ impl Span {
             end: end as u32,
             escaped,
         }
+    }
+}
+
+/// An ALB log line: a request type, then an RFC 3339 time (`http 2024-05-01T12:`).
+fn alb_like(t: &[u8]) -> bool {
+    let Some(sp) = memchr::memchr(b' ', t) else {
+        return false;
+    };
+    let time = &t[sp + 1..];
+    matches!(
+        &t[..sp],
+        b"http" | b"https" | b"h2" | b"grpcs" | b"ws" | b"wss"
+    ) && time.len() > 11
+        && time[..4].iter().all(u8::is_ascii_digit)
+        && time[4] == b'-'
+        && time[10] == b'T'
+}
+
+/// An AWS Application Load Balancer's access log fields, in order (the AWS documentation's
+/// names; `client` and `target` hold `address:port`). Fields added after these are ignored.
+pub const ALB_FIELDS: [&str; ALB_LEN] = [
+    "type",
+    "time",
+    "elb",
+    "client",
+    "target",
+    "request_processing_time",
+    "target_processing_time",
+    "response_processing_time",
+    "elb_status_code",
+    "target_status_code",
+    "received_bytes",
+    "sent_bytes",
+    "request",
+    "user_agent",
+    "ssl_cipher",
+    "ssl_protocol",
+    "target_group_arn",
+    "trace_id",
+    "domain_name",
+    "chosen_cert_arn",
+    "matched_rule_priority",
+    "request_creation_time",
+    "actions_executed",
+    "redirect_url",
+    "error_reason",
+    "target_port_list",
+    "target_status_code_list",
+    "classification",
+    "classification_reason",
+    "conn_trace_id",
+];
+
+/// The number of ALB fields read.
+pub const ALB_LEN: usize = 30;
+/// The ALB fields the replay gives a role by default.
+pub const ALB_TIME: usize = 1;
+pub const ALB_CLIENT: usize = 3;
+pub const ALB_TARGET: usize = 4;
+pub const ALB_REQUEST: usize = 12;
+pub const ALB_USER_AGENT: usize = 13;
+pub const ALB_CREATED: usize = 21;
+
+/// The index of the ALB field `name` (the AWS names, `client:port` as written there, and a
+/// few aliases: `ip` is the client, `status` the load balancer's status).
+pub fn alb_field(name: &str) -> Option<usize> {
+    let n = name.to_ascii_lowercase().replace('-', "_");
+    let n = match n.as_str() {
+        "ip" | "client_ip" | "client:port" | "client_port" | "remote_addr" => "client",
+        "target:port" | "target_port" => "target",
+        "status" => "elb_status_code",
+        "http_user_agent" | "ua" => "user_agent",
+        "target:port_list" => "target_port_list",
+        other => other,
+    }
+    .to_string();
+    ALB_FIELDS.iter().position(|f| *f == n)
+}
+
+/// Splits an ALB line into its fields, up to field `last`: tokens separated by spaces, a
+/// quoted one (`"GET https://... HTTP/1.1"`) holding spaces, with backslash escapes. `false`
+/// for a line that is not one (fewer than two fields, or a quote not closed).
+pub fn scan_alb(line: &[u8], last: usize, out: &mut [Option<Span>]) -> bool {
+    for o in out.iter_mut() {
+        *o = None;
+    }
+    if line.len() > MAX_LINE {
+        return false; // (its offsets would not fit a Span)
+    }
+    let n = line.len();
+    let mut i = skip_ws(line, 0);
+    let mut f = 0;
+    while i < n && f <= last && f < out.len() {
+        if line[i] == b'"' {
+            let Some((e, esc)) = quoted_end(line, i + 1) else {
+                return false;
+            };
+            out[f] = Some(Span::new(i + 1, e, esc));
+            i = e + 1;
+        } else {
+            let e = memchr::memchr(b' ', &line[i..]).map_or(n, |k| i + k);
+            out[f] = Some(Span::new(i, e, false));
+            i = e;
+        }
+        f += 1;
+        while i < n && line[i] == b' ' {
+            i += 1;
+        }
+    }
+    f >= 2 && out[ALB_TIME].is_some_and(|s| line[s.start as usize].is_ascii_digit())
+}
+
+/// An `address:port` field's address (`203.0.113.7:52100`, `2001:db8::1:52100`,
+/// `[2001:db8::1]:52100`); the field as it is when it has no port.
+pub fn strip_port(v: &[u8]) -> &[u8] {
+    if let Some(rest) = v.strip_prefix(b"[") {
+        return memchr::memchr(b']', rest).map_or(v, |e| &rest[..e]);
+    }
+    match memchr::memrchr(b':', v) {
+        // The part before the last colon is the address when it reads as one (an IPv6
+        // address is followed by a port there too: the ALB always logs one).
+        Some(c)
+            if c + 1 < v.len()
+                && v[c + 1..].iter().all(u8::is_ascii_digit)
+                && std::str::from_utf8(&v[..c])
+                    .is_ok_and(|h| h.parse::<std::net::IpAddr>().is_ok()) =>
+        {
+            &v[..c]
+        }
+        _ => v,
     }
 }
 
@@ -800,7 +936,7 @@ pub fn scan_json(line: &[u8], paths: &[JsonPath], out: &mut [Option<Span>]) -> b
         return scan_flat(line, paths, out);
     }
     let mut left = paths.len();
-    scan_object(line, skip_ws(line, 0), paths, 0, out, &mut left).is_some()
+    scan_object(line, skip_ws(line, 0), paths, &[], out, &mut left).is_some()
 }
 
 /// [`scan_json`] when every path is a top-level name (the usual case): one loop over the
@@ -902,10 +1038,20 @@ fn scan_object(
     l: &[u8],
     mut i: usize,
     paths: &[JsonPath],
-    depth: usize,
+    prefix: &[&[u8]],
     out: &mut [Option<Span>],
     left: &mut usize,
 ) -> Option<usize> {
+    let depth = prefix.len();
+    // Whether path `p` goes through this object: its names before it are the keys on the
+    // way here (`request.method` is not looked for in `req`).
+    let through = |p: &JsonPath| {
+        p.len() > depth
+            && p[..depth]
+                .iter()
+                .zip(prefix)
+                .all(|(a, b)| crate::scan::eq_bytes(a, b))
+    };
     if l.get(i) != Some(&b'{') {
         return None;
     }
@@ -928,7 +1074,11 @@ fn scan_object(
         let mut leaf = None;
         let mut nested = false;
         for (pi, p) in paths.iter().enumerate() {
-            if out[pi].is_none() && p.len() > depth && crate::scan::eq_bytes(&p[depth], key) {
+            if out[pi].is_none()
+                && p.len() > depth
+                && crate::scan::eq_bytes(&p[depth], key)
+                && through(p)
+            {
                 if p.len() == depth + 1 {
                     leaf = Some(pi);
                 } else {
@@ -944,7 +1094,9 @@ fn scan_object(
                 (e + 1, Some(Span::new(i + 1, e, esc)))
             }
             b'{' if nested => {
-                let e = scan_object(l, i, paths, depth + 1, out, left)?;
+                let mut inner = prefix.to_vec();
+                inner.push(key);
+                let e = scan_object(l, i, paths, &inner, out, left)?;
                 if *left == 0 {
                     return Some(e);
                 }
@@ -974,6 +1126,7 @@ fn scan_object(
                     && out[pj].is_none()
                     && p.len() == depth + 1
                     && crate::scan::eq_bytes(&p[depth], key)
+                    && through(p)
                 {
                     out[pj] = out[pi];
                     *left -= 1;
@@ -1304,6 +1457,73 @@ mod tests {
         s.map(|s| &line[s.start as usize..s.end as usize])
     }
 
+    /// A nested path is found only under its own names: `request.method` is not `req`'s
+    /// `method`, nor a top-level `method` inside another object.
+    #[test]
+    fn nested_paths_follow_their_names() {
+        let l = br#"{"req":{"method":"POST","url":"/login"},"x":{"y":{"method":"GET"}},"request":{"q":1}}"#;
+        let paths: Vec<JsonPath> = ["request.method", "req.url", "req.method", "y.method"]
+            .iter()
+            .map(|p| p.split('.').map(|s| s.as_bytes().to_vec()).collect())
+            .collect();
+        let mut out = vec![None; paths.len()];
+        assert!(scan_json(l, &paths, &mut out));
+        assert_eq!(get(l, out[0]), None);
+        assert_eq!(get(l, out[1]), Some(&b"/login"[..]));
+        assert_eq!(get(l, out[2]), Some(&b"POST"[..]));
+        assert_eq!(get(l, out[3]), None);
+    }
+
+    #[test]
+    fn alb_lines() {
+        let l = br#"http 2018-07-02T22:23:00.186641Z app/my-loadbalancer/50dc6c495c0c9188 192.168.131.39:2817 10.0.0.1:80 0.000 0.001 0.000 200 200 34 366 "GET http://www.example.com:80/ HTTP/1.1" "curl/7.46.0" - - arn:aws:elasticloadbalancing:us-east-2:123456789012:targetgroup/my-targets/73e2d6bc24d8a067 "Root=1-58337262-36d228ad5d99923122bbe354" "-" "-" 0 2018-07-02T22:22:48.364000Z "forward" "-" "-" "10.0.0.1:80" "200" "-" "-" TID_1234"#;
+        assert_eq!(sniff(l), LogFormat::Alb);
+        assert_eq!(detect(&[l.to_vec()]), LogFormat::Alb);
+        let mut out = vec![None; ALB_LEN];
+        assert!(scan_alb(l, ALB_LEN - 1, &mut out));
+        let f = |i: usize| get(l, out[i]).unwrap();
+        assert_eq!(f(ALB_TIME), b"2018-07-02T22:23:00.186641Z");
+        assert_eq!(f(ALB_CLIENT), b"192.168.131.39:2817");
+        assert_eq!(f(ALB_REQUEST), b"GET http://www.example.com:80/ HTTP/1.1");
+        assert_eq!(f(ALB_USER_AGENT), b"curl/7.46.0");
+        assert_eq!(f(ALB_CREATED), b"2018-07-02T22:22:48.364000Z");
+        assert_eq!(f(29), b"TID_1234");
+        // Up to a field only; a line that is not one.
+        assert!(scan_alb(l, ALB_CLIENT, &mut out));
+        assert!(out[ALB_CLIENT].is_some() && out[ALB_REQUEST].is_none());
+        assert!(!scan_alb(b"http", 3, &mut out));
+        assert!(!scan_alb(
+            br#"http 2018-07-02T22:23:00Z x "open"#,
+            5,
+            &mut out
+        ));
+        for other in [
+            &b"https x y"[..],
+            b"http 2018-07-02 22:23",
+            b"GET / HTTP/1.1",
+        ] {
+            assert_ne!(
+                sniff(other),
+                LogFormat::Alb,
+                "{}",
+                String::from_utf8_lossy(other)
+            );
+        }
+        assert_eq!(alb_field("client:port"), Some(ALB_CLIENT));
+        assert_eq!(alb_field("Request_Creation_Time"), Some(ALB_CREATED));
+        assert_eq!(alb_field("x"), None);
+        for (v, want) in [
+            ("203.0.113.7:52100", "203.0.113.7"),
+            ("2001:db8::1:52100", "2001:db8::1"),
+            ("[2001:db8::1]:52100", "2001:db8::1"),
+            ("203.0.113.7", "203.0.113.7"),
+            ("-", "-"),
+            ("host:80", "host:80"),
+        ] {
+            assert_eq!(strip_port(v.as_bytes()), want.as_bytes(), "{v}");
+        }
+    }
+
     #[test]
     fn json_arrays_join_as_repeated_fields() {
         let join = |s: &str| {
@@ -1466,7 +1686,7 @@ mod tests {
                 let (mut flat, mut general) = (vec![None; p.len()], vec![None; p.len()]);
                 let ok = scan_flat(l, &p, &mut flat);
                 let mut left = p.len();
-                let ok2 = scan_object(l, skip_ws(l, 0), &p, 0, &mut general, &mut left).is_some();
+                let ok2 = scan_object(l, skip_ws(l, 0), &p, &[], &mut general, &mut left).is_some();
                 assert_eq!(ok, ok2, "{} {names:?}", String::from_utf8_lossy(l));
                 if ok {
                     assert_eq!(flat, general, "{} {names:?}", String::from_utf8_lossy(l));

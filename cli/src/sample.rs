@@ -349,6 +349,29 @@ fn write_line(format: LogFormat, r: &Req, out: &mut Vec<u8>) {
             r.bytes,
             r.ua
         ),
+        LogFormat::Alb => {
+            // The request came at `t` (request_creation_time) and its response went 1 ms
+            // later (time), through a target at 10.0.0.1.
+            let us = |t: u64| {
+                let ms = format_rfc3339_ms(t);
+                format!("{}000Z", &ms[..ms.len() - 1])
+            };
+            writeln!(
+                out,
+                "https {} app/sample/50dc6c495c0c9188 {}:{} 10.0.0.1:80 0.000 0.001 0.000 {} {} 120 {} \"{} https://api.example.com:443{} HTTP/1.1\" \"{}\" ECDHE-RSA-AES128-GCM-SHA256 TLSv1.2 arn:aws:elasticloadbalancing:us-east-2:123456789012:targetgroup/api/73e2d6bc24d8a067 \"Root=1-58337262-36d228ad5d99923122bbe354\" \"api.example.com\" \"-\" 0 {} \"forward\" \"-\" \"-\" \"10.0.0.1:80\" \"{}\" \"-\" \"-\" TID_1",
+                us(r.t + MS),
+                r.ip,
+                1024 + r.t / MS % 60_000,
+                r.status,
+                r.status,
+                r.bytes,
+                r.method,
+                r.path,
+                r.ua,
+                us(r.t),
+                r.status
+            )
+        }
         LogFormat::Csv => writeln!(
             out,
             "{},{},{},{},{},{},\"{}\"",

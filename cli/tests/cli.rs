@@ -942,6 +942,7 @@ fn sample_files_replay_like_the_embedded_sample() {
         ("jsonl", "s.jsonl.gz"),
         ("combined", "s.log"),
         ("csv", "s.csv"),
+        ("alb", "s.alb"),
     ] {
         let p = dir.path().join(name).display().to_string();
         bin()
@@ -970,6 +971,125 @@ fn sample_files_replay_like_the_embedded_sample() {
         .stdout
         .clone();
     assert_eq!(String::from_utf8(out).unwrap().lines().count(), 501);
+}
+
+#[test]
+fn alb_logs_replay_as_the_load_balancer_saw_them() {
+    let dir = tempfile::tempdir().unwrap();
+    // The sample as an ALB log and as JSON lines: the same replay, a route included (the ALB's
+    // request line holds an absolute URL).
+    let both = |fmt: &str| {
+        let p = dir.path().join(format!("s.{fmt}")).display().to_string();
+        bin()
+            .args(["sample", "--log-format", fmt, "-o", &p])
+            .assert()
+            .success();
+        let out = replay(
+            &p,
+            "5/s; burst=20",
+            &["--policy", "p=GET /products/* => 1/s", "--format", "json"],
+        )
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+        let v = json(&out);
+        (v["policies"].clone(), v["keys"].clone())
+    };
+    let (alb, jsonl) = (both("alb"), both("jsonl"));
+    assert_eq!(alb, jsonl);
+    assert!(alb.0[1]["rejected"].as_u64().unwrap() > 0, "{}", alb.0);
+
+    // Written by hand: an IPv6 client, a port on every client, a line of the older format
+    // (no request_creation_time), a request the ALB could not read.
+    let line = |created: &str, client: &str, req: &str, ua: &str| {
+        format!(
+            "h2 2024-05-01T12:00:09.000000Z app/lb/1 {client} 10.0.0.1:80 0.000 0.001 0.000 200 200 34 366 \"{req}\" \"{ua}\" ECDHE TLSv1.2 arn:tg \"Root=1\" \"api.example.com\" \"-\" 0 {created} \"forward\" \"-\" \"-\" \"10.0.0.1:80\" \"200\" \"-\" \"-\" TID_1\n"
+        )
+    };
+    let mut text = String::new();
+    for i in 0..4 {
+        let created = format!("2024-05-01T12:00:0{i}.000000Z");
+        text += &line(
+            &created,
+            "203.0.113.7:5000",
+            "GET https://api.example.com:443/v1/a?x=1 HTTP/2.0",
+            "curl/8",
+        );
+        text += &line(
+            &created,
+            &format!("2001:db8:1:2::{i}:6000"),
+            "POST https://api.example.com:443/v1/b HTTP/2.0",
+            "bot \\\"q\\\"",
+        );
+    }
+    text += &line("-", "198.51.100.1:7000", "- - - ", "-");
+    let log = write(&dir, "lb.log", &text);
+    let run = |policy: &str, extra: &[&str]| {
+        let mut a = vec!["--format", "json"];
+        a.extend_from_slice(extra);
+        json(&replay(&log, policy, &a).success().get_output().stdout)
+    };
+    let v = run("1/m", &[]);
+    assert_eq!(v["inputs"][0]["format"], "alb", "{v}");
+    assert_eq!(v["inputs"][0]["fields"]["time"], "request_creation_time");
+    // Three clients: 203.0.113.7, the /64 of the IPv6 ones, and the unreadable request's.
+    assert_eq!(v["keys"], 3, "{v}");
+    assert_eq!(policy(&v, "1/m")["admitted"], 3);
+    // Routes read the absolute URL's path; an unreadable request line matches none.
+    let v = run("r=GET /v1/a => 1/m | POST /v1/b => 2/m", &[]);
+    let r = policy(&v, "r");
+    assert_eq!(
+        (r["admitted"].clone(), r["unlimited"].clone()),
+        ((1 + 2 + 1).into(), 1.into()),
+        "{v}"
+    );
+    // The User-Agent is a header it logs (escaped quotes read); other headers are refused.
+    let v = run("1/m", &["--key", "header:User-Agent"]);
+    // (`-`, no User-Agent, is a request without a key.)
+    assert_eq!(
+        (v["keys"].clone(), v["unkeyed"].clone()),
+        (2.into(), 1.into()),
+        "{v}"
+    );
+    let keys = policy(&v, "1/m")["top_throttled"].to_string();
+    assert!(
+        keys.contains(r#"bot \"q\""#) && keys.contains("curl/8"),
+        "{keys}"
+    );
+    replay(&log, "1/m", &["--key", "header:X-Api-Key"])
+        .code(4)
+        .stderr(predicate::str::contains("only User-Agent"));
+    // The ALB logs no forwarding header: --trusted-proxies would key every line by nothing.
+    replay(&log, "1/m", &["--trusted-proxies", "private"])
+        .code(4)
+        .stderr(predicate::str::contains("drop --trusted-proxies"));
+    // By the response's time instead; a field by its AWS name.
+    let v = run(
+        "1/m",
+        &["--time-field", "time", "--key", "field:domain_name"],
+    );
+    assert_eq!(v["inputs"][0]["fields"]["time"], "time");
+    assert_eq!(
+        (v["keys"].clone(), policy(&v, "1/m")["admitted"].clone()),
+        (1.into(), 1.into())
+    );
+    replay(&log, "1/m", &["--time-field", "nope"])
+        .code(4)
+        .stderr(predicate::str::contains("request_creation_time"));
+    // A log without request_creation_time (the older format): timed by `time`.
+    let old: String = text
+        .lines()
+        .map(|l| l.split(' ').take(13).collect::<Vec<_>>().join(" ") + " \"-\"\n")
+        .collect();
+    let old = write(&dir, "old.log", &old);
+    let v = json(
+        &replay(&old, "1/m", &["--format", "json"])
+            .success()
+            .get_output()
+            .stdout,
+    );
+    assert_eq!(v["inputs"][0]["fields"]["time"], "time", "{v}");
 }
 
 #[test]
