@@ -2,8 +2,8 @@
  * shared-memory region and handles its share of 200 requests from one client under
  * 10/minute. The host admits 10 in total (in memory, each worker would admit 10).
  * Run: ./prefork [shm:/api-limits | redis://HOST:6379/0?prefix=api]   (default: a region
- * in a temporary directory, removed). Each worker opens the store after fork(): a Redis
- * connection is not inherited.
+ * in a temporary directory, removed). Each worker opens the store after fork(); a limiter
+ * opened before it would work as well (a region is shared, Redis connections reopened).
  * Build: cc -std=c11 prefork.c $(pkg-config --cflags --libs sluicegate) */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>

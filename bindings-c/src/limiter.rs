@@ -117,10 +117,9 @@ pub unsafe extern "C" fn sg_limiter_new_with_clock(
 /// lock meanwhile. On one server (TCP or a unix socket) the calling thread makes the round
 /// trip itself on a connection of the process's pool (up to `connections=N`, default 4; `0`:
 /// one shared connection a process). The connection is made here (blocking at most
-/// max(timeout, 1 s)); a server that is down is retried in the background. The connections
-/// and the thread that drives them belong to the process that opened the first Redis store:
-/// in a child made by `fork()` after that, every call of a Redis limiter, and every new one,
-/// is `SG_ERR_STORE_UNSUPPORTED` (open Redis limiters in each worker, after the fork).
+/// max(timeout, 1 s)); a server that is down is retried in the background. A limiter made
+/// before `fork()` works in the children: each opens connections (and a thread to drive
+/// them) of its own at its first call there.
 /// `sg_limiter_redis_stats` reads its counters.
 ///
 /// `clock` NULL: the default clock, which on a region reads the region's timeline (every

@@ -520,7 +520,7 @@ impl PyKeyedLimiter {
     }
 
     /// A snapshot of the counters, or None when built without `metrics=True`. On Redis it is
-    /// a call like any other (detached from the interpreter, refused in a forked child).
+    /// a call like any other (detached from the interpreter).
     fn metrics(&self, py: Python<'_>) -> PyResult<Option<ops::PyMetrics>> {
         self.call(py, |l| Ok(l.metrics()))
             .map(|m| m.map(Into::into))

@@ -259,7 +259,7 @@ fn snapshot(obj: &Bound<'_, PyAny>) -> PyResult<Metrics> {
     } else if let Ok(l) = obj.cast::<PyLimiter>() {
         l.get().inner.metrics()
     } else if let Ok(l) = obj.cast::<PyKeyedLimiter>() {
-        // On Redis as any call of the limiter: detached, and refused in a forked child.
+        // On Redis as any call of the limiter: detached.
         l.get().call(obj.py(), |l| Ok(l.metrics())).map_err(to_py)?
     } else {
         let ty = obj.get_type().name()?;

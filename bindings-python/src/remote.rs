@@ -20,13 +20,10 @@
 //!   takes the GIL once for all the wakes queued meanwhile: one more thread between the
 //!   server's reply and the coroutine, as every call had before.)
 //! * **Forks.** The core's Redis connections and its Redis thread belong to the process that
-//!   opened them: a child made by `fork()` after that has the connections' sockets but no
-//!   thread to drive them. Every call of a Redis limiter made in another process than the one
-//!   where this module first opened a Redis store is refused with a `StoreError`
-//!   (`kind == "unsupported"`) instead of hanging, new limiters included (the core's
-//!   connections to a URL are shared by every limiter of the process, and the child's copies
-//!   are the parent's); the web integrations open Redis limiters in the worker processes, at
-//!   their first request.
+//!   opened them; a limiter opened before `fork()` opens its own in the child at its first
+//!   call there (the core's `store::fork`), and this module starts its relay thread again in
+//!   the child (the parent's is not there). So a Redis limiter made at import under gunicorn
+//!   `--preload`, or in uwsgi's master, works in every worker.
 //! * **Shared-memory regions** are opened detached too ([`build`]): an opener may wait for
 //!   another process. Their decisions are not: a detach on every call would cost the hot path
 //!   a hand-over of the GIL, and only a new key's insert can wait (on another process's
@@ -37,7 +34,7 @@ use pyo3::sync::PyOnceLock;
 #[cfg(unix)]
 use pyo3::types::PyWeakrefReference;
 use pyo3::types::{PyCFunction, PyDict, PyTuple};
-use sluicegate::{Error, StoreErrorKind, StoreSpec};
+use sluicegate::{Error, StoreSpec};
 #[cfg(unix)]
 use std::cell::RefCell;
 use std::future::Future;
@@ -48,61 +45,21 @@ use std::os::fd::AsRawFd;
 #[cfg(unix)]
 use std::os::unix::net::UnixStream;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
-/// The process that opened the first Redis store (0: none yet).
-static OWNER: AtomicU32 = AtomicU32::new(0);
-
-/// What a limiter on Redis keeps: the store's name (its URL, password redacted), for errors.
+/// A limiter on a store outside the process: its calls run detached from the interpreter.
 #[derive(Clone)]
-pub(crate) struct Remote {
-    name: String,
-}
+pub(crate) struct Remote;
 
 impl Remote {
-    /// `Some` for a store outside the process. Claims this process as the owner of the core's
-    /// Redis connections (a process forked from the owner is refused).
+    /// `Some` for a store outside the process.
     pub(crate) fn of(spec: &StoreSpec) -> Result<Option<Remote>, Error> {
         if !matches!(spec, StoreSpec::Redis { .. }) {
             return Ok(None);
         }
-        let remote = Remote {
-            name: spec.to_string(),
-        };
-        let pid = std::process::id();
-        if let Err(owner) = OWNER.compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire) {
-            if owner != pid {
-                return Err(remote.forked());
-            }
-        }
-        Ok(Some(remote))
-    }
-
-    /// Ok in the process that owns the core's Redis connections.
-    #[inline]
-    pub(crate) fn check(&self) -> Result<(), Error> {
-        if OWNER.load(Ordering::Acquire) == std::process::id() {
-            Ok(())
-        } else {
-            Err(self.forked())
-        }
-    }
-
-    #[cold]
-    fn forked(&self) -> Error {
-        Error::Store {
-            kind: StoreErrorKind::Unsupported,
-            store: self.name.clone(),
-            reason: "this process was forked after its parent opened a Redis store: the \
-                     Redis connections, and the thread that drives them, belong to the parent, \
-                     so no Redis limiter can be used or opened here (new ones included); open \
-                     Redis limiters only after the fork, in each worker (not in the parent \
-                     before it forks, e.g. at import under gunicorn --preload), or start \
-                     workers with multiprocessing's 'spawn' or 'forkserver'"
-                .to_string(),
-        }
+        Ok(Some(Remote))
     }
 
     /// Runs `f` (a call into the core that may wait on the server) detached from the
@@ -113,7 +70,6 @@ impl Remote {
         py: Python<'_>,
         f: impl FnOnce() -> Result<T, Error> + Send,
     ) -> Result<T, Error> {
-        self.check()?;
         py.detach(f)
     }
 }
@@ -153,11 +109,10 @@ pub(crate) async fn relayed<F: Future>(
     remote: Option<&Remote>,
     fut: F,
 ) -> Result<F::Output, Error> {
-    let Some(r) = remote else {
+    if remote.is_none() {
         // An in-process store's future is ready at its first poll.
         return Ok(fut.await);
-    };
-    r.check()?;
+    }
     Ok(Relayed {
         fut: Box::pin(fut),
         waker: None,
@@ -386,29 +341,55 @@ fn running_loop(py: Python<'_>) -> Option<Bound<'_, PyAny>> {
     get.call0(py).ok().map(|l| l.into_bound(py))
 }
 
-/// The relay thread's queue (started on the first wake; None if it cannot be started).
+/// The relay thread's queue, this process's (started on the first wake, and again in a child
+/// made by `fork()`, which does not have its parent's thread; None if it cannot be started).
 fn relay_thread() -> Option<&'static mpsc::Sender<Waker>> {
-    static TX: OnceLock<Option<mpsc::Sender<Waker>>> = OnceLock::new();
-    TX.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<Waker>();
-        std::thread::Builder::new()
-            .name("sluicegate-aio".into())
-            .spawn(move || {
-                while let Ok(first) = rx.recv() {
-                    let mut batch = vec![first];
-                    batch.extend(rx.try_iter());
-                    if !RELAY.begin() {
-                        continue; // the interpreter is exiting: nothing awaits any more
-                    }
-                    // None: the interpreter is gone.
-                    let _ = Python::try_attach(|_| batch.drain(..).for_each(Waker::wake));
-                    RELAY.end();
+    /// One process's relay: never freed (a parent's, in its child, is left as it is).
+    struct Relay {
+        pid: u32,
+        tx: Option<mpsc::Sender<Waker>>,
+    }
+    static RELAY_TX: AtomicPtr<Relay> = AtomicPtr::new(std::ptr::null_mut());
+    let pid = std::process::id();
+    let p = RELAY_TX.load(Ordering::Acquire);
+    // SAFETY: a non-null pointer here is a `Box<Relay>` leaked below, never freed.
+    if let Some(r) = unsafe { p.as_ref() } {
+        if r.pid == pid {
+            return r.tx.as_ref();
+        }
+    }
+    let (tx, rx) = mpsc::channel::<Waker>();
+    let started = std::thread::Builder::new()
+        .name("sluicegate-aio".into())
+        .spawn(move || {
+            while let Ok(first) = rx.recv() {
+                let mut batch = vec![first];
+                batch.extend(rx.try_iter());
+                if !RELAY.begin() {
+                    continue; // the interpreter is exiting: nothing awaits any more
                 }
-            })
-            .ok()
-            .map(|_| tx)
-    })
-    .as_ref()
+                // None: the interpreter is gone.
+                let _ = Python::try_attach(|_| batch.drain(..).for_each(Waker::wake));
+                RELAY.end();
+            }
+        })
+        .is_ok();
+    let fresh = Box::into_raw(Box::new(Relay {
+        pid,
+        tx: started.then_some(tx),
+    }));
+    match RELAY_TX.compare_exchange(p, fresh, Ordering::AcqRel, Ordering::Acquire) {
+        // SAFETY: `fresh` is stored and never freed.
+        Ok(_) => unsafe { (*fresh).tx.as_ref() },
+        Err(won) => {
+            // Another thread of this process started one first: this one's sender is dropped,
+            // and its thread ends.
+            // SAFETY: `fresh` was never shared (the exchange failed): this thread owns it.
+            drop(unsafe { Box::from_raw(fresh) });
+            // SAFETY: `won` is the other thread's `fresh`, stored and never freed.
+            unsafe { (*won).tx.as_ref() }
+        }
+    }
 }
 
 /// The relay thread's state, for the interpreter's exit.

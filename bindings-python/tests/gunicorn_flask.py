@@ -14,6 +14,7 @@ import time
 
 from flask import Flask, Response
 
+from sluicegate import KeyedLimiter
 from sluicegate.flask import Sluicegate
 
 IMPORTED_IN = os.getpid()
@@ -40,6 +41,19 @@ def limited() -> str:
 @limiter.exempt
 def ready() -> str:
     return "ready"
+
+
+#: A limiter of the plain API made at import, as a module-level global: under ``--preload`` in
+#: the master, before the fork (on Redis, under a prefix of its own).
+STORE = os.environ["SLUICEGATE_TEST_STORE"]
+RAW = KeyedLimiter("10/minute", store=STORE.replace("prefix=", "prefix=raw")) if STORE.startswith("redis") else None
+
+
+@app.get("/raw")
+@limiter.exempt
+def raw() -> tuple[str, int]:
+    assert RAW is not None
+    return ("ok", 200) if RAW.try_acquire("client") else ("limited", 429)
 
 
 @app.after_request

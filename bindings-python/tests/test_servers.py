@@ -229,6 +229,18 @@ def test_flask_on_the_redis_store_admits_exactly_the_limit(redis_server: RedisSe
 
 
 @pytest.mark.parametrize("preload", [False, True], ids=["fork-then-import", "preload"])
+def test_a_redis_limiter_made_at_import_admits_exactly_the_limit(redis_server: RedisServer, preload: bool) -> None:
+    """A `KeyedLimiter` on Redis made at import, a module's global: under ``--preload`` in the
+    master, before the fork, and each worker opens its own connections at its first call."""
+    prefix = f"gr{os.getpid()}{int(preload)}"
+    store = f"{redis_server.url}/0?prefix={prefix}&on_error=error&timeout=5s"
+    with gunicorn("gunicorn_flask:app", store, *(["--preload"] if preload else [])) as server:
+        statuses, admitted, imported_in, _ = hammer(f"{server.url}/raw")
+        assert statuses == {200: 10, 429: 190}, (statuses, admitted)
+        assert (imported_in == {str(server.master)}) is preload
+
+
+@pytest.mark.parametrize("preload", [False, True], ids=["fork-then-import", "preload"])
 def test_django_on_the_redis_store_admits_exactly_the_limit(redis_server: RedisServer, preload: bool) -> None:
     prefix = f"gd{os.getpid()}{int(preload)}"
     store = f"{redis_server.url}/0?prefix={prefix}&on_error=error&timeout=5s"

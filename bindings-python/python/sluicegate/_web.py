@@ -79,8 +79,8 @@ def checked_store(store: str) -> str:
 def opens_early(store: str) -> bool:
     """Whether the integrations open a limit's store when the app is configured (so that a
     server forking after it, like ``gunicorn --preload``, shares regions opened before the
-    fork), or at the limit's first request in each process: a Redis store's connections
-    belong to the process that opens them, which must be the worker."""
+    fork), or at the limit's first request in each process (a Redis store: a bad URL found at
+    the first request, and no connection from a master that serves none)."""
     return _store_kind(store) != "redis"
 
 

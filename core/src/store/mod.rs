@@ -14,9 +14,14 @@
 //!   replays that number their keys).
 //! * [`bound`]: the key bound every store enforces (`max_keys`, the hint that spares scans).
 //! * [`key`]: the key rule every language shares (an integer key is its decimal digits).
+//! * [`fork`]: what a store keeps per process, made again in a child after `fork()` (the
+//!   Redis store's connections, thread and caches).
 
 pub(crate) mod bound;
 mod dense;
+#[cfg(not(sluicegate_loom))]
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) mod fork;
 mod key;
 mod keyed;
 mod live;

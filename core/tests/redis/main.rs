@@ -386,6 +386,31 @@ fn rejections_write_nothing_and_the_negative_cache_saves_round_trips() {
             "a stale cached rejection"
         );
     }
+
+    // A reset by another process (here another limiter, with a cache of its own) is seen
+    // within the cached rejection's second, not after the day's `retry_after`.
+    let day = || {
+        KeyedLimiter::<String>::builder("1/d".parse().unwrap())
+            .store(spec(&format!(
+                "{}?prefix=neg-reset&on_error=error&timeout=2s",
+                srv.url()
+            )))
+            .build()
+            .unwrap()
+    };
+    let (worker, admin) = (day(), day());
+    assert!(worker.try_acquire("k", 1).unwrap().allowed());
+    let d = worker.try_acquire("k", 1).unwrap();
+    assert!(!d.allowed() && d.retry_after() > Duration::from_secs(23 * 3600));
+    assert!(admin.remove("k").unwrap());
+    let cached = worker.try_acquire("k", 1).unwrap();
+    assert!(!cached.allowed(), "cached: no round trip yet");
+    assert!(cached.retry_after() > Duration::from_secs(23 * 3600));
+    std::thread::sleep(Duration::from_millis(1100));
+    assert!(
+        worker.try_acquire("k", 1).unwrap().allowed(),
+        "the reset is seen after the cache's second"
+    );
 }
 
 /// Child side of [`processes_on_one_key_stay_within_the_bound`].

@@ -102,7 +102,7 @@ impl RedisBucket {
 impl core::fmt::Debug for RedisBucket {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("RedisBucket")
-            .field("store", &self.c.link.name)
+            .field("store", &self.c.link().name)
             .field("key", &self.name)
             .finish_non_exhaustive()
     }
@@ -118,7 +118,7 @@ fn composite_call<'a>(parts: &[&'a RedisBucket]) -> Option<Result<CallParts<'a>,
     let first = &parts[0].c;
     if parts
         .iter()
-        .any(|p| !Arc::ptr_eq(&p.c.link, &first.link) || p.c.tick != first.tick)
+        .any(|p| !Arc::ptr_eq(p.c.link(), first.link()) || p.c.tick != first.tick)
     {
         return None;
     }
@@ -128,17 +128,17 @@ fn composite_call<'a>(parts: &[&'a RedisBucket]) -> Option<Result<CallParts<'a>,
         if names[..i].contains(n) {
             return Some(Err(Error::store(
                 StoreErrorKind::Unsupported,
-                first.link.name.clone(),
+                first.link().name.clone(),
                 format!("two parts of a composite limit name one bucket ({n}): give them different prefixes"),
             )));
         }
     }
-    if first.link.topology == Topology::Cluster {
+    if first.link().topology == Topology::Cluster {
         let s0 = slot(&names[0]);
         if let Some(n) = names.iter().find(|n| slot(n) != s0) {
             return Some(Err(Error::store(
                 StoreErrorKind::Unsupported,
-                first.link.name.clone(),
+                first.link().name.clone(),
                 format!(
                     "the parts of a composite limit on Redis Cluster must share a hash slot: \
                      {} and {n} do not; give every part the same tag (?tag=NAME)",
@@ -193,7 +193,7 @@ pub(crate) fn composite(
         Err(e) => return Some(Err(e)),
     };
     let c = &parts[0].c;
-    let r = c.link.call_blocking(Request::Run { keys: names, args });
+    let r = c.link().call_blocking(Request::Run { keys: names, args });
     Some(c.finish(r, &fps, ask))
 }
 
@@ -209,6 +209,9 @@ pub(crate) async fn composite_async(
         Err(e) => return Some(Err(e)),
     };
     let c = &parts[0].c;
-    let r = c.link.call_async(Request::Run { keys: names, args }).await;
+    let r = c
+        .link()
+        .call_async(Request::Run { keys: names, args })
+        .await;
     Some(c.finish(r, &fps, ask))
 }

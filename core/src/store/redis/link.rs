@@ -41,6 +41,7 @@
 
 use super::scripts::{scripts, Func};
 use crate::error::{Error, StoreErrorKind};
+use crate::store::fork::{self, Global};
 use crate::store::spec::{redact, Topology};
 use crate::store::StoreSpec;
 use core::future::Future;
@@ -48,67 +49,53 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, Value};
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-/// Set in a child made by `fork()` once this process has started the runtime thread.
-static IN_FORKED_CHILD: AtomicBool = AtomicBool::new(false);
+/// Why a link cannot be used: it is another process's (a parent's, before a `fork()`). The
+/// stores open their own link in each process (`store::fork`), so this is never a store's
+/// answer; it guards a link held past a fork by anything else.
+const FORKED: &str = "this Redis connection belongs to the process this one was forked from \
+    (its replies would be read by both); a limiter opens its own connections in each process \
+    at its first call there";
 
-/// Why a forked child cannot use (or open) a Redis store.
-const FORKED: &str = "this process was forked after a Redis store was opened in its parent: \
-    the Redis connections, and the thread that drives them, belong to the parent (a child \
-    using them would read the parent's replies), so no Redis limiter can be used or opened \
-    here, new ones included; open Redis limiters after the fork, in each worker";
-
-/// Whether this process is a child forked after the runtime thread started: one relaxed
-/// load (a `pthread_atfork` handler sets it in the child).
-#[inline]
-pub(crate) fn forked() -> bool {
-    IN_FORKED_CHILD.load(Relaxed)
-}
-
-#[cfg(unix)]
-extern "C" fn mark_forked_child() {
-    // Async-signal-safe: one atomic store.
-    IN_FORKED_CHILD.store(true, Relaxed);
-}
-
-/// The runtime thread's handle (started on first use).
+/// The runtime thread's handle, this process's (started on first use, and again in a child
+/// made by `fork()`: the parent's thread is not there).
 fn runtime() -> &'static tokio::runtime::Handle {
-    static RT: OnceLock<tokio::runtime::Handle> = OnceLock::new();
-    RT.get_or_init(|| {
-        #[cfg(unix)]
-        // SAFETY: registers a handler that only stores to an atomic, which is
-        // async-signal-safe as a child's handler must be; it is registered once (this
-        // OnceLock's initialiser) and never unregistered (the function is 'static).
-        unsafe {
-            libc::pthread_atfork(None, None, Some(mark_forked_child));
-        }
+    static RT: Global<RuntimeThread> = Global::new();
+    &RT.get(|| {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("sluicegate: cannot start the Redis store's runtime");
         let handle = rt.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         std::thread::Builder::new()
             .name("sluicegate-redis".into())
-            .spawn(move || rt.block_on(core::future::pending::<()>()))
+            .spawn(move || {
+                let _ = rt.block_on(stopped);
+            })
             .expect("sluicegate: cannot start the Redis store's thread");
-        handle
+        RuntimeThread {
+            handle,
+            _stop: stop,
+        }
     })
+    .handle
+}
+
+/// The runtime thread of one process. Dropped only when two threads of a new process raced
+/// to start it and this one lost: the sender's drop ends the thread, which drops its runtime
+/// (outside any task, as a runtime must be).
+struct RuntimeThread {
+    handle: tokio::runtime::Handle,
+    _stop: tokio::sync::oneshot::Sender<()>,
 }
 
 /// Runs `fut` on the runtime thread and blocks this thread until it is done. Every future
 /// given here ends by itself (each has a timeout).
 pub(crate) fn block<T: Send + 'static>(fut: impl Future<Output = T> + Send + 'static) -> T {
-    if forked() {
-        // The runtime thread is the parent's: the link's calls answer `Fail::Forked` at once,
-        // driven here.
-        return tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("sluicegate: cannot start a runtime")
-            .block_on(fut);
-    }
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     runtime().spawn(async move {
         let _ = tx.send(fut.await);
@@ -126,17 +113,13 @@ pub(crate) fn run<T: Send + 'static>(
     fut: impl Future<Output = T> + Send + 'static,
 ) -> impl Future<Output = T> {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    if forked() {
-        // As in `block`: answered at once, on the caller's executor.
-        return futures_util::future::Either::Left(fut);
-    }
     runtime().spawn(async move {
         let _ = tx.send(fut.await);
     });
-    futures_util::future::Either::Right(async move {
+    async move {
         rx.await
             .expect("sluicegate: the Redis store's thread stopped")
-    })
+    }
 }
 
 /// A call of the scripts, as a store prepares it.
@@ -390,6 +373,9 @@ pub(crate) struct Link {
     written: AtomicU64,
     born: Instant,
     pub(crate) counters: Counters,
+    /// The process generation that opened it (`store::fork`): in another process (a child
+    /// forked since), every call is `Fail::Forked`.
+    process: u64,
     /// The blocking callers' own connections (one plain server only).
     direct: Option<Mutex<Direct>>,
     /// The async callers' own connections, by the tokio runtime they run on (one plain
@@ -491,6 +477,12 @@ const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 impl Link {
+    /// Whether this link is another process's (opened before this process was forked).
+    #[inline]
+    pub(crate) fn stale(&self) -> bool {
+        self.process != fork::generation()
+    }
+
     /// The link for `url` (shared with every live store on the same URL and settings), its
     /// first connection attempted before this returns (a failure leaves it to reconnect).
     pub(crate) fn open(
@@ -499,12 +491,12 @@ impl Link {
         eval: bool,
         connections: usize,
     ) -> Result<Arc<Link>, Error> {
-        if forked() {
-            return Err(Fail::Forked.error(&redact(url)));
-        }
-        static LINKS: OnceLock<Mutex<HashMap<String, Weak<Link>>>> = OnceLock::new();
+        fork::watch_forks();
+        // This process's links (a forked child's lock may be held by a thread of its
+        // parent's, and its links are the parent's).
+        static LINKS: Global<Mutex<HashMap<String, Weak<Link>>>> = Global::new();
         let id = format!("{url}\n{}\n{eval}\n{connections}", timeout.as_nanos());
-        let links = LINKS.get_or_init(Default::default);
+        let links = LINKS.get(Default::default);
         let mut map = links.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(link) = map.get(&id).and_then(Weak::upgrade) {
             return Ok(link);
@@ -544,6 +536,7 @@ impl Link {
             written: AtomicU64::new(0),
             born: Instant::now(),
             counters: Counters::default(),
+            process: fork::generation(),
         });
         map.insert(id, Arc::downgrade(&link));
         drop(map);
@@ -758,7 +751,7 @@ impl Link {
     /// Makes the scripts' call `req` (SCRIPTS.md, "Calling convention"): one round trip, two
     /// when the scripts must be loaded first. Runs on the runtime thread.
     pub(crate) async fn call(self: Arc<Self>, req: Request) -> Result<Value, Fail> {
-        if forked() {
+        if self.stale() {
             return Err(Fail::Forked);
         }
         let deadline = tokio::time::Instant::now() + self.timeout;
@@ -775,7 +768,7 @@ impl Link {
     /// [`call`](Self::call) for a blocking caller: on its own thread, over a pooled direct
     /// connection when the link has them and one is free, else through the runtime thread.
     pub(crate) fn call_blocking(self: &Arc<Self>, req: Request) -> Result<Value, Fail> {
-        if forked() {
+        if self.stale() {
             return Err(Fail::Forked);
         }
         let (Some(direct), Target::Single(client)) = (&self.direct, &self.target) else {
@@ -862,7 +855,7 @@ impl Link {
     /// drive (one server, not TLS), on a connection of that runtime, with no hand-off to the
     /// runtime thread; else handed to the runtime thread.
     pub(crate) async fn call_async(self: &Arc<Self>, req: Request) -> Result<Value, Fail> {
-        if forked() {
+        if self.stale() {
             return Err(Fail::Forked);
         }
         // A timer made without a time driver panics: under `panic=abort` the probe
@@ -1270,7 +1263,7 @@ impl Link {
 
     /// A command other than the scripts (DEL, SCAN), with the same timeout and failures.
     pub(crate) async fn command(self: Arc<Self>, cmd: Cmd) -> Result<Value, Fail> {
-        if forked() {
+        if self.stale() {
             return Err(Fail::Forked);
         }
         let (mut conn, generation) = self.current()?;

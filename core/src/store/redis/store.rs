@@ -21,6 +21,7 @@ use super::link::{block, run, Fail, Link, Request};
 use super::scripts::{self, Spec};
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{Error, StoreErrorKind};
+use crate::store::fork::PerProcess;
 use crate::store::keyed::Ctx;
 use crate::store::spec::{OnError, RedisOptions, Topology};
 use crate::store::{KeyedLimiter, OnFull, Store, StoreSpec};
@@ -30,6 +31,7 @@ use core::hash::Hash;
 use redis::{Cmd, RedisWrite, Value};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 const SIP_K0: u64 = u64::from_le_bytes(*b"sluicega");
 const SIP_K1: u64 = u64::from_le_bytes(*b"te-redis");
@@ -120,14 +122,22 @@ impl Op {
 }
 
 /// A rejection the negative cache holds: requests of at least `cost` are rejected until
-/// `until` (on the cache's clock).
+/// `until` (on the cache's clock), or until `expires` ([`HOLD_MAX`] after the reply), when the
+/// server is asked again.
 #[derive(Clone, Copy)]
 struct Hold {
     until: u64,
+    expires: u64,
     cost: u64,
     at: u64,
     d: Decision,
 }
+
+/// How long a cached rejection is taken without asking the server again, whatever its
+/// `retry_after`: a bucket another process reset (an admin's `reset`, a refund from another
+/// host) is seen within this. One round trip a second per rejected key and process, against
+/// one per request without the cache.
+const HOLD_MAX: u64 = 1_000_000_000;
 
 const CACHE_SHARDS: usize = 16;
 const CACHE_PER_SHARD: usize = 4096;
@@ -153,7 +163,7 @@ impl NegCache {
     /// The cached rejection of a request of `cost` at `now`, if one is in force.
     fn get(&self, fp: u128, now: u64, cost: u64, window_s: u64) -> Option<Decision> {
         let h = *self.shard(fp).get(&fp)?;
-        if now >= h.until || cost < h.cost || now < h.at {
+        if now >= h.until || now >= h.expires || cost < h.cost || now < h.at {
             return None;
         }
         Some(Decision::from_figures(
@@ -169,6 +179,7 @@ impl NegCache {
     fn put(&self, fp: u128, now: u64, cost: u64, d: Decision) {
         let hold = Hold {
             until: now.saturating_add(d.retry_after_nanos()),
+            expires: now.saturating_add(HOLD_MAX),
             cost,
             at: now,
             d,
@@ -190,7 +201,11 @@ impl NegCache {
 
 /// What every bucket of one quota on one deployment shares.
 pub(crate) struct Common {
-    pub(super) link: Arc<Link>,
+    /// The connection, this process's (`store::fork`): a child forked since opens its own at
+    /// its first call.
+    link: PerProcess<Arc<Link>>,
+    /// What opens it again (the URL, password included; the timeout, `eval`, connections).
+    reopen: (String, Duration, bool, usize),
     /// The quota in the scripts' terms (SCRIPTS.md).
     spec: Spec,
     /// A single limiter's quota once its bucket exists, when that differs (`initial <
@@ -212,7 +227,9 @@ pub(crate) struct Common {
     /// when no token bucket is slow enough (the policy then rejects every acquisition).
     /// Boxed: a keyed limiter holds a store, which holds this.
     local: Option<Box<KeyedLimiter<u128>>>,
-    cache: Option<NegCache>,
+    /// This process's (a child forked since starts with an empty one: the parent's locks may
+    /// be held).
+    cache: Option<PerProcess<NegCache>>,
     mono: MonotonicClock,
     /// The test clock's `base` (the Unix millisecond of tick 0), if on.
     test_base_ms: Option<u64>,
@@ -267,7 +284,8 @@ impl Common {
         });
         let spec = Spec::new(spec_text, o.eval);
         Ok(Common {
-            link,
+            link: PerProcess::new(link),
+            reopen: (url.to_string(), o.timeout, o.eval, o.connections),
             refilled: single.then(|| spec.refilled(o.eval)).flatten(),
             spec,
             created: AtomicBool::new(false),
@@ -278,10 +296,25 @@ impl Common {
             window_s: quota.window_secs(),
             on_error: o.on_error,
             local,
-            cache: o.negative_cache.then(NegCache::new),
+            cache: o.negative_cache.then(|| PerProcess::new(NegCache::new())),
             mono: MonotonicClock::new(),
             test_base_ms,
         })
+    }
+
+    /// The connection, this process's: in a child forked since the store was opened, one of
+    /// its own, opened now (a URL that opened once opens again; if it did not, the parent's
+    /// link stays, whose calls are errors that say why).
+    pub(super) fn link(&self) -> &Arc<Link> {
+        self.link.get(|stale| {
+            let (url, timeout, eval, connections) = &self.reopen;
+            Link::open(url, *timeout, *eval, *connections).unwrap_or_else(|_| Arc::clone(stale))
+        })
+    }
+
+    /// The negative cache, this process's.
+    fn cache(&self) -> Option<&NegCache> {
+        self.cache.as_ref().map(|c| c.get(|_| NegCache::new()))
     }
 
     /// The negative cache's clock: the request's own reading on the test clock, else this
@@ -327,14 +360,14 @@ impl Common {
     /// first part's policy decides) that the server did not decide.
     fn failed(&self, fail: &Fail, parts: &[(&Common, u128)], ask: Ask) -> Result<Decision, Error> {
         let (op, cost) = (ask.op, ask.cost);
-        let c = &self.link.counters;
+        let c = &self.link().counters;
         let admit = |allowed: bool| {
             let retry = if allowed { 0 } else { CLOSED_RETRY_NS };
             Decision::from_figures(allowed, self.limit, 0, retry, 0, self.window_s)
         };
         if matches!(fail, Fail::Forked) {
             // Not an outage a policy rides out: this process can never reach the server.
-            return Err(fail.error(&self.link.name));
+            return Err(fail.error(&self.link().name));
         }
         match self.on_error {
             OnError::Open => {
@@ -347,7 +380,7 @@ impl Common {
             }
             OnError::Error => {
                 c.failed_error.fetch_add(1, Relaxed);
-                Err(fail.error(&self.link.name))
+                Err(fail.error(&self.link().name))
             }
             OnError::Local => {
                 c.failed_local.fetch_add(1, Relaxed);
@@ -626,7 +659,7 @@ impl Common {
         let (op, cost) = (ask.op, ask.cost);
         match out {
             Ok(Outcome::Decided(d, each)) => {
-                self.link.counters.decided.fetch_add(1, Relaxed);
+                self.link().counters.decided.fetch_add(1, Relaxed);
                 if op == Op::Acquire {
                     // The server has created every absent part. (Written once: every call
                     // reads the flag, from every thread.)
@@ -636,7 +669,7 @@ impl Common {
                         .for_each(|(c, _)| c.created.store(true, Relaxed));
                 }
                 if let (Some(cache), [(_, fp)], Op::Acquire, None) =
-                    (&self.cache, parts, op, ask.bound)
+                    (self.cache(), parts, op, ask.bound)
                 {
                     if !d.allowed() && d.retry_after_nanos() > 0 {
                         cache.put(*fp, self.cache_now(ask.now), cost, d);
@@ -646,7 +679,7 @@ impl Common {
             }
             Ok(Outcome::Capacity(capacity)) => Err(Error::InsufficientCapacity { cost, capacity }),
             Ok(Outcome::Refunded) => {
-                self.link.counters.decided.fetch_add(1, Relaxed);
+                self.link().counters.decided.fetch_add(1, Relaxed);
                 let d = Decision::from_figures(true, self.limit, 0, 0, 0, self.window_s);
                 Ok((d, each(d)))
             }
@@ -669,7 +702,7 @@ impl Common {
         };
         if let Ok(req) = self.prepare(name, fp, ask) {
             let one = req.is_one();
-            let r = self.link.call_blocking(req);
+            let r = self.link().call_blocking(req);
             if let Ok(Outcome::Decided(..)) = r.and_then(|v| self.outcome(&v, ask.op, 1, one)) {
                 self.created.store(true, Relaxed);
             }
@@ -679,9 +712,9 @@ impl Common {
     /// A cached rejection, or the call to make, for a request on one bucket.
     fn prepare(&self, name: Name<'_>, fp: u128, ask: Ask) -> Result<Request, Decision> {
         let op = ask.op;
-        if let (Some(cache), Op::Acquire, None) = (&self.cache, op, ask.bound) {
+        if let (Some(cache), Op::Acquire, None) = (self.cache(), op, ask.bound) {
             if let Some(d) = cache.get(fp, self.cache_now(ask.now), ask.cost, self.window_s) {
-                self.link.counters.cached_rejections.fetch_add(1, Relaxed);
+                self.link().counters.cached_rejections.fetch_add(1, Relaxed);
                 return Err(d);
             }
         }
@@ -714,7 +747,7 @@ impl Common {
 
     /// Clears bucket `fp`'s cached rejection (a refund is on its way to the bucket).
     pub(super) fn forget(&self, fp: u128) {
-        if let Some(cache) = &self.cache {
+        if let Some(cache) = self.cache() {
             cache.forget(fp);
         }
     }
@@ -725,7 +758,7 @@ impl Common {
             Err(d) => Ok(d),
             Ok(req) => {
                 let one = req.is_one();
-                let r = self.link.call_blocking(req);
+                let r = self.link().call_blocking(req);
                 Ok(self.settle(r, &[(self, fp)], ask, one)?.0)
             }
         }
@@ -742,7 +775,7 @@ impl Common {
             Err(d) => Ok(d),
             Ok(req) => {
                 let one = req.is_one();
-                let r = self.link.call_async(req).await;
+                let r = self.link().call_async(req).await;
                 Ok(self.settle(r, &[(self, fp)], ask, one)?.0)
             }
         }
@@ -753,7 +786,7 @@ impl Common {
     }
 
     pub(super) fn stats(&self) -> RedisStats {
-        self.link.counters.read()
+        self.link().counters.read()
     }
 }
 
@@ -769,7 +802,7 @@ type Batch = Vec<Result<(u128, u64), Error>>;
 impl RedisStore {
     /// The store as printed (its password `***`).
     pub(crate) fn printed(&self) -> &str {
-        &self.c.link.name
+        &self.c.link().name
     }
 
     /// The store `spec` names, for `quota`, on a limiter whose clock reads `origin` now.
@@ -856,7 +889,7 @@ impl RedisStore {
                     let ask = Self::ask(Op::Acquire, now, *cost, u64::MAX);
                     match self.c.prepare(self.name(*fp), *fp, ask) {
                         Err(d) => out[i] = Some(Ok(d)),
-                        Ok(req) => calls.push(((i, req.is_one()), self.c.link.clone().call(req))),
+                        Ok(req) => calls.push(((i, req.is_one()), self.c.link().clone().call(req))),
                     }
                 }
             }
@@ -904,10 +937,10 @@ impl RedisStore {
 
     /// Keys of this store's quota on the server (standalone and Sentinel deployments).
     fn scan(&self) -> Result<Vec<String>, Error> {
-        if self.c.link.topology == Topology::Cluster {
+        if self.c.link().topology == Topology::Cluster {
             return Err(Error::store(
                 StoreErrorKind::Unsupported,
-                self.c.link.name.clone(),
+                self.c.link().name.clone(),
                 "listing keys is not supported on Redis Cluster",
             ));
         }
@@ -921,11 +954,11 @@ impl RedisStore {
                 .arg(&pattern)
                 .arg("COUNT")
                 .arg(1000);
-            let v =
-                block(self.c.link.clone().command(cmd)).map_err(|f| f.error(&self.c.link.name))?;
+            let v = block(self.c.link().clone().command(cmd))
+                .map_err(|f| f.error(&self.c.link().name))?;
             let parsed: Option<(u64, Vec<String>)> = redis::from_redis_value(v).ok();
             let (next, batch) = parsed.ok_or_else(|| {
-                Fail::Server("unexpected SCAN reply".into()).error(&self.c.link.name)
+                Fail::Server("unexpected SCAN reply".into()).error(&self.c.link().name)
             })?;
             keys.extend(batch);
             if next == 0 {
@@ -989,7 +1022,8 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for RedisStore {
         self.c.forget(fp);
         let mut cmd = redis::cmd("DEL");
         cmd.arg(self.name(fp).string());
-        let v = block(self.c.link.clone().command(cmd)).map_err(|f| f.error(&self.c.link.name))?;
+        let v =
+            block(self.c.link().clone().command(cmd)).map_err(|f| f.error(&self.c.link().name))?;
         Ok(matches!(v, Value::Int(n) if n > 0))
     }
 
@@ -1002,9 +1036,9 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for RedisStore {
         for chunk in self.scan()?.chunks(500) {
             let mut cmd = redis::cmd("UNLINK");
             cmd.arg(chunk);
-            block(self.c.link.clone().command(cmd)).map_err(|f| f.error(&self.c.link.name))?;
+            block(self.c.link().clone().command(cmd)).map_err(|f| f.error(&self.c.link().name))?;
         }
-        if let Some(cache) = &self.c.cache {
+        if let Some(cache) = self.c.cache() {
             for s in cache.shards.iter() {
                 s.lock().unwrap_or_else(|e| e.into_inner()).clear();
             }
@@ -1030,7 +1064,7 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for RedisStore {
     {
         Err(Error::store(
             StoreErrorKind::Unsupported,
-            self.c.link.name.clone(),
+            self.c.link().name.clone(),
             "a Redis store keeps a fingerprint of each key, not the key: it cannot list them",
         ))
     }
