@@ -1490,11 +1490,11 @@ fn sentinel_with_passwords_and_a_database() {
             "redis+sentinel://{auth}127.0.0.1:{}/mymaster{path}?on_error=error&timeout=2s{query}",
             sentinel.port
         );
+        // A login refused fails the build (the test's error is either's).
         KeyedLimiter::<u64>::builder("5/h".parse().unwrap())
             .store(spec(&url))
             .build()
-            .unwrap()
-            .try_acquire(&1, 1)
+            .and_then(|l| l.try_acquire(&1, 1))
     };
     let keys_in = |db: &str| {
         let mut r = master.resp();
@@ -2031,4 +2031,55 @@ fn a_stored_value_that_is_not_digits_is_refused_on_the_fast_path() {
         let e = kl.try_acquire(&1, 1).unwrap_err();
         assert!(matches!(e, Error::Store { .. }), "{bad:?}: {e:?}");
     }
+}
+
+/// A server that refuses the login (a wrong password, none where one is needed) or has no
+/// such database: the limiter is not made, whatever `on_error` says (a limiter that fell back
+/// on its policy would limit each process alone, without a word). The password is never
+/// printed.
+#[test]
+fn a_refused_login_or_a_missing_database_is_an_error_when_made() {
+    let srv = Server::start_with(&["--requirepass", "pa55word"]);
+    let host = srv.url().replacen("redis://", "", 1);
+    let make = |auth: &str, db: &str| {
+        KeyedLimiter::<u64>::builder("5/h".parse().unwrap())
+            .store(spec(&format!(
+                "redis://{auth}{host}/{db}?prefix=auth&on_error=local&timeout=2s"
+            )))
+            .build()
+    };
+    for (auth, kind) in [
+        (":wrong@", "refused the login"),
+        ("", "NOAUTH"),
+        ("someone:pa55word@", "refused the login"),
+    ] {
+        let e = make(auth, "0").unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Store {
+                    kind: StoreErrorKind::Permission,
+                    ..
+                }
+            ),
+            "{auth}: {e:?}"
+        );
+        let text = e.to_string();
+        assert!(text.contains(kind) && !text.contains("pa55word"), "{text}");
+    }
+    let e = make(":pa55word@", "99").unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InvalidOption {
+                option: "store",
+                ..
+            }
+        ) && e.to_string().contains("DB"),
+        "{e:?}"
+    );
+    // The right password and database: made, and decided by the server.
+    let l = make(":pa55word@", "1").unwrap();
+    assert!(l.try_acquire(&7, 1).unwrap().allowed());
+    assert_eq!(l.redis_stats().unwrap().decided, 1);
 }

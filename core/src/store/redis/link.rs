@@ -542,6 +542,12 @@ impl Link {
         drop(map);
         let l = link.clone();
         block(async move { l.connect().await });
+        if let Some(e) = link.misconfigured() {
+            // Not an outage that a fail policy rides out: the limiter is not made.
+            let mut map = links.lock().unwrap_or_else(|e| e.into_inner());
+            map.retain(|_, w| w.strong_count() > 0 && !core::ptr::eq(w.as_ptr(), &*link));
+            return Err(e);
+        }
         // The keepalive, on the runtime thread while the link lives (a tick of half of
         // KEEPALIVE: the connection is quiet for at most one and a half).
         let weak = Arc::downgrade(&link);
@@ -570,6 +576,47 @@ impl Link {
     }
 
     /// One connection attempt (the caller has set `connecting`).
+    /// After the first connection attempt: the server refused the login (a wrong password,
+    /// none where one is needed) or has no such database. Checked once, when the link is
+    /// opened: such a store cannot decide anything, whatever its fail policy, and a limiter
+    /// that fell back on it silently would limit each process alone. (A password changed
+    /// while the limiter runs is an outage to its policy, and an error of kind `Permission`.)
+    fn misconfigured(self: &Arc<Self>) -> Option<Error> {
+        let (up, why) = {
+            let st = self.state();
+            (st.conn.is_some(), st.last_error.clone())
+        };
+        if !up {
+            if refused_login(&why) {
+                return Some(Error::store(
+                    StoreErrorKind::Permission,
+                    self.name.clone(),
+                    format!("the server refused the login: {why} (the URL's user and password)"),
+                ));
+            }
+            if why.contains("DB index is out of range") || why.contains("invalid DB index") {
+                return Some(Error::InvalidOption {
+                    option: "store",
+                    value: self.name.clone(),
+                    expected: format!("a database the server has ({why})"),
+                });
+            }
+            return None;
+        }
+        // Connected: a server that wants a password and was given none answers the first
+        // command with NOAUTH (a PING, which the keepalive sends anyway; an ACL user
+        // without it is no such case).
+        let l = self.clone();
+        match block(async move { l.command(redis::cmd("PING")).await }) {
+            Err(Fail::Server(why)) if why.starts_with("NOAUTH") => Some(Error::store(
+                StoreErrorKind::Permission,
+                self.name.clone(),
+                format!("the server wants a password: {why} (give it in the URL)"),
+            )),
+            _ => None,
+        }
+    }
+
     async fn connect(self: Arc<Self>) {
         let limit = self.timeout.max(Duration::from_secs(1));
         let r = tokio::time::timeout(limit, self.target.connect(limit)).await;
@@ -1172,6 +1219,8 @@ impl Link {
                 bump(&self.counters.unavailable);
                 self.broken(generation, why.clone());
             }
+            // A refused login is the server's answer, as a command's NOAUTH is.
+            Fail::Down(why) if refused_login(why) => bump(&self.counters.server_errors),
             Fail::Down(_) | Fail::Forked => bump(&self.counters.unavailable),
             Fail::Server(why) => {
                 bump(&self.counters.server_errors);
