@@ -12,8 +12,9 @@ use http::{Request, Response, StatusCode};
 use sluicegate::client::{Cidr, ClientKey, ClientResolver, Warning};
 use sluicegate::http::{policies_headers, HeaderStyle};
 use sluicegate::{Decision, Error};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -23,6 +24,9 @@ pub type SkipFn = dyn Fn(&RequestRef<'_>) -> bool + Send + Sync;
 pub type RefundFn = dyn Fn(StatusCode) -> bool + Send + Sync;
 /// Where the client-identity warnings go (each kind once per layer).
 pub type WarnFn = dyn Fn(&Warning) + Send + Sync;
+/// Where a limit's errors go: a store that could not decide (Redis down under
+/// `on_error=error`, a region that cannot be read), a key store at its bound.
+pub type ErrorFn = dyn Fn(&Error) + Send + Sync;
 
 /// The settings and limits every clone of a layer, and every service it makes, share.
 #[derive(Clone)]
@@ -34,6 +38,11 @@ struct Shared {
     allow: Vec<Cidr>,
     refund_when: Option<Arc<RefundFn>>,
     on_warning: Option<Arc<WarnFn>>,
+    on_error: Option<Arc<ErrorFn>>,
+    /// The default `on_error`'s last report (seconds since `Instant` 0 of the layer, plus 1;
+    /// 0: none yet), so that it says something at most once a second.
+    reported: Arc<AtomicU64>,
+    born: Instant,
     message: Bytes,
     switch: Switch,
     /// Each limit's fields that depend on its quota alone (index = the limit's).
@@ -97,6 +106,9 @@ impl RateLimitLayer {
                 allow: Vec::new(),
                 refund_when: None,
                 on_warning: None,
+                on_error: None,
+                reported: Arc::new(AtomicU64::new(0)),
+                born: Instant::now(),
                 message: Bytes::from_static(b"Too Many Requests\n"),
                 switch: Switch(Arc::new(AtomicBool::new(true))),
                 fixed: vec![Arc::default()],
@@ -163,6 +175,17 @@ impl RateLimitLayer {
         F: Fn(&Warning) + Send + Sync + 'static,
     {
         self.edit(|s| s.on_warning = Some(Arc::new(f)))
+    }
+
+    /// Where a limit's errors go: a store that could not decide a request (Redis unreachable
+    /// under `on_error=error`, a region that cannot be read: the request is answered `500`),
+    /// or a key store at its bound (answered `429`, `Retry-After: 1`). Default: one line on
+    /// standard error, at most once a second. Every error reaches `f`.
+    pub fn on_error<F>(self, f: F) -> Self
+    where
+        F: Fn(&Error) + Send + Sync + 'static,
+    {
+        self.edit(|s| s.on_error = Some(Arc::new(f)))
     }
 
     /// The body of a 429 (default `Too Many Requests`, as text/plain; empty: no body).
@@ -331,7 +354,7 @@ impl Shared {
             let bytes = key.as_bytes();
             match over_capacity(l, l.limiter.try_acquire(bytes, l.cost)) {
                 Ok(d) => {
-                    if let Some(wait) = queued(&d) {
+                    if let Some(wait) = queued(&d, l.cost) {
                         // A queue slot with a wait: given back, and the request refused.
                         let _ = l.limiter.refund(bytes, l.cost);
                         parts.push((i, wait));
@@ -346,6 +369,7 @@ impl Shared {
                     taken.push((i, key.into()));
                 }
                 Err(e) => {
+                    self.report(&e);
                     refused = Some(status_of(&e));
                     break;
                 }
@@ -392,7 +416,7 @@ impl Shared {
         let mut fields = Fields::default();
         match decided {
             Ok(d) => {
-                if let Some(wait) = queued(&d) {
+                if let Some(wait) = queued(&d, l.cost) {
                     // A queue slot with a wait: given back, and the request refused.
                     let _ = l.limiter.refund(bytes, l.cost);
                     fields::write(&wait, self.style, &l.name, &self.fixed[0], &mut fields);
@@ -410,6 +434,7 @@ impl Shared {
                 }))
             }
             Err(e) => {
+                self.report(&e);
                 let status = status_of(&e);
                 Verdict::Refuse(status, self.refused_fields(status, fields))
             }
@@ -466,6 +491,29 @@ impl Shared {
             out.push(n, v);
         }
         out
+    }
+
+    /// A limit's error, to `on_error` (default: standard error, at most once a second).
+    #[cold]
+    fn report(&self, e: &Error) {
+        if let Some(f) = &self.on_error {
+            return f(e);
+        }
+        let now = self.born.elapsed().as_secs() + 1;
+        let last = self.reported.load(Ordering::Relaxed);
+        if last != now
+            && self
+                .reported
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let status = status_of(e);
+            eprintln!(
+                "sluicegate: a limit could not decide a request, answered {}: {e} (said at \
+                 most once a second; RateLimitLayer::on_error to handle it)",
+                status.as_u16()
+            );
+        }
     }
 
     fn warn(&self, req: &RequestRef<'_>) {
@@ -537,16 +585,24 @@ where
                 after,
             },
             Verdict::Refuse(status, headers) => {
-                let mut resp = Response::new(ResB::from(self.shared.message.clone()));
+                let limited = status == StatusCode::TOO_MANY_REQUESTS;
+                // A limit that could not decide is the server's error, not the client's limit.
+                let body = if limited {
+                    self.shared.message.clone()
+                } else {
+                    Bytes::from_static(b"Internal Server Error\n")
+                };
+                let texts = !body.is_empty();
+                let mut resp = Response::new(ResB::from(body));
                 *resp.status_mut() = status;
-                if status == StatusCode::TOO_MANY_REQUESTS {
+                if limited {
                     resp.extensions_mut().insert(Refused);
                 }
                 let h = resp.headers_mut();
                 for (n, v) in headers {
                     h.append(n, v);
                 }
-                if !self.shared.message.is_empty() {
+                if texts {
                     h.insert(
                         CONTENT_TYPE,
                         HeaderValue::from_static("text/plain; charset=utf-8"),
@@ -612,12 +668,13 @@ where
 /// queue admits a request for later (the caller waits first, as `acquire` does); a layer has
 /// no timer to wait with, so it gives the slot back and answers 429 with `Retry-After` the
 /// wait. Every other admission carries no wait (a shadow rejection's is not one).
-fn queued(d: &Decision) -> Option<Decision> {
+fn queued(d: &Decision, cost: u64) -> Option<Decision> {
     (d.allowed() && !d.shadow_rejected() && d.retry_after_nanos() > 0).then(|| {
         Decision::from_figures(
             false,
             d.limit(),
-            d.remaining(),
+            // What the slot's return leaves (the decision's figure is before it).
+            d.remaining().saturating_add(cost).min(d.limit()),
             d.retry_after_nanos(),
             d.reset_after_nanos(),
             d.window_secs(),

@@ -25,7 +25,8 @@ mod limit;
 mod request;
 
 pub use layer::{
-    Admitted, RateLimit, RateLimitLayer, RefundFn, Refused, ResponseFuture, SkipFn, Switch, WarnFn,
+    Admitted, ErrorFn, RateLimit, RateLimitLayer, RefundFn, Refused, ResponseFuture, SkipFn,
+    Switch, WarnFn,
 };
 pub use limit::{KeyBy, KeyFn, Limit, Limiter};
 pub use request::RequestRef;

@@ -4,7 +4,7 @@
 use crate::RequestRef;
 use http::HeaderName;
 use sluicegate::client::ClientKey;
-use sluicegate::{AnyClock, Decision, Error, KeyedLimiter, Metrics, Quota};
+use sluicegate::{AnyClock, Decision, Error, KeyedLimiter, Metrics, Quota, StoreSpec};
 use std::sync::Arc;
 
 /// The keyed limiter a [`Limit`] runs: byte-string keys (the same key rule as every binding),
@@ -115,6 +115,38 @@ impl Limit {
         ))
     }
 
+    /// The same limit (name, key, cost, quota) on a shared store, so that it holds across the
+    /// processes of a host (`"shm:/api-limits"`: a shared-memory region) or across hosts
+    /// (`"redis://cache:6379/0?prefix=api"`: the cargo feature `redis`), as in every binding
+    /// (docs/SHM.md, docs/REDIS.md). Its buckets are the store's: the limiter `self` had (and
+    /// what it counted) is dropped. Give each limit its own region, or its own `prefix` on
+    /// Redis: a region holds one quota, and a second limit of another quota on it is
+    /// `Error::Store { kind: Mismatch }`. A store string that does not parse is
+    /// `Error::InvalidOption`; a store that cannot be opened, its `Error::Store`.
+    ///
+    /// ```
+    /// use sluicegate_tower::Limit;
+    /// let dir = std::env::temp_dir().join(format!("tower-doc-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// let api = Limit::per_client("api", "10/minute")?
+    ///     .store(&format!("shm:{}/api", dir.display()))?;
+    /// assert_eq!(api.limiter().try_acquire(&b"203.0.113.7"[..], 1)?.remaining(), 9);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), sluicegate::Error>(())
+    /// ```
+    pub fn store(self, store: &str) -> Result<Self, Error> {
+        let spec: StoreSpec = store.parse()?;
+        let limiter = KeyedLimiter::builder(self.limiter.quota())
+            .clock(AnyClock::default())
+            .metrics(true)
+            .store(spec)
+            .build()?;
+        Ok(Self {
+            limiter: Arc::new(limiter),
+            ..self
+        })
+    }
+
     /// [`keyed`](Self::keyed) by the client ([`KeyBy::Client`]).
     pub fn per_client(name: impl Into<Arc<str>>, quota: &str) -> Result<Self, Error> {
         Self::keyed(name, quota, KeyBy::Client)
@@ -149,6 +181,14 @@ impl Limit {
     /// can ever admit (its [`max_cost`](sluicegate::Quota::max_cost): the burst) is
     /// `Error::InsufficientCapacity` here, where it would otherwise refuse every request.
     pub fn cost(mut self, cost: u64) -> Result<Self, Error> {
+        if cost == 0 {
+            // A request that costs nothing is never refused: the limit would limit nothing.
+            return Err(Error::InvalidOption {
+                option: "cost",
+                value: "0".to_string(),
+                expected: "a cost of 1 or more".to_string(),
+            });
+        }
         let capacity = self.limiter.quota().max_cost()?;
         if cost > capacity {
             return Err(Error::InsufficientCapacity { cost, capacity });
@@ -187,7 +227,9 @@ impl Limit {
             .map(|m| ([("limit", &*self.name)], m))
     }
 
-    /// The state of `key`'s bucket, changing nothing (for admin tools).
+    /// The state of `key`'s bucket, changing nothing (for admin tools): a request of no cost's
+    /// view of it, so `allowed()` is true even of a spent bucket; read `remaining()` (what a
+    /// request may still take now) and `retry_after()` (how long until one token is back).
     pub fn get(&self, key: &[u8]) -> Result<Decision, Error> {
         self.limiter.peek(key)
     }

@@ -446,11 +446,20 @@ async fn a_full_key_store_refuses_new_clients_and_a_cost_above_the_burst_is_an_e
         .clock(AnyClock::Manual(clock.clone()))
         .build()
         .unwrap();
-    let app = app(RateLimitLayer::new(Limit::new("api", l, KeyBy::Client)));
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let seen = errors.clone();
+    let app = app(RateLimitLayer::new(Limit::new("api", l, KeyBy::Client))
+        .on_error(move |e| seen.lock().unwrap().push(e.code())));
     assert_eq!(status(&app, req(PEER, "/")).await, StatusCode::OK);
     let r = send(&app, req("198.51.100.1:1", "/")).await;
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(header(&r, "retry-after"), Some("1"));
+    assert_eq!(*errors.lock().unwrap(), vec!["key_store_full"]);
+    // A cost of 0 would limit nothing: refused.
+    assert!(matches!(
+        limit("api", "1/s", KeyBy::Client, &clock).cost(0),
+        Err(Error::InvalidOption { option: "cost", .. })
+    ));
     // A cost no bucket of the quota holds would refuse every request: refused where it is set.
     assert!(matches!(
         limit("api", "1/s; burst=1", KeyBy::Client, &clock).cost(2),
@@ -513,8 +522,10 @@ async fn a_leaky_queue_slot_with_a_wait_is_refused_and_given_back() {
     for _ in 0..3 {
         let refused = send(&app, req(PEER, "/")).await;
         assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
-        // The same wait each time: the slots were given back.
+        // The same wait each time: the slots were given back, and the fields say what that
+        // left (5 of 6), not what the slot had taken.
         assert_eq!(header(&refused, "retry-after"), Some("1"));
+        assert_eq!(header(&refused, "ratelimit"), Some("\"q\";r=5;t=1"));
     }
     clock.advance_nanos(1_000_000_000);
     assert_eq!(status(&app, req(PEER, "/")).await, StatusCode::OK);
@@ -670,4 +681,62 @@ async fn stacked_layers_are_all_or_nothing() {
         let left = if by_status { 2 } else { 1 };
         assert_eq!(global.get(key).unwrap().remaining(), left, "{by_status}");
     }
+}
+
+/// A limit whose store cannot decide (Redis unreachable under `on_error=error`): a `500` that
+/// says so in its body (it said "Too Many Requests"), without the `Refused` marker, and the
+/// error handed to `on_error` (it was dropped without a word).
+#[tokio::test]
+async fn a_store_that_cannot_decide_is_a_server_error_and_reported() {
+    let down = "redis://127.0.0.1:1/0?on_error=error&timeout=20ms";
+    let l = Limit::per_client("api", "10/minute")
+        .unwrap()
+        .store(down)
+        .unwrap();
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let seen = errors.clone();
+    let app = app(RateLimitLayer::new(l).on_error(move |e| seen.lock().unwrap().push(e.code())));
+    let r = send(&app, req(PEER, "/")).await;
+    assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(r.extensions().get::<sluicegate_tower::Refused>().is_none());
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"Internal Server Error\n");
+    assert_eq!(*errors.lock().unwrap(), vec!["store_unavailable"]);
+    // A store string that does not parse: an error where the limit is made.
+    assert!(matches!(
+        Limit::per_client("api", "10/minute")
+            .unwrap()
+            .store("nope:x"),
+        Err(Error::InvalidOption { .. })
+    ));
+}
+
+/// `Limit::store`: the same limit on a shared-memory region, which every process of a host
+/// opens (here two limits standing for two processes): one budget.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_limit_on_a_region_is_one_budget_for_every_opener() {
+    let dir = std::env::temp_dir().join(format!("tower-shm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = format!("shm:{}/api", dir.display());
+    let make = || {
+        Limit::per_client("api", "3/minute")
+            .unwrap()
+            .store(&store)
+            .unwrap()
+    };
+    let (one, two) = (app_of(make()), app_of(make()));
+    let mut admitted = 0;
+    for i in 0..10 {
+        let app = if i % 2 == 0 { &one } else { &two };
+        admitted += usize::from(status(app, req(PEER, "/")).await == StatusCode::OK);
+    }
+    assert_eq!(admitted, 3);
+    // Another quota on the same region: refused, naming both.
+    let e = Limit::per_client("api", "5/minute")
+        .unwrap()
+        .store(&store)
+        .unwrap_err();
+    assert_eq!(e.code(), "store_mismatch", "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
