@@ -683,9 +683,9 @@ sg_result sg_limiter_new_with_clock(const struct sg_quota *quota,
 // `store`), `SG_ERR_STORE_MISMATCH` (the region holds another quota or layout: the detail
 // names both), `SG_ERR_STORE_PERMISSION` (a symbolic link, another user's file, a file
 // open to other users), `SG_ERR_STORE_UNSUPPORTED` (a quota a region cannot keep exactly:
-// the sliding log, or a state that outgrows 64 bits), `SG_ERR_STORE_UNAVAILABLE` (e.g. a
-// missing directory), `SG_ERR_STORE_CORRUPT`, `SG_ERR_STORE_TIMEOUT`, and the errors of
-// `sg_limiter_new`.
+// the sliding log, or one whose exact state outgrows a region's 95 bits),
+// `SG_ERR_STORE_UNAVAILABLE` (e.g. a missing directory), `SG_ERR_STORE_CORRUPT`,
+// `SG_ERR_STORE_TIMEOUT`, and the errors of `sg_limiter_new`.
 //
 // # Safety
 // `quota` and `clock` are NULL or live handles; `store` is NULL or a NUL-terminated string;

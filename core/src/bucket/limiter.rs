@@ -607,7 +607,7 @@ impl<C: Clock> Limiter<C> {
 
     fn reconfigure(&self, quota: Quota, at: Option<u64>) -> Result<(), Error> {
         if let Some(b) = self.inner.external() {
-            let store = format!("{b:?}");
+            let store = external!(b, e => e.store_name());
             return Err(Error::store(
                 crate::error::StoreErrorKind::Unsupported,
                 store,

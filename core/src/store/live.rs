@@ -226,9 +226,9 @@ fn unsupported<K>(backend: &Backend<K>) -> Result<(), Error> {
     match backend {
         Backend::Narrow(_) | Backend::Wide(_) | Backend::Log(_) => Ok(()),
         #[cfg(all(unix, not(sluicegate_loom)))]
-        Backend::Shm(_) => Err(Error::store(
+        Backend::Shm(s) => Err(Error::store(
             StoreErrorKind::Unsupported,
-            "shm",
+            s.store_name(),
             "live reconfiguration of a shared-memory region: every process decides with the \
              quota in the region's checksummed header, compiled once when it opened the \
              region; a new quota needs every process to switch its codec at one instant \
@@ -236,9 +236,9 @@ fn unsupported<K>(backend: &Backend<K>) -> Result<(), Error> {
              for the new quota (docs/OPERATIONS.md)",
         )),
         #[cfg(all(feature = "redis", not(sluicegate_loom)))]
-        Backend::Redis(_) => Err(Error::store(
+        Backend::Redis(s) => Err(Error::store(
             StoreErrorKind::Unsupported,
-            "redis",
+            s.printed(),
             "live reconfiguration on Redis: the keys embed a hash of the quota, and every \
              host's scripts decide with the quota it was built with; a new quota needs the \
              scripts to convert an old key's state on first touch, and every host to switch \

@@ -455,6 +455,62 @@ fn a_region_created_late_reports_its_horizon_on_the_limiters_clock() {
     }
 }
 
+/// An empty file at a region's name that no creator is sizing (made by a person, `install -m
+/// 600 /dev/null`, or systemd-tmpfiles; or left by a creator that died before sizing it) is
+/// sized and made a region by the first opener, at once (it waited 3 s, then refused it as
+/// `Corrupt`). One whose creator is sizing it (its sizing lock held) is waited for, and a
+/// short file with bytes in it is someone's: refused, left as it was.
+#[test]
+fn an_empty_file_is_made_a_region_and_a_short_one_is_left_alone() {
+    use std::os::fd::AsRawFd;
+    let r = Region::new("empty");
+    std::fs::write(&r.0, b"").unwrap();
+    std::fs::set_permissions(&r.0, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let t = std::time::Instant::now();
+    let kl = keyed("5/s", &r);
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(2),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(kl.try_acquire(b"a".as_slice(), 1).unwrap().remaining(), 4);
+    assert_eq!(
+        keyed("5/s", &r).peek(b"a".as_slice()).unwrap().remaining(),
+        4
+    );
+
+    // A creator sizing it (here: its lock held by another descriptor, as another process
+    // holds it): waited for, then refused once the wait is over, the file left as it was.
+    let r2 = Region::new("empty-held");
+    std::fs::write(&r2.0, b"").unwrap();
+    std::fs::set_permissions(&r2.0, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let holder = std::fs::File::open(&r2.0).unwrap();
+    // SAFETY: flock on a descriptor `holder` owns.
+    assert_eq!(unsafe { libc::flock(holder.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let e = KeyedLimiter::<Box<[u8]>>::builder(quota("5/s"))
+        .store(r2.spec())
+        .build()
+        .unwrap_err();
+    assert_eq!(store_kind(&e), Some(StoreErrorKind::Corrupt), "{e}");
+    assert_eq!(std::fs::metadata(&r2.0).unwrap().len(), 0);
+    drop(holder);
+    assert!(keyed("5/s", &r2)
+        .try_acquire(b"a".as_slice(), 1)
+        .unwrap()
+        .allowed());
+
+    // A short file with bytes: someone's.
+    let r3 = Region::new("short");
+    std::fs::write(&r3.0, b"hello").unwrap();
+    std::fs::set_permissions(&r3.0, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let e = KeyedLimiter::<Box<[u8]>>::builder(quota("5/s"))
+        .store(r3.spec())
+        .build()
+        .unwrap_err();
+    assert_eq!(store_kind(&e), Some(StoreErrorKind::Corrupt), "{e}");
+    assert_eq!(std::fs::read(&r3.0).unwrap(), b"hello");
+}
+
 #[test]
 fn a_file_that_is_not_a_region_is_never_taken_over() {
     let r = Region::new("foreign");
@@ -493,6 +549,13 @@ fn a_region_refuses_live_reconfiguration() {
         .unwrap();
     let e = l.set_quota(quota("6/s")).unwrap_err();
     assert_eq!(store_kind(&e), Some(StoreErrorKind::Unsupported), "{e:?}");
+    // The store named as a user wrote it, for both (it was a Debug dump of the bucket).
+    for e in [e, kl.set_quota(quota("20/minute")).unwrap_err()] {
+        let Error::Store { store, .. } = &e else {
+            unreachable!()
+        };
+        assert!(store.starts_with("shm:/") && !store.contains('{'), "{e:?}");
+    }
     assert!(l.try_acquire(1).unwrap().allowed());
 }
 

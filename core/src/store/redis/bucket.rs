@@ -99,6 +99,13 @@ impl RedisBucket {
     }
 }
 
+impl RedisBucket {
+    /// The store, as errors name it (its URL, the password redacted).
+    pub(crate) fn store_name(&self) -> String {
+        self.c.link().name.clone()
+    }
+}
+
 impl core::fmt::Debug for RedisBucket {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("RedisBucket")

@@ -213,7 +213,21 @@ impl Region {
         loop {
             if creatable.is_ok() {
                 match create_new(path) {
-                    Ok(file) => return Self::initialise(file, path, want, capacity, false),
+                    Ok(file) => {
+                        // The sizing lock, held until the file is sized (it is released when
+                        // `initialise` drops the file): an opener that finds an empty file
+                        // sizes it only under this lock. One that took it in the instant
+                        // before ours sized the file already: open that region instead.
+                        lock_sizing(&file, path, true)?;
+                        if file_len(&file, path)? == 0 {
+                            return Self::initialise(file, path, want, capacity, false);
+                        }
+                        unlock_sizing(&file);
+                        if let Some(region) = Self::attach(file, path, want, &mut waited)? {
+                            return Ok(region);
+                        }
+                        continue;
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                     Err(e) => return Err(io_error(path, "create", &e)),
                 }
@@ -309,10 +323,23 @@ impl Region {
             } else if replaced(&file, path) {
                 // Its creator failed and removed it (or someone replaced it): start again.
                 return Ok(None);
+            } else if len == 0 && lock_sizing(&file, path, false)? {
+                // An empty file that no creator is sizing (a creator holds the sizing lock
+                // from the file's creation until it is sized): its creator died before sizing
+                // it, or a person made it (`install -m 600 /dev/null`, systemd-tmpfiles).
+                // Sized here, under the lock, if it is still empty; else opened as it is now.
+                if file_len(&file, path)? == 0 && !replaced(&file, path) {
+                    let capacity = want.capacity.unwrap_or(want.default_capacity);
+                    check_capacity(capacity)?;
+                    return Self::initialise(file, path, want, capacity, false).map(Some);
+                }
+                unlock_sizing(&file);
+                continue;
             } else if waited.elapsed() > INIT_WAIT {
-                // Empty or short for that long: its creator died in the microseconds between
-                // making the file and sizing it. Two processes resizing it at once could split
-                // the region in two, so this one is left to a person.
+                // Short (not empty) for that long, or empty and its sizing lock held that
+                // long: another program's file, or a creator stopped before sizing it. Two
+                // processes resizing it at once could split the region in two, so this one
+                // is left to a person.
                 return Err(err(
                     StoreErrorKind::Corrupt,
                     path,
@@ -565,6 +592,46 @@ fn replaced(file: &std::fs::File, path: &Path) -> bool {
         Ok(m) => (m.dev(), m.ino()) != (ours.dev(), ours.ino()),
         Err(e) => e.kind() == std::io::ErrorKind::NotFound,
     }
+}
+
+/// Takes the file's sizing lock (`flock`, exclusive): `wait`ing for it, or `false` at once
+/// when another process holds it. The lock is the open file's: it goes with the file's last
+/// descriptor in this process (a dropped `File`), or with the process.
+fn lock_sizing(file: &std::fs::File, path: &Path, wait: bool) -> Result<bool, Error> {
+    use std::os::fd::AsRawFd;
+    let op = if wait {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_EX | libc::LOCK_NB
+    };
+    loop {
+        // SAFETY: flock on a descriptor this `File` owns and keeps open for the call.
+        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) if !wait => return Ok(false),
+            _ => return Err(io_error(path, "lock", &e)),
+        }
+    }
+}
+
+/// Releases the sizing lock (before the file is kept open to be attached).
+fn unlock_sizing(file: &std::fs::File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: as in `lock_sizing`. A failure leaves the lock to the file's close.
+    unsafe {
+        libc::flock(file.as_raw_fd(), libc::LOCK_UN);
+    }
+}
+
+fn file_len(file: &std::fs::File, path: &Path) -> Result<u64, Error> {
+    Ok(file
+        .metadata()
+        .map_err(|e| io_error(path, "stat", &e))?
+        .len())
 }
 
 fn create_new(path: &Path) -> std::io::Result<std::fs::File> {

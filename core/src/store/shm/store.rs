@@ -414,6 +414,20 @@ impl ShmBucket {
     }
 }
 
+impl ShmBucket {
+    /// The store, as errors name it (`shm:PATH`).
+    pub(crate) fn store_name(&self) -> String {
+        self.store.store_name()
+    }
+}
+
+impl ShmStore {
+    /// The store, as errors name it (`shm:PATH`).
+    pub(crate) fn store_name(&self) -> String {
+        format!("shm:{}", self.region.name)
+    }
+}
+
 impl core::fmt::Debug for ShmBucket {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("ShmBucket")
