@@ -52,6 +52,7 @@ cargo clippy -p sluicegate --all-targets --features tokio --locked -- -D warning
 # features, so the bindings' redis-tls hides the plain build): lint both.
 cargo clippy -p sluicegate --all-targets --features redis,redis-test-clock --locked -- -D warnings
 cargo clippy -p sluicegate --all-targets --features redis-tls,redis-test-clock --locked -- -D warnings
+cargo clippy -p sluicegate-tower --all-targets --features redis --locked -- -D warnings
 
 step "conformance vectors are up to date with their reference (conformance/generate.py)"
 python3 conformance/generate.py --check

@@ -86,6 +86,13 @@ if [ -n "$valkey" ]; then
     bad "core/tests/redis on Valkey"
   fi
 fi
+# sluicegate-tower's limits on Redis (an outage said once, the policy deciding meanwhile).
+echo "== cargo test -p sluicegate-tower --features redis --test redis (Redis)"
+if SLUICEGATE_REDIS_TMP="$tmp" cargo test -p sluicegate-tower --locked --features redis --test redis 2>&1 | tail -3; then
+  ok "tower/tests/redis on Redis"
+else
+  bad "tower/tests/redis on Redis"
+fi
 # The Redis store's unit tests (URLs, specs, slots) need the feature too.
 if cargo test -p sluicegate --locked --features redis --lib -q -- store::redis store::spec 2>&1 | tail -3; then
   ok "the Redis store's unit tests"

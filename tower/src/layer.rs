@@ -47,6 +47,9 @@ struct Shared {
     switch: Switch,
     /// Each limit's fields that depend on its quota alone (index = the limit's).
     fixed: Vec<Arc<FixedCell>>,
+    /// The outages of the limits' Redis stores (index = the limit's).
+    #[cfg(feature = "redis")]
+    watches: Arc<crate::watch::Watches>,
 }
 
 /// The layer's on/off switch: shared by every clone of the layer and every service it made.
@@ -99,6 +102,8 @@ impl RateLimitLayer {
     pub fn new(limit: Limit) -> Self {
         Self {
             shared: Arc::new(Shared {
+                #[cfg(feature = "redis")]
+                watches: Arc::new(crate::watch::Watches::of(core::slice::from_ref(&limit))),
                 limits: vec![limit],
                 resolver: Arc::new(ClientResolver::default()),
                 style: HeaderStyle::Ietf,
@@ -127,6 +132,10 @@ impl RateLimitLayer {
         self.edit(|s| {
             s.limits.push(limit);
             s.fixed.push(Arc::default());
+            #[cfg(feature = "redis")]
+            {
+                s.watches = Arc::new(crate::watch::Watches::of(&s.limits));
+            }
         })
     }
 
@@ -352,7 +361,9 @@ impl Shared {
                 continue;
             };
             let bytes = key.as_bytes();
-            match over_capacity(l, l.limiter.try_acquire(bytes, l.cost)) {
+            let decided = over_capacity(l, l.limiter.try_acquire(bytes, l.cost));
+            self.watch(i);
+            match decided {
                 Ok(d) => {
                     if let Some(wait) = queued(&d, l.cost) {
                         // A queue slot with a wait: given back, and the request refused.
@@ -412,6 +423,7 @@ impl Shared {
         };
         let bytes = key.as_bytes();
         let decided = over_capacity(l, l.limiter.try_acquire(bytes, l.cost));
+        self.watch(0);
         self.warn(req);
         let mut fields = Fields::default();
         match decided {
@@ -491,6 +503,23 @@ impl Shared {
             out.push(n, v);
         }
         out
+    }
+
+    /// Looks at limit `i`'s Redis store, at most once a second (feature `redis`): an outage
+    /// that begins goes to `on_error`, its end to standard error.
+    #[inline]
+    fn watch(&self, _i: usize) {
+        #[cfg(feature = "redis")]
+        if let Some(event) = self.watches.tick(_i, &self.limits[_i]) {
+            match event {
+                crate::watch::Event::Failing(e) => self.report(&e),
+                crate::watch::Event::Recovered(said) => {
+                    if self.on_error.is_none() {
+                        eprintln!("{said}");
+                    }
+                }
+            }
+        }
     }
 
     /// A limit's error, to `on_error` (default: standard error, at most once a second).

@@ -23,6 +23,8 @@ mod fields;
 mod layer;
 mod limit;
 mod request;
+#[cfg(feature = "redis")]
+mod watch;
 
 pub use layer::{
     Admitted, ErrorFn, RateLimit, RateLimitLayer, RefundFn, Refused, ResponseFuture, SkipFn,

@@ -87,6 +87,9 @@ pub struct Limit {
     pub(crate) limiter: Arc<Limiter>,
     pub(crate) key: KeyBy,
     pub(crate) cost: u64,
+    /// The store given to [`store`](Self::store), as printed (a password `***`).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) store: Option<Arc<str>>,
 }
 
 impl Limit {
@@ -98,6 +101,7 @@ impl Limit {
             limiter: Arc::new(limiter),
             key,
             cost: 1,
+            store: None,
         }
     }
 
@@ -139,12 +143,16 @@ impl Limit {
         let limiter = KeyedLimiter::builder(self.limiter.quota())
             .clock(AnyClock::default())
             .metrics(true)
-            .store(spec)
+            .store(spec.clone())
             .build()?;
-        Ok(Self {
+        let limit = Self {
+            store: Some(spec.to_string().into()),
             limiter: Arc::new(limiter),
             ..self
-        })
+        };
+        #[cfg(feature = "redis")]
+        crate::watch::unreachable_at_start(&limit);
+        Ok(limit)
     }
 
     /// [`keyed`](Self::keyed) by the client ([`KeyBy::Client`]).

@@ -1,0 +1,65 @@
+//! A layer's limits on Redis (feature `redis`; run by ci/check.d/45-redis.sh, which installs
+//! redis-server): an outage that begins is said once to `on_error`, and the limit goes on,
+//! decided by its store's `on_error` policy, then by the server again once it is back.
+
+#[allow(dead_code)]
+#[path = "../../core/tests/redis/server.rs"]
+mod server;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{Request, StatusCode};
+use axum::routing::get;
+use axum::Router;
+use sluicegate_tower::{Limit, RateLimitLayer};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tower::ServiceExt;
+
+async fn status(app: &Router) -> StatusCode {
+    let mut r = Request::get("/").body(Body::empty()).unwrap();
+    let peer: SocketAddr = "203.0.113.7:5000".parse().unwrap();
+    r.extensions_mut().insert(ConnectInfo(peer));
+    app.clone().oneshot(r).await.unwrap().status()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_is_said_once_and_the_policy_decides_meanwhile() {
+    let mut srv = server::Server::start();
+    let store = format!(
+        "redis://127.0.0.1:{}/0?prefix=tower&on_error=local&hosts=1&timeout=200ms",
+        srv.port
+    );
+    let limit = Limit::per_client("api", "3/minute")
+        .unwrap()
+        .store(&store)
+        .unwrap();
+    let said = Arc::new(Mutex::new(Vec::new()));
+    let seen = said.clone();
+    let app = Router::new().route("/", get(|| async { "ok" })).layer(
+        RateLimitLayer::new(limit.clone())
+            .on_error(move |e| seen.lock().unwrap().push(e.to_string())),
+    );
+    assert_eq!(status(&app).await, StatusCode::OK);
+    assert_eq!(limit.limiter().redis_stats().unwrap().decided, 1);
+    srv.kill();
+    // Decided by the policy (`local`: this process alone, its share of 3/minute), and the
+    // outage said once, at the first look a second after the last.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    for _ in 0..5 {
+        let _ = status(&app).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    for _ in 0..5 {
+        let _ = status(&app).await;
+    }
+    let stats = limit.limiter().redis_stats().unwrap();
+    assert!(stats.failed_local >= 10, "{stats:?}");
+    let said = said.lock().unwrap().clone();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].contains("does not answer") && said[0].contains("on_error=local"),
+        "{said:?}"
+    );
+}
