@@ -511,6 +511,39 @@ fn an_empty_file_is_made_a_region_and_a_short_one_is_left_alone() {
     assert_eq!(std::fs::read(&r3.0).unwrap(), b"hello");
 }
 
+/// Threads of one process opening one new region at once, and an empty file's adopters among
+/// them: every one opens the one region (a creator whose sizing lock an adopter took in the
+/// instant after the file was made waited for that adopter's mapping to end: forever, as the
+/// lock of a mapped file outlives its descriptor).
+#[test]
+fn threads_making_and_adopting_one_region_at_once_all_open_it() {
+    for round in 0..20 {
+        let r = Region::new(&format!("race-{round}"));
+        if round % 2 == 1 {
+            std::fs::write(&r.0, b"").unwrap();
+            std::fs::set_permissions(&r.0, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        let barrier = std::sync::Barrier::new(6);
+        let t = std::time::Instant::now();
+        let opened: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..6)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        keyed("10/s", &r)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(t.elapsed() < std::time::Duration::from_secs(2), "{:?}", t.elapsed());
+        for (i, kl) in opened.iter().enumerate() {
+            let d = kl.try_acquire(b"k".as_slice(), 1).unwrap();
+            assert_eq!(d.remaining(), 9 - i as u64, "round {round}: one region for all");
+        }
+    }
+}
+
 #[test]
 fn a_file_that_is_not_a_region_is_never_taken_over() {
     let r = Region::new("foreign");

@@ -214,15 +214,43 @@ impl Region {
             if creatable.is_ok() {
                 match create_new(path) {
                     Ok(file) => {
-                        // The sizing lock, held until the file is sized (it is released when
-                        // `initialise` drops the file): an opener that finds an empty file
-                        // sizes it only under this lock. One that took it in the instant
-                        // before ours sized the file already: open that region instead.
-                        lock_sizing(&file, path, true)?;
-                        if file_len(&file, path)? == 0 {
-                            return Self::initialise(file, path, want, capacity, false);
+                        // The sizing lock, held until the file is sized (`initialise`
+                        // releases it): an opener that finds an empty file sizes it only
+                        // under this lock. An opener that took it in the instant before ours
+                        // is sizing the file, or has: open that region instead (waiting for
+                        // it to be ready).
+                        let lock = match lock_sizing(&file, path) {
+                            Ok(l) => l,
+                            Err(e) => {
+                                // This process's empty file: not left for openers to wait on.
+                                if !replaced(&file, path) {
+                                    let _ = std::fs::remove_file(path);
+                                }
+                                return Err(e);
+                            }
+                        };
+                        let sized_by_other = match lock {
+                            Sizing::Held => {
+                                if file_len(&file, path)? == 0 {
+                                    return Self::initialise(
+                                        file,
+                                        path,
+                                        want,
+                                        capacity,
+                                        Origin::Created,
+                                    );
+                                }
+                                unlock_sizing(&file);
+                                true
+                            }
+                            Sizing::Busy => true,
+                            // A file system without `flock`: sized as before the lock existed
+                            // (no opener adopts an empty file there).
+                            Sizing::Unsupported => false,
+                        };
+                        if !sized_by_other {
+                            return Self::initialise(file, path, want, capacity, Origin::Created);
                         }
-                        unlock_sizing(&file);
                         if let Some(region) = Self::attach(file, path, want, &mut waited)? {
                             return Ok(region);
                         }
@@ -305,7 +333,8 @@ impl Region {
                         {
                             let capacity = want.capacity.unwrap_or(want.default_capacity);
                             drop(map);
-                            return Self::initialise(file, path, want, capacity, true).map(Some);
+                            return Self::initialise(file, path, want, capacity, Origin::TakenOver)
+                                .map(Some);
                         }
                         *waited = Instant::now();
                         continue;
@@ -323,15 +352,18 @@ impl Region {
             } else if replaced(&file, path) {
                 // Its creator failed and removed it (or someone replaced it): start again.
                 return Ok(None);
-            } else if len == 0 && lock_sizing(&file, path, false)? {
+            } else if len == 0 && lock_sizing(&file, path)? == Sizing::Held {
                 // An empty file that no creator is sizing (a creator holds the sizing lock
                 // from the file's creation until it is sized): its creator died before sizing
                 // it, or a person made it (`install -m 600 /dev/null`, systemd-tmpfiles).
                 // Sized here, under the lock, if it is still empty; else opened as it is now.
                 if file_len(&file, path)? == 0 && !replaced(&file, path) {
                     let capacity = want.capacity.unwrap_or(want.default_capacity);
-                    check_capacity(capacity)?;
-                    return Self::initialise(file, path, want, capacity, false).map(Some);
+                    if let Err(e) = check_capacity(capacity) {
+                        unlock_sizing(&file);
+                        return Err(e);
+                    }
+                    return Self::initialise(file, path, want, capacity, Origin::Adopted).map(Some);
                 }
                 unlock_sizing(&file);
                 continue;
@@ -354,38 +386,66 @@ impl Region {
         }
     }
 
-    /// Sizes, maps and initialises a region for `capacity` keys. `taken_over`: the file
-    /// existed, its creator died, and this process holds its initialisation already.
+    /// Sizes, maps and initialises a region for `capacity` keys (see [`Origin`]). The sizing
+    /// lock, if this process holds it, is released once the file is sized (or sizing failed):
+    /// a lock on a mapped file outlives the file's descriptor, for as long as the mapping.
     fn initialise(
+        file: std::fs::File,
+        path: &Path,
+        want: &Want<'_>,
+        capacity: u64,
+        origin: Origin,
+    ) -> Result<Self, Error> {
+        let sized = Self::size(&file, path, capacity, origin);
+        unlock_sizing(&file);
+        sized?;
+        Self::fill(file, path, want, capacity, origin == Origin::TakenOver)
+    }
+
+    /// Sizes and allocates the file of a region for `capacity` keys.
+    fn size(file: &std::fs::File, path: &Path, capacity: u64, origin: Origin) -> Result<(), Error> {
+        check_capacity(capacity)?;
+        let slots = slots_for(capacity);
+        let file_len = HEADER_LEN as u64 + (LOCKS * 8) as u64 + slots * SLOT_BYTES as u64;
+        let undo = |file: &std::fs::File| match origin {
+            // The file this process made, still empty: nobody else sizes or takes over an
+            // empty file it is sizing, so removing it harms no one, and spares the name a
+            // short file (an opener waiting on it meanwhile sees it gone, and starts again).
+            Origin::Created if !replaced(file, path) => {
+                let _ = std::fs::remove_file(path);
+            }
+            // A person's empty file: left as it was found.
+            Origin::Adopted => {
+                let _ = file.set_len(0);
+            }
+            // A sized file is left: an opener may have taken it over; one that finds it
+            // unclaimed does.
+            _ => {}
+        };
+        if let Err(e) = file.set_len(file_len) {
+            undo(file);
+            return Err(io_error(path, "size", &e));
+        }
+        if let Err(e) = reserve(file, file_len, path) {
+            undo(file);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Maps and initialises a sized region file. `taken_over`: the file existed, its creator
+    /// died, and this process holds its initialisation already.
+    fn fill(
         file: std::fs::File,
         path: &Path,
         want: &Want<'_>,
         capacity: u64,
         taken_over: bool,
     ) -> Result<Self, Error> {
-        check_capacity(capacity)?;
         let slots = slots_for(capacity);
         let locks_offset = HEADER_LEN as u64;
         let slots_offset = locks_offset + (LOCKS * 8) as u64;
         let file_len = slots_offset + slots * SLOT_BYTES as u64;
-        if let Err(e) = file.set_len(file_len) {
-            if !taken_over && !replaced(&file, path) {
-                // The file this process made, still empty: nobody else sizes or takes over
-                // an empty file, so removing it harms no one, and spares the name a short
-                // file that every later opener would refuse as a creator that stopped (an
-                // opener waiting on it meanwhile sees it gone, and starts again). A sized file
-                // is left: an opener may have taken it over; one that finds it unclaimed does.
-                let _ = std::fs::remove_file(path);
-            }
-            return Err(io_error(path, "size", &e));
-        }
-        if let Err(e) = reserve(&file, file_len, path) {
-            if !taken_over && !replaced(&file, path) {
-                // As for a failed sizing: this process's file, never initialised.
-                let _ = std::fs::remove_file(path);
-            }
-            return Err(e);
-        }
         let map = map(&file, path)?;
         // SAFETY: as in `attach`: the mapping is `file_len` bytes, page-aligned, and the
         // header is atomics only.
@@ -594,25 +654,46 @@ fn replaced(file: &std::fs::File, path: &Path) -> bool {
     }
 }
 
-/// Takes the file's sizing lock (`flock`, exclusive): `wait`ing for it, or `false` at once
-/// when another process holds it. The lock is the open file's: it goes with the file's last
-/// descriptor in this process (a dropped `File`), or with the process.
-fn lock_sizing(file: &std::fs::File, path: &Path, wait: bool) -> Result<bool, Error> {
+/// Where a region's file comes from, for [`Region::initialise`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// Made by this process (`O_EXCL`), empty.
+    Created,
+    /// Found empty, its sizing lock free (a person's, or a dead creator's): left empty again
+    /// if it cannot be sized.
+    Adopted,
+    /// Sized, its creator dead before it was ready; this process holds its initialisation.
+    TakenOver,
+}
+
+/// What taking a file's sizing lock came to.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Sizing {
+    /// This process holds it.
+    Held,
+    /// Another process holds it (a creator sizing the file, or an opener adopting it).
+    Busy,
+    /// The file system has no `flock` (the lock is then not used).
+    Unsupported,
+}
+
+/// Tries the file's sizing lock (`flock`, exclusive, not waiting). The lock is the open
+/// file's: it goes with `unlock_sizing`, with the file's last descriptor while it is not
+/// mapped, or with the process.
+fn lock_sizing(file: &std::fs::File, path: &Path) -> Result<Sizing, Error> {
     use std::os::fd::AsRawFd;
-    let op = if wait {
-        libc::LOCK_EX
-    } else {
-        libc::LOCK_EX | libc::LOCK_NB
-    };
     loop {
         // SAFETY: flock on a descriptor this `File` owns and keeps open for the call.
-        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
-            return Ok(true);
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(Sizing::Held);
         }
         let e = std::io::Error::last_os_error();
         match e.raw_os_error() {
             Some(libc::EINTR) => continue,
-            Some(libc::EWOULDBLOCK) if !wait => return Ok(false),
+            Some(libc::EWOULDBLOCK) => return Ok(Sizing::Busy),
+            Some(libc::ENOLCK | libc::EINVAL | libc::EOPNOTSUPP | libc::ENOSYS) => {
+                return Ok(Sizing::Unsupported)
+            }
             _ => return Err(io_error(path, "lock", &e)),
         }
     }
