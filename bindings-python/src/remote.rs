@@ -341,23 +341,39 @@ fn running_loop(py: Python<'_>) -> Option<Bound<'_, PyAny>> {
     get.call0(py).ok().map(|l| l.into_bound(py))
 }
 
-/// The relay thread's queue, this process's (started on the first wake, and again in a child
-/// made by `fork()`, which does not have its parent's thread; None if it cannot be started).
-fn relay_thread() -> Option<&'static mpsc::Sender<Waker>> {
-    /// One process's relay: never freed (a parent's, in its child, is left as it is).
-    struct Relay {
-        pid: u32,
-        tx: Option<mpsc::Sender<Waker>>,
+/// This process's relay: the thread that wakes coroutines for the core, its queue, and its
+/// state for the interpreter's exit. Started on the first wake, and again in a child made by
+/// `fork()` (the core's process generation tells it), which has none of its parent's threads
+/// and may find the parent's state locked: the parent's relay is left as it is, never
+/// touched.
+struct ProcessRelay {
+    generation: u64,
+    /// None if the thread cannot be started.
+    tx: Option<mpsc::Sender<Waker>>,
+    state: &'static RelayState,
+}
+
+/// This process's relay (null, or a `Box<ProcessRelay>` leaked by [`relay`], never freed).
+static RELAY: AtomicPtr<ProcessRelay> = AtomicPtr::new(std::ptr::null_mut());
+
+/// This process's relay, if it has started one.
+fn relay_now() -> Option<&'static ProcessRelay> {
+    let p = RELAY.load(Ordering::Acquire);
+    // SAFETY: a non-null pointer here is a `Box<ProcessRelay>` leaked by `relay`, never freed.
+    let r = unsafe { p.as_ref() }?;
+    (r.generation == sluicegate::__process_generation()).then_some(r)
+}
+
+/// This process's relay, started now if it has none.
+fn relay() -> &'static ProcessRelay {
+    if let Some(r) = relay_now() {
+        return r;
     }
-    static RELAY_TX: AtomicPtr<Relay> = AtomicPtr::new(std::ptr::null_mut());
-    let pid = std::process::id();
-    let p = RELAY_TX.load(Ordering::Acquire);
-    // SAFETY: a non-null pointer here is a `Box<Relay>` leaked below, never freed.
-    if let Some(r) = unsafe { p.as_ref() } {
-        if r.pid == pid {
-            return r.tx.as_ref();
-        }
-    }
+    let p = RELAY.load(Ordering::Acquire);
+    let state: &'static RelayState = Box::leak(Box::new(RelayState {
+        state: Mutex::new((false, false)),
+        ended: std::sync::Condvar::new(),
+    }));
     let (tx, rx) = mpsc::channel::<Waker>();
     let started = std::thread::Builder::new()
         .name("sluicegate-aio".into())
@@ -365,31 +381,37 @@ fn relay_thread() -> Option<&'static mpsc::Sender<Waker>> {
             while let Ok(first) = rx.recv() {
                 let mut batch = vec![first];
                 batch.extend(rx.try_iter());
-                if !RELAY.begin() {
+                if !state.begin() {
                     continue; // the interpreter is exiting: nothing awaits any more
                 }
                 // None: the interpreter is gone.
                 let _ = Python::try_attach(|_| batch.drain(..).for_each(Waker::wake));
-                RELAY.end();
+                state.end();
             }
         })
         .is_ok();
-    let fresh = Box::into_raw(Box::new(Relay {
-        pid,
+    let fresh = Box::into_raw(Box::new(ProcessRelay {
+        generation: sluicegate::__process_generation(),
         tx: started.then_some(tx),
+        state,
     }));
-    match RELAY_TX.compare_exchange(p, fresh, Ordering::AcqRel, Ordering::Acquire) {
+    match RELAY.compare_exchange(p, fresh, Ordering::AcqRel, Ordering::Acquire) {
         // SAFETY: `fresh` is stored and never freed.
-        Ok(_) => unsafe { (*fresh).tx.as_ref() },
+        Ok(_) => unsafe { &*fresh },
         Err(won) => {
             // Another thread of this process started one first: this one's sender is dropped,
-            // and its thread ends.
+            // and its thread ends (its state, a few bytes, stays leaked).
             // SAFETY: `fresh` was never shared (the exchange failed): this thread owns it.
             drop(unsafe { Box::from_raw(fresh) });
-            // SAFETY: `won` is the other thread's `fresh`, stored and never freed.
-            unsafe { (*won).tx.as_ref() }
+            // SAFETY: `won` is a `Box<ProcessRelay>` leaked by this function, never freed.
+            unsafe { &*won }
         }
     }
+}
+
+/// The relay thread's queue (None if it cannot be started).
+fn relay_thread() -> Option<&'static mpsc::Sender<Waker>> {
+    relay().tx.as_ref()
 }
 
 /// The relay thread's state, for the interpreter's exit.
@@ -406,11 +428,6 @@ struct RelayState {
     state: Mutex<(bool, bool)>,
     ended: std::sync::Condvar,
 }
-
-static RELAY: RelayState = RelayState {
-    state: Mutex::new((false, false)),
-    ended: std::sync::Condvar::new(),
-};
 
 impl RelayState {
     /// A batch begins; false once closed.
@@ -447,7 +464,9 @@ impl RelayState {
                 Some(c"sluicegate_relay_close"),
                 None,
                 |args: &Bound<'_, PyTuple>, _: Option<&Bound<'_, PyDict>>| {
-                    args.py().detach(|| RELAY.close())
+                    // This process's relay, if it has one (a parent's is not this one's).
+                    args.py()
+                        .detach(|| relay_now().map_or((), |r| r.state.close()))
                 },
             )?;
             py.import("atexit")?.call_method1("register", (hook,))?;

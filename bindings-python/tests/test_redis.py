@@ -19,6 +19,7 @@ import threading
 import time
 import tomllib
 from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -549,6 +550,12 @@ def test_a_limiter_made_before_fork_works_in_the_child(redis_server: RedisServer
         signal.alarm(30)  # a call that hung would end the child, not the test run
         report = []
         try:
+            # Threads whose first calls in this process come at once: each waits for the one
+            # connection attempt (with on_error=error, a call that found no connection yet
+            # would raise).
+            with ThreadPoolExecutor(8) as pool:
+                firsts = list(pool.map(lambda i: limiter.try_acquire(f"t{i}").allowed, range(8)))
+            report.append(all(firsts))
             report.append(limiter.try_acquire("k").remaining)  # 3: the parent's one is spent
             report.append(asyncio.run(limiter.try_acquire_async("k")).remaining)
             fresh = KeyedLimiter("1/minute", store=url(redis_server, on_error="error"))
@@ -563,13 +570,41 @@ def test_a_limiter_made_before_fork_works_in_the_child(redis_server: RedisServer
     os.close(write)
     try:
         with os.fdopen(read) as pipe:
-            assert pipe.read() == repr([3, 2, [True, False], True, True])
+            assert pipe.read() == repr([True, 3, 2, [True, False], True, True])
     finally:
         assert os.waitpid(pid, 0)[1] == 0
     # The parent's one, the child's two: this is the fourth of five.
     assert limiter.try_acquire("k").remaining == 1
     metrics = limiter.metrics()
     assert metrics is not None and metrics.allowed == 2
+
+
+def test_async_first_calls_after_fork_are_decided_by_the_server(redis_server: RedisServer) -> None:
+    """In a child, an async limiter's first call opens the child's connection on a thread of
+    its own: the event loop (and every other coroutine) runs meanwhile."""
+    limiter = KeyedLimiter("5/minute", store=url(redis_server, on_error="error"))
+    assert limiter.try_acquire("k")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        signal.alarm(30)
+
+        async def main() -> list[object]:
+            results = await asyncio.gather(*(limiter.try_acquire_async(f"a{i}") for i in range(8)))
+            return [all(d.allowed for d in results), (await limiter.try_acquire_async("k")).remaining]
+
+        try:
+            report: object = asyncio.run(main())
+        except Exception as e:  # noqa: BLE001 - reported to the parent
+            report = repr(e)
+        os.write(write, repr(report).encode())
+        os._exit(0)
+    os.close(write)
+    try:
+        with os.fdopen(read) as pipe:
+            assert pipe.read() == repr([True, 3])
+    finally:
+        assert os.waitpid(pid, 0)[1] == 0
 
 
 def test_keyed_metrics_wait_for_the_server_with_the_gil_released(own_redis: RedisServer) -> None:

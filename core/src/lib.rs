@@ -69,6 +69,14 @@ pub use metrics::{render_prometheus, Metrics, RejectHook, Rejection};
 pub use quota::{Algorithm, Quota, QuotaOptions, Refill, MAX_SLIDING_LOG};
 #[cfg(all(feature = "redis", not(sluicegate_loom)))]
 pub use store::RedisStats;
+/// The process generation of the Redis store's fork handling (0, or one more in each child
+/// forked since the first Redis store was opened): for bindings that keep per-process state
+/// beside the store's (a thread of their own). Not a stable API.
+#[doc(hidden)]
+#[cfg(all(feature = "redis", not(sluicegate_loom)))]
+pub fn __process_generation() -> u64 {
+    store::fork::generation()
+}
 #[doc(hidden)]
 pub use store::StoreAudit;
 pub use store::{

@@ -456,7 +456,12 @@ impl Shared {
     /// A refusal's fields: a key store at its bound gave no decision to say when to retry,
     /// so in a second.
     fn refused_fields(&self, status: StatusCode, mut h: Fields) -> Fields {
-        if status == StatusCode::TOO_MANY_REQUESTS && !h.has(&RETRY_AFTER) {
+        if status != StatusCode::TOO_MANY_REQUESTS {
+            // A limit that could not decide: no rate-limit figures (the other limits' would
+            // describe a refusal that is not one), as with one limit.
+            return Fields::default();
+        }
+        if !h.has(&RETRY_AFTER) {
             h.push(RETRY_AFTER, HeaderValue::from_static("1"));
         }
         h
@@ -515,7 +520,7 @@ impl Shared {
                 crate::watch::Event::Failing(e) => self.report(&e),
                 crate::watch::Event::Recovered(said) => {
                     if self.on_error.is_none() {
-                        eprintln!("{said}");
+                        crate::say!("{said}");
                     }
                 }
             }
@@ -537,7 +542,7 @@ impl Shared {
                 .is_ok()
         {
             let status = status_of(e);
-            eprintln!(
+            crate::say!(
                 "sluicegate: a limit could not decide a request, answered {}: {e} (said at \
                  most once a second; RateLimitLayer::on_error to handle it)",
                 status.as_u16()
@@ -551,7 +556,7 @@ impl Shared {
         };
         match &self.on_warning {
             Some(f) => f(w),
-            None => eprintln!("sluicegate: warning [{}]: {w}", w.code()),
+            None => crate::say!("sluicegate: warning [{}]: {w}", w.code()),
         }
     }
 }

@@ -19,6 +19,16 @@
 //! The README's example, run as a test:
 #![doc = include_str!("../README.md")]
 
+/// One line on standard error, as `eprintln!` writes it, ignoring a failure to write (a
+/// closed or full standard error): `eprintln!` panics then, in a request's path.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+pub(crate) use say;
+
 mod fields;
 mod layer;
 mod limit;

@@ -120,7 +120,7 @@ pub(crate) fn unreachable_at_start(limit: &Limit) {
         return;
     };
     if stats.connects == 0 {
-        eprintln!(
+        crate::say!(
             "sluicegate: cannot reach the Redis store {name}: limit {:?} is decided by its {} \
              until it connects",
             &*limit.name,

@@ -85,6 +85,23 @@ impl<T> PerProcess<T> {
         }
     }
 
+    /// This process's value, if it has one yet (none in a child forked since it was made,
+    /// until [`get`](Self::get) makes it).
+    pub(crate) fn current(&self) -> Option<&T> {
+        let p = self.cur.load(Ordering::Acquire);
+        // SAFETY: as in `get`.
+        let cur = unsafe { &*p };
+        (cur.generation == generation()).then_some(&cur.value)
+    }
+
+    /// The value stored, this process's or (in a child that has not made its own yet) its
+    /// parent's: only to read what the parent's value says of itself (a name, counters), never
+    /// to lock or drop anything of it.
+    pub(crate) fn any(&self) -> &T {
+        // SAFETY: as in `get`.
+        unsafe { &(*self.cur.load(Ordering::Acquire)).value }
+    }
+
     /// This process's value: the current one, or, in a child forked since it was made, one
     /// `make` makes now (`make` gets the stale value; it must not lock or drop anything of
     /// it). Two threads of the child that race here each make one; one is kept, and the

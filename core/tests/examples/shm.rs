@@ -536,10 +536,18 @@ fn threads_making_and_adopting_one_region_at_once_all_open_it() {
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
-        assert!(t.elapsed() < std::time::Duration::from_secs(2), "{:?}", t.elapsed());
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(2),
+            "{:?}",
+            t.elapsed()
+        );
         for (i, kl) in opened.iter().enumerate() {
             let d = kl.try_acquire(b"k".as_slice(), 1).unwrap();
-            assert_eq!(d.remaining(), 9 - i as u64, "round {round}: one region for all");
+            assert_eq!(
+                d.remaining(),
+                9 - i as u64,
+                "round {round}: one region for all"
+            );
         }
     }
 }

@@ -200,7 +200,9 @@ pub(crate) fn composite(
         Err(e) => return Some(Err(e)),
     };
     let c = &parts[0].c;
-    let r = c.link().call_blocking(Request::Run { keys: names, args });
+    let r = c
+        .live_link()
+        .and_then(|l| l.call_blocking(Request::Run { keys: names, args }));
     Some(c.finish(r, &fps, ask))
 }
 
@@ -216,9 +218,9 @@ pub(crate) async fn composite_async(
         Err(e) => return Some(Err(e)),
     };
     let c = &parts[0].c;
-    let r = c
-        .link()
-        .call_async(Request::Run { keys: names, args })
-        .await;
+    let r = match c.live_link_async().await {
+        Ok(l) => l.call_async(Request::Run { keys: names, args }).await,
+        Err(f) => Err(f),
+    };
     Some(c.finish(r, &fps, ask))
 }

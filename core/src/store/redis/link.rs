@@ -155,8 +155,9 @@ pub(crate) enum Fail {
     Io(String),
     /// The server answered with an error.
     Server(String),
-    /// This process was forked after the link was opened (see [`forked`]): the connections
-    /// and the runtime thread are the parent's. An error whatever the fail policy.
+    /// The link is another process's (see [`Link::stale`]): this process was forked after
+    /// it was opened, and its connections and runtime thread are the parent's. An error
+    /// whatever the fail policy.
     Forked,
 }
 
@@ -376,11 +377,46 @@ pub(crate) struct Link {
     /// The process generation that opened it (`store::fork`): in another process (a child
     /// forked since), every call is `Fail::Forked`.
     process: u64,
+    /// Set when the opener's first connection attempt is over, with its verdict.
+    opened: Opened,
     /// The blocking callers' own connections (one plain server only).
     direct: Option<Mutex<Direct>>,
     /// The async callers' own connections, by the tokio runtime they run on (one plain
     /// server only).
     own: Option<Mutex<Own>>,
+}
+
+/// The end of a link's first connection attempt, which every store opening the link waits
+/// for, and its verdict (`Some`: the server refused the login, or has no such database).
+#[derive(Default)]
+struct Opened {
+    done: Mutex<Option<Option<Error>>>,
+    ended: std::sync::Condvar,
+}
+
+impl Opened {
+    fn set(&self, verdict: Option<Error>) {
+        *self.done.lock().unwrap_or_else(|e| e.into_inner()) = Some(verdict);
+        self.ended.notify_all();
+    }
+
+    /// Waits for the first attempt's end (bounded by its own: at most max(timeout, 1 s) and
+    /// a PING's timeout); its verdict.
+    fn wait(&self) -> Result<(), Error> {
+        let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            match &*done {
+                Some(None) => return Ok(()),
+                Some(Some(e)) => return Err(e.clone()),
+                None => {
+                    done = self
+                        .ended
+                        .wait(done)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+            }
+        }
+    }
 }
 
 /// Connections blocking callers drive themselves, each used by one caller at a time.
@@ -499,6 +535,11 @@ impl Link {
         let links = LINKS.get(Default::default);
         let mut map = links.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(link) = map.get(&id).and_then(Weak::upgrade) {
+            drop(map);
+            // Opened by another thread: its first connection attempt, and its verdict on the
+            // server, are this store's too (a call made before it ended would find no
+            // connection, and go to the fail policy, at every threaded worker's start).
+            link.opened.wait()?;
             return Ok(link);
         }
         map.retain(|_, w| w.strong_count() > 0);
@@ -537,12 +578,15 @@ impl Link {
             born: Instant::now(),
             counters: Counters::default(),
             process: fork::generation(),
+            opened: Opened::default(),
         });
         map.insert(id, Arc::downgrade(&link));
         drop(map);
         let l = link.clone();
         block(async move { l.connect().await });
-        if let Some(e) = link.misconfigured() {
+        let verdict = link.misconfigured();
+        link.opened.set(verdict.clone());
+        if let Some(e) = verdict {
             // Not an outage that a fail policy rides out: the limiter is not made.
             let mut map = links.lock().unwrap_or_else(|e| e.into_inner());
             map.retain(|_, w| w.strong_count() > 0 && !core::ptr::eq(w.as_ptr(), &*link));
@@ -575,7 +619,6 @@ impl Link {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One connection attempt (the caller has set `connecting`).
     /// After the first connection attempt: the server refused the login (a wrong password,
     /// none where one is needed) or has no such database. Checked once, when the link is
     /// opened: such a store cannot decide anything, whatever its fail policy, and a limiter
@@ -617,6 +660,7 @@ impl Link {
         }
     }
 
+    /// One connection attempt (the caller has set `connecting`).
     async fn connect(self: Arc<Self>) {
         let limit = self.timeout.max(Duration::from_secs(1));
         let r = tokio::time::timeout(limit, self.target.connect(limit)).await;

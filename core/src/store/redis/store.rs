@@ -28,6 +28,7 @@ use crate::store::{KeyedLimiter, OnFull, Store, StoreSpec};
 use crate::{Decision, Quota};
 use core::borrow::Borrow;
 use core::hash::Hash;
+use futures_util::future::Either;
 use redis::{Cmd, RedisWrite, Value};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -142,6 +143,23 @@ const HOLD_MAX: u64 = 1_000_000_000;
 const CACHE_SHARDS: usize = 16;
 const CACHE_PER_SHARD: usize = 4096;
 
+/// The `local` policy's insurance limiter for quota `q` (see [`insurance`]).
+fn insurance_limiter(q: Quota) -> Result<Box<KeyedLimiter<u128>>, Error> {
+    Ok(Box::new(
+        KeyedLimiter::<u128>::builder(q)
+            .max_keys(100_000)
+            .on_full(OnFull::EvictFullest)
+            .build()?,
+    ))
+}
+
+/// A command other than the scripts (SCAN, DEL) on `c`'s connection, this process's,
+/// blocking.
+fn block_command(c: &Common, cmd: redis::Cmd) -> Result<redis::Value, Fail> {
+    let link = Arc::clone(c.live_link()?);
+    block(link.command(cmd))
+}
+
 /// The negative cache: by key fingerprint, the latest rejection still in force.
 struct NegCache {
     shards: Box<[Mutex<std::collections::HashMap<u128, Hold>>]>,
@@ -186,7 +204,7 @@ impl NegCache {
         };
         let mut s = self.shard(fp);
         if s.len() >= CACHE_PER_SHARD {
-            s.retain(|_, h| h.until > now);
+            s.retain(|_, h| h.until.min(h.expires) > now);
             if s.len() >= CACHE_PER_SHARD {
                 s.clear();
             }
@@ -199,13 +217,24 @@ impl NegCache {
     }
 }
 
+/// What a forked child makes again of a store: its connection (the URL, password included;
+/// the timeout, `eval`, connections) and its `local` insurance (the insurance's quota).
+struct Again {
+    url: String,
+    timeout: Duration,
+    eval: bool,
+    connections: usize,
+    local: Option<Quota>,
+}
+
 /// What every bucket of one quota on one deployment shares.
 pub(crate) struct Common {
     /// The connection, this process's (`store::fork`): a child forked since opens its own at
     /// its first call.
     link: PerProcess<Arc<Link>>,
-    /// What opens it again (the URL, password included; the timeout, `eval`, connections).
-    reopen: (String, Duration, bool, usize),
+    /// What a forked child makes again (boxed: a keyed limiter holds a store, which holds
+    /// this).
+    again: Box<Again>,
     /// The quota in the scripts' terms (SCRIPTS.md).
     spec: Spec,
     /// A single limiter's quota once its bucket exists, when that differs (`initial <
@@ -226,7 +255,8 @@ pub(crate) struct Common {
     /// The insurance of `on_error=local` ([`insurance`]); `None` under another policy, or
     /// when no token bucket is slow enough (the policy then rejects every acquisition).
     /// Boxed: a keyed limiter holds a store, which holds this.
-    local: Option<Box<KeyedLimiter<u128>>>,
+    /// This process's (a child forked since makes its own: the parent's may hold a lock).
+    local: Option<PerProcess<Option<Box<KeyedLimiter<u128>>>>>,
     /// This process's (a child forked since starts with an empty one: the parent's locks may
     /// be held).
     cache: Option<PerProcess<NegCache>>,
@@ -267,14 +297,10 @@ impl Common {
         let qfp = fingerprint(spec_text.as_str()) as u64;
         let link = Link::open(url, o.timeout, o.eval, o.connections)?;
         let limit = crate::algorithm::Codec::new(quota, origin)?.capacity();
-        let local = match insurance(quota, limit, o.hosts) {
-            Some(q) if o.on_error == OnError::Local => Some(Box::new(
-                KeyedLimiter::<u128>::builder(q)
-                    .max_keys(100_000)
-                    .on_full(OnFull::EvictFullest)
-                    .build()?,
-            )),
-            _ => None,
+        let local_quota = insurance(quota, limit, o.hosts).filter(|_| o.on_error == OnError::Local);
+        let local = match &local_quota {
+            Some(q) => Some(PerProcess::new(Some(insurance_limiter(*q)?))),
+            None => None,
         };
         let test_base_ms = o.test_clock.then(|| {
             let now = std::time::SystemTime::now()
@@ -285,7 +311,13 @@ impl Common {
         let spec = Spec::new(spec_text, o.eval);
         Ok(Common {
             link: PerProcess::new(link),
-            reopen: (url.to_string(), o.timeout, o.eval, o.connections),
+            again: Box::new(Again {
+                url: url.to_string(),
+                timeout: o.timeout,
+                eval: o.eval,
+                connections: o.connections,
+                local: local_quota,
+            }),
             refilled: single.then(|| spec.refilled(o.eval)).flatten(),
             spec,
             created: AtomicBool::new(false),
@@ -302,14 +334,61 @@ impl Common {
         })
     }
 
-    /// The connection, this process's: in a child forked since the store was opened, one of
-    /// its own, opened now (a URL that opened once opens again; if it did not, the parent's
-    /// link stays, whose calls are errors that say why).
+    /// The connection to read a name, a topology or counters of: this process's, or before a
+    /// forked child opens its own, its parent's (whose atomics it reads and bumps, never its
+    /// locks).
     pub(super) fn link(&self) -> &Arc<Link> {
-        self.link.get(|stale| {
-            let (url, timeout, eval, connections) = &self.reopen;
-            Link::open(url, *timeout, *eval, *connections).unwrap_or_else(|_| Arc::clone(stale))
-        })
+        self.link.current().unwrap_or_else(|| self.link.any())
+    }
+
+    /// The connection to call on, this process's: in a child forked since the store was
+    /// opened, one of its own, opened now (waiting for its first connection attempt, as the
+    /// store's creation did). One that cannot be opened is an outage to the fail policy (the
+    /// URL opened in the parent: its login refused now is a password changed meanwhile), and
+    /// the next call tries again.
+    pub(super) fn live_link(&self) -> Result<&Arc<Link>, Fail> {
+        if let Some(l) = self.link.current() {
+            return Ok(l);
+        }
+        let a = &self.again;
+        let fresh = Link::open(&a.url, a.timeout, a.eval, a.connections)
+            .map_err(|e| Fail::Down(format!("cannot open this process's connection: {e}")))?;
+        Ok(self.link.get(move |_| fresh))
+    }
+
+    /// [`live_link`](Self::live_link) for async callers: a connection opened on a thread of
+    /// its own, so that the caller's executor (a Python coroutine holding the GIL, a tokio
+    /// worker) does not wait on the connection's first attempt.
+    pub(super) async fn live_link_async(&self) -> Result<&Arc<Link>, Fail> {
+        if let Some(l) = self.link.current() {
+            return Ok(l);
+        }
+        let (url, timeout, eval, connections) = (
+            self.again.url.clone(),
+            self.again.timeout,
+            self.again.eval,
+            self.again.connections,
+        );
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("sluicegate-redis-open".into())
+            .spawn(move || {
+                let _ = tx.send(Link::open(&url, timeout, eval, connections));
+            })
+            .map_err(|e| Fail::Down(format!("cannot start a thread to connect: {e}")))?;
+        let fresh = rx
+            .await
+            .map_err(|_| Fail::Down("the connecting thread stopped".into()))?
+            .map_err(|e| Fail::Down(format!("cannot open this process's connection: {e}")))?;
+        Ok(self.link.get(move |_| fresh))
+    }
+
+    /// The `local` insurance, this process's (a forked child starts with full buckets of its
+    /// own: the insurance is each process's share anyway).
+    fn local(&self) -> Option<&KeyedLimiter<u128>> {
+        let (cell, q) = (self.local.as_ref()?, self.again.local?);
+        // (A quota that built once builds again: `None` is the policy without insurance.)
+        cell.get(|_| insurance_limiter(q).ok()).as_deref()
     }
 
     /// The negative cache, this process's.
@@ -385,7 +464,7 @@ impl Common {
             OnError::Local => {
                 c.failed_local.fetch_add(1, Relaxed);
                 let ask = |c: &Common, fp: &u128| {
-                    let Some(local) = &c.local else {
+                    let Some(local) = c.local() else {
                         return Ok(admit(op != Op::Acquire));
                     };
                     match op {
@@ -410,7 +489,7 @@ impl Common {
                 let d = worst.unwrap_or_else(|| admit(true));
                 if op == Op::Acquire && !d.allowed() {
                     for (c, fp) in &parts[..taken] {
-                        if let Some(local) = &c.local {
+                        if let Some(local) = c.local() {
                             let _ = local.refund(fp, cost);
                         }
                     }
@@ -702,7 +781,7 @@ impl Common {
         };
         if let Ok(req) = self.prepare(name, fp, ask) {
             let one = req.is_one();
-            let r = self.link().call_blocking(req);
+            let r = self.live_link().and_then(|l| l.call_blocking(req));
             if let Ok(Outcome::Decided(..)) = r.and_then(|v| self.outcome(&v, ask.op, 1, one)) {
                 self.created.store(true, Relaxed);
             }
@@ -758,7 +837,7 @@ impl Common {
             Err(d) => Ok(d),
             Ok(req) => {
                 let one = req.is_one();
-                let r = self.link().call_blocking(req);
+                let r = self.live_link().and_then(|l| l.call_blocking(req));
                 Ok(self.settle(r, &[(self, fp)], ask, one)?.0)
             }
         }
@@ -775,7 +854,10 @@ impl Common {
             Err(d) => Ok(d),
             Ok(req) => {
                 let one = req.is_one();
-                let r = self.link().call_async(req).await;
+                let r = match self.live_link_async().await {
+                    Ok(l) => l.call_async(req).await,
+                    Err(f) => Err(f),
+                };
                 Ok(self.settle(r, &[(self, fp)], ask, one)?.0)
             }
         }
@@ -872,6 +954,7 @@ impl RedisStore {
         &self,
         reqs: &Batch,
         now: u64,
+        link: Result<&Arc<Link>, Fail>,
     ) -> (
         Vec<Option<Result<Decision, Error>>>,
         Vec<(
@@ -889,7 +972,14 @@ impl RedisStore {
                     let ask = Self::ask(Op::Acquire, now, *cost, u64::MAX);
                     match self.c.prepare(self.name(*fp), *fp, ask) {
                         Err(d) => out[i] = Some(Ok(d)),
-                        Ok(req) => calls.push(((i, req.is_one()), self.c.link().clone().call(req))),
+                        Ok(req) => {
+                            let one = req.is_one();
+                            let call = match &link {
+                                Ok(l) => Either::Left(Arc::clone(l).call(req)),
+                                Err(f) => Either::Right(core::future::ready(Err(f.clone()))),
+                            };
+                            calls.push(((i, one), call));
+                        }
                     }
                 }
             }
@@ -921,7 +1011,8 @@ impl RedisStore {
     /// Requests on many keys: every call is handed to the connection before any reply is
     /// read, so that they travel together (one round trip for the batch on one connection).
     pub(crate) async fn many_async(&self, reqs: Batch, now: u64) -> Vec<Result<Decision, Error>> {
-        let (out, calls) = self.batch_calls(&reqs, now);
+        let link = self.c.live_link_async().await;
+        let (out, calls) = self.batch_calls(&reqs, now, link);
         let (idx, calls): (Vec<_>, Vec<_>) = calls.into_iter().unzip();
         let replies = run(futures_util::future::join_all(calls)).await;
         self.batch_finish(&reqs, now, out, idx, replies)
@@ -929,7 +1020,7 @@ impl RedisStore {
 
     /// [`many_async`](Self::many_async), blocking.
     pub(crate) fn many_blocking(&self, reqs: Batch, now: u64) -> Vec<Result<Decision, Error>> {
-        let (out, calls) = self.batch_calls(&reqs, now);
+        let (out, calls) = self.batch_calls(&reqs, now, self.c.live_link());
         let (idx, calls): (Vec<_>, Vec<_>) = calls.into_iter().unzip();
         let replies = block(futures_util::future::join_all(calls));
         self.batch_finish(&reqs, now, out, idx, replies)
@@ -954,8 +1045,7 @@ impl RedisStore {
                 .arg(&pattern)
                 .arg("COUNT")
                 .arg(1000);
-            let v = block(self.c.link().clone().command(cmd))
-                .map_err(|f| f.error(&self.c.link().name))?;
+            let v = block_command(&self.c, cmd).map_err(|f| f.error(&self.c.link().name))?;
             let parsed: Option<(u64, Vec<String>)> = redis::from_redis_value(v).ok();
             let (next, batch) = parsed.ok_or_else(|| {
                 Fail::Server("unexpected SCAN reply".into()).error(&self.c.link().name)
@@ -1022,8 +1112,7 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for RedisStore {
         self.c.forget(fp);
         let mut cmd = redis::cmd("DEL");
         cmd.arg(self.name(fp).string());
-        let v =
-            block(self.c.link().clone().command(cmd)).map_err(|f| f.error(&self.c.link().name))?;
+        let v = block_command(&self.c, cmd).map_err(|f| f.error(&self.c.link().name))?;
         Ok(matches!(v, Value::Int(n) if n > 0))
     }
 
@@ -1036,7 +1125,7 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for RedisStore {
         for chunk in self.scan()?.chunks(500) {
             let mut cmd = redis::cmd("UNLINK");
             cmd.arg(chunk);
-            block(self.c.link().clone().command(cmd)).map_err(|f| f.error(&self.c.link().name))?;
+            block_command(&self.c, cmd).map_err(|f| f.error(&self.c.link().name))?;
         }
         if let Some(cache) = self.c.cache() {
             for s in cache.shards.iter() {
