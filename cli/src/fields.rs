@@ -67,6 +67,9 @@ const IP: &[&str] = &[
     // Caddy's access log: the client (behind Caddy's own trusted proxies) and the peer.
     "request.client_ip",
     "request.remote_ip",
+    // Traefik's, and pino's.
+    "ClientHost",
+    "req.remoteAddress",
 ];
 const PATH: &[&str] = &[
     "path",
@@ -76,6 +79,8 @@ const PATH: &[&str] = &[
     "cs-uri-stem",
     "request",
     "request.uri",
+    "RequestPath",
+    "req.url",
 ];
 const METHOD: &[&str] = &[
     "method",
@@ -83,6 +88,8 @@ const METHOD: &[&str] = &[
     "verb",
     "cs-method",
     "request.method",
+    "RequestMethod",
+    "req.method",
 ];
 
 fn header_candidates(name: &str) -> Vec<String> {
@@ -94,17 +101,41 @@ fn header_candidates(name: &str) -> Vec<String> {
         snake,
         format!("headers.{lower}"),
         format!("request.headers.{lower}"),
+        // pino's request serializer.
+        format!("req.headers.{lower}"),
     ];
-    // JSON names are compared exactly: the name as given too (`X-Api-Key`, as Caddy and Go's
-    // servers write headers), after the lower-case ones.
-    if name != lower {
-        v.extend([
-            name.to_string(),
-            format!("headers.{name}"),
-            format!("request.headers.{name}"),
-        ]);
+    // JSON names are compared exactly, and a header's name is not case-sensitive: its
+    // canonical form too (`X-Api-Key`, as Caddy, Traefik and Go's servers write headers), and
+    // the name as given, after the lower-case ones.
+    for n in [canonical_header(name), name.to_string()] {
+        if n != lower {
+            v.extend([
+                n.clone(),
+                format!("headers.{n}"),
+                format!("request.headers.{n}"),
+                format!("request_{n}"),
+            ]);
+        }
     }
+    v.dedup();
     v
+}
+
+/// A header name as Go writes it (`x-api-key` → `X-Api-Key`): each word's first letter upper
+/// case, the others lower case.
+fn canonical_header(name: &str) -> String {
+    let mut up = true;
+    name.chars()
+        .map(|c| {
+            let out = if up {
+                c.to_ascii_uppercase()
+            } else {
+                c.to_ascii_lowercase()
+            };
+            up = c == '-';
+            out
+        })
+        .collect()
 }
 
 /// Whether a detected field of this name must hold a single value (a time, an address, a
@@ -315,7 +346,7 @@ impl Extractor {
                     ex.chosen.push(c);
                 }
             }
-            LogFormat::Alb => ex.resolve_alb(head, needs, names, &fail)?,
+            LogFormat::Alb => ex.resolve_alb(needs, names, &fail)?,
             LogFormat::Jsonl => {
                 // Every name detection may look for, looked for in one scan of each first
                 // line (a line may be up to 16 MiB: not one scan per name).
@@ -505,13 +536,12 @@ impl Extractor {
         v
     }
 
-    /// An ALB log: each role's field by its place. The time is when the request came
-    /// (`request_creation_time`, what a limiter before the application sees), or the response
-    /// went (`time`) in a log without it; the client the address that connected to the load
-    /// balancer; the method and path the request line's (its URL's path).
+    /// An ALB log: each role's field by its place. The time is when the response went
+    /// (`time`, the lines' order), or `--time-field request_creation_time` on a log sorted by
+    /// it; the client the address that connected to the load balancer; the method and path the
+    /// request line's (its URL's path).
     fn resolve_alb(
         &mut self,
-        head: &[Vec<u8>],
         needs: &Needs,
         names: &Names,
         fail: &dyn Fn(String) -> CliError,
@@ -524,22 +554,13 @@ impl Extractor {
                 ))
             })
         };
+        // `time` (the response's), in whose order the load balancer writes its lines: timed by
+        // the request's arrival (`request_creation_time`), every line after a slower request
+        // goes back in time and is clamped forward, bunching the requests (a trial: 7.4 %
+        // rejected against 0.66 % for the same lines sorted; by `time`, 0.33 %).
         self.time = match &names.time {
             Some(n) => pick("timestamp", n)?,
-            None => {
-                let mut spans = vec![None; ALB_LEN];
-                let created = head.iter().any(|l| {
-                    scan_alb(l, ALB_CREATED, &mut spans)
-                        && spans[ALB_CREATED].is_some_and(|s: Span| {
-                            l.get(s.start as usize).is_some_and(u8::is_ascii_digit)
-                        })
-                });
-                if created {
-                    ALB_CREATED
-                } else {
-                    ALB_TIME
-                }
-            }
+            None => ALB_TIME,
         };
         if needs.ip {
             self.ip = Some(match &names.ip {
@@ -824,7 +845,14 @@ impl Extractor {
     }
     #[inline]
     pub fn key_field<'a>(&'a self, line: &'a [u8], i: usize) -> Option<&'a [u8]> {
-        self.get(line, self.keys[i])
+        let slot = self.keys[i];
+        let v = self.get(line, slot)?;
+        // An ALB's `client` or `target` field keys by the address, as `ip` does: by
+        // `address:port`, every connection would have a bucket of its own.
+        if self.format == LogFormat::Alb && matches!(slot, ALB_CLIENT | ALB_TARGET) {
+            return Some(strip_port(v));
+        }
+        Some(v)
     }
 
     /// The method and the path. A path field holding a request line (`GET /x HTTP/1.1`)
@@ -832,7 +860,12 @@ impl Extractor {
     #[inline]
     pub fn request<'a>(&'a self, line: &'a [u8]) -> (&'a [u8], Option<&'a [u8]>) {
         let method = self.method.and_then(|m| self.get(line, m));
-        let Some(path) = self.path.and_then(|p| self.get(line, p)) else {
+        let Some(path) = self
+            .path
+            .and_then(|p| self.get(line, p))
+            // A request the server could not read (the ALB logs `- - - `, nginx `-`): none.
+            .filter(|p| !matches!(p.trim_ascii(), b"-" | b"- - -"))
+        else {
             return (method.unwrap_or(b""), None);
         };
         if path.first().is_some_and(u8::is_ascii_uppercase) {
@@ -966,7 +999,13 @@ mod tests {
         let pino = lines(
             r#"{"time":1714521600000,"req":{"method":"POST","url":"/login","remoteAddress":"192.0.2.1"}}"#,
         );
-        let e = Extractor::new(LogFormat::Jsonl, &pino, &needs, &n, "p.jsonl")
+        // pino's `req.method` is found; a log with no method anywhere is the error.
+        let mut ex = Extractor::new(LogFormat::Jsonl, &pino, &needs, &n, "p.jsonl").unwrap();
+        assert!(ex.scan(&pino[0]));
+        assert_eq!(ex.request(&pino[0]), (&b"POST"[..], Some(&b"/login"[..])));
+        let none =
+            lines(r#"{"time":1714521600000,"req":{"url":"/login","remoteAddress":"192.0.2.1"}}"#);
+        let e = Extractor::new(LogFormat::Jsonl, &none, &needs, &n, "p.jsonl")
             .err()
             .expect("an error");
         let e = e.to_string();

@@ -502,6 +502,13 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
             let summary = run::replay(&cfg, &inputs)?;
             if let Some(w) = &summary.meta.overlap {
                 eprintln!("{w}");
+                let more = summary.meta.overlapping.len().saturating_sub(1);
+                if more > 0 {
+                    eprintln!(
+                        "warning: and {more} more input{} overlap the inputs before them",
+                        if more == 1 { "" } else { "s" }
+                    );
+                }
             }
             for n in &summary.meta.client_notes {
                 eprintln!("{n}");

@@ -43,8 +43,10 @@ pub struct Meta {
     pub unkeyed: u64,
     pub key: String,
     pub elapsed_s: f64,
-    /// A warning: an input starts before the inputs replayed before it end.
+    /// A warning: an input starts before the inputs replayed before it end (the first such
+    /// input's), and the names of every such input.
     pub overlap: Option<String>,
+    pub overlapping: Vec<String>,
     /// Client identity behind proxies: the resolver's warnings (each kind once), or the hint
     /// that suggests `--trusted-proxies`; for stderr.
     pub client_notes: Vec<String>,
@@ -368,6 +370,7 @@ impl Summary {
             .with("first_ns", self.first_t)
             .with("last_ns", self.last_t)
             .with("timestamps_backwards", self.backwards)
+            .with("inputs_overlapping", self.meta.overlapping.clone())
             .with("sustain_window_ns", self.sustain_ns)
             .with("peak_sustained_offered_per_s", self.peak_offered_per_s)
             .with("policies", Jv::Arr(policies))
@@ -511,6 +514,26 @@ impl Summary {
             for e in &m.bad_examples {
                 let _ = writeln!(out, "         {}", printable(e));
             }
+        }
+        if !m.overlapping.is_empty() {
+            let _ = writeln!(
+                out,
+                "warning  {} of the inputs start{} before the inputs replayed before {} end: \
+                 replayed one after the other, not merged, their requests go back in time (the \
+                 figures are not the merged traffic's); merge them by time first ({})",
+                m.overlapping.len(),
+                if m.overlapping.len() == 1 { "s" } else { "" },
+                if m.overlapping.len() == 1 {
+                    "it"
+                } else {
+                    "them"
+                },
+                m.overlapping
+                    .iter()
+                    .map(|n| printable(n).into_owned())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
         }
         out.push('\n');
         let names: Vec<String> = self

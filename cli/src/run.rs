@@ -610,7 +610,10 @@ fn parse_line(
         if ex.csv_open {
             return Parsed::Bad(OPEN_RECORD.into());
         }
-        return Parsed::Bad(format!("not a {:?} line", ex.format).to_lowercase());
+        return Parsed::Bad(match ex.format {
+            LogFormat::Alb => "not an ALB line".to_string(),
+            f => format!("not a {f:?} line").to_lowercase(),
+        });
     }
     let Some(ts) = ex.time(line) else {
         return Parsed::Bad("no timestamp".into());
@@ -863,13 +866,17 @@ fn pass(
                 match parsed {
                     Parsed::Request(req) => {
                         if let Some(latest) = before.take() {
+                            if req.t < latest {
+                                meta.overlapping.push(name.to_string());
+                            }
                             if req.t < latest && meta.overlap.is_none() {
                                 meta.overlap = Some(format!(
                                     "warning: {} overlaps the inputs before it in time (it starts at {}, \
                                      they end at {}): inputs are replayed one after the other, not \
                                      merged, so its requests until then go back in time and the \
                                      figures are not those of the merged traffic; merge the logs by \
-                                     time first (e.g. logs of several servers)",
+                                     time first (e.g. logs of several servers; ALB logs of several \
+                                     nodes: zcat *.log.gz | sort -k2,2 | sluicegate replay - ...)",
                                     crate::error::printable(&name),
                                     crate::timefmt::format_rfc3339(req.t),
                                     crate::timefmt::format_rfc3339(latest)

@@ -1002,9 +1002,15 @@ fn alb_logs_replay_as_the_load_balancer_saw_them() {
 
     // Written by hand: an IPv6 client, a port on every client, a line of the older format
     // (no request_creation_time), a request the ALB could not read.
+    // (Its response 50 ms after the request came; a request the ALB could not read, at 12:00:09.)
     let line = |created: &str, client: &str, req: &str, ua: &str| {
+        let sent = if created == "-" {
+            "2024-05-01T12:00:09.000000Z".to_string()
+        } else {
+            created.replace(".000000Z", ".050000Z")
+        };
         format!(
-            "h2 2024-05-01T12:00:09.000000Z app/lb/1 {client} 10.0.0.1:80 0.000 0.001 0.000 200 200 34 366 \"{req}\" \"{ua}\" ECDHE TLSv1.2 arn:tg \"Root=1\" \"api.example.com\" \"-\" 0 {created} \"forward\" \"-\" \"-\" \"10.0.0.1:80\" \"200\" \"-\" \"-\" TID_1\n"
+            "h2 {sent} app/lb/1 {client} 10.0.0.1:80 0.000 0.001 0.000 200 200 34 366 \"{req}\" \"{ua}\" ECDHE TLSv1.2 arn:tg \"Root=1\" \"api.example.com\" \"-\" 0 {created} \"forward\" \"-\" \"-\" \"10.0.0.1:80\" \"200\" \"-\" \"-\" TID_1\n"
         )
     };
     let mut text = String::new();
@@ -1032,7 +1038,8 @@ fn alb_logs_replay_as_the_load_balancer_saw_them() {
     };
     let v = run("1/m", &[]);
     assert_eq!(v["inputs"][0]["format"], "alb", "{v}");
-    assert_eq!(v["inputs"][0]["fields"]["time"], "request_creation_time");
+    // Timed by `time`, the response's, in whose order the ALB writes its lines.
+    assert_eq!(v["inputs"][0]["fields"]["time"], "time");
     // Three clients: 203.0.113.7, the /64 of the IPv6 ones, and the unreadable request's.
     assert_eq!(v["keys"], 3, "{v}");
     assert_eq!(policy(&v, "1/m")["admitted"], 3);
@@ -1064,15 +1071,33 @@ fn alb_logs_replay_as_the_load_balancer_saw_them() {
     replay(&log, "1/m", &["--trusted-proxies", "private"])
         .code(4)
         .stderr(predicate::str::contains("drop --trusted-proxies"));
-    // By the response's time instead; a field by its AWS name.
+    // By the request's arrival instead (a `-` there: the response's time); a field by its AWS
+    // name; `client` by its address, as `ip` (not one bucket per connection).
     let v = run(
         "1/m",
-        &["--time-field", "time", "--key", "field:domain_name"],
+        &[
+            "--time-field",
+            "request_creation_time",
+            "--key",
+            "field:domain_name",
+        ],
     );
-    assert_eq!(v["inputs"][0]["fields"]["time"], "time");
+    assert_eq!(v["inputs"][0]["fields"]["time"], "request_creation_time");
     assert_eq!(
         (v["keys"].clone(), policy(&v, "1/m")["admitted"].clone()),
         (1.into(), 1.into())
+    );
+    assert_eq!(v["bad_lines"], 0, "{v}");
+    let v = run("1/m", &["--key", "field:client"]);
+    // (Each IPv6 address its own key: a field is keyed as written, `ip` by /64.)
+    assert_eq!(v["keys"], 6, "{v}");
+    assert_eq!(policy(&v, "1/m")["top_throttled"][0]["key"], "203.0.113.7");
+    // An unreadable request has no path: no key by path.
+    let v = run("1/m", &["--key", "path"]);
+    assert_eq!(
+        (v["keys"].clone(), v["unkeyed"].clone()),
+        (2.into(), 1.into()),
+        "{v}"
     );
     replay(&log, "1/m", &["--time-field", "nope"])
         .code(4)
@@ -2175,6 +2200,49 @@ fn json_fields_as_a_user_names_and_logs_them() {
         "keys shown as their values: {text}"
     );
     assert!(!text.contains("[\"k"), "no array text in the keys: {text}");
+    // A header's name in any case (Caddy writes `X-Api-Key`).
+    let out = replay(
+        &caddy,
+        "1/m; burst=1",
+        &["--key", "header:x-api-key", "--format", "json"],
+    )
+    .success()
+    .get_output()
+    .stdout
+    .clone();
+    assert_eq!(json(&out)["keys"], 3);
+
+    // Traefik's JSON access log: its client, path and method found by their names.
+    let traefik = write(
+        &dir,
+        "traefik.jsonl",
+        &(0..4)
+            .map(|i| {
+                format!(
+                    "{{\"ClientHost\":\"203.0.113.{}\",\"RequestMethod\":\"GET\",\"RequestPath\":\"/api/{i}\",\"StartUTC\":\"2024-05-01T12:00:0{i}.5Z\",\"request_User-Agent\":\"ua{}\"}}\n",
+                    i % 2,
+                    i % 2
+                )
+            })
+            .collect::<String>(),
+    );
+    let out = replay(&traefik, "r=GET /api/* => 1/m", &["--format", "json"])
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let j = json(&out);
+    assert_eq!(policy(&j, "r")["admitted"], 2, "{j}");
+    let out = replay(
+        &traefik,
+        "1/m",
+        &["--key", "header:user-agent", "--format", "json"],
+    )
+    .success()
+    .get_output()
+    .stdout
+    .clone();
+    assert_eq!(json(&out)["keys"], 2);
 
     // A key a spreadsheet would run as a formula is written to CSV as text.
     let evil = write(
