@@ -117,23 +117,38 @@ impl<T> PerProcess<T> {
         if cur.generation == g {
             return &cur.value;
         }
-        let fresh = Box::into_raw(Box::new(Stamped {
+        let fresh = Stamped {
             generation: g,
             value: make(&cur.value),
-        }));
-        match self
-            .cur
-            .compare_exchange(p, fresh, Ordering::AcqRel, Ordering::Acquire)
-        {
-            // SAFETY: `fresh` is stored, and live until `drop` (as above).
-            Ok(_) => unsafe { &(*fresh).value },
-            Err(won) => {
-                // SAFETY: `fresh` was never shared (the exchange failed): this thread owns it.
-                drop(unsafe { Box::from_raw(fresh) });
-                // SAFETY: `won` was stored in `cur` by another thread's `get` (or `new`): as
-                // above. A third generation cannot have come meanwhile in this process.
-                unsafe { &(*won).value }
-            }
+        };
+        // SAFETY: every pointer stored in `cur` is a leaked box, freed only by `drop` (which
+        // has `&mut self`, so it outlives this `&self`). A third generation cannot come
+        // meanwhile in this process.
+        unsafe { publish(&self.cur, p, fresh) }
+    }
+}
+
+/// Stores `fresh` in `cur` in place of `expected`; the value stored: `fresh`'s, or, when
+/// another thread stored one first, that one (`fresh` then dropped before this returns).
+///
+/// # Safety
+///
+/// Every pointer ever stored in `cur` must be a `Box<Stamped<T>>` leaked into it and not freed
+/// while `cur` is borrowed.
+unsafe fn publish<T>(
+    cur: &AtomicPtr<Stamped<T>>,
+    expected: *mut Stamped<T>,
+    fresh: Stamped<T>,
+) -> &T {
+    let fresh = Box::into_raw(Box::new(fresh));
+    match cur.compare_exchange(expected, fresh, Ordering::AcqRel, Ordering::Acquire) {
+        // SAFETY: `fresh` is stored, and lives as long as `cur`'s borrow (the caller's promise).
+        Ok(_) => unsafe { &(*fresh).value },
+        Err(won) => {
+            // SAFETY: `fresh` was never shared (the exchange failed): this thread owns it.
+            drop(unsafe { Box::from_raw(fresh) });
+            // SAFETY: `won` was stored in `cur` by another thread: the caller's promise.
+            unsafe { &(*won).value }
         }
     }
 }
@@ -182,24 +197,13 @@ impl<T> Global<T> {
                 return &cur.value;
             }
         }
-        let fresh = Box::into_raw(Box::new(Stamped {
+        let fresh = Stamped {
             generation: g,
             value: make(),
-        }));
-        match self
-            .cur
-            .compare_exchange(p, fresh, Ordering::AcqRel, Ordering::Acquire)
-        {
-            // SAFETY: `fresh` is stored and never freed.
-            Ok(_) => unsafe { &(*fresh).value },
-            Err(won) => {
-                // SAFETY: `fresh` was never shared (the exchange failed): this thread owns it.
-                drop(unsafe { Box::from_raw(fresh) });
-                // SAFETY: `won` is another thread's `fresh` of this generation, stored and
-                // never freed.
-                unsafe { &(*won).value }
-            }
-        }
+        };
+        // SAFETY: every pointer stored in a `Global`'s `cur` is a leaked box, never freed
+        // (a `static`'s).
+        unsafe { publish(&self.cur, p, fresh) }
     }
 }
 
