@@ -117,7 +117,8 @@ fn header_candidates(name: &str) -> Vec<String> {
             ]);
         }
     }
-    v.dedup();
+    let mut seen = std::collections::HashSet::new();
+    v.retain(|c| seen.insert(c.clone()));
     v
 }
 

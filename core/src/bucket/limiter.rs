@@ -38,6 +38,13 @@ macro_rules! external {
     };
 }
 
+impl External {
+    /// The store, as errors name it (`shm:PATH`, the Redis URL with its password redacted).
+    fn store_name(&self) -> String {
+        external!(self, e => e.store_name())
+    }
+}
+
 // Under loom neither store is built in: `External` has no variant and `f` goes unused.
 #[allow(unused_variables)]
 impl core::fmt::Debug for External {
@@ -607,7 +614,7 @@ impl<C: Clock> Limiter<C> {
 
     fn reconfigure(&self, quota: Quota, at: Option<u64>) -> Result<(), Error> {
         if let Some(b) = self.inner.external() {
-            let store = external!(b, e => e.store_name());
+            let store = b.store_name();
             return Err(Error::store(
                 crate::error::StoreErrorKind::Unsupported,
                 store,

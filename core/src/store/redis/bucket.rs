@@ -8,7 +8,6 @@ use crate::error::{Error, StoreErrorKind};
 use crate::store::spec::Topology;
 use crate::store::StoreSpec;
 use crate::{Decision, Quota};
-use std::sync::Arc;
 
 /// A single limiter's bucket on Redis: what `Limiter::builder(quota).store(..)` keeps.
 pub(crate) struct RedisBucket {
@@ -125,7 +124,7 @@ fn composite_call<'a>(parts: &[&'a RedisBucket]) -> Option<Result<CallParts<'a>,
     let first = &parts[0].c;
     if parts
         .iter()
-        .any(|p| !Arc::ptr_eq(p.c.link(), first.link()) || p.c.tick != first.tick)
+        .any(|p| !p.c.link().same_as(first.link()) || p.c.tick != first.tick)
     {
         return None;
     }

@@ -379,6 +379,9 @@ pub(crate) struct Link {
     process: u64,
     /// Set when the opener's first connection attempt is over, with its verdict.
     opened: Opened,
+    /// The registry's id of its URL and settings (the same in every process): stores whose
+    /// links have it use one deployment the same way.
+    id: String,
     /// The blocking callers' own connections (one plain server only).
     direct: Option<Mutex<Direct>>,
     /// The async callers' own connections, by the tokio runtime they run on (one plain
@@ -416,6 +419,19 @@ impl Opened {
                 }
             }
         }
+    }
+}
+
+/// Sets a link's `opened` to an error when dropped (its opener unwinding).
+struct OpenedGuard<'a>(&'a Link);
+
+impl Drop for OpenedGuard<'_> {
+    fn drop(&mut self) {
+        self.0.opened.set(Some(Error::store(
+            StoreErrorKind::Unavailable,
+            self.0.name.clone(),
+            "the thread that opened this connection failed before its first attempt ended",
+        )));
     }
 }
 
@@ -513,6 +529,12 @@ const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 impl Link {
+    /// Whether `other` is this link, or its copy in another process of this process's line
+    /// (the same URL and settings): one deployment, used the same way.
+    pub(crate) fn same_as(&self, other: &Link) -> bool {
+        self.id == other.id
+    }
+
     /// Whether this link is another process's (opened before this process was forked).
     #[inline]
     pub(crate) fn stale(&self) -> bool {
@@ -579,13 +601,18 @@ impl Link {
             counters: Counters::default(),
             process: fork::generation(),
             opened: Opened::default(),
+            id: id.clone(),
         });
         map.insert(id, Arc::downgrade(&link));
         drop(map);
+        // Should this thread panic before the verdict (no runtime thread could be started),
+        // the stores waiting for it get an error rather than wait for ever.
+        let unset = OpenedGuard(&link);
         let l = link.clone();
         block(async move { l.connect().await });
         let verdict = link.misconfigured();
         link.opened.set(verdict.clone());
+        core::mem::forget(unset);
         if let Some(e) = verdict {
             // Not an outage that a fail policy rides out: the limiter is not made.
             let mut map = links.lock().unwrap_or_else(|e| e.into_inner());

@@ -30,7 +30,7 @@ use core::borrow::Borrow;
 use core::hash::Hash;
 use futures_util::future::Either;
 use redis::{Cmd, RedisWrite, Value};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -225,7 +225,13 @@ struct Again {
     eval: bool,
     connections: usize,
     local: Option<Quota>,
+    /// After a failed reopen, the monotonic reading before which no other is tried (calls
+    /// meanwhile are an outage to the policy at once).
+    retry_at: AtomicU64,
 }
+
+/// How long a child waits after a failed reopen of its connection before it tries again.
+const REOPEN_BACKOFF_NS: u64 = 1_000_000_000;
 
 /// What every bucket of one quota on one deployment shares.
 pub(crate) struct Common {
@@ -317,6 +323,7 @@ impl Common {
                 eval: o.eval,
                 connections: o.connections,
                 local: local_quota,
+                retry_at: AtomicU64::new(0),
             }),
             refilled: single.then(|| spec.refilled(o.eval)).flatten(),
             spec,
@@ -350,10 +357,28 @@ impl Common {
         if let Some(l) = self.link.current() {
             return Ok(l);
         }
+        self.reopen_due()?;
         let a = &self.again;
         let fresh = Link::open(&a.url, a.timeout, a.eval, a.connections)
-            .map_err(|e| Fail::Down(format!("cannot open this process's connection: {e}")))?;
+            .map_err(|e| self.reopen_failed(&e))?;
         Ok(self.link.get(move |_| fresh))
+    }
+
+    /// `Err` while a failed reopen's backoff runs.
+    fn reopen_due(&self) -> Result<(), Fail> {
+        if self.mono.now() < self.again.retry_at.load(Relaxed) {
+            return Err(Fail::Down(
+                "this process's connection could not be opened; tried again within a second".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn reopen_failed(&self, e: &Error) -> Fail {
+        self.again
+            .retry_at
+            .store(self.mono.now().saturating_add(REOPEN_BACKOFF_NS), Relaxed);
+        Fail::Down(format!("cannot open this process's connection: {e}"))
     }
 
     /// [`live_link`](Self::live_link) for async callers: a connection opened on a thread of
@@ -363,6 +388,7 @@ impl Common {
         if let Some(l) = self.link.current() {
             return Ok(l);
         }
+        self.reopen_due()?;
         let (url, timeout, eval, connections) = (
             self.again.url.clone(),
             self.again.timeout,
@@ -379,7 +405,7 @@ impl Common {
         let fresh = rx
             .await
             .map_err(|_| Fail::Down("the connecting thread stopped".into()))?
-            .map_err(|e| Fail::Down(format!("cannot open this process's connection: {e}")))?;
+            .map_err(|e| self.reopen_failed(&e))?;
         Ok(self.link.get(move |_| fresh))
     }
 

@@ -407,27 +407,25 @@ impl Region {
         check_capacity(capacity)?;
         let slots = slots_for(capacity);
         let file_len = HEADER_LEN as u64 + (LOCKS * 8) as u64 + slots * SLOT_BYTES as u64;
-        let undo = |file: &std::fs::File| match origin {
-            // The file this process made, still empty: nobody else sizes or takes over an
-            // empty file it is sizing, so removing it harms no one, and spares the name a
-            // short file (an opener waiting on it meanwhile sees it gone, and starts again).
-            Origin::Created if !replaced(file, path) => {
+        let created = |file: &std::fs::File| {
+            // The file this process made: nobody else sizes or takes over an empty file it is
+            // sizing, so removing it harms no one (a mapping of it stays valid), and spares the
+            // name a short file (an opener waiting on it meanwhile sees it gone, and starts
+            // again).
+            if origin == Origin::Created && !replaced(file, path) {
                 let _ = std::fs::remove_file(path);
             }
-            // A person's empty file: left as it was found.
-            Origin::Adopted => {
-                let _ = file.set_len(0);
-            }
-            // A sized file is left: an opener may have taken it over; one that finds it
-            // unclaimed does.
-            _ => {}
         };
         if let Err(e) = file.set_len(file_len) {
-            undo(file);
+            // A person's empty file, not sized: left as it was found (still empty).
+            created(file);
             return Err(io_error(path, "size", &e));
         }
         if let Err(e) = reserve(file, file_len, path) {
-            undo(file);
+            // Sized: an opener may have mapped it already, so it is never shortened (its
+            // reads past the end would raise SIGBUS there). An adopted file stays sized and
+            // uninitialised, which the next opener takes over as a dead creator's.
+            created(file);
             return Err(e);
         }
         Ok(())
@@ -659,8 +657,8 @@ fn replaced(file: &std::fs::File, path: &Path) -> bool {
 enum Origin {
     /// Made by this process (`O_EXCL`), empty.
     Created,
-    /// Found empty, its sizing lock free (a person's, or a dead creator's): left empty again
-    /// if it cannot be sized.
+    /// Found empty, its sizing lock free (a person's, or a dead creator's): left as it is if
+    /// sizing or allocating it fails.
     Adopted,
     /// Sized, its creator dead before it was ready; this process holds its initialisation.
     TakenOver,
