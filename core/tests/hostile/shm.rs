@@ -429,18 +429,27 @@ fn a_live_creator_that_never_finishes_is_a_timeout() {
     );
 }
 
-/// A file its creator never sized (it stopped between creating and sizing it), or a stranger's
-/// file at the region's name, is never resized or overwritten: a typed `Corrupt` that says what
-/// to do, after the bounded wait.
+/// A file its creator never sized (it stopped between creating and sizing it: its sizing lock
+/// is free) is made a region by the next opener, at once; a short file with bytes in it, or a
+/// stranger's file at the region's name, is never resized or overwritten: a typed `Corrupt`
+/// that says what to do, after the bounded wait.
 #[test]
-fn an_unsized_file_or_a_strangers_file_is_corrupt_not_overwritten() {
+fn an_unsized_file_is_adopted_and_a_strangers_file_is_corrupt_not_overwritten() {
     let r = abandoned(0, 0);
+    let l = r
+        .open(&ManualClock::new(0))
+        .expect("an empty file made a region");
+    assert!(l.try_acquire(&b"k"[..], 1).unwrap().allowed());
+    assert!(std::fs::metadata(&r.0).unwrap().len() > 4096);
+
+    let r = abandoned(0, 0);
+    r.write_at(0, b"#!");
     let Err(e) = r.open(&ManualClock::new(0)) else {
-        panic!("opened an empty file")
+        panic!("took a short file over")
     };
     assert_eq!(kind(&e), Some(StoreErrorKind::Corrupt), "{e}");
     assert!(e.to_string().contains("remove the file"), "{e}");
-    assert_eq!(std::fs::metadata(&r.0).unwrap().len(), 0, "left as it was");
+    assert_eq!(r.read_at(0, 2), b"#!", "left as it was");
 
     let r = abandoned(4096, 0);
     r.write_at(0, b"#!/bin/sh\n");
