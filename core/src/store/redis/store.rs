@@ -220,14 +220,27 @@ impl NegCache {
 /// What a forked child makes again of a store: its connection (the URL, password included;
 /// the timeout, `eval`, connections) and its `local` insurance (the insurance's quota).
 struct Again {
-    url: String,
-    timeout: Duration,
-    eval: bool,
-    connections: usize,
+    conn: Dial,
     local: Option<Quota>,
     /// After a failed reopen, the monotonic reading before which no other is tried (calls
     /// meanwhile are an outage to the policy at once).
     retry_at: AtomicU64,
+}
+
+/// What opens a store's connection: the URL (password included), the timeout, `eval`, the
+/// connections.
+#[derive(Clone)]
+struct Dial {
+    url: String,
+    timeout: Duration,
+    eval: bool,
+    connections: usize,
+}
+
+impl Dial {
+    fn open(&self) -> Result<Arc<Link>, Error> {
+        Link::open(&self.url, self.timeout, self.eval, self.connections)
+    }
 }
 
 /// How long a child waits after a failed reopen of its connection before it tries again.
@@ -301,7 +314,13 @@ impl Common {
         let tick = if o.test_clock { 1 } else { 1000 };
         let spec_text = scripts::spec(quota, tick, if o.test_clock { origin } else { 0 })?;
         let qfp = fingerprint(spec_text.as_str()) as u64;
-        let link = Link::open(url, o.timeout, o.eval, o.connections)?;
+        let dial = Dial {
+            url: url.to_string(),
+            timeout: o.timeout,
+            eval: o.eval,
+            connections: o.connections,
+        };
+        let link = dial.open()?;
         let limit = crate::algorithm::Codec::new(quota, origin)?.capacity();
         let local_quota = insurance(quota, limit, o.hosts).filter(|_| o.on_error == OnError::Local);
         let local = match &local_quota {
@@ -318,10 +337,7 @@ impl Common {
         Ok(Common {
             link: PerProcess::new(link),
             again: Box::new(Again {
-                url: url.to_string(),
-                timeout: o.timeout,
-                eval: o.eval,
-                connections: o.connections,
+                conn: dial,
                 local: local_quota,
                 retry_at: AtomicU64::new(0),
             }),
@@ -358,9 +374,7 @@ impl Common {
             return Ok(l);
         }
         self.reopen_due()?;
-        let a = &self.again;
-        let fresh = Link::open(&a.url, a.timeout, a.eval, a.connections)
-            .map_err(|e| self.reopen_failed(&e))?;
+        let fresh = self.again.conn.open().map_err(|e| self.reopen_failed(&e))?;
         Ok(self.link.get(move |_| fresh))
     }
 
@@ -389,17 +403,12 @@ impl Common {
             return Ok(l);
         }
         self.reopen_due()?;
-        let (url, timeout, eval, connections) = (
-            self.again.url.clone(),
-            self.again.timeout,
-            self.again.eval,
-            self.again.connections,
-        );
+        let dial = self.again.conn.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()
             .name("sluicegate-redis-open".into())
             .spawn(move || {
-                let _ = tx.send(Link::open(&url, timeout, eval, connections));
+                let _ = tx.send(dial.open());
             })
             .map_err(|e| Fail::Down(format!("cannot start a thread to connect: {e}")))?;
         let fresh = rx

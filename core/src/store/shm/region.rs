@@ -136,6 +136,26 @@ fn slots_for(capacity: u64) -> u64 {
         .max(capacity.saturating_add(1))
 }
 
+/// Where a region of `capacity` keys keeps its insert locks and its slots, and its length.
+struct Layout {
+    slots: u64,
+    locks_offset: u64,
+    slots_offset: u64,
+    file_len: u64,
+}
+
+fn layout(capacity: u64) -> Layout {
+    let slots = slots_for(capacity);
+    let locks_offset = HEADER_LEN as u64;
+    let slots_offset = locks_offset + (LOCKS * 8) as u64;
+    Layout {
+        slots,
+        locks_offset,
+        slots_offset,
+        file_len: slots_offset + slots * SLOT_BYTES as u64,
+    }
+}
+
 /// The quota's algorithm as a number stored in the header.
 fn algorithm_index(a: Algorithm) -> u64 {
     match a {
@@ -358,11 +378,8 @@ impl Region {
                 // it, or a person made it (`install -m 600 /dev/null`, systemd-tmpfiles).
                 // Sized here, under the lock, if it is still empty; else opened as it is now.
                 if file_len(&file, path)? == 0 && !replaced(&file, path) {
+                    // (`initialise` checks the capacity, and releases the lock either way.)
                     let capacity = want.capacity.unwrap_or(want.default_capacity);
-                    if let Err(e) = check_capacity(capacity) {
-                        unlock_sizing(&file);
-                        return Err(e);
-                    }
                     return Self::initialise(file, path, want, capacity, Origin::Adopted).map(Some);
                 }
                 unlock_sizing(&file);
@@ -405,8 +422,7 @@ impl Region {
     /// Sizes and allocates the file of a region for `capacity` keys.
     fn size(file: &std::fs::File, path: &Path, capacity: u64, origin: Origin) -> Result<(), Error> {
         check_capacity(capacity)?;
-        let slots = slots_for(capacity);
-        let file_len = HEADER_LEN as u64 + (LOCKS * 8) as u64 + slots * SLOT_BYTES as u64;
+        let file_len = layout(capacity).file_len;
         let created = |file: &std::fs::File| {
             // The file this process made: nobody else sizes or takes over an empty file it is
             // sizing, so removing it harms no one (a mapping of it stays valid), and spares the
@@ -440,10 +456,12 @@ impl Region {
         capacity: u64,
         taken_over: bool,
     ) -> Result<Self, Error> {
-        let slots = slots_for(capacity);
-        let locks_offset = HEADER_LEN as u64;
-        let slots_offset = locks_offset + (LOCKS * 8) as u64;
-        let file_len = slots_offset + slots * SLOT_BYTES as u64;
+        let Layout {
+            slots,
+            locks_offset,
+            slots_offset,
+            file_len,
+        } = layout(capacity);
         let map = map(&file, path)?;
         // SAFETY: as in `attach`: the mapping is `file_len` bytes, page-aligned, and the
         // header is atomics only.
