@@ -122,7 +122,8 @@ struct OutputArgs {
 
 #[derive(clap::Args)]
 struct ReplayArgs {
-    /// Log files (plain or gzip, detected); `-` for stdin.
+    /// Log files (plain or gzip, detected); `-` for stdin. Several are merged by time (the
+    /// logs of several servers, a load balancer's nodes, rotated files in any order).
     #[arg(value_name = "FILE")]
     files: Vec<String>,
     /// Replay the embedded sample day (see `sluicegate sample`) instead of files.
@@ -500,16 +501,6 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
                 stdin_copy,
             };
             let summary = run::replay(&cfg, &inputs)?;
-            if let Some(w) = &summary.meta.overlap {
-                eprintln!("{w}");
-                let more = summary.meta.overlapping.len().saturating_sub(1);
-                if more > 0 {
-                    eprintln!(
-                        "warning: and {more} more input{} overlap the inputs before them",
-                        if more == 1 { "" } else { "s" }
-                    );
-                }
-            }
             for n in &summary.meta.client_notes {
                 eprintln!("{n}");
             }

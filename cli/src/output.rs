@@ -43,9 +43,8 @@ pub struct Meta {
     pub unkeyed: u64,
     pub key: String,
     pub elapsed_s: f64,
-    /// A warning: an input starts before the inputs replayed before it end (the first such
-    /// input's), and the names of every such input.
-    pub overlap: Option<String>,
+    /// Several inputs (always merged by time): those that start before the next request of
+    /// an input open before them.
     pub overlapping: Vec<String>,
     /// Client identity behind proxies: the resolver's warnings (each kind once), or the hint
     /// that suggests `--trusted-proxies`; for stderr.
@@ -491,6 +490,25 @@ impl Summary {
                 counted(i.lines, "line", "lines"),
             );
         }
+        if m.inputs.len() > 1 {
+            let _ = writeln!(
+                out,
+                "merged   the {} inputs, by time{}",
+                m.inputs.len(),
+                if m.overlapping.is_empty() {
+                    " (none overlaps another)".to_string()
+                } else {
+                    format!(
+                        "; overlapping the inputs before them: {}",
+                        m.overlapping
+                            .iter()
+                            .map(|n| printable(n).into_owned())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }
+            );
+        }
         let _ = writeln!(
             out,
             "traffic  {} from {} ({}) over {}, {} to {}; peak {:.1}/s over {}",
@@ -514,26 +532,6 @@ impl Summary {
             for e in &m.bad_examples {
                 let _ = writeln!(out, "         {}", printable(e));
             }
-        }
-        if !m.overlapping.is_empty() {
-            let _ = writeln!(
-                out,
-                "warning  {} of the inputs start{} before the inputs replayed before {} end: \
-                 replayed one after the other, not merged, their requests go back in time (the \
-                 figures are not the merged traffic's); merge them by time first ({})",
-                m.overlapping.len(),
-                if m.overlapping.len() == 1 { "s" } else { "" },
-                if m.overlapping.len() == 1 {
-                    "it"
-                } else {
-                    "them"
-                },
-                m.overlapping
-                    .iter()
-                    .map(|n| printable(n).into_owned())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
         }
         out.push('\n');
         let names: Vec<String> = self

@@ -208,21 +208,22 @@ fn first_time(cfg: &Config, needs: &Needs, path: &str) -> Result<Option<u64>, Cl
 }
 
 /// The files in the order of their first timestamps (a shell glob lists `access.log` before
-/// the older `access.log.1`): each file's first usable line is read before the replay. Stdin
-/// (`-`, or `stdin`, its copy) and anything else that is not a regular file (a named pipe,
-/// `<(zcat ...)`) cannot be read ahead, which would use up what it holds: each keeps its
-/// place, the files are ordered around them. Files without a timestamp in any line keep their place among the others, after
+/// the older `access.log.1`), and those timestamps: each file's first usable line is read
+/// before the replay. Stdin (`-`, or `stdin`, its copy) and anything else that is not a
+/// regular file (a named pipe, `<(zcat ...)`) cannot be read ahead, which would use up what
+/// it holds: each keeps its place, the files are ordered around them, and its timestamp is
+/// `None`. Files without a timestamp in any line keep their place among the others, after
 /// those with one. Ties keep the order given.
 pub fn order_inputs(
     cfg: &Config,
     inputs: &Inputs,
     stdin: Option<&str>,
-) -> Result<Inputs, CliError> {
+) -> Result<(Inputs, Vec<Option<u64>>), CliError> {
     let Inputs::Files(files) = inputs else {
-        return Ok(inputs.clone());
+        return Ok((inputs.clone(), Vec::new()));
     };
     if files.len() < 2 {
-        return Ok(inputs.clone());
+        return Ok((inputs.clone(), Vec::new()));
     }
     let needs = cfg.needs();
     let is_stdin =
@@ -232,18 +233,19 @@ pub fn order_inputs(
         timed.push((first_time(cfg, &needs, f)?, f.clone()));
     }
     timed.sort_by_key(|(t, _)| (t.is_none(), *t));
-    let mut sorted = timed.into_iter().map(|(_, f)| f);
-    let ordered: Vec<String> = files
+    let mut sorted = timed.into_iter();
+    let (ordered, first): (Vec<String>, Vec<Option<u64>>) = files
         .iter()
         .map(|f| {
             if is_stdin(f) {
-                f.clone()
+                (f.clone(), None)
             } else {
-                sorted.next().expect("as many files")
+                let (t, f) = sorted.next().expect("as many files");
+                (f, t)
             }
         })
-        .collect();
-    Ok(Inputs::Files(ordered))
+        .unzip();
+    Ok((Inputs::Files(ordered), first))
 }
 
 struct Progress {
@@ -311,6 +313,8 @@ struct Pending {
 struct Batch {
     reqs: Vec<Pending>,
     bytes: Vec<u8>,
+    /// A merged replay's: each request's input (its lines are then in `bytes` too).
+    src: Vec<usize>,
 }
 
 impl Batch {
@@ -318,7 +322,34 @@ impl Batch {
         Batch {
             reqs: Vec::with_capacity(BATCH),
             bytes: Vec::with_capacity(BATCH * 64),
+            src: Vec::new(),
         }
+    }
+
+    /// A merged replay's next request: the `n`th of `from` (an input's parsed block
+    /// `block`), of input `src`, copied in (its line too), decided with the batch.
+    #[allow(clippy::too_many_arguments)]
+    fn take(
+        &mut self,
+        from: &Batch,
+        block: &[u8],
+        n: usize,
+        src: usize,
+        replay: &mut Replay,
+        cx: &Decide,
+        meta: &mut Meta,
+    ) -> Result<(), CliError> {
+        let p = from.reqs[n];
+        let get = |(s, e): (usize, usize)| &from.bytes[s..e];
+        let req = Pending {
+            line: self.keep(&block[p.line.0..p.line.1]),
+            key: self.keep(get(p.key)),
+            method: self.keep(get(p.method)),
+            path: p.path.map(|r| self.keep(get(r))),
+            ..p
+        };
+        self.src.push(src);
+        self.push(req, replay, cx, meta)
     }
 
     /// Copies `b` in; its range.
@@ -365,19 +396,28 @@ impl Batch {
                 p.id = replay.key_id(get(p.key));
             }
         }
-        for p in &self.reqs {
-            let line = || &cx.block[p.line.0..p.line.1];
+        for (i, p) in self.reqs.iter().enumerate() {
+            // A merged replay's lines are in the batch, with their inputs.
+            let at = || match cx.names {
+                Some(names) => (names[self.src[i]].as_str(), get(p.line)),
+                None => (cx.name, &cx.block[p.line.0..p.line.1]),
+            };
             match replay.offer(p.t, p.id, get(p.method), p.path.map(get), p.cost) {
                 Ok(()) => {}
                 Err(Refusal::ClockOutOfRange { .. }) => {
                     let reason = "timestamp beyond the range the policies cover exactly";
-                    record_bad(cx.cfg, meta, cx.name, p.line_no, line(), reason.into())?;
+                    let (name, line) = at();
+                    record_bad(cx.cfg, meta, name, p.line_no, line, reason.into())?;
                 }
-                Err(e) => return Err(CliError::data(cx.name, p.line_no, line(), e.to_string())),
+                Err(e) => {
+                    let (name, line) = at();
+                    return Err(CliError::data(name, p.line_no, line, e.to_string()));
+                }
             }
         }
         self.reqs.clear();
         self.bytes.clear();
+        self.src.clear();
         Ok(())
     }
 }
@@ -388,6 +428,9 @@ struct Decide<'a> {
     block: &'a [u8],
     name: &'a str,
     cfg: &'a Config,
+    /// A merged replay's inputs' names ([`Batch::src`] indexes them); `block` and `name`
+    /// are then unused.
+    names: Option<&'a [String]>,
 }
 
 /// Counts an unusable line (or fails on it with `--strict`).
@@ -725,13 +768,177 @@ fn parse_line(
     })
 }
 
-/// One pass over the inputs into `replay`.
+/// Where an input stands in its lines: what its line loop keeps from one line to the next.
+struct LineState {
+    /// The header line (CSV) is still to come.
+    header: bool,
+    /// CSV: the line where a record began whose quoted field goes on past its line (RFC 4180
+    /// allows line breaks there), while it lasts. It and the lines that continue it are
+    /// unusable: never records (their text is the field's, which a client may have chosen).
+    open_record: Option<u64>,
+    line_no: u64,
+}
+
+impl LineState {
+    fn new(ex: &Extractor) -> Self {
+        // The header: the first line that is neither blank nor too long (`head[0]`).
+        LineState {
+            header: ex.skip_first,
+            open_record: None,
+            line_no: 0,
+        }
+    }
+
+    /// A line longer than [`MAX_LINE`](crate::input::MAX_LINE), read through: counted and
+    /// recorded. Not held: its quotes' parity tells whether it ends an open record, or opens
+    /// one.
+    fn long(
+        &mut self,
+        cfg: &Config,
+        meta: &mut Meta,
+        im: &mut InputMeta,
+        ex: &Extractor,
+        long: &LongLine,
+    ) -> Result<(), CliError> {
+        self.line_no += 1;
+        im.lines += 1;
+        let odd = ex.format == LogFormat::Csv && long.quotes % 2 == 1;
+        match self.open_record {
+            Some(from) => {
+                if odd {
+                    self.open_record = None;
+                }
+                record_continuation(cfg, meta, &im.name, self.line_no, &long.head, from)
+            }
+            None => {
+                if odd {
+                    self.open_record = Some(self.line_no);
+                }
+                record_long(cfg, meta, &im.name, self.line_no, long)
+            }
+        }
+    }
+
+    /// Counts the next line; whether it is to be parsed: not blank, not the header, not text
+    /// inside a CSV record (recorded).
+    #[inline(always)]
+    fn take(
+        &mut self,
+        cfg: &Config,
+        meta: &mut Meta,
+        im: &mut InputMeta,
+        ex: &Extractor,
+        line: &[u8],
+    ) -> Result<bool, CliError> {
+        self.line_no += 1;
+        im.lines += 1;
+        if let Some(from) = self.open_record {
+            if !ex.continues_record(line) {
+                self.open_record = None;
+            }
+            // (No request was parsed since the line that opened it.)
+            record_continuation(cfg, meta, &im.name, self.line_no, line, from)?;
+            return Ok(false);
+        }
+        if is_blank(line) {
+            return Ok(false);
+        }
+        if self.header {
+            self.header = false;
+            im.lines -= 1;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// The line just taken is unusable, for `reason`: recorded.
+    fn bad(
+        &mut self,
+        cfg: &Config,
+        meta: &mut Meta,
+        im: &InputMeta,
+        ex: &Extractor,
+        line: &[u8],
+        reason: String,
+    ) -> Result<(), CliError> {
+        if ex.csv_open {
+            self.open_record = Some(self.line_no);
+        }
+        record_bad(cfg, meta, &im.name, self.line_no, line, reason)
+    }
+}
+
+/// An input without a usable line (blank lines only, or lines too long to read, which are
+/// unusable): read through, counted.
+fn read_empty(
+    cfg: &Config,
+    meta: &mut Meta,
+    name: &str,
+    lr: &mut LineReader,
+) -> Result<InputMeta, CliError> {
+    let mut im = InputMeta {
+        name: name.to_string(),
+        format: "empty".into(),
+        ..Default::default()
+    };
+    let mut line_no = 0;
+    while let Some(chunk) = lr.next_block()? {
+        match chunk {
+            Chunk::Lines(b) => {
+                let n = BlockLines::new(b).count() as u64;
+                line_no += n;
+                im.lines += n;
+            }
+            Chunk::Long(long) => {
+                line_no += 1;
+                im.lines += 1;
+                im.format = "unknown".into();
+                record_long(cfg, meta, name, line_no, &long)?;
+            }
+        }
+    }
+    if im.format == "empty" {
+        im.lines = 0;
+    }
+    Ok(im)
+}
+
+/// The extractor of an input whose first lines are `head` (its format and fields detected,
+/// or as named), and its entry in the report.
+fn start_input(
+    cfg: &Config,
+    needs: &Needs,
+    clients: &mut Clients,
+    name: &str,
+    head: &[Vec<u8>],
+) -> Result<(Extractor, InputMeta), CliError> {
+    let ex = Extractor::new(cfg.format, head, needs, &cfg.names, name)?;
+    if clients.forwarded_seen.is_none() {
+        clients.forwarded_seen = ex.forwarded_seen.clone();
+    }
+    let im = InputMeta {
+        name: name.to_string(),
+        format: format!("{:?}", ex.format).to_lowercase(),
+        fields: ex.chosen.clone(),
+        lines: 0,
+    };
+    Ok((ex, im))
+}
+
+/// One pass over the inputs into `replay`: one input read straight through, several merged
+/// by time ([`pass_merged`]).
 fn pass(
     cfg: &Config,
     inputs: &Inputs,
+    first: &[Option<u64>],
     replay: &mut Replay,
     meta: &mut Meta,
 ) -> Result<(), CliError> {
+    if let Inputs::Files(files) = inputs {
+        if files.len() > 1 {
+            return pass_merged(cfg, files, first, replay, meta);
+        }
+    }
     let needs = cfg.needs();
     let sources = open_all(cfg, inputs)?;
     let total: Option<u64> = sources.iter().map(|s| s.size).sum();
@@ -745,81 +952,21 @@ fn pass(
         let counter = src.read_bytes.clone();
         let mut lr = LineReader::new(src);
         let head = lr.peek_lines(200)?;
-        let mut line_no = 0u64;
         if head.is_empty() {
-            // Blank lines only, or lines too long to read: the latter are unusable.
-            let mut im = InputMeta {
-                name: name.clone(),
-                format: "empty".into(),
-                ..Default::default()
-            };
-            while let Some(chunk) = lr.next_block()? {
-                match chunk {
-                    Chunk::Lines(b) => {
-                        let n = BlockLines::new(b).count() as u64;
-                        line_no += n;
-                        im.lines += n;
-                    }
-                    Chunk::Long(long) => {
-                        line_no += 1;
-                        im.lines += 1;
-                        im.format = "unknown".into();
-                        record_long(cfg, meta, &name, line_no, &long)?;
-                    }
-                }
-            }
-            if im.format == "empty" {
-                im.lines = 0;
-            }
+            let im = read_empty(cfg, meta, &name, &mut lr)?;
             meta.lines += im.lines;
             meta.inputs.push(im);
             continue;
         }
-        let mut ex = Extractor::new(cfg.format, &head, &needs, &cfg.names, &name)?;
-        if clients.forwarded_seen.is_none() {
-            clients.forwarded_seen = ex.forwarded_seen.clone();
-        }
-        let mut im = InputMeta {
-            name: name.clone(),
-            format: format!("{:?}", ex.format).to_lowercase(),
-            fields: ex.chosen.clone(),
-            lines: 0,
-        };
-        // The header: the first line that is neither blank nor too long (`head[0]`).
-        let mut header = ex.skip_first;
-        // CSV: the line where a record began whose quoted field goes on past its line
-        // (RFC 4180 allows line breaks there), while it lasts. It and the lines that continue
-        // it are unusable: never records (their text is the field's, which a client may
-        // have chosen).
-        let mut open_record: Option<u64> = None;
+        let (mut ex, mut im) = start_input(cfg, &needs, &mut clients, &name, &head)?;
+        let mut st = LineState::new(&ex);
         let mut since = 0u32;
-        // The latest time of the inputs before this one (the batch is empty here): this
-        // input's first request before it means that they overlap.
-        let mut before = (replay.requests > 0).then_some(replay.max_t);
         while let Some(chunk) = lr.next_block()? {
             let block = match chunk {
                 Chunk::Lines(b) => b,
                 Chunk::Long(long) => {
                     // (The batch is empty between blocks.)
-                    line_no += 1;
-                    im.lines += 1;
-                    // Not held: its quotes' parity tells whether it ends an open record, or
-                    // opens one.
-                    let odd = ex.format == LogFormat::Csv && long.quotes % 2 == 1;
-                    match open_record {
-                        Some(from) => {
-                            if odd {
-                                open_record = None;
-                            }
-                            record_continuation(cfg, meta, &name, line_no, &long.head, from)?;
-                        }
-                        None => {
-                            if odd {
-                                open_record = Some(line_no);
-                            }
-                            record_long(cfg, meta, &name, line_no, &long)?;
-                        }
-                    }
+                    st.long(cfg, meta, &mut im, &ex, &long)?;
                     continue;
                 }
             };
@@ -827,29 +974,15 @@ fn pass(
                 block,
                 name: &name,
                 cfg,
+                names: None,
             };
             for (at, line) in BlockLines::new(block) {
-                line_no += 1;
-                im.lines += 1;
                 since += 1;
                 if since == 1 << 16 {
                     since = 0;
                     prog.bar.set_position(prog.done_bytes + counter.get());
                 }
-                if let Some(from) = open_record {
-                    if !ex.continues_record(line) {
-                        open_record = None;
-                    }
-                    // (No request was parsed since the line that opened it.)
-                    record_continuation(cfg, meta, &name, line_no, line, from)?;
-                    continue;
-                }
-                if is_blank(line) {
-                    continue;
-                }
-                if header {
-                    header = false;
-                    im.lines -= 1;
+                if !st.take(cfg, meta, &mut im, &ex, line)? {
                     continue;
                 }
                 let parsed = parse_line(
@@ -861,39 +994,16 @@ fn pass(
                     &mut batch,
                     line,
                     at,
-                    line_no,
+                    st.line_no,
                 );
                 match parsed {
-                    Parsed::Request(req) => {
-                        if let Some(latest) = before.take() {
-                            if req.t < latest {
-                                meta.overlapping.push(name.to_string());
-                            }
-                            if req.t < latest && meta.overlap.is_none() {
-                                meta.overlap = Some(format!(
-                                    "warning: {} overlaps the inputs before it in time (it starts at {}, \
-                                     they end at {}): inputs are replayed one after the other, not \
-                                     merged, so its requests until then go back in time and the \
-                                     figures are not those of the merged traffic; merge the logs by \
-                                     time first (e.g. logs of several servers; ALB logs of several \
-                                     nodes: zcat *.log.gz | sort -k2,2 | sluicegate replay - ...)",
-                                    crate::error::printable(&name),
-                                    crate::timefmt::format_rfc3339(req.t),
-                                    crate::timefmt::format_rfc3339(latest)
-                                ));
-                            }
-                        }
-                        batch.push(req, replay, &cx, meta)?
-                    }
+                    Parsed::Request(req) => batch.push(req, replay, &cx, meta)?,
                     Parsed::Unkeyed => meta.unkeyed += 1,
                     Parsed::Bad(reason) => {
                         // The requests before it are decided first: their errors come first,
                         // and unusable lines are recorded in the log's order.
                         batch.flush(replay, &cx, meta)?;
-                        if ex.csv_open {
-                            open_record = Some(line_no);
-                        }
-                        record_bad(cfg, meta, &name, line_no, line, reason)?;
+                        st.bad(cfg, meta, &im, &ex, line, reason)?;
                     }
                 }
             }
@@ -909,25 +1019,247 @@ fn pass(
     Ok(())
 }
 
+/// One input of a merged replay ([`pass_merged`]), read a block at a time: the block's
+/// requests parsed ahead, and taken one by one, in the input's order, when the merge comes
+/// to their time.
+struct Feed {
+    lr: LineReader,
+    ex: Extractor,
+    tp: TimeParser,
+    im: InputMeta,
+    st: LineState,
+    counter: std::rc::Rc<std::cell::Cell<u64>>,
+    /// The current block (a copy: the reader reuses its buffer), which the parsed requests'
+    /// lines index.
+    block: Vec<u8>,
+    /// The current block's requests (their keys, methods and paths in its bytes).
+    parsed: Batch,
+    /// Their places in the merge: the earliest time of each and the requests after it in
+    /// the block (its own time in a block in time order).
+    due: Vec<u64>,
+    /// The next of them.
+    next: usize,
+}
+
+impl Feed {
+    /// The next request's place in the merge: no later than any time the block holds after
+    /// it, so that a line stamped ahead of the lines after it (a clock's glitch, a request
+    /// logged at its start and written at its end) does not hold them all back.
+    fn head(&self) -> u64 {
+        self.due[self.next]
+    }
+
+    /// Parses blocks until one holds a request (recording the unusable lines on the way);
+    /// `false` at the input's end.
+    fn refill(
+        &mut self,
+        cfg: &Config,
+        clients: &mut Clients,
+        caps: &mut Vec<(usize, usize)>,
+        meta: &mut Meta,
+    ) -> Result<bool, CliError> {
+        self.parsed.reqs.clear();
+        self.parsed.bytes.clear();
+        self.next = 0;
+        loop {
+            match self.lr.next_block()? {
+                None => return Ok(false),
+                Some(Chunk::Long(long)) => {
+                    self.st.long(cfg, meta, &mut self.im, &self.ex, &long)?;
+                    continue;
+                }
+                Some(Chunk::Lines(b)) => {
+                    self.block.clear();
+                    self.block.extend_from_slice(b);
+                }
+            }
+            for (at, line) in BlockLines::new(&self.block) {
+                if !self.st.take(cfg, meta, &mut self.im, &self.ex, line)? {
+                    continue;
+                }
+                let parsed = parse_line(
+                    cfg,
+                    clients,
+                    &mut self.ex,
+                    &mut self.tp,
+                    caps,
+                    &mut self.parsed,
+                    line,
+                    at,
+                    self.st.line_no,
+                );
+                match parsed {
+                    Parsed::Request(req) => self.parsed.reqs.push(req),
+                    Parsed::Unkeyed => meta.unkeyed += 1,
+                    Parsed::Bad(reason) => {
+                        self.st.bad(cfg, meta, &self.im, &self.ex, line, reason)?
+                    }
+                }
+            }
+            if !self.parsed.reqs.is_empty() {
+                self.due.clear();
+                let mut min = u64::MAX;
+                self.due.extend(self.parsed.reqs.iter().rev().map(|p| {
+                    min = min.min(p.t);
+                    min
+                }));
+                self.due.reverse();
+                return Ok(true);
+            }
+        }
+    }
+}
+
+/// One pass over several inputs (logs of several servers, of a load balancer's nodes, or
+/// rotated files of one server), merged by time: the request decided next is always the
+/// earliest of the inputs' next requests (ties in the inputs' order), each input's requests
+/// in its own order (a request stamped ahead of the requests logged after it is taken by
+/// their time: [`Feed::head`]). Inputs that follow each other in time are replayed exactly
+/// as one after the other; inputs that overlap are interleaved as one server in front of
+/// them all (a limit on a shared store) would have seen their requests.
+///
+/// An input is opened when the merge reaches its first timestamp (`first`, read ahead by
+/// [`order_inputs`]; at once for stdin, a pipe, or a file without one), and closed at its
+/// end: a day of a load balancer's five-minute files holds a few open at a time, not
+/// hundreds. Unusable lines are recorded as each input's block is parsed, a little ahead of
+/// the decisions.
+fn pass_merged(
+    cfg: &Config,
+    files: &[String],
+    first: &[Option<u64>],
+    replay: &mut Replay,
+    meta: &mut Meta,
+) -> Result<(), CliError> {
+    use std::cmp::Reverse;
+    let needs = cfg.needs();
+    let names: Vec<String> = files
+        .iter()
+        .map(|f| match cfg.stdin_copy.as_deref() {
+            Some(c) if c == f => "<stdin>".into(),
+            _ if f == "-" => "<stdin>".into(),
+            _ => f.clone(),
+        })
+        .collect();
+    let total: Option<u64> = files
+        .iter()
+        .map(|f| match f.as_str() {
+            "-" => None,
+            f => std::fs::metadata(f).ok().map(|m| m.len()),
+        })
+        .sum();
+    let mut prog = Progress::new(cfg.progress, total);
+    let mut caps = Vec::new();
+    let mut batch = Batch::new();
+    let mut clients = Clients::new(cfg)?;
+    let cx = Decide {
+        block: &[],
+        name: "",
+        cfg,
+        names: Some(&names),
+    };
+    // The inputs to open: at once those without a first timestamp, the others when the
+    // merge reaches it (latest first: popped from the end).
+    let mut waiting: Vec<(u64, usize)> = Vec::new();
+    let mut now: Vec<usize> = Vec::new();
+    for i in 0..files.len() {
+        match first.get(i).copied().flatten() {
+            Some(t) => waiting.push((t, i)),
+            None => now.push(i),
+        }
+    }
+    waiting.sort_by_key(|&(t, i)| Reverse((t, i)));
+    let mut feeds: Vec<Option<Feed>> = (0..files.len()).map(|_| None).collect();
+    let mut inputs: Vec<Option<InputMeta>> = vec![None; files.len()];
+    // The open inputs' next requests: (time, input).
+    let mut heads: std::collections::BinaryHeap<Reverse<(u64, usize)>> = Default::default();
+    let mut since = 0u32;
+    loop {
+        // Open every input whose first timestamp the merge has reached.
+        loop {
+            let next = heads.peek().map(|Reverse((t, _))| *t);
+            let open = match (now.pop(), waiting.last()) {
+                (Some(i), _) => i,
+                (None, Some(&(t, i))) if next.is_none_or(|n| t <= n) => {
+                    waiting.pop();
+                    i
+                }
+                _ => break,
+            };
+            let mut src = Source::open(&files[open])?;
+            src.name = names[open].clone();
+            let counter = src.read_bytes.clone();
+            let mut lr = LineReader::new(src);
+            let head = lr.peek_lines(200)?;
+            if head.is_empty() {
+                let im = read_empty(cfg, meta, &names[open], &mut lr)?;
+                prog.done_bytes += counter.get();
+                inputs[open] = Some(im);
+                continue;
+            }
+            let (ex, im) = start_input(cfg, &needs, &mut clients, &names[open], &head)?;
+            let mut feed = Feed {
+                st: LineState::new(&ex),
+                lr,
+                ex,
+                tp: TimeParser::new(cfg.unit),
+                im,
+                counter,
+                block: Vec::new(),
+                parsed: Batch::new(),
+                due: Vec::new(),
+                next: 0,
+            };
+            if feed.refill(cfg, &mut clients, &mut caps, meta)? {
+                // Overlapping: before the next request of an input open already.
+                if heads.iter().any(|Reverse((h, _))| *h > feed.head()) {
+                    meta.overlapping.push(names[open].clone());
+                }
+                heads.push(Reverse((feed.head(), open)));
+                feeds[open] = Some(feed);
+            } else {
+                prog.done_bytes += feed.counter.get();
+                inputs[open] = Some(feed.im);
+            }
+        }
+        let Some(Reverse((_, i))) = heads.pop() else {
+            break;
+        };
+        since += 1;
+        if since == 1 << 16 {
+            since = 0;
+            let reading: u64 = feeds.iter().flatten().map(|f| f.counter.get()).sum();
+            prog.bar.set_position(prog.done_bytes + reading);
+        }
+        let feed = feeds[i].as_mut().expect("an open input");
+        batch.take(&feed.parsed, &feed.block, feed.next, i, replay, &cx, meta)?;
+        feed.next += 1;
+        if feed.next < feed.parsed.reqs.len() {
+            heads.push(Reverse((feed.head(), i)));
+            continue;
+        }
+        // The block's requests are all in the batch (copied): the block can go.
+        if feed.refill(cfg, &mut clients, &mut caps, meta)? {
+            heads.push(Reverse((feed.head(), i)));
+        } else if let Some(feed) = feeds[i].take() {
+            prog.done_bytes += feed.counter.get();
+            inputs[i] = Some(feed.im);
+        }
+    }
+    batch.flush(replay, &cx, meta)?;
+    prog.bar.set_position(prog.done_bytes);
+    prog.bar.finish_and_clear();
+    for im in inputs.into_iter().flatten() {
+        meta.lines += im.lines;
+        meta.inputs.push(im);
+    }
+    meta.client_notes = clients.finish();
+    Ok(())
+}
+
 /// A replay of `inputs` against `cfg.policies`, and its summary.
 pub fn replay(cfg: &Config, inputs: &Inputs) -> Result<Summary, CliError> {
     let started = Instant::now();
-    let ordered = order_inputs(cfg, inputs, cfg.stdin_copy.as_deref())?;
-    if let (Inputs::Files(given), Inputs::Files(now)) = (inputs, &ordered) {
-        if given != now {
-            let names: Vec<_> = now
-                .iter()
-                .map(|f| match cfg.stdin_copy.as_deref() {
-                    Some(c) if c == f => "<stdin>".into(),
-                    _ => crate::error::printable(f),
-                })
-                .collect();
-            eprintln!(
-                "note: inputs replayed in the order of their first timestamps: {}",
-                names.join(", ")
-            );
-        }
-    }
+    let (ordered, first) = order_inputs(cfg, inputs, cfg.stdin_copy.as_deref())?;
     let inputs = &ordered;
     let fresh = || {
         let r = Replay::new(
@@ -945,7 +1277,7 @@ pub fn replay(cfg: &Config, inputs: &Inputs) -> Result<Summary, CliError> {
         (r, meta)
     };
     let (mut r, mut meta) = fresh();
-    if let Err(e) = pass(cfg, inputs, &mut r, &mut meta) {
+    if let Err(e) = pass(cfg, inputs, &first, &mut r, &mut meta) {
         if !r.bound_met {
             return Err(e);
         }
@@ -954,7 +1286,7 @@ pub fn replay(cfg: &Config, inputs: &Inputs) -> Result<Summary, CliError> {
         // stdin read once never takes dense stores).
         let (r2, meta2) = fresh();
         (r, meta) = (r2.keyed_stores(), meta2);
-        pass(cfg, inputs, &mut r, &mut meta)?;
+        pass(cfg, inputs, &first, &mut r, &mut meta)?;
     }
     r.finish();
     if r.requests == 0 {
@@ -985,7 +1317,7 @@ pub fn replay(cfg: &Config, inputs: &Inputs) -> Result<Summary, CliError> {
         if !traced.is_empty() {
             let mut r2 = r.second_pass(&traced);
             let mut meta2 = Meta::default();
-            pass(cfg, inputs, &mut r2, &mut meta2)?;
+            pass(cfg, inputs, &first, &mut r2, &mut meta2)?;
             r2.finish();
             summary.traces = r2
                 .traces

@@ -1752,11 +1752,121 @@ fn far_off_timestamps_warn_that_the_timeline_is_distorted() {
         .stderr(predicate::str::is_empty());
 }
 
-/// Files given out of time order (a shell glob lists `access.log` before the older
-/// `access.log.1`) are replayed in the order of their first timestamps, as one log; inputs
-/// that overlap in time are replayed one after the other, with a warning.
+/// A merge opens each input when it reaches the input's first timestamp and closes it at its
+/// end: two load balancer nodes' five-minute files (150 each, the nodes' files overlapping
+/// by half) replay with 64 open files allowed, as a day's 576 would.
 #[test]
-fn inputs_are_replayed_in_the_order_of_their_first_timestamps() {
+fn a_merge_opens_each_input_when_it_reaches_its_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for node in 0..2u64 {
+        for i in 0..150u64 {
+            let start = 1_714_521_600 + i * 300 + node * 150;
+            let text: String = (0..3)
+                .map(|k| format!("{{\"ts\":{},\"ip\":\"192.0.2.{node}\"}}\n", start + k * 100))
+                .collect();
+            files.push(write(&dir, &format!("node{node}-{i:03}.jsonl"), &text));
+        }
+    }
+    let exe = assert_cmd::cargo::cargo_bin("sluicegate");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 64 && exec \"$0\" \"$@\"")
+        .arg(&exe)
+        .args([
+            "replay",
+            "--policy",
+            "1/s; burst=1",
+            "--key",
+            "all",
+            "--format",
+            "json",
+        ])
+        .args(&files)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json(&out.stdout);
+    // One request every 50 s, merged: all admitted, time never going back.
+    assert_eq!(v["requests"], 900, "{v}");
+    assert_eq!(v["policies"][0]["rejected"], 0, "{v}");
+    assert_eq!(v["timestamps_backwards"], 0, "{v}");
+    assert_eq!(v["inputs"].as_array().unwrap().len(), 300);
+    assert_eq!(
+        v["inputs_overlapping"].as_array().unwrap().len(),
+        299,
+        "{v}"
+    );
+}
+
+/// In a merge, unusable lines and lines whose time no policy covers name their own input
+/// and line; inputs of different formats merge.
+#[test]
+fn a_merge_names_each_inputs_own_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = write(
+        &dir,
+        "a.log",
+        &(0..6)
+            .map(|s| format!("192.0.2.1 - - [01/May/2024:00:00:{:02} +0000] \"GET / HTTP/1.1\" 200 5 \"-\" \"t\"\n", s * 2))
+            .collect::<String>(),
+    );
+    let b = write(
+        &dir,
+        "b.jsonl",
+        "{\"time\":\"2024-05-01T00:00:01Z\",\"ip\":\"192.0.2.2\"}\n\
+         not json\n\
+         {\"time\":\"2024-05-01T00:00:03Z\",\"ip\":\"192.0.2.2\"}\n\
+         {\"time\":\"2199-12-31T00:00:00Z\",\"ip\":\"192.0.2.2\"}\n\
+         {\"time\":\"2024-05-01T00:00:07Z\",\"ip\":\"192.0.2.2\"}\n",
+    );
+    let out = bin()
+        .args([
+            "replay",
+            "--policy",
+            "3/s; burst=7",
+            "--key",
+            "all",
+            "--format",
+            "json",
+            &a,
+            &b,
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let v = json(&out.stdout);
+    assert_eq!(v["requests"], 9, "{v}");
+    assert_eq!(v["policies"][0]["rejected"], 0, "{v}");
+    assert_eq!(v["timestamps_backwards"], 0, "{v}");
+    assert_eq!(v["bad_lines"], 2, "{v}");
+    let examples = v["bad_line_examples"].to_string();
+    assert!(
+        examples.contains("b.jsonl:2: not a jsonl line"),
+        "{examples}"
+    );
+    assert!(
+        examples.contains("b.jsonl:4: timestamp beyond the range the policies cover exactly"),
+        "{examples}"
+    );
+    // --strict: the first unusable line, named.
+    bin()
+        .args(["replay", "--policy", "1/s", "--strict", &a, &b])
+        .assert()
+        .code(4)
+        .stderr(predicate::str::contains("b.jsonl:2"));
+}
+
+/// Several inputs are merged by time: files given out of time order (a shell glob lists
+/// `access.log` before the older `access.log.1`) replay as one log, and the logs of two
+/// servers, interleaved in time, as one server in front of both (a shared limit) sees them.
+#[test]
+fn inputs_are_merged_by_time() {
     let dir = tempfile::tempdir().unwrap();
     let line = |s: u64| {
         format!(
@@ -1780,25 +1890,48 @@ fn inputs_are_replayed_in_the_order_of_their_first_timestamps() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
+    let text = |files: &[&str]| {
+        let mut a = vec!["replay", "--policy", "1/s; burst=1"];
+        a.extend_from_slice(files);
+        let out = bin().args(&a).assert().success().get_output().clone();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
     let (v, err) = run(&[&cur, &old]);
     assert_eq!(v["policies"][0]["rejected"], 0, "{v}");
     assert_eq!(v["timestamps_backwards"], 0);
+    assert_eq!(v["requests"], 40);
     assert_eq!(v["inputs"][0]["name"], old.as_str());
-    assert!(err.contains("order of their first timestamps"), "{err}");
-    assert!(!err.contains("overlap"), "{err}");
-    // In order already: nothing said.
-    let (v, err) = run(&[&old, &cur]);
-    assert_eq!(v["policies"][0]["rejected"], 0);
+    assert_eq!(v["inputs_overlapping"], json!([]), "{v}");
     assert!(err.is_empty(), "{err}");
-    // Two servers' logs, interleaved in time: replayed one after the other, said once.
+    assert!(
+        text(&[&cur, &old]).contains("merged   the 2 inputs, by time (none overlaps another)"),
+        "{}",
+        text(&[&cur, &old])
+    );
+    // Two servers' logs, interleaved in time: merged, every second's request admitted (one
+    // after the other, the second log would go back 40 s and its requests be clamped
+    // together: 19 of them rejected).
     let even: Vec<u64> = (0..40).step_by(2).collect();
     let odd: Vec<u64> = (1..40).step_by(2).collect();
     let a = write(&dir, "a.log", &log(&even));
     let b = write(&dir, "b.log", &log(&odd));
-    let (_, err) = run(&[&b, &a]);
-    assert_eq!(err.matches("overlaps").count(), 1, "{err}");
-    assert!(err.contains("b.log overlaps"), "{err}");
-    // Stdin keeps its place; the files are ordered around it.
+    let (v, err) = run(&[&b, &a]);
+    assert_eq!(v["policies"][0]["rejected"], 0, "{v}");
+    assert_eq!(v["timestamps_backwards"], 0, "{v}");
+    assert_eq!(v["requests"], 40);
+    assert_eq!(v["inputs"][0]["name"], a.as_str());
+    assert_eq!(v["inputs"][0]["lines"], 20);
+    assert_eq!(v["inputs"][1]["lines"], 20);
+    assert_eq!(v["inputs_overlapping"], json!([b.as_str()]), "{v}");
+    assert!(err.is_empty(), "{err}");
+    let t = text(&[&a, &b]);
+    assert!(
+        t.contains(&format!(
+            "merged   the 2 inputs, by time; overlapping the inputs before them: {b}"
+        )),
+        "{t}"
+    );
+    // Stdin is merged with the files.
     let out = bin()
         .args(["replay", "--policy", "1/s; burst=1", "--format", "json"])
         .args([&cur, "-"])
@@ -1809,7 +1942,8 @@ fn inputs_are_replayed_in_the_order_of_their_first_timestamps() {
         .clone();
     let v = json(&out.stdout);
     assert_eq!(v["inputs"][1]["name"], "<stdin>");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("overlaps"));
+    assert_eq!(v["policies"][0]["rejected"], 0, "{v}");
+    assert_eq!(v["timestamps_backwards"], 0, "{v}");
     // A named pipe (as `<(zcat access.log.2.gz)` gives) is not read ahead either: a read
     // ahead used up its first lines, lost to the replay.
     let fifo = dir.path().join("pipe");
@@ -1826,6 +1960,7 @@ fn inputs_are_replayed_in_the_order_of_their_first_timestamps() {
     writer.join().unwrap();
     assert_eq!(v["requests"], 40, "{v}");
     assert_eq!(v["inputs"][1]["name"], fifo.to_str().unwrap());
+    assert_eq!(v["policies"][0]["rejected"], 0, "{v}");
 }
 
 /// A UTF-8 byte order mark at the start of an input (a spreadsheet's CSV export) is not part
