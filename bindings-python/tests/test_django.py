@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 
 pytest.importorskip("django")
-from django.test import Client, override_settings  # noqa: E402
+from django.http import HttpResponse  # noqa: E402
+from django.test import AsyncClient, Client, override_settings  # noqa: E402
+from django.urls import path  # noqa: E402
 
 import sluicegate  # noqa: E402
-from sluicegate.django import key_func, remote_address  # noqa: E402
+from sluicegate.django import key_func, ratelimit, remote_address  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -84,3 +89,72 @@ def test_bad_settings(config: dict, exc: type) -> None:
     with override_settings(SLUICEGATE=config):
         with pytest.raises(exc):
             Client().get("/plain")
+
+
+# -- async key, cost and skip functions (this module is the URL conf of these tests) -----------
+
+
+async def api_key(request: Any) -> str:
+    return str(request.headers.get("X-Api-Key", "anon"))
+
+
+async def internal(request: Any) -> bool:
+    return bool(request.headers.get("X-Internal") == "yes")
+
+
+async def size(request: Any) -> int:
+    return int(request.GET.get("n", "1"))
+
+
+async def aplain(request: Any) -> HttpResponse:
+    return HttpResponse("aplain")
+
+
+@ratelimit("1/minute; burst=3", key=api_key, cost=size)
+async def akeyed(request: Any) -> HttpResponse:
+    return HttpResponse("akeyed")
+
+
+urlpatterns = [path("aplain", aplain), path("akeyed", akeyed)]
+
+
+def async_settings() -> override_settings:
+    return override_settings(
+        ROOT_URLCONF=__name__,
+        MIDDLEWARE=["sluicegate.django.RateLimitMiddleware"],
+        SLUICEGATE={"DEFAULT_LIMITS": ["1/minute; burst=2"], "KEY": api_key, "SKIP": internal},
+    )
+
+
+def test_async_key_cost_and_skip_are_awaited_on_async_paths() -> None:
+    """An async SKIP's coroutine was a truthy answer (every request skipped), an async cost's
+    the cost."""
+
+    async def main() -> list[list[int]]:
+        client = AsyncClient()
+
+        async def get(path: str, n: int, **headers: str) -> list[int]:
+            return [(await client.get(path, headers=headers)).status_code for _ in range(n)]
+
+        return [
+            await get("/aplain", 3, x_api_key="a"),
+            await get("/aplain", 1, x_api_key="b"),
+            await get("/aplain", 2, x_api_key="a", x_internal="yes"),
+            await get("/akeyed?n=2", 2, x_api_key="a"),
+            await get("/akeyed?n=1", 1, x_api_key="a"),
+        ]
+
+    with async_settings():
+        assert asyncio.run(main()) == [[200, 200, 429], [200], [200, 200], [200, 429], [200]]
+
+
+def test_async_functions_on_sync_paths_are_refused() -> None:
+    with pytest.raises(TypeError, match="async"):
+
+        @ratelimit("1/minute", key=api_key)
+        def sync_view(request: Any) -> HttpResponse:  # noqa: F841 - refused when decorated
+            return HttpResponse("x")
+
+    # A sync (WSGI) stack cannot await an async KEY or SKIP: refused when the middleware loads.
+    with async_settings(), pytest.raises(TypeError, match="SLUICEGATE"):
+        Client().get("/aplain")

@@ -105,6 +105,44 @@ def client_resolver(
     )
 
 
+def is_async(fn: Any) -> bool:
+    """Whether calling `fn` gives an awaitable to await: a coroutine function (``async def``,
+    a partial of one, an object whose ``__call__`` is one)."""
+    if fn is None:
+        return False
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+
+
+def refuse_async(fn: Any, what: str, where: str) -> None:
+    """A TypeError, when the app is configured, for an async callable that `where` (a path
+    that cannot await: Flask's ``before_request``, a sync Django view) would call: its
+    coroutine, never awaited, was the bucket key (its repr), a truthy ``skip`` or a cost."""
+    if is_async(fn):
+        raise TypeError(
+            f"{what} {_named(fn)} is async (a coroutine function), and {where} calls it synchronously: "
+            "give a plain function (def, not async def)"
+        )
+
+
+def _named(fn: Any) -> str:
+    return str(getattr(fn, "__qualname__", None) or repr(fn))
+
+
+def not_awaitable(value: Any, fn: Any, what: str) -> None:
+    """A TypeError for an awaitable `value` that `fn` (a sync function that returned one, or
+    an async one on a path that cannot await) gave where a key, a cost or a skip answer was
+    due: it is closed (never awaited) and named, never taken as the answer."""
+    if inspect.isawaitable(value):
+        close = getattr(value, "close", None)
+        if close is not None:
+            close()
+        raise TypeError(
+            f"{what} {_named(fn)} returned an awaitable ({type(value).__name__}), which this synchronous "
+            "path cannot await: give a plain function, or an async one (async def) where the "
+            "integration awaits (Starlette, an async Django view or middleware)"
+        )
+
+
 def header_key(name: str, fallback: KeyFunc) -> KeyFunc:
     """Keys by a request header (``request.headers.get(name)``, as Django and Starlette
     requests have it); `fallback` when it is absent."""
@@ -148,11 +186,12 @@ class Rule:
     enforcing one but lets every request through (the core's shadow mode): a request it
     would have rejected is logged on the ``sluicegate`` logger. Rules given one `memory_pool`
     share their limiter where a shared store would share their buckets (the same region or
-    prefix), on every store: the memory store then counts as the others do."""
+    prefix), on every store: the memory store then counts as the others do. `awaits`: its key
+    or cost function is async (``async def``), which only an async path can call."""
 
     __slots__ = (
-        "_limiters", "_lock", "cost", "deduct_when", "fallback_max_keys", "key_func", "max_keys", "memory_pool",
-        "policy", "quota", "scope", "scoped", "shadow",
+        "_limiters", "_lock", "awaits", "cost", "deduct_when", "fallback_max_keys", "key_func", "max_keys",
+        "memory_pool", "policy", "quota", "scope", "scoped", "shadow",
     )  # fmt: skip
 
     def __init__(
@@ -186,6 +225,7 @@ class Rule:
         self.key_func = key_func
         self.scope = scope
         self.cost = cost
+        self.awaits = is_async(key_func) or (callable(cost) and is_async(cost))
         self.policy = policy
         self.scoped = scoped
         self.max_keys = max_keys
@@ -647,7 +687,12 @@ async def check_async(
                 key = kf(request)
                 if inspect.isawaitable(key):  # an async key function
                     key = await key
-            limiter, key, cost = _call(rule, request, default_key, scope, store, key)
+            cost = rule.cost
+            if callable(cost):
+                cost = cost(request)
+                if inspect.isawaitable(cost):  # an async cost function
+                    cost = await cost
+            limiter, key, cost = _call(rule, request, default_key, scope, store, key, cost)
             try:
                 decision = await limiter.try_acquire_async(key, cost)
             except (KeyStoreFull, InsufficientCapacity) as error:
@@ -666,17 +711,26 @@ async def check_async(
     return tally.outcome(taken, held)
 
 
-#: `_call`'s key not given: the key function is called.
+#: `_call`'s key or cost not given: the key or cost function is called.
 _NO_KEY: Any = object()
 
 
 def _call(
-    rule: Rule, request: Any, default_key: KeyFunc, scope: str | None, store: str, key: Any = _NO_KEY
+    rule: Rule,
+    request: Any,
+    default_key: KeyFunc,
+    scope: str | None,
+    store: str,
+    key: Any = _NO_KEY,
+    cost: Any = _NO_KEY,
 ) -> tuple[KeyedLimiter, Any, int]:
-    """The limiter, stored key and cost of `request` under `rule` (`key`: the key function's
-    answer, when the caller has it)."""
+    """The limiter, stored key and cost of `request` under `rule` (`key`, `cost`: the key and
+    cost functions' answers, when the caller has them: awaited by ``check_async``). Called
+    here, a function that answers an awaitable is a TypeError (``not_awaitable``)."""
     if key is _NO_KEY:
         key = (rule.key_func or default_key)(request)
+        if type(key) is not str:
+            not_awaitable(key, rule.key_func or default_key, "the key function")
     if key is None:
         # (The core's TypeError named neither the function nor the limit.)
         kf = rule.key_func or default_key
@@ -687,7 +741,12 @@ def _call(
         )
     if rule.scoped and scope is not None:
         key = scoped_key(scope, key)
-    cost = rule.cost(request) if callable(rule.cost) else rule.cost
+    if cost is _NO_KEY:
+        cost = rule.cost
+        if callable(cost):
+            fn, cost = cost, cost(request)
+            if type(cost) is not int:
+                not_awaitable(cost, fn, "the cost function")
     limiter = rule._limiters.get(store)
     if store != MEMORY:  # (inline: the memory store pays a comparison, not a call)
         watch(store)

@@ -41,7 +41,12 @@ limit under a key prefix of its own (``PREFIX:<the same hash>``, ``PREFIX`` the 
 
 Async views (``async def``) and an async middleware stack are served without a thread: the
 decorator on an async view and the middleware under ASGI await the limiters' ``*_async``
-methods (on Redis, without blocking the event loop).
+methods (on Redis, without blocking the event loop). There ``KEY``, ``SKIP`` and a
+decorator's ``key`` and ``cost`` may be async functions, awaited; a sync view or stack cannot
+await them: ``@ratelimit`` with an async key or cost on a sync view, and the middleware in a
+sync stack with an async ``KEY`` or ``SKIP``, are a TypeError when made, and an async one met
+on a sync path anyway (a sync view under an async ``KEY``) a TypeError at the request, never
+its coroutine taken for a key.
 
 Every limit counts its decisions in each process: ``sluicegate.django.limiters()`` gives them
 to ``render_prometheus`` or, as ``SluicegateCollector(sluicegate.django.limiters)``, to
@@ -81,8 +86,10 @@ from sluicegate._web import (
     default_rules,
     header_key,
     header_style,
+    is_async,
     limiter_series,
     message,
+    not_awaitable,
     peek,
     quotas,
     refund_all,
@@ -432,7 +439,28 @@ def _add_headers(response: Any, decision: Decision, rule: Rule | None, config: _
 
 
 def _skipped(request: Any, config: _Config) -> bool:
-    return not config.enabled or (config.skip is not None and bool(config.skip(request)))
+    """Whether the limits let `request` through: off, or ``SKIP`` says so (synchronous: an
+    async ``SKIP``'s coroutine is a TypeError here, never a truthy answer)."""
+    if not config.enabled:
+        return True
+    if config.skip is None:
+        return False
+    found = config.skip(request)
+    if found is not True and found is not False:
+        not_awaitable(found, config.skip, 'SLUICEGATE["SKIP"]')
+    return bool(found)
+
+
+async def _skipped_async(request: Any, config: _Config) -> bool:
+    """``_skipped`` for async views and middleware: an async ``SKIP`` awaited."""
+    if not config.enabled:
+        return True
+    if config.skip is None:
+        return False
+    found = config.skip(request)
+    if found is not True and found is not False and inspect.isawaitable(found):
+        found = await found
+    return bool(found)
 
 
 def _run(rules: list[Rule], request: Any, config: _Config, scope: str) -> HttpResponse | None:
@@ -607,7 +635,7 @@ def ratelimit(
         @functools.wraps(view)
         async def async_wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
             config = _get_config()
-            if _skipped(request, config):
+            if await _skipped_async(request, config):
                 return await inner(request, *args, **kwargs)
             if every[0].fallback_max_keys != config.max_keys:
                 _use_max_keys(every, config)
@@ -635,6 +663,12 @@ def ratelimit(
 
         if iscoroutinefunction(view):
             wrapper = async_wrapper  # type: ignore[assignment, unused-ignore]
+        elif any(rule.awaits for rule in rules):
+            # A sync view's wrapper cannot await it: its coroutine was the key (its repr).
+            raise TypeError(
+                f"@ratelimit on the sync view {getattr(view, '__qualname__', view)!r} has an async key or "
+                "cost function, which only an async view (async def) awaits: give a plain function"
+            )
         # Every rule of the view, this decorator's and those below (a view's rules are
         # numbered from the innermost decorator).
         setattr(wrapper, _LIMITS, [*rules, *below])
@@ -719,7 +753,15 @@ class RateLimitMiddleware:
         # middleware: a bad setting fails at startup, and a server that forks after loading
         # the app (``gunicorn --preload``) shares regions opened before the fork (a Redis
         # store is opened in each worker at its first request instead).
-        _get_config()
+        config = _get_config()
+        if not self._async:
+            # A sync stack cannot await them (their coroutine was a key, a truthy SKIP).
+            for fn, what in ((config.key_func, 'SLUICEGATE["KEY"]'), (config.skip, 'SLUICEGATE["SKIP"]')):
+                if is_async(fn):
+                    raise TypeError(
+                        f"{what} is async (a coroutine function), and the middleware runs in a sync (WSGI) "
+                        "stack, which cannot await it: give a plain function, or serve the app with ASGI"
+                    )
 
     def __call__(self, request: Any) -> Any:
         if self._async:
@@ -771,7 +813,7 @@ class RateLimitMiddleware:
     async def _process_view_async(self, request: Any, view: Any, args: Any, kwargs: Any) -> Any:
         config = _get_config()
         rules, scope = self._plan(config, view)
-        if not rules or _skipped(request, config) or _own_handler_limits(view, request):
+        if not rules or await _skipped_async(request, config) or _own_handler_limits(view, request):
             return None
         return await _run_async(rules, request, config, scope)
 
