@@ -6,6 +6,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -323,3 +324,113 @@ def test_real_server(server: str) -> None:
     for t in threads:
         t.join()
     assert sorted(out) == [200] * 5 + [429] * 15
+
+
+async def _async_key(req: object) -> str:
+    return "k"
+
+
+def test_async_callables_are_refused_when_configured() -> None:
+    """``before_request`` cannot await: an async key, cost or skip function was called and its
+    coroutine taken for the key (its repr), the cost or a truthy skip. Refused at once, and a
+    sync function that returns an awaitable is a TypeError at the request."""
+    limiter = Sluicegate()
+    with pytest.raises(TypeError, match="async"):
+        limiter.limit("1/minute", key=_async_key)
+    with pytest.raises(TypeError, match="async"):
+        limiter.limit("1/minute", cost=_async_key)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="async"):
+        Sluicegate(flask.Flask(__name__), key_func=_async_key)
+    with pytest.raises(TypeError, match="async"):
+        Sluicegate(flask.Flask(__name__), skip=_async_key)  # type: ignore[arg-type]
+
+    app = flask.Flask(__name__)
+    app.testing = True  # the view's exception reaches the test
+    limiter = Sluicegate(app)
+
+    @app.get("/")
+    @limiter.limit("1/minute", key=lambda req: _async_key(req))
+    def index() -> str:
+        return "ok"
+
+    with pytest.raises(TypeError, match="returned an awaitable"):
+        app.test_client().get("/")
+
+
+def test_key_cost_and_skip_functions_of_no_argument() -> None:
+    """flask-limiter's key functions take no argument and read ``flask.request``."""
+    app = flask.Flask(__name__)
+    limiter = Sluicegate(
+        app, key_func=lambda: flask.request.headers.get("X-Api-Key", "anon"),
+        skip=lambda: flask.request.headers.get("X-Internal") == "yes",
+    )  # fmt: skip
+
+    @app.get("/")
+    @limiter.limit("1/minute; burst=2")
+    def index() -> str:
+        return "ok"
+
+    @app.get("/heavy")
+    @limiter.limit("1/minute; burst=3", key=lambda: "one", cost=lambda: int(flask.request.args.get("n", "1")))
+    def heavy() -> str:
+        return "ok"
+
+    client = app.test_client()
+    assert statuses(client, "/", 3, headers={"X-Api-Key": "a"}) == [200, 200, 429]
+    assert statuses(client, "/", 1, headers={"X-Api-Key": "b"}) == [200]
+    assert statuses(client, "/", 2, headers={"X-Api-Key": "a", "X-Internal": "yes"}) == [200, 200]
+    assert client.get("/heavy?n=2").status_code == 200
+    assert client.get("/heavy?n=2").status_code == 429
+    assert client.get("/heavy?n=1").status_code == 200
+    with pytest.raises(TypeError, match="must take the request, or no argument"):
+        limiter.limit("1/minute", key=lambda a, b: "x")  # type: ignore[arg-type, misc]
+
+
+def statuses(client: flask.testing.FlaskClient, path: str, n: int, **kwargs: object) -> list[int]:
+    return [client.get(path, **kwargs).status_code for _ in range(n)]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "body"),
+    [(None, 429, b"Too Many Requests: retry after 60 s\n"), ("slow down", 429, b"slow down"),
+     (("gone fishing", 503), 503, b"gone fishing")],
+)  # fmt: skip
+def test_on_breach_is_told_and_may_answer(answer: object, status: int, body: bytes) -> None:
+    """None (a notification, flask-limiter's form) answers the default 429, not a 500; an
+    answer of a success status is made a 429, not a 200."""
+    told: list[float] = []
+
+    def on_breach(error: sluicegate.RateLimited) -> object:
+        told.append(error.retry_after)
+        assert flask.request.path == "/"
+        return answer
+
+    app = flask.Flask(__name__)
+    Sluicegate(app, default_limits="1/minute", on_breach=on_breach)
+
+    @app.get("/")
+    def index() -> str:
+        return "ok"
+
+    client = app.test_client()
+    assert client.get("/").status_code == 200
+    r = client.get("/")
+    assert (r.status_code, r.data) == (status, body)
+    assert r.headers["Retry-After"] == "60" and len(told) == 1 and 59 < told[0] <= 60
+
+
+def test_static_files_get_no_default_limit(tmp_path: Path) -> None:
+    (tmp_path / "app.js").write_text("ok")
+    app = flask.Flask(__name__, static_folder=str(tmp_path), static_url_path="/static")
+    limiter = Sluicegate(app, default_limits="1/minute")
+
+    @app.get("/")
+    def index() -> str:
+        return "ok"
+
+    client = app.test_client()
+    assert statuses(client, "/static/app.js", 3) == [200, 200, 200]
+    assert statuses(client, "/", 2) == [200, 429]
+    # A limit of its own still applies.
+    limiter.limit("1/minute; burst=2")(app.view_functions["static"])
+    assert statuses(client, "/static/app.js", 3) == [200, 200, 429]

@@ -17,9 +17,24 @@ Configuration (``app.config``, read by ``init_app``; constructor arguments win):
 * ``SLUICEGATE_SKIP`` (None): a function of the request; True lets the request through
   unlimited (an allowlist, health checks). Constructor: ``skip=``.
 * ``SLUICEGATE_DEFAULT_LIMITS`` ([]): rates applied to every view without its own
-  ``@limit``, counted per view and client.
+  ``@limit``, counted per view and client; not to Flask's ``static`` endpoints (the app's
+  and blueprints' static files), as in flask-limiter (a ``@limit`` or a blueprint's limit on
+  them still applies).
 * ``SLUICEGATE_KEY_FUNC`` (``remote_address``): a callable, or "remote_address",
   "header:NAME" or "user".
+
+Key functions, cost functions and ``skip`` take the request, or no argument (flask-limiter's
+form, ``get_remote_address`` or ``lambda: request.headers["X-Api-Key"]``, which read
+``flask.request``): which is decided by the signature when they are configured. They must be
+plain functions: ``before_request`` cannot await an ``async def`` one (a TypeError when it is
+configured).
+
+``on_breach=`` (constructor), a function of the ``RateLimited`` error (its ``decision``,
+``retry_after``), called in the request's context (``flask.request``), is told of every
+rejection: None answers the default 429; anything else Flask can make a response of (a
+Response, a string, a ``(body, status)`` tuple, a dict) answers it, its status made 429 if it
+is not an error status (a rejection is never answered as a success). The RateLimit fields and
+``Retry-After`` are set on it.
 * ``SLUICEGATE_HEADERS`` ("ietf"): "ietf", "draft6", "draft7", "legacy" or "none".
 * ``SLUICEGATE_HEADERS_ON_ALLOWED`` (True): add the RateLimit fields to allowed responses too.
 * ``SLUICEGATE_POLICY`` ("default"): the policy name in the IETF fields.
@@ -63,6 +78,7 @@ Every limit counts its decisions in each process: ``limiter.limiters()`` gives t
 
 from __future__ import annotations
 
+import inspect
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -87,6 +103,7 @@ from sluicegate._web import (
     message,
     peek,
     quotas,
+    refuse_async,
     reset,
     setting_flag,
     settle,
@@ -112,8 +129,45 @@ def remote_address(req: Any = None) -> str:
     return resolver.resolve(req.remote_addr, req.headers.items())
 
 
+def of_request(fn: Callable[..., Any], what: str) -> Callable[[Any], Any]:
+    """`fn`, a key function, a cost function or ``skip``, as a function of the request. It may
+    take the request (one argument), or none (flask-limiter's form: ``get_remote_address``,
+    ``lambda: request.headers["X-Api-Key"]``, reading ``flask.request``); which is decided here,
+    once, by its signature. Anything else, and an async function (``before_request`` cannot
+    await it), is a TypeError now rather than at a request."""
+    refuse_async(fn, what, "Flask's before_request")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # no signature to read (a builtin): given the request
+        return fn
+    try:
+        signature.bind(None)
+        return fn
+    except TypeError:
+        pass
+    try:
+        signature.bind()
+    except TypeError:
+        raise TypeError(
+            f"{what} {getattr(fn, '__qualname__', fn)!r} must take the request, or no argument "
+            f"(reading flask.request), not {signature}"
+        ) from None
+
+    def call(req: Any) -> Any:
+        return fn()
+
+    # Its name, for errors that name it (not functools.wraps: its __wrapped__ would give the
+    # wrapper the signature of no argument).
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+        found = getattr(fn, attr, None)
+        if found is not None:
+            setattr(call, attr, found)
+    return call
+
+
 def header(name: str, fallback: KeyFunc = remote_address) -> KeyFunc:
     """Keys by a request header (an API key, a tenant id); `fallback` when it is absent."""
+    fallback = of_request(fallback, "the fallback key function")
 
     def key(req: Any = None) -> Any:
         value = (request if req is None else req).headers.get(name)
@@ -126,6 +180,7 @@ def header(name: str, fallback: KeyFunc = remote_address) -> KeyFunc:
 def user(attribute: str = "id", fallback: KeyFunc = remote_address) -> KeyFunc:
     """Keys by the logged-in user: flask-login's ``current_user`` when it is installed and
     authenticated, else ``g.user``; anonymous requests fall back to `fallback`."""
+    fallback = of_request(fallback, "the fallback key function")
 
     def key(req: Any = None) -> Any:
         who = _current_user()
@@ -146,10 +201,11 @@ def _current_user() -> Any:
     return g.get("user")
 
 
-def key_func(spec: str | KeyFunc) -> KeyFunc:
-    """A key function from a callable or a name: "remote_address", "header:NAME", "user"."""
+def key_func(spec: str | KeyFunc | Callable[[], Any]) -> KeyFunc:
+    """A key function from a callable (of the request, or of no argument: ``of_request``) or a
+    name: "remote_address", "header:NAME", "user"."""
     if callable(spec):
-        return spec
+        return of_request(spec, "the key function")
     if spec == "remote_address":
         return remote_address
     if spec == "user":
@@ -181,7 +237,7 @@ class Sluicegate:
         self,
         app: Flask | None = None,
         *,
-        key_func: str | KeyFunc | None = None,
+        key_func: str | KeyFunc | Callable[[], Any] | None = None,
         default_limits: Rates | None = None,
         headers: str | None = None,
         enabled: bool | None = None,
@@ -190,7 +246,7 @@ class Sluicegate:
         storage: str | None = None,
         trusted_proxies: int | str | Iterable[str] | None = None,
         ipv6_prefix: int | None = None,
-        skip: Callable[[Any], bool] | None = None,
+        skip: Callable[[Any], bool] | Callable[[], bool] | None = None,
         proxy_header: str | None = None,
     ) -> None:
         self._key_func = key_func
@@ -228,7 +284,8 @@ class Sluicegate:
             return arg if arg is not None else cfg.get(name, default)
 
         state.enabled = setting_flag(pick(self._enabled, "SLUICEGATE_ENABLED", True), "SLUICEGATE_ENABLED")
-        state.skip = pick(self._skip, "SLUICEGATE_SKIP", None)
+        skip = pick(self._skip, "SLUICEGATE_SKIP", None)
+        state.skip = None if skip is None else of_request(skip, "SLUICEGATE_SKIP")
         state.key_func = key_func(pick(self._key_func, "SLUICEGATE_KEY_FUNC", "remote_address"))
         state.style = header_style(pick(self._headers, "SLUICEGATE_HEADERS", "ietf"))
         state.policy = pick(self._policy, "SLUICEGATE_POLICY", "default")
@@ -263,8 +320,8 @@ class Sluicegate:
         self,
         rates: Rates,
         *,
-        key: str | KeyFunc | None = None,
-        cost: int | Callable[[Any], int] = 1,
+        key: str | KeyFunc | Callable[[], Any] | None = None,
+        cost: int | Callable[[Any], int] | Callable[[], int] = 1,
         policy: str | None = None,
         max_keys: int | None = None,
         deduct_when: Callable[[Any], bool] | None = None,
@@ -273,7 +330,9 @@ class Sluicegate:
     ) -> Callable[[F], F]:
         """Limits a view (replacing the default limits for it). Several rates, or several
         decorators, must all admit a request. `key` defaults to the app's key function;
-        `cost` may be a function of the request. Each view it decorates counts on its own.
+        `cost` may be a function of the request; key and cost functions may take the request or
+        no argument (flask-limiter's form, reading ``flask.request``), and must not be async.
+        Each view it decorates counts on its own.
         `deduct_when`, a function of the response, counts only the requests whose response
         it accepts (``lambda r: r.status_code < 400``: failures are free); the others get
         their tokens back. A `name` makes it one limit shared by every view that names it.
@@ -281,6 +340,8 @@ class Sluicegate:
         would-be rejections are logged on the ``sluicegate`` logger).
         """
         kf = None if key is None else key_func(key)
+        if callable(cost):
+            cost = of_request(cost, "the cost function")
         parsed = quotas(rates, cost)
         if not parsed:
             raise ValueError("limit() needs at least one rate")
@@ -367,6 +428,10 @@ class Sluicegate:
                 if blueprint in self._blueprints:
                     return self._blueprints[blueprint] or []
                 blueprint = blueprint.rpartition(".")[0]
+        if endpoint == "static" or endpoint.endswith(".static"):
+            # Flask's static files (the app's, a blueprint's): no default limit, as in
+            # flask-limiter (a page's images and scripts would spend its client's quota).
+            return []
         return defaults
 
     # -- admin -------------------------------------------------------------------------------
@@ -461,9 +526,14 @@ class Sluicegate:
 
     def _rate_limited(self, error: RateLimited) -> Any:
         _, state = current_app.extensions["sluicegate"]
+        response = None
         if self._on_breach is not None:
-            response = current_app.make_response(self._on_breach(error))
-        else:
+            answer = self._on_breach(error)
+            if answer is not None:  # None: a notification only, the default 429 answers
+                response = current_app.make_response(answer)
+                if response.status_code < 400:  # a rejection is never answered as a success
+                    response.status_code = 429
+        if response is None:
             response = current_app.response_class(
                 message(error.decision), status=429, mimetype="text/plain"
             )
