@@ -28,7 +28,7 @@ from test_redis import url, while_ticking
 from test_servers import Server, get, serve, wait_ready
 
 import sluicegate.starlette as starlette_module
-from sluicegate import InvalidOptionError, Quota
+from sluicegate import InvalidOptionError, Quota, RateLimited
 from sluicegate._web import region_suffix
 from sluicegate.starlette import RateLimitMiddleware, Sluicegate, header, key_func, remote_address
 
@@ -71,7 +71,8 @@ def test_a_dependency_limits_its_route_by_its_key() -> None:
     # A token a minute after the first request: 60 s, or 59 once a second has gone by.
     wait = rejected.headers["Retry-After"]
     assert wait in ("59", "60")
-    assert rejected.json() == {"detail": f"Too Many Requests: retry after {wait} s"}
+    # Answered by the middleware, as its own rejections are (on_breach, or this text).
+    assert rejected.text == f"Too Many Requests: retry after {wait} s\n"
     assert rejected.headers["RateLimit"] == f'"default";r=0;t={wait}'
     # Another key, its own bucket; the route's own limit replaces the default limits (2/minute).
     assert statuses(client, "/dep", 2, headers={"X-Api-Key": "b"}) == [200, 200]
@@ -613,3 +614,122 @@ def test_a_websocket_routes_own_limit_refuses_the_handshake() -> None:
         for _ in range(3):  # the default limits count HTTP requests only
             with client.websocket_connect("/free"):
                 pass
+
+
+def test_async_key_cost_and_skip_functions_are_awaited_on_every_store() -> None:
+    """On the memory store the checks were not awaited: an async key function's coroutine was
+    the key (its repr, a new bucket for every request), an async skip's a truthy answer."""
+
+    async def api_key(request: Request) -> str:
+        return request.headers.get("X-Api-Key", "anon")
+
+    async def internal(request: Request) -> bool:
+        return request.headers.get("X-Internal") == "yes"
+
+    async def size(request: Request) -> int:
+        return int(request.query_params.get("n", "1"))
+
+    limiter = Sluicegate(default_limits="1/minute; burst=2", key_func=api_key, skip=internal)
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+
+    @app.get("/default")
+    async def default() -> str:
+        return "ok"
+
+    @app.get("/dep", dependencies=[Depends(limiter.dependency("1/minute; burst=2"))])
+    async def dep() -> str:
+        return "ok"
+
+    @app.get("/heavy")
+    @limiter.limit("1/minute; burst=3", cost=size)
+    async def heavy() -> str:
+        return "ok"
+
+    client = TestClient(app)
+    for path in ("/default", "/dep"):
+        assert statuses(client, path, 3, headers={"X-Api-Key": "a"}) == [200, 200, 429]
+        assert statuses(client, path, 1, headers={"X-Api-Key": "b"}) == [200]
+        assert statuses(client, path, 2, headers={"X-Api-Key": "a", "X-Internal": "yes"}) == [200, 200]
+    assert client.get("/heavy", params={"n": 2}).status_code == 200
+    assert client.get("/heavy", params={"n": 2}).status_code == 429
+
+    # A dependency's own async key, on an app whose other functions are plain.
+    plain = Sluicegate()
+    bare = FastAPI()
+
+    @bare.get("/x", dependencies=[Depends(plain.dependency("1/minute; burst=1", key=api_key))])
+    async def x() -> str:
+        return "x"
+
+    client = TestClient(bare)
+    assert statuses(client, "/x", 2, headers={"X-Api-Key": "a"}) == [200, 429]
+
+
+def test_limit_without_the_middleware_is_an_error() -> None:
+    """``@limit`` alone enforced nothing: a request the middleware does not serve is a
+    RuntimeError, not a request let through unlimited."""
+
+    def make(middleware: bool) -> tuple[FastAPI, Sluicegate]:
+        limiter = Sluicegate()
+        app = FastAPI()
+        if middleware:
+            app.add_middleware(RateLimitMiddleware, limiter=limiter)
+
+        @app.get("/limited")
+        @limiter.limit("1/minute; burst=1")
+        async def limited(q: int = 0) -> int:
+            return q
+
+        @app.get("/sync")
+        @limiter.limit("1/minute; burst=1")
+        def sync() -> str:
+            return "sync"
+
+        return app, limiter
+
+    app, limiter = make(middleware=False)
+    client = TestClient(app)
+    for path in ("/limited", "/sync"):
+        with pytest.raises(RuntimeError, match="RateLimitMiddleware"):
+            client.get(path)
+    limiter.enabled = False
+    assert client.get("/limited", params={"q": 3}).json() == 3
+
+    # With the middleware, the wrapped endpoint keeps its signature and is limited.
+    app, _ = make(middleware=True)
+    client = TestClient(app)
+    assert client.get("/limited", params={"q": 3}).json() == 3
+    assert client.get("/limited").status_code == 429
+    assert statuses(client, "/sync", 2) == [200, 429]
+
+
+def test_a_dependencys_rejection_is_answered_by_on_breach() -> None:
+    def on_breach(request: Request, error: RateLimited) -> PlainTextResponse:
+        return PlainTextResponse(f"slow down, {request.url.path}", status_code=429)
+
+    limiter = Sluicegate(on_breach=on_breach)
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+
+    @app.get("/dep", dependencies=[Depends(limiter.dependency("1/minute; burst=1", policy="dep"))])
+    async def dep() -> str:
+        return "dep"
+
+    client = TestClient(app)
+    assert client.get("/dep").status_code == 200
+    rejected = client.get("/dep")
+    assert (rejected.status_code, rejected.text) == (429, "slow down, /dep")
+    assert rejected.headers["Retry-After"] == "60" and rejected.headers["RateLimit"] == '"dep";r=0;t=60'
+
+    # Without the middleware nothing would call on_breach: an error, not another answer.
+    bare = FastAPI()
+
+    @bare.get("/x", dependencies=[Depends(limiter.dependency("1/minute; burst=1"))])
+    async def x() -> str:
+        return "x"
+
+    client = TestClient(bare)
+    assert client.get("/x").status_code == 200
+    with pytest.raises(RuntimeError, match="on_breach"):
+        client.get("/x")

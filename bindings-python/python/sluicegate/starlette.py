@@ -14,9 +14,11 @@ Two ways to limit a route, which may be combined:
 
 * ``RateLimitMiddleware`` (plain ASGI, so it works under any ASGI server and in front of any
   Starlette or FastAPI app) applies the default limits to every route, counted per route and
-  client, and the limits of ``@limiter.limit(...)`` on an endpoint. The decorator only marks
-  the endpoint and returns it unchanged: FastAPI sees the endpoint's own signature, whatever
-  it is. A route is found the way Starlette's router finds it (its first full match);
+  client, and the limits of ``@limiter.limit(...)`` on an endpoint. The decorator alone
+  enforces nothing: it wraps a function endpoint (``functools.wraps``: FastAPI sees the
+  endpoint's own signature, whatever it is) in a check that the middleware serves the
+  request, and a request it does not serve is a ``RuntimeError`` (a 500), not a request let
+  through unlimited. A route is found the way Starlette's router finds it (its first full match);
   ``@limiter.exempt`` endpoints and FastAPI routes with a ``limiter.dependency`` get no default
   limit. It also turns ``raise sluicegate.RateLimited(decision)`` in an endpoint into a 429,
   and adds the RateLimit fields to allowed responses.
@@ -24,16 +26,19 @@ Two ways to limit a route, which may be combined:
   ``__call__(request, response)``, never the endpoint's parameters). It counts each route
   (path template) separately, also when one object is in the ``Depends`` of several routes,
   unless it has a ``name``: the same ``name`` on several routes is one shared limit. Two
-  dependencies made apart are two limits, on every store. A rejection raises
-  ``HTTPException(429)`` with ``Retry-After`` and the RateLimit fields; the dependency's value
-  is the Decision.
+  dependencies made apart are two limits, on every store. A rejection is answered by the
+  middleware as its own are (``on_breach``, or a plain-text 429 with ``Retry-After`` and the
+  RateLimit fields); without the middleware it raises ``HTTPException(429)`` with those
+  fields (the app's handler of HTTPException answers: FastAPI's JSON ``detail``), and a
+  limiter with ``on_breach`` raises ``RuntimeError``. The dependency's value is the Decision.
 
 Configuration (constructor arguments):
 
 * ``default_limits`` ([]): rates applied by the middleware to every route without limits of
   its own, counted per route and client.
 * ``key_func`` ("remote_address"): a callable of the Request, or "remote_address" (the
-  client, ``Sluicegate.client``), "header:NAME".
+  client, ``Sluicegate.client``), "header:NAME". Key functions, cost functions and ``skip``
+  may be async (``async def``): they are awaited, on every store.
 * ``trusted_proxies`` (None): whose forwarding headers the client identity believes: None
   (the peer address is the client: a client-sent ``X-Forwarded-For`` changes nothing), a hop
   count, or a list of addresses, CIDR ranges and "loopback", "private", "linklocal"; the client
@@ -48,6 +53,9 @@ Configuration (constructor arguments):
   ``headers_on_allowed`` (True): the RateLimit fields on allowed responses too.
 * ``policy`` ("default"): the policy name in the IETF fields.
 * ``enabled`` (True): turn every check off, e.g. in tests.
+* ``on_breach`` (None): a function of the ``Request`` and the ``RateLimited`` error whose
+  Response answers a rejection (the middleware's, and a dependency's through it); the
+  RateLimit fields are added to it.
 * ``skip`` (None): a function of the connection (the ``Request``; for a WebSocket route, its
   ``HTTPConnection``, which has no ``method``); True lets it through unlimited (an allowlist,
   health checks).
@@ -73,10 +81,13 @@ Starlette is imported only when this module is.
 
 from __future__ import annotations
 
+import contextvars
+import functools
+import inspect
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Union, cast
 
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
@@ -101,6 +112,7 @@ from sluicegate._web import (
     default_rules,
     header_key,
     header_style,
+    is_async,
     limiter_series,
     message,
     named_key,
@@ -124,6 +136,8 @@ from sluicegate._web import reset_async as _reset_async
 __all__ = ["RateLimit", "RateLimitMiddleware", "Sluicegate", "header", "key_func", "remote_address"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+#: An async key function (``async def``), awaited on every store.
+AsyncKeyFunc = Callable[[Any], Awaitable[Union[str, bytes, int]]]
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -145,6 +159,17 @@ _TEMPLATE = "sluicegate.template"
 #: The ``Sluicegate`` whose middleware or dependency is deciding: ``remote_address`` (and
 #: ``header``'s fallback) then believe its trusted proxies.
 _LIMITER = "sluicegate.limiter"
+#: The scope entry where a dependency that rejected the request leaves a ``RateLimited`` of its
+#: decision and its rule: the middleware answers with its own 429 (``on_breach``, the rule's
+#: policy in the fields) in place of the app's answer to the dependency's HTTPException.
+_REJECTED = "sluicegate.rejected"
+#: On a ``@limit`` endpoint's wrapper: the endpoint it calls.
+_WRAPPED = "__sluicegate_wrapped__"
+
+#: The ``Sluicegate``s whose ``RateLimitMiddleware`` serves the request being handled (an
+#: endpoint of ``@limit`` checks that its own is among them: without it nothing applies the
+#: limits).
+_SERVING: contextvars.ContextVar[tuple[Sluicegate, ...]] = contextvars.ContextVar("sluicegate_serving", default=())
 
 
 def remote_address(request: Request) -> str:
@@ -232,14 +257,25 @@ def _keep(keys: dict[str, str], peer: str, key: str) -> None:
     keys[peer] = key
 
 
+async def _skipped(limiter: Sluicegate, connection: HTTPConnection) -> bool:
+    """Whether `limiter`'s ``skip`` lets the connection through (an async ``skip`` awaited:
+    its coroutine was a truthy answer)."""
+    skip: Any = limiter.skip  # (typed for Requests, or for every connection: given what it has)
+    found = skip(connection)
+    if found is not True and found is not False and inspect.isawaitable(found):
+        found = await found
+    return bool(found)
+
+
 def header(name: str, fallback: KeyFunc = remote_address) -> KeyFunc:
     """Keys by a request header (an API key, a tenant id); `fallback` when it is absent."""
     return header_key(name, fallback)
 
 
-def key_func(spec: str | KeyFunc) -> KeyFunc:
+def key_func(spec: str | KeyFunc | AsyncKeyFunc) -> KeyFunc:
     """A key function from a callable or a name: "remote_address", "header:NAME"."""
-    return named_key(spec, {"remote_address": remote_address}, header)
+    # (An async one is a key function too: the checks await what it answers.)
+    return named_key(cast(Union[str, KeyFunc], spec), {"remote_address": remote_address}, header)
 
 
 _key_of = key_func  # the constructor's parameter of that name hides the function
@@ -252,7 +288,7 @@ class Sluicegate:
         self,
         *,
         default_limits: Rates | None = None,
-        key_func: str | KeyFunc = "remote_address",
+        key_func: str | KeyFunc | AsyncKeyFunc = "remote_address",
         headers: str = "ietf",
         headers_on_allowed: bool = True,
         policy: str = "default",
@@ -262,7 +298,7 @@ class Sluicegate:
         on_breach: Callable[[Request, RateLimited], Response] | None = None,
         trusted_proxies: int | str | Iterable[str] | None = None,
         ipv6_prefix: int = 64,
-        skip: Callable[[Request], bool] | Callable[[HTTPConnection], bool] | None = None,
+        skip: Callable[[Request], bool | Awaitable[bool]] | Callable[[HTTPConnection], bool | Awaitable[bool]] | None = None,
         proxy_header: str = "x-forwarded-for",
     ) -> None:
         self.enabled = enabled
@@ -285,6 +321,9 @@ class Sluicegate:
         # Unnamed dependencies made (each names its limit's store by its place).
         self._dependencies = 0
         self._remote = not opens_early(self.store)
+        #: Whether checks are awaited (``check_async``): on Redis, and once a key or cost
+        #: function is async (the app's or a limit's), on every store.
+        self._awaits = self._remote or is_async(self.key_func)
         for rule in self.defaults:
             rule.open_early(self.store)
 
@@ -297,34 +336,76 @@ class Sluicegate:
         self,
         rates: Rates,
         *,
-        key: str | KeyFunc | None = None,
-        cost: int | Callable[[Any], int] = 1,
+        key: str | KeyFunc | AsyncKeyFunc | None = None,
+        cost: int | Callable[[Any], int] | Callable[[Any], Awaitable[int]] = 1,
         policy: str | None = None,
         max_keys: int | None = None,
         name: str | None = None,
         deduct_when: Callable[[Any], bool] | None = None,
         shadow: bool = False,
     ) -> Callable[[F], F]:
-        """Marks an endpoint with limits that ``RateLimitMiddleware`` applies (instead of the
+        """Limits an endpoint with limits that ``RateLimitMiddleware`` applies (instead of the
         default limits). Several rates, or several decorators, must all admit a request; a
-        `name` makes it a limit shared by every endpoint that names it. The endpoint is
-        returned unchanged. `shadow=True` decides and counts but never rejects (would-be
-        rejections are logged on the ``sluicegate`` logger)."""
+        `name` makes it a limit shared by every endpoint that names it. `shadow=True` decides
+        and counts but never rejects (would-be rejections are logged on the ``sluicegate``
+        logger).
+
+        The middleware decides, before the endpoint runs: a function endpoint is returned
+        wrapped (``functools.wraps``: FastAPI and Starlette see its own signature) in a check
+        that this limiter's middleware serves the request, a ``RuntimeError`` when it does not
+        (the limits would not apply: an endpoint's decorator alone cannot see the request of a
+        FastAPI endpoint that takes none). Other endpoints (an ``HTTPEndpoint`` class) are
+        marked and returned unchanged."""
         rules_of = self._rules(rates, key, cost, policy, max_keys, name, deduct_when, shadow)
 
         def decorate(endpoint: F) -> F:
             existing = endpoint.__dict__.get(_LIMITS) or []
-            setattr(endpoint, _LIMITS, [*rules_of(endpoint, existing), *existing])
+            rules = [*rules_of(endpoint, existing), *existing]
+            if inspect.isfunction(endpoint) and _WRAPPED not in endpoint.__dict__:
+                endpoint = self._guarded(endpoint)
+            setattr(endpoint, _LIMITS, rules)
             return endpoint
 
         return decorate
+
+    def _guarded(self, endpoint: F) -> F:
+        """`endpoint`, which raises ``RuntimeError`` when it runs without this limiter's
+        ``RateLimitMiddleware`` (while the limits are on)."""
+
+        def unserved() -> RuntimeError:
+            return RuntimeError(
+                f"the endpoint {endpoint.__qualname__} has @limit limits, which RateLimitMiddleware "
+                "applies, and it does not serve this request: "
+                "app.add_middleware(RateLimitMiddleware, limiter=limiter)"
+            )
+
+        if inspect.iscoroutinefunction(endpoint):
+
+            @functools.wraps(endpoint)
+            async def guarded_async(*args: Any, **kwargs: Any) -> Any:
+                if self.enabled and self not in _SERVING.get():
+                    raise unserved()
+                return await endpoint(*args, **kwargs)
+
+            wrapper: Any = guarded_async
+        else:
+
+            @functools.wraps(endpoint)
+            def guarded(*args: Any, **kwargs: Any) -> Any:
+                if self.enabled and self not in _SERVING.get():
+                    raise unserved()
+                return endpoint(*args, **kwargs)
+
+            wrapper = guarded
+        setattr(wrapper, _WRAPPED, endpoint)
+        return wrapper  # type: ignore[no-any-return]
 
     def dependency(
         self,
         rates: Rates,
         *,
-        key: str | KeyFunc | None = None,
-        cost: int | Callable[[Any], int] = 1,
+        key: str | KeyFunc | AsyncKeyFunc | None = None,
+        cost: int | Callable[[Any], int] | Callable[[Any], Awaitable[int]] = 1,
         policy: str | None = None,
         max_keys: int | None = None,
         name: str | None = None,
@@ -350,8 +431,8 @@ class Sluicegate:
     def _rules(
         self,
         rates: Rates,
-        key: str | KeyFunc | None,
-        cost: int | Callable[[Any], int],
+        key: str | KeyFunc | AsyncKeyFunc | None,
+        cost: int | Callable[[Any], int] | Callable[[Any], Awaitable[int]],
         policy: str | None,
         max_keys: int | None,
         name: str | None,
@@ -361,7 +442,7 @@ class Sluicegate:
         """The rules of one `limit` or `dependency`, given the endpoint (None: a dependency,
         counted per route) and the rules it has already."""
         kf = None if key is None else key_func(key)
-        parsed = quotas(rates, cost)
+        parsed = quotas(rates, cast(Union[int, Callable[[Any], int]], cost))
         if not parsed:
             raise ValueError("a limit needs at least one rate")
         options: dict[str, Any] = {
@@ -379,6 +460,8 @@ class Sluicegate:
             with self._made_lock:
                 for rule in rules:
                     self._made.setdefault(id(rule), rule)
+            if any(rule.awaits for rule in rules):
+                self._awaits = True  # an async key or cost function: every check awaited
             for rule in rules:
                 rule.open_early(self.store)
             return rules
@@ -507,7 +590,7 @@ class RateLimit:
 
     async def __call__(self, request: Request, response: Response) -> Decision | None:
         limiter = self.limiter
-        if not limiter.enabled or (limiter.skip is not None and limiter.skip(request)):
+        if not limiter.enabled or (limiter.skip is not None and await _skipped(limiter, request)):
             return None
         scope = request.scope
         if self._settled and _DECISIONS not in scope:
@@ -519,10 +602,12 @@ class RateLimit:
             )
         scope[_LIMITER] = limiter
         rule = self._plain
-        if limiter._remote:
+        if limiter._awaits:
             decision, rule, allowed = await limiter._check_async(self.rules, request, _route_name(scope) + self._tag)
         elif rule is not None:  # check's first branch, inlined
             key = (rule.key_func or limiter.key_func)(request)
+            if type(key) is not str and inspect.isawaitable(key):  # a sync function's awaitable
+                key = await key
             if rule.scoped:
                 path = scope.get(_TEMPLATE)  # _route_name's, inlined
                 if path is None:
@@ -550,6 +635,17 @@ class RateLimit:
         assert decision is not None
         if not allowed:
             await limiter._give_back_held(scope)
+            if limiter in _SERVING.get():
+                # This limiter's middleware answers, as it answers its own rejections
+                # (``on_breach``), in place of what the app's handler of the HTTPException
+                # below answers (a mounted app's handler too: an exception of another class
+                # would be its 500).
+                scope[_REJECTED] = (RateLimited(decision), rule)
+            elif limiter.on_breach is not None:
+                raise RuntimeError(
+                    "on_breach answers a dependency's rejections through RateLimitMiddleware, which "
+                    "does not serve this request: app.add_middleware(RateLimitMiddleware, limiter=limiter)"
+                )
             raise HTTPException(429, message(decision).strip(), headers=limiter._headers(decision, rule))
         if limiter.headers_on_allowed:
             if response.raw_headers:  # fields set before (another dependency's): replaced
@@ -605,14 +701,24 @@ class RateLimitMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         limiter = self.limiter
-        if scope["type"] == "websocket" and limiter.enabled:
-            await self._websocket(scope, receive, send)
-            return
-        if scope["type"] != "http" or not limiter.enabled:
+        kind = scope["type"]
+        if (kind != "http" and kind != "websocket") or not limiter.enabled:
             await self.app(scope, receive, send)
             return
+        # For the endpoints of `@limit`: their limits are applied here.
+        serving = _SERVING.set((*_SERVING.get(), limiter))
+        try:
+            if kind == "websocket":
+                await self._websocket(scope, receive, send)
+            else:
+                await self._http(scope, receive, send)
+        finally:
+            _SERVING.reset(serving)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        limiter = self.limiter
         request = Request(scope, receive)
-        if limiter.skip is not None and limiter.skip(request):
+        if limiter.skip is not None and await _skipped(limiter, request):
             await self.app(scope, receive, send)
             return
         rules, template = self._resolve(scope)
@@ -621,7 +727,7 @@ class RateLimitMiddleware:
         found: tuple[Decision, Rule | None] | None = None
         scope[_DECISIONS] = []  # what the app's `Depends` limits decide (RateLimit.__call__)
         if rules:
-            if limiter._remote:
+            if limiter._awaits:
                 decision, rule, allowed = await limiter._check_async(rules, request, template)
             else:
                 decision, rule, allowed = limiter._check(rules, request, template)
@@ -631,11 +737,25 @@ class RateLimitMiddleware:
                 return
             found = (decision, rule)
         started = False
+        replacing = False
 
         async def send_with_headers(msg: Message) -> None:
-            nonlocal started
+            nonlocal started, replacing
+            if replacing:
+                # The app's answer to a dependency's rejection (its HTTPException handler's):
+                # this middleware's own is sent instead, once the app's has ended.
+                if msg["type"] == "http.response.body" and not msg.get("more_body", False):
+                    replacing = False
+                    error, rule = scope.pop(_REJECTED)
+                    await self._too_many(request, error, rule, scope, receive, send)
+                return
             if msg["type"] == "http.response.start":
                 started = True
+                if _REJECTED in scope:
+                    replacing = True
+                    if scope.get(_TAKEN):
+                        await limiter._settle(scope, _Sent(429, Headers()))
+                    return
                 lines = msg.get("headers", [])
                 if not isinstance(lines, list):  # any iterable of pairs (ASGI): read it once
                     lines = msg["headers"] = list(lines)
@@ -720,11 +840,11 @@ class RateLimitMiddleware:
         route, template = _find_route(found)
         rules = getattr(getattr(route, "endpoint", None), _LIMITS, None)
         # (A WebSocket route's connection: a `skip` typed for Requests reads what it has.)
-        if not rules or (limiter.skip is not None and limiter.skip(connection)):  # type: ignore[arg-type]
+        if not rules or (limiter.skip is not None and await _skipped(limiter, connection)):
             await self.app(scope, receive, send)
             return
         scope[_LIMITER] = limiter
-        if limiter._remote:
+        if limiter._awaits:
             _, _, allowed = await limiter._check_async(rules, connection, template)  # type: ignore[arg-type]
         else:
             _, _, allowed = limiter._check(rules, connection, template)  # type: ignore[arg-type]
