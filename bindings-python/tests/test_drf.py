@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import drf_app  # (imported first: DRF's views read the default throttle classes now, conftest.py's)
 import pytest
@@ -15,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.test import APIClient, APIRequestFactory
 from test_redis import url
 
-from sluicegate import Quota
+from sluicegate import InvalidOptionError, Quota
 from sluicegate._web import region_suffix
 from sluicegate.drf import (
     AnonRateThrottle, ScopedRateThrottle, SluicegateThrottle, UserRateThrottle, _rules, get, limiters, reset,
@@ -81,18 +82,18 @@ def test_a_full_key_store_throttles_with_a_wait_of_a_second() -> None:
         assert (full.status_code, full["Retry-After"]) == (429, "1")
 
 
-def test_a_cost_beyond_the_burst_throttles_without_taking_anything() -> None:
-    """A request that costs more than the rate's burst can never be admitted: throttled, with
-    a wait of the time the bucket takes to fill (not a server error), and nothing taken."""
+def test_a_cost_beyond_the_burst_is_refused_without_taking_anything() -> None:
+    """A throttle whose cost is more than its rate's burst could never admit a request: an
+    error when DRF makes it (it was a request throttled every time), and nothing taken."""
 
     class Costly(drf_app.ByKey):
         cost = 3
 
     with settings():
         request = APIRequestFactory().get("/keyed", HTTP_X_API_KEY="k")
-        costly = Costly()
-        assert costly.allow_request(Request(request), None) is False
-        assert costly.wait() == 120.0
+        # Refused when DRF makes the throttle (parse_rate), before anything is counted.
+        with pytest.raises(InvalidOptionError, match="burst"):
+            Costly()
         assert [drf_app.ByKey().allow_request(Request(request), None) for _ in range(3)] == [True, True, False]
 
 
@@ -344,3 +345,67 @@ def test_drf_num_proxies_without_trusted_proxies_is_warned_of_once() -> None:
     with settings(NUM_PROXIES=1, sluicegate={"TRUSTED_PROXIES": 1}), warnings.catch_warnings():
         warnings.simplefilter("error")
         assert statuses(APIClient(), "/anon", 1, HTTP_X_FORWARDED_FOR="6.6.6.6") == [200]
+
+
+class DrfWay(SluicegateThrottle):
+    """A throttle written DRF's way: ``cache_format`` and ``get_ident``."""
+
+    scope = "drfway"
+    rate = "1/minute; burst=1"
+
+    def get_cache_key(self, request: Any, view: Any) -> Any:
+        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+
+
+class DrfWayView(drf_app.Base):
+    throttle_classes = [DrfWay]
+
+
+def test_a_throttle_written_drfs_way_keys_by_the_trusted_client() -> None:
+    """DRF's own ``get_ident`` believes a client's ``X-Forwarded-For``: a throttle that called
+    it could be dodged by sending another one each time."""
+    factory = APIRequestFactory()
+    view = DrfWayView.as_view()
+    with settings():
+        answers = [view(factory.get("/x", HTTP_X_FORWARDED_FOR=f"10.9.9.{i}")).status_code for i in range(3)]
+        assert answers == [200, 429, 429]
+        throttle = DrfWay()
+        assert (throttle.num_requests, throttle.duration) == (1, 60)
+        assert throttle.parse_rate("100/day") == (100, 86400) and throttle.parse_rate(None) == (None, None)
+        assert get("throttle_drfway_127.0.0.1", DrfWay) is not None
+
+
+def test_drfs_spellings_of_a_rate_are_read_as_drf_reads_them() -> None:
+    rates = {**RATES, "anon": "2/mins", "user": "1/hrs"}
+    with override_settings(
+        ROOT_URLCONF="drf_app", MIDDLEWARE=[], SLUICEGATE={},
+        REST_FRAMEWORK={"DEFAULT_THROTTLE_RATES": rates, "UNAUTHENTICATED_USER": None},
+    ):  # fmt: skip
+        client = APIClient()
+        assert statuses(client, "/anon", 3) == [200, 200, 429]
+        assert client.get("/anon")["Retry-After"] == "30"
+        assert statuses(client, "/user", 2, HTTP_X_USER="ann") == [200, 429]
+    assert DrfWay().parse_rate("10/secs") == (10, 1)
+
+
+def test_a_bad_rate_or_cost_fails_when_the_throttle_is_made() -> None:
+    with pytest.raises(ValueError, match="fortnight"):  # InvalidQuotaError
+
+        class Misspelt(SluicegateThrottle):  # noqa: F841 - checked when the class is made
+            rate = "1/fortnight"
+
+    with pytest.raises(InvalidOptionError, match="burst"):
+
+        class TooDear(SluicegateThrottle):  # noqa: F841
+            rate = "1/minute; burst=2"
+            cost = 3
+
+    # A scope's rate from the settings: when DRF makes the throttle, before any request counts.
+    with override_settings(
+        ROOT_URLCONF="drf_app", MIDDLEWARE=[], SLUICEGATE={},
+        REST_FRAMEWORK={"DEFAULT_THROTTLE_RATES": {**RATES, "anon": "5/fortnight"}, "UNAUTHENTICATED_USER": None},
+    ):  # fmt: skip
+        with pytest.raises(ValueError, match="fortnight"):
+            AnonRateThrottle()
+        with pytest.raises(ValueError, match="fortnight"):
+            APIClient().get("/anon")

@@ -11,7 +11,14 @@ They are drop-in replacements for DRF's classes of the same names (``AnonRateThr
 ``UserRateThrottle``, ``ScopedRateThrottle``; subclass ``SluicegateThrottle`` for others):
 ``scope`` and ``rate`` class attributes, rates from ``DEFAULT_THROTTLE_RATES`` by scope (or a
 ``THROTTLE_RATES`` attribute), ``get_cache_key(request, view)`` picks the bucket (None: not
-throttled), ``wait()`` gives the seconds DRF puts in ``Retry-After``.
+throttled), ``wait()`` gives the seconds DRF puts in ``Retry-After``; ``get_ident`` (which is
+``ident``, below), ``cache_format``, ``parse_rate``, ``num_requests`` and ``duration`` are
+there for a ``get_cache_key`` written DRF's way. A rate is checked when the throttle is made
+(a class's own ``rate`` when the class is, a scope's at the first request that reads it): a
+bad one, or a ``cost`` more than its burst, raises ``InvalidOptionError``. A rate in DRF's form
+that the core's grammar does not read is read as DRF reads it, by the period's first letter
+(``"5/mins"``, ``"10/secs"``, ``"3/hrs"``); the core's units come first (``"1/ms"`` is a
+millisecond).
 
 What differs from DRF's cache-backed throttles: a rate is a sluicegate quota, so ``"100/day"``
 is a token bucket of 100 that refills continuously (not a log of the last 100 timestamps
@@ -22,7 +29,7 @@ the host; on Redis every host), on the store of ``SLUICEGATE["STORAGE"]`` as
 ``sluicegate.django`` reads it; ``SLUICEGATE["ENABLED"] = False`` turns them off, and
 ``SLUICEGATE["SKIP"]`` (a function of the request) lets chosen requests through. The client
 is the peer address (``REMOTE_ADDR``): unlike DRF's ``get_ident``, an ``X-Forwarded-For``
-header sent by a client is never its key. DRF's ``NUM_PROXIES`` is not read (a warning says
+header sent by a client is never its key (``get_ident`` is overridden to say the same). DRF's ``NUM_PROXIES`` is not read (a warning says
 so when it is set): behind proxies set ``SLUICEGATE["TRUSTED_PROXIES"]``, a hop count or the
 proxies' addresses. As in DRF, every throttle of a view counts a
 request, including one that another throttle rejects; views that name one scope
@@ -48,6 +55,7 @@ families twice).
 
 from __future__ import annotations
 
+import re
 import threading
 import warnings
 from collections.abc import Callable
@@ -58,7 +66,7 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
 from sluicegate._native import Decision, InsufficientCapacity, KeyStoreFull, Quota
-from sluicegate._web import Rule, Series, Taken, limiter_series, peek, refusal, watch
+from sluicegate._web import Rule, Series, Taken, _check_cost, limiter_series, peek, refusal, watch
 from sluicegate._web import reset as _reset_rules
 from sluicegate.django import _SETTLE, _get_config, _skipped, remote_address
 
@@ -74,12 +82,41 @@ _rules: dict[tuple[str, Quota], Rule] = {}
 _by_text: dict[tuple[str, str], Rule] = {}
 _lock = threading.Lock()
 
+#: DRF's rate periods, read by their first letter as DRF's ``parse_rate`` reads them
+#: ("5/mins", "10/secs", "3/hrs", "100/d"), in the core's words.
+_DRF_PERIODS = {"s": "second", "m": "minute", "h": "hour", "d": "day"}
+_DRF_RATE = re.compile(r"\s*(\d+)\s*/\s*([smhd])[a-z]*\s*")
+#: The quotas of the rates read so far, by their text (at most `_QUOTAS_KEPT`).
+_quotas: dict[str, Quota] = {}
+_QUOTAS_KEPT = 1024
+
+
+def quota_of(rate: str) -> Quota:
+    """A throttle rate's quota: a sluicegate quota (``"100/day"``, ``"10/s; burst=20"``,
+    ``"100/day; algorithm=sliding_window"``), or one the core's grammar does not read in DRF's
+    form, a count and a period DRF reads by its first letter (``"5/mins"``, ``"10/secs"``,
+    ``"3/hrs"``), read as DRF reads it. A bad rate is an ``InvalidOptionError`` (a ValueError)
+    naming it."""
+    found = _quotas.get(rate)
+    if found is None:
+        try:
+            found = Quota(rate)
+        except ValueError:
+            drf = _DRF_RATE.fullmatch(rate) if isinstance(rate, str) else None
+            if drf is None:
+                raise
+            found = Quota(f"{drf[1]}/{_DRF_PERIODS[drf[2]]}")
+        if len(_quotas) >= _QUOTAS_KEPT:
+            _quotas.clear()
+        _quotas[rate] = found
+    return found
+
 
 def _rule(scope: str, rate: str) -> Rule:
     found = _by_text.get((scope, rate))
     if found is not None and _rules.get((scope, found.quota)) is found:
         return found
-    quota = Quota(rate)
+    quota = quota_of(rate)
     with _lock:
         found = _rules.get((scope, quota))
         if found is None:
@@ -106,11 +143,40 @@ class SluicegateThrottle(BaseThrottle):  # type: ignore[misc]
     #: get their tokens back. Needs ``sluicegate.django.RateLimitMiddleware``, which makes
     #: the refunds.
     deduct_when: Callable[[Any], bool] | None = None
+    #: DRF's ``SimpleRateThrottle.cache_format``, for a ``get_cache_key`` written DRF's way
+    #: (``self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}``).
+    cache_format = "throttle_%(scope)s_%(ident)s"
+    #: DRF's: the rate's requests and its period in seconds, here the quota's burst and the
+    #: seconds an empty bucket takes to fill (``parse_rate``); None without a rate.
+    num_requests: int | None = None
+    duration: int | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass's own ``rate`` is checked when the class is made (a bad rate, or a
+        ``cost`` its burst can never admit, fails at import, not at a request)."""
+        super().__init_subclass__(**kwargs)
+        rate = cls.__dict__.get("rate")
+        if isinstance(rate, str):
+            _check_cost(cls.cost, quota_of(rate))
 
     def __init__(self) -> None:
         if not getattr(self, "rate", None):
             self.rate = self.get_rate()
+        self.num_requests, self.duration = self.parse_rate(self.rate)
         self.decision: Decision | None = None
+
+    def parse_rate(self, rate: str | None) -> tuple[int | None, int | None]:
+        """DRF's: ``(num_requests, duration)`` of `rate` (the quota's burst and window in
+        seconds), ``(None, None)`` for None. The rate is checked here, when DRF makes the
+        throttle (a bad rate, or a ``cost`` more than its burst, raises
+        ``InvalidOptionError``), before any request is counted."""
+        if rate is None:
+            return None, None
+        quota = quota_of(rate)
+        cost = self.cost
+        if type(cost) is not int or cost != 1:
+            _check_cost(cost, quota)
+        return quota.burst, quota.window_secs
 
     def get_rate(self) -> str | None:
         """The rate of ``scope`` (None: the scope is not throttled)."""
@@ -135,6 +201,11 @@ class SluicegateThrottle(BaseThrottle):  # type: ignore[misc]
         _check_num_proxies()
         # The HttpRequest a DRF Request wraps: its META without the Request's __getattr__.
         return remote_address(getattr(request, "_request", request))
+
+    def get_ident(self, request: Any) -> str:
+        """``ident``: a ``get_cache_key`` written DRF's way keys by the same client (DRF's own
+        ``get_ident`` believes a client's ``X-Forwarded-For`` by ``NUM_PROXIES``)."""
+        return self.ident(request)
 
     def allow_request(self, request: Any, view: Any) -> bool:
         if self.rate is None:
@@ -293,6 +364,7 @@ class ScopedRateThrottle(SluicegateThrottle):
         if not self.scope:
             return True
         self.rate = self.get_rate()
+        self.num_requests, self.duration = self.parse_rate(self.rate)
         return super().allow_request(request, view)
 
     def get_cache_key(self, request: Any, view: Any) -> Any:
