@@ -889,6 +889,34 @@ fn quiet_pooled_connections_are_kept_open() {
     none_failed(&s, "");
 }
 
+/// A blocking call that lands while the keepalive's PING has the pool's only connection out
+/// waits for it to come back (a round trip) rather than opening another. The server is
+/// paused meanwhile (`CLIENT PAUSE`), so the PING is in flight when the call comes.
+#[test]
+fn a_call_during_the_keepalive_ping_waits_for_its_connection() {
+    let srv = Server::start();
+    let url = format!(
+        "{}?prefix=pinged&negative_cache=off&on_error=error&timeout=5s",
+        srv.url()
+    );
+    let l = keyed("1000000/s", &url);
+    assert!(l.try_acquire(&1, 1).unwrap().allowed());
+    let before = l.redis_stats().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let paused = Instant::now();
+    assert_eq!(
+        srv.resp().cmd(&["CLIENT", "PAUSE", "1500", "ALL"]).unwrap(),
+        Reply::Status("OK".into())
+    );
+    // The connection, quiet for half a second, is taken for its PING within 750 ms.
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(l.try_acquire(&2, 1).unwrap().allowed());
+    assert!(paused.elapsed() >= Duration::from_millis(1400));
+    let s = l.redis_stats().unwrap();
+    assert_eq!(s.connects, before.connects, "{before:?} then {s:?}");
+    none_failed(&s, "");
+}
+
 /// A Redis Cluster whose nodes close quiet connections (`timeout 1`): after a quiet spell,
 /// calls on keys of every node are decided, none failed. (The cluster's client reopens a
 /// node's connection only when told of its close, which it is with RESP3 alone; the store's

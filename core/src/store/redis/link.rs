@@ -384,6 +384,8 @@ pub(crate) struct Link {
     id: String,
     /// The blocking callers' own connections (one plain server only).
     direct: Option<Mutex<Direct>>,
+    /// Notified when the keepalive puts `direct`'s connections back (see `Direct::checking`).
+    direct_back: std::sync::Condvar,
     /// The async callers' own connections, by the tokio runtime they run on (one plain
     /// server only).
     own: Option<Mutex<Own>>,
@@ -443,6 +445,9 @@ struct Direct {
     idle: Vec<(redis::Connection, u64, Instant)>,
     /// Connections open (idle or in use).
     open: usize,
+    /// Of those, out for the keepalive's PING ([`Link::keep_direct`]): a caller that finds
+    /// none idle while some are out waits for them (a round trip) rather than opening another.
+    checking: usize,
     /// At most this many (`connections=N`); more concurrent callers are pipelined on the
     /// multiplexed connection.
     max: usize,
@@ -578,9 +583,11 @@ impl Link {
                 Mutex::new(Direct {
                     idle: Vec::new(),
                     open: 0,
+                    checking: 0,
                     max: connections,
                 })
             }),
+            direct_back: std::sync::Condvar::new(),
             own: own_conns.then(|| {
                 Mutex::new(Own {
                     by_rt: HashMap::new(),
@@ -620,7 +627,9 @@ impl Link {
             return Err(e);
         }
         // The keepalive, on the runtime thread while the link lives (a tick of half of
-        // KEEPALIVE: the connection is quiet for at most one and a half).
+        // KEEPALIVE: the connection is quiet for at most one and a half). The pooled
+        // connections' on a task of their own: a PING that the server is slow to answer on
+        // one kind does not hold the other's back.
         let weak = Arc::downgrade(&link);
         runtime().spawn(async move {
             let mut tick = tokio::time::interval(KEEPALIVE / 2);
@@ -636,9 +645,22 @@ impl Link {
                     link.wrote();
                     link.keepalive().await;
                 }
-                link.keep_direct().await;
             }
         });
+        if link.direct.is_some() {
+            let weak = Arc::downgrade(&link);
+            runtime().spawn(async move {
+                let mut tick = tokio::time::interval(KEEPALIVE / 2);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    let Some(link) = weak.upgrade() else {
+                        return;
+                    };
+                    link.keep_direct().await;
+                }
+            });
+        }
         Ok(link)
     }
 
@@ -820,8 +842,9 @@ impl Link {
     /// blocking pool (off the runtime thread), and put back, so that the server does not
     /// close them and a caller seldom finds one idle for [`IDLE_CHECK`] (which it checks
     /// first, a round trip); one that does not answer within the timeout is closed. Each
-    /// keeps its unit of `open` meanwhile (a caller that finds the pool empty opens another
-    /// if it may, as when every connection is in use).
+    /// keeps its unit of `open` meanwhile, and is counted in `checking`: a caller that finds
+    /// the pool empty waits for it (a round trip) rather than opening another, which a call
+    /// landing during the PING did before.
     async fn keep_direct(self: &Arc<Self>) {
         let Some(direct) = &self.direct else {
             return;
@@ -838,6 +861,7 @@ impl Link {
                     i += 1;
                 }
             }
+            d.checking += quiet.len();
             quiet
         };
         if quiet.is_empty() {
@@ -859,8 +883,11 @@ impl Link {
             }
             if let Some(direct) = &link.direct {
                 let mut d = direct.lock().unwrap_or_else(|e| e.into_inner());
+                d.checking -= back.len() + closed;
                 d.open -= closed;
                 d.idle.extend(back);
+                drop(d);
+                link.direct_back.notify_all();
             }
         });
         let _ = done.await;
@@ -904,6 +931,16 @@ impl Link {
                 match d.idle.pop() {
                     Some((c, g, used)) if g == generation => break Some((c, used)),
                     Some(_) => d.open -= 1, // of a lost generation: dropped
+                    // None idle, some out for the keepalive's PING: one is back within a
+                    // round trip (before the deadline; else this call opens another).
+                    None if d.checking > 0 && Instant::now() < deadline => {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        d = self
+                            .direct_back
+                            .wait_timeout(d, left)
+                            .unwrap_or_else(|e| e.into_inner())
+                            .0;
+                    }
                     None if d.open < d.max => {
                         d.open += 1;
                         break None;
