@@ -312,19 +312,21 @@ impl Admitted {
     /// response carries [`Refused`]) or `refund_when` says so of `status`; after a refusal
     /// within, this layer's fields show what the refund left.
     fn settle(&mut self, status: StatusCode, refused: bool) {
-        let shared = &self.shared;
-        if !refused && !shared.refund_when.as_ref().is_some_and(|f| f(status)) {
+        if !refused && !self.shared.refund_when.as_ref().is_some_and(|f| f(status)) {
             return;
         }
-        self.taken.for_each(|i, key| {
-            let l = &shared.limits[i];
-            let _ = l.limiter.refund(key.as_bytes(), l.cost);
-        });
-        if refused && !self.headers.is_empty() {
-            if let Some(fields) = shared.fields_now(&self.taken) {
-                self.headers = fields;
+        let shared = self.shared.clone();
+        shared.off_worker(|| {
+            self.taken.for_each(|i, key| {
+                let l = &shared.limits[i];
+                let _ = l.limiter.refund(key.as_bytes(), l.cost);
+            });
+            if refused && !self.headers.is_empty() {
+                if let Some(fields) = shared.fields_now(&self.taken) {
+                    self.headers = fields;
+                }
             }
-        }
+        });
     }
 }
 
@@ -335,6 +337,25 @@ enum Verdict {
 }
 
 impl Shared {
+    /// Runs `f`, which calls the limits' stores. A limit on Redis waits there for the server
+    /// (a round trip; the URL's `timeout` while it does not answer): on tokio's multi-thread
+    /// runtime `f` then runs in `block_in_place`, which hands the worker's other tasks to
+    /// another thread meanwhile, so that one slow server stalls the requests that wait for
+    /// it, not every task that shares their worker. (Elsewhere, and for limits in memory or
+    /// in a region, which never wait, `f` just runs.)
+    #[inline]
+    fn off_worker<T>(&self, f: impl FnOnce() -> T) -> T {
+        #[cfg(feature = "redis")]
+        if self.watches.remote() {
+            use tokio::runtime::{Handle, RuntimeFlavor};
+            if Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread)
+            {
+                return tokio::task::block_in_place(f);
+            }
+        }
+        f()
+    }
+
     fn judge(self: &Arc<Self>, req: &RequestRef<'_>) -> Verdict {
         if let Some(skip) = &self.skip {
             if skip(req) {
@@ -610,9 +631,8 @@ where
                 after: None,
             };
         }
-        let verdict = self
-            .shared
-            .judge(&RequestRef::new(&req, &self.shared.resolver));
+        let shared = &self.shared;
+        let verdict = shared.off_worker(|| shared.judge(&RequestRef::new(&req, &shared.resolver)));
         match verdict {
             Verdict::Pass(after) => ResponseFuture::Passed {
                 inner: self.inner.call(req),

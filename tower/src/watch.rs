@@ -48,6 +48,12 @@ impl Watches {
         }
     }
 
+    /// Whether some limit is on Redis (its decisions wait for a server).
+    #[inline]
+    pub(crate) fn remote(&self) -> bool {
+        self.each.iter().any(Option::is_some)
+    }
+
     /// Looks at limit `i`'s store if it is time; the event to say, if any.
     #[inline]
     pub(crate) fn tick(&self, i: usize, limit: &Limit) -> Option<Event> {

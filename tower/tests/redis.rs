@@ -63,3 +63,43 @@ async fn an_outage_is_said_once_and_the_policy_decides_meanwhile() {
         "{said:?}"
     );
 }
+
+/// A decision that waits for a slow server (paused) leaves its worker's other tasks running:
+/// on a runtime of one worker, a timer set while a limited request waits fires before the
+/// request is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_slow_server_does_not_stall_the_workers_other_tasks() {
+    let srv = server::Server::start();
+    let store = format!(
+        "redis://127.0.0.1:{}/0?prefix=towerslow&on_error=error&timeout=5s",
+        srv.port
+    );
+    let limit = Limit::per_client("api", "100/minute")
+        .unwrap()
+        .store(&store)
+        .unwrap();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(RateLimitLayer::new(limit));
+    assert_eq!(status(&app).await, StatusCode::OK);
+    assert_eq!(
+        srv.resp().cmd(&["CLIENT", "PAUSE", "1500", "ALL"]).unwrap(),
+        server::Reply::Status("OK".into())
+    );
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let (o1, o2) = (order.clone(), order.clone());
+    let request = tokio::spawn(async move {
+        let s = status(&app).await;
+        o1.lock().unwrap().push("request");
+        s
+    });
+    // The request is on its way (waiting for the server) before the timer is set.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let timer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        o2.lock().unwrap().push("timer");
+    });
+    timer.await.unwrap();
+    assert_eq!(request.await.unwrap(), StatusCode::OK);
+    assert_eq!(*order.lock().unwrap(), ["timer", "request"]);
+}
