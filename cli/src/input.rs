@@ -771,13 +771,18 @@ pub const COMBINED_FIELDS: [&str; COMBINED_LEN] = [
     "referer",
     "user_agent",
     "x_forwarded_for",
+    "msec",
 ];
 
 /// The number of combined-format fields.
-pub const COMBINED_LEN: usize = 13;
+pub const COMBINED_LEN: usize = 14;
 
 /// The index of the combined format's `x_forwarded_for` field.
 pub const COMBINED_XFF: usize = 12;
+
+/// The index of the combined format's `msec`: the line's last space-separated field, where
+/// nginx users append `$msec` (the time with milliseconds) to a combined format.
+pub const COMBINED_MSEC: usize = 13;
 
 /// The index of a combined-format field name.
 pub fn combined_field(name: &str) -> Option<usize> {
@@ -802,9 +807,31 @@ pub fn combined_field(name: &str) -> Option<usize> {
 
 /// Scans one combined-format line, filling `out[i]` for the field indices of `COMBINED_FIELDS`
 /// up to `last` (the largest index wanted). `false` if the line is not in the format.
+/// [`COMBINED_MSEC`] is the line's last field after the others (none when the line ends with
+/// a quoted field).
+#[inline]
+pub fn scan_combined(line: &[u8], last: usize, out: &mut [Option<Span>; COMBINED_LEN]) -> bool {
+    if last < COMBINED_MSEC {
+        return scan_combined_fields(line, last, out);
+    }
+    if !scan_combined_fields(line, COMBINED_XFF, out) {
+        return false;
+    }
+    let end = line.len()
+        - line
+            .iter()
+            .rev()
+            .take_while(|b| b.is_ascii_whitespace())
+            .count();
+    let start = memchr::memrchr(b' ', &line[..end]).map_or(0, |i| i + 1);
+    out[COMBINED_MSEC] = (start < end && line[end - 1] != b'"' && line[start] != b'"')
+        .then(|| Span::new(start, end, false));
+    true
+}
+
 #[inline]
 #[allow(clippy::needless_range_loop)] // indices are the format's field positions
-pub fn scan_combined(line: &[u8], last: usize, out: &mut [Option<Span>; COMBINED_LEN]) -> bool {
+fn scan_combined_fields(line: &[u8], last: usize, out: &mut [Option<Span>; COMBINED_LEN]) -> bool {
     if line.len() > MAX_LINE {
         return false; // (its offsets would not fit a Span)
     }
@@ -1582,6 +1609,26 @@ mod tests {
         let mut v = Vec::new();
         unescape_clf(br#"/a\"b\x41"#, &mut v);
         assert_eq!(v, br#"/a"bA"#);
+    }
+
+    /// `$msec` appended to a combined format: the line's last field.
+    #[test]
+    fn combined_lines_with_msec() {
+        let mut out = [None; COMBINED_LEN];
+        let l = br#"10.0.0.5 - - [01/May/2024:00:00:00 +0000] "GET /a HTTP/1.1" 200 512 "-" "curl/8" 1714521600.123"#;
+        assert!(scan_combined(l, COMBINED_MSEC, &mut out));
+        assert_eq!(get(l, out[COMBINED_MSEC]), Some(&b"1714521600.123"[..]));
+        assert_eq!(get(l, out[11]), Some(&b"curl/8"[..]));
+        let l = br#"10.0.0.5 - - [01/May/2024:00:00:00 +0000] "GET /a HTTP/1.1" 200 512 "-" "curl/8" "10.0.0.9" 1714521600.123 "#;
+        assert!(scan_combined(l, COMBINED_MSEC, &mut out));
+        assert_eq!(get(l, out[COMBINED_MSEC]), Some(&b"1714521600.123"[..]));
+        assert_eq!(get(l, out[COMBINED_XFF]), Some(&b"10.0.0.9"[..]));
+        // None after a quoted field.
+        let l =
+            br#"10.0.0.5 - - [01/May/2024:00:00:00 +0000] "GET /a HTTP/1.1" 200 512 "-" "curl 8""#;
+        assert!(scan_combined(l, COMBINED_MSEC, &mut out));
+        assert_eq!(out[COMBINED_MSEC], None);
+        assert_eq!(combined_field("msec"), Some(COMBINED_MSEC));
     }
 
     /// nginx's stock `main` format: combined, then `"$http_x_forwarded_for"`. The line is a

@@ -2438,3 +2438,63 @@ fn json_fields_as_a_user_names_and_logs_them() {
             .stderr(predicate::str::contains(what));
     }
 }
+
+/// nginx's `$msec` appended to a combined format (`log_format main '... "$http_user_agent"
+/// $msec'`) is the lines' time: `[$time_local]` has whole seconds, which would replay a
+/// second's requests at one instant.
+#[test]
+fn combined_lines_ending_with_msec_are_timed_by_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = |ms: u64, tail: &str| {
+        format!(
+            "192.0.2.1 - - [01/May/2024:00:00:{:02} +0000] \"GET / HTTP/1.1\" 200 5 \"-\" \"t\"{tail} {}.{:03}\n",
+            ms / 1000,
+            1_714_521_600 + ms / 1000,
+            ms % 1000
+        )
+    };
+    // 2/s with a burst of 1: a request every half second. At 0.1, 0.4 and 0.7 s: the second
+    // comes too soon; in whole seconds all three come at once, two rejected.
+    for tail in ["", " \"10.0.0.9\""] {
+        let text: String = [100, 400, 700].iter().map(|&ms| line(ms, tail)).collect();
+        let log = write(&dir, "msec.log", &text);
+        let v = json(
+            &replay(&log, "2/s; burst=1", &["--format", "json"])
+                .success()
+                .get_output()
+                .stdout,
+        );
+        assert_eq!(v["inputs"][0]["fields"]["time"], "msec", "{v}");
+        assert_eq!(v["policies"][0]["rejected"], 1, "{v}");
+        assert_eq!(v["first"], "2024-05-01T00:00:00.1Z", "{v}");
+        // Named, the whole-second time is read.
+        let v = json(
+            &replay(
+                &log,
+                "2/s; burst=1",
+                &["--format", "json", "--time-field", "time_local"],
+            )
+            .success()
+            .get_output()
+            .stdout,
+        );
+        assert_eq!(v["policies"][0]["rejected"], 2, "{v}");
+    }
+    // A trailing `$request_time` is no time of day.
+    let text: String = (0..3)
+        .map(|s| {
+            format!(
+                "192.0.2.1 - - [01/May/2024:00:00:0{s} +0000] \"GET / HTTP/1.1\" 200 5 \"-\" \"t\" 0.004\n"
+            )
+        })
+        .collect();
+    let log = write(&dir, "rt.log", &text);
+    let v = json(
+        &replay(&log, "2/s; burst=1", &["--format", "json"])
+            .success()
+            .get_output()
+            .stdout,
+    );
+    assert_eq!(v["inputs"][0]["fields"]["time"], "time", "{v}");
+    assert_eq!(v["requests"], 3, "{v}");
+}
