@@ -520,7 +520,12 @@ impl Extractor {
         let n = ex.spans.len().max(COMBINED_LEN);
         ex.scratch = vec![Vec::new(); n];
         ex.decoded = vec![false; n];
-        if needs.method && ex.method.is_none() && ex.format != LogFormat::Combined {
+        // (The combined and ALB formats hold a request line by definition: a line whose
+        // request the server could not read has none, and no method.)
+        if needs.method
+            && ex.method.is_none()
+            && !matches!(ex.format, LogFormat::Combined | LogFormat::Alb)
+        {
             ex.method_from_request_line(head, path)?;
         }
         Ok(ex)

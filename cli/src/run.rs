@@ -726,6 +726,8 @@ fn parse_line(
                 }
                 _ => keyed = false,
             },
+            // A request the server could not read (ALB `- - -`, nginx `-`) has no method.
+            KeyPart::Method if method.is_empty() => keyed = false,
             KeyPart::Method => push_text(key, method),
             KeyPart::All => {}
         }

@@ -2498,3 +2498,53 @@ fn combined_lines_ending_with_msec_are_timed_by_it() {
     assert_eq!(v["inputs"][0]["fields"]["time"], "time", "{v}");
     assert_eq!(v["requests"], 3, "{v}");
 }
+
+/// An ALB's request it could not read (`"- - - "`) has no method: without a key for `--key
+/// method` (a file of nothing else says so), never an error about a method field.
+#[test]
+fn alb_requests_without_a_request_line_have_no_method() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = bin()
+        .args(["sample", "--log-format", "alb"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let sample: Vec<&str> = std::str::from_utf8(&out).unwrap().lines().take(4).collect();
+    let unread = |l: &str| {
+        let (a, rest) = l.split_once(" \"").unwrap();
+        let (_, b) = rest.split_once('"').unwrap();
+        format!("{a} \"- - - \"{b}\n")
+    };
+    let only: String = sample.iter().map(|l| unread(l)).collect();
+    let log = write(&dir, "unread.log", &only);
+    replay(&log, "10/s", &["--key", "method"])
+        .code(4)
+        .stderr(predicate::str::contains(
+            "no usable request in 4 lines (0 unusable, 4 without a key)",
+        ));
+    let mixed: String = sample
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            if i % 2 == 0 {
+                unread(l)
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    let log = write(&dir, "mixed.log", &mixed);
+    let v = json(
+        &replay(&log, "10/s", &["--key", "method", "--format", "json"])
+            .success()
+            .get_output()
+            .stdout,
+    );
+    assert_eq!(
+        (&v["requests"], &v["unkeyed"]),
+        (&json!(2), &json!(2)),
+        "{v}"
+    );
+}
