@@ -63,7 +63,12 @@ declare namespace rateLimit {
     handler?: (req: Request, res: Response, next: NextFunction, options: Options) => unknown
     /** `RateLimit*` fields, by express-rate-limit's names: `'draft-6'` (default, also `true`), `'draft-7'`, `'draft-8'` (the core's `ietf`), or `false`. */
     standardHeaders?: boolean | 'draft-6' | 'draft-7' | 'draft-8'
-    /** `X-RateLimit-*` fields (default true). */
+    /**
+     * `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset` (default true).
+     * `X-RateLimit-Reset` is, as express-rate-limit sends it, the Unix time in seconds (rounded
+     * up) of `req.rateLimit.resetTime`, not the seconds from now of the standard fields' reset
+     * (nor of sluicegate/fastify's `x-ratelimit-reset`, as @fastify/rate-limit sends it).
+     */
     legacyHeaders?: boolean
     /** Tokens a request costs (default 1), or a function of the request. */
     cost?: Int | ((req: Request, res: Response) => Int)
@@ -96,8 +101,23 @@ declare namespace rateLimit {
      * (the middleware's `store` names it); `maxKeys` is its capacity.
      */
     store?: string
-    /** The request property the decision is stored in (default `"rateLimit"`). */
+    /** The request property the decision (a `RateLimitInfo`) is stored in (default `"rateLimit"`). */
     requestPropertyName?: string
+  }
+
+  /**
+   * What the middleware puts on the request (`req.rateLimit`, or `requestPropertyName`): the
+   * `Decision`, with express-rate-limit's `limit`, `used`, `remaining` and `resetTime`.
+   */
+  export interface RateLimitInfo extends Decision_ {
+    /** The tokens in use, `limit - remaining` (express-rate-limit's hits in the window; `limit` on a rejection). */
+    readonly used: Int
+    /**
+     * When more quota comes (a new Date each read): the moment the fields' reset counts down
+     * to, from the time of the decision: plus `resetAfterMs` (the bucket full again) when
+     * admitted, plus the retry wait (`Retry-After`, at least a second) when rejected.
+     */
+    readonly resetTime: Date
   }
 
   export interface RateLimitMiddleware {

@@ -7,8 +7,9 @@
 
 const {
   draftStyle, functions, then, isThenable, known, defined, Limits, isEnabled, allowListOf, responseCounting, refunder, Held, hold, giveBackHeld, settleOnEnd, keyGeneratorOf,
-  invalidArg, setFields,
+  invalidArg, setFields, forEachField,
 } = require('./web.js')
+const { Decision } = require('./index.js')
 
 const OPTIONS = new Set([
   'quota', 'limit', 'max', 'windowMs', 'burst', 'keyGenerator', 'skip', 'handler', 'standardHeaders',
@@ -16,6 +17,50 @@ const OPTIONS = new Set([
   'requestPropertyName', 'store', 'allowList', 'enabled', 'skipSuccessfulRequests', 'skipFailedRequests',
   'requestWasSuccessful', 'trustedProxies', 'proxyHeader', 'ipv6Subnet', 'shadow', 'onShadowReject',
 ])
+
+/**
+ * `req.rateLimit`: the decision, with express-rate-limit's `used` and `resetTime` besides its
+ * `limit` and `remaining`, computed when read (getters of this one prototype: nothing more
+ * per request than the copy and the time of the decision).
+ */
+class RateLimitInfo extends Decision {
+  #at
+  constructor(d, at) {
+    super(d.allowed, d.limit, d.remaining, d.retryAfterMs, d.resetAfterMs, d.retryAfterNs, d.resetAfterNs, d.windowSeconds, d.shadowRejected)
+    this.#at = at
+  }
+
+  /** The tokens in use: `limit - remaining` (express-rate-limit's hits in the window). */
+  get used() {
+    const { limit, remaining } = this
+    if (typeof limit === 'number' && typeof remaining === 'number') return limit - remaining
+    const u = BigInt(limit) - BigInt(remaining)
+    return u <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(u) : u
+  }
+
+  /**
+   * When more quota comes, as a Date: the moment the fields' reset counts down to (the core's,
+   * from the time of the decision): the bucket full again when admitted, the retry wait (at
+   * least a second, as `Retry-After`) when rejected.
+   */
+  get resetTime() {
+    return new Date(RateLimitInfo.resetMs(this))
+  }
+
+  /** `resetTime` in Unix milliseconds (without making the Date). */
+  static resetMs(info) {
+    return info.#at + (info.allowed ? info.resetAfterMs : Math.max(info.retryAfterMs, 1000))
+  }
+}
+
+/**
+ * One legacy field onto `res`: `X-RateLimit-Reset` as express-rate-limit sends it, `reset`,
+ * the Unix time in seconds (rounded up) of `resetTime`, where the core renders the seconds
+ * from now (as @fastify/rate-limit sends it).
+ */
+function setLegacyField(res, name, value, reset) {
+  res.setHeader(name, name === 'X-RateLimit-Reset' ? reset : value)
+}
 
 function defaultHandler(req, res, next, options) {
   const { message, statusCode } = options
@@ -87,11 +132,12 @@ function rateLimit(options = {}) {
   // rejection unobserved (Express 4 does not read the Promise a middleware returns).
 
   function respond(req, res, next, key, c, d) {
-    req[prop] = d
+    const info = new RateLimitInfo(d, Date.now())
+    req[prop] = info
     // Another middleware may have answered meanwhile: its header fields stand.
     if (!res.headersSent) {
       if (style !== null) setFields(res, d, style, policy)
-      if (legacy) setFields(res, d, 'legacy', policy)
+      if (legacy) forEachField(d, 'legacy', policy, setLegacyField, res, String(Math.ceil(RateLimitInfo.resetMs(info) / 1000)))
       // Both styles off: a 429 still says when to come back (the core's 'none' style is
       // Retry-After alone).
       if (style === null && !legacy && !d.allowed) setFields(res, d, 'none', policy)

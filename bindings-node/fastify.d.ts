@@ -110,7 +110,12 @@ declare namespace sluicegateFastify {
     addHeaders?: Record<string, boolean>
     /** Header fields on admitted requests, by lower-case name, `false` to leave one out (default: all). */
     addHeadersOnExceeding?: Record<string, boolean>
-    /** `false` (default): `x-ratelimit-*`; `true` or `'draft-6'`: `ratelimit-*`; `'draft-7'`, `'draft-8'`: those drafts' fields. */
+    /**
+     * `false` (default): `x-ratelimit-limit`, `-remaining` and `-reset`, the last in seconds
+     * from now as @fastify/rate-limit sends it (not the Unix time of sluicegate/express's
+     * legacy `X-RateLimit-Reset`); `true` or `'draft-6'`: `ratelimit-*`; `'draft-7'`,
+     * `'draft-8'`: those drafts' fields.
+     */
     enableDraftSpec?: boolean | 'draft-6' | 'draft-7' | 'draft-8'
     /** The policy name in draft-8 fields (default `"default"`). */
     policy?: string

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import rateLimit from '../express.mjs'
 import express from 'express'
-import { KeyedLimiter, ManualClock, canonicalQuota, renderPrometheus } from '../index.mjs'
+import { Decision, KeyedLimiter, ManualClock, canonicalQuota, renderPrometheus } from '../index.mjs'
 import { LaterLimiter, gate, unhandledRejections, until } from './fixtures/later.mjs'
 import { serve } from './fixtures/serve.mjs'
 import { sluicegateWarnings, warnings } from './fixtures/warnings.mjs'
@@ -28,6 +28,65 @@ test('429 with Retry-After once over the limit; draft-6 and legacy headers by de
   assert.equal(c.status, 429)
   assert.equal(c.headers.get('retry-after'), '30')
   assert.equal(await c.text(), 'Too many requests, please try again later.')
+})
+
+test('legacy X-RateLimit-Reset is the Unix time in seconds, as express-rate-limit sends it; RateLimit-Reset the seconds from now', async (t) => {
+  const get = await serve(rateLimit({ limit: 2, windowMs: 60_000 }), t)
+  const resets = []
+  for (const status of [200, 200, 429]) {
+    const before = Date.now()
+    const r = await get()
+    const after = Date.now()
+    assert.equal(r.status, status)
+    // draft-6's RateLimit-Reset: the seconds until the bucket is full (rounded up).
+    const inSeconds = Number(r.headers.get('ratelimit-reset'))
+    resets.push(inSeconds)
+    const reset = r.headers.get('x-ratelimit-reset')
+    assert.match(reset, /^\d+$/)
+    const lowest = Math.floor(before / 1000) + inSeconds - 1
+    const highest = Math.ceil(after / 1000) + inSeconds
+    assert.ok(Number(reset) >= lowest && Number(reset) <= highest, `X-RateLimit-Reset ${reset}: not now plus ${inSeconds} s (${lowest} to ${highest})`)
+  }
+  // A token every 30 s: full 30 s after the first request, 60 s after the second.
+  assert.ok(resets[0] >= 29 && resets[0] <= 30 && resets[1] >= 59 && resets[1] <= 60, JSON.stringify(resets))
+})
+
+test('req.rateLimit has express-rate-limit\'s limit, used, remaining and resetTime besides the Decision', async (t) => {
+  const app = express()
+  const seen = []
+  app.use(rateLimit({
+    limit: 3,
+    windowMs: 60_000,
+    handler: (req, res) => { seen.push(req.rateLimit); res.status(429).json({ used: req.rateLimit.used }) },
+  }))
+  app.get('/', (req, res) => {
+    seen.push(req.rateLimit)
+    const { limit, used, remaining, resetTime } = req.rateLimit
+    res.json({ limit, used, remaining, resetTime: resetTime.toISOString() })
+  })
+  const server = await new Promise((resolve) => { const s = app.listen(0, '127.0.0.1', () => resolve(s)) })
+  t.after(() => new Promise((r) => server.close(r)))
+  const base = `http://127.0.0.1:${server.address().port}/`
+  const before = Date.now()
+  const first = await (await fetch(base)).json()
+  const after = Date.now()
+  assert.deepEqual([first.limit, first.used, first.remaining], [3, 1, 2])
+  // 20 s a token: full again 20 s after the decision.
+  const resetMs = Date.parse(first.resetTime)
+  assert.ok(resetMs >= before + 20_000 && resetMs <= after + 20_000, `${first.resetTime} not 20 s after the request`)
+  assert.deepEqual(await (await fetch(base)).json().then((b) => [b.used, b.remaining]), [2, 1])
+  await fetch(base)
+  const refused = await fetch(base)
+  assert.equal(refused.status, 429)
+  assert.deepEqual(await refused.json(), { used: 3 })
+  const info = seen[0]
+  assert.ok(info instanceof Decision, 'still a Decision')
+  assert.equal(info.allowed, true)
+  assert.equal(info.resetAfterMs, 20_000)
+  assert.ok(info.resetTime instanceof Date)
+  assert.equal(info.resetTime.getTime(), info.resetTime.getTime(), 'the time of the decision, however late it is read')
+  assert.equal(seen[3].allowed, false)
+  assert.equal(seen[3].headers('legacy')['X-RateLimit-Remaining'], '0')
 })
 
 test('max, express-rate-limit\'s older name for limit, is limit', async (t) => {
