@@ -50,11 +50,17 @@ function trustText(v) {
   throw invalidArg('trustedProxies must be a hop count, or addresses and CIDR ranges (an array or a comma-separated string)')
 }
 
-/** A prefix length option (its range checked by the core), or `undefined`. */
-function prefix(v, what) {
+/**
+ * A prefix length option (its range checked by the core), or `undefined`; `false` (as
+ * express-rate-limit v8's `ipv6Subnet: false`) is no subnet: the whole address, `whole` bits.
+ */
+function prefix(v, what, whole) {
   if (v === undefined) return undefined
+  if (v === false && whole !== undefined) return whole
   // At most 255 here: the addon reads a 32-bit integer, which would wrap 2^32 + 64 to 64.
-  if (!Number.isInteger(v) || v < 0 || v > 255) throw invalidArg(`${what} must be a prefix length (a whole number of bits)`)
+  if (!Number.isInteger(v) || v < 0 || v > 255) {
+    throw invalidArg(`${what} must be a prefix length (a whole number of bits)${whole === undefined ? '' : ', or false (the whole address)'}`)
+  }
   return v
 }
 
@@ -65,8 +71,9 @@ const RESOLVER_OPTIONS = new Set(['trustedProxies', 'proxyHeader', 'ipv6Subnet',
  * default; `X-Forwarded-For` (or `Forwarded`, with `proxyHeader: 'forwarded'`) only from the
  * proxies `trustedProxies` names (a hop count, or addresses, CIDR ranges and `loopback`,
  * `private`, `linklocal`), read from the right to the first untrusted hop; IPv6 by its
- * `ipv6Subnet` prefix (default 64), IPv4-mapped IPv6 as IPv4. A setup that makes clients share
- * one key is reported once per resolver and kind as a process warning (`SLUICEGATE_*` codes).
+ * `ipv6Subnet` prefix (default 64; `false`: the whole address), IPv4-mapped IPv6 as IPv4. A
+ * setup that makes clients share one key is reported once per resolver and kind as a process
+ * warning (`SLUICEGATE_*` codes).
  */
 class ClientResolver {
   #r
@@ -84,7 +91,7 @@ class ClientResolver {
     if (proxyHeader !== undefined && typeof proxyHeader !== 'string') throw invalidArg('proxyHeader must be a string')
     try {
       this.#r = new native.ClientResolver(
-        trustText(trustedProxies), proxyHeader, prefix(ipv6Subnet, 'ipv6Subnet'), prefix(ipv4Subnet, 'ipv4Subnet'),
+        trustText(trustedProxies), proxyHeader, prefix(ipv6Subnet, 'ipv6Subnet', 128), prefix(ipv4Subnet, 'ipv4Subnet'),
       )
     } catch (err) {
       if (typeof err?.message === 'string') err.message = nodeNames(err.message)

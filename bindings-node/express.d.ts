@@ -43,8 +43,12 @@ declare namespace rateLimit {
     trustedProxies?: number | false | string | string[]
     /** The header those proxies write: `'x-forwarded-for'` (default) or `'forwarded'`. */
     proxyHeader?: 'x-forwarded-for' | 'forwarded' | (string & {})
-    /** The default key's IPv6 prefix length (default 64: one key per /64). */
-    ipv6Subnet?: number
+    /**
+     * The default key's IPv6 prefix length (default 64: one key per /64; express-rate-limit
+     * v8's default is 56, give `56` for its keys), or `false`: no subnet, the whole address is
+     * the key (as express-rate-limit v8's `false`).
+     */
+    ipv6Subnet?: number | false
     /** Keys never limited (not counted), or a function saying so (may return a promise). */
     allowList?: Key[] | ((req: Request, key: Key) => boolean | Promise<boolean>)
     /** false: no limiter is made and every request passes (default true; `SLUICEGATE_ENABLED=0` in the environment turns every middleware made meanwhile off). */

@@ -63,7 +63,10 @@ declare namespace sluicegateFastify {
    * An option whose value is `undefined` is absent (its default, or the plugin's, stands). A
    * route giving any of `quota`, `limiter`, `max`, `timeWindow`, `burst` has a quota of its own:
    * the plugin's `quota`, `limiter` and `burst` do not apply to it; the plugin's `max` and
-   * `timeWindow` fill in those it leaves out, unless it gives `quota` or `limiter`.
+   * `timeWindow` fill in those it leaves out, unless it gives `quota` or `limiter`. A route
+   * giving `keyGenerator`, or any of `trustedProxies`, `proxyHeader`, `ipv6Subnet`, has a key
+   * of its own: its `keyGenerator` leaves out the plugin's default-key options, and its
+   * default-key options the plugin's `keyGenerator` (the default key, shaped by them, keys it).
    */
   export interface RateLimitOptions {
     /** Requests per `timeWindow` (default 1000); the bucket's capacity unless `burst` is given. */
@@ -90,8 +93,8 @@ declare namespace sluicegateFastify {
     trustedProxies?: number | false | string | string[]
     /** The header those proxies write: `'x-forwarded-for'` (default) or `'forwarded'`. */
     proxyHeader?: 'x-forwarded-for' | 'forwarded' | (string & {})
-    /** The default key's IPv6 prefix length (default 64: one key per /64). */
-    ipv6Subnet?: number
+    /** The default key's IPv6 prefix length (default 64: one key per /64), or `false`: no subnet, the whole address is the key. */
+    ipv6Subnet?: number | false
     /** Keys never limited (not counted), or a function saying so (may return a promise). */
     allowList?: Key[] | ((req: FastifyRequest, key: Key) => boolean | Promise<boolean>)
     /**

@@ -8,7 +8,7 @@
 
 const {
   draftStyle, functions, then, isThenable, known, defined, Limits, isEnabled, allowListOf, responseCounting, refunder, Held, hold, giveBackHeld, warn, gone, settleOnEnd,
-  keyGeneratorOf, invalidArg, forEachField, SCOPE,
+  keyGeneratorOf, CLIENT_OPTIONS, invalidArg, forEachField, SCOPE,
 } = require('./web.js')
 
 const PLUGIN = new Set([
@@ -323,10 +323,20 @@ function register(fastify, options) {
   // groupId -> { canonical, p, limits, hooks: Map(kind of refunds and hook -> the hook) }
   const groups = new Map()
 
-  /** A route's options over the plugin's (QUOTA_SHAPING: a route's quota is its own). */
+  /**
+   * A route's options over the plugin's (QUOTA_SHAPING: a route's quota is its own). A route
+   * saying how its key is made has a key of its own: its `keyGenerator` drops the plugin's
+   * default-key options, and its default-key options (CLIENT_OPTIONS) the plugin's
+   * `keyGenerator` (which would make them do nothing).
+   */
   const merged = (route) => {
     const own = defined(route)
     const o = { ...base, ...own }
+    if ('keyGenerator' in own) {
+      for (const k of CLIENT_OPTIONS) if (!(k in own)) delete o[k]
+    } else if (CLIENT_OPTIONS.some((k) => k in own)) {
+      delete o.keyGenerator
+    }
     if (!QUOTA_SHAPING.some((k) => k in own)) return o
     for (const k of ['quota', 'limiter', 'burst']) if (!(k in own)) delete o[k]
     if ('quota' in own || 'limiter' in own) {

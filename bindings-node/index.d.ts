@@ -321,8 +321,8 @@ export interface ClientResolverOptions {
   trustedProxies?: number | false | string | string[]
   /** The header the trusted proxies write: `'x-forwarded-for'` (default) or `'forwarded'` (RFC 7239). */
   proxyHeader?: 'x-forwarded-for' | 'forwarded' | (string & {})
-  /** Bits of an IPv6 address that make its key (1 to 128, default 64). */
-  ipv6Subnet?: number
+  /** Bits of an IPv6 address that make its key (1 to 128, default 64), or `false`: all of them (128). */
+  ipv6Subnet?: number | false
   /** Bits of an IPv4 address that make its key (1 to 32, default 32). */
   ipv4Subnet?: number
 }

@@ -166,6 +166,64 @@ test('the default key\'s options: checked, and refused beside a keyGenerator', a
   g.get('/y', { config: { rateLimit: { keyGenerator: () => 'k' } } }, async () => 'y') // the route's own key: fine
 })
 
+test('ipv6Subnet: false (express-rate-limit v8): no subnet, the whole address is the key, in both adapters', async (t) => {
+  const whole = new ClientResolver({ ipv6Subnet: false })
+  assert.equal(whole.ipv6Subnet, 128)
+  assert.equal(whole.resolve('2001:db8:1:2::1'), '2001:db8:1:2::1')
+  assert.equal(whole.resolve('::ffff:192.0.2.1'), '192.0.2.1')
+  const exp = express()
+  exp.use(rateLimit({ limit: 1, windowMs: 3_600_000, ipv6Subnet: false }))
+  exp.get('/', (req, res) => res.send('ok'))
+  const f = Fastify()
+  t.after(() => f.close())
+  await f.register(sluicegate, { max: 1, timeWindow: 3_600_000, ipv6Subnet: false })
+  f.get('/', async () => 'ok')
+  for (const send of [(o) => inject(exp, o), (o) => f.inject(o)]) {
+    const status = async (remoteAddress) => (await send({ url: '/', remoteAddress })).statusCode
+    assert.equal(await status('2001:db8:1:2::1'), 200)
+    assert.equal(await status('2001:db8:1:2::2'), 200, 'another address of the /64: a key of its own')
+    assert.equal(await status('2001:db8:1:2::1'), 429)
+  }
+  assert.throws(() => rateLimit({ ipv6Subnet: true }), INVALID_ARG)
+  assert.throws(() => rateLimit({ ipv6Subnet: false, keyGenerator: (req) => req.ip }), INVALID_ARG, 'it shapes the default key')
+})
+
+test('Fastify: a route\'s default-key options make its key, over the plugin\'s keyGenerator', async (t) => {
+  const f = Fastify()
+  t.after(() => f.close())
+  await f.register(sluicegate, { max: 1, timeWindow: 3_600_000, keyGenerator: () => 'everyone' })
+  f.get('/proxied', { config: { rateLimit: { trustedProxies: 'loopback' } } }, async () => 'p')
+  f.get('/forwarded', { config: { rateLimit: { trustedProxies: 'loopback', proxyHeader: 'forwarded' } } }, async () => 'f')
+  f.get('/v6', { config: { rateLimit: { ipv6Subnet: 48 } } }, async () => 'v6')
+  f.get('/plain', async () => 'plain')
+  await f.ready()
+  const status = async (url, headers, remoteAddress = '127.0.0.1') => (await f.inject({ url, headers, remoteAddress })).statusCode
+  // The test client is the trusted proxy (127.0.0.1): each client behind it has its own key.
+  assert.deepEqual([
+    await status('/proxied', { 'x-forwarded-for': '203.0.113.1' }),
+    await status('/proxied', { 'x-forwarded-for': '203.0.113.2' }),
+    await status('/proxied', { 'x-forwarded-for': '203.0.113.1' }),
+  ], [200, 200, 429])
+  assert.deepEqual([
+    await status('/forwarded', { forwarded: 'for=203.0.113.1' }),
+    await status('/forwarded', { forwarded: 'for=203.0.113.2' }),
+  ], [200, 200])
+  assert.deepEqual([
+    await status('/v6', {}, '2001:db8:1:2::1'),
+    await status('/v6', {}, '2001:db8:1:3::1'),
+    await status('/v6', {}, '2001:db8:2::1'),
+  ], [200, 429, 200], 'one key per /48')
+  // The global limit (all but the route on the plugin's hook) keeps the plugin's key, one for all.
+  assert.deepEqual([await status('/plain', {}, '192.0.2.1'), await status('/plain', {}, '192.0.2.2')], [200, 429])
+  // A fastify.rateLimit() hook's options too.
+  const g = Fastify()
+  t.after(() => g.close())
+  await g.register(sluicegate, { global: false, max: 1, timeWindow: 3_600_000, keyGenerator: () => 'everyone' })
+  g.get('/hooked', { onRequest: g.rateLimit({ ipv6Subnet: false }) }, async () => 'h')
+  const hooked = async (remoteAddress) => (await g.inject({ url: '/hooked', remoteAddress })).statusCode
+  assert.deepEqual([await hooked('2001:db8::1'), await hooked('2001:db8::2'), await hooked('2001:db8::1')], [200, 200, 429])
+})
+
 test('keyOf keeps a peer\'s key on its socket only while no forwarding header comes', async () => {
   const socket = { remoteAddress: '2001:db8::1' }
   const direct = new ClientResolver()

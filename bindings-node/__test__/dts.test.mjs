@@ -216,7 +216,7 @@ console.log('ok')
 const TYPES = `
 import Fastify, { type onRequestHookHandler, type preParsingHookHandler } from 'fastify'
 import sluicegate, { type RateLimitPreParsingHook, type RouteRateLimitOptions } from 'sluicegate/fastify'
-import rateLimit from 'sluicegate/express'
+import rateLimit, { type RateLimitInfo } from 'sluicegate/express'
 import { ClientResolver, Decision, KeyedLimiter, Limiter, canonicalQuota, type QuotaOptions } from 'sluicegate'
 
 // A Decision is the limiters' (its constructor takes the native layer's figures).
@@ -251,6 +251,19 @@ app.addHook('onRequest', app.rateLimit({ hook: 'onRequest' }))
 const general: RouteRateLimitOptions = { max: 5 }
 app.addHook('onRequest', app.rateLimit(general))
 
+// req.rateLimit on Express: the Decision, with express-rate-limit's used and resetTime.
+const info = rateLimitInfo()
+const decided: Decision = info
+const used: number | bigint = info.used
+const resetTime: Date = info.resetTime
+function rateLimitInfo(): RateLimitInfo { throw new Error('types only') }
+// ipv6Subnet: false, no subnet (express-rate-limit v8's false); a prefix length, or nothing else.
+rateLimit({ ipv6Subnet: false })
+app.register(sluicegate, { ipv6Subnet: false })
+new ClientResolver({ ipv6Subnet: false })
+// @ts-expect-error true is no prefix length
+rateLimit({ ipv6Subnet: true })
+
 // No trusted proxy (0, false) and the two forwarding headers.
 rateLimit({ trustedProxies: false, proxyHeader: 'forwarded' })
 new ClientResolver({ trustedProxies: 0, proxyHeader: 'x-forwarded-for' })
@@ -269,7 +282,7 @@ app.register(sluicegate, {
     return { statusCode: 429, limit }
   },
 })
-console.log(isOne, Mine, q, periods, pre, early)
+console.log(isOne, Mine, q, periods, pre, early, decided, used, resetTime)
 
 // @ts-expect-error the in-process registry keeps no counters (it throws)
 KeyedLimiter.shared('n', '1/s', { metrics: true })
