@@ -100,7 +100,9 @@ declare namespace sluicegateFastify {
     /**
      * A limiter or store error (the decision failing) lets the request through instead of
      * failing it (default false). Never a rejected request: a throw of `onExceeded` or
-     * `errorResponseBuilder`, like one of `keyGenerator` or `cost`, is the request's error.
+     * `errorResponseBuilder`, like one of `keyGenerator` or `cost`, is the request's error, and
+     * so is a key or cost they give that is none (`ERR_SLUICEGATE_INVALID_ARG`, a 500 by
+     * Fastify's error handler).
      */
     skipOnError?: boolean
     /** Runs on each admitted request. */

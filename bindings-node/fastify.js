@@ -183,8 +183,8 @@ function onRequestAbort(req, done) {
  * Every path ends in `next` once, also when a function of the options throws after an
  * asynchronous step (a Promise of a key, an allow list or a decision): no request hangs, no
  * rejection goes unobserved. `skipOnError` covers the decision's failures only (a store's, a
- * limiter's): a throw of keyGenerator, cost or a hook is the request's error, and a rejected
- * request stays refused.
+ * limiter's): a throw of keyGenerator, cost or a hook, or a key or cost that is none
+ * (`ERR_SLUICEGATE_INVALID_ARG`), is the request's error, and a rejected request stays refused.
  */
 function handlerFor(p, limits, ownRefunds) {
   /** Owes what `held` holds back by the response (if it does not count): queued, or settled by its end. */
@@ -234,7 +234,9 @@ function handlerFor(p, limits, ownRefunds) {
     return next(err)
   }
 
-  const failed = (next, err) => (p.skipOnError ? next() : next(err))
+  // A bad argument (a key or cost the options' functions gave that is none) is the request's
+  // error, never skipped: skipOnError is for a store or limiter that could not decide.
+  const failed = (next, err) => (p.skipOnError && err?.code !== 'ERR_SLUICEGATE_INVALID_ARG' ? next() : next(err))
 
   // On a Redis store a decision is a Promise (the event loop never waits for the server).
   // Synchronous values go on directly: no callback is made for them.

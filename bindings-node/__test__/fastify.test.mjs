@@ -543,6 +543,13 @@ describe('store redis', needsRedis(), () => {
     assert.equal(e.json().code, 'ERR_SLUICEGATE_STORE_UNAVAILABLE')
     const lenient = await app(t, { max: 2, store: dead, skipOnError: true })
     assert.equal((await lenient.inject('/')).statusCode, 200)
+    // A key that is none is the request's error, not the store's: skipOnError lets it not through.
+    for (const store of [dead, `${redis.url}?prefix=fastify-nokey-${process.pid}`]) {
+      const noKey = await app(t, { max: 2, store, skipOnError: true, keyGenerator: () => undefined })
+      const n = await noKey.inject('/')
+      assert.equal(n.statusCode, 500, store)
+      assert.equal(n.json().code, 'ERR_SLUICEGATE_INVALID_ARG', store)
+    }
   })
 
   test('several limits, refunds by the response, get and reset: Promises on the server', async (t) => {
@@ -646,7 +653,7 @@ test('a throw after an asynchronous step is the request\'s error: no request han
     }
     const admitted = await app(t, { limiter: later(), onExceeding: boom })
     assert.equal((await admitted.inject('/')).statusCode, 500)
-    // A key (a thenable, not a Promise) that is no key: the decision's error, or with skipOnError a pass.
+    // A key (a thenable, not a Promise) that is no key: the request's error (skipOnError or not).
     const thenable = (v) => ({ then: (ok) => ok(v) })
     const noKey = await app(t, { max: 5, keyGenerator: () => thenable(undefined) })
     const e = await noKey.inject('/')
@@ -658,6 +665,20 @@ test('a throw after an asynchronous step is the request\'s error: no request han
     assert.equal((await allow.inject('/')).json().code, 'HOOK')
   })
   assert.deepEqual(seen, [])
+})
+
+test('skipOnError never admits a request whose keyGenerator or cost gave no key or cost: the request\'s error', async (t) => {
+  const keys = [() => undefined, () => ({}), () => 1.5, async () => undefined, async () => ({ id: 1 })]
+  for (const keyGenerator of keys) {
+    const f = await app(t, { max: 5, skipOnError: true, keyGenerator })
+    const r = await f.inject('/')
+    assert.equal(r.statusCode, 500, String(keyGenerator))
+    assert.equal(r.json().code, 'ERR_SLUICEGATE_INVALID_ARG', String(keyGenerator))
+  }
+  const cost = await app(t, { max: 5, skipOnError: true, cost: () => 'two' })
+  const r = await cost.inject('/')
+  assert.equal(r.statusCode, 500)
+  assert.equal(r.json().code, 'ERR_SLUICEGATE_INVALID_ARG')
 })
 
 test('skipOnError never admits a rejected request whose onExceeded or errorResponseBuilder throws', async (t) => {
