@@ -50,6 +50,9 @@ struct Shared {
     /// The outages of the limits' Redis stores (index = the limit's).
     #[cfg(feature = "redis")]
     watches: Arc<crate::watch::Watches>,
+    /// [`RateLimitLayer::block_in_place`].
+    #[cfg(feature = "redis")]
+    in_place: bool,
 }
 
 /// The layer's on/off switch: shared by every clone of the layer and every service it made.
@@ -104,6 +107,8 @@ impl RateLimitLayer {
             shared: Arc::new(Shared {
                 #[cfg(feature = "redis")]
                 watches: Arc::new(crate::watch::Watches::of(core::slice::from_ref(&limit))),
+                #[cfg(feature = "redis")]
+                in_place: false,
                 limits: vec![limit],
                 resolver: Arc::new(ClientResolver::default()),
                 style: HeaderStyle::Ietf,
@@ -201,6 +206,18 @@ impl RateLimitLayer {
     pub fn message(self, text: impl Into<Bytes>) -> Self {
         let text = text.into();
         self.edit(|s| s.message = text)
+    }
+
+    /// Lets a decision that waits for a Redis server (a round trip; the URL's `timeout` while
+    /// it does not answer) run in tokio's `block_in_place` (default off; feature `redis`),
+    /// so that the worker's other tasks move to another thread meanwhile and a slow server
+    /// holds up the requests that wait for it, not every task of their worker. Only for
+    /// services run on tokio's multi-thread runtime's workers and never inside a `LocalSet`,
+    /// where tokio's `block_in_place` panics (a `current_thread` runtime is recognised, and
+    /// the decision there waits in place). Limits in memory or in a region never wait.
+    #[cfg(feature = "redis")]
+    pub fn block_in_place(self, on: bool) -> Self {
+        self.edit(|s| s.in_place = on)
     }
 
     /// Starts off (see [`switch`](Self::switch)).
@@ -337,16 +354,12 @@ enum Verdict {
 }
 
 impl Shared {
-    /// Runs `f`, which calls the limits' stores. A limit on Redis waits there for the server
-    /// (a round trip; the URL's `timeout` while it does not answer): on tokio's multi-thread
-    /// runtime `f` then runs in `block_in_place`, which hands the worker's other tasks to
-    /// another thread meanwhile, so that one slow server stalls the requests that wait for
-    /// it, not every task that shares their worker. (Elsewhere, and for limits in memory or
-    /// in a region, which never wait, `f` just runs.)
+    /// Runs `f`, which calls the limits' stores: with [`RateLimitLayer::block_in_place`] and
+    /// a limit on Redis, on tokio's multi-thread runtime, in `block_in_place`; else as it is.
     #[inline]
     fn off_worker<T>(&self, f: impl FnOnce() -> T) -> T {
         #[cfg(feature = "redis")]
-        if self.watches.remote() {
+        if self.in_place && self.watches.remote() {
             use tokio::runtime::{Handle, RuntimeFlavor};
             if Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread)
             {
