@@ -235,14 +235,14 @@ fn init_mode() {
 
 #[cfg(all(target_os = "linux", not(sluicegate_loom), not(miri)))]
 mod membarrier {
-    use crate::sync::real::{AtomicBool, OnceLock, Ordering};
+    use crate::sync::real::{AtomicBool, Ordering};
 
     // From linux/membarrier.h (stable kernel ABI).
     const CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
     const CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
 
     static ASYMMETRIC: AtomicBool = AtomicBool::new(false);
-    static INIT: OnceLock<()> = OnceLock::new();
+    static DONE: AtomicBool = AtomicBool::new(false);
 
     fn syscall(cmd: libc::c_long) -> bool {
         // SAFETY: membarrier takes (cmd, flags, cpu_id) integers and touches no memory of
@@ -257,17 +257,23 @@ mod membarrier {
         }
     }
 
-    /// Registers the process for expedited private barriers, once. Every reader passes here
-    /// (in `Domain::register`) before its first section, and `OnceLock` orders the flag's
-    /// store before that, so a reader never skips its fence while a writer relies on it.
+    /// Registers the process for expedited private barriers. Every reader passes here (in
+    /// `Domain::register`) before its first section: it returns once the flag is set if the
+    /// registration succeeds, by this thread or by one whose `DONE` it read (Acquire), so a
+    /// reader never skips its fence while a writer relies on it. Threads that come first
+    /// together each register (idempotent, and alike: the environment is the process's).
+    /// Lock-free: a `OnceLock` that a thread was initialising at a `fork()` would block the
+    /// child's first reader for good. (A forked child inherits the registration.)
     pub(super) fn init() {
-        INIT.get_or_init(|| {
-            if std::env::var_os("SLUICEGATE_NO_MEMBARRIER").is_none()
-                && syscall(CMD_REGISTER_PRIVATE_EXPEDITED)
-            {
-                ASYMMETRIC.store(true, Ordering::Release);
-            }
-        });
+        if DONE.load(Ordering::Acquire) {
+            return;
+        }
+        if std::env::var_os("SLUICEGATE_NO_MEMBARRIER").is_none()
+            && syscall(CMD_REGISTER_PRIVATE_EXPEDITED)
+        {
+            ASYMMETRIC.store(true, Ordering::Release);
+        }
+        DONE.store(true, Ordering::Release);
     }
 
     #[inline(always)]

@@ -3,7 +3,7 @@
 
 use crate::error::Error;
 use crate::{Algorithm, Quota, Refill};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// The library body followed by the EVAL form's tail.
 pub(crate) const EVAL_FORM: &str = concat!(
@@ -66,23 +66,45 @@ impl Scripts {
     }
 }
 
+/// The scripts' texts and names, made once per process. Lock-free: threads that come first
+/// together each make them and one copy is kept, where a `OnceLock` that a thread of the
+/// parent was initialising at a `fork()` would block a child for good (see `store::fork`).
 pub(crate) fn scripts() -> &'static Scripts {
-    static S: OnceLock<Scripts> = OnceLock::new();
-    S.get_or_init(|| {
-        let sha = redis::Script::new(EVAL_FORM).get_hash().to_string();
-        let name = format!("sluicegate_{}", &sha[..16]);
-        let library = format!(
-            "#!lua name={name}\n{}",
-            FUNCTION_BODY.replace("SLUICEGATE_NAME", &name)
-        );
-        let one = [format!("{name}_tb"), format!("{name}_gcra")];
-        Scripts {
-            sha,
-            name,
-            library,
-            one,
+    static S: AtomicPtr<Scripts> = AtomicPtr::new(core::ptr::null_mut());
+    let p = S.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: a non-null pointer in `S` came from `Box::into_raw` below and is never
+        // freed (leaked for the process's life).
+        return unsafe { &*p };
+    }
+    let sha = redis::Script::new(EVAL_FORM).get_hash().to_string();
+    let name = format!("sluicegate_{}", &sha[..16]);
+    let library = format!(
+        "#!lua name={name}\n{}",
+        FUNCTION_BODY.replace("SLUICEGATE_NAME", &name)
+    );
+    let one = [format!("{name}_tb"), format!("{name}_gcra")];
+    let made = Box::into_raw(Box::new(Scripts {
+        sha,
+        name,
+        library,
+        one,
+    }));
+    match S.compare_exchange(
+        core::ptr::null_mut(),
+        made,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        // SAFETY: `made` is now `S`'s, never freed.
+        Ok(_) => unsafe { &*made },
+        Err(kept) => {
+            // SAFETY: `made` came from `Box::into_raw` above and was never shared.
+            drop(unsafe { Box::from_raw(made) });
+            // SAFETY: `kept` is `S`'s, never freed, as above.
+            unsafe { &*kept }
         }
-    })
+    }
 }
 
 pub(super) fn gcd(mut a: u128, mut b: u128) -> u128 {
