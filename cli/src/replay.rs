@@ -348,11 +348,16 @@ impl Replay {
         if t > self.horizon {
             return Err(Refusal::ClockOutOfRange { now: t });
         }
-        self.clock.as_ref().expect("started").set(t);
+        // Decided at the latest time seen: a line stamped before an earlier line's time is
+        // taken when it comes, as a limiter's clock (which never goes back) would take it,
+        // so that no bucket is judged at a time before its last change (which drained it
+        // backwards: a refill not yet earned counted against the request).
+        let at = t.max(self.max_t);
+        self.clock.as_ref().expect("started").set(at);
         if t < self.max_t {
             self.backwards += 1;
         }
-        self.max_t = self.max_t.max(t);
+        self.max_t = at;
         self.last_t = t;
         self.requests += 1;
         let bin = self.timeline.offer(t);
@@ -383,7 +388,7 @@ impl Replay {
             } else {
                 0
             };
-            let v = self.rules[p][rule].decide(id, t, cost);
+            let v = self.rules[p][rule].decide(id, at, cost);
             let st = &mut self.stats[p];
             st.offered += 1;
             let rejected = match v {
