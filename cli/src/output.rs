@@ -475,7 +475,22 @@ impl Summary {
     pub fn to_table(&self) -> String {
         let mut out = String::new();
         let m = &self.meta;
-        for i in &m.inputs {
+        // Many inputs (a load balancer's files): the first and last few, and a count.
+        const SHOWN: usize = 4;
+        let many = m.inputs.len() > 3 * SHOWN;
+        for (n, i) in m.inputs.iter().enumerate() {
+            if many && n >= SHOWN && n < m.inputs.len() - SHOWN {
+                if n == SHOWN {
+                    let hidden = &m.inputs[SHOWN..m.inputs.len() - SHOWN];
+                    let _ = writeln!(
+                        out,
+                        "input    ... {} more ({}; --format json lists them all)",
+                        hidden.len(),
+                        counted(hidden.iter().map(|i| i.lines).sum(), "line", "lines"),
+                    );
+                }
+                continue;
+            }
             let fields: Vec<String> = i.fields.iter().map(|(r, f)| format!("{r}={f}")).collect();
             let fields = if fields.is_empty() {
                 String::new()
@@ -498,13 +513,27 @@ impl Summary {
                 if m.overlapping.is_empty() {
                     " (none overlaps another)".to_string()
                 } else {
+                    let names: Vec<String> = m
+                        .overlapping
+                        .iter()
+                        .take(SHOWN)
+                        .map(|n| printable(n).into_owned())
+                        .collect();
+                    let more = m.overlapping.len() - names.len();
                     format!(
-                        "; overlapping the inputs before them: {}",
-                        m.overlapping
-                            .iter()
-                            .map(|n| printable(n).into_owned())
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        "; {} overlapping the inputs before {}: {}{}",
+                        m.overlapping.len(),
+                        if m.overlapping.len() == 1 {
+                            "it"
+                        } else {
+                            "them"
+                        },
+                        names.join(", "),
+                        if more > 0 {
+                            format!(" and {more} more")
+                        } else {
+                            String::new()
+                        }
                     )
                 }
             );

@@ -152,6 +152,10 @@ pub struct Trace {
     next_bin: usize,
 }
 
+/// How far back a line's time may step from the engine's clock and still be decided at the
+/// clock's time (see [`Replay::offer`]): a minute, more than a request's latency.
+pub const CLAMP_NS: u64 = 60_000_000_000;
+
 pub struct Replay {
     pub specs: Vec<PolicySpec>,
     rules: Vec<Vec<Limit>>,
@@ -176,6 +180,8 @@ pub struct Replay {
     pub first_t: Option<u64>,
     pub last_t: u64,
     pub max_t: u64,
+    /// The engine's clock: the time the last request was decided at (see `offer`).
+    clock_t: u64,
     /// Requests whose timestamp is earlier than an earlier request's.
     pub backwards: u64,
     pub traces: Vec<Trace>,
@@ -218,6 +224,7 @@ impl Replay {
             first_t: None,
             last_t: 0,
             max_t: 0,
+            clock_t: 0,
             backwards: 0,
             traces: Vec::new(),
             caps: Vec::new(),
@@ -332,6 +339,11 @@ impl Replay {
     /// (`ClockOutOfRange`): such a request is refused before anything is counted or decided,
     /// so it changes nothing (no policy's buckets, no figure, not the latest time seen).
     #[inline]
+    /// Whether `t` is past what the policies cover exactly (once the replay has started).
+    pub fn beyond(&self, t: u64) -> bool {
+        self.clock.is_some() && t > self.horizon
+    }
+
     pub fn offer(
         &mut self,
         t: u64,
@@ -344,20 +356,29 @@ impl Replay {
             self.start(t).map_err(|e| Refusal::Other(e.to_string()))?;
             self.first_t = Some(t);
             self.max_t = t;
+            self.clock_t = t;
         }
         if t > self.horizon {
             return Err(Refusal::ClockOutOfRange { now: t });
         }
-        // Decided at the latest time seen: a line stamped before an earlier line's time is
-        // taken when it comes, as a limiter's clock (which never goes back) would take it,
-        // so that no bucket is judged at a time before its last change (which drained it
-        // backwards: a refill not yet earned counted against the request).
-        let at = t.max(self.max_t);
+        // Decided at the engine's clock, which never goes back by less than CLAMP_NS: a
+        // line stamped a little before an earlier line's time (a log written as responses
+        // end) is taken when it comes, as a limiter's clock would take it, so that no bucket
+        // is judged at a time before its last change (which drained it backwards: a refill
+        // not yet earned counted against the request). A step back of more than that is the
+        // clock starting over there: after a line stamped far ahead (a clock's glitch), the
+        // lines that follow are decided at their own times, not all at the glitch's.
+        let at = if t < self.clock_t && self.clock_t - t <= CLAMP_NS {
+            self.clock_t
+        } else {
+            t
+        };
+        self.clock_t = at;
         self.clock.as_ref().expect("started").set(at);
         if t < self.max_t {
             self.backwards += 1;
         }
-        self.max_t = at;
+        self.max_t = self.max_t.max(t);
         self.last_t = t;
         self.requests += 1;
         let bin = self.timeline.offer(t);

@@ -170,8 +170,9 @@ fn open_all(cfg: &Config, inputs: &Inputs) -> Result<Vec<Source>, CliError> {
     }
 }
 
-/// The timestamp of the first usable line of the file `path` (its format and fields
-/// detected as the replay detects them), `None` if it has none. Read as the replay reads it,
+/// The earliest timestamp of the first usable lines of the file `path` (its format and
+/// fields detected as the replay detects them; as many lines as a merge looks ahead, so that
+/// a first line stamped ahead does not open the file late), `None` if it has none. Read as the replay reads it,
 /// block by block: it holds no more than the replay does, and stops at that line.
 fn first_time(cfg: &Config, needs: &Needs, path: &str) -> Result<Option<u64>, CliError> {
     let src = Source::open(path)?;
@@ -184,6 +185,7 @@ fn first_time(cfg: &Config, needs: &Needs, path: &str) -> Result<Option<u64>, Cl
     let mut ex = Extractor::new(cfg.format, &head, needs, &cfg.names, &name)?;
     let mut tp = TimeParser::new(cfg.unit);
     let mut header = ex.skip_first;
+    let (mut first, mut seen) = (None, 0);
     while let Some(chunk) = lr.next_block()? {
         let Chunk::Lines(block) = chunk else {
             continue;
@@ -200,11 +202,15 @@ fn first_time(cfg: &Config, needs: &Needs, path: &str) -> Result<Option<u64>, Cl
                 continue;
             }
             if let Some(t) = ex.time(line).and_then(|ts| tp.parse(ts)) {
-                return Ok(Some(t));
+                first = Some(first.map_or(t, |f: u64| f.min(t)));
+                seen += 1;
+                if seen > LOOKAHEAD {
+                    return Ok(first);
+                }
             }
         }
     }
-    Ok(None)
+    Ok(first)
 }
 
 /// The files in the order of their first timestamps (a shell glob lists `access.log` before
@@ -289,7 +295,10 @@ const PREFETCH_FROM: usize = 1 << 14;
 /// its line in the current block.
 #[derive(Clone, Copy)]
 struct Pending {
+    /// Its time: the line's, or in a merge its time there ([`Feed::head`]).
     t: u64,
+    /// The line's own time (a timestamp beyond what the policies cover makes it bad).
+    stamped: u64,
     cost: u64,
     line_no: u64,
     line: (usize, usize),
@@ -326,22 +335,21 @@ impl Batch {
         }
     }
 
-    /// A merged replay's next request: the `n`th of `from` (an input's parsed block
-    /// `block`), of input `src`, copied in (its line too), decided with the batch.
-    #[allow(clippy::too_many_arguments)]
+    /// A merged replay's next request: `feed`'s next, of input `src`, copied in (its line
+    /// too), at its time in the merge ([`Feed::head`]), decided with the batch.
     fn take(
         &mut self,
-        from: &Batch,
-        block: &[u8],
-        n: usize,
+        feed: &Feed,
         src: usize,
         replay: &mut Replay,
         cx: &Decide,
         meta: &mut Meta,
     ) -> Result<(), CliError> {
+        let (from, block, n) = (&feed.parsed, &feed.block, feed.next);
         let p = from.reqs[n];
         let get = |(s, e): (usize, usize)| &from.bytes[s..e];
         let req = Pending {
+            t: feed.due[n],
             line: self.keep(&block[p.line.0..p.line.1]),
             key: self.keep(get(p.key)),
             method: self.keep(get(p.method)),
@@ -402,7 +410,12 @@ impl Batch {
                 Some(names) => (names[self.src[i]].as_str(), get(p.line)),
                 None => (cx.name, &cx.block[p.line.0..p.line.1]),
             };
-            match replay.offer(p.t, p.id, get(p.method), p.path.map(get), p.cost) {
+            let offered = if p.stamped > p.t && replay.beyond(p.stamped) {
+                Err(Refusal::ClockOutOfRange { now: p.stamped })
+            } else {
+                replay.offer(p.t, p.id, get(p.method), p.path.map(get), p.cost)
+            };
+            match offered {
                 Ok(()) => {}
                 Err(Refusal::ClockOutOfRange { .. }) => {
                     let reason = "timestamp beyond the range the policies cover exactly";
@@ -759,6 +772,7 @@ fn parse_line(
     let path = path.map(|p| batch.keep(p));
     Parsed::Request(Pending {
         t,
+        stamped: t,
         cost,
         line_no,
         line: (at, at + line.len()),
@@ -1021,6 +1035,10 @@ fn pass(
     Ok(())
 }
 
+/// How many requests after each a merge looks at for an earlier time ([`Feed::head`]): a
+/// line stamped far ahead is taken at its neighbours' time.
+const LOOKAHEAD: usize = 16;
+
 /// One input of a merged replay ([`pass_merged`]), read a block at a time: the block's
 /// requests parsed ahead, and taken one by one, in the input's order, when the merge comes
 /// to their time.
@@ -1036,17 +1054,20 @@ struct Feed {
     block: Vec<u8>,
     /// The current block's requests (their keys, methods and paths in its bytes).
     parsed: Batch,
-    /// Their places in the merge: the earliest time of each and the requests after it in
-    /// the block (its own time in a block in time order).
+    /// Their times in the merge: each one's, or the second earliest of the [`LOOKAHEAD`]
+    /// requests after it in the block when that is earlier (its own time in a block in time
+    /// order).
     due: Vec<u64>,
     /// The next of them.
     next: usize,
 }
 
 impl Feed {
-    /// The next request's place in the merge: no later than any time the block holds after
-    /// it, so that a line stamped ahead of the lines after it (a clock's glitch, a request
-    /// logged at its start and written at its end) does not hold them all back.
+    /// The next request's time in the merge (and the time it is decided at): no later than
+    /// all but one of the next [`LOOKAHEAD`] requests' times, so that a line stamped ahead
+    /// of the lines after it (a clock's glitch, a request logged at its start and written at
+    /// its end) does not hold its input back nor set the other inputs' clock forward, and one
+    /// stamped far back does not pull the lines before it along.
     fn head(&self) -> u64 {
         self.due[self.next]
     }
@@ -1099,13 +1120,21 @@ impl Feed {
                 }
             }
             if !self.parsed.reqs.is_empty() {
+                let reqs = &self.parsed.reqs;
                 self.due.clear();
-                let mut min = u64::MAX;
-                self.due.extend(self.parsed.reqs.iter().rev().map(|p| {
-                    min = min.min(p.t);
-                    min
+                self.due.extend((0..reqs.len()).map(|i| {
+                    // The second earliest of the next LOOKAHEAD: one line stamped far back
+                    // does not pull the lines before it along.
+                    let (mut a, mut b) = (u64::MAX, u64::MAX);
+                    for p in &reqs[i + 1..reqs.len().min(i + 1 + LOOKAHEAD)] {
+                        if p.t < a {
+                            (a, b) = (p.t, a);
+                        } else if p.t < b {
+                            b = p.t;
+                        }
+                    }
+                    reqs[i].t.min(if i + 2 < reqs.len() { b } else { a })
                 }));
-                self.due.reverse();
                 return Ok(true);
             }
         }
@@ -1170,8 +1199,12 @@ fn pass_merged(
         }
     }
     waiting.sort_by_key(|&(t, i)| Reverse((t, i)));
+    // (Popped from the end: the first listed is opened first, as a pipe's writer expects.)
+    now.reverse();
     let mut feeds: Vec<Option<Feed>> = (0..files.len()).map(|_| None).collect();
     let mut inputs: Vec<Option<InputMeta>> = vec![None; files.len()];
+    // Each input's first and last times in the merge, for the report.
+    let mut spans: Vec<Option<(u64, u64)>> = vec![None; files.len()];
     // The open inputs' next requests: (time, input).
     let mut heads: std::collections::BinaryHeap<Reverse<(u64, usize)>> = Default::default();
     let mut since = 0u32;
@@ -1212,10 +1245,6 @@ fn pass_merged(
                 next: 0,
             };
             if feed.refill(cfg, &mut clients, &mut caps, meta)? {
-                // Overlapping: before the next request of an input open already.
-                if heads.iter().any(|Reverse((h, _))| *h > feed.head()) {
-                    meta.overlapping.push(names[open].clone());
-                }
                 heads.push(Reverse((feed.head(), open)));
                 feeds[open] = Some(feed);
             } else {
@@ -1233,7 +1262,9 @@ fn pass_merged(
             prog.bar.set_position(prog.done_bytes + reading);
         }
         let feed = feeds[i].as_mut().expect("an open input");
-        batch.take(&feed.parsed, &feed.block, feed.next, i, replay, &cx, meta)?;
+        let t = feed.head();
+        spans[i] = Some(spans[i].map_or((t, t), |(a, b)| (a.min(t), b.max(t))));
+        batch.take(feed, i, replay, &cx, meta)?;
         feed.next += 1;
         if feed.next < feed.parsed.reqs.len() {
             heads.push(Reverse((feed.head(), i)));
@@ -1250,9 +1281,23 @@ fn pass_merged(
     batch.flush(replay, &cx, meta)?;
     prog.bar.set_position(prog.done_bytes);
     prog.bar.finish_and_clear();
-    for im in inputs.into_iter().flatten() {
-        meta.lines += im.lines;
-        meta.inputs.push(im);
+    // The report lists the inputs by their first times (those without a request last, in
+    // the order given), and names those that start before the inputs listed before them
+    // end: replayed one after the other, they would have gone back in time.
+    let mut order: Vec<usize> = (0..files.len()).collect();
+    order.sort_by_key(|&i| (spans[i].is_none(), spans[i].map(|(a, _)| a), i));
+    let mut end: Option<u64> = None;
+    for i in order {
+        if let Some((first, last)) = spans[i] {
+            if end.is_some_and(|e| first < e) {
+                meta.overlapping.push(names[i].clone());
+            }
+            end = Some(end.map_or(last, |e| e.max(last)));
+        }
+        if let Some(im) = inputs[i].take() {
+            meta.lines += im.lines;
+            meta.inputs.push(im);
+        }
     }
     meta.client_notes = clients.finish();
     Ok(())

@@ -690,10 +690,14 @@ fn timestamps_going_backwards_are_decided_at_the_latest_time_seen() {
     // Two requests of a fresh client, logged 100 ms out of order, under a burst of two.
     let f = write(&dir, "two.csv", "time,ip\n34.2,192.0.2.1\n34.1,192.0.2.1\n");
     let v = json(
-        &replay(&f, "1/s; burst=2", &["--format", "json", "--time-unit", "s"])
-            .success()
-            .get_output()
-            .stdout,
+        &replay(
+            &f,
+            "1/s; burst=2",
+            &["--format", "json", "--time-unit", "s"],
+        )
+        .success()
+        .get_output()
+        .stdout,
     );
     assert_eq!(policy(&v, "1/s; burst=2")["rejected"], 0, "{v}");
 }
@@ -1940,7 +1944,7 @@ fn inputs_are_merged_by_time() {
     let t = text(&[&a, &b]);
     assert!(
         t.contains(&format!(
-            "merged   the 2 inputs, by time; overlapping the inputs before them: {b}"
+            "merged   the 2 inputs, by time; 1 overlapping the inputs before it: {b}"
         )),
         "{t}"
     );
@@ -1954,7 +1958,9 @@ fn inputs_are_merged_by_time() {
         .get_output()
         .clone();
     let v = json(&out.stdout);
-    assert_eq!(v["inputs"][1]["name"], "<stdin>");
+    // Listed by their first times, stdin's first.
+    assert_eq!(v["inputs"][0]["name"], "<stdin>");
+    assert_eq!(v["inputs_overlapping"], json!([]), "{v}");
     assert_eq!(v["policies"][0]["rejected"], 0, "{v}");
     assert_eq!(v["timestamps_backwards"], 0, "{v}");
     // A named pipe (as `<(zcat access.log.2.gz)` gives) is not read ahead either: a read
@@ -1972,7 +1978,7 @@ fn inputs_are_merged_by_time() {
     let (v, _) = run(&[&cur, fifo.to_str().unwrap()]);
     writer.join().unwrap();
     assert_eq!(v["requests"], 40, "{v}");
-    assert_eq!(v["inputs"][1]["name"], fifo.to_str().unwrap());
+    assert_eq!(v["inputs"][0]["name"], fifo.to_str().unwrap());
     assert_eq!(v["policies"][0]["rejected"], 0, "{v}");
 }
 
@@ -2560,4 +2566,70 @@ fn alb_requests_without_a_request_line_have_no_method() {
         (&json!(2), &json!(2)),
         "{v}"
     );
+}
+
+/// In a merge, one line stamped an hour ahead (a clock's glitch) or an hour back changes
+/// nothing for the other lines: a limit on all the traffic (one key) admits what it admits
+/// without them, and the inputs are not held back nor pulled ahead. The overlap of two
+/// servers' logs that start in the same second is reported.
+#[test]
+fn a_merge_takes_a_glitched_line_at_its_neighbours_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = |s: u64| {
+        format!(
+            "192.0.2.1 - - [01/May/2024:{:02}:{:02}:{:02} +0000] \"GET / HTTP/1.1\" 200 5 \"-\" \"t\"\n",
+            s / 3600,
+            s % 3600 / 60,
+            s % 60
+        )
+    };
+    // One request a second between the two servers (even and odd seconds), from 00:10.
+    let start = 600;
+    let mut a: Vec<u64> = (0..100).map(|i| start + 2 * i).collect();
+    let mut b: Vec<u64> = (0..100).map(|i| start + 2 * i + 1).collect();
+    let run = |a: &[u64], b: &[u64]| {
+        let fa = write(
+            &dir,
+            "a.log",
+            &a.iter().map(|&s| line(s)).collect::<String>(),
+        );
+        let fb = write(
+            &dir,
+            "b.log",
+            &b.iter().map(|&s| line(s)).collect::<String>(),
+        );
+        json(
+            &bin()
+                .args(["replay", "--policy", "1/s; burst=2", "--key", "all"])
+                .args(["--format", "json", &fa, &fb])
+                .assert()
+                .success()
+                .get_output()
+                .stdout,
+        )
+    };
+    let v = run(&a, &b);
+    assert_eq!(v["policies"][0]["rejected"], 0, "{v}");
+    assert_eq!(v["inputs_overlapping"].as_array().unwrap().len(), 1, "{v}");
+    // Ahead: taken at its neighbours' time (two requests in a second: the burst holds them).
+    b.insert(40, start + 3600);
+    // Back (more than a minute): the line alone goes back, judged where it is stamped; the
+    // lines before it keep their times.
+    a.insert(60, start - 550);
+    // The first line of a file stamped ahead: the file is not opened late.
+    let mut c = b.clone();
+    c[0] = start + 7200;
+    for (a, b, glitches) in [(&a, &b, 2), (&a, &c, 3)] {
+        let v = run(a, b);
+        assert_eq!(v["requests"], 202, "{v}");
+        // At most one a glitch: the line stamped back (judged where it is stamped, the
+        // bucket spent since), and for a line ahead one of the three requests within the
+        // second it is taken in.
+        assert!(
+            v["policies"][0]["rejected"].as_u64().unwrap() <= glitches,
+            "{v}"
+        );
+        assert!(v["timestamps_backwards"].as_u64().unwrap() <= 3, "{v}");
+        assert_eq!(v["last"], "2024-05-01T00:13:19Z", "{v}");
+    }
 }
