@@ -448,6 +448,8 @@ struct Direct {
     /// Of those, out for the keepalive's PING ([`Link::keep_direct`]): a caller that finds
     /// none idle while some are out waits for them (a round trip) rather than opening another.
     checking: usize,
+    /// Callers waiting so (notified when a connection comes back to the pool).
+    waiting: usize,
     /// At most this many (`connections=N`); more concurrent callers are pipelined on the
     /// multiplexed connection.
     max: usize,
@@ -584,6 +586,7 @@ impl Link {
                     idle: Vec::new(),
                     open: 0,
                     checking: 0,
+                    waiting: 0,
                     max: connections,
                 })
             }),
@@ -843,7 +846,7 @@ impl Link {
     /// close them and a caller seldom finds one idle for [`IDLE_CHECK`] (which it checks
     /// first, a round trip); one that does not answer within the timeout is closed. Each
     /// keeps its unit of `open` meanwhile, and is counted in `checking`: a caller that finds
-    /// the pool empty waits for it (a round trip) rather than opening another, which a call
+    /// the pool empty waits for one (a round trip) rather than opening another, which a call
     /// landing during the PING did before.
     async fn keep_direct(self: &Arc<Self>) {
         let Some(direct) = &self.direct else {
@@ -867,30 +870,35 @@ impl Link {
         if quiet.is_empty() {
             return;
         }
-        let link = self.clone();
-        // The pool is updated by the blocking task itself: it runs to its end even if this
-        // task is dropped.
-        let done = tokio::task::spawn_blocking(move || {
-            let deadline = Instant::now() + link.timeout;
-            let mut back = Vec::new();
-            let mut closed = 0;
-            for (mut c, g) in quiet {
-                if link.alive(&mut c, deadline).is_ok() {
-                    back.push((c, g, Instant::now()));
-                } else {
-                    closed += 1;
-                }
-            }
-            if let Some(direct) = &link.direct {
-                let mut d = direct.lock().unwrap_or_else(|e| e.into_inner());
-                d.checking -= back.len() + closed;
-                d.open -= closed;
-                d.idle.extend(back);
-                drop(d);
-                link.direct_back.notify_all();
-            }
-        });
-        let _ = done.await;
+        // Each on a blocking task of its own, back in the pool as soon as it answers (one that
+        // does not answer holds up no other). The pool is updated by the blocking task
+        // itself: it runs to its end even if this task is dropped.
+        let deadline = Instant::now() + self.timeout;
+        let tasks: Vec<_> = quiet
+            .into_iter()
+            .map(|(mut c, g)| {
+                let link = self.clone();
+                tokio::task::spawn_blocking(move || {
+                    let alive = link.alive(&mut c, deadline).is_ok();
+                    if let Some(direct) = &link.direct {
+                        let mut d = direct.lock().unwrap_or_else(|e| e.into_inner());
+                        d.checking -= 1;
+                        if alive {
+                            d.idle.push((c, g, Instant::now()));
+                        } else {
+                            d.open -= 1;
+                        }
+                        if d.waiting > 0 {
+                            drop(d);
+                            link.direct_back.notify_all();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            let _ = t.await;
+        }
     }
 
     /// Makes the scripts' call `req` (SCRIPTS.md, "Calling convention"): one round trip, two
@@ -932,14 +940,22 @@ impl Link {
                     Some((c, g, used)) if g == generation => break Some((c, used)),
                     Some(_) => d.open -= 1, // of a lost generation: dropped
                     // None idle, some out for the keepalive's PING: one is back within a
-                    // round trip (before the deadline; else this call opens another).
-                    None if d.checking > 0 && Instant::now() < deadline => {
+                    // round trip. None back by the deadline: the server answers no PING, and
+                    // the call times out as it would have on a connection.
+                    None if d.checking > 0 => {
                         let left = deadline.saturating_duration_since(Instant::now());
+                        if left.is_zero() {
+                            drop(d);
+                            self.failed(&Fail::Timeout, generation);
+                            return Err(Fail::Timeout);
+                        }
+                        d.waiting += 1;
                         d = self
                             .direct_back
                             .wait_timeout(d, left)
                             .unwrap_or_else(|e| e.into_inner())
                             .0;
+                        d.waiting -= 1;
                     }
                     None if d.open < d.max => {
                         d.open += 1;
@@ -999,6 +1015,10 @@ impl Link {
         if let Some(conn) = conn {
             let mut d = direct.lock().unwrap_or_else(|e| e.into_inner());
             d.idle.push((conn, generation, Instant::now()));
+            if d.waiting > 0 {
+                self.direct_back.notify_one();
+            }
+            drop(d);
             core::mem::forget(lease);
         } else {
             drop(lease);
