@@ -16,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.test import APIClient, APIRequestFactory
 from test_redis import url
 
-from sluicegate import InvalidOptionError, Quota
+from sluicegate import InvalidOptionError, InvalidQuotaError, Quota
 from sluicegate._web import region_suffix
 from sluicegate.drf import (
     AnonRateThrottle, ScopedRateThrottle, SluicegateThrottle, UserRateThrottle, _rules, get, limiters, reset,
@@ -383,7 +383,9 @@ def test_drfs_spellings_of_a_rate_are_read_as_drf_reads_them() -> None:
     ):  # fmt: skip
         client = APIClient()
         assert statuses(client, "/anon", 3) == [200, 200, 429]
-        assert client.get("/anon")["Retry-After"] == "30"
+        # A rate without options is a sliding window (DRF's semantics): the wait is until the
+        # estimate has room, 30 s into the next minute, not one token's 30 s.
+        assert 30 < int(client.get("/anon")["Retry-After"]) <= 90
         assert statuses(client, "/user", 2, HTTP_X_USER="ann") == [200, 429]
     assert DrfWay().parse_rate("10/secs") == (10, 1)
 
@@ -408,4 +410,53 @@ def test_a_bad_rate_or_cost_fails_when_the_throttle_is_made() -> None:
         with pytest.raises(ValueError, match="fortnight"):
             AnonRateThrottle()
         with pytest.raises(ValueError, match="fortnight"):
+            APIClient().get("/anon")
+
+
+@pytest.mark.parametrize("store", ["memory", "shm", "redis"])
+def test_a_rate_without_options_admits_its_count_per_window_as_drf_does(
+    regions: Path, redis_server: RedisServer, store: str
+) -> None:
+    """DRF's "100/day" admits at most 100 in any day. The core's default token bucket starts
+    full and refills continuously (100 at once, then one every 864 s: 199 in a day), so a rate
+    that names no option is a sliding window counter, on every store; a rate that names its
+    algorithm, or a token bucket's option, keeps it."""
+    stores = {"memory": "memory", "shm": f"shm:{regions}/drf-window", "redis": url(redis_server, on_error="error")}
+    rates = {**RATES, "anon": "100/day", "user": "100/day; algorithm=token_bucket"}
+    with settings(store=stores[store]), override_settings(
+        REST_FRAMEWORK={"DEFAULT_THROTTLE_RATES": rates, "UNAUTHENTICATED_USER": None}
+    ):
+        client = APIClient()
+        assert statuses(client, "/anon", 101) == [200] * 100 + [429]
+        # Until the window has moved on (the next calendar day, 864 s into it), not a token's 864 s.
+        assert int(client.get("/anon")["Retry-After"]) > 864
+        assert str(_rules_of("anon")) == "100/d; algorithm=sliding_window"
+        # The user's own choice of algorithm stands.
+        assert statuses(client, "/user", 101, HTTP_X_USER="ann") == [200] * 100 + [429]
+        assert client.get("/user", HTTP_X_USER="ann")["Retry-After"] == "864"
+        assert str(_rules_of("user")) == "100/d"
+    assert DrfWay().parse_rate("100/day") == (100, 86400)
+
+
+def _rules_of(scope: str) -> Quota:
+    (quota,) = [q for s, q in _rules if s == scope]
+    return quota
+
+
+def test_a_rate_of_zero_is_a_clear_error_when_the_throttle_is_made() -> None:
+    """DRF's "0/min" refuses every request; a sluicegate quota admits at least one request a
+    period, so the rate is refused with a message that says so (it was the core's "count must
+    be at least 1" at the first request)."""
+    with pytest.raises(InvalidQuotaError, match="'0/min' admits no request.*permission class"):
+
+        class Closed(SluicegateThrottle):  # noqa: F841 - checked when the class is made
+            rate = "0/min"
+
+    with override_settings(
+        ROOT_URLCONF="drf_app", MIDDLEWARE=[], SLUICEGATE={},
+        REST_FRAMEWORK={"DEFAULT_THROTTLE_RATES": {**RATES, "anon": "0/mins"}, "UNAUTHENTICATED_USER": None},
+    ):  # fmt: skip
+        with pytest.raises(InvalidQuotaError, match="'0/mins' admits no request"):
+            AnonRateThrottle()
+        with pytest.raises(InvalidQuotaError, match="admits no request"):
             APIClient().get("/anon")

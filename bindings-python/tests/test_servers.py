@@ -200,8 +200,9 @@ def test_drf_on_the_shm_store_admits_exactly_the_limit(regions: Path, preload: b
         statuses, _, _, _ = hammer(f"{server.url}/failing")
         assert statuses == {503: REQUESTS}, statuses
     assert sorted(p.name for p in regions.iterdir()) == sorted([
-        region(regions, "10/minute", "drf:anon").name,
-        region(regions, "10/minute", "drf:failing").name,
+        # (A DRF rate without options is a sliding window counter.)
+        region(regions, "10/minute; algorithm=sliding_window", "drf:anon").name,
+        region(regions, "10/minute; algorithm=sliding_window", "drf:failing").name,
     ])
 
 

@@ -15,15 +15,27 @@ throttled), ``wait()`` gives the seconds DRF puts in ``Retry-After``; ``get_iden
 ``ident``, below), ``cache_format``, ``parse_rate``, ``num_requests`` and ``duration`` are
 there for a ``get_cache_key`` written DRF's way. A rate is checked when the throttle is made
 (a class's own ``rate`` when the class is, a scope's at the first request that reads it): a
-bad one, or a ``cost`` more than its burst, raises ``InvalidOptionError``. A rate in DRF's form
+bad one raises ``InvalidQuotaError``, a ``cost`` more than its burst ``InvalidOptionError``
+(both ValueErrors). A rate of 0 (``"0/min"``, DRF's way to refuse every request) is such an
+error too: a sluicegate quota admits at least one request per period (refuse with a
+permission class instead, or set the rate to None to not throttle). A rate in DRF's form
 that the core's grammar does not read is read as DRF reads it, by the period's first letter
 (``"5/mins"``, ``"10/secs"``, ``"3/hrs"``); the core's units come first (``"1/ms"`` is a
 millisecond).
 
-What differs from DRF's cache-backed throttles: a rate is a sluicegate quota, so ``"100/day"``
-is a token bucket of 100 that refills continuously (not a log of the last 100 timestamps
-read and rewritten in the cache for every request), and anything a quota string says
-(``burst=``, ``algorithm=sliding_window``, ...) is allowed. One keyed limiter per scope and
+The algorithm: a rate that names no option (``"100/day"``, ``"5/mins"``) is a sliding window
+counter (``algorithm=sliding_window``, ``DEFAULT_ALGORITHM``), the closest to DRF's sliding
+log that every store offers: ``"100/day"`` admits 100, then nothing until the window has
+moved on, and ``wait()`` (DRF's ``Retry-After``) is the time until a request fits the window
+again, in hours for a daily rate as with DRF (the core's own default, a token bucket that
+starts full and refills continuously, would admit 100 at once and 99 more over the day, and
+say 864 s). The counter weighs the previous calendar window's count by how much of it the
+rolling window still covers, as if its requests were spread evenly: a burst at the end of one
+window and requests early in the next can exceed the count within one rolling period. DRF's
+exact log is ``algorithm=sliding_log`` (memory and Redis stores, not ``shm:``). A rate that names its
+algorithm, or a token bucket's options (``"10/s; burst=20"``, ``initial=``, ``refill=``), is
+read as the core reads it. DRF keeps its log in the cache and rewrites it for every request;
+here the state lives in the store below. One keyed limiter per scope and
 rate serves every view and thread of the process (on ``"shm:NAME"`` every worker process of
 the host; on Redis every host), on the store of ``SLUICEGATE["STORAGE"]`` as
 ``sluicegate.django`` reads it; ``SLUICEGATE["ENABLED"] = False`` turns them off, and
@@ -65,13 +77,13 @@ from django.core.exceptions import ImproperlyConfigured
 from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
-from sluicegate._native import Decision, InsufficientCapacity, KeyStoreFull, Quota
+from sluicegate._native import Decision, InsufficientCapacity, InvalidQuotaError, KeyStoreFull, Quota
 from sluicegate._web import Rule, Series, Taken, _check_cost, limiter_series, peek, refusal, watch
 from sluicegate._web import reset as _reset_rules
 from sluicegate.django import _SETTLE, _get_config, _skipped, remote_address
 
 __all__ = [
-    "AnonRateThrottle", "ScopedRateThrottle", "SluicegateThrottle", "UserRateThrottle", "get", "limiters", "reset",
+    "DEFAULT_ALGORITHM", "AnonRateThrottle", "ScopedRateThrottle", "SluicegateThrottle", "UserRateThrottle", "get", "limiters", "reset",
 ]  # fmt: skip
 
 #: One rule per (scope, quota), shared by every throttle instance of the process (DRF makes
@@ -91,21 +103,45 @@ _quotas: dict[str, Quota] = {}
 _QUOTAS_KEPT = 1024
 
 
+#: The options a rate may name: a rate that names none of them is a sliding window counter
+#: (DRF's window semantics); one that names any keeps the core's reading (``burst=``,
+#: ``initial=`` and ``refill=`` are the token bucket's, ``algorithm=`` the user's choice).
+_OPTION = re.compile(r"[;,]\s*(?:algorithm|codec|burst|initial|refill|max_delay)\s*=", re.IGNORECASE)
+#: The algorithm of a rate that names none: the closest to DRF's sliding log that every store
+#: (memory, shm, Redis) offers.
+DEFAULT_ALGORITHM = "sliding_window"
+#: A rate of no request ("0/min"): DRF refuses every request, which no quota represents.
+_ZERO = re.compile(r"\s*0+\s*(?:/|per\b)", re.IGNORECASE)
+
+
 def quota_of(rate: str) -> Quota:
     """A throttle rate's quota: a sluicegate quota (``"100/day"``, ``"10/s; burst=20"``,
-    ``"100/day; algorithm=sliding_window"``), or one the core's grammar does not read in DRF's
+    ``"100/day; algorithm=sliding_log"``), or one the core's grammar does not read in DRF's
     form, a count and a period DRF reads by its first letter (``"5/mins"``, ``"10/secs"``,
-    ``"3/hrs"``), read as DRF reads it. A bad rate is an ``InvalidOptionError`` (a ValueError)
-    naming it."""
+    ``"3/hrs"``), read as DRF reads it. A rate that names no option (``"100/day"``) is a
+    sliding window counter (``algorithm=sliding_window``): at most its count per window, as
+    DRF's own throttles admit, where the core's default token bucket would start full and
+    refill continuously (``"100/day"`` would admit 199 in a day). A rate that names the
+    algorithm, or a token bucket's option (``burst=``, ``initial=``, ``refill=``), is read as
+    the core reads it. A bad rate is an ``InvalidQuotaError`` (a ValueError) naming it; so is
+    a rate of 0 (DRF's way to refuse every request), which no quota represents."""
     found = _quotas.get(rate)
     if found is None:
         try:
             found = Quota(rate)
         except ValueError:
             drf = _DRF_RATE.fullmatch(rate) if isinstance(rate, str) else None
-            if drf is None:
+            if drf is None or int(drf[1]) == 0:
+                if isinstance(rate, str) and _ZERO.match(rate):
+                    raise InvalidQuotaError(
+                        f"the throttle rate {rate!r} admits no request (DRF's way to refuse every request), "
+                        "which a sluicegate quota cannot represent: it admits at least 1 request per period. "
+                        "Refuse the requests with a permission class, or set the rate to None to not throttle"
+                    ) from None
                 raise
             found = Quota(f"{drf[1]}/{_DRF_PERIODS[drf[2]]}")
+        if found.algorithm == "token_bucket" and not _OPTION.search(rate):
+            found = Quota(count=found.count, period_ns=found.period_ns, algorithm=DEFAULT_ALGORITHM)
         if len(_quotas) >= _QUOTAS_KEPT:
             _quotas.clear()
         _quotas[rate] = found
@@ -168,7 +204,7 @@ class SluicegateThrottle(BaseThrottle):  # type: ignore[misc]
     def parse_rate(self, rate: str | None) -> tuple[int | None, int | None]:
         """DRF's: ``(num_requests, duration)`` of `rate` (the quota's burst and window in
         seconds), ``(None, None)`` for None. The rate is checked here, when DRF makes the
-        throttle (a bad rate, or a ``cost`` more than its burst, raises
+        throttle (a bad rate raises ``InvalidQuotaError``, a ``cost`` more than its burst
         ``InvalidOptionError``), before any request is counted."""
         if rate is None:
             return None, None
