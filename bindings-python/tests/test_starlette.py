@@ -733,3 +733,135 @@ def test_a_dependencys_rejection_is_answered_by_on_breach() -> None:
     assert client.get("/x").status_code == 200
     with pytest.raises(RuntimeError, match="on_breach"):
         client.get("/x")
+
+
+def api_key(request: Request) -> str:
+    """slowapi users' key function: the API key, a 401 when it is missing."""
+    from fastapi import HTTPException as FastAPIHTTPException
+
+    found = request.headers.get("X-Api-Key")
+    if found is None:
+        raise FastAPIHTTPException(401, "an API key is required", headers={"WWW-Authenticate": "ApiKey"})
+    return found
+
+
+@pytest.mark.parametrize("where", ["key", "async key", "cost", "skip", "default key"])
+def test_an_http_exception_of_a_key_function_is_the_apps_answer_under_the_middleware(where: str) -> None:
+    """A key (or cost, or skip) function that raises FastAPI's ``HTTPException(401)``: the 401
+    FastAPI sends for it in a dependency (JSON ``detail``, its headers), not a 500 (the
+    middleware runs outside the app's ExceptionMiddleware)."""
+
+    async def async_key(request: Request) -> str:
+        return api_key(request)
+
+    def cost(request: Request) -> int:
+        api_key(request)
+        return 1
+
+    def skip(request: Request) -> bool:
+        api_key(request)
+        return False
+
+    options: dict[str, Any] = {
+        "key": {"key": api_key}, "async key": {"key": async_key}, "cost": {"cost": cost}, "skip": {}, "default key": {},
+    }[where]  # fmt: skip
+    limiter = Sluicegate(
+        skip=skip if where == "skip" else None,
+        key_func=api_key if where == "default key" else "remote_address",
+        default_limits=["1/minute; burst=2"] if where == "default key" else None,
+    )
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+
+    @app.get("/limited")
+    @limiter.limit("1/minute; burst=2", **options)
+    async def limited() -> str:
+        return "ok"
+
+    @app.get("/default")
+    async def default() -> str:
+        return "default"
+
+    client = TestClient(app)
+    path = "/default" if where == "default key" else "/limited"
+    missing = client.get(path)
+    assert missing.status_code == 401, missing.text
+    assert missing.json() == {"detail": "an API key is required"}
+    assert missing.headers["WWW-Authenticate"] == "ApiKey"
+    # The 401s took nothing: a key's two requests, then its 429.
+    assert statuses(client, path, 3, headers={"X-Api-Key": "k"}) == [200, 200, 429]
+
+
+def test_an_http_exception_of_a_key_function_under_plain_starlette_and_a_handler_of_its_own() -> None:
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+    from starlette.responses import JSONResponse
+
+    def key(request: Request) -> str:
+        if "X-Api-Key" not in request.headers:
+            raise StarletteHTTPException(403, "no key")
+        return request.headers["X-Api-Key"]
+
+    limiter = Sluicegate(key_func=key, default_limits=["1/minute"])
+
+    async def home(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    app = Starlette(routes=[Route("/", home)])
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+    got = TestClient(app).get("/")
+    assert (got.status_code, got.text) == (403, "no key")  # Starlette's plain text
+
+    async def by_status(request: Request, error: Exception) -> JSONResponse:
+        return JSONResponse({"error": str(getattr(error, "detail", ""))}, status_code=403)
+
+    app = Starlette(routes=[Route("/", home)], exception_handlers={403: by_status})
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+    got = TestClient(app).get("/")
+    assert (got.status_code, got.json()) == (403, {"error": "no key"})
+
+
+async def async_breach(request: Request, error: RateLimited) -> PlainTextResponse:
+    return PlainTextResponse(f"async: {request.url.path}", status_code=429)
+
+
+@pytest.mark.parametrize(
+    ("on_breach", "status", "body"),
+    [
+        (lambda request, error: None, 429, "Too Many Requests: retry after 60 s\n"),
+        (async_breach, 429, "async: /"),
+        (lambda request, error: PlainTextResponse("fine, really"), 429, "fine, really"),
+        (lambda request, error: PlainTextResponse("gone fishing", status_code=503), 503, "gone fishing"),
+    ],
+    ids=["none", "async", "a success made 429", "an error status kept"],
+)
+def test_on_breach_like_flasks(on_breach: Any, status: int, body: str) -> None:
+    """None (a notification) is the default 429, an ``async def`` handler is awaited, and a
+    rejection is never answered as a success; the fields are on every answer (they were 500s,
+    and a 200 for a success)."""
+    limiter = Sluicegate(default_limits=["1/minute"], on_breach=on_breach)
+
+    async def home(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    app = Starlette(routes=[Route("/", home)])
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+    client = TestClient(app)
+    assert client.get("/").status_code == 200
+    rejected = client.get("/")
+    assert (rejected.status_code, rejected.text) == (status, body)
+    assert rejected.headers["Retry-After"] == "60" and rejected.headers["RateLimit"] == '"default";r=0;t=60'
+
+
+def test_on_breach_answering_anything_but_a_response_is_a_type_error_that_says_so() -> None:
+    limiter = Sluicegate(default_limits=["1/minute"], on_breach=lambda request, error: {"detail": "slow down"})
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+
+    @app.get("/")
+    async def home() -> str:
+        return "ok"
+
+    client = TestClient(app)
+    assert client.get("/").status_code == 200
+    with pytest.raises(TypeError, match="returned dict: it must return a starlette Response .* or None"):
+        client.get("/")

@@ -38,7 +38,12 @@ Configuration (constructor arguments):
   its own, counted per route and client.
 * ``key_func`` ("remote_address"): a callable of the Request, or "remote_address" (the
   client, ``Sluicegate.client``), "header:NAME". Key functions, cost functions and ``skip``
-  may be async (``async def``): they are awaited, on every store.
+  may be async (``async def``): they are awaited, on every store. A plain one runs on the
+  event loop, as the middleware does: keep it cheap, and make one that does I/O (a database,
+  a cache) ``async def``. One that raises an ``HTTPException`` (a missing API key's 401) is
+  answered as the app answers it (FastAPI: JSON ``{"detail": ...}`` with its status and
+  headers; the app's own handler of it if it has one), under the middleware as in a
+  dependency.
 * ``trusted_proxies`` (None): whose forwarding headers the client identity believes: None
   (the peer address is the client: a client-sent ``X-Forwarded-For`` changes nothing), a hop
   count, or a list of addresses, CIDR ranges and "loopback", "private", "linklocal"; the client
@@ -53,9 +58,12 @@ Configuration (constructor arguments):
   ``headers_on_allowed`` (True): the RateLimit fields on allowed responses too.
 * ``policy`` ("default"): the policy name in the IETF fields.
 * ``enabled`` (True): turn every check off, e.g. in tests.
-* ``on_breach`` (None): a function of the ``Request`` and the ``RateLimited`` error whose
-  Response answers a rejection (the middleware's, and a dependency's through it); the
-  RateLimit fields are added to it.
+* ``on_breach`` (None): a function of the ``Request`` and the ``RateLimited`` error, plain or
+  ``async def`` (awaited), told of every rejection (the middleware's, and a dependency's
+  through it): None answers the default 429 (a notification); a Starlette ``Response``
+  answers as it is, its status made 429 if it is not an error status (a rejection is never
+  answered as a success); anything else (a dict, a string) is a ``TypeError`` that says so.
+  The RateLimit fields and ``Retry-After`` are added to the answer.
 * ``skip`` (None): a function of the connection (the ``Request``; for a WebSocket route, its
   ``HTTPConnection``, which has no ``method``); True lets it through unlimited (an allowlist,
   health checks).
@@ -295,7 +303,7 @@ class Sluicegate:
         enabled: bool = True,
         max_keys: int | None = None,
         storage: str = MEMORY,
-        on_breach: Callable[[Request, RateLimited], Response] | None = None,
+        on_breach: Callable[[Request, RateLimited], Response | None | Awaitable[Response | None]] | None = None,
         trusted_proxies: int | str | Iterable[str] | None = None,
         ipv6_prefix: int = 64,
         skip: Callable[[Request], bool | Awaitable[bool]] | Callable[[HTTPConnection], bool | Awaitable[bool]] | None = None,
@@ -718,8 +726,12 @@ class RateLimitMiddleware:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         limiter = self.limiter
         request = Request(scope, receive)
-        if limiter.skip is not None and await _skipped(limiter, request):
-            await self.app(scope, receive, send)
+        try:
+            if limiter.skip is not None and await _skipped(limiter, request):
+                await self.app(scope, receive, send)
+                return
+        except HTTPException as error:  # raised by `skip`: answered as the app answers it
+            await self._http_exception(request, error, scope, receive, send)
             return
         rules, template = self._resolve(scope)
         scope[_TEMPLATE] = template
@@ -727,10 +739,18 @@ class RateLimitMiddleware:
         found: tuple[Decision, Rule | None] | None = None
         scope[_DECISIONS] = []  # what the app's `Depends` limits decide (RateLimit.__call__)
         if rules:
-            if limiter._awaits:
-                decision, rule, allowed = await limiter._check_async(rules, request, template)
-            else:
-                decision, rule, allowed = limiter._check(rules, request, template)
+            try:
+                if limiter._awaits:
+                    decision, rule, allowed = await limiter._check_async(rules, request, template)
+                else:
+                    decision, rule, allowed = limiter._check(rules, request, template)
+            except HTTPException as error:
+                # A key or cost function's (a missing API key's 401): the answer the app's
+                # handler of it gives (FastAPI's JSON ``detail``), as in a dependency, not a
+                # 500 (this middleware runs outside the app's ExceptionMiddleware). The check
+                # took nothing.
+                await self._http_exception(request, error, scope, receive, send)
+                return
             assert decision is not None
             if not allowed:
                 await self._too_many(request, RateLimited(decision), rule, scope, receive, send)
@@ -903,12 +923,69 @@ class RateLimitMiddleware:
     ) -> None:
         limiter = self.limiter
         fields = limiter._headers(error.decision, rule)
-        if limiter.on_breach is not None:
-            response = limiter.on_breach(request, error)
-        else:
+        response: Any = None
+        on_breach = limiter.on_breach
+        if on_breach is not None:
+            response = on_breach(request, error)
+            if inspect.isawaitable(response):  # an async def handler
+                response = await response
+            if response is not None:  # None: a notification only, the default 429 answers
+                if not isinstance(response, Response):
+                    raise TypeError(
+                        f"on_breach {getattr(on_breach, '__qualname__', on_breach)!r} returned "
+                        f"{type(response).__name__}: it must return a starlette Response (JSONResponse, "
+                        "PlainTextResponse, ...; any status, a success made 429) or None (the default 429)"
+                    )
+                if response.status_code < 400:  # a rejection is never answered as a success
+                    response.status_code = 429
+        if response is None:
             response = PlainTextResponse(message(error.decision), status_code=429)
         response.headers.update(fields)
         await response(scope, receive, send)
+
+    async def _http_exception(
+        self, request: Request, error: HTTPException, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """Answers an ``HTTPException`` that a key or cost function or ``skip`` raised before
+        the app ran, as the app's ExceptionMiddleware would: its handler of the status or of
+        the exception's class (FastAPI's: JSON ``{"detail": ...}``), else Starlette's plain
+        text."""
+        app = scope.get("app")
+        if getattr(app, "router", None) is None:
+            app = self._inner_app()
+        handler = _http_exception_handler(getattr(app, "exception_handlers", None), error)
+        if handler is None:
+            response: Any = _starlette_http_exception(error)
+        elif inspect.iscoroutinefunction(handler):
+            response = await handler(request, error)
+        else:  # Starlette runs a plain handler in its thread pool
+            from starlette.concurrency import run_in_threadpool
+
+            response = await run_in_threadpool(handler, request, error)
+        await response(scope, receive, send)
+
+
+def _http_exception_handler(handlers: Any, error: HTTPException) -> Any:
+    """The app's handler of `error` as Starlette's ExceptionMiddleware finds it (by status,
+    then by class), or None. A 500 or ``Exception`` handler belongs to the server error
+    middleware, which this is inside of: not looked at."""
+    if not isinstance(handlers, dict):
+        return None
+    if error.status_code != 500 and error.status_code in handlers:
+        return handlers[error.status_code]
+    for cls in type(error).__mro__:
+        if cls is Exception:
+            break
+        if cls in handlers:
+            return handlers[cls]
+    return None
+
+
+def _starlette_http_exception(error: HTTPException) -> Response:
+    """Starlette's own answer to an HTTPException (its ExceptionMiddleware's)."""
+    if error.status_code in (204, 304):
+        return Response(status_code=error.status_code, headers=error.headers)
+    return PlainTextResponse(error.detail, status_code=error.status_code, headers=error.headers)
 
 
 class _Sent:
