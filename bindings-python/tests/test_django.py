@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -63,9 +64,14 @@ def test_user_key_exempt_and_raised() -> None:
 def test_settings() -> None:
     with override_settings(SLUICEGATE={"DEFAULT_LIMITS": ["1/minute"], "HEADERS": "legacy", "KEY": "header:X-Tenant"}):
         client = Client()
-        assert client.get("/plain", HTTP_X_TENANT="a")["X-RateLimit-Remaining"] == "0"
+        before = time.time()
+        first = client.get("/plain", HTTP_X_TENANT="a")
+        assert first["X-RateLimit-Remaining"] == "0"
         r = client.get("/plain", HTTP_X_TENANT="a")
         assert r.status_code == 429 and r["X-RateLimit-Limit"] == "1"
+        # X-RateLimit-Reset is a Unix time, as slowapi and flask-limiter send it (not 60).
+        for answer in (first, r):
+            assert before + 59 <= int(answer["X-RateLimit-Reset"]) <= time.time() + 61
         assert client.get("/plain", HTTP_X_TENANT="b").status_code == 200
     with override_settings(SLUICEGATE={"DEFAULT_LIMITS": ["1/minute"], "ENABLED": False}):
         assert all(Client().get("/plain").status_code == 200 for _ in range(3))

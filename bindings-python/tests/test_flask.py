@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -235,8 +236,11 @@ def test_configuration() -> None:
     client = app.test_client()
     ok = client.get("/default", headers={"X-Tenant": "t1"})
     assert ok.status_code == 200 and "X-RateLimit-Limit" not in ok.headers
+    before = time.time()
     denied = client.get("/default", headers={"X-Tenant": "t1"})
     assert denied.status_code == 429 and denied.headers["X-RateLimit-Limit"] == "1"
+    # X-RateLimit-Reset is a Unix time, as flask-limiter sends it (not 60).
+    assert before + 59 <= int(denied.headers["X-RateLimit-Reset"]) <= time.time() + 61
     assert "RateLimit" not in denied.headers
     assert client.get("/default", headers={"X-Tenant": "t2"}).status_code == 200
     off, _ = make_app(SLUICEGATE_DEFAULT_LIMITS=["1/minute"], SLUICEGATE_ENABLED=False)

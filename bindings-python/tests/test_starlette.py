@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -130,9 +131,15 @@ def test_several_rates_cost_exempt_and_raise() -> None:
 def test_plain_starlette() -> None:
     app, _ = make_starlette(default_limits="3/minute", headers="legacy")
     client = TestClient(app)
+    before = time.time()
     answers = [client.get("/limited") for _ in range(3)]
     assert [a.status_code for a in answers] == [200, 200, 429]
     assert answers[0].headers["X-RateLimit-Limit"] == "2"
+    # X-RateLimit-Reset is a Unix time, as slowapi sends it (not 60, 120 and 60 s from now:
+    # full again, and for the 429 when a token is back).
+    resets = [int(a.headers["X-RateLimit-Reset"]) for a in answers]
+    assert before + 59 <= resets[0] <= time.time() + 61 and before + 119 <= resets[1] <= time.time() + 121
+    assert before + 59 <= resets[2] <= time.time() + 61
     assert answers[2].headers["Retry-After"] == "60"
     assert statuses(client, "/plain", 4) == [200, 200, 200, 429]
 

@@ -914,9 +914,43 @@ async def refund_all_async(refunds: Iterable[tuple[KeyedLimiter, Any, int]]) -> 
 
 def header_style(style: str) -> str:
     """`style`, checked when the app is configured rather than at its first request: the
-    core knows the names (an unknown one raises InvalidOptionError, a ValueError)."""
+    core knows the names (an unknown one raises InvalidOptionError, a ValueError). In lower
+    case (the core reads any case), so that ``fields`` knows "legacy" at once."""
     _PROBE.headers(style)  # checked by the core, which knows the names
-    return style
+    return style.lower()
+
+
+#: The legacy style, whose ``X-RateLimit-Reset`` the integrations send as a Unix time.
+LEGACY = "legacy"
+_RESET = "X-RateLimit-Reset"
+_RESET_LINE = b"x-ratelimit-reset"
+
+
+def legacy_reset(decision: Decision) -> str:
+    """``X-RateLimit-Reset`` as slowapi and flask-limiter send it (and the Node Express
+    integration): the Unix time in seconds, rounded up, when the bucket is full again (a
+    rejection: when the request could be admitted, at least a second away), where the core
+    renders the seconds from now."""
+    wait = decision.reset_after_ns if decision.allowed else max(decision.retry_after_ns, 1_000_000_000)
+    return str(-(-(time.time_ns() + wait) // 1_000_000_000))
+
+
+def fields(decision: Decision, style: str, policy: str) -> dict[str, str]:
+    """The decision's header fields in `style` (``header_style``'s): the core's, with the
+    legacy ``X-RateLimit-Reset`` a Unix time."""
+    found = decision.headers(style, policy)
+    if style == LEGACY and _RESET in found:
+        found[_RESET] = legacy_reset(decision)
+    return found
+
+
+def field_lines(decision: Decision, style: str, policy: str) -> list[tuple[bytes, bytes]]:
+    """``fields`` as ASGI header lines (lower-case names)."""
+    lines = decision.header_lines(style, policy)
+    if style == LEGACY:
+        reset = legacy_reset(decision).encode()
+        lines = [(name, reset if name == _RESET_LINE else value) for name, value in lines]
+    return lines
 
 
 _PROBE = Decision.from_figures(allowed=True, limit=1, remaining=1)

@@ -24,7 +24,8 @@
     def search(request): ...
 
 A rejected request gets ``429 Too Many Requests`` with ``Retry-After`` and the RateLimit
-fields. The decorator works with or without the middleware. Django is imported only when
+fields (``"legacy"``: ``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset``, the last a Unix
+time in seconds, as slowapi and flask-limiter send it). The decorator works with or without the middleware. Django is imported only when
 this module is.
 
 ``STORAGE`` ``"shm:NAME"`` keeps every limit's buckets in a shared-memory region of its own,
@@ -101,6 +102,7 @@ from sluicegate._web import (
     view_name,
     view_rules,
 )
+from sluicegate._web import fields as _fields
 from sluicegate._web import reset as _reset_rules
 
 __all__ = [
@@ -433,7 +435,7 @@ def _refused(response: Any) -> bool:
 
 def _add_headers(response: Any, decision: Decision, rule: Rule | None, config: _Config, force: bool = False) -> None:
     policy = (rule and rule.policy) or config.policy
-    for name, value in decision.headers(config.style, policy).items():
+    for name, value in _fields(decision, config.style, policy).items():
         if force or not response.has_header(name):
             response[name] = value
 

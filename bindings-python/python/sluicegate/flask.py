@@ -35,7 +35,9 @@ rejection: None answers the default 429; anything else Flask can make a response
 Response, a string, a ``(body, status)`` tuple, a dict) answers it, its status made 429 if it
 is not an error status (a rejection is never answered as a success). The RateLimit fields and
 ``Retry-After`` are set on it.
-* ``SLUICEGATE_HEADERS`` ("ietf"): "ietf", "draft6", "draft7", "legacy" or "none".
+* ``SLUICEGATE_HEADERS`` ("ietf"): "ietf", "draft6", "draft7", "legacy" or "none"
+  ("legacy": ``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset``, the last a Unix time in
+  seconds as flask-limiter sends it).
 * ``SLUICEGATE_HEADERS_ON_ALLOWED`` (True): add the RateLimit fields to allowed responses too.
 * ``SLUICEGATE_POLICY`` ("default"): the policy name in the IETF fields.
 * ``SLUICEGATE_MAX_KEYS`` (the core's default): the key bound of each limit.
@@ -110,6 +112,7 @@ from sluicegate._web import (
     shared_rules,
     view_rules,
 )
+from sluicegate._web import fields as _fields
 
 __all__ = ["Sluicegate", "header", "key_func", "remote_address", "user"]
 
@@ -553,7 +556,7 @@ class Sluicegate:
     def _add_headers(response: Any, decision: Decision, policy: str, state: _State, force: bool = False) -> None:
         """Sets the decision's fields, keeping those the view set itself (unless `force`)."""
         headers = response.headers
-        fields = decision.headers(state.style, policy)
+        fields = _fields(decision, state.style, policy)
         if force:
             for name, value in fields.items():
                 headers[name] = value

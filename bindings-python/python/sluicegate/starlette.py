@@ -54,7 +54,9 @@ Configuration (constructor arguments):
   (``127.0.0.1`` by default) before this sees it. With ``trusted_proxies`` set, run uvicorn
   with ``--no-proxy-headers``; never with ``--forwarded-allow-ips='*'``, which lets any client
   name its own address.
-* ``headers`` ("ietf"): "ietf", "draft6", "draft7", "legacy" or "none";
+* ``headers`` ("ietf"): "ietf", "draft6", "draft7", "legacy" or "none" ("legacy":
+  ``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset``, the last a Unix time in seconds as
+  slowapi sends it);
   ``headers_on_allowed`` (True): the RateLimit fields on allowed responses too.
 * ``policy`` ("default"): the policy name in the IETF fields.
 * ``enabled`` (True): turn every check off, e.g. in tests.
@@ -138,6 +140,7 @@ from sluicegate._web import (
     refund_all,
     refund_all_async,
 )
+from sluicegate._web import field_lines, fields
 from sluicegate._web import peek_async as _peek_async
 from sluicegate._web import reset_async as _reset_async
 
@@ -568,11 +571,11 @@ class Sluicegate:
             refund_all(held)
 
     def _headers(self, decision: Decision, rule: Rule | None) -> dict[str, str]:
-        return decision.headers(self.style, (rule and rule.policy) or self.policy)
+        return fields(decision, self.style, (rule and rule.policy) or self.policy)
 
     def _raw_headers(self, decision: Decision, rule: Rule | None) -> list[tuple[bytes, bytes]]:
         """``_headers`` as ASGI header lines (lower-case names)."""
-        return decision.header_lines(self.style, (rule and rule.policy) or self.policy)
+        return field_lines(decision, self.style, (rule and rule.policy) or self.policy)
 
 
 class RateLimit:
@@ -660,7 +663,7 @@ class RateLimit:
                 response.headers.update(limiter._headers(decision, rule))
             else:  # what headers.update would append, without its scans
                 policy = (rule and rule.policy) or limiter.policy
-                response.raw_headers.extend(decision.header_lines(limiter.style, policy))
+                response.raw_headers.extend(field_lines(decision, limiter.style, policy))
         # For the middleware's fields (the fewest tokens left of its limits and these); it
         # puts the list in the scope, and nothing else reads it.
         decisions = scope.get(_DECISIONS)
