@@ -872,3 +872,52 @@ def test_on_breach_answering_anything_but_a_response_is_a_type_error_that_says_s
     assert client.get("/").status_code == 200
     with pytest.raises(TypeError, match="returned dict: it must return a starlette Response .* or None"):
         client.get("/")
+
+
+def test_a_limit_above_the_routes_decorator_is_warned_of_at_the_first_request(caplog: pytest.LogCaptureFixture) -> None:
+    """``@limiter.limit`` above ``@app.get(...)``: FastAPI registered the function before the
+    limit wrapped it, so the route is silently without its limit. The middleware says so,
+    once, at its first request."""
+    limiter = Sluicegate()
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+
+    @limiter.limit("1/minute")
+    @app.get("/misplaced")
+    async def misplaced() -> str:
+        return "unlimited"
+
+    @app.get("/placed")
+    @limiter.limit("1/minute")
+    async def placed() -> str:
+        return "limited"
+
+    client = TestClient(app)
+    with caplog.at_level("WARNING", logger="sluicegate"):
+        assert statuses(client, "/misplaced", 3) == [200, 200, 200]
+        assert statuses(client, "/placed", 2) == [200, 429]
+    warned = [r.getMessage() for r in caplog.records if "above the route's decorator" in r.getMessage()]
+    assert len(warned) == 1 and "misplaced" in warned[0], warned
+
+
+def test_enabled_may_be_turned_off_and_on_at_runtime() -> None:
+    limiter = Sluicegate(default_limits=["1/minute"])
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+
+    @app.get("/dep", dependencies=[Depends(limiter.dependency("1/minute"))])
+    async def dep() -> str:
+        return "dep"
+
+    @app.get("/")
+    async def home() -> str:
+        return "ok"
+
+    client = TestClient(app)
+    limiter.enabled = False
+    assert statuses(client, "/", 3) == [200] * 3 and statuses(client, "/dep", 3) == [200] * 3
+    limiter.enabled = True
+    assert statuses(client, "/", 2) == [200, 429] and statuses(client, "/dep", 2) == [200, 429]
+    for _, keyed in limiter.limiters():
+        keyed.clear()
+    assert statuses(client, "/", 2) == [200, 429]

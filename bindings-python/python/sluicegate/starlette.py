@@ -94,6 +94,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import logging
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
@@ -147,6 +148,7 @@ from sluicegate._web import reset_async as _reset_async
 __all__ = ["RateLimit", "RateLimitMiddleware", "Sluicegate", "header", "key_func", "remote_address"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+_log = logging.getLogger("sluicegate")
 #: An async key function (``async def``), awaited on every store.
 AsyncKeyFunc = Callable[[Any], Awaitable[Union[str, bytes, int]]]
 Scope = MutableMapping[str, Any]
@@ -331,6 +333,9 @@ class Sluicegate:
         self._made_lock = threading.Lock()
         # Unnamed dependencies made (each names its limit's store by its place).
         self._dependencies = 0
+        # The function endpoints `limit` wrapped (for the middleware's look, at its first
+        # request, for a decorator put above the route's).
+        self._wrappers: list[Any] = []
         self._remote = not opens_early(self.store)
         #: Whether checks are awaited (``check_async``): on Redis, and once a key or cost
         #: function is async (the app's or a limit's), on every store.
@@ -374,6 +379,8 @@ class Sluicegate:
             rules = [*rules_of(endpoint, existing), *existing]
             if inspect.isfunction(endpoint) and _WRAPPED not in endpoint.__dict__:
                 endpoint = self._guarded(endpoint)
+                with self._made_lock:
+                    self._wrappers.append(endpoint)
             setattr(endpoint, _LIMITS, rules)
             return endpoint
 
@@ -709,6 +716,8 @@ class RateLimitMiddleware:
         self._routes: Any = None
         self._snapshot: list[Any] | None = None
         self._cacheable = False
+        # Whether the routes were looked at for a ``@limit`` above the route's decorator.
+        self._looked = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         limiter = self.limiter
@@ -737,6 +746,9 @@ class RateLimitMiddleware:
             await self._http_exception(request, error, scope, receive, send)
             return
         rules, template = self._resolve(scope)
+        if not self._looked:
+            self._looked = True
+            self._look_for_misplaced_limits(scope)
         scope[_TEMPLATE] = template
         scope[_LIMITER] = limiter
         found: tuple[Decision, Rule | None] | None = None
@@ -878,6 +890,28 @@ class RateLimitMiddleware:
         if message.get("type") == "websocket.connect":
             await send({"type": "websocket.close", "code": 1008, "reason": "rate limited"})
 
+    def _look_for_misplaced_limits(self, scope: Scope) -> None:
+        """Warns (once, at the first request, on the ``sluicegate`` logger) of each
+        ``@limiter.limit`` put above ``@app.get(...)``: the route was registered with the
+        function before the decorator wrapped it, so its limits never apply (the default
+        limits do)."""
+        app = scope.get("app")
+        if getattr(app, "router", None) is None:
+            app = self._inner_app()
+        with self.limiter._made_lock:
+            wrappers = list(self.limiter._wrappers)
+        if not wrappers or app is None:
+            return
+        endpoints = _route_endpoints(getattr(getattr(app, "router", None), "routes", ()), _MOUNTS)
+        for wrapper in wrappers:
+            original = wrapper.__dict__.get(_WRAPPED)
+            if id(wrapper) not in endpoints and id(original) in endpoints:
+                _log.warning(
+                    "sluicegate: @limiter.limit on %s is above the route's decorator (@app.get(...)): the route "
+                    "was registered without it and its limits do not apply; put @limiter.limit below @app.get(...)",
+                    getattr(original, "__qualname__", original),
+                )
+
     def _inner_app(self) -> Any:
         """The Starlette or FastAPI app this middleware is in front of (following the
         ``app`` of the middleware between), or None."""
@@ -966,6 +1000,23 @@ class RateLimitMiddleware:
 
             response = await run_in_threadpool(handler, request, error)
         await response(scope, receive, send)
+
+
+def _route_endpoints(routes: Any, depth: int) -> set[int]:
+    """The ids of the routes' endpoints (an ``HTTPEndpoint``'s handlers too), in mounted
+    routers `depth` deep."""
+    found: set[int] = set()
+    for route in routes or ():
+        endpoint = getattr(route, "endpoint", None)
+        if endpoint is not None:
+            found.add(id(endpoint))
+            if isinstance(endpoint, type):
+                methods = ("get", "head", "post", "put", "patch", "delete", "options")
+                found.update(id(getattr(endpoint, m)) for m in methods if hasattr(endpoint, m))
+        inner = getattr(route, "routes", None) if isinstance(route, Mount) else None
+        if inner and depth > 0:
+            found |= _route_endpoints(inner, depth - 1)
+    return found
 
 
 def _http_exception_handler(handlers: Any, error: HTTPException) -> Any:
