@@ -460,3 +460,18 @@ def test_a_rate_of_zero_is_a_clear_error_when_the_throttle_is_made() -> None:
             AnonRateThrottle()
         with pytest.raises(InvalidQuotaError, match="admits no request"):
             APIClient().get("/anon")
+
+
+def test_the_readmes_reset_between_tests_clears_every_throttle() -> None:
+    """DRF's ``cache.clear()`` does not reset these throttles; clearing the limiters of
+    ``limiters()`` does (the README's fixture)."""
+    from django.core.cache import cache
+
+    with settings():
+        client = APIClient()
+        assert statuses(client, "/anon", 3) == [200, 200, 429]
+        cache.clear()
+        assert statuses(client, "/anon", 1) == [429]
+        for _, limiter in limiters():
+            limiter.clear()
+        assert statuses(client, "/anon", 3) == [200, 200, 429]

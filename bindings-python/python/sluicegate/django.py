@@ -25,8 +25,8 @@
 
 A rejected request gets ``429 Too Many Requests`` with ``Retry-After`` and the RateLimit
 fields (``"legacy"``: ``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset``, the last a Unix
-time in seconds, as slowapi and flask-limiter send it). The decorator works with or without the middleware. Django is imported only when
-this module is.
+time in seconds, as slowapi and flask-limiter send it). The decorator works with or without
+the middleware. Django is imported only when this module is.
 
 ``STORAGE`` ``"shm:NAME"`` keeps every limit's buckets in a shared-memory region of its own,
 which all the worker processes of the host share (``gunicorn -w 4`` then enforces one

@@ -83,7 +83,8 @@ from sluicegate._web import reset as _reset_rules
 from sluicegate.django import _SETTLE, _get_config, _skipped, remote_address
 
 __all__ = [
-    "DEFAULT_ALGORITHM", "AnonRateThrottle", "ScopedRateThrottle", "SluicegateThrottle", "UserRateThrottle", "get", "limiters", "reset",
+    "DEFAULT_ALGORITHM", "AnonRateThrottle", "ScopedRateThrottle", "SluicegateThrottle", "UserRateThrottle", "get",
+    "limiters", "reset",
 ]  # fmt: skip
 
 #: One rule per (scope, quota), shared by every throttle instance of the process (DRF makes
