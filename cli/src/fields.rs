@@ -37,6 +37,9 @@ pub struct Names {
     /// Which header that field holds (`--forwarded-header`): its detected names follow it.
     pub forwarded_header: ProxyHeader,
     pub delimiter: u8,
+    /// `--time-unit`: a combined line's trailing `$msec` (seconds) is looked for only when
+    /// epoch numbers are read as seconds (`auto`, `s`).
+    pub time_unit: crate::timefmt::EpochUnit,
 }
 
 /// Time field names, in order of preference. nginx's `msec` (seconds with milliseconds) and
@@ -238,6 +241,9 @@ pub struct Extractor {
     decoded: Vec<bool>,
     /// What was chosen, for the report ("time <- time_iso8601").
     pub chosen: Vec<(String, String)>,
+    /// Combined lines timed by a trailing `$msec` found in the first lines: a line without
+    /// it is timed by its `[$time_local]`.
+    msec_detected: bool,
     /// The forwarding header's field, when the client address is needed and a first line
     /// holds a value in it (JSON, combined) or the CSV header names it: whether or not it is
     /// read on each line, for the hint that suggests `--trusted-proxies`.
@@ -293,6 +299,7 @@ impl Extractor {
             decoded: Vec::new(),
             chosen: Vec::new(),
             forwarded_seen: None,
+            msec_detected: false,
         };
         match format {
             LogFormat::Combined | LogFormat::Auto => {
@@ -306,8 +313,13 @@ impl Extractor {
                     })
                 };
                 ex.time = pick("timestamp", &names.time, "time")?;
-                if names.time.is_none() && combined_msec(head) {
+                let seconds = matches!(
+                    names.time_unit,
+                    crate::timefmt::EpochUnit::Auto | crate::timefmt::EpochUnit::S
+                );
+                if names.time.is_none() && seconds && combined_msec(head) {
                     ex.time = COMBINED_MSEC;
+                    ex.msec_detected = true;
                 }
                 if needs.ip {
                     ex.ip = Some(pick("client address", &names.ip, "ip")?);
@@ -863,6 +875,11 @@ impl Extractor {
     #[inline]
     pub fn time<'a>(&'a self, line: &'a [u8]) -> Option<&'a [u8]> {
         let t = self.get(line, self.time);
+        // A combined line without the trailing `$msec` its first lines had (the format
+        // changed, a line written otherwise): its `[$time_local]`.
+        if self.msec_detected && !t.is_some_and(|v| v.first().is_some_and(u8::is_ascii_digit)) {
+            return self.get(line, 3);
+        }
         // An ALB line without the request's arrival (`-`): the response's time.
         if self.format == LogFormat::Alb && self.time == ALB_CREATED && t == Some(b"-") {
             return self.get(line, ALB_TIME);

@@ -486,6 +486,7 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
                     forwarded: a.forwarded_field.clone(),
                     forwarded_header: a.forwarded_header,
                     delimiter: a.csv_delimiter,
+                    time_unit: a.time_unit,
                 },
                 format: a.log_format,
                 unit: a.time_unit,

@@ -2499,6 +2499,34 @@ fn combined_lines_ending_with_msec_are_timed_by_it() {
         );
         assert_eq!(v["policies"][0]["rejected"], 2, "{v}");
     }
+    // A line without it (the format changed) is timed by its `[$time_local]`, not unusable;
+    // with epoch numbers read as milliseconds, it is not looked for.
+    let mut text: String = [100, 400, 700].iter().map(|&ms| line(ms, "")).collect();
+    text += "192.0.2.1 - - [01/May/2024:00:00:05 +0000] \"GET / HTTP/1.1\" 200 5 \"-\" \"t\"\n";
+    let log = write(&dir, "changed.log", &text);
+    let v = json(
+        &replay(&log, "2/s; burst=1", &["--format", "json"])
+            .success()
+            .get_output()
+            .stdout,
+    );
+    assert_eq!(
+        (&v["requests"], &v["bad_lines"]),
+        (&json!(4), &json!(0)),
+        "{v}"
+    );
+    assert_eq!(v["last"], "2024-05-01T00:00:05Z", "{v}");
+    let v = json(
+        &replay(
+            &log,
+            "2/s; burst=1",
+            &["--format", "json", "--time-unit", "ms"],
+        )
+        .success()
+        .get_output()
+        .stdout,
+    );
+    assert_eq!(v["inputs"][0]["fields"]["time"], "time", "{v}");
     // A trailing `$request_time` is no time of day.
     let text: String = (0..3)
         .map(|s| {
