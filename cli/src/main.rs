@@ -432,21 +432,32 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
             // one, stdin streams once: its replay takes the keyed stores from the start, since
             // the dense ones may have to start over (at --max-keys), which needs the input
             // twice, and a copy of a piped log would take the disk its length.
-            let mut _spool = None;
+            // (A named pipe, `<(zcat ...)`, streams once too: copied as stdin is.)
+            let mut _spools = Vec::new();
             let mut stdin_copy = None;
+            let mut copies = Vec::new();
+            let stream = |x: &str| x == "-" || !std::fs::metadata(x).is_ok_and(|m| m.is_file());
             let streamed = trace == 0
-                && matches!(&inputs, run::Inputs::Files(f) if f.iter().any(|x| x == "-"));
+                && matches!(&inputs, run::Inputs::Files(f) if f.iter().any(|x| stream(x)));
             let inputs = match inputs {
-                run::Inputs::Files(f) if trace > 0 && f.iter().any(|x| x == "-") => {
-                    let sp = run::spool_stdin()?;
-                    let path = sp.0.display().to_string();
-                    _spool = Some(sp);
-                    stdin_copy = Some(path.clone());
-                    run::Inputs::Files(
-                        f.into_iter()
-                            .map(|x| if x == "-" { path.clone() } else { x })
-                            .collect(),
-                    )
+                run::Inputs::Files(f) if trace > 0 && f.iter().any(|x| stream(x)) => {
+                    let mut spooled = Vec::with_capacity(f.len());
+                    for x in f {
+                        if !stream(&x) {
+                            spooled.push(x);
+                            continue;
+                        }
+                        let sp = run::spool((x != "-").then_some(x.as_str()))?;
+                        let path = sp.0.display().to_string();
+                        _spools.push(sp);
+                        if x == "-" {
+                            stdin_copy = Some(path.clone());
+                        } else {
+                            copies.push((path.clone(), x));
+                        }
+                        spooled.push(path);
+                    }
+                    run::Inputs::Files(spooled)
                 }
                 i => i,
             };
@@ -500,6 +511,7 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
                 max_bins: 1200,
                 dense: !streamed,
                 stdin_copy,
+                copies,
             };
             let summary = run::replay(&cfg, &inputs)?;
             for n in &summary.meta.client_notes {

@@ -52,6 +52,8 @@ pub struct Config {
     /// The temporary file holding a copy of stdin (for `--html`'s second pass), if any: the
     /// input named `<stdin>` in the outputs, which keeps its place among the inputs.
     pub stdin_copy: Option<String>,
+    /// Copies of named pipes (and `<(...)`) for a second pass: (the copy, the pipe's name).
+    pub copies: Vec<(String, String)>,
 }
 
 impl Config {
@@ -121,13 +123,17 @@ impl Drop for Spool {
     }
 }
 
-pub fn spool_stdin() -> Result<Spool, CliError> {
+/// A copy of the stream `from` (a named pipe, `<(zcat ...)`; `None`: stdin) in a temporary
+/// file, for a second pass.
+pub fn spool(from: Option<&str>) -> Result<Spool, CliError> {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let path = std::env::temp_dir().join(format!(
-        "sluicegate-stdin-{}-{}.log",
+        "sluicegate-stdin-{}-{}-{}.log",
         std::process::id(),
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos())
+            .map_or(0, |d| d.as_nanos()),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     // A new file only: never one (or a link) that another user put at this name.
     let mut f = std::fs::OpenOptions::new()
@@ -139,11 +145,26 @@ pub fn spool_stdin() -> Result<Spool, CliError> {
             source: e,
         })?;
     let spool = Spool(path.clone());
-    std::io::copy(&mut std::io::stdin().lock(), &mut f).map_err(|e| CliError::Io {
-        path: "<stdin>".into(),
+    let copied = match from {
+        None => std::io::copy(&mut std::io::stdin().lock(), &mut f),
+        Some(p) => std::fs::File::open(p).and_then(|mut r| std::io::copy(&mut r, &mut f)),
+    };
+    copied.map_err(|e| CliError::Io {
+        path: from.unwrap_or("<stdin>").into(),
         source: e,
     })?;
     Ok(spool)
+}
+
+/// The name an input is shown by: stdin's copy is `<stdin>`, a stream's copy its own name.
+fn shown(cfg: &Config, f: &str) -> String {
+    if cfg.stdin_copy.as_deref() == Some(f) || f == "-" {
+        return "<stdin>".into();
+    }
+    match cfg.copies.iter().find(|(copy, _)| copy == f) {
+        Some((_, name)) => name.clone(),
+        None => f.to_string(),
+    }
 }
 
 fn open_all(cfg: &Config, inputs: &Inputs) -> Result<Vec<Source>, CliError> {
@@ -152,11 +173,9 @@ fn open_all(cfg: &Config, inputs: &Inputs) -> Result<Vec<Source>, CliError> {
             .iter()
             .map(|f| {
                 let mut src = Source::open(f)?;
-                if cfg.stdin_copy.as_deref() == Some(f.as_str()) {
-                    // The copy of stdin is a temporary file, gone after the run: the input
-                    // is stdin, in every output.
-                    src.name = "<stdin>".into();
-                }
+                // A copy of stdin or of a pipe is a temporary file, gone after the run: the
+                // input is the stream, in every output.
+                src.name = shown(cfg, f);
                 Ok(src)
             })
             .collect(),
@@ -1163,14 +1182,7 @@ fn pass_merged(
 ) -> Result<(), CliError> {
     use std::cmp::Reverse;
     let needs = cfg.needs();
-    let names: Vec<String> = files
-        .iter()
-        .map(|f| match cfg.stdin_copy.as_deref() {
-            Some(c) if c == f => "<stdin>".into(),
-            _ if f == "-" => "<stdin>".into(),
-            _ => f.clone(),
-        })
-        .collect();
+    let names: Vec<String> = files.iter().map(|f| shown(cfg, f)).collect();
     let total: Option<u64> = files
         .iter()
         .map(|f| match f.as_str() {
@@ -1555,6 +1567,7 @@ mod tests {
             max_bins: 100,
             dense: true,
             stdin_copy: None,
+            copies: Vec::new(),
         }
     }
 

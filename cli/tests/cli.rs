@@ -2661,3 +2661,52 @@ fn a_merge_takes_a_glitched_line_at_its_neighbours_time() {
         assert_eq!(v["last"], "2024-05-01T00:13:19Z", "{v}");
     }
 }
+
+/// A named pipe (`<(zcat ...)`) streams once, as stdin does: copied for `--html`'s second
+/// pass (it waited for a second writer for good), named as given in the report.
+#[test]
+fn a_named_pipe_is_copied_for_the_html_reports_second_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let text: String = (0..200)
+        .map(|i| {
+            format!(
+                "192.0.2.{} - - [01/May/2024:00:00:{:02} +0000] \"GET / HTTP/1.1\" 200 5 \"-\" \"t\"\n",
+                i % 3,
+                i % 60
+            )
+        })
+        .collect();
+    let fifo = dir.path().join("pipe");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::write(fifo, text).unwrap())
+    };
+    let html = dir.path().join("r.html");
+    let out = bin()
+        .timeout(std::time::Duration::from_secs(60))
+        .args([
+            "replay",
+            "--policy",
+            "1/s; burst=5",
+            "--format",
+            "json",
+            "--html",
+        ])
+        .arg(&html)
+        .arg(&fifo)
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    writer.join().unwrap();
+    let v = json(&out.stdout);
+    assert_eq!(v["requests"], 200, "{v}");
+    assert_eq!(v["inputs"][0]["name"], fifo.to_str().unwrap());
+    assert!(!v["traces"].as_array().unwrap().is_empty(), "{v}");
+    assert!(std::fs::read_to_string(&html).unwrap().contains("192.0.2."));
+}
