@@ -18,6 +18,16 @@ fn replay(log: &str, policy: &str, extra: &[&str]) -> assert_cmd::assert::Assert
         .assert()
 }
 
+/// `sluicegate replay LOG --policy POLICY --format json EXTRA...`, run to success: its report.
+fn replay_json(log: &str, policy: &str, extra: &[&str]) -> Value {
+    let out = replay(log, policy, &[&["--format", "json"], extra].concat())
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    json(&out)
+}
+
 fn json(out: &[u8]) -> Value {
     serde_json::from_slice(out).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(out)))
 }
@@ -672,16 +682,7 @@ fn timestamps_going_backwards_are_decided_at_the_latest_time_seen() {
         admitted += u64::from(model.acquire(0, max, 1));
     }
     let f = write(&dir, "back.csv", &format!("time,ip\n{log}"));
-    let v = json(
-        &replay(
-            &f,
-            "5/s; burst=8",
-            &["--format", "json", "--time-unit", "s"],
-        )
-        .success()
-        .get_output()
-        .stdout,
-    );
+    let v = replay_json(&f, "5/s; burst=8", &["--time-unit", "s"]);
     assert_eq!(v["timestamps_backwards"].as_u64(), Some(back));
     assert_eq!(
         policy(&v, "5/s; burst=8")["admitted"].as_u64(),
@@ -689,16 +690,7 @@ fn timestamps_going_backwards_are_decided_at_the_latest_time_seen() {
     );
     // Two requests of a fresh client, logged 100 ms out of order, under a burst of two.
     let f = write(&dir, "two.csv", "time,ip\n34.2,192.0.2.1\n34.1,192.0.2.1\n");
-    let v = json(
-        &replay(
-            &f,
-            "1/s; burst=2",
-            &["--format", "json", "--time-unit", "s"],
-        )
-        .success()
-        .get_output()
-        .stdout,
-    );
+    let v = replay_json(&f, "1/s; burst=2", &["--time-unit", "s"]);
     assert_eq!(policy(&v, "1/s; burst=2")["rejected"], 0, "{v}");
 }
 
@@ -733,16 +725,7 @@ fn keys_ipv6_prefixes_headers_and_paths() {
     assert_eq!(keys(&["--key", "path:/t/{tenant}/*"]), 2); // /other has no key
     assert_eq!(keys(&["--key", "path"]), 5);
     assert_eq!(keys(&["--key", "ip", "--key", "method"]), 3);
-    let v = json(
-        &replay(
-            &f,
-            "1/h",
-            &["--format", "json", "--key", "path:/t/{tenant}/*"],
-        )
-        .success()
-        .get_output()
-        .stdout,
-    );
+    let v = replay_json(&f, "1/h", &["--key", "path:/t/{tenant}/*"]);
     assert_eq!(v["unkeyed"], 1);
     let p = &v["policies"][0];
     assert_eq!(p["top_throttled"][0]["key"], "acme");
@@ -1125,12 +1108,7 @@ fn alb_logs_replay_as_the_load_balancer_saw_them() {
         .map(|l| l.split(' ').take(13).collect::<Vec<_>>().join(" ") + " \"-\"\n")
         .collect();
     let old = write(&dir, "old.log", &old);
-    let v = json(
-        &replay(&old, "1/m", &["--format", "json"])
-            .success()
-            .get_output()
-            .stdout,
-    );
+    let v = replay_json(&old, "1/m", &[]);
     assert_eq!(v["inputs"][0]["fields"]["time"], "time", "{v}");
 }
 
@@ -1459,12 +1437,7 @@ fn peaks_of_a_log_shorter_than_the_sustain_window_agree() {
             log += &format!("{{\"time\":{},\"ip\":\"192.0.2.1\"}}\n", T0 + j * step_ns);
         }
         let f = write(&dir, name, &log);
-        let v = json(
-            &replay(&f, "1000/s", &["--format", "json"])
-                .success()
-                .get_output()
-                .stdout,
-        );
+        let v = replay_json(&f, "1000/s", &[]);
         let p = policy(&v, "1000/s");
         assert_eq!(p["admitted"], 500);
         (
@@ -2000,12 +1973,7 @@ fn a_byte_order_mark_at_the_start_is_ignored() {
         "\u{feff}{\"time\": 1714521600, \"ip\": \"192.0.2.1\"}\n",
     );
     for input in [&f, &gz, &json_log] {
-        let v = json(
-            &replay(input, "1/s", &["--format", "json"])
-                .success()
-                .get_output()
-                .stdout,
-        );
+        let v = replay_json(input, "1/s", &[]);
         assert_eq!(v["requests"], 1, "{input}");
         assert_eq!(v["bad_lines"], 0, "{input}");
     }
@@ -2477,26 +2445,12 @@ fn combined_lines_ending_with_msec_are_timed_by_it() {
     for tail in ["", " \"10.0.0.9\""] {
         let text: String = [100, 400, 700].iter().map(|&ms| line(ms, tail)).collect();
         let log = write(&dir, "msec.log", &text);
-        let v = json(
-            &replay(&log, "2/s; burst=1", &["--format", "json"])
-                .success()
-                .get_output()
-                .stdout,
-        );
+        let v = replay_json(&log, "2/s; burst=1", &[]);
         assert_eq!(v["inputs"][0]["fields"]["time"], "msec", "{v}");
         assert_eq!(v["policies"][0]["rejected"], 1, "{v}");
         assert_eq!(v["first"], "2024-05-01T00:00:00.1Z", "{v}");
         // Named, the whole-second time is read.
-        let v = json(
-            &replay(
-                &log,
-                "2/s; burst=1",
-                &["--format", "json", "--time-field", "time_local"],
-            )
-            .success()
-            .get_output()
-            .stdout,
-        );
+        let v = replay_json(&log, "2/s; burst=1", &["--time-field", "time_local"]);
         assert_eq!(v["policies"][0]["rejected"], 2, "{v}");
     }
     // A line without it (the format changed) is timed by its `[$time_local]`, not unusable;
@@ -2504,28 +2458,14 @@ fn combined_lines_ending_with_msec_are_timed_by_it() {
     let mut text: String = [100, 400, 700].iter().map(|&ms| line(ms, "")).collect();
     text += "192.0.2.1 - - [01/May/2024:00:00:05 +0000] \"GET / HTTP/1.1\" 200 5 \"-\" \"t\"\n";
     let log = write(&dir, "changed.log", &text);
-    let v = json(
-        &replay(&log, "2/s; burst=1", &["--format", "json"])
-            .success()
-            .get_output()
-            .stdout,
-    );
+    let v = replay_json(&log, "2/s; burst=1", &[]);
     assert_eq!(
         (&v["requests"], &v["bad_lines"]),
         (&json!(4), &json!(0)),
         "{v}"
     );
     assert_eq!(v["last"], "2024-05-01T00:00:05Z", "{v}");
-    let v = json(
-        &replay(
-            &log,
-            "2/s; burst=1",
-            &["--format", "json", "--time-unit", "ms"],
-        )
-        .success()
-        .get_output()
-        .stdout,
-    );
+    let v = replay_json(&log, "2/s; burst=1", &["--time-unit", "ms"]);
     assert_eq!(v["inputs"][0]["fields"]["time"], "time", "{v}");
     // A trailing `$request_time` is no time of day.
     let text: String = (0..3)
@@ -2536,12 +2476,7 @@ fn combined_lines_ending_with_msec_are_timed_by_it() {
         })
         .collect();
     let log = write(&dir, "rt.log", &text);
-    let v = json(
-        &replay(&log, "2/s; burst=1", &["--format", "json"])
-            .success()
-            .get_output()
-            .stdout,
-    );
+    let v = replay_json(&log, "2/s; burst=1", &[]);
     assert_eq!(v["inputs"][0]["fields"]["time"], "time", "{v}");
     assert_eq!(v["requests"], 3, "{v}");
 }

@@ -64,23 +64,28 @@ async fn an_outage_is_said_once_and_the_policy_decides_meanwhile() {
     );
 }
 
+/// An app of one per-client limit of `quota` on `srv` under `prefix`, with `block_in_place`.
+fn in_place_app(srv: &server::Server, prefix: &str, quota: &str) -> Router {
+    let store = format!(
+        "redis://127.0.0.1:{}/0?prefix={prefix}&on_error=error&timeout=5s",
+        srv.port
+    );
+    let limit = Limit::per_client("api", quota)
+        .unwrap()
+        .store(&store)
+        .unwrap();
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(RateLimitLayer::new(limit).block_in_place(true))
+}
+
 /// With `block_in_place`, a decision that waits for a slow server (paused) leaves its
 /// worker's other tasks running: on a runtime of one worker, a timer set while a limited
 /// request waits fires before the request is answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn a_slow_server_does_not_stall_the_workers_other_tasks() {
     let srv = server::Server::start();
-    let store = format!(
-        "redis://127.0.0.1:{}/0?prefix=towerslow&on_error=error&timeout=5s",
-        srv.port
-    );
-    let limit = Limit::per_client("api", "100/minute")
-        .unwrap()
-        .store(&store)
-        .unwrap();
-    let app = Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(RateLimitLayer::new(limit).block_in_place(true));
+    let app = in_place_app(&srv, "towerslow", "100/minute");
     assert_eq!(status(&app).await, StatusCode::OK);
     assert_eq!(
         srv.resp().cmd(&["CLIENT", "PAUSE", "1500", "ALL"]).unwrap(),
@@ -109,17 +114,7 @@ async fn a_slow_server_does_not_stall_the_workers_other_tasks() {
 #[tokio::test(flavor = "current_thread")]
 async fn block_in_place_on_a_current_thread_runtime_decides_in_place() {
     let srv = server::Server::start();
-    let store = format!(
-        "redis://127.0.0.1:{}/0?prefix=towerct&on_error=error&timeout=5s",
-        srv.port
-    );
-    let limit = Limit::per_client("api", "2/minute")
-        .unwrap()
-        .store(&store)
-        .unwrap();
-    let app = Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(RateLimitLayer::new(limit).block_in_place(true));
+    let app = in_place_app(&srv, "towerct", "2/minute");
     assert_eq!(status(&app).await, StatusCode::OK);
     assert_eq!(status(&app).await, StatusCode::OK);
     assert_eq!(status(&app).await, StatusCode::TOO_MANY_REQUESTS);

@@ -424,6 +424,27 @@ impl Opened {
     }
 }
 
+/// Runs `f` on the runtime thread every half [`KEEPALIVE`] while `link` lives (a tick that
+/// comes while the last one's `f` runs is skipped).
+fn every_tick<F, Fut>(link: &Arc<Link>, f: F)
+where
+    F: Fn(Arc<Link>) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let weak = Arc::downgrade(link);
+    runtime().spawn(async move {
+        let mut tick = tokio::time::interval(KEEPALIVE / 2);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(link) = weak.upgrade() else {
+                return;
+            };
+            f(link).await;
+        }
+    });
+}
+
 /// Sets a link's `opened` to an error when dropped (its opener unwinding).
 struct OpenedGuard<'a>(&'a Link);
 
@@ -633,36 +654,16 @@ impl Link {
         // KEEPALIVE: the connection is quiet for at most one and a half). The pooled
         // connections' on a task of their own: a PING that the server is slow to answer on
         // one kind does not hold the other's back.
-        let weak = Arc::downgrade(&link);
-        runtime().spawn(async move {
-            let mut tick = tokio::time::interval(KEEPALIVE / 2);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                let Some(link) = weak.upgrade() else {
-                    return;
-                };
-                link.redial();
-                let quiet = link.now_ms().saturating_sub(link.written.load(Relaxed));
-                if quiet >= KEEPALIVE.as_millis() as u64 {
-                    link.wrote();
-                    link.keepalive().await;
-                }
+        every_tick(&link, |link| async move {
+            link.redial();
+            let quiet = link.now_ms().saturating_sub(link.written.load(Relaxed));
+            if quiet >= KEEPALIVE.as_millis() as u64 {
+                link.wrote();
+                link.keepalive().await;
             }
         });
         if link.direct.is_some() {
-            let weak = Arc::downgrade(&link);
-            runtime().spawn(async move {
-                let mut tick = tokio::time::interval(KEEPALIVE / 2);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    tick.tick().await;
-                    let Some(link) = weak.upgrade() else {
-                        return;
-                    };
-                    link.keep_direct().await;
-                }
-            });
+            every_tick(&link, |link| async move { link.keep_direct().await });
         }
         Ok(link)
     }
