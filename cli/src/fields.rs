@@ -177,6 +177,15 @@ fn combined_forwarded(head: &[Vec<u8>], i: usize) -> (bool, bool) {
     (present, seen)
 }
 
+/// Whether `v` reads as nginx's `$msec`: epoch seconds (9 to 11 digits), a dot, a fraction.
+fn msec_shaped(v: &[u8]) -> bool {
+    let digits = |d: &[u8]| !d.is_empty() && d.iter().all(u8::is_ascii_digit);
+    match memchr::memchr(b'.', v) {
+        Some(dot) => (9..=11).contains(&dot) && digits(&v[..dot]) && digits(&v[dot + 1..]),
+        None => false,
+    }
+}
+
 /// Combined lines: whether the first lines end with nginx's `$msec` appended to the format
 /// (seconds with a fraction, within a second of the line's `[$time_local]`): nine in ten of
 /// the lines in the format at least. Its time is then theirs: `$time_local` has whole
@@ -194,11 +203,7 @@ fn combined_msec(head: &[Vec<u8>]) -> bool {
             continue;
         };
         let m = &l[m.start as usize..m.end as usize];
-        let Some(dot) = memchr::memchr(b'.', m) else {
-            continue;
-        };
-        let digits = |d: &[u8]| !d.is_empty() && d.iter().all(u8::is_ascii_digit);
-        if !(9..=11).contains(&dot) || !digits(&m[..dot]) || !digits(&m[dot + 1..]) {
+        if !msec_shaped(m) {
             continue;
         }
         let (Some(at), Some(local)) = (
@@ -877,7 +882,7 @@ impl Extractor {
         let t = self.get(line, self.time);
         // A combined line without the trailing `$msec` its first lines had (the format
         // changed, a line written otherwise): its `[$time_local]`.
-        if self.msec_detected && !t.is_some_and(|v| v.first().is_some_and(u8::is_ascii_digit)) {
+        if self.msec_detected && !t.is_some_and(msec_shaped) {
             return self.get(line, 3);
         }
         // An ALB line without the request's arrival (`-`): the response's time.

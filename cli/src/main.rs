@@ -437,6 +437,19 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
             let mut stdin_copy = None;
             let mut copies = Vec::new();
             let stream = |x: &str| x == "-" || !std::fs::metadata(x).is_ok_and(|m| m.is_file());
+            // A stream reads once: named twice, the second reading would wait for a writer
+            // for good (a fifo) or find it used up.
+            if let run::Inputs::Files(f) = &inputs {
+                for (i, x) in f.iter().enumerate() {
+                    if stream(x) && f[..i].contains(x) {
+                        return Err(CliError::usage(
+                            "input",
+                            x,
+                            "named twice: stdin and pipes can be read once",
+                        ));
+                    }
+                }
+            }
             let streamed = trace == 0
                 && matches!(&inputs, run::Inputs::Files(f) if f.iter().any(|x| stream(x)));
             let inputs = match inputs {

@@ -180,8 +180,6 @@ pub struct Replay {
     pub first_t: Option<u64>,
     pub last_t: u64,
     pub max_t: u64,
-    /// The engine's clock: the time the last request was decided at (see `offer`).
-    clock_t: u64,
     /// Requests whose timestamp is earlier than an earlier request's.
     pub backwards: u64,
     pub traces: Vec<Trace>,
@@ -224,7 +222,6 @@ impl Replay {
             first_t: None,
             last_t: 0,
             max_t: 0,
-            clock_t: 0,
             backwards: 0,
             traces: Vec::new(),
             caps: Vec::new(),
@@ -334,16 +331,16 @@ impl Replay {
         }
     }
 
-    /// Offers one request of `cost` from key `id` at `t` to every policy. `Err` only for the
-    /// key bound (`--max-keys`) or a timestamp past the exact range of any rule of any policy
-    /// (`ClockOutOfRange`): such a request is refused before anything is counted or decided,
-    /// so it changes nothing (no policy's buckets, no figure, not the latest time seen).
-    #[inline]
     /// Whether `t` is past what the policies cover exactly (once the replay has started).
     pub fn beyond(&self, t: u64) -> bool {
         self.clock.is_some() && t > self.horizon
     }
 
+    /// Offers one request of `cost` from key `id` at `t` to every policy. `Err` only for the
+    /// key bound (`--max-keys`) or a timestamp past the exact range of any rule of any policy
+    /// (`ClockOutOfRange`): such a request is refused before anything is counted or decided,
+    /// so it changes nothing (no policy's buckets, no figure, not the latest time seen).
+    #[inline]
     pub fn offer(
         &mut self,
         t: u64,
@@ -356,24 +353,22 @@ impl Replay {
             self.start(t).map_err(|e| Refusal::Other(e.to_string()))?;
             self.first_t = Some(t);
             self.max_t = t;
-            self.clock_t = t;
         }
         if t > self.horizon {
             return Err(Refusal::ClockOutOfRange { now: t });
         }
-        // Decided at the engine's clock, which never goes back by less than CLAMP_NS: a
-        // line stamped a little before an earlier line's time (a log written as responses
-        // end) is taken when it comes, as a limiter's clock would take it, so that no bucket
-        // is judged at a time before its last change (which drained it backwards: a refill
-        // not yet earned counted against the request). A step back of more than that is the
-        // clock starting over there: after a line stamped far ahead (a clock's glitch), the
-        // lines that follow are decided at their own times, not all at the glitch's.
-        let at = if t < self.clock_t && self.clock_t - t <= CLAMP_NS {
-            self.clock_t
+        // A line stamped a little (up to CLAMP_NS) before the latest time seen (a log
+        // written as responses end) is decided at that time, as a limiter's clock, which
+        // never goes back, would take it: so that no bucket is judged at a time before its
+        // last change (which drained it backwards: a refill not yet earned counted against
+        // the request). A line stamped further back (a clock's glitch, the latest time being
+        // one) is decided at its own time: after a line stamped far ahead, the lines that
+        // follow are not all bunched at the glitch's time.
+        let at = if t < self.max_t && self.max_t - t <= CLAMP_NS {
+            self.max_t
         } else {
             t
         };
-        self.clock_t = at;
         self.clock.as_ref().expect("started").set(at);
         if t < self.max_t {
             self.backwards += 1;

@@ -251,8 +251,12 @@ pub fn order_inputs(
         return Ok((inputs.clone(), Vec::new()));
     }
     let needs = cfg.needs();
-    let is_stdin =
-        |f: &str| f == "-" || Some(f) == stdin || !std::fs::metadata(f).is_ok_and(|m| m.is_file());
+    let is_stdin = |f: &str| {
+        f == "-"
+            || Some(f) == stdin
+            || cfg.copies.iter().any(|(copy, _)| copy == f)
+            || !std::fs::metadata(f).is_ok_and(|m| m.is_file())
+    };
     let mut timed = Vec::new();
     for f in files.iter().filter(|f| !is_stdin(f)) {
         timed.push((first_time(cfg, &needs, f)?, f.clone()));
@@ -1163,10 +1167,10 @@ impl Feed {
 /// One pass over several inputs (logs of several servers, of a load balancer's nodes, or
 /// rotated files of one server), merged by time: the request decided next is always the
 /// earliest of the inputs' next requests (ties in the inputs' order), each input's requests
-/// in its own order (a request stamped ahead of the requests logged after it is taken by
-/// their time: [`Feed::head`]). Inputs that follow each other in time are replayed exactly
-/// as one after the other; inputs that overlap are interleaved as one server in front of
-/// them all (a limit on a shared store) would have seen their requests.
+/// in its own order (a request stamped ahead of the requests logged after it is taken, and
+/// decided, by their time: [`Feed::head`]). Inputs in time order that follow each other are
+/// replayed exactly as one after the other; inputs that overlap are interleaved as one
+/// server in front of them all (a limit on a shared store) would have seen their requests.
 ///
 /// An input is opened when the merge reaches its first timestamp (`first`, read ahead by
 /// [`order_inputs`]; at once for stdin, a pipe, or a file without one), and closed at its

@@ -688,8 +688,13 @@ fn timestamps_going_backwards_are_decided_at_the_latest_time_seen() {
         policy(&v, "5/s; burst=8")["admitted"].as_u64(),
         Some(admitted)
     );
-    // Two requests of a fresh client, logged 100 ms out of order, under a burst of two.
-    let f = write(&dir, "two.csv", "time,ip\n34.2,192.0.2.1\n34.1,192.0.2.1\n");
+    // Two requests of a fresh client, logged 100 ms out of order, under a burst of two; a
+    // line of another client stamped far back between them changes nothing for them.
+    let f = write(
+        &dir,
+        "two.csv",
+        "time,ip\n634.2,192.0.2.1\n4.0,192.0.2.9\n634.1,192.0.2.1\n",
+    );
     let v = replay_json(&f, "1/s; burst=2", &["--time-unit", "s"]);
     assert_eq!(policy(&v, "1/s; burst=2")["rejected"], 0, "{v}");
 }
@@ -1936,6 +1941,10 @@ fn inputs_are_merged_by_time() {
     assert_eq!(v["inputs_overlapping"], json!([]), "{v}");
     assert_eq!(v["policies"][0]["rejected"], 0, "{v}");
     assert_eq!(v["timestamps_backwards"], 0, "{v}");
+    // A stream named twice: the second reading would wait for good.
+    replay(&cur, "1/s", &["-", "-"])
+        .code(2)
+        .stderr(predicate::str::contains("named twice"));
     // A named pipe (as `<(zcat access.log.2.gz)` gives) is not read ahead either: a read
     // ahead used up its first lines, lost to the replay.
     let fifo = dir.path().join("pipe");
@@ -2467,6 +2476,14 @@ fn combined_lines_ending_with_msec_are_timed_by_it() {
     assert_eq!(v["last"], "2024-05-01T00:00:05Z", "{v}");
     let v = replay_json(&log, "2/s; burst=1", &["--time-unit", "ms"]);
     assert_eq!(v["inputs"][0]["fields"]["time"], "time", "{v}");
+    // A line ending with another number (`$request_time`) is timed by its `[$time_local]`.
+    let mut text: String = [100, 400, 700].iter().map(|&ms| line(ms, "")).collect();
+    text +=
+        "192.0.2.1 - - [01/May/2024:00:00:05 +0000] \"GET / HTTP/1.1\" 200 5 \"-\" \"t\" 0.004\n";
+    let log = write(&dir, "rt-after.log", &text);
+    let v = replay_json(&log, "2/s; burst=1", &[]);
+    assert_eq!(v["last"], "2024-05-01T00:00:05Z", "{v}");
+    assert_eq!(v["timestamps_backwards"], 0, "{v}");
     // A trailing `$request_time` is no time of day.
     let text: String = (0..3)
         .map(|s| {
