@@ -368,11 +368,11 @@ impl Batch {
         cx: &Decide,
         meta: &mut Meta,
     ) -> Result<(), CliError> {
-        let (from, block, n) = (&feed.parsed, &feed.block, feed.next);
+        let (from, block, n) = (&feed.cur.parsed, &feed.cur.block, feed.next);
         let p = from.reqs[n];
         let get = |(s, e): (usize, usize)| &from.bytes[s..e];
         let req = Pending {
-            t: feed.due[n],
+            t: feed.cur.due[n],
             line: self.keep(&block[p.line.0..p.line.1]),
             key: self.keep(get(p.key)),
             method: self.keep(get(p.method)),
@@ -1072,41 +1072,129 @@ struct Feed {
     im: InputMeta,
     st: LineState,
     counter: std::rc::Rc<std::cell::Cell<u64>>,
-    /// The current block (a copy: the reader reuses its buffer), which the parsed requests'
-    /// lines index.
-    block: Vec<u8>,
-    /// The current block's requests (their keys, methods and paths in its bytes).
-    parsed: Batch,
-    /// Their times in the merge: each one's, or the second earliest of the [`LOOKAHEAD`]
-    /// requests after it in the block when that is earlier (its own time in a block in time
-    /// order).
-    due: Vec<u64>,
-    /// The next of them.
+    /// The block whose requests are being taken.
+    cur: Part,
+    /// The block after it, parsed once fewer than [`LOOKAHEAD`] requests of `cur` are left
+    /// (so that the last ones look ahead across the block's end); `ahead_ready` says so.
+    ahead: Part,
+    ahead_ready: bool,
+    /// The input's end is reached (no block after `ahead`, or after `cur`).
+    eof: bool,
+    /// The next request of `cur`.
     next: usize,
 }
 
+/// A parsed block of a merged input.
+#[derive(Default)]
+struct Part {
+    /// The block (a copy: the reader reuses its buffer), which the requests' lines index.
+    block: Vec<u8>,
+    /// Its requests (their keys, methods and paths in its bytes).
+    parsed: Batch,
+    /// Their times in the merge ([`Feed::head`]).
+    due: Vec<u64>,
+}
+
+impl Default for Batch {
+    fn default() -> Self {
+        Batch::new()
+    }
+}
+
 impl Feed {
-    /// The next request's time in the merge (and the time it is decided at): no later than
-    /// all but one of the next [`LOOKAHEAD`] requests' times, so that a line stamped ahead
-    /// of the lines after it (a clock's glitch, a request logged at its start and written at
-    /// its end) does not hold its input back nor set the other inputs' clock forward, and one
-    /// stamped far back does not pull the lines before it along.
+    /// The next request's time in the merge (and the time it is decided at): its own, or the
+    /// second earliest of the next [`LOOKAHEAD`] requests' times when that is earlier, so
+    /// that a line stamped ahead of the lines after it (a clock's glitch, a request logged at
+    /// its start and written at its end) does not hold its input back nor set the other
+    /// inputs' clock forward, and one stamped far back does not pull the lines before it
+    /// along.
     fn head(&self) -> u64 {
-        self.due[self.next]
+        self.cur.due[self.next]
     }
 
-    /// Parses blocks until one holds a request (recording the unusable lines on the way);
-    /// `false` at the input's end.
-    fn refill(
+    /// Opens the input's first block with a request; `false` if it has none.
+    fn start(
         &mut self,
         cfg: &Config,
         clients: &mut Clients,
         caps: &mut Vec<(usize, usize)>,
         meta: &mut Meta,
     ) -> Result<bool, CliError> {
-        self.parsed.reqs.clear();
-        self.parsed.bytes.clear();
+        let mut cur = std::mem::take(&mut self.cur);
+        let found = self.parse(&mut cur, cfg, clients, caps, meta)?;
+        self.cur = cur;
         self.next = 0;
+        if !found {
+            self.eof = true;
+            return Ok(false);
+        }
+        self.look_ahead(cfg, clients, caps, meta)?;
+        Ok(true)
+    }
+
+    /// Moves past the request just taken; `false` at the input's end.
+    fn advance(
+        &mut self,
+        cfg: &Config,
+        clients: &mut Clients,
+        caps: &mut Vec<(usize, usize)>,
+        meta: &mut Meta,
+    ) -> Result<bool, CliError> {
+        self.next += 1;
+        if self.next == self.cur.parsed.reqs.len() {
+            if !self.ahead_ready {
+                return Ok(false);
+            }
+            // The block's requests are all in the batch (copied): it can go.
+            std::mem::swap(&mut self.cur, &mut self.ahead);
+            self.ahead_ready = false;
+            self.next = 0;
+        }
+        self.look_ahead(cfg, clients, caps, meta)?;
+        Ok(true)
+    }
+
+    /// Parses the next block once `cur` has [`LOOKAHEAD`] requests left or fewer, and sets
+    /// the times of those from both blocks.
+    fn look_ahead(
+        &mut self,
+        cfg: &Config,
+        clients: &mut Clients,
+        caps: &mut Vec<(usize, usize)>,
+        meta: &mut Meta,
+    ) -> Result<(), CliError> {
+        let left = self.cur.parsed.reqs.len() - self.next;
+        if self.eof || self.ahead_ready || left > LOOKAHEAD {
+            return Ok(());
+        }
+        let mut ahead = std::mem::take(&mut self.ahead);
+        self.ahead_ready = self.parse(&mut ahead, cfg, clients, caps, meta)?;
+        self.ahead = ahead;
+        self.eof = !self.ahead_ready;
+        if self.ahead_ready {
+            // The last requests of `cur`, again, with the next block's first ones after them.
+            let (cur, ahead) = (&self.cur.parsed.reqs, &self.ahead.parsed.reqs);
+            let from = cur.len().saturating_sub(LOOKAHEAD).max(self.next);
+            for i in from..cur.len() {
+                let after = cur[i + 1..].iter().chain(ahead).take(LOOKAHEAD);
+                self.cur.due[i] = due_of(cur[i].t, after.map(|p| p.t));
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses blocks into `part` until one holds a request (recording the unusable lines on
+    /// the way); `false` at the input's end.
+    fn parse(
+        &mut self,
+        part: &mut Part,
+        cfg: &Config,
+        clients: &mut Clients,
+        caps: &mut Vec<(usize, usize)>,
+        meta: &mut Meta,
+    ) -> Result<bool, CliError> {
+        part.parsed.reqs.clear();
+        part.parsed.bytes.clear();
         loop {
             match self.lr.next_block()? {
                 None => return Ok(false),
@@ -1115,11 +1203,11 @@ impl Feed {
                     continue;
                 }
                 Some(Chunk::Lines(b)) => {
-                    self.block.clear();
-                    self.block.extend_from_slice(b);
+                    part.block.clear();
+                    part.block.extend_from_slice(b);
                 }
             }
-            for (at, line) in BlockLines::new(&self.block) {
+            for (at, line) in BlockLines::new(&part.block) {
                 if !self.st.take(cfg, meta, &mut self.im, &self.ex, line)? {
                     continue;
                 }
@@ -1129,39 +1217,47 @@ impl Feed {
                     &mut self.ex,
                     &mut self.tp,
                     caps,
-                    &mut self.parsed,
+                    &mut part.parsed,
                     line,
                     at,
                     self.st.line_no,
                 );
                 match parsed {
-                    Parsed::Request(req) => self.parsed.reqs.push(req),
+                    Parsed::Request(req) => part.parsed.reqs.push(req),
                     Parsed::Unkeyed => meta.unkeyed += 1,
                     Parsed::Bad(reason) => {
                         self.st.bad(cfg, meta, &self.im, &self.ex, line, reason)?
                     }
                 }
             }
-            if !self.parsed.reqs.is_empty() {
-                let reqs = &self.parsed.reqs;
-                self.due.clear();
-                self.due.extend((0..reqs.len()).map(|i| {
-                    // The second earliest of the next LOOKAHEAD: one line stamped far back
-                    // does not pull the lines before it along.
-                    let (mut a, mut b) = (u64::MAX, u64::MAX);
-                    for p in &reqs[i + 1..reqs.len().min(i + 1 + LOOKAHEAD)] {
-                        if p.t < a {
-                            (a, b) = (p.t, a);
-                        } else if p.t < b {
-                            b = p.t;
-                        }
-                    }
-                    reqs[i].t.min(if i + 2 < reqs.len() { b } else { a })
+            if !part.parsed.reqs.is_empty() {
+                let reqs = &part.parsed.reqs;
+                part.due.clear();
+                part.due.extend((0..reqs.len()).map(|i| {
+                    let end = reqs.len().min(i + 1 + LOOKAHEAD);
+                    due_of(reqs[i].t, reqs[i + 1..end].iter().map(|p| p.t))
                 }));
                 return Ok(true);
             }
         }
     }
+}
+
+/// The time in the merge of a request at `own` followed by requests at `after` (up to
+/// [`LOOKAHEAD`] of them): its own, or the second earliest of those when that is earlier
+/// (the earliest when there is one): one line stamped far back does not pull the lines
+/// before it along.
+fn due_of(own: u64, after: impl Iterator<Item = u64>) -> u64 {
+    let (mut a, mut b, mut n) = (u64::MAX, u64::MAX, 0);
+    for t in after {
+        n += 1;
+        if t < a {
+            (a, b) = (t, a);
+        } else if t < b {
+            b = t;
+        }
+    }
+    own.min(if n > 1 { b } else { a })
 }
 
 /// One pass over several inputs (logs of several servers, of a load balancer's nodes, or
@@ -1255,12 +1351,13 @@ fn pass_merged(
                 tp: TimeParser::new(cfg.unit),
                 im,
                 counter,
-                block: Vec::new(),
-                parsed: Batch::new(),
-                due: Vec::new(),
+                cur: Part::default(),
+                ahead: Part::default(),
+                ahead_ready: false,
+                eof: false,
                 next: 0,
             };
-            if feed.refill(cfg, &mut clients, &mut caps, meta)? {
+            if feed.start(cfg, &mut clients, &mut caps, meta)? {
                 heads.push(Reverse((feed.head(), open)));
                 feeds[open] = Some(feed);
             } else {
@@ -1281,13 +1378,7 @@ fn pass_merged(
         let t = feed.head();
         spans[i] = Some(spans[i].map_or((t, t), |(a, b)| (a.min(t), b.max(t))));
         batch.take(feed, i, replay, &cx, meta)?;
-        feed.next += 1;
-        if feed.next < feed.parsed.reqs.len() {
-            heads.push(Reverse((feed.head(), i)));
-            continue;
-        }
-        // The block's requests are all in the batch (copied): the block can go.
-        if feed.refill(cfg, &mut clients, &mut caps, meta)? {
+        if feed.advance(cfg, &mut clients, &mut caps, meta)? {
             heads.push(Reverse((feed.head(), i)));
         } else if let Some(feed) = feeds[i].take() {
             prog.done_bytes += feed.counter.get();

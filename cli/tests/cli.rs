@@ -2662,3 +2662,59 @@ fn a_named_pipe_is_copied_for_the_html_reports_second_pass() {
     assert!(!v["traces"].as_array().unwrap().is_empty(), "{v}");
     assert!(std::fs::read_to_string(&html).unwrap().contains("192.0.2."));
 }
+
+/// A merge looks ahead across its reads: a line stamped an hour ahead that ends what a pipe
+/// had written so far (its block) is taken at its neighbours' time all the same.
+#[test]
+fn a_merge_looks_ahead_across_a_pipes_reads() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let line = |s: u64| {
+        format!(
+            "192.0.2.1 - - [01/May/2024:{:02}:{:02}:{:02} +0000] \"GET / HTTP/1.1\" 200 5 \"-\" \"t\"\n",
+            s / 3600,
+            s % 3600 / 60,
+            s % 60
+        )
+    };
+    let start = 600;
+    let a: String = (0..400).map(|i| line(start + 2 * i)).collect();
+    let fa = write(&dir, "a.log", &a);
+    // The pipe: 250 lines (more than the first lines read to detect the format) and the
+    // glitch, written at once, a pause, then the rest.
+    let first: String = (0..250)
+        .map(|i| line(start + 2 * i + 1))
+        .chain([line(start + 3 * 3600)])
+        .collect();
+    let rest: String = (250..400).map(|i| line(start + 2 * i + 1)).collect();
+    let fifo = dir.path().join("pipe");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            let mut w = std::fs::OpenOptions::new().write(true).open(fifo).unwrap();
+            w.write_all(first.as_bytes()).unwrap();
+            w.flush().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(700));
+            w.write_all(rest.as_bytes()).unwrap();
+        })
+    };
+    let v = json(
+        &bin()
+            .args(["replay", "--policy", "1/s; burst=2", "--key", "all"])
+            .args(["--format", "json", &fa])
+            .arg(&fifo)
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    );
+    writer.join().unwrap();
+    assert_eq!(v["requests"], 801, "{v}");
+    assert!(v["policies"][0]["rejected"].as_u64().unwrap() <= 1, "{v}");
+    assert_eq!(v["last"], "2024-05-01T00:23:19Z", "{v}");
+}
