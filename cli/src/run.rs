@@ -1120,16 +1120,9 @@ impl Feed {
         caps: &mut Vec<(usize, usize)>,
         meta: &mut Meta,
     ) -> Result<bool, CliError> {
-        let mut cur = std::mem::take(&mut self.cur);
-        let found = self.parse(&mut cur, cfg, clients, caps, meta)?;
-        self.cur = cur;
-        self.next = 0;
-        if !found {
-            self.eof = true;
-            return Ok(false);
-        }
+        // (`cur` is empty: its first block is parsed ahead, then taken.)
         self.look_ahead(cfg, clients, caps, meta)?;
-        Ok(true)
+        self.step(cfg, clients, caps, meta)
     }
 
     /// Moves past the request just taken; `false` at the input's end.
@@ -1141,6 +1134,18 @@ impl Feed {
         meta: &mut Meta,
     ) -> Result<bool, CliError> {
         self.next += 1;
+        self.step(cfg, clients, caps, meta)
+    }
+
+    /// At the end of `cur`, takes the block parsed ahead (`false` if there is none: the
+    /// input's end); then looks ahead if it is time.
+    fn step(
+        &mut self,
+        cfg: &Config,
+        clients: &mut Clients,
+        caps: &mut Vec<(usize, usize)>,
+        meta: &mut Meta,
+    ) -> Result<bool, CliError> {
         if self.next == self.cur.parsed.reqs.len() {
             if !self.ahead_ready {
                 return Ok(false);

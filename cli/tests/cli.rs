@@ -28,6 +28,16 @@ fn replay_json(log: &str, policy: &str, extra: &[&str]) -> Value {
     json(&out)
 }
 
+/// A combined-format line of 192.0.2.1 at `s` seconds past 2024-05-01T00:00:00Z.
+fn clf_line(s: u64) -> String {
+    format!(
+        "192.0.2.1 - - [01/May/2024:{:02}:{:02}:{:02} +0000] \"GET / HTTP/1.1\" 200 5 \"-\" \"t\"\n",
+        s / 3600,
+        s % 3600 / 60,
+        s % 60
+    )
+}
+
 fn json(out: &[u8]) -> Value {
     serde_json::from_slice(out).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(out)))
 }
@@ -2555,14 +2565,7 @@ fn alb_requests_without_a_request_line_have_no_method() {
 #[test]
 fn a_merge_takes_a_glitched_line_at_its_neighbours_time() {
     let dir = tempfile::tempdir().unwrap();
-    let line = |s: u64| {
-        format!(
-            "192.0.2.1 - - [01/May/2024:{:02}:{:02}:{:02} +0000] \"GET / HTTP/1.1\" 200 5 \"-\" \"t\"\n",
-            s / 3600,
-            s % 3600 / 60,
-            s % 60
-        )
-    };
+    let line = clf_line;
     // One request a second between the two servers (even and odd seconds), from 00:10.
     let start = 600;
     let mut a: Vec<u64> = (0..100).map(|i| start + 2 * i).collect();
@@ -2669,14 +2672,7 @@ fn a_named_pipe_is_copied_for_the_html_reports_second_pass() {
 fn a_merge_looks_ahead_across_a_pipes_reads() {
     use std::io::Write as _;
     let dir = tempfile::tempdir().unwrap();
-    let line = |s: u64| {
-        format!(
-            "192.0.2.1 - - [01/May/2024:{:02}:{:02}:{:02} +0000] \"GET / HTTP/1.1\" 200 5 \"-\" \"t\"\n",
-            s / 3600,
-            s % 3600 / 60,
-            s % 60
-        )
-    };
+    let line = clf_line;
     let start = 600;
     let a: String = (0..400).map(|i| line(start + 2 * i)).collect();
     let fa = write(&dir, "a.log", &a);
