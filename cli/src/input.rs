@@ -95,7 +95,6 @@ impl<R: Read> Read for SkipBom<R> {
 /// One input: a file, a gzip file, stdin, or an in-memory text (the embedded sample).
 pub struct Source {
     pub name: String,
-    pub size: Option<u64>,
     pub read_bytes: Rc<Cell<u64>>,
     reader: Box<dyn Read>,
 }
@@ -131,12 +130,10 @@ impl Source {
             path: path.to_string(),
             source: e,
         };
-        let (raw, size): (Box<dyn Read>, Option<u64>) = if path == "-" {
-            (Box::new(io::stdin().lock()), None)
+        let raw: Box<dyn Read> = if path == "-" {
+            Box::new(io::stdin().lock())
         } else {
-            let f = File::open(path).map_err(io_err)?;
-            let size = f.metadata().ok().map(|m| m.len());
-            (Box::new(f), size)
+            Box::new(File::open(path).map_err(io_err)?)
         };
         let mut raw = io::BufReader::with_capacity(
             1 << 16,
@@ -165,7 +162,6 @@ impl Source {
             } else {
                 path.into()
             },
-            size,
             read_bytes: count,
             reader,
         })
@@ -176,7 +172,6 @@ impl Source {
         let count = Rc::new(Cell::new(0));
         Source {
             name: name.into(),
-            size: None,
             read_bytes: count.clone(),
             reader: Box::new(Counting {
                 inner: reader,
@@ -191,7 +186,6 @@ impl Source {
         let count = Rc::new(Cell::new(0));
         Source {
             name: name.into(),
-            size: Some(text.len() as u64),
             read_bytes: count.clone(),
             reader: Box::new(Counting {
                 inner: io::Cursor::new(text),
@@ -231,6 +225,24 @@ pub enum Chunk<'a> {
     /// Complete lines, each ending with `\n` (but for an input's last line, which may lack
     /// it).
     Lines(&'a [u8]),
+    /// One line longer than [`MAX_LINE`], skipped.
+    Long(LongLine),
+}
+
+/// Where [`LineReader::next_range`]'s block is.
+enum Next {
+    /// `buf[s..e]`.
+    Lines(usize, usize),
+    /// That many blank lines read through before.
+    Blank(usize),
+    Long(LongLine),
+}
+
+/// What [`LineReader::next_block_into`] put in its buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Filled {
+    /// Complete lines, as [`Chunk::Lines`], in the buffer's first bytes (this many).
+    Lines(usize),
     /// One line longer than [`MAX_LINE`], skipped.
     Long(LongLine),
 }
@@ -388,14 +400,58 @@ impl LineReader {
     /// no complete line, so a block is up to 1 MiB of lines (a longer line grows the
     /// buffer). [`BlockLines`] splits it.
     pub fn next_block(&mut self) -> Result<Option<Chunk<'_>>, CliError> {
+        Ok(match self.next_range()? {
+            None => None,
+            Some(Next::Blank(n)) => Some(Chunk::Lines(&NEWLINES[..n])),
+            Some(Next::Long(l)) => Some(Chunk::Long(l)),
+            Some(Next::Lines(s, e)) => Some(Chunk::Lines(&self.buf[s..e])),
+        })
+    }
+
+    /// [`next_block`](Self::next_block)'s block, in `out`'s first bytes (`out`'s other bytes
+    /// are any): a block that starts the reader's buffer, as nearly every one does, is not
+    /// copied, the two buffers are exchanged (the reader's next bytes, a line's start,
+    /// copied to the front of `out`'s).
+    pub fn next_block_into(&mut self, out: &mut Vec<u8>) -> Result<Option<Filled>, CliError> {
+        let copy = |out: &mut Vec<u8>, b: &[u8]| {
+            if out.len() < b.len() {
+                out.resize(b.len(), 0);
+            }
+            out[..b.len()].copy_from_slice(b);
+            Some(Filled::Lines(b.len()))
+        };
+        Ok(match self.next_range()? {
+            None => None,
+            Some(Next::Blank(n)) => copy(out, &NEWLINES[..n]),
+            Some(Next::Long(l)) => Some(Filled::Long(l)),
+            Some(Next::Lines(s, e)) if s > 0 => copy(out, &self.buf[s..e]),
+            Some(Next::Lines(_, e)) => {
+                // The block is buf[..e], the bytes after it buf[e..end]: the buffers change
+                // hands.
+                if out.len() < self.buf.len() {
+                    out.resize(self.buf.len(), 0);
+                }
+                let rest = self.end - e;
+                out[..rest].copy_from_slice(&self.buf[e..self.end]);
+                std::mem::swap(&mut self.buf, out);
+                self.start = 0;
+                self.end = rest;
+                self.scanned -= e;
+                Some(Filled::Lines(e))
+            }
+        })
+    }
+
+    /// What [`next_block`](Self::next_block) returns, as the place of its lines.
+    fn next_range(&mut self) -> Result<Option<Next>, CliError> {
         match self.front.pop_front() {
-            Some(Front::Long(l)) => return Ok(Some(Chunk::Long(l))),
+            Some(Front::Long(l)) => return Ok(Some(Next::Long(l))),
             Some(Front::Blank(k)) => {
                 let n = k.min(NEWLINES.len());
                 if k > n {
                     self.front.push_front(Front::Blank(k - n));
                 }
-                return Ok(Some(Chunk::Lines(&NEWLINES[..n])));
+                return Ok(Some(Next::Blank(n)));
             }
             None => {}
         }
@@ -409,20 +465,20 @@ impl LineReader {
                 let s = self.start;
                 self.start = self.scanned + i + 1;
                 self.scanned = self.end;
-                return Ok(Some(Chunk::Lines(&self.buf[s..self.start])));
+                return Ok(Some(Next::Lines(s, self.start)));
             }
             self.scanned = self.end;
             if self.end - self.start > self.max_line {
-                return Ok(Some(Chunk::Long(self.skip_long()?)));
+                return Ok(Some(Next::Long(self.skip_long()?)));
             }
             match self.refill()? {
                 Fill::Read => {}
-                Fill::Full => return Ok(Some(Chunk::Long(self.skip_long()?))),
+                Fill::Full => return Ok(Some(Next::Long(self.skip_long()?))),
                 Fill::Eof => {
                     if self.start < self.end {
                         let s = self.start;
                         self.start = self.end;
-                        return Ok(Some(Chunk::Lines(&self.buf[s..self.end])));
+                        return Ok(Some(Next::Lines(s, self.end)));
                     }
                     return Ok(None);
                 }
@@ -518,6 +574,16 @@ pub struct BlockLines<'a> {
 impl<'a> BlockLines<'a> {
     pub fn new(block: &'a [u8]) -> Self {
         BlockLines { block, pos: 0 }
+    }
+
+    /// The lines of `block` from offset `pos` (a line's start) on.
+    pub fn at(block: &'a [u8], pos: usize) -> Self {
+        BlockLines { block, pos }
+    }
+
+    /// Where the next line starts (the block's length after the last).
+    pub fn pos(&self) -> usize {
+        self.pos
     }
 }
 
@@ -1856,6 +1922,63 @@ mod tests {
             }
         }
         got
+    }
+
+    /// [`all_lines`] by [`LineReader::next_block_into`], into buffers taken in turn from a
+    /// pool of `pool` (each block's bytes checked to stay as they were until its buffer is
+    /// used again).
+    fn all_lines_into(r: &mut LineReader, pool: usize) -> Vec<Vec<u8>> {
+        let mut bufs: Vec<(Vec<u8>, usize)> = (0..pool).map(|_| (Vec::new(), 0)).collect();
+        let mut kept: Vec<Vec<u8>> = vec![Vec::new(); pool];
+        let mut got = Vec::new();
+        for k in 0.. {
+            let i = k % pool;
+            assert_eq!(&bufs[i].0[..bufs[i].1], &kept[i][..], "a block changed");
+            match r.next_block_into(&mut bufs[i].0).unwrap() {
+                None => break,
+                Some(Filled::Lines(n)) => {
+                    bufs[i].1 = n;
+                    let b = &bufs[i].0[..n];
+                    kept[i] = b.to_vec();
+                    for (_, l) in BlockLines::new(b) {
+                        got.push(l.to_vec());
+                    }
+                }
+                Some(Filled::Long(l)) => {
+                    bufs[i].1 = 0;
+                    kept[i].clear();
+                    let mut v = format!("LONG {} ", l.len).into_bytes();
+                    v.extend_from_slice(&l.head);
+                    got.push(v);
+                }
+            }
+        }
+        got
+    }
+
+    /// Blocks taken into the caller's buffers (the reader's exchanged for them) are the
+    /// blocks read in place, line for line, however the reads split them, with blank and
+    /// long lines before the first usable one, and a last line without its newline.
+    #[test]
+    fn blocks_taken_into_buffers_are_the_blocks_read() {
+        let max = 1000;
+        let mut text = b"\n\n".to_vec();
+        text.extend_from_slice(&vec![b'x'; 3 * max]);
+        text.push(b'\n');
+        for i in 0..5000 {
+            text.extend_from_slice(format!("line {i} {}\n", "y".repeat(i % 300)).as_bytes());
+        }
+        text.extend_from_slice(b"last");
+        for step in [usize::MAX, 4096, 1001, 13] {
+            for pool in [1, 2, 3] {
+                let mut a = LineReader::with_max_line(trickle(text.clone(), step), max);
+                let mut b = LineReader::with_max_line(trickle(text.clone(), step), max);
+                assert_eq!(a.peek_lines(3).unwrap(), b.peek_lines(3).unwrap());
+                let (want, got) = (all_lines(&mut a), all_lines_into(&mut b, pool));
+                assert_eq!(got.len(), 5004, "{step} {pool}");
+                assert_eq!(got, want, "{step} {pool}");
+            }
+        }
     }
 
     /// A source that returns at most `step` bytes per read (as a pipe does).

@@ -40,6 +40,11 @@ pub struct Meta {
     pub lines: u64,
     pub bad_lines: u64,
     pub bad_examples: Vec<String>,
+    /// Where each of `bad_examples` is: its input's place in `bad_inputs` and its line
+    /// number.
+    pub bad_examples_at: Vec<(usize, u64)>,
+    /// The inputs with an unusable line, in the order their first one was found.
+    pub bad_inputs: Vec<String>,
     pub unkeyed: u64,
     pub key: String,
     pub elapsed_s: f64,
@@ -221,8 +226,8 @@ impl Summary {
         (self.timeline_clamped > 0).then(|| {
             format!(
                 "warning: {} of {} requests are counted in the timeline's first or last bin, \
-                 not their own: they lie before the first request ({}) or over 32 years after \
-                 it. The timeline and the peak rates are distorted: is a timestamp far from \
+                 not their own: they lie over a minute before the first request ({}) or over 32 \
+                 years after it. The timeline and the peak rates are distorted: is a timestamp far from \
                  the others?",
                 group(self.timeline_clamped),
                 group(self.requests),

@@ -4,7 +4,7 @@
 use crate::engine::Refusal;
 use crate::error::CliError;
 use crate::fields::{Extractor, Names, Needs};
-use crate::input::{is_blank, BlockLines, Chunk, LineReader, LogFormat, LongLine, Source};
+use crate::input::{is_blank, BlockLines, Chunk, Filled, LineReader, LogFormat, LongLine, Source};
 use crate::netkey::{parse_ip, NetKey, Prefixes};
 use crate::output::{InputMeta, Meta, Summary};
 use crate::policy::{KeyPart, PolicySpec};
@@ -15,7 +15,7 @@ use crate::timefmt::{EpochUnit, TimeParser};
 use sluicegate::client::{
     Cidr, ClientResolver, ForwardingHeaders, Peer, ProxyHeader, TrustedProxies,
 };
-use std::io::Read;
+use std::rc::Rc;
 use std::time::Instant;
 
 /// Where the requests come from.
@@ -167,27 +167,8 @@ fn shown(cfg: &Config, f: &str) -> String {
     }
 }
 
-fn open_all(cfg: &Config, inputs: &Inputs) -> Result<Vec<Source>, CliError> {
-    match inputs {
-        Inputs::Files(files) => files
-            .iter()
-            .map(|f| {
-                let mut src = Source::open(f)?;
-                // A copy of stdin or of a pipe is a temporary file, gone after the run: the
-                // input is the stream, in every output.
-                src.name = shown(cfg, f);
-                Ok(src)
-            })
-            .collect(),
-        Inputs::Sample(format) => {
-            let r: Box<dyn Read> = Box::new(SampleReader::new(Generator::day(1), *format));
-            Ok(vec![Source::from_reader(
-                "(embedded sample: sluicegate sample)",
-                r,
-            )])
-        }
-    }
-}
+/// The embedded sample's name in the report.
+const SAMPLE_NAME: &str = "(embedded sample: sluicegate sample)";
 
 /// The earliest timestamp of the first usable lines of the file `path` (its format and
 /// fields detected as the replay detects them; as many lines as a merge looks ahead, so that
@@ -314,11 +295,12 @@ const BATCH: usize = 32;
 /// prefetches would be pure overhead.
 const PREFETCH_FROM: usize = 1 << 14;
 
-/// A request parsed but not decided yet: its key, method and path are in [`Batch::bytes`],
-/// its line in the current block.
+/// A request parsed but not decided yet: its key, method and path are in its block's
+/// [`Requests::bytes`], its line in the block ([`Part`]).
 #[derive(Clone, Copy)]
 struct Pending {
-    /// Its time: the line's, or in a merge its time there ([`Feed::head`]).
+    /// Its time in the replay ([`Feed::head`]): the line's own, or its neighbours' when it is
+    /// stamped ahead of them.
     t: u64,
     /// The line's own time (a timestamp beyond what the policies cover makes it bad).
     stamped: u64,
@@ -332,57 +314,14 @@ struct Pending {
     id: u32,
 }
 
-/// Requests parsed but not decided yet, decided in the log's order by
-/// [`flush`](Batch::flush).
-///
-/// A replay of 10^6 keys waits on memory: the interner's slots and the per-key arrays (counters,
-/// buckets) are tens of MiB, and each request's key misses every cache there, twice in a row (its id,
-/// then its bucket). A batch overlaps those misses: every key's interner slot is prefetched,
-/// then every key is interned (its slot has arrived) and its buckets are prefetched, then
-/// the requests are decided one by one. Nothing but the order of memory accesses changes:
-/// keys are interned in the log's order (so they get the ids they would get anyway), and every
-/// request is decided in the log's order.
-struct Batch {
+/// A block's requests, parsed: their keys, methods and paths in `bytes`.
+#[derive(Default)]
+struct Requests {
     reqs: Vec<Pending>,
     bytes: Vec<u8>,
-    /// A merged replay's: each request's input (its lines are then in `bytes` too).
-    src: Vec<usize>,
 }
 
-impl Batch {
-    fn new() -> Self {
-        Batch {
-            reqs: Vec::with_capacity(BATCH),
-            bytes: Vec::with_capacity(BATCH * 64),
-            src: Vec::new(),
-        }
-    }
-
-    /// A merged replay's next request: `feed`'s next, of input `src`, copied in (its line
-    /// too), at its time in the merge ([`Feed::head`]), decided with the batch.
-    fn take(
-        &mut self,
-        feed: &Feed,
-        src: usize,
-        replay: &mut Replay,
-        cx: &Decide,
-        meta: &mut Meta,
-    ) -> Result<(), CliError> {
-        let (from, block, n) = (&feed.cur.parsed, &feed.cur.block, feed.next);
-        let p = from.reqs[n];
-        let get = |(s, e): (usize, usize)| &from.bytes[s..e];
-        let req = Pending {
-            t: feed.cur.due[n],
-            line: self.keep(&block[p.line.0..p.line.1]),
-            key: self.keep(get(p.key)),
-            method: self.keep(get(p.method)),
-            path: p.path.map(|r| self.keep(get(r))),
-            ..p
-        };
-        self.src.push(src);
-        self.push(req, replay, cx, meta)
-    }
-
+impl Requests {
     /// Copies `b` in; its range.
     #[inline]
     fn keep(&mut self, b: &[u8]) -> (usize, usize) {
@@ -392,51 +331,68 @@ impl Batch {
         }
         (s, self.bytes.len())
     }
+}
 
-    /// Adds a request (its bytes kept before), deciding the batch once it is full.
-    #[inline]
-    fn push(
-        &mut self,
-        req: Pending,
-        replay: &mut Replay,
-        cx: &Decide,
-        meta: &mut Meta,
-    ) -> Result<(), CliError> {
-        self.reqs.push(req);
-        if self.reqs.len() == BATCH {
-            self.flush(replay, cx, meta)?;
+/// Requests taken but not decided yet, decided in the replay's order by
+/// [`flush`](Batch::flush). They are not copied: each stays in its input's current block
+/// ([`Feed::cur`]), and the batch is decided before any of those blocks is let go
+/// ([`pass_merged`]).
+///
+/// A replay of 10^6 keys waits on memory: the interner's slots and the per-key arrays (counters,
+/// buckets) are tens of MiB, and each request's key misses every cache there, twice in a row (its id,
+/// then its bucket). A batch overlaps those misses: every key's interner slot is prefetched,
+/// then every key is interned (its slot has arrived) and its buckets are prefetched, then
+/// the requests are decided one by one. Nothing but the order of memory accesses changes:
+/// keys are interned in the replay's order (so they get the ids they would get anyway), and
+/// every request is decided in the replay's order.
+struct Batch {
+    reqs: Vec<Pending>,
+    /// Each request's input.
+    src: Vec<usize>,
+}
+
+impl Batch {
+    fn new() -> Self {
+        Batch {
+            reqs: Vec::with_capacity(BATCH),
+            src: Vec::with_capacity(BATCH),
         }
-        Ok(())
     }
 
-    /// Decides every pending request, in order.
-    fn flush(&mut self, replay: &mut Replay, cx: &Decide, meta: &mut Meta) -> Result<(), CliError> {
-        let bytes = &self.bytes;
-        let get = |(s, e): (usize, usize)| &bytes[s..e];
+    /// Decides every pending request, in order. `feeds` holds their blocks.
+    fn flush(
+        &mut self,
+        replay: &mut Replay,
+        cx: &Decide,
+        feeds: &[Option<Feed>],
+        meta: &mut Meta,
+    ) -> Result<(), CliError> {
+        let part = |i: usize| &feeds[self.src[i]].as_ref().expect("an open input").cur;
+        let get = |i: usize, (s, e): (usize, usize)| &part(i).parsed.bytes[s..e];
         if replay.interner.len() >= PREFETCH_FROM {
-            for p in self.reqs.iter_mut() {
-                p.hash = replay.interner.hash(get(p.key));
+            for (i, p) in self.reqs.iter_mut().enumerate() {
+                p.hash = replay.interner.hash(get(i, p.key));
                 replay.interner.prefetch(p.hash);
             }
-            for p in self.reqs.iter_mut() {
-                p.id = replay.key_id_hashed(get(p.key), p.hash);
+            for (i, p) in self.reqs.iter_mut().enumerate() {
+                p.id = replay.key_id_hashed(get(i, p.key), p.hash);
                 replay.prefetch(p.id);
             }
         } else {
-            for p in self.reqs.iter_mut() {
-                p.id = replay.key_id(get(p.key));
+            for (i, p) in self.reqs.iter_mut().enumerate() {
+                p.id = replay.key_id(get(i, p.key));
             }
         }
         for (i, p) in self.reqs.iter().enumerate() {
-            // A merged replay's lines are in the batch, with their inputs.
-            let at = || match cx.names {
-                Some(names) => (names[self.src[i]].as_str(), get(p.line)),
-                None => (cx.name, &cx.block[p.line.0..p.line.1]),
+            let at = || {
+                let name = cx.names[self.src[i]].as_str();
+                (name, part(i).line(p.line))
             };
             let offered = if p.stamped > p.t && replay.beyond(p.stamped) {
                 Err(Refusal::ClockOutOfRange { now: p.stamped })
             } else {
-                replay.offer(p.t, p.id, get(p.method), p.path.map(get), p.cost)
+                let path = p.path.map(|r| get(i, r));
+                replay.offer(p.t, p.id, get(i, p.method), path, p.cost)
             };
             match offered {
                 Ok(()) => {}
@@ -452,21 +408,16 @@ impl Batch {
             }
         }
         self.reqs.clear();
-        self.bytes.clear();
         self.src.clear();
         Ok(())
     }
 }
 
-/// What a decision needs besides the replay: the block of lines its request came from, the
-/// input's name (for messages) and the configuration.
+/// What a decision needs besides the replay and its request: the configuration, and the
+/// inputs' names (for messages; [`Batch::src`] indexes them).
 struct Decide<'a> {
-    block: &'a [u8],
-    name: &'a str,
     cfg: &'a Config,
-    /// A merged replay's inputs' names ([`Batch::src`] indexes them); `block` and `name`
-    /// are then unused.
-    names: Option<&'a [String]>,
+    names: &'a [String],
 }
 
 /// Counts an unusable line (or fails on it with `--strict`).
@@ -482,11 +433,24 @@ fn record_bad(
         return Err(CliError::data(name, line_no, line, reason));
     }
     meta.bad_lines += 1;
-    if meta.bad_examples.len() < 5 {
-        meta.bad_examples.push(format!(
-            "{name}:{line_no}: {reason}: {}",
-            crate::error::clip(line)
-        ));
+    // The first five of each input in its lines' order: most are found as the lines are
+    // parsed, ahead of the decisions; one refused when decided comes later.
+    let rank = match meta.bad_inputs.iter().position(|n| n == name) {
+        Some(r) => r,
+        None => {
+            meta.bad_inputs.push(name.to_string());
+            meta.bad_inputs.len() - 1
+        }
+    };
+    let at = meta
+        .bad_examples_at
+        .partition_point(|&k| k <= (rank, line_no));
+    if at < 5 {
+        let example = format!("{name}:{line_no}: {reason}: {}", crate::error::clip(line));
+        meta.bad_examples.insert(at, example);
+        meta.bad_examples_at.insert(at, (rank, line_no));
+        meta.bad_examples.truncate(5);
+        meta.bad_examples_at.truncate(5);
     }
     Ok(())
 }
@@ -680,7 +644,7 @@ fn parse_line(
     ex: &mut Extractor,
     tp: &mut TimeParser,
     caps: &mut Vec<(usize, usize)>,
-    batch: &mut Batch,
+    batch: &mut Requests,
     line: &[u8],
     at: usize,
     line_no: u64,
@@ -964,8 +928,7 @@ fn start_input(
     Ok((ex, im))
 }
 
-/// One pass over the inputs into `replay`: one input read straight through, several merged
-/// by time ([`pass_merged`]).
+/// One pass over the inputs into `replay` ([`pass_merged`]: one input is a merge of one).
 fn pass(
     cfg: &Config,
     inputs: &Inputs,
@@ -973,98 +936,20 @@ fn pass(
     replay: &mut Replay,
     meta: &mut Meta,
 ) -> Result<(), CliError> {
-    if let Inputs::Files(files) = inputs {
-        if files.len() > 1 {
-            return pass_merged(cfg, files, first, replay, meta);
-        }
-    }
-    let needs = cfg.needs();
-    let sources = open_all(cfg, inputs)?;
-    let total: Option<u64> = sources.iter().map(|s| s.size).sum();
-    let mut prog = Progress::new(cfg.progress, total);
-    let mut tp = TimeParser::new(cfg.unit);
-    let mut caps = Vec::new();
-    let mut batch = Batch::new();
-    let mut clients = Clients::new(cfg)?;
-    for src in sources {
-        let name = src.name.clone();
-        let counter = src.read_bytes.clone();
-        let mut lr = LineReader::new(src);
-        let head = lr.peek_lines(200)?;
-        if head.is_empty() {
-            let im = read_empty(cfg, meta, &name, &mut lr)?;
-            meta.lines += im.lines;
-            meta.inputs.push(im);
-            continue;
-        }
-        let (mut ex, mut im) = start_input(cfg, &needs, &mut clients, &name, &head)?;
-        let mut st = LineState::new(&ex);
-        let mut since = 0u32;
-        while let Some(chunk) = lr.next_block()? {
-            let block = match chunk {
-                Chunk::Lines(b) => b,
-                Chunk::Long(long) => {
-                    // (The batch is empty between blocks.)
-                    st.long(cfg, meta, &mut im, &ex, &long)?;
-                    continue;
-                }
-            };
-            let cx = Decide {
-                block,
-                name: &name,
-                cfg,
-                names: None,
-            };
-            for (at, line) in BlockLines::new(block) {
-                since += 1;
-                if since == 1 << 16 {
-                    since = 0;
-                    prog.bar.set_position(prog.done_bytes + counter.get());
-                }
-                if !st.take(cfg, meta, &mut im, &ex, line)? {
-                    continue;
-                }
-                let parsed = parse_line(
-                    cfg,
-                    &mut clients,
-                    &mut ex,
-                    &mut tp,
-                    &mut caps,
-                    &mut batch,
-                    line,
-                    at,
-                    st.line_no,
-                );
-                match parsed {
-                    Parsed::Request(req) => batch.push(req, replay, &cx, meta)?,
-                    Parsed::Unkeyed => meta.unkeyed += 1,
-                    Parsed::Bad(reason) => {
-                        // The requests before it are decided first: their errors come first,
-                        // and unusable lines are recorded in the log's order.
-                        batch.flush(replay, &cx, meta)?;
-                        st.bad(cfg, meta, &im, &ex, line, reason)?;
-                    }
-                }
-            }
-            batch.flush(replay, &cx, meta)?;
-        }
-        prog.done_bytes += counter.get();
-        prog.bar.set_position(prog.done_bytes);
-        meta.lines += im.lines;
-        meta.inputs.push(im);
-    }
-    prog.bar.finish_and_clear();
-    meta.client_notes = clients.finish();
-    Ok(())
+    pass_merged(cfg, inputs, first, replay, meta)
 }
 
 /// How many requests after each a merge looks at for an earlier time ([`Feed::head`]): a
 /// line stamped far ahead is taken at its neighbours' time.
 const LOOKAHEAD: usize = 16;
 
-/// One input of a merged replay ([`pass_merged`]), read a block at a time: the block's
-/// requests parsed ahead, and taken one by one, in the input's order, when the merge comes
-/// to their time.
+/// Requests an input parses at a time ([`Part`]): enough to look [`LOOKAHEAD`] ahead, few
+/// enough that they are still in the cache when they are decided.
+const CHUNK: usize = 64;
+
+/// One input of a replay ([`pass_merged`]), read a block at a time and parsed a
+/// [`CHUNK`] of requests at a time, ahead of the decisions, which take them one by one in
+/// the input's order when the merge comes to their time.
 struct Feed {
     lr: LineReader,
     ex: Extractor,
@@ -1072,36 +957,85 @@ struct Feed {
     im: InputMeta,
     st: LineState,
     counter: std::rc::Rc<std::cell::Cell<u64>>,
-    /// The block whose requests are being taken.
+    /// The block being parsed (its first `blk_len` bytes: the reader's buffer, taken over,
+    /// [`LineReader::next_block_into`]; shared with the parts whose requests are in it), and
+    /// how far.
+    blk: Rc<Vec<u8>>,
+    blk_len: usize,
+    pos: usize,
+    /// Blocks no part holds any more, for the next ones.
+    spare: Vec<Vec<u8>>,
+    /// The requests being taken.
     cur: Part,
-    /// The block after it, parsed once fewer than [`LOOKAHEAD`] requests of `cur` are left
-    /// (so that the last ones look ahead across the block's end); `ahead_ready` says so.
+    /// The requests after them, parsed once fewer than [`LOOKAHEAD`] of `cur` are left (so
+    /// that the last ones look ahead past `cur`'s end); `ahead_ready` says so.
     ahead: Part,
     ahead_ready: bool,
-    /// The input's end is reached (no block after `ahead`, or after `cur`).
+    /// The input's end is reached (nothing after `ahead`, or after `cur`).
     eof: bool,
     /// The next request of `cur`.
     next: usize,
+    /// What stopped the input's parsing (an unusable line with `--strict`, a read's
+    /// failure): returned when the requests before it are taken, so that they are decided
+    /// first, as a replay in the log's order would.
+    failed: Option<CliError>,
 }
 
-/// A parsed block of a merged input.
+/// Parsed requests of an input: at least [`CHUNK`] of them but at its end.
 #[derive(Default)]
 struct Part {
-    /// The block (a copy: the reader reuses its buffer), which the requests' lines index.
-    block: Vec<u8>,
-    /// Its requests (their keys, methods and paths in its bytes).
-    parsed: Batch,
+    /// The blocks their lines are in, one after the other: where each starts (a line's range
+    /// counts from the first one's start), its bytes and its length.
+    blocks: Vec<(usize, Rc<Vec<u8>>, usize)>,
+    /// The requests (their keys, methods and paths in its bytes).
+    parsed: Requests,
     /// Their times in the merge ([`Feed::head`]).
     due: Vec<u64>,
+    /// Their own times (scratch).
+    times: Vec<u64>,
 }
 
-impl Default for Batch {
-    fn default() -> Self {
-        Batch::new()
+impl Part {
+    /// The line at `range`.
+    fn line(&self, (s, e): (usize, usize)) -> &[u8] {
+        let (base, block, _) = self
+            .blocks
+            .iter()
+            .rev()
+            .find(|(base, _, _)| *base <= s)
+            .expect("a line of the part's blocks");
+        &block[s - base..e - base]
     }
 }
 
 impl Feed {
+    fn new(
+        lr: LineReader,
+        ex: Extractor,
+        im: InputMeta,
+        counter: std::rc::Rc<std::cell::Cell<u64>>,
+        cfg: &Config,
+    ) -> Self {
+        Feed {
+            st: LineState::new(&ex),
+            lr,
+            ex,
+            tp: TimeParser::new(cfg.unit),
+            im,
+            counter,
+            blk: Rc::default(),
+            blk_len: 0,
+            pos: 0,
+            spare: Vec::new(),
+            cur: Part::default(),
+            ahead: Part::default(),
+            ahead_ready: false,
+            eof: false,
+            next: 0,
+            failed: None,
+        }
+    }
+
     /// The next request's time in the merge (and the time it is decided at): its own, or the
     /// second earliest of the next [`LOOKAHEAD`] requests' times when that is earlier, so
     /// that a line stamped ahead of the lines after it (a clock's glitch, a request logged at
@@ -1112,7 +1046,7 @@ impl Feed {
         self.cur.due[self.next]
     }
 
-    /// Opens the input's first block with a request; `false` if it has none.
+    /// Parses the input's first requests; `false` if it has none.
     fn start(
         &mut self,
         cfg: &Config,
@@ -1120,24 +1054,25 @@ impl Feed {
         caps: &mut Vec<(usize, usize)>,
         meta: &mut Meta,
     ) -> Result<bool, CliError> {
-        // (`cur` is empty: its first block is parsed ahead, then taken.)
+        // (`cur` is empty: its first requests are parsed ahead, then taken.)
         self.look_ahead(cfg, clients, caps, meta)?;
         self.step(cfg, clients, caps, meta)
     }
 
-    /// Moves past the request just taken; `false` at the input's end.
-    fn advance(
+    /// Moves to `cur`'s `k`-th request, the ones before it taken; `false` at the input's end.
+    fn seek(
         &mut self,
+        k: usize,
         cfg: &Config,
         clients: &mut Clients,
         caps: &mut Vec<(usize, usize)>,
         meta: &mut Meta,
     ) -> Result<bool, CliError> {
-        self.next += 1;
+        self.next = k;
         self.step(cfg, clients, caps, meta)
     }
 
-    /// At the end of `cur`, takes the block parsed ahead (`false` if there is none: the
+    /// At the end of `cur`, takes the requests parsed ahead (`false` if there are none: the
     /// input's end); then looks ahead if it is time.
     fn step(
         &mut self,
@@ -1148,9 +1083,12 @@ impl Feed {
     ) -> Result<bool, CliError> {
         if self.next == self.cur.parsed.reqs.len() {
             if !self.ahead_ready {
-                return Ok(false);
+                return match self.failed.take() {
+                    Some(e) => Err(e),
+                    None => Ok(false),
+                };
             }
-            // The block's requests are all in the batch (copied): it can go.
+            // `cur`'s requests are decided (the merge flushed the batch): it can go.
             std::mem::swap(&mut self.cur, &mut self.ahead);
             self.ahead_ready = false;
             self.next = 0;
@@ -1159,8 +1097,8 @@ impl Feed {
         Ok(true)
     }
 
-    /// Parses the next block once `cur` has [`LOOKAHEAD`] requests left or fewer, and sets
-    /// the times of those from both blocks.
+    /// Parses the next requests once `cur` has [`LOOKAHEAD`] left or fewer, and sets the
+    /// times of those from both parts.
     fn look_ahead(
         &mut self,
         cfg: &Config,
@@ -1177,19 +1115,25 @@ impl Feed {
         self.ahead = ahead;
         self.eof = !self.ahead_ready;
         if self.ahead_ready {
-            // The last requests of `cur`, again, with the next block's first ones after them.
+            // The last requests of `cur`, again, with the next part's first ones after them.
             let (cur, ahead) = (&self.cur.parsed.reqs, &self.ahead.parsed.reqs);
             let from = cur.len().saturating_sub(LOOKAHEAD).max(self.next);
-            for i in from..cur.len() {
-                let after = cur[i + 1..].iter().chain(ahead).take(LOOKAHEAD);
-                self.cur.due[i] = due_of(cur[i].t, after.map(|p| p.t));
+            let mut times = [0u64; 2 * LOOKAHEAD];
+            let mut n = 0;
+            for p in cur[from..].iter().chain(ahead).take(2 * LOOKAHEAD) {
+                times[n] = p.t;
+                n += 1;
             }
+            let mut due = [0u64; LOOKAHEAD];
+            set_due(&times[..n], &mut due[..cur.len() - from]);
+            self.cur.due[from..].copy_from_slice(&due[..cur.len() - from]);
         }
         Ok(())
     }
 
-    /// Parses blocks into `part` until one holds a request (recording the unusable lines on
-    /// the way); `false` at the input's end.
+    /// Parses requests into `part` until it holds [`CHUNK`] of them or the input ends
+    /// (recording the unusable lines on the way); `false` if it holds none. A failure ends
+    /// the input there ([`Feed::failed`]).
     fn parse(
         &mut self,
         part: &mut Part,
@@ -1198,23 +1142,72 @@ impl Feed {
         caps: &mut Vec<(usize, usize)>,
         meta: &mut Meta,
     ) -> Result<bool, CliError> {
+        if self.failed.is_some() {
+            return Ok(false);
+        }
+        if let Err(e) = self.parse_into(part, cfg, clients, caps, meta) {
+            self.failed = Some(e);
+        }
+        let n = part.parsed.reqs.len();
+        part.times.clear();
+        part.times.extend(part.parsed.reqs.iter().map(|p| p.t));
+        part.due.resize(n, 0);
+        set_due(&part.times, &mut part.due);
+        Ok(n > 0)
+    }
+
+    /// [`parse`](Self::parse)'s reading and parsing.
+    fn parse_into(
+        &mut self,
+        part: &mut Part,
+        cfg: &Config,
+        clients: &mut Clients,
+        caps: &mut Vec<(usize, usize)>,
+        meta: &mut Meta,
+    ) -> Result<(), CliError> {
         part.parsed.reqs.clear();
         part.parsed.bytes.clear();
-        loop {
-            match self.lr.next_block()? {
-                None => return Ok(false),
-                Some(Chunk::Long(long)) => {
-                    self.st.long(cfg, meta, &mut self.im, &self.ex, &long)?;
-                    continue;
-                }
-                Some(Chunk::Lines(b)) => {
-                    part.block.clear();
-                    part.block.extend_from_slice(b);
-                }
+        // The part's blocks are let go: kept for reuse where no other part holds them.
+        for (_, b, _) in part.blocks.drain(..) {
+            if let Ok(b) = Rc::try_unwrap(b) {
+                self.spare.push(b);
             }
-            for (at, line) in BlockLines::new(&part.block) {
-                if !self.st.take(cfg, meta, &mut self.im, &self.ex, line)? {
-                    continue;
+        }
+        // Where the next block starts in the part's lines' ranges.
+        let mut base = 0;
+        while part.parsed.reqs.len() < CHUNK {
+            if self.pos == self.blk_len {
+                if Rc::get_mut(&mut self.blk).is_none() {
+                    self.blk = Rc::new(self.spare.pop().unwrap_or_default());
+                }
+                let v = Rc::get_mut(&mut self.blk).expect("a block of its own");
+                match self.lr.next_block_into(v)? {
+                    None => break,
+                    Some(Filled::Long(long)) => {
+                        self.blk_len = 0;
+                        self.pos = 0;
+                        self.st.long(cfg, meta, &mut self.im, &self.ex, &long)?;
+                        continue;
+                    }
+                    Some(Filled::Lines(n)) => self.blk_len = n,
+                }
+                self.pos = 0;
+            }
+            let block = Rc::clone(&self.blk);
+            let len = self.blk_len;
+            let mut lines = BlockLines::at(&block[..len], self.pos);
+            let mut failed = Ok(());
+            while part.parsed.reqs.len() < CHUNK {
+                let Some((at, line)) = lines.next() else {
+                    break;
+                };
+                match self.st.take(cfg, meta, &mut self.im, &self.ex, line) {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(e) => {
+                        failed = Err(e);
+                        break;
+                    }
                 }
                 let parsed = parse_line(
                     cfg,
@@ -1224,26 +1217,49 @@ impl Feed {
                     caps,
                     &mut part.parsed,
                     line,
-                    at,
+                    base + at,
                     self.st.line_no,
                 );
                 match parsed {
                     Parsed::Request(req) => part.parsed.reqs.push(req),
                     Parsed::Unkeyed => meta.unkeyed += 1,
                     Parsed::Bad(reason) => {
-                        self.st.bad(cfg, meta, &self.im, &self.ex, line, reason)?
+                        failed = self.st.bad(cfg, meta, &self.im, &self.ex, line, reason);
+                        if failed.is_err() {
+                            break;
+                        }
                     }
                 }
             }
-            if !part.parsed.reqs.is_empty() {
-                let reqs = &part.parsed.reqs;
-                part.due.clear();
-                part.due.extend((0..reqs.len()).map(|i| {
-                    let end = reqs.len().min(i + 1 + LOOKAHEAD);
-                    due_of(reqs[i].t, reqs[i + 1..end].iter().map(|p| p.t))
-                }));
-                return Ok(true);
-            }
+            self.pos = lines.pos();
+            part.blocks.push((base, block, len));
+            base += len;
+            failed?;
+        }
+        Ok(())
+    }
+}
+
+/// The times in the merge ([`due_of`]) of the first `due.len()` requests of requests at
+/// `times`: each looks at the [`LOOKAHEAD`] after it, or at those `times` has.
+fn set_due(times: &[u64], due: &mut [u64]) {
+    let n = times.len();
+    // How many requests from the i-th on are in time order (most logs are: their times are
+    // their own, without looking at the next ones').
+    let mut run = 0;
+    for i in (0..n).rev() {
+        run = if i + 1 < n && times[i] <= times[i + 1] {
+            run + 1
+        } else {
+            1
+        };
+        if let Some(d) = due.get_mut(i) {
+            let end = n.min(i + 1 + LOOKAHEAD);
+            *d = if run >= end - i {
+                times[i]
+            } else {
+                due_of(times[i], times[i + 1..end].iter().copied())
+            };
         }
     }
 }
@@ -1265,8 +1281,8 @@ fn due_of(own: u64, after: impl Iterator<Item = u64>) -> u64 {
     own.min(if n > 1 { b } else { a })
 }
 
-/// One pass over several inputs (logs of several servers, of a load balancer's nodes, or
-/// rotated files of one server), merged by time: the request decided next is always the
+/// One pass over the inputs (one, or the logs of several servers, of a load balancer's
+/// nodes, or rotated files of one server), merged by time: the request decided next is always the
 /// earliest of the inputs' next requests (ties in the inputs' order), each input's requests
 /// in its own order (a request stamped ahead of the requests logged after it is taken, and
 /// decided, by their time: [`Feed::head`]). Inputs in time order that follow each other are
@@ -1276,35 +1292,44 @@ fn due_of(own: u64, after: impl Iterator<Item = u64>) -> u64 {
 /// An input is opened when the merge reaches its first timestamp (`first`, read ahead by
 /// [`order_inputs`]; at once for stdin, a pipe, or a file without one), and closed at its
 /// end: a day of a load balancer's five-minute files holds a few open at a time, not
-/// hundreds. Unusable lines are recorded as each input's block is parsed, a little ahead of
-/// the decisions.
+/// hundreds. Unusable lines are recorded as each input's requests are parsed, a little ahead
+/// of the decisions ([`CHUNK`] at a time); a failure of one, after its requests before it.
+///
+/// Every replay is one (a single input is a merge of one): its requests are decided from
+/// their input's parsed block, not copied, and an input's run of requests before the other
+/// inputs' next ones (for one input, all of them) is taken without the heap.
 fn pass_merged(
     cfg: &Config,
-    files: &[String],
+    inputs: &Inputs,
     first: &[Option<u64>],
     replay: &mut Replay,
     meta: &mut Meta,
 ) -> Result<(), CliError> {
     use std::cmp::Reverse;
     let needs = cfg.needs();
-    let names: Vec<String> = files.iter().map(|f| shown(cfg, f)).collect();
-    let total: Option<u64> = files
-        .iter()
-        .map(|f| match f.as_str() {
-            "-" => None,
-            f => std::fs::metadata(f).ok().map(|m| m.len()),
-        })
-        .sum();
+    let files: &[String] = match inputs {
+        Inputs::Files(files) => files,
+        Inputs::Sample(_) => &[String::new()],
+    };
+    let names: Vec<String> = match inputs {
+        Inputs::Files(files) => files.iter().map(|f| shown(cfg, f)).collect(),
+        Inputs::Sample(_) => vec![SAMPLE_NAME.to_string()],
+    };
+    let total: Option<u64> = match inputs {
+        Inputs::Files(files) => files
+            .iter()
+            .map(|f| match f.as_str() {
+                "-" => None,
+                f => std::fs::metadata(f).ok().map(|m| m.len()),
+            })
+            .sum(),
+        Inputs::Sample(_) => None,
+    };
     let mut prog = Progress::new(cfg.progress, total);
     let mut caps = Vec::new();
     let mut batch = Batch::new();
     let mut clients = Clients::new(cfg)?;
-    let cx = Decide {
-        block: &[],
-        name: "",
-        cfg,
-        names: Some(&names),
-    };
+    let cx = Decide { cfg, names: &names };
     // The inputs to open: at once those without a first timestamp, the others when the
     // merge reaches it (latest first: popped from the end).
     let mut waiting: Vec<(u64, usize)> = Vec::new();
@@ -1319,12 +1344,12 @@ fn pass_merged(
     // (Popped from the end: the first listed is opened first, as a pipe's writer expects.)
     now.reverse();
     let mut feeds: Vec<Option<Feed>> = (0..files.len()).map(|_| None).collect();
-    let mut inputs: Vec<Option<InputMeta>> = vec![None; files.len()];
+    let mut metas: Vec<Option<InputMeta>> = vec![None; files.len()];
     // Each input's first and last times in the merge, for the report.
     let mut spans: Vec<Option<(u64, u64)>> = vec![None; files.len()];
     // The open inputs' next requests: (time, input).
     let mut heads: std::collections::BinaryHeap<Reverse<(u64, usize)>> = Default::default();
-    let mut since = 0u32;
+    let mut since = 0usize;
     loop {
         // Open every input whose first timestamp the merge has reached.
         loop {
@@ -1337,7 +1362,13 @@ fn pass_merged(
                 }
                 _ => break,
             };
-            let mut src = Source::open(&files[open])?;
+            let mut src = match inputs {
+                Inputs::Files(_) => Source::open(&files[open])?,
+                Inputs::Sample(format) => Source::from_reader(
+                    SAMPLE_NAME,
+                    Box::new(SampleReader::new(Generator::day(1), *format)),
+                ),
+            };
             src.name = names[open].clone();
             let counter = src.read_bytes.clone();
             let mut lr = LineReader::new(src);
@@ -1345,52 +1376,78 @@ fn pass_merged(
             if head.is_empty() {
                 let im = read_empty(cfg, meta, &names[open], &mut lr)?;
                 prog.done_bytes += counter.get();
-                inputs[open] = Some(im);
+                metas[open] = Some(im);
                 continue;
             }
             let (ex, im) = start_input(cfg, &needs, &mut clients, &names[open], &head)?;
-            let mut feed = Feed {
-                st: LineState::new(&ex),
-                lr,
-                ex,
-                tp: TimeParser::new(cfg.unit),
-                im,
-                counter,
-                cur: Part::default(),
-                ahead: Part::default(),
-                ahead_ready: false,
-                eof: false,
-                next: 0,
-            };
+            let mut feed = Feed::new(lr, ex, im, counter, cfg);
             if feed.start(cfg, &mut clients, &mut caps, meta)? {
                 heads.push(Reverse((feed.head(), open)));
                 feeds[open] = Some(feed);
             } else {
                 prog.done_bytes += feed.counter.get();
-                inputs[open] = Some(feed.im);
+                metas[open] = Some(feed.im);
             }
         }
         let Some(Reverse((_, i))) = heads.pop() else {
             break;
         };
-        since += 1;
-        if since == 1 << 16 {
-            since = 0;
-            let reading: u64 = feeds.iter().flatten().map(|f| f.counter.get()).sum();
-            prog.bar.set_position(prog.done_bytes + reading);
-        }
-        let feed = feeds[i].as_mut().expect("an open input");
-        let t = feed.head();
-        spans[i] = Some(spans[i].map_or((t, t), |(a, b)| (a.min(t), b.max(t))));
-        batch.take(feed, i, replay, &cx, meta)?;
-        if feed.advance(cfg, &mut clients, &mut caps, meta)? {
-            heads.push(Reverse((feed.head(), i)));
-        } else if let Some(feed) = feeds[i].take() {
-            prog.done_bytes += feed.counter.get();
-            inputs[i] = Some(feed.im);
+        // Input i's requests are taken until another open input's next one comes first or
+        // an input is to be opened: for inputs that follow one another, or one input, a run
+        // as long as the input.
+        let other = heads.peek().map(|Reverse(o)| *o);
+        let opens = waiting.last().map(|&(t, _)| t);
+        loop {
+            let feed = feeds[i].as_ref().expect("an open input");
+            let (reqs, due) = (&feed.cur.parsed.reqs, &feed.cur.due);
+            // The times of `cur`'s last requests are final once the next ones are parsed.
+            let end = if feed.ahead_ready || feed.eof {
+                reqs.len()
+            } else {
+                reqs.len() - LOOKAHEAD
+            };
+            let mut k = feed.next;
+            let (mut lo, mut hi) = spans[i].unwrap_or((u64::MAX, 0));
+            while k < end {
+                let t = due[k];
+                (lo, hi) = (lo.min(t), hi.max(t));
+                batch.reqs.push(Pending { t, ..reqs[k] });
+                batch.src.push(i);
+                k += 1;
+                // Decided before `cur` is let go: the batch's requests are in it.
+                if batch.reqs.len() == BATCH || k == reqs.len() {
+                    batch.flush(replay, &cx, &feeds, meta)?;
+                }
+                if k < end
+                    && (other.is_some_and(|o| (due[k], i) > o)
+                        || opens.is_some_and(|t| t <= due[k]))
+                {
+                    break;
+                }
+            }
+            spans[i] = Some((lo, hi));
+            since += k - feed.next;
+            if since >= 1 << 16 {
+                since = 0;
+                let reading: u64 = feeds.iter().flatten().map(|f| f.counter.get()).sum();
+                prog.bar.set_position(prog.done_bytes + reading);
+            }
+            let feed = feeds[i].as_mut().expect("an open input");
+            if !feed.seek(k, cfg, &mut clients, &mut caps, meta)? {
+                if let Some(feed) = feeds[i].take() {
+                    prog.done_bytes += feed.counter.get();
+                    metas[i] = Some(feed.im);
+                }
+                break;
+            }
+            let next = (feed.head(), i);
+            if other.is_some_and(|o| next > o) || opens.is_some_and(|t| t <= next.0) {
+                heads.push(Reverse(next));
+                break;
+            }
         }
     }
-    batch.flush(replay, &cx, meta)?;
+    batch.flush(replay, &cx, &feeds, meta)?;
     prog.bar.set_position(prog.done_bytes);
     prog.bar.finish_and_clear();
     // The report lists the inputs by their first times (those without a request last, in
@@ -1406,7 +1463,7 @@ fn pass_merged(
             }
             end = Some(end.map_or(last, |e| e.max(last)));
         }
-        if let Some(im) = inputs[i].take() {
+        if let Some(im) = metas[i].take() {
             meta.lines += im.lines;
             meta.inputs.push(im);
         }

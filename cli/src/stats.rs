@@ -146,9 +146,10 @@ pub struct Timeline {
     cur: usize,
     cur_lo: u64,
     cur_hi: u64,
-    /// Requests counted in a bin not their own: earlier than the origin (the first request's
-    /// bin) in bin 0, or past the last bin the timeline may have (the widest bins cover 32
-    /// years) in that bin. One timestamp far from the others puts the rest there.
+    /// Requests counted in a bin far from their own: over a minute earlier than the origin
+    /// (the first request's bin) in bin 0, or past the last bin the timeline may have (the
+    /// widest bins cover 32 years) in that bin. One timestamp far from the others puts the
+    /// rest there.
     pub clamped: u64,
 }
 
@@ -227,7 +228,11 @@ impl Timeline {
                 idx = t.saturating_sub(self.origin) / self.width;
             }
         }
-        if t < self.origin || idx >= self.max.max(1) as u64 {
+        // (A request stamped less than a minute before the first, as the first lines of a
+        // log written as responses end are, is in bin 0 where it nearly belongs.)
+        if (t < self.origin && self.origin - t > crate::replay::CLAMP_NS)
+            || idx >= self.max.max(1) as u64
+        {
             self.clamped += 1;
         }
         let idx = (idx as usize).min(self.max.max(1) - 1);

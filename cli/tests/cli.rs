@@ -662,6 +662,23 @@ fn replay_of_a_generated_log_equals_the_reference_model() {
     assert_eq!(policy(&v, "p2")["over_capacity"], 0);
 }
 
+/// The times a replay takes lines stamped `stamps` at: a line's own, or the second earliest
+/// of the next 16 lines' when that is earlier (the next line's when only one follows).
+fn looked_ahead(stamps: &[u64]) -> Vec<u64> {
+    (0..stamps.len())
+        .map(|i| {
+            let mut after: Vec<u64> = stamps[i + 1..].iter().take(16).copied().collect();
+            after.sort_unstable();
+            let near = match after.len() {
+                0 => u64::MAX,
+                1 => after[0],
+                _ => after[1],
+            };
+            stamps[i].min(near)
+        })
+        .collect()
+}
+
 /// A line stamped before an earlier line's time is counted, and decided at the latest time
 /// seen (a limiter's clock never goes back): judged at its own time, a bucket drained since
 /// would count a refill not yet earned against it (a fresh client's two requests logged 100
@@ -675,8 +692,7 @@ fn timestamps_going_backwards_are_decided_at_the_latest_time_seen() {
     let mut log = String::new();
     let mut admitted = 0;
     let mut t = T0 + 10_000_000_000;
-    let mut back = 0;
-    let mut max = 0;
+    let mut stamps = Vec::new();
     for _ in 0..5000 {
         let r = rng(&mut seed);
         if r % 5 == 0 {
@@ -684,11 +700,17 @@ fn timestamps_going_backwards_are_decided_at_the_latest_time_seen() {
         } else {
             t += rng(&mut seed) % 400_000_000;
         }
+        stamps.push(t);
+        log += &format!("{}.{:09},192.0.2.1\n", t / 1_000_000_000, t % 1_000_000_000);
+    }
+    // Each line is taken at its time, or at its next lines' when it is stamped ahead of
+    // them, and decided at the latest time taken.
+    let (mut back, mut max) = (0, 0);
+    for t in looked_ahead(&stamps) {
         if t < max {
             back += 1;
         }
         max = max.max(t);
-        log += &format!("{}.{:09},192.0.2.1\n", t / 1_000_000_000, t % 1_000_000_000);
         admitted += u64::from(model.acquire(0, max, 1));
     }
     let f = write(&dir, "back.csv", &format!("time,ip\n{log}"));
@@ -1724,32 +1746,60 @@ fn control_characters_from_logs_are_escaped_in_text_output() {
     assert_eq!(v["policies"][0]["top_throttled"][0]["key"], ua);
 }
 
-/// A timestamp far from the others (a first line in 2200, or 1970) puts the rest in the
-/// timeline's first or last bin: a warning on stderr says so; a sound log has none.
+/// A timestamp far from the others (a first line in 1970, a last one in 2200) puts requests
+/// in the timeline's first or last bin: a warning on stderr says so; a sound log has none,
+/// nor one whose first line is stamped far ahead of the next ones (taken at their time).
 #[test]
 fn far_off_timestamps_warn_that_the_timeline_is_distorted() {
     let dir = tempfile::tempdir().unwrap();
-    let lines = |first: &str| {
-        let mut log = format!("{{\"ts\":\"{first}\",\"ip\":\"203.0.113.66\"}}\n");
+    let line = |ts: &str| format!("{{\"ts\":{ts},\"ip\":\"203.0.113.66\"}}\n");
+    let lines = |first: Option<&str>, last: Option<&str>| {
+        let mut log = first.map(line).unwrap_or_default();
         for s in 0..50 {
             log += &format!("{{\"ts\":{},\"ip\":\"192.0.2.1\"}}\n", 1714564800 + s);
         }
-        log
+        log + &last.map(line).unwrap_or_default()
     };
-    for (name, first) in [
-        ("future.jsonl", "2200-01-01T00:00:00Z"),
-        ("past.jsonl", "1970-01-01T00:00:01Z"),
+    for (name, log, warning) in [
+        (
+            "past.jsonl",
+            lines(Some("\"1970-01-01T00:00:01Z\""), None),
+            "warning: 50 of 51 requests are counted in the timeline's first or last bin",
+        ),
+        (
+            "future.jsonl",
+            lines(None, Some("\"2200-01-01T00:00:00Z\"")),
+            "warning: 1 of 51 requests are counted in the timeline's first or last bin",
+        ),
     ] {
-        let f = write(&dir, name, &lines(first));
+        let f = write(&dir, name, &log);
         bin()
             .args(["replay", &f, "-p", "10/s", "--format", "json"])
             .assert()
             .success()
-            .stderr(predicate::str::contains(
-                "warning: 50 of 51 requests are counted in the timeline's first or last bin",
-            ));
+            .stderr(predicate::str::contains(warning));
     }
-    let f = write(&dir, "sound.jsonl", &lines("2024-05-01T11:59:59Z"));
+    let f = write(
+        &dir,
+        "ahead.jsonl",
+        &lines(Some("\"2200-01-01T00:00:00Z\""), None),
+    );
+    let out = bin()
+        .args(["replay", &f, "-p", "10/s", "--format", "json"])
+        .assert()
+        .success()
+        .stderr(predicate::str::is_empty())
+        .get_output()
+        .stdout
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["requests"], 51);
+    assert_eq!(v["first"], "2024-05-01T12:00:01Z");
+    let f = write(
+        &dir,
+        "sound.jsonl",
+        &lines(Some("\"2024-05-01T11:59:59Z\""), None),
+    );
     bin()
         .args(["replay", &f, "-p", "10/s"])
         .assert()
@@ -2713,4 +2763,88 @@ fn a_merge_looks_ahead_across_a_pipes_reads() {
     assert_eq!(v["requests"], 801, "{v}");
     assert!(v["policies"][0]["rejected"].as_u64().unwrap() <= 1, "{v}");
     assert_eq!(v["last"], "2024-05-01T00:23:19Z", "{v}");
+}
+
+/// One input is replayed as a merge of one: a line stamped far ahead of the next ones is
+/// taken at their time, so the same lines decide alike in one file and cut into consecutive
+/// files anywhere (glitches ahead and back, lines out of order by a little; over 1 MiB, so
+/// the reads' and the parses' seams fall between glitches and their neighbours).
+#[test]
+fn one_input_and_its_lines_cut_into_files_replay_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut seed = 11u64;
+    let mut t = T0;
+    let mut lines = Vec::new();
+    for i in 0..12_000u64 {
+        t += rng(&mut seed) % 40_000_000;
+        let stamp = match rng(&mut seed) % 97 {
+            0 => t + 3_600_000_000_000,
+            1 => t.saturating_sub(900_000_000_000),
+            2 | 3 => t.saturating_sub(rng(&mut seed) % 2_000_000_000),
+            _ => t,
+        };
+        lines.push(format!(
+            "{{\"ts\":{}.{:09},\"ip\":\"198.51.100.{}\",\"path\":\"/p/{}{}\"}}\n",
+            stamp / 1_000_000_000,
+            stamp % 1_000_000_000,
+            rng(&mut seed) % 5,
+            i,
+            "x".repeat(40)
+        ));
+    }
+    let replay = |files: &[String]| {
+        let mut v = json(
+            &bin()
+                .args([
+                    "replay",
+                    "-p",
+                    "20/s; burst=30",
+                    "-p",
+                    "both=20/s; burst=30 & global 100/s; burst=50",
+                ])
+                .args(["--key", "ip", "--format", "json"])
+                .args(files)
+                .assert()
+                .success()
+                .get_output()
+                .stdout,
+        );
+        (v["policies"].take(), v["timestamps_backwards"].take())
+    };
+    let whole = write(&dir, "whole.jsonl", &lines.concat());
+    let (policies, backwards) = replay(std::slice::from_ref(&whole));
+    assert!(std::fs::metadata(&whole).unwrap().len() > 1 << 20);
+    let rejected: u64 = policies
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["rejected"].as_u64().unwrap())
+        .sum();
+    assert!(rejected > 0, "{policies}");
+    // Cut next to a glitch, at a parse's seam, and anywhere.
+    let glitch = lines
+        .iter()
+        .position(|l| l.contains("\"ts\":17145252"))
+        .unwrap_or(500);
+    for cuts in [
+        vec![glitch, glitch + 1],
+        vec![256, 5000, 9001],
+        vec![16, 17, 11_990],
+    ] {
+        let mut files = Vec::new();
+        let mut from = 0;
+        for (k, &to) in cuts.iter().chain([&lines.len()]).enumerate() {
+            files.push(write(
+                &dir,
+                &format!("part{k}.jsonl"),
+                &lines[from..to].concat(),
+            ));
+            from = to;
+        }
+        assert_eq!(
+            replay(&files),
+            (policies.clone(), backwards.clone()),
+            "{cuts:?}"
+        );
+    }
 }
