@@ -4,10 +4,12 @@
 
 use crate::error::CliError;
 use crate::input::{
-    alb_field, combined_field, csv_open_after, detect, join_json_array, scan_alb, scan_combined,
-    scan_csv, scan_json, strip_port, unescape_clf, unescape_csv, unescape_json, CsvLine, JsonPath,
+    alb_field, combined_field, csv_open_after, decode_hex_escapes, detect, haproxy_field,
+    join_json_array, scan_alb, scan_combined, scan_csv, scan_haproxy, scan_json, split_w3c,
+    strip_port, unescape_clf, unescape_csv, unescape_json, w3c_fields, CsvLine, JsonPath,
     LogFormat, Span, ALB_CLIENT, ALB_CREATED, ALB_FIELDS, ALB_LEN, ALB_REQUEST, ALB_TARGET,
-    ALB_TIME, ALB_USER_AGENT, COMBINED_FIELDS, COMBINED_LEN, COMBINED_MSEC,
+    ALB_TIME, ALB_USER_AGENT, COMBINED_FIELDS, COMBINED_LEN, COMBINED_MSEC, HAPROXY_CLIENT,
+    HAPROXY_FIELDS, HAPROXY_HDR0, HAPROXY_LEN, HAPROXY_REQUEST, HAPROXY_TIME,
 };
 use sluicegate::client::ProxyHeader;
 
@@ -253,6 +255,58 @@ pub struct Extractor {
     /// holds a value in it (JSON, combined) or the CSV header names it: whether or not it is
     /// read on each line, for the hint that suggests `--trusted-proxies`.
     pub forwarded_seen: Option<String>,
+    /// W3C: where each slot's field is under the current `#Fields:` directive.
+    w3c: Option<Box<W3c>>,
+}
+
+/// A W3C log's fields: each slot (a role, a key part) is a field by name, whose place is
+/// given by the last `#Fields:` directive (IIS writes a new one after each restart, and its
+/// fields may change then).
+struct W3c {
+    /// Each slot's field names, in lower case: the first one `#Fields:` names is taken.
+    slots: Vec<Vec<String>>,
+    /// Each slot's column under the current `#Fields:`.
+    cols: Vec<Option<usize>>,
+    /// Each slot: a header's field (`cs(User-Agent)`), decoded (see [`W3c::apply`]).
+    header: Vec<bool>,
+    /// The current `#Fields:`.
+    fields: Vec<String>,
+    /// The `date` slot, when the time is `date` and `time` (the time's slot is `time`'s).
+    date: Option<usize>,
+    /// The `cs-uri-query` slot, when the path is `cs-uri-stem` (its query joins it).
+    query: Option<usize>,
+    /// The columns of the line scanned.
+    colspans: Vec<Span>,
+    /// The current `#Fields:` is CloudFront's: headers are percent-decoded, else a `+` in
+    /// one is a space.
+    cloudfront: bool,
+}
+
+impl W3c {
+    /// Takes a `#Fields:` directive's names. A CloudFront log (its `x-edge-*` fields)
+    /// percent-encodes the headers it logs (`Mozilla/5.0%20(X11;...`) and its
+    /// `x-forwarded-for`; IIS writes a space in a header as `+`: both are decoded, so that a
+    /// key is the header the server received.
+    fn apply(&mut self, fields: Vec<String>) {
+        let cloudfront = fields.iter().any(|f| f.starts_with("x-edge-"));
+        for (i, cands) in self.slots.iter().enumerate() {
+            let col = cands
+                .iter()
+                .find_map(|c| fields.iter().position(|f| f == c));
+            self.cols[i] = col;
+            self.header[i] = col.is_some_and(|c| {
+                let f = &fields[c];
+                f.starts_with("cs(") || (cloudfront && f == "x-forwarded-for")
+            });
+        }
+        self.fields = fields;
+        self.cloudfront = cloudfront;
+    }
+
+    /// The first name of `cands` that the current `#Fields:` has.
+    fn find(&self, cands: &[String]) -> Option<String> {
+        cands.iter().find(|c| self.fields.contains(c)).cloned()
+    }
 }
 
 fn lower(s: &str) -> String {
@@ -305,6 +359,7 @@ impl Extractor {
             chosen: Vec::new(),
             forwarded_seen: None,
             msec_detected: false,
+            w3c: None,
         };
         match format {
             LogFormat::Combined | LogFormat::Auto => {
@@ -405,6 +460,8 @@ impl Extractor {
                 }
             }
             LogFormat::Alb => ex.resolve_alb(needs, names, &fail)?,
+            LogFormat::Haproxy => ex.resolve_haproxy(needs, names, &fail)?,
+            LogFormat::W3c => ex.resolve_w3c(head, needs, names, &fail)?,
             LogFormat::Jsonl => {
                 // Every name detection may look for, looked for in one scan of each first
                 // line (a line may be up to 16 MiB: not one scan per name).
@@ -537,11 +594,15 @@ impl Extractor {
         let n = ex.spans.len().max(COMBINED_LEN);
         ex.scratch = vec![Vec::new(); n];
         ex.decoded = vec![false; n];
-        // (The combined and ALB formats hold a request line by definition: a line whose
-        // request the server could not read has none, and no method.)
+        // (The combined, ALB and HAProxy formats hold a request line by definition: a line
+        // whose request the server could not read has none, and no method; a W3C log's
+        // method field was checked.)
         if needs.method
             && ex.method.is_none()
-            && !matches!(ex.format, LogFormat::Combined | LogFormat::Alb)
+            && !matches!(
+                ex.format,
+                LogFormat::Combined | LogFormat::Alb | LogFormat::Haproxy | LogFormat::W3c
+            )
         {
             ex.method_from_request_line(head, path)?;
         }
@@ -691,6 +752,330 @@ impl Extractor {
         Ok(())
     }
 
+    /// An HAProxy log: each role's field by its place. The time is the accept date (HAProxy
+    /// writes the host's local time, without its offset: read as UTC); the client the
+    /// address of `address:port`; the method and path the request line's. HAProxy logs a
+    /// header only where the frontend captures it, without its name: `hdrN`, the Nth
+    /// `capture request header` (from 0).
+    fn resolve_haproxy(
+        &mut self,
+        needs: &Needs,
+        names: &Names,
+        fail: &dyn Fn(String) -> CliError,
+    ) -> Result<(), CliError> {
+        let pick = |role: &str, name: &str| {
+            haproxy_field(name).ok_or_else(|| {
+                fail(format!(
+                    "the HAProxy format has no field {name:?} for the {role} (fields: {}, and \
+                     hdr0, hdr1, ...: the captured request headers, in the order of the \
+                     frontend's `capture request header` lines)",
+                    HAPROXY_FIELDS.join(", ")
+                ))
+            })
+        };
+        self.time = match &names.time {
+            Some(n) => pick("timestamp", n)?,
+            None => HAPROXY_TIME,
+        };
+        if needs.ip {
+            self.ip = Some(match &names.ip {
+                Some(n) => pick("client address", n)?,
+                None => HAPROXY_CLIENT,
+            });
+        }
+        if needs.path || needs.method {
+            self.path = Some(match &names.path {
+                Some(n) => pick("path", n)?,
+                None => HAPROXY_REQUEST,
+            });
+        }
+        if let Some(m) = &names.method {
+            self.method = Some(pick("method", m)?);
+        }
+        if let Some(c) = &names.cost {
+            self.cost = Some(pick("cost", c)?);
+        }
+        if needs.forwarded {
+            let Some(f) = &names.forwarded else {
+                return Err(fail(format!(
+                    "--trusted-proxies needs the {} header, and HAProxy logs a header only \
+                     where the frontend captures it (`capture request header {} len 64`), \
+                     without its name: name its field with --forwarded-field hdrN (N its place \
+                     among the `capture request header` lines, from 0)",
+                    names.forwarded_header.header_name(),
+                    names.forwarded_header.header_name(),
+                )));
+            };
+            self.fwd = Some(pick("forwarding header", f)?);
+        }
+        for (header, name) in &needs.key_fields {
+            let i = if *header {
+                return Err(fail(format!(
+                    "HAProxy logs no header names: a header captured by the frontend (`capture \
+                     request header {name} len 64`) is the field hdrN, N its place among the \
+                     `capture request header` lines (from 0): --key field:hdr0"
+                )));
+            } else {
+                pick("key", name)?
+            };
+            self.keys.push(i);
+        }
+        let name = |i: usize| match HAPROXY_FIELDS.get(i) {
+            Some(n) => n.to_string(),
+            None => format!("hdr{}", i - HAPROXY_HDR0),
+        };
+        for (role, slot) in [
+            ("time", Some(self.time)),
+            ("ip", self.ip),
+            ("path", self.path),
+            ("method", self.method),
+            ("cost", self.cost),
+            ("forwarded", self.fwd),
+        ] {
+            if let Some(i) = slot {
+                self.chosen.push((role.into(), name(i)));
+            }
+        }
+        self.combined_last = [
+            Some(self.time),
+            self.ip,
+            self.path,
+            self.method,
+            self.cost,
+            self.fwd,
+        ]
+        .iter()
+        .flatten()
+        .chain(self.keys.iter())
+        .copied()
+        .max()
+        .unwrap_or(HAPROXY_TIME);
+        self.spans = vec![None; HAPROXY_LEN];
+        Ok(())
+    }
+
+    /// A W3C log (IIS, CloudFront): each role's field by its W3C name, under the first
+    /// `#Fields:` directive of the first lines (and each later one from its line on). The
+    /// time is `date` and `time` (UTC), the client `c-ip`, the method `cs-method`, the path
+    /// `cs-uri-stem` and its `cs-uri-query`; a header `cs(NAME)`.
+    fn resolve_w3c(
+        &mut self,
+        head: &[Vec<u8>],
+        needs: &Needs,
+        names: &Names,
+        fail: &dyn Fn(String) -> CliError,
+    ) -> Result<(), CliError> {
+        let Some(fields) = head.iter().find_map(|l| w3c_fields(l)) else {
+            return Err(fail(
+                "no #Fields directive in the first lines: a W3C log names its fields in a \
+                 `#Fields: date time ...` line (IIS and CloudFront write one at the start of \
+                 each file); a log cut from the middle of a file needs its file's directives \
+                 before it"
+                    .into(),
+            ));
+        };
+        let mut w = W3c {
+            slots: Vec::new(),
+            cols: Vec::new(),
+            header: Vec::new(),
+            fields: fields.clone(),
+            date: None,
+            query: None,
+            colspans: Vec::new(),
+            cloudfront: false,
+        };
+        let list = fields.join(" ");
+        let mut chosen = Vec::new();
+        // A slot for one of `cands` (lower case), which the #Fields must name if `required`.
+        let mut add = |w: &mut W3c,
+                       role: &str,
+                       cands: Vec<String>,
+                       required: Option<&str>|
+         -> Result<usize, CliError> {
+            let found = w.find(&cands);
+            match (&found, required) {
+                (Some(f), _) => chosen.push((role.to_string(), f.clone())),
+                (None, Some(what)) => {
+                    return Err(fail(format!(
+                        "the W3C #Fields directive names no {} for the {what} (fields: {list})",
+                        cands.join(" or ")
+                    )))
+                }
+                (None, None) => {}
+            }
+            w.slots.push(cands);
+            Ok(w.slots.len() - 1)
+        };
+        let given = |n: &Option<String>| n.as_ref().map(|n| vec![lower(n)]);
+        self.time = match given(&names.time) {
+            Some(c) => add(&mut w, "time", c, Some("timestamp (--time-field)"))?,
+            None => {
+                if !(fields.iter().any(|f| f == "date") && fields.iter().any(|f| f == "time")) {
+                    return Err(fail(format!(
+                        "the W3C #Fields directive names no date and time fields (fields: \
+                         {list}); name a field holding the whole time with --time-field"
+                    )));
+                }
+                w.date = Some(add(&mut w, "date", vec!["date".into()], None)?);
+                add(&mut w, "time", vec!["time".into()], None)?
+            }
+        };
+        if needs.ip {
+            let c = given(&names.ip).unwrap_or_else(|| vec!["c-ip".into()]);
+            self.ip = Some(add(&mut w, "ip", c, Some("client address (--ip-field)"))?);
+        }
+        if needs.path {
+            let c = given(&names.path).unwrap_or_else(|| vec!["cs-uri-stem".into()]);
+            self.path = Some(add(&mut w, "path", c, Some("path (--path-field)"))?);
+            if names.path.is_none() {
+                w.query = Some(add(&mut w, "query", vec!["cs-uri-query".into()], None)?);
+            }
+        }
+        if needs.method {
+            let c = given(&names.method).unwrap_or_else(|| vec!["cs-method".into()]);
+            self.method = Some(add(&mut w, "method", c, Some("method (--method-field)"))?);
+        }
+        if let Some(c) = given(&names.cost) {
+            self.cost = Some(add(&mut w, "cost", c, Some("cost (--cost-field)"))?);
+        }
+        let fwd = given(&names.forwarded).unwrap_or_else(|| {
+            let h = names.forwarded_header.header_name().to_ascii_lowercase();
+            vec![h.clone(), format!("cs({h})")]
+        });
+        if needs.forwarded {
+            if w.find(&fwd).is_none() {
+                return Err(fail(format!(
+                    "--trusted-proxies needs the {} header, and the W3C #Fields directive names \
+                     no {} (fields: {list}); CloudFront logs it as x-forwarded-for, IIS as a \
+                     custom field: name it with --forwarded-field",
+                    names.forwarded_header.header_name(),
+                    fwd.join(" or ")
+                )));
+            }
+            self.fwd = Some(add(&mut w, "forwarded", fwd, None)?);
+        } else if needs.ip {
+            // For the hint that suggests --trusted-proxies: a first line with a value there.
+            if let Some(f) = w.find(&fwd) {
+                let col = fields.iter().position(|x| *x == f);
+                let mut cols = Vec::new();
+                let seen = head.iter().filter(|l| !l.starts_with(b"#")).any(|l| {
+                    split_w3c(l, &mut cols)
+                        && cols.len() == fields.len()
+                        && col.and_then(|c| cols.get(c)).is_some_and(|s| {
+                            !matches!(&l[s.start as usize..s.end as usize], b"" | b"-")
+                        })
+                });
+                if seen {
+                    self.forwarded_seen = Some(f);
+                }
+            }
+        }
+        for (header, name) in &needs.key_fields {
+            let n = lower(name);
+            let (cands, what) = if *header {
+                let c = match n.as_str() {
+                    // CloudFront's cs(Host) is the distribution's domain; the Host header the
+                    // viewer sent is x-host-header.
+                    "host" => vec!["x-host-header".into(), "cs(host)".into()],
+                    _ => vec![format!("cs({n})"), n.clone()],
+                };
+                (c, format!("header {name:?}"))
+            } else {
+                (vec![n.clone()], "key".to_string())
+            };
+            let i = add(&mut w, "key", cands, Some(&what))?;
+            self.keys.push(i);
+        }
+        w.cols = vec![None; w.slots.len()];
+        w.header = vec![false; w.slots.len()];
+        w.apply(fields);
+        // The report names the fields chosen (the time as `date time`).
+        for (role, f) in chosen {
+            match role.as_str() {
+                "date" => self.chosen.push(("time".into(), "date time".into())),
+                "time" if w.date.is_some() => {}
+                "query" => {}
+                _ => self.chosen.push((role, f)),
+            }
+        }
+        self.spans = vec![None; w.slots.len()];
+        self.w3c = Some(Box::new(w));
+        Ok(())
+    }
+
+    /// A W3C directive line (`#Fields: ...`, `#Version: 1.0`, a `#` comment): a new
+    /// `#Fields:` applies from here on. Not a request, nor an unusable line. `false` for any
+    /// other line, and in any other format.
+    #[inline]
+    pub fn directive(&mut self, line: &[u8]) -> bool {
+        if self.format != LogFormat::W3c || line.first() != Some(&b'#') {
+            return false;
+        }
+        if let (Some(f), Some(w)) = (w3c_fields(line), self.w3c.as_mut()) {
+            w.apply(f);
+        }
+        true
+    }
+
+    /// Scans a W3C data line: its fields must be as many as the current `#Fields:` names;
+    /// `-` is an empty value (none).
+    fn scan_w3c(&mut self, line: &[u8]) -> bool {
+        let Some(w) = self.w3c.as_mut() else {
+            return false;
+        };
+        if line.first() == Some(&b'#')
+            || !split_w3c(line, &mut w.colspans)
+            || w.colspans.len() != w.fields.len()
+        {
+            return false;
+        }
+        for i in 0..w.slots.len() {
+            self.decoded[i] = false;
+            let s = w.cols[i]
+                .map(|c| w.colspans[c])
+                .filter(|s| &line[s.start as usize..s.end as usize] != b"-");
+            self.spans[i] = s;
+            if let (Some(s), true) = (s, w.header[i]) {
+                let v = &line[s.start as usize..s.end as usize];
+                let out = &mut self.scratch[i];
+                if w.cloudfront && memchr::memchr(b'%', v).is_some() {
+                    decode_hex_escapes(v, b'%', out);
+                    self.decoded[i] = true;
+                } else if !w.cloudfront && memchr::memchr(b'+', v).is_some() {
+                    // (IIS writes a `%` as it came: only the `+` is decoded.)
+                    out.clear();
+                    out.extend(v.iter().map(|&b| if b == b'+' { b' ' } else { b }));
+                    self.decoded[i] = true;
+                }
+            }
+        }
+        if let Some(d) = w.date {
+            let t = self.time;
+            match (self.spans[d], self.spans[t]) {
+                (Some(ds), Some(ts)) => {
+                    let out = &mut self.scratch[t];
+                    out.clear();
+                    out.extend_from_slice(&line[ds.start as usize..ds.end as usize]);
+                    out.push(b' ');
+                    out.extend_from_slice(&line[ts.start as usize..ts.end as usize]);
+                    self.decoded[t] = true;
+                }
+                _ => self.spans[t] = None,
+            }
+        }
+        if let (Some(p), Some(q)) = (self.path, w.query) {
+            if let (Some(ps), Some(qs)) = (self.spans[p], self.spans[q]) {
+                let out = &mut self.scratch[p];
+                out.clear();
+                out.extend_from_slice(&line[ps.start as usize..ps.end as usize]);
+                out.push(b'?');
+                out.extend_from_slice(&line[qs.start as usize..qs.end as usize]);
+                self.decoded[p] = true;
+            }
+        }
+        true
+    }
+
     /// JSON and CSV: picks each role's field by name, given or detected.
     fn resolve(
         &mut self,
@@ -815,6 +1200,8 @@ impl Extractor {
                 r == CsvLine::Record
             }
             LogFormat::Alb => scan_alb(line, self.combined_last, &mut self.spans),
+            LogFormat::Haproxy => scan_haproxy(line, self.combined_last, &mut self.spans),
+            LogFormat::W3c => return self.scan_w3c(line),
             _ => {
                 self.combined = [None; COMBINED_LEN];
                 scan_combined(line, self.combined_last, &mut self.combined)
@@ -824,8 +1211,8 @@ impl Extractor {
             return false;
         }
         let spans: &[Option<Span>] = match self.format {
-            LogFormat::Jsonl | LogFormat::Csv | LogFormat::Alb => &self.spans,
-            _ => &self.combined,
+            LogFormat::Combined | LogFormat::Auto => &self.combined,
+            _ => &self.spans,
         };
         let json = self.format == LogFormat::Jsonl;
         for (i, s) in spans.iter().enumerate() {
@@ -849,6 +1236,7 @@ impl Extractor {
                             }
                         }
                         LogFormat::Csv => unescape_csv(raw, out),
+                        LogFormat::Haproxy => decode_hex_escapes(raw, b'#', out),
                         _ => unescape_clf(raw, out),
                     }
                     self.decoded[i] = true;
@@ -867,8 +1255,8 @@ impl Extractor {
     #[inline]
     fn get<'a>(&'a self, line: &'a [u8], slot: usize) -> Option<&'a [u8]> {
         let spans: &[Option<Span>] = match self.format {
-            LogFormat::Jsonl | LogFormat::Csv | LogFormat::Alb => &self.spans,
-            _ => &self.combined,
+            LogFormat::Combined | LogFormat::Auto => &self.combined,
+            _ => &self.spans,
         };
         let s = spans.get(slot).copied().flatten()?;
         if self.decoded[slot] {
@@ -895,10 +1283,20 @@ impl Extractor {
     pub fn ip<'a>(&'a self, line: &'a [u8]) -> Option<&'a [u8]> {
         let slot = self.ip?;
         let v = self.get(line, slot)?;
-        if self.format == LogFormat::Alb && matches!(slot, ALB_CLIENT | ALB_TARGET) {
+        if self.port_field(slot) {
             return Some(strip_port(v));
         }
         Some(v)
+    }
+    /// Whether the field in `slot` is an `address:port` (ALB's `client` and `target`,
+    /// HAProxy's `client`).
+    #[inline]
+    fn port_field(&self, slot: usize) -> bool {
+        match self.format {
+            LogFormat::Alb => matches!(slot, ALB_CLIENT | ALB_TARGET),
+            LogFormat::Haproxy => slot == HAPROXY_CLIENT,
+            _ => false,
+        }
     }
     #[inline]
     pub fn cost<'a>(&'a self, line: &'a [u8]) -> Option<&'a [u8]> {
@@ -915,9 +1313,9 @@ impl Extractor {
     pub fn key_field<'a>(&'a self, line: &'a [u8], i: usize) -> Option<&'a [u8]> {
         let slot = self.keys[i];
         let v = self.get(line, slot)?;
-        // An ALB's `client` or `target` field keys by the address, as `ip` does: by
-        // `address:port`, every connection would have a bucket of its own.
-        if self.format == LogFormat::Alb && matches!(slot, ALB_CLIENT | ALB_TARGET) {
+        // An ALB's `client` or `target` field (HAProxy's `client`) keys by the address, as
+        // `ip` does: by `address:port`, every connection would have a bucket of its own.
+        if self.port_field(slot) {
             return Some(strip_port(v));
         }
         Some(v)
@@ -931,8 +1329,9 @@ impl Extractor {
         let Some(path) = self
             .path
             .and_then(|p| self.get(line, p))
-            // A request the server could not read (the ALB logs `- - - `, nginx `-`): none.
-            .filter(|p| !matches!(p.trim_ascii(), b"-" | b"- - -"))
+            // A request the server could not read (the ALB logs `- - - `, nginx `-`, HAProxy
+            // `<BADREQ>`): none.
+            .filter(|p| !matches!(p.trim_ascii(), b"-" | b"- - -" | b"<BADREQ>"))
         else {
             return (method.unwrap_or(b""), None);
         };

@@ -12,8 +12,9 @@ use std::rc::Rc;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
     /// Detected from the first lines (most of the first 20 non-blank ones): `{` is JSON
-    /// lines, `IP - USER [TIME] "REQUEST"` the combined format, anything else CSV with a
-    /// header line.
+    /// lines, `IP - USER [TIME] "REQUEST"` the combined format, an ALB's or HAProxy's line
+    /// theirs, anything else CSV with a header line; a first line that is a W3C directive
+    /// (`#Version:`, `#Fields:`, ...) decides alone.
     Auto,
     /// nginx/Apache combined (or common) log format.
     Combined,
@@ -24,6 +25,12 @@ pub enum LogFormat {
     /// An AWS Application Load Balancer's access log (`http 2024-05-01T12:00:00.123456Z
     /// app/... 203.0.113.7:52100 ...`).
     Alb,
+    /// The W3C extended log format, as IIS and CloudFront write it: `#Fields:` lines name the
+    /// fields (`date time c-ip cs-method cs-uri-stem ...`), separated by spaces or tabs.
+    W3c,
+    /// HAProxy's `option httplog` (or `option httplog clf`) lines, a syslog prefix before
+    /// them or not.
+    Haproxy,
 }
 
 /// Counts the bytes read from the underlying file (compressed bytes for gzip), for progress.
@@ -615,6 +622,11 @@ pub const DETECT_LINES: usize = 20;
 /// line that reads as a CSV header (column names) decides alone: the records under it may
 /// hold anything, a combined log line in a `message` column included.
 pub fn detect(head: &[Vec<u8>]) -> LogFormat {
+    // A W3C log's directives come first (IIS and CloudFront write them at each file's start):
+    // its data lines, which hold no field names, would read as CSV.
+    if head.first().is_some_and(|l| w3c_directive(l)) {
+        return LogFormat::W3c;
+    }
     if head
         .first()
         .is_some_and(|l| sniff(l) == LogFormat::Csv && csv_header_like(l))
@@ -660,6 +672,13 @@ pub fn sniff(line: &[u8]) -> LogFormat {
     }
     if alb_like(t) {
         return LogFormat::Alb;
+    }
+    if w3c_directive(t) {
+        return LogFormat::W3c;
+    }
+    // (Before the combined format: the clf variant behind a syslog prefix has its `[`.)
+    if haproxy_like(t) {
+        return LogFormat::Haproxy;
     }
     let has = |pat: &[u8]| memchr::memmem::find(t, pat).is_some();
     if has(b" [") && has(b"] \"") {
@@ -818,6 +837,313 @@ pub fn strip_port(v: &[u8]) -> &[u8] {
         }
         _ => v,
     }
+}
+
+/// The W3C extended log format's directives (IIS, CloudFront): `#Version: 1.0`, `#Fields:
+/// date time ...`, ... A line starting with one of them.
+pub fn w3c_directive(line: &[u8]) -> bool {
+    const NAMES: [&[u8]; 7] = [
+        b"#Version:",
+        b"#Fields:",
+        b"#Software:",
+        b"#Date:",
+        b"#Remark:",
+        b"#Start-Date:",
+        b"#End-Date:",
+    ];
+    let t = line.trim_ascii_start();
+    NAMES
+        .iter()
+        .any(|n| t.len() >= n.len() && t[..n.len()].eq_ignore_ascii_case(n))
+}
+
+/// The field names of a W3C `#Fields:` directive, in lower case (`cs(User-Agent)` is
+/// `cs(user-agent)`); `None` for another line.
+pub fn w3c_fields(line: &[u8]) -> Option<Vec<String>> {
+    let t = line.trim_ascii_start();
+    let rest = t
+        .get(..8)
+        .filter(|p| p.eq_ignore_ascii_case(b"#Fields:"))
+        .map(|_| &t[8..])?;
+    Some(
+        rest.split(|b| b.is_ascii_whitespace())
+            .filter(|f| !f.is_empty())
+            .map(|f| String::from_utf8_lossy(f).to_ascii_lowercase())
+            .collect(),
+    )
+}
+
+/// Splits a W3C data line into its fields: at each tab if it holds one (CloudFront writes
+/// tabs), else at each space (IIS: a space in a value is written `+`). `false` for a line
+/// longer than [`MAX_LINE`].
+pub fn split_w3c(line: &[u8], cols: &mut Vec<Span>) -> bool {
+    cols.clear();
+    if line.len() > MAX_LINE {
+        return false; // (its offsets would not fit a Span)
+    }
+    let sep = if memchr::memchr(b'\t', line).is_some() {
+        b'\t'
+    } else {
+        b' '
+    };
+    let mut s = 0;
+    for e in memchr::memchr_iter(sep, line) {
+        cols.push(Span::new(s, e, false));
+        s = e + 1;
+    }
+    cols.push(Span::new(s, line.len(), false));
+    true
+}
+
+/// Decodes `%XX` (`marker` `%`) or HAProxy's `#XX` (`marker` `#`) escapes into `out`
+/// (cleared); a marker not followed by two hex digits is kept as it is.
+pub fn decode_hex_escapes(s: &[u8], marker: u8, out: &mut Vec<u8>) {
+    out.clear();
+    let hex = |b: u8| (b as char).to_digit(16);
+    let mut i = 0;
+    while i < s.len() {
+        let b = s[i];
+        if b == marker {
+            if let (Some(h), Some(l)) = (
+                s.get(i + 1).and_then(|&b| hex(b)),
+                s.get(i + 2).and_then(|&b| hex(b)),
+            ) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b);
+        i += 1;
+    }
+}
+
+/// An HAProxy `option httplog` line's fields, by name, in order (`client` holds
+/// `address:port`; `request_headers` and `response_headers` the captured headers' blocks,
+/// `{...}`). After them, `hdr0`, `hdr1`, ...: the captured request headers, in the order of
+/// the frontend's `capture request header` lines.
+pub const HAPROXY_FIELDS: [&str; HAPROXY_NAMED] = [
+    "client",
+    "accept_date",
+    "frontend",
+    "backend",
+    "server",
+    "timers",
+    "status",
+    "bytes",
+    "request_cookie",
+    "response_cookie",
+    "termination_state",
+    "connections",
+    "queues",
+    "request_headers",
+    "response_headers",
+    "request",
+];
+
+/// The number of named HAProxy fields.
+pub const HAPROXY_NAMED: usize = 16;
+/// Captured request headers read (`hdr0` to `hdr63`).
+pub const HAPROXY_HDRS: usize = 64;
+/// The number of HAProxy fields: the named ones, then the captured request headers.
+pub const HAPROXY_LEN: usize = HAPROXY_NAMED + HAPROXY_HDRS;
+/// The HAProxy fields the replay gives a role by default.
+pub const HAPROXY_CLIENT: usize = 0;
+pub const HAPROXY_TIME: usize = 1;
+pub const HAPROXY_STATUS: usize = 6;
+pub const HAPROXY_BYTES: usize = 7;
+pub const HAPROXY_REQ_HEADERS: usize = 13;
+pub const HAPROXY_RES_HEADERS: usize = 14;
+pub const HAPROXY_REQUEST: usize = 15;
+pub const HAPROXY_HDR0: usize = HAPROXY_NAMED;
+
+/// The index of the HAProxy field `name` (the names of [`HAPROXY_FIELDS`], `hdrN`, and a few
+/// aliases: `ip` is the client, `time` the accept date).
+pub fn haproxy_field(name: &str) -> Option<usize> {
+    let n = name.to_ascii_lowercase().replace('-', "_");
+    if let Some(i) = n.strip_prefix("hdr").and_then(|d| d.parse::<usize>().ok()) {
+        return (i < HAPROXY_HDRS && n == format!("hdr{i}")).then_some(HAPROXY_HDR0 + i);
+    }
+    let n = match n.as_str() {
+        "ip" | "client_ip" | "client:port" | "client_port" | "src" => "client",
+        "time" | "date" | "timestamp" => "accept_date",
+        "status_code" => "status",
+        "bytes_read" => "bytes",
+        "http_request" => "request",
+        "captured_request_headers" => "request_headers",
+        "captured_response_headers" => "response_headers",
+        "captured_request_cookie" => "request_cookie",
+        "captured_response_cookie" => "response_cookie",
+        other => other,
+    };
+    HAPROXY_FIELDS.iter().position(|f| *f == n)
+}
+
+/// Where an HAProxy log's message starts (after any syslog prefix: `Feb  6 12:14:14 host
+/// haproxy[14389]: `, RFC 5424's `<134>1 2024-... - haproxy 266980 - - `, none on stdout),
+/// and whether it is `option httplog clf`'s: the client address, and the `[` of the date
+/// that follows it (`[06/Feb/2009:` after one token, or after `- - ` in the clf variant).
+fn haproxy_start(line: &[u8]) -> Option<(usize, usize, bool)> {
+    let date = |d: &[u8]| {
+        d.len() >= 12
+            && d[..2].iter().all(u8::is_ascii_digit)
+            && d[2] == b'/'
+            && d[3..6].iter().all(u8::is_ascii_alphabetic)
+            && d[6] == b'/'
+            && d[7..11].iter().all(u8::is_ascii_digit)
+            && d[11] == b':'
+    };
+    for b in memchr::memchr_iter(b'[', line) {
+        if b < 2 || line[b - 1] != b' ' || !date(&line[b + 1..]) {
+            continue;
+        }
+        let token_start = |end: usize| memchr::memrchr(b' ', &line[..end]).map_or(0, |i| i + 1);
+        // `ADDR - - [` (clf) or `ADDR:PORT [`.
+        if line[..b].ends_with(b" - - ") {
+            let s = token_start(b - 5);
+            return (s < b - 5).then_some((s, b, true));
+        }
+        let s = token_start(b - 1);
+        return (s < b - 1).then_some((s, b, false));
+    }
+    None
+}
+
+/// An HAProxy HTTP log line (a syslog prefix before it or not). An `option httplog clf`
+/// line is one only behind a syslog prefix naming haproxy: alone, or another program's, it is
+/// a combined line.
+fn haproxy_like(line: &[u8]) -> bool {
+    let mut out = [None; HAPROXY_NAMED];
+    match haproxy_start(line) {
+        Some((s, _, true)) if memchr::memmem::find(&line[..s], b"haproxy").is_none() => false,
+        Some(_) => scan_haproxy(line, HAPROXY_REQUEST, &mut out),
+        None => false,
+    }
+}
+
+/// Scans an HAProxy `option httplog` line (`10.0.1.2:33317 [06/Feb/2009:12:14:14.655]
+/// http-in static/srv1 10/0/30/69/109 200 2750 - - ---- 1/1/1/1/0 0/0 {1wt.eu} {}
+/// "GET /index.html HTTP/1.1"`, after any syslog prefix) or an `option httplog clf` one,
+/// filling the fields of [`HAPROXY_FIELDS`] up to `last` (`hdrN` split from the first
+/// `{...}` block when wanted). A span holding `#` is marked escaped (HAProxy writes `"`,
+/// `#`, non-printable bytes and, in captured headers, `{|}` as `#XX`). `false` for a line
+/// that is not one (a TCP log line, HAProxy's own messages).
+pub fn scan_haproxy(line: &[u8], last: usize, out: &mut [Option<Span>]) -> bool {
+    for o in out.iter_mut() {
+        *o = None;
+    }
+    if line.len() > MAX_LINE {
+        return false; // (its offsets would not fit a Span)
+    }
+    let Some((s, b, clf)) = haproxy_start(line) else {
+        return false;
+    };
+    let span = |a: usize, e: usize| {
+        let esc = memchr::memchr(b'#', &line[a..e]).is_some();
+        Some(Span::new(a, e, esc))
+    };
+    let set = |out: &mut [Option<Span>], i: usize, v: Option<Span>| {
+        if let Some(o) = out.get_mut(i) {
+            *o = v;
+        }
+    };
+    if clf {
+        // `%{-Q}ci - - [%trg] %r %ST %B "" "" %cp ...`: the combined format's first fields.
+        let mut c = [None; COMBINED_LEN];
+        if !scan_combined(&line[s..], 9, &mut c) {
+            return false;
+        }
+        let at = |v: Option<Span>| v.and_then(|v| span(s + v.start as usize, s + v.end as usize));
+        set(out, HAPROXY_CLIENT, at(c[0]));
+        set(out, HAPROXY_TIME, at(c[3]));
+        set(out, HAPROXY_REQUEST, at(c[4]));
+        set(out, HAPROXY_STATUS, at(c[8]));
+        set(out, HAPROXY_BYTES, at(c[9]));
+        return true;
+    }
+    let n = line.len();
+    // `address:port` (`unix:1` for a UNIX socket).
+    let client = &line[s..b - 1];
+    match memchr::memrchr(b':', client) {
+        Some(c) if c + 1 < client.len() && client[c + 1..].iter().all(u8::is_ascii_digit) => {}
+        _ => return false,
+    }
+    set(out, HAPROXY_CLIENT, span(s, b - 1));
+    let Some(close) = memchr::memchr(b']', &line[b..]).map(|k| b + k) else {
+        return false;
+    };
+    set(out, HAPROXY_TIME, span(b + 1, close));
+    // frontend backend/server timers status bytes cookie cookie state conns queues: one
+    // token each, single spaces between.
+    let mut i = close + 1;
+    let mut f = 2;
+    while f <= 12 {
+        if line.get(i) != Some(&b' ') {
+            return false;
+        }
+        i += 1;
+        let e = memchr::memchr(b' ', &line[i..]).map_or(n, |k| i + k);
+        // (Not a quoted field: a combined line's request after its date.)
+        if e == i || line[i] == b'"' || (f == 5 && memchr::memchr(b'/', &line[i..e]).is_none()) {
+            return false;
+        }
+        if f == 3 {
+            // backend/server
+            let Some(sl) = memchr::memchr(b'/', &line[i..e]).map(|k| i + k) else {
+                return false;
+            };
+            set(out, 3, span(i, sl));
+            set(out, 4, span(sl + 1, e));
+            f = 5;
+        } else {
+            set(out, f, span(i, e));
+            f += 1;
+        }
+        i = e;
+    }
+    // The captured headers' blocks (request, then response), if any, then the quoted
+    // request (its `"` written `#22`: it ends at the next quote).
+    let mut block = HAPROXY_REQ_HEADERS;
+    loop {
+        if line.get(i) != Some(&b' ') {
+            return false;
+        }
+        i += 1;
+        match line.get(i) {
+            Some(b'{') if block <= HAPROXY_RES_HEADERS => {
+                let Some(e) = memchr::memchr(b'}', &line[i..]).map(|k| i + k) else {
+                    return false;
+                };
+                set(out, block, span(i + 1, e));
+                block += 1;
+                i = e + 1;
+            }
+            Some(b'"') => {
+                let Some(e) = memchr::memchr(b'"', &line[i + 1..]).map(|k| i + 1 + k) else {
+                    return false;
+                };
+                set(out, HAPROXY_REQUEST, span(i + 1, e));
+                break;
+            }
+            _ => return false,
+        }
+    }
+    // One captured request header block only: taken as the request's (HAProxy writes the
+    // response's alone, as `{...}` too, when only response headers are captured).
+    if last >= HAPROXY_HDR0 {
+        if let Some(h) = out[HAPROXY_REQ_HEADERS] {
+            let (a, e) = (h.start as usize, h.end as usize);
+            let mut from = a;
+            let ends = memchr::memchr_iter(b'|', &line[a..e])
+                .map(|p| a + p)
+                .chain(std::iter::once(e));
+            for (slot, sep) in (HAPROXY_HDR0..=last).zip(ends) {
+                set(out, slot, span(from, sep));
+                from = sep + 1;
+            }
+        }
+    }
+    true
 }
 
 /// The combined format's fields, by name (nginx variable names are aliases). The last,

@@ -1,9 +1,10 @@
 //! `sluicegate`: what would a rate limit do to real traffic?
 //!
-//! * `replay` plays access logs (combined, JSON lines, CSV; plain, gzip or stdin) against one
-//!   or several candidate policies side by side, on the core engine with a clock driven by the
-//!   log's timestamps, and reports what each would have rejected, from whom, and how long
-//!   clients would have waited; `--html` draws it.
+//! * `replay` plays access logs (combined, JSON lines, CSV, ALB, W3C as IIS and CloudFront
+//!   write it, HAProxy; plain, gzip or stdin) against one or several candidate policies side
+//!   by side, on the core engine with a clock driven by the log's timestamps, and reports what
+//!   each would have rejected, from whom, and how long clients would have waited; `--html`
+//!   draws it.
 //! * `simulate` does the same for synthetic traffic segments (`"60/s for 3s, idle 1s"`).
 //! * `check` explains a rate string; `sample` writes the embedded sample traffic (or a
 //!   benchmark log); `completions` prints shell completions.
@@ -148,7 +149,8 @@ struct ReplayArgs {
     trusted_proxies: Option<TrustedProxies>,
     /// The field holding the forwarding header (default: detected among
     /// http_x_forwarded_for, x-forwarded-for, x_forwarded_for, headers.x-forwarded-for, ...;
-    /// combined: the quoted field after the User-Agent, as nginx's main format logs it).
+    /// combined: the quoted field after the User-Agent, as nginx's main format logs it; w3c:
+    /// x-forwarded-for, cs(X-Forwarded-For); haproxy: none, name its capture, hdrN).
     #[arg(long, value_name = "NAME")]
     forwarded_field: Option<String>,
     /// The forwarding header the proxies write: x-forwarded-for, or forwarded (RFC 7239).
@@ -158,7 +160,8 @@ struct ReplayArgs {
     #[arg(long, value_enum, default_value_t = LogFormat::Auto)]
     log_format: LogFormat,
     /// The timestamp field (JSON lines, CSV; default: detected among time, timestamp, ts,
-    /// @timestamp, msec, time_iso8601, time_local, ...).
+    /// @timestamp, msec, time_iso8601, time_local, ...; alb: time; w3c: date and time;
+    /// haproxy: accept_date).
     #[arg(long, value_name = "NAME")]
     time_field: Option<String>,
     /// The client address field (default: detected among ip, client_ip, remote_addr, ...).

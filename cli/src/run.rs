@@ -194,6 +194,9 @@ fn first_time(cfg: &Config, needs: &Needs, path: &str) -> Result<Option<u64>, Cl
             if is_blank(line) {
                 continue;
             }
+            if ex.directive(line) {
+                continue;
+            }
             if header {
                 header = false;
                 continue;
@@ -655,6 +658,8 @@ fn parse_line(
         }
         return Parsed::Bad(match ex.format {
             LogFormat::Alb => "not an ALB line".to_string(),
+            LogFormat::W3c => "not a W3C line: its fields are not those #Fields names".to_string(),
+            LogFormat::Haproxy => "not an HAProxy HTTP log line".to_string(),
             f => format!("not a {f:?} line").to_lowercase(),
         });
     }
@@ -822,15 +827,15 @@ impl LineState {
         }
     }
 
-    /// Counts the next line; whether it is to be parsed: not blank, not the header, not text
-    /// inside a CSV record (recorded).
+    /// Counts the next line; whether it is to be parsed: not blank, not the header, not a W3C
+    /// directive (taken, not counted), not text inside a CSV record (recorded).
     #[inline(always)]
     fn take(
         &mut self,
         cfg: &Config,
         meta: &mut Meta,
         im: &mut InputMeta,
-        ex: &Extractor,
+        ex: &mut Extractor,
         line: &[u8],
     ) -> Result<bool, CliError> {
         self.line_no += 1;
@@ -844,6 +849,10 @@ impl LineState {
             return Ok(false);
         }
         if is_blank(line) {
+            return Ok(false);
+        }
+        if ex.directive(line) {
+            im.lines -= 1;
             return Ok(false);
         }
         if self.header {
@@ -1201,7 +1210,7 @@ impl Feed {
                 let Some((at, line)) = lines.next() else {
                     break;
                 };
-                match self.st.take(cfg, meta, &mut self.im, &self.ex, line) {
+                match self.st.take(cfg, meta, &mut self.im, &mut self.ex, line) {
                     Ok(true) => {}
                     Ok(false) => continue,
                     Err(e) => {

@@ -372,6 +372,43 @@ fn write_line(format: LogFormat, r: &Req, out: &mut Vec<u8>) {
                 r.status
             )
         }
+        LogFormat::W3c => {
+            // IIS's default fields, its spaces in a value written `+`; the time with its
+            // milliseconds (IIS writes whole seconds: the sample keeps its sub-second times).
+            let ms = format_rfc3339_ms(r.t);
+            let (stem, query) = r.path.split_once('?').unwrap_or((&r.path, "-"));
+            writeln!(
+                out,
+                "{} {} 10.0.0.1 {} {stem} {query} 443 - {} {} - {} 0 0 1",
+                &ms[..10],
+                &ms[11..ms.len() - 1],
+                r.method,
+                r.ip,
+                r.ua.replace(' ', "+"),
+                r.status
+            )
+        }
+        LogFormat::Haproxy => {
+            // `option httplog` behind a syslog prefix, the User-Agent captured (`capture
+            // request header User-Agent len 128`), accepted at `t`.
+            let clf = format_clf(r.t);
+            let syslog_day = clf[..2].trim_start_matches('0');
+            writeln!(
+                out,
+                "{} {syslog_day:>2} {} lb1 haproxy[812]: {}:{} [{}.{:03}] www~ api/srv1 0/0/1/2/3 {} {} - - ---- 1/1/0/0/0 0/0 {{{}}} \"{} {} HTTP/1.1\"",
+                &clf[3..6],
+                &clf[12..20],
+                r.ip,
+                1024 + r.t / MS % 60_000,
+                &clf[..20],
+                r.t % S / MS,
+                r.status,
+                r.bytes,
+                r.ua,
+                r.method,
+                r.path
+            )
+        }
         LogFormat::Csv => writeln!(
             out,
             "{},{},{},{},{},{},\"{}\"",
@@ -386,7 +423,7 @@ fn write_line(format: LogFormat, r: &Req, out: &mut Vec<u8>) {
     };
 }
 
-/// The generator as a byte stream of log lines (a CSV header first).
+/// The generator as a byte stream of log lines (a CSV header, W3C directives first).
 pub struct SampleReader {
     gen: Generator,
     format: LogFormat,
@@ -400,6 +437,11 @@ impl SampleReader {
         let mut buf = Vec::new();
         if format == LogFormat::Csv {
             buf.extend_from_slice(b"time,ip,method,path,status,bytes,user_agent\n");
+        }
+        if format == LogFormat::W3c {
+            buf.extend_from_slice(
+                b"#Software: Microsoft Internet Information Services 10.0\n#Version: 1.0\n#Date: 2024-05-01 00:00:00\n#Fields: date time s-ip cs-method cs-uri-stem cs-uri-query s-port cs-username c-ip cs(User-Agent) cs(Referer) sc-status sc-substatus sc-win32-status time-taken\n",
+            );
         }
         SampleReader {
             gen,
