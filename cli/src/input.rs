@@ -2485,6 +2485,231 @@ mod tests {
         assert_eq!(all_lines(&mut r).len(), 5);
     }
 
+    fn text(l: &[u8], s: Option<Span>) -> Option<String> {
+        s.map(|s| String::from_utf8_lossy(&l[s.start as usize..s.end as usize]).into_owned())
+    }
+
+    const CLOUDFRONT_FIELDS: &[u8] = b"#Fields: date time x-edge-location sc-bytes c-ip cs-method cs(Host) cs-uri-stem sc-status cs(Referer) cs(User-Agent) cs-uri-query cs(Cookie) x-edge-result-type x-edge-request-id x-host-header cs-protocol cs-bytes time-taken x-forwarded-for";
+
+    #[test]
+    fn w3c_directives_fields_and_columns() {
+        assert!(w3c_directive(b"#Version: 1.0"));
+        assert!(w3c_directive(
+            b"#Software: Microsoft Internet Information Services 10.0"
+        ));
+        assert!(w3c_directive(b"#fields: date time"));
+        assert!(!w3c_directive(b"# a comment"));
+        assert!(!w3c_directive(b"2024-05-01 12:00:00 GET"));
+        assert_eq!(
+            w3c_fields(b"#Fields: date time  cs(User-Agent)\tc-ip ").unwrap(),
+            ["date", "time", "cs(user-agent)", "c-ip"]
+        );
+        assert_eq!(w3c_fields(b"#Fields:").unwrap(), Vec::<String>::new());
+        assert!(w3c_fields(b"#Version: 1.0").is_none());
+        // IIS: spaces; CloudFront: tabs (a space inside a value then stays).
+        let mut cols = Vec::new();
+        let l = b"2024-05-01 12:00:00 GET /a - 203.0.113.7 Mozilla/5.0+(X11)";
+        assert!(split_w3c(l, &mut cols));
+        let got: Vec<_> = cols.iter().map(|&s| text(l, Some(s)).unwrap()).collect();
+        assert_eq!(
+            got,
+            [
+                "2024-05-01",
+                "12:00:00",
+                "GET",
+                "/a",
+                "-",
+                "203.0.113.7",
+                "Mozilla/5.0+(X11)"
+            ]
+        );
+        let l = b"2024-05-01\t12:00:00\ta b\t\t-";
+        assert!(split_w3c(l, &mut cols));
+        let got: Vec<_> = cols.iter().map(|&s| text(l, Some(s)).unwrap()).collect();
+        assert_eq!(got, ["2024-05-01", "12:00:00", "a b", "", "-"]);
+        let mut v = Vec::new();
+        decode_hex_escapes(b"Mozilla/5.0%20(X11;%20Linux)%2", b'%', &mut v);
+        assert_eq!(v, b"Mozilla/5.0 (X11; Linux)%2");
+        decode_hex_escapes(b"a#22b#7C#zz#", b'#', &mut v);
+        assert_eq!(v, b"a\"b|#zz#");
+    }
+
+    #[test]
+    fn w3c_logs_are_detected_by_their_directives() {
+        let iis = [
+            b"#Software: Microsoft Internet Information Services 10.0".to_vec(),
+            b"#Version: 1.0".to_vec(),
+            b"#Date: 2024-05-01 00:00:00".to_vec(),
+            b"#Fields: date time s-ip cs-method cs-uri-stem cs-uri-query s-port cs-username c-ip cs(User-Agent) cs(Referer) sc-status sc-substatus sc-win32-status time-taken".to_vec(),
+            b"2024-05-01 12:00:00 10.0.0.1 GET /a - 443 - 203.0.113.7 curl/8 - 200 0 0 1".to_vec(),
+            b"2024-05-01 12:00:01 10.0.0.1 GET /b - 443 - 203.0.113.7 curl/8 - 200 0 0 1".to_vec(),
+            b"2024-05-01 12:00:02 10.0.0.1 GET /c - 443 - 203.0.113.7 curl/8 - 200 0 0 1".to_vec(),
+            b"2024-05-01 12:00:03 10.0.0.1 GET /d - 443 - 203.0.113.7 curl/8 - 200 0 0 1".to_vec(),
+            b"2024-05-01 12:00:04 10.0.0.1 GET /e - 443 - 203.0.113.7 curl/8 - 200 0 0 1".to_vec(),
+        ];
+        // The data lines alone would vote CSV: the directives decide.
+        assert_eq!(detect(&iis), LogFormat::W3c);
+        assert_eq!(detect(&iis[4..]), LogFormat::Csv);
+        let cf = [b"#Version: 1.0".to_vec(), CLOUDFRONT_FIELDS.to_vec()];
+        assert_eq!(detect(&cf), LogFormat::W3c);
+        assert_eq!(detect(&cf[1..]), LogFormat::W3c);
+    }
+
+    const HAPROXY_DOC: &[u8] = b"Feb  6 12:14:14 localhost haproxy[14389]: 10.0.1.2:33317 [06/Feb/2009:12:14:14.655] http-in static/srv1 10/0/30/69/109 200 2750 - - ---- 1/1/1/1/0 0/0 {1wt.eu} {} \"GET /index.html HTTP/1.1\"";
+
+    fn haproxy(l: &[u8], last: usize) -> Option<Vec<Option<String>>> {
+        let mut out = vec![None; HAPROXY_LEN];
+        scan_haproxy(l, last, &mut out).then(|| out.iter().map(|&s| text(l, s)).collect())
+    }
+
+    #[test]
+    fn haproxy_httplog_lines() {
+        let f = haproxy(HAPROXY_DOC, HAPROXY_HDR0 + 1).unwrap();
+        let get = |f: &[Option<String>], name: &str| f[haproxy_field(name).unwrap()].clone();
+        for (name, want) in [
+            ("client", "10.0.1.2:33317"),
+            ("accept_date", "06/Feb/2009:12:14:14.655"),
+            ("frontend", "http-in"),
+            ("backend", "static"),
+            ("server", "srv1"),
+            ("timers", "10/0/30/69/109"),
+            ("status", "200"),
+            ("bytes", "2750"),
+            ("termination_state", "----"),
+            ("connections", "1/1/1/1/0"),
+            ("queues", "0/0"),
+            ("request_headers", "1wt.eu"),
+            ("response_headers", ""),
+            ("request", "GET /index.html HTTP/1.1"),
+            ("hdr0", "1wt.eu"),
+        ] {
+            assert_eq!(get(&f, name).as_deref(), Some(want), "{name}");
+        }
+        // (Only the headers up to the last wanted are split.)
+        assert_eq!(get(&f, "hdr1"), None);
+        let f = haproxy(HAPROXY_DOC, HAPROXY_REQUEST).unwrap();
+        assert_eq!(get(&f, "hdr0"), None);
+        // No syslog prefix (stdout), RFC 5424's, no captures, an IPv6 client, several
+        // captured headers (spaces and escapes in them), a request HAProxy could not read,
+        // and what HAProxy's httpslog appends.
+        let msg = &HAPROXY_DOC[42..];
+        assert!(msg.starts_with(b"10.0.1.2:"));
+        assert_eq!(
+            get(&haproxy(msg, 0).unwrap(), "client").unwrap(),
+            "10.0.1.2:33317"
+        );
+        let l = b"<134>1 2024-06-20T11:47:56.817934+02:00 - haproxy 266980 - - 127.0.0.1:50516 [20/Jun/2024:11:47:56.766] mybackend mybackend/s1 0/0/24/27/51 404 379 - - ---- 1/1/0/0/0 0/0 \"GET /index.html HTTP/1.1\"";
+        let f = haproxy(l, HAPROXY_HDR0 + 3).unwrap();
+        assert_eq!(get(&f, "client").unwrap(), "127.0.0.1:50516");
+        assert_eq!(get(&f, "request_headers"), None);
+        assert_eq!(get(&f, "hdr0"), None);
+        let l = b"::1:40964 [01/May/2024:12:00:00.001] fe~ be/<NOSRV> -1/-1/-1/-1/0 400 0 - - PR-- 1/1/0/0/0 0/0 {Mozilla/5.0 (X11)|a#7Cb||} {text/html} \"<BADREQ>\" 0/0/0/0/0 -/-/-";
+        let f = haproxy(l, HAPROXY_HDR0 + 9).unwrap();
+        assert_eq!(strip_port(get(&f, "client").unwrap().as_bytes()), b"::1");
+        assert_eq!(get(&f, "server").unwrap(), "<NOSRV>");
+        assert_eq!(get(&f, "hdr0").unwrap(), "Mozilla/5.0 (X11)");
+        assert_eq!(get(&f, "hdr1").unwrap(), "a#7Cb");
+        assert_eq!(get(&f, "hdr2").unwrap(), "");
+        assert_eq!(get(&f, "hdr3").unwrap(), "");
+        assert_eq!(get(&f, "hdr4"), None);
+        assert_eq!(get(&f, "response_headers").unwrap(), "text/html");
+        assert_eq!(get(&f, "request").unwrap(), "<BADREQ>");
+        let mut out = vec![None; HAPROXY_LEN];
+        assert!(scan_haproxy(l, HAPROXY_HDR0 + 1, &mut out));
+        assert!(out[HAPROXY_HDR0 + 1].unwrap().escaped && !out[HAPROXY_HDR0].unwrap().escaped);
+        let l = b"2001:db8::7:5000 [01/May/2024:12:00:00.001] fe be/s 0/0/0/1/1 200 1 - - ---- 1/1/0/0/0 0/0 \"GET https://x.example/a#22b HTTP/2.0\"";
+        let f = haproxy(l, HAPROXY_REQUEST).unwrap();
+        assert_eq!(
+            strip_port(get(&f, "client").unwrap().as_bytes()),
+            b"2001:db8::7"
+        );
+        assert_eq!(
+            get(&f, "request").unwrap(),
+            "GET https://x.example/a#22b HTTP/2.0"
+        );
+        // The clf variant, behind a syslog prefix.
+        let l = b"May  1 12:00:00 lb haproxy[1]: 10.0.1.2 - - [06/Feb/2009:12:14:14 +0000] \"GET /index.html HTTP/1.1\" 200 2750 \"\" \"\" 33317 655 http-in static srv1 10 0 30 69 109 ---- 1 1 1 1 0 0 0 \"\" \"\" \"1wt.eu\" \"\"";
+        let f = haproxy(l, HAPROXY_HDR0).unwrap();
+        assert_eq!(get(&f, "client").unwrap(), "10.0.1.2");
+        assert_eq!(
+            get(&f, "accept_date").unwrap(),
+            "06/Feb/2009:12:14:14 +0000"
+        );
+        assert_eq!(get(&f, "request").unwrap(), "GET /index.html HTTP/1.1");
+        assert_eq!(get(&f, "status").unwrap(), "200");
+        assert_eq!(get(&f, "hdr0"), None);
+        // Not HTTP log lines: a TCP log line, HAProxy's own messages, a combined line.
+        for l in [
+            &b"Feb  6 12:12:56 localhost haproxy[14387]: 10.0.1.2:33313 [06/Feb/2009:12:12:51.443] fnt bck/srv1 0/0/5007 212 -- 0/0/0/0/3 0/0"[..],
+            b"Feb  6 12:12:09 localhost haproxy[14385]: Proxy http-in started.",
+            b"Feb  6 12:12:09 localhost haproxy[14385]: Server static/srv1 is DOWN, reason: Layer4 timeout.",
+            br#"1.2.3.4 - frank [10/Oct/2000:13:55:36 -0700] "GET /a/b.gif HTTP/1.0" 200 2326 "-" "x/1""#,
+        ] {
+            assert!(haproxy(l, HAPROXY_LEN - 1).is_none(), "{}", String::from_utf8_lossy(l));
+        }
+        assert_eq!(haproxy_field("hdr63"), Some(HAPROXY_LEN - 1));
+        assert_eq!(haproxy_field("hdr64"), None);
+        assert_eq!(haproxy_field("hdr01"), None);
+        assert_eq!(haproxy_field("IP"), Some(HAPROXY_CLIENT));
+        assert_eq!(haproxy_field("status_code"), Some(HAPROXY_STATUS));
+    }
+
+    #[test]
+    fn haproxy_lines_are_detected() {
+        assert_eq!(sniff(HAPROXY_DOC), LogFormat::Haproxy);
+        assert_eq!(sniff(&HAPROXY_DOC[42..]), LogFormat::Haproxy);
+        let clf =
+            br#"10.0.1.2 - - [06/Feb/2009:12:14:14 +0000] "GET / HTTP/1.1" 200 2750 "" "" 33317"#;
+        // A clf line alone is a combined line (and read as one); behind HAProxy's syslog
+        // prefix, HAProxy's; behind another program's, not HAProxy's.
+        assert_eq!(sniff(clf), LogFormat::Combined);
+        let tagged = [&b"May  1 12:00:00 lb haproxy[1]: "[..], clf].concat();
+        assert_eq!(sniff(&tagged), LogFormat::Haproxy);
+        let other = [&b"May  1 12:00:00 web nginx: "[..], clf].concat();
+        assert_ne!(sniff(&other), LogFormat::Haproxy);
+        let mut head = vec![HAPROXY_DOC.to_vec(); 5];
+        head.insert(
+            0,
+            b"Feb  6 12:12:09 localhost haproxy[14385]: Proxy http-in started.".to_vec(),
+        );
+        assert_eq!(detect(&head), LogFormat::Haproxy);
+    }
+
+    /// Truncated and mangled lines are unusable, never a panic: every prefix and every line
+    /// with a byte removed, of lines of each new format.
+    #[test]
+    fn truncated_w3c_and_haproxy_lines_do_not_panic() {
+        let with_hdrs = [
+            &HAPROXY_DOC[..HAPROXY_DOC.len() - 31],
+            b"{a|b|c} {} \"GET / HTTP/1.1\"",
+        ]
+        .concat();
+        let lines: [&[u8]; 4] = [
+            HAPROXY_DOC,
+            &with_hdrs,
+            b"May  1 12:00:00 lb haproxy[1]: 10.0.1.2 - - [06/Feb/2009:12:14:14 +0000] \"GET / HTTP/1.1\" 200 2",
+            b"2024-05-01\t12:00:00\tIAD89\t335\t203.0.113.7\tGET\td1.cloudfront.net\t/a\t200\t-\tcurl/8\t-\t-\tMiss\tid==\tx.example\thttps\t123\t0.1\t-",
+        ];
+        let mut out = vec![None; HAPROXY_LEN];
+        let mut cols = Vec::new();
+        for l in lines {
+            for cut in 0..l.len() {
+                let a = &l[..cut];
+                let b = [&l[..cut], &l[cut + 1..]].concat();
+                for v in [a, &b[..]] {
+                    scan_haproxy(v, HAPROXY_LEN - 1, &mut out);
+                    let _ = sniff(v);
+                    split_w3c(v, &mut cols);
+                }
+            }
+        }
+        // A request line cut (a syslog line's length limit) is unusable.
+        for l in [HAPROXY_DOC, &with_hdrs] {
+            assert!(scan_haproxy(l, HAPROXY_LEN - 1, &mut out));
+            assert!(!scan_haproxy(&l[..l.len() - 1], HAPROXY_LEN - 1, &mut out));
+        }
+    }
+
     #[test]
     fn sniffing() {
         assert_eq!(sniff(br#" {"a":1}"#), LogFormat::Jsonl);

@@ -980,6 +980,8 @@ fn sample_files_replay_like_the_embedded_sample() {
         ("combined", "s.log"),
         ("csv", "s.csv"),
         ("alb", "s.alb"),
+        ("w3c", "s.w3c.gz"),
+        ("haproxy", "s.haproxy"),
     ] {
         let p = dir.path().join(name).display().to_string();
         bin()
@@ -1147,6 +1149,302 @@ fn alb_logs_replay_as_the_load_balancer_saw_them() {
     let old = write(&dir, "old.log", &old);
     let v = replay_json(&old, "1/m", &[]);
     assert_eq!(v["inputs"][0]["fields"]["time"], "time", "{v}");
+}
+
+#[test]
+fn w3c_logs_replay_as_iis_and_cloudfront_wrote_them() {
+    let dir = tempfile::tempdir().unwrap();
+    // IIS: its directives, spaces in a header written `+`; a restart writes new directives
+    // with other fields in another order (the client first, a time with a fraction); a line
+    // cut short, a `-` client, and a day the month does not have are unusable.
+    let iis = "#Software: Microsoft Internet Information Services 10.0\n\
+               #Version: 1.0\n\
+               #Date: 2024-05-01 12:00:00\n\
+               #Fields: date time s-ip cs-method cs-uri-stem cs-uri-query s-port cs-username c-ip cs(User-Agent) cs(Referer) sc-status sc-substatus sc-win32-status time-taken\n\
+               2024-05-01 12:00:00 10.0.0.1 GET /search q=a 443 - 203.0.113.7 Mozilla/5.0+(X11;+Linux) - 200 0 0 15\n\
+               2024-05-01 12:00:01 10.0.0.1 GET /search q=b 443 bob 203.0.113.7 Mozilla/5.0+(X11;+Linux) - 200 0 0 15\n\
+               2024-05-01 12:00:02 10.0.0.1 POST /login - 443 - 2001:db8::1 curl/8.0 - 200 0 0 15\n\
+               2024-05-01 12:00:03 10.0.0.1 GET /search q=c 443 -\n\
+               2024-05-01 12:00:03 10.0.0.1 GET /x - 443 - - curl/8.0 - 200 0 0 15\n\
+               \n\
+               #Software: Microsoft Internet Information Services 10.0\n\
+               #Version: 1.0\n\
+               #Date: 2024-05-01 12:00:04\n\
+               #Fields: c-ip date time cs-method cs-uri-stem cs(User-Agent) sc-status\n\
+               203.0.113.7 2024-05-01 12:00:04.250 GET /search Mozilla/5.0+(X11;+Linux) 200\n\
+               198.51.100.2 2024-05-01 12:00:05 GET /about curl/8.0 200\n\
+               198.51.100.2 2024-02-30 12:00:05 GET /about curl/8.0 200\n";
+    let log = write(&dir, "u_ex240501.log", iis);
+    let run = |policy: &str, extra: &[&str]| replay_json(&log, policy, extra);
+    let v = run("1/m", &[]);
+    assert_eq!(v["inputs"][0]["format"], "w3c", "{v}");
+    assert_eq!(v["inputs"][0]["fields"]["time"], "date time", "{v}");
+    assert_eq!(v["inputs"][0]["fields"]["ip"], "c-ip", "{v}");
+    // Directives are neither lines nor unusable; the blank line counts, as in every format.
+    assert_eq!(
+        (v["lines"].clone(), v["bad_lines"].clone()),
+        (9.into(), 3.into()),
+        "{v}"
+    );
+    let bad = v["bad_line_examples"].to_string();
+    assert!(
+        bad.contains("#Fields") && bad.contains("no client address"),
+        "{bad}"
+    );
+    assert!(bad.contains("2024-02-30"), "{bad}");
+    // 203.0.113.7 (three requests), the IPv6 client, 198.51.100.2.
+    assert_eq!(
+        (v["requests"].clone(), v["keys"].clone()),
+        (5.into(), 3.into()),
+        "{v}"
+    );
+    assert_eq!(policy(&v, "1/m")["admitted"], 3);
+    // The User-Agent, as the server received it (spaces), in either field order.
+    let v = run("1/m", &["--key", "header:user-agent"]);
+    assert_eq!(v["keys"], 2, "{v}");
+    assert_eq!(
+        policy(&v, "1/m")["top_throttled"][0]["key"],
+        "Mozilla/5.0 (X11; Linux)",
+        "{v}"
+    );
+    // The path holds the query (routes read it); a field by its W3C name (`-` is none, and
+    // a #Fields without the field leaves its lines without a key).
+    let v = run("1/m", &["--key", "path:/search?q={q}"]);
+    // (q=a, q=b; the other paths, and /search without a query, have no key.)
+    assert_eq!(
+        (v["keys"].clone(), v["unkeyed"].clone()),
+        (2.into(), 4.into()),
+        "{v}"
+    );
+    let v = run("1/m", &["--key", "field:cs-username"]);
+    // (bob; three `-` in the first block, two lines under a #Fields without it.)
+    assert_eq!(
+        (v["keys"].clone(), v["unkeyed"].clone()),
+        (1.into(), 5.into()),
+        "{v}"
+    );
+    // Fields named in any case; a field the #Fields lacks is an error naming its fields.
+    let v = run("1/m", &["--ip-field", "S-IP"]);
+    assert_eq!(v["inputs"][0]["fields"]["ip"], "s-ip", "{v}");
+    replay(&log, "1/m", &["--key", "field:x-nope"])
+        .code(4)
+        .stderr(
+            predicate::str::contains("names no x-nope")
+                .and(predicate::str::contains("cs-uri-stem")),
+        );
+    replay(&log, "1/m", &["--key", "header:X-Api-Key"])
+        .code(4)
+        .stderr(predicate::str::contains("cs(x-api-key)"));
+    // IIS logs no forwarding header unless configured to: --trusted-proxies says so.
+    replay(&log, "1/m", &["--trusted-proxies", "private"])
+        .code(4)
+        .stderr(predicate::str::contains("--forwarded-field"));
+    // A #Fields without a date and time, and a log without #Fields, are errors.
+    let no_time = write(
+        &dir,
+        "no_time.log",
+        "#Version: 1.0\n#Fields: c-ip cs-method cs-uri-stem\n203.0.113.7 GET /\n",
+    );
+    replay(&no_time, "1/m", &[])
+        .code(4)
+        .stderr(predicate::str::contains("no date and time fields"));
+    let headless = write(
+        &dir,
+        "tail.log",
+        "2024-05-01 12:00:00 10.0.0.1 GET / - 443 - 203.0.113.7 curl - 200 0 0 15\n",
+    );
+    replay(&headless, "1/m", &["--log-format", "w3c"])
+        .code(4)
+        .stderr(predicate::str::contains("no #Fields directive"));
+    // Only directives: no line, no request.
+    let empty = write(
+        &dir,
+        "empty.log",
+        "#Version: 1.0\n#Fields: date time c-ip\n",
+    );
+    replay(&empty, "1/m", &[])
+        .code(4)
+        .stderr(predicate::str::contains("no usable request in 0 lines"));
+    // Merged by time with their own #Fields (the second file's first line is the earliest).
+    let m1 = write(
+        &dir,
+        "m1.log",
+        "#Fields: date time c-ip\n2024-05-01 12:00:02 192.0.2.1\n2024-05-01 12:00:03 192.0.2.1\n",
+    );
+    let m2 = write(
+        &dir,
+        "m2.log",
+        "#Fields: c-ip date time\n192.0.2.1 2024-05-01 12:00:00\n192.0.2.1 2024-05-01 12:00:04\n",
+    );
+    let out = replay(&m1, "1/m", &[&m2, "--format", "json"])
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let v = json(&out);
+    assert_eq!(v["inputs"][0]["name"], m2.as_str(), "{v}");
+    assert_eq!(
+        (v["requests"].clone(), v["timestamps_backwards"].clone()),
+        (4.into(), 0.into()),
+        "{v}"
+    );
+
+    // CloudFront: tabs, percent-encoded headers, the viewer's Host in x-host-header, the
+    // X-Forwarded-For it received.
+    let fields = "date time x-edge-location sc-bytes c-ip cs-method cs(Host) cs-uri-stem sc-status cs(Referer) cs(User-Agent) cs-uri-query cs(Cookie) x-edge-result-type x-edge-request-id x-host-header cs-protocol cs-bytes time-taken x-forwarded-for ssl-protocol";
+    let line = |s: u32, ip: &str, xff: &str, host: &str, ua: &str| {
+        format!(
+            "2024-05-01\t12:00:{s:02}\tIAD89-C3\t335\t{ip}\tGET\td111111abcdef8.cloudfront.net\t/api/items\t200\t-\t{ua}\tid=1\t-\tMiss\tr{s}==\t{host}\thttps\t123\t0.001\t{xff}\tTLSv1.3\n"
+        )
+    };
+    let mut cf = format!("#Version: 1.0\n#Fields: {fields}\n");
+    let ua = "Mozilla/5.0%20(Windows%20NT%2010.0;%20Win64;%20x64)";
+    for s in 0..4 {
+        // Behind a proxy of their own (10.0.0.5), two viewers; one viewer direct.
+        cf += &line(
+            s,
+            "10.0.0.5",
+            &format!("203.0.113.{}", s % 2),
+            "api.example.com",
+            ua,
+        );
+        cf += &line(s, "198.51.100.9", "-", "www.example.com", "curl/8.0");
+    }
+    let cf = write(&dir, "E2ABCDEF.2024-05-01-12.a1b2c3d4", &cf);
+    let v = replay_json(&cf, "1/m", &[]);
+    assert_eq!(v["inputs"][0]["format"], "w3c", "{v}");
+    assert_eq!(
+        (v["keys"].clone(), v["bad_lines"].clone()),
+        (2.into(), 0.into()),
+        "{v}"
+    );
+    let v = replay_json(&cf, "1/m", &["--trusted-proxies", "private"]);
+    assert_eq!(v["keys"], 3, "{v}");
+    assert_eq!(policy(&v, "1/m")["admitted"], 3, "{v}");
+    assert_eq!(
+        v["inputs"][0]["fields"]["forwarded"], "x-forwarded-for",
+        "{v}"
+    );
+    let v = replay_json(&cf, "1/m", &["--key", "header:User-Agent"]);
+    let keys = policy(&v, "1/m")["top_throttled"].to_string();
+    assert!(
+        keys.contains("Mozilla/5.0 (Windows NT 10.0; Win64; x64)"),
+        "{keys}"
+    );
+    let v = replay_json(&cf, "1/m", &["--key", "header:Host"]);
+    let keys = policy(&v, "1/m")["top_throttled"].to_string();
+    assert!(
+        keys.contains("api.example.com") && keys.contains("www.example.com"),
+        "{keys}"
+    );
+    // The query joins the path.
+    let v = replay_json(&cf, "r=GET /api/items?id={id} => 1/m", &[]);
+    assert_eq!(policy(&v, "r")["unlimited"], 0, "{v}");
+}
+
+#[test]
+fn haproxy_logs_replay_as_haproxy_saw_them() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two captured request headers (User-Agent, X-Forwarded-For); syslog prefixes and none;
+    // an IPv6 client; a request HAProxy could not read; HAProxy's own message and a TCP
+    // log line (unusable).
+    let line = |ms: u32, client: &str, hdrs: &str, req: &str| {
+        format!(
+            "May  1 12:00:00 lb1 haproxy[812]: {client} [01/May/2024:12:00:{:02}.{:03}] www~ api/srv1 0/0/1/2/3 200 512 - - ---- 1/1/0/0/0 0/0 {{{hdrs}}} \"{req}\"\n",
+            ms / 1000,
+            ms % 1000
+        )
+    };
+    let mut text = String::new();
+    text += "May  1 12:00:00 lb1 haproxy[812]: Proxy www started.\n";
+    for i in 0..4 {
+        text += &line(
+            i * 100,
+            "10.0.0.5:4000",
+            &format!("curl/8|203.0.113.{i}"),
+            "GET /api/a?x=1 HTTP/1.1",
+        );
+        text += &line(
+            i * 100 + 50,
+            "2001:db8:1:2::7:6000",
+            "bot #22q#22|",
+            "POST /api/b HTTP/1.1",
+        );
+    }
+    text += &line(900, "198.51.100.1:7000", "|", "<BADREQ>");
+    // (stdout logging: no prefix; the line starts at the client.)
+    text += "198.51.100.1:7001 [01/May/2024:12:00:01.000] www~ api/srv1 0/0/1/2/3 200 512 - - ---- 1/1/0/0/0 0/0 {curl/8|} \"GET /api/a HTTP/1.1\"\n";
+    text += "May  1 12:00:02 lb1 haproxy[812]: 10.0.0.9:5000 [01/May/2024:12:00:02.000] tcp-in tcp/srv1 0/0/5007 212 -- 0/0/0/0/3 0/0\n";
+    let log = write(&dir, "haproxy.log", &text);
+    let run = |policy: &str, extra: &[&str]| replay_json(&log, policy, extra);
+    let v = run("1/m", &[]);
+    assert_eq!(v["inputs"][0]["format"], "haproxy", "{v}");
+    assert_eq!(v["inputs"][0]["fields"]["time"], "accept_date", "{v}");
+    assert_eq!(
+        (v["lines"].clone(), v["bad_lines"].clone()),
+        (12.into(), 2.into()),
+        "{v}"
+    );
+    assert!(
+        v["bad_line_examples"]
+            .to_string()
+            .contains("not an HAProxy HTTP log line"),
+        "{v}"
+    );
+    // 10.0.0.5, the IPv6 client's /64, 198.51.100.1 (its port dropped).
+    assert_eq!(
+        (v["requests"].clone(), v["keys"].clone()),
+        (10.into(), 3.into()),
+        "{v}"
+    );
+    assert_eq!(policy(&v, "1/m")["admitted"], 3);
+    // Milliseconds: each client's requests are 100 ms apart (at whole seconds, they would
+    // come at once); at 5/s every other one is rejected: 2 + 2 + 1.
+    assert_eq!(
+        policy(&run("10/s; burst=1", &[]), "10/s; burst=1")["rejected"],
+        0
+    );
+    assert_eq!(
+        policy(&run("5/s; burst=1", &[]), "5/s; burst=1")["rejected"],
+        2 + 2 + 1
+    );
+    // Routes read the request line (10.0.0.5 and 198.51.100.1 GET, the IPv6 client POSTs);
+    // <BADREQ> has no path, matches no route, and is admitted unlimited.
+    let v = run("r=GET /api/a => 1/m | POST /api/b => 2/m", &[]);
+    let r = policy(&v, "r");
+    assert_eq!(
+        (r["admitted"].clone(), r["unlimited"].clone()),
+        ((1 + 1 + 2 + 1).into(), 1.into()),
+        "{v}"
+    );
+    let v = run("1/m", &["--key", "path"]);
+    assert_eq!(v["unkeyed"], 1, "{v}");
+    // A captured header by its place; `#22` read as the quote it stands for; empty is none.
+    let v = run("1/m", &["--key", "field:hdr0"]);
+    assert_eq!(
+        (v["keys"].clone(), v["unkeyed"].clone()),
+        (2.into(), 1.into()),
+        "{v}"
+    );
+    let keys = policy(&v, "1/m")["top_throttled"].to_string();
+    assert!(keys.contains(r#"bot \"q\""#), "{keys}");
+    replay(&log, "1/m", &["--key", "header:User-Agent"])
+        .code(4)
+        .stderr(predicate::str::contains("field:hdr0"));
+    replay(&log, "1/m", &["--key", "field:hdr64"])
+        .code(4)
+        .stderr(predicate::str::contains("capture request header"));
+    // The X-Forwarded-For capture behind a trusted proxy: the clients it names.
+    replay(&log, "1/m", &["--trusted-proxies", "10.0.0.5"])
+        .code(4)
+        .stderr(predicate::str::contains("--forwarded-field hdrN"));
+    let v = run(
+        "1/m",
+        &["--trusted-proxies", "10.0.0.5", "--forwarded-field", "hdr1"],
+    );
+    // 203.0.113.0-3, the IPv6 client, 198.51.100.1.
+    assert_eq!(v["keys"], 6, "{v}");
+    assert_eq!(v["inputs"][0]["fields"]["forwarded"], "hdr1", "{v}");
 }
 
 #[test]
