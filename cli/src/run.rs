@@ -298,23 +298,19 @@ const BATCH: usize = 32;
 /// prefetches would be pure overhead.
 const PREFETCH_FROM: usize = 1 << 14;
 
-/// A request parsed but not decided yet: its key, method and path are in its block's
-/// [`Requests::bytes`], its line in the block ([`Part`]).
+/// A request parsed but not decided yet: its key, method and path are in its part's
+/// [`Requests::bytes`], its line in the part's blocks ([`Part::line`]).
 #[derive(Clone, Copy)]
 struct Pending {
-    /// Its time in the replay ([`Feed::head`]): the line's own, or its neighbours' when it is
-    /// stamped ahead of them.
+    /// The line's own time (its time in the replay is [`Part::due`]'s; a timestamp beyond
+    /// what the policies cover makes the line bad).
     t: u64,
-    /// The line's own time (a timestamp beyond what the policies cover makes it bad).
-    stamped: u64,
     cost: u64,
     line_no: u64,
     line: (usize, usize),
     key: (usize, usize),
     method: (usize, usize),
     path: Option<(usize, usize)>,
-    hash: u64,
-    id: u32,
 }
 
 /// A block's requests, parsed: their keys, methods and paths in `bytes`.
@@ -349,20 +345,18 @@ impl Requests {
 /// keys are interned in the replay's order (so they get the ids they would get anyway), and
 /// every request is decided in the replay's order.
 struct Batch {
-    reqs: Vec<Pending>,
-    /// Each request's input.
-    src: Vec<usize>,
+    /// Each request's input and its place in that input's current part.
+    reqs: Vec<(usize, usize)>,
 }
 
 impl Batch {
     fn new() -> Self {
         Batch {
             reqs: Vec::with_capacity(BATCH),
-            src: Vec::with_capacity(BATCH),
         }
     }
 
-    /// Decides every pending request, in order. `feeds` holds their blocks.
+    /// Decides every pending request, in order. `feeds` holds them.
     fn flush(
         &mut self,
         replay: &mut Replay,
@@ -370,32 +364,50 @@ impl Batch {
         feeds: &[Option<Feed>],
         meta: &mut Meta,
     ) -> Result<(), CliError> {
-        let part = |i: usize| &feeds[self.src[i]].as_ref().expect("an open input").cur;
-        let get = |i: usize, (s, e): (usize, usize)| &part(i).parsed.bytes[s..e];
-        if replay.interner.len() >= PREFETCH_FROM {
-            for (i, p) in self.reqs.iter_mut().enumerate() {
-                p.hash = replay.interner.hash(get(i, p.key));
-                replay.interner.prefetch(p.hash);
-            }
-            for (i, p) in self.reqs.iter_mut().enumerate() {
-                p.id = replay.key_id_hashed(get(i, p.key), p.hash);
-                replay.prefetch(p.id);
-            }
-        } else {
-            for (i, p) in self.reqs.iter_mut().enumerate() {
-                p.id = replay.key_id(get(i, p.key));
+        let Some(&(src, _)) = self.reqs.first() else {
+            return Ok(());
+        };
+        // Each request's part (mostly one input's, found once) and its ids.
+        let find = |src: usize| &feeds[src].as_ref().expect("an open input").cur;
+        let mut parts = [find(src); BATCH];
+        let mut last = src;
+        for (k, &(src, _)) in self.reqs.iter().enumerate() {
+            if src != last {
+                (parts[k], last) = (find(src), src);
+            } else {
+                parts[k] = parts[k.saturating_sub(1)];
             }
         }
-        for (i, p) in self.reqs.iter().enumerate() {
+        let req = |k: usize| &parts[k].parsed.reqs[self.reqs[k].1];
+        let get = |k: usize, (s, e): (usize, usize)| &parts[k].parsed.bytes[s..e];
+        let n = self.reqs.len();
+        let mut ids = [0u32; BATCH];
+        if replay.interner.len() >= PREFETCH_FROM {
+            let mut hashes = [0u64; BATCH];
+            for (k, h) in hashes[..n].iter_mut().enumerate() {
+                *h = replay.interner.hash(get(k, req(k).key));
+                replay.interner.prefetch(*h);
+            }
+            for (k, id) in ids[..n].iter_mut().enumerate() {
+                *id = replay.key_id_hashed(get(k, req(k).key), hashes[k]);
+                replay.prefetch(*id);
+            }
+        } else {
+            for (k, id) in ids[..n].iter_mut().enumerate() {
+                *id = replay.key_id(get(k, req(k).key));
+            }
+        }
+        for k in 0..n {
+            let (p, t) = (req(k), parts[k].due[self.reqs[k].1]);
             let at = || {
-                let name = cx.names[self.src[i]].as_str();
-                (name, part(i).line(p.line))
+                let name = cx.names[self.reqs[k].0].as_str();
+                (name, parts[k].line(p.line))
             };
-            let offered = if p.stamped > p.t && replay.beyond(p.stamped) {
-                Err(Refusal::ClockOutOfRange { now: p.stamped })
+            let offered = if p.t > t && replay.beyond(p.t) {
+                Err(Refusal::ClockOutOfRange { now: p.t })
             } else {
-                let path = p.path.map(|r| get(i, r));
-                replay.offer(p.t, p.id, get(i, p.method), path, p.cost)
+                let path = p.path.map(|r| get(k, r));
+                replay.offer(t, ids[k], get(k, p.method), path, p.cost)
             };
             match offered {
                 Ok(()) => {}
@@ -411,7 +423,6 @@ impl Batch {
             }
         }
         self.reqs.clear();
-        self.src.clear();
         Ok(())
     }
 }
@@ -764,15 +775,12 @@ fn parse_line(
     let path = path.map(|p| batch.keep(p));
     Parsed::Request(Pending {
         t,
-        stamped: t,
         cost,
         line_no,
         line: (at, at + line.len()),
         key,
         method,
         path,
-        hash: 0,
-        id: 0,
     })
 }
 
@@ -1420,8 +1428,7 @@ fn pass_merged(
             while k < end {
                 let t = due[k];
                 (lo, hi) = (lo.min(t), hi.max(t));
-                batch.reqs.push(Pending { t, ..reqs[k] });
-                batch.src.push(i);
+                batch.reqs.push((i, k));
                 k += 1;
                 // Decided before `cur` is let go: the batch's requests are in it.
                 if batch.reqs.len() == BATCH || k == reqs.len() {
