@@ -85,7 +85,10 @@ declare namespace rateLimit {
     message?: unknown
     /** The policy name in draft-8 (IETF) fields (default `"default"`). */
     policy?: string
-    /** The most clients held at once (default 2^20). */
+    /**
+     * The most clients held at once (default 2^20): in memory, and a shared-memory region's
+     * capacity. A Redis store keeps no key bound and ignores it (and `onFull`).
+     */
     maxKeys?: number
     /** At the bound: `'evict'` the client nearest to full (default) or `'reject'` new clients (a 429, `Retry-After: 1`). */
     onFull?: OnFull
@@ -100,9 +103,10 @@ declare namespace rateLimit {
      * unreachable server means (`error` passes the error to `next`). Each distinct limit gets
      * its own Redis key prefix, the configured one plus the suffix below. Not express-rate-limit's
      * `store` (a `Store` object): that is refused. The region is NAME plus `-` and the first 12
-     * hex digits of the SHA-256 of the canonical quota (then `"\n"` and `maxKeys`, when given:
-     * a region keeps the capacity it was made with), so that each distinct limit has its own
-     * (the middleware's `store` names it); `maxKeys` is its capacity.
+     * hex digits of the SHA-256 of the canonical quota (then, for a region, `"\n"` and its key
+     * bound when given, `?capacity=N` or else `maxKeys`: a region keeps the capacity it was
+     * made with), so that each distinct limit has its own (the middleware's `store` names it);
+     * `maxKeys` is its capacity. A Redis prefix's suffix leaves the bound out (Redis has none).
      */
     store?: string
     /** The request property the decision (a `RateLimitInfo`) is stored in (default `"rateLimit"`). */

@@ -126,7 +126,10 @@ declare namespace sluicegateFastify {
     policy?: string
     /** Tokens a request costs (default 1), or a function of the request. */
     cost?: Int | ((req: FastifyRequest) => Int)
-    /** The most clients held at once (default 2^20). */
+    /**
+     * The most clients held at once (default 2^20): in memory, and a shared-memory region's
+     * capacity. A Redis store keeps no key bound and ignores it (and `onFull`).
+     */
     maxKeys?: number
     /** At the bound: `'evict'` (default) or `'reject'` new clients (a 429, `Retry-After: 1`). */
     onFull?: OnFull

@@ -223,7 +223,8 @@ export interface KeyedLimiterOptions extends LimiterOptions {
   /**
    * The most keys held at once (default 2^20). With a shared-memory `store`, the region's
    * capacity: a new region is made with it, an existing one must have it
-   * (`ERR_SLUICEGATE_STORE_MISMATCH`); left out, an opener takes the region's.
+   * (`ERR_SLUICEGATE_STORE_MISMATCH`); left out, an opener takes the region's. A Redis store
+   * keeps no key bound (the server expires full buckets): there it does nothing.
    */
   maxKeys?: number
   /** At the bound with no full bucket: `'reject'` new keys (default) or `'evict'` the nearest to full. */

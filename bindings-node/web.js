@@ -54,10 +54,10 @@ function known(options, allowed, adapter, hints = {}) {
  * the core appends to a region's name or a Redis store's key prefix, so that middlewares with
  * different limits on one configured store get namespaces of their own (a region holds one
  * quota) and every process and host derives the same one: `-` and the first 12 hex digits of
- * the SHA-256 of the canonical quota (`canonicalQuota`), then the key bound and the limit's
- * scope when given (a Fastify route's or group's: limits the memory store keeps apart are kept
- * apart on every store). `'memory'` has none. Returns the suffix and the store as printed
- * with it (a Redis password redacted).
+ * the SHA-256 of the canonical quota (`canonicalQuota`), then, on a shared-memory store, the
+ * key bound (`regionBound`), and the limit's scope when given (a Fastify route's or group's:
+ * limits the memory store keeps apart are kept apart on every store). `'memory'` has none.
+ * Returns the suffix and the store as printed with it (a Redis password redacted).
  */
 function storeFor(store, rate, maxKeys, scope) {
   if (typeof store !== 'string') {
@@ -65,12 +65,27 @@ function storeFor(store, rate, maxKeys, scope) {
       'store must be a sluicegate store string ("memory", "shm:NAME" or "redis://..."); the Store objects of other rate-limit packages are not used here (pass `limiter` to share one limiter between routes)',
     )
   }
-  // The key bound names the region too: a region keeps the capacity it was made with, so a
-  // redeploy with another `maxKeys` must not open the old one (a mismatch in every worker).
-  let named = maxKeys === undefined ? native.canonicalQuota(rate) : `${native.canonicalQuota(rate)}\n${maxKeys}`
+  const bound = regionBound(native.storeSuffixed(store, ''), maxKeys)
+  let named = bound === undefined ? native.canonicalQuota(rate) : `${native.canonicalQuota(rate)}\n${bound}`
   if (scope !== undefined) named += `\nscope=${scope}`
   const suffix = `-${createHash('sha256').update(named).digest('hex').slice(0, 12)}`
   return { suffix, printed: native.storeSuffixed(store, suffix) }
+}
+
+/**
+ * The key bound that names a limit's region, from its store as the core prints it (`shown`)
+ * and `maxKeys`: on a shared-memory store the capacity the region is made with, the store
+ * string's `?capacity=N` when given (a `maxKeys` besides it must be the same), else `maxKeys`
+ * (`undefined` when neither: the core's default, or an existing region's). A region keeps the capacity it was made with, so a
+ * redeploy with another bound must open another region, not the old one (a mismatch in every
+ * worker). `undefined` on Redis, which keeps no key bound: another `maxKeys` must not move
+ * every client's count to a new key prefix.
+ */
+function regionBound(shown, maxKeys) {
+  if (!shown.startsWith('shm:')) return undefined
+  // The core prints a region as `shm:NAME` or `shm:NAME?capacity=N` (a name has no `?`).
+  const capacity = /\?capacity=(\d+)$/.exec(shown)
+  return capacity === null ? maxKeys : capacity[1]
 }
 
 // The regions and prefixes of this process's unnamed limits (Express middlewares, Fastify's

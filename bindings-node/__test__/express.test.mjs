@@ -316,7 +316,9 @@ test('bad options throw at construction', () => {
 // The store option: regions in a temporary folder, removed afterwards.
 const dir = mkdtempSync(join(tmpdir(), 'sluicegate-express-'))
 after(() => rmSync(dir, { recursive: true, force: true }))
-const limitSuffix = (quota) => createHash('sha256').update(canonicalQuota(quota)).digest('hex').slice(0, 12)
+/** A limit's region suffix: its canonical quota, and the region's key bound when one is given. */
+const limitSuffix = (quota, bound) =>
+  createHash('sha256').update(bound === undefined ? canonicalQuota(quota) : `${canonicalQuota(quota)}\n${bound}`).digest('hex').slice(0, 12)
 
 test('store: one region per distinct limit, named from the store and the quota', async (t) => {
   const base = join(dir, 'api-limits')
@@ -337,10 +339,19 @@ test('store: one region per distinct limit, named from the store and the quota',
   const statuses = []
   for (let i = 0; i < 4; i++) statuses.push((await getLoose()).status)
   assert.deepEqual(statuses, [200, 200, 200, 429])
-  // A capacity in the store string stays with the region's name; maxKeys is its capacity.
+  // A capacity in the store string stays with the region's name, and names the region as
+  // maxKeys does (the region's capacity either way); maxKeys is its capacity.
   const cap = rateLimit({ quota: '2/minute', store: `shm:${join(dir, 'cap')}?capacity=8` })
-  assert.equal(cap.store, `shm:${join(dir, 'cap')}-${limitSuffix('2/minute')}?capacity=8`)
+  assert.equal(cap.store, `shm:${join(dir, 'cap')}-${limitSuffix('2/minute', 8)}?capacity=8`)
   assert.equal(cap.limiter.maxKeys, 8)
+  assert.equal(rateLimit({ quota: '2/minute', store: `shm:${join(dir, 'cap')}`, maxKeys: 8 }).store, `shm:${join(dir, 'cap')}-${limitSuffix('2/minute', 8)}`)
+  // A redeploy with another capacity opens another region: not the old one, which refused it
+  // (ERR_SLUICEGATE_STORE_MISMATCH in every worker).
+  const nine = rateLimit({ quota: '2/minute', store: `shm:${join(dir, 'cap')}?capacity=9` })
+  assert.equal(nine.limiter.maxKeys, 9)
+  assert.equal(nine.store, `shm:${join(dir, 'cap')}-${limitSuffix('2/minute', 9)}?capacity=9`)
+  // A maxKeys besides the capacity must say the same.
+  assert.throws(() => rateLimit({ quota: '2/minute', store: `shm:${join(dir, 'cap')}?capacity=9`, maxKeys: 4 }), { code: 'ERR_SLUICEGATE_INVALID_OPTION' })
   assert.equal(rateLimit({ quota: '2/minute', store: `shm:${join(dir, 'mk')}`, maxKeys: 5 }).limiter.maxKeys, 5)
   // Another maxKeys, another region: a redeploy with a new bound opens no region made with
   // the old one (which refused it, a mismatch in every worker).

@@ -398,6 +398,18 @@ describe('Express on Redis', needsRedis(), () => {
     }
   })
 
+  test('maxKeys does not name the key prefix: a deploy changing it keeps every client\'s count', async () => {
+    // A Redis store keeps no key bound (maxKeys applies to memory and shm stores): two deploys
+    // differing only in maxKeys share the limit's buckets, where they counted apart.
+    const store = at(srv)
+    const before = rateLimit({ quota: '3/minute', store, maxKeys: 1000 })
+    const after = rateLimit({ quota: '3/minute', store, maxKeys: 2000 })
+    assert.equal(after.store, before.store)
+    assert.equal(rateLimit({ quota: '3/minute', store }).store, before.store)
+    assert.equal((await before.limiter.tryAcquireAsync('k')).remaining, 2)
+    assert.equal((await after.limiter.tryAcquireAsync('k')).remaining, 1, 'one count across the deploys')
+  })
+
   test('on_error=error reaches the error handler (500); on_error=open admits', async (t) => {
     const dead = 'redis://127.0.0.1:1/0?timeout=20ms'
     const failing = await serve(rateLimit({ limit: 2, store: `${dead}&on_error=error` }), t)

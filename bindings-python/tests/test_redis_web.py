@@ -58,6 +58,22 @@ def test_django_on_redis_gives_each_limit_its_own_prefix(redis_server: RedisServ
     assert prefixes(redis_server, prefix) == {default: 2, limited: 1}
 
 
+def test_max_keys_does_not_name_a_redis_prefix(redis_server: RedisServer) -> None:
+    """A Redis store keeps no key bound: two deploys differing only in ``MAX_KEYS`` share the
+    limit's buckets (a new prefix reset every client's count, and a rolling deploy counted
+    old and new hosts apart)."""
+    store = url(redis_server, on_error="error")
+    prefix = re.search(r"prefix=([^&]+)", store)[1]  # type: ignore[index]
+    statuses = []
+    for max_keys in (1000, 2000):
+        app, _ = test_flask.make_app(
+            SLUICEGATE_STORAGE=store, SLUICEGATE_DEFAULT_LIMITS=["2/minute"], SLUICEGATE_MAX_KEYS=max_keys
+        )
+        statuses += [app.test_client().get("/default").status_code for _ in range(2)]
+    assert statuses == [200, 200, 429, 429]
+    assert list(prefixes(redis_server, prefix)) == [f"{prefix}:{region_suffix(Quota('2/minute'), 'default#0')}"]
+
+
 #: What a request gets while the server is down, under each policy (2/minute, so `local`
 #: admits 2 from its in-process bucket).
 STATUSES = {"open": [200, 200, 200], "closed": [429, 429, 429], "local": [200, 200, 429]}

@@ -185,6 +185,32 @@ def test_the_settings_key_bound_applies_to_decorated_limits(tmp_path: Any) -> No
     assert region_suffix(Quota("5/minute"), "v#0") == region_suffix(Quota("5/minute"), "v#0", None)
 
 
+def test_a_capacity_in_the_store_string_names_the_region(tmp_path: Any) -> None:
+    """``?capacity=N`` in ``SLUICEGATE_STORAGE`` is the region's key bound as ``MAX_KEYS`` is:
+    a redeploy with another capacity opens a new region (it named the old one, whose
+    capacity refused it: a mismatch in every worker). Redis keeps no bound: none names it."""
+
+    def flask_statuses(store: str) -> list[int]:
+        app = flask.Flask(__name__)
+        app.config.update(SLUICEGATE_STORAGE=store)
+        limiter = FlaskSluicegate(app)
+        app.get("/limited")(limiter.limit("5/minute")(lambda: "limited"))
+        client = app.test_client()
+        return [client.get("/limited", environ_base={"REMOTE_ADDR": f"10.0.0.{i}"}).status_code for i in range(4)]
+
+    assert flask_statuses(f"shm:{tmp_path}/flask?capacity=2") == [200, 200, 429, 429]
+    assert flask_statuses(f"shm:{tmp_path}/flask?capacity=3") == [200, 200, 200, 429]  # a new region
+    assert len(list(tmp_path.iterdir())) == 2
+    from sluicegate._web import region_bound
+
+    assert region_bound(f"shm:{tmp_path}/x?capacity=7", None) == 7
+    assert region_bound(f"shm:{tmp_path}/x?capacity=0007", 7) == 7
+    assert region_bound(f"shm:{tmp_path}/x", 5) == 5
+    assert region_bound(f"shm:{tmp_path}/x", None) is None
+    assert region_bound("redis://127.0.0.1:6379/0?prefix=p", 5) is None
+    assert region_bound("memory", 5) == 5
+
+
 def test_a_cost_beyond_the_burst_is_refused_when_declared_and_429_when_computed() -> None:
     """A fixed cost more than the burst would refuse every request: an InvalidOptionError when
     the limit is declared. A cost computed from the request (a batch's size) beyond the burst

@@ -42,13 +42,31 @@ MEMORY = "memory"
 
 def region_suffix(quota: Quota, scope: str, max_keys: int | None = None) -> str:
     """The stable suffix that names one limit's store: 16 hex digits of the SHA-256 of the
-    quota's canonical text, the rule's scope and its key bound when one is set. Every process
-    (and host) of a deployment computes the same one, and another rate, another view or
-    another key bound gives another region (shm) or key prefix (Redis): a region keeps the
-    capacity it was made with, so a redeploy with a new ``MAX_KEYS`` must not open the old
-    one (every worker failed to boot on its mismatch)."""
+    quota's canonical text, the rule's scope and, when one is given, the key bound that names
+    its region (``region_bound``). Every process (and host) of a deployment computes the same
+    one, and another rate, another view or another region capacity gives another region (shm)
+    or key prefix (Redis): a region keeps the capacity it was made with, so a redeploy with a
+    new ``MAX_KEYS`` or ``?capacity=N`` must not open the old one (every worker failed to boot
+    on its mismatch)."""
     text = f"{quota}\n{scope}" if max_keys is None else f"{quota}\n{scope}\n{max_keys}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def region_bound(store: str, max_keys: int | None) -> int | None:
+    """The key bound that names a limit on `store` (``region_suffix``): on a shared-memory
+    store the capacity its region is made with, the store string's ``?capacity=N`` when given
+    (a `max_keys` besides it must be the same), else `max_keys`; None on Redis, which keeps no
+    key bound (another ``MAX_KEYS`` must not move every client's count to a new key prefix);
+    `max_keys` in memory, where it names nothing outside the process."""
+    kind = _store_kind(store)
+    if kind == "redis":
+        return None
+    if kind == "shm":
+        # The core prints a region as ``shm:NAME`` or ``shm:NAME?capacity=N`` (a name has no ``?``).
+        shown = _store_shown(store)
+        if "?capacity=" in shown:
+            return int(shown.rsplit("?capacity=", 1)[1])
+    return max_keys
 
 
 def setting_flag(value: Any, name: str) -> bool:
@@ -260,7 +278,7 @@ class Rule:
                 found = self._limiters.get(store)
                 if found is None:
                     bound = self.max_keys if self.max_keys is not None else self.fallback_max_keys
-                    suffix = region_suffix(self.quota, self.scope, bound)
+                    suffix = region_suffix(self.quota, self.scope, region_bound(store, bound))
                     pool = self.memory_pool
                     if pool is not None:
                         # One limiter for the pool's rules of one region (in memory, what a
@@ -289,7 +307,8 @@ class Rule:
         if found is None and self.memory_pool is not None:
             # Another rule of the pool may have made the one this rule would use.
             bound = self.max_keys if self.max_keys is not None else self.fallback_max_keys
-            found = self.memory_pool.get((store, region_suffix(self.quota, self.scope, bound), self.shadow))
+            suffix = region_suffix(self.quota, self.scope, region_bound(store, bound))
+            found = self.memory_pool.get((store, suffix, self.shadow))
         return found
 
     def __repr__(self) -> str:
