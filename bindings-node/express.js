@@ -17,6 +17,18 @@ const OPTIONS = new Set([
   'requestPropertyName', 'store', 'allowList', 'enabled', 'skipSuccessfulRequests', 'skipFailedRequests',
   'requestWasSuccessful', 'trustedProxies', 'proxyHeader', 'ipv6Subnet', 'shadow', 'onShadowReject',
 ])
+// express-rate-limit (v8) options with no counterpart here, or another name here, and what to
+// give instead.
+const REFUSED = {
+  passOnStoreError: 'use the store URL\'s `on_error=open` (every request admitted while a Redis store fails; the default `on_error=local` limits each process by its share of the quota, `on_error=error` passes the error to `next`)',
+  headers: 'express-rate-limit\'s older name for `legacyHeaders` (the `X-RateLimit-*` fields): give `legacyHeaders`, and `standardHeaders` for the `RateLimit` fields',
+  identifier: 'use `policy` (a string: the name in draft-8\'s `RateLimit` and `RateLimit-Policy` fields)',
+  retryAfter: 'not supported: `Retry-After` is the wait until the client\'s request would be admitted (a `handler` may set another)',
+  logger: 'not supported: a failing store is reported as a process warning (`SluicegateWarning`, `process.on(\'warning\')`), and an error deciding goes to `next`',
+  validate: 'not needed: the options are checked when the middleware is made (a bad one throws), and Express\'s `trust proxy` and `req.ip` are not read (give `trustedProxies`)',
+  draft_polli_ratelimit_headers: 'removed in express-rate-limit v7: give `standardHeaders: \'draft-6\'`',
+  onLimitReached: 'removed in express-rate-limit v7: use `handler` (called for each rejected request)',
+}
 
 /**
  * `req.rateLimit`: the decision, with express-rate-limit's `used` and `resetTime` besides its
@@ -78,7 +90,7 @@ function defaultHandler(req, res, next, options) {
  * See express.d.ts for the options.
  */
 function rateLimit(options = {}) {
-  known(options, OPTIONS, 'rateLimit')
+  known(options, OPTIONS, 'rateLimit', REFUSED)
   if (options.max !== undefined) {
     // express-rate-limit's older name for `limit`, which it still takes.
     if (options.limit !== undefined) throw invalidArg('give limit or max (its older name), not both')

@@ -311,6 +311,16 @@ test('bad options throw at construction', () => {
   named({ limit: () => 5 }, /^limit must be a number: a limit computed per request/)
   named({ windowMs: 1.5 }, /^windowMs must be a whole number of milliseconds/)
   assert.equal(typeof rateLimit({ limit: 5n, windowMs: 1000n }), 'function')
+  // express-rate-limit's options with no counterpart here say what to give instead.
+  named({ passOnStoreError: true }, /^rateLimit option "passOnStoreError": use the store URL's `on_error=open`/)
+  named({ headers: false }, /^rateLimit option "headers": .*give `legacyHeaders`, and `standardHeaders`/)
+  named({ identifier: 'api' }, /^rateLimit option "identifier": use `policy`/)
+  named({ retryAfter: 5 }, /^rateLimit option "retryAfter": not supported/)
+  named({ logger: console }, /^rateLimit option "logger": not supported: .*SluicegateWarning/)
+  named({ validate: false }, /^rateLimit option "validate": not needed: .*`trustedProxies`/)
+  named({ draft_polli_ratelimit_headers: true }, /standardHeaders: 'draft-6'/)
+  named({ onLimitReached: () => {} }, /use `handler`/)
+  named({ bogus: 1 }, /^unknown rateLimit option "bogus"$/)
 })
 
 // The store option: regions in a temporary folder, removed afterwards.
