@@ -100,7 +100,8 @@ declare namespace rateLimit {
      * host shares (node:cluster, pm2), so that a limit holds host-wide, or a Redis URL
      * (`'redis://HOST:PORT/DB?prefix=api&on_error=local'`), which every host shares: the
      * middleware then awaits each decision, and the URL's `on_error` says what a slow or
-     * unreachable server means (`error` passes the error to `next`). Each distinct limit gets
+     * unreachable server means (`error` passes a 503 error to `next`, the store's error its
+     * `cause`, its message not naming the store). Each distinct limit gets
      * its own Redis key prefix, the configured one plus the suffix below. Not express-rate-limit's
      * `store` (a `Store` object): that is refused. The region is NAME plus `-` and the first 12
      * hex digits of the SHA-256 of the canonical quota (then, for a region, `"\n"` and its key

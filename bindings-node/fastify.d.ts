@@ -99,7 +99,9 @@ declare namespace sluicegateFastify {
     allowList?: Key[] | ((req: FastifyRequest, key: Key) => boolean | Promise<boolean>)
     /**
      * A limiter or store error (the decision failing) lets the request through instead of
-     * failing it (default false). Never a rejected request: a throw of `onExceeded` or
+     * failing it (a 503; default false). A Redis store fails so only under its URL's
+     * `on_error=error` (a region, on its rare lock timeout): under the default
+     * `on_error=local` it falls back to limiting in each process, and `open` / `closed` decide. Never a rejected request: a throw of `onExceeded` or
      * `errorResponseBuilder`, like one of `keyGenerator` or `cost`, is the request's error, and
      * so is a key or cost they give that is none (`ERR_SLUICEGATE_INVALID_ARG`, a 500 by
      * Fastify's error handler).

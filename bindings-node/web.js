@@ -246,15 +246,32 @@ class Watch {
  * the burst, which no wait would admit, and a new key its store has no room for (every
  * bucket in use, none full to evict) are refusals (429s: the client's doing, or a wait of a
  * second), not server errors; a shadow limit lets them through, marked as would-be
- * rejections. Any other error is thrown on.
+ * rejections. A store's failure is thrown as a 503 (`storeFailure`), any other error as it is.
  */
 function refusal(limiter, cost, err) {
   let d
   if (err?.code === 'ERR_SLUICEGATE_INSUFFICIENT_CAPACITY') d = limiter[OVER_CAPACITY](cost)
   else if (err?.code === 'ERR_SLUICEGATE_KEY_STORE_FULL') d = limiter[STORE_FULL]()
-  if (d === undefined || d === null) throw err
+  if (d === undefined || d === null) throw storeFailure(err)
   if (!limiter.shadow) return d
   return new Decision(true, d.limit, d.remaining, d.retryAfterMs, d.resetAfterMs, d.retryAfterNs, d.resetAfterNs, d.windowSeconds, true)
+}
+
+/**
+ * What an adapter passes on when a limit's store failed to decide (a Redis store under
+ * `on_error=error`, a region's lock timeout): a 503 (`statusCode` and `status`, read by
+ * Fastify's and Express's error handlers) whose message leaves out the store's address (a
+ * Redis URL's user, host and port; a region's path), which the framework may send to the
+ * client; the store's error is its `cause` (Fastify's logger prints a cause's message and
+ * stack with the error's), its `code` the store's. Any other error is returned as it is.
+ */
+function storeFailure(err) {
+  if (typeof err?.code !== 'string' || !err.code.startsWith('ERR_SLUICEGATE_STORE')) return err
+  const e = new Error('rate limiting is unavailable: its store did not decide (the cause says why)', { cause: err })
+  e.code = err.code
+  e.statusCode = 503
+  e.status = 503
+  return e
 }
 
 /** `f(v)` now, or once `v` settles when it is a Promise (its rejection, `err`'s). */

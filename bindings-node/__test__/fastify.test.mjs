@@ -530,7 +530,7 @@ test('store shm: routes and groups of one quota count apart, as in memory; one r
 describe('store redis', needsRedis(), () => {
   const redis = serverPerSuite()
 
-  test('decisions on the server, answered through Promises; on_error=error is a 500 or, with skipOnError, a pass', async (t) => {
+  test('decisions on the server, answered through Promises; on_error=error is a 503 or, with skipOnError, a pass', async (t) => {
     const f = await app(t, { max: 2, timeWindow: 60_000, store: `${redis.url}?prefix=fastify-${process.pid}` })
     const r = []
     for (let i = 0; i < 3; i++) r.push(await f.inject('/'))
@@ -539,7 +539,7 @@ describe('store redis', needsRedis(), () => {
     const dead = 'redis://127.0.0.1:1/0?timeout=20ms&on_error=error'
     const strict = await app(t, { max: 2, store: dead })
     const e = await strict.inject('/')
-    assert.equal(e.statusCode, 500)
+    assert.equal(e.statusCode, 503)
     assert.equal(e.json().code, 'ERR_SLUICEGATE_STORE_UNAVAILABLE')
     const lenient = await app(t, { max: 2, store: dead, skipOnError: true })
     assert.equal((await lenient.inject('/')).statusCode, 200)
@@ -567,6 +567,28 @@ describe('store redis', needsRedis(), () => {
     assert.equal(await f.rateLimits.reset('k'), true)
     assert.equal((await f.rateLimits.get('k')).remaining, 2)
   })
+})
+
+test('on_error=error: the client gets a 503 without the store\'s address; the log has the store\'s error', async (t) => {
+  const lines = []
+  const f = Fastify({ logger: { level: 'info', stream: { write: (l) => lines.push(JSON.parse(l)) } } })
+  t.after(() => f.close())
+  // A user name, host and port a client must not learn (port 1: nothing answers).
+  await f.register(sluicegate, { max: 2, store: 'redis://sg-operator@127.0.0.1:1/0?timeout=20ms&on_error=error' })
+  f.get('/', async () => 'ok')
+  await f.ready()
+  const r = await f.inject('/')
+  assert.equal(r.statusCode, 503)
+  const body = r.json()
+  assert.equal(body.code, 'ERR_SLUICEGATE_STORE_UNAVAILABLE')
+  assert.equal(body.error, 'Service Unavailable')
+  for (const secret of ['sg-operator', '127.0.0.1', ':1/']) assert.ok(!r.body.includes(secret), r.body)
+  // Fastify logs a 5xx with its error, the cause's message and stack included: the operator
+  // sees which store failed and why.
+  const logged = lines.find((l) => l.err?.code === 'ERR_SLUICEGATE_STORE_UNAVAILABLE')
+  assert.ok(logged, JSON.stringify(lines))
+  assert.equal(logged.level, 50)
+  assert.match(logged.err.message, /127\.0\.0\.1:1/)
 })
 
 test('shadow: a dry run on a route lets every request through and reports would-be rejections', async (t) => {

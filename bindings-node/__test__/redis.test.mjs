@@ -410,12 +410,33 @@ describe('Express on Redis', needsRedis(), () => {
     assert.equal((await after.limiter.tryAcquireAsync('k')).remaining, 1, 'one count across the deploys')
   })
 
-  test('on_error=error reaches the error handler (500); on_error=open admits', async (t) => {
+  test('on_error=error reaches the error handler (a 503, the store\'s error its cause); on_error=open admits', async (t) => {
     const dead = 'redis://127.0.0.1:1/0?timeout=20ms'
     const failing = await serve(rateLimit({ limit: 2, store: `${dead}&on_error=error` }), t)
     const r = await failing()
-    assert.equal(r.status, 500)
+    assert.equal(r.status, 500) // the fixture's handler answers 500 with the code
     assert.deepEqual(await r.json(), { code: 'ERR_SLUICEGATE_STORE_UNAVAILABLE' })
+    // Express's own handler answers the error's status; its message (the stack, outside
+    // production) does not name the store: a user name, host and port a client must not learn.
+    const seen = []
+    const app = express()
+    app.use(rateLimit({ limit: 2, store: 'redis://sg-operator@127.0.0.1:1/0?timeout=20ms&on_error=error' }))
+    app.get('/', (_req, res) => res.send('ok'))
+    app.use((err, _req, _res, next) => {
+      seen.push(err)
+      next(err)
+    })
+    const server = await new Promise((resolve) => {
+      const s = app.listen(0, '127.0.0.1', () => resolve(s))
+    })
+    t.after(() => new Promise((done) => server.close(done)))
+    const own = await fetch(`http://127.0.0.1:${server.address().port}/`)
+    assert.equal(own.status, 503)
+    const text = await own.text()
+    for (const secret of ['sg-operator', '127.0.0.1', ':1/']) assert.ok(!text.includes(secret), text)
+    assert.equal(seen[0].code, 'ERR_SLUICEGATE_STORE_UNAVAILABLE')
+    assert.equal(seen[0].statusCode, 503)
+    assert.match(seen[0].cause.message, /127\.0\.0\.1:1/, 'the cause has the details')
     const open = await serve(rateLimit({ limit: 2, store: `${dead}&on_error=open` }), t)
     for (let i = 0; i < 3; i++) assert.equal((await open()).status, 200)
   })
