@@ -1,4 +1,4 @@
-import type { Decision as Decision_, Int, Key as Key_, KeyedLimiter, OnFull, Quota } from './index'
+import type { Decision as Decision_, Int, Key as Key_, KeyedLimiter, OnFull, ProxyHeader, Quota } from './index'
 
 // The CommonJS entry point (express.js): `module.exports` is the function, with `rateLimit`
 // and `default` naming it too. The ESM entry point's types are express.d.mts.
@@ -41,8 +41,8 @@ declare namespace rateLimit {
      * too). The framework's own proxy setting (and `req.ip`) is not read.
      */
     trustedProxies?: number | false | string | string[]
-    /** The header those proxies write: `'x-forwarded-for'` (default) or `'forwarded'`. */
-    proxyHeader?: 'x-forwarded-for' | 'forwarded' | (string & {})
+    /** The header those proxies write: `'x-forwarded-for'` (default) or `'forwarded'` (any case at run time). */
+    proxyHeader?: ProxyHeader
     /**
      * The default key's IPv6 prefix length (default 64: one key per /64; express-rate-limit
      * v8's default is 56, give `56` for its keys), or `false`: no subnet, the whole address is

@@ -2,7 +2,7 @@ import type {
   FastifyPluginCallback, FastifyReply, FastifyRequest,
   onRequestHookHandler, preHandlerHookHandler, preParsingHookHandler, preValidationHookHandler,
 } from 'fastify'
-import type { Decision as Decision_, Int, Key as Key_, KeyedLimiter, OnFull, Quota } from './index'
+import type { Decision as Decision_, Int, Key as Key_, KeyedLimiter, OnFull, ProxyHeader, Quota } from './index'
 
 // The CommonJS entry point (fastify.js): `module.exports` is the plugin, with
 // `sluicegateFastify` and `default` naming it too. The ESM entry point's types are
@@ -91,8 +91,8 @@ declare namespace sluicegateFastify {
      * too). The framework's own proxy setting (and `req.ip`) is not read.
      */
     trustedProxies?: number | false | string | string[]
-    /** The header those proxies write: `'x-forwarded-for'` (default) or `'forwarded'`. */
-    proxyHeader?: 'x-forwarded-for' | 'forwarded' | (string & {})
+    /** The header those proxies write: `'x-forwarded-for'` (default) or `'forwarded'` (any case at run time). */
+    proxyHeader?: ProxyHeader
     /** The default key's IPv6 prefix length (default 64: one key per /64), or `false`: no subnet, the whole address is the key. */
     ipv6Subnet?: number | false
     /** Keys never limited (not counted), or a function saying so (may return a promise). */

@@ -312,6 +312,14 @@ export declare class Composite {
   readonly parts: readonly Limiter[]
 }
 
+/**
+ * The forwarding header trusted proxies write: `'x-forwarded-for'` or `'forwarded'` (RFC
+ * 7239). The runtime also takes them in any case, and `'xff'`; a string from a configuration
+ * is checked there (`ERR_SLUICEGATE_INVALID_OPTION`), so type it `ProxyHeader` after a check
+ * of your own, or cast it.
+ */
+export type ProxyHeader = 'x-forwarded-for' | 'forwarded'
+
 /** Options of a `ClientResolver` (and of the web adapters' default key). */
 export interface ClientResolverOptions {
   /**
@@ -321,7 +329,7 @@ export interface ClientResolverOptions {
    */
   trustedProxies?: number | false | string | string[]
   /** The header the trusted proxies write: `'x-forwarded-for'` (default) or `'forwarded'` (RFC 7239). */
-  proxyHeader?: 'x-forwarded-for' | 'forwarded' | (string & {})
+  proxyHeader?: ProxyHeader
   /** Bits of an IPv6 address that make its key (1 to 128, default 64), or `false`: all of them (128). */
   ipv6Subnet?: number | false
   /** Bits of an IPv4 address that make its key (1 to 32, default 32). */

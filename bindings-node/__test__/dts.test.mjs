@@ -217,7 +217,7 @@ const TYPES = `
 import Fastify, { type onRequestHookHandler, type preParsingHookHandler } from 'fastify'
 import sluicegate, { type RateLimitPreParsingHook, type RouteRateLimitOptions } from 'sluicegate/fastify'
 import rateLimit, { type RateLimitInfo } from 'sluicegate/express'
-import { ClientResolver, Decision, KeyedLimiter, Limiter, canonicalQuota, type QuotaOptions } from 'sluicegate'
+import { ClientResolver, Decision, KeyedLimiter, Limiter, canonicalQuota, type ProxyHeader, type QuotaOptions } from 'sluicegate'
 
 // A Decision is the limiters' (its constructor takes the native layer's figures).
 const made: Decision = new Limiter('1/s').tryAcquire()
@@ -267,10 +267,16 @@ rateLimit({ ipv6Subnet: true })
 // No trusted proxy (0, false) and the two forwarding headers.
 rateLimit({ trustedProxies: false, proxyHeader: 'forwarded' })
 new ClientResolver({ trustedProxies: 0, proxyHeader: 'x-forwarded-for' })
-// Any spelling the core takes (its names in any case, 'xff'), or a string from a
-// configuration: the core checks it.
+app.register(sluicegate, { trustedProxies: 1, proxyHeader: 'forwarded' })
+// @ts-expect-error a misspelt header (the runtime throws ERR_SLUICEGATE_INVALID_OPTION)
+rateLimit({ trustedProxies: 1, proxyHeader: 'x-forwarded' })
+// @ts-expect-error nor in a route's options
+app.register(sluicegate, { trustedProxies: 1, proxyHeader: 'x-forwarded' })
+// @ts-expect-error nor a resolver's
+new ClientResolver({ proxyHeader: 'forward' })
+// A string from a configuration: the core checks it at run time (any case, 'xff' too).
 const fromConfig: string = 'X-Forwarded-For'
-app.register(sluicegate, { trustedProxies: 1, proxyHeader: fromConfig })
+app.register(sluicegate, { trustedProxies: 1, proxyHeader: fromConfig as ProxyHeader })
 
 // The web adapters' figures are numbers or bigints, as the core's.
 rateLimit({ limit: 5n, windowMs: 60_000n, burst: 10n, cost: () => 2n })
