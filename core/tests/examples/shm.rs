@@ -104,6 +104,27 @@ fn a_second_opener_with_another_quota_or_capacity_is_refused_naming_both() {
         .build()
         .unwrap_err();
     assert_eq!(store_kind(&e), Some(StoreErrorKind::Mismatch), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("asked for 7: a region keeps the capacity it was made with (give this one"),
+        "{text}"
+    );
+    // A single limiter on a keyed limiter's region: why, in one sentence (there were two
+    // parenthesised remarks back to back).
+    let e = Limiter::builder(quota("10/minute"))
+        .store(r.spec())
+        .build()
+        .unwrap_err();
+    assert_eq!(store_kind(&e), Some(StoreErrorKind::Mismatch), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains(
+            "asked for 1, what a single-bucket limiter asks for: a keyed limiter's region is \
+             opened by keyed limiters, and a region keeps the capacity it was made with (give"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains(") ("), "{text}");
     // Without max_keys, an opener takes the region's capacity.
     let l = KeyedLimiter::<Box<[u8]>>::builder(quota("10/minute"))
         .store(r.spec())

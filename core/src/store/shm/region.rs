@@ -537,20 +537,19 @@ impl Region {
         }
         if let Some(c) = want.capacity {
             if c != self.meta.capacity {
+                let why = if c == 1 {
+                    ", what a single-bucket limiter asks for: a keyed limiter's region is opened \
+                     by keyed limiters, and a region keeps the capacity it was made with"
+                } else {
+                    ": a region keeps the capacity it was made with"
+                };
                 return Err(err(
                     StoreErrorKind::Mismatch,
                     want.path,
                     format!(
-                        "the region holds {} keys, this limiter asked for {c}{} (a region keeps \
-                         the capacity it was made with: give this one another name, or remove \
-                         the file once no process has it open)",
+                        "the region holds {} keys, this limiter asked for {c}{why} (give this \
+                         one another name, or remove the file once no process has it open)",
                         self.meta.capacity,
-                        if c == 1 {
-                            ", what a single-bucket limiter asks for (a keyed limiter's region \
-                             is opened by a keyed limiter)"
-                        } else {
-                            ""
-                        }
                     ),
                 ));
             }
@@ -824,7 +823,8 @@ fn reserve(file: &std::fs::File, len: u64, path: &Path) -> Result<(), Error> {
                     format!(
                         "no room for the region's {len} bytes on its file system ({}): enlarge \
                          it (a container's /dev/shm: docker run --shm-size, Kubernetes: an \
-                         emptyDir of medium Memory), or lower max_keys (about 37 bytes a key)",
+                         emptyDir of medium Memory), or give a smaller key bound (max_keys, maxKeys, \
+                         MAX_KEYS or ?capacity=N: about 37 bytes a key)",
                         std::io::Error::from_raw_os_error(rc)
                     ),
                 ))
