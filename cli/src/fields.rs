@@ -865,9 +865,27 @@ impl Extractor {
         names: &Names,
         fail: &dyn Fn(String) -> CliError,
     ) -> Result<(), CliError> {
-        let Some(fields) = head.iter().find_map(|l| w3c_fields(l)) else {
+        // The directive in force at the first data line (lines before any are read by the
+        // first one that comes): an empty `#Fields:` names nothing, and is skipped.
+        let mut in_force = None;
+        let mut data_seen = false;
+        for l in head {
+            match w3c_fields(l) {
+                Some(f) if f.is_empty() => {}
+                Some(f) => {
+                    in_force = Some(f);
+                    if data_seen {
+                        break;
+                    }
+                }
+                None if l.first() == Some(&b'#') || l.trim_ascii().is_empty() => {}
+                None if in_force.is_some() => break,
+                None => data_seen = true,
+            }
+        }
+        let Some(fields) = in_force else {
             return Err(fail(
-                "no #Fields directive in the first lines: a W3C log names its fields in a \
+                "no #Fields directive naming fields in the first lines: a W3C log names its fields in a \
                  `#Fields: date time ...` line (IIS and CloudFront write one at the start of \
                  each file); a log cut from the middle of a file needs its file's directives \
                  before it"
@@ -1004,14 +1022,17 @@ impl Extractor {
     }
 
     /// A W3C directive line (`#Fields: ...`, `#Version: 1.0`, a `#` comment): a new
-    /// `#Fields:` applies from here on. Not a request, nor an unusable line. `false` for any
-    /// other line, and in any other format.
+    /// `#Fields:` applies from here on (an empty one, naming nothing, is skipped). Not a
+    /// request, nor an unusable line. `false` for any other line, and in any other format.
     #[inline]
     pub fn directive(&mut self, line: &[u8]) -> bool {
         if self.format != LogFormat::W3c || line.first() != Some(&b'#') {
             return false;
         }
-        if let (Some(f), Some(w)) = (w3c_fields(line), self.w3c.as_mut()) {
+        if let (Some(f), Some(w)) = (
+            w3c_fields(line).filter(|f| !f.is_empty()),
+            self.w3c.as_mut(),
+        ) {
             w.apply(f);
         }
         true
@@ -1609,5 +1630,51 @@ mod tests {
         let mut ex = Extractor::new(LogFormat::Auto, &l, &fwd, &n, "j").unwrap();
         assert!(ex.scan(&l[0]));
         assert_eq!(ex.forwarded(&l[0]), Some(&b"for=192.0.2.3"[..]));
+    }
+
+    /// Reads `text` as a W3C log the way a replay does: directives applied, each other line
+    /// scanned; each data line's client address (`None`: unusable).
+    fn w3c_ips(text: &str, needs: &Needs, names: &Names) -> Vec<Option<String>> {
+        let head = lines(text);
+        let mut ex = Extractor::new(LogFormat::W3c, &head, needs, names, "w.log").unwrap();
+        let mut out = Vec::new();
+        for l in &head {
+            if ex.directive(l) {
+                continue;
+            }
+            out.push(
+                ex.scan(l)
+                    .then(|| ex.ip(l).map(|v| String::from_utf8_lossy(v).into_owned()))
+                    .flatten(),
+            );
+        }
+        out
+    }
+
+    /// An empty `#Fields:` directive names no fields: it is skipped, at the start (the
+    /// directive in force at the first data line is taken) and later on (the fields before
+    /// it stay).
+    #[test]
+    fn an_empty_w3c_fields_directive_is_skipped() {
+        let needs = Needs {
+            ip: true,
+            ..Default::default()
+        };
+        let got = w3c_ips(
+            "#Version: 1.0\n#Fields:   \t \n#Fields: date time c-ip\n2024-05-01 12:00:00 192.0.2.1\n#Fields:\n2024-05-01 12:00:01 192.0.2.2\n",
+            &needs,
+            &names(),
+        );
+        assert_eq!(
+            got,
+            [Some("192.0.2.1".to_string()), Some("192.0.2.2".to_string())]
+        );
+        // Two directives before the first data line: the second is in force there.
+        let got = w3c_ips(
+            "#Fields: date time s-ip\n#Fields: date time c-ip\n2024-05-01 12:00:00 192.0.2.1\n",
+            &needs,
+            &names(),
+        );
+        assert_eq!(got, [Some("192.0.2.1".to_string())]);
     }
 }
