@@ -993,8 +993,14 @@ impl Extractor {
             let (cands, what) = if *header {
                 let c = match n.as_str() {
                     // CloudFront's cs(Host) is the distribution's domain; the Host header the
-                    // viewer sent is x-host-header.
-                    "host" => vec!["x-host-header".into(), "cs(host)".into()],
+                    // viewer sent is x-host-header. IIS names it cs-host (its only header
+                    // field written without parentheses).
+                    "host" => vec![
+                        "x-host-header".into(),
+                        "cs(host)".into(),
+                        "cs-host".into(),
+                        "host".into(),
+                    ],
                     _ => vec![format!("cs({n})"), n.clone()],
                 };
                 (c, format!("header {name:?}"))
@@ -1676,5 +1682,49 @@ mod tests {
             &names(),
         );
         assert_eq!(got, [Some("192.0.2.1".to_string())]);
+    }
+
+    /// Reads `text` as a W3C log the way a replay does: each data line's first key part and
+    /// forwarding header (`None` for none).
+    fn w3c_values(
+        text: &str,
+        needs: &Needs,
+        names: &Names,
+    ) -> Vec<(Option<String>, Option<String>)> {
+        let head = lines(text);
+        let mut ex = Extractor::new(LogFormat::W3c, &head, needs, names, "w.log").unwrap();
+        let s = |v: Option<&[u8]>| v.map(|v| String::from_utf8_lossy(v).into_owned());
+        let mut out = Vec::new();
+        for l in &head {
+            if ex.directive(l) {
+                continue;
+            }
+            assert!(ex.scan(l), "{}", String::from_utf8_lossy(l));
+            let key = if needs.key_fields.is_empty() {
+                None
+            } else {
+                s(ex.key_field(l, 0))
+            };
+            out.push((key, s(ex.forwarded(l))));
+        }
+        out
+    }
+
+    const IIS_HEAD: &str =
+        "#Software: Microsoft Internet Information Services 10.0\n#Version: 1.0\n";
+
+    /// `header:Host` on IIS is its `cs-host` field (IIS's name for the Host header).
+    #[test]
+    fn the_host_header_of_iis_is_cs_host() {
+        let needs = Needs {
+            key_fields: vec![(true, "Host".into())],
+            ..Default::default()
+        };
+        let text = format!(
+            "{IIS_HEAD}#Fields: date time s-ip cs-method cs-uri-stem c-ip cs(User-Agent) cs-host sc-status\n\
+             2024-05-01 12:00:00 10.0.0.5 GET / 203.0.113.7 curl/8 www.example.com 200\n"
+        );
+        let got = w3c_values(&text, &needs, &names());
+        assert_eq!(got, [(Some("www.example.com".to_string()), None)]);
     }
 }
