@@ -269,6 +269,9 @@ struct W3c {
     cols: Vec<Option<usize>>,
     /// Each slot: a header's field (`cs(User-Agent)`), decoded (see [`W3c::apply`]).
     header: Vec<bool>,
+    /// Each slot: read as a request header (`--key header:NAME`, the forwarding header),
+    /// whatever its field's name (an IIS custom field is named as the header it logs).
+    header_slot: Vec<bool>,
     /// The current `#Fields:`.
     fields: Vec<String>,
     /// The `date` slot, when the time is `date` and `time` (the time's slot is `time`'s).
@@ -286,7 +289,9 @@ impl W3c {
     /// Takes a `#Fields:` directive's names. A CloudFront log (its `x-edge-*` fields)
     /// percent-encodes the headers it logs (`Mozilla/5.0%20(X11;...`) and its
     /// `x-forwarded-for`; IIS writes a space in a header as `+`: both are decoded, so that a
-    /// key is the header the server received.
+    /// key is the header the server received. A header's field is `cs(NAME)`, IIS's
+    /// `cs-host`, `x-forwarded-for`, or any field read as a header (an IIS custom field,
+    /// named as the header it logs).
     fn apply(&mut self, fields: Vec<String>) {
         let cloudfront = fields.iter().any(|f| f.starts_with("x-edge-"));
         for (i, cands) in self.slots.iter().enumerate() {
@@ -296,7 +301,10 @@ impl W3c {
             self.cols[i] = col;
             self.header[i] = col.is_some_and(|c| {
                 let f = &fields[c];
-                f.starts_with("cs(") || (cloudfront && f == "x-forwarded-for")
+                self.header_slot[i]
+                    || f.starts_with("cs(")
+                    || f == "cs-host"
+                    || f == "x-forwarded-for"
             });
         }
         self.fields = fields;
@@ -896,6 +904,7 @@ impl Extractor {
             slots: Vec::new(),
             cols: Vec::new(),
             header: Vec::new(),
+            header_slot: Vec::new(),
             fields: fields.clone(),
             date: None,
             query: None,
@@ -956,6 +965,8 @@ impl Extractor {
         if let Some(c) = given(&names.cost) {
             self.cost = Some(add(&mut w, "cost", c, Some("cost (--cost-field)"))?);
         }
+        // The slots read as request headers (decoded as headers are).
+        let mut header_slots = Vec::new();
         let fwd = given(&names.forwarded).unwrap_or_else(|| {
             let h = names.forwarded_header.header_name().to_ascii_lowercase();
             vec![h.clone(), format!("cs({h})")]
@@ -970,7 +981,9 @@ impl Extractor {
                     fwd.join(" or ")
                 )));
             }
-            self.fwd = Some(add(&mut w, "forwarded", fwd, None)?);
+            let i = add(&mut w, "forwarded", fwd, None)?;
+            header_slots.push(i);
+            self.fwd = Some(i);
         } else if needs.ip {
             // For the hint that suggests --trusted-proxies: a first line with a value there.
             if let Some(f) = w.find(&fwd) {
@@ -1008,10 +1021,17 @@ impl Extractor {
                 (vec![n.clone()], "key".to_string())
             };
             let i = add(&mut w, "key", cands, Some(&what))?;
+            if *header {
+                header_slots.push(i);
+            }
             self.keys.push(i);
         }
         w.cols = vec![None; w.slots.len()];
         w.header = vec![false; w.slots.len()];
+        w.header_slot = vec![false; w.slots.len()];
+        for i in header_slots {
+            w.header_slot[i] = true;
+        }
         w.apply(fields);
         // The report names the fields chosen (the time as `date time`).
         for (role, f) in chosen {
@@ -1726,5 +1746,36 @@ mod tests {
         );
         let got = w3c_values(&text, &needs, &names());
         assert_eq!(got, [(Some("www.example.com".to_string()), None)]);
+    }
+
+    /// An IIS custom field naming a request header (IIS 8.5+ custom logging), read as a
+    /// header or as the forwarding header: IIS writes its spaces as `+`, as in `cs(...)`.
+    /// The same field taken with `field:` is read as written.
+    #[test]
+    fn iis_custom_header_fields_read_plus_as_space() {
+        let text = format!(
+            "{IIS_HEAD}#Fields: date time cs-method cs-uri-stem c-ip X-Api-Key X-Forwarded-For\n\
+             2024-05-01 12:00:00 GET / 10.0.0.2 a+b 198.51.100.1,+203.0.113.7\n"
+        );
+        let needs = Needs {
+            ip: true,
+            forwarded: true,
+            key_fields: vec![(true, "X-Api-Key".into())],
+            ..Default::default()
+        };
+        let got = w3c_values(&text, &needs, &names());
+        assert_eq!(
+            got,
+            [(
+                Some("a b".to_string()),
+                Some("198.51.100.1, 203.0.113.7".to_string())
+            )]
+        );
+        let needs = Needs {
+            key_fields: vec![(false, "X-Api-Key".into())],
+            ..Default::default()
+        };
+        let got = w3c_values(&text, &needs, &names());
+        assert_eq!(got, [(Some("a+b".to_string()), None)]);
     }
 }
