@@ -6,10 +6,10 @@ use crate::error::CliError;
 use crate::input::{
     alb_field, combined_field, csv_open_after, decode_hex_escapes, detect, haproxy_field,
     join_json_array, scan_alb, scan_combined, scan_csv, scan_haproxy, scan_json, split_w3c,
-    strip_port, unescape_clf, unescape_csv, unescape_json, w3c_fields, CsvLine, JsonPath,
-    LogFormat, Span, ALB_CLIENT, ALB_CREATED, ALB_FIELDS, ALB_LEN, ALB_REQUEST, ALB_TARGET,
-    ALB_TIME, ALB_USER_AGENT, COMBINED_FIELDS, COMBINED_LEN, COMBINED_MSEC, HAPROXY_CLIENT,
-    HAPROXY_FIELDS, HAPROXY_HDR0, HAPROXY_LEN, HAPROXY_REQUEST, HAPROXY_TIME,
+    split_w3c_at, strip_port, unescape_clf, unescape_csv, unescape_json, w3c_fields, CsvLine,
+    JsonPath, LogFormat, Span, ALB_CLIENT, ALB_CREATED, ALB_FIELDS, ALB_LEN, ALB_REQUEST,
+    ALB_TARGET, ALB_TIME, ALB_USER_AGENT, COMBINED_FIELDS, COMBINED_LEN, COMBINED_MSEC,
+    HAPROXY_CLIENT, HAPROXY_FIELDS, HAPROXY_HDR0, HAPROXY_LEN, HAPROXY_REQUEST, HAPROXY_TIME,
 };
 use sluicegate::client::ProxyHeader;
 
@@ -280,9 +280,20 @@ struct W3c {
     query: Option<usize>,
     /// The columns of the line scanned.
     colspans: Vec<Span>,
-    /// The current `#Fields:` is CloudFront's: headers are percent-decoded, else a `+` in
-    /// one is a space.
-    cloudfront: bool,
+    /// The current `#Fields:` names CloudFront's fields (`x-edge-*`, `x-host-header`).
+    cloudfront_fields: bool,
+    /// The current `#Fields:` block's separator: chosen by its first data line (see
+    /// [`Extractor::scan_w3c`]), then kept.
+    sep: Option<u8>,
+}
+
+impl W3c {
+    /// The current block is CloudFront's: it names CloudFront's fields, or its lines are
+    /// separated by tabs (IIS never writes tabs). Its headers are percent-decoded, else a
+    /// `+` in one is a space.
+    fn cloudfront(&self) -> bool {
+        self.cloudfront_fields || self.sep == Some(b'\t')
+    }
 }
 
 impl W3c {
@@ -293,7 +304,9 @@ impl W3c {
     /// `cs-host`, `x-forwarded-for`, or any field read as a header (an IIS custom field,
     /// named as the header it logs).
     fn apply(&mut self, fields: Vec<String>) {
-        let cloudfront = fields.iter().any(|f| f.starts_with("x-edge-"));
+        let cloudfront = fields
+            .iter()
+            .any(|f| f.starts_with("x-edge-") || f == "x-host-header");
         for (i, cands) in self.slots.iter().enumerate() {
             let col = cands
                 .iter()
@@ -308,7 +321,8 @@ impl W3c {
             });
         }
         self.fields = fields;
-        self.cloudfront = cloudfront;
+        self.cloudfront_fields = cloudfront;
+        self.sep = None;
     }
 
     /// The first name of `cands` that the current `#Fields:` has.
@@ -909,7 +923,8 @@ impl Extractor {
             date: None,
             query: None,
             colspans: Vec::new(),
-            cloudfront: false,
+            cloudfront_fields: false,
+            sep: None,
         };
         let list = fields.join(" ");
         let mut chosen = Vec::new();
@@ -1065,17 +1080,37 @@ impl Extractor {
     }
 
     /// Scans a W3C data line: its fields must be as many as the current `#Fields:` names;
-    /// `-` is an empty value (none).
+    /// `-` is an empty value (none). The block's first line whose fields are as many, split
+    /// at tabs if it holds one (CloudFront), else at spaces (IIS), chooses the separator of
+    /// the lines after it: a tab inside an IIS value is not a separator.
     fn scan_w3c(&mut self, line: &[u8]) -> bool {
         let Some(w) = self.w3c.as_mut() else {
             return false;
         };
-        if line.first() == Some(&b'#')
-            || !split_w3c(line, &mut w.colspans)
-            || w.colspans.len() != w.fields.len()
-        {
+        if line.first() == Some(&b'#') {
             return false;
         }
+        match w.sep {
+            Some(sep) => {
+                if !split_w3c_at(line, sep, &mut w.colspans) || w.colspans.len() != w.fields.len() {
+                    return false;
+                }
+            }
+            None => {
+                let tab = memchr::memchr(b'\t', line).is_some();
+                let fits = |sep: u8, cols: &mut Vec<Span>| {
+                    split_w3c_at(line, sep, cols) && cols.len() == w.fields.len()
+                };
+                if tab && fits(b'\t', &mut w.colspans) {
+                    w.sep = Some(b'\t');
+                } else if fits(b' ', &mut w.colspans) {
+                    w.sep = Some(b' ');
+                } else {
+                    return false;
+                }
+            }
+        }
+        let cloudfront = w.cloudfront();
         for i in 0..w.slots.len() {
             self.decoded[i] = false;
             let s = w.cols[i]
@@ -1085,10 +1120,10 @@ impl Extractor {
             if let (Some(s), true) = (s, w.header[i]) {
                 let v = &line[s.start as usize..s.end as usize];
                 let out = &mut self.scratch[i];
-                if w.cloudfront && memchr::memchr(b'%', v).is_some() {
+                if cloudfront && memchr::memchr(b'%', v).is_some() {
                     decode_hex_escapes(v, b'%', out);
                     self.decoded[i] = true;
-                } else if !w.cloudfront && memchr::memchr(b'+', v).is_some() {
+                } else if !cloudfront && memchr::memchr(b'+', v).is_some() {
                     // (IIS writes a `%` as it came: only the `+` is decoded.)
                     out.clear();
                     out.extend(v.iter().map(|&b| if b == b'+' { b' ' } else { b }));
@@ -1777,5 +1812,32 @@ mod tests {
         };
         let got = w3c_values(&text, &needs, &names());
         assert_eq!(got, [(Some("a+b".to_string()), None)]);
+    }
+
+    /// A `#Fields:` block's separator is chosen once, by its first data line: a tab inside
+    /// an IIS value (IIS separates by spaces) is not a separator. Tab-separated lines are
+    /// CloudFront's (IIS never writes tabs): their headers are percent-decoded, even
+    /// without an `x-edge-` field (standard logging v2 lets one leave them out).
+    #[test]
+    fn a_w3c_blocks_separator_is_chosen_once() {
+        let needs = Needs {
+            key_fields: vec![(true, "User-Agent".into())],
+            ..Default::default()
+        };
+        let text = format!(
+            "{IIS_HEAD}#Fields: date time cs-method cs-uri-stem c-ip cs(User-Agent)\n\
+             2024-05-01 12:00:00 GET / 203.0.113.7 a\tb+c\n\
+             2024-05-01 12:00:01 GET / 203.0.113.7 curl/8\n\
+             2024-05-01 12:00:02 GET / 203.0.113.7 x\ty%20z\n"
+        );
+        let got: Vec<_> = w3c_values(&text, &needs, &names())
+            .into_iter()
+            .map(|(k, _)| k.unwrap())
+            .collect();
+        assert_eq!(got, ["a\tb c", "curl/8", "x\ty%20z"]);
+        let text = "#Version: 1.0\n#Fields: date time c-ip cs(User-Agent)\n\
+                    2024-05-01\t12:00:00\t203.0.113.7\tMozilla/5.0%20(X11)\n";
+        let got = w3c_values(text, &needs, &names());
+        assert_eq!(got, [(Some("Mozilla/5.0 (X11)".to_string()), None)]);
     }
 }

@@ -877,15 +877,21 @@ pub fn w3c_fields(line: &[u8]) -> Option<Vec<String>> {
 /// tabs), else at each space (IIS: a space in a value is written `+`). `false` for a line
 /// longer than [`MAX_LINE`].
 pub fn split_w3c(line: &[u8], cols: &mut Vec<Span>) -> bool {
-    cols.clear();
-    if line.len() > MAX_LINE {
-        return false; // (its offsets would not fit a Span)
-    }
     let sep = if memchr::memchr(b'\t', line).is_some() {
         b'\t'
     } else {
         b' '
     };
+    split_w3c_at(line, sep, cols)
+}
+
+/// Splits a W3C data line into its fields at each `sep` (a tab or a space). `false` for a
+/// line longer than [`MAX_LINE`].
+pub fn split_w3c_at(line: &[u8], sep: u8, cols: &mut Vec<Span>) -> bool {
+    cols.clear();
+    if line.len() > MAX_LINE {
+        return false; // (its offsets would not fit a Span)
+    }
     let mut s = 0;
     for e in memchr::memchr_iter(sep, line) {
         cols.push(Span::new(s, e, false));
