@@ -986,7 +986,8 @@ pub fn haproxy_field(name: &str) -> Option<usize> {
 }
 
 /// Where an HAProxy log's message starts (after any syslog prefix: `Feb  6 12:14:14 host
-/// haproxy[14389]: `, RFC 5424's `<134>1 2024-... - haproxy 266980 - - `, none on stdout),
+/// haproxy[14389]: `, RFC 5424's `<134>1 2024-... - haproxy 266980 - - `, a bare priority
+/// glued to it, `<134>`, as `log stdout format short` writes, none on stdout),
 /// and whether it is `option httplog clf`'s: the client address, and the `[` of the date
 /// that follows it (`[06/Feb/2009:` after one token, or after `- - ` in the clf variant).
 fn haproxy_start(line: &[u8]) -> Option<(usize, usize, bool)> {
@@ -1003,7 +1004,20 @@ fn haproxy_start(line: &[u8]) -> Option<(usize, usize, bool)> {
         if b < 2 || line[b - 1] != b' ' || !date(&line[b + 1..]) {
             continue;
         }
-        let token_start = |end: usize| memchr::memrchr(b' ', &line[..end]).map_or(0, |i| i + 1);
+        // The token before `end`, after a bare syslog priority glued to it (`<134>10.0.1.2:`:
+        // `log stdout format short` or `priority`).
+        let token_start = |end: usize| {
+            let s = memchr::memrchr(b' ', &line[..end]).map_or(0, |i| i + 1);
+            let t = &line[s..end];
+            match (t.first(), memchr::memchr(b'>', t)) {
+                (Some(b'<'), Some(k))
+                    if (2..=4).contains(&k) && t[1..k].iter().all(u8::is_ascii_digit) =>
+                {
+                    s + k + 1
+                }
+                _ => s,
+            }
+        };
         // `ADDR - - [` (clf) or `ADDR:PORT [`.
         if line[..b].ends_with(b" - - ") {
             let s = token_start(b - 5);
@@ -1016,12 +1030,24 @@ fn haproxy_start(line: &[u8]) -> Option<(usize, usize, bool)> {
 }
 
 /// An HAProxy HTTP log line (a syslog prefix before it or not). An `option httplog clf`
-/// line is one only behind a syslog prefix naming haproxy: alone, or another program's, it is
-/// a combined line.
+/// line is one only behind a syslog prefix naming haproxy, or a bare syslog priority
+/// (`<134>`, HAProxy's `log stdout format short`): alone, or another program's, it is a
+/// combined line.
 fn haproxy_like(line: &[u8]) -> bool {
     let mut out = [None; HAPROXY_NAMED];
+    let bare_priority = |p: &[u8]| {
+        p.len() >= 3
+            && p[0] == b'<'
+            && p[p.len() - 1] == b'>'
+            && p[1..p.len() - 1].iter().all(u8::is_ascii_digit)
+    };
     match haproxy_start(line) {
-        Some((s, _, true)) if memchr::memmem::find(&line[..s], b"haproxy").is_none() => false,
+        Some((s, _, true))
+            if memchr::memmem::find(&line[..s], b"haproxy").is_none()
+                && !bare_priority(&line[..s]) =>
+        {
+            false
+        }
         Some(_) => scan_haproxy(line, HAPROXY_REQUEST, &mut out),
         None => false,
     }
@@ -2779,5 +2805,19 @@ mod tests {
         let mut head = vec![br#"0/Oct/2000:13:55:36 -0700] "GET / HTTP/1.0" 200 1, x"#.to_vec()];
         head.extend(std::iter::repeat_n(clf, 3));
         assert_eq!(detect(&head), LogFormat::Combined);
+    }
+
+    /// `log stdout format short` (or `priority`) writes a bare syslog `<PRI>` glued to the
+    /// message: it is not part of the client.
+    #[test]
+    fn haproxy_lines_after_a_bare_priority() {
+        let short = [&b"<134>"[..], &HAPROXY_DOC[42..]].concat();
+        let f = haproxy(&short, HAPROXY_REQUEST).unwrap();
+        assert_eq!(f[HAPROXY_CLIENT].as_deref(), Some("10.0.1.2:33317"));
+        assert_eq!(sniff(&short), LogFormat::Haproxy);
+        let clf = br#"<6>10.0.1.2 - - [06/Feb/2009:12:14:14 +0000] "GET / HTTP/1.1" 200 2750 "" "" 33317 655 "http-in" "static" "srv1" 10 0 30 69 109 "----" 1 1 1 1 0 0 0 "" """#;
+        let f = haproxy(clf, HAPROXY_REQUEST).unwrap();
+        assert_eq!(f[HAPROXY_CLIENT].as_deref(), Some("10.0.1.2"));
+        assert_eq!(sniff(clf), LogFormat::Haproxy);
     }
 }
