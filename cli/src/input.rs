@@ -930,7 +930,7 @@ pub fn decode_hex_escapes(s: &[u8], marker: u8, out: &mut Vec<u8>) {
 /// the frontend's `capture request header` lines.
 pub const HAPROXY_FIELDS: [&str; HAPROXY_NAMED] = [
     "client",
-    "accept_date",
+    "request_date",
     "frontend",
     "backend",
     "server",
@@ -964,7 +964,8 @@ pub const HAPROXY_REQUEST: usize = 15;
 pub const HAPROXY_HDR0: usize = HAPROXY_NAMED;
 
 /// The index of the HAProxy field `name` (the names of [`HAPROXY_FIELDS`], `hdrN`, and a few
-/// aliases: `ip` is the client, `time` the accept date).
+/// aliases: `ip` is the client; `time`, and `accept_date` (the bracketed date's name in older
+/// versions' documentation, `%t`), the request date).
 pub fn haproxy_field(name: &str) -> Option<usize> {
     let n = name.to_ascii_lowercase().replace('-', "_");
     if let Some(i) = n.strip_prefix("hdr").and_then(|d| d.parse::<usize>().ok()) {
@@ -972,7 +973,7 @@ pub fn haproxy_field(name: &str) -> Option<usize> {
     }
     let n = match n.as_str() {
         "ip" | "client_ip" | "client:port" | "client_port" | "src" => "client",
-        "time" | "date" | "timestamp" => "accept_date",
+        "time" | "date" | "timestamp" | "accept_date" => "request_date",
         "status_code" => "status",
         "bytes_read" => "bytes",
         "http_request" => "request",
@@ -2600,7 +2601,7 @@ mod tests {
         let get = |f: &[Option<String>], name: &str| f[haproxy_field(name).unwrap()].clone();
         for (name, want) in [
             ("client", "10.0.1.2:33317"),
-            ("accept_date", "06/Feb/2009:12:14:14.655"),
+            ("request_date", "06/Feb/2009:12:14:14.655"),
             ("frontend", "http-in"),
             ("backend", "static"),
             ("server", "srv1"),
@@ -2664,7 +2665,7 @@ mod tests {
         let f = haproxy(l, HAPROXY_HDR0).unwrap();
         assert_eq!(get(&f, "client").unwrap(), "10.0.1.2");
         assert_eq!(
-            get(&f, "accept_date").unwrap(),
+            get(&f, "request_date").unwrap(),
             "06/Feb/2009:12:14:14 +0000"
         );
         assert_eq!(get(&f, "request").unwrap(), "GET /index.html HTTP/1.1");
@@ -2819,5 +2820,15 @@ mod tests {
         let f = haproxy(clf, HAPROXY_REQUEST).unwrap();
         assert_eq!(f[HAPROXY_CLIENT].as_deref(), Some("10.0.1.2"));
         assert_eq!(sniff(clf), LogFormat::Haproxy);
+    }
+
+    /// The bracketed date is HAProxy's `%tr`, which its documentation calls `request_date`
+    /// (older versions' `%t` the `accept_date`): both names are it.
+    #[test]
+    fn haproxy_date_names() {
+        assert_eq!(HAPROXY_FIELDS[HAPROXY_TIME], "request_date");
+        for n in ["request_date", "accept_date", "time", "Request-Date"] {
+            assert_eq!(haproxy_field(n), Some(HAPROXY_TIME), "{n}");
+        }
     }
 }

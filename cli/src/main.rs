@@ -161,7 +161,7 @@ struct ReplayArgs {
     log_format: LogFormat,
     /// The timestamp field (JSON lines, CSV; default: detected among time, timestamp, ts,
     /// @timestamp, msec, time_iso8601, time_local, ...; alb: time; w3c: date and time;
-    /// haproxy: accept_date).
+    /// haproxy: request_date).
     #[arg(long, value_name = "NAME")]
     time_field: Option<String>,
     /// The client address field (default: detected among ip, client_ip, remote_addr, ...).

@@ -1379,7 +1379,7 @@ fn haproxy_logs_replay_as_haproxy_saw_them() {
     let run = |policy: &str, extra: &[&str]| replay_json(&log, policy, extra);
     let v = run("1/m", &[]);
     assert_eq!(v["inputs"][0]["format"], "haproxy", "{v}");
-    assert_eq!(v["inputs"][0]["fields"]["time"], "accept_date", "{v}");
+    assert_eq!(v["inputs"][0]["fields"]["time"], "request_date", "{v}");
     assert_eq!(
         (v["lines"].clone(), v["bad_lines"].clone()),
         (12.into(), 2.into()),
