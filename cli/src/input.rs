@@ -926,8 +926,9 @@ pub fn decode_hex_escapes(s: &[u8], marker: u8, out: &mut Vec<u8>) {
 
 /// An HAProxy `option httplog` line's fields, by name, in order (`client` holds
 /// `address:port`; `request_headers` and `response_headers` the captured headers' blocks,
-/// `{...}`). After them, `hdr0`, `hdr1`, ...: the captured request headers, in the order of
-/// the frontend's `capture request header` lines.
+/// `{...}`), then `client_port`, the client's port alone. After them, `hdr0`, `hdr1`, ...:
+/// the captured request headers, in the order of the frontend's `capture request header`
+/// lines.
 pub const HAPROXY_FIELDS: [&str; HAPROXY_NAMED] = [
     "client",
     "request_date",
@@ -945,10 +946,11 @@ pub const HAPROXY_FIELDS: [&str; HAPROXY_NAMED] = [
     "request_headers",
     "response_headers",
     "request",
+    "client_port",
 ];
 
 /// The number of named HAProxy fields.
-pub const HAPROXY_NAMED: usize = 16;
+pub const HAPROXY_NAMED: usize = 17;
 /// Captured request headers read (`hdr0` to `hdr63`).
 pub const HAPROXY_HDRS: usize = 64;
 /// The number of HAProxy fields: the named ones, then the captured request headers.
@@ -961,6 +963,7 @@ pub const HAPROXY_BYTES: usize = 7;
 pub const HAPROXY_REQ_HEADERS: usize = 13;
 pub const HAPROXY_RES_HEADERS: usize = 14;
 pub const HAPROXY_REQUEST: usize = 15;
+pub const HAPROXY_CLIENT_PORT: usize = 16;
 pub const HAPROXY_HDR0: usize = HAPROXY_NAMED;
 
 /// The index of the HAProxy field `name` (the names of [`HAPROXY_FIELDS`], `hdrN`, and a few
@@ -972,7 +975,7 @@ pub fn haproxy_field(name: &str) -> Option<usize> {
         return (i < HAPROXY_HDRS && n == format!("hdr{i}")).then_some(HAPROXY_HDR0 + i);
     }
     let n = match n.as_str() {
-        "ip" | "client_ip" | "client:port" | "client_port" | "src" => "client",
+        "ip" | "client_ip" | "src" => "client",
         "time" | "date" | "timestamp" | "accept_date" => "request_date",
         "status_code" => "status",
         "bytes_read" => "bytes",
@@ -1098,7 +1101,9 @@ pub fn scan_haproxy(line: &[u8], last: usize, out: &mut [Option<Span>]) -> bool 
     // `address:port` (`unix:1` for a UNIX socket).
     let client = &line[s..b - 1];
     match memchr::memrchr(b':', client) {
-        Some(c) if c + 1 < client.len() && client[c + 1..].iter().all(u8::is_ascii_digit) => {}
+        Some(c) if c + 1 < client.len() && client[c + 1..].iter().all(u8::is_ascii_digit) => {
+            set(out, HAPROXY_CLIENT_PORT, span(s + c + 1, b - 1));
+        }
         _ => return false,
     }
     set(out, HAPROXY_CLIENT, span(s, b - 1));
@@ -2830,5 +2835,16 @@ mod tests {
         for n in ["request_date", "accept_date", "time", "Request-Date"] {
             assert_eq!(haproxy_field(n), Some(HAPROXY_TIME), "{n}");
         }
+    }
+
+    /// `client_port` is the client's port, a field of its own (`client` keys by the address).
+    #[test]
+    fn haproxy_client_port() {
+        assert_eq!(haproxy_field("client_port"), Some(HAPROXY_CLIENT_PORT));
+        let f = haproxy(HAPROXY_DOC, HAPROXY_REQUEST).unwrap();
+        assert_eq!(f[HAPROXY_CLIENT_PORT].as_deref(), Some("33317"));
+        let l = b"2001:db8::7:5000 [01/May/2024:12:00:00.001] fe be/s 0/0/0/1/1 200 1 - - ---- 1/1/0/0/0 0/0 \"GET / HTTP/1.1\"";
+        let f = haproxy(l, HAPROXY_REQUEST).unwrap();
+        assert_eq!(f[HAPROXY_CLIENT_PORT].as_deref(), Some("5000"));
     }
 }
