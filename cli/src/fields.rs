@@ -4,12 +4,13 @@
 
 use crate::error::CliError;
 use crate::input::{
-    alb_field, combined_field, csv_open_after, decode_hex_escapes, detect, haproxy_field,
-    join_json_array, scan_alb, scan_combined, scan_csv, scan_haproxy, scan_json, split_w3c,
-    split_w3c_at, strip_port, unescape_clf, unescape_csv, unescape_json, w3c_fields, CsvLine,
-    JsonPath, LogFormat, Span, ALB_CLIENT, ALB_CREATED, ALB_FIELDS, ALB_LEN, ALB_REQUEST,
+    alb_field, combined_field, csv_open_after, decode_hex_escapes, detect, haproxy_clf,
+    haproxy_field, join_json_array, scan_alb, scan_combined, scan_csv, scan_haproxy, scan_json,
+    split_w3c, split_w3c_at, strip_port, unescape_clf, unescape_csv, unescape_json, w3c_fields,
+    CsvLine, JsonPath, LogFormat, Span, ALB_CLIENT, ALB_CREATED, ALB_FIELDS, ALB_LEN, ALB_REQUEST,
     ALB_TARGET, ALB_TIME, ALB_USER_AGENT, COMBINED_FIELDS, COMBINED_LEN, COMBINED_MSEC,
-    HAPROXY_CLIENT, HAPROXY_FIELDS, HAPROXY_HDR0, HAPROXY_LEN, HAPROXY_REQUEST, HAPROXY_TIME,
+    HAPROXY_CLIENT, HAPROXY_FIELDS, HAPROXY_HDR0, HAPROXY_LEN, HAPROXY_REQUEST,
+    HAPROXY_REQ_HEADERS, HAPROXY_RES_HEADERS, HAPROXY_TIME,
 };
 use sluicegate::client::ProxyHeader;
 
@@ -482,7 +483,7 @@ impl Extractor {
                 }
             }
             LogFormat::Alb => ex.resolve_alb(needs, names, &fail)?,
-            LogFormat::Haproxy => ex.resolve_haproxy(needs, names, &fail)?,
+            LogFormat::Haproxy => ex.resolve_haproxy(head, needs, names, &fail)?,
             LogFormat::W3c => ex.resolve_w3c(head, needs, names, &fail)?,
             LogFormat::Jsonl => {
                 // Every name detection may look for, looked for in one scan of each first
@@ -782,6 +783,7 @@ impl Extractor {
     /// `capture request header` (from 0).
     fn resolve_haproxy(
         &mut self,
+        head: &[Vec<u8>],
         needs: &Needs,
         names: &Names,
         fail: &dyn Fn(String) -> CliError,
@@ -847,6 +849,31 @@ impl Extractor {
             Some(n) => n.to_string(),
             None => format!("hdr{}", i - HAPROXY_HDR0),
         };
+        // `option httplog clf` lines write each captured header in a quoted column of its
+        // own: no `{...}` block, which would be empty on every line.
+        if head.iter().any(|l| haproxy_clf(l)) {
+            let all = [
+                Some(self.time),
+                self.ip,
+                self.path,
+                self.method,
+                self.cost,
+                self.fwd,
+            ];
+            let used = all.into_iter().flatten().chain(self.keys.iter().copied());
+            if let Some(i) = used
+                .into_iter()
+                .find(|&i| i == HAPROXY_REQ_HEADERS || i == HAPROXY_RES_HEADERS)
+            {
+                return Err(fail(format!(
+                    "option httplog clf lines hold no {} block ({{...}}): each captured header \
+                     is a quoted column of its own, after the cookies, the request headers' \
+                     first, then the response headers': name one with hdrN (N its place \
+                     among them, from 0)",
+                    name(i)
+                )));
+            }
+        }
         for (role, slot) in [
             ("time", Some(self.time)),
             ("ip", self.ip),
@@ -1840,5 +1867,37 @@ mod tests {
                     2024-05-01\t12:00:00\t203.0.113.7\tMozilla/5.0%20(X11)\n";
         let got = w3c_values(text, &needs, &names());
         assert_eq!(got, [(Some("Mozilla/5.0 (X11)".to_string()), None)]);
+    }
+
+    /// `option httplog clf` lines give HAProxy's fields from their columns; the captured
+    /// headers' blocks (`{...}`), which they have not, are refused up front.
+    #[test]
+    fn haproxy_clf_fields() {
+        let clf = lines(
+            r#"Feb  6 12:14:14 localhost haproxy[14389]: 10.0.1.2 - - [06/Feb/2009:12:14:14 +0000] "GET / HTTP/1.1" 200 2750 "" "" 33317 655 "http-in" "static" "srv1" 10 0 30 69 109 "----" 1 1 1 1 0 0 0 "" "" "bot #22q#22" """#,
+        );
+        let key = |name: &str| Needs {
+            key_fields: vec![(false, name.into())],
+            ..Default::default()
+        };
+        for (name, want) in [
+            ("frontend", "http-in"),
+            ("server", "srv1"),
+            ("termination_state", "----"),
+            ("client_port", "33317"),
+            ("hdr0", "bot \"q\""),
+        ] {
+            let mut ex =
+                Extractor::new(LogFormat::Haproxy, &clf, &key(name), &names(), "h.log").unwrap();
+            assert!(ex.scan(&clf[0]));
+            assert_eq!(ex.key_field(&clf[0], 0), Some(want.as_bytes()), "{name}");
+        }
+        for name in ["request_headers", "captured_response_headers"] {
+            let e = Extractor::new(LogFormat::Haproxy, &clf, &key(name), &names(), "h.log")
+                .err()
+                .expect("an error")
+                .to_string();
+            assert!(e.contains("clf") && e.contains("hdrN"), "{e}");
+        }
     }
 }

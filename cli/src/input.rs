@@ -1084,9 +1084,11 @@ pub fn scan_haproxy(line: &[u8], last: usize, out: &mut [Option<Span>]) -> bool 
         }
     };
     if clf {
-        // `%{-Q}ci - - [%trg] %r %ST %B "" "" %cp ...`: the combined format's first fields.
+        // `%{+Q}o %{-Q}ci - - [%trg] %r %ST %B "" "" %cp %ms %ft %b %s %TR %Tw %Tc %Tr %Ta
+        // %tsc %ac %fc %bc %sc %rc %sq %bq %CC %CS %hrl %hsl`: the combined format's fields,
+        // then HAProxy's, a column each (strings quoted).
         let mut c = [None; COMBINED_LEN];
-        if !scan_combined(&line[s..], 9, &mut c) {
+        if !scan_combined(&line[s..], 11, &mut c) {
             return false;
         }
         let at = |v: Option<Span>| v.and_then(|v| span(s + v.start as usize, s + v.end as usize));
@@ -1095,6 +1097,9 @@ pub fn scan_haproxy(line: &[u8], last: usize, out: &mut [Option<Span>]) -> bool 
         set(out, HAPROXY_REQUEST, at(c[4]));
         set(out, HAPROXY_STATUS, at(c[8]));
         set(out, HAPROXY_BYTES, at(c[9]));
+        if let Some(ua) = c[11] {
+            haproxy_clf_columns(line, s + ua.end as usize + 1, last, out);
+        }
         return true;
     }
     let n = line.len();
@@ -1182,6 +1187,72 @@ pub fn scan_haproxy(line: &[u8], last: usize, out: &mut [Option<Span>]) -> bool 
         }
     }
     true
+}
+
+/// The columns of HAProxy's clf variant, from %cp to %CS, before the captured headers.
+const CLF_COLUMNS: usize = 20;
+
+/// An `option httplog clf` line's HAProxy columns, from `i` (after the combined format's
+/// `"" ""`): `%cp %ms %ft %b %s %TR %Tw %Tc %Tr %Ta %tsc %ac %fc %bc %sc %rc %sq %bq %CC %CS`,
+/// then each captured header, quoted, the request's then the response's (`%hrl %hsl`).
+/// The timers, connections and queues are their columns, the spaces between them kept; a
+/// column cut off (a syslog line's length limit) and those after it are none.
+fn haproxy_clf_columns(line: &[u8], mut i: usize, last: usize, out: &mut [Option<Span>]) {
+    let n = line.len();
+    let hdrs = (last + 1).saturating_sub(HAPROXY_HDR0);
+    let mut cols = [None; CLF_COLUMNS];
+    let mut k = 0;
+    while k < CLF_COLUMNS + hdrs {
+        while line.get(i) == Some(&b' ') {
+            i += 1;
+        }
+        if i >= n {
+            break;
+        }
+        let (a, e, next) = if line[i] == b'"' {
+            let Some(q) = memchr::memchr(b'"', &line[i + 1..]) else {
+                break;
+            };
+            (i + 1, i + 1 + q, i + 2 + q)
+        } else {
+            let e = memchr::memchr(b' ', &line[i..]).map_or(n, |q| i + q);
+            (i, e, e)
+        };
+        let v = Span::new(a, e, memchr::memchr(b'#', &line[a..e]).is_some());
+        if k < CLF_COLUMNS {
+            cols[k] = Some(v);
+        } else if let Some(o) = out.get_mut(HAPROXY_HDR0 + k - CLF_COLUMNS) {
+            *o = Some(v);
+        }
+        k += 1;
+        i = next;
+    }
+    // Columns `a..=b` as one field.
+    let range = |a: usize, b: usize| match (cols[a], cols[b]) {
+        (Some(x), Some(y)) => Some(Span::new(x.start as usize, y.end as usize, false)),
+        _ => None,
+    };
+    for (field, v) in [
+        (HAPROXY_CLIENT_PORT, cols[0]),
+        (2, cols[2]),
+        (3, cols[3]),
+        (4, cols[4]),
+        (5, range(5, 9)),
+        (10, cols[10]),
+        (11, range(11, 15)),
+        (12, range(16, 17)),
+        (8, cols[18]),
+        (9, cols[19]),
+    ] {
+        if let Some(o) = out.get_mut(field) {
+            *o = v;
+        }
+    }
+}
+
+/// Whether `line` is an `option httplog clf` line (its client, `- - [`, its date).
+pub fn haproxy_clf(line: &[u8]) -> bool {
+    matches!(haproxy_start(line), Some((_, _, true)))
 }
 
 /// The combined format's fields, by name (nginx variable names are aliases). The last,
@@ -2675,7 +2746,8 @@ mod tests {
         );
         assert_eq!(get(&f, "request").unwrap(), "GET /index.html HTTP/1.1");
         assert_eq!(get(&f, "status").unwrap(), "200");
-        assert_eq!(get(&f, "hdr0"), None);
+        // (Its columns: see haproxy_clf_columns.)
+        assert_eq!(get(&f, "hdr0").unwrap(), "1wt.eu");
         // Not HTTP log lines: a TCP log line, HAProxy's own messages, a combined line.
         for l in [
             &b"Feb  6 12:12:56 localhost haproxy[14387]: 10.0.1.2:33313 [06/Feb/2009:12:12:51.443] fnt bck/srv1 0/0/5007 212 -- 0/0/0/0/3 0/0"[..],
@@ -2846,5 +2918,51 @@ mod tests {
         let l = b"2001:db8::7:5000 [01/May/2024:12:00:00.001] fe be/s 0/0/0/1/1 200 1 - - ---- 1/1/0/0/0 0/0 \"GET / HTTP/1.1\"";
         let f = haproxy(l, HAPROXY_REQUEST).unwrap();
         assert_eq!(f[HAPROXY_CLIENT_PORT].as_deref(), Some("5000"));
+    }
+
+    /// `option httplog clf` writes HAProxy's fields after the combined ones, each in a
+    /// column of its own (strings quoted): `%cp %ms %ft %b %s %TR %Tw %Tc %Tr %Ta %tsc %ac
+    /// %fc %bc %sc %rc %sq %bq %CC %CS %hrl %hsl`. They fill the same fields; the timers,
+    /// connections and queues are their columns, spaces between; each captured header is a
+    /// quoted column, `hdrN` the Nth (the request's first); no `{...}` blocks.
+    #[test]
+    fn haproxy_clf_columns() {
+        let l = br#"May  1 12:00:00 lb haproxy[1]: 10.0.1.2 - - [06/Feb/2009:12:14:14 +0000] "GET /index.html HTTP/1.1" 200 2750 "" "" 33317 655 "http-in" "static" "srv1" 10 0 30 69 109 "----" 1 1 1 1 0 0 0 "" "" "1wt.eu" "Mozilla/5.0 (X11)" "text/html""#;
+        let f = haproxy(l, HAPROXY_HDR0 + 3).unwrap();
+        let get = |name: &str| f[haproxy_field(name).unwrap()].clone();
+        for (name, want) in [
+            ("client", Some("10.0.1.2")),
+            ("client_port", Some("33317")),
+            ("request_date", Some("06/Feb/2009:12:14:14 +0000")),
+            ("frontend", Some("http-in")),
+            ("backend", Some("static")),
+            ("server", Some("srv1")),
+            ("timers", Some("10 0 30 69 109")),
+            ("status", Some("200")),
+            ("bytes", Some("2750")),
+            ("request_cookie", Some("")),
+            ("response_cookie", Some("")),
+            ("termination_state", Some("----")),
+            ("connections", Some("1 1 1 1 0")),
+            ("queues", Some("0 0")),
+            ("request_headers", None),
+            ("response_headers", None),
+            ("request", Some("GET /index.html HTTP/1.1")),
+            ("hdr0", Some("1wt.eu")),
+            ("hdr1", Some("Mozilla/5.0 (X11)")),
+            ("hdr2", Some("text/html")),
+            ("hdr3", None),
+        ] {
+            assert_eq!(get(name).as_deref(), want, "{name}");
+        }
+        // Unquoted strings (a log-format without +Q), and a line cut in its columns: what
+        // is whole is read.
+        let l = b"10.0.1.2 - - [06/Feb/2009:12:14:14 +0000] \"GET / HTTP/1.1\" 200 2750 \"\" \"\" 33317 655 http-in static srv1 10 0 30";
+        let f = haproxy(l, HAPROXY_HDR0).unwrap();
+        assert_eq!(f[HAPROXY_CLIENT_PORT].as_deref(), Some("33317"));
+        assert_eq!(f[4].as_deref(), Some("srv1"));
+        assert_eq!(f[5], None);
+        assert!(haproxy_clf(l));
+        assert!(!haproxy_clf(HAPROXY_DOC));
     }
 }
