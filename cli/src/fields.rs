@@ -904,10 +904,11 @@ impl Extractor {
         Ok(())
     }
 
-    /// A W3C log (IIS, CloudFront): each role's field by its W3C name, under the first
-    /// `#Fields:` directive of the first lines (and each later one from its line on). The
+    /// A W3C log (IIS, CloudFront): each role's field by its W3C name, under the `#Fields:`
+    /// directive in force at the first data line (and each later one from its line on). The
     /// time is `date` and `time` (UTC), the client `c-ip`, the method `cs-method`, the path
-    /// `cs-uri-stem` and its `cs-uri-query`; a header `cs(NAME)`.
+    /// `cs-uri-stem` and its `cs-uri-query`; a header `cs(NAME)` or a field named NAME (Host:
+    /// `x-host-header`, `cs(host)`, `cs-host`).
     fn resolve_w3c(
         &mut self,
         head: &[Vec<u8>],
