@@ -683,6 +683,62 @@ impl Extractor {
         v
     }
 
+    /// The roles of a format whose fields are at fixed places (ALB, HAProxy): each field
+    /// named for one by `pick`, else the format's `(time, client, request line)`; a method or
+    /// cost only when named.
+    fn place(
+        &mut self,
+        needs: &Needs,
+        names: &Names,
+        pick: &dyn Fn(&str, &str) -> Result<usize, CliError>,
+        (time, client, request): (usize, usize, usize),
+    ) -> Result<(), CliError> {
+        self.time = match &names.time {
+            Some(n) => pick("timestamp", n)?,
+            None => time,
+        };
+        if needs.ip {
+            self.ip = Some(match &names.ip {
+                Some(n) => pick("client address", n)?,
+                None => client,
+            });
+        }
+        if needs.path || needs.method {
+            self.path = Some(match &names.path {
+                Some(n) => pick("path", n)?,
+                None => request,
+            });
+        }
+        if let Some(m) = &names.method {
+            self.method = Some(pick("method", m)?);
+        }
+        if let Some(c) = &names.cost {
+            self.cost = Some(pick("cost", c)?);
+        }
+        Ok(())
+    }
+
+    /// After [`place`](Self::place) and the keys: the report's names of the roles' fields
+    /// (`name`), the last field a line is read to, and room for the format's `len` fields.
+    fn placed(&mut self, name: &dyn Fn(usize) -> String, len: usize) {
+        for (role, slot) in [
+            ("time", Some(self.time)),
+            ("ip", self.ip),
+            ("path", self.path),
+            ("method", self.method),
+            ("cost", self.cost),
+            ("forwarded", self.fwd),
+        ] {
+            if let Some(i) = slot {
+                self.chosen.push((role.into(), name(i)));
+            }
+        }
+        let used = [self.ip, self.path, self.method, self.cost, self.fwd];
+        let last = used.into_iter().flatten().chain(self.keys.iter().copied());
+        self.combined_last = last.fold(self.time, usize::max);
+        self.spans = vec![None; len];
+    }
+
     /// An ALB log: each role's field by its place. The time is when the response went
     /// (`time`, the lines' order), or `--time-field request_creation_time` on a log sorted by
     /// it; the client the address that connected to the load balancer; the method and path the
@@ -705,28 +761,7 @@ impl Extractor {
         // the request's arrival (`request_creation_time`), every line after a slower request
         // goes back in time and is clamped forward, bunching the requests (a trial: 7.4 %
         // rejected against 0.66 % for the same lines sorted; by `time`, 0.33 %).
-        self.time = match &names.time {
-            Some(n) => pick("timestamp", n)?,
-            None => ALB_TIME,
-        };
-        if needs.ip {
-            self.ip = Some(match &names.ip {
-                Some(n) => pick("client address", n)?,
-                None => ALB_CLIENT,
-            });
-        }
-        if needs.path || needs.method {
-            self.path = Some(match &names.path {
-                Some(n) => pick("path", n)?,
-                None => ALB_REQUEST,
-            });
-        }
-        if let Some(m) = &names.method {
-            self.method = Some(pick("method", m)?);
-        }
-        if let Some(c) = &names.cost {
-            self.cost = Some(pick("cost", c)?);
-        }
+        self.place(needs, names, &pick, (ALB_TIME, ALB_CLIENT, ALB_REQUEST))?;
         if needs.forwarded {
             return Err(fail(
                 "an ALB log holds no X-Forwarded-For or Forwarded header: its client field is \
@@ -753,25 +788,7 @@ impl Extractor {
             };
             self.keys.push(i);
         }
-        for (role, slot) in [
-            ("time", Some(self.time)),
-            ("ip", self.ip),
-            ("path", self.path),
-            ("method", self.method),
-            ("cost", self.cost),
-        ] {
-            if let Some(i) = slot {
-                self.chosen.push((role.into(), ALB_FIELDS[i].into()));
-            }
-        }
-        self.combined_last = [Some(self.time), self.ip, self.path, self.method, self.cost]
-            .iter()
-            .flatten()
-            .chain(self.keys.iter())
-            .copied()
-            .max()
-            .unwrap_or(ALB_TIME);
-        self.spans = vec![None; ALB_LEN];
+        self.placed(&|i| ALB_FIELDS[i].into(), ALB_LEN);
         Ok(())
     }
 
@@ -798,28 +815,12 @@ impl Extractor {
                 ))
             })
         };
-        self.time = match &names.time {
-            Some(n) => pick("timestamp", n)?,
-            None => HAPROXY_TIME,
-        };
-        if needs.ip {
-            self.ip = Some(match &names.ip {
-                Some(n) => pick("client address", n)?,
-                None => HAPROXY_CLIENT,
-            });
-        }
-        if needs.path || needs.method {
-            self.path = Some(match &names.path {
-                Some(n) => pick("path", n)?,
-                None => HAPROXY_REQUEST,
-            });
-        }
-        if let Some(m) = &names.method {
-            self.method = Some(pick("method", m)?);
-        }
-        if let Some(c) = &names.cost {
-            self.cost = Some(pick("cost", c)?);
-        }
+        self.place(
+            needs,
+            names,
+            &pick,
+            (HAPROXY_TIME, HAPROXY_CLIENT, HAPROXY_REQUEST),
+        )?;
         if needs.forwarded {
             let Some(f) = &names.forwarded else {
                 return Err(fail(format!(
@@ -874,33 +875,7 @@ impl Extractor {
                 )));
             }
         }
-        for (role, slot) in [
-            ("time", Some(self.time)),
-            ("ip", self.ip),
-            ("path", self.path),
-            ("method", self.method),
-            ("cost", self.cost),
-            ("forwarded", self.fwd),
-        ] {
-            if let Some(i) = slot {
-                self.chosen.push((role.into(), name(i)));
-            }
-        }
-        self.combined_last = [
-            Some(self.time),
-            self.ip,
-            self.path,
-            self.method,
-            self.cost,
-            self.fwd,
-        ]
-        .iter()
-        .flatten()
-        .chain(self.keys.iter())
-        .copied()
-        .max()
-        .unwrap_or(HAPROXY_TIME);
-        self.spans = vec![None; HAPROXY_LEN];
+        self.placed(&name, HAPROXY_LEN);
         Ok(())
     }
 
