@@ -16,7 +16,7 @@ BIN=target/release/sluicegate
 dir=target/cli-bench
 mkdir -p "$dir"
 printf '| format | keys | lines | bytes/line | CPU s | lines/s per core | wall s | peak RSS MiB |\n|---|---:|---:|---:|---:|---:|---:|---:|\n'
-for fmt in jsonl csv combined; do
+for fmt in ${FORMATS:-jsonl csv combined alb w3c haproxy}; do
   for keys in 1 1000000; do
     f="$dir/u-$fmt-$keys-$LINES.log"
     [ -s "$f" ] || $BIN sample --scenario uniform --keys "$keys" --lines "$LINES" --log-format "$fmt" -o "$f" >/dev/null

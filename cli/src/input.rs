@@ -892,10 +892,13 @@ pub fn split_w3c_at(line: &[u8], sep: u8, cols: &mut Vec<Span>) -> bool {
     if line.len() > MAX_LINE {
         return false; // (its offsets would not fit a Span)
     }
+    // (A byte loop: the fields are short, and memchr's set-up for each costs more.)
     let mut s = 0;
-    for e in memchr::memchr_iter(sep, line) {
-        cols.push(Span::new(s, e, false));
-        s = e + 1;
+    for (e, &b) in line.iter().enumerate() {
+        if b == sep {
+            cols.push(Span::new(s, e, false));
+            s = e + 1;
+        }
     }
     cols.push(Span::new(s, line.len(), false));
     true
@@ -1065,7 +1068,9 @@ fn haproxy_like(line: &[u8]) -> bool {
 /// `#`, non-printable bytes and, in captured headers, `{|}` as `#XX`). `false` for a line
 /// that is not one (a TCP log line, HAProxy's own messages).
 pub fn scan_haproxy(line: &[u8], last: usize, out: &mut [Option<Span>]) -> bool {
-    for o in out.iter_mut() {
+    // (Only the slots up to `last` are read; the captured headers' are set up to it.)
+    let read = out.len().min(last.max(HAPROXY_REQ_HEADERS) + 1);
+    for o in out[..read].iter_mut() {
         *o = None;
     }
     if line.len() > MAX_LINE {
@@ -1074,10 +1079,13 @@ pub fn scan_haproxy(line: &[u8], last: usize, out: &mut [Option<Span>]) -> bool 
     let Some((s, b, clf)) = haproxy_start(line) else {
         return false;
     };
+    // A field HAProxy may escape (`#XX`: the captured headers, the request line), and one
+    // it writes as it is (names, numbers, flags).
     let span = |a: usize, e: usize| {
         let esc = memchr::memchr(b'#', &line[a..e]).is_some();
         Some(Span::new(a, e, esc))
     };
+    let plain = |a: usize, e: usize| Some(Span::new(a, e, false));
     let set = |out: &mut [Option<Span>], i: usize, v: Option<Span>| {
         if let Some(o) = out.get_mut(i) {
             *o = v;
@@ -1107,15 +1115,15 @@ pub fn scan_haproxy(line: &[u8], last: usize, out: &mut [Option<Span>]) -> bool 
     let client = &line[s..b - 1];
     match memchr::memrchr(b':', client) {
         Some(c) if c + 1 < client.len() && client[c + 1..].iter().all(u8::is_ascii_digit) => {
-            set(out, HAPROXY_CLIENT_PORT, span(s + c + 1, b - 1));
+            set(out, HAPROXY_CLIENT_PORT, plain(s + c + 1, b - 1));
         }
         _ => return false,
     }
-    set(out, HAPROXY_CLIENT, span(s, b - 1));
+    set(out, HAPROXY_CLIENT, plain(s, b - 1));
     let Some(close) = memchr::memchr(b']', &line[b..]).map(|k| b + k) else {
         return false;
     };
-    set(out, HAPROXY_TIME, span(b + 1, close));
+    set(out, HAPROXY_TIME, plain(b + 1, close));
     // frontend backend/server timers status bytes cookie cookie state conns queues: one
     // token each, single spaces between.
     let mut i = close + 1;
@@ -1125,21 +1133,26 @@ pub fn scan_haproxy(line: &[u8], last: usize, out: &mut [Option<Span>]) -> bool 
             return false;
         }
         i += 1;
-        let e = memchr::memchr(b' ', &line[i..]).map_or(n, |k| i + k);
+        // (Short tokens: a loop, not memchr's set-up for each.)
+        let e = line[i..]
+            .iter()
+            .position(|&c| c == b' ')
+            .map_or(n, |k| i + k);
+        let slash = || line[i..e].iter().position(|&c| c == b'/').map(|k| i + k);
         // (Not a quoted field: a combined line's request after its date.)
-        if e == i || line[i] == b'"' || (f == 5 && memchr::memchr(b'/', &line[i..e]).is_none()) {
+        if e == i || line[i] == b'"' || (f == 5 && slash().is_none()) {
             return false;
         }
         if f == 3 {
             // backend/server
-            let Some(sl) = memchr::memchr(b'/', &line[i..e]).map(|k| i + k) else {
+            let Some(sl) = slash() else {
                 return false;
             };
-            set(out, 3, span(i, sl));
-            set(out, 4, span(sl + 1, e));
+            set(out, 3, plain(i, sl));
+            set(out, 4, plain(sl + 1, e));
             f = 5;
         } else {
-            set(out, f, span(i, e));
+            set(out, f, plain(i, e));
             f += 1;
         }
         i = e;
