@@ -431,7 +431,10 @@ impl LineReader {
             None => None,
             Some(Next::Blank(n)) => copy(out, &NEWLINES[..n]),
             Some(Next::Long(l)) => Some(Filled::Long(l)),
-            Some(Next::Lines(s, e)) if s > 0 => copy(out, &self.buf[s..e]),
+            // (A buffer grown for a long line stays the reader's: a block is copied from it.)
+            Some(Next::Lines(s, e)) if s > 0 || self.buf.len() > BLOCK.min(self.max_line + 1) => {
+                copy(out, &self.buf[s..e])
+            }
             Some(Next::Lines(_, e)) => {
                 // The block is buf[..e], the bytes after it buf[e..end]: the buffers change
                 // hands.

@@ -960,6 +960,10 @@ fn pass(
 /// line stamped far ahead is taken at its neighbours' time.
 const LOOKAHEAD: usize = 16;
 
+/// The largest buffer a feed keeps for reuse: the reader's block (a buffer grown for a long
+/// line goes).
+const BLOCK_BYTES: usize = 1 << 20;
+
 /// Requests an input parses at a time ([`Part`]): enough to look [`LOOKAHEAD`] ahead, few
 /// enough that they are still in the cache when they are decided.
 const CHUNK: usize = 64;
@@ -1184,10 +1188,13 @@ impl Feed {
     ) -> Result<(), CliError> {
         part.parsed.reqs.clear();
         part.parsed.bytes.clear();
-        // The part's blocks are let go: kept for reuse where no other part holds them.
+        // The part's blocks are let go: kept for reuse where no other part holds them (two
+        // at most: a feed holds three blocks at a time, the one it parses among them).
         for (_, b, _) in part.blocks.drain(..) {
             if let Ok(b) = Rc::try_unwrap(b) {
-                self.spare.push(b);
+                if self.spare.len() < 2 && b.len() <= BLOCK_BYTES {
+                    self.spare.push(b);
+                }
             }
         }
         // Where the next block starts in the part's lines' ranges.
@@ -1206,7 +1213,17 @@ impl Feed {
                         self.st.long(cfg, meta, &mut self.im, &self.ex, &long)?;
                         continue;
                     }
-                    Some(Filled::Lines(n)) => self.blk_len = n,
+                    Some(Filled::Lines(n)) => {
+                        self.blk_len = n;
+                        // A block much smaller than its buffer (a pipe's few lines) is kept
+                        // in a buffer of its size: a part may hold many.
+                        if n < v.len() / 4 {
+                            let big = std::mem::replace(v, v[..n].to_vec());
+                            if self.spare.len() < 2 && big.len() <= BLOCK_BYTES {
+                                self.spare.push(big);
+                            }
+                        }
+                    }
                 }
                 self.pos = 0;
             }
@@ -1214,6 +1231,7 @@ impl Feed {
             let len = self.blk_len;
             let mut lines = BlockLines::at(&block[..len], self.pos);
             let mut failed = Ok(());
+            let before = part.parsed.reqs.len();
             while part.parsed.reqs.len() < CHUNK {
                 let Some((at, line)) = lines.next() else {
                     break;
@@ -1249,7 +1267,23 @@ impl Feed {
                 }
             }
             self.pos = lines.pos();
-            part.blocks.push((base, block, len));
+            let reqs = &mut part.parsed.reqs[before..];
+            let used: usize = reqs.iter().map(|p| p.line.1 - p.line.0).sum();
+            if reqs.is_empty() {
+                // No request's line is in it (unusable lines, lines without a key): not kept.
+            } else if self.pos == len && used < len / 4 {
+                // A block mostly of other lines: its requests' lines are kept, not the block,
+                // so that a part of sparse requests does not hold a block for each.
+                let mut own = Vec::with_capacity(used);
+                for p in reqs.iter_mut() {
+                    let at = base + own.len();
+                    own.extend_from_slice(&block[p.line.0 - base..p.line.1 - base]);
+                    p.line = (at, base + own.len());
+                }
+                part.blocks.push((base, Rc::new(own), used));
+            } else {
+                part.blocks.push((base, block, len));
+            }
             base += len;
             failed?;
         }
@@ -1379,6 +1413,9 @@ fn pass_merged(
                 }
                 _ => break,
             };
+            // The requests taken before it are decided first (an input's first lines may
+            // end the replay: an unusable one with --strict, a file that cannot be read).
+            batch.flush(replay, &cx, &feeds, meta)?;
             let mut src = match inputs {
                 Inputs::Files(_) => Source::open(&files[open])?,
                 Inputs::Sample(format) => Source::from_reader(

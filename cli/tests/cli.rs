@@ -3065,14 +3065,16 @@ fn a_merge_looks_ahead_across_a_pipes_reads() {
 
 /// One input is replayed as a merge of one: a line stamped far ahead of the next ones is
 /// taken at their time, so the same lines decide alike in one file and cut into consecutive
-/// files anywhere (glitches ahead and back, lines out of order by a little; over 1 MiB, so
-/// the reads' and the parses' seams fall between glitches and their neighbours).
+/// files where no line within 16 of the cut is out of time order (each input looks ahead
+/// within itself). Glitches ahead and back, lines out of order by a little; over 1 MiB, so
+/// the reads' and the parses' seams fall between glitches and their neighbours.
 #[test]
 fn one_input_and_its_lines_cut_into_files_replay_alike() {
     let dir = tempfile::tempdir().unwrap();
     let mut seed = 11u64;
     let mut t = T0;
     let mut lines = Vec::new();
+    let mut in_order = Vec::new();
     for i in 0..12_000u64 {
         t += rng(&mut seed) % 40_000_000;
         let stamp = match rng(&mut seed) % 97 {
@@ -3081,6 +3083,7 @@ fn one_input_and_its_lines_cut_into_files_replay_alike() {
             2 | 3 => t.saturating_sub(rng(&mut seed) % 2_000_000_000),
             _ => t,
         };
+        in_order.push(stamp == t);
         lines.push(format!(
             "{{\"ts\":{}.{:09},\"ip\":\"198.51.100.{}\",\"path\":\"/p/{}{}\"}}\n",
             stamp / 1_000_000_000,
@@ -3119,15 +3122,20 @@ fn one_input_and_its_lines_cut_into_files_replay_alike() {
         .map(|p| p["rejected"].as_u64().unwrap())
         .sum();
     assert!(rejected > 0, "{policies}");
-    // Cut next to a glitch, at a parse's seam, and anywhere.
+    // Cuts at the first places from these where the 16 lines each side are in time order.
+    let clean = |from: usize| {
+        (from.max(16)..lines.len() - 16)
+            .find(|&p| in_order[p - 16..p + 16].iter().all(|&o| o))
+            .unwrap()
+    };
     let glitch = lines
         .iter()
         .position(|l| l.contains("\"ts\":17145252"))
-        .unwrap_or(500);
+        .unwrap();
     for cuts in [
-        vec![glitch, glitch + 1],
-        vec![256, 5000, 9001],
-        vec![16, 17, 11_990],
+        vec![clean(glitch)],
+        vec![clean(256), clean(5000), clean(9001)],
+        vec![clean(16), clean(clean(16) + 1), clean(11_000)],
     ] {
         let mut files = Vec::new();
         let mut from = 0;
@@ -3144,5 +3152,33 @@ fn one_input_and_its_lines_cut_into_files_replay_alike() {
             (policies.clone(), backwards.clone()),
             "{cuts:?}"
         );
+    }
+}
+
+/// With --strict, the requests taken before an input opens are decided before that input's
+/// first lines can end the replay: the error is the earliest in the merge.
+#[test]
+fn strict_errors_come_in_the_merges_order_when_an_input_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = 1_714_564_900u64;
+    let mut a = String::from("time,ip\n");
+    a += &format!("{t0}.0,10.0.0.1\n{t0}.0,10.0.0.2\n");
+    for s in 1..12 {
+        a += &format!("{}.0,10.0.0.1\n", t0 + s);
+    }
+    let mut b = String::from("time,ip\nnotatime,10.0.0.1\n");
+    for s in 5..10 {
+        b += &format!("{}.5,10.0.0.1\n", t0 + s);
+    }
+    let (a, b) = (write(&dir, "sa.csv", &a), write(&dir, "sb.csv", &b));
+    for files in [vec![&a], vec![&a, &b]] {
+        bin()
+            .args(["replay", "--strict", "--max-keys", "1", "-p", "1/s"])
+            .args(files)
+            .assert()
+            .code(4)
+            .stderr(
+                predicate::str::contains("sa.csv:3:").and(predicate::str::contains("--max-keys")),
+            );
     }
 }
