@@ -667,20 +667,24 @@ impl Extractor {
         })
     }
 
-    fn chosen_combined(&self) -> Vec<(String, String)> {
-        let mut v = vec![("time".to_string(), COMBINED_FIELDS[self.time].to_string())];
-        for (role, s) in [
+    /// Each role given a field, and the field.
+    fn roles(&self) -> impl Iterator<Item = (&'static str, usize)> {
+        [
+            ("time", Some(self.time)),
             ("ip", self.ip),
             ("path", self.path),
             ("method", self.method),
             ("cost", self.cost),
             ("forwarded", self.fwd),
-        ] {
-            if let Some(s) = s {
-                v.push((role.into(), COMBINED_FIELDS[s].into()));
-            }
-        }
-        v
+        ]
+        .into_iter()
+        .filter_map(|(role, slot)| slot.map(|i| (role, i)))
+    }
+
+    fn chosen_combined(&self) -> Vec<(String, String)> {
+        self.roles()
+            .map(|(role, i)| (role.into(), COMBINED_FIELDS[i].into()))
+            .collect()
     }
 
     /// The roles of a format whose fields are at fixed places (ALB, HAProxy): each field
@@ -721,21 +725,16 @@ impl Extractor {
     /// After [`place`](Self::place) and the keys: the report's names of the roles' fields
     /// (`name`), the last field a line is read to, and room for the format's `len` fields.
     fn placed(&mut self, name: &dyn Fn(usize) -> String, len: usize) {
-        for (role, slot) in [
-            ("time", Some(self.time)),
-            ("ip", self.ip),
-            ("path", self.path),
-            ("method", self.method),
-            ("cost", self.cost),
-            ("forwarded", self.fwd),
-        ] {
-            if let Some(i) = slot {
-                self.chosen.push((role.into(), name(i)));
-            }
-        }
-        let used = [self.ip, self.path, self.method, self.cost, self.fwd];
-        let last = used.into_iter().flatten().chain(self.keys.iter().copied());
-        self.combined_last = last.fold(self.time, usize::max);
+        let named: Vec<_> = self
+            .roles()
+            .map(|(role, i)| (role.into(), name(i)))
+            .collect();
+        self.chosen.extend(named);
+        let last = self
+            .roles()
+            .map(|(_, i)| i)
+            .chain(self.keys.iter().copied());
+        self.combined_last = last.max().unwrap_or(self.time);
         self.spans = vec![None; len];
     }
 

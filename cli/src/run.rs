@@ -1067,20 +1067,8 @@ impl Feed {
         self.cur.due[self.next]
     }
 
-    /// Parses the input's first requests; `false` if it has none.
-    fn start(
-        &mut self,
-        cfg: &Config,
-        clients: &mut Clients,
-        caps: &mut Vec<(usize, usize)>,
-        meta: &mut Meta,
-    ) -> Result<bool, CliError> {
-        // (`cur` is empty: its first requests are parsed ahead, then taken.)
-        self.look_ahead(cfg, clients, caps, meta)?;
-        self.step(cfg, clients, caps, meta)
-    }
-
     /// Moves to `cur`'s `k`-th request, the ones before it taken; `false` at the input's end.
+    /// (A new input's `cur` is empty: `seek(0)` parses its first requests.)
     fn seek(
         &mut self,
         k: usize,
@@ -1103,6 +1091,8 @@ impl Feed {
         meta: &mut Meta,
     ) -> Result<bool, CliError> {
         if self.next == self.cur.parsed.reqs.len() {
+            // (Parsed ahead already, but for a new input's first requests.)
+            self.look_ahead(cfg, clients, caps, meta)?;
             if !self.ahead_ready {
                 return match self.failed.take() {
                     Some(e) => Err(e),
@@ -1435,7 +1425,7 @@ fn pass_merged(
             }
             let (ex, im) = start_input(cfg, &needs, &mut clients, &names[open], &head)?;
             let mut feed = Feed::new(lr, ex, im, counter, cfg);
-            if feed.start(cfg, &mut clients, &mut caps, meta)? {
+            if feed.seek(0, cfg, &mut clients, &mut caps, meta)? {
                 heads.push(Reverse((feed.head(), open)));
                 feeds[open] = Some(feed);
             } else {
