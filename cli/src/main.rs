@@ -179,6 +179,11 @@ struct ReplayArgs {
     /// The unit of numeric timestamps.
     #[arg(long, value_enum, default_value_t = timefmt::EpochUnit::Auto)]
     time_unit: timefmt::EpochUnit,
+    /// The zone of dates written without an offset (HAProxy's local time, RFC 3339 without
+    /// `Z`): an IANA name, daylight saving included (`Europe/Berlin`), a fixed offset
+    /// (`+05:30`) or `UTC`. A date with its own offset keeps it; W3C's are UTC.
+    #[arg(long, value_name = "ZONE", default_value = "UTC", value_parser = timefmt::Zone::parse)]
+    timezone: timefmt::Zone,
     /// The CSV delimiter (one byte; `tab` for a tab).
     #[arg(long, default_value = ",", value_parser = parse_delim)]
     csv_delimiter: u8,
@@ -517,6 +522,7 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
                 },
                 format: a.log_format,
                 unit: a.time_unit,
+                zone: a.timezone.clone(),
                 cost: a.cost,
                 max_keys: a.max_keys.max(1),
                 strict: a.strict,

@@ -62,6 +62,9 @@ pub struct InputMeta {
     pub format: String,
     pub fields: Vec<(String, String)>,
     pub lines: u64,
+    /// `--timezone` where it applies to this input (not UTC, not W3C): the zone of its dates
+    /// written without an offset.
+    pub zone: Option<String>,
 }
 
 pub struct TopKey {
@@ -335,6 +338,7 @@ impl Summary {
                     .with("name", i.name.as_str())
                     .with("format", i.format.as_str())
                     .with("lines", i.lines)
+                    .with("timezone", i.zone.as_deref().unwrap_or("UTC"))
                     .with(
                         "fields",
                         Jv::Obj(
@@ -497,11 +501,14 @@ impl Summary {
                 continue;
             }
             let fields: Vec<String> = i.fields.iter().map(|(r, f)| format!("{r}={f}")).collect();
-            let fields = if fields.is_empty() {
+            let mut fields = if fields.is_empty() {
                 String::new()
             } else {
                 format!("; {}", printable(&fields.join(" ")))
             };
+            if let Some(z) = &i.zone {
+                fields.push_str(&format!("; dates without an offset in {}", printable(z)));
+            }
             let _ = writeln!(
                 out,
                 "input    {} ({}, {}{fields})",

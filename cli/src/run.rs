@@ -11,7 +11,7 @@ use crate::policy::{KeyPart, PolicySpec};
 use crate::replay::{push_text, Replay};
 use crate::sample::{Generator, SampleReader};
 use crate::stats::Timeline;
-use crate::timefmt::{EpochUnit, TimeParser};
+use crate::timefmt::{EpochUnit, TimeParser, Zone};
 use sluicegate::client::{
     Cidr, ClientResolver, ForwardingHeaders, Peer, ProxyHeader, TrustedProxies,
 };
@@ -36,6 +36,8 @@ pub struct Config {
     pub names: Names,
     pub format: LogFormat,
     pub unit: EpochUnit,
+    /// `--timezone`: the zone of dates written without an offset (never W3C's: UTC).
+    pub zone: Zone,
     pub cost: u64,
     pub max_keys: usize,
     pub strict: bool,
@@ -57,6 +59,17 @@ pub struct Config {
 }
 
 impl Config {
+    /// A parser of `ex`'s timestamps: dates without an offset in `--timezone`, except W3C's,
+    /// which its format defines as UTC.
+    fn time_parser(&self, ex: &Extractor) -> TimeParser {
+        let tp = TimeParser::new(self.unit);
+        if ex.format == LogFormat::W3c {
+            tp
+        } else {
+            tp.with_zone(&self.zone)
+        }
+    }
+
     fn needs(&self) -> Needs {
         let mut n = Needs::default();
         for k in &self.key {
@@ -183,7 +196,7 @@ fn first_time(cfg: &Config, needs: &Needs, path: &str) -> Result<Option<u64>, Cl
         return Ok(None);
     }
     let mut ex = Extractor::new(cfg.format, &head, needs, &cfg.names, &name)?;
-    let mut tp = TimeParser::new(cfg.unit);
+    let mut tp = cfg.time_parser(&ex);
     let mut header = ex.skip_first;
     let (mut first, mut seen) = (None, 0);
     while let Some(chunk) = lr.next_block()? {
@@ -941,6 +954,8 @@ fn start_input(
         format: format!("{:?}", ex.format).to_lowercase(),
         fields: ex.chosen.clone(),
         lines: 0,
+        zone: (ex.format != LogFormat::W3c && !cfg.zone.is_utc())
+            .then(|| cfg.zone.name().to_string()),
     };
     Ok((ex, im))
 }
@@ -1039,9 +1054,9 @@ impl Feed {
     ) -> Self {
         Feed {
             st: LineState::new(&ex),
+            tp: cfg.time_parser(&ex),
             lr,
             ex,
-            tp: TimeParser::new(cfg.unit),
             im,
             counter,
             blk: Rc::default(),
@@ -1757,6 +1772,7 @@ mod tests {
             },
             format: LogFormat::Auto,
             unit: EpochUnit::Auto,
+            zone: Zone::utc(),
             cost: 1,
             max_keys: 1 << 20,
             strict: false,

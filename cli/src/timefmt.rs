@@ -1,9 +1,12 @@
 //! Log timestamps to nanoseconds since the Unix epoch (UTC), parsed by hand: this runs once per
 //! line. Accepted, detected per value:
-//! * RFC 3339 / ISO 8601: `2024-05-01T12:00:00Z`, `2024-05-01 12:00:00.123+02:00` (no zone: UTC);
+//! * RFC 3339 / ISO 8601: `2024-05-01T12:00:00Z`, `2024-05-01 12:00:00.123+02:00`;
 //! * the common log format: `01/May/2024:12:00:00 +0000` (brackets allowed, `.123` allowed);
+//!   without its offset as HAProxy writes it;
 //! * a number of seconds, milliseconds, microseconds or nanoseconds since the epoch, with an
 //!   optional fraction (`1714564800.123`, nginx's `$msec`); the unit is [`EpochUnit`].
+//!
+//! A date written without an offset is in the parser's [`Zone`] (UTC unless given).
 
 /// The unit of numeric timestamps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -30,6 +33,121 @@ pub struct TimeParser {
     last_text: [u8; 32],
     last_len: usize,
     last_secs: i64,
+    /// The zone of dates without an offset; `None`: UTC.
+    zone: Option<Box<Zoned>>,
+}
+
+/// The zone of dates written without an offset (`--timezone`): an IANA zone, its daylight
+/// saving included, or a fixed offset.
+#[derive(Clone, Debug)]
+pub struct Zone {
+    tz: jiff::tz::TimeZone,
+    name: String,
+}
+
+impl Zone {
+    /// `UTC`, a fixed offset (`+05:30`, `-0800`, `+02`) or an IANA name (`Europe/Berlin`).
+    pub fn parse(text: &str) -> Result<Zone, String> {
+        let t = text.trim();
+        if t.eq_ignore_ascii_case("utc") || t == "Z" {
+            return Ok(Zone::utc());
+        }
+        if let Some(sign @ (b'+' | b'-')) = t.bytes().next() {
+            let (h, m) = match t.as_bytes()[1..] {
+                [h1, h2] => ([h1, h2], [b'0'; 2]),
+                [h1, h2, b':', m1, m2] | [h1, h2, m1, m2] => ([h1, h2], [m1, m2]),
+                _ => return Err(format!("{t:?} is no offset: write it +HH:MM, as +05:30")),
+            };
+            let secs = offset(sign, &h, &m)
+                .ok_or_else(|| format!("{t:?} is no offset: hours 00-23, minutes 00-59"))?;
+            let off = jiff::tz::Offset::from_seconds(secs as i32).map_err(|e| e.to_string())?;
+            return Ok(Zone {
+                tz: jiff::tz::TimeZone::fixed(off),
+                name: t.to_string(),
+            });
+        }
+        let tz = jiff::tz::TimeZone::get(t).map_err(|_| {
+            format!(
+                "{t:?} is no time zone: give an IANA name (Europe/Berlin, America/New_York), \
+                 an offset (+05:30) or UTC"
+            )
+        })?;
+        Ok(Zone {
+            name: tz.iana_name().unwrap_or(t).to_string(),
+            tz,
+        })
+    }
+
+    /// UTC, the default.
+    pub fn utc() -> Zone {
+        Zone {
+            tz: jiff::tz::TimeZone::UTC,
+            name: "UTC".into(),
+        }
+    }
+
+    /// Whether dates without an offset are read as UTC.
+    pub fn is_utc(&self) -> bool {
+        self.tz == jiff::tz::TimeZone::UTC
+    }
+
+    /// Its name (an IANA zone's as the database spells it) or offset, as given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The instant (seconds since the epoch) of a local date, `local` being its seconds read
+    /// as UTC, `last` the instant read before it. A date in a gap (the hour a clock set
+    /// forward skips) is read with the offset before it, as by a clock not moved yet. A date
+    /// in a fold (the hour a clock set back repeats) has two instants: the later once `last`
+    /// is past the change, else the one nearer `last`, so that a log in time order crosses
+    /// the fold in order.
+    ///
+    /// The second value: whether the date was in a fold (whose instant depends on `last`).
+    fn instant(&self, local: i64, last: i64) -> Option<(i64, bool)> {
+        use jiff::tz::AmbiguousOffset;
+        let ts = jiff::Timestamp::from_second(local).ok()?;
+        let dt = jiff::tz::TimeZone::UTC.to_datetime(ts);
+        let at = |o: jiff::tz::Offset| local - i64::from(o.seconds());
+        Some(match self.tz.to_ambiguous_timestamp(dt).offset() {
+            AmbiguousOffset::Unambiguous { offset } => (at(offset), false),
+            AmbiguousOffset::Gap { before, .. } => (at(before), false),
+            AmbiguousOffset::Fold { before, after } => {
+                let (early, late) = (at(before), at(after));
+                let past = last >= early
+                    && jiff::Timestamp::from_second(last)
+                        .is_ok_and(|t| self.tz.to_offset(t) == after);
+                if past || late.abs_diff(last) < early.abs_diff(last) {
+                    (late, true)
+                } else {
+                    (early, true)
+                }
+            }
+        })
+    }
+}
+
+/// A [`Zone`] and what the parser last read in it.
+struct Zoned {
+    zone: Zone,
+    /// The last local second converted, and its instant (not a fold's, which depends on
+    /// the instant before it).
+    memo: Option<(i64, i64)>,
+    /// The last instant (seconds) this parser returned (see [`Zone::instant`]).
+    last: i64,
+}
+
+impl Zoned {
+    fn resolve(&mut self, local: i64) -> Option<i64> {
+        if let Some((l, at)) = self.memo {
+            if l == local {
+                return Some(at);
+            }
+        }
+        let (at, fold) = self.zone.instant(local, self.last)?;
+        self.memo = (!fold).then_some((local, at));
+        Some(at)
+    }
 }
 
 const NS: i64 = 1_000_000_000;
@@ -43,9 +161,30 @@ impl TimeParser {
         }
     }
 
+    /// A parser reading dates without an offset in `zone` (UTC when it is).
+    pub fn with_zone(mut self, zone: &Zone) -> Self {
+        self.zone = (!zone.is_utc()).then(|| {
+            Box::new(Zoned {
+                zone: zone.clone(),
+                memo: None,
+                last: 0,
+            })
+        });
+        self
+    }
+
     /// Nanoseconds since the epoch, or `None` if `text` is no timestamp (or before 1970).
     #[inline]
     pub fn parse(&mut self, text: &[u8]) -> Option<u64> {
+        let t = self.parse_inner(text)?;
+        if let Some(z) = self.zone.as_mut() {
+            z.last = (t / NS as u64) as i64;
+        }
+        Some(t)
+    }
+
+    #[inline]
+    fn parse_inner(&mut self, text: &[u8]) -> Option<u64> {
         let t = trim(text);
         let t = t.strip_prefix(b"[").unwrap_or(t);
         let t = t.strip_suffix(b"]").unwrap_or(t);
@@ -94,7 +233,8 @@ impl TimeParser {
         let (frac, rest) = fraction(&t[19..])?;
         let frac = if &t[17..19] == b"60" { LEAP_FRAC } else { frac };
         let off = match rest {
-            [] | [b'Z'] | [b'z'] => 0,
+            [] => return self.local(secs, frac),
+            [b'Z'] | [b'z'] => 0,
             [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2]
             | [sign @ (b'+' | b'-'), h1, h2, m1, m2] => offset(*sign, &[*h1, *h2], &[*m1, *m2])?,
             _ => return None,
@@ -117,11 +257,20 @@ impl TimeParser {
         let frac = if &t[18..20] == b"60" { LEAP_FRAC } else { frac };
         let rest = trim(rest);
         let off = match rest {
-            [] => 0,
+            [] => return self.local(secs, frac),
             [sign @ (b'+' | b'-'), h1, h2, m1, m2] => offset(*sign, &[*h1, *h2], &[*m1, *m2])?,
             _ => return None,
         };
         to_ns(secs - off, frac)
+    }
+
+    /// A date written without an offset: in the zone.
+    #[inline]
+    fn local(&mut self, secs: i64, frac: i64) -> Option<u64> {
+        match self.zone.as_mut() {
+            None => to_ns(secs, frac),
+            Some(z) => to_ns(z.resolve(secs)?, frac),
+        }
     }
 
     fn epoch(&mut self, t: &[u8]) -> Option<u64> {
@@ -383,6 +532,85 @@ mod tests {
         ] {
             assert_eq!(p(bad), None, "{bad}");
         }
+    }
+
+    /// `--timezone`: dates without an offset are in the zone, daylight saving included; a
+    /// date in the hour a clock set back repeats is the instant nearer the last one read (a
+    /// log in time order crosses it in order); a date in the hour skipped is read with the
+    /// offset before it; a date with its own offset, or a number, keeps its instant.
+    #[test]
+    fn dates_without_an_offset_are_read_in_the_zone() {
+        let berlin = Zone::parse("Europe/Berlin").unwrap();
+        assert_eq!(berlin.name(), "Europe/Berlin");
+        let mut tp = TimeParser::new(EpochUnit::Auto).with_zone(&berlin);
+        let mut at = |s: &str| tp.parse(s.as_bytes()).map(format_rfc3339);
+        // Winter (+01:00) and summer (+02:00); CLF without its offset, as HAProxy writes it.
+        assert_eq!(
+            at("15/Jan/2024:12:00:00.250").as_deref(),
+            Some("2024-01-15T11:00:00.25Z")
+        );
+        assert_eq!(
+            at("2024-07-15T12:00:00").as_deref(),
+            Some("2024-07-15T10:00:00Z")
+        );
+        // Their own offsets, and numbers, are kept.
+        assert_eq!(
+            at("2024-07-15T12:00:00Z").as_deref(),
+            Some("2024-07-15T12:00:00Z")
+        );
+        assert_eq!(
+            at("15/Jul/2024:12:00:00 +0000").as_deref(),
+            Some("2024-07-15T12:00:00Z")
+        );
+        assert_eq!(at("1721044800").as_deref(), Some("2024-07-15T12:00:00Z"));
+        // 2024-10-27: 03:00 CEST is set back to 02:00 CET. In log order, through the fold.
+        let fold = [
+            ("27/Oct/2024:01:59:59", "2024-10-26T23:59:59Z"),
+            ("27/Oct/2024:02:00:00", "2024-10-27T00:00:00Z"),
+            ("27/Oct/2024:02:59:59", "2024-10-27T00:59:59Z"),
+            // The same second again: the same instant (two requests in it).
+            ("27/Oct/2024:02:59:59", "2024-10-27T00:59:59Z"),
+            ("27/Oct/2024:02:00:00", "2024-10-27T01:00:00Z"),
+            ("27/Oct/2024:02:00:00.5", "2024-10-27T01:00:00.5Z"),
+            ("27/Oct/2024:02:00:00.5", "2024-10-27T01:00:00.5Z"),
+            // Past the change: an hour on, not a second back.
+            ("27/Oct/2024:02:59:59", "2024-10-27T01:59:59Z"),
+            ("27/Oct/2024:02:59:58", "2024-10-27T01:59:58Z"),
+            ("27/Oct/2024:03:00:00", "2024-10-27T02:00:00Z"),
+        ];
+        for (local, utc) in fold {
+            assert_eq!(at(local).as_deref(), Some(utc), "{local}");
+        }
+        // 2024-03-31: 02:00 CET is set forward to 03:00 CEST; 02:30 never showed.
+        assert_eq!(
+            at("2024-03-31 01:59:59").as_deref(),
+            Some("2024-03-31T00:59:59Z")
+        );
+        assert_eq!(
+            at("2024-03-31 02:30:00").as_deref(),
+            Some("2024-03-31T01:30:00Z")
+        );
+        assert_eq!(
+            at("2024-03-31 03:00:00").as_deref(),
+            Some("2024-03-31T01:00:00Z")
+        );
+        // A fixed offset; UTC spelled as a zone reads as the default does.
+        let mut tp = TimeParser::new(EpochUnit::Auto).with_zone(&Zone::parse("-03:30").unwrap());
+        let ns = tp.parse(b"2024-07-15T12:00:00").unwrap();
+        assert_eq!(format_rfc3339(ns), "2024-07-15T15:30:00Z");
+        for utc in ["UTC", "utc", "Z", "Etc/UTC"] {
+            let z = Zone::parse(utc).unwrap();
+            let mut tp = TimeParser::new(EpochUnit::Auto).with_zone(&z);
+            assert_eq!(
+                tp.parse(b"2024-07-15T12:00:00"),
+                p("2024-07-15T12:00:00Z"),
+                "{utc}"
+            );
+        }
+        for bad in ["Mars/Olympus", "+25:00", "+1:2", "+12:60", "", "+"] {
+            assert!(Zone::parse(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(Zone::parse("+0530").unwrap().name(), "+0530");
     }
 
     /// A day the month does not have is no date (it was rolled over into the next month);

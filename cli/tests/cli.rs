@@ -1342,6 +1342,73 @@ fn w3c_logs_replay_as_iis_and_cloudfront_wrote_them() {
     assert_eq!(policy(&v, "r")["unlimited"], 0, "{v}");
 }
 
+/// `--timezone`: HAProxy's local dates are read in the host's zone, through the night its
+/// clock is set back (2024-10-27 in Berlin: 02:00-03:00 comes twice); a JSON log's dates with
+/// their own offset, and W3C's (UTC by its format), keep their instants.
+#[test]
+fn dates_without_an_offset_are_read_in_the_timezone_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = |date: &str| {
+        format!(
+            "Oct 27 00:00:00 lb1 haproxy[812]: 10.0.0.5:4000 [27/Oct/2024:{date}] www~ api/srv1 0/0/1/2/3 200 512 - - ---- 1/1/0/0/0 0/0 \"GET / HTTP/1.1\"\n"
+        )
+    };
+    // 02:10 and 02:59 summer time, 02:10 and 02:50 winter time, then 03:20 (winter).
+    let text: String = [
+        "02:10:00.000",
+        "02:59:00.000",
+        "02:10:00.000",
+        "02:50:00.000",
+        "03:20:00.000",
+    ]
+    .iter()
+    .map(|d| line(d))
+    .collect();
+    let log = write(&dir, "haproxy.log", &text);
+    let berlin = replay_json(&log, "1/h", &["--timezone", "Europe/Berlin"]);
+    assert_eq!(berlin["inputs"][0]["timezone"], "Europe/Berlin", "{berlin}");
+    assert_eq!(berlin["first"], "2024-10-27T00:10:00Z", "{berlin}");
+    assert_eq!(berlin["last"], "2024-10-27T02:20:00Z", "{berlin}");
+    assert_eq!(berlin["timestamps_backwards"], 0, "{berlin}");
+    // 00:10, 00:59, 01:10, 01:50 and 02:20 UTC: 00:10, 01:10 and 02:20 are admitted.
+    assert_eq!(policy(&berlin, "1/h")["admitted"], 3, "{berlin}");
+    // Read as UTC, the second 02:10 goes back in time: 02:10 and 03:20 only.
+    let utc = replay_json(&log, "1/h", &[]);
+    assert_eq!(utc["inputs"][0]["timezone"], "UTC", "{utc}");
+    assert_eq!(policy(&utc, "1/h")["admitted"], 2, "{utc}");
+    // A fixed offset: every date an hour and a half earlier in UTC.
+    let fixed = replay_json(&log, "1/h", &["--timezone", "+01:30"]);
+    assert_eq!(fixed["first"], "2024-10-27T00:40:00Z", "{fixed}");
+
+    // Dates with their own offset, and W3C's, are not moved.
+    let json = write(
+        &dir,
+        "a.jsonl",
+        "{\"time\":\"2024-10-27T02:10:00+02:00\",\"ip\":\"10.0.0.5\"}\n\
+         {\"time\":\"2024-10-27T02:10:00Z\",\"ip\":\"10.0.0.5\"}\n",
+    );
+    let v = replay_json(&json, "1/h", &["--timezone", "America/New_York"]);
+    assert_eq!(
+        (v["first"].clone(), v["last"].clone()),
+        ("2024-10-27T00:10:00Z".into(), "2024-10-27T02:10:00Z".into()),
+        "{v}"
+    );
+    let iis = write(
+        &dir,
+        "u_ex241027.log",
+        "#Fields: date time c-ip cs-method cs-uri-stem sc-status\n\
+         2024-10-27 02:10:00 203.0.113.7 GET / 200\n",
+    );
+    let v = replay_json(&iis, "1/h", &["--timezone", "Europe/Berlin"]);
+    assert_eq!(v["inputs"][0]["timezone"], "UTC", "{v}");
+    assert_eq!(v["first"], "2024-10-27T02:10:00Z", "{v}");
+
+    // A zone that is none is a usage error that says what to give.
+    replay(&log, "1/h", &["--timezone", "Europe/Atlantis"])
+        .code(2)
+        .stderr(predicates::str::contains("IANA name"));
+}
+
 #[test]
 fn haproxy_logs_replay_as_haproxy_saw_them() {
     let dir = tempfile::tempdir().unwrap();
