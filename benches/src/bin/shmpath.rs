@@ -90,8 +90,10 @@ struct Region(std::path::PathBuf);
 
 impl Region {
     fn new(what: &str) -> Self {
+        // `SHMPATH_DIR` when set (a tmpfs mounted with other options, as `huge=`), else
         // /dev/shm where there is one (what users should use), else the temporary directory.
-        let dir = std::path::Path::new("/dev/shm");
+        let dir = std::env::var_os("SHMPATH_DIR").map(std::path::PathBuf::from);
+        let dir = dir.as_deref().unwrap_or(std::path::Path::new("/dev/shm"));
         let dir = if dir.is_dir() {
             dir.to_path_buf()
         } else {
