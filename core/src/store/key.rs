@@ -2,7 +2,8 @@
 //! text key is its UTF-8 bytes, a byte key its bytes, and an integer key its decimal digits, so
 //! that `42`, `"42"` and `b"42"` name one bucket in Python, Node and C alike (and one unit of
 //! `max_keys`). Rust callers choose their own key type; the bindings all key a
-//! `KeyedLimiter<Box<[u8]>>` by these bytes.
+//! `KeyedLimiter<Box<[u8]>>` by these bytes, and the stores processes share read a Rust
+//! `str` key as those bytes too ([`Canon`]).
 
 use core::hash::{Hash, Hasher};
 
@@ -59,6 +60,87 @@ pub(crate) fn content_len<Q: Hash + ?Sized>(key: &Q) -> usize {
     let mut m = Measure(0);
     key.hash(&mut m);
     m.0
+}
+
+/// A key's `Hash` as the shared stores (a shared-memory region, Redis) read it, so that a
+/// `str` key and the byte key of its UTF-8 name one bucket there, as they do in every binding:
+/// a key whose stream begins with bytes written as they are (a `str`'s, which std writes
+/// without a length and ends with `0xff`) has their length put before them, as `[u8]`'s
+/// `Hash` writes it, and a `0xff` right after them dropped. A byte key's stream (its length
+/// first) and an integer's are read as they are.
+pub(crate) struct Canon<'a, H: Hasher> {
+    h: &'a mut H,
+    at: CanonAt,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CanonAt {
+    /// Nothing written yet.
+    Start,
+    /// Only a first run of bytes written (a `str`'s, if a `0xff` comes next).
+    FirstBytes,
+    /// Anything else: passed on as it is.
+    Rest,
+}
+
+impl<'a, H: Hasher> Canon<'a, H> {
+    #[inline]
+    pub(crate) fn new(h: &'a mut H) -> Self {
+        Canon {
+            h,
+            at: CanonAt::Start,
+        }
+    }
+}
+
+impl<H: Hasher> Hasher for Canon<'_, H> {
+    fn finish(&self) -> u64 {
+        self.h.finish()
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        if self.at == CanonAt::Start {
+            self.h.write_usize(bytes.len());
+            self.at = CanonAt::FirstBytes;
+        } else {
+            self.at = CanonAt::Rest;
+        }
+        self.h.write(bytes);
+    }
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        let end_of_str = self.at == CanonAt::FirstBytes && i == 0xff;
+        self.at = CanonAt::Rest;
+        if !end_of_str {
+            self.h.write_u8(i);
+        }
+    }
+    #[inline]
+    fn write_u16(&mut self, i: u16) {
+        self.at = CanonAt::Rest;
+        self.h.write_u16(i);
+    }
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.at = CanonAt::Rest;
+        self.h.write_u32(i);
+    }
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.at = CanonAt::Rest;
+        self.h.write_u64(i);
+    }
+    #[inline]
+    fn write_u128(&mut self, i: u128) {
+        self.at = CanonAt::Rest;
+        self.h.write_u128(i);
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.at = CanonAt::Rest;
+        self.h.write_usize(i);
+    }
+    // The signed integers' default methods write through the unsigned ones above.
 }
 
 /// A long key's stand-in: its 128-bit SipHash-1-3 under a secret of the limiter's (a keyed

@@ -69,6 +69,50 @@ fn two_limiters_on_one_region_share_its_buckets() {
     assert_eq!(b.peek(b"bob".as_slice()).unwrap().remaining(), 10);
 }
 
+/// A Rust `str` key and the byte key of its UTF-8 (every binding's key: Python's `"alice"`,
+/// C's `"alice"`) are one bucket in a region; an integer is its decimal digits there only
+/// when written so (`IntKey`), as the bindings write theirs.
+#[test]
+fn text_keys_share_buckets_with_the_bindings_byte_keys() {
+    let r = Region::new("text");
+    let bytes = keyed("5/hour", &r);
+    let text: KeyedLimiter<String> = KeyedLimiter::builder(quota("5/hour"))
+        .store(r.spec())
+        .max_keys(1000)
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        assert!(text.try_acquire("alice", 1).unwrap().allowed());
+    }
+    assert_eq!(bytes.peek(b"alice".as_slice()).unwrap().remaining(), 2);
+    assert!(bytes.try_acquire(b"alice".as_slice(), 2).unwrap().allowed());
+    assert!(!text.try_acquire("alice", 1).unwrap().allowed());
+    assert_eq!(text.peek("alice").unwrap().remaining(), 0);
+    // Longer than the region compares in full (hashed): one key still.
+    let long = "a key longer than any the region holds as it is: ".repeat(3);
+    assert!(text.try_acquire(long.as_str(), 5).unwrap().allowed());
+    assert_eq!(bytes.peek(long.as_bytes()).unwrap().remaining(), 0);
+    assert!(text.remove("alice").unwrap());
+    assert_eq!(bytes.peek(b"alice".as_slice()).unwrap().remaining(), 5);
+    assert_eq!(bytes.len(), 1, "alice's and the long key's bucket");
+    // 42 as a binding writes it: its digits.
+    let ints: KeyedLimiter<u64> = KeyedLimiter::builder(quota("5/hour"))
+        .store(r.spec())
+        .max_keys(1000)
+        .build()
+        .unwrap();
+    assert!(bytes
+        .try_acquire(sluicegate::IntKey::new(42).as_bytes(), 5)
+        .unwrap()
+        .allowed());
+    assert_eq!(text.peek("42").unwrap().remaining(), 0);
+    assert_eq!(
+        ints.peek(&42).unwrap().remaining(),
+        5,
+        "a u64 key is its 8 bytes"
+    );
+}
+
 #[test]
 fn a_region_is_a_private_regular_file_sized_for_its_capacity() {
     let r = Region::new("file");

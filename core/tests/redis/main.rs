@@ -158,6 +158,39 @@ fn conformance_vectors_bit_for_bit() {
 /// a caller that comes back gets a full bucket; with `initial < burst`, a keyed limiter's key
 /// starts again with `initial` tokens, a single limiter's bucket (created when the limiter was
 /// built) is full (SCRIPTS.md, "Absent keys").
+/// A Rust `str` key and the byte key of its UTF-8 (every binding's key) are one bucket on
+/// Redis, as in a region.
+#[test]
+fn text_keys_share_buckets_with_the_bindings_byte_keys() {
+    let srv = Server::start();
+    let url = format!("{}?prefix=text&on_error=error&timeout=2s", srv.url());
+    let text: KeyedLimiter<String> = KeyedLimiter::builder("5/hour".parse().unwrap())
+        .store(spec(&url))
+        .build()
+        .unwrap();
+    let bytes: KeyedLimiter<Box<[u8]>> = KeyedLimiter::builder("5/hour".parse().unwrap())
+        .store(spec(&url))
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        assert!(text.try_acquire("alice", 1).unwrap().allowed());
+    }
+    assert_eq!(bytes.peek(b"alice".as_slice()).unwrap().remaining(), 2);
+    assert!(bytes.try_acquire(b"alice".as_slice(), 2).unwrap().allowed());
+    assert!(!text.try_acquire("alice", 1).unwrap().allowed());
+    assert!(text.remove("alice").unwrap());
+    assert_eq!(bytes.peek(b"alice".as_slice()).unwrap().remaining(), 5);
+    // One key on the server, under the fingerprint of the bytes.
+    assert!(text.try_acquire("bob", 1).unwrap().allowed());
+    let keys: Vec<String> = srv
+        .resp()
+        .keys()
+        .into_iter()
+        .filter(|k| k.starts_with("text:"))
+        .collect();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+}
+
 #[test]
 fn expiry_leaves_nothing_and_a_returning_caller_gets_a_full_bucket() {
     let srv = Server::start();

@@ -8,7 +8,8 @@
 //! slots), for a single limiter the `tag` option or else the prefix. Fingerprints are
 //! SipHash-1-3 over the key's `Hash` under the fixed key `k0 = u64::from_le_bytes(*b"sluicega")`,
 //! `k1 = u64::from_le_bytes(*b"te-redis")`, so that every process and binding names a key
-//! alike (as the shared-memory store does, a `&str` key hashes as its bytes and `0xff`).
+//! alike (as the shared-memory store does, a `&str` key is read as the byte key of its UTF-8:
+//! `Canon`).
 //!
 //! **Time.** Production: the server's TIME, in microsecond ticks since 2024-01-01 (SCRIPTS.md,
 //! "Clock"); the reading given to each method is not sent. Figures come back in ticks and are
@@ -37,10 +38,18 @@ use std::time::Duration;
 const SIP_K0: u64 = u64::from_le_bytes(*b"sluicega");
 const SIP_K1: u64 = u64::from_le_bytes(*b"te-redis");
 
-/// A key's (or a name's) 128-bit fingerprint.
-pub(crate) fn fingerprint<Q: Hash + ?Sized>(key: &Q) -> u128 {
+/// A name's 128-bit fingerprint (a quota's spec, a single limiter's tag).
+pub(crate) fn fingerprint<Q: Hash + ?Sized>(name: &Q) -> u128 {
     let mut h = siphasher::sip128::SipHasher13::new_with_keys(SIP_K0, SIP_K1);
-    key.hash(&mut h);
+    name.hash(&mut h);
+    siphasher::sip128::Hasher128::finish128(&h).as_u128()
+}
+
+/// A key's 128-bit fingerprint, of its stream as the shared stores read it (`Canon`: a `str`
+/// key and the bytes of its UTF-8 are one key).
+pub(crate) fn key_fingerprint<Q: Hash + ?Sized>(key: &Q) -> u128 {
+    let mut h = siphasher::sip128::SipHasher13::new_with_keys(SIP_K0, SIP_K1);
+    key.hash(&mut crate::store::key::Canon::new(&mut h));
     siphasher::sip128::Hasher128::finish128(&h).as_u128()
 }
 
@@ -955,7 +964,7 @@ impl RedisStore {
         within: u64,
         peek: bool,
     ) -> Result<Decision, Error> {
-        let fp = fingerprint(key);
+        let fp = key_fingerprint(key);
         let op = if peek { Op::Peek } else { Op::Acquire };
         let ask = Self::ask(op, now, cost, within);
         self.c.request(self.name(fp), fp, ask)
@@ -1133,7 +1142,7 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for RedisStore {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let fp = fingerprint(key);
+        let fp = key_fingerprint(key);
         let ask = Self::ask(Op::Refund, now, cost, u64::MAX);
         self.c.request(self.name(fp), fp, ask).map(drop)
     }
@@ -1143,7 +1152,7 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for RedisStore {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let fp = fingerprint(key);
+        let fp = key_fingerprint(key);
         self.c.forget(fp);
         let mut cmd = redis::cmd("DEL");
         cmd.arg(self.name(fp).string());

@@ -238,10 +238,11 @@ impl ShmStore {
         }
     }
 
-    /// The key's SipHash-1-3 under the region's secret.
+    /// The key's SipHash-1-3 under the region's secret (of its stream as the shared stores
+    /// read it: `Canon`).
     fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u128 {
         let mut h = self.sip();
-        key.hash(&mut h);
+        key.hash(&mut crate::store::key::Canon::new(&mut h));
         siphasher::sip128::Hasher128::finish128(&h).as_u128()
     }
 
