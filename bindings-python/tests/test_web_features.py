@@ -1595,6 +1595,32 @@ def test_on_off_settings_read_from_the_environment() -> None:
     assert [off.test_client().get("/x").status_code for _ in range(3)] == [200] * 3
 
 
+def test_key_bounds_read_from_the_environment() -> None:
+    """``MAX_KEYS`` from an environment variable is a string of digits: read as the number
+    (it was a TypeError); words or a fraction are an error naming the setting."""
+    with django_settings(MAX_KEYS="1"):
+        assert Client(REMOTE_ADDR="10.0.0.1").get("/plain").status_code == 200
+        # The bound of one key, held by 10.0.0.1's bucket (not full): a second is refused.
+        assert Client(REMOTE_ADDR="10.0.0.2").get("/plain").status_code == 429
+    with django_settings(MAX_KEYS="lots"), pytest.raises(ValueError, match="MAX_KEYS"):
+        Client().get("/plain")
+    app = flask.Flask(__name__)
+    app.config.update(SLUICEGATE_DEFAULT_LIMITS=["1/minute; burst=5"], SLUICEGATE_MAX_KEYS=" 1 ")
+    FlaskSluicegate(app)
+
+    @app.get("/x")
+    def x() -> str:
+        return "x"
+
+    client = app.test_client()
+    assert client.get("/x", environ_base={"REMOTE_ADDR": "10.0.0.1"}).status_code == 200
+    assert client.get("/x", environ_base={"REMOTE_ADDR": "10.0.0.2"}).status_code == 429
+    bad = flask.Flask(__name__)
+    bad.config.update(SLUICEGATE_MAX_KEYS="1.5")
+    with pytest.raises(ValueError, match="SLUICEGATE_MAX_KEYS must be a whole number"):
+        FlaskSluicegate(bad)
+
+
 def test_a_key_function_returning_none_is_an_error_naming_it() -> None:
     app = flask.Flask(__name__)
     limiter = FlaskSluicegate(app)

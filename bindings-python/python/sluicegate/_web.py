@@ -87,6 +87,17 @@ def setting_flag(value: Any, name: str) -> bool:
     raise ValueError(f"{name} must be True or False (or 1/0, \"true\"/\"false\", \"on\"/\"off\"), not {value!r}")
 
 
+def setting_count(value: Any, name: str) -> int | None:
+    """A whole-number setting as a configuration gives it: an int, None (unset), or a string
+    of digits from the environment (``MAX_KEYS=os.environ[...]``). Anything else (a bool, a
+    fraction, words) is a ValueError naming the setting; the range is the core's to check."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    if isinstance(value, str) and value.strip().isdigit() and value.strip().isascii():
+        return int(value.strip())
+    raise ValueError(f"{name} must be a whole number (an int or a string of digits), not {value!r}")
+
+
 def checked_store(store: str) -> str:
     """`store`, checked when the app is configured rather than at its first request: the core
     parses it (a bad one raises InvalidOptionError, a ValueError)."""

@@ -96,6 +96,7 @@ from sluicegate._web import (
     refund_all,
     refund_all_async,
     settle,
+    setting_count,
     setting_flag,
     settle_async,
     shared_rules,
@@ -236,7 +237,7 @@ class _Config:
         self.headers_on_allowed = setting_flag(raw.get("HEADERS_ON_ALLOWED", True), 'SLUICEGATE["HEADERS_ON_ALLOWED"]')
         self.policy = raw.get("POLICY", "default")
         self.store = checked_store(raw.get("STORAGE", MEMORY))
-        self.max_keys = raw.get("MAX_KEYS")
+        self.max_keys = setting_count(raw.get("MAX_KEYS"), 'SLUICEGATE["MAX_KEYS"]')
         self.resolver = client_resolver(raw.get("TRUSTED_PROXIES"), raw.get("IPV6_PREFIX"), raw.get("PROXY_HEADER"))
         self.defaults = default_rules(raw.get("DEFAULT_LIMITS"), self.max_keys)
         for rule in self.defaults:

@@ -107,6 +107,7 @@ from sluicegate._web import (
     quotas,
     refuse_async,
     reset,
+    setting_count,
     setting_flag,
     settle,
     shared_rules,
@@ -295,7 +296,7 @@ class Sluicegate:
         state.headers_on_allowed = setting_flag(
             cfg.get("SLUICEGATE_HEADERS_ON_ALLOWED", True), "SLUICEGATE_HEADERS_ON_ALLOWED"
         )
-        state.max_keys = cfg.get("SLUICEGATE_MAX_KEYS")
+        state.max_keys = setting_count(cfg.get("SLUICEGATE_MAX_KEYS"), "SLUICEGATE_MAX_KEYS")
         state.resolver = client_resolver(
             pick(self._trusted_proxies, "SLUICEGATE_TRUSTED_PROXIES", None),
             pick(self._ipv6_prefix, "SLUICEGATE_IPV6_PREFIX", None),
