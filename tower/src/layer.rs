@@ -25,8 +25,29 @@ pub type RefundFn = dyn Fn(StatusCode) -> bool + Send + Sync;
 /// Where the client-identity warnings go (each kind once per layer).
 pub type WarnFn = dyn Fn(&Warning) + Send + Sync;
 /// Where a limit's errors go: a store that could not decide (Redis down under
-/// `on_error=error`, a region that cannot be read), a key store at its bound.
+/// `on_error=error`, a region that cannot be read), a key store at its bound, a Redis
+/// store's outage (a notice: see [`ErrorEvent`]).
 pub type ErrorFn = dyn Fn(&Error) + Send + Sync;
+/// [`ErrorFn`] told what the error did ([`RateLimitLayer::on_error_event`]).
+pub type ErrorEventFn = dyn Fn(&Error, ErrorEvent) + Send + Sync;
+
+/// What a limit's error handed to [`RateLimitLayer::on_error_event`] did to requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorEvent {
+    /// A request the limit could not decide, answered with this status by the layer: `500
+    /// Internal Server Error` (a store that could not decide it: Redis unreachable under
+    /// `on_error=error`, a region that cannot be read) or `429 Too Many Requests` (a key store
+    /// at its bound). One event per request.
+    Answered(StatusCode),
+    /// A notice that answered no request (feature `redis`): a limit's Redis store stopped
+    /// answering, and until it answers again that limit's requests are decided by the store
+    /// URL's `on_error` policy, as the error's text says (`local`, the default: each process
+    /// alone with its share of the quota; `open`: admitted; `closed`: refused with `429`;
+    /// `error`: each request `500`, and an [`Answered`](Self::Answered) event of its own).
+    /// Once an outage.
+    Outage,
+}
 
 /// The settings and limits every clone of a layer, and every service it makes, share.
 #[derive(Clone)]
@@ -38,7 +59,7 @@ struct Shared {
     allow: Vec<Cidr>,
     refund_when: Option<Arc<RefundFn>>,
     on_warning: Option<Arc<WarnFn>>,
-    on_error: Option<Arc<ErrorFn>>,
+    on_error: Option<Arc<ErrorEventFn>>,
     /// The default `on_error`'s last report (seconds since `Instant` 0 of the layer, plus 1;
     /// 0: none yet), so that it says something at most once a second.
     reported: Arc<AtomicU64>,
@@ -193,11 +214,45 @@ impl RateLimitLayer {
 
     /// Where a limit's errors go: a store that could not decide a request (Redis unreachable
     /// under `on_error=error`, a region that cannot be read: the request is answered `500`),
-    /// or a key store at its bound (answered `429`, `Retry-After: 1`). Default: one line on
-    /// standard error, at most once a second. Every error reaches `f`.
+    /// a key store at its bound (answered `429`, `Retry-After: 1`), and, with the feature
+    /// `redis`, the notice that a limit's Redis store stopped answering (once an outage; it
+    /// answers no request: they are decided by the URL's `on_error` policy meanwhile, as the
+    /// error's text says). Default: one line on standard error, a failed request's at most
+    /// once a second. Every error reaches `f`. To tell a failed request from an outage's
+    /// notice (an error counter that should count only the requests answered `500`), use
+    /// [`on_error_event`](Self::on_error_event) instead; the later of the two calls is the
+    /// one that holds.
     pub fn on_error<F>(self, f: F) -> Self
     where
         F: Fn(&Error) + Send + Sync + 'static,
+    {
+        self.edit(|s| s.on_error = Some(Arc::new(move |e: &Error, _| f(e))))
+    }
+
+    /// [`on_error`](Self::on_error), with what each error did: [`ErrorEvent::Answered`] and
+    /// the status the layer answered the request with, or [`ErrorEvent::Outage`] for the
+    /// notice of a Redis store that stopped answering, which answered no request.
+    ///
+    /// ```
+    /// use sluicegate_tower::{ErrorEvent, Limit, RateLimitLayer};
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use std::sync::Arc;
+    /// let failed = Arc::new(AtomicU64::new(0));
+    /// let count = failed.clone();
+    /// let layer = RateLimitLayer::new(Limit::per_client("api", "10/s")?).on_error_event(
+    ///     move |e, event| match event {
+    ///         ErrorEvent::Answered(status) if status.is_server_error() => {
+    ///             count.fetch_add(1, Ordering::Relaxed);
+    ///         }
+    ///         ErrorEvent::Outage => eprintln!("rate limits degraded: {e}"),
+    ///         _ => {}
+    ///     },
+    /// );
+    /// # Ok::<(), sluicegate::Error>(())
+    /// ```
+    pub fn on_error_event<F>(self, f: F) -> Self
+    where
+        F: Fn(&Error, ErrorEvent) + Send + Sync + 'static,
     {
         self.edit(|s| s.on_error = Some(Arc::new(f)))
     }
@@ -414,8 +469,9 @@ impl Shared {
                     taken.push((i, key.into()));
                 }
                 Err(e) => {
-                    self.report(&e);
-                    refused = Some(status_of(&e));
+                    let status = status_of(&e);
+                    self.report(&e, ErrorEvent::Answered(status));
+                    refused = Some(status);
                     break;
                 }
             }
@@ -480,8 +536,8 @@ impl Shared {
                 }))
             }
             Err(e) => {
-                self.report(&e);
                 let status = status_of(&e);
+                self.report(&e, ErrorEvent::Answered(status));
                 Verdict::Refuse(status, self.refused_fields(status, fields))
             }
         }
@@ -551,7 +607,7 @@ impl Shared {
         #[cfg(feature = "redis")]
         if let Some(event) = self.watches.tick(_i, &self.limits[_i]) {
             match event {
-                crate::watch::Event::Failing(e) => self.report(&e),
+                crate::watch::Event::Failing(e) => self.report(&e, ErrorEvent::Outage),
                 crate::watch::Event::Recovered(said) => {
                     if self.on_error.is_none() {
                         crate::say!("{said}");
@@ -561,27 +617,26 @@ impl Shared {
         }
     }
 
-    /// A limit's error, to `on_error` (default: standard error, at most once a second).
+    /// A limit's error, to `on_error` (default: standard error; a failed request's at most
+    /// once a second, an outage's notice, which comes once an outage, always).
     #[cold]
-    fn report(&self, e: &Error) {
+    fn report(&self, e: &Error, event: ErrorEvent) {
         if let Some(f) = &self.on_error {
-            return f(e);
+            return f(e, event);
         }
-        let now = self.born.elapsed().as_secs() + 1;
-        let last = self.reported.load(Ordering::Relaxed);
-        if last != now
-            && self
-                .reported
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            let status = status_of(e);
-            crate::say!(
-                "sluicegate: a limit could not decide a request, answered {}: {e} (said at \
-                 most once a second; RateLimitLayer::on_error to handle it)",
-                status.as_u16()
-            );
+        if let ErrorEvent::Answered(_) = event {
+            let now = self.born.elapsed().as_secs() + 1;
+            let last = self.reported.load(Ordering::Relaxed);
+            if last == now
+                || self
+                    .reported
+                    .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_err()
+            {
+                return;
+            }
         }
+        crate::say!("{}", said(e, event));
     }
 
     fn warn(&self, req: &RequestRef<'_>) {
@@ -614,6 +669,21 @@ fn over_capacity(l: &Limit, r: Result<Decision, Error>) -> Result<Decision, Erro
             ))
         }
         r => r,
+    }
+}
+
+/// The default `on_error`'s line for `e`: what it did to requests, which an outage's notice
+/// leaves to the store's policy (its text says which); "answered" only of a request that was.
+fn said(e: &Error, event: ErrorEvent) -> String {
+    match event {
+        ErrorEvent::Answered(status) => format!(
+            "sluicegate: a limit could not decide a request, answered {}: {e} (said at most \
+             once a second; RateLimitLayer::on_error to handle it)",
+            status.as_u16()
+        ),
+        ErrorEvent::Outage => {
+            format!("sluicegate: {e} (said once an outage; RateLimitLayer::on_error to handle it)")
+        }
     }
 }
 
@@ -747,4 +817,50 @@ fn queued(d: &Decision, cost: u64) -> Option<Decision> {
             d.window_secs(),
         )
     })
+}
+
+#[cfg(all(test, feature = "redis"))]
+mod tests {
+    use super::*;
+
+    /// The default line for a Redis outage's notice said "answered 500" of requests its
+    /// store's policy decided (every one a 200 under `local` or `open`): it now says what the
+    /// policy does, and "answered" only of a request that was answered so.
+    #[test]
+    fn an_outage_notice_says_what_the_policy_does_not_a_status() {
+        for (url, does) in [
+            (
+                "redis://cache:6379/0",
+                "on_error=local, the default policy (each process alone",
+            ),
+            (
+                "redis://cache:6379/0?on_error=open",
+                "on_error=open policy (every request admitted",
+            ),
+            (
+                "redis://cache:6379/0?on_error=closed",
+                "on_error=closed policy (every request refused",
+            ),
+        ] {
+            let line = said(&crate::watch::outage(url), ErrorEvent::Outage);
+            assert!(!line.contains("answered"), "{line}");
+            assert!(!line.contains("500"), "{line}");
+            assert!(
+                line.contains("does not answer") && line.contains(does),
+                "{line}"
+            );
+        }
+        let e = crate::watch::outage("redis://cache:6379/0?on_error=error");
+        let line = said(&e, ErrorEvent::Outage);
+        assert!(
+            line.contains("every request an error (500)") && !line.contains("answered"),
+            "{line}"
+        );
+        // A request that really failed says so.
+        let line = said(&e, ErrorEvent::Answered(StatusCode::INTERNAL_SERVER_ERROR));
+        assert!(
+            line.contains("could not decide a request, answered 500"),
+            "{line}"
+        );
+    }
 }

@@ -37,8 +37,8 @@ mod request;
 mod watch;
 
 pub use layer::{
-    Admitted, ErrorFn, RateLimit, RateLimitLayer, RefundFn, Refused, ResponseFuture, SkipFn,
-    Switch, WarnFn,
+    Admitted, ErrorEvent, ErrorEventFn, ErrorFn, RateLimit, RateLimitLayer, RefundFn, Refused,
+    ResponseFuture, SkipFn, Switch, WarnFn,
 };
 pub use limit::{KeyBy, KeyFn, Limit, Limiter};
 pub use request::RequestRef;

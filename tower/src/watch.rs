@@ -99,14 +99,7 @@ impl Watch {
         drop(seen);
         // A look that finds both keeps the state it had: some calls still fail.
         if more_failed && !more_decided && !self.failing.swap(true, Ordering::Relaxed) {
-            return Some(Event::Failing(Error::Store {
-                kind: StoreErrorKind::Unavailable,
-                store: self.name.clone(),
-                reason: format!(
-                    "the server does not answer: its limits are decided by its {} until it does",
-                    self.policy
-                ),
-            }));
+            return Some(Event::Failing(outage_of(&self.name, &self.policy)));
         }
         if more_decided && !more_failed && self.failing.swap(false, Ordering::Relaxed) {
             return Some(Event::Recovered(format!(
@@ -116,6 +109,24 @@ impl Watch {
         }
         None
     }
+}
+
+/// The notice of an outage of the store printed `name`, whose policy is said `policy`
+/// ([`policy_said`]).
+fn outage_of(name: &str, policy: &str) -> Error {
+    Error::Store {
+        kind: StoreErrorKind::Unavailable,
+        store: name.to_string(),
+        reason: format!(
+            "the server does not answer: its limits are decided by its {policy} until it does"
+        ),
+    }
+}
+
+/// The notice of an outage of the store `store` (for tests of what is said of it).
+#[cfg(test)]
+pub(crate) fn outage(store: &str) -> Error {
+    outage_of(store, &policy_said(store))
 }
 
 /// Said when a limit is put on a Redis store whose first connection failed (a wrong host or

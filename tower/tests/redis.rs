@@ -11,7 +11,7 @@ use axum::extract::ConnectInfo;
 use axum::http::{Request, StatusCode};
 use axum::routing::get;
 use axum::Router;
-use sluicegate_tower::{Limit, RateLimitLayer};
+use sluicegate_tower::{ErrorEvent, Limit, RateLimitLayer};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -62,6 +62,63 @@ async fn an_outage_is_said_once_and_the_policy_decides_meanwhile() {
         said[0].contains("does not answer") && said[0].contains("on_error=local"),
         "{said:?}"
     );
+}
+
+/// `on_error_event` tells an outage's notice from a request answered 500: under `open` (every
+/// request admitted while the server is down) only the notice comes, as `Outage`; under
+/// `error` each request is also an `Answered(500)`. `on_error` got the notice as it got a
+/// failed request's error (the same `store_unavailable`), so an error counter counted 500s
+/// that no client got.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_notice_is_told_from_a_request_answered_500() {
+    for (policy, answered) in [
+        ("open", StatusCode::OK),
+        ("error", StatusCode::INTERNAL_SERVER_ERROR),
+    ] {
+        let mut srv = server::Server::start();
+        let store = format!(
+            "redis://127.0.0.1:{}/0?prefix=towerev{policy}&on_error={policy}&timeout=200ms",
+            srv.port
+        );
+        let limit = Limit::per_client("api", "3/minute")
+            .unwrap()
+            .store(&store)
+            .unwrap();
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let seen = events.clone();
+        let app = Router::new().route("/", get(|| async { "ok" })).layer(
+            RateLimitLayer::new(limit.clone())
+                .on_error_event(move |e, event| seen.lock().unwrap().push((event, e.code()))),
+        );
+        assert_eq!(status(&app).await, StatusCode::OK);
+        srv.kill();
+        // Two looks a second apart: the first also sees the call the server decided.
+        let mut statuses = Vec::new();
+        for _ in 0..2 {
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+            for _ in 0..2 {
+                statuses.push(status(&app).await);
+            }
+        }
+        assert_eq!(statuses, [answered; 4], "{policy}");
+        let events = events.lock().unwrap().clone();
+        let outages = events
+            .iter()
+            .filter(|(e, _)| *e == ErrorEvent::Outage)
+            .count();
+        let failed = events
+            .iter()
+            .filter(|(e, _)| *e == ErrorEvent::Answered(StatusCode::INTERNAL_SERVER_ERROR))
+            .count();
+        assert_eq!(outages, 1, "{policy}: {events:?}");
+        let expected_failed = if policy == "error" { 4 } else { 0 };
+        assert_eq!(failed, expected_failed, "{policy}: {events:?}");
+        assert_eq!(events.len(), 1 + expected_failed, "{policy}: {events:?}");
+        assert!(
+            events.iter().all(|(_, code)| *code == "store_unavailable"),
+            "{events:?}"
+        );
+    }
 }
 
 /// An app of one per-client limit of `quota` on `srv` under `prefix`, with `block_in_place`.
