@@ -4,7 +4,9 @@
 use crate::RequestRef;
 use http::HeaderName;
 use sluicegate::client::ClientKey;
-use sluicegate::{AnyClock, Decision, Error, KeyedLimiter, Metrics, Quota, StoreSpec};
+use sluicegate::{
+    AnyClock, Decision, Error, KeyedLimiter, Metrics, Quota, StoreErrorKind, StoreSpec,
+};
 use std::sync::Arc;
 
 /// The keyed limiter a [`Limit`] runs: byte-string keys (the same key rule as every binding),
@@ -125,7 +127,10 @@ impl Limit {
     /// (docs/SHM.md, docs/REDIS.md). Its buckets are the store's: the limiter `self` had (and
     /// what it counted) is dropped. Give each limit its own region, or its own `prefix` on
     /// Redis: a region holds one quota, and a second limit of another quota on it is
-    /// `Error::Store { kind: Mismatch }`. A store string that does not parse is
+    /// `Error::Store { kind: Mismatch }`. A region is allocated whole when it is made, for
+    /// the store string's `?capacity=N` keys, else for the default key bound (2^20 keys,
+    /// about 37 MB), or for one key for a [`global`](Self::global) limit (36 KiB); one made
+    /// with another capacity is opened at its own. A store string that does not parse is
     /// `Error::InvalidOption`; a store that cannot be opened, its `Error::Store`.
     ///
     /// ```
@@ -140,11 +145,35 @@ impl Limit {
     /// ```
     pub fn store(self, store: &str) -> Result<Self, Error> {
         let spec: StoreSpec = store.parse()?;
-        let limiter = KeyedLimiter::builder(self.limiter.quota())
-            .clock(AnyClock::default())
-            .metrics(true)
-            .store(spec.clone())
-            .build()?;
+        let build = |max_keys: Option<usize>| {
+            let b = KeyedLimiter::builder(self.limiter.quota())
+                .clock(AnyClock::default())
+                .metrics(true)
+                .store(spec.clone());
+            match max_keys {
+                Some(n) => b.max_keys(n),
+                None => b,
+            }
+            .build()
+        };
+        // A region is allocated whole for its capacity when it is made (the default key
+        // bound's, 2^20 keys: about 37 MB), and a global limit holds one key: its new region
+        // holds one. The store string's `?capacity=N` wins; a region made with another
+        // capacity (by an earlier version, or with a `?capacity=N`) is opened at its own, as
+        // a limit that asks for none opens it (asking for one makes that a mismatch).
+        let one_key = matches!(self.key, KeyBy::Global)
+            && matches!(spec, StoreSpec::Shm { capacity: None, .. });
+        let limiter = if one_key {
+            match build(Some(1)) {
+                Err(Error::Store {
+                    kind: StoreErrorKind::Mismatch,
+                    ..
+                }) => build(None),
+                made => made,
+            }
+        } else {
+            build(None)
+        }?;
         let limit = Self {
             store: Some(spec.to_string().into()),
             limiter: Arc::new(limiter),

@@ -740,3 +740,41 @@ async fn a_limit_on_a_region_is_one_budget_for_every_opener() {
     assert_eq!(e.code(), "store_mismatch", "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A global limit has one key, but its region was sized for the default key bound (2^20
+/// keys, about 37 MB, allocated whole when it is made): two of them filled a container's
+/// 64 MB `/dev/shm`. A new region for it now holds one key; `?capacity=N` still wins, and a
+/// region made with another capacity (by an earlier version) opens at its own.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_global_limits_region_holds_one_key() {
+    let dir = std::env::temp_dir().join(format!("tower-shm-global-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let len = |name: &str| std::fs::metadata(dir.join(name)).unwrap().len();
+    let global = |name: &str| {
+        Limit::global("all", "2/minute")
+            .unwrap()
+            .store(&format!("shm:{}/{name}", dir.display()))
+            .unwrap()
+    };
+    let g = global("g");
+    assert_eq!(g.limiter().max_keys(), 1);
+    assert!(len("g") < 1 << 20, "{} bytes", len("g"));
+    // One budget for every client, in both openers.
+    let (one, two) = (app_of(g), app_of(global("g")));
+    assert_eq!(status(&one, req(PEER, "/")).await, StatusCode::OK);
+    assert_eq!(
+        status(&two, req("198.51.100.1:1", "/")).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&one, req("198.51.100.2:1", "/")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // The store string's capacity wins.
+    assert_eq!(global("c?capacity=50").limiter().max_keys(), 50);
+    // A region of another capacity (one made by an earlier version) opens at its own: asking
+    // for one key would refuse it as a mismatch.
+    assert_eq!(global("c").limiter().max_keys(), 50);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
