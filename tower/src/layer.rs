@@ -454,7 +454,7 @@ impl Shared {
             self.watch(i);
             match decided {
                 Ok(d) => {
-                    if let Some(wait) = queued(&d, l.cost) {
+                    if let Some(wait) = queued(&d) {
                         // A queue slot with a wait: given back, and the request refused.
                         let _ = l.limiter.refund(bytes, l.cost);
                         parts.push((i, wait));
@@ -518,7 +518,7 @@ impl Shared {
         let mut fields = Fields::default();
         match decided {
             Ok(d) => {
-                if let Some(wait) = queued(&d, l.cost) {
+                if let Some(wait) = queued(&d) {
                     // A queue slot with a wait: given back, and the request refused.
                     let _ = l.limiter.refund(bytes, l.cost);
                     fields::write(&wait, self.style, &l.name, &self.fixed[0], &mut fields);
@@ -804,14 +804,17 @@ where
 /// A leaky queue's admission with a wait, as the refusal this layer answers instead. The
 /// queue admits a request for later (the caller waits first, as `acquire` does); a layer has
 /// no timer to wait with, so it gives the slot back and answers 429 with `Retry-After` the
-/// wait. Every other admission carries no wait (a shadow rejection's is not one).
-fn queued(d: &Decision, cost: u64) -> Option<Decision> {
+/// wait. Every other admission carries no wait (a shadow rejection's is not one). Its
+/// remaining count is 0: the queue's own (the requests it would still take for later, each
+/// with a wait) counts requests this layer refuses, and a client that read `r=2` on a 429
+/// would retry at once and be refused again; what it can use now is nothing until the wait
+/// has passed, which `Retry-After` and the fields' reset say.
+fn queued(d: &Decision) -> Option<Decision> {
     (d.allowed() && !d.shadow_rejected() && d.retry_after_nanos() > 0).then(|| {
         Decision::from_figures(
             false,
             d.limit(),
-            // What the slot's return leaves (the decision's figure is before it).
-            d.remaining().saturating_add(cost).min(d.limit()),
+            0,
             d.retry_after_nanos(),
             d.reset_after_nanos(),
             d.window_secs(),

@@ -508,7 +508,9 @@ async fn a_header_key_is_named_in_any_case_and_a_bad_name_is_an_error() {
 /// A leaky queue admits a request for later, with a wait the caller lets pass first; the
 /// layer, which has no timer to wait with, went on at once (a `1/s` queue with
 /// `max_delay=5s` served six requests at once). It now gives the slot back and answers 429
-/// with the wait as `Retry-After`; a request the queue takes now passes.
+/// with the wait as `Retry-After`; a request the queue takes now passes. The 429's fields say
+/// nothing remains (they said `r=5`, the queue's room for requests that wait, which the layer
+/// refuses: a client that read it retried at once and was refused again).
 #[tokio::test]
 async fn a_leaky_queue_slot_with_a_wait_is_refused_and_given_back() {
     let clock = ManualClock::new(0);
@@ -522,19 +524,37 @@ async fn a_leaky_queue_slot_with_a_wait_is_refused_and_given_back() {
     for _ in 0..3 {
         let refused = send(&app, req(PEER, "/")).await;
         assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
-        // The same wait each time: the slots were given back, and the fields say what that
-        // left (5 of 6), not what the slot had taken.
+        // The same wait each time: the slots were given back. Nothing remains now: the
+        // queue's room is for requests that wait, which the layer refuses.
         assert_eq!(header(&refused, "retry-after"), Some("1"));
-        assert_eq!(header(&refused, "ratelimit"), Some("\"q\";r=5;t=1"));
+        assert_eq!(header(&refused, "ratelimit"), Some("\"q\";r=0;t=1"));
     }
+    // The same in a style of one value per field.
+    let legacy = crate::app(
+        RateLimitLayer::new(limit(
+            "q",
+            "1/s; algorithm=leaky_queue; max_delay=5s",
+            KeyBy::Client,
+            &clock,
+        ))
+        .headers(HeaderStyle::Legacy),
+    );
+    assert_eq!(status(&legacy, req(PEER, "/")).await, StatusCode::OK);
+    let refused = send(&legacy, req(PEER, "/")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&refused, "x-ratelimit-remaining"), Some("0"));
+    assert_eq!(header(&refused, "x-ratelimit-reset"), Some("1"));
     clock.advance_nanos(1_000_000_000);
     assert_eq!(status(&app, req(PEER, "/")).await, StatusCode::OK);
-    // Two limits: the queue's refusal gives back what the first limit took.
+    // Two limits: the queue's refusal gives back what the first limit took, and its fields
+    // say that nothing of the queue remains.
     let two = app_two(&clock);
     assert_eq!(status(&two, req(PEER, "/")).await, StatusCode::OK);
+    let refused = send(&two, req(PEER, "/")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(
-        status(&two, req(PEER, "/")).await,
-        StatusCode::TOO_MANY_REQUESTS
+        header(&refused, "ratelimit"),
+        Some("\"plain\";r=2;t=360, \"q\";r=0;t=1")
     );
     clock.advance_nanos(1_000_000_000);
     assert_eq!(status(&two, req(PEER, "/")).await, StatusCode::OK);
