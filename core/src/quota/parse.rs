@@ -213,6 +213,19 @@ impl FromStr for Quota {
                 return Err(c.error(at, len, "unexpected text; options follow \";\""));
             }
             let (kat, key) = c.take_token();
+            if key.is_empty() || key == ";" || key == "," {
+                // "10/minute;": the grammar has an option after every separator (the
+                // conformance vector `trailing_semicolon`), so this is refused, but as what
+                // it is rather than as a missing "=" after nothing.
+                return Err(c.error(
+                    at,
+                    sep.len(),
+                    format!(
+                        "an empty option after {sep:?} (remove the {sep:?}, or name an option: \
+                         burst, initial, refill, algorithm, max_delay)"
+                    ),
+                ));
+            }
             if key.bytes().next().is_some_and(|b| b.is_ascii_digit()) {
                 // "10/minute;100/hour", as flask-limiter writes several limits.
                 return Err(c.error(
@@ -220,6 +233,20 @@ impl FromStr for Quota {
                     c.rest().len() + key.len(),
                     "a second rate: a quota is one rate, with options after \";\"; give \
                      several limits as a list of rates",
+                ));
+            }
+            if !key
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+            {
+                return Err(c.error(
+                    kat,
+                    key.len(),
+                    format!(
+                        "expected an option name after {sep:?} (burst, initial, refill, \
+                         algorithm, max_delay)"
+                    ),
                 ));
             }
             let (eat, eq) = c.take_token();
@@ -326,5 +353,31 @@ mod tests {
             assert!(e.to_string().contains("a list of rates"), "{e}");
             assert!(e.to_string().contains("\"100"), "{e}");
         }
+    }
+
+    #[test]
+    fn an_empty_option_is_named_as_such() {
+        // It said `expected "=" after "" at byte 10 ("end of input")`.
+        for (input, at, sep) in [
+            ("10/minute;", 9, ";"),
+            ("10/minute; ", 9, ";"),
+            ("10/s,", 4, ","),
+            ("10/s;;burst=1", 4, ";"),
+            ("10/s; burst=2;", 13, ";"),
+            ("10/s; , burst=2", 4, ";"),
+        ] {
+            let e = input.parse::<Quota>().unwrap_err();
+            assert_eq!(e.code(), "parse_error", "{input}");
+            let text = e.to_string();
+            assert!(
+                text.contains(&format!("an empty option after \"{sep}\""))
+                    && text.contains(&format!("remove the \"{sep}\""))
+                    && text.contains(&format!("at byte {at} (\"{sep}\")")),
+                "{input}: {text}"
+            );
+        }
+        let e = "10/s; =5".parse::<Quota>().unwrap_err();
+        assert!(e.to_string().contains("expected an option name"), "{e}");
+        assert!(e.to_string().contains("byte 6"), "{e}");
     }
 }
