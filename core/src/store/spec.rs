@@ -24,7 +24,7 @@ pub enum StoreSpec {
     #[default]
     Memory,
     /// A shared-memory region every process of the host that opens it shares:
-    /// `"shm:NAME"`. A name with no `/` after an optional leading one (`/api-limits` or
+    /// `"shm:NAME"` (`shm:` in any case). A name with no `/` after an optional leading one (`/api-limits` or
     /// `api-limits`, as `shm_open` spells them) is a file in `/dev/shm`; anything else is a
     /// path (`/run/app/limits`, `./limits`); `shm://` is refused. `?capacity=N` sets the keys
     /// a new region holds (default: the limiter's `max_keys`).
@@ -45,7 +45,8 @@ pub enum StoreSpec {
     ///   `sentinel_user` and `sentinel_pass` in the query),
     ///
     /// with the store's options in the query ([`RedisOptions`]):
-    /// `redis://cache:6379/0?prefix=api&timeout=50ms&on_error=local`.
+    /// `redis://cache:6379/0?prefix=api&timeout=50ms&on_error=local`. The scheme is read in
+    /// any case (`REDIS://`, as RFC 3986 has it) and kept in lowercase.
     Redis {
         /// The server's URL as the client connects to it: the given URL without the store's
         /// options (the client's own, `db` and `protocol`, stay).
@@ -467,6 +468,12 @@ impl StoreSpec {
 /// The most keys a shared-memory region holds (its slots, `capacity * 8 / 7`, at most 2^29).
 pub(crate) const SHM_MAX_CAPACITY: u64 = (1 << 29) / 8 * 7;
 
+/// Whether `t` starts with `scheme` (lowercase), in any case.
+fn has_scheme(t: &str, scheme: &str) -> bool {
+    t.get(..scheme.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(scheme))
+}
+
 fn invalid(value: &str, why: &str) -> Error {
     Error::InvalidOption {
         option: "store",
@@ -483,10 +490,12 @@ impl FromStr for StoreSpec {
         if t.eq_ignore_ascii_case("memory") {
             return Ok(StoreSpec::Memory);
         }
-        if REDIS_SCHEMES.iter().any(|(p, _)| t.starts_with(p)) {
-            return parse_redis(s, t);
+        // A URL's scheme is case-insensitive (RFC 3986, 3.1): `REDIS://`, `Redis+Sentinel://`
+        // and `SHM:` are read as their lowercase selves, which the URL keeps from here on.
+        if let Some((scheme, _)) = REDIS_SCHEMES.iter().find(|(p, _)| has_scheme(t, p)) {
+            return parse_redis(s, &format!("{scheme}{}", &t[scheme.len()..]));
         }
-        let Some(rest) = t.strip_prefix("shm:") else {
+        let Some(rest) = has_scheme(t, "shm:").then(|| &t["shm:".len()..]) else {
             return Err(invalid(s, "an unknown store"));
         };
         let (name, query) = match rest.split_once('?') {
@@ -665,6 +674,60 @@ mod tests {
             "redis://h?hosts=+3",
             "redis://h?connections=+3",
             "shm:/x?capacity=+10",
+        ] {
+            assert!(bad.parse::<StoreSpec>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn schemes_are_case_insensitive() {
+        // `MEMORY` was accepted, `SHM:/x` and `REDIS://...` were "an unknown store", though a
+        // URL's scheme is case-insensitive (RFC 3986).
+        for (given, printed) in [
+            ("SHM:/x", "shm:/x"),
+            ("Shm:/Api-Limits?capacity=9", "shm:/Api-Limits?capacity=9"),
+            ("Redis://127.0.0.1:6391", "redis://127.0.0.1:6391"),
+            (
+                "REDIS://U:secret@H:6379/0?prefix=P",
+                "redis://U:***@H:6379/0?prefix=P",
+            ),
+            ("REDISS://h:6380/1", "rediss://h:6380/1"),
+            (
+                "Redis+Unix:///run/redis.sock?db=2",
+                "redis+unix:///run/redis.sock?db=2",
+            ),
+            ("UNIX:///tmp/r.sock", "unix:///tmp/r.sock"),
+            (
+                "Redis+Cluster://a:7000,b:7001",
+                "redis+cluster://a:7000,b:7001",
+            ),
+            ("REDISS+CLUSTER://a:7000", "rediss+cluster://a:7000"),
+            (
+                "Redis+Sentinel://s1:26379,s2:26379/mymaster/0",
+                "redis+sentinel://s1:26379,s2:26379/mymaster/0",
+            ),
+        ] {
+            let spec: StoreSpec = given.parse().unwrap_or_else(|e| panic!("{given}: {e}"));
+            assert_eq!(spec.to_string(), printed, "{given}");
+            if !printed.contains("***") {
+                assert_eq!(spec, printed.parse().unwrap(), "{given}");
+            }
+        }
+        let StoreSpec::Redis { url, .. } = "REDIS://h:1/0".parse().unwrap() else {
+            unreachable!()
+        };
+        assert_eq!(url, "redis://h:1/0");
+        assert_eq!(
+            StoreSpec::redis_topology("redis+sentinel://h:1/m"),
+            Topology::Sentinel
+        );
+        for bad in [
+            "SHM://x",
+            "REDIS://",
+            "Redis://h?Prefix=p",
+            "mem",
+            "shmx:/a",
+            "RED",
         ] {
             assert!(bad.parse::<StoreSpec>().is_err(), "{bad}");
         }
