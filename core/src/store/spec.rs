@@ -305,6 +305,35 @@ fn parse_timeout(v: &str) -> Option<Duration> {
     (!d.is_zero() && d <= Duration::from_secs(3600)).then_some(d)
 }
 
+/// What a Redis database is.
+const DATABASE: &str = "a database number, a whole number from 0 (as /0 or ?db=0)";
+
+/// Whether `v` is a database number: digits alone, within what the client reads (an `i64`).
+fn is_database(v: &str) -> bool {
+    digits::<i64>(v).is_some()
+}
+
+/// Checks the port of each `host[:port]` of a URL's authority (after its `user:password@`;
+/// several, comma-separated, for Cluster and Sentinel): a whole number from 1 to 65535. The
+/// client refused any other only when the limiter was built.
+fn check_ports(s: &str, authority: &str) -> Result<(), Error> {
+    let hosts = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    for host in hosts.split(',') {
+        let port = match host.strip_prefix('[') {
+            // An IPv6 address: `[::1]:6379`.
+            Some(v6) => v6.split_once(']').and_then(|(_, p)| p.strip_prefix(':')),
+            None => host.rsplit_once(':').map(|(_, p)| p),
+        };
+        if let Some(p) = port.filter(|p| digits::<u16>(p).is_none_or(|n| n == 0)) {
+            return Err(redis_invalid(
+                s,
+                &format!("the port {p:?} of {host:?}: a whole number from 1 to 65535"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn parse_redis(s: &str, t: &str) -> Result<StoreSpec, Error> {
     if let Some(info) = userinfo(t) {
         if t[info].contains(['/', '?', '#']) {
@@ -374,7 +403,9 @@ fn parse_redis(s: &str, t: &str) -> Result<StoreSpec, Error> {
             }
             "clock" if v == "test" => o.test_clock = true,
             "clock" => return Err(bad("only clock=test (tests) exists")),
-            // The client's own options stay in its URL.
+            // The client's own options stay in its URL (the client read a bad database only
+            // when the limiter was built).
+            "db" if !is_database(v) => return Err(bad(DATABASE)),
             "db" | "protocol" => passed.push(pair),
             // A unix socket's credentials (a TCP URL has them before the host).
             "user" | "pass" if base.starts_with("redis+unix://") || base.starts_with("unix://") => {
@@ -404,6 +435,18 @@ fn parse_redis(s: &str, t: &str) -> Result<StoreSpec, Error> {
         }
         _ => None,
     };
+    let unix = base.starts_with("redis+unix://") || base.starts_with("unix://");
+    if !unix {
+        // `[user:password@]host[:port][,host[:port]...]`, before the path.
+        let authority = base[scheme_len..].split('/').next().unwrap_or("");
+        check_ports(s, authority)?;
+    }
+    if let Some(db) = path_db.filter(|db| !db.is_empty() && !is_database(db)) {
+        return Err(redis_invalid(
+            s,
+            &format!("the database {db:?} in the path: {DATABASE}"),
+        ));
+    }
     if given("db") && path_db.is_some_and(|db| !db.is_empty()) {
         return Err(redis_invalid(
             s,
@@ -425,9 +468,6 @@ fn parse_redis(s: &str, t: &str) -> Result<StoreSpec, Error> {
             .iter()
             .find_map(|p| p.strip_prefix("db="))
             .unwrap_or("");
-        if digits::<i64>(db).is_none() {
-            return Err(redis_invalid(s, "db: a database number"));
-        }
         url = format!("{}/{db}", url.trim_end_matches('/'));
         passed.retain(|p| p.split('=').next() != Some("db"));
     }
@@ -676,6 +716,61 @@ mod tests {
             "shm:/x?capacity=+10",
         ] {
             assert!(bad.parse::<StoreSpec>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ports_and_databases_are_checked_when_parsed() {
+        // These parsed, and failed only when the limiter was built, though docs/REDIS.md says a
+        // bad value fails when the URL is parsed.
+        for (bad, says) in [
+            ("redis://127.0.0.1:notaport/0", "the port \"notaport\""),
+            ("redis://127.0.0.1:99999", "the port \"99999\""),
+            ("redis://127.0.0.1:0/0", "the port \"0\""),
+            ("redis://127.0.0.1:/0", "the port \"\""),
+            ("redis://127.0.0.1:-1", "the port \"-1\""),
+            ("redis://u:pw@h:+80", "the port \"+80\""),
+            ("redis://[::1]:70000/0", "the port \"70000\""),
+            ("rediss://h:6380x", "the port \"6380x\""),
+            ("redis+cluster://a:7000,b:x", "the port \"x\" of \"b:x\""),
+            ("redis+sentinel://s1:26379,s2:9e9/m/0", "the port \"9e9\""),
+            (
+                "redis://127.0.0.1:6379/abc",
+                "the database \"abc\" in the path",
+            ),
+            ("redis://h/-1", "the database \"-1\""),
+            ("redis://h/0/1", "the database \"0/1\""),
+            ("redis://h/99999999999999999999", "the database"),
+            ("redis+sentinel://s:26379/m/x", "the database \"x\""),
+            ("redis+unix:///run/r.sock?db=x", "db: a database number"),
+            ("redis+sentinel://s:26379/m?db=+1", "db: a database number"),
+            ("redis://h?db=", "db: a database number"),
+        ] {
+            let e = bad.parse::<StoreSpec>().unwrap_err();
+            assert_eq!(e.code(), "invalid_option", "{bad}");
+            let text = e.to_string();
+            assert!(text.contains(says), "{bad}: {text}");
+            assert!(
+                text.contains("from 1 to 65535") || text.contains("a whole number from 0"),
+                "{bad}: {text}"
+            );
+        }
+        let e = "redis://u:hunter2@h:x/0".parse::<StoreSpec>().unwrap_err();
+        assert!(!format!("{e} {e:?}").contains("hunter2"), "{e}");
+        for ok in [
+            "redis://h:1/0",
+            "redis://h:65535",
+            "redis://h/",
+            "redis://u:p@h:6379/15",
+            "redis://[::1]:6379/2",
+            "redis://[::1]/2",
+            "redis+cluster://a:7000,b",
+            "redis+sentinel://s1:26379,s2/m",
+            "redis+sentinel://s1:26379/m/3",
+            "redis+unix:///run/r:1.sock?db=3",
+            "unix:///tmp/x:y.sock",
+        ] {
+            assert!(ok.parse::<StoreSpec>().is_ok(), "{ok}");
         }
     }
 

@@ -1858,11 +1858,21 @@ fn refused_quotas_and_options() {
         .is_err());
     // A URL the client cannot read is a wrong store string, as the core's own checks say,
     // not an unsupported store.
-    for url in [
-        "redis://127.0.0.1:99999/0",
-        "redis://:@",
-        "redis+sentinel://127.0.0.1:1/",
-    ] {
+    // (A port or database out of range is refused sooner, when the URL is parsed.)
+    for url in ["redis://127.0.0.1:99999/0", "redis://127.0.0.1:6379/abc"] {
+        let e = url.parse::<StoreSpec>().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::InvalidOption {
+                    option: "store",
+                    ..
+                }
+            ),
+            "{url}: {e:?}"
+        );
+    }
+    for url in ["redis://:@", "redis+sentinel://127.0.0.1:1/"] {
         let r = KeyedLimiter::<u64>::builder("3/s".parse().unwrap())
             .store(spec(url))
             .build();
