@@ -515,8 +515,23 @@ impl Quota {
                 let (k, p) = (u128::from(self.count / g), u128::from(self.period_ns / g));
                 let dk = u128::from(self.max_delay_ns()) * k;
                 if dk + p >= limit {
+                    // The longest bound that fits at this rate, if any.
+                    let most = match (limit - 1).checked_sub(p) {
+                        Some(room) => {
+                            let ns = room / k;
+                            if ns >= 1_000_000_000 {
+                                format!(
+                                    ": at this rate max_delay is at most {}s",
+                                    ns / 1_000_000_000
+                                )
+                            } else {
+                                format!(": at this rate max_delay is at most {ns}ns")
+                            }
+                        }
+                        None => String::new(),
+                    };
                     return Err(Error::invalid(format!(
-                        "{self}: max_delay x rate is too large to compute exactly"
+                        "{self}: max_delay x rate is too large to compute exactly{most}"
                     )));
                 }
                 Ok(())

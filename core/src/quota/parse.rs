@@ -194,7 +194,11 @@ impl FromStr for Quota {
             ));
         };
         let Some(period_ns) = multiple.checked_mul(per) else {
-            return Err(c.error(at, uat + unit.len() - at, "the period is too long"));
+            return Err(c.error(
+                at,
+                uat + unit.len() - at,
+                "the period is too long (at most 2^64 - 1 ns, about 584 years)",
+            ));
         };
         let mut q = Quota {
             count,
@@ -299,7 +303,11 @@ impl FromStr for Quota {
                         ));
                     };
                     let ns = n.checked_mul(per).ok_or_else(|| {
-                        c.error(nat, uat + unit.len() - nat, "the delay is too long")
+                        c.error(
+                            nat,
+                            uat + unit.len() - nat,
+                            "the delay is too long (at most 2^64 - 1 ns, about 584 years)",
+                        )
                     })?;
                     q.max_delay_ns = Some(ns);
                 }
@@ -353,6 +361,34 @@ mod tests {
             assert!(e.to_string().contains("a list of rates"), "{e}");
             assert!(e.to_string().contains("\"100"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_duration_out_of_range_says_the_range() {
+        for (q, says) in [
+            (
+                "10/99999999999d",
+                "the period is too long (at most 2^64 - 1 ns",
+            ),
+            (
+                "10/s; algorithm=leaky_queue; max_delay=999999999999d",
+                "the delay is too long (at most 2^64 - 1 ns",
+            ),
+            // It said only "max_delay x rate is too large to compute exactly".
+            (
+                "1000003/hour; algorithm=leaky_queue; max_delay=2h",
+                "at this rate max_delay is at most 4611s",
+            ),
+        ] {
+            let e = q.parse::<Quota>().unwrap_err();
+            assert!(e.to_string().contains(says), "{q}: {e}");
+        }
+        // The bound it names is the bound.
+        let at_most = "1000003/hour; algorithm=leaky_queue; max_delay=4611s";
+        assert!(at_most.parse::<Quota>().is_ok());
+        assert!("1000003/hour; algorithm=leaky_queue; max_delay=4612s"
+            .parse::<Quota>()
+            .is_err());
     }
 
     #[test]

@@ -293,16 +293,37 @@ fn digits<T: FromStr>(v: &str) -> Option<T> {
         .flatten()
 }
 
-fn parse_timeout(v: &str) -> Option<Duration> {
+/// The longest `timeout`.
+pub(crate) const TIMEOUT_MAX: Duration = Duration::from_secs(3600);
+
+/// A `timeout`: a whole number of `us`, `ms` or `s`, above 0 and at most an hour; else what is
+/// wrong with it.
+fn parse_timeout(v: &str) -> Result<Duration, String> {
+    const FORM: &str = "a whole number of us, ms or s, such as 50ms";
     let digits = v.bytes().take_while(u8::is_ascii_digit).count();
-    let n: u64 = v[..digits].parse().ok()?;
-    let d = match &v[digits..] {
-        "us" => Duration::from_micros(n),
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        _ => return None,
+    if digits == 0 {
+        return Err(format!("{FORM}, above 0 and at most 1 hour (3600s)"));
+    }
+    let unit = &v[digits..];
+    let per: fn(u64) -> Duration = match unit {
+        "us" => Duration::from_micros,
+        "ms" => Duration::from_millis,
+        "s" => Duration::from_secs,
+        "" => return Err(format!("a unit after {v:?}: {FORM}")),
+        _ => {
+            return Err(format!(
+                "the unit {unit:?} is not one of us, ms or s ({FORM})"
+            ))
+        }
     };
-    (!d.is_zero() && d <= Duration::from_secs(3600)).then_some(d)
+    let d = v[..digits].parse().ok().map(per);
+    match d {
+        Some(d) if d.is_zero() => Err(format!(
+            "above 0: a timeout of 0 would fail every call ({FORM})"
+        )),
+        Some(d) if d <= TIMEOUT_MAX => Ok(d),
+        _ => Err(format!("at most 1 hour (3600s), not {v}")),
+    }
 }
 
 /// What a Redis database is.
@@ -374,7 +395,7 @@ fn parse_redis(s: &str, t: &str) -> Result<StoreSpec, Error> {
             "tag" if valid_name(v) => o.tag = Some(v.to_string()),
             "tag" => return Err(bad("letters, digits and _-.:/ only")),
             "timeout" => {
-                o.timeout = parse_timeout(v).ok_or_else(|| bad("a duration such as 50ms"))?;
+                o.timeout = parse_timeout(v).map_err(|why| bad(&why))?;
             }
             "on_error" => o.on_error = v.parse()?,
             "hosts" => {
@@ -716,6 +737,43 @@ mod tests {
             "shm:/x?capacity=+10",
         ] {
             assert!(bad.parse::<StoreSpec>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_bad_timeout_says_what_is_wrong() {
+        // Each said only "a duration such as 50ms".
+        for (v, says) in [
+            ("2h", "the unit \"h\" is not one of us, ms or s"),
+            ("0ms", "above 0"),
+            ("0s", "above 0"),
+            ("3601s", "at most 1 hour (3600s), not 3601s"),
+            ("3600001ms", "at most 1 hour"),
+            ("99999999999999999999999s", "at most 1 hour"),
+            ("50", "a unit after \"50\""),
+            ("", "a whole number of us, ms or s"),
+            ("ms", "a whole number of us, ms or s"),
+            ("-5ms", "a whole number of us, ms or s"),
+            ("1.5s", "the unit \".5s\""),
+            ("50MS", "the unit \"MS\""),
+        ] {
+            let url = format!("redis://h?timeout={v}");
+            let e = url.parse::<StoreSpec>().unwrap_err();
+            assert_eq!(e.code(), "invalid_option", "{url}");
+            let text = e.to_string();
+            assert!(text.contains(&format!("timeout: {says}")), "{url}: {text}");
+        }
+        for (v, d) in [
+            ("1us", Duration::from_micros(1)),
+            ("3600s", TIMEOUT_MAX),
+            ("3600000ms", TIMEOUT_MAX),
+        ] {
+            let StoreSpec::Redis { options, .. } =
+                format!("redis://h?timeout={v}").parse().unwrap()
+            else {
+                unreachable!()
+            };
+            assert_eq!(options.timeout, d, "{v}");
         }
     }
 

@@ -606,7 +606,7 @@ fn check_options(o: &RedisOptions) -> Result<(), Error> {
     if o.hosts == 0 {
         return bad("hosts", "0".into(), "a whole number of hosts, at least 1");
     }
-    if o.timeout.is_zero() || o.timeout > std::time::Duration::from_secs(3600) {
+    if o.timeout.is_zero() || o.timeout > crate::store::spec::TIMEOUT_MAX {
         let t = format!("{:?}", o.timeout);
         return bad("timeout", t, "a duration above 0, at most 1 hour");
     }
