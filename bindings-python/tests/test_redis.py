@@ -162,7 +162,7 @@ def test_every_url_form_goes_through_the_core(redis_server: RedisServer) -> None
         with pytest.raises(StoreError) as info:
             limiter.try_acquire("k")
         assert info.value.kind == "unavailable" and why in info.value.reason, info.value
-        assert info.value.store == form
+        assert info.value.store == f"{form}?prefix=sluicegate"  # the URL and its key prefix
 
 
 def test_rediss_speaks_tls_and_checks_the_certificate() -> None:

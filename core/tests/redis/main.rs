@@ -2154,3 +2154,44 @@ fn a_refused_login_or_a_missing_database_is_an_error_when_made() {
     assert!(l.try_acquire(&7, 1).unwrap().allowed());
     assert_eq!(l.redis_stats().unwrap().decided, 1);
 }
+
+/// A request's error names its store with the prefix, so that the limits on one server tell
+/// which failed (it named the URL alone: `store unavailable "redis://127.0.0.1:6392/0": not
+/// connected`), never with its password.
+#[test]
+fn a_failed_request_names_the_prefix() {
+    let port = server::free_port(); // nothing listens there
+    let url = |prefix: &str| {
+        format!("redis://u:hunter2@127.0.0.1:{port}/0?prefix={prefix}&on_error=error&timeout=100ms")
+    };
+    let a = keyed("5/h", &url("api-a"));
+    let b = Limiter::builder("5/h".parse().unwrap())
+        .store(spec(&url("api-b")))
+        .build()
+        .unwrap();
+    let plain = keyed(
+        "5/h",
+        &format!("redis://127.0.0.1:{port}/0?on_error=error&timeout=100ms"),
+    );
+    fn named<T: std::fmt::Debug>(r: Result<T, Error>, want: &str) {
+        let e = r.unwrap_err();
+        let Error::Store { kind, store, .. } = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(*kind, StoreErrorKind::Unavailable, "{e}");
+        assert_eq!(store, want, "{e}");
+        assert!(!format!("{e} {e:?}").contains("hunter2"), "{e}");
+    }
+    let want = |prefix: &str| format!("redis://u:***@127.0.0.1:{port}/0?prefix={prefix}");
+    named(a.try_acquire(&1, 1), &want("api-a"));
+    named(b.try_acquire(1), &want("api-b"));
+    // Not only a decision's: a removal's and a count's too.
+    named(a.remove(&1), &want("api-a"));
+    named(a.try_len(), &want("api-a"));
+    let e = plain.try_acquire(&1, 1).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains(&format!("\"redis://127.0.0.1:{port}/0?prefix=sluicegate\"")),
+        "{e}"
+    );
+}

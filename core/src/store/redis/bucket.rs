@@ -101,14 +101,14 @@ impl RedisBucket {
 impl RedisBucket {
     /// The store, as errors name it (its URL, the password redacted).
     pub(crate) fn store_name(&self) -> String {
-        self.c.link().name.clone()
+        self.c.name.clone()
     }
 }
 
 impl core::fmt::Debug for RedisBucket {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("RedisBucket")
-            .field("store", &self.c.link().name)
+            .field("store", &self.c.name)
             .field("key", &self.name)
             .finish_non_exhaustive()
     }
@@ -134,7 +134,7 @@ fn composite_call<'a>(parts: &[&'a RedisBucket]) -> Option<Result<CallParts<'a>,
         if names[..i].contains(n) {
             return Some(Err(Error::store(
                 StoreErrorKind::Unsupported,
-                first.link().name.clone(),
+                first.name.clone(),
                 format!("two parts of a composite limit name one bucket ({n}): give them different prefixes"),
             )));
         }
@@ -144,7 +144,7 @@ fn composite_call<'a>(parts: &[&'a RedisBucket]) -> Option<Result<CallParts<'a>,
         if let Some(n) = names.iter().find(|n| slot(n) != s0) {
             return Some(Err(Error::store(
                 StoreErrorKind::Unsupported,
-                first.link().name.clone(),
+                first.name.clone(),
                 format!(
                     "the parts of a composite limit on Redis Cluster must share a hash slot: \
                      {} and {n} do not; give every part the same tag (?tag=NAME)",

@@ -274,6 +274,9 @@ pub(crate) struct Common {
     created: AtomicBool,
     /// Nanoseconds a tick: 1000, or 1 on the test clock.
     pub(super) tick: u64,
+    /// The store as its errors name it: the URL (its password `***`) and the prefix, which
+    /// tells apart the limits that share one server (and one connection).
+    pub(super) name: String,
     /// `PREFIX:QUOTA:`.
     pub(super) head: String,
     pub(super) tag: String,
@@ -291,6 +294,17 @@ pub(crate) struct Common {
     mono: MonotonicClock,
     /// The test clock's `base` (the Unix millisecond of tick 0), if on.
     test_base_ms: Option<u64>,
+}
+
+/// A store's name in its errors: `url` with its password `***`, and `?prefix=P` (`&prefix=P`
+/// after the client's own query, a unix socket's `db`), the default prefix included.
+fn store_name(url: &str, o: &RedisOptions) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!(
+        "{}{sep}prefix={}",
+        crate::store::spec::redact(url),
+        o.prefix
+    )
 }
 
 /// The clock reading a store's requests use: the limiter's (test clock), or none.
@@ -354,6 +368,7 @@ impl Common {
             spec,
             created: AtomicBool::new(false),
             tick,
+            name: store_name(url, o),
             head: format!("{}:{qfp:016x}:", o.prefix),
             tag: o.tag.clone().unwrap_or_else(|| o.prefix.clone()),
             limit,
@@ -490,7 +505,7 @@ impl Common {
         };
         if matches!(fail, Fail::Forked) {
             // Not an outage a policy rides out: this process can never reach the server.
-            return Err(fail.error(&self.link().name));
+            return Err(fail.error(&self.name));
         }
         match self.on_error {
             OnError::Open => {
@@ -503,7 +518,7 @@ impl Common {
             }
             OnError::Error => {
                 c.failed_error.fetch_add(1, Relaxed);
-                Err(fail.error(&self.link().name))
+                Err(fail.error(&self.name))
             }
             OnError::Local => {
                 c.failed_local.fetch_add(1, Relaxed);
@@ -928,7 +943,7 @@ type Batch = Vec<Result<(u128, u64), Error>>;
 impl RedisStore {
     /// The store as printed (its password `***`).
     pub(crate) fn printed(&self) -> &str {
-        &self.c.link().name
+        &self.c.name
     }
 
     /// The store `spec` names, for `quota`, on a limiter whose clock reads `origin` now.
@@ -1075,7 +1090,7 @@ impl RedisStore {
         if self.c.link().topology == Topology::Cluster {
             return Err(Error::store(
                 StoreErrorKind::Unsupported,
-                self.c.link().name.clone(),
+                self.c.name.clone(),
                 "listing keys is not supported on Redis Cluster",
             ));
         }
@@ -1089,11 +1104,10 @@ impl RedisStore {
                 .arg(&pattern)
                 .arg("COUNT")
                 .arg(1000);
-            let v = block_command(&self.c, cmd).map_err(|f| f.error(&self.c.link().name))?;
+            let v = block_command(&self.c, cmd).map_err(|f| f.error(&self.c.name))?;
             let parsed: Option<(u64, Vec<String>)> = redis::from_redis_value(v).ok();
-            let (next, batch) = parsed.ok_or_else(|| {
-                Fail::Server("unexpected SCAN reply".into()).error(&self.c.link().name)
-            })?;
+            let (next, batch) = parsed
+                .ok_or_else(|| Fail::Server("unexpected SCAN reply".into()).error(&self.c.name))?;
             keys.extend(batch);
             if next == 0 {
                 return Ok(keys);
@@ -1156,7 +1170,7 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for RedisStore {
         self.c.forget(fp);
         let mut cmd = redis::cmd("DEL");
         cmd.arg(self.name(fp).string());
-        let v = block_command(&self.c, cmd).map_err(|f| f.error(&self.c.link().name))?;
+        let v = block_command(&self.c, cmd).map_err(|f| f.error(&self.c.name))?;
         Ok(matches!(v, Value::Int(n) if n > 0))
     }
 
@@ -1169,7 +1183,7 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for RedisStore {
         for chunk in self.scan()?.chunks(500) {
             let mut cmd = redis::cmd("UNLINK");
             cmd.arg(chunk);
-            block_command(&self.c, cmd).map_err(|f| f.error(&self.c.link().name))?;
+            block_command(&self.c, cmd).map_err(|f| f.error(&self.c.name))?;
         }
         if let Some(cache) = self.c.cache() {
             for s in cache.shards.iter() {
@@ -1197,7 +1211,7 @@ impl<K: Hash + Eq + Send + 'static> Store<K> for RedisStore {
     {
         Err(Error::store(
             StoreErrorKind::Unsupported,
-            self.c.link().name.clone(),
+            self.c.name.clone(),
             "a Redis store keeps a fingerprint of each key, not the key: it cannot list them",
         ))
     }
