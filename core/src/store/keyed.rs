@@ -796,7 +796,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
             .iter()
             .map(|(k, c)| {
                 self.first.check(now, *c)?;
-                Ok((crate::store::redis::fingerprint(*k), *c))
+                Ok((crate::store::redis::key_fingerprint(*k), *c))
             })
             .collect()
     }
@@ -849,7 +849,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         let now = self.clock.now();
         let ready = match (&self.first.backend, self.first.check(now, cost)) {
             (_, Err(e)) => Ok(Err(e)),
-            (Backend::Redis(_), Ok(())) => Err(crate::store::redis::fingerprint(key)),
+            (Backend::Redis(_), Ok(())) => Err(crate::store::redis::key_fingerprint(key)),
             _ => Ok(self.try_acquire_at(key, now, cost)),
         };
         // The hook's key, made now: the future does not borrow `key`.
@@ -886,7 +886,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
         let now = self.clock.now();
         let ready = match (&self.first.backend, self.first.check(now, 0)) {
             (_, Err(e)) => Ok(Err(e)),
-            (Backend::Redis(_), Ok(())) => Err(crate::store::redis::fingerprint(key)),
+            (Backend::Redis(_), Ok(())) => Err(crate::store::redis::key_fingerprint(key)),
             _ => Ok(self.peek_at(key, now)),
         };
         self.redis_pending(ready, now, 0, true)
@@ -905,7 +905,7 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
     {
         let now = self.clock.now();
         let ready = match &self.first.backend {
-            Backend::Redis(_) => Err(crate::store::redis::fingerprint(key)),
+            Backend::Redis(_) => Err(crate::store::redis::key_fingerprint(key)),
             _ => Ok(self.refund_at(key, now, cost)),
         };
         async move {

@@ -189,6 +189,19 @@ fn text_keys_share_buckets_with_the_bindings_byte_keys() {
         .filter(|k| k.starts_with("text:"))
         .collect();
     assert_eq!(keys.len(), 1, "{keys:?}");
+    // Batches and async calls name a text key's bucket as blocking calls do (they hashed the
+    // `str` itself: another bucket, with the whole quota).
+    assert!(text.try_acquire_many(&[("bob", 1), ("bob", 1)])[1]
+        .as_ref()
+        .unwrap()
+        .allowed());
+    let rt = runtime("current");
+    rt.block_on(async {
+        assert!(text.try_acquire_async("bob", 1).await.unwrap().allowed());
+        assert_eq!(text.peek_async("bob").await.unwrap().remaining(), 1);
+        text.refund_async("bob", 1).await.unwrap();
+    });
+    assert_eq!(bytes.peek(b"bob".as_slice()).unwrap().remaining(), 2);
 }
 
 #[test]

@@ -21,4 +21,4 @@ mod store;
 
 pub(crate) use bucket::{composite, composite_async, RedisBucket};
 pub use link::RedisStats;
-pub(crate) use store::{fingerprint, RedisStore};
+pub(crate) use store::{key_fingerprint, RedisStore};
