@@ -70,6 +70,15 @@ impl External {
     fn is_full(&self, now: u64) -> Result<bool, Error> {
         external!(self, b => b.is_full(now))
     }
+    /// `Limiter::peek`: a request of cost 0; on Redis a look, which no fail policy answers.
+    fn look(&self, now: u64) -> Result<Decision, Error> {
+        match *self {
+            #[cfg(all(unix, not(sluicegate_loom)))]
+            External::Shm(ref b) => b.reserve(now, 0, u64::MAX),
+            #[cfg(all(feature = "redis", not(sluicegate_loom)))]
+            External::Redis(ref b) => b.look(now),
+        }
+    }
 }
 
 impl Inner {
@@ -353,9 +362,16 @@ impl<C: Clock> Limiter<C> {
         self.on_current(|g| general(g, now, cost, within))
     }
 
-    /// The current state, changing nothing (a request of cost 0; not counted).
+    /// The current state, changing nothing (a request of cost 0; not counted). On Redis,
+    /// `Err(`[`Error::Store`]`)` when the server does not answer, whatever the URL's
+    /// `on_error` says: a peek is not an admission (docs/REDIS.md, "When Redis is slow or
+    /// down").
     pub fn peek(&self) -> Result<Decision, Error> {
-        self.decide(self.clock.now(), 0, u64::MAX)
+        let now = self.clock.now();
+        if let Some(b) = self.inner.external() {
+            return b.look(now);
+        }
+        self.decide(now, 0, u64::MAX)
     }
 
     /// Gives `cost` tokens back (for work that was admitted but not done), capped at capacity.
@@ -571,7 +587,8 @@ impl<C: Clock> Limiter<C> {
         self.inner.redis().map(|b| b.stats())
     }
 
-    /// Whether the bucket is full now. `Err` only from a shared-memory region.
+    /// Whether the bucket is full now. `Err` only from a shared-memory region, or from a Redis
+    /// server that does not answer (whatever `on_error` says, as [`peek`](Self::peek)).
     pub fn is_full(&self) -> Result<bool, Error> {
         let now = self.clock.now();
         if let Some(b) = self.inner.external() {

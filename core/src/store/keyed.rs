@@ -944,7 +944,10 @@ impl<K: Hash + Eq + Send + 'static, C: Clock> KeyedLimiter<K, C> {
     }
 
     /// The state of `key`'s bucket now, changing nothing. An absent key reports a bucket
-    /// created now, without creating it.
+    /// created now, without creating it. On Redis, `Err(`[`Error::Store`]`)` when the server
+    /// does not answer, whatever the URL's `on_error` says, as `remove`, `clear` and `try_len`
+    /// do: a peek is not an admission, and a policy's answer would be no bucket's state
+    /// (docs/REDIS.md, "When Redis is slow or down").
     pub fn peek<Q>(&self, key: &Q) -> Result<Decision, Error>
     where
         K: Borrow<Q>,

@@ -2208,3 +2208,67 @@ fn a_failed_request_names_the_prefix() {
         "{e}"
     );
 }
+
+/// A peek (an admin's `get(key)`) on a server that does not answer is `Error::Store`
+/// whatever `on_error` says, as `remove` and `try_len` are: the policy's answer (`local`: a
+/// full bucket; `open`: allowed, 0 remaining; `closed`: not allowed) is no bucket's state.
+/// Admissions are still the policy's, a composite's included (its looks at its parts are part
+/// of its decision).
+#[test]
+fn a_peek_is_an_error_when_the_server_does_not_answer_whatever_the_policy() {
+    let port = server::free_port(); // nothing listens there
+    let rt = runtime("current");
+    for policy in ["local", "open", "closed", "error"] {
+        let url = format!("redis://127.0.0.1:{port}/0?prefix=look&on_error={policy}&timeout=100ms");
+        let unavailable = |r: Result<Decision, Error>, what: &str| {
+            let e = r.expect_err(&format!("{policy}: {what} answered"));
+            assert!(
+                matches!(
+                    e,
+                    Error::Store {
+                        kind: StoreErrorKind::Unavailable,
+                        ..
+                    }
+                ),
+                "{policy}: {what}: {e:?}"
+            );
+            assert!(e.to_string().contains("prefix=look"), "{e}");
+        };
+        let kl = keyed("5/h", &url);
+        unavailable(kl.peek(&1), "KeyedLimiter::peek");
+        unavailable(rt.block_on(kl.peek_async(&1)), "KeyedLimiter::peek_async");
+        let l = Limiter::builder("5/h".parse().unwrap())
+            .store(spec(&url))
+            .build()
+            .unwrap();
+        unavailable(l.peek(), "Limiter::peek");
+        unavailable(rt.block_on(l.peek_async()), "Limiter::peek_async");
+        assert!(l.is_full().is_err(), "{policy}: Limiter::is_full answered");
+        // Decisions are still the policy's.
+        let d = kl.try_acquire(&1, 1);
+        let single = l.try_acquire(1);
+        match policy {
+            "error" => {
+                unavailable(d, "KeyedLimiter::try_acquire");
+                unavailable(single, "Limiter::try_acquire");
+            }
+            "closed" => assert!(!d.unwrap().allowed() && !single.unwrap().allowed()),
+            _ => assert!(d.unwrap().allowed() && single.unwrap().allowed()),
+        }
+        if policy == "error" {
+            continue;
+        }
+        // A composite over an in-process part and a part on the dead server: the in-process
+        // protocol peeks at the Redis part after the other part's rejection, and that look is
+        // the policy's, not an error.
+        let mem = Limiter::new("1/h".parse().unwrap());
+        assert!(mem.try_acquire(1).unwrap().allowed());
+        let far = Limiter::builder("5/h".parse().unwrap())
+            .store(spec(&url))
+            .build()
+            .unwrap();
+        let both = Composite::new(vec![far, mem]);
+        let (d, each) = both.try_acquire_each(1).unwrap();
+        assert!(!d.allowed() && each.len() == 2, "{policy}: {d:?}");
+    }
+}

@@ -51,6 +51,7 @@ impl RedisBucket {
             now,
             cost,
             bound,
+            look: false,
         }
     }
 
@@ -65,8 +66,20 @@ impl RedisBucket {
         self.one(Self::ask(Op::Acquire, now, cost, Common::bound(within)))
     }
 
+    /// The decision a request of `cost` would get (a composite's look at a part, answered
+    /// by the fail policy when the server does not answer, as the part's decision would be).
     pub(crate) fn peek(&self, now: u64, cost: u64) -> Result<Decision, Error> {
         self.one(Self::ask(Op::Peek, now, cost, None))
+    }
+
+    /// `Limiter::peek`: a request of cost 0 (as in-process), but a look ([`Ask::look`]): an
+    /// error when the server does not answer, whatever the fail policy.
+    pub(crate) fn look(&self, now: u64) -> Result<Decision, Error> {
+        let ask = Ask {
+            look: true,
+            ..Self::ask(Op::Acquire, now, 0, None)
+        };
+        self.one(ask)
     }
 
     pub(crate) fn refund(&self, now: u64, cost: u64) -> Result<(), Error> {
@@ -74,7 +87,11 @@ impl RedisBucket {
     }
 
     pub(crate) fn is_full(&self, now: u64) -> Result<bool, Error> {
-        Ok(self.peek(now, 0)?.reset_after_nanos() == 0)
+        let ask = Ask {
+            look: true,
+            ..Self::ask(Op::Peek, now, 0, None)
+        };
+        Ok(self.one(ask)?.reset_after_nanos() == 0)
     }
 
     pub(crate) async fn acquire_async(&self, now: u64, cost: u64) -> Result<Decision, Error> {
@@ -86,7 +103,10 @@ impl RedisBucket {
 
     pub(crate) async fn peek_async(&self, now: u64) -> Result<Decision, Error> {
         self.check(now, 0)?;
-        let ask = Self::ask(Op::Peek, now, 0, None);
+        let ask = Ask {
+            look: true,
+            ..Self::ask(Op::Peek, now, 0, None)
+        };
         let name = Name::Made(&self.name);
         self.c.request_async(name, self.fp, ask).await
     }

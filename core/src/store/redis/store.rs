@@ -105,13 +105,20 @@ fn tag(fp: u128) -> [u8; 34] {
 /// `retry_after` of a rejection by `on_error=closed`.
 const CLOSED_RETRY_NS: u64 = 1_000_000_000;
 
-/// A request's operation, reading, cost and leaky-queue bound (`None`: no bound).
+/// A request's operation, reading, cost and leaky-queue bound (`None`: no bound), and whether
+/// it is a look (a caller's peek) rather than part of an admission.
 #[derive(Clone, Copy)]
 pub(super) struct Ask {
     pub(super) op: Op,
     pub(super) now: u64,
     pub(super) cost: u64,
     pub(super) bound: Option<u64>,
+    /// A look at the bucket (`KeyedLimiter::peek`, `Limiter::peek`, `is_full`): no policy
+    /// answers it when the server does not, since the policy's answer would be no bucket's
+    /// state (`local`'s full bucket, `open`'s 0 remaining); the failure is the caller's
+    /// `Error::Store`, whatever `on_error` says (docs/REDIS.md, "When Redis is slow or
+    /// down"). A composite's peeks at its parts are part of its decision: not looks.
+    pub(super) look: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -507,6 +514,11 @@ impl Common {
             // Not an outage a policy rides out: this process can never reach the server.
             return Err(fail.error(&self.name));
         }
+        if ask.look {
+            // A look is not an admission: the policy's answer would be no bucket's state.
+            c.failed_error.fetch_add(1, Relaxed);
+            return Err(fail.error(&self.name));
+        }
         match self.on_error {
             OnError::Open => {
                 c.failed_open.fetch_add(1, Relaxed);
@@ -837,6 +849,7 @@ impl Common {
             now,
             cost: 0,
             bound: None,
+            look: false,
         };
         if let Ok(req) = self.prepare(name, fp, ask) {
             let one = req.is_one();
@@ -961,12 +974,14 @@ impl RedisStore {
         self.c.stats()
     }
 
+    /// A request; an [`Op::Peek`] is a look (a caller's peek, see [`Ask::look`]).
     fn ask(op: Op, now: u64, cost: u64, within: u64) -> Ask {
         Ask {
             op,
             now,
             cost,
             bound: Common::bound(within),
+            look: op == Op::Peek,
         }
     }
 
