@@ -228,8 +228,23 @@ fn links_other_users_files_and_loose_permissions_are_refused() {
         .store(dir.spec())
         .build()
         .unwrap_err();
+    let single = Limiter::builder(quota("5/s")).store(dir.spec()).build();
     std::fs::remove_dir(&dir.0).unwrap();
-    assert!(store_kind(&e).is_some(), "{e}");
+    // Not a regular file, as /dev/null is (docs/SHM.md): it was `Unavailable`, "Is a
+    // directory".
+    for e in [e, single.unwrap_err()] {
+        assert_eq!(store_kind(&e), Some(StoreErrorKind::Permission), "{e}");
+        assert!(
+            e.to_string().contains("not a regular file (a directory)"),
+            "{e}"
+        );
+    }
+    let e = KeyedLimiter::<Box<[u8]>>::builder(quota("5/s"))
+        .store(StoreSpec::shm("/dev/null"))
+        .build()
+        .unwrap_err();
+    assert_eq!(store_kind(&e), Some(StoreErrorKind::Permission), "{e}");
+    assert!(e.to_string().contains("not a regular file"), "{e}");
     let missing = StoreSpec::shm("/nonexistent-directory-of-sluicegate/region");
     let e = KeyedLimiter::<Box<[u8]>>::builder(quota("5/s"))
         .store(missing)

@@ -625,6 +625,20 @@ fn io_error(path: &Path, what: &str, e: &std::io::Error) -> Error {
             }
             StoreErrorKind::Unavailable
         }
+        // A directory (EISDIR), a socket or a device with nothing behind it (ENXIO): not a
+        // regular file, as `check_owner` says of one that opens (`/dev/null`, a FIFO).
+        _ if matches!(e.raw_os_error(), Some(libc::EISDIR | libc::ENXIO)) => {
+            let what_is = if e.raw_os_error() == Some(libc::EISDIR) {
+                "a directory"
+            } else {
+                "a socket or a device"
+            };
+            return err(
+                StoreErrorKind::Permission,
+                path,
+                format!("cannot {what} the region: not a regular file ({what_is})"),
+            );
+        }
         _ if e.raw_os_error() == Some(libc::ELOOP) => {
             return err(
                 StoreErrorKind::Permission,
