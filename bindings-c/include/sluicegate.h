@@ -287,7 +287,8 @@ typedef struct sg_redis_stats {
   uint64_t failed_closed;
   // Requests decided by the in-process limiter of `on_error=local`.
   uint64_t failed_local;
-  // Failures returned to the caller as an error (`on_error=error`).
+  // Failures returned to the caller as an error (`on_error=error`, and peeks under every
+  // policy).
   uint64_t failed_error;
   // Calls that got no reply within the timeout.
   uint64_t timeouts;

@@ -27,7 +27,8 @@ pub struct sg_redis_stats {
     pub failed_closed: u64,
     /// Requests decided by the in-process limiter of `on_error=local`.
     pub failed_local: u64,
-    /// Failures returned to the caller as an error (`on_error=error`).
+    /// Failures returned to the caller as an error (`on_error=error`, and peeks under every
+    /// policy).
     pub failed_error: u64,
     /// Calls that got no reply within the timeout.
     pub timeouts: u64,

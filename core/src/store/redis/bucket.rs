@@ -3,7 +3,7 @@
 
 use super::link::Request;
 use super::link::{slot, RedisStats};
-use super::store::{fingerprint, Ask, Common, Name, Op};
+use super::store::{name_fingerprint, Ask, Common, Name, Op};
 use crate::error::{Error, StoreErrorKind};
 use crate::store::spec::Topology;
 use crate::store::StoreSpec;
@@ -26,7 +26,7 @@ impl RedisBucket {
     pub(crate) fn open(spec: &StoreSpec, quota: &Quota, origin: u64) -> Result<Self, Error> {
         let c = Common::open(spec, quota, origin, true)?;
         let name = format!("{}{{{}}}", c.head, c.tag);
-        let fp = fingerprint(name.as_str());
+        let fp = name_fingerprint(name.as_str());
         let codec = crate::algorithm::Codec::new(quota, origin)?;
         let b = RedisBucket { c, name, fp, codec };
         b.c.create(Name::Made(&b.name), b.fp, origin);

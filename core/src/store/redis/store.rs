@@ -39,7 +39,7 @@ const SIP_K0: u64 = u64::from_le_bytes(*b"sluicega");
 const SIP_K1: u64 = u64::from_le_bytes(*b"te-redis");
 
 /// A name's 128-bit fingerprint (a quota's spec, a single limiter's tag).
-pub(crate) fn fingerprint<Q: Hash + ?Sized>(name: &Q) -> u128 {
+pub(crate) fn name_fingerprint<Q: Hash + ?Sized>(name: &Q) -> u128 {
     let mut h = siphasher::sip128::SipHasher13::new_with_keys(SIP_K0, SIP_K1);
     name.hash(&mut h);
     siphasher::sip128::Hasher128::finish128(&h).as_u128()
@@ -343,7 +343,7 @@ impl Common {
         }
         let tick = if o.test_clock { 1 } else { 1000 };
         let spec_text = scripts::spec(quota, tick, if o.test_clock { origin } else { 0 })?;
-        let qfp = fingerprint(spec_text.as_str()) as u64;
+        let qfp = name_fingerprint(spec_text.as_str()) as u64;
         let dial = Dial {
             url: url.to_string(),
             timeout: o.timeout,
