@@ -796,5 +796,17 @@ async fn a_global_limits_region_holds_one_key() {
     // A region of another capacity (one made by an earlier version) opens at its own: asking
     // for one key would refuse it as a mismatch.
     assert_eq!(global("c").limiter().max_keys(), 50);
+    // A keyed limit of the same quota on a global limit's region (a limit changed from global
+    // to per client, its region kept) is refused when it is made, not opened at one key.
+    let keyed = Limit::per_client("all", "2/minute")
+        .unwrap()
+        .store(&format!("shm:{}/g", dir.display()));
+    match keyed {
+        Err(sluicegate::Error::Store { kind, reason, .. }) => {
+            assert_eq!(kind, sluicegate::StoreErrorKind::Mismatch);
+            assert!(reason.contains("holds one key"), "{reason}");
+        }
+        other => panic!("{:?}", other.map(|_| ())),
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -154,10 +154,6 @@ fn conformance_vectors_bit_for_bit() {
     );
 }
 
-/// Production clock: once every bucket is full again, no key of ours remains (DBSIZE 0), and
-/// a caller that comes back gets a full bucket; with `initial < burst`, a keyed limiter's key
-/// starts again with `initial` tokens, a single limiter's bucket (created when the limiter was
-/// built) is full (SCRIPTS.md, "Absent keys").
 /// A Rust `str` key and the byte key of its UTF-8 (every binding's key) are one bucket on
 /// Redis, as in a region.
 #[test]
@@ -204,6 +200,10 @@ fn text_keys_share_buckets_with_the_bindings_byte_keys() {
     assert_eq!(bytes.peek(b"bob".as_slice()).unwrap().remaining(), 2);
 }
 
+/// Production clock: once every bucket is full again, no key of ours remains (DBSIZE 0), and
+/// a caller that comes back gets a full bucket; with `initial < burst`, a keyed limiter's key
+/// starts again with `initial` tokens, a single limiter's bucket (created when the limiter was
+/// built) is full (SCRIPTS.md, "Absent keys").
 #[test]
 fn expiry_leaves_nothing_and_a_returning_caller_gets_a_full_bucket() {
     let srv = Server::start();
