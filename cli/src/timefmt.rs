@@ -49,7 +49,7 @@ impl Zone {
     /// `UTC`, a fixed offset (`+05:30`, `-0800`, `+02`) or an IANA name (`Europe/Berlin`).
     pub fn parse(text: &str) -> Result<Zone, String> {
         let t = text.trim();
-        if t.eq_ignore_ascii_case("utc") || t == "Z" {
+        if t.eq_ignore_ascii_case("utc") || t.eq_ignore_ascii_case("z") {
             return Ok(Zone::utc());
         }
         if let Some(sign @ (b'+' | b'-')) = t.bytes().next() {
@@ -58,8 +58,9 @@ impl Zone {
                 [h1, h2, b':', m1, m2] | [h1, h2, m1, m2] => ([h1, h2], [m1, m2]),
                 _ => return Err(format!("{t:?} is no offset: write it +HH:MM, as +05:30")),
             };
-            let secs = offset(sign, &h, &m)
-                .ok_or_else(|| format!("{t:?} is no offset: hours 00-23, minutes 00-59"))?;
+            let secs = offset(sign, &h, &m).ok_or_else(|| {
+                format!("{t:?} is no offset: write it +HH:MM (hours 00-23, minutes 00-59)")
+            })?;
             let off = jiff::tz::Offset::from_seconds(secs as i32).map_err(|e| e.to_string())?;
             return Ok(Zone {
                 tz: jiff::tz::TimeZone::fixed(off),
@@ -598,7 +599,7 @@ mod tests {
         let mut tp = TimeParser::new(EpochUnit::Auto).with_zone(&Zone::parse("-03:30").unwrap());
         let ns = tp.parse(b"2024-07-15T12:00:00").unwrap();
         assert_eq!(format_rfc3339(ns), "2024-07-15T15:30:00Z");
-        for utc in ["UTC", "utc", "Z", "Etc/UTC"] {
+        for utc in ["UTC", "utc", "Z", "z", "Etc/UTC"] {
             let z = Zone::parse(utc).unwrap();
             let mut tp = TimeParser::new(EpochUnit::Auto).with_zone(&z);
             assert_eq!(
@@ -607,8 +608,9 @@ mod tests {
                 "{utc}"
             );
         }
-        for bad in ["Mars/Olympus", "+25:00", "+1:2", "+12:60", "", "+"] {
-            assert!(Zone::parse(bad).is_err(), "{bad:?}");
+        for bad in ["Mars/Olympus", "+25:00", "+1:2", "+5:30", "+12:60", "", "+"] {
+            let e = Zone::parse(bad).unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
         }
         assert_eq!(Zone::parse("+0530").unwrap().name(), "+0530");
     }
