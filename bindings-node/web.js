@@ -190,7 +190,8 @@ function policySaid(store) {
   const q = store.indexOf('?')
   for (const pair of q < 0 ? [] : store.slice(q + 1).split('&')) {
     const eq = pair.indexOf('=')
-    if (eq >= 0 && pair.slice(0, eq) === 'on_error') [policy, given] = [pair.slice(eq + 1), true]
+    // The value in any case, as the core reads it.
+    if (eq >= 0 && pair.slice(0, eq) === 'on_error') [policy, given] = [pair.slice(eq + 1).toLowerCase(), true]
   }
   return `on_error=${policy}${given ? '' : ', the default'}: ${Object.hasOwn(POLICIES, policy) ? POLICIES[policy] : 'as the URL says'}`
 }

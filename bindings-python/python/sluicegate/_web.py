@@ -405,8 +405,8 @@ def _policy_said(store: str) -> str:
     policy, given = "local", False
     for pair in store.partition("?")[2].split("&"):
         name, _, value = pair.partition("=")
-        if name == "on_error":
-            policy, given = value, True
+        if name == "on_error":  # in any case, as the core reads it
+            policy, given = value.lower(), True
     return f"on_error={policy}{'' if given else ', the default'}: {_POLICIES.get(policy, 'as the URL says')}"
 
 
