@@ -793,7 +793,7 @@ impl Extractor {
 
     /// An HAProxy log: each role's field by its place. The time is the bracketed date, the
     /// request's (`%tr`; the accept date, `%t`, in older versions' format), written
-    /// in the host's local time without its offset: read as UTC; the client the
+    /// in the host's local time without its offset: read in `--timezone`; the client the
     /// address of `address:port`; the method and path the request line's. HAProxy logs a
     /// header only where the frontend captures it, without its name: `hdrN`, the Nth
     /// `capture request header` (from 0).

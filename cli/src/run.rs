@@ -59,14 +59,18 @@ pub struct Config {
 }
 
 impl Config {
-    /// A parser of `ex`'s timestamps: dates without an offset in `--timezone`, except W3C's,
-    /// which its format defines as UTC.
+    /// The zone of `ex`'s dates written without an offset: `--timezone`, unless it is UTC or
+    /// the format is W3C (whose dates its format defines as UTC).
+    fn zone_of(&self, ex: &Extractor) -> Option<&Zone> {
+        (ex.format != LogFormat::W3c && !self.zone.is_utc()).then_some(&self.zone)
+    }
+
+    /// A parser of `ex`'s timestamps, dates without an offset in [`Self::zone_of`].
     fn time_parser(&self, ex: &Extractor) -> TimeParser {
         let tp = TimeParser::new(self.unit);
-        if ex.format == LogFormat::W3c {
-            tp
-        } else {
-            tp.with_zone(&self.zone)
+        match self.zone_of(ex) {
+            Some(z) => tp.with_zone(z),
+            None => tp,
         }
     }
 
@@ -954,8 +958,7 @@ fn start_input(
         format: format!("{:?}", ex.format).to_lowercase(),
         fields: ex.chosen.clone(),
         lines: 0,
-        zone: (ex.format != LogFormat::W3c && !cfg.zone.is_utc())
-            .then(|| cfg.zone.name().to_string()),
+        zone: cfg.zone_of(&ex).map(|z| z.name().to_string()),
     };
     Ok((ex, im))
 }

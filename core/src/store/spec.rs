@@ -376,6 +376,8 @@ fn parse_redis(s: &str, t: &str) -> Result<StoreSpec, Error> {
     if base.len() == scheme_len || base.contains(char::is_whitespace) {
         return Err(redis_invalid(s, "no host or path"));
     }
+    // A unix socket's URL: a path, no host or port; its credentials in the query.
+    let unix = base.starts_with("redis+unix://") || base.starts_with("unix://");
     let mut o = RedisOptions::default();
     let mut passed: Vec<&str> = Vec::new();
     let mut seen: Vec<&str> = Vec::new();
@@ -429,7 +431,7 @@ fn parse_redis(s: &str, t: &str) -> Result<StoreSpec, Error> {
             "db" if !is_database(v) => return Err(bad(DATABASE)),
             "db" | "protocol" => passed.push(pair),
             // A unix socket's credentials (a TCP URL has them before the host).
-            "user" | "pass" if base.starts_with("redis+unix://") || base.starts_with("unix://") => {
+            "user" | "pass" if unix => {
                 passed.push(pair);
             }
             // The sentinels' own credentials (the URL's `user:password@` are the master's).
@@ -456,7 +458,6 @@ fn parse_redis(s: &str, t: &str) -> Result<StoreSpec, Error> {
         }
         _ => None,
     };
-    let unix = base.starts_with("redis+unix://") || base.starts_with("unix://");
     if !unix {
         // `[user:password@]host[:port][,host[:port]...]`, before the path.
         let authority = base[scheme_len..].split('/').next().unwrap_or("");
