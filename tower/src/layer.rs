@@ -47,6 +47,12 @@ pub enum ErrorEvent {
     /// `error`: each request `500`, and an [`Answered`](Self::Answered) event of its own).
     /// Once an outage.
     Outage,
+    /// A notice that answered no request (feature `redis`): the store of an
+    /// [`Outage`](Self::Outage) decides again (the error is that outage's notice). Once an
+    /// outage, when a request of the limit finds the server answering (a look at most once a
+    /// second). Only [`on_error_event`](RateLimitLayer::on_error_event) gets it;
+    /// without a handler it is one line on standard error.
+    Recovered,
 }
 
 /// The settings and limits every clone of a layer, and every service it makes, share.
@@ -226,12 +232,20 @@ impl RateLimitLayer {
     where
         F: Fn(&Error) + Send + Sync + 'static,
     {
-        self.edit(|s| s.on_error = Some(Arc::new(move |e: &Error, _| f(e))))
+        // An outage's end is not an error: `f` gets what failed, and the notice of an outage.
+        self.edit(|s| {
+            s.on_error = Some(Arc::new(move |e: &Error, event| {
+                if event != ErrorEvent::Recovered {
+                    f(e);
+                }
+            }))
+        })
     }
 
     /// [`on_error`](Self::on_error), with what each error did: [`ErrorEvent::Answered`] and
     /// the status the layer answered the request with, or [`ErrorEvent::Outage`] for the
-    /// notice of a Redis store that stopped answering, which answered no request.
+    /// notice of a Redis store that stopped answering, which answered no request, and
+    /// [`ErrorEvent::Recovered`] when it answers again (the outage's error with it).
     ///
     /// ```
     /// use sluicegate_tower::{ErrorEvent, Limit, RateLimitLayer};
@@ -608,17 +622,13 @@ impl Shared {
         if let Some(event) = self.watches.tick(_i, &self.limits[_i]) {
             match event {
                 crate::watch::Event::Failing(e) => self.report(&e, ErrorEvent::Outage),
-                crate::watch::Event::Recovered(said) => {
-                    if self.on_error.is_none() {
-                        crate::say!("{said}");
-                    }
-                }
+                crate::watch::Event::Recovered(e) => self.report(&e, ErrorEvent::Recovered),
             }
         }
     }
 
     /// A limit's error, to `on_error` (default: standard error; a failed request's at most
-    /// once a second, an outage's notice, which comes once an outage, always).
+    /// once a second, an outage's notices, which come once an outage, always).
     #[cold]
     fn report(&self, e: &Error, event: ErrorEvent) {
         if let Some(f) = &self.on_error {
@@ -684,6 +694,12 @@ fn said(e: &Error, event: ErrorEvent) -> String {
         ErrorEvent::Outage => {
             format!("sluicegate: {e} (said once an outage; RateLimitLayer::on_error to handle it)")
         }
+        ErrorEvent::Recovered => match e {
+            Error::Store { store, .. } => {
+                format!("sluicegate: the Redis store {store} decides again")
+            }
+            e => format!("sluicegate: the store decides again after: {e}"),
+        },
     }
 }
 
@@ -865,5 +881,46 @@ mod tests {
             line.contains("could not decide a request, answered 500"),
             "{line}"
         );
+        // The end of an outage names the store, and no error.
+        let line = said(&e, ErrorEvent::Recovered);
+        assert_eq!(
+            line,
+            "sluicegate: the Redis store redis://cache:6379/0?on_error=error decides again"
+        );
+        // The policy in any case, as the core reads it.
+        let line = said(
+            &crate::watch::outage("redis://cache:6379/0?on_error=Closed"),
+            ErrorEvent::Outage,
+        );
+        assert!(
+            line.contains("on_error=closed policy (every request refused"),
+            "{line}"
+        );
+    }
+
+    /// `on_error` (errors only) is not told of an outage's end; `on_error_event` is.
+    #[test]
+    fn only_on_error_event_hears_of_a_recovery() {
+        use std::sync::Mutex;
+        let e = crate::watch::outage("redis://cache:6379/0");
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let h = heard.clone();
+        let layer = RateLimitLayer::new(Limit::per_client("api", "10/s").unwrap())
+            .on_error(move |e| h.lock().unwrap().push(e.code()));
+        let f = layer.shared.on_error.clone().unwrap();
+        f(&e, ErrorEvent::Outage);
+        f(&e, ErrorEvent::Recovered);
+        assert_eq!(*heard.lock().unwrap(), ["store_unavailable"]);
+        let h = heard.clone();
+        let layer = layer.on_error_event(move |_, ev| {
+            h.lock().unwrap().push(if ev == ErrorEvent::Recovered {
+                "recovered"
+            } else {
+                "other"
+            })
+        });
+        let f = layer.shared.on_error.clone().unwrap();
+        f(&e, ErrorEvent::Recovered);
+        assert_eq!(*heard.lock().unwrap(), ["store_unavailable", "recovered"]);
     }
 }

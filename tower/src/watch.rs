@@ -37,7 +37,8 @@ struct Watch {
 /// An outage's begin or end, to be said by the layer.
 pub(crate) enum Event {
     Failing(Error),
-    Recovered(String),
+    /// The end of the outage whose notice was `.0`.
+    Recovered(Error),
 }
 
 impl Watches {
@@ -102,10 +103,7 @@ impl Watch {
             return Some(Event::Failing(outage_of(&self.name, &self.policy)));
         }
         if more_decided && !more_failed && self.failing.swap(false, Ordering::Relaxed) {
-            return Some(Event::Recovered(format!(
-                "sluicegate: the Redis store {} decides again",
-                self.name
-            )));
+            return Some(Event::Recovered(outage_of(&self.name, &self.policy)));
         }
         None
     }
@@ -155,8 +153,9 @@ fn failures(s: &sluicegate::RedisStats) -> u64 {
 fn policy_said(store: &str) -> String {
     let query = store.split_once('?').map_or("", |(_, q)| q);
     let named = query.split('&').find_map(|p| p.strip_prefix("on_error="));
-    let policy = named.unwrap_or("local");
-    let does = match policy {
+    // The core reads the value in any case (`on_error=OPEN` is `open`).
+    let policy = named.map_or_else(|| "local".to_string(), str::to_ascii_lowercase);
+    let does = match policy.as_str() {
         "local" => "each process alone, with its share of the quota",
         "open" => "every request admitted",
         "closed" => "every request refused",

@@ -68,11 +68,12 @@ async fn an_outage_is_said_once_and_the_policy_decides_meanwhile() {
 /// request admitted while the server is down) only the notice comes, as `Outage`; under
 /// `error` each request is also an `Answered(500)`. `on_error` got the notice as it got a
 /// failed request's error (the same `store_unavailable`), so an error counter counted 500s
-/// that no client got.
+/// that no client got. When the server is back, one `Recovered` (the policy given in capitals
+/// is read as the core reads it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_notice_is_told_from_a_request_answered_500() {
     for (policy, answered) in [
-        ("open", StatusCode::OK),
+        ("OPEN", StatusCode::OK),
         ("error", StatusCode::INTERNAL_SERVER_ERROR),
     ] {
         let mut srv = server::Server::start();
@@ -80,15 +81,21 @@ async fn an_outage_notice_is_told_from_a_request_answered_500() {
             "redis://127.0.0.1:{}/0?prefix=towerev{policy}&on_error={policy}&timeout=200ms",
             srv.port
         );
-        let limit = Limit::per_client("api", "3/minute")
+        let limit = Limit::per_client("api", "100/minute")
             .unwrap()
             .store(&store)
             .unwrap();
-        let events = Arc::new(Mutex::new(Vec::new()));
-        let seen = events.clone();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let seen = log.clone();
+        let notices = Arc::new(Mutex::new(Vec::new()));
+        let said = notices.clone();
         let app = Router::new().route("/", get(|| async { "ok" })).layer(
-            RateLimitLayer::new(limit.clone())
-                .on_error_event(move |e, event| seen.lock().unwrap().push((event, e.code()))),
+            RateLimitLayer::new(limit.clone()).on_error_event(move |e, event| {
+                if event == ErrorEvent::Outage {
+                    said.lock().unwrap().push(e.to_string());
+                }
+                seen.lock().unwrap().push((event, e.code()));
+            }),
         );
         assert_eq!(status(&app).await, StatusCode::OK);
         srv.kill();
@@ -101,7 +108,7 @@ async fn an_outage_notice_is_told_from_a_request_answered_500() {
             }
         }
         assert_eq!(statuses, [answered; 4], "{policy}");
-        let events = events.lock().unwrap().clone();
+        let events = log.lock().unwrap().clone();
         let outages = events
             .iter()
             .filter(|(e, _)| *e == ErrorEvent::Outage)
@@ -118,6 +125,32 @@ async fn an_outage_notice_is_told_from_a_request_answered_500() {
             events.iter().all(|(_, code)| *code == "store_unavailable"),
             "{events:?}"
         );
+        let notice = notices.lock().unwrap().clone();
+        assert_eq!(notice.len(), 1, "{notice:?}");
+        let expected = if policy == "OPEN" {
+            "on_error=open policy (every request admitted)"
+        } else {
+            "on_error=error policy (every request an error (500))"
+        };
+        assert!(notice[0].contains(expected), "{notice:?}");
+
+        // Back: the next look that finds the server deciding says so, once.
+        srv.restart();
+        let mut back = Vec::new();
+        for _ in 0..2 {
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+            for _ in 0..2 {
+                back.push(status(&app).await);
+            }
+        }
+        assert_eq!(back, [StatusCode::OK; 4], "{policy}");
+        let events = log.lock().unwrap().clone();
+        let recovered: Vec<_> = events
+            .iter()
+            .filter(|(e, _)| *e == ErrorEvent::Recovered)
+            .collect();
+        assert_eq!(recovered.len(), 1, "{policy}: {events:?}");
+        assert_eq!(events.len(), 2 + expected_failed, "{policy}: {events:?}");
     }
 }
 
