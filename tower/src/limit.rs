@@ -175,23 +175,8 @@ impl Limit {
             build(None)
         }?;
         // A keyed limit on a region a global limit made (the same path, after a limit changed
-        // from global to keyed: regions outlive restarts) would open it at its one key and
-        // refuse every client but the first as a full key store; say so when it is made.
-        if !matches!(self.key, KeyBy::Global)
-            && matches!(spec, StoreSpec::Shm { capacity: None, .. })
-            && limiter.max_keys() == 1
-        {
-            return Err(Error::Store {
-                kind: StoreErrorKind::Mismatch,
-                store: spec.to_string(),
-                reason: format!(
-                    "the region holds one key (a global limit made it), and the limit \"{}\" is \
-                     keyed: give it a region of its own, remove the file, or set \
-                     ?capacity=N",
-                    self.name
-                ),
-            });
-        }
+        // from global to keyed: regions outlive restarts) is refused by the core (`Mismatch`),
+        // where it would open the region at its one key.
         let limit = Self {
             store: Some(spec.to_string().into()),
             limiter: Arc::new(limiter),

@@ -292,6 +292,26 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
         }
         let default = self.max_keys as u64;
         let store = ShmStore::open_for(&self.store, self.quota, asked, default, self.clock.get())?;
+        let sized = matches!(
+            self.store,
+            StoreSpec::Shm {
+                capacity: Some(_),
+                ..
+            }
+        );
+        if asked.is_none() && !sized && store.key_capacity() == 1 {
+            // A single limiter's region, or a global limit's (the same name, after a limit
+            // changed from global to keyed: regions outlive restarts), would be opened at its
+            // one key, and every key but the first refused or evicting it: refused here unless
+            // one key is asked for.
+            return Err(Error::store(
+                crate::error::StoreErrorKind::Mismatch,
+                self.store.to_string(),
+                "the region holds one key (as a single limiter's or a global limit's does), and \
+                 this limiter is keyed: give it a region of its own, or remove the file once no \
+                 process has it open (max_keys 1, or ?capacity=1, to open it at one key)",
+            ));
+        }
         let codec = store.codec().clone();
         let max_keys = usize::try_from(store.key_capacity()).unwrap_or(usize::MAX);
         let base = store.base();

@@ -169,6 +169,34 @@ fn a_second_opener_with_another_quota_or_capacity_is_refused_naming_both() {
         "{text}"
     );
     assert!(!text.contains(") ("), "{text}");
+    // The other way round: a keyed limiter asking no size would open a single limiter's
+    // region at its one key; refused, unless one key is asked for.
+    let one = Region::new("mismatch-single");
+    let _single = Limiter::builder(quota("10/minute"))
+        .store(one.spec())
+        .build()
+        .unwrap();
+    let e = KeyedLimiter::<Box<[u8]>>::builder(quota("10/minute"))
+        .store(one.spec())
+        .build()
+        .unwrap_err();
+    assert_eq!(store_kind(&e), Some(StoreErrorKind::Mismatch), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("the region holds one key (as a single limiter's or a global limit's does), and this limiter is keyed"),
+        "{text}"
+    );
+    let l = KeyedLimiter::<Box<[u8]>>::builder(quota("10/minute"))
+        .store(one.spec())
+        .max_keys(1)
+        .build()
+        .unwrap();
+    assert_eq!(l.max_keys(), 1);
+    let sized: StoreSpec = format!("{}?capacity=1", one.spec()).parse().unwrap();
+    assert!(KeyedLimiter::<Box<[u8]>>::builder(quota("10/minute"))
+        .store(sized)
+        .build()
+        .is_ok());
     // Without max_keys, an opener takes the region's capacity.
     let l = KeyedLimiter::<Box<[u8]>>::builder(quota("10/minute"))
         .store(r.spec())
