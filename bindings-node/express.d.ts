@@ -127,6 +127,10 @@ declare namespace rateLimit {
      * admitted, plus the retry wait (`Retry-After`, at least a second) when rejected.
      */
     readonly resetTime: Date
+    /** The client's key, as the key generator gave it (express-rate-limit's `key`). */
+    readonly key: Key
+    /** The own fields with `used` and `resetTime`: what `res.json(req.rateLimit)` sends. */
+    toJSON(): Record<string, unknown>
   }
 
   export interface RateLimitMiddleware {

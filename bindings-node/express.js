@@ -37,9 +37,20 @@ const REFUSED = {
  */
 class RateLimitInfo extends Decision {
   #at
-  constructor(d, at) {
+  constructor(d, at, key) {
     super(d.allowed, d.limit, d.remaining, d.retryAfterMs, d.resetAfterMs, d.retryAfterNs, d.resetAfterNs, d.windowSeconds, d.shadowRejected)
     this.#at = at
+    /** The client's key (the keyGenerator's value), as express-rate-limit's `key`. */
+    this.key = key
+  }
+
+  /**
+   * The own fields with `used` and `resetTime` (getters, which `JSON.stringify` and
+   * `Object.keys` do not see), so that `res.json(req.rateLimit)` sends what express-rate-limit's
+   * does.
+   */
+  toJSON() {
+    return { ...this, used: this.used, resetTime: this.resetTime }
   }
 
   /** The tokens in use: `limit - remaining` (express-rate-limit's hits in the window). */
@@ -127,11 +138,13 @@ function rateLimit(options = {}) {
   if (opts.quota === undefined) {
     // Checked under express-rate-limit's names (the core's would say count and periodMs).
     const whole = (v) => (typeof v === 'bigint' ? v >= 1n : Number.isSafeInteger(v) && v >= 1)
+    // A string (from a configuration) shows as one: `got "5"`, not `got 5`.
+    const shown = (v) => (typeof v === 'string' ? JSON.stringify(v) : String(v))
     if (typeof opts.limit === 'function') {
       throw invalidArg('limit must be a number: a limit computed per request is not supported (give such routes a middleware of their own)')
     }
-    if (!whole(opts.limit)) throw invalidArg(`limit must be a whole number of requests, at least 1, got ${String(opts.limit)}`)
-    if (!whole(opts.windowMs)) throw invalidArg(`windowMs must be a whole number of milliseconds, at least 1, got ${String(opts.windowMs)}`)
+    if (!whole(opts.limit)) throw invalidArg(`limit must be a whole number of requests, at least 1, got ${shown(opts.limit)}`)
+    if (!whole(opts.windowMs)) throw invalidArg(`windowMs must be a whole number of milliseconds, at least 1, got ${shown(opts.windowMs)}`)
   }
   const quota = opts.quota ?? { count: opts.limit, periodMs: opts.windowMs, ...(opts.burst === undefined ? {} : { burst: opts.burst }) }
   // Turned off (`enabled: false`, SLUICEGATE_ENABLED=0): no limiter is made, every request passes.
@@ -144,7 +157,7 @@ function rateLimit(options = {}) {
   // rejection unobserved (Express 4 does not read the Promise a middleware returns).
 
   function respond(req, res, next, key, c, d) {
-    const info = new RateLimitInfo(d, Date.now())
+    const info = new RateLimitInfo(d, Date.now(), key)
     req[prop] = info
     // Another middleware may have answered meanwhile: its header fields stand.
     if (!res.headersSent) {

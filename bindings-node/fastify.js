@@ -10,6 +10,7 @@ const {
   draftStyle, functions, then, isThenable, known, defined, Limits, isEnabled, allowListOf, responseCounting, refunder, Held, hold, giveBackHeld, warn, gone, settleOnEnd,
   keyGeneratorOf, CLIENT_OPTIONS, invalidArg, forEachField, SCOPE,
 } = require('./web.js')
+const { canonicalQuota } = require('./index.js')
 
 const PLUGIN = new Set([
   'global', 'max', 'timeWindow', 'quota', 'burst', 'hook', 'keyGenerator', 'allowList', 'skipOnError',
@@ -133,9 +134,30 @@ function settings(o, raws) {
   let quota = o.quota
   if (quota === undefined) {
     const { max: count, timeWindow: given, burst } = o
+    // Checked under @fastify/rate-limit's names (the core's would say count and periodMs).
+    const whole = (v) => (typeof v === 'bigint' ? v >= 1n : Number.isSafeInteger(v) && v >= 1)
+    const shown = (v) => (typeof v === 'string' ? JSON.stringify(v) : String(v))
+    if (!whole(count)) throw invalidArg(`max must be a whole number of requests, at least 1, got ${shown(count)}`)
     const w = windowMs(given)
-    quota = typeof w === 'string' ? `${count}/${w}${burst === undefined ? '' : `; burst=${burst}`}` : { count, periodMs: w, burst }
-    if (typeof w !== 'string' && burst === undefined) delete quota.burst
+    if (typeof w === 'string') {
+      quota = `${count}/${w}${burst === undefined ? '' : `; burst=${burst}`}`
+      // A string no duration reads is a period of the rate syntax ('minute', '5m'), or neither.
+      try {
+        canonicalQuota(`${count}/${w}`)
+      } catch (err) {
+        if (err?.code !== 'ERR_SLUICEGATE_PARSE' && err?.code !== 'ERR_SLUICEGATE_INVALID_ARG') throw err
+        const named = new err.constructor(
+          `timeWindow ${JSON.stringify(given)} is not a duration ('1 minute', '10s', a number of milliseconds) nor a period of the rate syntax ('minute', '5m'): ${err.message}`,
+          { cause: err },
+        )
+        named.code = err.code
+        throw named
+      }
+    } else {
+      if (!whole(w)) throw invalidArg(`timeWindow must be a whole number of milliseconds, at least 1, or a duration ('1 minute'), got ${shown(w)}`)
+      quota = { count, periodMs: w, burst }
+      if (burst === undefined) delete quota.burst
+    }
   }
   const keyGenerator = keyGeneratorOf(o, raws)
   return {

@@ -87,6 +87,11 @@ test('req.rateLimit has express-rate-limit\'s limit, used, remaining and resetTi
   assert.equal(info.resetTime.getTime(), info.resetTime.getTime(), 'the time of the decision, however late it is read')
   assert.equal(seen[3].allowed, false)
   assert.equal(seen[3].headers('legacy')['X-RateLimit-Remaining'], '0')
+  // express-rate-limit's key, and its fields in JSON (used and resetTime are getters).
+  assert.equal(info.key, '127.0.0.1')
+  const json = JSON.parse(JSON.stringify(info))
+  assert.deepEqual([json.limit, json.used, json.remaining, json.key, json.allowed], [3, 1, 2, '127.0.0.1', true])
+  assert.equal(json.resetTime, info.resetTime.toISOString())
 })
 
 test('max, express-rate-limit\'s older name for limit, is limit', async (t) => {
@@ -310,6 +315,7 @@ test('bad options throw at construction', () => {
   named({ max: -1 }, /^limit .* got -1$/)
   named({ limit: () => 5 }, /^limit must be a number: a limit computed per request/)
   named({ windowMs: 1.5 }, /^windowMs must be a whole number of milliseconds/)
+  named({ limit: '5' }, /^limit .* got "5"$/) // a string from a configuration shows as one
   assert.equal(typeof rateLimit({ limit: 5n, windowMs: 1000n }), 'function')
   // express-rate-limit's options with no counterpart here say what to give instead.
   named({ passOnStoreError: true }, /^rateLimit option "passOnStoreError": use the store URL's `on_error=open`/)
