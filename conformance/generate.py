@@ -540,6 +540,16 @@ case("cont_per_day",
      "1/d; burst=2",
      [acq(0, 2), acq(0), peek(DAY), acq(DAY), peek(DAY)])
 
+case("cont_per_week",
+     "At 2/week (w, week or weeks: 7 days) one token takes 3.5 days.",
+     "2/week",
+     [acq(0, 2), acq(0), acq(7 * DAY // 2 - 1), acq(7 * DAY // 2), peek(7 * DAY // 2), peek(7 * DAY)])
+
+case("cont_per_n_weeks_short",
+     "1/2w is one token per 14 days.",
+     "1/2w",
+     [acq(0), acq(14 * DAY - 1), acq(14 * DAY)])
+
 case("cont_per_ns",
      "At 1 token/ns the bucket refills a token every nanosecond.",
      "1/ns; burst=4",
@@ -954,6 +964,8 @@ for _name, _quota, _err, _desc in [
     ("empty", "", "parse_error", "The empty string is not a rate."),
     ("count_only", "10", "parse_error", "A count without a unit is refused."),
     ("unknown_unit", "10/fortnight", "parse_error", "An unknown unit is refused."),
+    ("month_unit", "1000/month", "parse_error", "A month is no fixed duration: refused (give days)."),
+    ("year_unit", "1/year", "parse_error", "A year is no fixed duration: refused (give days)."),
     ("plural_abbreviation", "10/secs", "parse_error", "Only the listed unit spellings are accepted."),
     ("words_for_count", "ten/s", "parse_error", "The count must be digits."),
     ("negative_count", "-5/s", "parse_error", "A signed count is refused."),

@@ -44,6 +44,7 @@ UNITS = {
     "m": MINUTE, "min": MINUTE, "minute": MINUTE, "minutes": MINUTE,
     "h": HOUR, "hr": HOUR, "hour": HOUR, "hours": HOUR,
     "d": DAY, "day": DAY, "days": DAY,
+    "w": 7 * DAY, "week": 7 * DAY, "weeks": 7 * DAY,
 }
 
 ALGORITHMS = {

@@ -155,6 +155,7 @@ fn unit_ns(unit: &str) -> Option<u64> {
         "m" | "min" | "minute" | "minutes" => NS_PER_MIN,
         "h" | "hr" | "hour" | "hours" => NS_PER_H,
         "d" | "day" | "days" => NS_PER_D,
+        "w" | "week" | "weeks" => 7 * NS_PER_D,
         _ => return None,
     })
 }
@@ -186,11 +187,20 @@ impl FromStr for Quota {
         let (uat, unit) = c.take_token();
         let Some(per) = unit_ns(&unit) else {
             let len = unit.len().max(1);
+            let calendar = ["mo", "mon", "month", "months", "y", "yr", "year", "years"];
+            if calendar.contains(&unit.as_str()) {
+                return Err(c.error(
+                    uat,
+                    len,
+                    "a month or a year has no fixed length: give days (30d, 365d; \
+                     flask-limiter's month is 30 days, its year 360)",
+                ));
+            }
             return Err(c.error(
                 uat,
                 len,
                 "unknown time unit (ns, us, ms, s, sec, second(s), m, min, minute(s), h, hr, \
-                 hour(s), d, day(s))",
+                 hour(s), d, day(s), w, week(s))",
             ));
         };
         let Some(period_ns) = multiple.checked_mul(per) else {
@@ -299,7 +309,7 @@ impl FromStr for Quota {
                         return Err(c.error(
                             uat,
                             len,
-                            "expected a time unit (ns, us, ms, s, m, h, d)",
+                            "expected a time unit (ns, us, ms, s, m, h, d, w)",
                         ));
                     };
                     let ns = n.checked_mul(per).ok_or_else(|| {
@@ -348,6 +358,15 @@ mod tests {
         assert_eq!(e.code(), "parse_error");
         assert!(e.to_string().contains("\"fortnight\""), "{e}");
         assert!(e.to_string().contains("byte 3"), "{e}");
+        // A week is 7 days; a month or a year has no fixed length, and the error says so.
+        for week in ["2/week", "2/1w", "2 per weeks"] {
+            assert_eq!(week.parse::<Quota>().unwrap().to_string(), "2/7d", "{week}");
+        }
+        for calendar in ["1000/month", "1000 per Month", "1/y", "5/2years"] {
+            let e = calendar.parse::<Quota>().unwrap_err();
+            assert_eq!(e.code(), "parse_error");
+            assert!(e.to_string().contains("no fixed length: give days"), "{e}");
+        }
         let e = "10/s; burst=0".parse::<Quota>().unwrap_err();
         assert_eq!(e.code(), "invalid_quota");
         let e = "1.5/s".parse::<Quota>().unwrap_err();
