@@ -1573,6 +1573,45 @@ fn html_report_is_self_contained() {
     }
 }
 
+/// The HTML report says what the share of rejections leaves out, as the text report's notes
+/// do: requests no route limited, those a leaky queue admitted with a wait, and those whose
+/// cost is above the capacity (it showed none of them: "16.94% rejected" read as if every
+/// request had been limited). The page draws them with its script (`ci/check.d/60-cli.sh`
+/// renders it in Chromium); here, its data holds them and its script writes them.
+#[test]
+fn html_report_shows_unlimited_delayed_and_over_capacity() {
+    let dir = tempfile::tempdir().unwrap();
+    let log: String = (0..6)
+        .map(|s| {
+            clf_line(s / 3)
+                .replace("GET / ", if s % 2 == 0 { "POST /login " } else { "GET / " })
+        })
+        .collect();
+    let log = write(&dir, "a.log", &log);
+    let html = dir.path().join("r.html");
+    bin()
+        .args(["replay", "-q", &log])
+        .args(["--policy", "routes=POST /login => 1/s"])
+        .args(["--policy", "queue=1/s; algorithm=leaky_queue; max_delay=5s"])
+        .args(["--html", html.to_str().unwrap()])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("3 matched no route (not limited)"))
+        .stdout(predicate::str::contains("admitted with a wait"));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("\"unlimited\":3"), "{page}");
+    for text in [
+        "matched no route (not limited)",
+        "admitted with a wait",
+        "rejected for a cost above the capacity",
+        "p.unlimited",
+        "p.delayed",
+        "p.over_capacity",
+    ] {
+        assert!(page.contains(text), "the page's script never writes {text:?}");
+    }
+}
+
 #[test]
 fn simulate_outputs_a_report_too() {
     let dir = tempfile::tempdir().unwrap();
