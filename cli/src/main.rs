@@ -371,6 +371,25 @@ fn main() -> ExitCode {
     }
 }
 
+/// What makes a file the same file, however its path is spelt (`a.log`, `./a.log`, a link
+/// to it): its device and inode.
+#[cfg(unix)]
+type FileId = (u64, u64);
+#[cfg(not(unix))]
+type FileId = std::path::PathBuf;
+
+/// The identity of the file at `path` (links followed), or `None` if it cannot be read (the
+/// replay then says why).
+#[cfg(unix)]
+fn file_id(path: &str) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+#[cfg(not(unix))]
+fn file_id(path: &str) -> Option<FileId> {
+    std::fs::canonicalize(path).ok()
+}
+
 /// Writes `text` to the file or stdout (a closed stdout pipe ends quietly).
 fn emit(text: &str, to: &Option<String>) -> Result<(), CliError> {
     match to {
@@ -447,7 +466,10 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
             let stream = |x: &str| x == "-" || !std::fs::metadata(x).is_ok_and(|m| m.is_file());
             // A stream reads once: named twice, the second reading would wait for a writer
             // for good (a fifo) or find it used up.
+            // A file named twice (`a.log a.log`, `./a.log a.log`, a link to it) would be
+            // counted twice: the same file is the same device and inode, however spelt.
             if let run::Inputs::Files(f) = &inputs {
+                let mut seen: Vec<(FileId, &str)> = Vec::new();
                 for (i, x) in f.iter().enumerate() {
                     if stream(x) && f[..i].contains(x) {
                         return Err(CliError::usage(
@@ -456,6 +478,23 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
                             "named twice: stdin and pipes can be read once",
                         ));
                     }
+                    let Some(id) = (x != "-").then(|| file_id(x)).flatten() else {
+                        continue;
+                    };
+                    if let Some((_, before)) = seen.iter().find(|(s, _)| *s == id) {
+                        return Err(CliError::usage(
+                            "input",
+                            x,
+                            if stream(x) {
+                                format!("named twice (as {before:?} before): stdin and pipes can be read once")
+                            } else if *before == x.as_str() {
+                                "named twice: a file is replayed once".to_string()
+                            } else {
+                                format!("named twice (as {before:?} before): a file is replayed once")
+                            },
+                        ));
+                    }
+                    seen.push((id, x));
                 }
             }
             let streamed = trace == 0

@@ -2428,6 +2428,48 @@ fn inputs_are_merged_by_time() {
     assert_eq!(v["policies"][0]["rejected"], 0, "{v}");
 }
 
+/// The same file named twice (`all.log all.log`) was replayed twice, every request counted
+/// twice (the report said only "1 overlapping the inputs before it"): it is a usage error
+/// naming it, as a stream named twice is, whether the paths are spelt alike, differently
+/// (`./a.log`) or one is a link to the other. Two files with the same lines are two inputs.
+#[cfg(unix)]
+#[test]
+fn the_same_file_named_twice_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = write(&dir, "a.log", &clf_line(0));
+    let copy = write(&dir, "b.log", &clf_line(0));
+    let link = dir.path().join("link.log");
+    std::os::unix::fs::symlink(&a, &link).unwrap();
+    let link = link.to_str().unwrap();
+    let dotted = format!("{}/./a.log", dir.path().display());
+    for (second, said) in [
+        (a.as_str(), format!("invalid input {a:?}: named twice: a file is replayed once")),
+        (
+            dotted.as_str(),
+            format!("invalid input {dotted:?}: named twice (as {a:?} before): a file is replayed once"),
+        ),
+        (
+            link,
+            format!("invalid input {link:?}: named twice (as {a:?} before): a file is replayed once"),
+        ),
+    ] {
+        replay(&a, "1/s", &[second])
+            .code(2)
+            .stderr(predicate::str::contains(said));
+    }
+    // Relative to the working directory, too.
+    bin()
+        .current_dir(dir.path())
+        .args(["replay", "a.log", "./a.log", "--policy", "1/s"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "invalid input \"./a.log\": named twice (as \"a.log\" before)",
+        ));
+    let v = replay_json(&a, "1/s", &[&copy]);
+    assert_eq!(v["requests"], 2, "{v}");
+}
+
 /// A UTF-8 byte order mark at the start of an input (a spreadsheet's CSV export) is not part
 /// of the first field: plain, gzip or stdin.
 #[test]
