@@ -144,7 +144,8 @@ struct ReplayArgs {
     ipv6_prefix: u8,
     /// Proxies whose forwarding header names the client: a hop count (1 to 64), or
     /// comma-separated addresses, CIDR ranges and names (private, loopback, linklocal). The
-    /// ip key is then the right-most hop they did not write (default none: the logged address).
+    /// ip key is then the right-most hop they did not write (default none: the logged address;
+    /// `none` or `0` say the same, as in every sluicegate binding).
     #[arg(long, value_name = "SPEC", value_parser = parse_trusted)]
     trusted_proxies: Option<TrustedProxies>,
     /// The field holding the forwarding header (default: detected among

@@ -2718,6 +2718,21 @@ fn clients_behind_trusted_proxies() {
     );
     assert_eq!(counts(&v).1, 8);
 
+    // `0` hops (or `none`) is no proxy, as the core and every binding read the spec: the
+    // logged address, as without the option, and --help says so (it said "a hop count (1 to
+    // 64)" while 0 was taken without a word).
+    for none in ["0", "none"] {
+        let (v, _) = run(&j, &["--trusted-proxies", none]);
+        assert_eq!(counts(&v), (1, 2, 8, vec![s("10.0.0.5", 8)]), "{none}");
+    }
+    bin()
+        .args(["replay", "--help"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("`none` or `0` say the same"));
+    replay(&j, "1/s", &["--trusted-proxies", "65"])
+        .code(2)
+        .stderr(predicate::str::contains("from 1 to 64"));
     // Errors: a spec that does not parse (exit 2, quoted), a log without the header (exit 4).
     replay(&f, "1/s", &["--trusted-proxies", "10.0.0.1/8"])
         .code(2)
