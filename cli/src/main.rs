@@ -391,6 +391,40 @@ fn file_id(path: &str) -> Option<FileId> {
     std::fs::canonicalize(path).ok()
 }
 
+/// Checks, before any input is read, that each output file (`--html`, `-o`) can be written,
+/// so that a run does not end, after a long replay, on a path it cannot write: an existing
+/// file (or folder) is opened for writing without truncating it (a report is replaced only
+/// when its run succeeds), a new file is created and removed at once (a run that fails leaves
+/// none behind). The error is the one the write would give. Anything else (a pipe, a device,
+/// a dangling link) is left to the write: opening a pipe would wait for its reader.
+fn check_outputs(out: &OutputArgs) -> Result<(), CliError> {
+    for path in [&out.html, &out.output].into_iter().flatten() {
+        let err = |e| CliError::Output {
+            path: path.clone(),
+            source: e,
+        };
+        match std::fs::metadata(path) {
+            Ok(m) if m.is_file() || m.is_dir() => {
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(path)
+                    .map_err(err)?;
+            }
+            Ok(_) => {}
+            Err(_) if std::fs::symlink_metadata(path).is_ok() => {}
+            Err(_) => {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(path)
+                    .map_err(err)?;
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Writes `text` to the file or stdout (a closed stdout pipe ends quietly).
 fn emit(text: &str, to: &Option<String>) -> Result<(), CliError> {
     match to {
@@ -498,6 +532,8 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
                     seen.push((id, x));
                 }
             }
+            // Before any input is read (stdin's copy included).
+            check_outputs(&a.out)?;
             let streamed = trace == 0
                 && matches!(&inputs, run::Inputs::Files(f) if f.iter().any(|x| stream(x)));
             let inputs = match inputs {
@@ -586,6 +622,7 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
         }
         Cmd::Simulate(a) => {
             policy::check_policies(&a.policy)?;
+            check_outputs(&a.out)?;
             let (times, end) = run::traffic(&a.traffic)?;
             let n = times.len();
             let (summary, first_rejects) =

@@ -2470,6 +2470,63 @@ fn the_same_file_named_twice_is_refused() {
     assert_eq!(v["requests"], 2, "{v}");
 }
 
+/// An output that cannot be written (`-o /nonexistent/x.json`, `--html` in a missing
+/// folder) is found before any input is read, with the message and exit code (1) the write
+/// gives: it was found after the whole replay. The check leaves no new file behind when the
+/// run then fails, and an existing report is not truncated before its run succeeds.
+#[test]
+fn outputs_are_checked_before_the_inputs_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = write(&dir, "a.log", &clf_line(0));
+    let missing = dir.path().join("missing.log");
+    let missing = missing.to_str().unwrap();
+    let nowhere = dir.path().join("nonexistent");
+    for opt in ["-o", "--html"] {
+        let bad = nowhere.join("x.out");
+        let bad = bad.to_str().unwrap();
+        // The missing input is never opened: the output is refused first (it was exit 3,
+        // "cannot read", after the inputs were read).
+        for input in [log.as_str(), missing] {
+            replay(input, "1/s", &[opt, bad])
+                .code(1)
+                .stderr(predicate::str::contains(format!(
+                    "cannot write {bad}: No such file or directory"
+                )));
+        }
+        // Stdin is not read either (with --html it was copied to a temporary file first).
+        bin()
+            .args(["replay", "-", "--policy", "1/s", opt, bad])
+            .write_stdin(clf_line(0))
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains("cannot write"));
+        bin()
+            .args(["simulate", "-p", "1/s", "-t", "2/s for 1s", opt, bad])
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains(format!("cannot write {bad}")));
+        // A folder is no file.
+        let folder = dir.path().to_str().unwrap();
+        replay(missing, "1/s", &[opt, folder])
+            .code(1)
+            .stderr(predicate::str::contains(format!("cannot write {folder}:")));
+        // A new file: none is left when the run fails (the input is missing, exit 3), and the
+        // run that succeeds writes it.
+        let new = dir.path().join(format!("new{opt}"));
+        let new_s = new.to_str().unwrap();
+        replay(missing, "1/s", &[opt, new_s]).code(3);
+        assert!(!new.exists(), "{opt}: an empty file left behind");
+        replay(&log, "1/s", &[opt, new_s]).success();
+        let report = std::fs::read_to_string(&new).unwrap();
+        assert!(report.contains("1/s"), "{report}");
+        // An existing report is kept whole when a run fails, and replaced when one succeeds.
+        replay(missing, "1/s", &[opt, new_s]).code(3);
+        assert_eq!(std::fs::read_to_string(&new).unwrap(), report, "{opt}");
+        replay(&log, "2/s", &[opt, new_s]).success();
+        assert!(std::fs::read_to_string(&new).unwrap().contains("2/s"), "{opt}");
+    }
+}
+
 /// A UTF-8 byte order mark at the start of an input (a spreadsheet's CSV export) is not part
 /// of the first field: plain, gzip or stdin.
 #[test]
