@@ -1409,6 +1409,70 @@ fn dates_without_an_offset_are_read_in_the_timezone_given() {
         .stderr(predicates::str::contains("IANA name"));
 }
 
+/// Without `--timezone`, the text report's input line says that dates without an offset
+/// (HAProxy's) were read as UTC, and where lines went back in time it suggests the option (a
+/// user's HAProxy log across a daylight saving change had 2 525 lines back in time and no
+/// word of why). Dates with their own offset, W3C's (UTC by definition) and a zone given say
+/// nothing of it.
+#[test]
+fn dates_read_as_utc_without_a_timezone_are_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = |date: &str| {
+        format!(
+            "Oct 27 00:00:00 lb1 haproxy[812]: 10.0.0.5:4000 [27/Oct/2024:{date}] www~ api/srv1 0/0/1/2/3 200 512 - - ---- 1/1/0/0/0 0/0 \"GET / HTTP/1.1\"\n"
+        )
+    };
+    let text = |dates: &[&str]| dates.iter().map(|d| line(d)).collect::<String>();
+    let dst = write(
+        &dir,
+        "dst.log",
+        &text(&["02:10:00.000", "02:59:00.000", "02:10:00.000", "03:20:00.000"]),
+    );
+    let out = |log: &str, extra: &[&str]| {
+        String::from_utf8(replay(log, "1/h", extra).success().get_output().stdout.clone())
+            .unwrap()
+    };
+    let said = "dates without an offset read as UTC: --timezone gives their zone";
+    let hint = "the input's dates without an offset were read as UTC: if the clock that wrote them was set back (daylight saving), give its zone with --timezone";
+    let t = out(&dst, &[]);
+    assert!(t.lines().next().unwrap().contains(said), "{t}");
+    assert!(t.contains("1 timestamps earlier than an earlier line's"), "{t}");
+    assert!(t.contains(hint), "{t}");
+    // In order: the input line says it, and nothing is suggested for lines in order.
+    let sorted = write(&dir, "sorted.log", &text(&["01:10:00.000", "02:10:00.000"]));
+    let t = out(&sorted, &[]);
+    assert!(t.contains(said) && !t.contains("skipped"), "{t}");
+    // With a zone: read in it, in order.
+    let t = out(&dst, &["--timezone", "Europe/Berlin"]);
+    assert!(
+        t.contains("dates without an offset in Europe/Berlin") && !t.contains("read as UTC"),
+        "{t}"
+    );
+    // Dates with an offset, W3C's, out of order: no word of UTC.
+    // (Forty lines an hour on, then forty in order: many go back in time.)
+    let back: Vec<u64> = (3600..3640).chain(0..40).collect();
+    let clf = write(
+        &dir,
+        "a.log",
+        &back.iter().map(|&s| clf_line(s)).collect::<String>(),
+    );
+    let iis = write(
+        &dir,
+        "u_ex241027.log",
+        &back.iter().fold(
+            "#Fields: date time c-ip cs-method cs-uri-stem sc-status\n".to_string(),
+            |t, s| t + &format!("2024-10-27 {:02}:{:02}:{:02} 203.0.113.7 GET / 200\n", s / 3600, s % 3600 / 60, s % 60),
+        ),
+    );
+    for log in [&clf, &iis] {
+        let t = out(log, &[]);
+        assert!(t.contains(" timestamps earlier") && !t.contains("skipped  0 unusable lines, 0 without a key; 0") && !t.contains("UTC:"), "{t}");
+    }
+    // Several inputs: how many of them.
+    let t = out(&dst, &[&clf]);
+    assert!(t.contains("; 1 of the inputs' dates without an offset were read as UTC"), "{t}");
+}
+
 #[test]
 fn haproxy_logs_replay_as_haproxy_saw_them() {
     let dir = tempfile::tempdir().unwrap();
