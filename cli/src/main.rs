@@ -63,7 +63,7 @@ enum Cmd {
     Replay(Box<ReplayArgs>),
     /// Play policies against synthetic traffic segments on a simulated clock.
     Simulate(SimulateArgs),
-    /// Explain a rate string: rate, burst, refill, algorithm, state word.
+    /// Explain a rate string: rate, burst, refill, algorithm, state (word or log).
     Check(CheckArgs),
     /// Write the embedded sample traffic (or a benchmark log) as a log.
     Sample(SampleArgs),
@@ -632,12 +632,14 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
             })
         }
         Cmd::Check(a) => {
-            let wide = a
-                .quota
-                .is_wide()
-                .map_err(|e| CliError::usage("--quota", &a.quota.to_string(), e))?;
+            let usage = |e| CliError::usage("--quota", &a.quota.to_string(), e);
+            let bits = a.quota.state_bits().map_err(usage)?;
             let text = match a.format {
-                Format::Table => format!("{}\nstate word: {} bits\n", a.quota.describe(), if wide { 128 } else { 64 }),
+                Format::Table => format!(
+                    "{}\n{}\n",
+                    a.quota.describe(),
+                    a.quota.state().map_err(usage)?
+                ),
                 Format::Json => {
                     let j = json::Jv::obj()
                         .with("rate", a.quota.to_string())
@@ -646,7 +648,7 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
                         .with("burst", a.quota.burst())
                         .with("algorithm", a.quota.algorithm())
                         .with("tokens_per_s", a.quota.per_second())
-                        .with("state_bits", if wide { 128u64 } else { 64 })
+                        .with("state_bits", bits.map_or(json::Jv::Null, json::Jv::from))
                         .with("description", a.quota.describe());
                     j.to_string_compact() + "\n"
                 }
@@ -658,7 +660,7 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
                     a.quota.burst(),
                     a.quota.algorithm(),
                     a.quota.per_second(),
-                    if wide { 128 } else { 64 }
+                    bits.map_or(String::new(), |b| b.to_string())
                 ),
             };
             emit(&text, &None)

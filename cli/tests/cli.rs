@@ -961,6 +961,42 @@ fn every_output_format_and_table() {
     }
 }
 
+/// `check` says what each algorithm keeps, in the docs' words: a window counts requests per
+/// window (it said "tokens/s"), a leaky queue's bound is a duration (it said
+/// "2000000000 ns"), and the sliding log has no one-word state (it said "state word: 64
+/// bits"; docs/SEMANTICS.md: its timestamps behind a lock).
+#[test]
+fn check_describes_each_algorithm_in_its_own_terms() {
+    let check = |q: &str, f: &str| {
+        let out = bin()
+            .args(["check", "--quota", q, "--format", f])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        String::from_utf8(out).unwrap()
+    };
+    let log = check("7/1500ms; algorithm=sliding_log", "table");
+    assert!(log.contains("7 requests per 1500ms window (4.667/s on average)"), "{log}");
+    assert!(log.contains("state: a log of up to 7 admission timestamps per bucket, behind a lock"), "{log}");
+    assert!(!log.contains("tokens") && !log.contains("state word"), "{log}");
+    assert_eq!(json(check("7/1500ms; algorithm=sliding_log", "json").as_bytes())["state_bits"], Value::Null);
+    assert!(check("7/1500ms; algorithm=sliding_log", "csv").ends_with(",\n"));
+    for algo in ["fixed_window", "sliding_window"] {
+        let t = check(&format!("1/h; algorithm={algo}"), "table");
+        assert!(t.contains(": 1 request per 1h window (0.000278/s on average)"), "{t}");
+        assert!(t.contains("state word: 64 bits") && !t.contains("tokens"), "{t}");
+    }
+    let q = check("5/s; algorithm=leaky_queue; max_delay=2s", "table");
+    assert!(q.contains("5.000 requests/s, queue bound 2s (limit 11 at once)"), "{q}");
+    let q = check("5/s; algorithm=leaky_queue; max_delay=1500ms", "table");
+    assert!(q.contains("queue bound 1500ms"), "{q}");
+    let b = check("10/s; burst=50", "table");
+    assert!(b.contains("10.000 tokens/s, burst 50") && b.contains("state word: 64 bits"), "{b}");
+    assert_eq!(json(check("10/s; burst=50", "json").as_bytes())["state_bits"], 64);
+}
+
 #[test]
 fn sample_files_replay_like_the_embedded_sample() {
     let dir = tempfile::tempdir().unwrap();
