@@ -997,6 +997,32 @@ fn check_describes_each_algorithm_in_its_own_terms() {
     assert_eq!(json(check("10/s; burst=50", "json").as_bytes())["state_bits"], 64);
 }
 
+/// docs/CLI.md lists every log format `sample --help` offers (it left out w3c and haproxy),
+/// and its simulate example runs with the options `simulate --help` lists (it used `--quota`,
+/// a hidden alias).
+#[test]
+fn the_docs_list_what_the_help_offers() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/CLI.md"))
+        .unwrap();
+    let row = doc
+        .lines()
+        .find(|l| l.starts_with("| `sample`"))
+        .expect("the sample row");
+    for f in ["jsonl", "combined", "csv", "alb", "w3c", "haproxy", "auto"] {
+        assert!(row.contains(f), "docs/CLI.md's sample row lacks {f}: {row}");
+        let help = bin().args(["sample", "--help"]).assert().success();
+        let help = String::from_utf8(help.get_output().stdout.clone()).unwrap();
+        assert!(help.contains(&format!("- {f}:")), "sample --help lacks {f}");
+    }
+    let help = bin().args(["simulate", "--help"]).assert().success();
+    let help = String::from_utf8(help.get_output().stdout.clone()).unwrap();
+    for l in doc.lines().filter(|l| l.starts_with("sluicegate simulate ")) {
+        for opt in l.split_whitespace().filter(|w| w.starts_with("--")) {
+            assert!(help.contains(opt), "{opt} (docs/CLI.md: {l}) is not in simulate --help");
+        }
+    }
+}
+
 #[test]
 fn sample_files_replay_like_the_embedded_sample() {
     let dir = tempfile::tempdir().unwrap();
