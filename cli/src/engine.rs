@@ -71,7 +71,11 @@ impl Rate {
             _ => format!(
                 "{q}: {} {} per {} window ({r:.places$}/s on average)",
                 q.count(),
-                if q.count() == 1 { "request" } else { "requests" },
+                if q.count() == 1 {
+                    "request"
+                } else {
+                    "requests"
+                },
                 exact_duration(q.period_ns())
             ),
         };

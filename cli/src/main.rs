@@ -525,7 +525,9 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
                             } else if *before == x.as_str() {
                                 "named twice: a file is replayed once".to_string()
                             } else {
-                                format!("named twice (as {before:?} before): a file is replayed once")
+                                format!(
+                                    "named twice (as {before:?} before): a file is replayed once"
+                                )
                             },
                         ));
                     }

@@ -512,7 +512,8 @@ impl Summary {
             if let Some(z) = &i.zone {
                 fields.push_str(&format!("; dates without an offset in {}", printable(z)));
             } else if i.utc_without_offset {
-                fields.push_str("; dates without an offset read as UTC: --timezone gives their zone");
+                fields
+                    .push_str("; dates without an offset read as UTC: --timezone gives their zone");
             }
             let _ = writeln!(
                 out,

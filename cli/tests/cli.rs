@@ -978,23 +978,50 @@ fn check_describes_each_algorithm_in_its_own_terms() {
         String::from_utf8(out).unwrap()
     };
     let log = check("7/1500ms; algorithm=sliding_log", "table");
-    assert!(log.contains("7 requests per 1500ms window (4.667/s on average)"), "{log}");
-    assert!(log.contains("state: a log of up to 7 admission timestamps per bucket, behind a lock"), "{log}");
-    assert!(!log.contains("tokens") && !log.contains("state word"), "{log}");
-    assert_eq!(json(check("7/1500ms; algorithm=sliding_log", "json").as_bytes())["state_bits"], Value::Null);
+    assert!(
+        log.contains("7 requests per 1500ms window (4.667/s on average)"),
+        "{log}"
+    );
+    assert!(
+        log.contains("state: a log of up to 7 admission timestamps per bucket, behind a lock"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("tokens") && !log.contains("state word"),
+        "{log}"
+    );
+    assert_eq!(
+        json(check("7/1500ms; algorithm=sliding_log", "json").as_bytes())["state_bits"],
+        Value::Null
+    );
     assert!(check("7/1500ms; algorithm=sliding_log", "csv").ends_with(",\n"));
     for algo in ["fixed_window", "sliding_window"] {
         let t = check(&format!("1/h; algorithm={algo}"), "table");
-        assert!(t.contains(": 1 request per 1h window (0.000278/s on average)"), "{t}");
-        assert!(t.contains("state word: 64 bits") && !t.contains("tokens"), "{t}");
+        assert!(
+            t.contains(": 1 request per 1h window (0.000278/s on average)"),
+            "{t}"
+        );
+        assert!(
+            t.contains("state word: 64 bits") && !t.contains("tokens"),
+            "{t}"
+        );
     }
     let q = check("5/s; algorithm=leaky_queue; max_delay=2s", "table");
-    assert!(q.contains("5.000 requests/s, queue bound 2s (limit 11 at once)"), "{q}");
+    assert!(
+        q.contains("5.000 requests/s, queue bound 2s (limit 11 at once)"),
+        "{q}"
+    );
     let q = check("5/s; algorithm=leaky_queue; max_delay=1500ms", "table");
     assert!(q.contains("queue bound 1500ms"), "{q}");
     let b = check("10/s; burst=50", "table");
-    assert!(b.contains("10.000 tokens/s, burst 50") && b.contains("state word: 64 bits"), "{b}");
-    assert_eq!(json(check("10/s; burst=50", "json").as_bytes())["state_bits"], 64);
+    assert!(
+        b.contains("10.000 tokens/s, burst 50") && b.contains("state word: 64 bits"),
+        "{b}"
+    );
+    assert_eq!(
+        json(check("10/s; burst=50", "json").as_bytes())["state_bits"],
+        64
+    );
 }
 
 /// docs/CLI.md lists every log format `sample --help` offers (it left out w3c and haproxy),
@@ -1002,8 +1029,8 @@ fn check_describes_each_algorithm_in_its_own_terms() {
 /// a hidden alias).
 #[test]
 fn the_docs_list_what_the_help_offers() {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/CLI.md"))
-        .unwrap();
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/CLI.md")).unwrap();
     let row = doc
         .lines()
         .find(|l| l.starts_with("| `sample`"))
@@ -1016,9 +1043,15 @@ fn the_docs_list_what_the_help_offers() {
     }
     let help = bin().args(["simulate", "--help"]).assert().success();
     let help = String::from_utf8(help.get_output().stdout.clone()).unwrap();
-    for l in doc.lines().filter(|l| l.starts_with("sluicegate simulate ")) {
+    for l in doc
+        .lines()
+        .filter(|l| l.starts_with("sluicegate simulate "))
+    {
         for opt in l.split_whitespace().filter(|w| w.starts_with("--")) {
-            assert!(help.contains(opt), "{opt} (docs/CLI.md: {l}) is not in simulate --help");
+            assert!(
+                help.contains(opt),
+                "{opt} (docs/CLI.md: {l}) is not in simulate --help"
+            );
         }
     }
 }
@@ -1488,17 +1521,31 @@ fn dates_read_as_utc_without_a_timezone_are_said() {
     let dst = write(
         &dir,
         "dst.log",
-        &text(&["02:10:00.000", "02:59:00.000", "02:10:00.000", "03:20:00.000"]),
+        &text(&[
+            "02:10:00.000",
+            "02:59:00.000",
+            "02:10:00.000",
+            "03:20:00.000",
+        ]),
     );
     let out = |log: &str, extra: &[&str]| {
-        String::from_utf8(replay(log, "1/h", extra).success().get_output().stdout.clone())
-            .unwrap()
+        String::from_utf8(
+            replay(log, "1/h", extra)
+                .success()
+                .get_output()
+                .stdout
+                .clone(),
+        )
+        .unwrap()
     };
     let said = "dates without an offset read as UTC: --timezone gives their zone";
     let hint = "the input's dates without an offset were read as UTC: if the clock that wrote them was set back (daylight saving), give its zone with --timezone";
     let t = out(&dst, &[]);
     assert!(t.lines().next().unwrap().contains(said), "{t}");
-    assert!(t.contains("1 timestamps earlier than an earlier line's"), "{t}");
+    assert!(
+        t.contains("1 timestamps earlier than an earlier line's"),
+        "{t}"
+    );
     assert!(t.contains(hint), "{t}");
     // In order: the input line says it, and nothing is suggested for lines in order.
     let sorted = write(&dir, "sorted.log", &text(&["01:10:00.000", "02:10:00.000"]));
@@ -1523,16 +1570,31 @@ fn dates_read_as_utc_without_a_timezone_are_said() {
         "u_ex241027.log",
         &back.iter().fold(
             "#Fields: date time c-ip cs-method cs-uri-stem sc-status\n".to_string(),
-            |t, s| t + &format!("2024-10-27 {:02}:{:02}:{:02} 203.0.113.7 GET / 200\n", s / 3600, s % 3600 / 60, s % 60),
+            |t, s| {
+                t + &format!(
+                    "2024-10-27 {:02}:{:02}:{:02} 203.0.113.7 GET / 200\n",
+                    s / 3600,
+                    s % 3600 / 60,
+                    s % 60
+                )
+            },
         ),
     );
     for log in [&clf, &iis] {
         let t = out(log, &[]);
-        assert!(t.contains(" timestamps earlier") && !t.contains("skipped  0 unusable lines, 0 without a key; 0") && !t.contains("UTC:"), "{t}");
+        assert!(
+            t.contains(" timestamps earlier")
+                && !t.contains("skipped  0 unusable lines, 0 without a key; 0")
+                && !t.contains("UTC:"),
+            "{t}"
+        );
     }
     // Several inputs: how many of them.
     let t = out(&dst, &[&clf]);
-    assert!(t.contains("; 1 of the inputs' dates without an offset were read as UTC"), "{t}");
+    assert!(
+        t.contains("; 1 of the inputs' dates without an offset were read as UTC"),
+        "{t}"
+    );
 }
 
 #[test]
@@ -1709,8 +1771,7 @@ fn html_report_shows_unlimited_delayed_and_over_capacity() {
     let dir = tempfile::tempdir().unwrap();
     let log: String = (0..6)
         .map(|s| {
-            clf_line(s / 3)
-                .replace("GET / ", if s % 2 == 0 { "POST /login " } else { "GET / " })
+            clf_line(s / 3).replace("GET / ", if s % 2 == 0 { "POST /login " } else { "GET / " })
         })
         .collect();
     let log = write(&dir, "a.log", &log);
@@ -1734,7 +1795,10 @@ fn html_report_shows_unlimited_delayed_and_over_capacity() {
         "p.delayed",
         "p.over_capacity",
     ] {
-        assert!(page.contains(text), "the page's script never writes {text:?}");
+        assert!(
+            page.contains(text),
+            "the page's script never writes {text:?}"
+        );
     }
 }
 
@@ -2569,14 +2633,21 @@ fn the_same_file_named_twice_is_refused() {
     let link = link.to_str().unwrap();
     let dotted = format!("{}/./a.log", dir.path().display());
     for (second, said) in [
-        (a.as_str(), format!("invalid input {a:?}: named twice: a file is replayed once")),
+        (
+            a.as_str(),
+            format!("invalid input {a:?}: named twice: a file is replayed once"),
+        ),
         (
             dotted.as_str(),
-            format!("invalid input {dotted:?}: named twice (as {a:?} before): a file is replayed once"),
+            format!(
+                "invalid input {dotted:?}: named twice (as {a:?} before): a file is replayed once"
+            ),
         ),
         (
             link,
-            format!("invalid input {link:?}: named twice (as {a:?} before): a file is replayed once"),
+            format!(
+                "invalid input {link:?}: named twice (as {a:?} before): a file is replayed once"
+            ),
         ),
     ] {
         replay(&a, "1/s", &[second])
@@ -2649,7 +2720,10 @@ fn outputs_are_checked_before_the_inputs_are_read() {
         replay(missing, "1/s", &[opt, new_s]).code(3);
         assert_eq!(std::fs::read_to_string(&new).unwrap(), report, "{opt}");
         replay(&log, "2/s", &[opt, new_s]).success();
-        assert!(std::fs::read_to_string(&new).unwrap().contains("2/s"), "{opt}");
+        assert!(
+            std::fs::read_to_string(&new).unwrap().contains("2/s"),
+            "{opt}"
+        );
     }
 }
 
