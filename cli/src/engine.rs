@@ -63,7 +63,22 @@ impl Rate {
         } else {
             (2 - r.log10().floor() as i32).clamp(3, 12) as usize
         };
-        let mut s = format!("{q}: {r:.places$} tokens/s");
+        // A window counts requests (of cost 1; a cost counts as that many) per window, and a
+        // queue lets them go at its rate: only the bucket algorithms hold tokens.
+        let mut s = match algo {
+            Algorithm::TokenBucket | Algorithm::Gcra => format!("{q}: {r:.places$} tokens/s"),
+            Algorithm::LeakyQueue => format!("{q}: {r:.places$} requests/s"),
+            _ => format!(
+                "{q}: {} {} per {} window ({r:.places$}/s on average)",
+                q.count(),
+                if q.count() == 1 {
+                    "request"
+                } else {
+                    "requests"
+                },
+                exact_duration(q.period_ns())
+            ),
+        };
         match algo {
             Algorithm::TokenBucket | Algorithm::Gcra => {
                 s += &format!(
@@ -78,13 +93,13 @@ impl Rate {
             }
             Algorithm::LeakyQueue => {
                 s += &format!(
-                    ", queue bound {} ns (limit {} at once)",
-                    q.max_delay_ns(),
+                    ", queue bound {} (limit {} at once)",
+                    exact_duration(q.max_delay_ns()),
                     1 + u128::from(q.max_delay_ns()) * u128::from(q.count())
                         / u128::from(q.period_ns())
                 );
             }
-            _ => s += &format!(", limit {} per window", q.count()),
+            _ => {}
         }
         if algo != Algorithm::TokenBucket {
             s += &format!(", algorithm {}", algo.name());
@@ -92,11 +107,49 @@ impl Rate {
         s + &format!("; RateLimit-Policy window {}s", q.window_secs())
     }
 
+    /// What a bucket's state is, in words: the core's one atomic word (64 or 128 bits), or,
+    /// for the sliding log, which has none, its timestamps behind a lock.
+    pub fn state(&self) -> Result<String, String> {
+        Ok(match self.state_bits()? {
+            Some(bits) => format!("state word: {bits} bits"),
+            None => format!(
+                "state: a log of up to {} admission timestamps per bucket, behind a lock (no one-word state)",
+                self.0.count()
+            ),
+        })
+    }
+
+    /// The bits of a bucket's state word, or `None` for the sliding log (no one word: its
+    /// timestamps behind a lock, docs/SEMANTICS.md).
+    pub fn state_bits(&self) -> Result<Option<u64>, String> {
+        let wide = self.is_wide()?;
+        Ok((self.0.algorithm() != Algorithm::SlidingLog).then_some(if wide { 128 } else { 64 }))
+    }
+
     /// Whether the exact state needs the core's 128-bit word.
     pub fn is_wide(&self) -> Result<bool, String> {
         let l = Limiter::with_clock(self.0, ManualClock::new(0)).map_err(|e| e.to_string())?;
         Ok(l.is_wide())
     }
+}
+
+/// A duration in the largest unit that holds it whole (`2s`, `1500ms`, `90m`), as a rate
+/// string writes it: exact, and readable where a count of nanoseconds is not.
+fn exact_duration(ns: u64) -> String {
+    const UNITS: [(u64, &str); 6] = [
+        (3_600_000_000_000, "h"),
+        (60_000_000_000, "m"),
+        (1_000_000_000, "s"),
+        (1_000_000, "ms"),
+        (1_000, "us"),
+        (1, "ns"),
+    ];
+    let (per, unit) = UNITS
+        .iter()
+        .find(|(per, _)| ns > 0 && ns % per == 0)
+        .copied()
+        .unwrap_or((1, "ns"));
+    format!("{}{unit}", ns / per)
 }
 
 impl fmt::Display for Rate {

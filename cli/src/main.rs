@@ -63,7 +63,7 @@ enum Cmd {
     Replay(Box<ReplayArgs>),
     /// Play policies against synthetic traffic segments on a simulated clock.
     Simulate(SimulateArgs),
-    /// Explain a rate string: rate, burst, refill, algorithm, state word.
+    /// Explain a rate string: rate, burst, refill, algorithm, state (word or log).
     Check(CheckArgs),
     /// Write the embedded sample traffic (or a benchmark log) as a log.
     Sample(SampleArgs),
@@ -144,7 +144,8 @@ struct ReplayArgs {
     ipv6_prefix: u8,
     /// Proxies whose forwarding header names the client: a hop count (1 to 64), or
     /// comma-separated addresses, CIDR ranges and names (private, loopback, linklocal). The
-    /// ip key is then the right-most hop they did not write (default none: the logged address).
+    /// ip key is then the right-most hop they did not write (default none: the logged address;
+    /// `none` or `0` say the same, as in every sluicegate binding).
     #[arg(long, value_name = "SPEC", value_parser = parse_trusted)]
     trusted_proxies: Option<TrustedProxies>,
     /// The field holding the forwarding header (default: detected among
@@ -371,6 +372,59 @@ fn main() -> ExitCode {
     }
 }
 
+/// What makes a file the same file, however its path is spelt (`a.log`, `./a.log`, a link
+/// to it): its device and inode.
+#[cfg(unix)]
+type FileId = (u64, u64);
+#[cfg(not(unix))]
+type FileId = std::path::PathBuf;
+
+/// The identity of the file at `path` (links followed), or `None` if it cannot be read (the
+/// replay then says why).
+#[cfg(unix)]
+fn file_id(path: &str) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+#[cfg(not(unix))]
+fn file_id(path: &str) -> Option<FileId> {
+    std::fs::canonicalize(path).ok()
+}
+
+/// Checks, before any input is read, that each output file (`--html`, `-o`) can be written,
+/// so that a run does not end, after a long replay, on a path it cannot write: an existing
+/// file (or folder) is opened for writing without truncating it (a report is replaced only
+/// when its run succeeds), a new file is created and removed at once (a run that fails leaves
+/// none behind). The error is the one the write would give. Anything else (a pipe, a device,
+/// a dangling link) is left to the write: opening a pipe would wait for its reader.
+fn check_outputs(out: &OutputArgs) -> Result<(), CliError> {
+    for path in [&out.html, &out.output].into_iter().flatten() {
+        let err = |e| CliError::Output {
+            path: path.clone(),
+            source: e,
+        };
+        match std::fs::metadata(path) {
+            Ok(m) if m.is_file() || m.is_dir() => {
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(path)
+                    .map_err(err)?;
+            }
+            Ok(_) => {}
+            Err(_) if std::fs::symlink_metadata(path).is_ok() => {}
+            Err(_) => {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(path)
+                    .map_err(err)?;
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Writes `text` to the file or stdout (a closed stdout pipe ends quietly).
 fn emit(text: &str, to: &Option<String>) -> Result<(), CliError> {
     match to {
@@ -447,7 +501,10 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
             let stream = |x: &str| x == "-" || !std::fs::metadata(x).is_ok_and(|m| m.is_file());
             // A stream reads once: named twice, the second reading would wait for a writer
             // for good (a fifo) or find it used up.
+            // A file named twice (`a.log a.log`, `./a.log a.log`, a link to it) would be
+            // counted twice: the same file is the same device and inode, however spelt.
             if let run::Inputs::Files(f) = &inputs {
+                let mut seen: Vec<(FileId, &str)> = Vec::new();
                 for (i, x) in f.iter().enumerate() {
                     if stream(x) && f[..i].contains(x) {
                         return Err(CliError::usage(
@@ -456,8 +513,29 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
                             "named twice: stdin and pipes can be read once",
                         ));
                     }
+                    let Some(id) = (x != "-").then(|| file_id(x)).flatten() else {
+                        continue;
+                    };
+                    if let Some((_, before)) = seen.iter().find(|(s, _)| *s == id) {
+                        return Err(CliError::usage(
+                            "input",
+                            x,
+                            if stream(x) {
+                                format!("named twice (as {before:?} before): stdin and pipes can be read once")
+                            } else if *before == x.as_str() {
+                                "named twice: a file is replayed once".to_string()
+                            } else {
+                                format!(
+                                    "named twice (as {before:?} before): a file is replayed once"
+                                )
+                            },
+                        ));
+                    }
+                    seen.push((id, x));
                 }
             }
+            // Before any input is read (stdin's copy included).
+            check_outputs(&a.out)?;
             let streamed = trace == 0
                 && matches!(&inputs, run::Inputs::Files(f) if f.iter().any(|x| stream(x)));
             let inputs = match inputs {
@@ -546,6 +624,7 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
         }
         Cmd::Simulate(a) => {
             policy::check_policies(&a.policy)?;
+            check_outputs(&a.out)?;
             let (times, end) = run::traffic(&a.traffic)?;
             let n = times.len();
             let (summary, first_rejects) =
@@ -555,12 +634,14 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
             })
         }
         Cmd::Check(a) => {
-            let wide = a
-                .quota
-                .is_wide()
-                .map_err(|e| CliError::usage("--quota", &a.quota.to_string(), e))?;
+            let usage = |e| CliError::usage("--quota", &a.quota.to_string(), e);
+            let bits = a.quota.state_bits().map_err(usage)?;
             let text = match a.format {
-                Format::Table => format!("{}\nstate word: {} bits\n", a.quota.describe(), if wide { 128 } else { 64 }),
+                Format::Table => format!(
+                    "{}\n{}\n",
+                    a.quota.describe(),
+                    a.quota.state().map_err(usage)?
+                ),
                 Format::Json => {
                     let j = json::Jv::obj()
                         .with("rate", a.quota.to_string())
@@ -569,7 +650,7 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
                         .with("burst", a.quota.burst())
                         .with("algorithm", a.quota.algorithm())
                         .with("tokens_per_s", a.quota.per_second())
-                        .with("state_bits", if wide { 128u64 } else { 64 })
+                        .with("state_bits", bits.map_or(json::Jv::Null, json::Jv::from))
                         .with("description", a.quota.describe());
                     j.to_string_compact() + "\n"
                 }
@@ -581,7 +662,7 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
                     a.quota.burst(),
                     a.quota.algorithm(),
                     a.quota.per_second(),
-                    if wide { 128 } else { 64 }
+                    bits.map_or(String::new(), |b| b.to_string())
                 ),
             };
             emit(&text, &None)

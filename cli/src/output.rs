@@ -65,6 +65,9 @@ pub struct InputMeta {
     /// `--timezone` where it applies to this input (not UTC, not W3C): the zone of its dates
     /// written without an offset.
     pub zone: Option<String>,
+    /// Dates written without an offset were read as UTC (no `--timezone`; never W3C's,
+    /// which are UTC by definition).
+    pub utc_without_offset: bool,
 }
 
 pub struct TopKey {
@@ -508,6 +511,9 @@ impl Summary {
             };
             if let Some(z) = &i.zone {
                 fields.push_str(&format!("; dates without an offset in {}", printable(z)));
+            } else if i.utc_without_offset {
+                fields
+                    .push_str("; dates without an offset read as UTC: --timezone gives their zone");
             }
             let _ = writeln!(
                 out,
@@ -563,12 +569,29 @@ impl Summary {
             dur(self.sustain_ns)
         );
         if m.bad_lines + m.unkeyed + self.backwards > 0 {
+            // Dates without an offset read as UTC go back an hour where the clock was set
+            // back (daylight saving): the zone reads them in order.
+            let utc = m.inputs.iter().filter(|i| i.utc_without_offset).count();
             let _ = writeln!(
                 out,
-                "skipped  {} unusable lines, {} without a key; {} timestamps earlier than an earlier line's (replayed as logged: the engine clamps)",
+                "skipped  {} unusable lines, {} without a key; {} timestamps earlier than an earlier line's (replayed as logged: the engine clamps){}",
                 group(m.bad_lines),
                 group(m.unkeyed),
-                group(self.backwards)
+                group(self.backwards),
+                if self.backwards > 0 && utc > 0 {
+                    format!(
+                        "; {} dates without an offset were read as UTC: if the clock that wrote them was set back (daylight saving), give its zone with --timezone",
+                        if utc == m.inputs.len() && utc == 1 {
+                            "the input's".to_string()
+                        } else if utc == m.inputs.len() {
+                            "the inputs'".to_string()
+                        } else {
+                            format!("{} of the inputs'", utc)
+                        }
+                    )
+                } else {
+                    String::new()
+                }
             );
             for e in &m.bad_examples {
                 let _ = writeln!(out, "         {}", printable(e));

@@ -959,6 +959,7 @@ fn start_input(
         fields: ex.chosen.clone(),
         lines: 0,
         zone: cfg.zone_of(&ex).map(|z| z.name().to_string()),
+        utc_without_offset: false,
     };
     Ok((ex, im))
 }
@@ -1048,6 +1049,14 @@ impl Part {
 }
 
 impl Feed {
+    /// The input's entry in the report, once it is read through.
+    fn finish(mut self) -> InputMeta {
+        // W3C's dates have no offset and are UTC by definition: nothing to say.
+        self.im.utc_without_offset =
+            self.ex.format != LogFormat::W3c && self.tp.read_utc_without_offset();
+        self.im
+    }
+
     fn new(
         lr: LineReader,
         ex: Extractor,
@@ -1448,7 +1457,7 @@ fn pass_merged(
                 feeds[open] = Some(feed);
             } else {
                 prog.done_bytes += feed.counter.get();
-                metas[open] = Some(feed.im);
+                metas[open] = Some(feed.finish());
             }
         }
         let Some(Reverse((_, i))) = heads.pop() else {
@@ -1497,7 +1506,7 @@ fn pass_merged(
             if !feed.seek(k, cfg, &mut clients, &mut caps, meta)? {
                 if let Some(feed) = feeds[i].take() {
                     prog.done_bytes += feed.counter.get();
-                    metas[i] = Some(feed.im);
+                    metas[i] = Some(feed.finish());
                 }
                 break;
             }

@@ -35,6 +35,8 @@ pub struct TimeParser {
     last_secs: i64,
     /// The zone of dates without an offset; `None`: UTC.
     zone: Option<Box<Zoned>>,
+    /// Whether a date without an offset was read as UTC (no zone): the report says so.
+    utc_without_offset: bool,
 }
 
 /// The zone of dates written without an offset (`--timezone`): an IANA zone, its daylight
@@ -269,9 +271,17 @@ impl TimeParser {
     #[inline]
     fn local(&mut self, secs: i64, frac: i64) -> Option<u64> {
         match self.zone.as_mut() {
-            None => to_ns(secs, frac),
+            None => {
+                self.utc_without_offset = true;
+                to_ns(secs, frac)
+            }
             Some(z) => to_ns(z.resolve(secs)?, frac),
         }
+    }
+
+    /// Whether a date written without an offset was read (as UTC: the parser has no zone).
+    pub fn read_utc_without_offset(&self) -> bool {
+        self.utc_without_offset
     }
 
     fn epoch(&mut self, t: &[u8]) -> Option<u64> {
