@@ -417,9 +417,22 @@ impl Quota {
             }
         };
         if !fits {
+            // The bound is on the burst in the state's units (a token is P/gcd(k,P) of them),
+            // which is a time only when gcd(k,P) is 1 time per token: say which it is.
+            let fill_ns =
+                u128::from(self.burst) * u128::from(self.period_ns) / u128::from(self.count);
+            if matches!(self.refill, Refill::Interval) || fill_ns >= limit {
+                return Err(Error::invalid(format!(
+                    "{self}: burst x time per token is too large to compute exactly \
+                     (the bucket would take over 292 years to fill)"
+                )));
+            }
             return Err(Error::invalid(format!(
-                "{self}: burst x time per token is too large to compute exactly \
-                 (the bucket would take over 292 years to fill)"
+                "{self}: the burst is too large to count exactly at this rate (burst x \
+                 period / gcd(count, period) must stay below 2^63: {} x {token_units}); \
+                 give a burst of at most {}",
+                self.burst,
+                (limit - 1) / token_units
             )));
         }
         Ok(())

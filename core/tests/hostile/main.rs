@@ -62,6 +62,19 @@ fn huge_rates_and_bursts_are_exact_or_refused() {
         "1/d; burst=1000000000".parse::<Quota>().unwrap_err().code(),
         "invalid_quota"
     );
+    assert!("1/d; burst=1000000000"
+        .parse::<Quota>()
+        .unwrap_err()
+        .to_string()
+        .contains("would take over 292 years to fill"));
+    // A burst too large for the state's units that fills in a nanosecond is not called slow.
+    let e = format!("{}/ns", u64::MAX).parse::<Quota>().unwrap_err();
+    assert_eq!(e.code(), "invalid_quota");
+    let text = e.to_string();
+    assert!(
+        !text.contains("years") && text.contains("give a burst of at most 9223372036854775807"),
+        "{text}"
+    );
     assert_eq!(
         format!("1/{}d", u64::MAX)
             .parse::<Quota>()
