@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from fastapi import Depends, FastAPI
+from fastapi import APIRouter, Depends, FastAPI, WebSocket
 from fastapi.routing import APIRoute
 from redis_server import RedisServer
 from starlette.applications import Starlette
@@ -621,6 +621,43 @@ def test_a_websocket_routes_own_limit_refuses_the_handshake() -> None:
         for _ in range(3):  # the default limits count HTTP requests only
             with client.websocket_connect("/free"):
                 pass
+
+
+def test_an_app_or_router_dependency_limits_websockets_too() -> None:
+    """A dependency of the app or a router reaches its WebSocket routes: every connection
+    failed (``__call__() missing 1 required positional argument: 'request'``, FastAPI gives a
+    WebSocket route no ``Request``). It counts the handshakes, and a refused one is closed
+    before it is accepted (1008), as ``@limit`` on a WebSocket endpoint is."""
+    from starlette.testclient import WebSocketDenialResponse
+    from starlette.websockets import WebSocketDisconnect
+
+    limiter = Sluicegate()
+    router = APIRouter(dependencies=[Depends(limiter.dependency("2/minute"))])
+
+    @router.websocket("/ws")
+    async def ws_route(ws: WebSocket) -> None:
+        await ws.accept()
+        await ws.send_text("hi")
+        await ws.close()
+
+    app = FastAPI(dependencies=[Depends(limiter.dependency("5/minute", name="app-wide"))])
+    app.include_router(router)
+
+    @app.get("/plain")
+    async def plain() -> str:
+        return "ok"
+
+    with TestClient(app) as client:
+        for _ in range(2):
+            with client.websocket_connect("/ws") as ws:
+                assert ws.receive_text() == "hi"
+        with pytest.raises((WebSocketDisconnect, WebSocketDenialResponse)) as refused:
+            with client.websocket_connect("/ws") as ws:
+                ws.receive_text()
+        assert getattr(refused.value, "code", 1008) == 1008
+        # The app-wide limit counted the two handshakes admitted (the third's token given back
+        # when the router's limit refused it): three HTTP requests are left.
+        assert statuses(client, "/plain", 4) == [200, 200, 200, 429]
 
 
 def test_async_key_cost_and_skip_functions_are_awaited_on_every_store() -> None:

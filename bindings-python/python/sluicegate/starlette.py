@@ -101,7 +101,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Seque
 from typing import Any, TypeVar, Union, cast
 
 from starlette.datastructures import Headers
-from starlette.exceptions import HTTPException
+from starlette.exceptions import HTTPException, WebSocketException
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Match, Mount, Route, WebSocketRoute
@@ -587,7 +587,11 @@ class Sluicegate:
 
 class RateLimit:
     """A FastAPI dependency made by ``Sluicegate.dependency``: awaits its limits for the
-    request, and raises ``HTTPException(429)`` when one rejects it."""
+    request, and raises ``HTTPException(429)`` when one rejects it. On a WebSocket route (the
+    dependency of a router or of the app reaches those too) it decides when the client
+    connects, and a refused connection is closed before it is accepted
+    (``WebSocketException``, code 1008, policy violation), as ``@limit`` on a WebSocket
+    endpoint is."""
 
     def __init__(self, limiter: Sluicegate, rules: list[Rule], tag: str = "") -> None:
         self.limiter = limiter
@@ -606,7 +610,9 @@ class RateLimit:
         # A limit that counts by the response is settled by the middleware, which sees it.
         self._settled = any(rule.deduct_when is not None for rule in rules)
 
-    async def __call__(self, request: Request, response: Response) -> Decision | None:
+    # ``HTTPConnection``: FastAPI gives a WebSocket route's connection to it too (a ``Request``
+    # parameter is left out there, which failed every WebSocket under an app-wide dependency).
+    async def __call__(self, request: HTTPConnection, response: Response) -> Decision | None:
         limiter = self.limiter
         if not limiter.enabled or (limiter.skip is not None and await _skipped(limiter, request)):
             return None
@@ -621,9 +627,9 @@ class RateLimit:
         scope[_LIMITER] = limiter
         rule = self._plain
         if limiter._awaits:
-            decision, rule, allowed = await limiter._check_async(self.rules, request, _route_name(scope) + self._tag)
+            decision, rule, allowed = await limiter._check_async(self.rules, request, _route_name(scope) + self._tag)  # type: ignore[arg-type]
         elif rule is not None:  # check's first branch, inlined
-            key = (rule.key_func or limiter.key_func)(request)
+            key = (rule.key_func or limiter.key_func)(request)  # type: ignore[arg-type]
             if type(key) is not str and inspect.isawaitable(key):  # a sync function's awaitable
                 key = await key
             if rule.scoped:
@@ -649,8 +655,13 @@ class RateLimit:
                 else:
                     held.append((keyed, key, rule.cost))
         else:
-            decision, rule, allowed = limiter._check(self.rules, request, _route_name(scope) + self._tag)
+            decision, rule, allowed = limiter._check(self.rules, request, _route_name(scope) + self._tag)  # type: ignore[arg-type]
         assert decision is not None
+        if scope["type"] == "websocket":
+            if not allowed:
+                await limiter._give_back_held(scope)
+                raise WebSocketException(code=1008, reason="rate limited")
+            return decision  # no response to put fields on: a handshake's answer is its accept
         if not allowed:
             await limiter._give_back_held(scope)
             if limiter in _SERVING.get():
