@@ -423,6 +423,66 @@ def test_on_breach_is_told_and_may_answer(answer: object, status: int, body: byt
     assert r.headers["Retry-After"] == "60" and len(told) == 1 and 59 < told[0] <= 60
 
 
+def test_the_apps_own_429_handler_answers_a_rejection() -> None:
+    """``@app.errorhandler(429)`` (flask-limiter's users' way to shape the answer) was never
+    called: the extension answered its own 429. It now gets a ``RateLimitExceeded`` (werkzeug's
+    429, with the decision) and answers, with the fields and Retry-After set on its response;
+    a blueprint's handler answers its routes; a catch-all handler (of Exception) does not."""
+    from sluicegate.flask import RateLimitExceeded
+    from werkzeug.exceptions import TooManyRequests
+
+    app = flask.Flask(__name__)
+    Sluicegate(app, default_limits="1/minute", headers="legacy")
+    seen: list[RateLimitExceeded] = []
+
+    @app.errorhandler(429)
+    def too_many(e: RateLimitExceeded) -> object:
+        seen.append(e)
+        return {"error": "ratelimit exceeded", "detail": e.description}, 429
+
+    @app.errorhandler(Exception)
+    def everything(e: Exception) -> object:  # not asked about rate limits
+        return "boom", 500
+
+    bp = flask.Blueprint("bp", __name__)
+
+    @bp.errorhandler(TooManyRequests)
+    def bp_too_many(e: RateLimitExceeded) -> object:
+        return "blueprint says wait", 200  # a success status is made 429
+
+    @bp.get("/b")
+    def b() -> str:
+        return "ok"
+
+    app.register_blueprint(bp)
+
+    @app.get("/")
+    def index() -> str:
+        return "ok"
+
+    client = app.test_client()
+    assert client.get("/").status_code == 200
+    r = client.get("/")
+    assert r.status_code == 429 and r.json == {"error": "ratelimit exceeded", "detail": "Too Many Requests: retry after 60 s"}
+    assert r.headers["Retry-After"] == "60" and r.headers["X-RateLimit-Remaining"] == "0"
+    (e,) = seen
+    assert isinstance(e, TooManyRequests) and e.code == 429 and e.retry_after == 60
+    assert not e.decision.allowed and e.decision.retry_after_header == 60
+    assert client.get("/b").status_code == 200
+    r = client.get("/b")
+    assert (r.status_code, r.data, r.headers["Retry-After"]) == (429, b"blueprint says wait", "60")
+
+    # Without a handler of 429 a catch-all one is left alone: the default answer.
+    plain = flask.Flask(__name__)
+    Sluicegate(plain, default_limits="1/minute")
+    plain.register_error_handler(Exception, lambda e: ("boom", 500))
+    plain.add_url_rule("/", "index", lambda: "ok")
+    pc = plain.test_client()
+    assert pc.get("/").status_code == 200
+    r = pc.get("/")
+    assert (r.status_code, r.data) == (429, b"Too Many Requests: retry after 60 s\n")
+
+
 def test_static_files_get_no_default_limit(tmp_path: Path) -> None:
     (tmp_path / "app.js").write_text("ok")
     app = flask.Flask(__name__, static_folder=str(tmp_path), static_url_path="/static")

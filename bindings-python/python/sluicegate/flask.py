@@ -70,7 +70,8 @@ their own, and its nested blueprints'), a class-based view (``MethodView``) clas
 handlers.
 
 A rejected request gets ``429 Too Many Requests`` with ``Retry-After`` and the RateLimit
-fields. ``raise sluicegate.RateLimited(decision)`` in a view gets the same response. Flask is
+fields: ``on_breach``'s answer, else the app's own handler of 429 (``@app.errorhandler(429)``
+or a blueprint's, given a ``RateLimitExceeded``), else a plain-text one. ``raise sluicegate.RateLimited(decision)`` in a view gets the same response. Flask is
 imported only when this module is.
 
 Every limit counts its decisions in each process: ``limiter.limiters()`` gives them to
@@ -86,6 +87,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from flask import Blueprint, Flask, current_app, g, has_app_context, request
+from werkzeug.exceptions import TooManyRequests
 
 from sluicegate._native import Decision, RateLimited
 from sluicegate._web import (
@@ -115,7 +117,29 @@ from sluicegate._web import (
 )
 from sluicegate._web import fields as _fields
 
-__all__ = ["Sluicegate", "header", "key_func", "remote_address", "user"]
+__all__ = ["RateLimitExceeded", "Sluicegate", "header", "key_func", "remote_address", "user"]
+
+
+def _handles_429(app: Flask) -> bool:
+    """Whether the app, or a blueprint of the request, has a handler registered for 429 (by
+    the code or by ``TooManyRequests``; Flask files both under the code)."""
+    spec = app.error_handler_spec
+    return any(spec.get(name, {}).get(429) for name in (*request.blueprints, None))
+
+
+class RateLimitExceeded(TooManyRequests):
+    """What an app's own handler of 429 gets (``@app.errorhandler(429)``, or of
+    ``TooManyRequests``, as flask-limiter's users write them): werkzeug's 429, with the
+    rejection's ``decision``, ``retry_after`` in whole seconds (werkzeug's, as
+    ``Retry-After`` says it), the ``RateLimited`` ``error``, and ``description`` the default
+    answer's text. Raised by nothing: the extension hands it to the handler, and answers
+    itself where the app has none."""
+
+    def __init__(self, error: RateLimited) -> None:
+        super().__init__(message(error.decision).strip(), retry_after=error.decision.retry_after_header)
+        self.decision: Decision = error.decision
+        self.error = error
+
 
 #: What `limit` and `exempt` decorate: a view (function, `MethodView` class) or a blueprint.
 F = TypeVar("F", bound=Callable[..., Any] | Blueprint)
@@ -529,14 +553,25 @@ class Sluicegate:
             settle(found[2], current_app.response_class(status=500))
 
     def _rate_limited(self, error: RateLimited) -> Any:
-        _, state = current_app.extensions["sluicegate"]
-        response = None
+        app = current_app._get_current_object()  # type: ignore[attr-defined]
+        _, state = app.extensions["sluicegate"]
+        answer = None
         if self._on_breach is not None:
-            answer = self._on_breach(error)
-            if answer is not None:  # None: a notification only, the default 429 answers
-                response = current_app.make_response(answer)
-                if response.status_code < 400:  # a rejection is never answered as a success
-                    response.status_code = 429
+            answer = self._on_breach(error)  # None: a notification only, the default 429 answers
+        if answer is None and _handles_429(app):
+            # The app's own handler of 429 (``@app.errorhandler(429)``, a blueprint's, or of
+            # TooManyRequests), as flask-limiter's 429 reaches it, through Flask's own lookup.
+            # Only where one is registered for 429: a catch-all handler (of HTTPException or
+            # Exception, often a 500 and a log line) is not made to answer rate limits.
+            exceeded = RateLimitExceeded(error)
+            handled = app.handle_http_exception(exceeded)
+            if handled is not exceeded:
+                answer = handled
+        response = None
+        if answer is not None:
+            response = app.make_response(answer)
+            if response.status_code < 400:  # a rejection is never answered as a success
+                response.status_code = 429
         if response is None:
             response = current_app.response_class(
                 message(error.decision), status=429, mimetype="text/plain"
