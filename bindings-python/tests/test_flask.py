@@ -483,6 +483,28 @@ def test_the_apps_own_429_handler_answers_a_rejection() -> None:
     assert (r.status_code, r.data) == (429, b"Too Many Requests: retry after 60 s\n")
 
 
+def test_enabled_turns_the_checks_off_and_on_at_any_time() -> None:
+    """``limiter.enabled = False`` in a test fixture (flask-limiter's way) did nothing: the
+    setting was read once, by ``init_app``, and requests kept getting 429s."""
+    app = flask.Flask(__name__)
+    limiter = Sluicegate(app, default_limits="1/minute")
+    app.add_url_rule("/", "index", lambda: "ok")
+    client = app.test_client()
+    assert limiter.enabled is True
+    assert statuses(client, "/", 2) == [200, 429]
+    limiter.enabled = False
+    assert limiter.enabled is False
+    assert statuses(client, "/", 3) == [200, 200, 200]
+    limiter.enabled = True
+    assert statuses(client, "/", 1) == [429]
+    with pytest.raises(TypeError, match="enabled must be a bool"):
+        limiter.enabled = "no"  # type: ignore[assignment]
+    # Off by the configuration: reported so, until set.
+    off = flask.Flask(__name__)
+    off.config["SLUICEGATE_ENABLED"] = False
+    assert Sluicegate(off, default_limits="1/minute").enabled is False
+
+
 def test_static_files_get_no_default_limit(tmp_path: Path) -> None:
     (tmp_path / "app.js").write_text("ok")
     app = flask.Flask(__name__, static_folder=str(tmp_path), static_url_path="/static")

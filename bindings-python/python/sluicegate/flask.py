@@ -344,6 +344,24 @@ class Sluicegate:
         app.teardown_request(self._teardown_request)
         app.register_error_handler(RateLimited, self._rate_limited)
 
+    @property
+    def enabled(self) -> bool:
+        """Whether the limits are checked: ``SLUICEGATE_ENABLED`` (or the constructor's
+        ``enabled``) as read by ``init_app``, until set. ``limiter.enabled = False`` turns
+        every check of every app this extension serves off at once (a test fixture, as with
+        flask-limiter), and True back on; an app served later starts as it is set."""
+        if self._enabled is not None:
+            return bool(self._enabled)
+        return all(state.enabled for state in self._states.values())
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"enabled must be a bool, not {type(value).__name__}")
+        self._enabled = value
+        for state in self._states.values():
+            state.enabled = value
+
     def limit(
         self,
         rates: Rates,
