@@ -62,6 +62,14 @@ test('costs of the wrong type or value throw, on every entry point', () => {
     assert.throws(() => k.tryAcquire('a', cost), INVALID_ARG, what)
     assert.throws(() => k.refund('a', cost), INVALID_ARG, what)
   }
+  // A number written as JavaScript writes it (Rust's spelling said `got inf`).
+  const said = (cost) => { try { l.tryAcquire(cost) } catch (e) { return e.message } return null }
+  assert.match(said(Infinity), /got Infinity$/)
+  assert.match(said(-Infinity), /got -Infinity$/)
+  assert.match(said(NaN), /got NaN$/)
+  assert.match(said(1.5), /got 1\.5$/)
+  assert.match(said(1e300), /got 1e\+300$/)
+  assert.match(said(-1), /got -1$/)
   // In range: a BigInt up to 2^64-1 is a valid cost (and then too large for the bucket).
   assert.throws(() => l.tryAcquire(2n ** 64n - 1n), code('ERR_SLUICEGATE_INSUFFICIENT_CAPACITY'))
 })

@@ -6,6 +6,22 @@ use napi::sys;
 /// `Number.MAX_SAFE_INTEGER`: larger numbers are not exact integers in a double.
 pub const MAX_SAFE: f64 = 9_007_199_254_740_991.0;
 
+/// `f` as JavaScript writes it where Rust's spelling differs: `Infinity`, `-Infinity` (Rust:
+/// `inf`), and exponents past 1e21 (`1e+300`, where Rust writes 301 digits).
+pub fn js_number(f: f64) -> String {
+    if f.is_infinite() {
+        return if f > 0.0 { "Infinity" } else { "-Infinity" }.to_string();
+    }
+    if f.abs() >= 1e21 {
+        let s = format!("{f:e}");
+        return match s.split_once('e') {
+            Some((m, e)) if !e.starts_with('-') => format!("{m}e+{e}"),
+            _ => s,
+        };
+    }
+    f.to_string()
+}
+
 /// A non-negative integer given as a safe-integer `number` or a `BigInt` within `u64`.
 ///
 /// # Safety
@@ -21,7 +37,8 @@ pub unsafe fn u64_arg(env: sys::napi_env, v: sys::napi_value, what: &str) -> Res
             return Ok(f as u64);
         }
         return Err(invalid_arg(format!(
-            "{what} must be a non-negative safe integer or a BigInt, got {f}"
+            "{what} must be a non-negative safe integer or a BigInt, got {}",
+            js_number(f)
         )));
     }
     let (mut x, mut lossless) = (0u64, false);
@@ -37,4 +54,25 @@ pub unsafe fn u64_arg(env: sys::napi_env, v: sys::napi_value, what: &str) -> Res
         )));
     }
     Err(invalid_arg(format!("{what} must be a number or a BigInt")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::js_number;
+
+    #[test]
+    fn numbers_are_written_as_javascript_writes_them() {
+        for (f, js) in [
+            (f64::INFINITY, "Infinity"),
+            (f64::NEG_INFINITY, "-Infinity"),
+            (f64::NAN, "NaN"),
+            (1.5, "1.5"),
+            (-1.0, "-1"),
+            (1e300, "1e+300"),
+            (-2.5e21, "-2.5e+21"),
+            (9_007_199_254_740_992.0, "9007199254740992"),
+        ] {
+            assert_eq!(js_number(f), js, "{f}");
+        }
+    }
 }
