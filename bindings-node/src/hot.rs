@@ -9,7 +9,7 @@
 //! Each `*_noop` twin performs the same conversions without a decision: the floor the
 //! benchmark compares against.
 
-use crate::args::{u64_arg, MAX_SAFE};
+use crate::args::{js_number, u64_arg, MAX_SAFE};
 use crate::errors::{from_core, invalid_arg, throw, JsErr};
 use crate::keys::with_key;
 use crate::state::{Entry, EnvState};
@@ -248,7 +248,8 @@ unsafe extern "C" fn render_fields(
             let v = read(slot::RENDER_FIGURES + k);
             if !((0.0..=MAX_SAFE).contains(&v) && v.fract() == 0.0) {
                 return Err(invalid_arg(format!(
-                    "a decision's figures must be non-negative safe integers, got {v}"
+                    "a decision's figures must be non-negative safe integers, got {}",
+                    js_number(v)
                 )));
             }
             *x = v as u64;

@@ -9,7 +9,7 @@
 //! Anything else (undefined, null, a fraction, NaN, a larger BigInt, an object) is an
 //! `ERR_SLUICEGATE_INVALID_ARG` error.
 
-use crate::args::MAX_SAFE;
+use crate::args::{js_number, MAX_SAFE};
 use crate::errors::{invalid_arg, JsErr};
 use napi::sys;
 use sluicegate::IntKey;
@@ -73,7 +73,8 @@ pub unsafe fn with_key<R>(
             unsafe { sys::napi_get_value_double(env, v, &mut x) };
             if x.fract() != 0.0 || !(-MAX_SAFE..=MAX_SAFE).contains(&x) {
                 return Err(invalid_arg(format!(
-                    "a number key must be a safe integer, got {x}"
+                    "a number key must be a safe integer, got {}",
+                    js_number(x)
                 )));
             }
             Ok(f(IntKey::new(x as i128).as_bytes()))
