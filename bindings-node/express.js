@@ -47,10 +47,13 @@ class RateLimitInfo extends Decision {
   /**
    * The own fields with `used` and `resetTime` (getters, which `JSON.stringify` and
    * `Object.keys` do not see), so that `res.json(req.rateLimit)` sends what express-rate-limit's
-   * does.
+   * does; a BigInt (a figure past 2^53, a BigInt key) as its digits in a string.
    */
   toJSON() {
-    return { ...this, used: this.used, resetTime: this.resetTime }
+    const own = { ...this, used: this.used, resetTime: this.resetTime }
+    // JSON has no BigInt (a figure past 2^53, a BigInt key): its exact digits, as a string.
+    for (const k in own) if (typeof own[k] === 'bigint') own[k] = own[k].toString()
+    return own
   }
 
   /** The tokens in use: `limit - remaining` (express-rate-limit's hits in the window). */

@@ -133,7 +133,9 @@ function settings(o, raws) {
   if (o.groupId !== undefined && typeof o.groupId !== 'string') throw invalidArg('groupId must be a string')
   let quota = o.quota
   if (quota === undefined) {
-    const { max: count, timeWindow: given, burst } = o
+    const { timeWindow: given, burst } = o
+    // A string of digits (from the environment) is that number, as the rate string read it.
+    const count = typeof o.max === 'string' && /^\d+$/.test(o.max) ? (Number.isSafeInteger(Number(o.max)) ? Number(o.max) : BigInt(o.max)) : o.max
     // Checked under @fastify/rate-limit's names (the core's would say count and periodMs).
     const whole = (v) => (typeof v === 'bigint' ? v >= 1n : Number.isSafeInteger(v) && v >= 1)
     const shown = (v) => (typeof v === 'string' ? JSON.stringify(v) : String(v))

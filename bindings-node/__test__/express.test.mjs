@@ -92,6 +92,14 @@ test('req.rateLimit has express-rate-limit\'s limit, used, remaining and resetTi
   const json = JSON.parse(JSON.stringify(info))
   assert.deepEqual([json.limit, json.used, json.remaining, json.key, json.allowed], [3, 1, 2, '127.0.0.1', true])
   assert.equal(json.resetTime, info.resetTime.toISOString())
+  // Figures past 2^53 ns (a year's window) and a BigInt key are BigInts: sent as their digits.
+  const year = express()
+  year.use(rateLimit({ limit: 1, windowMs: 365 * 86_400_000, keyGenerator: () => 5n }))
+  year.get('/', (req, res) => res.json(req.rateLimit))
+  const ys = await new Promise((resolve) => { const s = year.listen(0, '127.0.0.1', () => resolve(s)) })
+  t.after(() => new Promise((r) => ys.close(r)))
+  const body = await (await fetch(`http://127.0.0.1:${ys.address().port}/`)).json()
+  assert.deepEqual([body.key, body.resetAfterNs, body.used, body.allowed], ['5', String(365n * 86_400_000_000_000n), 1, true])
 })
 
 test('max, express-rate-limit\'s older name for limit, is limit', async (t) => {

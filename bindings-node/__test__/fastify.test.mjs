@@ -67,7 +67,10 @@ test('timeWindow as text, quota, enableDraftSpec and addHeaders', async (t) => {
   // Bad values named as @fastify/rate-limit names them (the core's said count and periodMs).
   const named = (o, re) => assert.rejects(app(t, o), (e) => e.code === 'ERR_SLUICEGATE_INVALID_ARG' && re.test(e.message))
   await named({ max: 0 }, /^max must be a whole number of requests, at least 1, got 0$/)
-  await named({ max: '5' }, /^max .* got "5"$/)
+  await named({ max: '5x' }, /^max .* got "5x"$/)
+  // A string of digits (from the environment) is that number.
+  assert.equal((await app(t, { max: '5', timeWindow: 'minute' })).rateLimits.limiters()[0][0].quota, '5/m')
+  assert.equal((await app(t, { max: '5', timeWindow: 60_000 })).rateLimits.limiters()[0][0].quota, '5/m')
   await named({ timeWindow: -5 }, /^timeWindow must be a whole number of milliseconds, at least 1, or a duration \('1 minute'\), got -5$/)
   await assert.rejects(
     app(t, { max: 2, timeWindow: '1 minut' }),

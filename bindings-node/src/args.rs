@@ -7,10 +7,17 @@ use napi::sys;
 pub const MAX_SAFE: f64 = 9_007_199_254_740_991.0;
 
 /// `f` as JavaScript writes it where Rust's spelling differs: `Infinity`, `-Infinity` (Rust:
-/// `inf`), and exponents past 1e21 (`1e+300`, where Rust writes 301 digits).
+/// `inf`), `0` for -0, and exponents below 1e-6 (`1e-7`) and from 1e21 (`1e+300`, where Rust
+/// writes 301 digits).
 pub fn js_number(f: f64) -> String {
     if f.is_infinite() {
         return if f > 0.0 { "Infinity" } else { "-Infinity" }.to_string();
+    }
+    if f == 0.0 {
+        return "0".to_string(); // -0 too, as String(-0) is
+    }
+    if f.abs() < 1e-6 {
+        return format!("{f:e}"); // 1e-7, 1.5e-10
     }
     if f.abs() >= 1e21 {
         let s = format!("{f:e}");
@@ -71,6 +78,10 @@ mod tests {
             (1e300, "1e+300"),
             (-2.5e21, "-2.5e+21"),
             (9_007_199_254_740_992.0, "9007199254740992"),
+            (-0.0, "0"),
+            (1e-7, "1e-7"),
+            (0.000001, "0.000001"),
+            (-1.5e-10, "-1.5e-10"),
         ] {
             assert_eq!(js_number(f), js, "{f}");
         }

@@ -593,7 +593,6 @@ def test_a_websocket_routes_own_limit_refuses_the_handshake() -> None:
     """``@limit`` on a WebSocket endpoint: the middleware passed every WebSocket through, so
     the limit did nothing. A refused connection is closed before it is accepted (1008)."""
     from starlette.routing import WebSocketRoute
-    from starlette.testclient import WebSocketDenialResponse
     from starlette.websockets import WebSocket, WebSocketDisconnect
 
     lim = Sluicegate(default_limits="1/minute")
@@ -614,10 +613,10 @@ def test_a_websocket_routes_own_limit_refuses_the_handshake() -> None:
         for _ in range(2):
             with client.websocket_connect("/chat") as ws:
                 assert ws.receive_text() == "hi"
-        with pytest.raises((WebSocketDisconnect, WebSocketDenialResponse)) as refused:
+        with pytest.raises(WebSocketDisconnect) as refused:
             with client.websocket_connect("/chat") as ws:
                 ws.receive_text()
-        assert getattr(refused.value, "code", 1008) == 1008
+        assert refused.value.code == 1008
         for _ in range(3):  # the default limits count HTTP requests only
             with client.websocket_connect("/free"):
                 pass
@@ -628,11 +627,11 @@ def test_an_app_or_router_dependency_limits_websockets_too() -> None:
     failed (``__call__() missing 1 required positional argument: 'request'``, FastAPI gives a
     WebSocket route no ``Request``). It counts the handshakes, and a refused one is closed
     before it is accepted (1008), as ``@limit`` on a WebSocket endpoint is."""
-    from starlette.testclient import WebSocketDenialResponse
     from starlette.websockets import WebSocketDisconnect
 
     limiter = Sluicegate()
-    router = APIRouter(dependencies=[Depends(limiter.dependency("2/minute"))])
+    # deduct_when too: a handshake has no response to judge, and counts.
+    router = APIRouter(dependencies=[Depends(limiter.dependency("2/minute", deduct_when=lambda r: r.status_code < 500))])
 
     @router.websocket("/ws")
     async def ws_route(ws: WebSocket) -> None:
@@ -651,10 +650,10 @@ def test_an_app_or_router_dependency_limits_websockets_too() -> None:
         for _ in range(2):
             with client.websocket_connect("/ws") as ws:
                 assert ws.receive_text() == "hi"
-        with pytest.raises((WebSocketDisconnect, WebSocketDenialResponse)) as refused:
+        with pytest.raises(WebSocketDisconnect) as refused:
             with client.websocket_connect("/ws") as ws:
                 ws.receive_text()
-        assert getattr(refused.value, "code", 1008) == 1008
+        assert refused.value.code == 1008
         # The app-wide limit counted the two handshakes admitted (the third's token given back
         # when the router's limit refused it): three HTTP requests are left.
         assert statuses(client, "/plain", 4) == [200, 200, 200, 429]

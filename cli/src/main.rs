@@ -182,9 +182,9 @@ struct ReplayArgs {
     time_unit: timefmt::EpochUnit,
     /// The zone of dates written without an offset (HAProxy's local time, RFC 3339 without
     /// `Z`): an IANA name, daylight saving included (`Europe/Berlin`), a fixed offset
-    /// (`+05:30`) or `UTC`. A date with its own offset keeps it; W3C's are UTC.
-    #[arg(long, value_name = "ZONE", default_value = "UTC", value_parser = timefmt::Zone::parse)]
-    timezone: timefmt::Zone,
+    /// (`+05:30`) or `UTC` (the default). A date with its own offset keeps it; W3C's are UTC.
+    #[arg(long, value_name = "ZONE", value_parser = timefmt::Zone::parse)]
+    timezone: Option<timefmt::Zone>,
     /// The CSV delimiter (one byte; `tab` for a tab).
     #[arg(long, default_value = ",", value_parser = parse_delim)]
     csv_delimiter: u8,
@@ -379,6 +379,12 @@ type FileId = (u64, u64);
 #[cfg(not(unix))]
 type FileId = std::path::PathBuf;
 
+/// The file that stdin reads, for [`file_id`].
+#[cfg(unix)]
+const STDIN: &str = "/dev/stdin";
+#[cfg(not(unix))]
+const STDIN: &str = "";
+
 /// The identity of the file at `path` (links followed), or `None` if it cannot be read (the
 /// replay then says why).
 #[cfg(unix)]
@@ -513,7 +519,8 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
                             "named twice: stdin and pipes can be read once",
                         ));
                     }
-                    let Some(id) = (x != "-").then(|| file_id(x)).flatten() else {
+                    // stdin is what it reads (`- a.log < a.log`: one file twice).
+                    let Some(id) = file_id(if x == "-" { STDIN } else { x }) else {
                         continue;
                     };
                     if let Some((_, before)) = seen.iter().find(|(s, _)| *s == id) {
@@ -600,7 +607,8 @@ fn dispatch(cmd: Cmd) -> Result<(), CliError> {
                 },
                 format: a.log_format,
                 unit: a.time_unit,
-                zone: a.timezone.clone(),
+                zone: a.timezone.clone().unwrap_or_else(timefmt::Zone::utc),
+                zone_given: a.timezone.is_some(),
                 cost: a.cost,
                 max_keys: a.max_keys.max(1),
                 strict: a.strict,

@@ -38,6 +38,8 @@ pub struct Config {
     pub unit: EpochUnit,
     /// `--timezone`: the zone of dates written without an offset (never W3C's: UTC).
     pub zone: Zone,
+    /// Whether `--timezone` was given (UTC given says nothing of the dates read in it).
+    pub zone_given: bool,
     pub cost: u64,
     pub max_keys: usize,
     pub strict: bool,
@@ -1050,10 +1052,12 @@ impl Part {
 
 impl Feed {
     /// The input's entry in the report, once it is read through.
-    fn finish(mut self) -> InputMeta {
-        // W3C's dates have no offset and are UTC by definition: nothing to say.
-        self.im.utc_without_offset =
-            self.ex.format != LogFormat::W3c && self.tp.read_utc_without_offset();
+    fn finish(mut self, cfg: &Config) -> InputMeta {
+        // W3C's dates have no offset and are UTC by definition, and a zone given (UTC too)
+        // was chosen: nothing to say.
+        self.im.utc_without_offset = !cfg.zone_given
+            && self.ex.format != LogFormat::W3c
+            && self.tp.read_utc_without_offset();
         self.im
     }
 
@@ -1457,7 +1461,7 @@ fn pass_merged(
                 feeds[open] = Some(feed);
             } else {
                 prog.done_bytes += feed.counter.get();
-                metas[open] = Some(feed.finish());
+                metas[open] = Some(feed.finish(cfg));
             }
         }
         let Some(Reverse((_, i))) = heads.pop() else {
@@ -1506,7 +1510,7 @@ fn pass_merged(
             if !feed.seek(k, cfg, &mut clients, &mut caps, meta)? {
                 if let Some(feed) = feeds[i].take() {
                     prog.done_bytes += feed.counter.get();
-                    metas[i] = Some(feed.finish());
+                    metas[i] = Some(feed.finish(cfg));
                 }
                 break;
             }
@@ -1785,6 +1789,7 @@ mod tests {
             format: LogFormat::Auto,
             unit: EpochUnit::Auto,
             zone: Zone::utc(),
+            zone_given: false,
             cost: 1,
             max_keys: 1 << 20,
             strict: false,

@@ -1551,6 +1551,9 @@ fn dates_read_as_utc_without_a_timezone_are_said() {
     let sorted = write(&dir, "sorted.log", &text(&["01:10:00.000", "02:10:00.000"]));
     let t = out(&sorted, &[]);
     assert!(t.contains(said) && !t.contains("skipped"), "{t}");
+    // UTC given: chosen, so nothing said of it (the lines back in time are still counted).
+    let t = out(&dst, &["--timezone", "UTC"]);
+    assert!(!t.contains("read as UTC"), "{t}");
     // With a zone: read in it, in order.
     let t = out(&dst, &["--timezone", "Europe/Berlin"]);
     assert!(
@@ -2663,6 +2666,20 @@ fn the_same_file_named_twice_is_refused() {
         .stderr(predicate::str::contains(
             "invalid input \"./a.log\": named twice (as \"a.log\" before)",
         ));
+    // stdin reading the file (`- a.log < a.log`) is the file too.
+    let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("sluicegate"))
+        .args(["replay", "-", &a, "--policy", "1/s"])
+        .stdin(std::fs::File::open(&a).unwrap())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "invalid input {a:?}: named twice (as \"-\" before): a file is replayed once"
+        )),
+        "{err}"
+    );
     let v = replay_json(&a, "1/s", &[&copy]);
     assert_eq!(v["requests"], 2, "{v}");
 }

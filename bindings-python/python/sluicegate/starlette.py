@@ -617,7 +617,8 @@ class RateLimit:
         if not limiter.enabled or (limiter.skip is not None and await _skipped(limiter, request)):
             return None
         scope = request.scope
-        if self._settled and _DECISIONS not in scope:
+        # (A WebSocket's handshake has no response to judge: a deduct_when limit counts it.)
+        if self._settled and _DECISIONS not in scope and scope["type"] != "websocket":
             # Without the middleware nothing would give the tokens back: every response
             # would count, whatever deduct_when says (DRF's throttles refuse the same).
             raise RuntimeError(

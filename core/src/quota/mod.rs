@@ -427,12 +427,20 @@ impl Quota {
                      (the bucket would take over 292 years to fill)"
                 )));
             }
+            let most = (limit - 1) / token_units;
+            if most == 0 {
+                return Err(Error::invalid(format!(
+                    "{self}: no burst can be counted exactly at this rate (a token is period / \
+                     gcd(count, period) = {token_units} units, and a bucket must hold less \
+                     than 2^63 of them): give a count that divides the period, or a shorter \
+                     period"
+                )));
+            }
             return Err(Error::invalid(format!(
                 "{self}: the burst is too large to count exactly at this rate (burst x \
                  period / gcd(count, period) must stay below 2^63: {} x {token_units}); \
-                 give a burst of at most {}",
-                self.burst,
-                (limit - 1) / token_units
+                 give a burst of at most {most}",
+                self.burst
             )));
         }
         Ok(())

@@ -307,9 +307,10 @@ impl<K, C: Clock> KeyedBuilder<K, C> {
             return Err(Error::store(
                 crate::error::StoreErrorKind::Mismatch,
                 self.store.to_string(),
-                "the region holds one key (as a single limiter's or a global limit's does), and \
-                 this limiter is keyed: give it a region of its own, or remove the file once no \
-                 process has it open (max_keys 1, or ?capacity=1, to open it at one key)",
+                "the region holds one key (as a single limiter's or a global limit's region \
+                 does), and this keyed limiter asked for no key bound: give it a region of its \
+                 own, or remove the file once no process has it open (max_keys 1, or \
+                 ?capacity=1, to open it at one key)",
             ));
         }
         let codec = store.codec().clone();

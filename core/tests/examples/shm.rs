@@ -183,7 +183,7 @@ fn a_second_opener_with_another_quota_or_capacity_is_refused_naming_both() {
     assert_eq!(store_kind(&e), Some(StoreErrorKind::Mismatch), "{e}");
     let text = e.to_string();
     assert!(
-        text.contains("the region holds one key (as a single limiter's or a global limit's does), and this limiter is keyed"),
+        text.contains("the region holds one key (as a single limiter's or a global limit's region does), and this keyed limiter asked for no key bound"),
         "{text}"
     );
     let l = KeyedLimiter::<Box<[u8]>>::builder(quota("10/minute"))

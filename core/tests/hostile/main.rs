@@ -75,6 +75,15 @@ fn huge_rates_and_bursts_are_exact_or_refused() {
         !text.contains("years") && text.contains("give a burst of at most 9223372036854775807"),
         "{text}"
     );
+    // A token of 2^63 units or more: no burst would do, and none is advised.
+    let e = "7/9223372036854775809ns; burst=1"
+        .parse::<Quota>()
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("no burst can be counted exactly") && !text.contains("at most 0"),
+        "{text}"
+    );
     assert_eq!(
         format!("1/{}d", u64::MAX)
             .parse::<Quota>()
