@@ -683,6 +683,7 @@ impl Extractor {
 
     fn chosen_combined(&self) -> Vec<(String, String)> {
         self.roles()
+            .chain(self.keys.iter().map(|&i| ("key", i)))
             .map(|(role, i)| (role.into(), COMBINED_FIELDS[i].into()))
             .collect()
     }
@@ -725,8 +726,10 @@ impl Extractor {
     /// After [`place`](Self::place) and the keys: the report's names of the roles' fields
     /// (`name`), the last field a line is read to, and room for the format's `len` fields.
     fn placed(&mut self, name: &dyn Fn(usize) -> String, len: usize) {
+        // The key's fields too, as the named formats' reports say them (`key=user_agent`).
         let named: Vec<_> = self
             .roles()
+            .chain(self.keys.iter().map(|&i| ("key", i)))
             .map(|(role, i)| (role.into(), name(i)))
             .collect();
         self.chosen.extend(named);

@@ -1187,6 +1187,8 @@ fn alb_logs_replay_as_the_load_balancer_saw_them() {
     );
     // The User-Agent is a header it logs (escaped quotes read); other headers are refused.
     let v = run("1/m", &["--key", "header:User-Agent"]);
+    // The report names the field that made the key, as for the named formats.
+    assert_eq!(v["inputs"][0]["fields"]["key"], "user_agent", "{v}");
     // (`-`, no User-Agent, is a request without a key.)
     assert_eq!(
         (v["keys"].clone(), v["unkeyed"].clone()),
@@ -1217,6 +1219,7 @@ fn alb_logs_replay_as_the_load_balancer_saw_them() {
         ],
     );
     assert_eq!(v["inputs"][0]["fields"]["time"], "request_creation_time");
+    assert_eq!(v["inputs"][0]["fields"]["key"], "domain_name", "{v}");
     assert_eq!(
         (v["keys"].clone(), policy(&v, "1/m")["admitted"].clone()),
         (1.into(), 1.into())
@@ -1679,6 +1682,7 @@ fn haproxy_logs_replay_as_haproxy_saw_them() {
     assert_eq!(v["unkeyed"], 1, "{v}");
     // A captured header by its place; `#22` read as the quote it stands for; empty is none.
     let v = run("1/m", &["--key", "field:hdr0"]);
+    assert_eq!(v["inputs"][0]["fields"]["key"], "hdr0", "{v}");
     assert_eq!(
         (v["keys"].clone(), v["unkeyed"].clone()),
         (2.into(), 1.into()),
