@@ -698,6 +698,12 @@ fn parse_line(
     };
     let Some(t) = tp.parse(ts) else {
         let ts = String::from_utf8_lossy(ts);
+        if tp.out_of_range() {
+            return Parsed::Bad(format!(
+                "timestamp {ts:?} is outside the dates a replay reads ({})",
+                crate::timefmt::RANGE
+            ));
+        }
         return Parsed::Bad(format!("timestamp {ts:?} not understood"));
     };
     // Empty and `None` unless a key part or a route needs them (the extractor has their

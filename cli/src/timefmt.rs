@@ -37,6 +37,8 @@ pub struct TimeParser {
     zone: Option<Box<Zoned>>,
     /// Whether a date without an offset was read as UTC (no zone): the report says so.
     utc_without_offset: bool,
+    /// Whether the last date that did not parse was a date, outside the range read.
+    out_of_range: bool,
 }
 
 /// The zone of dates written without an offset (`--timezone`): an IANA zone, its daylight
@@ -179,6 +181,7 @@ impl TimeParser {
     /// Nanoseconds since the epoch, or `None` if `text` is no timestamp (or before 1970).
     #[inline]
     pub fn parse(&mut self, text: &[u8]) -> Option<u64> {
+        self.out_of_range = false;
         let t = self.parse_inner(text)?;
         if let Some(z) = self.zone.as_mut() {
             z.last = (t / NS as u64) as i64;
@@ -242,7 +245,7 @@ impl TimeParser {
             | [sign @ (b'+' | b'-'), h1, h2, m1, m2] => offset(*sign, &[*h1, *h2], &[*m1, *m2])?,
             _ => return None,
         };
-        to_ns(secs - off, frac)
+        self.ns(secs - off, frac)
     }
 
     fn clf(&mut self, t: &[u8]) -> Option<u64> {
@@ -264,7 +267,7 @@ impl TimeParser {
             [sign @ (b'+' | b'-'), h1, h2, m1, m2] => offset(*sign, &[*h1, *h2], &[*m1, *m2])?,
             _ => return None,
         };
-        to_ns(secs - off, frac)
+        self.ns(secs - off, frac)
     }
 
     /// A date written without an offset: in the zone.
@@ -273,10 +276,26 @@ impl TimeParser {
         match self.zone.as_mut() {
             None => {
                 self.utc_without_offset = true;
-                to_ns(secs, frac)
+                self.ns(secs, frac)
             }
-            Some(z) => to_ns(z.resolve(secs)?, frac),
+            Some(z) => {
+                let secs = z.resolve(secs)?;
+                self.ns(secs, frac)
+            }
         }
+    }
+
+    /// [`to_ns`] of a date read whole: `None` is a date outside the range ([`RANGE`]).
+    #[inline]
+    fn ns(&mut self, secs: i64, frac: i64) -> Option<u64> {
+        let t = to_ns(secs, frac);
+        self.out_of_range = t.is_none();
+        t
+    }
+
+    /// Whether the last timestamp that did not parse was a date outside [`RANGE`].
+    pub fn out_of_range(&self) -> bool {
+        self.out_of_range
     }
 
     /// Whether a date written without an offset was read (as UTC: the parser has no zone).
@@ -426,6 +445,9 @@ fn civil_secs(y: i64, m: i64, d: i64, h: i64, mi: i64, s: i64) -> Option<i64> {
 /// A leap second's (`:60`) time past `:59`, whatever fraction it is written with: the
 /// last nanosecond of `:59`, so that it stays between `:59` and the next minute.
 const LEAP_FRAC: i64 = NS - 1;
+
+/// The dates a replay reads: nanoseconds since the epoch in 63 bits.
+pub const RANGE: &str = "1970-01-01T00:00:00Z to 2262-04-11T23:47:16Z";
 
 fn to_ns(secs: i64, frac: i64) -> Option<u64> {
     u64::try_from(secs.checked_mul(NS)?.checked_add(frac)?).ok()

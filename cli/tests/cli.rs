@@ -222,6 +222,30 @@ fn input_and_data_errors() {
         .assert()
         .code(4)
         .stderr(predicate::str::contains("a.jsonl:2:").and(predicate::str::contains("\"soon\"")));
+    // A date read whole but outside the range (before 1970, after 2262-04-11) says so; it
+    // was "not understood".
+    let old = write(
+        &dir,
+        "old.log",
+        &(clf_line(0)
+            + &clf_line(1).replace("01/May/2024", "31/Dec/1969")
+            + &clf_line(2).replace("2024", "2263")),
+    );
+    let v = replay_json(&old, "1/s", &[]);
+    assert_eq!(v["bad_lines"], 2, "{v}");
+    for (i, ex) in v["bad_line_examples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
+        let ex = ex.as_str().unwrap();
+        assert!(
+            ex.contains(&format!("old.log:{}: timestamp", i + 2))
+                && ex.contains("is outside the dates a replay reads (1970-01-01T00:00:00Z to 2262-04-11T23:47:16Z)"),
+            "{ex}"
+        );
+    }
     let nofield = write(&dir, "b.jsonl", "{\"when\": 1, \"ip\": \"192.0.2.1\"}\n");
     bin()
         .args(["replay", "--policy", "1/s", &nofield])
