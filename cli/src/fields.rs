@@ -492,7 +492,10 @@ impl Extractor {
                     .iter()
                     .flat_map(|c| c.iter().map(|s| s.to_string()))
                     .collect();
-                // The method, path and cost fields named: looked for too (see `resolve`).
+                // The time, address, method, path and cost fields named: looked for too (see
+                // `resolve`).
+                cands.extend(names.time.iter().cloned());
+                cands.extend(names.ip.iter().cloned());
                 cands.extend(names.method.iter().cloned());
                 cands.extend(names.path.iter().cloned());
                 cands.extend(names.cost.iter().cloned());
@@ -1192,6 +1195,19 @@ impl Extractor {
             Ok(ex.json_paths.len() - 1)
         };
         let v = |c: &[&str]| c.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // A JSON field named for the time or the address that no first line has: every line
+        // would be bad for it, one by one ("no timestamp"); said once, as a CSV column is.
+        if matches!(self.format, LogFormat::Jsonl) {
+            let ip = names.ip.as_ref().filter(|_| needs.ip);
+            for (role, given) in [("time", names.time.as_ref()), ("ip", ip)] {
+                if let Some(f) = given.filter(|f| !present(f)) {
+                    return Err(fail(format!(
+                        "the {role} field {f:?} (--{role}-field) is in none of the first lines \
+                         (nested JSON fields with dots, e.g. request.time)"
+                    )));
+                }
+            }
+        }
         self.time = add(self, "time", &names.time, v(TIME))?;
         if needs.ip {
             self.ip = Some(add(self, "ip", &names.ip, v(IP))?);

@@ -247,6 +247,24 @@ fn input_and_data_errors() {
         );
     }
     let nofield = write(&dir, "b.jsonl", "{\"when\": 1, \"ip\": \"192.0.2.1\"}\n");
+    // A time or address field named that no line has: said once (each line was "no
+    // timestamp"), as a CSV column is.
+    for (opt, said) in [
+        (
+            "--time-field",
+            "the time field \"nope\" (--time-field) is in none of the first lines",
+        ),
+        (
+            "--ip-field",
+            "the ip field \"nope\" (--ip-field) is in none of the first lines",
+        ),
+    ] {
+        bin()
+            .args(["replay", "--policy", "1/s", &nofield, opt, "nope"])
+            .assert()
+            .code(4)
+            .stderr(predicate::str::contains(said));
+    }
     bin()
         .args(["replay", "--policy", "1/s", &nofield])
         .assert()
