@@ -124,6 +124,11 @@ impl fmt::Display for CliError {
                 what,
                 input,
                 reason,
+            } if input.is_empty() && what == "input" => write!(f, "{}", p(reason)),
+            CliError::Usage {
+                what,
+                input,
+                reason,
             } => write!(f, "invalid {what} {input:?}: {}", p(reason)),
             CliError::Io { path, source } => write!(f, "cannot read {}: {source}", p(path)),
             CliError::Data {
@@ -177,5 +182,11 @@ mod tests {
             e.to_string(),
             "a.log:3: timestamp \"\\x1b\" not understood\n  line: \\x1b[2Jtext"
         );
+        // No input at all: the reason alone (it said `invalid input "": ...`); an empty value
+        // given elsewhere is still quoted.
+        let e = CliError::usage("input", "", "no log given: name files");
+        assert_eq!(e.to_string(), "no log given: name files");
+        let e = CliError::usage("--policy", "", "empty");
+        assert_eq!(e.to_string(), "invalid --policy \"\": empty");
     }
 }

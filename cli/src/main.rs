@@ -123,8 +123,10 @@ struct OutputArgs {
 
 #[derive(clap::Args)]
 struct ReplayArgs {
-    /// Log files (plain or gzip, detected); `-` for stdin. Several are merged by time (the
-    /// logs of several servers, a load balancer's nodes, rotated files in any order).
+    /// Log files (plain or gzip, detected); `-` for stdin, which is also read when no file is
+    /// named and stdin is not a terminal (`zcat access.log.gz | sluicegate replay ...`).
+    /// Several are merged by time (the logs of several servers, a load balancer's nodes,
+    /// rotated files in any order).
     #[arg(value_name = "FILE")]
     files: Vec<String>,
     /// Replay the embedded sample day (see `sluicegate sample`) instead of files.
