@@ -658,13 +658,10 @@ class RateLimit:
         else:
             decision, rule, allowed = limiter._check(self.rules, request, _route_name(scope) + self._tag)  # type: ignore[arg-type]
         assert decision is not None
-        if scope["type"] == "websocket":
-            if not allowed:
-                await limiter._give_back_held(scope)
-                raise WebSocketException(code=1008, reason="rate limited")
-            return decision  # no response to put fields on: a handshake's answer is its accept
         if not allowed:
             await limiter._give_back_held(scope)
+            if scope["type"] == "websocket":  # closed before it is accepted, as @limit's
+                raise WebSocketException(code=1008, reason="rate limited")
             if limiter in _SERVING.get():
                 # This limiter's middleware answers, as it answers its own rejections
                 # (``on_breach``), in place of what the app's handler of the HTTPException
@@ -677,6 +674,8 @@ class RateLimit:
                     "does not serve this request: app.add_middleware(RateLimitMiddleware, limiter=limiter)"
                 )
             raise HTTPException(429, message(decision).strip(), headers=limiter._headers(decision, rule))
+        # (A WebSocket's admitted handshake writes its fields to FastAPI's response of the
+        # dependencies, which nothing sends: the answer to a handshake is its accept.)
         if limiter.headers_on_allowed:
             if response.raw_headers:  # fields set before (another dependency's): replaced
                 response.headers.update(limiter._headers(decision, rule))
