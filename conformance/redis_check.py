@@ -75,6 +75,7 @@ UNITS = {
     "m": 60 * S, "min": 60 * S, "minute": 60 * S, "minutes": 60 * S,
     "h": 3600 * S, "hr": 3600 * S, "hour": 3600 * S, "hours": 3600 * S,
     "d": 86400 * S, "day": 86400 * S, "days": 86400 * S,
+    "w": 7 * 86400 * S, "week": 7 * 86400 * S, "weeks": 7 * 86400 * S,
 }
 ALIASES = {"leaky_meter": "gcra", "sliding_window_counter": "sliding_window", "shaper": "leaky_queue"}
 
