@@ -29,6 +29,12 @@ impl Fields {
     pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// These fields less those whose name `h` has.
+    pub(crate) fn absent_from(mut self, h: &http::HeaderMap) -> Self {
+        self.0.retain(|(n, _)| !h.contains_key(n));
+        self
+    }
 }
 
 impl IntoIterator for Fields {

@@ -30,6 +30,8 @@ pub type WarnFn = dyn Fn(&Warning) + Send + Sync;
 pub type ErrorFn = dyn Fn(&Error) + Send + Sync;
 /// [`ErrorFn`] told what the error did ([`RateLimitLayer::on_error_event`]).
 pub type ErrorEventFn = dyn Fn(&Error, ErrorEvent) + Send + Sync;
+/// The response to a request the layer answers itself ([`RateLimitLayer::respond_with`]).
+pub type RespondFn = dyn Fn(&Refusal<'_>) -> Response<Bytes> + Send + Sync;
 
 /// What a limit's error handed to [`RateLimitLayer::on_error_event`] did to requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +68,7 @@ struct Shared {
     refund_when: Option<Arc<RefundFn>>,
     on_warning: Option<Arc<WarnFn>>,
     on_error: Option<Arc<ErrorEventFn>>,
+    respond: Option<Arc<RespondFn>>,
     /// The default `on_error`'s last report (seconds since `Instant` 0 of the layer, plus 1;
     /// 0: none yet), so that it says something at most once a second.
     reported: Arc<AtomicU64>,
@@ -144,6 +147,7 @@ impl RateLimitLayer {
                 refund_when: None,
                 on_warning: None,
                 on_error: None,
+                respond: None,
                 reported: Arc::new(AtomicU64::new(0)),
                 born: Instant::now(),
                 message: Bytes::from_static(b"Too Many Requests\n"),
@@ -272,9 +276,41 @@ impl RateLimitLayer {
     }
 
     /// The body of a 429 (default `Too Many Requests`, as text/plain; empty: no body).
+    /// [`respond_with`](Self::respond_with) makes the whole response instead.
     pub fn message(self, text: impl Into<Bytes>) -> Self {
         let text = text.into();
         self.edit(|s| s.message = text)
+    }
+
+    /// Makes the response to every request the layer answers itself (a JSON body for an
+    /// API, a page for a browser): a refusal by a limit (`429`), a new client refused by a
+    /// key store at its bound (`429`), or a request no limit could decide (`500`, a store that
+    /// cannot answer under `on_error=error`), as [`Refusal`] tells. The layer completes what
+    /// `f` returns: a status left at `200 OK` becomes the refusal's own, the rate-limit fields
+    /// and `Retry-After` are added where the response has no field of that name, and a
+    /// limit's refusal carries [`Refused`] whatever its status, so that the layers around it
+    /// give back what they took. Without it (the default), a `429`'s body is
+    /// [`message`](Self::message) and a `500`'s a plain-text line.
+    ///
+    /// ```
+    /// use sluicegate_tower::{Limit, RateLimitLayer};
+    /// let layer = RateLimitLayer::new(Limit::per_client("api", "10/s")?).respond_with(|r| {
+    ///     let body = format!(
+    ///         r#"{{"error":"too_many_requests","retry_after":{}}}"#,
+    ///         r.retry_after_secs().unwrap_or(0)
+    ///     );
+    ///     http::Response::builder()
+    ///         .header("content-type", "application/json")
+    ///         .body(body.into())
+    ///         .unwrap()
+    /// });
+    /// # Ok::<(), sluicegate::Error>(())
+    /// ```
+    pub fn respond_with<F>(self, f: F) -> Self
+    where
+        F: Fn(&Refusal<'_>) -> Response<Bytes> + Send + Sync + 'static,
+    {
+        self.edit(|s| s.respond = Some(Arc::new(f)))
     }
 
     /// Lets a decision that waits for a Redis server (a round trip; the URL's `timeout` while
@@ -419,7 +455,102 @@ impl Admitted {
 /// A limiter's verdict on a request, before the inner service runs.
 enum Verdict {
     Pass(Option<Admitted>),
-    Refuse(StatusCode, Fields),
+    Refuse(Refusing),
+}
+
+/// Why a limit refused a request: its decision, or the status of what it could not do.
+type Why = Result<Decision, (StatusCode, Error)>;
+
+/// A request the layer answers itself: its status, its fields, and why.
+struct Refusing {
+    status: StatusCode,
+    fields: Fields,
+    /// The limit that refused it or could not decide it.
+    limit: usize,
+    /// The refusing limit's decision (a limit's refusal).
+    decision: Option<Decision>,
+    /// What the limit could not do (a key store at its bound, a store that cannot answer).
+    error: Option<Box<Error>>,
+}
+
+impl Refusing {
+    fn limited(limit: usize, decision: Decision, fields: Fields) -> Verdict {
+        Verdict::Refuse(Refusing {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            fields,
+            limit,
+            decision: Some(decision),
+            error: None,
+        })
+    }
+
+    fn failed(limit: usize, status: StatusCode, error: Error, fields: Fields) -> Verdict {
+        Verdict::Refuse(Refusing {
+            status,
+            fields,
+            limit,
+            decision: None,
+            error: Some(Box::new(error)),
+        })
+    }
+}
+
+/// A request the layer answers itself, as [`RateLimitLayer::respond_with`] sees it.
+pub struct Refusal<'a> {
+    request: &'a RequestRef<'a>,
+    refusing: &'a Refusing,
+    limit: &'a Limit,
+}
+
+impl<'a> Refusal<'a> {
+    /// The request.
+    pub fn request(&self) -> &'a RequestRef<'a> {
+        self.request
+    }
+
+    /// The status the layer answers with: `429 Too Many Requests` (a limit's refusal, or a
+    /// key store at its bound) or `500 Internal Server Error` (no decision could be made).
+    pub fn status(&self) -> StatusCode {
+        self.refusing.status
+    }
+
+    /// The limit that refused the request, or could not decide it.
+    pub fn limit(&self) -> &'a Limit {
+        self.limit
+    }
+
+    /// The refusing limit's decision: what remains, when to retry (`None` when the limit
+    /// could not decide: see [`error`](Self::error)).
+    pub fn decision(&self) -> Option<&'a Decision> {
+        self.refusing.decision.as_ref()
+    }
+
+    /// Why the limit could not decide: [`Error::KeyStoreFull`] (a `429`) or a store's error
+    /// (a `500`); `None` for a limit's refusal.
+    pub fn error(&self) -> Option<&'a Error> {
+        self.refusing.error.as_deref()
+    }
+
+    /// The `Retry-After` the layer sends, in seconds: the decision's wait, or 1 for a key
+    /// store at its bound; `None` with a `500`.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match (&self.refusing.decision, self.refusing.status) {
+            (Some(d), _) => d.retry_after_header(),
+            (None, StatusCode::TOO_MANY_REQUESTS) => Some(1),
+            _ => None,
+        }
+    }
+}
+
+impl core::fmt::Debug for Refusal<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Refusal")
+            .field("status", &self.refusing.status)
+            .field("limit", &self.limit.name())
+            .field("decision", &self.refusing.decision)
+            .field("error", &self.refusing.error)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Shared {
@@ -458,7 +589,8 @@ impl Shared {
         // status.
         let mut parts: Vec<(usize, Decision)> = Vec::with_capacity(self.limits.len());
         let mut taken: Vec<(usize, HeldKey)> = Vec::new();
-        let mut refused = None;
+        // The refusing limit, and its decision or error.
+        let mut refused: Option<(usize, Why)> = None;
         for (i, l) in self.limits.iter().enumerate() {
             let Some(key) = l.key.key(req) else {
                 continue;
@@ -472,12 +604,12 @@ impl Shared {
                         // A queue slot with a wait: given back, and the request refused.
                         let _ = l.limiter.refund(bytes, l.cost);
                         parts.push((i, wait));
-                        refused = Some(StatusCode::TOO_MANY_REQUESTS);
+                        refused = Some((i, Ok(wait)));
                         break;
                     }
                     parts.push((i, d));
                     if !d.allowed() {
-                        refused = Some(StatusCode::TOO_MANY_REQUESTS);
+                        refused = Some((i, Ok(d)));
                         break;
                     }
                     taken.push((i, key.into()));
@@ -485,13 +617,13 @@ impl Shared {
                 Err(e) => {
                     let status = status_of(&e);
                     self.report(&e, ErrorEvent::Answered(status));
-                    refused = Some(status);
+                    refused = Some((i, Err((status, e))));
                     break;
                 }
             }
         }
         self.warn(req);
-        let Some(status) = refused else {
+        let Some((refusing, why)) = refused else {
             if taken.is_empty() {
                 // No limit had a key for the request: nothing taken, no fields.
                 return Verdict::Pass(None);
@@ -514,7 +646,22 @@ impl Shared {
                 part.1 = now;
             }
         }
-        Verdict::Refuse(status, self.refused_fields(status, self.render(&parts)))
+        match why {
+            Ok(d) => {
+                let fields = self.render(&parts);
+                Refusing::limited(
+                    refusing,
+                    d,
+                    self.refused_fields(StatusCode::TOO_MANY_REQUESTS, fields),
+                )
+            }
+            Err((status, e)) => Refusing::failed(
+                refusing,
+                status,
+                e,
+                self.refused_fields(status, self.render(&parts)),
+            ),
+        }
     }
 
     /// [`judge`](Self::judge) with one limit: no list of decisions, and its fixed fields
@@ -536,11 +683,11 @@ impl Shared {
                     // A queue slot with a wait: given back, and the request refused.
                     let _ = l.limiter.refund(bytes, l.cost);
                     fields::write(&wait, self.style, &l.name, &self.fixed[0], &mut fields);
-                    return Verdict::Refuse(StatusCode::TOO_MANY_REQUESTS, fields);
+                    return Refusing::limited(0, wait, fields);
                 }
                 fields::write(&d, self.style, &l.name, &self.fixed[0], &mut fields);
                 if !d.allowed() {
-                    return Verdict::Refuse(StatusCode::TOO_MANY_REQUESTS, fields);
+                    return Refusing::limited(0, d, fields);
                 }
                 Verdict::Pass(Some(Admitted {
                     headers: fields,
@@ -552,7 +699,8 @@ impl Shared {
             Err(e) => {
                 let status = status_of(&e);
                 self.report(&e, ErrorEvent::Answered(status));
-                Verdict::Refuse(status, self.refused_fields(status, fields))
+                let fields = self.refused_fields(status, fields);
+                Refusing::failed(0, status, e, fields)
             }
         }
     }
@@ -731,41 +879,71 @@ where
             };
         }
         let shared = &self.shared;
-        let verdict = shared.off_worker(|| shared.judge(&RequestRef::new(&req, &shared.resolver)));
+        let request = RequestRef::new(&req, &shared.resolver);
+        let verdict = shared.off_worker(|| shared.judge(&request));
         match verdict {
-            Verdict::Pass(after) => ResponseFuture::Passed {
-                inner: self.inner.call(req),
-                after,
+            Verdict::Pass(after) => {
+                drop(request);
+                ResponseFuture::Passed {
+                    inner: self.inner.call(req),
+                    after,
+                }
+            }
+            Verdict::Refuse(refusing) => ResponseFuture::Refused {
+                response: Some(Box::new(shared.refusal(&request, refusing))),
             },
-            Verdict::Refuse(status, headers) => {
-                let limited = status == StatusCode::TOO_MANY_REQUESTS;
+        }
+    }
+}
+
+impl Shared {
+    /// The response to a request the layer answers itself: [`RateLimitLayer::respond_with`]'s,
+    /// completed, or the default one.
+    #[cold]
+    fn refusal<B: From<Bytes>>(&self, request: &RequestRef<'_>, refusing: Refusing) -> Response<B> {
+        let status = refusing.status;
+        let mut resp = match &self.respond {
+            Some(f) => {
+                let made = f(&Refusal {
+                    request,
+                    refusing: &refusing,
+                    limit: &self.limits[refusing.limit],
+                });
+                let mut resp = made.map(B::from);
+                if resp.status() == StatusCode::OK {
+                    *resp.status_mut() = status;
+                }
+                resp
+            }
+            None => {
                 // A limit that could not decide is the server's error, not the client's limit.
-                let body = if limited {
-                    self.shared.message.clone()
+                let body = if status == StatusCode::TOO_MANY_REQUESTS {
+                    self.message.clone()
                 } else {
                     Bytes::from_static(b"Internal Server Error\n")
                 };
                 let texts = !body.is_empty();
-                let mut resp = Response::new(ResB::from(body));
+                let mut resp = Response::new(B::from(body));
                 *resp.status_mut() = status;
-                if limited {
-                    resp.extensions_mut().insert(Refused);
-                }
-                let h = resp.headers_mut();
-                for (n, v) in headers {
-                    h.append(n, v);
-                }
                 if texts {
-                    h.insert(
+                    resp.headers_mut().insert(
                         CONTENT_TYPE,
                         HeaderValue::from_static("text/plain; charset=utf-8"),
                     );
                 }
-                ResponseFuture::Refused {
-                    response: Some(Box::new(resp)),
-                }
+                resp
             }
+        };
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            resp.extensions_mut().insert(Refused);
         }
+        // A field the response has already stands; the layer's several of one name (the IETF
+        // fields of several limits) all go.
+        let h = resp.headers_mut();
+        for (n, v) in refusing.fields.absent_from(h) {
+            h.append(n, v);
+        }
+        resp
     }
 }
 

@@ -14,7 +14,8 @@
 //! * **Several limits per route, limits shared across routes, a quota per route**: a layer
 //!   takes any number of [`Limit`]s (all or nothing); a `Limit` cloned into two layers is one
 //!   limit; a layer on one route is that route's quota.
-//! * **Hooks**: skip and allowlist, a global [`Switch`], refund by response status.
+//! * **Hooks**: skip and allowlist, a global [`Switch`], refund by response status, the
+//!   response to a refusal ([`RateLimitLayer::respond_with`]: a JSON body).
 //!
 //! The README's example, run as a test:
 #![doc = include_str!("../README.md")]
@@ -37,8 +38,8 @@ mod request;
 mod watch;
 
 pub use layer::{
-    Admitted, ErrorEvent, ErrorEventFn, ErrorFn, RateLimit, RateLimitLayer, RefundFn, Refused,
-    ResponseFuture, SkipFn, Switch, WarnFn,
+    Admitted, ErrorEvent, ErrorEventFn, ErrorFn, RateLimit, RateLimitLayer, RefundFn, Refusal,
+    Refused, RespondFn, ResponseFuture, SkipFn, Switch, WarnFn,
 };
 pub use limit::{KeyBy, KeyFn, Limit, Limiter};
 pub use request::RequestRef;

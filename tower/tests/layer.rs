@@ -810,3 +810,124 @@ async fn a_global_limits_region_holds_one_key() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `respond_with`: the response to a request the layer answers itself is the app's (a JSON
+/// body here), completed by the layer: the refusal's status where it left `200`, the
+/// rate-limit fields and `Retry-After` where it set none, and the `Refused` marker, so that
+/// a layer around it still gives back what it took. It is told why: a limit's decision, a
+/// key store at its bound, a store that could not decide.
+#[tokio::test]
+async fn respond_with_makes_the_refusal_and_the_layer_completes_it() {
+    use bytes::Bytes;
+    let clock = ManualClock::new(0);
+    let json = |r: &sluicegate_tower::Refusal<'_>| {
+        let body = format!(
+            r#"{{"status":{},"limit":"{}","path":"{}","retry_after":{},"remaining":{},"error":"{}"}}"#,
+            r.status().as_u16(),
+            r.limit().name(),
+            r.request().uri().path(),
+            r.retry_after_secs().map_or(-1, |s| s as i64),
+            r.decision().map_or(-1, |d| d.remaining() as i64),
+            r.error().map_or("", |e| e.code()),
+        );
+        Response::builder()
+            .header("content-type", "application/json")
+            .body(Bytes::from(body))
+            .unwrap()
+    };
+    let global = limit("global", "1/h; burst=5", KeyBy::Client, &clock);
+    let route = limit("route", "1/30s; burst=1", KeyBy::Client, &clock);
+    let outer = Router::new()
+        .route(
+            "/",
+            get(|| async { "hello" }).layer(RateLimitLayer::new(route.clone()).respond_with(json)),
+        )
+        .layer(RateLimitLayer::new(global.clone()));
+    assert_eq!(status(&outer, req(PEER, "/")).await, StatusCode::OK);
+    let r = send(&outer, req(PEER, "/")).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&r, "content-type"), Some("application/json"));
+    assert_eq!(header(&r, "retry-after"), Some("30"));
+    let items: Vec<&str> = r
+        .headers()
+        .get_all("ratelimit")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    assert_eq!(items, ["\"route\";r=0;t=30", "\"global\";r=4;t=3600"]);
+    assert!(r.extensions().get::<sluicegate_tower::Refused>().is_some());
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(
+        &body[..],
+        br#"{"status":429,"limit":"route","path":"/","retry_after":30,"remaining":0,"error":""}"#
+    );
+    // The outer layer gave back what it took for the refused request.
+    assert_eq!(
+        global
+            .get(PEER.split(':').next().unwrap().as_bytes())
+            .unwrap()
+            .remaining(),
+        4
+    );
+
+    // A status and a field of the app's own stand; a limit's refusal is marked all the same.
+    let own = |_: &sluicegate_tower::Refusal<'_>| {
+        Response::builder()
+            .status(StatusCode::SERVICE_UNAVAILABLE)
+            .header("retry-after", "120")
+            .body(Bytes::from_static(b"later"))
+            .unwrap()
+    };
+    let app2 = app(
+        RateLimitLayer::new(limit("api", "1/s; burst=1", KeyBy::Client, &clock)).respond_with(own),
+    );
+    assert_eq!(status(&app2, req(PEER, "/")).await, StatusCode::OK);
+    let r = send(&app2, req(PEER, "/")).await;
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        r.headers()
+            .get_all("retry-after")
+            .iter()
+            .collect::<Vec<_>>(),
+        ["120"]
+    );
+    assert_eq!(header(&r, "ratelimit"), Some("\"api\";r=0;t=1"));
+    assert!(r.extensions().get::<sluicegate_tower::Refused>().is_some());
+
+    // A key store at its bound: a 429 without a decision, retry in a second.
+    let full = KeyedLimiter::builder("1/s; burst=5".parse().unwrap())
+        .max_keys(1)
+        .clock(AnyClock::Manual(clock.clone()))
+        .build()
+        .unwrap();
+    let app3 = app(RateLimitLayer::new(Limit::new("api", full, KeyBy::Client))
+        .on_error(|_| {})
+        .respond_with(json));
+    assert_eq!(status(&app3, req(PEER, "/")).await, StatusCode::OK);
+    let r = send(&app3, req("198.51.100.1:1", "/health")).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&r, "retry-after"), Some("1"));
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(
+        &body[..],
+        br#"{"status":429,"limit":"api","path":"/health","retry_after":1,"remaining":-1,"error":"key_store_full"}"#
+    );
+
+    // A store that could not decide: a 500, no rate-limit fields, no marker.
+    let down = Limit::per_client("api", "10/minute")
+        .unwrap()
+        .store("redis://127.0.0.1:1/0?on_error=error&timeout=20ms")
+        .unwrap();
+    let app4 = app(RateLimitLayer::new(down)
+        .on_error(|_| {})
+        .respond_with(json));
+    let r = send(&app4, req(PEER, "/")).await;
+    assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(r.extensions().get::<sluicegate_tower::Refused>().is_none());
+    assert_eq!(header(&r, "retry-after"), None);
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(
+        &body[..],
+        br#"{"status":500,"limit":"api","path":"/","retry_after":-1,"remaining":-1,"error":"store_unavailable"}"#
+    );
+}
