@@ -18,7 +18,7 @@ use sluicegate::{Algorithm, Error, KeyedLimiter, ManualClock, Quota, Refill, Sto
 use std::io::{Seek, SeekFrom, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Layout version 3 (`core/src/store/shm/region.rs`): the locks follow the header page, the
+/// Layout version 4 (`core/src/store/shm/region.rs`): the locks follow the header page, the
 /// slots follow the locks.
 const LOCKS_AT: u64 = 4096;
 const SLOTS_AT: u64 = 4096 + 4096 * 8;

@@ -2,7 +2,7 @@
 //! process of the same user (the file is private to its user), or corrupted on disk, gives a
 //! typed error or a decision, never a panic, a hang or an out-of-bounds access.
 //!
-//! The byte offsets below are layout version 3's (`core/src/store/shm/region.rs`); the test
+//! The byte offsets below are layout version 4's (`core/src/store/shm/region.rs`); the test
 //! checks the magic number first, so a layout change fails loudly here.
 
 use sluicegate::{Error, KeyedLimiter, ManualClock, Quota, StoreErrorKind, StoreSpec};
@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The header's checksummed fields end here (the checksum's offset).
-const CHECKSUM_AT: u64 = 296;
+const CHECKSUM_AT: u64 = 328;
 /// `state` and `initialiser`: not checksummed (they change while a region is made).
 const UNCHECKED: std::ops::Range<u64> = 12..24;
 const LOCKS_AT: u64 = 4096;
@@ -84,7 +84,7 @@ fn made(clock: &ManualClock) -> Region {
     }
     drop(l);
     assert_eq!(r.read_at(0, 8), b"SLGTSHM1", "the magic number");
-    assert_eq!(r.read_at(8, 4), 3u32.to_ne_bytes(), "layout version 3");
+    assert_eq!(r.read_at(8, 4), 4u32.to_ne_bytes(), "layout version 4");
     r
 }
 
@@ -94,7 +94,7 @@ fn made(clock: &ManualClock) -> Region {
 fn a_region_of_another_layout_version_is_a_mismatch() {
     let clock = ManualClock::new(0);
     let r = made(&clock);
-    for version in [0u32, 1, 2, 4, u32::MAX] {
+    for version in [0u32, 1, 2, 3, 5, u32::MAX] {
         r.write_at(8, &version.to_ne_bytes());
         let Err(e) = r.open(&clock) else {
             panic!("a region of layout version {version} was opened");
@@ -105,7 +105,7 @@ fn a_region_of_another_layout_version_is_a_mismatch() {
             "{e}"
         );
     }
-    r.write_at(8, &3u32.to_ne_bytes());
+    r.write_at(8, &4u32.to_ne_bytes());
     let l = r.open(&clock).unwrap();
     assert_eq!(l.peek(b"3".as_slice()).unwrap().remaining(), 3);
 }

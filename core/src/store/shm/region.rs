@@ -37,8 +37,9 @@ use std::time::{Duration, Instant};
 
 /// "SLGTSHM1".
 const MAGIC: u64 = u64::from_le_bytes(*b"SLGTSHM1");
-/// 3: short keys compared in full (`table::exact_value`); 2 hashed every key.
-const VERSION: u32 = 3;
+/// 4: the boot and the PID namespace the region was made in; 3: short keys compared in full
+/// (`table::exact_value`); 2 hashed every key.
+const VERSION: u32 = 4;
 /// The header's bytes (a page), before the locks.
 const HEADER_LEN: usize = 4096;
 /// Insert locks: a new key holds the one of its home (modulo this count).
@@ -48,6 +49,9 @@ const SLOT_BYTES: usize = core::mem::size_of::<Slot>();
 const MAX_SLOTS: u64 = 1 << 29;
 /// How long an opener waits for a creator to finish.
 const INIT_WAIT: Duration = Duration::from_secs(3);
+/// How long an opener waits for a creator that is still sizing and allocating the file (a
+/// region of gigabytes can take longer than [`INIT_WAIT`]).
+const SIZING_WAIT: Duration = Duration::from_secs(60);
 /// Room for the quota's canonical text.
 const QUOTA_TEXT: usize = 128;
 
@@ -84,6 +88,12 @@ pub(crate) struct Header {
     /// `refill` (0 continuous, 1 interval) | `algorithm` (its index) << 8.
     kinds: AtomicU64,
     quota_text: [AtomicU64; QUOTA_TEXT / 8],
+    /// The boot the region was made in (Linux's boot id; 0: unknown): a region that outlived
+    /// a reboot (a file on a disk) holds readings of a clock that has restarted since.
+    boot: [AtomicU64; 2],
+    /// The PID namespace of its creator (the namespace file's device and inode; 0: unknown):
+    /// a process in another namespace cannot tell whether the region's processes are alive.
+    pid_ns: [AtomicU64; 2],
     /// A checksum of every field above but `state` and `initialiser`.
     checksum: AtomicU64,
     // Shared counters (not checksummed: they change).
@@ -102,6 +112,8 @@ pub(crate) struct Meta {
     pub(crate) origin: u64,
     pub(crate) secret: [u64; 2],
     pub(crate) quota: Quota,
+    pub(crate) boot: [u64; 2],
+    pub(crate) pid_ns: [u64; 2],
 }
 
 /// An open region: the mapping, and its validated geometry.
@@ -320,10 +332,64 @@ impl Region {
                 let header = unsafe { &*map.as_ptr().cast::<Header>() };
                 if header.state.load(Ordering::Acquire) == STATE_READY {
                     let meta = read_meta(header, len, path)?;
+                    if before_this_boot(&meta) {
+                        // Made before the machine last booted (a region on a disk): its
+                        // readings are of a clock that has restarted since, and every process
+                        // that used it is gone. Made anew in place, at its size, under the
+                        // sizing lock, by the first opener of this boot to get the lock.
+                        matches(&meta, want)?;
+                        match lock_sizing(&file, path)? {
+                            Sizing::Held => {
+                                let still = header.state.load(Ordering::Acquire) == STATE_READY
+                                    && read_meta(header, len, path)
+                                        .is_ok_and(|m| before_this_boot(&m));
+                                if !still {
+                                    // Another opener made it anew meanwhile.
+                                    unlock_sizing(&file);
+                                    continue;
+                                }
+                                header
+                                    .initialiser
+                                    .store(super::lock::token(), Ordering::Release);
+                                drop(map);
+                                let lock = file.try_clone();
+                                let made = Self::fill(file, path, want, meta.capacity, true);
+                                if let Ok(lock) = lock {
+                                    unlock_sizing(&lock);
+                                }
+                                return made.map(Some);
+                            }
+                            Sizing::Busy if waited.elapsed() <= INIT_WAIT => {
+                                std::thread::sleep(Duration::from_millis(2));
+                                continue;
+                            }
+                            Sizing::Busy => {
+                                return Err(err(
+                                    StoreErrorKind::Timeout,
+                                    path,
+                                    format!(
+                                        "the region was made before the machine last booted, \
+                                         and another process has held its sizing lock for \
+                                         {INIT_WAIT:?} without making it anew"
+                                    ),
+                                ))
+                            }
+                            Sizing::Unsupported => {
+                                return Err(err(
+                                    StoreErrorKind::Mismatch,
+                                    path,
+                                    "the region was made before the machine last booted (its \
+                                     clock readings are of a clock that has restarted since), \
+                                     and its file system has no lock to make it anew under: \
+                                     remove the file",
+                                ))
+                            }
+                        }
+                    }
+                    check_pid_ns(&meta, path)?;
+                    matches(&meta, want)?;
                     let name = path.display().to_string();
-                    let region = Region { map, meta, name };
-                    region.matches(want)?;
-                    return Ok(Some(region));
+                    return Ok(Some(Region { map, meta, name }));
                 }
                 let holder = header.initialiser.load(Ordering::Acquire);
                 if waited.elapsed() > INIT_WAIT {
@@ -344,6 +410,28 @@ impl Region {
                         return Ok(None);
                     }
                     if holder == 0 || !super::lock::alive(holder) {
+                        // A creator claims the initialisation once the file is sized and
+                        // allocated, under its sizing lock, which for a large region can take
+                        // longer than the wait: while the lock is held, it is still at it.
+                        let sizing = if holder == 0 {
+                            lock_sizing(&file, path)?
+                        } else {
+                            Sizing::Unsupported
+                        };
+                        if sizing == Sizing::Busy {
+                            if waited.elapsed() <= SIZING_WAIT {
+                                std::thread::sleep(Duration::from_millis(2));
+                                continue;
+                            }
+                            return Err(err(
+                                StoreErrorKind::Timeout,
+                                path,
+                                format!(
+                                    "the region's creator has been sizing and allocating its \
+                                     file for {SIZING_WAIT:?}"
+                                ),
+                            ));
+                        }
                         // Its creator died before it was ready: nobody can have used it.
                         let me = super::lock::token();
                         if header
@@ -355,6 +443,9 @@ impl Region {
                             drop(map);
                             return Self::initialise(file, path, want, capacity, Origin::TakenOver)
                                 .map(Some);
+                        }
+                        if sizing == Sizing::Held {
+                            unlock_sizing(&file);
                         }
                         *waited = Instant::now();
                         continue;
@@ -493,6 +584,8 @@ impl Region {
             origin,
             secret,
             quota: q,
+            boot: this_boot(),
+            pid_ns: this_pid_ns(),
         };
         write_meta(header, &meta, locks_offset, slots_offset, file_len);
         let region = Region {
@@ -518,43 +611,6 @@ impl Region {
         header.checksum.store(checksum(header), Ordering::Relaxed);
         header.state.store(STATE_READY, Ordering::Release);
         Ok(region)
-    }
-
-    /// Checks that the region keeps this limiter's quota, at the asked capacity.
-    fn matches(&self, want: &Want<'_>) -> Result<(), Error> {
-        if self.meta.quota != want.quota {
-            return Err(err(
-                StoreErrorKind::Mismatch,
-                want.path,
-                format!(
-                    "the region enforces {:?}, this limiter {:?} (a region keeps the limit it \
-                     was made with: give this one another name, or remove the file once no \
-                     process has it open)",
-                    self.meta.quota.to_string(),
-                    want.quota.to_string()
-                ),
-            ));
-        }
-        if let Some(c) = want.capacity {
-            if c != self.meta.capacity {
-                let why = if c == 1 {
-                    ", what a single-bucket limiter asks for: a keyed limiter's region is opened \
-                     by keyed limiters, and a region keeps the capacity it was made with"
-                } else {
-                    ": a region keeps the capacity it was made with"
-                };
-                return Err(err(
-                    StoreErrorKind::Mismatch,
-                    want.path,
-                    format!(
-                        "the region holds {} keys, this limiter asked for {c}{why} (give this \
-                         one another name, or remove the file once no process has it open)",
-                        self.meta.capacity,
-                    ),
-                ));
-            }
-        }
-        Ok(())
     }
 
     pub(crate) fn header(&self) -> &Header {
@@ -585,6 +641,43 @@ impl Region {
             )
         }
     }
+}
+
+/// Checks that the region of `meta` keeps this limiter's quota, at the asked capacity.
+fn matches(meta: &Meta, want: &Want<'_>) -> Result<(), Error> {
+    if meta.quota != want.quota {
+        return Err(err(
+            StoreErrorKind::Mismatch,
+            want.path,
+            format!(
+                "the region enforces {:?}, this limiter {:?} (a region keeps the limit it \
+                 was made with: give this one another name, or remove the file once no \
+                 process has it open)",
+                meta.quota.to_string(),
+                want.quota.to_string()
+            ),
+        ));
+    }
+    if let Some(c) = want.capacity {
+        if c != meta.capacity {
+            let why = if c == 1 {
+                ", what a single-bucket limiter asks for: a keyed limiter's region is opened \
+                 by keyed limiters, and a region keeps the capacity it was made with"
+            } else {
+                ": a region keeps the capacity it was made with"
+            };
+            return Err(err(
+                StoreErrorKind::Mismatch,
+                want.path,
+                format!(
+                    "the region holds {} keys, this limiter asked for {c}{why} (give this \
+                     one another name, or remove the file once no process has it open)",
+                    meta.capacity,
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn io_error(path: &Path, what: &str, e: &std::io::Error) -> Error {
@@ -901,6 +994,12 @@ fn write_meta(h: &Header, m: &Meta, locks_offset: u64, slots_offset: u64, file_l
         let chunk: [u8; 8] = bytes[i * 8..i * 8 + 8].try_into().unwrap_or_default();
         w.store(u64::from_le_bytes(chunk), r);
     }
+    for (w, v) in h.boot.iter().zip(m.boot) {
+        w.store(v, r);
+    }
+    for (w, v) in h.pid_ns.iter().zip(m.pid_ns) {
+        w.store(v, r);
+    }
 }
 
 /// A checksum of the fixed fields (a mangled header is refused, not misread).
@@ -931,7 +1030,7 @@ fn checksum(h: &Header) -> u64 {
     ] {
         s.write_u64(f.load(r));
     }
-    for w in &h.quota_text {
+    for w in h.quota_text.iter().chain(&h.boot).chain(&h.pid_ns) {
         s.write_u64(w.load(r));
     }
     s.finish()
@@ -1022,5 +1121,231 @@ fn read_meta(h: &Header, len: u64, path: &Path) -> Result<Meta, Error> {
         origin: h.origin.load(r),
         secret: [h.secret[0].load(r), h.secret[1].load(r)],
         quota,
+        boot: [h.boot[0].load(r), h.boot[1].load(r)],
+        pid_ns: [h.pid_ns[0].load(r), h.pid_ns[1].load(r)],
     })
+}
+
+/// The boot this process runs in (Linux's `/proc/sys/kernel/random/boot_id`, 128 bits); 0
+/// where it cannot be read.
+fn this_boot() -> [u64; 2] {
+    #[cfg(all(target_os = "linux", not(miri)))]
+    {
+        static BOOT: std::sync::OnceLock<[u64; 2]> = std::sync::OnceLock::new();
+        *BOOT.get_or_init(|| {
+            let Ok(text) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") else {
+                return [0, 0];
+            };
+            let hex: String = text.trim().chars().filter(|&c| c != '-').collect();
+            match u128::from_str_radix(&hex, 16) {
+                Ok(v) if hex.len() == 32 => [(v >> 64) as u64, v as u64],
+                _ => [0, 0],
+            }
+        })
+    }
+    #[cfg(not(all(target_os = "linux", not(miri))))]
+    {
+        [0, 0]
+    }
+}
+
+/// This process's PID namespace (the device and inode of `/proc/self/ns/pid`); 0 where it
+/// cannot be read. Read at every open: a child may be in another namespace than its parent.
+fn this_pid_ns() -> [u64; 2] {
+    #[cfg(all(target_os = "linux", not(miri)))]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self/ns/pid").map_or([0, 0], |m| [m.dev(), m.ino()])
+    }
+    #[cfg(not(all(target_os = "linux", not(miri))))]
+    {
+        [0, 0]
+    }
+}
+
+/// Whether the region of `meta` was made before the machine last booted (where both boots
+/// are known).
+fn before_this_boot(meta: &Meta) -> bool {
+    let mine = this_boot();
+    meta.boot != [0, 0] && mine != [0, 0] && meta.boot != mine
+}
+
+/// Refuses a region made in another PID namespace (another container, where both are known):
+/// the liveness of the processes named in its locks and marks cannot be told from here, and
+/// a live holder taken for dead would let two processes insert one key.
+fn check_pid_ns(meta: &Meta, path: &Path) -> Result<(), Error> {
+    let mine = this_pid_ns();
+    if meta.pid_ns == [0, 0] || mine == [0, 0] || meta.pid_ns == mine {
+        return Ok(());
+    }
+    Err(err(
+        StoreErrorKind::Unsupported,
+        path,
+        "the region was made by a process in another PID namespace (another container): a \
+         region's processes must see each other's process ids, to tell a dead lock holder from \
+         a live one. Share one PID namespace (Kubernetes: shareProcessNamespace; docker run \
+         --pid container:NAME), or give each container its own region (or Redis, for one limit \
+         across them)",
+    ))
+}
+
+#[cfg(all(test, target_os = "linux", not(miri), not(sluicegate_loom)))]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    /// A region's path in the temporary directory, its file removed when dropped.
+    struct Name(PathBuf);
+
+    impl Name {
+        fn new(what: &str) -> Self {
+            static N: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+            let n = N.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+            Self(std::env::temp_dir().join(format!(
+                "sluicegate-region-{what}-{}-{n}",
+                std::process::id()
+            )))
+        }
+    }
+
+    impl Drop for Name {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    fn open(name: &Name) -> Result<Region, Error> {
+        let origin = |_| 0;
+        Region::open(&Want {
+            path: &name.0,
+            quota: "5/s".parse().unwrap(),
+            capacity: Some(8),
+            default_capacity: 8,
+            origin: &origin,
+        })
+    }
+
+    /// Writes a fixed field of an open region as another process would have, its checksum
+    /// made to match.
+    fn rewrite(r: &Region, f: impl FnOnce(&Header)) {
+        let h = r.header();
+        f(h);
+        h.checksum.store(checksum(h), Ordering::Relaxed);
+    }
+
+    /// A region that outlived a reboot (a file on a disk) holds readings of a clock that has
+    /// restarted since: its buckets froze until the new uptime passed the old. The first
+    /// opener of the new boot makes it anew in place (every bucket full, a new clock base and
+    /// secret), once; a region of this boot is opened as it is.
+    #[test]
+    fn a_region_made_before_the_last_boot_is_made_anew_once() {
+        assert_ne!(this_boot(), [0, 0], "this machine's boot id is readable");
+        let name = Name::new("boot");
+        let r = open(&name).unwrap();
+        assert_eq!(r.meta.boot, this_boot());
+        r.slots()[3].word.store(0x1234, Ordering::Relaxed);
+        r.header().live.store(1, Ordering::Relaxed);
+        let secret = r.meta.secret;
+        rewrite(&r, |h| {
+            h.boot[1].store(this_boot()[1] ^ 1, Ordering::Relaxed)
+        });
+        drop(r);
+
+        let again = open(&name).unwrap();
+        assert_eq!(again.meta.boot, this_boot());
+        assert_ne!(again.meta.secret, secret, "made anew");
+        assert_eq!(again.slots()[3].word.load(Ordering::Relaxed), 0);
+        assert_eq!(again.header().live.load(Ordering::Relaxed), 0);
+        // Made anew once: a second opener of this boot shares it as it is.
+        again.slots()[3].word.store(0x99, Ordering::Relaxed);
+        let third = open(&name).unwrap();
+        assert_eq!(third.meta.secret, again.meta.secret);
+        assert_eq!(third.slots()[3].word.load(Ordering::Relaxed), 0x99);
+
+        // One of another quota is a mismatch, as in this boot: not made anew.
+        rewrite(&third, |h| {
+            h.boot[0].store(this_boot()[0] ^ 1, Ordering::Relaxed)
+        });
+        let origin = |_| 0;
+        let other = Region::open(&Want {
+            path: &name.0,
+            quota: "6/s".parse().unwrap(),
+            capacity: Some(8),
+            default_capacity: 8,
+            origin: &origin,
+        });
+        assert!(
+            matches!(
+                &other,
+                Err(Error::Store {
+                    kind: StoreErrorKind::Mismatch,
+                    ..
+                })
+            ),
+            "{:?}",
+            other.err()
+        );
+        assert_eq!(third.slots()[3].word.load(Ordering::Relaxed), 0x99);
+    }
+
+    /// A region made in another PID namespace (another container sharing the file) is
+    /// refused: the process ids in its locks and marks are not this namespace's, and a live
+    /// holder taken for dead would let two processes insert one key.
+    #[test]
+    fn a_region_of_another_pid_namespace_is_refused() {
+        assert_ne!(
+            this_pid_ns(),
+            [0, 0],
+            "this process's PID namespace is readable"
+        );
+        let name = Name::new("pidns");
+        let r = open(&name).unwrap();
+        assert_eq!(r.meta.pid_ns, this_pid_ns());
+        rewrite(&r, |h| {
+            h.pid_ns[1].store(this_pid_ns()[1] ^ 1, Ordering::Relaxed)
+        });
+        let Err(e) = open(&name) else {
+            panic!("opened another PID namespace's region")
+        };
+        assert!(
+            matches!(
+                &e,
+                Error::Store {
+                    kind: StoreErrorKind::Unsupported,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("PID namespace"), "{e}");
+        // Its own namespace's opens it.
+        rewrite(&r, |h| {
+            h.pid_ns[1].store(this_pid_ns()[1], Ordering::Relaxed)
+        });
+        assert!(open(&name).is_ok());
+    }
+
+    /// A creator still sizing and allocating a large region (its sizing lock held, its claim
+    /// of the initialisation not made yet) is waited for past the usual wait, not taken over.
+    #[test]
+    fn a_creator_still_sizing_is_waited_for() {
+        let name = Name::new("sizing");
+        let creator = create_new(&name.0).unwrap();
+        assert_eq!(lock_sizing(&creator, &name.0).unwrap(), Sizing::Held);
+        creator.set_len(HEADER_LEN as u64).unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(INIT_WAIT + Duration::from_millis(700));
+            // Not done: the creator gives up (as if it died after sizing the file).
+            unlock_sizing(&creator);
+            drop(creator);
+        });
+        let started = Instant::now();
+        let r = open(&name).unwrap();
+        assert!(
+            started.elapsed() >= INIT_WAIT + Duration::from_millis(700),
+            "taken over while its creator held the sizing lock"
+        );
+        assert_eq!(r.header().state.load(Ordering::Acquire), STATE_READY);
+        release.join().unwrap();
+    }
 }
