@@ -224,8 +224,11 @@ enum Claimed {
     /// No slot was taken (another inserter got there first): the unit of capacity reserved
     /// for it is still the inserter's to give back.
     Lost,
-    /// Every slot holds a key or a claim, though the live count had room.
-    NoSlot,
+    /// No slot was taken, and the key is refused with this error: every slot holds a key or a
+    /// claim though the live count had room (`KeyStoreFull`), or a vacating mark stayed for
+    /// [`super::lock::WAIT`] (`Timeout`). The unit of capacity reserved for it is still the
+    /// inserter's to give back.
+    Refused(Error),
     /// The claim was undone by another process that judged this one dead, and its unit given
     /// back with it.
     Undone,
@@ -703,14 +706,14 @@ impl Table<'_> {
                 self.give_back();
                 Ok(None)
             }
-            Claimed::NoSlot => {
-                // The count said there was room, the slots say otherwise (the region's bytes
-                // were overwritten): raise it to the slots (never lower: units taken for keys
-                // not claimed yet are in it) and refuse. (A recount would wait for this very
-                // insert lock.)
+            Claimed::Refused(e) => {
+                // The count is left as it is: a scan of the slots is no count to raise it to
+                // (a slot it saw taken may have been given back since, and a vacating mark's
+                // unit may be back already: a count raised over them refused every later new
+                // key until a sweep). A count that a writer of garbage left too low is the
+                // next sweep's recount's to repair.
                 self.give_back();
-                self.live.fetch_max(self.len() as u64, Ordering::AcqRel);
-                Err(self.full())
+                Err(e)
             }
             // Whoever undid the claim gave its unit back.
             Claimed::Undone => Ok(None),
@@ -785,6 +788,12 @@ impl Table<'_> {
     /// in-process store, so that eviction (which moves the watermark) happens at moments the
     /// caller chooses, not wherever a probe happens to pass (the region's random secret decides
     /// that: it made a region's decisions on a backward clock differ from run to run).
+    ///
+    /// A scan that found no slot but met a live process's vacating mark waits and scans again,
+    /// as [`reserve`](Self::reserve) does: the mark's slot is a few instructions from empty,
+    /// and its unit may be the very one this key holds (two removals in flight in a region of
+    /// one key and two slots, their units back and their slots not yet emptied, left a new key
+    /// no slot, and it was refused though the region was empty).
     fn claim(
         &self,
         cx: &Ctx,
@@ -794,10 +803,35 @@ impl Table<'_> {
         step: &impl Fn(u128) -> (Decision, Option<u128>),
     ) -> Claimed {
         let n = self.slots.len();
-        let Some((d, empty)) =
-            (0..n).find_map(|d| self.vacate(self.at(fp.home, d)).map(|w| (d, w)))
-        else {
-            return Claimed::NoSlot;
+        let mut backoff = super::lock::Backoff::new();
+        let (d, empty) = loop {
+            let mut vacating = false;
+            let found = (0..n).find_map(|d| {
+                let i = self.at(fp.home, d);
+                let w = self.vacate(i);
+                // One mark seen is enough to look again: no need to ask about the others.
+                vacating = vacating || (w.is_none() && self.vacating(i));
+                w.map(|w| (d, w))
+            });
+            match found {
+                Some(found) => break found,
+                None if vacating => {
+                    if let Err(e) = backoff.pause(|waited| {
+                        Error::store(
+                            StoreErrorKind::Timeout,
+                            self.name,
+                            format!(
+                                "a new key waited {waited:?} for another process to empty a \
+                                 slot it is giving back (it is alive but not running: stopped \
+                                 or traced?)"
+                            ),
+                        )
+                    }) {
+                        return Claimed::Refused(e);
+                    }
+                }
+                None => return Claimed::Refused(self.full()),
+            }
         };
         let i = self.at(fp.home, d);
         // Reach first, so that no reader that sees the key's slot misses it for its reach.
@@ -1410,6 +1444,43 @@ mod tests {
         assert_eq!(t.len(), 1, "a live process's mark is left alone");
     }
 
+    /// Two vacating marks in flight (their units given back, the slots not zeroed yet) fill
+    /// every slot of a region for one key: a new key's claim that meets them waits for a slot
+    /// rather than refusing the key, and the live count is never raised over the marks (it
+    /// was raised to 2, and every later new key refused until a sweep).
+    #[test]
+    #[cfg_attr(miri, ignore = "sleeps")]
+    fn a_claim_waits_for_vacating_marks_instead_of_refusing() {
+        let o = Owned::new(1, 2, 2);
+        let (t, c) = (o.table(), cx("1/s", OnFull::RejectNewKeys));
+        let (a, b, new) = (fp(1, 2), fp(2, 2), fp(3, 2));
+        let marks = [
+            pack(a.tag, CLAIM | VACATE | lock_token()),
+            pack(b.tag, CLAIM | VACATE | lock_token()),
+        ];
+        for (slot, mark) in o.slots.iter().zip(marks) {
+            slot.word.store(mark, Ordering::Release);
+        }
+        o.live.store(0, Ordering::Release); // both units given back already
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                for (slot, mark) in o.slots.iter().zip(marks) {
+                    slot.word
+                        .compare_exchange(mark, 0, Ordering::AcqRel, Ordering::Acquire)
+                        .unwrap();
+                }
+            });
+            let d = t.acquire(&c, &new, req(0, 1), me);
+            assert!(d.as_ref().is_ok_and(Decision::allowed), "{d:?}");
+        });
+        assert_eq!((t.len(), o.live.load(Ordering::Acquire)), (1, 1));
+        // And the next new key is refused by the bound (one key), not by a count left high.
+        assert!(t.remove(&new).unwrap());
+        assert!(t.acquire(&c, &a, req(0, 1), me).unwrap().allowed());
+        assert_eq!((t.len(), o.live.load(Ordering::Acquire)), (1, 1));
+    }
+
     fn lock_token() -> u128 {
         u128::from(super::super::lock::token())
     }
@@ -1847,6 +1918,44 @@ mod loom_models {
             } else {
                 assert_eq!(seen, 1);
             }
+        });
+    }
+
+    /// At a bound of one key, both slots hold a live process's vacating mark whose unit is
+    /// back already (two removals a few instructions from done), and a new key's insert races
+    /// their last step (the slots emptied): its claim, which may meet both marks, waits for a
+    /// slot rather than refusing the key (it returned `NoSlot`: a `KeyStoreFull` with the
+    /// region empty, and the live count raised over the marks, so that every later new key
+    /// was refused too). The key is admitted, and counted once.
+    #[test]
+    fn a_claim_racing_vacating_marks_waits_for_a_slot() {
+        loom::model(|| {
+            let o = Arc::new(Owned::new(1, 2, 2));
+            let c = Arc::new(cx("2/s"));
+            let (a, b, new) = (fp(1, 0, 2), fp(2, 1, 2), fp(3, 1, 2));
+            let marks = [
+                pack(a.tag, CLAIM | VACATE | u128::from(me())),
+                pack(b.tag, CLAIM | VACATE | u128::from(me())),
+            ];
+            for (slot, mark) in o.slots.iter().zip(marks) {
+                slot.word.store(mark, Ordering::Release);
+            }
+            let remover = {
+                let o = o.clone();
+                thread::spawn(move || {
+                    for (slot, mark) in o.slots.iter().zip(marks) {
+                        slot.word
+                            .compare_exchange(mark, 0, Ordering::AcqRel, Ordering::Acquire)
+                            .unwrap();
+                    }
+                })
+            };
+            let inserted = o.table().acquire(&c, &new, req(0, 1), me);
+            remover.join().unwrap();
+            assert!(admitted(&inserted), "{inserted:?}");
+            let t = o.table();
+            assert_eq!(t.len(), 1);
+            assert_eq!(o.live.load(Ordering::Acquire), 1);
         });
     }
 
