@@ -245,9 +245,15 @@ impl Hint {
     /// Starts a scan for full buckets at `now`; `None` when the hint says that nothing can be
     /// full yet (the new key is refused without a scan).
     pub(crate) fn scan(&self, now: u64) -> Option<Scan> {
+        self.scan_below(now, u64::MAX)
+    }
+
+    /// [`scan`](Self::scan), believing no hint past `bound`: one no bucket can have given,
+    /// written by someone else (a shared-memory region's bytes are untrusted), is taken for none.
+    pub(crate) fn scan_below(&self, now: u64, bound: u64) -> Option<Scan> {
         let gen = self.gen.load(Ordering::Acquire);
         let hint = self.hint.load(Ordering::Acquire);
-        if hint != 0 && now < hint {
+        if hint != 0 && now < hint && hint <= bound {
             return None;
         }
         Some(Scan { gen, hint })

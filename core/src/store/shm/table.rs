@@ -253,6 +253,8 @@ enum Found {
 }
 
 const BAD_STATE: &str = "a bucket's state is outside its algorithm's range";
+const BAD_WATERMARK: &str =
+    "the region's eviction watermark is past the last clock reading its quota keeps";
 
 impl Table<'_> {
     /// Slot `home + d`, wrapping (`home` and `d` are below the slot count).
@@ -357,6 +359,38 @@ impl Table<'_> {
 
     fn corrupt(&self, what: &str) -> Error {
         Error::store(StoreErrorKind::Corrupt, self.name, what.to_string())
+    }
+
+    /// Where a re-created key starts at `now`: the later of `now` and the region's watermark
+    /// (see [`evict`](Self::evict)). The watermark is the region's bytes, untrusted: one past
+    /// the codec's horizon was never a reading (every eviction's `now` is one), and a bucket
+    /// created there would not fit its 95 bits (it spilled into the claim and vacating bits).
+    fn start_at(&self, cx: &Ctx, now: u64) -> Result<u64, Error> {
+        let w = self.hint.watermark();
+        if w > cx.codec.horizon() {
+            return Err(self.corrupt(BAD_WATERMARK));
+        }
+        Ok(now.max(w))
+    }
+
+    /// The latest hint (nothing full before it) that a bucket of this region can have given by
+    /// `now`, with room to spare: `now` plus twice the time a bucket emptied at `now` takes to
+    /// be full again. A hint is a reading plus a bucket's time until full (a sweep's
+    /// `soonest`, a new bucket's or a refund's `full_at`); one past this bound is taken for
+    /// none (a scan then costs what it costs without a hint), so that a hint written over by
+    /// someone else does not refuse every new key until that instant. A bound too low would
+    /// only cost scans (readings from other processes a little behind this one's are such a
+    /// case). Three steps of the codec, on the path of a new key at the bound only.
+    fn hint_bound(&self, cx: &Ctx, now: u64) -> u64 {
+        let c = &cx.codec;
+        let fresh = c.fresh(now);
+        let left = c.decide(fresh, now, 0).0.remaining();
+        let empty = match left {
+            0 => fresh,
+            _ => c.decide(fresh, now, left).1.unwrap_or(fresh),
+        };
+        let refill = c.decide(empty, now, 0).0.reset_after_nanos();
+        now.saturating_add(refill.saturating_mul(2))
     }
 
     /// The slot holding `fp`'s key, as of the loads; `None` when absent (or being inserted).
@@ -744,14 +778,17 @@ impl Table<'_> {
                 return Ok(());
             }
             let mut vacating = false;
-            if let Some(scan) = self.hint.scan(now) {
+            let bound = self.hint_bound(cx, now);
+            if let Some(scan) = self.hint.scan_below(now, bound) {
                 let swept = self.sweep(cx, now)?;
                 if swept.evicted > 0 {
                     continue;
                 }
                 vacating = swept.vacating;
                 if !vacating {
-                    self.hint.found_nothing(scan, swept.soonest);
+                    // A scan that kept no bucket (`u64::MAX`: none is full before a new one is
+                    // made, which lowers the hint) records the bound, which is believed.
+                    self.hint.found_nothing(scan, swept.soonest.min(bound));
                 }
             }
             if cx.on_full == OnFull::EvictFullest
@@ -802,6 +839,19 @@ impl Table<'_> {
         me: u64,
         step: &impl Fn(u128) -> (Decision, Option<u128>),
     ) -> Claimed {
+        // The bucket this claim creates, before any write: the watermark is checked here.
+        let at = match self.start_at(cx, r.now) {
+            Ok(at) => at,
+            Err(e) => return Claimed::Refused(e),
+        };
+        let fresh = cx.codec.fresh(at);
+        let (decision, new) = step(fresh);
+        let state = new.unwrap_or(fresh);
+        if state >= CLAIM {
+            // No codec makes one from a reading up to its horizon; written, it would read as a
+            // claim or a vacating mark (emptied, its unit never given back).
+            return Claimed::Refused(self.corrupt(BAD_STATE));
+        }
         let n = self.slots.len();
         let mut backoff = super::lock::Backoff::new();
         let (d, empty) = loop {
@@ -847,10 +897,6 @@ impl Table<'_> {
         // The rest of the fingerprint, published by the CAS below (release).
         self.slots[i].tag_hi.store(fp.tag_hi, Ordering::Relaxed);
         self.set_tag_lo(i, fp.tag_lo);
-        let at = r.now.max(self.hint.watermark());
-        let fresh = cx.codec.fresh(at);
-        let (decision, new) = step(fresh);
-        let state = new.unwrap_or(fresh);
         if word
             .compare_exchange(
                 mark,
@@ -1037,7 +1083,7 @@ impl Table<'_> {
                 break;
             }
         }
-        let at = now.max(self.hint.watermark());
+        let at = self.start_at(cx, now)?;
         Ok(cx.codec.decide(cx.codec.fresh(at), now, cost).0)
     }
 
@@ -1260,6 +1306,8 @@ mod tests {
     use crate::store::keyed::Ctx;
     use crate::{OnFull, Quota};
 
+    const S: u64 = 1_000_000_000;
+
     fn cx(rate: &str, on_full: OnFull) -> Ctx {
         let q: Quota = rate.parse().unwrap();
         Ctx::for_tests(q, 0, on_full)
@@ -1479,6 +1527,106 @@ mod tests {
         assert!(t.remove(&new).unwrap());
         assert!(t.acquire(&c, &a, req(0, 1), me).unwrap().allowed());
         assert_eq!((t.len(), o.live.load(Ordering::Acquire)), (1, 1));
+    }
+
+    /// A region whose watermark (where re-created keys start) is past the last reading its
+    /// quota keeps was written by someone else: a typed `Corrupt`, with nothing written and no
+    /// unit of the capacity taken. With the 95-bit codec of `4294967291/s` and a watermark of
+    /// `u64::MAX - 1`, a new bucket's state spilled into the claim and vacating bits: the
+    /// bucket read as a dead process's vacating mark, was emptied without its unit given back,
+    /// and every request leaked a unit until the empty region refused every new key.
+    #[test]
+    fn a_watermark_past_the_horizon_is_a_typed_error() {
+        let q: Quota = "4294967291/s".parse().unwrap();
+        let codec = Codec::narrow(&q, 0, STATE).unwrap().unwrap();
+        let c = Ctx::new(&q, codec, 0, 4, OnFull::RejectNewKeys);
+        let o = Owned::new(4, 5, 2);
+        let t = o.table();
+        assert!(t.acquire(&c, &fp(9, 5), req(0, 1), me).unwrap().allowed());
+        o.hint.raise_watermark(u64::MAX - 1);
+        for k in 0..8 {
+            let e = t.acquire(&c, &fp(k, 5), req(0, 1), me).unwrap_err();
+            assert_eq!(e.code(), "store_corrupt", "{e}");
+            assert_eq!(
+                t.peek(&c, &fp(k, 5), 0).unwrap_err().code(),
+                "store_corrupt"
+            );
+        }
+        assert_eq!((t.len(), o.live.load(Ordering::Acquire)), (1, 1));
+        // The existing key's decisions do not read the watermark.
+        assert!(t.acquire(&c, &fp(9, 5), req(0, 1), me).unwrap().allowed());
+        let a = t.audit(&c);
+        assert_eq!((a.live, a.stale_claims, a.corrupt), (1, 0, 0), "{a:?}");
+        // At the horizon itself it is a reading like any other.
+        let o = Owned::new(4, 5, 2);
+        let t = o.table();
+        let h = c.codec.horizon();
+        o.hint.raise_watermark(h);
+        assert!(t.acquire(&c, &fp(1, 5), req(h, 1), me).unwrap().allowed());
+        assert_eq!(t.audit(&c).stale_claims, 0);
+    }
+
+    /// A hint (nothing full before it) that no bucket can have given, far past the time a
+    /// bucket takes to be full, is someone else's bytes: a new key at the bound scans anyway
+    /// and evicts the full bucket, rather than being refused until that instant.
+    #[test]
+    fn a_hint_no_bucket_could_give_is_not_believed() {
+        let o = Owned::new(1, 2, 2);
+        let (t, c) = (o.table(), cx("1/s", OnFull::RejectNewKeys));
+        assert!(t.acquire(&c, &fp(1, 2), req(0, 1), me).unwrap().allowed()); // full at 1 s
+        let scan = o.hint.scan(0).unwrap();
+        o.hint.found_nothing(scan, u64::MAX / 2);
+        assert!(t.acquire(&c, &fp(2, 2), req(S, 1), me).unwrap().allowed());
+        assert_eq!((t.len(), o.live.load(Ordering::Acquire)), (1, 1));
+        // A hint a bucket gave is believed: the new key is refused in O(1) until then.
+        assert!(matches!(
+            t.acquire(&c, &fp(3, 2), req(S, 1), me),
+            Err(Error::KeyStoreFull { max_keys: 1 })
+        ));
+        assert!(o.hint.scan(S).is_none());
+        assert!(t
+            .acquire(&c, &fp(3, 2), req(2 * S, 1), me)
+            .unwrap()
+            .allowed());
+    }
+
+    /// The bound on a believed hint is one: every bucket a run of requests and refunds leaves
+    /// becomes full by it, for each algorithm (else a true hint would be ignored: a scan for
+    /// nothing).
+    #[test]
+    fn every_bucket_is_full_by_the_hint_bound() {
+        let o = Owned::new(1, 2, 2);
+        let t = o.table();
+        let mut r = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |n: u64| {
+            r ^= r << 13;
+            r ^= r >> 7;
+            r ^= r << 17;
+            r % n
+        };
+        for rate in [
+            "10/s",
+            "1/s; burst=4; initial=1",
+            "1/s; burst=4; initial=1; refill=interval",
+            "1/s; burst=10; algorithm=gcra",
+            "7/s; algorithm=fixed_window",
+            "7/s; algorithm=sliding_window",
+            "7/s; algorithm=leaky_queue",
+        ] {
+            let c = cx(rate, OnFull::RejectNewKeys);
+            let mut state = c.codec.fresh(0);
+            let mut now = 0;
+            for _ in 0..2000 {
+                now += next(S / 3);
+                if next(4) == 0 {
+                    state = c.codec.refund(state, now, 1).unwrap_or(state);
+                } else {
+                    state = c.codec.decide(state, now, 1 + next(3)).1.unwrap_or(state);
+                }
+                let full_at = now + c.codec.decide(state, now, 0).0.reset_after_nanos();
+                assert!(full_at <= t.hint_bound(&c, now), "{rate} at {now}");
+            }
+        }
     }
 
     fn lock_token() -> u128 {
