@@ -232,7 +232,9 @@ impl Hint {
     }
 
     /// Records that a bucket can be full from `full_at` on, maybe sooner than the hint says:
-    /// a new bucket, or a refund. Called after the change.
+    /// a new bucket, or a refund. Called after the change (a shared-memory region's table
+    /// calls it before the change too, so that a process killed between the two leaves no
+    /// hint later than the bucket's `full_at`: see `shm::table`'s `claim`).
     pub(crate) fn lowered(&self, full_at: u64) {
         self.gen.fetch_add(1, Ordering::AcqRel);
         if self.hint.load(Ordering::Acquire) != 0 {

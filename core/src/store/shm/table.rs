@@ -897,6 +897,12 @@ impl Table<'_> {
         // The rest of the fingerprint, published by the CAS below (release).
         self.slots[i].tag_hi.store(fp.tag_hi, Ordering::Relaxed);
         self.set_tag_lo(i, fp.tag_lo);
+        // The hint is lowered before the bucket is made as well as after (the protocol's step,
+        // which a scan meanwhile needs): a process killed between the two left a hint that
+        // refused new keys with `RejectNewKeys` until its instant, though this bucket could be
+        // evicted before it. A CAS that then fails has cost a scan at most.
+        let full_at = r.now.saturating_add(decision.reset_after_nanos());
+        self.hint.lowered(full_at);
         if word
             .compare_exchange(
                 mark,
@@ -910,7 +916,6 @@ impl Table<'_> {
             // theirs now, and they gave its unit back): start again.
             return Claimed::Undone;
         }
-        let full_at = r.now.saturating_add(decision.reset_after_nanos());
         self.hint.lowered(full_at);
         Claimed::Done(decision)
     }
@@ -1112,6 +1117,8 @@ impl Table<'_> {
                 let Some(new) = cx.codec.refund(state, now, cost) else {
                     return Ok(());
                 };
+                // Before the refund as well as after it, as a new bucket's (see `claim`).
+                self.hint.lowered(now);
                 match word.compare_exchange_weak(
                     cur,
                     pack(fp.tag, new),
