@@ -232,7 +232,9 @@ impl Hint {
     }
 
     /// Records that a bucket can be full from `full_at` on, maybe sooner than the hint says:
-    /// a new bucket, or a refund. Called after the change.
+    /// a new bucket, or a refund. Called after the change (a shared-memory region's table
+    /// calls it before the change too, so that a process killed between the two leaves no
+    /// hint later than the bucket's `full_at`: see `shm::table`'s `claim`).
     pub(crate) fn lowered(&self, full_at: u64) {
         self.gen.fetch_add(1, Ordering::AcqRel);
         if self.hint.load(Ordering::Acquire) != 0 {
@@ -245,9 +247,15 @@ impl Hint {
     /// Starts a scan for full buckets at `now`; `None` when the hint says that nothing can be
     /// full yet (the new key is refused without a scan).
     pub(crate) fn scan(&self, now: u64) -> Option<Scan> {
+        self.scan_below(now, u64::MAX)
+    }
+
+    /// [`scan`](Self::scan), believing no hint past `bound`: one no bucket can have given,
+    /// written by someone else (a shared-memory region's bytes are untrusted), is taken for none.
+    pub(crate) fn scan_below(&self, now: u64, bound: u64) -> Option<Scan> {
         let gen = self.gen.load(Ordering::Acquire);
         let hint = self.hint.load(Ordering::Acquire);
-        if hint != 0 && now < hint {
+        if hint != 0 && now < hint && hint <= bound {
             return None;
         }
         Some(Scan { gen, hint })

@@ -224,8 +224,11 @@ enum Claimed {
     /// No slot was taken (another inserter got there first): the unit of capacity reserved
     /// for it is still the inserter's to give back.
     Lost,
-    /// Every slot holds a key or a claim, though the live count had room.
-    NoSlot,
+    /// No slot was taken, and the key is refused with this error: every slot holds a key or a
+    /// claim though the live count had room (`KeyStoreFull`), or a vacating mark stayed for
+    /// [`super::lock::WAIT`] (`Timeout`). The unit of capacity reserved for it is still the
+    /// inserter's to give back.
+    Refused(Error),
     /// The claim was undone by another process that judged this one dead, and its unit given
     /// back with it.
     Undone,
@@ -250,6 +253,8 @@ enum Found {
 }
 
 const BAD_STATE: &str = "a bucket's state is outside its algorithm's range";
+const BAD_WATERMARK: &str =
+    "the region's eviction watermark is past the last clock reading its quota keeps";
 
 impl Table<'_> {
     /// Slot `home + d`, wrapping (`home` and `d` are below the slot count).
@@ -354,6 +359,38 @@ impl Table<'_> {
 
     fn corrupt(&self, what: &str) -> Error {
         Error::store(StoreErrorKind::Corrupt, self.name, what.to_string())
+    }
+
+    /// Where a re-created key starts at `now`: the later of `now` and the region's watermark
+    /// (see [`evict`](Self::evict)). The watermark is the region's bytes, untrusted: one past
+    /// the codec's horizon was never a reading (every eviction's `now` is one), and a bucket
+    /// created there would not fit its 95 bits (it spilled into the claim and vacating bits).
+    fn start_at(&self, cx: &Ctx, now: u64) -> Result<u64, Error> {
+        let w = self.hint.watermark();
+        if w > cx.codec.horizon() {
+            return Err(self.corrupt(BAD_WATERMARK));
+        }
+        Ok(now.max(w))
+    }
+
+    /// The latest hint (nothing full before it) that a bucket of this region can have given by
+    /// `now`, with room to spare: `now` plus twice the time a bucket emptied at `now` takes to
+    /// be full again. A hint is a reading plus a bucket's time until full (a sweep's
+    /// `soonest`, a new bucket's or a refund's `full_at`); one past this bound is taken for
+    /// none (a scan then costs what it costs without a hint), so that a hint written over by
+    /// someone else does not refuse every new key until that instant. A bound too low would
+    /// only cost scans (readings from other processes a little behind this one's are such a
+    /// case). Three steps of the codec, on the path of a new key at the bound only.
+    fn hint_bound(&self, cx: &Ctx, now: u64) -> u64 {
+        let c = &cx.codec;
+        let fresh = c.fresh(now);
+        let left = c.decide(fresh, now, 0).0.remaining();
+        let empty = match left {
+            0 => fresh,
+            _ => c.decide(fresh, now, left).1.unwrap_or(fresh),
+        };
+        let refill = c.decide(empty, now, 0).0.reset_after_nanos();
+        now.saturating_add(refill.saturating_mul(2))
     }
 
     /// The slot holding `fp`'s key, as of the loads; `None` when absent (or being inserted).
@@ -703,14 +740,14 @@ impl Table<'_> {
                 self.give_back();
                 Ok(None)
             }
-            Claimed::NoSlot => {
-                // The count said there was room, the slots say otherwise (the region's bytes
-                // were overwritten): raise it to the slots (never lower: units taken for keys
-                // not claimed yet are in it) and refuse. (A recount would wait for this very
-                // insert lock.)
+            Claimed::Refused(e) => {
+                // The count is left as it is: a scan of the slots is no count to raise it to
+                // (a slot it saw taken may have been given back since, and a vacating mark's
+                // unit may be back already: a count raised over them refused every later new
+                // key until a sweep). A count that a writer of garbage left too low is the
+                // next sweep's recount's to repair.
                 self.give_back();
-                self.live.fetch_max(self.len() as u64, Ordering::AcqRel);
-                Err(self.full())
+                Err(e)
             }
             // Whoever undid the claim gave its unit back.
             Claimed::Undone => Ok(None),
@@ -741,14 +778,17 @@ impl Table<'_> {
                 return Ok(());
             }
             let mut vacating = false;
-            if let Some(scan) = self.hint.scan(now) {
+            let bound = self.hint_bound(cx, now);
+            if let Some(scan) = self.hint.scan_below(now, bound) {
                 let swept = self.sweep(cx, now)?;
                 if swept.evicted > 0 {
                     continue;
                 }
                 vacating = swept.vacating;
                 if !vacating {
-                    self.hint.found_nothing(scan, swept.soonest);
+                    // A scan that kept no bucket (`u64::MAX`: none is full before a new one is
+                    // made, which lowers the hint) records the bound, which is believed.
+                    self.hint.found_nothing(scan, swept.soonest.min(bound));
                 }
             }
             if cx.on_full == OnFull::EvictFullest
@@ -785,6 +825,12 @@ impl Table<'_> {
     /// in-process store, so that eviction (which moves the watermark) happens at moments the
     /// caller chooses, not wherever a probe happens to pass (the region's random secret decides
     /// that: it made a region's decisions on a backward clock differ from run to run).
+    ///
+    /// A scan that found no slot but met a live process's vacating mark waits and scans again,
+    /// as [`reserve`](Self::reserve) does: the mark's slot is a few instructions from empty,
+    /// and its unit may be the very one this key holds (two removals in flight in a region of
+    /// one key and two slots, their units back and their slots not yet emptied, left a new key
+    /// no slot, and it was refused though the region was empty).
     fn claim(
         &self,
         cx: &Ctx,
@@ -793,11 +839,49 @@ impl Table<'_> {
         me: u64,
         step: &impl Fn(u128) -> (Decision, Option<u128>),
     ) -> Claimed {
+        // The bucket this claim creates, before any write: the watermark is checked here.
+        let at = match self.start_at(cx, r.now) {
+            Ok(at) => at,
+            Err(e) => return Claimed::Refused(e),
+        };
+        let fresh = cx.codec.fresh(at);
+        let (decision, new) = step(fresh);
+        let state = new.unwrap_or(fresh);
+        if state >= CLAIM {
+            // No codec makes one from a reading up to its horizon; written, it would read as a
+            // claim or a vacating mark (emptied, its unit never given back).
+            return Claimed::Refused(self.corrupt(BAD_STATE));
+        }
         let n = self.slots.len();
-        let Some((d, empty)) =
-            (0..n).find_map(|d| self.vacate(self.at(fp.home, d)).map(|w| (d, w)))
-        else {
-            return Claimed::NoSlot;
+        let mut backoff = super::lock::Backoff::new();
+        let (d, empty) = loop {
+            let mut vacating = false;
+            let found = (0..n).find_map(|d| {
+                let i = self.at(fp.home, d);
+                let w = self.vacate(i);
+                // One mark seen is enough to look again: no need to ask about the others.
+                vacating = vacating || (w.is_none() && self.vacating(i));
+                w.map(|w| (d, w))
+            });
+            match found {
+                Some(found) => break found,
+                None if vacating => {
+                    if let Err(e) = backoff.pause(|waited| {
+                        Error::store(
+                            StoreErrorKind::Timeout,
+                            self.name,
+                            format!(
+                                "a new key waited {waited:?} for another process to empty a \
+                                 slot it is giving back (it is alive but not running: stopped \
+                                 or traced?)"
+                            ),
+                        )
+                    }) {
+                        return Claimed::Refused(e);
+                    }
+                }
+                None => return Claimed::Refused(self.full()),
+            }
         };
         let i = self.at(fp.home, d);
         // Reach first, so that no reader that sees the key's slot misses it for its reach.
@@ -813,10 +897,12 @@ impl Table<'_> {
         // The rest of the fingerprint, published by the CAS below (release).
         self.slots[i].tag_hi.store(fp.tag_hi, Ordering::Relaxed);
         self.set_tag_lo(i, fp.tag_lo);
-        let at = r.now.max(self.hint.watermark());
-        let fresh = cx.codec.fresh(at);
-        let (decision, new) = step(fresh);
-        let state = new.unwrap_or(fresh);
+        // The hint is lowered before the bucket is made as well as after (the protocol's step,
+        // which a scan meanwhile needs): a process killed between the two left a hint that
+        // refused new keys with `RejectNewKeys` until its instant, though this bucket could be
+        // evicted before it. A CAS that then fails has cost a scan at most.
+        let full_at = r.now.saturating_add(decision.reset_after_nanos());
+        self.hint.lowered(full_at);
         if word
             .compare_exchange(
                 mark,
@@ -830,7 +916,6 @@ impl Table<'_> {
             // theirs now, and they gave its unit back): start again.
             return Claimed::Undone;
         }
-        let full_at = r.now.saturating_add(decision.reset_after_nanos());
         self.hint.lowered(full_at);
         Claimed::Done(decision)
     }
@@ -1003,7 +1088,7 @@ impl Table<'_> {
                 break;
             }
         }
-        let at = now.max(self.hint.watermark());
+        let at = self.start_at(cx, now)?;
         Ok(cx.codec.decide(cx.codec.fresh(at), now, cost).0)
     }
 
@@ -1032,6 +1117,8 @@ impl Table<'_> {
                 let Some(new) = cx.codec.refund(state, now, cost) else {
                     return Ok(());
                 };
+                // Before the refund as well as after it, as a new bucket's (see `claim`).
+                self.hint.lowered(now);
                 match word.compare_exchange_weak(
                     cur,
                     pack(fp.tag, new),
@@ -1226,6 +1313,8 @@ mod tests {
     use crate::store::keyed::Ctx;
     use crate::{OnFull, Quota};
 
+    const S: u64 = 1_000_000_000;
+
     fn cx(rate: &str, on_full: OnFull) -> Ctx {
         let q: Quota = rate.parse().unwrap();
         Ctx::for_tests(q, 0, on_full)
@@ -1408,6 +1497,143 @@ mod tests {
         let e = t.acquire(&c, &new, req(0, 1), me).unwrap_err();
         assert_eq!(e.code(), "store_timeout", "{e}");
         assert_eq!(t.len(), 1, "a live process's mark is left alone");
+    }
+
+    /// Two vacating marks in flight (their units given back, the slots not zeroed yet) fill
+    /// every slot of a region for one key: a new key's claim that meets them waits for a slot
+    /// rather than refusing the key, and the live count is never raised over the marks (it
+    /// was raised to 2, and every later new key refused until a sweep).
+    #[test]
+    #[cfg_attr(miri, ignore = "sleeps")]
+    fn a_claim_waits_for_vacating_marks_instead_of_refusing() {
+        let o = Owned::new(1, 2, 2);
+        let (t, c) = (o.table(), cx("1/s", OnFull::RejectNewKeys));
+        let (a, b, new) = (fp(1, 2), fp(2, 2), fp(3, 2));
+        let marks = [
+            pack(a.tag, CLAIM | VACATE | lock_token()),
+            pack(b.tag, CLAIM | VACATE | lock_token()),
+        ];
+        for (slot, mark) in o.slots.iter().zip(marks) {
+            slot.word.store(mark, Ordering::Release);
+        }
+        o.live.store(0, Ordering::Release); // both units given back already
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                for (slot, mark) in o.slots.iter().zip(marks) {
+                    slot.word
+                        .compare_exchange(mark, 0, Ordering::AcqRel, Ordering::Acquire)
+                        .unwrap();
+                }
+            });
+            let d = t.acquire(&c, &new, req(0, 1), me);
+            assert!(d.as_ref().is_ok_and(Decision::allowed), "{d:?}");
+        });
+        assert_eq!((t.len(), o.live.load(Ordering::Acquire)), (1, 1));
+        // And the next new key is refused by the bound (one key), not by a count left high.
+        assert!(t.remove(&new).unwrap());
+        assert!(t.acquire(&c, &a, req(0, 1), me).unwrap().allowed());
+        assert_eq!((t.len(), o.live.load(Ordering::Acquire)), (1, 1));
+    }
+
+    /// A region whose watermark (where re-created keys start) is past the last reading its
+    /// quota keeps was written by someone else: a typed `Corrupt`, with nothing written and no
+    /// unit of the capacity taken. With the 95-bit codec of `4294967291/s` and a watermark of
+    /// `u64::MAX - 1`, a new bucket's state spilled into the claim and vacating bits: the
+    /// bucket read as a dead process's vacating mark, was emptied without its unit given back,
+    /// and every request leaked a unit until the empty region refused every new key.
+    #[test]
+    fn a_watermark_past_the_horizon_is_a_typed_error() {
+        let q: Quota = "4294967291/s".parse().unwrap();
+        let codec = Codec::narrow(&q, 0, STATE).unwrap().unwrap();
+        let c = Ctx::new(&q, codec, 0, 4, OnFull::RejectNewKeys);
+        let o = Owned::new(4, 5, 2);
+        let t = o.table();
+        assert!(t.acquire(&c, &fp(9, 5), req(0, 1), me).unwrap().allowed());
+        o.hint.raise_watermark(u64::MAX - 1);
+        for k in 0..8 {
+            let e = t.acquire(&c, &fp(k, 5), req(0, 1), me).unwrap_err();
+            assert_eq!(e.code(), "store_corrupt", "{e}");
+            assert_eq!(
+                t.peek(&c, &fp(k, 5), 0).unwrap_err().code(),
+                "store_corrupt"
+            );
+        }
+        assert_eq!((t.len(), o.live.load(Ordering::Acquire)), (1, 1));
+        // The existing key's decisions do not read the watermark.
+        assert!(t.acquire(&c, &fp(9, 5), req(0, 1), me).unwrap().allowed());
+        let a = t.audit(&c);
+        assert_eq!((a.live, a.stale_claims, a.corrupt), (1, 0, 0), "{a:?}");
+        // At the horizon itself it is a reading like any other.
+        let o = Owned::new(4, 5, 2);
+        let t = o.table();
+        let h = c.codec.horizon();
+        o.hint.raise_watermark(h);
+        assert!(t.acquire(&c, &fp(1, 5), req(h, 1), me).unwrap().allowed());
+        assert_eq!(t.audit(&c).stale_claims, 0);
+    }
+
+    /// A hint (nothing full before it) that no bucket can have given, far past the time a
+    /// bucket takes to be full, is someone else's bytes: a new key at the bound scans anyway
+    /// and evicts the full bucket, rather than being refused until that instant.
+    #[test]
+    fn a_hint_no_bucket_could_give_is_not_believed() {
+        let o = Owned::new(1, 2, 2);
+        let (t, c) = (o.table(), cx("1/s", OnFull::RejectNewKeys));
+        assert!(t.acquire(&c, &fp(1, 2), req(0, 1), me).unwrap().allowed()); // full at 1 s
+        let scan = o.hint.scan(0).unwrap();
+        o.hint.found_nothing(scan, u64::MAX / 2);
+        assert!(t.acquire(&c, &fp(2, 2), req(S, 1), me).unwrap().allowed());
+        assert_eq!((t.len(), o.live.load(Ordering::Acquire)), (1, 1));
+        // A hint a bucket gave is believed: the new key is refused in O(1) until then.
+        assert!(matches!(
+            t.acquire(&c, &fp(3, 2), req(S, 1), me),
+            Err(Error::KeyStoreFull { max_keys: 1 })
+        ));
+        assert!(o.hint.scan(S).is_none());
+        assert!(t
+            .acquire(&c, &fp(3, 2), req(2 * S, 1), me)
+            .unwrap()
+            .allowed());
+    }
+
+    /// The bound on a believed hint is one: every bucket a run of requests and refunds leaves
+    /// becomes full by it, for each algorithm (else a true hint would be ignored: a scan for
+    /// nothing).
+    #[test]
+    fn every_bucket_is_full_by_the_hint_bound() {
+        let o = Owned::new(1, 2, 2);
+        let t = o.table();
+        let mut r = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |n: u64| {
+            r ^= r << 13;
+            r ^= r >> 7;
+            r ^= r << 17;
+            r % n
+        };
+        for rate in [
+            "10/s",
+            "1/s; burst=4; initial=1",
+            "1/s; burst=4; initial=1; refill=interval",
+            "1/s; burst=10; algorithm=gcra",
+            "7/s; algorithm=fixed_window",
+            "7/s; algorithm=sliding_window",
+            "7/s; algorithm=leaky_queue",
+        ] {
+            let c = cx(rate, OnFull::RejectNewKeys);
+            let mut state = c.codec.fresh(0);
+            let mut now = 0;
+            for _ in 0..2000 {
+                now += next(S / 3);
+                if next(4) == 0 {
+                    state = c.codec.refund(state, now, 1).unwrap_or(state);
+                } else {
+                    state = c.codec.decide(state, now, 1 + next(3)).1.unwrap_or(state);
+                }
+                let full_at = now + c.codec.decide(state, now, 0).0.reset_after_nanos();
+                assert!(full_at <= t.hint_bound(&c, now), "{rate} at {now}");
+            }
+        }
     }
 
     fn lock_token() -> u128 {
@@ -1847,6 +2073,44 @@ mod loom_models {
             } else {
                 assert_eq!(seen, 1);
             }
+        });
+    }
+
+    /// At a bound of one key, both slots hold a live process's vacating mark whose unit is
+    /// back already (two removals a few instructions from done), and a new key's insert races
+    /// their last step (the slots emptied): its claim, which may meet both marks, waits for a
+    /// slot rather than refusing the key (it returned `NoSlot`: a `KeyStoreFull` with the
+    /// region empty, and the live count raised over the marks, so that every later new key
+    /// was refused too). The key is admitted, and counted once.
+    #[test]
+    fn a_claim_racing_vacating_marks_waits_for_a_slot() {
+        loom::model(|| {
+            let o = Arc::new(Owned::new(1, 2, 2));
+            let c = Arc::new(cx("2/s"));
+            let (a, b, new) = (fp(1, 0, 2), fp(2, 1, 2), fp(3, 1, 2));
+            let marks = [
+                pack(a.tag, CLAIM | VACATE | u128::from(me())),
+                pack(b.tag, CLAIM | VACATE | u128::from(me())),
+            ];
+            for (slot, mark) in o.slots.iter().zip(marks) {
+                slot.word.store(mark, Ordering::Release);
+            }
+            let remover = {
+                let o = o.clone();
+                thread::spawn(move || {
+                    for (slot, mark) in o.slots.iter().zip(marks) {
+                        slot.word
+                            .compare_exchange(mark, 0, Ordering::AcqRel, Ordering::Acquire)
+                            .unwrap();
+                    }
+                })
+            };
+            let inserted = o.table().acquire(&c, &new, req(0, 1), me);
+            remover.join().unwrap();
+            assert!(admitted(&inserted), "{inserted:?}");
+            let t = o.table();
+            assert_eq!(t.len(), 1);
+            assert_eq!(o.live.load(Ordering::Acquire), 1);
         });
     }
 
