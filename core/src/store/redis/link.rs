@@ -909,11 +909,23 @@ impl Link {
             return Err(Fail::Forked);
         }
         let deadline = tokio::time::Instant::now() + self.timeout;
-        let r = tokio::time::timeout_at(deadline, self.call_inner(&req)).await;
-        let (fail, generation) = match r {
+        self.wrote();
+        // The connection's generation is taken before the deadline can drop the call's
+        // future: a call that times out drops its own connection, never a newer one opened
+        // meanwhile (calls of a lost connection timing out one by one would otherwise drop
+        // each of its successors in turn).
+        let (mut conn, generation) = match self.current() {
+            Ok(c) => c,
+            Err(fail) => {
+                self.failed(&fail, 0);
+                return Err(fail);
+            }
+        };
+        let r = tokio::time::timeout_at(deadline, self.exchange(&mut conn, &req)).await;
+        let fail = match r {
             Ok(Ok(v)) => return Ok(v),
             Ok(Err(f)) => f,
-            Err(_) => (Fail::Timeout, self.state().generation),
+            Err(_) => Fail::Timeout,
         };
         self.failed(&fail, generation);
         Err(fail)
@@ -1298,7 +1310,7 @@ impl Link {
     }
 
     /// One call on a direct connection, within `deadline` (the protocol of
-    /// [`call_inner`](Self::call_inner); one server: no redirections).
+    /// [`call`](Self::call); one server: no redirections).
     fn direct_call(
         &self,
         conn: &mut redis::Connection,
@@ -1394,14 +1406,6 @@ impl Link {
                 Cow::Owned(call_cmd("FCALL", scripts().function(Func::Run), keys, args))
             }
         }
-    }
-
-    async fn call_inner(self: &Arc<Self>, req: &Request) -> Result<Value, (Fail, u64)> {
-        self.wrote();
-        let (mut conn, generation) = self.current().map_err(|f| (f, 0))?;
-        self.exchange(&mut conn, req)
-            .await
-            .map_err(|f| (f, generation))
     }
 
     /// One call on `conn` (the protocol of every async call; the caller applies the deadline).
