@@ -1476,6 +1476,31 @@ fn cluster_resharding_redirects_once() {
     assert_eq!(l.redis_stats().unwrap().redirects, before);
 }
 
+/// A cluster whose nodes ask for a password, named once in a URL of three seeds
+/// (`redis+cluster://:PASSWORD@h1,h2,h3`): every seed is given it. Before, the first seed
+/// alone had it, and the client refused to build ("Cannot use different password among
+/// initial nodes").
+#[test]
+fn cluster_with_a_password_and_several_seeds() {
+    let cluster = Cluster::start_with_password(Some("hunter2"));
+    let url = format!(
+        "{}?prefix=clpw&on_error=error&timeout=2s&negative_cache=off",
+        cluster.url()
+    );
+    assert!(
+        url.contains(":hunter2@") && url.matches(',').count() == 2,
+        "{url}"
+    );
+    let l = keyed("5/m", &url);
+    for k in 0..30u64 {
+        assert_eq!(l.try_acquire(&k, 1).unwrap().remaining(), 4, "key {k}");
+    }
+    let s = l.redis_stats().unwrap();
+    assert_eq!(s.decided, 30, "{s:?}");
+    none_failed(&s, "");
+    assert_eq!(cluster.dbsize(), 30);
+}
+
 /// The value of `field` in INFO `section` of a server.
 fn info(r: &mut server::Resp, section: &str, field: &str) -> String {
     match r.cmd(&["INFO", section]).unwrap() {

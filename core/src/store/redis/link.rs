@@ -1616,6 +1616,24 @@ fn userinfo_part(v: &str) -> String {
     out
 }
 
+/// The seed nodes' URLs of a cluster URL, `redis+cluster://[user:password@]h1:p1,h2:p2...`
+/// (or `rediss+cluster://`): `redis://[user:password@]h1:p1`, ... The credentials are every
+/// node's (the client refuses seeds with different passwords), as a Sentinel URL's are the
+/// master's and its replicas'.
+fn cluster_nodes(url: &str) -> Vec<String> {
+    let (scheme, rest) = url.split_once("+cluster://").unwrap_or(("redis", url));
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
+    let (credentials, authority) = match authority.rfind('@') {
+        Some(at) => (&authority[..=at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    authority
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("{scheme}://{credentials}{h}"))
+        .collect()
+}
+
 /// The client for `url` (nothing is connected yet).
 fn target(url: &str, timeout: Duration) -> Result<Target, Error> {
     let bad = |why: String| Error::store(StoreErrorKind::Unsupported, redact(url), why);
@@ -1641,12 +1659,7 @@ fn target(url: &str, timeout: Duration) -> Result<Target, Error> {
             .map(Target::Single)
             .map_err(|e| invalid(e.to_string())),
         Topology::Cluster => {
-            let (scheme, rest) = url.split_once("+cluster://").unwrap_or(("redis", url));
-            let rest = rest.split(['/', '?']).next().unwrap_or("");
-            let nodes: Vec<String> = hosts(rest)
-                .into_iter()
-                .map(|h| format!("{scheme}://{h}"))
-                .collect();
+            let nodes = cluster_nodes(url);
             if nodes.is_empty() {
                 return Err(invalid("a cluster URL names at least one node".into()));
             }
@@ -1773,5 +1786,40 @@ mod tests {
         assert_eq!(super::slot("{user1000}.following"), super::slot("user1000"));
         assert_eq!(super::slot("foo{}{bar}"), super::slot("foo{}{bar}"));
         assert_eq!(super::slot("foo"), 12182);
+    }
+
+    /// A cluster URL's credentials go to every seed node, not the first alone (the client
+    /// refuses seeds with different passwords, so such a URL could not be built).
+    #[test]
+    fn cluster_credentials_go_to_every_seed() {
+        assert_eq!(
+            super::cluster_nodes("redis+cluster://:hunter2@h1:7000,h2:7001?prefix=x"),
+            ["redis://:hunter2@h1:7000", "redis://:hunter2@h2:7001"]
+        );
+        assert_eq!(
+            super::cluster_nodes("rediss+cluster://u:p%40w@h1:7000,h2:7001,h3:7002"),
+            [
+                "rediss://u:p%40w@h1:7000",
+                "rediss://u:p%40w@h2:7001",
+                "rediss://u:p%40w@h3:7002"
+            ]
+        );
+        assert_eq!(
+            super::cluster_nodes("redis+cluster://h1:7000,h2:7001"),
+            ["redis://h1:7000", "redis://h2:7001"]
+        );
+        let timeout = std::time::Duration::from_millis(50);
+        for url in [
+            "redis+cluster://:hunter2@127.0.0.1:7000,127.0.0.1:7001",
+            "redis+cluster://user:hunter2@127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002",
+        ] {
+            assert!(super::target(url, timeout).is_ok(), "{url}");
+        }
+        #[cfg(feature = "redis-tls")]
+        assert!(super::target(
+            "rediss+cluster://:hunter2@127.0.0.1:7000,127.0.0.1:7001",
+            timeout
+        )
+        .is_ok());
     }
 }
