@@ -33,7 +33,9 @@
 //!   error drops the connection; a new one is opened in the background (the first attempt
 //!   at once), one attempt at a time with a backoff of 10 ms doubling to 1 s, and while
 //!   there is none every call fails at once without a round trip (nothing queues up behind
-//!   a dead or paused server).
+//!   a dead or paused server). Not a Redis Cluster's connection: its client keeps one per
+//!   master and reopens a node's itself, so a call's failure fails that call alone
+//!   ([`Link::lost`]).
 //! * **No call on a connection that may have idled out** (a server's idle `timeout`, a
 //!   proxy's): the link's connection, and the blocking callers' pooled ones, are PINGed
 //!   after [`KEEPALIVE`] without a call; a pooled one (a runtime's too) is checked after
@@ -790,6 +792,21 @@ impl Link {
         }
     }
 
+    /// After a call on connection `generation` timed out or lost its connection: that
+    /// connection is dropped ([`broken`](Self::broken)), except a Redis Cluster's. A cluster
+    /// connection is one per master, and its client reopens a node's connection itself (and
+    /// refreshes its slot map, or reconnects from the seeds, when it finds no connection for
+    /// a node): a master that is down or paused fails the calls of its own slots, and must
+    /// not take the other masters' calls with it, as dropping the whole connection would
+    /// (every call failing until the next one is open, which routes to the dead master
+    /// again). The call itself goes to the fail policy either way. A cluster whose seeds
+    /// cannot be reached at all is still down: its connection is never opened.
+    fn lost(self: &Arc<Self>, generation: u64, why: String) {
+        if self.topology != Topology::Cluster {
+            self.broken(generation, why);
+        }
+    }
+
     /// Milliseconds since the link was made.
     fn now_ms(&self) -> u64 {
         self.born.elapsed().as_millis() as u64
@@ -1354,11 +1371,11 @@ impl Link {
         match fail {
             Fail::Timeout => {
                 bump(&self.counters.timeouts);
-                self.broken(generation, "a call timed out".into());
+                self.lost(generation, "a call timed out".into());
             }
             Fail::Io(why) => {
                 bump(&self.counters.unavailable);
-                self.broken(generation, why.clone());
+                self.lost(generation, why.clone());
             }
             // A refused login is the server's answer, as a command's NOAUTH is.
             Fail::Down(why) if refused_login(why) => bump(&self.counters.server_errors),
@@ -1455,13 +1472,13 @@ impl Link {
             Ok(Err(e)) => {
                 let f = classify(&e);
                 if matches!(f, Fail::Io(_)) {
-                    self.broken(generation, e.to_string());
+                    self.lost(generation, e.to_string());
                 }
                 Err(f)
             }
             Err(_) => {
                 bump(&self.counters.timeouts);
-                self.broken(generation, "a call timed out".into());
+                self.lost(generation, "a call timed out".into());
                 Err(Fail::Timeout)
             }
         }
