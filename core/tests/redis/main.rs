@@ -1508,7 +1508,8 @@ fn cluster_homes(cluster: &Cluster, l: &KeyedLimiter<u64>, n: u64) -> Vec<(usize
 /// ("not connected") until the next one was open, which routed to the dead master again and
 /// dropped it again: 166 of 180 calls failed where a third of the keys live on the dead master.
 /// (`cluster-require-full-coverage no`: the live masters serve their slots once the cluster
-/// has marked the dead one failed.)
+/// has marked the dead one failed.) Nor does each such call make the cluster's client
+/// reconnect to every master.
 #[test]
 fn a_dead_cluster_master_fails_only_its_own_slots() {
     let mut cluster = Cluster::start();
@@ -1534,6 +1535,22 @@ fn a_dead_cluster_master_fails_only_its_own_slots() {
         on_dead > 5 && on_dead < 55,
         "keys on the dead master: {on_dead}"
     );
+    // Connections a live master accepted (each look opens one).
+    let live = homes
+        .iter()
+        .position(|&h| h != dead)
+        .map(|k| homes[k])
+        .unwrap();
+    let accepted = |cluster: &Cluster| -> i64 {
+        info(
+            &mut cluster.resp(live),
+            "stats",
+            "total_connections_received",
+        )
+        .parse()
+        .unwrap()
+    };
+    let accepted_before = accepted(&cluster);
     cluster.nodes[dead].kill();
     let before = l.redis_stats().unwrap();
     let mut failed_live = Vec::new();
@@ -1566,6 +1583,62 @@ fn a_dead_cluster_master_fails_only_its_own_slots() {
         3 * on_dead as u64,
         "{s:?}"
     );
+    // The calls for the dead master's slots did not make the cluster's client reconnect
+    // from its seeds at each (a redirection to a node it has no connection to does): a
+    // handful of connections, not one a call.
+    let opened = accepted(&cluster) - accepted_before;
+    assert!(opened <= 10, "a live master accepted {opened} connections");
+}
+
+/// A slot moved to a master the limiter's cluster client has no connection to (a fourth
+/// master, met with CLUSTER MEET, that had no slot): the ASK and MOVED replies name a node
+/// the client does not know. The call is sent to that node all the same (a connection of
+/// its own), and decided; the calls of the other slots are decided throughout. Before, the
+/// redirected call failed with "connection to node in cluster not found", which dropped the
+/// whole cluster connection, and the next call for a healthy slot failed too.
+#[test]
+fn cluster_redirect_to_a_new_master() {
+    let mut cluster = Cluster::start();
+    let url = format!(
+        "{}?prefix=clnew&on_error=error&timeout=2s&negative_cache=off",
+        cluster.url()
+    );
+    let l = keyed("5/m", &url);
+    let homes = cluster_homes(&cluster, &l, 30);
+    // Key 0 moves; key `other` lives on another master and stays.
+    let (from, name) = homes[0].clone();
+    let other = homes.iter().position(|(h, _)| *h != from).unwrap() as u64;
+    let slot = match cluster
+        .resp(from)
+        .cmd(&["CLUSTER", "KEYSLOT", &name])
+        .unwrap()
+    {
+        Reply::Int(s) => s as u16,
+        r => panic!("{r:?}"),
+    };
+    let to = cluster.add_master();
+    let left = |key: u64| {
+        let d = l.try_acquire(&key, 1);
+        assert!(
+            d.as_ref().is_ok_and(Decision::allowed),
+            "key {key}: {d:?}; {:?}",
+            l.redis_stats()
+        );
+        d.unwrap().remaining()
+    };
+    // Each key took one of 5 in `cluster_homes`.
+    assert_eq!(left(other), 3);
+    cluster.start_migration(slot, from, to);
+    // Every key of the slot moved, key 0's bucket with them.
+    assert_eq!(left(0), 3, "after ASK to the new master");
+    assert_eq!(left(other), 2, "a healthy slot after the ASK");
+    cluster.finish_migration(slot, to);
+    assert_eq!(left(0), 2, "after MOVED to the new master");
+    assert_eq!(left(other), 1, "a healthy slot after the MOVED");
+    let s = l.redis_stats().unwrap();
+    assert!(s.redirects >= 2, "{s:?}");
+    none_failed(&s, "");
+    assert_eq!(cluster.owner(slot), to);
 }
 
 /// A cluster whose nodes ask for a password, named once in a URL of three seeds

@@ -417,6 +417,38 @@ impl Cluster {
         }
     }
 
+    /// A fourth (fifth...) master with no slots, met by every node: its index. The limiter's
+    /// cluster client has no connection to it (CLUSTER SLOTS does not name a master without
+    /// slots) until a slot is moved to it.
+    pub fn add_master(&mut self) -> usize {
+        let node = Cluster::node(self.password.as_deref());
+        let port = node.port.to_string();
+        self.nodes.push(node);
+        let new = self.nodes.len() - 1;
+        self.ok(0, &["CLUSTER", "MEET", "127.0.0.1", &port]);
+        // Every node knows every other, connected (no handshake left).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let known = (0..self.nodes.len()).all(|n| {
+                let Ok(Reply::Bulk(s)) = self.resp(n).cmd(&["CLUSTER", "NODES"]) else {
+                    return false;
+                };
+                let lines: Vec<&str> = s.lines().filter(|l| !l.is_empty()).collect();
+                lines.len() == self.nodes.len()
+                    && lines
+                        .iter()
+                        .all(|l| l.contains(" connected") && !l.contains("handshake"))
+            });
+            if known {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the new master was not met");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.wait_ready();
+        new
+    }
+
     pub fn url(&self) -> String {
         let hosts: Vec<String> = self
             .nodes
