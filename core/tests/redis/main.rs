@@ -474,7 +474,7 @@ fn blocking_callers_share_pooled_and_pipelined_connections() {
             srv.url(),
             n.map_or(-1, |n| n as i64)
         );
-        let l = keyed("25/m", &url);
+        let l = keyed("25/h", &url);
         let admitted: Vec<u64> = (0..12u64)
             .map(|_| {
                 let l = l.clone();
@@ -529,7 +529,7 @@ fn async_callers_drive_connections_on_their_own_runtime() {
             "{}?prefix={prefix}&negative_cache=off&on_error=error&timeout=2s{opt}",
             srv.url()
         );
-        keyed("25/m", &url)
+        keyed("25/h", &url)
     };
     for flavor in ["multi", "current"] {
         for (n, max) in [(None, 1), (Some(2), 1), (Some(0), 0)] {
@@ -1474,6 +1474,196 @@ fn cluster_resharding_redirects_once() {
     let before = l.redis_stats().unwrap().redirects;
     assert!(!l.try_acquire(&1, 2).unwrap().allowed());
     assert_eq!(l.redis_stats().unwrap().redirects, before);
+}
+
+/// The node each of keys `0..n` of `l` lives on, and its bucket's name: each key's first
+/// call, and the name that appeared on a node.
+fn cluster_homes(cluster: &Cluster, l: &KeyedLimiter<u64>, n: u64) -> Vec<(usize, String)> {
+    let names = || -> Vec<Vec<String>> {
+        (0..cluster.nodes.len())
+            .map(|i| cluster.resp(i).keys())
+            .collect()
+    };
+    let mut before = names();
+    (0..n)
+        .map(|k| {
+            let d = l.try_acquire(&k, 1);
+            assert!(d.as_ref().is_ok_and(Decision::allowed), "key {k}: {d:?}");
+            let after = names();
+            let home = (0..after.len())
+                .find_map(|i| {
+                    let new = after[i].iter().find(|n| !before[i].contains(n))?;
+                    Some((i, new.clone()))
+                })
+                .unwrap_or_else(|| panic!("key {k}'s bucket is on no node"));
+            before = after;
+            home
+        })
+        .collect()
+}
+
+/// A master of a three-master cluster killed: calls for its slots fail (to the fail policy),
+/// and calls for the other masters' slots keep being decided by them, every one. Before, the
+/// first failed call dropped the whole cluster connection, so that calls for every slot failed
+/// ("not connected") until the next one was open, which routed to the dead master again and
+/// dropped it again: 166 of 180 calls failed where a third of the keys live on the dead master.
+/// (`cluster-require-full-coverage no`: the live masters serve their slots once the cluster
+/// has marked the dead one failed.) Nor does each such call make the cluster's client
+/// reconnect to every master.
+#[test]
+fn a_dead_cluster_master_fails_only_its_own_slots() {
+    let mut cluster = Cluster::start();
+    for n in 0..3 {
+        cluster
+            .resp(n)
+            .cmd(&["CONFIG", "SET", "cluster-require-full-coverage", "no"])
+            .unwrap();
+    }
+    let url = format!(
+        "{}?prefix=cldead&on_error=error&timeout=1s&negative_cache=off",
+        cluster.url()
+    );
+    // Buckets that stay on their masters through the test (a token a 8.64 s).
+    let l = keyed("10000/d", &url);
+    let homes: Vec<usize> = cluster_homes(&cluster, &l, 60)
+        .into_iter()
+        .map(|(h, _)| h)
+        .collect();
+    let dead = 2;
+    let on_dead = homes.iter().filter(|&&h| h == dead).count();
+    assert!(
+        on_dead > 5 && on_dead < 55,
+        "keys on the dead master: {on_dead}"
+    );
+    // Connections a live master accepted (each look opens one).
+    let live = homes
+        .iter()
+        .position(|&h| h != dead)
+        .map(|k| homes[k])
+        .unwrap();
+    let accepted = |cluster: &Cluster| -> i64 {
+        info(
+            &mut cluster.resp(live),
+            "stats",
+            "total_connections_received",
+        )
+        .parse()
+        .unwrap()
+    };
+    let accepted_before = accepted(&cluster);
+    cluster.nodes[dead].kill();
+    let before = l.redis_stats().unwrap();
+    let mut failed_live = Vec::new();
+    for round in 0..3 {
+        for (k, &home) in homes.iter().enumerate() {
+            let d = l.try_acquire(&(k as u64), 1);
+            if home == dead {
+                assert!(
+                    d.is_err(),
+                    "round {round}, key {k} of the dead master: {d:?}"
+                );
+            } else if !d.as_ref().is_ok_and(Decision::allowed) {
+                failed_live.push((round, k, format!("{d:?}")));
+            }
+        }
+    }
+    let s = l.redis_stats().unwrap();
+    assert!(
+        failed_live.is_empty(),
+        "{} calls of the live masters failed: {failed_live:?}; {s:?}",
+        failed_live.len()
+    );
+    assert_eq!(
+        s.decided - before.decided,
+        3 * (60 - on_dead) as u64,
+        "{s:?}"
+    );
+    assert_eq!(
+        s.failed_error - before.failed_error,
+        3 * on_dead as u64,
+        "{s:?}"
+    );
+    // The calls for the dead master's slots did not make the cluster's client reconnect
+    // from its seeds at each (a redirection to a node it has no connection to does): a
+    // handful of connections, not one a call.
+    let opened = accepted(&cluster) - accepted_before;
+    assert!(opened <= 10, "a live master accepted {opened} connections");
+}
+
+/// A slot moved to a master the limiter's cluster client has no connection to (a fourth
+/// master, met with CLUSTER MEET, that had no slot): the ASK and MOVED replies name a node
+/// the client does not know. The call is sent to that node all the same (a connection of
+/// its own), and decided; the calls of the other slots are decided throughout. Before, the
+/// redirected call failed with "connection to node in cluster not found", which dropped the
+/// whole cluster connection, and the next call for a healthy slot failed too.
+#[test]
+fn cluster_redirect_to_a_new_master() {
+    let mut cluster = Cluster::start();
+    let url = format!(
+        "{}?prefix=clnew&on_error=error&timeout=2s&negative_cache=off",
+        cluster.url()
+    );
+    let l = keyed("5/m", &url);
+    let homes = cluster_homes(&cluster, &l, 30);
+    // Key 0 moves; key `other` lives on another master and stays.
+    let (from, name) = homes[0].clone();
+    let other = homes.iter().position(|(h, _)| *h != from).unwrap() as u64;
+    let slot = match cluster
+        .resp(from)
+        .cmd(&["CLUSTER", "KEYSLOT", &name])
+        .unwrap()
+    {
+        Reply::Int(s) => s as u16,
+        r => panic!("{r:?}"),
+    };
+    let to = cluster.add_master();
+    let left = |key: u64| {
+        let d = l.try_acquire(&key, 1);
+        assert!(
+            d.as_ref().is_ok_and(Decision::allowed),
+            "key {key}: {d:?}; {:?}",
+            l.redis_stats()
+        );
+        d.unwrap().remaining()
+    };
+    // Each key took one of 5 in `cluster_homes`.
+    assert_eq!(left(other), 3);
+    cluster.start_migration(slot, from, to);
+    // Every key of the slot moved, key 0's bucket with them.
+    assert_eq!(left(0), 3, "after ASK to the new master");
+    assert_eq!(left(other), 2, "a healthy slot after the ASK");
+    cluster.finish_migration(slot, to);
+    assert_eq!(left(0), 2, "after MOVED to the new master");
+    assert_eq!(left(other), 1, "a healthy slot after the MOVED");
+    let s = l.redis_stats().unwrap();
+    assert!(s.redirects >= 2, "{s:?}");
+    none_failed(&s, "");
+    assert_eq!(cluster.owner(slot), to);
+}
+
+/// A cluster whose nodes ask for a password, named once in a URL of three seeds
+/// (`redis+cluster://:PASSWORD@h1,h2,h3`): every seed is given it. Before, the first seed
+/// alone had it, and the client refused to build ("Cannot use different password among
+/// initial nodes").
+#[test]
+fn cluster_with_a_password_and_several_seeds() {
+    let cluster = Cluster::start_with_password(Some("hunter2"));
+    let url = format!(
+        "{}?prefix=clpw&on_error=error&timeout=2s&negative_cache=off",
+        cluster.url()
+    );
+    assert!(
+        url.contains(":hunter2@") && url.matches(',').count() == 2,
+        "{url}"
+    );
+    let l = keyed("5/m", &url);
+    for k in 0..30u64 {
+        assert_eq!(l.try_acquire(&k, 1).unwrap().remaining(), 4, "key {k}");
+    }
+    let s = l.redis_stats().unwrap();
+    assert_eq!(s.decided, 30, "{s:?}");
+    none_failed(&s, "");
+    assert_eq!(cluster.dbsize(), 30);
 }
 
 /// The value of `field` in INFO `section` of a server.

@@ -350,20 +350,36 @@ impl Drop for Certs {
 /// A Redis Cluster of three masters on loopback, made with `redis-cli --cluster create`.
 pub struct Cluster {
     pub nodes: Vec<Server>,
+    /// Every node's password (`requirepass` and `masterauth`), if they have one.
+    password: Option<String>,
 }
 
 impl Cluster {
     pub fn start() -> Cluster {
-        let nodes: Vec<Server> = (0..3)
-            .map(|_| {
-                Server::start_with(&["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
-            })
-            .collect();
+        Cluster::start_with_password(None)
+    }
+
+    /// A cluster node (not yet a member of any cluster but its own).
+    fn node(password: Option<&str>) -> Server {
+        let mut args = vec!["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"];
+        if let Some(p) = password {
+            args.extend(["--requirepass", p, "--masterauth", p]);
+        }
+        Server::start_with(&args)
+    }
+
+    /// Three masters whose clients (and each other) must give `password`.
+    pub fn start_with_password(password: Option<&str>) -> Cluster {
+        let nodes: Vec<Server> = (0..3).map(|_| Cluster::node(password)).collect();
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        let out = Command::new(exe("redis-cli"))
+        let mut cli = Command::new(exe("redis-cli"));
+        if let Some(p) = password {
+            cli.args(["--no-auth-warning", "-a", p]);
+        }
+        let out = cli
             .args(["--cluster", "create"])
             .args(&addrs)
             .args(["--cluster-replicas", "0", "--cluster-yes"])
@@ -374,14 +390,22 @@ impl Cluster {
             "cluster create: {}",
             String::from_utf8_lossy(&out.stdout)
         );
+        let cluster = Cluster {
+            nodes,
+            password: password.map(str::to_string),
+        };
+        cluster.wait_ready();
+        cluster
+    }
+
+    /// Waits until every node says the cluster is ok (each knows every slot's master).
+    fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let ok = nodes
-                .iter()
-                .all(|n| match n.resp().cmd(&["CLUSTER", "INFO"]) {
-                    Ok(Reply::Bulk(s)) => s.contains("cluster_state:ok"),
-                    _ => false,
-                });
+            let ok = (0..self.nodes.len()).all(|n| match self.resp(n).cmd(&["CLUSTER", "INFO"]) {
+                Ok(Reply::Bulk(s)) => s.contains("cluster_state:ok"),
+                _ => false,
+            });
             if ok {
                 break;
             }
@@ -391,7 +415,38 @@ impl Cluster {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        Cluster { nodes }
+    }
+
+    /// A fourth (fifth...) master with no slots, met by every node: its index. The limiter's
+    /// cluster client has no connection to it (CLUSTER SLOTS does not name a master without
+    /// slots) until a slot is moved to it.
+    pub fn add_master(&mut self) -> usize {
+        let node = Cluster::node(self.password.as_deref());
+        let port = node.port.to_string();
+        self.nodes.push(node);
+        let new = self.nodes.len() - 1;
+        self.ok(0, &["CLUSTER", "MEET", "127.0.0.1", &port]);
+        // Every node knows every other, connected (no handshake left).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let known = (0..self.nodes.len()).all(|n| {
+                let Ok(Reply::Bulk(s)) = self.resp(n).cmd(&["CLUSTER", "NODES"]) else {
+                    return false;
+                };
+                let lines: Vec<&str> = s.lines().filter(|l| !l.is_empty()).collect();
+                lines.len() == self.nodes.len()
+                    && lines
+                        .iter()
+                        .all(|l| l.contains(" connected") && !l.contains("handshake"))
+            });
+            if known {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the new master was not met");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.wait_ready();
+        new
     }
 
     pub fn url(&self) -> String {
@@ -400,28 +455,47 @@ impl Cluster {
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        format!("redis+cluster://{}", hosts.join(","))
+        let auth = self
+            .password
+            .as_ref()
+            .map_or(String::new(), |p| format!(":{p}@"));
+        format!("redis+cluster://{auth}{}", hosts.join(","))
+    }
+
+    /// A connection to node `n`, logged in if the cluster has a password.
+    pub fn resp(&self, n: usize) -> Resp {
+        let mut r = self.nodes[n].resp();
+        if let Some(p) = &self.password {
+            assert_eq!(
+                r.cmd(&["AUTH", p]).unwrap(),
+                Reply::Status("OK".into()),
+                "AUTH"
+            );
+        }
+        r
     }
 
     pub fn dbsize(&self) -> i64 {
-        self.nodes.iter().map(|n| n.resp().int(&["DBSIZE"])).sum()
+        (0..self.nodes.len())
+            .map(|n| self.resp(n).int(&["DBSIZE"]))
+            .sum()
     }
 
     fn id(&self, node: usize) -> String {
-        match self.nodes[node].resp().cmd(&["CLUSTER", "MYID"]).unwrap() {
+        match self.resp(node).cmd(&["CLUSTER", "MYID"]).unwrap() {
             Reply::Bulk(s) => s,
             r => panic!("CLUSTER MYID: {r:?}"),
         }
     }
 
     fn ok(&self, node: usize, args: &[&str]) {
-        let r = self.nodes[node].resp().cmd(args).unwrap();
+        let r = self.resp(node).cmd(args).unwrap();
         assert_eq!(r, Reply::Status("OK".into()), "{args:?}");
     }
 
     /// The index of the node that serves `slot`.
     pub fn owner(&self, slot: u16) -> usize {
-        let Reply::Array(ranges) = self.nodes[0].resp().cmd(&["CLUSTER", "SLOTS"]).unwrap() else {
+        let Reply::Array(ranges) = self.resp(0).cmd(&["CLUSTER", "SLOTS"]).unwrap() else {
             panic!("CLUSTER SLOTS")
         };
         for r in ranges {
@@ -450,8 +524,8 @@ impl Cluster {
         let s = slot.to_string();
         self.ok(to, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &self.id(from)]);
         self.ok(from, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &self.id(to)]);
-        let Reply::Array(keys) = self.nodes[from]
-            .resp()
+        let Reply::Array(keys) = self
+            .resp(from)
             .cmd(&["CLUSTER", "GETKEYSINSLOT", &s, "1000"])
             .unwrap()
         else {
@@ -460,7 +534,13 @@ impl Cluster {
         let port = self.nodes[to].port.to_string();
         for k in keys {
             let Reply::Bulk(k) = k else { panic!("{k:?}") };
-            self.ok(from, &["MIGRATE", "127.0.0.1", &port, &k, "0", "5000"]);
+            match &self.password {
+                Some(p) => self.ok(
+                    from,
+                    &["MIGRATE", "127.0.0.1", &port, &k, "0", "5000", "AUTH", p],
+                ),
+                None => self.ok(from, &["MIGRATE", "127.0.0.1", &port, &k, "0", "5000"]),
+            }
         }
     }
 

@@ -33,7 +33,9 @@
 //!   error drops the connection; a new one is opened in the background (the first attempt
 //!   at once), one attempt at a time with a backoff of 10 ms doubling to 1 s, and while
 //!   there is none every call fails at once without a round trip (nothing queues up behind
-//!   a dead or paused server).
+//!   a dead or paused server). Not a Redis Cluster's connection: its client keeps one per
+//!   master and reopens a node's itself, so a call's failure fails that call alone
+//!   ([`Link::lost`]).
 //! * **No call on a connection that may have idled out** (a server's idle `timeout`, a
 //!   proxy's): the link's connection, and the blocking callers' pooled ones, are PINGed
 //!   after [`KEEPALIVE`] without a call; a pooled one (a runtime's too) is checked after
@@ -281,8 +283,24 @@ fn bump(c: &AtomicU64) {
 /// How to open a connection.
 enum Target {
     Single(redis::Client),
-    Cluster(redis::cluster::ClusterClient),
+    /// The cluster's client, and how to open a connection of our own to one node of it (see
+    /// [`Link::send_aside`]).
+    Cluster(redis::cluster::ClusterClient, NodeUrl),
     Sentinel(tokio::sync::Mutex<redis::sentinel::SentinelClient>),
+}
+
+/// A cluster node's URL, as the seeds' are written: the scheme (`redis`, `rediss`) and the
+/// URL's credentials (`user:password@`, or none).
+struct NodeUrl {
+    scheme: String,
+    credentials: String,
+}
+
+impl NodeUrl {
+    /// The URL of the node at `addr` (`host:port`).
+    fn of(&self, addr: &str) -> String {
+        format!("{}://{}{addr}", self.scheme, self.credentials)
+    }
 }
 
 /// An open connection (cheap to clone: a handle to the task that drives the socket).
@@ -334,6 +352,17 @@ struct Redirect {
     host: String,
     port: u16,
     ask: bool,
+}
+
+impl Redirect {
+    /// `host:port` (`[host]:port` for an IPv6 address).
+    fn addr(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
 }
 
 fn redirect(e: &redis::RedisError) -> Option<Redirect> {
@@ -389,6 +418,17 @@ pub(crate) struct Link {
     /// The async callers' own connections, by the tokio runtime they run on (one plain
     /// server only).
     own: Option<Mutex<Own>>,
+    /// Redis Cluster: the nodes that redirections named and the cluster's client had no
+    /// connection to, by `host:port`: a connection of our own to each, or none if the last
+    /// attempt failed, and when it was last used or tried ([`Link::send_aside`]).
+    aside: Mutex<HashMap<String, Aside>>,
+}
+
+/// A connection of our own to a cluster node ([`Link::send_aside`]): `None` after a failed
+/// attempt, retried once `at` is [`IDLE_CHECK`] ago.
+struct Aside {
+    conn: Option<redis::aio::MultiplexedConnection>,
+    at: Instant,
 }
 
 /// The end of a link's first connection attempt, which every store opening the link waits
@@ -633,6 +673,7 @@ impl Link {
             process: fork::generation(),
             opened: Opened::default(),
             id: id.clone(),
+            aside: Mutex::new(HashMap::new()),
         });
         map.insert(id, Arc::downgrade(&link));
         drop(map);
@@ -790,6 +831,21 @@ impl Link {
         }
     }
 
+    /// After a call on connection `generation` timed out or lost its connection: that
+    /// connection is dropped ([`broken`](Self::broken)), except a Redis Cluster's. A cluster
+    /// connection is one per master, and its client reopens a node's connection itself (and
+    /// refreshes its slot map, or reconnects from the seeds, when it finds no connection for
+    /// a node): a master that is down or paused fails the calls of its own slots, and must
+    /// not take the other masters' calls with it, as dropping the whole connection would
+    /// (every call failing until the next one is open, which routes to the dead master
+    /// again). The call itself goes to the fail policy either way. A cluster whose seeds
+    /// cannot be reached at all is still down: its connection is never opened.
+    fn lost(self: &Arc<Self>, generation: u64, why: String) {
+        if self.topology != Topology::Cluster {
+            self.broken(generation, why);
+        }
+    }
+
     /// Milliseconds since the link was made.
     fn now_ms(&self) -> u64 {
         self.born.elapsed().as_millis() as u64
@@ -909,11 +965,23 @@ impl Link {
             return Err(Fail::Forked);
         }
         let deadline = tokio::time::Instant::now() + self.timeout;
-        let r = tokio::time::timeout_at(deadline, self.call_inner(&req)).await;
-        let (fail, generation) = match r {
+        self.wrote();
+        // The connection's generation is taken before the deadline can drop the call's
+        // future: a call that times out drops its own connection, never a newer one opened
+        // meanwhile (calls of a lost connection timing out one by one would otherwise drop
+        // each of its successors in turn).
+        let (mut conn, generation) = match self.current() {
+            Ok(c) => c,
+            Err(fail) => {
+                self.failed(&fail, 0);
+                return Err(fail);
+            }
+        };
+        let r = tokio::time::timeout_at(deadline, self.exchange(&mut conn, &req)).await;
+        let fail = match r {
             Ok(Ok(v)) => return Ok(v),
             Ok(Err(f)) => f,
-            Err(_) => (Fail::Timeout, self.state().generation),
+            Err(_) => Fail::Timeout,
         };
         self.failed(&fail, generation);
         Err(fail)
@@ -1298,7 +1366,7 @@ impl Link {
     }
 
     /// One call on a direct connection, within `deadline` (the protocol of
-    /// [`call_inner`](Self::call_inner); one server: no redirections).
+    /// [`call`](Self::call); one server: no redirections).
     fn direct_call(
         &self,
         conn: &mut redis::Connection,
@@ -1342,11 +1410,11 @@ impl Link {
         match fail {
             Fail::Timeout => {
                 bump(&self.counters.timeouts);
-                self.broken(generation, "a call timed out".into());
+                self.lost(generation, "a call timed out".into());
             }
             Fail::Io(why) => {
                 bump(&self.counters.unavailable);
-                self.broken(generation, why.clone());
+                self.lost(generation, why.clone());
             }
             // A refused login is the server's answer, as a command's NOAUTH is.
             Fail::Down(why) if refused_login(why) => bump(&self.counters.server_errors),
@@ -1396,14 +1464,6 @@ impl Link {
         }
     }
 
-    async fn call_inner(self: &Arc<Self>, req: &Request) -> Result<Value, (Fail, u64)> {
-        self.wrote();
-        let (mut conn, generation) = self.current().map_err(|f| (f, 0))?;
-        self.exchange(&mut conn, req)
-            .await
-            .map_err(|f| (f, generation))
-    }
-
     /// One call on `conn` (the protocol of every async call; the caller applies the deadline).
     async fn exchange(&self, conn: &mut Conn, req: &Request) -> Result<Value, Fail> {
         let main = self.script_cmd(req);
@@ -1413,7 +1473,7 @@ impl Link {
         let mut to: Option<Redirect> = None;
         let mut loaded = false;
         loop {
-            let e = match conn.send_to(&main, to.as_ref()).await {
+            let e = match self.send_to(conn, &main, to.as_ref()).await {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
@@ -1428,15 +1488,123 @@ impl Link {
             match self.next_step(&e, loaded) {
                 Next::Fail => return Err(fail(e)),
                 Next::Eval => match eval_cmd(req) {
-                    Some(eval) => return conn.send_to(&eval, to.as_ref()).await.map_err(fail),
+                    Some(eval) => {
+                        return self.send_to(conn, &eval, to.as_ref()).await.map_err(fail)
+                    }
                     None => return Err(fail(e)),
                 },
-                Next::Load => match conn.send_to(&load_cmd(), to.as_ref()).await {
+                Next::Load => match self.send_to(conn, &load_cmd(), to.as_ref()).await {
                     Err(e) if !e.to_string().contains("already exists") => return Err(fail(e)),
                     _ => loaded = true,
                 },
             }
         }
+    }
+
+    /// [`Conn::send_to`]; a redirection to a node the cluster's client has no connection to
+    /// (a master that had no slot when its slot map was read, a master added to the cluster
+    /// since: the client looks up the connections it has, and finds none) is sent over a
+    /// connection of our own to that node ([`send_aside`](Self::send_aside)). The client
+    /// found no connection, so nothing was sent: sending it there is no replay. The client
+    /// itself reads its slot map again on such an error (and on a MOVED reply), so that later
+    /// calls find the node; it does so by reconnecting from the seeds, so for a second after
+    /// it found none, redirections to that node go straight to our own connection (or fail at
+    /// once, if that could not be opened: a master that is down), not once more through the
+    /// client, which would reconnect every call.
+    async fn send_to(
+        &self,
+        conn: &mut Conn,
+        cmd: &Cmd,
+        to: Option<&Redirect>,
+    ) -> redis::RedisResult<Value> {
+        if let Some(to) = to {
+            let known = {
+                let a = self.aside.lock().unwrap_or_else(|e| e.into_inner());
+                a.get(&to.addr())
+                    .is_some_and(|n| n.at.elapsed() < IDLE_CHECK)
+            };
+            if known {
+                return self.send_aside(cmd, to).await;
+            }
+        }
+        match (conn.send_to(cmd, to).await, to) {
+            (Err(e), Some(to)) if e.kind() == redis::ErrorKind::ClusterConnectionNotFound => {
+                self.send_aside(cmd, to).await
+            }
+            (r, _) => r,
+        }
+    }
+
+    /// `cmd` (after `ASKING` for an ASK) over a connection of our own to the cluster node
+    /// `to` names: the one opened for it before if it was used within [`IDLE_CHECK`] (a
+    /// server's idle `timeout` may have closed an older one), else a new one (with the seeds'
+    /// scheme and credentials), all within the call's deadline; none at once if an attempt
+    /// failed within [`IDLE_CHECK`]. One that fails is dropped.
+    async fn send_aside(&self, cmd: &Cmd, to: &Redirect) -> redis::RedisResult<Value> {
+        let Target::Cluster(_, node) = &self.target else {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::ClusterConnectionNotFound,
+                "a redirection outside a cluster",
+            )));
+        };
+        let addr = to.addr();
+        let aside = || self.aside.lock().unwrap_or_else(|e| e.into_inner());
+        let fresh = aside()
+            .get(&addr)
+            .filter(|n| n.at.elapsed() < IDLE_CHECK)
+            .map(|n| n.conn.clone());
+        let mut c = match fresh {
+            Some(Some(c)) => c,
+            Some(None) => {
+                return Err(redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    format!("no connection to cluster node {addr} (the last attempt failed)"),
+                )))
+            }
+            None => {
+                // No timers of the client's own: the call's deadline bounds the connection.
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(None)
+                    .set_response_timeout(None);
+                let opened = match redis::Client::open(node.of(&addr)) {
+                    Ok(client) => {
+                        client
+                            .get_multiplexed_async_connection_with_config(&config)
+                            .await
+                    }
+                    Err(e) => Err(e),
+                };
+                let at = Instant::now();
+                let conn = opened.as_ref().ok().cloned();
+                if conn.is_some() {
+                    bump(&self.counters.connects);
+                }
+                aside().insert(addr.clone(), Aside { conn, at });
+                opened?
+            }
+        };
+        let r = if to.ask {
+            let mut p = redis::pipe();
+            p.cmd("ASKING").add_command(cmd.clone());
+            c.send_packed_commands(&p, 0, 2).await.and_then(|replies| {
+                replies.into_iter().last().ok_or_else(|| {
+                    redis::RedisError::from((redis::ErrorKind::Parse, "no reply after ASKING"))
+                })
+            })
+        } else {
+            c.send_packed_command(cmd).await
+        };
+        match &r {
+            Err(e) if !matches!(classify(e), Fail::Server(_)) => {
+                aside().remove(&addr);
+            }
+            _ => {
+                if let Some(n) = aside().get_mut(&addr) {
+                    n.at = Instant::now();
+                }
+            }
+        }
+        r?.extract_error()
     }
 
     /// A command other than the scripts (DEL, SCAN), with the same timeout and failures.
@@ -1451,13 +1619,13 @@ impl Link {
             Ok(Err(e)) => {
                 let f = classify(&e);
                 if matches!(f, Fail::Io(_)) {
-                    self.broken(generation, e.to_string());
+                    self.lost(generation, e.to_string());
                 }
                 Err(f)
             }
             Err(_) => {
                 bump(&self.counters.timeouts);
-                self.broken(generation, "a call timed out".into());
+                self.lost(generation, "a call timed out".into());
                 Err(Fail::Timeout)
             }
         }
@@ -1612,6 +1780,29 @@ fn userinfo_part(v: &str) -> String {
     out
 }
 
+/// The seed nodes' URLs of a cluster URL, `redis+cluster://[user:password@]h1:p1,h2:p2...`
+/// (or `rediss+cluster://`): `redis://[user:password@]h1:p1`, ..., and how to name another
+/// node so. The credentials are every node's (the client refuses seeds with different
+/// passwords), as a Sentinel URL's are the master's and its replicas'.
+fn cluster_nodes(url: &str) -> (NodeUrl, Vec<String>) {
+    let (scheme, rest) = url.split_once("+cluster://").unwrap_or(("redis", url));
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
+    let (credentials, authority) = match authority.rfind('@') {
+        Some(at) => (&authority[..=at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    let node = NodeUrl {
+        scheme: scheme.to_string(),
+        credentials: credentials.to_string(),
+    };
+    let seeds = authority
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(|h| node.of(h))
+        .collect();
+    (node, seeds)
+}
+
 /// The client for `url` (nothing is connected yet).
 fn target(url: &str, timeout: Duration) -> Result<Target, Error> {
     let bad = |why: String| Error::store(StoreErrorKind::Unsupported, redact(url), why);
@@ -1637,12 +1828,7 @@ fn target(url: &str, timeout: Duration) -> Result<Target, Error> {
             .map(Target::Single)
             .map_err(|e| invalid(e.to_string())),
         Topology::Cluster => {
-            let (scheme, rest) = url.split_once("+cluster://").unwrap_or(("redis", url));
-            let rest = rest.split(['/', '?']).next().unwrap_or("");
-            let nodes: Vec<String> = hosts(rest)
-                .into_iter()
-                .map(|h| format!("{scheme}://{h}"))
-                .collect();
+            let (node, nodes) = cluster_nodes(url);
             if nodes.is_empty() {
                 return Err(invalid("a cluster URL names at least one node".into()));
             }
@@ -1652,7 +1838,7 @@ fn target(url: &str, timeout: Duration) -> Result<Target, Error> {
                 // No retries: a call whose outcome is unknown is never sent again.
                 .retries(0)
                 .build()
-                .map(Target::Cluster)
+                .map(|c| Target::Cluster(c, node))
                 .map_err(|e| invalid(e.to_string()))
         }
         Topology::Sentinel => {
@@ -1728,7 +1914,7 @@ impl Target {
                 .get_multiplexed_async_connection_with_config(&config)
                 .await
                 .map(Conn::Single),
-            Target::Cluster(c) => c.get_async_connection().await.map(Conn::Cluster),
+            Target::Cluster(c, _) => c.get_async_connection().await.map(Conn::Cluster),
             Target::Sentinel(s) => s
                 .lock()
                 .await
@@ -1769,5 +1955,40 @@ mod tests {
         assert_eq!(super::slot("{user1000}.following"), super::slot("user1000"));
         assert_eq!(super::slot("foo{}{bar}"), super::slot("foo{}{bar}"));
         assert_eq!(super::slot("foo"), 12182);
+    }
+
+    /// A cluster URL's credentials go to every seed node, not the first alone (the client
+    /// refuses seeds with different passwords, so such a URL could not be built).
+    #[test]
+    fn cluster_credentials_go_to_every_seed() {
+        assert_eq!(
+            super::cluster_nodes("redis+cluster://:hunter2@h1:7000,h2:7001?prefix=x").1,
+            ["redis://:hunter2@h1:7000", "redis://:hunter2@h2:7001"]
+        );
+        assert_eq!(
+            super::cluster_nodes("rediss+cluster://u:p%40w@h1:7000,h2:7001,h3:7002").1,
+            [
+                "rediss://u:p%40w@h1:7000",
+                "rediss://u:p%40w@h2:7001",
+                "rediss://u:p%40w@h3:7002"
+            ]
+        );
+        assert_eq!(
+            super::cluster_nodes("redis+cluster://h1:7000,h2:7001").1,
+            ["redis://h1:7000", "redis://h2:7001"]
+        );
+        let timeout = std::time::Duration::from_millis(50);
+        for url in [
+            "redis+cluster://:hunter2@127.0.0.1:7000,127.0.0.1:7001",
+            "redis+cluster://user:hunter2@127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002",
+        ] {
+            assert!(super::target(url, timeout).is_ok(), "{url}");
+        }
+        #[cfg(feature = "redis-tls")]
+        assert!(super::target(
+            "rediss+cluster://:hunter2@127.0.0.1:7000,127.0.0.1:7001",
+            timeout
+        )
+        .is_ok());
     }
 }
