@@ -135,11 +135,26 @@ test('non-UTF-8 Buffer keys are keyed by their bytes', () => {
   }
   assert.equal(k.size, bad.length, 'every byte string is its own key')
   assert.equal(k.allow('\uFFFD'), true, 'the replacement character is not 0xff')
-  // A lone surrogate has no UTF-8 form: Node-API converts it to U+FFFD, so it shares that
-  // key (conservative: one more client in a bucket, never one more admission).
-  assert.equal(k.allow('\uD800'), false)
   assert.equal(k.allow('a\u0000b'), true, 'NUL inside a string key')
   assert.equal(k.allow('a'), true, 'is not a terminator')
+})
+
+test('a string key with a lone surrogate is refused, not keyed as U+FFFD', () => {
+  const k = new KeyedLimiter('1/h; burst=1', { clock: new ManualClock(0) })
+  const lone = ['\uD800', '\uDBFF', '\uDC00', '\uDFFF', 'a\uD800', '\uD800b', 'x\uDC00\uD800y', '\uFFFD\uD800', '😀\uD83D', 'é'.repeat(300) + '\uDBFF']
+  for (const key of lone) {
+    for (const call of [() => k.allow(key), () => k.tryAcquire(key), () => k.peek(key), () => k.refund(key), () => k.remove(key)]) {
+      assert.throws(call, INVALID_ARG, show(key))
+    }
+  }
+  assert.equal(k.size, 0, 'no bucket was made')
+  // Well-formed strings holding U+FFFD or surrogate pairs are keys as before, each its own.
+  const good = ['\uFFFD', 'a\uFFFDb', '\uD83D\uDE00', '𝄞', '\uD7FF', '\uE000', '한국어', 'é'.repeat(300) + '\uFFFD', '\uFFFD'.repeat(100)]
+  for (const key of good) assert.equal(k.allow(key), true, show(key))
+  for (const key of good) assert.equal(k.allow(key), false, `${show(key)} again`)
+  assert.equal(k.size, good.length)
+  assert.equal(k.allow(Buffer.from('\uFFFD')), false, 'U+FFFD as a string is its UTF-8 bytes')
+  if (typeof ''.isWellFormed === 'function') for (const key of lone) assert.equal(key.isWellFormed(), false)
 })
 
 test('rate strings with junk', () => {

@@ -1,7 +1,9 @@
 //! Keys of a `KeyedLimiter`, read straight from the JavaScript value into bytes by the core's
 //! one key rule (`sluicegate::IntKey`, docs/SEMANTICS.md "Keys"):
 //!
-//! * a string: its UTF-8 bytes (copied to the stack when short);
+//! * a string: its UTF-8 bytes (copied to the stack when short); a string that is not
+//!   well-formed UTF-16 (a lone surrogate, which has no UTF-8 form) is refused, where Node-API
+//!   would silently turn it into U+FFFD and so give distinct strings one bucket;
 //! * a `Buffer` or `Uint8Array`: its bytes, borrowed for the call (no copy);
 //! * an integer: a safe-integer `number` or a `BigInt` (within 128 bits): its decimal digits
 //!   (`IntKey`), so `42`, `42n` and `"42"` name one bucket.
@@ -20,6 +22,56 @@ const STACK: usize = 256;
 
 const NOT_A_KEY: &str =
     "a key must be a string, a Buffer or Uint8Array, a safe-integer number or a BigInt";
+
+const NOT_WELL_FORMED: &str = "a string key must be well-formed UTF-16: this one has a lone \
+     surrogate, which has no UTF-8 form (Node would make it U+FFFD, one bucket for distinct \
+     keys); key by a Buffer of the bytes instead";
+
+/// Whether Node-API's UTF-8 form `s` of a string may stand for a lone surrogate: it holds
+/// U+FFFD (`EF BF BD`, what `napi_get_value_string_utf8` writes for one) or a surrogate's
+/// own three bytes (`ED A0..BF ..`, should a Node write them as they are). ASCII, the
+/// common key, is ruled out by one vectorised pass; only a match is checked against the
+/// string's UTF-16 (`well_formed`).
+#[inline]
+fn may_hide_surrogate(s: &[u8]) -> bool {
+    !s.is_ascii()
+        && s.windows(3)
+            .any(|w| matches!(w, [0xEF, 0xBF, 0xBD] | [0xED, 0xA0..=0xBF, _]))
+}
+
+/// Whether the string `v` is well-formed UTF-16 (no lone surrogate), read from its UTF-16.
+///
+/// # Safety
+/// `env` and `v` belong to the callback running on this thread, and `v` is a string.
+#[cold]
+unsafe fn well_formed(env: sys::napi_env, v: sys::napi_value) -> bool {
+    let mut len = 0usize;
+    // SAFETY: `v` is a string; a null buffer asks only for the length (in UTF-16 units).
+    unsafe { sys::napi_get_value_string_utf16(env, v, ptr::null_mut(), 0, &mut len) };
+    let mut units = vec![0u16; len + 1];
+    let mut written = 0usize;
+    // SAFETY: `units` has room for `len` units and the NUL Node-API writes.
+    unsafe { sys::napi_get_value_string_utf16(env, v, units.as_mut_ptr(), len + 1, &mut written) };
+    char::decode_utf16(units[..written].iter().copied()).all(|c| c.is_ok())
+}
+
+/// Calls `f` with the string `v`'s UTF-8 bytes `s`, or refuses `v` if it is not well-formed.
+///
+/// # Safety
+/// As [`well_formed`].
+#[inline]
+unsafe fn checked_str<R>(
+    env: sys::napi_env,
+    v: sys::napi_value,
+    s: &[u8],
+    f: impl FnOnce(&[u8]) -> R,
+) -> Result<R, JsErr> {
+    // SAFETY: forwarded caller contract.
+    if may_hide_surrogate(s) && !unsafe { well_formed(env, v) } {
+        return Err(invalid_arg(NOT_WELL_FORMED));
+    }
+    Ok(f(s))
+}
 
 /// Calls `f` with the bytes of the key `v`.
 ///
@@ -48,7 +100,8 @@ pub unsafe fn with_key<R>(
             // margin proves the whole string was written. (Testing `len < STACK - 1` let keys of
             // 2- and 4-byte characters be cut at 254 or 252 bytes: distinct keys shared a bucket.)
             if len < STACK - 4 {
-                return Ok(f(&buf[..len]));
+                // SAFETY: live env and string value of this callback.
+                return unsafe { checked_str(env, v, &buf[..len], f) };
             }
             // Possibly truncated: ask for the length, then copy the whole string.
             // SAFETY: a null buffer asks only for the length.
@@ -65,7 +118,8 @@ pub unsafe fn with_key<R>(
                     &mut written,
                 )
             };
-            Ok(f(&heap[..written]))
+            // SAFETY: live env and string value of this callback.
+            unsafe { checked_str(env, v, &heap[..written], f) }
         }
         sys::ValueType::napi_number => {
             let mut x = 0f64;
