@@ -4,7 +4,8 @@
 //! * a string: its UTF-8 bytes (copied to the stack when short); a string that is not
 //!   well-formed UTF-16 (a lone surrogate, which has no UTF-8 form) is refused, where Node-API
 //!   would silently turn it into U+FFFD and so give distinct strings one bucket;
-//! * a `Buffer` or `Uint8Array`: its bytes, borrowed for the call (no copy);
+//! * a `Buffer` or `Uint8Array`: its bytes, borrowed for the call (no copy), or copied first
+//!   when they live in a `SharedArrayBuffer` (another thread may write them meanwhile);
 //! * an integer: a safe-integer `number` or a `BigInt` (within 128 bits): its decimal digits
 //!   (`IntKey`), so `42`, `42n` and `"42"` name one bucket.
 //!
@@ -17,6 +18,7 @@ use napi::sys;
 use sluicegate::IntKey;
 use std::ffi::c_void;
 use std::ptr;
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 const STACK: usize = 256;
 
@@ -73,11 +75,41 @@ unsafe fn checked_str<R>(
     Ok(f(s))
 }
 
+/// Calls `f` with a copy of the `len` bytes at `data`, which another thread may be writing (a
+/// `SharedArrayBuffer`'s): read with relaxed atomic loads, as V8 copies shared memory
+/// (`base::Relaxed_Memcpy`), so that this side of a race is no data race; `f` then sees one
+/// snapshot that nothing changes while the core hashes and compares it. On the stack up to
+/// `STACK` bytes, else on the heap.
+///
+/// # Safety
+/// `data` is valid for reads of `len` bytes, and aligned memory accessed by other threads only
+/// through JavaScript (atomic or racy plain accesses, never a Rust reference), for the call.
+#[cold]
+unsafe fn with_shared_copy<R>(data: *mut u8, len: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+    let read = |i: usize| {
+        // SAFETY: `i < len`: in bounds; u8 needs no alignment; the memory is only ever
+        // accessed atomically, or by JavaScript's racy plain accesses (which the ECMAScript
+        // memory model defines), while this reads it (caller contract).
+        unsafe { AtomicU8::from_ptr(data.add(i)) }.load(Relaxed)
+    };
+    if len <= STACK {
+        let mut buf = [0u8; STACK];
+        for (i, b) in buf[..len].iter_mut().enumerate() {
+            *b = read(i);
+        }
+        f(&buf[..len])
+    } else {
+        let copy: Vec<u8> = (0..len).map(read).collect();
+        f(&copy)
+    }
+}
+
 /// Calls `f` with the bytes of the key `v`.
 ///
 /// # Safety
 /// `env` and `v` belong to the callback running on this thread, and `f` calls no JavaScript
-/// (a Buffer's bytes are borrowed for the duration of `f`).
+/// (a Buffer's bytes are borrowed for the duration of `f`, unless they are shared: then `f`
+/// gets a copy).
 #[inline]
 pub unsafe fn with_key<R>(
     env: sys::napi_env,
@@ -161,8 +193,9 @@ pub unsafe fn with_key<R>(
             if is_ta {
                 let (mut kind, mut len) = (0, 0usize);
                 let mut data: *mut c_void = ptr::null_mut();
-                // SAFETY: `v` is a typed array; every out-pointer is valid (the ArrayBuffer
-                // and offset are not requested).
+                let mut buffer: sys::napi_value = ptr::null_mut();
+                // SAFETY: `v` is a typed array; every out-pointer is valid (the offset is not
+                // requested).
                 unsafe {
                     sys::napi_get_typedarray_info(
                         env,
@@ -170,7 +203,7 @@ pub unsafe fn with_key<R>(
                         &mut kind,
                         &mut len,
                         &mut data,
-                        ptr::null_mut(),
+                        &mut buffer,
                         ptr::null_mut(),
                     )
                 };
@@ -178,9 +211,23 @@ pub unsafe fn with_key<R>(
                     if len == 0 || data.is_null() {
                         return Ok(f(&[]));
                     }
-                    // SAFETY: Node-API reports `len` bytes at `data`, alive while the array
-                    // is (it is an argument of the running call) and not moved or written
-                    // while `f` runs, since `f` calls no JavaScript.
+                    // Node-API's `napi_is_arraybuffer` is false for a SharedArrayBuffer (V8's
+                    // `IsArrayBuffer`), the one kind of backing store another thread can write.
+                    let mut plain = false;
+                    // SAFETY: live env; `buffer` is the array's buffer; `plain` is a valid
+                    // out-pointer (left false on a failure: then the bytes are copied).
+                    unsafe { sys::napi_is_arraybuffer(env, buffer, &mut plain) };
+                    if !plain {
+                        // SAFETY: Node-API reports `len` bytes at `data`, alive while the
+                        // array is (an argument of the running call; `f` calls no
+                        // JavaScript, so it is not detached or shrunk meanwhile); other
+                        // threads touch them only through JavaScript.
+                        return Ok(unsafe { with_shared_copy(data.cast::<u8>(), len, f) });
+                    }
+                    // SAFETY: Node-API reports `len` bytes at `data`, in a buffer that is not
+                    // shared, so only this thread can write them: alive while the array is
+                    // (an argument of the running call), and neither moved, detached nor
+                    // written while `f` runs, since `f` calls no JavaScript.
                     return Ok(f(unsafe {
                         std::slice::from_raw_parts(data.cast::<u8>(), len)
                     }));
