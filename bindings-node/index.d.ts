@@ -170,7 +170,7 @@ export declare class Limiter {
   /** The fast path: admitted or not, no figures. */
   allow(cost?: Int): boolean
   tryAcquire(cost?: Int): Decision
-  /** The state now, changing nothing. */
+  /** The state now, changing nothing (not counted by `metrics()`). */
   peek(): Decision
   refund(cost?: Int): void
   /**
@@ -194,6 +194,10 @@ export declare class Limiter {
    * `ERR_SLUICEGATE_STORE_TIMEOUT` (the other policies resolve with their decision).
    */
   tryAcquireAsync(cost?: Int): Promise<Decision>
+  /**
+   * `peek` as a Promise (not counted). On Redis, a server that does not answer rejects it
+   * with a store error under every `on_error` policy: a peek is not an admission.
+   */
   peekAsync(): Promise<Decision>
   refundAsync(cost?: Int): Promise<void>
   /** The Redis store's counters, or `null` on another store. */

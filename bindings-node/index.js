@@ -5,7 +5,7 @@
 
 const native = require('./native.js')
 
-const { allow, decide, refund, reserveWithin, renderHeaders, headerRenderer, renderFields, keyedAllow, keyedDecide, keyedPeek, keyedRefund } = native
+const { allow, decide, peek, refund, reserveWithin, renderHeaders, headerRenderer, renderFields, keyedAllow, keyedDecide, keyedPeek, keyedRefund } = native
 
 // Decision figures written by the native `decide` (layout: src/hot.rs, mod slot).
 const F = new Float64Array(native.scratch)
@@ -484,9 +484,9 @@ class Limiter {
     return readDecision(decide(this.#h, cost))
   }
 
-  /** The current state, changing nothing (a request of cost 0). */
+  /** The current state, changing nothing (the core's `peek`: not counted by `metrics()`). */
   peek() {
-    return readDecision(decide(this.#h, 0))
+    return readDecision(peek(this.#h))
   }
 
   /** Gives `cost` tokens back (work admitted but not done), capped at the burst. */
@@ -537,7 +537,10 @@ class Limiter {
     return bucketAsync(this.#h, this.#remote, ACQUIRE_OP, cost, () => this.tryAcquire(cost))
   }
 
-  /** `peek()` as a Promise (on a Redis store, a round trip that changes nothing). */
+  /**
+   * `peek()` as a Promise (on a Redis store, a round trip that changes nothing; a server that
+   * does not answer rejects it with a store error whatever `on_error` says).
+   */
   peekAsync() {
     return bucketAsync(this.#h, this.#remote, PEEK_OP, 0, () => this.peek())
   }

@@ -35,9 +35,11 @@ unsafe fn with_parts<Out>(
     let first = unsafe { part(ptrs, 0, func)? };
     let manual = first.clock().manual().is_some();
     let mut inline = [first; INLINE];
+    // Grown as the parts are read, not sized by `n` (as `sg_render_prometheus` does): a garbage
+    // count is an error at its first bad element or the caller's broken contract, never an
+    // allocation that aborts the process.
     let mut heap = Vec::new();
     if n > INLINE {
-        heap.reserve_exact(n);
         heap.push(first);
     }
     for i in 1..n {

@@ -104,6 +104,14 @@ static void test_composite(void) {
   CHECK(!d.allowed);
   CHECK_OK(sg_limiter_try_acquire_at(many[0], 5 * S, 0, &d));
   CHECK_U64(d.remaining, 4);
+  /* On the heap path a bad part is an error at that part: the parts are gathered as they are
+   * read, never into room reserved for the count up front. */
+  const sg_limiter *many_null[12];
+  for (int i = 0; i < 12; i++) many_null[i] = i == 10 ? NULL : many[i];
+  CHECK_RC(sg_composite_try_acquire_at(many_null, 12, 5 * S, 1, &d), SG_ERR_NULL_ARGUMENT);
+  CHECK_DETAIL("`limiters[10]` is NULL");
+  CHECK_OK(sg_limiter_try_acquire_at(many[0], 5 * S, 0, &d));
+  CHECK_U64(d.remaining, 4);
 
   /* Error paths. */
   const sg_limiter *with_null[] = {user, NULL};

@@ -620,6 +620,16 @@ test('a throw after an asynchronous step goes to next(err): no request hangs, no
   assert.deepEqual(seen, [])
 })
 
+test('a key with a lone surrogate goes to next(err) as ERR_SLUICEGATE_INVALID_ARG, never to the bucket of U+FFFD', async () => {
+  const limiter = new KeyedLimiter('1/h', { clock: new ManualClock(0) })
+  for (const keyGenerator of [() => '\uD800', async () => 'user-\uDFFF', () => '\uDBFF']) {
+    const err = await nextOf(rateLimit({ limiter, keyGenerator }))
+    assert.equal(err?.code, 'ERR_SLUICEGATE_INVALID_ARG')
+  }
+  assert.equal(await nextOf(rateLimit({ limiter, keyGenerator: () => '\uFFFD' })), null, 'U+FFFD itself is a key')
+  assert.equal(limiter.size, 1)
+})
+
 test('an option given as undefined keeps its default (onFull: evict); headers already sent are left alone', async (t) => {
   const mw = rateLimit({ limit: 2, onFull: undefined, maxKeys: 1, policy: undefined, keyGenerator: (req) => req.get('x-user') })
   const get = await serve(mw, t)

@@ -309,6 +309,18 @@ test('skipOnError: a limiter error is a 500, or lets the request through', async
   assert.deepEqual(await statuses(lenient, 2), [200, 200])
 })
 
+test('a key with a lone surrogate is a 500 with ERR_SLUICEGATE_INVALID_ARG, not the bucket of U+FFFD', async (t) => {
+  const limiter = new KeyedLimiter('1/h', { clock: new ManualClock(0) })
+  const f = await app(t, { limiter, keyGenerator: async (req) => (req.headers['x-lone'] ? 'user-\uD800' : 'user-\uFFFD') })
+  for (let i = 0; i < 2; i++) {
+    const r = await f.inject({ url: '/', headers: { 'x-lone': '1' } })
+    assert.equal(r.statusCode, 500)
+    assert.equal(r.json().code, 'ERR_SLUICEGATE_INVALID_ARG')
+  }
+  assert.deepEqual(await statuses(f, 2), [200, 429], 'U+FFFD itself is a key, its own')
+  assert.equal(limiter.size, 1)
+})
+
 test('a real server on 127.0.0.1: the peer\'s bucket, headers on the wire', async (t) => {
   const f = Fastify()
   t.after(() => f.close())

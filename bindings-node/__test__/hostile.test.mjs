@@ -135,11 +135,72 @@ test('non-UTF-8 Buffer keys are keyed by their bytes', () => {
   }
   assert.equal(k.size, bad.length, 'every byte string is its own key')
   assert.equal(k.allow('\uFFFD'), true, 'the replacement character is not 0xff')
-  // A lone surrogate has no UTF-8 form: Node-API converts it to U+FFFD, so it shares that
-  // key (conservative: one more client in a bucket, never one more admission).
-  assert.equal(k.allow('\uD800'), false)
   assert.equal(k.allow('a\u0000b'), true, 'NUL inside a string key')
   assert.equal(k.allow('a'), true, 'is not a terminator')
+})
+
+test('a string key with a lone surrogate is refused, not keyed as U+FFFD', () => {
+  const k = new KeyedLimiter('1/h; burst=1', { clock: new ManualClock(0) })
+  const lone = ['\uD800', '\uDBFF', '\uDC00', '\uDFFF', 'a\uD800', '\uD800b', 'x\uDC00\uD800y', '\uFFFD\uD800', '😀\uD83D', 'é'.repeat(300) + '\uDBFF']
+  for (const key of lone) {
+    for (const call of [() => k.allow(key), () => k.tryAcquire(key), () => k.peek(key), () => k.refund(key), () => k.remove(key)]) {
+      assert.throws(call, INVALID_ARG, show(key))
+    }
+  }
+  assert.equal(k.size, 0, 'no bucket was made')
+  // Well-formed strings holding U+FFFD or surrogate pairs are keys as before, each its own.
+  const good = ['\uFFFD', 'a\uFFFDb', '\uD83D\uDE00', '𝄞', '\uD7FF', '\uE000', '한국어', 'é'.repeat(300) + '\uFFFD', '\uFFFD'.repeat(100)]
+  for (const key of good) assert.equal(k.allow(key), true, show(key))
+  for (const key of good) assert.equal(k.allow(key), false, `${show(key)} again`)
+  assert.equal(k.size, good.length)
+  assert.equal(k.allow(Buffer.from('\uFFFD')), false, 'U+FFFD as a string is its UTF-8 bytes')
+  if (typeof ''.isWellFormed === 'function') for (const key of lone) assert.equal(key.isWellFormed(), false)
+})
+
+test('a key in a SharedArrayBuffer is copied, and names the bucket of the same bytes', () => {
+  const k = new KeyedLimiter('1/h; burst=2', { clock: new ManualClock(0) })
+  for (const n of [0, 1, 7, 255, 256, 257, 4096]) {
+    const shared = new Uint8Array(new SharedArrayBuffer(n + 3), 3, n)
+    shared.fill(0x61 + (n % 20))
+    const same = Buffer.from(shared)
+    assert.equal(k.tryAcquire(shared).remaining, 1, `${n} bytes`)
+    assert.equal(k.tryAcquire(same).remaining, 0, `${n} bytes: the same bucket as a Buffer of them`)
+    assert.equal(k.peek(shared).remaining, 0)
+    k.refund(shared)
+    assert.equal(k.peek(same).remaining, 1)
+    if (n > 0) {
+      shared[n - 1] ^= 1
+      assert.equal(k.peek(shared).remaining, 2, 'a changed byte is another key')
+    }
+  }
+  // A Buffer over shared memory (Buffer.from(sab)), as a worker would hand one over.
+  const sab = new SharedArrayBuffer(5)
+  Buffer.from(sab).write('alice')
+  assert.equal(k.allow(Buffer.from(sab)), true)
+  assert.equal(k.peek('alice').remaining, 1)
+})
+
+test('a shared key another thread keeps writing: each call decides on one copy of its bytes', { timeout: 20_000 }, async () => {
+  const { Worker } = await import('node:worker_threads')
+  const sab = new SharedArrayBuffer(8)
+  const key = new Uint8Array(sab, 0, 2)
+  key.set([0x61, 0x62])
+  const state = new Int32Array(sab, 4, 1) // 0: starting, 1: writing, 2: stop
+  const w = new Worker(`
+    const { workerData } = require('node:worker_threads')
+    const b = new Uint8Array(workerData, 0, 2)
+    const s = new Int32Array(workerData, 4, 1)
+    Atomics.store(s, 0, 1)
+    while (Atomics.load(s, 0) === 1) { b[0] ^= 1; b[1] ^= 2 }
+  `, { eval: true, workerData: sab })
+  const exited = new Promise((resolve) => w.once('exit', resolve))
+  for (let i = 0; i < 2_000 && Atomics.load(state, 0) === 0; i++) await new Promise((r) => setTimeout(r, 5))
+  const k = new KeyedLimiter('1000/h', { clock: new ManualClock(0) })
+  for (let i = 0; i < 20_000; i++) k.allow(key)
+  Atomics.store(state, 0, 2)
+  await exited
+  // Each byte is one of two values: at most four keys, whatever the interleaving.
+  assert.ok(k.size >= 1 && k.size <= 4, `${k.size} keys`)
 })
 
 test('rate strings with junk', () => {

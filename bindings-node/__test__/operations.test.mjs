@@ -118,6 +118,25 @@ test('counters are off by default and count each outcome', () => {
   assert.equal(evicting.metrics().keysEvicted, 1)
 })
 
+test('a peek is not counted, sync or async (the core\'s peek, as in Python)', async () => {
+  const l = new Limiter('5/s', { clock: new ManualClock(), metrics: true })
+  l.peek()
+  l.peek()
+  assert.equal((await l.peekAsync()).remaining, 5)
+  assert.deepEqual([l.metrics().allowed, l.metrics().rejected], [0, 0])
+  for (let i = 0; i < 6; i++) l.tryAcquire()
+  assert.equal(l.peek().remaining, 0)
+  await l.peekAsync()
+  assert.deepEqual([l.metrics().allowed, l.metrics().rejected], [5, 1], 'the requests only')
+  const seen = []
+  const hooked = new Limiter('1/h', { clock: new ManualClock(), onReject: (r) => seen.push(r) })
+  hooked.tryAcquire()
+  hooked.peek()
+  await hooked.peekAsync()
+  await calls(seen, 0)
+  assert.equal(seen.length, 0, 'a peek is no rejection')
+})
+
 test('the hook is called once per rejection, with the key, after the decision', async () => {
   const clock = new ManualClock()
   const seen = []

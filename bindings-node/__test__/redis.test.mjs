@@ -269,6 +269,15 @@ describe('bad URLs', () => {
     await rejectsWith(k.tryAcquireAsync('a'), 'ERR_SLUICEGATE_STORE_UNAVAILABLE')
   })
 
+  test('a server that is not there: a Limiter\'s peekAsync rejects under on_error=open, closed and local too', async () => {
+    for (const policy of ['open', 'closed', 'local']) {
+      // Port 2, not 1: the counters are per server, and the test below counts port 1's.
+      const l = new Limiter('1/s', { store: `redis://127.0.0.1:2/0?on_error=${policy}&timeout=20ms&prefix=peek-${policy}`, metrics: true })
+      await rejectsWith(l.peekAsync(), 'ERR_SLUICEGATE_STORE_UNAVAILABLE')
+      assert.equal(l.metrics().allowed + l.metrics().rejected, 0, policy)
+    }
+  })
+
   test('a server that is not there: on_error=error rejects with ERR_SLUICEGATE_STORE_UNAVAILABLE', async () => {
     const k = new KeyedLimiter('1/s', { store: 'redis://127.0.0.1:1/0?on_error=error&timeout=20ms' })
     await rejectsWith(k.tryAcquireAsync('a'), 'ERR_SLUICEGATE_STORE_UNAVAILABLE')
@@ -309,6 +318,28 @@ describe('fail policies with a killed server', needsRedis(), () => {
     const d = await decidedAgain(error, 'c')
     assert.equal(d?.remaining, 1, 'the server decides again')
     assert.ok(error.redisStats().connects >= 2)
+  })
+})
+
+describe('a peek with the server down', needsRedis(), () => {
+  const srv = serverPerSuite()
+
+  test('rejects with a store error under every fail policy, counted by none (a peek is not an admission)', async () => {
+    const policies = ['open', 'closed', 'local', 'error']
+    const made = policies.map((policy) => [policy, new Limiter('5/minute', { store: at(srv, `on_error=${policy}&timeout=500ms`) })])
+    for (const [, l] of made) assert.equal((await l.peekAsync()).remaining, 5)
+    await srv.kill()
+    for (const [policy, l] of made) {
+      const e = await l.peekAsync().then(() => null, (x) => x)
+      assert.ok(e?.code === 'ERR_SLUICEGATE_STORE_UNAVAILABLE' || e?.code === 'ERR_SLUICEGATE_STORE_TIMEOUT', `${policy}: ${String(e?.code)}`)
+      // No policy decided it (the failure went to the caller: the core counts it failedError).
+      const s = l.redisStats()
+      assert.deepEqual([s.failedOpen, s.failedClosed, s.failedLocal], [0, 0, 0], policy)
+    }
+    // A request, by contrast, goes to the policy.
+    const [, open] = made[0]
+    assert.equal((await open.tryAcquireAsync()).allowed, true)
+    assert.equal(open.redisStats().failedOpen, 1)
   })
 })
 

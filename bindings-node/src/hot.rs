@@ -25,6 +25,7 @@ type Cb = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::n
 pub const EXPORTS: &[(&str, Cb)] = &[
     ("allow", allow),
     ("decide", decide),
+    ("peek", peek),
     ("refund", refund),
     ("reserveWithin", reserve_within),
     ("allowNoop", allow_noop),
@@ -308,6 +309,20 @@ unsafe extern "C" fn decide(env: sys::napi_env, info: sys::napi_callback_info) -
         let (h, cost) = c.handle_cost()?;
         let state = c.state()?;
         let d = state.with(h, |e| decision_of(e, cost))??;
+        write_scratch(state, &d);
+        Ok(c.boolean(d.allowed()))
+    })
+}
+
+/// `peek(handle) -> boolean`, figures in the scratch buffer: a limiter's current state by the
+/// core's `peek` (changing nothing, and not counted by `metrics`).
+unsafe extern "C" fn peek(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node passes this callback's own env and info.
+    let c = unsafe { call(env, info) };
+    guard(env, || {
+        let h = c.handle()?;
+        let state = c.state()?;
+        let d = state.with(h, |e| e.single()?.peek().map_err(from_core))??;
         write_scratch(state, &d);
         Ok(c.boolean(d.allowed()))
     })

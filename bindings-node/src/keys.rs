@@ -1,8 +1,11 @@
 //! Keys of a `KeyedLimiter`, read straight from the JavaScript value into bytes by the core's
 //! one key rule (`sluicegate::IntKey`, docs/SEMANTICS.md "Keys"):
 //!
-//! * a string: its UTF-8 bytes (copied to the stack when short);
-//! * a `Buffer` or `Uint8Array`: its bytes, borrowed for the call (no copy);
+//! * a string: its UTF-8 bytes (copied to the stack when short); a string that is not
+//!   well-formed UTF-16 (a lone surrogate, which has no UTF-8 form) is refused, where Node-API
+//!   would silently turn it into U+FFFD and so give distinct strings one bucket;
+//! * a `Buffer` or `Uint8Array`: its bytes, borrowed for the call (no copy), or copied first
+//!   when they live in a `SharedArrayBuffer` (another thread may write them meanwhile);
 //! * an integer: a safe-integer `number` or a `BigInt` (within 128 bits): its decimal digits
 //!   (`IntKey`), so `42`, `42n` and `"42"` name one bucket.
 //!
@@ -15,17 +18,98 @@ use napi::sys;
 use sluicegate::IntKey;
 use std::ffi::c_void;
 use std::ptr;
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 const STACK: usize = 256;
 
 const NOT_A_KEY: &str =
     "a key must be a string, a Buffer or Uint8Array, a safe-integer number or a BigInt";
 
+const NOT_WELL_FORMED: &str = "a string key must be well-formed UTF-16: this one has a lone \
+     surrogate, which has no UTF-8 form (Node would make it U+FFFD, one bucket for distinct \
+     keys); key by a Buffer of the bytes instead";
+
+/// Whether Node-API's UTF-8 form `s` of a string may stand for a lone surrogate: it holds
+/// U+FFFD (`EF BF BD`, what `napi_get_value_string_utf8` writes for one) or a surrogate's
+/// own three bytes (`ED A0..BF ..`, should a Node write them as they are). ASCII, the
+/// common key, is ruled out by one vectorised pass; only a match is checked against the
+/// string's UTF-16 (`well_formed`).
+#[inline]
+fn may_hide_surrogate(s: &[u8]) -> bool {
+    !s.is_ascii()
+        && s.windows(3)
+            .any(|w| matches!(w, [0xEF, 0xBF, 0xBD] | [0xED, 0xA0..=0xBF, _]))
+}
+
+/// Whether the string `v` is well-formed UTF-16 (no lone surrogate), read from its UTF-16.
+///
+/// # Safety
+/// `env` and `v` belong to the callback running on this thread, and `v` is a string.
+#[cold]
+unsafe fn well_formed(env: sys::napi_env, v: sys::napi_value) -> bool {
+    let mut len = 0usize;
+    // SAFETY: `v` is a string; a null buffer asks only for the length (in UTF-16 units).
+    unsafe { sys::napi_get_value_string_utf16(env, v, ptr::null_mut(), 0, &mut len) };
+    let mut units = vec![0u16; len + 1];
+    let mut written = 0usize;
+    // SAFETY: `units` has room for `len` units and the NUL Node-API writes.
+    unsafe { sys::napi_get_value_string_utf16(env, v, units.as_mut_ptr(), len + 1, &mut written) };
+    char::decode_utf16(units[..written].iter().copied()).all(|c| c.is_ok())
+}
+
+/// Calls `f` with the string `v`'s UTF-8 bytes `s`, or refuses `v` if it is not well-formed.
+///
+/// # Safety
+/// As [`well_formed`].
+#[inline]
+unsafe fn checked_str<R>(
+    env: sys::napi_env,
+    v: sys::napi_value,
+    s: &[u8],
+    f: impl FnOnce(&[u8]) -> R,
+) -> Result<R, JsErr> {
+    // SAFETY: forwarded caller contract.
+    if may_hide_surrogate(s) && !unsafe { well_formed(env, v) } {
+        return Err(invalid_arg(NOT_WELL_FORMED));
+    }
+    Ok(f(s))
+}
+
+/// Calls `f` with a copy of the `len` bytes at `data`, which another thread may be writing (a
+/// `SharedArrayBuffer`'s): read with relaxed atomic loads, as V8 copies shared memory
+/// (`base::Relaxed_Memcpy`), so that this side of a race is no data race; `f` then sees one
+/// snapshot that nothing changes while the core hashes and compares it. On the stack up to
+/// `STACK` bytes, else on the heap.
+///
+/// # Safety
+/// `data` is valid for reads of `len` bytes, and aligned memory accessed by other threads only
+/// through JavaScript (atomic or racy plain accesses, never a Rust reference), for the call.
+#[cold]
+unsafe fn with_shared_copy<R>(data: *mut u8, len: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+    let read = |i: usize| {
+        // SAFETY: `i < len`: in bounds; u8 needs no alignment; the memory is only ever
+        // accessed atomically, or by JavaScript's racy plain accesses (which the ECMAScript
+        // memory model defines), while this reads it (caller contract).
+        unsafe { AtomicU8::from_ptr(data.add(i)) }.load(Relaxed)
+    };
+    if len <= STACK {
+        let mut buf = [0u8; STACK];
+        for (i, b) in buf[..len].iter_mut().enumerate() {
+            *b = read(i);
+        }
+        f(&buf[..len])
+    } else {
+        let copy: Vec<u8> = (0..len).map(read).collect();
+        f(&copy)
+    }
+}
+
 /// Calls `f` with the bytes of the key `v`.
 ///
 /// # Safety
 /// `env` and `v` belong to the callback running on this thread, and `f` calls no JavaScript
-/// (a Buffer's bytes are borrowed for the duration of `f`).
+/// (a Buffer's bytes are borrowed for the duration of `f`, unless they are shared: then `f`
+/// gets a copy).
 #[inline]
 pub unsafe fn with_key<R>(
     env: sys::napi_env,
@@ -48,7 +132,8 @@ pub unsafe fn with_key<R>(
             // margin proves the whole string was written. (Testing `len < STACK - 1` let keys of
             // 2- and 4-byte characters be cut at 254 or 252 bytes: distinct keys shared a bucket.)
             if len < STACK - 4 {
-                return Ok(f(&buf[..len]));
+                // SAFETY: live env and string value of this callback.
+                return unsafe { checked_str(env, v, &buf[..len], f) };
             }
             // Possibly truncated: ask for the length, then copy the whole string.
             // SAFETY: a null buffer asks only for the length.
@@ -65,7 +150,8 @@ pub unsafe fn with_key<R>(
                     &mut written,
                 )
             };
-            Ok(f(&heap[..written]))
+            // SAFETY: live env and string value of this callback.
+            unsafe { checked_str(env, v, &heap[..written], f) }
         }
         sys::ValueType::napi_number => {
             let mut x = 0f64;
@@ -107,8 +193,9 @@ pub unsafe fn with_key<R>(
             if is_ta {
                 let (mut kind, mut len) = (0, 0usize);
                 let mut data: *mut c_void = ptr::null_mut();
-                // SAFETY: `v` is a typed array; every out-pointer is valid (the ArrayBuffer
-                // and offset are not requested).
+                let mut buffer: sys::napi_value = ptr::null_mut();
+                // SAFETY: `v` is a typed array; every out-pointer is valid (the offset is not
+                // requested).
                 unsafe {
                     sys::napi_get_typedarray_info(
                         env,
@@ -116,7 +203,7 @@ pub unsafe fn with_key<R>(
                         &mut kind,
                         &mut len,
                         &mut data,
-                        ptr::null_mut(),
+                        &mut buffer,
                         ptr::null_mut(),
                     )
                 };
@@ -124,9 +211,23 @@ pub unsafe fn with_key<R>(
                     if len == 0 || data.is_null() {
                         return Ok(f(&[]));
                     }
-                    // SAFETY: Node-API reports `len` bytes at `data`, alive while the array
-                    // is (it is an argument of the running call) and not moved or written
-                    // while `f` runs, since `f` calls no JavaScript.
+                    // Node-API's `napi_is_arraybuffer` is false for a SharedArrayBuffer (V8's
+                    // `IsArrayBuffer`), the one kind of backing store another thread can write.
+                    let mut plain = false;
+                    // SAFETY: live env; `buffer` is the array's buffer; `plain` is a valid
+                    // out-pointer (left false on a failure: then the bytes are copied).
+                    unsafe { sys::napi_is_arraybuffer(env, buffer, &mut plain) };
+                    if !plain {
+                        // SAFETY: Node-API reports `len` bytes at `data`, alive while the
+                        // array is (an argument of the running call; `f` calls no
+                        // JavaScript, so it is not detached or shrunk meanwhile); other
+                        // threads touch them only through JavaScript.
+                        return Ok(unsafe { with_shared_copy(data.cast::<u8>(), len, f) });
+                    }
+                    // SAFETY: Node-API reports `len` bytes at `data`, in a buffer that is not
+                    // shared, so only this thread can write them: alive while the array is
+                    // (an argument of the running call), and neither moved, detached nor
+                    // written while `f` runs, since `f` calls no JavaScript.
                     return Ok(f(unsafe {
                         std::slice::from_raw_parts(data.cast::<u8>(), len)
                     }));

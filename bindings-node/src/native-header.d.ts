@@ -8,6 +8,8 @@ export declare const scratch: ArrayBuffer
 export declare function allow(handle: number, cost: number | bigint): boolean
 /** As `allow`, with the decision's figures written to `scratch`. */
 export declare function decide(handle: number, cost: number | bigint): boolean
+/** The limiter `handle`'s current state (the core's `peek`: not counted), figures in `scratch`. */
+export declare function peek(handle: number): boolean
 /** Gives `cost` tokens back to the limiter `handle` (every part of a composite). */
 export declare function refund(handle: number, cost: number | bigint): void
 /** The core's `reserve_within`: a leaky queue admits only if its wait is at most `maxWaitNs`; figures in `scratch`. */

@@ -322,7 +322,9 @@ pub fn remote_call<'env>(
             };
             match op {
                 ACQUIRE => l.try_acquire_async(cost).await.into(),
-                PEEK => l.try_acquire_async(0).await.into(),
+                // The core's peek: not counted, and a store error under every `on_error`
+                // (a peek is not an admission for a fail policy to decide).
+                PEEK => l.peek_async().await.into(),
                 _ => l.refund_async(cost).await.into(),
             }
         }),

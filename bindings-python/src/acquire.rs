@@ -15,7 +15,7 @@ use crate::errors::to_py;
 use crate::keyed::PyKeyedLimiter;
 use crate::remote::{self, Remote};
 use crate::{PyDecision, PyLimiter};
-use pyo3::exceptions::PyRuntimeError;
+use pyo3::exceptions::{PyRuntimeError, PyRuntimeWarning};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::{PyTraverseError, PyVisit};
@@ -83,7 +83,9 @@ impl Acquire {
             match next {
                 Next::Admit(d) => {
                     if let Err(interrupted) = sleep_interruptibly(py, wait) {
-                        self.cancel(py).map_err(to_py)?;
+                        if let Err(e) = self.cancel(py) {
+                            give_back_failed(py, &interrupted, to_py(e));
+                        }
                         return Err(interrupted);
                     }
                     return Ok(d.into());
@@ -104,6 +106,30 @@ impl Acquire {
         AIO_ACQUIRE
             .import(py, "sluicegate._aio", "acquire")?
             .call1((plan,))
+    }
+}
+
+/// Reports a give-back that failed (`error`: a `StoreError` on Redis under `on_error=error`)
+/// after `interrupted` (Ctrl-C) ended an admitted wait: a `RuntimeWarning`, as `_aio` reports
+/// one for a cancelled task, so that the interruption stays the exception raised. A warning
+/// that is itself raised (`-W error`) becomes the interruption's `__context__`.
+#[cold]
+fn give_back_failed(py: Python<'_>, interrupted: &PyErr, error: PyErr) {
+    let kind = error
+        .get_type(py)
+        .name()
+        .map_or_else(|_| "Exception".to_owned(), |n| n.to_string());
+    let message = std::ffi::CString::new(format!(
+        "sluicegate: an interrupted acquire could not give back the cost it was admitted \
+         ({kind}: {}); the tokens stay taken",
+        error.value(py)
+    ))
+    .unwrap_or_else(|_| {
+        c"sluicegate: an interrupted acquire could not give back the cost it was admitted"
+            .to_owned()
+    });
+    if let Err(raised) = PyErr::warn(py, &py.get_type::<PyRuntimeWarning>(), &message, 1) {
+        interrupted.set_context(py, Some(raised));
     }
 }
 

@@ -12,7 +12,7 @@ use crate::errors::to_py;
 use crate::ops;
 use crate::remote::{self, Remote};
 use crate::{quota_arg, stats_dict, PyDecision, PyManualClock, PyQuota};
-use pyo3::exceptions::{PyOverflowError, PyTypeError};
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
@@ -158,6 +158,29 @@ impl PyKeyedLimiter {
     }
 }
 
+/// The most shards a table has (the core's bound, which it would clamp a larger count to).
+const MAX_SHARDS: u64 = 4096;
+
+/// `shards`: 1 to [`MAX_SHARDS`] (the core rounds it up to a power of two), or a `ValueError`
+/// with Node's message, where the core would silently clamp any other count. A value that is
+/// no int stays a `TypeError`.
+fn shards_arg(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<usize>> {
+    let range = || PyValueError::new_err("shards must be an integer between 1 and 4096");
+    let n = opt_uint(obj, "shards").map_err(|e| {
+        // Negative (a ValueError) or past u64 (an OverflowError): out of the range as well.
+        if e.is_instance_of::<PyValueError>(py) || e.is_instance_of::<PyOverflowError>(py) {
+            range()
+        } else {
+            e
+        }
+    })?;
+    match n {
+        None => Ok(None),
+        Some(n @ 1..=MAX_SHARDS) => Ok(Some(n as usize)),
+        Some(_) => Err(range()),
+    }
+}
+
 #[pymethods]
 impl PyKeyedLimiter {
     #[new]
@@ -196,8 +219,8 @@ impl PyKeyedLimiter {
                 .map_err(|_| PyOverflowError::new_err("max_keys does not fit usize"))?;
             builder = builder.max_keys(n);
         }
-        if let Some(n) = opt_uint(shards, "shards")? {
-            builder = builder.shards(usize::try_from(n).unwrap_or(usize::MAX));
+        if let Some(n) = shards_arg(py, shards)? {
+            builder = builder.shards(n);
         }
         let runtime = AnyClock::new(clock.as_ref().map(|c| &c.get().inner));
         let builder = builder.clock(runtime);

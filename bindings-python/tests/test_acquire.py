@@ -140,6 +140,30 @@ def test_an_interrupted_wait_gives_the_slot_back(kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_an_interrupt_whose_give_back_fails_is_still_the_interrupt(kind: str) -> None:
+    """A give-back that fails (here a clock read past the horizon, as a StoreError on Redis
+    under on_error=error) is a RuntimeWarning: Ctrl-C is what propagates, as a cancelled
+    task's cancellation does (test_a_give_back_that_fails_keeps_the_cancellation)."""
+    clock = ManualClock(0)
+    t = Target(kind, QUEUE, clock)
+    assert t.try_acquire()
+
+    def interrupt(signum: int, frame: object) -> None:
+        clock.set_ns(2**64 - 1)  # the give-back at this reading fails: ClockOutOfRange
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        with pytest.warns(RuntimeWarning, match="could not give back.*ClockOutOfRange"):
+            with pytest.raises(KeyboardInterrupt):
+                t.acquire(3)  # admitted: slots 0.5, 1.0, 1.5 s away
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_cancelled_task_gives_the_slot_back(kind: str) -> None:
     t = Target(kind, QUEUE)
     assert t.try_acquire()

@@ -253,6 +253,11 @@ def test_overflow_at_integer_edges() -> None:
             ("remaining", lambda v: sluicegate.Decision.from_figures(allowed=True, limit=1, remaining=v)),
         ):
             clock.set_ns(0)
+            if name == "shards":
+                # 1 to 4096 (as Node checks it): a ValueError, never a silent clamp.
+                with pytest.raises(ValueError, match="shards must be an integer between 1 and 4096"):
+                    call(value)
+                continue
             if ok:
                 try:
                     call(value)
@@ -274,3 +279,17 @@ def test_overflow_at_integer_edges() -> None:
             limiter.acquire(timeout=too_long)
     with pytest.raises(ValueError):
         limiter.acquire(timeout=timedelta.min)
+
+
+def test_shards_out_of_range_are_refused_not_clamped() -> None:
+    # The core would clamp to 1..4096 (and round up to a power of two) without a word: Node
+    # refuses these, and so does Python, with Node's message.
+    for bad in (0, 4097, 10**6, 2**63, 2**64, -1):
+        with pytest.raises(ValueError, match="shards must be an integer between 1 and 4096"):
+            KeyedLimiter("1/s", shards=bad)
+    for bad_type in (True, 1.0, "8"):
+        with pytest.raises(TypeError):
+            KeyedLimiter("1/s", shards=bad_type)  # type: ignore[arg-type]
+    for good in (1, 3, 64, 4096):
+        keyed = KeyedLimiter("1/s", clock=ManualClock(0), shards=good)
+        assert keyed.try_acquire("k") and not keyed.try_acquire("k")
