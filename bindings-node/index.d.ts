@@ -303,6 +303,7 @@ export declare class Composite {
   constructor(parts: Limiter[])
   allow(cost?: Int): boolean
   tryAcquire(cost?: Int): Decision
+  /** The combined state, changing nothing: each part's `peek` (not counted). */
   peek(): Decision
   /** Gives `cost` back to every part. */
   refund(cost?: Int): void
@@ -311,6 +312,10 @@ export declare class Composite {
   acquire(cost?: Int, options?: AcquireOptions): Promise<Decision>
   /** All-or-nothing as a Promise; parts on one Redis server are decided in one script call. */
   tryAcquireAsync(cost?: Int): Promise<Decision>
+  /**
+   * `peek` as a Promise. A part on a Redis server that does not answer rejects it with a
+   * store error under every `on_error` policy, as `Limiter#peekAsync`.
+   */
   peekAsync(): Promise<Decision>
   refundAsync(cost?: Int): Promise<void>
   readonly parts: readonly Limiter[]

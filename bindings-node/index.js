@@ -922,9 +922,9 @@ class Composite {
     return readDecision(decide(this.#h, cost))
   }
 
-  /** The combined state, changing nothing. */
+  /** The combined state, changing nothing (each part's `peek`: not counted by `metrics()`). */
   peek() {
-    return readDecision(decide(this.#h, 0))
+    return readDecision(peek(this.#h))
   }
 
   /** Gives `cost` back to every part. */

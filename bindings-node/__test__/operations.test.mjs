@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Worker } from 'node:worker_threads'
 import client from 'prom-client'
-import { KeyedLimiter, Limiter, ManualClock, renderPrometheus } from '../index.mjs'
+import { Composite, KeyedLimiter, Limiter, ManualClock, renderPrometheus } from '../index.mjs'
 import { registerLimiters } from '../prometheus.mjs'
 
 const S = 1_000_000_000
@@ -135,6 +135,19 @@ test('a peek is not counted, sync or async (the core\'s peek, as in Python)', as
   await hooked.peekAsync()
   await calls(seen, 0)
   assert.equal(seen.length, 0, 'a peek is no rejection')
+})
+
+test('a Composite\'s peek is its parts\' peeks: the figures of a request of cost 0, nothing counted', async () => {
+  const clock = new ManualClock()
+  const a = new Limiter('1/s; burst=3', { clock, metrics: true })
+  const b = new Limiter('5/s', { clock, metrics: true })
+  const both = new Composite([a, b])
+  assert.equal(both.tryAcquire(2).remaining, 1)
+  const d = both.peek()
+  assert.deepEqual([d.allowed, d.remaining, d.limit], [true, 1, 3])
+  assert.equal((await both.peekAsync()).remaining, 1)
+  for (const p of [a, b]) assert.deepEqual([p.metrics().allowed, p.metrics().rejected], [0, 0])
+  assert.equal(a.peek().remaining, 1)
 })
 
 test('the hook is called once per rejection, with the key, after the decision', async () => {

@@ -278,6 +278,15 @@ describe('bad URLs', () => {
     }
   })
 
+  test('a server that is not there: a Composite\'s peekAsync rejects under every policy, its requests do not', async () => {
+    for (const policy of ['open', 'closed', 'local']) {
+      const far = new Limiter('1/s', { store: `redis://127.0.0.1:2/0?on_error=${policy}&timeout=20ms&prefix=cpeek-${policy}` })
+      const both = new Composite([new Limiter('5/s'), far])
+      await rejectsWith(both.peekAsync(), 'ERR_SLUICEGATE_STORE_UNAVAILABLE')
+      assert.equal((await both.tryAcquireAsync()).allowed, policy !== 'closed', policy)
+    }
+  })
+
   test('a server that is not there: on_error=error rejects with ERR_SLUICEGATE_STORE_UNAVAILABLE', async () => {
     const k = new KeyedLimiter('1/s', { store: 'redis://127.0.0.1:1/0?on_error=error&timeout=20ms' })
     await rejectsWith(k.tryAcquireAsync('a'), 'ERR_SLUICEGATE_STORE_UNAVAILABLE')

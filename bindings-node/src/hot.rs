@@ -314,15 +314,15 @@ unsafe extern "C" fn decide(env: sys::napi_env, info: sys::napi_callback_info) -
     })
 }
 
-/// `peek(handle) -> boolean`, figures in the scratch buffer: a limiter's current state by the
-/// core's `peek` (changing nothing, and not counted by `metrics`).
+/// `peek(handle) -> boolean`, figures in the scratch buffer: a limiter's or a composite's
+/// current state by the core's `peek` (changing nothing, and not counted by `metrics`).
 unsafe extern "C" fn peek(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     // SAFETY: Node passes this callback's own env and info.
     let c = unsafe { call(env, info) };
     guard(env, || {
         let h = c.handle()?;
         let state = c.state()?;
-        let d = state.with(h, |e| e.single()?.peek().map_err(from_core))??;
+        let d = state.with(h, |e| e.peek())??;
         write_scratch(state, &d);
         Ok(c.boolean(d.allowed()))
     })

@@ -337,7 +337,7 @@ pub fn remote_call<'env>(
             };
             let r = match op {
                 ACQUIRE => inner.try_acquire(cost).map(Answer::Decided),
-                PEEK => inner.try_acquire(0).map(Answer::Decided),
+                PEEK => inner.peek().map(Answer::Decided),
                 _ => inner.refund(cost).map(|()| Answer::Done),
             };
             r.unwrap_or_else(Answer::Failed)

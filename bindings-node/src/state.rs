@@ -137,6 +137,17 @@ impl Entry {
         }
     }
 
+    /// The current state, changing nothing and counting nothing: a single limiter's `peek`, or
+    /// a composite's parts' (the core's `peek_all`; on Redis a server that does not answer is
+    /// a store error whatever `on_error` says).
+    pub fn peek(&self) -> Result<Decision, JsErr> {
+        match self {
+            Entry::Single(l) => l.peek().map_err(from_core),
+            Entry::Composite(parts) => composite::peek_all(&Self::parts(parts)).map_err(from_core),
+            other => Err(other.wrong("a Limiter or Composite")),
+        }
+    }
+
     /// Gives `cost` back: to a single limiter, or to every part of a composite at its reading
     /// (the core's `refund_all`).
     pub fn refund(&self, cost: u64) -> Result<(), JsErr> {

@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyTuple;
 use pyo3::{PyTraverseError, PyVisit};
-use sluicegate::composite::{self, try_acquire_all, try_acquire_all_at};
+use sluicegate::composite::{self, peek_all, try_acquire_all, try_acquire_all_at};
 use sluicegate::{AcquirePlan, AnyClock, Error, Limiter, Next};
 
 /// Limiters (per user, per tenant, global, any algorithms) consumed all-or-nothing: a request
@@ -143,9 +143,13 @@ impl PyComposite {
             .map_err(to_py)
     }
 
-    /// The combined current state, changing nothing (a request of cost 0).
+    /// The combined current state, changing nothing and counting nothing (each part's
+    /// `peek`; on Redis a server that does not answer is a `StoreError` whatever `on_error`
+    /// says).
     fn peek(&self, py: Python<'_>) -> PyResult<PyDecision> {
-        self.try_acquire(py, 0)
+        self.with_parts(py, |p| peek_all(p))
+            .map(Into::into)
+            .map_err(to_py)
     }
 
     /// `try_acquire` for asyncio: a coroutine that never blocks the event loop (with a part on

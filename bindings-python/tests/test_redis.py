@@ -236,6 +236,22 @@ def test_url_errors_never_show_the_password() -> None:
         KeyedLimiter("1/s", store="redis://127.0.0.1:99999/0")
 
 
+def test_a_composite_peek_on_a_server_that_is_not_there_is_a_store_error() -> None:
+    """A composite's peek looks at each part, as a Limiter's does: a part on a server that does
+    not answer is a `StoreError` whatever `on_error` says (it was a request of cost 0, which
+    the policy answered)."""
+    for policy in ("open", "closed", "local"):
+        far = Limiter("1/s", store=f"redis://127.0.0.1:1/0?on_error={policy}&timeout=20ms")
+        both = Composite([Limiter("5/s"), far])
+        with pytest.raises(StoreError) as info:
+            both.peek()
+        assert info.value.kind == "unavailable", policy
+        with pytest.raises(StoreError):
+            asyncio.run(both.peek_async())
+        # Its requests are still the policy's.
+        assert both.try_acquire().allowed == (policy != "closed")
+
+
 def test_the_released_build_sends_no_client_time() -> None:
     """The test clock (client timestamps) is a cargo feature that only the test build turns
     on: the wheel's build (pyproject.toml) and the crate's defaults leave it off."""

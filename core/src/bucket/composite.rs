@@ -174,6 +174,16 @@ impl<C: Clock> Composite<C> {
         Ok((d, each))
     }
 
+    /// The combined current state, changing nothing and counting nothing ([`peek_all`]).
+    pub fn peek(&self) -> Result<Decision, Error> {
+        peek_all(&self.parts)
+    }
+
+    /// [`peek`](Self::peek), also returning each part's state (in order).
+    pub fn peek_each(&self) -> Result<(Decision, Vec<Decision>), Error> {
+        peek_each(&self.parts)
+    }
+
     /// Acquires `cost` from every part, blocking the thread for at most `max_wait`: the
     /// policy of [`AcquirePlan`] over [`try_acquire`](Self::try_acquire) (a leaky-queue part
     /// admits with its own wait, which the caller then sleeps).
@@ -290,6 +300,44 @@ pub fn try_acquire_all_at<C: Clock>(
     cost: u64,
 ) -> Result<Decision, Error> {
     all_or_nothing(parts, &Readings::One(now), cost, |_, _| {})
+}
+
+/// The combined current state of `parts`, changing nothing and counting nothing: each part's
+/// [`Limiter::peek`], combined as a request of cost 0 is (the tightest part's figures). On
+/// Redis each part's bucket is read, and a server that does not answer is a store error
+/// whatever the URL's `on_error` says, as a single limiter's peek is (a peek is not an
+/// admission; a request of cost 0 was decided by the policy instead, and counted).
+///
+/// # Panics
+/// If `parts` is empty.
+pub fn peek_all<C: Clock, L: Borrow<Limiter<C>>>(parts: &[L]) -> Result<Decision, Error> {
+    Ok(peek_each(parts)?.0)
+}
+
+/// [`peek_all`], also returning each part's state (in order).
+///
+/// # Panics
+/// If `parts` is empty.
+pub fn peek_each<C: Clock, L: Borrow<Limiter<C>>>(
+    parts: &[L],
+) -> Result<(Decision, Vec<Decision>), Error> {
+    assert!(
+        !parts.is_empty(),
+        "a composite limit needs at least one part"
+    );
+    let each = parts
+        .iter()
+        .map(|p| p.borrow().peek())
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((combined(&each), each))
+}
+
+/// Parts' states combined as a request of cost 0 is: the tightest part's figures, the longest
+/// waits; admitted if every part admits it.
+fn combined(each: &[Decision]) -> Decision {
+    let mut acc = Combined::default();
+    each.iter().for_each(|&d| acc.add(d));
+    acc.finish(each.iter().all(Decision::allowed))
 }
 
 /// The protocol. `each(i, d)` receives part `i`'s decision as the combined one reads it (a
@@ -478,6 +526,16 @@ impl<C: Clock> Composite<C> {
     /// of blocking the thread; otherwise the parts are decided as `try_acquire` does.
     pub async fn try_acquire_async(&self, cost: u64) -> Result<Decision, Error> {
         Ok(self.try_acquire_each_async(cost).await?.0)
+    }
+
+    /// [`peek`](Self::peek) for async code (cargo feature `redis`): each part read as
+    /// [`Limiter::peek_async`] reads it, awaited instead of blocking the thread.
+    pub async fn peek_async(&self) -> Result<Decision, Error> {
+        let mut each = Vec::with_capacity(self.parts.len());
+        for p in &self.parts {
+            each.push(p.peek_async().await?);
+        }
+        Ok(combined(&each))
     }
 
     /// [`try_acquire_each`](Self::try_acquire_each) for async code (cargo feature `redis`).

@@ -3,7 +3,7 @@
 //! exposition format), and live reconfiguration driven by a signal of the caller's own (an
 //! adaptive rate).
 
-use sluicegate::composite::Composite;
+use sluicegate::composite::{self, Composite};
 use sluicegate::{
     render_prometheus, Error, KeyedLimiter, Limiter, ManualClock, Metrics, OnFull, Quota,
 };
@@ -227,6 +227,51 @@ fn a_composite_counts_and_shadows_as_one_limiter() {
     clock.advance(Duration::from_secs(3));
     c.set_shadow(false);
     assert_eq!(c.try_acquire(3).unwrap().remaining(), 0);
+}
+
+/// A composite's peek is the parts' peeks combined: the figures a request of cost 0 gets,
+/// changing nothing and counting nothing (neither the composite's counters nor a part's, nor
+/// its rejection hook), as a single limiter's peek.
+#[test]
+fn a_composite_peek_is_not_counted() {
+    let clock = ManualClock::new(0);
+    let parts = vec![
+        Limiter::builder("1/s; burst=3".parse().unwrap())
+            .clock(clock.clone())
+            .metrics(true)
+            .build()
+            .unwrap(),
+        Limiter::with_clock("5/s".parse().unwrap(), clock.clone()).unwrap(),
+    ];
+    let rejected = Arc::new(Mutex::new(0));
+    let r2 = rejected.clone();
+    let c = Composite::new(parts)
+        .with_metrics(true)
+        .with_on_reject(move |_| *r2.lock().unwrap() += 1);
+    assert!(c.try_acquire(2).unwrap().allowed());
+    let (d, each) = c.peek_each().unwrap();
+    assert_eq!(d.remaining(), 1);
+    assert_eq!((each[0].remaining(), each[1].remaining()), (1, 3));
+    assert_eq!(c.peek().unwrap(), d);
+    assert_eq!(
+        composite::peek_all(&[&c.parts()[0], &c.parts()[1]]).unwrap(),
+        d
+    );
+    // The figures a request of cost 0 gets (which is counted).
+    assert_eq!(c.try_acquire(0).unwrap(), d);
+    let m = c.metrics().unwrap();
+    assert_eq!(
+        (m.allowed, m.rejected),
+        (2, 0),
+        "the peeks were not counted"
+    );
+    assert!(c.try_acquire(1).unwrap().allowed());
+    assert!(!c.try_acquire(1).unwrap().allowed());
+    let refused = c.peek().unwrap();
+    assert!(refused.remaining() == 0 && refused.allowed());
+    assert_eq!(c.metrics().unwrap().rejected, 1);
+    assert_eq!(*rejected.lock().unwrap(), 1);
+    assert_eq!(c.parts()[0].metrics(), Some(Metrics::default()));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2460,5 +2460,8 @@ fn a_peek_is_an_error_when_the_server_does_not_answer_whatever_the_policy() {
         let both = Composite::new(vec![far, mem]);
         let (d, each) = both.try_acquire_each(1).unwrap();
         assert!(!d.allowed() && each.len() == 2, "{policy}: {d:?}");
+        // Its peek, though, is a look at each part: the dead server's is an error.
+        unavailable(both.peek(), "Composite::peek");
+        unavailable(rt.block_on(both.peek_async()), "Composite::peek_async");
     }
 }
