@@ -16,7 +16,9 @@ use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
-use sluicegate::{AnyClock, Clock, Decision, Error, IntKey, KeyedLimiter, OnFull, StoreSpec};
+use sluicegate::{
+    AnyClock, Clock, Decision, Error, IntKey, KeyedLimiter, OnFull, StoreSpec, MAX_SHARDS,
+};
 
 /// A key's bytes, borrowed from the Python object for the duration of one call where it has
 /// them (`str`, `bytes`), else rendered (`int`).
@@ -158,14 +160,15 @@ impl PyKeyedLimiter {
     }
 }
 
-/// The most shards a table has (the core's bound, which it would clamp a larger count to).
-const MAX_SHARDS: u64 = 4096;
-
-/// `shards`: 1 to [`MAX_SHARDS`] (the core rounds it up to a power of two), or a `ValueError`
-/// with Node's message, where the core would silently clamp any other count. A value that is
-/// no int stays a `TypeError`.
+/// `shards`: 1 to the core's [`MAX_SHARDS`] (the core rounds it up to a power of two), or a
+/// `ValueError` with Node's message, where the core would silently clamp any other count. A
+/// value that is no int stays a `TypeError`.
 fn shards_arg(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<usize>> {
-    let range = || PyValueError::new_err("shards must be an integer between 1 and 4096");
+    let range = || {
+        PyValueError::new_err(format!(
+            "shards must be an integer between 1 and {MAX_SHARDS}"
+        ))
+    };
     let n = opt_uint(obj, "shards").map_err(|e| {
         // Negative (a ValueError) or past u64 (an OverflowError): out of the range as well.
         if e.is_instance_of::<PyValueError>(py) || e.is_instance_of::<PyOverflowError>(py) {
@@ -176,8 +179,11 @@ fn shards_arg(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option
     })?;
     match n {
         None => Ok(None),
-        Some(n @ 1..=MAX_SHARDS) => Ok(Some(n as usize)),
-        Some(_) => Err(range()),
+        Some(n) => usize::try_from(n)
+            .ok()
+            .filter(|n| (1..=MAX_SHARDS).contains(n))
+            .map(Some)
+            .ok_or_else(range),
     }
 }
 

@@ -81,7 +81,7 @@ pub fn __process_generation() -> u64 {
 pub use store::StoreAudit;
 pub use store::{
     DenseLimiter, IntKey, KeyedBuilder, KeyedLimiter, OnError, OnFull, RedisOptions, StoreSpec,
-    DEFAULT_MAX_KEYS, LONG_KEY_BYTES, REDIS_DEFAULT_CONNECTIONS, REDIS_DEFAULT_TIMEOUT,
+    DEFAULT_MAX_KEYS, LONG_KEY_BYTES, MAX_SHARDS, REDIS_DEFAULT_CONNECTIONS, REDIS_DEFAULT_TIMEOUT,
 };
 
 /// The README's Rust snippets, compiled and run as doc tests.

@@ -114,7 +114,9 @@ impl<C> ClockChoice<C> {
 /// The default key bound: 2^20 keys (about 32 MiB for `u64` keys).
 pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
 const DEFAULT_SHARDS: usize = 64;
-const MAX_SHARDS: usize = 4096;
+/// The most shards a keyed limiter has ([`KeyedBuilder::shards`] clamps to it); the bindings
+/// refuse a larger count with this bound in the message.
+pub const MAX_SHARDS: usize = 4096;
 
 impl<K, C: Clock> KeyedBuilder<K, C> {
     /// The most keys the limiter holds at once (default [`DEFAULT_MAX_KEYS`]; at least 1).

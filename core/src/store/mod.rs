@@ -36,7 +36,7 @@ pub(crate) mod spec;
 pub use self::redis::RedisStats;
 pub use dense::DenseLimiter;
 pub use key::{IntKey, LONG_KEY_BYTES};
-pub use keyed::{KeyedBuilder, KeyedLimiter, OnFull, DEFAULT_MAX_KEYS};
+pub use keyed::{KeyedBuilder, KeyedLimiter, OnFull, DEFAULT_MAX_KEYS, MAX_SHARDS};
 #[cfg(all(unix, not(sluicegate_loom)))]
 pub use shm::Audit as StoreAudit;
 pub use spec::{

@@ -194,11 +194,14 @@ fn the_hook_may_call_the_limiter_back() {
     *cell.lock().unwrap() = None; // no cycle left behind
 }
 
-#[test]
-fn a_composite_counts_and_shadows_as_one_limiter() {
-    let clock = ManualClock::new(0);
+/// A composite counting its decisions, of a part of `first` (counting its own) and one of
+/// `5/s`, on `clock`, and the count of rejections its hook saw.
+fn counted_composite(
+    first: &str,
+    clock: &ManualClock,
+) -> (Composite<ManualClock>, Arc<Mutex<u32>>) {
     let parts = vec![
-        Limiter::builder("1/s".parse().unwrap())
+        Limiter::builder(first.parse().unwrap())
             .clock(clock.clone())
             .metrics(true)
             .build()
@@ -210,6 +213,13 @@ fn a_composite_counts_and_shadows_as_one_limiter() {
     let c = Composite::new(parts)
         .with_metrics(true)
         .with_on_reject(move |_| *r2.lock().unwrap() += 1);
+    (c, rejected)
+}
+
+#[test]
+fn a_composite_counts_and_shadows_as_one_limiter() {
+    let clock = ManualClock::new(0);
+    let (c, rejected) = counted_composite("1/s", &clock);
     assert!(c.try_acquire(1).unwrap().allowed());
     assert!(!c.try_acquire(1).unwrap().allowed());
     c.set_shadow(true);
@@ -235,19 +245,7 @@ fn a_composite_counts_and_shadows_as_one_limiter() {
 #[test]
 fn a_composite_peek_is_not_counted() {
     let clock = ManualClock::new(0);
-    let parts = vec![
-        Limiter::builder("1/s; burst=3".parse().unwrap())
-            .clock(clock.clone())
-            .metrics(true)
-            .build()
-            .unwrap(),
-        Limiter::with_clock("5/s".parse().unwrap(), clock.clone()).unwrap(),
-    ];
-    let rejected = Arc::new(Mutex::new(0));
-    let r2 = rejected.clone();
-    let c = Composite::new(parts)
-        .with_metrics(true)
-        .with_on_reject(move |_| *r2.lock().unwrap() += 1);
+    let (c, rejected) = counted_composite("1/s; burst=3", &clock);
     assert!(c.try_acquire(2).unwrap().allowed());
     let (d, each) = c.peek_each().unwrap();
     assert_eq!(d.remaining(), 1);
